@@ -1,0 +1,37 @@
+"""The project's one error type: it carries the process exit code the CLI maps it to."""
+
+from __future__ import annotations
+
+
+class NeuronProfilerError(Exception):
+    """An error meant for the user: a one-line message and an exit code."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class TraceLoadError(NeuronProfilerError):
+    """A trace file holds nothing usable (missing, not JSON, not a trace, no complete event)."""
+
+    exit_code = 2
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class CollectorUnavailableError(NeuronProfilerError):
+    """Profiling with NEURON cannot work here (no C++ compiler, no torch, no runtime)."""
+
+    exit_code = 3
+
+
+class EmulatorError(NeuronProfilerError):
+    """The emulated device cannot be enabled (e.g. a real neuron backend is registered)."""
+
+    exit_code = 3

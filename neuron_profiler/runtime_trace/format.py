@@ -1,0 +1,68 @@
+"""The Neuron runtime system-trace format (``nrt_sys_trace_fetch_events`` JSON) and our extension.
+
+Real runtime envelope: ``{"events": [...], "data_version": 2}``; each event has ``event_type``,
+``phase`` (start/stop/instant/unknown), ``id``, ``tracking_id`` (pairs start with stop),
+``nc_idx``, ``thread_id``, ``timestamp_ns`` (Unix-epoch ns), optional ``nrta_seq_id`` and a
+type-specific ``data`` object (see ../shared/docs/neuron-runtime-trace.md).
+
+The emulator writes the same shape. What it knows beyond the real runtime goes *only* under
+``data[EXT_KEY]`` (a nested object), so a parser can always tell real fields from ours. Event
+types that exist only in the emulator start with ``EXT_EVENT_PREFIX``. docs/runtime-events.md is
+the prose version of this module.
+"""
+
+from __future__ import annotations
+
+DATA_VERSION = 2
+EXT_KEY = "neuron_profiler"  # data["neuron_profiler"] = {...}: this project's extension fields
+EXT_EVENT_PREFIX = "neuron_profiler."  # event types the real runtime does not emit
+
+# Phases
+START, STOP, INSTANT, UNKNOWN = "start", "stop", "instant", "unknown"
+
+# Real runtime event types the emulator also emits.
+NC_EXEC_RUNNING = "nc_exec_running"  # device execution of one op/kernel (start/stop)
+CC_RUNNING = "cc_running"  # collective on the collective queue (start/stop)
+TIMESTAMP_SYNC_POINT = "timestamp_sync_point"  # maps nc clock -> host clock (instant)
+DMEM_BUF_COPYIN = "dmem_buf_copyin"  # host -> device transfer (start/stop)
+DMEM_BUF_COPYOUT = "dmem_buf_copyout"  # device -> host transfer (start/stop)
+NRT_TENSOR_ALLOCATE = "nrt_tensor_allocate"  # instant, data {tensor_id, size}
+NRT_TENSOR_FREE = "nrt_tensor_free"  # instant, data {tensor_id, size}
+NRT_MODEL_SUBMIT = "nrt_model_submit"  # host runtime call that launches device work (start/stop)
+NRT_EXECUTE = "nrt_execute"  # host runtime call (real runtime, synchronous execute)
+NRTA_EXECUTE_SCHEDULE = "nrta_execute_schedule"  # host runtime call (async execution API)
+
+# Emulator-only event types (our extension).
+EXT_DMA_D2D = EXT_EVENT_PREFIX + "dma_d2d"  # device -> device transfer (start/stop)
+EXT_HOST_SYNC = EXT_EVENT_PREFIX + "host_sync"  # host blocked on the device (start/stop, host)
+EXT_FALLBACK = EXT_EVENT_PREFIX + "cpu_fallback"  # op run on the host (start/stop, host thread)
+
+HOST_CALL_TYPES = frozenset({NRT_MODEL_SUBMIT, NRT_EXECUTE, NRTA_EXECUTE_SCHEDULE})
+DEVICE_EXEC_TYPES = frozenset({NC_EXEC_RUNNING})
+DMA_TYPES = frozenset({DMEM_BUF_COPYIN, DMEM_BUF_COPYOUT, EXT_DMA_D2D})
+COLLECTIVE_TYPES = frozenset({CC_RUNNING})
+
+# Queue names (emulator extension field data[EXT_KEY]["queue"]; also the collector's thread names).
+QUEUE_COMPUTE, QUEUE_DMA, QUEUE_COLLECTIVE = "compute", "dma", "collective"
+QUEUES = (QUEUE_COMPUTE, QUEUE_DMA, QUEUE_COLLECTIVE)
+
+# DMA directions (data[EXT_KEY]["direction"]).
+H2D, D2H, D2D = "h2d", "d2h", "d2d"
+
+# Keys inside data[EXT_KEY] (all optional; present when the emulator knows them).
+X_OP = "op"  # aten op name, e.g. "aten::mm"
+X_FLOPS = "flops"  # int
+X_BYTES = "bytes"  # int, bytes moved (HBM traffic for kernels, transfer size for DMA/collectives)
+X_QUEUE = "queue"  # one of QUEUES
+X_DIRECTION = "direction"  # one of H2D, D2H, D2D
+X_CORRELATION_ID = "correlation_id"  # torch.profiler correlation id of the launching op (0: none)
+X_LAUNCH_NS = "launch_ns"  # host time the op was launched (Unix-epoch ns)
+X_COLLECTIVE_OP = "collective"  # "allreduce", "allgather", ...
+X_RANKS = "ranks"  # list[int], group ranks
+X_ALGORITHM = "algorithm"  # "ring", ...
+X_REASON = "reason"  # fallback reason
+X_SHAPES = "shapes"  # fallback input shapes
+X_DTYPES = "dtypes"  # fallback input dtypes
+X_MODELLED = "modelled"  # True: duration comes from the emulator's model, not hardware
+X_DTYPE = "dtype"
+X_SYNC_REASON = "sync"  # why the host synced: "item", "cpu", "synchronize", "fallback", ...

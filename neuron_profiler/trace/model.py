@@ -1,0 +1,162 @@
+"""The one trace model: a columnar, interned, torch-free view of a torch.profiler trace.
+
+Loaders (``loader.py``), the offline merge and the live collector's output all become a
+``Trace``; analyses, exporters and the TensorBoard view consume only this. Args stay as raw JSON
+bytes and are decoded on demand, which keeps millions of events small in memory::
+
+    trace = load_trace("worker0.pt.trace.json.gz")
+    kernels = trace.select(kind=EventKind.KERNEL)
+    df = trace.to_frame()            # pandas view with decoded names
+    trace.args(row)                  # dict for one event
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from neuron_profiler.trace import schema as S
+
+_decode_args = msgspec.json.Decoder(dict).decode
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One trace: equal-length event columns plus interned strings, raw args and metadata.
+
+    Args:
+        columns: ``schema.EVENT_COLUMNS`` -> numpy array, one row per event, sorted by ts_ns.
+        strings: interned names and categories (``name_id``/``cat_id`` index this).
+        raw_args: one JSON-encoded args object per event that has args (``args_row`` indexes).
+        metadata: top-level keys other than traceEvents (deviceProperties, distributedInfo, ...).
+        process_names / thread_names: from ``M`` events: pid -> name, (pid, tid) -> name.
+        process_sort_index / thread_sort_index: from ``M`` events, when present.
+        pid_labels / tid_labels: original string pid/tid for interned (negative) ids.
+        source: where it came from (file path or "collector"), for messages.
+        skipped_events: events skipped because fields were mistyped (counted, never silent).
+        truncated: the file was cut off; only complete events before the cut were kept.
+    """
+
+    columns: dict[str, np.ndarray]
+    strings: list[str]
+    raw_args: list[bytes]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    process_names: dict[int, str] = field(default_factory=dict)
+    thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
+    process_sort_index: dict[int, int] = field(default_factory=dict)
+    thread_sort_index: dict[tuple[int, int], int] = field(default_factory=dict)
+    pid_labels: dict[int, str] = field(default_factory=dict)
+    tid_labels: dict[int, str] = field(default_factory=dict)
+    source: str = ""
+    skipped_events: int = 0
+    truncated: bool = False
+
+    def __len__(self) -> int:
+        return len(self.columns[S.TS_NS])
+
+    def col(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def name(self, row: int) -> str:
+        return self.strings[int(self.columns[S.NAME_ID][row])]
+
+    def category(self, row: int) -> str:
+        return self.strings[int(self.columns[S.CAT_ID][row])]
+
+    def args(self, row: int) -> dict[str, Any]:
+        """Decoded args of one event ({} when it has none)."""
+        args_row = int(self.columns[S.ARGS_ROW][row])
+        return {} if args_row < 0 else _decode_args(self.raw_args[args_row])
+
+    def string_id(self, text: str) -> int:
+        """Id of an interned string, -1 if the trace never uses it."""
+        try:
+            return self.strings.index(text)
+        except ValueError:
+            return -1
+
+    def mask(self, *, kind: S.EventKind | Sequence[S.EventKind] | None = None,
+             ph: S.Phase | None = None) -> np.ndarray:
+        """Boolean row mask by kind(s) and/or phase."""
+        keep = np.ones(len(self), dtype=bool)
+        if kind is not None:
+            kinds = [kind] if isinstance(kind, S.EventKind) else list(kind)
+            keep &= np.isin(self.columns[S.KIND], np.array(kinds, dtype=np.uint8))
+        if ph is not None:
+            keep &= self.columns[S.PH] == ph
+        return keep
+
+    def select(self, **criteria: Any) -> np.ndarray:
+        """Row indices matching ``mask(**criteria)``."""
+        return np.flatnonzero(self.mask(**criteria))
+
+    def to_frame(self, rows: np.ndarray | None = None):  # -> pandas.DataFrame
+        """A pandas DataFrame of the event columns with ``name`` and ``cat`` decoded."""
+        import pandas as pd
+
+        sel = slice(None) if rows is None else rows
+        frame = pd.DataFrame({k: v[sel] for k, v in self.columns.items()})
+        strings = np.asarray(self.strings, dtype=object)
+        frame["name"] = strings[frame[S.NAME_ID].to_numpy()]
+        frame["cat"] = strings[frame[S.CAT_ID].to_numpy()]
+        return frame
+
+    @property
+    def base_time_ns(self) -> int:
+        """Earliest event time (0 for an empty trace): a convenient origin for relative times."""
+        ts = self.columns[S.TS_NS]
+        return int(ts.min()) if len(ts) else 0
+
+
+class TraceBuilder:
+    """Builds a ``Trace`` row by row: used by tests, the offline merge and small producers.
+
+    Loaders of large files fill columns directly instead (vectorised).
+    """
+
+    def __init__(self, source: str = "") -> None:
+        self._rows: dict[str, list[int]] = {c: [] for c in S.EVENT_COLUMNS}
+        self._strings: dict[str, int] = {}
+        self._raw_args: list[bytes] = []
+        self.metadata: dict[str, Any] = {}
+        self.process_names: dict[int, str] = {}
+        self.thread_names: dict[tuple[int, int], str] = {}
+        self.process_sort_index: dict[int, int] = {}
+        self.thread_sort_index: dict[tuple[int, int], int] = {}
+        self.source = source
+
+    def intern(self, text: str) -> int:
+        return self._strings.setdefault(text, len(self._strings))
+
+    def add(self, *, name: str, ts_ns: int, dur_ns: int = 0, ph: S.Phase = S.Phase.COMPLETE,
+            kind: S.EventKind = S.EventKind.OTHER, cat: str = "", pid: int = 0, tid: int = 0,
+            args: dict[str, Any] | None = None, flow_id: int = -1) -> int:
+        """Append one event; returns its row (before the final sort by time)."""
+        args = args or {}
+        row = len(self._rows[S.TS_NS])
+        values = {
+            S.TS_NS: int(ts_ns), S.DUR_NS: int(dur_ns), S.PH: int(ph), S.KIND: int(kind),
+            S.NAME_ID: self.intern(name), S.CAT_ID: self.intern(cat), S.PID: int(pid),
+            S.TID: int(tid), S.EXTERNAL_ID: int(args.get("External id", -1)),
+            S.CORRELATION: int(args.get("correlation", -1)), S.FLOW_ID: int(flow_id),
+            S.ARGS_ROW: len(self._raw_args) if args else -1,
+        }
+        if args:
+            self._raw_args.append(msgspec.json.encode(args))
+        for key, value in values.items():
+            self._rows[key].append(value)
+        return row
+
+    def build(self, **extra: Any) -> Trace:
+        dtypes = {S.PH: np.uint8, S.KIND: np.uint8, S.NAME_ID: np.int32, S.CAT_ID: np.int32}
+        cols = {k: np.asarray(v, dtype=dtypes.get(k, np.int64)) for k, v in self._rows.items()}
+        order = np.argsort(cols[S.TS_NS], kind="stable")
+        cols = {k: v[order] for k, v in cols.items()}
+        return Trace(columns=cols, strings=list(self._strings), raw_args=self._raw_args,
+                     metadata=self.metadata, process_names=self.process_names,
+                     thread_names=self.thread_names, process_sort_index=self.process_sort_index,
+                     thread_sort_index=self.thread_sort_index, source=self.source, **extra)

@@ -1,0 +1,70 @@
+"""Column names and event kinds of the one trace model (see ``model.py``).
+
+Times are integer nanoseconds on the Unix-epoch clock torch.profiler uses; the unit is in the name.
+"""
+
+from __future__ import annotations
+
+import enum
+
+# Event table columns (all numpy arrays of equal length, one row per trace event).
+TS_NS = "ts_ns"  # int64, absolute Unix-epoch ns
+DUR_NS = "dur_ns"  # int64, 0 for instants / counters / flow endpoints
+PH = "ph"  # uint8, Phase code
+KIND = "kind"  # uint8, EventKind code (derived from category, vendor-neutral)
+NAME_ID = "name_id"  # int32 index into Trace.strings
+CAT_ID = "cat_id"  # int32 index into Trace.strings
+PID = "pid"  # int64 (string pids are interned: see Trace.pid_labels)
+TID = "tid"  # int64 (string tids are interned: see Trace.tid_labels)
+EXTERNAL_ID = "external_id"  # int64, args["External id"], -1 if absent
+CORRELATION = "correlation"  # int64, args["correlation"], -1 if absent
+FLOW_ID = "flow_id"  # int64, "id" of s/f/t flow events, -1 otherwise
+ARGS_ROW = "args_row"  # int64 index into Trace.raw_args, -1 if the event has no args
+
+EVENT_COLUMNS = (TS_NS, DUR_NS, PH, KIND, NAME_ID, CAT_ID, PID, TID, EXTERNAL_ID, CORRELATION,
+                 FLOW_ID, ARGS_ROW)
+
+
+class Phase(enum.IntEnum):
+    """Chrome trace ``ph`` values the model keeps (metadata ``M`` events go to Trace.metadata)."""
+
+    COMPLETE = 1  # X
+    INSTANT = 2  # i / I
+    COUNTER = 3  # C
+    FLOW_START = 4  # s
+    FLOW_STEP = 5  # t
+    FLOW_END = 6  # f
+    BEGIN = 7  # B (paired into COMPLETE by the loader when possible)
+    END = 8  # E
+    OTHER = 9  # anything else (kept, never dropped)
+
+
+PH_CODES = {"X": Phase.COMPLETE, "i": Phase.INSTANT, "I": Phase.INSTANT, "C": Phase.COUNTER,
+            "s": Phase.FLOW_START, "t": Phase.FLOW_STEP, "f": Phase.FLOW_END, "B": Phase.BEGIN,
+            "E": Phase.END}
+PH_LETTERS = {Phase.COMPLETE: "X", Phase.INSTANT: "i", Phase.COUNTER: "C", Phase.FLOW_START: "s",
+              Phase.FLOW_STEP: "t", Phase.FLOW_END: "f", Phase.BEGIN: "B", Phase.END: "E"}
+
+
+class EventKind(enum.IntEnum):
+    """What an event is, independent of vendor category spelling (CUDA, ROCm, MTIA, neuron, 2021)."""
+
+    OTHER = 0
+    CPU_OP = 1  # cpu_op / Operator
+    USER_ANNOTATION = 2  # user_annotation (ProfilerStep#N, record_function)
+    GPU_USER_ANNOTATION = 3  # gpu_user_annotation (record_function projected on a device stream)
+    RUNTIME = 4  # cuda_runtime / cuda_driver / Runtime / mtia_runtime / privateuse1_runtime
+    KERNEL = 5  # kernel / Kernel / mtia_ccp_events (device compute)
+    MEMCPY = 6  # gpu_memcpy / Memcpy (incl. DMA transfers)
+    MEMSET = 7  # gpu_memset / Memset
+    COLLECTIVE = 8  # device-side collective (NCCL kernels, neuron collectives)
+    PYTHON = 9  # python_function
+    FLOW = 10  # ac2g / async / async_cpu_to_gpu / fwdbwd flows
+    TRACE_META = 11  # Trace, Iteration-level markers
+    CPU_INSTANT = 12  # cpu_instant_event
+    FALLBACK = 13  # CPU-fallback op (neuron_profiler extension)
+    DATALOADER = 14  # dataloader annotations
+
+
+DEVICE_KINDS = frozenset({EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET,
+                          EventKind.COLLECTIVE, EventKind.GPU_USER_ANNOTATION})

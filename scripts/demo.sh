@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The main job: set up (idempotent), then profile a small transformer on the emulated device.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/neuron-prof demo "$@"
