@@ -16,7 +16,9 @@ from neuron_profiler.errors import NeuronProfilerError
 
 # subcommand name -> "module:attribute" of a click.Command
 # Subcommand modules must not import torch at module level (``--help`` imports them all).
-SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS: dict[str, str] = {
+    "export": "neuron_profiler.cli.export:export",
+}
 
 
 class LazyGroup(click.Group):

@@ -1,0 +1,1 @@
+"""Trace writers: Chrome JSON (chrome.py), Perfetto protobuf (planned)."""
