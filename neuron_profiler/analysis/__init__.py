@@ -1,0 +1,1 @@
+"""Analyses: functions from a Trace to frozen dataclasses (planned)."""

@@ -1,0 +1,1 @@
+"""Kineto collector and runtime sources (planned; see docs/ARCHITECTURE.md)."""

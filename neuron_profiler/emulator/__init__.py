@@ -1,0 +1,1 @@
+"""The emulated Neuron device (see docs/runtime-events.md). chips/timing are torch-free."""

@@ -1,0 +1,49 @@
+"""Roofline durations against hand-computed figures from the published chip numbers; queue order."""
+
+from __future__ import annotations
+
+import pytest
+
+from neuron_profiler.emulator.chips import CHIPS, chip
+from neuron_profiler.emulator.timing import QueueClock, RooflineModel
+
+
+def test_bf16_matmul_is_compute_bound_at_published_peak() -> None:
+    trn2 = RooflineModel(chip("trn2"))
+    m = n = k = 4096
+    flops = 2 * m * n * k
+    nbytes = 2 * (m * k + k * n + m * n)
+    expected_s = flops / (667e12 / 4)  # 667 TFLOPS BF16 per chip, 4 logical cores
+    assert flops / (667e12 / 4) > nbytes / (2.9e12 / 4)  # really compute bound
+    assert trn2.kernel_ns(flops=flops, bytes_moved=nbytes, dtype="bfloat16", matrix=True) == \
+        pytest.approx(expected_s * 1e9, rel=1e-6)
+
+
+def test_elementwise_is_bandwidth_bound_and_fp32_matrix_slower() -> None:
+    trn2 = RooflineModel(chip("trn2"))
+    numel = 1 << 24
+    add_ns = trn2.kernel_ns(flops=numel, bytes_moved=12 * numel, dtype="float32", matrix=False)
+    assert add_ns == pytest.approx(12 * numel / (2.9e12 / 4) * 1e9, rel=1e-6)
+    args = dict(flops=2 * 2048**3, bytes_moved=0, matrix=True)
+    assert trn2.kernel_ns(dtype="float32", **args) > trn2.kernel_ns(dtype="bfloat16", **args)
+
+
+def test_speed_factor_scales_and_trn3_differs() -> None:
+    base = RooflineModel(chip("trn2")).host_copy_ns(1 << 30)
+    assert RooflineModel(chip("trn2"), speed_factor=0.1).host_copy_ns(1 << 30) == \
+        pytest.approx(base * 10, rel=1e-6)
+    assert set(CHIPS) >= {"trn2", "trn3"}
+    assert RooflineModel(chip("trn3")).device_copy_ns(1 << 30) != \
+        RooflineModel(chip("trn2")).device_copy_ns(1 << 30)
+    with pytest.raises(ValueError, match="speed_factor"):
+        RooflineModel(chip("trn2"), speed_factor=0)
+    with pytest.raises(ValueError, match="unknown chip"):
+        chip("trn9")
+
+
+def test_queue_is_asynchronous_and_in_order() -> None:
+    clock = QueueClock()
+    s1, e1 = clock.schedule(launch_ns=1000, duration_ns=500, latency_ns=10)
+    s2, e2 = clock.schedule(launch_ns=1100, duration_ns=100, latency_ns=10)  # queued behind op 1
+    s3, _ = clock.schedule(launch_ns=5000, duration_ns=1, latency_ns=10)  # idle queue
+    assert (s1, e1) == (1010, 1510) and (s2, e2) == (1510, 1610) and s3 == 5010
