@@ -18,6 +18,7 @@ from neuron_profiler.errors import NeuronProfilerError
 # Subcommand modules must not import torch at module level (``--help`` imports them all).
 SUBCOMMANDS: dict[str, str] = {
     "export": "neuron_profiler.cli.export:export",
+    "merge": "neuron_profiler.cli.merge:merge",
 }
 
 

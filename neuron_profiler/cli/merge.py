@@ -1,0 +1,47 @@
+"""``neuron-prof merge HOST_TRACE DEVICE_EVENTS... -o OUT``: device events onto a host trace.
+
+DEVICE_EVENTS are runtime system-trace JSON files as fetched (or the emulator's dump); the output
+format comes from OUT's extension. The work is ``runtime_trace.merge``; this module only parses
+arguments and prints the summary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from neuron_profiler.errors import NeuronProfilerError
+
+
+@click.command()
+@click.argument("host_trace", type=click.Path(path_type=Path))
+@click.argument("device_events", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path),
+              help="Output file: .json or .json.gz (Chrome trace), .pftrace (Perfetto).")
+def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> None:
+    """Place DEVICE_EVENTS on HOST_TRACE's timeline and write the merged trace to OUTPUT."""
+    from neuron_profiler.exporters.chrome import EXTENSIONS, write_chrome_trace
+    from neuron_profiler.runtime_trace.merge import merge_files
+
+    pftrace = output.name.endswith(".pftrace")
+    if not (pftrace or output.name.endswith(EXTENSIONS)):
+        raise NeuronProfilerError(f"{output}: unsupported output format (use one of "
+                                  f"{', '.join(EXTENSIONS)}, .pftrace)", exit_code=2)
+    result = merge_files(host_trace, list(device_events))
+    if pftrace:
+        from neuron_profiler.exporters.perfetto import write_perfetto_trace
+
+        write_perfetto_trace(result.trace, output)
+    else:
+        write_chrome_trace(result.trace, output)
+    kinds = ", ".join(f"{n} {k.lower()}" for k, n in result.by_kind.items()) or "none"
+    click.echo(f"merged {result.activities} device activities ({kinds}) from "
+               f"{len(device_events)} file(s) onto {host_trace}")
+    click.echo(f"linked to host ops: {result.linked_by_correlation} by correlation id, "
+               f"{result.linked_by_containment} by containment, {result.unlinked} unlinked; "
+               f"{result.flows} flows")
+    dropped = sum(result.dropped.values())
+    click.echo(f"unpaired {result.unpaired}, malformed {result.malformed}, dropped by the "
+               f"runtime {dropped}, outside the host trace's span {result.outside_host_window}")
+    click.echo(f"wrote {len(result.trace)} events to {output}")
