@@ -17,6 +17,7 @@ from neuron_profiler.errors import NeuronProfilerError
 # subcommand name -> "module:attribute" of a click.Command
 # Subcommand modules must not import torch at module level (``--help`` imports them all).
 SUBCOMMANDS: dict[str, str] = {
+    "demo": "neuron_profiler.cli.demo:demo",
     "export": "neuron_profiler.cli.export:export",
     "merge": "neuron_profiler.cli.merge:merge",
 }

@@ -25,6 +25,12 @@ class ChipSpec:
         dma_engines_per_core / dma_gbps_per_engine: DMA engines per physical core, GB/s each.
         host_link_gbps: host <-> device copy bandwidth per chip (ASSUMPTION: PCIe Gen5 x16 ~ 64).
         launch_latency_ns: fixed per-launch device latency (ASSUMPTION: 15 µs, runtime dispatch).
+        collective_gbps_per_core: ring link bandwidth per logical core for collectives
+            (ASSUMPTION: 100 GB/s; AWS publishes NeuronLink per-chip totals, not a per-core ring
+            figure).
+        collective_step_latency_ns: latency per ring step (ASSUMPTION: 5 µs).
+        kernel_fixed_ns: fixed device time of any kernel, however small (ASSUMPTION: 1 µs:
+            instruction fetch, semaphore waits, engine start).
     """
 
     name: str
@@ -40,6 +46,9 @@ class ChipSpec:
     dma_gbps_per_engine: float
     host_link_gbps: float
     launch_latency_ns: int
+    collective_gbps_per_core: float = 100.0
+    collective_step_latency_ns: int = 5_000
+    kernel_fixed_ns: int = 1_000
 
     def matrix_flops_per_s(self, dtype: str) -> float:
         """Per-logical-core matrix throughput for a dtype name ("bfloat16", "float32", ...)."""

@@ -18,7 +18,8 @@ from neuron_profiler.emulator.chips import ChipSpec
 
 @dataclass(frozen=True)
 class RooflineModel:
-    """``max(flops / peak, bytes / bandwidth)`` divided by ``speed_factor`` (labelled in traces).
+    """``max(flops / peak, bytes / bandwidth) + fixed kernel time``, divided by ``speed_factor``
+    (labelled in traces).
 
     speed_factor > 1 makes the device faster, < 1 slower (a demo uses it to make device work
     dominate); it is recorded in the trace metadata next to ``emulated: true``.
@@ -30,19 +31,45 @@ class RooflineModel:
     def __post_init__(self) -> None:
         if not (self.speed_factor > 0 and math.isfinite(self.speed_factor)):
             raise ValueError(f"speed_factor must be a positive number, got {self.speed_factor}")
+        # Rates read on every op: computed once (the dataclass is frozen, so via object).
+        object.__setattr__(self, "_hbm", self.chip.hbm_bytes_per_s())
+        object.__setattr__(self, "_vector", self.chip.vector_flops_per_s())
+        object.__setattr__(self, "_matrix", {})
 
     def _ns(self, seconds: float) -> int:
         return max(1, math.ceil(seconds * 1e9 / self.speed_factor))
 
     def kernel_ns(self, *, flops: int, bytes_moved: int, dtype: str, matrix: bool) -> int:
-        peak = self.chip.matrix_flops_per_s(dtype) if matrix else self.chip.vector_flops_per_s()
-        return self._ns(max(flops / peak, bytes_moved / self.chip.hbm_bytes_per_s()))
+        if matrix:
+            peak = self._matrix.get(dtype)  # type: ignore[attr-defined]
+            if peak is None:
+                peak = self._matrix[dtype] = self.chip.matrix_flops_per_s(dtype)  # type: ignore[attr-defined]
+        else:
+            peak = self._vector  # type: ignore[attr-defined]
+        roofline = max(flops / peak, bytes_moved / self._hbm)  # type: ignore[attr-defined]
+        return self._ns(roofline + self.chip.kernel_fixed_ns * 1e-9)
 
     def host_copy_ns(self, nbytes: int) -> int:
         return self._ns(nbytes / self.chip.host_link_bytes_per_s())
 
     def device_copy_ns(self, nbytes: int) -> int:
         return self._ns(nbytes / self.chip.dma_bytes_per_s())
+
+    def collective_ns(self, *, nbytes: int, world: int, collective: str) -> int:
+        """Ring algorithm: all-reduce moves 2(n-1)/n of the buffer in 2(n-1) steps; all-gather,
+        reduce-scatter move (n-1)/n in n-1 steps; broadcast/others one buffer in n-1 steps."""
+        n = max(1, world)
+        if n == 1:
+            return self._ns(self.chip.collective_step_latency_ns * 1e-9)
+        if collective == "allreduce":
+            steps, volume = 2 * (n - 1), 2 * (n - 1) / n * nbytes
+        elif collective in ("allgather", "reduce_scatter", "alltoall"):
+            steps, volume = n - 1, (n - 1) / n * nbytes
+        else:
+            steps, volume = n - 1, float(nbytes)
+        seconds = (steps * self.chip.collective_step_latency_ns * 1e-9
+                   + volume / (self.chip.collective_gbps_per_core * 1e9))
+        return self._ns(seconds)
 
 
 class QueueClock:
@@ -51,8 +78,10 @@ class QueueClock:
     def __init__(self) -> None:
         self.free_at_ns = 0
 
-    def schedule(self, *, launch_ns: int, duration_ns: int, latency_ns: int = 0) -> tuple[int, int]:
-        start = max(launch_ns + latency_ns, self.free_at_ns)
+    def schedule(self, *, launch_ns: int, duration_ns: int, latency_ns: int = 0,
+                 not_before_ns: int = 0) -> tuple[int, int]:
+        """``not_before_ns``: a dependency (inputs produced on another queue) the work waits for."""
+        start = max(launch_ns + latency_ns, self.free_at_ns, not_before_ns)
         end = start + duration_ns
         self.free_at_ns = end
         return start, end

@@ -31,13 +31,16 @@ NRT_TENSOR_FREE = "nrt_tensor_free"  # instant, data {tensor_id, size}
 NRT_MODEL_SUBMIT = "nrt_model_submit"  # host runtime call that launches device work (start/stop)
 NRT_EXECUTE = "nrt_execute"  # host runtime call (real runtime, synchronous execute)
 NRTA_EXECUTE_SCHEDULE = "nrta_execute_schedule"  # host runtime call (async execution API)
+NRT_TENSOR_WRITE = "nrt_tensor_write"  # host runtime call starting a host -> device copy
+NRT_TENSOR_READ = "nrt_tensor_read"  # host runtime call starting a device -> host copy
 
 # Emulator-only event types (our extension).
 EXT_DMA_D2D = EXT_EVENT_PREFIX + "dma_d2d"  # device -> device transfer (start/stop)
 EXT_HOST_SYNC = EXT_EVENT_PREFIX + "host_sync"  # host blocked on the device (start/stop, host)
 EXT_FALLBACK = EXT_EVENT_PREFIX + "cpu_fallback"  # op run on the host (start/stop, host thread)
 
-HOST_CALL_TYPES = frozenset({NRT_MODEL_SUBMIT, NRT_EXECUTE, NRTA_EXECUTE_SCHEDULE})
+HOST_CALL_TYPES = frozenset({NRT_MODEL_SUBMIT, NRT_EXECUTE, NRTA_EXECUTE_SCHEDULE,
+                             NRT_TENSOR_WRITE, NRT_TENSOR_READ})
 DEVICE_EXEC_TYPES = frozenset({NC_EXEC_RUNNING})
 DMA_TYPES = frozenset({DMEM_BUF_COPYIN, DMEM_BUF_COPYOUT, EXT_DMA_D2D})
 COLLECTIVE_TYPES = frozenset({CC_RUNNING})
@@ -66,3 +69,5 @@ X_DTYPES = "dtypes"  # fallback input dtypes
 X_MODELLED = "modelled"  # True: duration comes from the emulator's model, not hardware
 X_DTYPE = "dtype"
 X_SYNC_REASON = "sync"  # why the host synced: "item", "cpu", "synchronize", "fallback", ...
+X_WAIT_UNTIL_NS = "wait_until_ns"  # host_sync: device time (host clock) the host waited for
+X_GROUP = "group"  # collective: process-group name

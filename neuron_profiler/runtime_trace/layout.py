@@ -8,6 +8,7 @@ OS pid (large numbers), so NeuronCore N is pid ``N`` and sorts after the host vi
 from __future__ import annotations
 
 from neuron_profiler.runtime_trace.activities import Queue
+from neuron_profiler.trace.kinds import FALLBACK_NAME_PREFIX
 
 CORE_SORT_INDEX_BASE = 0x10000000  # host processes sort first (their sort index is their pid)
 
@@ -32,7 +33,7 @@ QUEUE_THREAD_NAMES = {Queue.COMPUTE: "compute", Queue.DMA: "DMA", Queue.COLLECTI
 CAT_KERNEL = "kernel"  # compute and collectives (collectives counted as device time; marked in args)
 CAT_MEMCPY = "gpu_memcpy"  # DMA transfers
 CAT_RUNTIME = "privateuse1_runtime"  # host runtime calls on the launching thread
-CAT_FALLBACK = "cpu_fallback"  # CPU-fallback op marker on the launching thread (args carry details)
+CAT_DRIVER = "privateuse1_driver"  # unknown event types and instants (Kineto's driver type)
 CAT_FLOW = "ac2g"
 
 # Args keys written on device activities.
@@ -50,3 +51,27 @@ ARG_GROUP_SIZE = "Group size"
 ARG_ALGORITHM = "algorithm"
 ARG_IS_COLLECTIVE = "neuron collective"
 ARG_FALLBACK_REASON = "fallback reason"
+ARG_IS_FALLBACK = "cpu fallback"  # true on a CPU-fallback op (Kineto cannot give it a category of its own)
+ARG_EXEC_ID = "exec_id"
+ARG_SYNC = "sync"
+ARG_DATA = "data"
+ARG_SHAPES = "input shapes"
+ARG_DTYPES = "input dtypes"
+
+# Names of host-side activities on the launching thread (category CAT_RUNTIME). A fallback is
+# recognisable by its name prefix and ARG_IS_FALLBACK: Kineto takes categories from activity types.
+FALLBACK_PREFIX = FALLBACK_NAME_PREFIX  # one definition, shared with the loader
+RUNTIME_PREFIX = "nrt launch: "
+SYNC_PREFIX = "host sync: "
+
+# Top-level trace metadata keys (live collector and offline merge).
+META_SOURCE = "neuron_source"
+META_DROPPED = "neuron_dropped_events"  # per core: ring-buffer drops the runtime reported
+META_EXCLUDED = "neuron_excluded_outside_window"  # collector: launched outside the active window
+META_OUTSIDE = "neuron_outside_host_window"  # merge: kept, but outside the host trace's span
+META_MALFORMED = "neuron_malformed_events"
+META_UNPAIRED = "neuron_unpaired_events"
+META_ACTIVITIES = "neuron_activities"  # activities written into this trace
+META_MODELLED = "neuron_timing_modelled"  # true: durations come from the emulator's model
+META_LINK_ERROR = "neuron_link_error"
+META_MERGED_FROM = "neuron_merged_from"

@@ -37,29 +37,31 @@ from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.kinds import kind_of
 from neuron_profiler.trace.model import Trace
 
-# Names, args and metadata keys as the live collector writes them (collectors/session.py).
-FALLBACK_PREFIX = "CPU fallback: "
-RUNTIME_PREFIX = "nrt launch: "
-CAT_DRIVER = "privateuse1_driver"  # unknown event types and instants (Kineto's driver type)
+# Names, args and metadata keys shared with the live collector (runtime_trace/layout.py).
 ARG_EXTERNAL_ID = "External id"
-ARG_EXEC_ID = "exec_id"
-ARG_SYNC = "sync"
-ARG_DATA = "data"
-ARG_SHAPES = "input shapes"
-ARG_DTYPES = "input dtypes"
-ARG_IS_FALLBACK = "cpu fallback"
-META_SOURCE = "neuron_source"
-META_DROPPED = "neuron_dropped_events"
-META_MALFORMED = "neuron_malformed_events"
-META_UNPAIRED = "neuron_unpaired_events"
-META_ACTIVITIES = "neuron_activities"
-META_MODELLED = "neuron_timing_modelled"
-META_OUTSIDE = "neuron_outside_host_window"  # merge only: kept, but outside the host's span
-META_MERGED_FROM = "neuron_merged_from"
+from neuron_profiler.runtime_trace.layout import (  # noqa: E402
+    ARG_DATA,
+    ARG_DTYPES,
+    ARG_EXEC_ID,
+    ARG_IS_FALLBACK,
+    ARG_SHAPES,
+    ARG_SYNC,
+    CAT_DRIVER,
+    FALLBACK_PREFIX,
+    META_ACTIVITIES,
+    META_DROPPED,
+    META_MALFORMED,
+    META_MERGED_FROM,
+    META_MODELLED,
+    META_OUTSIDE,
+    META_SOURCE,
+    META_UNPAIRED,
+    RUNTIME_PREFIX,
+)
 
 _CATEGORY = {ActivityKind.KERNEL: L.CAT_KERNEL, ActivityKind.COLLECTIVE: L.CAT_KERNEL,
              ActivityKind.DMA: L.CAT_MEMCPY, ActivityKind.RUNTIME_CALL: L.CAT_RUNTIME,
-             ActivityKind.HOST_SYNC: L.CAT_RUNTIME, ActivityKind.FALLBACK: L.CAT_FALLBACK,
+             ActivityKind.HOST_SYNC: L.CAT_RUNTIME, ActivityKind.FALLBACK: L.CAT_RUNTIME,
              ActivityKind.GENERIC: CAT_DRIVER, ActivityKind.INSTANT: CAT_DRIVER}
 _HOST_KINDS = np.array([ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC, ActivityKind.FALLBACK,
                         ActivityKind.INSTANT], dtype=np.uint8)
@@ -362,9 +364,12 @@ def _merged_trace(host: Trace, acts: DeviceActivities, props: list[dict[str, Any
         else:
             args_row[i] = -1
     args_row[args_row >= 0] = np.arange(len(host.raw_args), len(raw_args))
+    # A fallback has the runtime category (as Kineto writes it) but its own kind.
+    kinds = np.where(acts.kind == ActivityKind.FALLBACK, np.uint8(S.EventKind.FALLBACK),
+                     kind_of_cat[acts.kind]).astype(np.uint8)
     device = {
         S.TS_NS: acts.start_ns, S.DUR_NS: dur,
-        S.PH: np.full(n, S.Phase.COMPLETE, dtype=np.uint8), S.KIND: kind_of_cat[acts.kind],
+        S.PH: np.full(n, S.Phase.COMPLETE, dtype=np.uint8), S.KIND: kinds,
         S.NAME_ID: name_id, S.CAT_ID: cat_of[acts.kind], S.PID: pid, S.TID: tid,
         S.EXTERNAL_ID: np.where(acts.correlation_id != 0, acts.correlation_id, -1),
         S.CORRELATION: np.full(n, -1, dtype=np.int64), S.FLOW_ID: np.full(n, -1, dtype=np.int64),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from neuron_profiler.trace.schema import EventKind
 
 CATEGORY_KINDS: dict[str, EventKind] = {
@@ -26,3 +28,17 @@ CATEGORY_KINDS: dict[str, EventKind] = {
 
 def kind_of(category: str) -> EventKind:
     return CATEGORY_KINDS.get(category.lower(), EventKind.OTHER)
+
+
+# Name prefix of a CPU-fallback op (runtime_trace/layout.FALLBACK_PREFIX). Kineto writes every
+# host-side activity with the runtime category, so a fallback is told apart by its name.
+FALLBACK_NAME_PREFIX = "CPU fallback: "
+
+
+def refine_kinds(kind: np.ndarray, name_id: np.ndarray, strings: list[str]) -> np.ndarray:
+    """Kinds that the category alone cannot tell: CPU-fallback ops (runtime category + name)."""
+    fallback_ids = [i for i, text in enumerate(strings) if text.startswith(FALLBACK_NAME_PREFIX)]
+    if not fallback_ids:
+        return kind
+    hit = (kind == EventKind.RUNTIME) & np.isin(name_id, np.asarray(fallback_ids, dtype=name_id.dtype))
+    return np.where(hit, np.uint8(EventKind.FALLBACK), kind).astype(kind.dtype)

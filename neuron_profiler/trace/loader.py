@@ -1,21 +1,30 @@
-"""Load a Kineto Chrome trace (.json / .json.gz) into the one ``Trace`` model.
+"""Load a Kineto Chrome trace (.json / .json.gz) into the one ``Trace`` model, fast and lean.
 
     trace = load_trace("worker0.pt.trace.json.gz")
 
-Detection rules (documented in docs/trace-model.md):
-- ``ts``/``dur`` are microseconds (Kineto's unit) given as numbers or numeric strings.
-- When the top level has ``baseTimeNanoseconds``, ``ts`` is relative to it; otherwise ``ts`` is
+The file is streamed: blocks are read (and inflated) one at a time, the ``traceEvents`` array is
+cut into pieces of at most about 1 MB, and each piece is decoded by msgspec and turned into numpy
+columns (``_columns.py``) before the next is read, so neither the file nor a Python object per
+event is ever held whole. Files that do not look like Kineto output fall back to decoding the whole
+document, which also classifies bad input.
+
+Detection rules (docs/trace-model.md):
+- ``ts``/``dur`` are µs (Kineto's unit) as numbers or numeric strings, converted to integer ns
+  exactly: strings and large floats from their digits, ns fractions kept (``ns resolution``).
+- With a top-level ``baseTimeNanoseconds``, ``ts`` is relative to it; otherwise ``ts`` is
   absolute µs since the Unix epoch (older Kineto) and is used as is.
+- ``B``/``E`` pairs on one thread become complete events; ``M`` events fill process/thread names.
 - Events whose fields are mistyped are skipped and counted (``Trace.skipped_events``).
 - A file cut off mid-write keeps every complete event before the cut (``Trace.truncated``).
 """
 
 from __future__ import annotations
 
-import json
+import gc
 import re
 import warnings
-import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,220 +33,212 @@ import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.trace import schema as S
-from neuron_profiler.trace.kinds import kind_of
+from neuron_profiler.trace._columns import LABEL_ID_BASE, ColumnSink, int_or
+from neuron_profiler.trace._pairing import pair_begin_end
+from neuron_profiler.trace._stream import BlockSource, decode_top, leading_events, skip_separator
+from neuron_profiler.trace.kinds import refine_kinds
 from neuron_profiler.trace.model import Trace
 
-_Number = int | float | str
-
-
-class _Event(msgspec.Struct):
-    ph: str = "X"
-    name: str = ""
-    cat: str = ""
-    ts: _Number | None = None
-    dur: _Number | None = None
-    pid: int | str = 0
-    tid: int | str = 0
-    id: int | str | None = None
-    args: msgspec.Raw = msgspec.Raw(b"")
-
-
-class _File(msgspec.Struct):
-    traceEvents: list[msgspec.Raw]  # noqa: N815 - the format's key
-
-
-_decode_file = msgspec.json.Decoder(_File).decode
-_decode_event = msgspec.json.Decoder(_Event).decode
-_decode_top = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+_KEY = b'"traceEvents"'
+_ARRAY_START = re.compile(rb"\s*:\s*\[")
+_BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
+_SALVAGE_TRIES = 64
+_TAIL_TRIES = 32
+_WHITESPACE = b" \t\r\n"
+_CLOSE_BRACE = ord("}")
+_MAX_HEAD_BYTES = 64 << 20  # no "traceEvents" key this far in: decode the whole document
 
 
 class TruncatedTraceWarning(UserWarning):
     """The file was cut off; complete events before the cut were kept."""
 
 
-def _read_bytes(path: Path) -> tuple[bytes, bool]:
-    """File contents, gunzipped; True when a gzip stream ended early (cut off)."""
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The loader allocates millions of short-lived objects and no cycles: skip GC passes."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise TraceLoadError(path, "no such file") from None
-    except OSError as err:
-        raise TraceLoadError(path, f"cannot read: {err.strerror or err}") from None
-    if raw[:2] != b"\x1f\x8b":
-        return raw, False
-    inflater = zlib.decompressobj(wbits=31)
-    try:
-        data = inflater.decompress(raw)
-    except zlib.error as err:
-        raise TraceLoadError(path, f"corrupt gzip data ({err})") from None
-    return data, not inflater.eof
-
-
-def _salvage_events(data: bytes) -> list[Any]:
-    """Complete events of a cut-off file: decode the traceEvents array one event at a time."""
-    text = data.decode("utf-8", errors="replace")
-    start = text.find('"traceEvents"')
-    if start < 0:
-        return []
-    pos = text.find("[", start)
-    if pos < 0:
-        return []
-    decoder = json.JSONDecoder()
-    events: list[Any] = []
-    pos += 1
-    n = len(text)
-    while pos < n:
-        while pos < n and text[pos] in " \t\r\n,":
-            pos += 1
-        if pos >= n or text[pos] == "]":
-            break
-        try:
-            event, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            break
-        events.append(event)
-    return events
-
-
-def _to_ns(value: _Number | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        whole, _, frac = value.strip().partition(".")
-        if whole.lstrip("-").isdigit() and (not frac or frac.isdigit()):
-            sign = -1 if whole.startswith("-") else 1
-            return int(whole) * 1000 + sign * int((frac + "000")[:3])
-        value = float(value)
-    whole_us = int(value)  # split so absolute µs floats keep sub-µs precision
-    return whole_us * 1000 + round((value - whole_us) * 1000)
-
-
-class _Columns:
-    """Accumulates decoded events into column lists (then numpy)."""
-
-    def __init__(self) -> None:
-        self.cols: dict[str, list[int]] = {c: [] for c in S.EVENT_COLUMNS}
-        self.strings: dict[str, int] = {}
-        self.raw_args: list[bytes] = []
-        self.labels: dict[str, int] = {}
-        self.process_names: dict[int, str] = {}
-        self.thread_names: dict[tuple[int, int], str] = {}
-        self.process_sort: dict[int, int] = {}
-        self.thread_sort: dict[tuple[int, int], int] = {}
-        self.skipped = 0
-
-    def _intern(self, text: str) -> int:
-        return self.strings.setdefault(text, len(self.strings))
-
-    def _ident(self, value: int | str) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return int(value)
-        except ValueError:
-            return -1 - self.labels.setdefault(value, len(self.labels))
-
-    def add(self, ev: _Event, base_ns: int) -> None:
-        pid, tid = self._ident(ev.pid), self._ident(ev.tid)
-        if ev.ph == "M":
-            self._add_meta(ev, pid, tid)
-            return
-        ts = _to_ns(ev.ts)
-        if ts is None:
-            self.skipped += 1
-            return
-        args_raw = bytes(ev.args)
-        args: dict[str, Any] = {}
-        if args_raw and (b"External id" in args_raw or b"correlation" in args_raw):
-            args = msgspec.json.decode(args_raw)
-        flow = ev.id if ev.ph in ("s", "t", "f") else None
-        c = self.cols
-        c[S.TS_NS].append(ts + base_ns)
-        c[S.DUR_NS].append(_to_ns(ev.dur) or 0)
-        c[S.PH].append(int(S.PH_CODES.get(ev.ph, S.Phase.OTHER)))
-        c[S.KIND].append(int(kind_of(ev.cat)))
-        c[S.NAME_ID].append(self._intern(ev.name))
-        c[S.CAT_ID].append(self._intern(ev.cat))
-        c[S.PID].append(pid)
-        c[S.TID].append(tid)
-        c[S.EXTERNAL_ID].append(_int_or(args.get("External id"), -1))
-        c[S.CORRELATION].append(_int_or(args.get("correlation"), -1))
-        c[S.FLOW_ID].append(_int_or(flow, -1))
-        c[S.ARGS_ROW].append(len(self.raw_args) if args_raw and args_raw != b"{}" else -1)
-        if args_raw and args_raw != b"{}":
-            self.raw_args.append(args_raw)
-
-    def _add_meta(self, ev: _Event, pid: int, tid: int) -> None:
-        args = msgspec.json.decode(bytes(ev.args)) if len(ev.args) else {}
-        if not isinstance(args, dict):
-            self.skipped += 1
-            return
-        if ev.name == "process_name":
-            self.process_names[pid] = str(args.get("name", ""))
-        elif ev.name == "thread_name":
-            self.thread_names[(pid, tid)] = str(args.get("name", ""))
-        elif ev.name == "process_sort_index":
-            self.process_sort[pid] = _int_or(args.get("sort_index"), 0)
-        elif ev.name == "thread_sort_index":
-            self.thread_sort[(pid, tid)] = _int_or(args.get("sort_index"), 0)
-
-
-def _int_or(value: Any, default: int) -> int:
-    try:
-        return int(value) if value is not None else default
-    except (TypeError, ValueError):
-        return default
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def load_trace(path: str | Path) -> Trace:
     """Load one trace file; raises ``TraceLoadError`` (exit code 2) when nothing is usable."""
     path = Path(path)
-    data, gzip_cut = _read_bytes(path)
-    if not data.strip():
-        raise TraceLoadError(path, "empty file")
-    truncated = gzip_cut
-    metadata: dict[str, Any] = {}
-    try:
-        raw_events: list[Any] = _decode_file(data).traceEvents
-        top = _decode_top(data)
-        metadata = {k: msgspec.json.decode(v) for k, v in top.items() if k != "traceEvents"}
-    except msgspec.ValidationError as err:
-        raise TraceLoadError(path, f"not a torch.profiler trace ({err})") from None
-    except msgspec.DecodeError as err:
-        raw_events = _salvage_events(data)
-        if not raw_events:
-            problem = "truncated, no complete event" if b'"traceEvents"' in data else \
-                f"invalid JSON ({err})"
-            raise TraceLoadError(path, problem) from None
-        truncated = True
-        base = re.search(rb'"baseTimeNanoseconds"\s*:\s*(\d+)', data)
-        if base:  # keys before the cut still place events on the absolute clock
-            metadata["baseTimeNanoseconds"] = int(base.group(1))
-    base_ns = _int_or(metadata.get("baseTimeNanoseconds"), 0)
-    cols = _Columns()
-    for raw in raw_events:
+    with _gc_paused():
+        source = BlockSource(path)
         try:
-            if isinstance(raw, msgspec.Raw):
-                ev = _decode_event(raw)
-            else:  # salvaged dict: re-encode so both paths validate identically
-                ev = _decode_event(msgspec.json.encode(raw))
-            cols.add(ev, base_ns)
-        except (msgspec.ValidationError, msgspec.DecodeError, ValueError, TypeError):
-            cols.skipped += 1
+            sink, metadata, truncated = _Load(path, source).run()
+        finally:
+            source.close()
+        trace = _build(sink, metadata, str(path), truncated)
     if truncated:
-        warnings.warn(f"{path}: file is truncated; kept {sum(1 for _ in cols.cols[S.TS_NS])} "
-                      "complete events before the cut", TruncatedTraceWarning, stacklevel=2)
-    return _build(cols, metadata, str(path), truncated)
+        warnings.warn(f"{path}: file is truncated; kept {len(trace)} complete events before "
+                      "the cut", TruncatedTraceWarning, stacklevel=2)
+    return trace
 
 
-def _build(cols: _Columns, metadata: dict[str, Any], source: str, truncated: bool) -> Trace:
-    dtypes = {S.PH: np.uint8, S.KIND: np.uint8, S.NAME_ID: np.int32, S.CAT_ID: np.int32}
-    columns = {k: np.asarray(v, dtype=dtypes.get(k, np.int64)) for k, v in cols.cols.items()}
-    order = np.argsort(columns[S.TS_NS], kind="stable")
-    columns = {k: v[order] for k, v in columns.items()}
-    labels = {-1 - i: text for text, i in cols.labels.items()}
-    return Trace(columns=columns, strings=list(cols.strings), raw_args=cols.raw_args,
-                 metadata=metadata, process_names=cols.process_names,
-                 thread_names=cols.thread_names, process_sort_index=cols.process_sort,
-                 thread_sort_index=cols.thread_sort, pid_labels=labels, tid_labels=labels,
-                 source=source, skipped_events=cols.skipped, truncated=truncated)
+class _Load:
+    """One load: find the events array, stream its pieces, decode the tail (or salvage it)."""
+
+    def __init__(self, path: Path, source: BlockSource) -> None:
+        self.path, self.source = path, source
+        self.sink = ColumnSink()
+        self.metadata: dict[str, Any] = {}
+        self.truncated = False
+
+    def run(self) -> tuple[ColumnSink, dict[str, Any], bool]:
+        pending = self._events_start()
+        if pending is None:
+            self._whole_document()
+        else:
+            self._stream_events(pending)
+        if self.source.cut:
+            self.truncated = True
+        return self.sink, self.metadata, self.truncated
+
+    def _events_start(self) -> bytes | None:
+        """Bytes right after ``"traceEvents": [`` with the keys before it decoded, or None
+        (then the whole document is decoded instead)."""
+        self._head = b""
+        while True:
+            key = self._head.find(_KEY)
+            enough = key >= 0 and len(self._head) - key > 1024
+            if enough or self.source.done or len(self._head) > _MAX_HEAD_BYTES:
+                break
+            self._head = self._read_until(self._head, 2 * len(self._head))
+        while key >= 0:  # the first top-level "traceEvents": [ (the text may occur in strings)
+            match = _ARRAY_START.match(self._head, key + len(_KEY))
+            if match is not None:
+                try:
+                    top = decode_top(self._head[:key] + b'"traceEvents":[]}')
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    top = None
+                if top is not None:
+                    self._keep_metadata(top)
+                    pending, self._head = self._head[match.end():], b""
+                    return pending
+            key = self._head.find(_KEY, key + 1)
+        return None
+
+    def _read_until(self, pending: bytes, size: int) -> bytes:
+        """``pending`` plus blocks until it holds ``size`` bytes (or a block) or the file ends;
+        joined once, so growing a large buffer never copies it block by block."""
+        parts, total = [pending], len(pending)
+        while not self.source.done and (total < size or total < self.source.block_bytes):
+            block = self.source.read()
+            parts.append(block)
+            total += len(block)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _stream_events(self, pending: bytes) -> None:
+        retry_at = 0
+        while True:
+            if not self.source.done and (len(pending) < self.source.block_bytes
+                                         or len(pending) < retry_at):
+                pending = self._read_until(pending, retry_at)
+                continue
+            if self.source.done:
+                break
+            end = leading_events(self.sink.add_piece, pending, need_comma=True)
+            if end is None:  # one huge event, or damage: read on, the tail will tell
+                retry_at = 2 * len(pending)
+                continue
+            pending, retry_at = skip_separator(pending[end:]), 0
+        self._tail(pending)
+
+    def _tail(self, pending: bytes) -> None:
+        """The last piece plus the keys after the array (``baseTimeNanoseconds`` in Kineto)."""
+        if self._split_tail(pending):
+            return
+        try:
+            top = decode_top(b'{"traceEvents":[' + pending)
+        except msgspec.DecodeError:
+            self.truncated = True
+            leading_events(self.sink.add_piece, pending, need_comma=False, tries=_SALVAGE_TRIES)
+            base = _BASE_TIME.search(pending)
+            if base and "baseTimeNanoseconds" not in self.metadata:
+                self.metadata["baseTimeNanoseconds"] = int(base.group(1))
+            if self.sink.seen == 0:
+                raise TraceLoadError(self.path, "truncated, no complete event") from None
+            return
+        self.sink.add_piece(bytes(top.pop("traceEvents")))
+        self._keep_metadata(top)
+
+    def _split_tail(self, pending: bytes) -> bool:
+        """Find the array's closing ``]`` from the end, decode the short rest (the keys after
+        the array) and then the events before it, so the tail is parsed once. A candidate is
+        right only if both parts decode; False leaves the tail to the general path."""
+        limit = len(pending)
+        for _ in range(_TAIL_TRIES):
+            close = pending.rfind(b"]", 0, limit)
+            if close < 0:
+                return False
+            limit = close
+            last = close - 1
+            while last >= 0 and pending[last] in _WHITESPACE:
+                last -= 1
+            if last >= 0 and pending[last] != _CLOSE_BRACE:
+                continue  # events are objects: this ] closes something inside the keys
+            try:
+                rest = decode_top(b'{"traceEvents":[' + pending[close:])
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if last >= 0:
+                try:
+                    self.sink.add_piece(b"".join((b"[", memoryview(pending)[:last + 1], b"]")))
+                except msgspec.DecodeError:
+                    return False  # damaged events: the general path salvages them
+            rest.pop("traceEvents", None)
+            self._keep_metadata(rest)
+            return True
+        return False
+
+    def _whole_document(self) -> None:
+        data = self.source.read_all(self._head)
+        if not data.strip():
+            raise TraceLoadError(self.path, "empty file")
+        try:
+            top = decode_top(data)
+        except msgspec.ValidationError as err:
+            raise TraceLoadError(self.path, f"not a torch.profiler trace ({err})") from None
+        except msgspec.DecodeError as err:
+            problem = "truncated, no complete event" if _KEY in data else f"invalid JSON ({err})"
+            raise TraceLoadError(self.path, problem) from None
+        events = top.pop("traceEvents", None)
+        if events is None:
+            raise TraceLoadError(self.path, "not a torch.profiler trace (no traceEvents)")
+        if bytes(events)[:1] != b"[":
+            raise TraceLoadError(self.path, "not a torch.profiler trace (traceEvents is not "
+                                 "an array)")
+        self.sink.add_piece(bytes(events))
+        self._keep_metadata(top)
+
+    def _keep_metadata(self, top: dict[str, msgspec.Raw]) -> None:
+        for key, value in top.items():
+            if key != "traceEvents":
+                self.metadata[key] = msgspec.json.decode(value)
+
+
+def _build(sink: ColumnSink, metadata: dict[str, Any], source: str, truncated: bool) -> Trace:
+    columns = sink.columns()
+    base_ns = int_or(metadata.get("baseTimeNanoseconds"), 0)
+    if base_ns:
+        columns[S.TS_NS] += base_ns
+    columns = pair_begin_end(columns)
+    ts = columns[S.TS_NS]
+    if len(ts) > 1 and not bool((ts[1:] >= ts[:-1]).all()):
+        order = np.argsort(ts, kind="stable")
+        for name in list(columns):
+            columns[name] = columns[name][order]
+    strings = list(sink.strings)
+    columns[S.KIND] = refine_kinds(columns[S.KIND], columns[S.NAME_ID], strings)
+    labels = {LABEL_ID_BASE + i: text for text, i in sink.labels.items()}
+    return Trace(columns=columns, strings=strings, raw_args=sink.raw_args(),
+                 metadata=metadata, process_names=sink.process_names,
+                 thread_names=sink.thread_names, process_sort_index=sink.process_sort,
+                 thread_sort_index=sink.thread_sort, pid_labels=labels, tid_labels=labels,
+                 source=source, skipped_events=sink.skipped, truncated=truncated)

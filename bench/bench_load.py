@@ -1,0 +1,189 @@
+"""Trace load time and memory: ``neuron_profiler.trace.load_trace`` vs HTA 0.5.0, side by side.
+
+    python bench/bench_load.py                       # shared traces + generated 100k / 1M / 5M
+    python bench/bench_load.py --sizes 100000 --hta-max-events 100000
+
+Baseline: Holistic Trace Analysis 0.5.0 constructing ``TraceAnalysis(trace_dir=...)`` (default
+parser) on a temporary folder holding only a symlink to the one trace. HTA runs in its own venv
+(``--hta-python``, default /work/venv-hta/bin/python when it exists) because it pins other
+library versions than the project. Every (tool, file) measurement runs in a fresh subprocess:
+time = wall clock of the load call; memory = peak RSS growth of that process above its RSS after
+imports (VmHWM reset through /proc/self/clear_refs after imports, read after the load).
+Generated traces (bench/gen_trace.py, shaped like the shared A100 trace) are cached under
+runs/bench/traces/. Results: a table with ratios on stdout and JSON under runs/bench/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "traces"
+RUNS = REPO / "runs" / "bench"
+DEFAULT_HTA = Path("/work/venv-hta/bin/python")
+
+_WORKER = r"""
+import json, os, resource, sys, time
+tool, path, trace_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+if tool == "ours":
+    import warnings
+    warnings.simplefilter("ignore")
+    from neuron_profiler.trace import load_trace
+    import neuron_profiler.trace.loader  # import everything the load needs up front
+    load = lambda: load_trace(path)
+else:
+    import logging
+    logging.disable(logging.CRITICAL)
+    from hta.trace_analysis import TraceAnalysis
+    load = lambda: TraceAnalysis(trace_dir=trace_dir)
+
+def status():
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0])
+    return out
+
+try:
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")  # reset the peak (VmHWM) to the current RSS
+    reset = True
+except OSError:
+    reset = False
+before = status()
+cpu0, t0 = time.process_time(), time.perf_counter()
+result = load()
+wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+after = status()
+events = len(result) if tool == "ours" else sum(len(df) for df in result.t.traces.values())
+print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_after_imports_kb": before["VmRSS"],
+                  "peak_kb": after["VmHWM"], "growth_kb": after["VmHWM"] - before["VmRSS"],
+                  "hwm_reset": reset, "rows": events,
+                  "children_maxrss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
+"""
+
+
+def _measure(python: str, tool: str, trace: Path, timeout: float) -> dict:
+    """One load in a fresh interpreter; HTA gets a folder holding only this trace."""
+    with tempfile.TemporaryDirectory(prefix="bench-load-") as folder:
+        (Path(folder) / trace.name).symlink_to(trace.resolve())
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        try:
+            proc = subprocess.run([python, "-c", _WORKER, tool, str(trace), folder], env=env,
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {"error": f"exit {proc.returncode}: {tail[:200]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _shared_files() -> list[Path]:
+    if not SHARED.is_dir():
+        return []
+    return sorted(p for p in SHARED.rglob("*") if p.name.endswith((".json", ".json.gz")))
+
+
+def _generated(n: int) -> Path:
+    path = RUNS / "traces" / f"gen_{n}.json"
+    if not path.exists():
+        sys.path.insert(0, str(REPO / "bench"))
+        from gen_trace import generate_file
+
+        print(f"generating {path} ...", flush=True)
+        generate_file(n, path)
+    return path
+
+
+def _event_count(path: Path) -> int | None:
+    name = path.name
+    if name.startswith("gen_"):
+        return int(name.split("_")[1].split(".")[0])
+    return None
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:8.1f}x" if a and b else "       -"
+
+
+def _row(label: str, ours: dict, hta: dict | None) -> str:
+    h = hta or {}
+    o_mb = ours.get("growth_kb", 0) / 1024
+    h_mb = h.get("growth_kb", 0) / 1024 if "growth_kb" in h else None
+    h_s = h.get("wall_s")
+    return (f"{label[:44]:44s} {ours.get('wall_s', float('nan')):8.3f} "
+            f"{h_s if h_s is not None else float('nan'):9.3f} {_ratio(h_s, ours.get('wall_s'))} "
+            f"{o_mb:9.1f} {h_mb if h_mb is not None else float('nan'):9.1f} "
+            f"{(f'{o_mb / h_mb:8.2f}' if h_mb else '       -')}"
+            + (f"  HTA: {h['error']}" if "error" in h else "")
+            + (f"  ours: {ours['error']}" if "error" in ours else ""))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000,5000000",
+                        help="generated trace sizes (events), comma-separated; '' for none")
+    parser.add_argument("--hta-python", default=str(DEFAULT_HTA) if DEFAULT_HTA.exists()
+                        else sys.executable, help="interpreter with holistictraceanalysis 0.5.0")
+    parser.add_argument("--hta-max-events", type=int, default=1_000_000,
+                        help="run HTA only on generated traces up to this size (it needs about "
+                             "2 min and 1.3 GB per 1M events here)")
+    parser.add_argument("--no-shared", action="store_true", help="skip the shared traces")
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--out", type=Path, default=None, help="JSON results path")
+    args = parser.parse_args()
+
+    files = [] if args.no_shared else _shared_files()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    generated = [_generated(n) for n in sizes]
+    header = (f"{'trace':44s} {'ours s':>8s} {'HTA s':>9s} {'speedup':>9s} "
+              f"{'ours MB':>9s} {'HTA MB':>9s} {'mem ratio':>8s}")
+    print(f"HTA interpreter: {args.hta_python}\n{header}\n{'-' * len(header)}", flush=True)
+    results: list[dict] = []
+    total = {"ours_s": 0.0, "hta_s": 0.0, "ours_growth_kb": 0, "hta_growth_kb": 0}
+    for path in files + generated:
+        label = str(path.relative_to(SHARED)) if path.is_relative_to(SHARED) else path.name
+        ours = _measure(sys.executable, "ours", path, args.timeout)
+        n = _event_count(path)
+        hta = None
+        if n is None or n <= args.hta_max_events:
+            hta = _measure(args.hta_python, "hta", path, args.timeout)
+        print(_row(label, ours, hta), flush=True)
+        shared = path in files
+        results.append({"trace": label, "shared": shared, "bytes": path.stat().st_size,
+                        "ours": ours, "hta": hta})
+        if shared and "error" not in ours and hta and "error" not in hta:
+            total["ours_s"] += ours["wall_s"]
+            total["hta_s"] += hta["wall_s"]
+            total["ours_growth_kb"] += ours["growth_kb"]
+            total["hta_growth_kb"] += hta["growth_kb"]
+    if files:
+        print("-" * len(header))
+        print(_row(f"TOTAL over {len(files)} shared traces",
+                   {"wall_s": total["ours_s"], "growth_kb": total["ours_growth_kb"]},
+                   {"wall_s": total["hta_s"], "growth_kb": total["hta_growth_kb"]}))
+        if total["ours_s"] and total["hta_growth_kb"]:
+            print(f"load time: {total['hta_s'] / total['ours_s']:.1f}x faster than HTA "
+                  f"(target >= 10x); memory growth (sum over files): "
+                  f"{total['ours_growth_kb'] / total['hta_growth_kb']:.2f} of HTA's "
+                  f"(target <= 0.5)")
+    out = args.out or RUNS / f"load-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"hta_python": args.hta_python, "cpus": os.cpu_count(),
+                               "results": results, "shared_total": total}, indent=1))
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""``neuron-prof demo``: profile a small transformer on the emulated device and summarise it.
+Argument parsing only; the workload is ``neuron_profiler.collectors.demo``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("runs/demo"),
+              show_default=True, help="Directory the trace is written to.")
+@click.option("--steps", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="Profiled (active) training steps.")
+@click.option("--cores", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Emulated NeuronCores.")
+@click.option("--chip", type=click.Choice(["trn2", "trn3"]), default="trn2", show_default=True)
+@click.option("--speed-factor", type=click.FloatRange(min=0.001), default=1.0,
+              show_default=True, help="Divide modelled device durations by this factor.")
+def demo(out_dir: Path, steps: int, cores: int, chip: str, speed_factor: float) -> None:
+    """Train a small transformer on the emulated Neuron device under torch.profiler, with one
+    CPU-fallback op and a deliberately slow host data step; write the trace and summarise it."""
+    from neuron_profiler.collectors.demo import DemoConfig, run_demo
+
+    result = run_demo(DemoConfig(out_dir=out_dir, steps=steps, cores=cores, chip=chip,
+                                 speed_factor=speed_factor))
+    for line in result.summary_lines():
+        click.echo(line)

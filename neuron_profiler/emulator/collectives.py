@@ -1,0 +1,139 @@
+"""Collectives on the emulated device: ``c10d::*`` ops on neuron tensors run over the real
+process group (gloo) on their host memory, and occupy the core's collective queue.
+
+The data exchange is real (results equal gloo on CPU); the device time is modelled (ring
+algorithm, ``RooflineModel.collective_ns``). The collective overlaps compute launched after it;
+work that reads its result waits for it on the device (``dispatch.STATE.pending``), and host
+reads (``.item()``, ``.cpu()``, synchronize) wait for the collective queue too.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from neuron_profiler.emulator.dispatch import (
+    STATE,
+    OpInfo,
+    Unwrapped,
+    register_special,
+    run_inner,
+    wrap,
+)
+
+_NAMES = {
+    "allreduce_": "allreduce", "allreduce_coalesced_": "allreduce",
+    "allgather_": "allgather", "_allgather_base_": "allgather",
+    "allgather_into_tensor_coalesced_": "allgather", "allgather_coalesced_": "allgather",
+    "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter", "broadcast_": "broadcast",
+    "reduce_": "reduce", "alltoall_": "alltoall", "alltoall_base_": "alltoall",
+    "gather_": "gather", "scatter_": "scatter", "barrier": "barrier", "send": "send",
+    "recv_": "recv", "recv_any_source_": "recv",
+}
+
+
+def _group(args: tuple) -> Any:
+    """The ProcessGroup argument (c10d ops receive it boxed as a ScriptObject)."""
+    from torch._C._distributed_c10d import ProcessGroup
+
+    for a in args:
+        if isinstance(a, ProcessGroup):
+            return a
+        if isinstance(a, torch.ScriptObject):
+            try:
+                return ProcessGroup.unbox(a)
+            except RuntimeError:  # another bound class (e.g. the ReduceOp)
+                continue
+    return None
+
+
+def _ranks(pg: Any) -> tuple[list[int], str]:
+    if pg is None:
+        return [0], "default"
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        return list(c10d.get_process_group_ranks(pg)), str(pg.group_name)
+    except (ValueError, RuntimeError, KeyError):  # unknown to the Python registry: local ranks
+        return list(range(pg.size())), "unknown"
+
+
+def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
+    launch_ns = time.time_ns()
+    u = Unwrapped()
+    u.args = tuple(u.take(a) for a in args)
+    u.kwargs = {k: u.take(v) for k, v in kwargs.items()}
+    out = run_inner(func, u.args, u.kwargs)
+    if u.core is None:  # no device tensor involved (e.g. a CPU barrier)
+        return out
+    core = u.core
+    written: list[torch.Tensor] = []
+    result = wrap(out, u, core, True, written)
+    tl = STATE.timeline
+    if tl is None:
+        return result
+    device_elems = [t for t in u.inputs if id(t) in u.alias]
+    first = u.args[0] if u.args else []
+    first = first if isinstance(first, (list, tuple)) else [first]
+    sent = [t for t in _flat(first) if isinstance(t, torch.Tensor)]
+    nbytes = sum(t.numel() * t.element_size() for t in (sent or device_elems))
+    ranks, group = _ranks(_group(args))
+    name = _NAMES.get(info.name.split("::", 1)[1], info.name.split("::", 1)[1])
+    end = tl.collective(core, info.name, collective=name, nbytes=nbytes, ranks=ranks,
+                        group=group, launch_ns=launch_ns)
+    for t in device_elems:  # every buffer the collective touches is ready only at its end
+        STATE.pending[t.untyped_storage().data_ptr()] = end
+    _outstanding[core] = max(end, _outstanding.get(core, 0))
+    return result
+
+
+# core -> device end of the latest collective not yet waited for from Python
+_outstanding: dict[int, int] = {}
+_original_wait: list[Any] = []
+
+
+def _wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """``Work.wait()`` from Python (``dist.all_reduce`` without ``async_op``, ``handle.wait()``):
+    the real exchange is done by the original wait; then the host also waits until the emulated
+    collective queue has finished, recorded as a ``collective_wait`` host sync."""
+    result = _original_wait[0](self, *args, **kwargs)
+    tl = STATE.timeline
+    if tl is not None and _outstanding:
+        for core, end in list(_outstanding.items()):
+            tl.host_sync([core], "collective_wait", op="c10d::Work.wait", until_ns=end)
+        _outstanding.clear()
+    return result
+
+
+def _patch_wait() -> None:
+    from torch.distributed import Work
+
+    if not _original_wait:
+        _original_wait.append(Work.wait)
+        Work.wait = _wait
+
+
+def _flat(xs: Any) -> list[Any]:
+    out: list[Any] = []
+    for x in xs:
+        out.extend(_flat(x) if isinstance(x, (list, tuple)) else [x])
+    return out
+
+
+def register() -> None:
+    """Route every c10d op that exists in this torch build through ``collective``."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    _patch_wait()
+    ns = torch.ops.c10d
+    for packet in _NAMES:
+        op = getattr(ns, packet, None)
+        if op is None:
+            continue
+        for overload in op.overloads():
+            register_special(getattr(op, overload), collective)

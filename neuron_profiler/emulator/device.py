@@ -1,0 +1,182 @@
+"""Registers the emulated "neuron" device with PyTorch and provides ``torch.neuron``.
+
+    import neuron_profiler.emulator as emu
+    emu.enable(cores=2, chip="trn2", speed_factor=1.0)
+    x = torch.randn(4, 4, device="neuron")          # unchanged GPU-style code from here on
+
+PrivateUse1 is renamed to "neuron" through PyTorch's Python-backend hook. ``torch.neuron`` is
+required (``torch.get_device_module``, tensor creation and autocast look it up). Factory ops reach
+the device through a PrivateUse1 fallback; every op on a device tensor through its
+``__torch_dispatch__``; both end in ``dispatch.execute``. Refuses when a real neuron backend
+(torch-neuronx) or another PrivateUse1 backend owns the key.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import torch
+
+from neuron_profiler.emulator import autocast, collectives, copies, streams
+from neuron_profiler.emulator import dispatch as D
+from neuron_profiler.emulator import tensor as T
+from neuron_profiler.emulator.runtime import get_runtime
+from neuron_profiler.emulator.scheduler import DeviceTimeline
+from neuron_profiler.emulator.timing import RooflineModel
+from neuron_profiler.errors import EmulatorError
+
+_registered = False
+_libraries: list[torch.library.Library] = []
+
+
+def _check_no_real_backend() -> None:
+    name = torch._C._get_privateuse1_backend_name()
+    if "torch_neuronx" in sys.modules:
+        raise EmulatorError("a real Neuron backend (torch_neuronx) is loaded in this process; "
+                            "the emulated device is not needed and cannot be enabled")
+    # Our collector may already have named PrivateUse1 "neuron" (it must, before profiling);
+    # that is not a backend: a real one also installs the torch.neuron device module.
+    named_by_collector = name == "neuron" and not hasattr(torch, "neuron")
+    if name != "privateuseone" and not named_by_collector:
+        what = "a real 'neuron' backend" if name == "neuron" else f"the '{name}' backend"
+        raise EmulatorError(f"PrivateUse1 is already registered to {what}; the emulated "
+                            "neuron device cannot be enabled in this process")
+
+
+def _device_index(device: Any) -> int:
+    if device is None:
+        return D.STATE.current_core
+    if isinstance(device, int):
+        return device
+    idx = D.core_of(device)
+    return D.STATE.current_core if idx is None else idx
+
+
+class _DeviceContext:
+    """``with torch.neuron.device(1):`` switches the current core."""
+
+    def __init__(self, device: Any) -> None:
+        self.idx = _device_index(device)
+
+    def __enter__(self) -> None:
+        self.prev = D.STATE.current_core
+        D.STATE.current_core = self.idx
+
+    def __exit__(self, *exc: object) -> None:
+        D.STATE.current_core = self.prev
+
+
+def _make_module() -> types.ModuleType:
+    """The ``torch.neuron`` module: what GPU-style code calls on ``torch.cuda``."""
+    mod = types.ModuleType("torch.neuron", "Emulated Neuron device (neuron_profiler.emulator).")
+
+    def synchronize(device: Any = None) -> None:
+        tl = D.STATE.timeline
+        if tl is not None:
+            cores = range(D.STATE.num_cores) if device is None else [_device_index(device)]
+            tl.host_sync(list(cores), "synchronize", op="torch.neuron.synchronize")
+
+    def set_device(device: Any) -> None:
+        idx = _device_index(device)
+        if not 0 <= idx < D.STATE.num_cores:
+            raise RuntimeError(f"neuron:{idx} is not an emulated device")
+        D.STATE.current_core = idx
+
+    def get_device_properties(device: Any = None) -> dict:
+        return get_runtime().device_properties()[_device_index(device)]
+
+    funcs = {
+        "is_available": lambda: True, "is_initialized": lambda: True,
+        "_is_in_bad_fork": lambda: False, "device_count": lambda: D.STATE.num_cores,
+        "current_device": lambda: D.STATE.current_core, "set_device": set_device,
+        "synchronize": synchronize, "device": _DeviceContext,
+        "manual_seed": lambda seed: None, "manual_seed_all": lambda seed: None,
+        "seed": lambda: None, "seed_all": lambda: None, "initial_seed": torch.initial_seed,
+        "get_rng_state": lambda device=None: torch.get_rng_state(),
+        "set_rng_state": lambda state, device=None: torch.set_rng_state(state),
+        "get_amp_supported_dtype": lambda: [torch.bfloat16, torch.float16],
+        "is_bf16_supported": lambda including_emulation=True: True,
+        "get_device_name": lambda device=None: f"NeuronCore {_device_index(device)} "
+                                               f"(emulated {get_runtime().chip.name})",
+        "get_device_properties": get_device_properties,
+        "emulated": True,
+    }
+    funcs.update({"Stream": streams.Stream, "Event": streams.Event, "stream": streams.stream,
+                  "current_stream": streams.current_stream,
+                  "default_stream": streams.default_stream})
+    for k, v in funcs.items():
+        setattr(mod, k, v)
+    return mod
+
+
+def _factory_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
+    return D.execute(op, args, kwargs)
+
+
+def _pin_memory_override() -> torch.library.Library:
+    """``pin_memory()`` (e.g. ``DataLoader(pin_memory=True)``) asks the PrivateUse1 hooks for a
+    pinned allocator, which cannot be registered from Python: hand back an ordinary copy (the
+    emulator models every host copy over the host link anyway)."""
+    import warnings
+
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+        lib.impl("_pin_memory", lambda self, device=None: self.clone(), "CPU")
+    return lib
+
+
+def _register_with_torch(cores: int) -> None:
+    global _registered
+    _check_no_real_backend()
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    _setup_privateuseone_for_python_backend("neuron", backend_module=_make_module())
+    T.set_executor(D.execute, cores)
+    copies.register()
+    collectives.register()
+    fallback_lib = torch.library.Library("_", "IMPL")
+    fallback_lib.fallback(_factory_fallback, "PrivateUse1")
+    lib = torch.library.Library("aten", "IMPL")
+    aten = torch.ops.aten
+    for name, op in (("_to_copy", aten._to_copy.default), ("copy_", aten.copy_.default),
+                     ("_copy_from", aten._copy_from.default),
+                     ("_copy_from_and_resize", aten._copy_from_and_resize.default)):
+        lib.impl(name, (lambda o: lambda *a, **k: D.execute(o, a, k))(op), "PrivateUse1")
+    _libraries.extend([fallback_lib, lib, _pin_memory_override()])
+    autocast.register()
+    from torch.optim import optimizer
+
+    if T.NeuronTensor not in optimizer._foreach_supported_types:
+        optimizer._foreach_supported_types.append(T.NeuronTensor)
+    _registered = True
+
+
+def enable(cores: int = 2, chip: str = "trn2", speed_factor: float = 1.0) -> None:
+    """Register the emulated neuron device (idempotent; later calls may change cores, chip and
+    speed factor; queue clocks carry over).
+
+    Raises ``EmulatorError`` when a real neuron backend (or any other PrivateUse1 backend) is
+    registered, ``ValueError`` for bad arguments.
+    """
+    rt = get_runtime()
+    rt.configure(cores, chip, speed_factor)
+    model = RooflineModel(rt.chip, speed_factor=float(speed_factor))
+    if not _registered:
+        _register_with_torch(cores)
+    T.set_executor(D.execute, cores)
+    if cores > 1:  # the Python device guard reports one device: keep autograd on one thread
+        torch.autograd.set_multithreading_enabled(False)
+    old = D.STATE.timeline
+    timeline = DeviceTimeline(rt, model, cores)
+    if old is not None:  # keep the queues' clocks: work already in flight stays in flight
+        timeline.cores[:min(cores, len(old.cores))] = old.cores[:cores]
+    D.STATE.num_cores = cores
+    D.STATE.current_core = min(D.STATE.current_core, cores - 1)
+    D.STATE.timeline = timeline
+
+
+def is_enabled() -> bool:
+    return _registered

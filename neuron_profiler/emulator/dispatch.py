@@ -1,0 +1,365 @@
+"""The single execution point of the emulated device: every aten/c10d op on ``neuron`` comes here.
+
+``execute(func, args, kwargs)`` unwraps the device tensors, runs the op on their CPU memory (with
+record-function off, so torch.profiler shows each user op once), wraps the results, and tells the
+``DeviceTimeline`` what the device would have done: a kernel (roofline cost from ``costs``), a DMA
+copy, a host sync, a CPU fallback (``fallback``), or a collective (``collectives``). Per-op facts
+(name, kind, mutated arguments, fallback) are computed once per overload and cached.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from neuron_profiler.emulator import fallback as fb
+from neuron_profiler.emulator.costs import op_cost
+from neuron_profiler.emulator.scheduler import DeviceTimeline
+from neuron_profiler.emulator.tensor import NeuronTensor
+from neuron_profiler.runtime_trace import format as F
+
+aten = torch.ops.aten
+_set_record_function = torch._C._autograd._enable_record_function
+
+
+class Kind(enum.Enum):
+    META = "meta"  # size/stride queries: answered from the held tensor, nothing recorded
+    VIEW = "view"  # views and aliases: metadata on the device, no kernel
+    ALLOC = "alloc"  # empty*: allocates, no kernel
+    KERNEL = "kernel"  # runs on the compute queue
+    SPECIAL = "special"  # copies, item, collectives: own handler
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    name: str  # overload packet, e.g. "aten::add"
+    kind: Kind
+    mutated_positions: tuple[int, ...]
+    mutated_names: tuple[str, ...]
+    handler: Callable[..., Any] | None = None
+    fallback: bool = False  # in the fallback set (cache dropped when the set changes)
+
+
+class State:
+    """What ``enable`` sets up: the timeline, the core count and the (process-wide) current core."""
+
+    def __init__(self) -> None:
+        self.timeline: DeviceTimeline | None = None
+        self.num_cores = 0
+        self.current_core = 0
+        # storage data_ptr -> host-clock ns at which a collective finishes writing it
+        self.pending: dict[int, int] = {}
+
+
+STATE = State()
+_INFO: dict[Any, OpInfo] = {}
+_SPECIAL: dict[Any, Callable[..., Any]] = {}
+_META_OPS = {
+    aten.sym_size.default, aten.sym_size.int, aten.sym_stride.default, aten.sym_stride.int,
+    aten.sym_numel.default, aten.dim.default, aten.sym_storage_offset.default,
+    aten.is_contiguous.default, aten.is_contiguous.memory_format,
+    aten.is_strides_like_format.default, aten.is_non_overlapping_and_dense.default,
+    aten.size.default, aten.size.int, aten.stride.default, aten.stride.int,
+    aten.storage_offset.default, aten.numel.default,
+}
+_ALLOC_OPS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+              "aten::new_empty_strided", "aten::resize_", "aten::resize_as_"}
+_NO_KERNEL_OPS = {"aten::_unsafe_view", "aten::lift_fresh", "aten::record_stream",
+                  "aten::_has_compatible_shallow_copy_type", "aten::set_"}
+_LIVE: dict[weakref.ref, tuple[int, int, int]] = {}
+
+
+def register_special(op: Any, handler: Callable[..., Any]) -> None:
+    _SPECIAL[op] = handler
+    _INFO.pop(op, None)
+
+
+def _describe(func: Any) -> OpInfo:
+    name = func._overloadpacket._qualified_op_name
+    positions, names = [], []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            names.append(arg.name)
+            if not arg.kwarg_only:
+                positions.append(i)
+    handler = _SPECIAL.get(func)
+    if handler is not None:
+        kind = Kind.SPECIAL
+    elif func in _META_OPS:
+        kind = Kind.META
+    elif name in _ALLOC_OPS:
+        kind = Kind.ALLOC
+    elif ((func.is_view or name in _NO_KERNEL_OPS) and not positions) or (
+            torch.Tag.inplace_view in func.tags):  # t_, unsqueeze_, ...: metadata only
+        kind = Kind.VIEW
+    else:
+        kind = Kind.KERNEL
+    info = OpInfo(name, kind, tuple(positions), tuple(names), handler,
+                  kind is Kind.KERNEL and fb.is_fallback_op(name))
+    _INFO[func] = info
+    return info
+
+
+def _clear_cache() -> None:
+    _INFO.clear()
+
+
+fb.on_change(_clear_cache)
+
+
+# -- unwrapping -----------------------------------------------------------------------------
+class Unwrapped:
+    """Arguments with device tensors replaced by their CPU memory, and what was found."""
+
+    __slots__ = ("core", "inputs", "alias", "args", "kwargs", "device_kw")
+
+    def __init__(self) -> None:
+        self.core: int | None = None
+        self.inputs: list[torch.Tensor] = []  # every tensor read (device memory or host)
+        self.alias: dict[int, NeuronTensor] = {}  # id(elem) -> its wrapper
+        self.device_kw: bool = False
+
+    def take(self, x: Any) -> Any:
+        if isinstance(x, NeuronTensor):
+            elem = x._elem
+            if self.core is None:
+                self.core = x._core
+            elif self.core != x._core:
+                raise RuntimeError("Expected all tensors to be on the same device, but found at "
+                                   f"least two devices, neuron:{self.core} and neuron:{x._core}!")
+            self.inputs.append(elem)
+            self.alias[id(elem)] = x
+            return elem
+        if type(x) is list or type(x) is tuple:
+            return type(x)([self.take(i) for i in x])
+        if isinstance(x, torch.Tensor):
+            self.inputs.append(x)
+        return x
+
+
+def core_of(device: Any) -> int | None:
+    """Core index of a device argument, None when it is not the neuron device."""
+    if device is None:
+        return None
+    dev = device if isinstance(device, torch.device) else torch.device(device)
+    if dev.type != "neuron":
+        return None
+    idx = STATE.current_core if dev.index is None else dev.index
+    if not 0 <= idx < STATE.num_cores:
+        raise RuntimeError(f"neuron:{idx} is not an emulated device "
+                           f"(enabled with {STATE.num_cores} cores)")
+    return idx
+
+
+def unwrap(args: tuple, kwargs: dict) -> Unwrapped:
+    u = Unwrapped()
+    take = u.take
+    u.args = tuple([take(a) for a in args])
+    ukw = {}
+    for k, v in kwargs.items():
+        if k == "device":
+            c = core_of(v)
+            if c is not None:
+                if u.core is None:
+                    u.core = c
+                u.device_kw = True
+                v = torch.device("cpu")
+        ukw[k] = u.take(v)
+    u.kwargs = ukw
+    return u
+
+
+def run_inner(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Run an op on host tensors without a second record-function entry (profiler dedup)."""
+    _set_record_function(False)
+    try:
+        return func(*args, **kwargs)
+    finally:
+        _set_record_function(True)
+
+
+# -- wrapping -------------------------------------------------------------------------------
+def new_device_tensor(elem: torch.Tensor, core: int, allocate: bool) -> NeuronTensor:
+    t = NeuronTensor(elem, core)
+    if allocate:
+        tl = STATE.timeline
+        if tl is not None and tl.rt.capturing:
+            nbytes = elem.numel() * elem.element_size()  # a fresh output owns exactly this
+            tensor_id = tl.allocate(core, nbytes)
+            _LIVE[weakref.ref(t, _freed)] = (core, tensor_id, nbytes)
+    return t
+
+
+def _freed(ref: weakref.ref) -> None:
+    info = _LIVE.pop(ref, None)
+    tl = STATE.timeline
+    if info is not None and tl is not None:
+        tl.free(*info)
+
+
+def wrap(out: Any, u: Unwrapped, core: int, allocate: bool, written: list[torch.Tensor]) -> Any:
+    """CPU results -> device tensors; results that are an input's memory return its wrapper."""
+    if isinstance(out, torch.Tensor):
+        same = u.alias.get(id(out))
+        if same is not None:
+            written.append(out)
+            return same
+        written.append(out)
+        return new_device_tensor(out, core, allocate)
+    if type(out) is list or type(out) is tuple:
+        return type(out)([wrap(o, u, core, allocate, written) for o in out])
+    return out
+
+
+def _has_tensor(out: Any) -> bool:
+    if isinstance(out, torch.Tensor):
+        return True
+    if type(out) is list or type(out) is tuple:
+        return any(_has_tensor(o) for o in out)
+    return False
+
+
+def wait_pending(inputs: list[torch.Tensor]) -> int:
+    """Device time at which collectives writing any of these inputs finish (0: none pending)."""
+    pending = STATE.pending
+    if not pending:
+        return 0
+    ready = 0
+    for t in inputs:
+        r = pending.get(t.untyped_storage().data_ptr())
+        if r is not None and r > ready:
+            ready = r
+    return ready
+
+
+def prune_pending(core: int) -> None:
+    tl = STATE.timeline
+    if STATE.pending and tl is not None:
+        floor = tl.cores[core].stream_ns
+        for k in [k for k, v in STATE.pending.items() if v <= floor]:
+            del STATE.pending[k]
+
+
+# -- the execution point ----------------------------------------------------------------------
+def execute(func: Any, args: tuple, kwargs: dict) -> Any:
+    info = _INFO.get(func) or _describe(func)
+    kind = info.kind
+    if kind is Kind.META:
+        return func(*[a._elem if isinstance(a, NeuronTensor) else a for a in args], **kwargs)
+    if kind is Kind.SPECIAL:
+        return info.handler(func, info, args, kwargs)  # type: ignore[misc]
+    launch_ns = time.time_ns()
+    u = unwrap(args, kwargs)
+    core = u.core if u.core is not None else STATE.current_core
+    if kind is Kind.KERNEL and u.alias:
+        reason = fallback_reason(info, u)
+        if reason is not None:
+            return run_fallback(func, info, u, core, reason, launch_ns)
+    _set_record_function(False)  # run_inner, inlined on the hot path
+    try:
+        out = func(*u.args, **u.kwargs)
+    finally:
+        _set_record_function(True)
+    written: list[torch.Tensor] = []
+    result = wrap(out, u, core, kind is not Kind.VIEW, written)
+    if kind is Kind.KERNEL:
+        _launch_kernel(info, u, core, written, launch_ns)
+        if not written and u.alias and not info.mutated_names:
+            STATE.timeline.host_sync([core], "host_read", op=info.name)  # type: ignore[union-attr]
+    return result
+
+
+def _launch_kernel(info: OpInfo, u: Unwrapped, core: int, written: list[torch.Tensor],
+                   launch_ns: int) -> None:
+    tl = STATE.timeline
+    if tl is None:
+        return
+    mutated = [t for t in u.inputs if id(t) in u.alias] if info.mutated_names else []
+    cost = op_cost(info.name, inputs=u.inputs, outputs=written or mutated, args=u.args)
+    tl.kernel(core, info.name, flops=cost.flops, bytes_moved=cost.bytes_moved, dtype=cost.dtype,
+              matrix=cost.matrix, launch_ns=launch_ns, not_before_ns=wait_pending(u.inputs))
+    if STATE.pending:
+        prune_pending(core)
+
+
+# -- CPU fallback -----------------------------------------------------------------------------
+def fallback_reason(info: OpInfo, u: Unwrapped) -> str | None:
+    if info.kind is not Kind.KERNEL or not u.alias:
+        return None
+    if info.fallback:
+        return fb.REASON_UNSUPPORTED
+    f64 = torch.float64
+    for t in u.inputs:
+        if t.dtype is f64:
+            return fb.REASON_FLOAT64
+    return None
+
+
+def _mutated_elems(info: OpInfo, u: Unwrapped) -> list[torch.Tensor]:
+    found: list[Any] = [u.args[i] for i in info.mutated_positions if i < len(u.args)]
+    found += [u.kwargs[n] for n in info.mutated_names if n in u.kwargs]
+    flat: list[torch.Tensor] = []
+    for x in found:
+        flat.extend(x if isinstance(x, (list, tuple)) else [x])
+    return [t for t in flat if isinstance(t, torch.Tensor) and id(t) in u.alias]
+
+
+def run_fallback(func: Any, info: OpInfo, u: Unwrapped, core: int, reason: str,
+                 launch_ns: int) -> Any:
+    """TorchNeuron's cpu_fallback: inputs to host, run there, write mutated inputs back,
+    outputs to device; each copy is a modelled DMA, the host compute is real time."""
+    tl = STATE.timeline
+    assert tl is not None
+    fb.note_fallback(info.name)
+    device_inputs = [t for t in u.inputs if id(t) in u.alias]
+    last = wait_pending(device_inputs)
+    for t in device_inputs:
+        last = tl.copy(core, F.D2H, t.numel() * t.element_size(), launch_ns=time.time_ns(),
+                       op=info.name, not_before_ns=last)
+    tl.host_sync([core], "fallback", op=info.name, until_ns=last)
+    host = {id(t): t.clone() for t in device_inputs}
+    args = _swap(u.args, host)
+    kwargs = {k: _swap(v, host) for k, v in u.kwargs.items()}
+    out = run_inner(func, args, kwargs)
+    host_by_id = {id(h): h for h in host.values()}
+    back = {id(host[id(dev)]): dev for dev in _mutated_elems(info, u)}  # host id -> device
+    for h_id, dev in back.items():
+        h = host_by_id[h_id]
+        if dev.shape != h.shape:
+            dev.resize_(h.shape)
+        dev.copy_(h)
+        tl.copy(core, F.H2D, h.numel() * h.element_size(), launch_ns=time.time_ns(),
+                op=info.name)
+    result = _wrap_fallback(out, u, core, back, tl, info.name)
+    tl.fallback(core, info.name, reason=reason,
+                shapes=[list(t.shape) for t in device_inputs],
+                dtypes=[str(t.dtype).removeprefix("torch.") for t in device_inputs],
+                start_ns=launch_ns, stop_ns=time.time_ns())
+    return result
+
+
+def _swap(x: Any, host: dict[int, torch.Tensor]) -> Any:
+    if isinstance(x, torch.Tensor):
+        return host.get(id(x), x)
+    if type(x) is list or type(x) is tuple:
+        return type(x)([_swap(i, host) for i in x])
+    return x
+
+
+def _wrap_fallback(out: Any, u: Unwrapped, core: int, back: dict[int, torch.Tensor],
+                   tl: DeviceTimeline, op: str) -> Any:
+    if isinstance(out, torch.Tensor):
+        dev = back.get(id(out))
+        if dev is not None:  # the op returned a mutated input: hand back its device tensor
+            return u.alias[id(dev)]
+        tl.copy(core, F.H2D, out.numel() * out.element_size(), launch_ns=time.time_ns(), op=op)
+        return new_device_tensor(out, core, True)
+    if type(out) is list or type(out) is tuple:
+        return type(out)([_wrap_fallback(o, u, core, back, tl, op) for o in out])
+    return out

@@ -1,0 +1,300 @@
+"""The emulated Neuron runtime's system trace: libnrt's ``nrt_sys_trace_*`` semantics, torch-free.
+
+    from neuron_profiler.emulator.runtime import get_runtime, set_correlation_provider
+    rt = get_runtime()
+    rt.sys_trace_start(max_events_per_nc=100_000)
+    ...                                   # emulated device work records events here
+    payload = rt.sys_trace_fetch()        # JSON bytes, {"events": [...], "data_version": 2, ...}
+    rt.sys_trace_stop()
+
+Why a separate runtime object: the collector reads the emulator exactly as it reads the real
+runtime (capture between start and stop, events handed out once, a bounded ring buffer per core
+that drops the oldest events and counts them). Recording is cheap (a tuple appended to a
+``collections.deque`` per core); JSON is produced only at fetch (msgspec).
+
+Clocks: ``timestamp_ns`` is host Unix-epoch ns. Device events also carry ``nc_timestamp_ns`` on the
+core's own clock (ns since the emulated device came up); each fetch output starts with one
+``timestamp_sync_point`` per core that maps it back (the emulated clocks do not drift).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import msgspec
+
+from neuron_profiler.emulator.chips import ChipSpec, chip
+from neuron_profiler.runtime_trace import format as F
+
+DEFAULT_MAX_EVENTS_PER_NC = 1_000_000  # the real runtime's default ring size per core
+
+# One recorded event: (id, event_type, phase, tracking_id, nc_idx, thread_id, timestamp_ns,
+# builder, payload, seq). ``data = builder(payload)`` is built only at fetch (builder None: payload
+# is the data dict). Tuples of plain values stay out of the garbage collector's way, which matters
+# for a ring of a million events. ``seq`` numbers a core's events 0, 1, 2, ...: a gap in what a
+# fetch takes is exactly what the ring dropped (lock-free, exact even with recording threads).
+DataBuilder = Callable[[Any], dict[str, Any]]
+EventTuple = tuple[int, str, str, int, int, int, int, DataBuilder | None, Any, int]
+
+
+class _OutEvent(msgspec.Struct):
+    """One event as the real runtime writes it (field order as in its JSON)."""
+
+    event_type: str
+    phase: str
+    id: int
+    tracking_id: int
+    nc_idx: int
+    nc_local_id: int
+    worker_gid: int
+    thread_id: int
+    timestamp_ns: int
+    data: dict[str, Any]
+
+
+class _Envelope(msgspec.Struct):
+    events: list[_OutEvent]
+    data_version: int
+    neuron_profiler: dict[str, Any]
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+class EmulatedRuntime:
+    """Process-wide event recorder for the emulated NeuronCores (use ``get_runtime()``).
+
+    Capture state is read on the hot path through plain attributes: ``capturing`` and
+    ``wants(core, event_type)``; device clocks advance whether or not a capture runs (that is the
+    emulator's job, not this object's).
+    """
+
+    def __init__(self, cores: int = 2, chip_name: str = "trn2", speed_factor: float = 1.0) -> None:
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._tracking = itertools.count(1)
+        self.nc_epoch_ns = time.time_ns()  # host time at which the emulated cores' clocks read 0
+        # ids the emulated device hands out (exec ids link a runtime call to its device work)
+        self.exec_ids = itertools.count(1)
+        self.tensor_ids = itertools.count(1)
+        self.model_ids: dict[str, int] = {}
+        self.capturing = False
+        self._buffers: dict[int, deque[EventTuple]] = {}
+        self._seq: dict[int, Iterator[int]] = {}  # per-core event numbering
+        self._expected: dict[int, int] = {}  # per core: seq of the next event not handed out
+        self._cores: frozenset[int] = frozenset()
+        self._types: frozenset[str] | None = None
+        self._max_per_nc = DEFAULT_MAX_EVENTS_PER_NC
+        self.configure(cores, chip_name, speed_factor)
+
+    # -- configuration (the emulator calls this from enable()) ---------------------------------
+    def configure(self, cores: int, chip_name: str, speed_factor: float) -> None:
+        if not (isinstance(cores, int) and cores >= 1):
+            raise ValueError(f"cores must be a positive integer, got {cores!r}")
+        self.chip: ChipSpec = chip(chip_name)
+        self.num_cores = cores
+        self.speed_factor = float(speed_factor)
+
+    def device_properties(self) -> list[dict[str, Any]]:
+        """One entry per emulated core; figures per logical core of the chosen chip.
+
+        ``peak_bf16_tflops`` and ``hbm_gbps`` are the published per-core figures; the modelled
+        durations are additionally divided by ``speed_factor`` (reported next to them).
+        """
+        c = self.chip
+        return [{"id": i, "name": f"NeuronCore {i}", "chip": c.name,
+                 "hbm_bytes": int(c.hbm_gib * 2**30 / c.logical_cores),
+                 "peak_bf16_tflops": c.bf16_tflops / c.logical_cores,
+                 "hbm_gbps": c.hbm_tbps * 1000.0 / c.logical_cores,
+                 "emulated": True, "speed_factor": self.speed_factor}
+                for i in range(self.num_cores)]
+
+    # -- nrt_sys_trace_* ----------------------------------------------------------------------
+    def sys_trace_start(self, max_events_per_nc: int = DEFAULT_MAX_EVENTS_PER_NC,
+                        cores: set[int] | None = None, event_types: set[str] | None = None
+                        ) -> None:
+        """Allocate fresh ring buffers and start capturing (libnrt: ``nrt_sys_trace_start``).
+
+        ``cores``/``event_types`` None means all. Raises ``EmulatorError`` if already started.
+        """
+        from neuron_profiler.errors import EmulatorError
+
+        if not (isinstance(max_events_per_nc, int) and max_events_per_nc >= 1):
+            raise ValueError(f"max_events_per_nc must be a positive integer, "
+                             f"got {max_events_per_nc!r}")
+        with self._lock:
+            if self.capturing:
+                raise EmulatorError("emulated runtime: system trace already started "
+                                    "(call sys_trace_stop first)")
+            selected = range(self.num_cores) if cores is None else sorted(int(c) for c in cores)
+            self._cores = frozenset(selected)
+            self._types = None if event_types is None else frozenset(event_types)
+            self._max_per_nc = max_events_per_nc
+            self._buffers = {c: deque(maxlen=max_events_per_nc) for c in self._cores}
+            self._seq = {c: itertools.count() for c in self._cores}
+            self._expected = dict.fromkeys(self._cores, 0)
+            self.capturing = True
+
+    def sys_trace_stop(self) -> None:
+        """Stop capturing. Events not yet fetched stay fetchable until the next start."""
+        self.capturing = False
+
+    def sys_trace_fetch(self, nc_idx: int | None = None, max_events: int | None = None) -> bytes:
+        """Hand out buffered events once, oldest first (libnrt: ``nrt_sys_trace_fetch_events``).
+
+        ``nc_idx`` selects one core (None: all); ``max_events`` caps the events taken *per core*
+        (as ``nrt_sys_trace_fetch_options_set_max_events_per_nc``); the rest stay for the next
+        fetch. ``neuron_profiler.dropped_events`` counts, per fetched core, events the ring buffer
+        dropped since that core's previous fetch.
+        """
+        if max_events is not None and not (isinstance(max_events, int) and max_events >= 0):
+            raise ValueError(f"max_events must be a non-negative integer, got {max_events!r}")
+        cores = sorted(self._buffers) if nc_idx is None else [int(nc_idx)]
+        out: list[_OutEvent] = []
+        dropped: dict[str, int] = {}
+        with self._lock:
+            for core in cores:
+                taken = self._take(core, max_events)
+                dropped[str(core)] = 0
+                if taken:
+                    last = max(t[9] for t in taken)  # threads may append slightly out of order
+                    dropped[str(core)] = last + 1 - self._expected[core] - len(taken)
+                    self._expected[core] = last + 1
+                if taken:
+                    out.extend(self._sync_point(core, min(t[6] for t in taken)))
+                    out.extend(_OutEvent(t[1], t[2], t[0], t[3], t[4], t[4], -1, t[5], t[6],
+                                         t[8] if t[7] is None else t[7](t[8]))
+                               for t in taken)
+        ext = {"dropped_events": dropped, "emulated": True, "chip": self.chip.name,
+               "speed_factor": self.speed_factor}
+        return _encode(_Envelope(out, F.DATA_VERSION, ext))
+
+    def _take(self, core: int, max_events: int | None) -> list[EventTuple]:
+        buf = self._buffers.get(core)
+        if not buf:
+            return []
+        # popleft (atomic under the GIL) rather than swapping the deque, so that an event appended
+        # by another thread during the fetch stays for the next fetch instead of being lost.
+        count = len(buf) if max_events is None else min(max_events, len(buf))
+        return [buf.popleft() for _ in range(count)]
+
+    def _sync_point(self, core: int, first_ts_ns: int) -> Iterable[_OutEvent]:
+        if self._types is not None and F.TIMESTAMP_SYNC_POINT not in self._types:
+            return ()
+        data = {"exec_id": 0, "nc_timestamp_ns": first_ts_ns - self.nc_epoch_ns,
+                "cpu_timestamp_ns": first_ts_ns}
+        return (_OutEvent(F.TIMESTAMP_SYNC_POINT, F.INSTANT, next(self._ids), next(self._tracking),
+                          core, core, -1, threading.get_native_id(), first_ts_ns, data),)
+
+    # -- recording (called by the emulated device) -------------------------------------------
+    def wants(self, core: int, event_type: str) -> bool:
+        return self.capturing and core in self._cores and (
+            self._types is None or event_type in self._types)
+
+    def new_tracking_id(self) -> int:
+        return next(self._tracking)
+
+    def record(self, core: int, event_type: str, phase: str, tracking_id: int, thread_id: int,
+               timestamp_ns: int, data: dict[str, Any]) -> None:
+        """Append one event if capture wants it; a full ring drops its oldest event (counted)."""
+        if self.wants(core, event_type):
+            self._append(core, event_type, phase, tracking_id, thread_id, timestamp_ns, None, data)
+
+    def record_span(self, core: int, event_type: str, thread_id: int, start_ns: int, stop_ns: int,
+                    data: dict[str, Any], stop_data: dict[str, Any] | None = None) -> None:
+        """A start/stop pair sharing a fresh tracking id (``data`` on the start, ids on the stop)."""
+        if not self.wants(core, event_type):
+            return
+        tracking = next(self._tracking)
+        self._append(core, event_type, F.START, tracking, thread_id, start_ns, None, data)
+        self._append(core, event_type, F.STOP, tracking, thread_id, stop_ns, None,
+                     {} if stop_data is None else stop_data)
+
+    def record_span_lazy(self, core: int, event_type: str, thread_id: int, start_ns: int,
+                         stop_ns: int, start_builder: DataBuilder, stop_builder: DataBuilder,
+                         payload: tuple) -> None:
+        """``record_span`` whose data dicts are built at fetch from ``payload`` (hot path)."""
+        if not self.capturing or core not in self._cores or (
+                self._types is not None and event_type not in self._types):
+            return
+        tracking = next(self._tracking)
+        buf = self._buffers[core]
+        ids, seq = self._ids, self._seq[core]
+        buf.append((next(ids), event_type, F.START, tracking, core, thread_id, start_ns,
+                    start_builder, payload, next(seq)))
+        buf.append((next(ids), event_type, F.STOP, tracking, core, thread_id, stop_ns,
+                    stop_builder, payload, next(seq)))
+
+    def record_launch(self, core: int, call_type: str, work_type: str, thread_id: int,
+                      call_ns: tuple[int, int], work_ns: tuple[int, int],
+                      builders: tuple[DataBuilder, DataBuilder, DataBuilder, DataBuilder],
+                      payload: tuple) -> None:
+        """A host runtime call and the device work it launched: two spans, four events, one
+        capture check (the per-op hot path while a trace runs)."""
+        types = self._types
+        if not self.capturing or core not in self._cores or (types is not None and (
+                call_type not in types or work_type not in types)):
+            if types is not None:  # one of the two wanted: record it alone
+                for event_type, (a, b), (sb, eb) in ((call_type, call_ns, builders[:2]),
+                                                     (work_type, work_ns, builders[2:])):
+                    self.record_span_lazy(core, event_type, thread_id, a, b, sb, eb, payload)
+            return
+        buf, ids, seq, tracking = self._buffers[core], self._ids, self._seq[core], self._tracking
+        t1, t2 = next(tracking), next(tracking)
+        buf.append((next(ids), call_type, F.START, t1, core, thread_id, call_ns[0], builders[0],
+                    payload, next(seq)))
+        buf.append((next(ids), call_type, F.STOP, t1, core, thread_id, call_ns[1], builders[1],
+                    payload, next(seq)))
+        buf.append((next(ids), work_type, F.START, t2, core, thread_id, work_ns[0], builders[2],
+                    payload, next(seq)))
+        buf.append((next(ids), work_type, F.STOP, t2, core, thread_id, work_ns[1], builders[3],
+                    payload, next(seq)))
+
+    def record_instant_lazy(self, core: int, event_type: str, thread_id: int, timestamp_ns: int,
+                            builder: DataBuilder, payload: tuple) -> None:
+        """One instant event whose data is built at fetch (allocation/free on the hot path)."""
+        if not self.capturing or core not in self._cores or (
+                self._types is not None and event_type not in self._types):
+            return
+        self._append(core, event_type, F.INSTANT, next(self._tracking), thread_id, timestamp_ns,
+                     builder, payload)
+
+    def _append(self, core: int, event_type: str, phase: str, tracking_id: int, thread_id: int,
+                timestamp_ns: int, builder: DataBuilder | None, payload: Any) -> None:
+        self._buffers[core].append((next(self._ids), event_type, phase, tracking_id, core,
+                                    thread_id, timestamp_ns, builder, payload,
+                                    next(self._seq[core])))
+
+    def nc_timestamp_ns(self, host_ns: int) -> int:
+        """A host-clock time on the cores' own clock (what device events carry)."""
+        return host_ns - self.nc_epoch_ns
+
+
+_RUNTIME = EmulatedRuntime()
+_correlation_provider: Callable[[], int] | None = None
+
+
+def get_runtime() -> EmulatedRuntime:
+    """The process-wide emulated runtime (configured by ``neuron_profiler.emulator.enable``)."""
+    return _RUNTIME
+
+
+def set_correlation_provider(fn: Callable[[], int] | None) -> None:
+    """Install the function the emulator calls on the launching thread at each op launch.
+
+    Its result is stored as ``data["neuron_profiler"]["correlation_id"]`` on the host runtime
+    call and on the device work it launches; None uninstalls it (correlation id 0).
+    """
+    global _correlation_provider
+    _correlation_provider = fn
+
+
+def current_correlation_id() -> int:
+    """The provider's id for the op being launched now; 0 without a provider."""
+    fn = _correlation_provider
+    return int(fn()) if fn is not None else 0

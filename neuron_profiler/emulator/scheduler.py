@@ -1,0 +1,234 @@
+"""Device timelines of the emulated NeuronCores: queues per core, and the events each launch emits.
+
+    tl = DeviceTimeline(get_runtime(), RooflineModel(chip("trn2")), cores=2)
+    end_ns = tl.kernel(0, "aten::mm", flops=..., bytes_moved=..., dtype="float32", matrix=True,
+                       launch_ns=time.time_ns())
+    tl.host_sync([0], "item")                  # the host really waits until core 0 is idle
+
+Torch-free: the dispatch layer computes costs and calls this. Execution is asynchronous as on the
+hardware: work launched at host time t starts at ``max(t + launch latency, queue free, inputs
+ready)``. Compute and DMA of one core are stream-ordered (like an eager framework's default
+stream); collectives run on their own queue and overlap compute, and work that reads a
+collective's result waits for it (``not_before_ns``). Clocks advance whether or not a system
+trace is captured; events are recorded only while one is.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from neuron_profiler.emulator.runtime import EmulatedRuntime, current_correlation_id
+from neuron_profiler.emulator.timing import QueueClock, RooflineModel
+from neuron_profiler.runtime_trace import format as F
+
+_SLEEP_THRESHOLD_NS = 300_000  # longer waits sleep (then spin the rest); shorter ones spin
+
+_COPY_EVENT = {F.H2D: F.DMEM_BUF_COPYIN, F.D2H: F.DMEM_BUF_COPYOUT, F.D2D: F.EXT_DMA_D2D}
+_COPY_CALL = {F.H2D: F.NRT_TENSOR_WRITE, F.D2H: F.NRT_TENSOR_READ, F.D2D: F.NRT_MODEL_SUBMIT}
+
+
+@dataclass
+class CoreQueues:
+    """The queues of one core; ``stream_ns`` is when all compute/DMA launched so far is done."""
+
+    compute: QueueClock = field(default_factory=QueueClock)
+    dma: QueueClock = field(default_factory=QueueClock)
+    collective: QueueClock = field(default_factory=QueueClock)
+    stream_ns: int = 0
+
+    def busy_until_ns(self) -> int:
+        return max(self.stream_ns, self.collective.free_at_ns)
+
+
+def wait_until(target_ns: int) -> int:
+    """Block the calling thread until the host clock reaches ``target_ns``; returns the time."""
+    now = time.time_ns()
+    while now < target_ns:
+        remaining = target_ns - now
+        if remaining > _SLEEP_THRESHOLD_NS:
+            time.sleep((remaining - _SLEEP_THRESHOLD_NS // 2) / 1e9)
+        now = time.time_ns()
+    return now
+
+
+class DeviceTimeline:
+    """Schedules work on the emulated cores and records its events in the runtime."""
+
+    def __init__(self, runtime: EmulatedRuntime, model: RooflineModel, cores: int) -> None:
+        self.rt = runtime
+        self.model = model
+        self.latency_ns = model.chip.launch_latency_ns
+        self.cores = [CoreQueues() for _ in range(cores)]
+        # Ids live in the runtime so that they stay unique when enable() rebuilds the timeline.
+        self._exec_ids = runtime.exec_ids
+        self._tensor_ids = runtime.tensor_ids
+        self._model_ids = runtime.model_ids
+        self._lock = threading.Lock()
+        self.collectives_launched = 0
+
+    # -- device work -----------------------------------------------------------------------
+    def kernel(self, core: int, op: str, *, flops: int, bytes_moved: int, dtype: str,
+               matrix: bool, launch_ns: int, not_before_ns: int = 0) -> int:
+        """One op on the compute queue; records its runtime call and device execution."""
+        dur = self.model.kernel_ns(flops=flops, bytes_moved=bytes_moved, dtype=dtype,
+                                   matrix=matrix)
+        with self._lock:  # QueueClock.schedule, inlined: this runs for every op
+            q = self.cores[core]
+            clock = q.compute
+            start = launch_ns + self.latency_ns
+            if clock.free_at_ns > start:
+                start = clock.free_at_ns
+            if q.stream_ns > start:
+                start = q.stream_ns
+            if not_before_ns > start:
+                start = not_before_ns
+            end = start + dur
+            clock.free_at_ns = q.stream_ns = end
+        if self.rt.capturing:
+            self._record_launch(core, F.NRT_MODEL_SUBMIT, F.NC_EXEC_RUNNING, op, launch_ns,
+                                start, end, _KERNEL, (flops, bytes_moved, dtype))
+        return end
+
+    def copy(self, core: int, direction: str, nbytes: int, *, launch_ns: int, op: str,
+             not_before_ns: int = 0) -> int:
+        """A DMA transfer on the core's DMA queue (h2d / d2h over the host link, d2d on chip)."""
+        dur = (self.model.device_copy_ns(nbytes) if direction == F.D2D
+               else self.model.host_copy_ns(nbytes))
+        with self._lock:
+            q = self.cores[core]
+            start, end = q.dma.schedule(launch_ns=launch_ns, duration_ns=dur,
+                                        latency_ns=self.latency_ns,
+                                        not_before_ns=max(q.stream_ns, not_before_ns))
+            q.stream_ns = end
+        if self.rt.capturing:
+            self._record_launch(core, _COPY_CALL[direction], _COPY_EVENT[direction], op,
+                                launch_ns, start, end, _DMA, (nbytes, direction))
+        return end
+
+    def collective(self, core: int, op: str, *, collective: str, nbytes: int, ranks: list[int],
+                   group: str, launch_ns: int, algorithm: str = "ring") -> int:
+        """A collective on the collective queue: waits for the inputs (stream), not for later
+        compute, so it overlaps whatever is launched after it."""
+        dur = self.model.collective_ns(nbytes=nbytes, world=len(ranks), collective=collective)
+        with self._lock:
+            q = self.cores[core]
+            start, end = q.collective.schedule(launch_ns=launch_ns, duration_ns=dur,
+                                               latency_ns=self.latency_ns,
+                                               not_before_ns=q.stream_ns)
+        if self.rt.capturing:
+            self.collectives_launched += 1
+            self._record_launch(core, F.NRT_MODEL_SUBMIT, F.CC_RUNNING, op, launch_ns, start,
+                                end, _COLLECTIVE, (collective, nbytes, tuple(ranks), algorithm,
+                                                   group, self.collectives_launched))
+        return end
+
+    def _record_launch(self, core: int, call_type: str, work_type: str, op: str, launch_ns: int,
+                       start: int, end: int, kind: int, extra: tuple) -> None:
+        rt = self.rt
+        exec_id = next(self._exec_ids)
+        model_id = self._model_ids.get(op)
+        if model_id is None:
+            model_id = self._model_ids.setdefault(op, len(self._model_ids) + 1)
+        payload = (core, exec_id, model_id, op, current_correlation_id(), launch_ns,
+                   start - rt.nc_epoch_ns, end - rt.nc_epoch_ns, kind, extra)
+        rt.record_launch(core, call_type, work_type, threading.get_native_id(),
+                         (launch_ns, max(time.time_ns(), launch_ns)), (start, end), _BUILDERS,
+                         payload)
+
+    # -- host side ---------------------------------------------------------------------------
+    def busy_until_ns(self, cores: Iterable[int]) -> int:
+        return max((self.cores[c].busy_until_ns() for c in cores), default=0)
+
+    def host_sync(self, cores: Iterable[int], reason: str, op: str = "",
+                  until_ns: int | None = None) -> int:
+        """Really block the host until the cores (or ``until_ns``) are done; records the wait."""
+        cores = list(cores)
+        target = self.busy_until_ns(cores) if until_ns is None else until_ns
+        begin = time.time_ns()
+        end = wait_until(target)
+        if self.rt.capturing:
+            payload = (reason, op, target, current_correlation_id())
+            tid = threading.get_native_id()
+            for c in cores:
+                self.rt.record_span_lazy(c, F.EXT_HOST_SYNC, tid, begin, end, _sync_start,
+                                         _empty, payload)
+        return end
+
+    def fallback(self, core: int, op: str, *, reason: str, shapes: list[list[int]],
+                 dtypes: list[str], start_ns: int, stop_ns: int) -> None:
+        """The host-side span of an op run on the CPU (its copies are recorded by ``copy``)."""
+        if self.rt.capturing:
+            ext = {F.X_OP: op, F.X_REASON: reason, F.X_SHAPES: shapes, F.X_DTYPES: dtypes,
+                   F.X_CORRELATION_ID: current_correlation_id()}
+            self.rt.record_span(core, F.EXT_FALLBACK, threading.get_native_id(), start_ns,
+                                stop_ns, {F.EXT_KEY: ext})  # rare: built now
+
+    def allocate(self, core: int, nbytes: int) -> int:
+        """A new device buffer: returns its tensor id (recorded as an allocation instant)."""
+        tensor_id = next(self._tensor_ids)
+        self._instant(core, F.NRT_TENSOR_ALLOCATE, tensor_id, nbytes)
+        return tensor_id
+
+    def free(self, core: int, tensor_id: int, nbytes: int) -> None:
+        self._instant(core, F.NRT_TENSOR_FREE, tensor_id, nbytes)
+
+    def _instant(self, core: int, event_type: str, tensor_id: int, nbytes: int) -> None:
+        if self.rt.capturing:
+            self.rt.record_instant_lazy(core, event_type, threading.get_native_id(),
+                                        time.time_ns(), _tensor_data, (tensor_id, nbytes))
+
+
+# -- event data, built at fetch from the payload tuples recorded on the hot path ------------
+_KERNEL, _DMA, _COLLECTIVE = 0, 1, 2
+_QUEUE_OF = {_KERNEL: F.QUEUE_COMPUTE, _DMA: F.QUEUE_DMA, _COLLECTIVE: F.QUEUE_COLLECTIVE}
+
+
+def _call_start(p: tuple) -> dict:
+    return {"exec_id": p[1], "model_id": p[2],
+            F.EXT_KEY: {F.X_OP: p[3], F.X_CORRELATION_ID: p[4]}}
+
+
+def _call_stop(p: tuple) -> dict:
+    return {"exec_id": p[1]}
+
+
+def _work_start(p: tuple) -> dict:
+    core, exec_id, model_id, op, corr, launch_ns, nc_start, _, kind, extra = p
+    ext = {F.X_OP: op, F.X_QUEUE: _QUEUE_OF[kind], F.X_CORRELATION_ID: corr,
+           F.X_LAUNCH_NS: launch_ns, F.X_MODELLED: True}
+    data = {"device_core_idx": core, "exec_id": exec_id, "model_id": model_id,
+            "nc_timestamp_ns": nc_start}
+    if kind == _KERNEL:
+        ext.update({F.X_FLOPS: extra[0], F.X_BYTES: extra[1], F.X_DTYPE: extra[2]})
+    elif kind == _DMA:
+        ext.update({F.X_BYTES: extra[0], F.X_DIRECTION: extra[1]})
+    else:
+        collective, nbytes, ranks, algorithm, group, op_id = extra
+        data.update({"gid": 0, "op_id": op_id, "algorithm": algorithm})
+        ext.update({F.X_COLLECTIVE_OP: collective, F.X_BYTES: nbytes, F.X_RANKS: list(ranks),
+                    F.X_ALGORITHM: algorithm, F.X_GROUP: group})
+    data[F.EXT_KEY] = ext
+    return data
+
+
+def _work_stop(p: tuple) -> dict:
+    return {"device_core_idx": p[0], "exec_id": p[1], "nc_timestamp_ns": p[7]}
+
+
+_BUILDERS = (_call_start, _call_stop, _work_start, _work_stop)
+
+
+def _sync_start(p: tuple) -> dict:
+    return {F.EXT_KEY: {F.X_SYNC_REASON: p[0], F.X_OP: p[1], F.X_WAIT_UNTIL_NS: p[2],
+                        F.X_CORRELATION_ID: p[3]}}
+
+
+def _empty(p: tuple) -> dict:
+    return {}
+
+
+def _tensor_data(p: tuple) -> dict:
+    return {"tensor_id": p[0], "size": p[1]}

@@ -1,0 +1,85 @@
+"""The emulated device's tensor: a wrapper subclass on ``neuron:N`` holding a real CPU tensor.
+
+Every aten op on it reaches ``__torch_dispatch__`` and goes to the one execution point
+(``dispatch.execute``). The ``"sizes"`` policy makes size/stride queries dispatch too, so they are
+answered from the held tensor: ``out=``, ``resize_`` and in-place shape ops stay consistent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+_executor: Callable[[Any, tuple, dict], Any] | None = None
+_aten = torch.ops.aten
+_Base = torch._C.TensorBase
+_METADATA: dict[Any, Callable[[torch.Tensor], Any]] = {
+    _aten.sym_size.default: _Base.size, _aten.sym_stride.default: _Base.stride,
+    _aten.dim.default: _Base.dim, _aten.sym_numel.default: _Base.numel,
+    _aten.is_contiguous.default: _Base.is_contiguous,
+    _aten.sym_storage_offset.default: _Base.storage_offset,
+    _aten.is_non_overlapping_and_dense.default: _aten.is_non_overlapping_and_dense.default,
+}
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+_devices: list[torch.device] = []
+
+
+def set_executor(fn: Callable[[Any, tuple, dict], Any], cores: int) -> None:
+    """Install the execution point and the device objects (called by ``enable``)."""
+    global _executor
+    _executor = fn
+    _devices[:] = [torch.device("neuron", i) for i in range(cores)]
+
+
+class NeuronTensor(torch.Tensor):
+    """A tensor on an emulated NeuronCore; ``_elem`` is its device memory (a CPU tensor)."""
+
+    _elem: torch.Tensor
+    _core: int
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, core: int) -> NeuronTensor:
+        # Storage offset and layout are left at their defaults: under the "sizes" policy every
+        # metadata query is answered from ``elem`` anyway (and this is the hot path).
+        t = _make_wrapper(cls, elem.shape, elem.stride(), dtype=elem.dtype,
+                          device=_devices[core], dispatch_sizes_strides_policy="sizes")
+        t._elem = elem
+        t._core = core
+        return t
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        # Size/stride queries (hundreds per training step under the "sizes" policy) are
+        # answered here from the held tensor, skipping the execution point.
+        fast = _METADATA.get(func)
+        if fast is not None:
+            return fast(args[0]._elem)
+        return _executor(func, args, kwargs or {})  # type: ignore[misc]
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        body = repr(self._elem)
+        suffix = f", device='{self.device}'"
+        if self.grad_fn is not None:
+            suffix += f", grad_fn=<{type(self.grad_fn).__name__}>"
+        elif self.requires_grad:
+            suffix += ", requires_grad=True"
+        return body[:-1] + suffix + ")"
+
+    def tolist(self) -> Any:
+        """As on CUDA: a device -> host copy (the host waits for it), then the list."""
+        return torch.Tensor.cpu(self).tolist()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """``torch.save`` / pickle store the host copy: checkpoints load anywhere (also with
+        ``weights_only=True``) and ``load_state_dict`` copies them back onto the device."""
+        return torch.Tensor.cpu(self).detach().__reduce_ex__(protocol)
+
+    def __format__(self, format_spec: str) -> str:
+        if self.dim() == 0:  # f"{loss:.3f}", as for CPU/CUDA scalars (a host read)
+            return self.item().__format__(format_spec)
+        return object.__format__(self, format_spec)

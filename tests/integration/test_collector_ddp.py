@@ -1,0 +1,89 @@
+"""DDP over gloo on the emulated device, profiled with NEURON on both ranks: collectives land on
+each core's collectives thread with op, bytes, ranks and algorithm, linked to the launching op,
+and count as device time in key_averages."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.distributed")
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+WORKER = r'''
+import json, os, sys
+import torch, torch.distributed as dist
+import neuron_profiler.emulator as emu
+emu.enable(cores=1)
+from neuron_profiler import NEURON
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo", rank=rank, world_size=world)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+ddp = torch.nn.parallel.DistributedDataParallel(model.to("neuron"))
+opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
+x, y = torch.randn(4, 8), torch.randn(4, 4)
+with profile(activities=[ProfilerActivity.CPU, NEURON]) as prof:
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x.to("neuron")), y.to("neuron")).backward()
+        opt.step()
+    t = torch.ones(3, device="neuron")
+    dist.all_reduce(t)
+out = sys.argv[1]
+prof.export_chrome_trace(out + ".json")
+dev = {e.key: e.device_time_total for e in prof.key_averages()
+       if e.device_type == DeviceType.CPU and e.device_time_total > 0}
+json.dump(dev, open(out + ".dev.json", "w"))
+dist.destroy_process_group()
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    tmp = tmp_path_factory.mktemp("ddp_prof")
+    script = tmp / "worker.py"
+    script.write_text(WORKER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_PROFILER_")}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp / f"rank{r}")],
+                              env={**env, "RANK": str(r)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+    return [tmp / f"rank{r}" for r in range(2)]
+
+
+def test_collectives_on_both_ranks_with_args_and_device_time(ranks: list[Path]) -> None:
+    for base in ranks:
+        trace = json.loads(Path(str(base) + ".json").read_text())
+        ops = {e["args"]["External id"]: e["name"] for e in trace["traceEvents"]
+               if e.get("cat") == "cpu_op"}
+        cc = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"
+              and e["args"].get("neuron collective")]
+        assert cc, "no collectives in the trace"
+        for e in cc:
+            a = e["args"]
+            assert e["tid"] == 2 and a["Process Group Ranks"] == [0, 1] and a["Group size"] == 2
+            assert a["Collective name"] and a["algorithm"] and a["bytes"] > 0
+            assert e["args"]["External id"] in ops
+        launchers = {ops[e["args"]["External id"]] for e in cc}
+        device_time = json.loads(Path(str(base) + ".dev.json").read_text())
+        assert all(device_time.get(name, 0) > 0 for name in launchers)

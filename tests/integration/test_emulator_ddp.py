@@ -1,0 +1,115 @@
+"""Two processes train with DDP over gloo on the emulated device: results equal a CPU reference
+on the full batch, and both ranks emit collective (cc_running) events with the group's ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+from neuron_profiler.runtime_trace import format as F  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+WORKER = r'''
+import os, sys
+import torch, torch.distributed as dist
+import neuron_profiler.emulator as emu
+from neuron_profiler.emulator.runtime import get_runtime
+
+emu.enable(cores=1)
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo", rank=rank, world_size=world)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+ddp = torch.nn.parallel.DistributedDataParallel(model.to("neuron"))
+opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
+g = torch.Generator().manual_seed(1)
+x, y = torch.randn(8, 8, generator=g), torch.randn(8, 4, generator=g)
+xs, ys = x.chunk(world)[rank], y.chunk(world)[rank]
+rt = get_runtime()
+rt.sys_trace_start()
+for _ in range(3):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(ddp(xs.to("neuron")), ys.to("neuron"))
+    loss.backward()
+    opt.step()
+t = torch.full((3,), float(rank + 1), device="neuron")
+dist.all_reduce(t)  # synchronous API: the host waits for the collective
+rt.sys_trace_stop()
+out = sys.argv[1]
+open(out + ".events.json", "wb").write(rt.sys_trace_fetch())
+torch.save({"params": [p.detach().cpu() for p in model.parameters()], "sum": t.cpu()},
+           out + ".pt")
+dist.destroy_process_group()
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _reference() -> list:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(8, 8, generator=g), torch.randn(8, 4, generator=g)
+    for _ in range(3):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return [p.detach() for p in model.parameters()]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> list[Path]:
+    tmp = tmp_path_factory.mktemp("ddp")
+    script = tmp / "worker.py"
+    script.write_text(WORKER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_PROFILER_")}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp / f"rank{r}")],
+                              env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-3000:]
+    return [tmp / f"rank{r}" for r in range(2)]
+
+
+def test_ddp_results_equal_full_batch_cpu_reference(ranks: list[Path]) -> None:
+    ref = _reference()
+    for prefix in ranks:
+        saved = torch.load(str(prefix) + ".pt")
+        assert torch.equal(saved["sum"], torch.full((3,), 3.0))
+        for p, q in zip(saved["params"], ref, strict=True):
+            torch.testing.assert_close(p, q)
+
+
+def test_both_ranks_emit_collective_events(ranks: list[Path]) -> None:
+    param_bytes = sum(p.numel() * 4 for p in _reference())
+    for prefix in ranks:
+        events = json.loads(Path(str(prefix) + ".events.json").read_bytes())["events"]
+        starts = [e for e in events if e["event_type"] == F.CC_RUNNING and e["phase"] == F.START]
+        stops = [e for e in events if e["event_type"] == F.CC_RUNNING and e["phase"] == F.STOP]
+        assert len(starts) == len(stops) >= 4
+        ext = [e["data"][F.EXT_KEY] for e in starts]
+        assert all(x[F.X_RANKS] == [0, 1] and x[F.X_QUEUE] == F.QUEUE_COLLECTIVE for x in ext)
+        allreduce = [x for x in ext if x[F.X_COLLECTIVE_OP] == "allreduce"]
+        assert [x[F.X_BYTES] for x in allreduce] == [param_bytes] * 3 + [12]  # 3 buckets + t
+        assert all(x[F.X_ALGORITHM] == "ring" and x[F.X_MODELLED] for x in ext)
+        waits = [e for e in events if e["event_type"] == F.EXT_HOST_SYNC
+                 and e["phase"] == F.START
+                 and e["data"][F.EXT_KEY][F.X_SYNC_REASON] == "collective_wait"]
+        assert len(waits) == 1

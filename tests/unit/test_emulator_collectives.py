@@ -1,0 +1,70 @@
+"""Collectives occupy the collective queue, overlap later compute, and delay only the work (and
+host waits) that need their result. One-process gloo group, so it runs inside pytest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+import neuron_profiler.emulator as emu  # noqa: E402
+from neuron_profiler.emulator.chips import chip  # noqa: E402
+from neuron_profiler.emulator.runtime import get_runtime  # noqa: E402
+from neuron_profiler.runtime_trace import format as F  # noqa: E402
+
+pytestmark = pytest.mark.torch
+SPEED = 1e-4  # a 50 ms collective: later launches land inside it even on a loaded host
+
+
+@pytest.fixture
+def group():
+    emu.enable(cores=2, speed_factor=SPEED)
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    yield
+    dist.destroy_process_group()
+    emu.enable(cores=2, speed_factor=1.0)
+
+
+def _spans(events: list[dict]) -> list[dict]:
+    opened, out = {}, []
+    for e in events:
+        key = (e["event_type"], e.get("tracking_id"))
+        if e["phase"] == F.START:
+            opened[key] = e
+        elif e["phase"] == F.STOP:
+            start = opened.pop(key)
+            ext = start["data"].get(F.EXT_KEY, {})
+            out.append({"type": e["event_type"], "start": start["timestamp_ns"],
+                        "end": e["timestamp_ns"], "op": ext.get(F.X_OP), "ext": ext})
+    return out
+
+
+def test_collective_overlaps_compute_and_gates_its_consumers(group) -> None:
+    grads = torch.ones(256, device="neuron")
+    other = torch.randn(64, 64, device="neuron")
+    torch.neuron.synchronize()
+    rt = get_runtime()
+    rt.sys_trace_start()
+    work = dist.all_reduce(grads, async_op=True)
+    independent = other @ other  # does not read the collective's output
+    consumer = grads * 2  # reads it: must wait on the device
+    work.wait()
+    total = consumer.sum().item()
+    rt.sys_trace_stop()
+    assert total == 512.0 and independent.shape == (64, 64)
+    spans = _spans(json.loads(rt.sys_trace_fetch())["events"])
+    (cc,) = [s for s in spans if s["type"] == F.CC_RUNNING]
+    assert cc["ext"][F.X_COLLECTIVE_OP] == "allreduce" and cc["ext"][F.X_RANKS] == [0]
+    assert cc["ext"][F.X_BYTES] == 256 * 4
+    # world of one: a single ring step of the chip's documented latency, scaled
+    assert cc["end"] - cc["start"] >= chip("trn2").collective_step_latency_ns / SPEED
+    kernels = {s["op"]: s for s in spans if s["type"] == F.NC_EXEC_RUNNING}
+    mm, mul = kernels["aten::mm"], kernels["aten::mul"]
+    assert mm["start"] < cc["end"]  # compute overlapped the collective
+    assert mul["start"] >= cc["end"]  # the consumer waited for it
+    waits = [s for s in spans if s["type"] == F.EXT_HOST_SYNC
+             and s["ext"][F.X_SYNC_REASON] == "collective_wait"]
+    assert len(waits) == 1 and waits[0]["end"] >= cc["end"]

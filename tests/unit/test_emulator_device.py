@@ -1,0 +1,233 @@
+"""The emulated neuron device: registration, torch.neuron, factories, copies, host waits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import neuron_profiler.emulator as emu  # noqa: E402
+from neuron_profiler.emulator.chips import chip  # noqa: E402
+from neuron_profiler.emulator.runtime import get_runtime  # noqa: E402
+from neuron_profiler.runtime_trace import format as F  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(autouse=True)
+def _device():
+    emu.enable(cores=2, chip="trn2", speed_factor=1.0)
+    yield
+    rt = get_runtime()
+    if rt.capturing:
+        rt.sys_trace_stop()
+    emu.enable(cores=2, chip="trn2", speed_factor=1.0)
+
+
+def _capture(fn):
+    rt = get_runtime()
+    rt.sys_trace_start()
+    try:
+        fn()
+    finally:
+        rt.sys_trace_stop()
+    return json.loads(rt.sys_trace_fetch())["events"]
+
+
+def test_torch_neuron_module_and_factories_match_cpu() -> None:
+    assert torch.neuron.is_available() and torch.neuron.device_count() == 2
+    assert torch.get_device_module("neuron") is torch.neuron
+    torch.manual_seed(3)
+    on_device = torch.randn(4, 5, device="neuron")
+    torch.manual_seed(3)
+    on_cpu = torch.randn(4, 5)
+    assert on_device.device == torch.device("neuron", 0)
+    assert torch.equal(on_device.cpu(), on_cpu)
+    assert torch.equal(torch.arange(6, device="neuron").cpu(), torch.arange(6))
+    assert torch.equal(torch.full((2, 2), 7.0, device="neuron:1").cpu(), torch.full((2, 2), 7.0))
+    scalar = torch.tensor(3.5, device="neuron")
+    assert scalar.item() == 3.5 and scalar.device.type == "neuron"
+    assert torch.zeros(3, device="neuron:1").device.index == 1
+
+
+def test_to_cpu_item_and_mixed_devices() -> None:
+    x = torch.randn(3, 4)
+    d = x.to("neuron")
+    assert torch.equal(d.cpu(), x) and not isinstance(d.cpu(), type(d))
+    assert (d * 2).sum().item() == pytest.approx((x * 2).sum().item())
+    moved = d.to("neuron:1")
+    assert moved.device.index == 1 and torch.equal(moved.cpu(), x)
+    with pytest.raises(RuntimeError, match="same device"):
+        _ = d + moved
+    with pytest.raises(RuntimeError, match="not an emulated device"):
+        torch.ones(2, device="neuron:7")
+    assert (d + torch.tensor(1.0)).device.type == "neuron"  # 0-dim host scalar is fine
+
+
+def test_copies_are_dma_events_with_bytes_and_direction() -> None:
+    x = torch.randn(1000)  # 4000 bytes of float32
+
+    def work() -> None:
+        d = x.to("neuron")
+        e = d.to("neuron:1")
+        e.cpu()
+
+    events = _capture(work)
+    starts = [e for e in events if e["phase"] == F.START]
+    by_type = {t: [e for e in starts if e["event_type"] == t]
+               for t in (F.DMEM_BUF_COPYIN, F.EXT_DMA_D2D, F.DMEM_BUF_COPYOUT)}
+    for event_type, direction, core in ((F.DMEM_BUF_COPYIN, F.H2D, 0), (F.EXT_DMA_D2D, F.D2D, 1),
+                                        (F.DMEM_BUF_COPYOUT, F.D2H, 1)):
+        (ev,) = by_type[event_type]
+        ext = ev["data"][F.EXT_KEY]
+        assert ext[F.X_BYTES] == 4000 and ext[F.X_DIRECTION] == direction
+        assert ext[F.X_QUEUE] == F.QUEUE_DMA and ev["nc_idx"] == core and ext[F.X_MODELLED]
+    syncs = [e for e in starts if e["event_type"] == F.EXT_HOST_SYNC]
+    assert [s["data"][F.EXT_KEY][F.X_SYNC_REASON] for s in syncs] == ["cpu"]
+
+
+def test_host_really_waits_for_modelled_device_time() -> None:
+    speed = 1e-5  # device time (~180 ms) dominates the host's own matmul by far
+    emu.enable(cores=2, chip="trn2", speed_factor=speed)
+    n = 256
+    a = torch.randn(n, n, device="neuron")
+    torch.neuron.synchronize()
+    spec = chip("trn2")
+    # fp32 matmul: 2n^3 flops at the fp32 matrix rate of one logical core, plus the fixed cost
+    kernel_s = (2 * n**3 / (spec.bf16_tflops * 1e12 / spec.logical_cores * 0.25)
+                + spec.kernel_fixed_ns * 1e-9) / speed
+    launch = time.perf_counter()
+    b = a @ a
+    returned = time.perf_counter()
+    torch.neuron.synchronize()
+    synced = time.perf_counter()
+    assert synced - launch >= kernel_s  # the host waited for the device
+    assert returned - launch < kernel_s  # but the launch itself was asynchronous
+    assert b.device.type == "neuron"
+
+
+def test_device_durations_are_deterministic() -> None:
+    def program() -> None:
+        a = torch.randn(64, 64, device="neuron")
+        for _ in range(3):
+            a = torch.relu(a @ a) + 1
+        a.sum().item()
+
+    def durations(events: list[dict]) -> list[tuple[str, int]]:
+        opened, out = {}, []
+        for e in events:
+            if e["event_type"] in (F.NC_EXEC_RUNNING, F.DMEM_BUF_COPYOUT):
+                key = e["tracking_id"]
+                if e["phase"] == F.START:
+                    opened[key] = e
+                else:
+                    start = opened.pop(key)
+                    out.append((start["data"][F.EXT_KEY][F.X_OP],
+                                e["timestamp_ns"] - start["timestamp_ns"]))
+        return out
+
+    first, second = durations(_capture(program)), durations(_capture(program))
+    assert len(first) >= 8 and first == second
+
+
+def test_refuses_when_a_real_neuron_backend_is_registered() -> None:
+    code = ("import torch, types\n"
+            "torch.utils.rename_privateuse1_backend('neuron')\n"
+            "torch._register_device_module('neuron', types.ModuleType('torch_neuronx_like'))\n"
+            "import neuron_profiler.emulator as emu\n"
+            "from neuron_profiler.errors import EmulatorError\n"
+            "try:\n    emu.enable()\nexcept EmulatorError as e:\n    print('refused:', e)\n")
+    env = {k: v for k, v in os.environ.items() if k != emu.ENV_EMULATE}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env, timeout=120)
+    assert "refused:" in out.stdout and "real 'neuron' backend" in out.stdout
+
+
+def test_env_var_enables_at_import() -> None:
+    code = ("import neuron_profiler.emulator, torch\n"
+            "x = torch.ones(3, device='neuron') * 2\n"
+            "print(torch.neuron.device_count(), x.cpu().tolist())\n")
+    env = dict(os.environ, **{emu.ENV_EMULATE: "1"})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env, timeout=120)
+    assert out.stdout.split("\n")[0] == "2 [2.0, 2.0, 2.0]"
+
+
+def test_pin_memory_and_dataloader_pinning_work() -> None:
+    x = torch.randn(4, 2)
+    pinned = x.pin_memory()
+    assert torch.equal(pinned, x) and pinned.data_ptr() != x.data_ptr()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=2,
+                                         pin_memory=True)
+    batches = [b.to("neuron", non_blocking=True) for (b,) in loader]
+    assert torch.equal(torch.cat([b.cpu() for b in batches]), x)
+
+
+def test_chip_choice_changes_modelled_durations_and_is_labelled() -> None:
+    def matmul_ns() -> int:
+        a = torch.randn(256, 256, device="neuron", dtype=torch.bfloat16)
+        events = _capture(lambda: a @ a)
+        spans = {}
+        for e in events:
+            if e["event_type"] == F.NC_EXEC_RUNNING:
+                spans.setdefault(e["tracking_id"], []).append(e["timestamp_ns"])
+        (span,) = spans.values()
+        return span[1] - span[0]
+
+    durations = {}
+    for name in ("trn2", "trn3"):
+        emu.enable(cores=2, chip=name)
+        spec = chip(name)
+        compute_s = 2 * 256**3 / (spec.bf16_tflops * 1e12 / spec.logical_cores)
+        memory_s = 3 * 256 * 256 * 2 / (spec.hbm_tbps * 1e12 / spec.logical_cores)  # a, a, out
+        expected = max(compute_s, memory_s) + spec.kernel_fixed_ns * 1e-9
+        durations[name] = matmul_ns()
+        assert durations[name] == pytest.approx(expected * 1e9, abs=1)
+        assert json.loads(get_runtime().sys_trace_fetch())["neuron_profiler"]["chip"] == name
+    assert durations["trn2"] != durations["trn3"]
+
+
+def test_events_time_modelled_device_work_like_cuda_events() -> None:
+    speed = 1e-4
+    emu.enable(cores=2, speed_factor=speed)
+    a = torch.randn(128, 128, device="neuron")
+    torch.neuron.synchronize()
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        a = torch.relu(a)
+    end.record()
+    end.synchronize()
+    assert end.query() and torch.neuron.current_stream().query()
+    spec = chip("trn2")
+    # three bandwidth-bound elementwise kernels: read + write 64 KiB each, plus the fixed cost
+    per_kernel_s = max(128 * 128 / (spec.vector_gflops_per_core * 1e9),
+                       2 * 128 * 128 * 4 / (spec.hbm_tbps * 1e12 / spec.logical_cores)) \
+        + spec.kernel_fixed_ns * 1e-9
+    # launch latency and host gaps can only add to the span, never shorten it
+    assert start.elapsed_time(end) >= 3 * per_kernel_s / speed * 1e3 * 0.999
+    with pytest.raises(RuntimeError, match="enable_timing"):
+        torch.neuron.Event().elapsed_time(end)
+    s = torch.neuron.Stream(device="neuron:1")
+    with torch.neuron.stream(s):
+        assert torch.ones(1, device="neuron").device.index == 1
+    assert torch.ones(1, device="neuron").device.index == 0
+
+
+def test_accepts_the_name_given_by_our_collector() -> None:
+    """Getting NEURON names PrivateUse1 "neuron" (no device module): enabling must still work."""
+    code = ("import torch\n"
+            "torch.utils.rename_privateuse1_backend('neuron')\n"
+            "import neuron_profiler.emulator as emu\n"
+            "emu.enable(cores=1)\n"
+            "print('sum', torch.ones(3, device='neuron').sum().item())\n")
+    env = {k: v for k, v in os.environ.items() if k != emu.ENV_EMULATE}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env, timeout=120)
+    assert "sum 3.0" in out.stdout

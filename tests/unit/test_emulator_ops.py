@@ -1,0 +1,120 @@
+"""A spread of everyday ops (views, in-place, indexing, reductions, RNG, dtype casts) gives the
+same results on the emulated device as on CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import neuron_profiler.emulator as emu  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(autouse=True)
+def _device():
+    emu.enable(cores=2)
+
+
+def _views_and_inplace(x):
+    y = x.t().contiguous().view(-1)[::2]
+    y.mul_(2)
+    z = x.clone()
+    z[1:, :2] = 7.0
+    z.transpose(0, 1)[0].add_(1)
+    return torch.cat([y, z.flatten(), x.unsqueeze(0).expand(2, -1, -1).sum((0, 1))])
+
+
+def _indexing(x):
+    idx = torch.tensor([2, 0, 1], device=x.device)
+    mask = x > 0
+    out = x.clone()
+    out.masked_fill_(mask, -1.0)
+    out.index_add_(0, idx, x[idx])
+    return torch.stack([out.gather(1, idx[None].expand(3, -1)).sum(1), x[idx].amax(1),
+                        torch.where(mask, x, x * 3).mean(1)])
+
+
+def _nn_bits(x):
+    emb = torch.nn.functional.embedding(torch.tensor([[0, 2], [1, 1]], device=x.device), x)
+    logits = torch.nn.functional.layer_norm(emb, (4,)).reshape(4, 4)
+    target = torch.tensor([0, 3, 1, 2], device=x.device)
+    loss = torch.nn.functional.cross_entropy(logits, target, label_smoothing=0.1)
+    return torch.cat([logits.softmax(-1).flatten(), loss.reshape(1),
+                      torch.nn.functional.gelu(x).flatten()])
+
+
+def _rng(x):
+    torch.manual_seed(7)
+    drop = torch.nn.functional.dropout(x, 0.5, training=True)
+    noise = torch.rand(3, 4, device=x.device) + torch.randn_like(x)
+    return drop + noise
+
+
+def _casts(x):
+    h = x.to(torch.bfloat16) @ x.t().to(torch.bfloat16)
+    i = (x * 10).to(torch.int64) // 3
+    return torch.cat([h.float().flatten(), i.float().flatten(), x.cumsum(1).flatten(),
+                      x.sort(1).values.flatten(), x.topk(2, 1).values.flatten()])
+
+
+@pytest.mark.parametrize("fn", [_views_and_inplace, _indexing, _nn_bits, _rng, _casts],
+                         ids=lambda f: f.__name__)
+def test_matches_cpu(fn) -> None:
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(3, 4, generator=g)
+    expected = fn(x.clone())
+    got = fn(x.to("neuron"))
+    assert got.device.type == "neuron"
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_host_side_conveniences_work_as_on_cuda() -> None:
+    import copy
+    import io
+
+    x = torch.tensor([[1.5, -2.0], [0.25, 4.0]])
+    d = x.to("neuron")
+    assert d.tolist() == x.tolist() and f"{d.sum():.2f}" == f"{x.sum():.2f}"
+    assert float(d[1, 1]) == 4.0 and int(d[0, 0]) == 1 and bool(d[0, 0] > 0)
+    leaf = torch.ones(2, device="neuron", requires_grad=True)
+    assert repr(leaf) == "tensor([1., 1.], device='neuron:0', requires_grad=True)"
+    assert repr(leaf * 2) == "tensor([2., 2.], device='neuron:0', grad_fn=<MulBackward0>)"
+    model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.BatchNorm1d(3)).to("neuron")
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    buf.seek(0)
+    state = torch.load(buf)  # weights_only: the checkpoint holds plain host tensors
+    assert all(type(t) is torch.Tensor for t in state.values())
+    fresh = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.BatchNorm1d(3))
+    fresh.load_state_dict(state)
+    twin = copy.deepcopy(model)
+    assert next(twin.parameters()).device.type == "neuron"
+    model.eval()
+    twin.eval()
+    fresh.eval()
+    torch.testing.assert_close(twin(d).cpu(), fresh(x))
+    torch.testing.assert_close(model(d).cpu(), fresh(x))
+
+
+def test_views_launch_no_kernel_but_copies_do() -> None:
+    import json
+
+    from neuron_profiler.emulator.runtime import get_runtime
+    from neuron_profiler.runtime_trace import format as F
+
+    a = torch.randn(4, 6, device="neuron")
+    rt = get_runtime()
+    rt.sys_trace_start()
+    try:
+        v = a.t()
+        v.unsqueeze_(0)
+        parts = a.split(2)
+        c = v.contiguous()  # a real copy kernel
+    finally:
+        rt.sys_trace_stop()
+    kernels = [e["data"][F.EXT_KEY][F.X_OP] for e in json.loads(rt.sys_trace_fetch())["events"]
+               if e["event_type"] == F.NC_EXEC_RUNNING and e["phase"] == F.START]
+    assert kernels == ["aten::clone"]
+    assert v.shape == (1, 6, 4) and len(parts) == 2 and torch.equal(c.cpu()[0], a.cpu().t())

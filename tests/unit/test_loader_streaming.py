@@ -1,0 +1,223 @@
+"""The streamed, piece-wise loader against the stdlib ``json`` module on awkward inputs.
+
+Tiny blocks force many pieces, so every cut rule is exercised: ``}`` and ``]`` inside strings,
+nested args objects, pretty-printed and compact JSON, events larger than a block, mistyped events
+in any piece, cut-off plain and gzip files at many offsets, multi-member gzip."""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import random
+import warnings
+from decimal import Decimal
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from neuron_profiler.errors import TraceLoadError
+from neuron_profiler.trace import _stream, load_trace
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace._numtext import INVALID, MISSING, OK, us_texts_to_ns
+from neuron_profiler.trace._rawargs import RawArgsBuilder
+
+NASTY_NAMES = ['a},{"b"', "x]}", 'quote " and \\ backslash', "ünïcødé ✓", "}", "]"]
+
+
+def _events(n: int, seed: int = 1) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        event = {"ph": "X", "cat": rng.choice(["cpu_op", "kernel", "cuda_runtime"]),
+                 "name": rng.choice(NASTY_NAMES) + str(i % 7), "pid": rng.choice([1, 2]),
+                 "tid": rng.choice([5, "stream 7"]), "ts": round(rng.uniform(0, 5e12), 3),
+                 "dur": round(rng.uniform(0, 100), 3)}
+        if i % 3:
+            event["args"] = {"External id": i, "nested": {"k": [{"v": i}, "},"]},
+                             "pad": "p" * rng.randrange(0, 300)}
+        if i % 50 == 7:
+            event["args"] = {"huge": "z" * 5000, "correlation": i}
+        out.append(event)
+    return out
+
+
+def _write(path: Path, events: list[dict], *, indent: int | None, gz: bool = False,
+           tail_keys: bool = True) -> bytes:
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "dev ]}"}],
+           "traceEvents": events}
+    if tail_keys:
+        doc.update({"INFO": ["cpp:976] Enabling [tracing]"], "baseTimeNanoseconds": 10**18})
+    text = json.dumps(doc, indent=indent, separators=None if indent else (",", ":")).encode()
+    path.write_bytes(gzip.compress(text) if gz else text)
+    return text
+
+
+def _expected_ts(events: list[dict], base: int) -> list[int]:
+    return sorted(int(Decimal(repr(e["ts"])) * 1000) + base for e in events)
+
+
+@pytest.fixture
+def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_stream, "BLOCK_BYTES", 700)
+    monkeypatch.setattr(_stream, "_GZIP_IN", 97)
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+@pytest.mark.parametrize("gz", [False, True])
+def test_many_pieces_match_stdlib(tmp_path: Path, tiny_blocks: None, indent: int | None,
+                                  gz: bool) -> None:
+    events = _events(400)
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    _write(path, events, indent=indent, gz=gz)
+    trace = load_trace(path)
+    assert len(trace) == len(events) and trace.skipped_events == 0 and not trace.truncated
+    assert trace.metadata["INFO"] == ["cpp:976] Enabling [tracing]"]
+    assert trace.metadata["deviceProperties"] == [{"id": 0, "name": "dev ]}"}]
+    assert trace.col(S.TS_NS).tolist() == _expected_ts(events, 10**18)
+    got = sorted((trace.name(i), int(trace.col(S.EXTERNAL_ID)[i]), json.dumps(trace.args(i)))
+                 for i in range(len(trace)))
+    want = sorted((e["name"], e.get("args", {}).get("External id", -1), json.dumps(e.get("args",
+                   {}))) for e in events)
+    assert got == want
+    assert gc.isenabled()
+
+
+def test_mistyped_events_in_many_pieces_are_counted(tmp_path: Path, tiny_blocks: None) -> None:
+    events = _events(300)
+    bad = set(range(3, 300, 17))
+    for i in bad:
+        events[i]["ts" if i % 2 else "pid"] = {"oops": [i]}
+    path = tmp_path / "typed.json"
+    _write(path, events, indent=None)
+    trace = load_trace(path)
+    assert trace.skipped_events == len(bad)
+    good = [e for i, e in enumerate(events) if i not in bad]
+    assert trace.col(S.TS_NS).tolist() == _expected_ts(good, 10**18)
+
+
+def test_mistyped_in_one_big_piece(tmp_path: Path) -> None:
+    events = _events(2000)
+    bad = {0, 1, 2, 999, 1999} | set(range(100, 140))  # more errors than one split pass takes
+    for i in bad:
+        events[i]["name"] = 12345
+    path = tmp_path / "typed.json"
+    _write(path, events, indent=None)
+    trace = load_trace(path)
+    assert trace.skipped_events == len(bad) and len(trace) == len(events) - len(bad)
+
+
+def _inflatable(data: bytes) -> int:
+    """How many bytes of JSON a reader can get out of a cut gzip stream."""
+    inflater = gzip.zlib.decompressobj(wbits=31)
+    return len(inflater.decompress(data) + inflater.flush())
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_cut_at_many_offsets_keeps_exactly_the_complete_events(tmp_path: Path, tiny_blocks: None,
+                                                              gz: bool) -> None:
+    events = _events(120)
+    text = json.dumps({"baseTimeNanoseconds": 5, "traceEvents": events},
+                      separators=(",", ":")).encode()
+    start = text.index(b"[", text.index(b'"traceEvents"')) + 1
+    ends, pos = [], start  # offset just after each event's closing brace
+    for event in events:
+        pos += len(json.dumps(event, separators=(",", ":")).encode())
+        ends.append(pos)
+        pos += 1
+    rng = random.Random(7)
+    whole = gzip.compress(text)
+    stop = len(whole) - 8 if gz else len(text) - 30  # before the gzip trailer / the last event
+    for offset in sorted(rng.sample(range(20, stop), 25)):
+        path = tmp_path / f"cut{offset}.json{'.gz' if gz else ''}"
+        path.write_bytes(whole[:offset] if gz else text[:offset])
+        cut = _inflatable(whole[:offset]) if gz else offset
+        complete = sum(1 for e in ends if e <= cut)
+        if complete == 0:
+            with pytest.raises(TraceLoadError, match="truncated, no complete event"):
+                load_trace(path)
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trace = load_trace(path)
+        assert trace.truncated and len(trace) == complete, offset
+        assert [str(w.message).count("\n") for w in caught] == [0]
+        assert f"kept {complete} complete events" in str(caught[0].message)
+        assert trace.col(S.TS_NS).tolist() == _expected_ts(events[:complete], 5)
+
+
+def test_multi_member_gzip(tmp_path: Path, tiny_blocks: None) -> None:
+    events = _events(200)
+    text = json.dumps({"traceEvents": events}).encode()
+    path = tmp_path / "multi.json.gz"
+    path.write_bytes(b"".join(gzip.compress(text[i:i + 3000]) for i in range(0, len(text), 3000)))
+    trace = load_trace(path)
+    assert len(trace) == 200 and not trace.truncated
+
+
+def test_corrupt_gzip_is_one_line_error(tmp_path: Path) -> None:
+    data = bytearray(gzip.compress(json.dumps({"traceEvents": _events(500)}).encode()))
+    data[len(data) // 2: len(data) // 2 + 64] = b"\x00" * 64
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceLoadError) as info:
+        load_trace(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_garbage_mid_file_keeps_events_before_it(tmp_path: Path, tiny_blocks: None) -> None:
+    events = _events(100)
+    text = json.dumps({"traceEvents": events}, separators=(",", ":")).encode()
+    first_50 = len(json.dumps({"traceEvents": events[:50]}, separators=(",", ":"))) - 2
+    path = tmp_path / "garbage.json"
+    path.write_bytes(text[:first_50] + b",@@garbage@@" + text[first_50:])
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        trace = load_trace(path)
+    assert trace.truncated and len(trace) == 50
+
+
+def test_empty_events_and_no_trailing_keys(tmp_path: Path, tiny_blocks: None) -> None:
+    path = tmp_path / "empty.json"
+    path.write_text('{"traceEvents": [], "baseTimeNanoseconds": 7}')
+    trace = load_trace(path)
+    assert len(trace) == 0 and trace.metadata["baseTimeNanoseconds"] == 7
+    _write(path, _events(30), indent=None, tail_keys=False)
+    assert len(load_trace(path)) == 30
+
+
+def test_us_text_conversion_is_exact() -> None:
+    rng = random.Random(3)
+    values = [f"{rng.choice('-+'[:1] + ' ')}{rng.randrange(10**rng.randrange(1, 16))}"
+              f".{rng.randrange(1000):03d}".strip() for _ in range(5000)]
+    texts = [v.encode() if i % 2 else f'"{v}"'.encode() for i, v in enumerate(values)]
+    ns, status = us_texts_to_ns(texts)
+    assert (status == OK).all()
+    assert ns.tolist() == [int(Decimal(v) * 1000) for v in values]
+    odd = [b"", b"null", b"1.5e3", b"true", b'"abc"', b"{}", b"12.3456", b"-0.0005", b"."]
+    ns, status = us_texts_to_ns(odd)
+    assert status.tolist() == [MISSING, MISSING, OK, INVALID, INVALID, INVALID, OK, OK, INVALID]
+    assert ns[2] == 1_500_000 and ns[6] == 12346 and ns[7] == -1
+
+
+def test_raw_args_sequence() -> None:
+    builder = RawArgsBuilder()
+    builder.add(b'{"a":1},{"b":[2]}', np.array([0, 8]), np.array([7, 9]))
+    builder.add(b'{"c":3}', np.array([0]), np.array([7]))
+    args = builder.build()
+    assert len(args) == 3 and list(args) == [b'{"a":1}', b'{"b":[2]}', b'{"c":3}']
+    assert args[-1] == b'{"c":3}' and args[1:] == [b'{"b":[2]}', b'{"c":3}']
+    assert [msgspec.json.decode(a) for a in args] == [{"a": 1}, {"b": [2]}, {"c": 3}]
+    with pytest.raises(IndexError):
+        args[3]
+
+
+def test_key_text_inside_a_string_before_the_array(tmp_path: Path) -> None:
+    path = tmp_path / "k.json"
+    events = _events(20)
+    path.write_text(json.dumps({"traceName": "traceEvents", "note": 'x "traceEvents": [ y',
+                                "traceEvents": events}))
+    trace = load_trace(path)
+    assert len(trace) == 20 and trace.metadata["traceName"] == "traceEvents"
