@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check neuron_profiler tests
+.venv/bin/ruff check neuron_profiler tests bench
 .venv/bin/python -m pytest -q "$@"

@@ -43,7 +43,7 @@ class Trace:
 
     columns: dict[str, np.ndarray]
     strings: list[str]
-    raw_args: list[bytes]
+    raw_args: Sequence[bytes]  # list or trace._rawargs.RawArgs (one buffer per loaded piece)
     metadata: dict[str, Any] = field(default_factory=dict)
     process_names: dict[int, str] = field(default_factory=dict)
     thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
