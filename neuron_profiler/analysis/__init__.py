@@ -1,1 +1,2 @@
-"""Analyses: functions from a Trace to frozen dataclasses (planned)."""
+"""Analyses: functions from a Trace to frozen dataclasses that renderers and exporters consume
+(counters.py: device busy % and DMA bandwidth over time)."""
