@@ -19,17 +19,22 @@ Rules (docs/runtime-events.md):
 - Ring-buffer drops come from our envelope extension ``{"neuron_profiler": {"dropped_events":
   {"core": n}}}`` (per fetch, summed over envelopes).
 
-Why this shape: msgspec decodes each event into a small typed Struct in C (unknown keys skipped),
-columns are pulled out once, and pairing/clock mapping are numpy sorts, not a per-event loop.
+Why this shape: msgspec decodes each event into a small typed Struct in C (unknown keys skipped,
+phases to enum members, no strings built for them), the int columns come out in one C-level pass
+per row set, pairing/clock mapping are numpy sorts (skipped when the stream is already in time
+order), not a per-event loop. Each row's ``data`` bytes are cut out of the payload only when a
+consumer first reads ``DeviceActivities.data`` (one raw pass; most uses of the columns never do).
 """
 
 from __future__ import annotations
 
+import enum
 import gc
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import repeat
+from itertools import chain, count
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any
 
@@ -41,6 +46,23 @@ from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivit
 
 _ABSENT = -(2**63)  # an absent optional int (JSON null decodes to None and takes a slower path)
 _I64 = Annotated[int, msgspec.Meta(ge=_ABSENT + 1, le=2**63 - 1)]
+_START, _STOP, _INSTANT, _OTHER_PHASE = 0, 1, 2, 3
+
+
+class _Phase(enum.Enum):
+    """Event phase decoded straight to a member (no str per event); any other string -> OTHER."""
+
+    START = F.START
+    STOP = F.STOP
+    INSTANT = F.INSTANT
+    OTHER = F.UNKNOWN
+
+    def __init__(self, value: str) -> None:
+        self.code = {F.START: _START, F.STOP: _STOP, F.INSTANT: _INSTANT}.get(value, _OTHER_PHASE)
+
+    @classmethod
+    def _missing_(cls, value: object) -> _Phase | None:
+        return cls.OTHER if isinstance(value, str) else None
 
 
 class _Ext(msgspec.Struct, gc=False, frozen=True):
@@ -68,7 +90,7 @@ _NO_DATA = _Data()
 class _Event(msgspec.Struct, gc=False, kw_only=True):
     # Field order follows the runtime's JSON (msgspec's fast path for keys in declared order).
     event_type: str
-    phase: str = F.UNKNOWN
+    phase: _Phase = _Phase.OTHER
     tracking_id: _I64 | None = _ABSENT
     nc_idx: _I64 = 0
     thread_id: _I64 = 0
@@ -107,8 +129,15 @@ _decode_events = msgspec.json.Decoder(list[_Event]).decode
 _decode_data_raw = msgspec.json.Decoder(_RawData).decode
 _decode_env_ext = msgspec.json.Decoder(_EnvExt).decode
 _get_data = attrgetter("data")
+_get_type = attrgetter("event_type")
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _CHUNK = 4096  # events per validation chunk on the slow (malformed input) path
+
+# One C-level pass per row set: every event's stream columns, then each kept row's own columns.
+_STREAM = ("timestamp_ns", "tracking_id", "nc_idx", "data.exec_id", "data.nc_timestamp_ns",
+           "phase.code")
+_ROW = ("thread_id", "nrta_seq_id", "data.neuron_profiler.correlation_id",
+        "data.neuron_profiler.modelled")
 
 _KIND_BY_TYPE = {
     **{t: ActivityKind.KERNEL for t in F.DEVICE_EXEC_TYPES},
@@ -123,8 +152,6 @@ for _kind, _queue in ((ActivityKind.KERNEL, Queue.COMPUTE), (ActivityKind.DMA, Q
                       (ActivityKind.RUNTIME_CALL, Queue.HOST), (ActivityKind.HOST_SYNC, Queue.HOST),
                       (ActivityKind.FALLBACK, Queue.HOST)):
     _QUEUE_BY_KIND[_kind] = _queue
-_PHASE_CODE = {F.START: 0, F.STOP: 1, F.INSTANT: 2}  # anything else: 3
-_START, _STOP, _INSTANT = 0, 1, 2
 
 
 @contextmanager
@@ -139,10 +166,20 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _envelopes(payload: bytes | str) -> Iterator[tuple[list[_Event], list[Any], int, Any]]:
+class _Part(msgspec.Struct, gc=False):
+    """One decoded envelope: its events, where their raw data comes from, and what was wrong."""
+
+    events: list[_Event]
+    source: Any  # the envelope's bytes (raw data cut out lazily) ...
+    raws: list[msgspec.Raw] | None  # ... or, on the slow path, the raw data of each kept event
+    malformed: int
+    ext: Any
+
+
+def _envelopes(payload: bytes | str) -> Iterator[_Part]:
     """Decoded envelopes of one payload: a single envelope, envelopes one after another, or a
     JSON list of envelopes. Raises ``msgspec.DecodeError`` when a part is not JSON."""
-    buf = payload.encode() if isinstance(payload, str) else payload
+    buf = payload.encode() if isinstance(payload, str) else bytes(payload)
     view = memoryview(buf)
     if bytes(view[:64]).lstrip().startswith(b"["):
         for raw in msgspec.json.decode(view, type=list[msgspec.Raw]):
@@ -164,12 +201,11 @@ def _envelopes(payload: bytes | str) -> Iterator[tuple[list[_Event], list[Any], 
             pos = end
 
 
-def _events_of(part: bytes | memoryview) -> tuple[list[_Event], list[msgspec.Raw], int, Any]:
-    """Decode one envelope: (events, their raw data, malformed count, extension raw)."""
+def _events_of(part: Any) -> _Part:
+    """Decode one envelope (raw data of its events left in ``part`` when all are well-typed)."""
     try:
         env = _decode_envelope(part)
-        raws = list(map(_get_data, _decode_raw_data(part).events))
-        return env.events, raws, 0, env.neuron_profiler
+        return _Part(env.events, part, None, 0, env.neuron_profiler)
     except msgspec.ValidationError:
         pass  # some event is mistyped: validate chunk by chunk, then event by event
     env_raw = _decode_raw_envelope(part)  # raises when the envelope itself is unusable
@@ -191,7 +227,46 @@ def _events_of(part: bytes | memoryview) -> tuple[list[_Event], list[msgspec.Raw
         for event, raw in good:
             events.append(event)
             raws.append(_decode_data_raw(raw).data)
-    return events, raws, malformed, env_raw.neuron_profiler
+    return _Part(events, None, raws, malformed, env_raw.neuron_profiler)
+
+
+class RowData(Sequence[bytes]):
+    """``DeviceActivities.data``: each row's ``data`` object as JSON bytes, cut out of the
+    payload on first use (one raw msgspec pass), then held as a plain list."""
+
+    __slots__ = ("_parts", "_rows", "_list")
+
+    def __init__(self, parts: list[_Part], rows: np.ndarray) -> None:
+        # Only the envelopes' bytes (or slow-path raws) are kept, not the decoded events.
+        self._parts: list[tuple[Any, list[Any] | None]] | None = [(p.source, p.raws)
+                                                                   for p in parts]
+        self._rows = rows
+        self._list: list[bytes] | None = None
+
+    def _materialise(self) -> list[bytes]:
+        if self._list is None:
+            raws: list[Any] = []
+            for source, part_raws in self._parts or ():
+                raws.extend(part_raws if part_raws is not None
+                            else map(_get_data, _decode_raw_data(source).events))
+            self._list = list(map(bytes, _take(raws, self._rows)))
+            self._parts = None  # the payload can go
+        return self._list
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        return self._materialise()[i]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._materialise())
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"RowData({len(self)} rows{'' if self._list is not None else ', not read yet'})"
 
 
 def _dropped_of(ext_raw: Any) -> tuple[dict[int, int], int]:
@@ -205,22 +280,32 @@ def _dropped_of(ext_raw: Any) -> tuple[dict[int, int], int]:
         return {}, 1
 
 
-def _ints(objs: list[Any], attr: str, missing: int = -1) -> tuple[np.ndarray, np.ndarray]:
-    """int64 column of ``obj.attr`` (absent or null -> ``missing``) and its presence mask."""
-    get = attrgetter(attr)
+def _matrix(objs: list[Any], names: Sequence[str]) -> np.ndarray:
+    """int64 (len(objs), len(names)) of ``obj.name`` (dotted), JSON nulls -> ``_ABSENT``; one
+    C-level pass. Raises AttributeError where an intermediate object is null."""
+    n, width = len(objs), len(names)
+    get = attrgetter(*names) if width > 1 else (lambda o, g=attrgetter(names[0]): (g(o),))
     try:
-        col = np.fromiter(map(get, objs), dtype=np.int64, count=len(objs))
+        flat = np.fromiter(chain.from_iterable(map(get, objs)), dtype=np.int64, count=n * width)
     except TypeError:  # explicit JSON nulls
-        col = np.array([_ABSENT if v is None else v for v in map(get, objs)], dtype=np.int64)
+        flat = np.array([_ABSENT if v is None else v for v in chain.from_iterable(map(get, objs))],
+                        dtype=np.int64)
+    return flat.reshape(n, width)
+
+
+def _present(col: np.ndarray, missing: int) -> tuple[np.ndarray, np.ndarray]:
+    """(column with absent -> ``missing``, presence mask) of a ``_matrix`` column."""
+    col = np.ascontiguousarray(col)
     present = col != _ABSENT
     col[~present] = missing
     return col, present
 
 
-def _codes(values: list[str]) -> tuple[dict[str, int], np.ndarray]:
-    """Interned strings (first-seen order) and each value's code."""
-    table = {v: i for i, v in enumerate(dict.fromkeys(values))}
-    return table, np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=len(values))
+def _codes(values: Iterable[Any], n: int) -> tuple[list[Any], np.ndarray]:
+    """Distinct values (first-seen order) and each value's code, in one C-level pass."""
+    table: defaultdict[Any, int] = defaultdict(count().__next__)
+    codes = np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n)
+    return list(table), codes
 
 
 def _take(values: list[Any], rows: np.ndarray) -> list[Any]:
@@ -230,11 +315,19 @@ def _take(values: list[Any], rows: np.ndarray) -> list[Any]:
     return list(itemgetter(*rows.tolist())(values))
 
 
-def _nearest(group: list[np.ndarray], ts: np.ndarray, idx: np.ndarray, is_sync: np.ndarray,
-             backward: bool) -> np.ndarray:
+def _group_order(group: list[np.ndarray], ts: np.ndarray, idx: np.ndarray, ts_sorted: bool
+                 ) -> np.ndarray:
+    """Positions in (group..., ts, idx) order; ``idx`` ascending and ``ts`` sorted: by group."""
+    if ts_sorted:  # (ts, idx) order is already the input order; lexsort is stable
+        return np.lexsort(tuple(reversed(group))) if len(group) > 1 else np.argsort(
+            group[0], kind="stable")
+    return np.lexsort((idx, ts, *reversed(group)))
+
+
+def _nearest(group: list[np.ndarray], order: np.ndarray, is_sync: np.ndarray, backward: bool
+             ) -> np.ndarray:
     """For each element, the position of the sync point of its group at or before it (or the
-    first after it when ``backward``) in (ts, idx) order; -1 when there is none."""
-    order = np.lexsort((idx, ts, *reversed(group)))
+    first after it when ``backward``) in ``order``; -1 when there is none."""
     n = len(order)
     pos = np.where(is_sync[order], np.arange(n), -1 if not backward else n)
     found = (np.maximum.accumulate(pos) if not backward
@@ -242,29 +335,34 @@ def _nearest(group: list[np.ndarray], ts: np.ndarray, idx: np.ndarray, is_sync: 
     valid = (found >= 0) & (found < n)
     safe = np.clip(found, 0, n - 1)
     for key in group:
-        valid &= key[order][safe] == key[order]
+        ordered = key[order]
+        valid &= ordered[safe] == ordered
     out = np.full(n, -1, dtype=np.int64)
     out[order] = np.where(valid, order[safe], -1)
     return out
 
 
 def _map_clock(ts: np.ndarray, core: np.ndarray, exec_id: np.ndarray, has_exec: np.ndarray,
-               nc_ts: np.ndarray, device: np.ndarray, is_sync: np.ndarray, sync_cpu: np.ndarray
-               ) -> np.ndarray:
+               nc_ts: np.ndarray, device: np.ndarray, is_sync: np.ndarray, sync_cpu: np.ndarray,
+               ts_sorted: bool) -> np.ndarray:
     """Host-clock ns of every event (``device`` rows through their sync point)."""
     host = ts.copy()
     if not is_sync.any() or not device.any():
         return host
-    idx = np.arange(len(ts))
     sel = np.flatnonzero(device | is_sync)
-    s_sync, s_ts, s_idx, s_core = is_sync[sel], ts[sel], idx[sel], core[sel]
-    chosen = _nearest([s_core], s_ts, s_idx, s_sync, backward=False)
+    s_sync, s_ts, s_core = is_sync[sel], ts[sel], core[sel]
+    order = _group_order([s_core], s_ts, sel, ts_sorted)
+    chosen = _nearest([s_core], order, s_sync, backward=False)
     keyed = has_exec[sel]
+    s_exec = exec_id[sel]
+    # Only rows whose exec_id some sync point has can match one of the same (core, exec_id).
+    keyed &= np.isin(s_exec, np.unique(s_exec[keyed & s_sync]))
     if keyed.any():  # same (core, exec_id): at or before, else the earliest after
         k = np.flatnonzero(keyed)
-        group = [s_core[k], exec_id[sel][k]]
-        before = _nearest(group, s_ts[k], s_idx[k], s_sync[k], backward=False)
-        after = _nearest(group, s_ts[k], s_idx[k], s_sync[k], backward=True)
+        group = [s_core[k], s_exec[k]]
+        k_order = _group_order(group, s_ts[k], sel[k], ts_sorted)
+        before = _nearest(group, k_order, s_sync[k], backward=False)
+        after = _nearest(group, k_order, s_sync[k], backward=True)
         exact = np.where(before >= 0, before, after)
         exact = np.where(exact >= 0, k[np.clip(exact, 0, None)], -1)
         chosen[k] = np.where(exact >= 0, exact, chosen[k])
@@ -276,10 +374,14 @@ def _map_clock(ts: np.ndarray, core: np.ndarray, exec_id: np.ndarray, has_exec: 
 
 
 def _pair(type_code: np.ndarray, phase: np.ndarray, tracking: np.ndarray,
-          pairable: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """(start rows, their stop rows, unpaired count) among pairable events."""
+          pairable: np.ndarray, ts: np.ndarray, ts_sorted: bool
+          ) -> tuple[np.ndarray, np.ndarray, int]:
+    """(start rows, their stop rows, unpaired count) among pairable events: sorted by (type,
+    tracking id, ts, row), a start pairs with the next row when that is its stop."""
     rows = np.flatnonzero(pairable)
-    order = rows[np.lexsort((rows, ts[rows], tracking[rows], type_code[rows]))]
+    if not ts_sorted:
+        rows = rows[np.argsort(ts[rows], kind="stable")]
+    order = rows[np.lexsort((tracking[rows], type_code[rows]))]  # stable: keeps (ts, row)
     if len(order) < 2:
         return order[:0], order[:0], len(order)
     a, b = order[:-1], order[1:]
@@ -294,44 +396,43 @@ class _Columns:
 
     def __init__(self, events: list[_Event]) -> None:
         self.events = events
-        g = lambda name: list(map(attrgetter(name), events))  # noqa: E731
-        self.types: list[str] = g("event_type")
-        self.type_names, self.type_code = _codes(self.types)
-        phases = g("phase")
-        self.phase = np.fromiter(map(_PHASE_CODE.get, phases, repeat(3, len(phases))),
-                                 dtype=np.int8, count=len(phases))
         n = len(events)
-        self.tracking, self.has_tracking = _ints(events, "tracking_id")
-        self.core = np.fromiter(map(attrgetter("nc_idx"), events), dtype=np.int64, count=n)
-        self.ts = np.fromiter(map(attrgetter("timestamp_ns"), events), dtype=np.int64, count=n)
-        self.exec_id, self.has_exec = _ints(events, "data.exec_id")
-        self.nc_ts, self.has_nc = _ints(events, "data.nc_timestamp_ns", 0)
+        self.type_names, self.type_code = _codes(map(_get_type, events), n)
+        m = _matrix(events, _STREAM)
+        self.ts = np.ascontiguousarray(m[:, 0])
+        self.tracking, self.has_tracking = _present(m[:, 1], -1)
+        self.core = np.ascontiguousarray(m[:, 2])
+        self.exec_id, self.has_exec = _present(m[:, 3], -1)
+        self.nc_ts, self.has_nc = _present(m[:, 4], 0)
+        self.phase = m[:, 5].astype(np.int8)
+        self.ts_sorted = bool((self.ts[1:] >= self.ts[:-1]).all())
 
 
-def _select_sync(cols: _Columns) -> tuple[np.ndarray, np.ndarray, int]:
-    """(is usable sync point, its cpu stamps, malformed sync points) per event."""
-    code = cols.type_names.get(F.TIMESTAMP_SYNC_POINT, -1)
+def _select_sync(cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(sync-point rows, usable sync point, its cpu stamps, malformed sync points) per event."""
+    code = cols.type_names.index(F.TIMESTAMP_SYNC_POINT) if (
+        F.TIMESTAMP_SYNC_POINT in cols.type_names) else -1
     is_sync_type = cols.type_code == code
     cpu = np.zeros(len(cols.ts), dtype=np.int64)
     rows = np.flatnonzero(is_sync_type)
-    values, has_cpu = _ints(_take(cols.events, rows), "data.cpu_timestamp_ns")
+    values, has_cpu = _present(_matrix(_take(cols.events, rows), ("data.cpu_timestamp_ns",))[:, 0],
+                               -1)
     cpu[rows] = values
     usable = is_sync_type.copy()
     usable[rows] = has_cpu & cols.has_nc[rows]
-    return usable, cpu, int(is_sync_type.sum() - usable.sum())
+    return is_sync_type, usable, cpu, int(is_sync_type.sum() - usable.sum())
 
 
-def _activities(cols: _Columns, raws: list[Any], malformed: int, dropped: dict[int, int]
+def _activities(cols: _Columns, parts: list[_Part], malformed: int, dropped: dict[int, int]
                 ) -> DeviceActivities:
-    is_sync, sync_cpu, bad_sync = _select_sync(cols)
-    consumed = cols.type_code == cols.type_names.get(F.TIMESTAMP_SYNC_POINT, -1)
+    consumed, is_sync, sync_cpu, bad_sync = _select_sync(cols)
     device = cols.has_nc & ~consumed  # events carrying a device stamp to map
     host = _map_clock(cols.ts, cols.core, cols.exec_id, cols.has_exec, cols.nc_ts, device,
-                      is_sync, sync_cpu)
+                      is_sync, sync_cpu, cols.ts_sorted)
     pairable = ~consumed & cols.has_tracking & (cols.phase <= _STOP)
-    starts, stops, unpaired = _pair(cols.type_code, cols.phase, cols.tracking, pairable, cols.ts)
-    single = np.ones(len(cols.ts), dtype=bool)
-    single[consumed] = False
+    starts, stops, unpaired = _pair(cols.type_code, cols.phase, cols.tracking, pairable, cols.ts,
+                                    cols.ts_sorted)
+    single = ~consumed
     single[starts] = False
     single[stops] = False
     lone = np.flatnonzero(single)
@@ -340,35 +441,63 @@ def _activities(cols: _Columns, raws: list[Any], malformed: int, dropped: dict[i
     end_ns = np.concatenate([np.maximum(host[stops], host[starts]), host[lone]])
     order = np.lexsort((rows, start_ns))
     rows, start_ns, end_ns = rows[order], start_ns[order], end_ns[order]
-    return _build(cols, rows, start_ns, end_ns, raws, malformed + bad_sync, unpaired, dropped)
+    return _build(cols, rows, start_ns, end_ns, parts, malformed + bad_sync, unpaired, dropped)
+
+
+def _row_columns(events: list[_Event]) -> tuple[np.ndarray, list[Any]]:
+    """(thread, seq, correlation, modelled) matrix and the op names of the kept rows' events."""
+    try:
+        return _matrix(events, _ROW), list(map(attrgetter("data.neuron_profiler.op"), events))
+    except AttributeError:  # some extension is an explicit JSON null
+        exts = [_NO_EXT if x is None else x for x in map(attrgetter("data.neuron_profiler"),
+                                                         events)]
+        m = np.concatenate([_matrix(events, _ROW[:2]),
+                            _matrix(exts, ("correlation_id", "modelled"))], axis=1)
+        return m, list(map(attrgetter("op"), exts))
+
+
+def _labels(cols: _Columns, events: list[_Event], type_code: np.ndarray, ops: list[Any]
+            ) -> tuple[list[str], np.ndarray]:
+    """Row names: the extension's op, else its collective, else the event type."""
+    table: defaultdict[str, int] = defaultdict(count().__next__)
+    op_names, op_code = _codes(ops, len(ops))
+    label = np.array([table[o] if o else -1 for o in op_names], dtype=np.int64)[op_code] if len(
+        ops) else np.zeros(0, np.int64)
+    need = np.flatnonzero(label < 0)
+    if len(need):
+        sub = _take(events, need)
+        exts = [_NO_EXT if x is None else x for x in map(attrgetter("data.neuron_profiler"), sub)]
+        coll_names, coll_code = _codes(map(attrgetter("collective"), exts), len(exts))
+        coll = np.array([table[c] if c else -1 for c in coll_names], dtype=np.int64)[coll_code]
+        by_type = np.array([table[t] for t in cols.type_names], dtype=np.int64)
+        label[need] = np.where(coll >= 0, coll, by_type[type_code[need]])
+    names = list(table)
+    used = np.zeros(len(names), dtype=bool)
+    used[label] = True
+    remap = np.cumsum(used) - 1
+    return [s for s, u in zip(names, used.tolist(), strict=True) if u], remap[label]
 
 
 def _build(cols: _Columns, rows: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray,
-           raws: list[Any], malformed: int, unpaired: int, dropped: dict[int, int]
+           parts: list[_Part], malformed: int, unpaired: int, dropped: dict[int, int]
            ) -> DeviceActivities:
     kind_of_code = np.array([_KIND_BY_TYPE.get(t, -1) for t in cols.type_names], dtype=np.int16)
-    kind = kind_of_code[cols.type_code[rows]] if len(rows) else np.zeros(0, np.int16)
+    type_code = cols.type_code[rows]
+    kind = kind_of_code[type_code] if len(rows) else np.zeros(0, np.int16)
     unknown = kind < 0
     kind[unknown] = np.where(cols.phase[rows][unknown] == _INSTANT, ActivityKind.INSTANT,
                              ActivityKind.GENERIC)
     kind = kind.astype(np.uint8)
     events = _take(cols.events, rows)
-    exts = [_NO_EXT if x is None else x for x in map(attrgetter("data.neuron_profiler"), events)]
-    types = _take(cols.types, rows)
-    labels = list(map(attrgetter("op"), exts))
-    for i in [i for i, op in enumerate(labels) if not op]:  # no op name: collective or type
-        labels[i] = exts[i].collective or types[i]
-    names, name_id = _codes(labels)
-    seq, _ = _ints(events, "nrta_seq_id")
-    corr, _ = _ints(exts, "correlation_id", 0)
+    m, ops = _row_columns(events)
+    names, name_id = _labels(cols, events, type_code, ops)
+    seq, _ = _present(m[:, 1], -1)
+    corr, _ = _present(m[:, 2], 0)
     return DeviceActivities(
         start_ns=start_ns, end_ns=end_ns, kind=kind, queue=_QUEUE_BY_KIND[kind],
-        core=cols.core[rows], thread_id=np.fromiter(map(attrgetter("thread_id"), events),
-                                                    dtype=np.int64, count=len(events)),
-        correlation_id=corr, exec_id=cols.exec_id[rows], seq_id=seq,
-        name_id=name_id.astype(np.int32),
-        modelled=np.fromiter(map(attrgetter("modelled"), exts), dtype=bool, count=len(exts)),
-        names=list(names), data=list(map(bytes, _take(raws, rows))),
+        core=cols.core[rows], thread_id=np.ascontiguousarray(m[:, 0]), correlation_id=corr,
+        exec_id=cols.exec_id[rows], seq_id=seq, name_id=name_id.astype(np.int32),
+        modelled=m[:, 3] != 0, names=names, data=RowData(parts, rows),  # type: ignore[arg-type]
         malformed=malformed, unpaired=unpaired, dropped=dropped)
 
 
@@ -381,20 +510,20 @@ def parse_system_traces(payloads: Iterable[bytes | str], dropped: dict[int, int]
     or not a system-trace envelope.
     """
     with _gc_paused():
-        events: list[_Event] = []
-        raws: list[Any] = []
+        parts: list[_Part] = []
         malformed = 0
         reported: dict[int, int] = {}
         for payload in payloads:
-            for part_events, part_raws, bad, ext in _envelopes(payload):
-                counts, bad_ext = _dropped_of(ext)
-                events.extend(part_events)
-                raws.extend(part_raws)
-                malformed += bad + bad_ext
+            for part in _envelopes(payload):
+                counts, bad_ext = _dropped_of(part.ext)
+                parts.append(part)
+                malformed += part.malformed + bad_ext
                 for core, n in counts.items():
                     reported[core] = reported.get(core, 0) + n
+        events = parts[0].events if len(parts) == 1 else list(
+            chain.from_iterable(p.events for p in parts))
         drops = dict(reported if dropped is None else dropped)
-        return _activities(_Columns(events), raws, malformed, drops)
+        return _activities(_Columns(events), parts, malformed, drops)
 
 
 class _InfoEnvelope(msgspec.Struct, gc=False):
