@@ -3,14 +3,12 @@
     inner = FixedRows(n); inner.varint(11, track_uuid); inner.fixed64(47, flow_ids)
     rows = FixedRows(n); rows.varint(8, ts_ns); rows.message(11, inner)
     framed = FixedRows(n); framed.message(1, rows)            # Trace.packet framing
-    wire = assemble(n_all, [Rows(row_index, framed.matrix()), ...])  # pieces, in row order
+    wire = interleave([(row_index, framed.matrix()), ...], n)  # several layouts, in row order
 
 Why: the perfetto package builds one Python object per packet (about 0.2M packets/s here).
 Giving every message of a layout the same byte layout (each varint padded to the widest value of
 its column) makes a layout one (rows, width) byte matrix built column block by column block;
-``assemble`` computes every row's offset (a cumulative sum of row sizes) and copies each
-layout's rows to their offsets at once through an overlapping strided view of the output (row i
-of the view starts at byte i), so nothing is padded to a common width or compacted byte by byte. Field numbers come from perfetto's own
+``interleave`` merges the layouts' rows back in order. Field numbers come from perfetto's own
 generated protos (see ``perfetto.py``), never typed in twice.
 
 Rows may end with a variable-length blob of already-encoded fields (``tail``, e.g. args encoded
@@ -19,8 +17,6 @@ is free), and only changes the length values, not the layout.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -60,32 +56,28 @@ def varint_sizes(values: np.ndarray) -> np.ndarray:
     return sizes
 
 
-_PAIRS = np.arange(1 << 14, dtype=np.uint16)
-# 14 bits -> their two 7-bit groups as varint bytes with the continuation bit set (little-endian)
-_PAIR_BYTES = ((_PAIRS & 0x7F) | 0x80 | ((((_PAIRS >> 7) & 0x7F) | 0x80) << 8)).astype(np.uint16)
-
-
 def _padded_varint_block(values: np.ndarray) -> np.ndarray:
     """(n, k) bytes: every value as a k-byte varint, k = the widest value's size.
 
     Smaller values carry redundant 0x80 groups: a valid, non-canonical varint every protobuf
-    parser reads (protozero and upb included), which gives every row the same layout. Groups
-    every value shares (the high bits of nearby timestamps) are one constant; the varying ones
-    come two at a time from a 16k-entry table.
+    parser reads (protozero and upb included), which gives every row the same layout.
     """
     top = int(values.max()) if len(values) else 0
     width = int(varint_sizes(np.array([top], dtype=np.uint64))[0])
     if width == 1:
         return values.astype(np.uint8)[:, None]
+    if width == 2:
+        return np.stack([(values & np.uint64(0x7F)).astype(np.uint8) | 0x80,
+                         (values >> np.uint64(7)).astype(np.uint8)], axis=1)
+    # groups that every value shares (e.g. the high bits of nearby timestamps) are one constant
     low = int(values.min())
     varying = width
     while varying > 1 and (low >> (7 * (varying - 1))) == (top >> (7 * (varying - 1))):
         varying -= 1
-    pairs = [_PAIR_BYTES[((values >> np.uint64(14 * j)) & np.uint64(0x3FFF)).astype(np.intp)]
-             for j in range((varying + 1) // 2)]
-    block = np.stack(pairs, axis=1).view(np.uint8)[:, :varying]
+    shifts = (np.arange(varying, dtype=np.uint64) * np.uint64(7))[None, :]
+    block = ((values[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8) | 0x80
     if varying == width:
-        block[:, -1] &= 0x7F  # the last group ends the varint
+        block[:, -1] &= 0x7F
         return block
     # the shared high groups are the canonical varint of top >> (7 * varying): width - varying
     # bytes, since width is top's own size
@@ -144,94 +136,27 @@ class FixedRows:
                                                                                np.uint8)
 
 
-def _row_view(buffer: np.ndarray, width: int) -> np.ndarray:
-    """Overlapping view of a byte buffer as ``width``-byte items: item i starts at byte i.
+def interleave(rows: list[tuple[np.ndarray, np.ndarray]], n: int,
+               tails: tuple[np.ndarray, list[bytes]] | None = None) -> bytes:
+    """Join row matrices of different widths into one stream in row order.
 
-    One void item per row makes a fancy-indexed copy one memcpy per row (several times faster
-    than the same copy through a 2-D uint8 view)."""
-    return np.ndarray(shape=(len(buffer) - width + 1,), dtype=np.dtype((np.void, width)),
-                      buffer=buffer, strides=(1,))
-
-
-def _items(matrix: np.ndarray) -> np.ndarray:
-    matrix = np.ascontiguousarray(matrix)
-    return matrix.view(np.dtype((np.void, matrix.shape[1]))).reshape(len(matrix))
-
-
-def place_rows(out: np.ndarray, offsets: np.ndarray, matrix: np.ndarray) -> None:
-    """Copy matrix row i to out[offsets[i]:offsets[i] + width] (rows must not overlap)."""
-    if len(offsets) and matrix.shape[1]:
-        _row_view(out, matrix.shape[1])[offsets] = _items(matrix)
-
-
-def take_rows(buffer: np.ndarray, offsets: np.ndarray, width: int) -> np.ndarray:
-    """(len(offsets), width): the width bytes of buffer starting at each offset."""
-    return _row_view(buffer, width)[offsets].view(np.uint8).reshape(len(offsets), width)
-
-
-MAX_BLOB_SIZE_GROUPS = 64
-
-
-def place_blobs(out: np.ndarray, offsets: np.ndarray, blobs: np.ndarray,
-                sizes: np.ndarray) -> None:
-    """Copy consecutive blobs (``sizes`` bytes each, packed in ``blobs``) to ``offsets``.
-
-    Blobs of one size are copied as rows of one matrix; many distinct sizes take a byte index.
+    ``rows``: (row indices, (len, width) matrix) per layout; ``tails``: (rows ascending, blobs)
+    appended right after those rows' bytes.
     """
-    if not len(sizes):
-        return
-    src = np.cumsum(sizes) - sizes
-    kinds, counts = np.unique(sizes, return_counts=True)
-    if len(kinds) > MAX_BLOB_SIZE_GROUPS:
-        total = int(sizes.sum())
-        out[np.repeat(offsets - src, sizes) + np.arange(total)] = blobs[:total]
-        return
-    if len(kinds) == 1:
-        place_rows(out, offsets, take_rows(blobs, src, int(kinds[0])))
-        return
-    order = np.argsort(sizes, kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
-    for k, size in enumerate(kinds.tolist()):
-        if size:
-            group = order[bounds[k]:bounds[k + 1]]
-            place_rows(out, offsets[group], take_rows(blobs, src[group], size))
-
-
-@dataclass(frozen=True)
-class Rows:
-    """The same-width piece ``matrix[i]`` of message ``index[i]``."""
-
-    index: np.ndarray
-    matrix: np.ndarray
-
-
-@dataclass(frozen=True)
-class Blobs:
-    """Variable-size pieces: ``sizes[i]`` bytes (packed in ``data``) of message ``index[i]``."""
-
-    index: np.ndarray
-    data: np.ndarray
-    sizes: np.ndarray
-
-
-def assemble(n: int, parts: list[Rows | Blobs]) -> np.ndarray:
-    """n messages as one byte buffer: message i is its pieces in the order of ``parts``.
-
-    Every piece lands at its offset (cumulative sums of piece sizes) in one row copy per part,
-    through an overlapping strided view of the output (row i of the view starts at byte i): no
-    padded grid, no per-byte compaction. An index must not repeat within a part.
-    """
-    size = np.zeros(n, dtype=np.int64)
-    within = []
-    for part in parts:
-        within.append(size[part.index])
-        size[part.index] += part.matrix.shape[1] if isinstance(part, Rows) else part.sizes
-    starts = np.cumsum(size) - size
-    out = np.empty(int(size.sum()), dtype=np.uint8)
-    for part, offset in zip(parts, within, strict=True):
-        at = starts[part.index] + offset
-        if isinstance(part, Rows):
-            place_rows(out, at, part.matrix)
-        else:
-            place_blobs(out, at, part.data, part.sizes)
-    return out
+    width = max((m.shape[1] for _, m in rows), default=0)
+    sizes = np.zeros(n, dtype=np.int64)
+    grid = np.empty((n, width), dtype=np.uint8)  # only the used prefix of each row is read
+    for index, matrix in rows:
+        grid[index, : matrix.shape[1]] = matrix
+        sizes[index] = matrix.shape[1]
+    head = grid[np.arange(width)[None, :] < sizes[:, None]].tobytes()
+    if tails is None or len(tails[0]) == 0:
+        return head
+    ends = np.cumsum(sizes)[tails[0]].tolist()
+    view, parts, done = memoryview(head), [], 0
+    for end, blob in zip(ends, tails[1], strict=True):
+        parts.append(view[done:end])
+        parts.append(blob)
+        done = end
+    parts.append(view[done:])
+    return b"".join(parts)

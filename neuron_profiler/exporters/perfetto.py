@@ -35,10 +35,9 @@ import pandas as pd
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from neuron_profiler.analysis.counters import CounterSeries, DeviceCounters, device_counters
-from neuron_profiler.exporters import _nesting as N
 from neuron_profiler.exporters import _protowire as W
 from neuron_profiler.exporters._annotations import ArgsEncoder
-from neuron_profiler.exporters._nesting import Timeline, assign_lanes, extend, stable_order
+from neuron_profiler.exporters._nesting import Nesting, assign_lanes
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
@@ -51,7 +50,6 @@ SEQUENCE_ID = 1
 SYNTHETIC_PID_BASE = 0x40000000
 INTERNED_PACKET_NAMES = 20000  # names per interned-data packet (keeps packets small)
 FLOW_PHASES = (S.Phase.FLOW_START, S.Phase.FLOW_STEP, S.Phase.FLOW_END)
-INSTANTS, COUNTERS = N.POINTS, N.POINTS + 1  # timeline classes after slice ends and begins
 
 BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
 END = pb.TrackEvent.TYPE_SLICE_END
@@ -124,9 +122,10 @@ class _Tracks:
     descriptors: list[pb.TrackDescriptor]
     slice_uuid: np.ndarray
     instant_uuid: np.ndarray
-    counter_ts: np.ndarray  # counter samples (device series, then Chrome counters)
-    counter_uuid: np.ndarray
-    counter_value: np.ndarray
+    begin_pos: np.ndarray
+    end_pos: np.ndarray
+    counter_uuids: list[tuple[int, CounterSeries]]
+    chrome_counters: list[tuple[int, np.ndarray, np.ndarray]]
     overlap_tracks: int
     chrome_counter_skipped: int
 
@@ -141,33 +140,22 @@ class _Flows:
     unbound: int
 
 
-def _phase_table(*phases: int) -> np.ndarray:
-    table = np.zeros(256, dtype=bool)
-    table[list(phases)] = True
-    return table
-
-
-_FLOW_PHASE = _phase_table(*FLOW_PHASES)
-_BEGIN_END = _phase_table(S.Phase.BEGIN, S.Phase.END)
-
-
 def _select(trace: Trace) -> _Selection:
     ph, dur, ts = trace.col(S.PH), trace.col(S.DUR_NS), trace.col(S.TS_NS)
     valid_ts = ts >= 0
     complete = (ph == S.Phase.COMPLETE) & valid_ts
-    flow_phase = _FLOW_PHASE[ph] & valid_ts
-    has_flow_id = trace.col(S.FLOW_ID) >= 0
+    flow_phase = np.isin(ph, np.array(FLOW_PHASES, dtype=np.uint8)) & valid_ts
     skipped = {
         "negative duration": int((complete & (dur < 0)).sum()),
-        "negative timestamp": int(len(ts) - np.count_nonzero(valid_ts)),
-        "unpaired begin/end": int((_BEGIN_END[ph] & valid_ts).sum()),
+        "negative timestamp": int((~valid_ts).sum()),
+        "unpaired begin/end": int((np.isin(ph, [S.Phase.BEGIN, S.Phase.END]) & valid_ts).sum()),
         "unknown phase": int(((ph == S.Phase.OTHER) & valid_ts).sum()),
-        "flow without id": int((flow_phase & ~has_flow_id).sum()),
+        "flow without id": int((flow_phase & (trace.col(S.FLOW_ID) < 0)).sum()),
     }
     return _Selection(
         slices=np.flatnonzero(complete & (dur > 0)),
         instants=np.flatnonzero((complete & (dur == 0)) | ((ph == S.Phase.INSTANT) & valid_ts)),
-        flows=np.flatnonzero(flow_phase & has_flow_id),
+        flows=np.flatnonzero(flow_phase & (trace.col(S.FLOW_ID) >= 0)),
         counters=np.flatnonzero((ph == S.Phase.COUNTER) & valid_ts),
         skipped={k: v for k, v in skipped.items() if v})
 
@@ -265,34 +253,31 @@ def _threads(trace: Trace, sel: _Selection) -> _Threads:
     return _Threads(thread=thread, pairs=pairs)
 
 
-def _plan(trace: Trace, sel: _Selection, counters: DeviceCounters | None,
-          pool: ThreadPoolExecutor) -> tuple[_Tracks, _Flows, Timeline]:
-    """Tracks (lanes, counters), flows and the emission order of every TrackEvent packet.
+def _nest(trace: Trace, sel: _Selection, threads: _Threads) -> Nesting:
+    start = trace.col(S.TS_NS)[sel.slices]
+    return assign_lanes(threads.thread[:len(sel.slices)], start,
+                        start + trace.col(S.DUR_NS)[sel.slices])
 
-    Counters and lanes run on the pool while this thread binds flows (numpy releases the GIL).
-    """
-    pending = None if counters is not None else pool.submit(device_counters, trace)
+
+def _plan(trace: Trace, sel: _Selection, counters: DeviceCounters | None,
+          pool: ThreadPoolExecutor) -> tuple[_Tracks, _Flows]:
+    """Tracks (with nesting and counters) and flows; the independent parts run side by side."""
     threads = _threads(trace, sel)
-    ts = trace.col(S.TS_NS)
-    start = ts[sel.slices]
-    end = start + trace.col(S.DUR_NS)[sel.slices]
-    tl = N.timeline(start, end, [ts[sel.instants]])
-    lanes = pool.submit(assign_lanes, threads.thread[:len(sel.slices)], start, end, tl)
-    flows = _bind_flows(trace, sel, threads, tl, end)
-    counters = pending.result() if pending is not None else counters
-    tracks = _tracks(trace, sel, counters, threads, lanes.result())
-    return tracks, flows, extend(tl, [tracks.counter_ts])
+    nest = pool.submit(_nest, trace, sel, threads)
+    flows = pool.submit(_bind_flows, trace, sel, threads)
+    counters = device_counters(trace) if counters is None else counters
+    return _tracks(trace, sel, counters, threads, nest.result()), flows.result()
 
 
 def _tracks(trace: Trace, sel: _Selection, counters: DeviceCounters, threads: _Threads,
-            lane: np.ndarray) -> _Tracks:
+            nest: Nesting) -> _Tracks:
     ids = _Ids()
     devices = _device_pids(trace, counters)
     thread, pairs = threads.thread, threads.pairs
     n_slices = len(sel.slices)
     chrome_counters, skipped_c = _chrome_counters(trace, sel.counters)
     pids = sorted({p for p, _ in pairs} | {s.pid for s in counters.series}
-                  | {p for p, _, _, _ in chrome_counters})
+                  | {p for p, _, _ in chrome_counters})
     proc_uuid, out_pid = _process_tracks(trace, pids, devices, ids)
     rank: dict[int, int] = {}
 
@@ -300,10 +285,10 @@ def _tracks(trace: Trace, sel: _Selection, counters: DeviceCounters, threads: _T
         rank[pid] = rank.get(pid, 0) + 1
         return ids.add(parent=proc_uuid[pid], sibling_order_rank=rank[pid], **fields)
 
-    lanes = int(lane.max()) + 1 if n_slices else 1
+    lanes = int(nest.lane.max()) + 1 if n_slices else 1
     track_uuid = np.zeros(len(pairs) * lanes, dtype=np.int64)
-    slot = thread[:n_slices] * lanes + lane if lanes > 1 else thread[:n_slices]
-    used_lanes = set(np.flatnonzero(np.bincount(slot, minlength=1)).tolist())
+    used_lanes = set(np.flatnonzero(np.bincount(thread[:n_slices] * lanes + nest.lane,
+                                                minlength=1)).tolist())
     order = sorted(range(len(pairs)), key=lambda i: (
         trace.thread_sort_index.get(pairs[i], 0), pairs[i][1]))
     for i in order:
@@ -316,45 +301,29 @@ def _tracks(trace: Trace, sel: _Selection, counters: DeviceCounters, threads: _T
         else:
             desc = child(pid, name=name)
         track_uuid[i * lanes] = desc.uuid
-        for k in range(1, lanes):
-            if i * lanes + k in used_lanes:
-                track_uuid[i * lanes + k] = child(pid, name=f"{name} (overlap {k})").uuid
-    points: list[tuple[int, np.ndarray, np.ndarray]] = []
+        for lane in range(1, lanes):
+            if i * lanes + lane in used_lanes:
+                track_uuid[i * lanes + lane] = child(pid, name=f"{name} (overlap {lane})").uuid
+    counter_uuids = []
     for series in counters.series:
         where = ("" if series.tid is None else
                  _thread_name(trace, series.pid, series.tid, True) + " ")
         unit = "" if series.name.endswith(series.unit) else f" ({series.unit})"
         desc = child(series.pid, name=f"{where}{series.name}{unit}",
                      counter=pb.CounterDescriptor(unit_name=series.unit))
-        points.append((desc.uuid, *_changes(series)))
+        counter_uuids.append((desc.uuid, series))
+    chrome = []
     for pid, name, ts, values in chrome_counters:
         desc = child(pid, name=name, counter=pb.CounterDescriptor())
-        points.append((desc.uuid, ts, values))
+        chrome.append((desc.uuid, ts, values))
     return _Tracks(
         descriptors=ids.descriptors,
-        slice_uuid=track_uuid[slot],
+        slice_uuid=track_uuid[thread[:n_slices] * lanes + nest.lane],
         instant_uuid=track_uuid[thread[n_slices:] * lanes],
-        counter_ts=_concat([ts for _, ts, _ in points], np.int64),
-        counter_uuid=_concat([np.full(len(ts), u) for u, ts, _ in points], np.int64),
-        counter_value=_concat([v for _, _, v in points], np.float64),
+        begin_pos=nest.begin_pos,
+        end_pos=nest.end_pos, counter_uuids=counter_uuids, chrome_counters=chrome,
         overlap_tracks=len([k for k in used_lanes if k % lanes]),
         chrome_counter_skipped=skipped_c)
-
-
-def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
-
-
-def _changes(series: CounterSeries) -> tuple[np.ndarray, np.ndarray]:
-    """Counter samples: a bin's value at its start where it changes, and 0 where it ends."""
-    if len(series.ts_ns) == 0:
-        return np.zeros(0, np.int64), np.zeros(0)
-    step = int(series.ts_ns[1] - series.ts_ns[0]) if len(series.ts_ns) > 1 else 0
-    ts = np.append(series.ts_ns, series.ts_ns[-1] + step)
-    value = np.append(series.values, 0.0)
-    change = np.ones(len(ts), dtype=bool)  # a counter holds its value: write changes only
-    change[1:] = value[1:] != value[:-1]
-    return ts[change], value[change]
 
 
 def _chrome_counters(trace: Trace, rows: np.ndarray) -> tuple[list[Any], int]:
@@ -376,48 +345,52 @@ def _chrome_counters(trace: Trace, rows: np.ndarray) -> tuple[list[Any], int]:
     return out, skipped
 
 
-def _bind_flows(trace: Trace, sel: _Selection, threads: _Threads, tl: Timeline,
-                slice_end: np.ndarray) -> _Flows:
-    """Attach each flow event to the innermost slice (or instant) enclosing it on its thread:
-    the latest to start at or before it, stepping back over ones that already ended."""
-    n, m = len(sel.slices), len(sel.instants)
+def _bind_flows(trace: Trace, sel: _Selection, threads: _Threads) -> _Flows:
+    """Attach each flow event to the innermost slice enclosing it on the same thread."""
+    cand = np.concatenate([sel.slices, sel.instants])
     empty = np.zeros(0, dtype=np.int64)
-    if len(sel.flows) == 0 or n + m == 0:
+    if len(sel.flows) == 0 or len(cand) == 0:
         return _Flows(empty, empty, np.zeros(0, dtype=bool), 0, 0, len(sel.flows))
-    ts = trace.col(S.TS_NS)
-    event_class = tl.event_class(tl.keys)
-    keys = tl.keys[(event_class == N.BEGIN) | (event_class == INSTANTS)]  # starts, by time
-    index = tl.index(keys)
-    is_begin = tl.event_class(keys) == N.BEGIN
-    cand = n + index  # candidate: slice i, or instant j as n + j
-    cand[is_begin] = tl.border[index[is_begin]]
-    c_thread = threads.thread[cand]
-    by_thread = stable_order(c_thread)  # (thread, start, longer first)
-    cand, c_thread, c_axis = cand[by_thread], c_thread[by_thread], tl.axis(keys)[by_thread]
-    c_end = np.concatenate([slice_end, ts[sel.instants]])
-    f_thread = _thread_lookup(trace.col(S.PID)[sel.flows], trace.col(S.TID)[sel.flows],
-                              threads.pairs)
-    f_ts = ts[sel.flows]
-    f_axis = tl.to_axis(f_ts)
-    width = tl.span + 2
-    if len(threads.pairs) * width >= 2**62:  # absurd span: dense ranks keep the order
-        uniq, ranks = np.unique(np.concatenate([c_axis, f_axis]), return_inverse=True)
-        c_axis, f_axis, width = ranks[:len(c_axis)], ranks[len(c_axis):], len(uniq) + 1
-    c_key = c_thread * width + c_axis + 1  # ascending: by thread, then time
-    f_key = np.where(f_thread >= 0, f_thread * width + f_axis + 1, -1)
-    by_key = stable_order(f_thread)  # flows come in time order: now ascending keys, which
-    pos = np.empty(len(f_key), dtype=np.int64)  # searchsorted walks in one sweep
-    pos[by_key] = np.searchsorted(c_key, f_key[by_key], side="right") - 1
+    pid, tid = trace.col(S.PID), trace.col(S.TID)
+    c_thread = threads.thread
+    f_thread = _thread_lookup(pid[sel.flows], tid[sel.flows], threads.pairs)
+    c_start = trace.col(S.TS_NS)[cand]
+    c_end = c_start + trace.col(S.DUR_NS)[cand]
+    f_ts = trace.col(S.TS_NS)[sel.flows]
+    c_time, f_time = _shared_time_axis(c_start, f_ts, len(threads.pairs))
+    width = int(max(c_time.max(), f_time.max())) + 1
+    c_key = c_thread * width + c_time
+    order = _start_order(c_key, c_end)
+    f_key = np.where(f_thread >= 0, f_thread * width + f_time, -1)
+    pos = np.searchsorted(c_key[order], f_key, side="right") - 1
     bound = np.full(len(sel.flows), -1, dtype=np.int64)
-    todo = np.flatnonzero((pos >= 0) & (f_thread >= 0))
     for _ in range(4):  # step back to an enclosing slice when the latest start has ended
-        at = pos[todo]
-        c = cand[at]
-        hit = (c_thread[at] == f_thread[todo]) & (c_end[c] >= f_ts[todo])
-        bound[todo[hit]] = c[hit]
-        todo = todo[~hit & (at > 0)]
-        pos[todo] -= 1
+        ok = (pos >= 0) & (f_thread >= 0) & (bound < 0)
+        c = order[np.maximum(pos, 0)]
+        hit = ok & (c_thread[c] == f_thread) & (c_end[c] >= f_ts)
+        bound[hit] = c[hit]
+        pos = np.where(hit, pos, pos - 1)
     return _chain_flows(trace, sel, bound, f_ts)
+
+
+def _shared_time_axis(a: np.ndarray, b: np.ndarray,
+                      groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Times relative to the earliest, or their dense ranks when group * time would overflow."""
+    lo = min(int(a.min()), int(b.min()))
+    span = max(int(a.max()), int(b.max())) - lo + 1
+    if groups * span < 2**62:
+        return a - lo, b - lo
+    _, ranks = np.unique(np.concatenate([a, b]), return_inverse=True)
+    return ranks[: len(a)].astype(np.int64), ranks[len(a):].astype(np.int64)
+
+
+def _start_order(key: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Order by (key, -end): a stable sort on key, with a full sort only if ties need it."""
+    order = np.argsort(key, kind="stable")
+    k, e = key[order], end[order]
+    if ((k[1:] == k[:-1]) & (e[1:] > e[:-1])).any():
+        return np.lexsort((-end, key))
+    return order
 
 
 def _thread_lookup(pid: np.ndarray, tid: np.ndarray, pairs: list[tuple[int, int]],
@@ -445,11 +418,8 @@ def _chain_flows(trace: Trace, sel: _Selection, bound: np.ndarray, f_ts: np.ndar
     uid = uid.astype(np.int64)
     orphan = np.bincount(uid)[uid] == 1  # the other end is not in the trace at all
     keep = np.flatnonzero(bound >= 0)
-    k_ts, k_ph = f_ts[keep], trace.col(S.PH)[sel.flows][keep]
-    in_order = bool(((k_ts[1:] > k_ts[:-1]) | ((k_ts[1:] == k_ts[:-1])
-                                                & (k_ph[1:] >= k_ph[:-1]))).all())
-    # by flow, then time (then phase): flows of a sorted trace only need a stable sort by flow
-    keep = keep[stable_order(uid[keep]) if in_order else np.lexsort((k_ph, k_ts, uid[keep]))]
+    rel_ts = (f_ts[keep] - int(f_ts.min())) * 8 + trace.col(S.PH)[sel.flows][keep]
+    keep = keep[np.lexsort((rel_ts, uid[keep]))]  # by flow, then time (then phase)
     k_uid, k_cand = uid[keep], bound[keep]
     same = np.zeros(len(keep), dtype=bool)  # consecutive ends of one flow on one slice
     same[1:] = (k_uid[1:] == k_uid[:-1]) & (k_cand[1:] == k_cand[:-1])
@@ -474,107 +444,108 @@ class _Chunk:
     name_iid: np.ndarray  # 0: none (end and counter packets)
     cat_iid: np.ndarray
     value: np.ndarray
-    row: np.ndarray  # trace row whose name and args to write (-1: none)
-    n_flow: np.ndarray  # flow ids on each packet, then n_term terminating ones, stored in
-    n_term: np.ndarray  # _Events.flow_uid from first
-    first: np.ndarray
+    row: np.ndarray  # trace row whose args to write (-1: none)
 
 
 @dataclass(frozen=True)
 class _Events:
-    """Every TrackEvent packet: the timeline's keys in emission order and, per event id (class
-    offset + index: ends, begins, instants, counter samples), what its packet carries."""
+    """Every TrackEvent packet: sources (slice ends in nesting order, instants, counter
+    samples) and the emission order over them (time, ties in a per-track-valid order)."""
 
-    tl: Timeline
-    offset: np.ndarray  # event class -> first event id
-    type: np.ndarray  # per event class
-    track: np.ndarray  # per event id
+    order: np.ndarray
+    ts: np.ndarray
+    type: np.ndarray
+    track: np.ndarray
     row: np.ndarray
-    cand: np.ndarray  # flow candidate (slice i, instant n + j), or the last entry: none
-    counter_value: np.ndarray
-    name_col: np.ndarray  # per trace row
-    cat_col: np.ndarray
-    flow_first: np.ndarray  # per candidate: its flow ids, then terminating ones, in flow_uid
-    flow_count: np.ndarray
-    term_count: np.ndarray
+    value: np.ndarray
+    name_iid: np.ndarray  # per trace row
+    cat_iid: np.ndarray
+    flow_packet: np.ndarray  # flow attachments sorted by (packet, terminating)
     flow_uid: np.ndarray
+    flow_terminating: np.ndarray
 
     def __len__(self) -> int:
-        return len(self.tl.keys)
-
-    def _ids(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        keys = self.tl.keys[lo:hi]
-        event_class = self.tl.event_class(keys)
-        return keys, self.offset[event_class] + self.tl.index(keys)
-
-    def rows(self, lo: int, hi: int) -> np.ndarray:
-        return self.row[self._ids(lo, hi)[1]]
+        return len(self.order)
 
     def chunk(self, lo: int, hi: int) -> _Chunk:
-        keys, ids = self._ids(lo, hi)
-        row, cand = self.row[ids], self.cand[ids]
+        idx = self.order[lo:hi]
+        kind, row = self.type[idx], self.row[idx]
+        named = (kind == BEGIN) | (kind == INSTANT)
         safe = np.maximum(row, 0)
-        named = row >= 0
-        value = np.zeros(len(ids))
-        if len(self.counter_value):
-            at = ids - self.offset[COUNTERS]
-            value[at >= 0] = self.counter_value[at[at >= 0]]
-        return _Chunk(
-            ts=self.tl.time_ns(keys), type=self.type[self.tl.event_class(keys)],
-            track=self.track[ids],
-            name_iid=np.where(named, self.name_col[safe] + 1, 0),
-            cat_iid=np.where(named, self.cat_col[safe] + 1, 0), value=value,
-            row=row, n_flow=self.flow_count[cand], n_term=self.term_count[cand],
-            first=self.flow_first[cand])
+        return _Chunk(ts=self.ts[idx], type=kind, track=self.track[idx],
+                      name_iid=np.where(named, self.name_iid[safe], 0),
+                      cat_iid=np.where(named, self.cat_iid[safe], 0),
+                      value=self.value[idx] if len(self.value) else np.zeros(len(idx)),
+                      row=np.where(named, row, -1))
 
 
-def _events(trace: Trace, sel: _Selection, tracks: _Tracks, flows: _Flows,
-            tl: Timeline) -> _Events:
-    n, m, k = len(sel.slices), len(sel.instants), len(tracks.counter_ts)
-    border = tl.border
-    ends = border[::-1]  # end index i closes the slice of begin rank n - 1 - i
-    n_cand = n + m
-    # flows per candidate, non-terminating first (in flow order), then terminating ones
-    order = np.argsort(flows.candidate * 2 + flows.terminating, kind="stable")
-    flow_count = np.bincount(flows.candidate[~flows.terminating], minlength=n_cand)
-    term_count = np.bincount(flows.candidate[flows.terminating], minlength=n_cand)
-    total = flow_count + term_count
-    zero = np.zeros(1, dtype=np.int64)
+def _events(trace: Trace, sel: _Selection, tracks: _Tracks, flows: _Flows) -> _Events:
+    ts_col, dur = trace.col(S.TS_NS), trace.col(S.DUR_NS)
+    n, m = len(sel.slices), len(sel.instants)
+    seq = np.empty(2 * n, dtype=np.int64)  # endpoint index in nesting order: i begin, n+i end
+    seq[tracks.begin_pos] = np.arange(n)
+    seq[tracks.end_pos] = np.arange(n, 2 * n)
+    is_begin = seq < n
+    slice_of = np.where(is_begin, seq, seq - n)
+    s_rows = sel.slices[slice_of]
+    c_ts, c_track, c_value = _counter_points(tracks)
+    k = len(c_ts)
+    ts = np.concatenate([ts_col[s_rows] + np.where(is_begin, 0, dur[s_rows]),
+                         ts_col[sel.instants], c_ts])
+    order = np.argsort(ts, kind="stable")  # merges the per-track runs; ties keep track order
+    where = np.empty(len(order), dtype=np.int64)
+    where[order] = np.arange(len(order))
+    # candidate c (slice rows, then instant rows) -> its begin / instant packet in emission order
+    cand_packet = np.concatenate([where[tracks.begin_pos], where[2 * n + np.arange(m)]])
+    att = cand_packet[flows.candidate]
+    att_order = np.argsort(att * 2 + flows.terminating, kind="stable")  # flows, then ends
+    value = np.concatenate([np.zeros(2 * n + m), c_value]) if k else np.zeros(0)
     return _Events(
-        tl=tl, offset=np.array([0, n, 2 * n, 2 * n + m, 2 * n + m + k], dtype=np.int64),
-        type=np.array([END, BEGIN, INSTANT, COUNTER], dtype=np.uint8),
-        track=np.concatenate([tracks.slice_uuid[ends], tracks.slice_uuid[border],
-                              tracks.instant_uuid, tracks.counter_uuid]),
-        row=np.concatenate([np.full(n, -1), sel.slices[border], sel.instants,
-                            np.full(k, -1)]).astype(np.int64),
-        cand=np.concatenate([np.full(n, -1), border, n + np.arange(m),
-                             np.full(k, -1)]).astype(np.int64),
-        counter_value=tracks.counter_value,
-        name_col=trace.col(S.NAME_ID).astype(np.int64, copy=False),
-        cat_col=trace.col(S.CAT_ID).astype(np.int64, copy=False),
-        flow_first=np.concatenate([np.cumsum(total) - total, zero]),
-        flow_count=np.concatenate([flow_count, zero]),
-        term_count=np.concatenate([term_count, zero]),
-        flow_uid=flows.flow_uid[order])
+        order=order, ts=ts,
+        type=np.concatenate([np.where(is_begin, BEGIN, END), np.full(m, INSTANT),
+                             np.full(k, COUNTER)]).astype(np.uint8),
+        track=np.concatenate([tracks.slice_uuid[slice_of], tracks.instant_uuid, c_track]),
+        row=np.concatenate([s_rows, sel.instants, np.full(k, -1)]), value=value,
+        name_iid=trace.col(S.NAME_ID).astype(np.int64) + 1,
+        cat_iid=trace.col(S.CAT_ID).astype(np.int64) + 1,
+        flow_packet=att[att_order], flow_uid=flows.flow_uid[att_order],
+        flow_terminating=flows.terminating[att_order])
+
+
+def _counter_points(tracks: _Tracks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Counter samples: a bin's value at its start where it changes, and 0 where it ends."""
+    ts, uuid, value = [], [], []
+    for track, series in tracks.counter_uuids:
+        if len(series.ts_ns) == 0:
+            continue
+        step = int(series.ts_ns[1] - series.ts_ns[0]) if len(series.ts_ns) > 1 else 0
+        s_ts = np.append(series.ts_ns, series.ts_ns[-1] + step)
+        s_value = np.append(series.values, 0.0)
+        change = np.ones(len(s_ts), dtype=bool)  # a counter holds its value: write changes only
+        change[1:] = s_value[1:] != s_value[:-1]
+        ts.append(s_ts[change])
+        value.append(s_value[change])
+        uuid.append(np.full(int(change.sum()), track))
+    for track, c_ts, c_values in tracks.chrome_counters:
+        ts.append(c_ts)
+        value.append(c_values)
+        uuid.append(np.full(len(c_ts), track))
+    if not ts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    return np.concatenate(ts), np.concatenate(uuid), np.concatenate(value)
 
 
 def _framed(packets: list[pb.TracePacket]) -> bytes:
     return pb.Trace(packet=packets).SerializeToString()
 
 
-def _used_strings(trace: Trace, column: str, selections: tuple[np.ndarray, ...]) -> list[int]:
-    used = np.zeros(max(len(trace.strings), 1), dtype=bool)
-    for rows in selections:
-        used[trace.col(column)[rows]] = True
-    return np.flatnonzero(used).tolist()
-
-
 def _header(trace: Trace, sel: _Selection, tracks: _Tracks,
             first_ts: int) -> Iterator[tuple[bytes, int]]:
     """First packet (clears incremental state), interned names/categories, track descriptors:
     (framed bytes, packets in them)."""
-    names = _used_strings(trace, S.NAME_ID, (sel.slices, sel.instants))
-    cats = _used_strings(trace, S.CAT_ID, (sel.slices, sel.instants))
+    named = np.concatenate([sel.slices, sel.instants])
+    names = np.unique(trace.col(S.NAME_ID)[named]).tolist()
+    cats = np.unique(trace.col(S.CAT_ID)[named]).tolist()
     first = True
     for lo in range(0, max(len(names), len(cats), 1), INTERNED_PACKET_NAMES):
         packet = pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID,
@@ -597,89 +568,67 @@ _PACKET_CONSTANTS = (W.tag(_F.SEQUENCE, W.WIRE_VARINT) + W.encode_varint(SEQUENC
                      + W.tag(_F.FLAGS, W.WIRE_VARINT) + W.encode_varint(NEEDS_STATE))
 
 
-def _encode_packets(ev: _Events, lo: int, hi: int,
-                    tails: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-    """Packets lo..hi (args already encoded in ``tails``) as wire bytes (a uint8 array).
+_TYPE_FIELD = {t: W.tag(_F.TYPE, W.WIRE_VARINT) + W.encode_varint(t)
+               for t in (BEGIN, END, INSTANT, COUNTER)}
 
-    Each packet is a prefix every packet has (framing, timestamp, sequence, type, track: one
-    fixed-layout matrix for all rows, or one per length width), a body by layout (name and
-    category, or a counter value; flow ids) and its args blob, all placed by ``W.assemble``.
-    TrackEvent fields are written in this order, which protobuf allows (field order is free).
+
+def _encode_packets(ev: _Events, lo: int, hi: int, ch: _Chunk,
+                    tails: tuple[np.ndarray, list[bytes], np.ndarray]) -> bytes:
+    """Packets lo..hi (gathered in ``ch``, args already encoded in ``tails``) as wire bytes.
+
+    Packets are grouped by layout (event type, and how many flow ids they carry);
+    each group is one fixed-layout byte matrix, and the groups are interleaved back in order.
     Pure numpy on its inputs (no shared state), so chunks can be encoded on worker threads.
     """
-    ch = ev.chunk(lo, hi)
     m = hi - lo
-    n_flow, n_term = ch.n_flow, ch.n_term
+    kind = ch.type
+    a, b = np.searchsorted(ev.flow_packet, [lo, hi])
+    f_packet, f_term = ev.flow_packet[a:b] - lo, ev.flow_terminating[a:b]
+    n_flow = np.bincount(f_packet[~f_term], minlength=m)
+    n_term = np.bincount(f_packet[f_term], minlength=m)
+    n_all = n_flow + n_term
+    first = a + np.cumsum(n_all) - n_all  # each packet's flows, then its terminating flows
     base = int(max(n_flow.max(initial=0), n_term.max(initial=0))) + 1
-    shape = (ch.type.astype(np.int64) * base + n_flow) * base + n_term  # type is per shape
+    shape = (kind.astype(np.int64) * base + n_flow) * base + n_term  # type is constant per shape
     tail_rows, blobs, tail_sizes = tails
-    after = np.zeros(m, dtype=np.int64)  # TrackEvent bytes after the prefix: body and args
-    after[tail_rows] = tail_sizes
-    bodies = []
+    layouts = []
     for key in np.flatnonzero(np.bincount(shape)).tolist():
-        event_type, nf, nt = key // (base * base), (key // base) % base, key % base
-        if event_type == END and nf + nt == 0:
-            continue  # nothing after the prefix
         rows = np.flatnonzero(shape == key)
-        body = W.FixedRows(len(rows))
+        event_type, nf, nt = key // (base * base), (key // base) % base, key % base
+        te = W.FixedRows(len(rows))
+        te.raw(_TYPE_FIELD[event_type])
+        te.varint(_F.TRACK, ch.track[rows])
         if event_type in (BEGIN, INSTANT):
-            body.varint(_F.NAME, ch.name_iid[rows])
-            body.varint(_F.CATEGORY, ch.cat_iid[rows])
+            te.varint(_F.NAME, ch.name_iid[rows])
+            te.varint(_F.CATEGORY, ch.cat_iid[rows])
         elif event_type == COUNTER:
-            body.double(_F.COUNTER_VALUE, ch.value[rows])
-        first = ch.first[rows]
+            te.double(_F.COUNTER_VALUE, ch.value[rows])
         for j in range(nf):
-            body.fixed64(_F.FLOW, ev.flow_uid[first + j])
+            te.fixed64(_F.FLOW, ev.flow_uid[first[rows] + j])
         for j in range(nt):
-            body.fixed64(_F.TERMINATING_FLOW, ev.flow_uid[first + nf + j])
-        after[rows] += body.width
-        bodies.append(W.Rows(rows, body.matrix()))
-    parts = [W.Rows(rows, _prefix(ch, rows, after[rows])) for rows in _length_classes(ch, after)]
-    return W.assemble(m, parts + bodies + [W.Blobs(tail_rows, blobs, tail_sizes)])
+            te.fixed64(_F.TERMINATING_FLOW, ev.flow_uid[first[rows] + nf + j])
+        te.tail(tail_sizes[rows])
+        packet = W.FixedRows(len(rows))
+        packet.varint(_F.TIMESTAMP, ch.ts[rows])
+        packet.raw(_PACKET_CONSTANTS)
+        packet.message(_F.TRACK_EVENT, te)
+        framed = W.FixedRows(len(rows))
+        framed.message(_F.PACKET, packet)
+        layouts.append((rows, framed.matrix()))
+    return W.interleave(layouts, m, (tail_rows, blobs))
 
 
-def _prefix(ch: _Chunk, rows: np.ndarray, after: np.ndarray) -> np.ndarray:
-    te = W.FixedRows(len(rows))
-    te.varint(_F.TYPE, ch.type[rows])
-    te.varint(_F.TRACK, ch.track[rows])
-    te.tail(after)
-    packet = W.FixedRows(len(rows))
-    packet.varint(_F.TIMESTAMP, ch.ts[rows])
-    packet.raw(_PACKET_CONSTANTS)
-    packet.message(_F.TRACK_EVENT, te)
-    framed = W.FixedRows(len(rows))
-    framed.message(_F.PACKET, packet)
-    return framed.matrix()
-
-
-_SHORT = 100  # TrackEvent bytes after the prefix below which both lengths take one byte
-
-
-def _length_classes(ch: _Chunk, after: np.ndarray) -> list[np.ndarray]:
-    """Rows by how wide their length varints are, so one long packet (many args) does not
-    widen every packet's lengths (they are padded to the widest in a matrix)."""
-    short = after < _SHORT
-    if short.all():
-        return [np.arange(len(after))]
-    # long ones by about their packet length's size (any grouping is correct, this one is tight)
-    sizes = np.where(short, 1, W.varint_sizes((after + 32).astype(np.uint64)))
-    return [np.flatnonzero(sizes == k) for k in np.unique(sizes).tolist()]
-
-
-def _chunk_args(ev: _Events, lo: int, hi: int, args: ArgsEncoder | None,
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Packets of the chunk with args, their encoded annotations (packed bytes) and sizes."""
-    empty = np.zeros(0, dtype=np.int64)
+def _chunk_args(ch: _Chunk, args: ArgsEncoder | None) -> tuple[np.ndarray, list[bytes], np.ndarray]:
+    """Rows of the chunk with args, their encoded annotations, and per-row sizes."""
+    sizes = np.zeros(len(ch.ts), dtype=np.int64)
     if args is None:
-        return empty, np.zeros(0, dtype=np.uint8), empty
-    rows = ev.rows(lo, hi)
+        return np.zeros(0, dtype=np.int64), [], sizes
+    rows = ch.row
     args_rows = np.where(rows >= 0, args.trace.col(S.ARGS_ROW)[np.maximum(rows, 0)], -1)
     have = np.flatnonzero(args_rows >= 0)
-    if not len(have):
-        return empty, np.zeros(0, dtype=np.uint8), empty
     blobs = args.encode_many(args_rows[have].tolist())
-    sizes = np.fromiter(map(len, blobs), dtype=np.int64, count=len(blobs))
-    return have, np.frombuffer(b"".join(blobs), dtype=np.uint8), sizes
+    sizes[have] = [len(blob) for blob in blobs]
+    return have, blobs, sizes
 
 
 def write_perfetto_trace(trace: Trace, path: str | Path, *,
@@ -693,14 +642,14 @@ def write_perfetto_trace(trace: Trace, path: str | Path, *,
     """
     path = Path(path)
     sel = _select(trace)
-    pending: deque[tuple[Future[np.ndarray], bytes, int]] = deque()
+    pending: deque[tuple[Future[bytes], bytes, int]] = deque()
     with open(path, "wb") as out, ThreadPoolExecutor(ENCODE_THREADS) as pool:
-        tracks, flows, tl = _plan(trace, sel, counters, pool)
-        ev = _events(trace, sel, tracks, flows, tl)
+        tracks, flows = _plan(trace, sel, counters, pool)
+        ev = _events(trace, sel, tracks, flows)
         encoder = ArgsEncoder(trace) if args else None
         total = len(ev)
         written = packets = 0
-        first_ts = int(tl.time_ns(tl.keys[:1])[0]) if total else 0
+        first_ts = int(ev.ts[ev.order[0]]) if total else 0
         for data, count in _header(trace, sel, tracks, first_ts):
             written += out.write(data)
             packets += count
@@ -715,13 +664,14 @@ def write_perfetto_trace(trace: Trace, path: str | Path, *,
 
         for lo in range(0, total, chunk_packets):
             hi = min(lo + chunk_packets, total)
-            tails = _chunk_args(ev, lo, hi, encoder)  # Python, in order: interning is sequential
+            ch = ev.chunk(lo, hi)
+            tails = _chunk_args(ch, encoder)  # Python, in order: interning is sequential
             interned = encoder.take_interned() if encoder else None
             # names this chunk introduced are declared right before its events
             declared = b"" if interned is None else _framed([pb.TracePacket(
                 trusted_packet_sequence_id=SEQUENCE_ID, sequence_flags=NEEDS_STATE,
                 interned_data=interned)])
-            pending.append((pool.submit(_encode_packets, ev, lo, hi, tails), declared, hi))
+            pending.append((pool.submit(_encode_packets, ev, lo, hi, ch, tails), declared, hi))
             packets += hi - lo + (interned is not None)
             flush(ENCODE_THREADS)
         flush(0)
@@ -731,7 +681,7 @@ def write_perfetto_trace(trace: Trace, path: str | Path, *,
     return PerfettoExport(
         path=path, bytes_written=written, packets=packets, tracks=len(tracks.descriptors),
         slices=len(sel.slices), instants=len(sel.instants),
-        counter_points=len(tracks.counter_ts), flows=flows.flows,
+        counter_points=int((ev.type == COUNTER).sum()), flows=flows.flows,
         overlap_tracks=tracks.overlap_tracks, unbound_flow_endpoints=flows.unbound,
         orphan_flow_endpoints=flows.orphans,
         skipped=skipped)

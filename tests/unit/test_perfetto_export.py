@@ -267,10 +267,7 @@ def test_wire_encoder_matches_protobuf(values: list[int]) -> None:
         framed = W.FixedRows(len(index))
         framed.message(1, packet)
         layouts.append((index, framed.matrix()))
-    blob = np.frombuffer(tail, dtype=np.uint8)
-    wire = W.assemble(n, [W.Rows(index, matrix) for index, matrix in layouts]
-                      + [W.Blobs(np.array([1]), blob, np.array([len(tail)]))])
-    ours = PbTrace.FromString(wire.tobytes())
+    ours = PbTrace.FromString(W.interleave(layouts, n, (np.array([1]), [tail])))
     expected = PbTrace()
     for i, v in enumerate(values):
         p = expected.packet.add(timestamp=i * 1000 + T0)
