@@ -234,43 +234,74 @@ def _reference(events: list[dict]) -> list[tuple]:
             continue
         t = host(i, e)
         key = (e["event_type"], e.get("tracking_id"))
-        if e["phase"] == F.START and key[1] is not None:
+        phase = e.get("phase")
+        if phase == F.START and key[1] is not None:
             if key in open_:
                 rows.append((open_[key][1], open_[key][1], open_[key][0]))
             open_[key] = (e, t)
-        elif e["phase"] == F.STOP and key[1] is not None and key in open_:
+        elif phase == F.STOP and key[1] is not None and key in open_:
             start, st = open_.pop(key)
             rows.append((st, max(t, st), start))
         else:
             rows.append((t, t, e))
     rows += [(st, st, e) for e, st in open_.values()]
-    return sorted((s, t, e["event_type"], e["nc_idx"], e["data"].get("exec_id", -1))
-                  for s, t, e in rows)
+    return sorted((s, t, e["event_type"], e["nc_idx"], e["data"].get("exec_id", -1),
+                   json.dumps(e["data"], sort_keys=True)) for s, t, e in rows)
+
+
+# Phases other than start/stop (the runtime's "instant", a future value, a different case, none
+# at all) are points; a mistyped event is dropped and counted, and sends the parser down its
+# slow (event-by-event) path, whose row data must match the fast path's.
+_ODD_PHASES = (F.INSTANT, "begin", "", "Stop", None)
+_MISTYPED = ({"event_type": F.NC_EXEC_RUNNING, "timestamp_ns": "soon"},
+             {"event_type": "x", "phase": 3, "timestamp_ns": 1})
 
 
 def test_random_streams_match_the_documented_rules() -> None:
     rng = random.Random(3)
-    for _ in range(20):
-        events = []
+    for trial in range(30):
+        events, malformed = [], 0
         for k in range(rng.randrange(1, 120)):
             core, ts = rng.randrange(3), HOST0 + rng.randrange(0, 10_000)
             etype = rng.choice([F.NC_EXEC_RUNNING, F.CC_RUNNING, F.NRT_MODEL_SUBMIT, "x_new"])
             roll = rng.random()
             if roll < 0.15:
                 ev = _sync(ts, core, rng.randrange(4), rng.randrange(10**6), HOST0 + k * 1000)
+            elif roll < 0.17 and trial % 2:
+                events.append(dict(rng.choice(_MISTYPED)))
+                malformed += 1
+                continue
             else:
-                data = {"exec_id": rng.randrange(4)}
+                data = {"exec_id": rng.randrange(4), "note": rng.choice(["a", "é", 'q"'])}
                 if rng.random() < 0.6:
                     data["nc_timestamp_ns"] = rng.randrange(10**6)
-                ev = _ev(etype, rng.choice([F.START, F.STOP, F.STOP, F.INSTANT]), ts,
-                         rng.randrange(6), **data)
+                phase = rng.choice([F.START, F.STOP, F.STOP, *_ODD_PHASES])
+                ev = _ev(etype, phase, ts, rng.randrange(6), **data)
+                if phase is None:
+                    del ev["phase"]
                 ev["nc_idx"] = core
             events.append(ev)
         acts = parse_system_trace(_payload(events))
-        got = sorted((int(s), int(e), _type_of(acts, i), int(c), int(x)) for i, (s, e, c, x)
-                     in enumerate(zip(acts.start_ns, acts.end_ns, acts.core, acts.exec_id,
-                                      strict=True)))
-        assert got == _reference(events)
+        assert acts.malformed == malformed
+        good = [e for e in events if isinstance(e.get("data"), dict)]
+        got = sorted((int(s), int(e), _type_of(acts, i), int(c), int(x),
+                      json.dumps(json.loads(acts.data[i]), sort_keys=True))
+                     for i, (s, e, c, x) in enumerate(zip(acts.start_ns, acts.end_ns, acts.core,
+                                                          acts.exec_id, strict=True)))
+        assert got == _reference(good)
+
+
+def test_row_data_is_read_on_first_use_and_behaves_as_a_sequence() -> None:
+    events = [_ev("x_new", F.INSTANT, HOST0 + i, note=f"row {i}", nested={"k": [i]})
+              for i in range(5)]
+    for payload in (_payload(events), _payload([*events, _MISTYPED[0]])):  # fast, slow path
+        acts = parse_system_trace(payload)
+        assert "not read yet" in repr(acts.data) and len(acts.data) == 5
+        rows = [json.loads(d) for d in acts.data]
+        assert rows == [e["data"] for e in events]  # one row per event, in time order
+        assert "not read yet" not in repr(acts.data)
+        assert acts.data[-1] == list(acts.data)[4] and acts.data == list(acts.data)
+        assert all(isinstance(d, bytes) for d in acts.data)
 
 
 def _type_of(acts, i: int) -> str:
