@@ -2,6 +2,7 @@
 
     python bench/bench_parse.py                     # 1M records (the issue's size)
     python bench/bench_parse.py --records 200000    # quicker
+    python bench/bench_parse.py --shape runtime     # only the real runtime's record shape
 
 The payload is what the emulated runtime's fetch returns (its own recorder and encoder): per op a
 host runtime call (nrt_model_submit start/stop) and its device execution (nc_exec_running
@@ -27,22 +28,27 @@ from neuron_profiler.runtime_trace.parser import parse_system_trace
 T0 = 1_800_000_000_000_000_000
 
 
-def make_payload(records: int) -> bytes:
+def make_payload(records: int, shape: str = "emulator") -> bytes:
+    """``shape="runtime"``: the same events as the real runtime writes them (the documented data
+    keys only, no emulator extension: smaller records, no correlation ids)."""
     rt = EmulatedRuntime(cores=2)
     rt.sys_trace_start(max_events_per_nc=records)
     X = F.EXT_KEY
+    ext = shape == "emulator"
     for k in range(records // 4):
         core, t = k % 2, T0 + k * 1_000
-        rt.record_span(core, F.NRT_MODEL_SUBMIT, 4242, t, t + 400,
-                       {"exec_id": k, "model_id": 1,
-                        X: {F.X_OP: "aten::mm", F.X_CORRELATION_ID: k + 1}}, {"exec_id": k})
+        submit = {"exec_id": k, "model_id": 1}
+        if ext:
+            submit[X] = {F.X_OP: "aten::mm", F.X_CORRELATION_ID: k + 1}
+        rt.record_span(core, F.NRT_MODEL_SUBMIT, 4242, t, t + 400, submit, {"exec_id": k})
         d0, d1 = t + 600, t + 600 + 300 + k % 97
-        rt.record_span(core, F.NC_EXEC_RUNNING, 4242, d0, d1,
-                       {"device_core_idx": core, "exec_id": k, "model_id": 1,
-                        "nc_timestamp_ns": rt.nc_timestamp_ns(d0),
-                        X: {F.X_OP: "aten::mm", F.X_FLOPS: 2 * 128**3, F.X_BYTES: 98_304,
-                            F.X_QUEUE: F.QUEUE_COMPUTE, F.X_DTYPE: "bfloat16",
-                            F.X_CORRELATION_ID: k + 1, F.X_LAUNCH_NS: t, F.X_MODELLED: True}},
+        running = {"device_core_idx": core, "exec_id": k, "model_id": 1,
+                   "nc_timestamp_ns": rt.nc_timestamp_ns(d0)}
+        if ext:
+            running[X] = {F.X_OP: "aten::mm", F.X_FLOPS: 2 * 128**3, F.X_BYTES: 98_304,
+                          F.X_QUEUE: F.QUEUE_COMPUTE, F.X_DTYPE: "bfloat16",
+                          F.X_CORRELATION_ID: k + 1, F.X_LAUNCH_NS: t, F.X_MODELLED: True}
+        rt.record_span(core, F.NC_EXEC_RUNNING, 4242, d0, d1, running,
                        {"device_core_idx": core, "exec_id": k,
                         "nc_timestamp_ns": rt.nc_timestamp_ns(d1)})
     payload = rt.sys_trace_fetch()
@@ -118,12 +124,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3, help="best of N for each parser")
+    ap.add_argument("--shape", choices=("emulator", "runtime", "both"), default="both",
+                    help="records as the emulator writes them (with its extension) or as the "
+                         "real runtime does (documented keys only)")
     args = ap.parse_args()
-    payload = make_payload(args.records)
+    for shape in ("emulator", "runtime") if args.shape == "both" else (args.shape,):
+        run(args.records, args.repeat, shape)
+
+
+def run(records: int, repeat: int, shape: str) -> None:
+    payload = make_payload(records, shape)
     n_events = payload.count(b'"event_type"')
-    print(f"payload: {n_events} records, {len(payload) / 1e6:.1f} MB")
+    print(f"\n{shape}-shaped payload: {n_events} records, {len(payload) / 1e6:.1f} MB "
+          f"({len(payload) / n_events:.0f} bytes/record)")
     ref_t = new_t = data_t = floor_t = float("inf")
-    for _ in range(args.repeat):  # interleaved, best of N: the machine is shared
+    for _ in range(repeat):  # interleaved, best of N: the machine is shared
         ref, t = _timed(reference_parse, payload)
         ref_t = min(ref_t, t)
         acts, t = _timed(parse_system_trace, payload)

@@ -34,8 +34,8 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import chain, count
-from operator import attrgetter, itemgetter
+from itertools import chain, count, repeat
+from operator import attrgetter, is_, itemgetter
 from typing import Annotated, Any
 
 import msgspec
@@ -130,14 +130,15 @@ _decode_data_raw = msgspec.json.Decoder(_RawData).decode
 _decode_env_ext = msgspec.json.Decoder(_EnvExt).decode
 _get_data = attrgetter("data")
 _get_type = attrgetter("event_type")
+_get_ext = attrgetter("data.neuron_profiler")
+_get_op = attrgetter("op")
+_get_collective = attrgetter("collective")
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _CHUNK = 4096  # events per validation chunk on the slow (malformed input) path
 
-# One C-level pass per row set: every event's stream columns, then each kept row's own columns.
+# Every event's stream columns, in one C-level pass.
 _STREAM = ("timestamp_ns", "tracking_id", "nc_idx", "data.exec_id", "data.nc_timestamp_ns",
            "phase.code")
-_ROW = ("thread_id", "nrta_seq_id", "data.neuron_profiler.correlation_id",
-        "data.neuron_profiler.modelled")
 
 _KIND_BY_TYPE = {
     **{t: ActivityKind.KERNEL for t in F.DEVICE_EXEC_TYPES},
@@ -444,33 +445,47 @@ def _activities(cols: _Columns, parts: list[_Part], malformed: int, dropped: dic
     return _build(cols, rows, start_ns, end_ns, parts, malformed + bad_sync, unpaired, dropped)
 
 
-def _row_columns(events: list[_Event]) -> tuple[np.ndarray, list[Any]]:
-    """(thread, seq, correlation, modelled) matrix and the op names of the kept rows' events."""
-    try:
-        return _matrix(events, _ROW), list(map(attrgetter("data.neuron_profiler.op"), events))
-    except AttributeError:  # some extension is an explicit JSON null
-        exts = [_NO_EXT if x is None else x for x in map(attrgetter("data.neuron_profiler"),
-                                                         events)]
-        m = np.concatenate([_matrix(events, _ROW[:2]),
-                            _matrix(exts, ("correlation_id", "modelled"))], axis=1)
-        return m, list(map(attrgetter("op"), exts))
+def _row_exts(events: list[_Event]) -> list[_Ext] | None:
+    """Each kept row's extension object; None when no row has one (the real runtime's stream)."""
+    exts = list(map(_get_ext, events))
+    if all(map(is_, exts, repeat(_NO_EXT))):
+        return None
+    if None in exts:  # an explicit JSON null
+        exts = [_NO_EXT if x is None else x for x in exts]
+    return exts
 
 
-def _labels(cols: _Columns, events: list[_Event], type_code: np.ndarray, ops: list[Any]
+def _row_columns(events: list[_Event], exts: list[_Ext] | None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """thread, seq, correlation and modelled columns of the kept rows."""
+    m = _matrix(events, ("thread_id", "nrta_seq_id"))
+    n = len(events)
+    if exts is None:
+        corr, modelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    else:
+        x = _matrix(exts, ("correlation_id", "modelled"))
+        corr, modelled = _present(x[:, 0], 0)[0], x[:, 1] != 0
+    return np.ascontiguousarray(m[:, 0]), _present(m[:, 1], -1)[0], corr, modelled
+
+
+def _labels(cols: _Columns, exts: list[_Ext] | None, type_code: np.ndarray
             ) -> tuple[list[str], np.ndarray]:
     """Row names: the extension's op, else its collective, else the event type."""
     table: defaultdict[str, int] = defaultdict(count().__next__)
-    op_names, op_code = _codes(ops, len(ops))
-    label = np.array([table[o] if o else -1 for o in op_names], dtype=np.int64)[op_code] if len(
-        ops) else np.zeros(0, np.int64)
+    label = np.full(len(type_code), -1, dtype=np.int64)
+    if exts is not None and len(exts):
+        op_names, op_code = _codes(map(_get_op, exts), len(exts))
+        label = np.array([table[o] if o else -1 for o in op_names], dtype=np.int64)[op_code]
+        need = np.flatnonzero(label < 0)
+        if len(need):
+            sub = _take(exts, need)
+            coll_names, coll_code = _codes(map(_get_collective, sub), len(sub))
+            label[need] = np.array([table[c] if c else -1 for c in coll_names],
+                                   dtype=np.int64)[coll_code]
     need = np.flatnonzero(label < 0)
     if len(need):
-        sub = _take(events, need)
-        exts = [_NO_EXT if x is None else x for x in map(attrgetter("data.neuron_profiler"), sub)]
-        coll_names, coll_code = _codes(map(attrgetter("collective"), exts), len(exts))
-        coll = np.array([table[c] if c else -1 for c in coll_names], dtype=np.int64)[coll_code]
         by_type = np.array([table[t] for t in cols.type_names], dtype=np.int64)
-        label[need] = np.where(coll >= 0, coll, by_type[type_code[need]])
+        label[need] = by_type[type_code[need]]
     names = list(table)
     used = np.zeros(len(names), dtype=bool)
     used[label] = True
@@ -489,15 +504,14 @@ def _build(cols: _Columns, rows: np.ndarray, start_ns: np.ndarray, end_ns: np.nd
                              ActivityKind.GENERIC)
     kind = kind.astype(np.uint8)
     events = _take(cols.events, rows)
-    m, ops = _row_columns(events)
-    names, name_id = _labels(cols, events, type_code, ops)
-    seq, _ = _present(m[:, 1], -1)
-    corr, _ = _present(m[:, 2], 0)
+    exts = _row_exts(events)
+    thread, seq, corr, modelled = _row_columns(events, exts)
+    names, name_id = _labels(cols, exts, type_code)
     return DeviceActivities(
         start_ns=start_ns, end_ns=end_ns, kind=kind, queue=_QUEUE_BY_KIND[kind],
-        core=cols.core[rows], thread_id=np.ascontiguousarray(m[:, 0]), correlation_id=corr,
+        core=cols.core[rows], thread_id=thread, correlation_id=corr,
         exec_id=cols.exec_id[rows], seq_id=seq, name_id=name_id.astype(np.int32),
-        modelled=m[:, 3] != 0, names=names, data=RowData(parts, rows),  # type: ignore[arg-type]
+        modelled=modelled, names=names, data=RowData(parts, rows),  # type: ignore[arg-type]
         malformed=malformed, unpaired=unpaired, dropped=dropped)
 
 
