@@ -10,6 +10,7 @@ can convert a million of them without touching Python objects per row::
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,7 +67,7 @@ class DeviceActivities:
     name_id: np.ndarray
     modelled: np.ndarray
     names: list[str]
-    data: list[bytes]
+    data: Sequence[bytes]  # the parser's RowData reads it from the payload on first use
     malformed: int = 0
     unpaired: int = 0
     dropped: dict[int, int] = field(default_factory=dict)

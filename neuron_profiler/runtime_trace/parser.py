@@ -511,7 +511,7 @@ def _build(cols: _Columns, rows: np.ndarray, start_ns: np.ndarray, end_ns: np.nd
         start_ns=start_ns, end_ns=end_ns, kind=kind, queue=_QUEUE_BY_KIND[kind],
         core=cols.core[rows], thread_id=thread, correlation_id=corr,
         exec_id=cols.exec_id[rows], seq_id=seq, name_id=name_id.astype(np.int32),
-        modelled=modelled, names=names, data=RowData(parts, rows),  # type: ignore[arg-type]
+        modelled=modelled, names=names, data=RowData(parts, rows),
         malformed=malformed, unpaired=unpaired, dropped=dropped)
 
 
