@@ -99,13 +99,10 @@ def make_trace(n_events: int, seed: int = 0) -> Trace:
 
 def baseline(trace: Trace, path: Path) -> tuple[float, int]:
     """The same packets through the perfetto package's streaming builder, one object each."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
     sel = P._select(trace)
-    with ThreadPoolExecutor(2) as pool:
-        tracks, flows = P._plan(trace, sel, None, pool)
+    tracks, flows = P._plan(trace, sel, None)
     ev = P._events(trace, sel, tracks, flows)
     ch = ev.chunk(0, len(ev))
     header = list(P._header(trace, sel, tracks, int(ch.ts[0])))

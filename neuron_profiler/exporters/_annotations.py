@@ -40,7 +40,7 @@ class ArgsEncoder:
         self.new_names: list[tuple[int, str]] = []
         self.new_strings: list[tuple[int, bytes]] = []
         self.cache: dict[tuple[str, bytes], bytes] = {}
-        self.prefixes: dict[str, bytes] = {}
+        self.int_heads: dict[tuple[str, int], bytes] = {}
         self.decode = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
         self.decode_many = msgspec.json.Decoder(list[dict[str, msgspec.Raw]]).decode
 
@@ -65,28 +65,35 @@ class ArgsEncoder:
             decoded = self.decode_many(b"[" + b",".join([raw_args[i] for i in args_rows]) + b"]")
         except msgspec.DecodeError:  # one bad object: fall back to one at a time
             decoded = [self._decode_one(raw_args[i]) for i in args_rows]
-        cache, join, miss, prefixes = self.cache, b"".join, self._encode_item, self.prefixes
-        small, sizes, tag = _SMALL_VARINTS, W.SMALL_VARINTS, _ANNOTATION_TAG
+        cache, join, miss, heads = self.cache, b"".join, self._encode_item, self.int_heads
+        small, n_small, pairs = _SMALL_VARINTS, len(_SMALL_VARINTS), _PAIRS
         out = []
         for args in decoded:
             parts = []
             for key, raw in args.items():
                 value = bytes(raw)
                 if value.isdigit() and len(value) < 19:  # ids, sizes: mostly unique, not cached
-                    prefix = prefixes.get(key) or self._int_prefix(key)
                     number = int(value)
-                    body = small[number] if number < len(small) else W.encode_varint(number)
-                    parts.append(tag + sizes[len(prefix) + len(body)] + prefix + body)
+                    if number < n_small:
+                        body = small[number]
+                    elif number < _PAIR_LIMIT:  # low 14 bits as two bytes, then the rest
+                        body = pairs[number & 0x3FFF] + small[number >> 14]
+                    else:
+                        body = W.encode_varint(number)
+                    head = heads.get((key, len(body))) or self._int_head(key, len(body))
+                    parts.append(head + body)
                     continue
                 encoded = cache.get((key, value))
                 parts.append(encoded if encoded is not None else miss((key, value)))
-            out.append(join(parts))
+            out.append(parts[0] if len(parts) == 1 else join(parts))
         return out
 
-    def _int_prefix(self, key: str) -> bytes:
+    def _int_head(self, key: str, size: int) -> bytes:
+        """Annotation key and length, name iid and int tag of an int arg: all but its value."""
         prefix = _NAME_IID_TAG + W.encode_varint(self._name_iid(key)) + _INT_TAG
-        self.prefixes[key] = prefix
-        return prefix
+        head = self.int_heads[(key, size)] = (_ANNOTATION_TAG
+                                              + W.encode_varint(len(prefix) + size) + prefix)
+        return head
 
     def _decode_one(self, raw: bytes) -> dict[str, msgspec.Raw]:
         try:
@@ -134,6 +141,9 @@ _DOUBLE_TAG = W.tag(_num(pb.DebugAnnotation, "double_value"), W.WIRE_FIXED64)
 _STRING_TAG = W.tag(_num(pb.DebugAnnotation, "string_value"), W.WIRE_LEN)
 _pack_double = struct.Struct("<d").pack
 _SMALL_VARINTS = [W.encode_varint(i) for i in range(1 << 15)]
+# the first two bytes of any varint >= 2**14: 14 low bits with their continuation bits
+_PAIRS = [bytes(((i & 0x7F) | 0x80, (i >> 7) | 0x80)) for i in range(1 << 14)]
+_PAIR_LIMIT = len(_SMALL_VARINTS) << 14
 
 
 def _scalar(value: Any) -> bytes:

@@ -37,14 +37,16 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from neuron_profiler.analysis.counters import CounterSeries, DeviceCounters, device_counters
 from neuron_profiler.exporters import _protowire as W
 from neuron_profiler.exporters._annotations import ArgsEncoder
+from neuron_profiler.exporters._flows import Flows, bind_flows, pair_key
 from neuron_profiler.exporters._nesting import Nesting, assign_lanes
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
 EXTENSIONS = (".pftrace",)
-CHUNK_PACKETS = 131072
-# numpy releases the GIL, so planning steps and chunks can run side by side; measured on a 2-core
-# machine the extra thread costs more CPU than it saves, so it is used only with more cores
+CHUNK_PACKETS = 32768
+# numpy releases the GIL, so planning steps and chunks can run side by side; on a 2-core machine a
+# second planning thread costs more CPU than it saves: there one worker encodes chunks while the
+# main thread gathers the next one and encodes its args
 ENCODE_THREADS = 2 if (os.cpu_count() or 1) > 2 else 1
 SEQUENCE_ID = 1
 SYNTHETIC_PID_BASE = 0x40000000
@@ -122,41 +124,49 @@ class _Tracks:
     descriptors: list[pb.TrackDescriptor]
     slice_uuid: np.ndarray
     instant_uuid: np.ndarray
-    begin_pos: np.ndarray
-    end_pos: np.ndarray
+    nest: Nesting
     counter_uuids: list[tuple[int, CounterSeries]]
     chrome_counters: list[tuple[int, np.ndarray, np.ndarray]]
     overlap_tracks: int
     chrome_counter_skipped: int
 
 
-@dataclass(frozen=True)
-class _Flows:
-    candidate: np.ndarray  # index into slice rows, then instant rows
-    flow_uid: np.ndarray
-    terminating: np.ndarray
-    flows: int
-    orphans: int
-    unbound: int
+def _table(codes: Any) -> np.ndarray:
+    """A 256-entry lookup table: ``_table(codes)[uint8_column]`` is ``np.isin`` in one pass."""
+    table = np.zeros(256, dtype=bool)
+    table[np.array(sorted(int(c) for c in codes), dtype=np.int64)] = True
+    return table
+
+
+_FLOW_TABLE = _table(FLOW_PHASES)
+_DEVICE_TABLE = _table(S.DEVICE_KINDS)
 
 
 def _select(trace: Trace) -> _Selection:
     ph, dur, ts = trace.col(S.PH), trace.col(S.DUR_NS), trace.col(S.TS_NS)
     valid_ts = ts >= 0
-    complete = (ph == S.Phase.COMPLETE) & valid_ts
-    flow_phase = np.isin(ph, np.array(FLOW_PHASES, dtype=np.uint8)) & valid_ts
+    if not valid_ts.all():  # phases of events with a negative timestamp match nothing below
+        ph = np.where(valid_ts, ph, 0).astype(np.uint8)
+    per_phase = np.bincount(ph, minlength=int(max(S.Phase)) + 1)
+    complete = ph == S.Phase.COMPLETE
+    flow_phase = _FLOW_TABLE[ph]
+    flow_id_ok = trace.col(S.FLOW_ID) >= 0
+    instants = complete & (dur == 0)
+    if per_phase[S.Phase.INSTANT]:
+        instants |= ph == S.Phase.INSTANT
     skipped = {
         "negative duration": int((complete & (dur < 0)).sum()),
-        "negative timestamp": int((~valid_ts).sum()),
-        "unpaired begin/end": int((np.isin(ph, [S.Phase.BEGIN, S.Phase.END]) & valid_ts).sum()),
-        "unknown phase": int(((ph == S.Phase.OTHER) & valid_ts).sum()),
-        "flow without id": int((flow_phase & (trace.col(S.FLOW_ID) < 0)).sum()),
+        "negative timestamp": int(len(ts) - valid_ts.sum()),
+        "unpaired begin/end": int(per_phase[S.Phase.BEGIN] + per_phase[S.Phase.END]),
+        "unknown phase": int(per_phase[S.Phase.OTHER]),
+        "flow without id": int((flow_phase & ~flow_id_ok).sum()),
     }
     return _Selection(
         slices=np.flatnonzero(complete & (dur > 0)),
-        instants=np.flatnonzero((complete & (dur == 0)) | ((ph == S.Phase.INSTANT) & valid_ts)),
-        flows=np.flatnonzero(flow_phase & (trace.col(S.FLOW_ID) >= 0)),
-        counters=np.flatnonzero((ph == S.Phase.COUNTER) & valid_ts),
+        instants=np.flatnonzero(instants),
+        flows=np.flatnonzero(flow_phase & flow_id_ok),
+        counters=(np.flatnonzero(ph == S.Phase.COUNTER) if per_phase[S.Phase.COUNTER]
+                  else np.zeros(0, dtype=np.int64)),
         skipped={k: v for k, v in skipped.items() if v})
 
 
@@ -179,8 +189,7 @@ class _Ids:
 
 
 def _device_pids(trace: Trace, counters: DeviceCounters) -> set[int]:
-    kinds = np.array(sorted(S.DEVICE_KINDS), dtype=np.uint8)
-    pids = set(np.unique(trace.col(S.PID)[np.isin(trace.col(S.KIND), kinds)]).tolist())
+    pids = set(pd.unique(trace.col(S.PID)[_DEVICE_TABLE[trace.col(S.KIND)]]).tolist())
     return pids | {s.pid for s in counters.series}
 
 
@@ -205,20 +214,10 @@ def _process_tracks(trace: Trace, pids: list[int], devices: set[int],
     return uuid_of, out_pid
 
 
-def _pair_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray | None:
-    """One int64 per (pid, tid) when both fit in 32 bits (the usual case), else None."""
-    if len(pid) == 0:
-        return np.zeros(0, dtype=np.int64)
-    lo, hi = -(2**31), 2**31
-    if min(int(pid.min()), int(tid.min())) < lo or max(int(pid.max()), int(tid.max())) >= hi:
-        return None
-    return (pid.astype(np.int64) << 32) + (tid.astype(np.int64) - lo)
-
-
 def _thread_index(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """Dense thread index per row and the (pid, tid) of each index (hash-based, O(n))."""
     pid, tid = trace.col(S.PID)[rows], trace.col(S.TID)[rows]
-    key = _pair_key(pid, tid)
+    key = pair_key(pid, tid)
     if key is not None:
         codes, uniq = pd.factorize(key, sort=True)
         pairs = [(int(k >> 32), int((k & 0xFFFFFFFF) - 2**31)) for k in uniq.tolist()]
@@ -260,13 +259,20 @@ def _nest(trace: Trace, sel: _Selection, threads: _Threads) -> Nesting:
 
 
 def _plan(trace: Trace, sel: _Selection, counters: DeviceCounters | None,
-          pool: ThreadPoolExecutor) -> tuple[_Tracks, _Flows]:
-    """Tracks (with nesting and counters) and flows; the independent parts run side by side."""
+          pool: ThreadPoolExecutor | None = None) -> tuple[_Tracks, Flows]:
+    """Tracks (with nesting and counters) and flows; with a ``pool`` (more than 2 cores) the
+    independent parts run side by side, else one after the other."""
     threads = _threads(trace, sel)
-    nest = pool.submit(_nest, trace, sel, threads)
-    flows = pool.submit(_bind_flows, trace, sel, threads)
+    cand = np.concatenate([sel.slices, sel.instants])
+    if pool is None:
+        nest = _nest(trace, sel, threads)
+        flows = bind_flows(trace, sel.flows, cand, threads.thread, threads.pairs)
+        counters = device_counters(trace) if counters is None else counters
+        return _tracks(trace, sel, counters, threads, nest), flows
+    nest_f = pool.submit(_nest, trace, sel, threads)
+    flows_f = pool.submit(bind_flows, trace, sel.flows, cand, threads.thread, threads.pairs)
     counters = device_counters(trace) if counters is None else counters
-    return _tracks(trace, sel, counters, threads, nest.result()), flows.result()
+    return _tracks(trace, sel, counters, threads, nest_f.result()), flows_f.result()
 
 
 def _tracks(trace: Trace, sel: _Selection, counters: DeviceCounters, threads: _Threads,
@@ -277,7 +283,7 @@ def _tracks(trace: Trace, sel: _Selection, counters: DeviceCounters, threads: _T
     n_slices = len(sel.slices)
     chrome_counters, skipped_c = _chrome_counters(trace, sel.counters)
     pids = sorted({p for p, _ in pairs} | {s.pid for s in counters.series}
-                  | {p for p, _, _ in chrome_counters})
+                  | {p for p, *_ in chrome_counters})
     proc_uuid, out_pid = _process_tracks(trace, pids, devices, ids)
     rank: dict[int, int] = {}
 
@@ -320,8 +326,7 @@ def _tracks(trace: Trace, sel: _Selection, counters: DeviceCounters, threads: _T
         descriptors=ids.descriptors,
         slice_uuid=track_uuid[thread[:n_slices] * lanes + nest.lane],
         instant_uuid=track_uuid[thread[n_slices:] * lanes],
-        begin_pos=nest.begin_pos,
-        end_pos=nest.end_pos, counter_uuids=counter_uuids, chrome_counters=chrome,
+        nest=nest, counter_uuids=counter_uuids, chrome_counters=chrome,
         overlap_tracks=len([k for k in used_lanes if k % lanes]),
         chrome_counter_skipped=skipped_c)
 
@@ -345,95 +350,6 @@ def _chrome_counters(trace: Trace, rows: np.ndarray) -> tuple[list[Any], int]:
     return out, skipped
 
 
-def _bind_flows(trace: Trace, sel: _Selection, threads: _Threads) -> _Flows:
-    """Attach each flow event to the innermost slice enclosing it on the same thread."""
-    cand = np.concatenate([sel.slices, sel.instants])
-    empty = np.zeros(0, dtype=np.int64)
-    if len(sel.flows) == 0 or len(cand) == 0:
-        return _Flows(empty, empty, np.zeros(0, dtype=bool), 0, 0, len(sel.flows))
-    pid, tid = trace.col(S.PID), trace.col(S.TID)
-    c_thread = threads.thread
-    f_thread = _thread_lookup(pid[sel.flows], tid[sel.flows], threads.pairs)
-    c_start = trace.col(S.TS_NS)[cand]
-    c_end = c_start + trace.col(S.DUR_NS)[cand]
-    f_ts = trace.col(S.TS_NS)[sel.flows]
-    c_time, f_time = _shared_time_axis(c_start, f_ts, len(threads.pairs))
-    width = int(max(c_time.max(), f_time.max())) + 1
-    c_key = c_thread * width + c_time
-    order = _start_order(c_key, c_end)
-    f_key = np.where(f_thread >= 0, f_thread * width + f_time, -1)
-    pos = np.searchsorted(c_key[order], f_key, side="right") - 1
-    bound = np.full(len(sel.flows), -1, dtype=np.int64)
-    for _ in range(4):  # step back to an enclosing slice when the latest start has ended
-        ok = (pos >= 0) & (f_thread >= 0) & (bound < 0)
-        c = order[np.maximum(pos, 0)]
-        hit = ok & (c_thread[c] == f_thread) & (c_end[c] >= f_ts)
-        bound[hit] = c[hit]
-        pos = np.where(hit, pos, pos - 1)
-    return _chain_flows(trace, sel, bound, f_ts)
-
-
-def _shared_time_axis(a: np.ndarray, b: np.ndarray,
-                      groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """Times relative to the earliest, or their dense ranks when group * time would overflow."""
-    lo = min(int(a.min()), int(b.min()))
-    span = max(int(a.max()), int(b.max())) - lo + 1
-    if groups * span < 2**62:
-        return a - lo, b - lo
-    _, ranks = np.unique(np.concatenate([a, b]), return_inverse=True)
-    return ranks[: len(a)].astype(np.int64), ranks[len(a):].astype(np.int64)
-
-
-def _start_order(key: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Order by (key, -end): a stable sort on key, with a full sort only if ties need it."""
-    order = np.argsort(key, kind="stable")
-    k, e = key[order], end[order]
-    if ((k[1:] == k[:-1]) & (e[1:] > e[:-1])).any():
-        return np.lexsort((-end, key))
-    return order
-
-
-def _thread_lookup(pid: np.ndarray, tid: np.ndarray, pairs: list[tuple[int, int]],
-                   ) -> np.ndarray:
-    """Index in ``pairs`` of each (pid, tid), -1 where no slice or instant is on that thread."""
-    if not pairs:
-        return np.full(len(pid), -1, dtype=np.int64)
-    known_pid = np.array([p for p, _ in pairs], dtype=np.int64)
-    known_tid = np.array([t for _, t in pairs], dtype=np.int64)
-    key, known = _pair_key(pid, tid), _pair_key(known_pid, known_tid)
-    if key is not None and known is not None:
-        return pd.Index(known).get_indexer(key).astype(np.int64)
-    known_index = pd.MultiIndex.from_arrays([known_pid, known_tid])
-    return known_index.get_indexer(pd.MultiIndex.from_arrays([pid, tid])).astype(np.int64)
-
-
-def _chain_flows(trace: Trace, sel: _Selection, bound: np.ndarray, f_ts: np.ndarray) -> _Flows:
-    """Flow uid per (category, id); the last endpoint in time terminates the flow."""
-    flow_id, cat = trace.col(S.FLOW_ID)[sel.flows], trace.col(S.CAT_ID)[sel.flows]
-    if int(flow_id.max()) < 2**40:
-        uid, _ = pd.factorize((cat.astype(np.int64) << 40) + flow_id)
-    else:
-        ids_f, _ = pd.factorize(flow_id)
-        uid, _ = pd.factorize(cat.astype(np.int64) * (len(flow_id) + 1) + ids_f)
-    uid = uid.astype(np.int64)
-    orphan = np.bincount(uid)[uid] == 1  # the other end is not in the trace at all
-    keep = np.flatnonzero(bound >= 0)
-    rel_ts = (f_ts[keep] - int(f_ts.min())) * 8 + trace.col(S.PH)[sel.flows][keep]
-    keep = keep[np.lexsort((rel_ts, uid[keep]))]  # by flow, then time (then phase)
-    k_uid, k_cand = uid[keep], bound[keep]
-    same = np.zeros(len(keep), dtype=bool)  # consecutive ends of one flow on one slice
-    same[1:] = (k_uid[1:] == k_uid[:-1]) & (k_cand[1:] == k_cand[:-1])
-    k_uid, k_cand = k_uid[~same], k_cand[~same]
-    enough = np.bincount(k_uid)[k_uid] >= 2
-    k_uid, k_cand = k_uid[enough], k_cand[enough]
-    last = np.ones(len(k_uid), dtype=bool)
-    last[:-1] = k_uid[1:] != k_uid[:-1]
-    return _Flows(candidate=k_cand,
-                  flow_uid=k_uid + 1, terminating=last, flows=int(last.sum()),
-                  orphans=int(orphan.sum()),
-                  unbound=int(len(sel.flows) - len(k_uid) - orphan.sum()))
-
-
 @dataclass(frozen=True)
 class _Chunk:
     """Packets lo..hi of the emission order, gathered from the event sources."""
@@ -449,67 +365,92 @@ class _Chunk:
 
 @dataclass(frozen=True)
 class _Events:
-    """Every TrackEvent packet: sources (slice ends in nesting order, instants, counter
-    samples) and the emission order over them (time, ties in a per-track-valid order)."""
+    """Every TrackEvent packet, from two sources merged by time: slice begins/ends in the
+    nesting's emission order, and the others (instants, then counter samples) by time; at equal
+    times begins/ends come first. Both are sorted, so a chunk of packets is a contiguous range
+    of each: columns are gathered per chunk, never for the whole trace at once."""
 
-    order: np.ndarray
-    ts: np.ndarray
-    type: np.ndarray
-    track: np.ndarray
-    row: np.ndarray
-    value: np.ndarray
+    nest: Nesting
+    slice_rows: np.ndarray  # trace row per slice
+    slice_track: np.ndarray  # track uuid per slice
+    other_ts: np.ndarray
+    other_type: np.ndarray
+    other_track: np.ndarray
+    other_row: np.ndarray  # -1: a counter sample
+    other_value: np.ndarray
+    other_packet: np.ndarray  # each other event's packet index in emission order
     name_iid: np.ndarray  # per trace row
     cat_iid: np.ndarray
     flow_packet: np.ndarray  # flow attachments sorted by (packet, terminating)
     flow_uid: np.ndarray
     flow_terminating: np.ndarray
+    counter_points: int
 
     def __len__(self) -> int:
-        return len(self.order)
+        return len(self.nest.ts) + len(self.other_ts)
 
     def chunk(self, lo: int, hi: int) -> _Chunk:
-        idx = self.order[lo:hi]
-        kind, row = self.type[idx], self.row[idx]
+        o_lo, o_hi = (int(i) for i in np.searchsorted(self.other_packet, [lo, hi]))
+        nest, ends = self.nest, slice(lo - o_lo, hi - o_hi)
+        slices = nest.slice[ends]
+        ts = nest.ts[ends]
+        kind = np.where(nest.is_begin[ends], np.uint8(BEGIN), np.uint8(END))
+        track, row = self.slice_track[slices], self.slice_rows[slices]
+        value = np.zeros(len(ts))
+        if o_hi > o_lo:
+            at = self.other_packet[o_lo:o_hi] - lo  # where the others go in the chunk
+            from_slices = np.ones(hi - lo, dtype=bool)
+            from_slices[at] = False
+            others = slice(o_lo, o_hi)
+            ts, kind, track, row, value = (
+                _merged(mine, theirs[others], from_slices, at) for mine, theirs in (
+                    (ts, self.other_ts), (kind, self.other_type), (track, self.other_track),
+                    (row, self.other_row), (value, self.other_value)))
         named = (kind == BEGIN) | (kind == INSTANT)
-        safe = np.maximum(row, 0)
-        return _Chunk(ts=self.ts[idx], type=kind, track=self.track[idx],
+        safe = np.where(named, row, 0)
+        return _Chunk(ts=ts, type=kind, track=track,
                       name_iid=np.where(named, self.name_iid[safe], 0),
                       cat_iid=np.where(named, self.cat_iid[safe], 0),
-                      value=self.value[idx] if len(self.value) else np.zeros(len(idx)),
-                      row=np.where(named, row, -1))
+                      value=value, row=np.where(named, row, -1))
 
 
-def _events(trace: Trace, sel: _Selection, tracks: _Tracks, flows: _Flows) -> _Events:
-    ts_col, dur = trace.col(S.TS_NS), trace.col(S.DUR_NS)
+def _merged(mine: np.ndarray, theirs: np.ndarray, mask: np.ndarray,
+            at: np.ndarray) -> np.ndarray:
+    """A chunk column: the slices' values where ``mask``, the others' at ``at``."""
+    out = np.empty(len(mask), dtype=np.result_type(mine, theirs))
+    out[mask] = mine
+    out[at] = theirs
+    return out
+
+
+def _events(trace: Trace, sel: _Selection, tracks: _Tracks, flows: Flows) -> _Events:
+    nest = tracks.nest
     n, m = len(sel.slices), len(sel.instants)
-    seq = np.empty(2 * n, dtype=np.int64)  # endpoint index in nesting order: i begin, n+i end
-    seq[tracks.begin_pos] = np.arange(n)
-    seq[tracks.end_pos] = np.arange(n, 2 * n)
-    is_begin = seq < n
-    slice_of = np.where(is_begin, seq, seq - n)
-    s_rows = sel.slices[slice_of]
     c_ts, c_track, c_value = _counter_points(tracks)
     k = len(c_ts)
-    ts = np.concatenate([ts_col[s_rows] + np.where(is_begin, 0, dur[s_rows]),
-                         ts_col[sel.instants], c_ts])
-    order = np.argsort(ts, kind="stable")  # merges the per-track runs; ties keep track order
-    where = np.empty(len(order), dtype=np.int64)
-    where[order] = np.arange(len(order))
-    # candidate c (slice rows, then instant rows) -> its begin / instant packet in emission order
-    cand_packet = np.concatenate([where[tracks.begin_pos], where[2 * n + np.arange(m)]])
+    o_ts = np.concatenate([trace.col(S.TS_NS)[sel.instants], c_ts])
+    o_order = np.argsort(o_ts, kind="stable")  # timsort: merges the sorted runs
+    o_ts = o_ts[o_order]
+    o_packet = np.arange(m + k) + np.searchsorted(nest.ts, o_ts, side="right")
+    # candidate c (slices, then instants) -> its begin / instant packet in emission order
+    cand_packet = np.empty(n + m, dtype=np.int64)
+    cand_packet[:n] = nest.begin_at + np.searchsorted(o_ts, nest.ts[nest.begin_at], side="left")
+    cand_packet[n + o_order[o_order < m]] = o_packet[o_order < m]
     att = cand_packet[flows.candidate]
-    att_order = np.argsort(att * 2 + flows.terminating, kind="stable")  # flows, then ends
-    value = np.concatenate([np.zeros(2 * n + m), c_value]) if k else np.zeros(0)
+    # by packet: flows, then ends (nearly sorted already: flows come by first appearance)
+    att_order = np.argsort(att * 2 + flows.terminating, kind="stable")
     return _Events(
-        order=order, ts=ts,
-        type=np.concatenate([np.where(is_begin, BEGIN, END), np.full(m, INSTANT),
-                             np.full(k, COUNTER)]).astype(np.uint8),
-        track=np.concatenate([tracks.slice_uuid[slice_of], tracks.instant_uuid, c_track]),
-        row=np.concatenate([s_rows, sel.instants, np.full(k, -1)]), value=value,
+        nest=nest, slice_rows=sel.slices, slice_track=tracks.slice_uuid,
+        other_ts=o_ts,
+        other_type=np.concatenate([np.full(m, INSTANT, np.uint8),
+                                   np.full(k, COUNTER, np.uint8)])[o_order],
+        other_track=np.concatenate([tracks.instant_uuid, c_track])[o_order],
+        other_row=np.concatenate([sel.instants, np.full(k, -1)])[o_order],
+        other_value=np.concatenate([np.zeros(m), c_value])[o_order], other_packet=o_packet,
         name_iid=trace.col(S.NAME_ID).astype(np.int64) + 1,
         cat_iid=trace.col(S.CAT_ID).astype(np.int64) + 1,
         flow_packet=att[att_order], flow_uid=flows.flow_uid[att_order],
-        flow_terminating=flows.terminating[att_order])
+        flow_terminating=flows.terminating[att_order], counter_points=k)
 
 
 def _counter_points(tracks: _Tracks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -539,13 +480,21 @@ def _framed(packets: list[pb.TracePacket]) -> bytes:
     return pb.Trace(packet=packets).SerializeToString()
 
 
+def _used(ids: np.ndarray, n_strings: int) -> list[int]:
+    """Distinct string ids, ascending (a bincount: one pass, no sort)."""
+    if len(ids) == 0:
+        return []
+    if 0 <= int(ids.min()) and int(ids.max()) < max(n_strings, 1):
+        return np.flatnonzero(np.bincount(ids, minlength=1)).tolist()
+    return np.unique(ids).tolist()
+
+
 def _header(trace: Trace, sel: _Selection, tracks: _Tracks,
             first_ts: int) -> Iterator[tuple[bytes, int]]:
     """First packet (clears incremental state), interned names/categories, track descriptors:
     (framed bytes, packets in them)."""
     named = np.concatenate([sel.slices, sel.instants])
-    names = np.unique(trace.col(S.NAME_ID)[named]).tolist()
-    cats = np.unique(trace.col(S.CAT_ID)[named]).tolist()
+    names, cats = (_used(trace.col(c)[named], len(trace.strings)) for c in (S.NAME_ID, S.CAT_ID))
     first = True
     for lo in range(0, max(len(names), len(cats), 1), INTERNED_PACKET_NAMES):
         packet = pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID,
@@ -568,54 +517,70 @@ _PACKET_CONSTANTS = (W.tag(_F.SEQUENCE, W.WIRE_VARINT) + W.encode_varint(SEQUENC
                      + W.tag(_F.FLAGS, W.WIRE_VARINT) + W.encode_varint(NEEDS_STATE))
 
 
-_TYPE_FIELD = {t: W.tag(_F.TYPE, W.WIRE_VARINT) + W.encode_varint(t)
-               for t in (BEGIN, END, INSTANT, COUNTER)}
+_FLOW_TAGS = (W.tag(_F.FLOW, W.WIRE_FIXED64), W.tag(_F.TERMINATING_FLOW, W.WIRE_FIXED64))
+_FLOW_WIDTH = len(_FLOW_TAGS[0]) + 8  # one flow id: key + fixed64
+assert len(_FLOW_TAGS[1]) + 8 == _FLOW_WIDTH
 
 
 def _encode_packets(ev: _Events, lo: int, hi: int, ch: _Chunk,
-                    tails: tuple[np.ndarray, list[bytes], np.ndarray]) -> bytes:
+                    tails: tuple[np.ndarray, list[bytes], np.ndarray]) -> np.ndarray:
     """Packets lo..hi (gathered in ``ch``, args already encoded in ``tails``) as wire bytes.
 
-    Packets are grouped by layout (event type, and how many flow ids they carry);
-    each group is one fixed-layout byte matrix, and the groups are interleaved back in order.
-    Pure numpy on its inputs (no shared state), so chunks can be encoded on worker threads.
+    Every packet starts with the same layout (framing, timestamp, sequence, TrackEvent type and
+    track: one byte matrix for the chunk); the parts only some packets have follow it, each a
+    matrix of its own (names + category, counter value, one flow id per row) or a blob (args),
+    copied to their byte offsets (protobuf fields may come in any order). Pure numpy on its
+    inputs (no shared state), so chunks can be encoded on worker threads.
     """
     m = hi - lo
     kind = ch.type
     a, b = np.searchsorted(ev.flow_packet, [lo, hi])
-    f_packet, f_term = ev.flow_packet[a:b] - lo, ev.flow_terminating[a:b]
-    n_flow = np.bincount(f_packet[~f_term], minlength=m)
-    n_term = np.bincount(f_packet[f_term], minlength=m)
-    n_all = n_flow + n_term
-    first = a + np.cumsum(n_all) - n_all  # each packet's flows, then its terminating flows
-    base = int(max(n_flow.max(initial=0), n_term.max(initial=0))) + 1
-    shape = (kind.astype(np.int64) * base + n_flow) * base + n_term  # type is constant per shape
+    f_packet, f_term, f_uid = (ev.flow_packet[a:b] - lo, ev.flow_terminating[a:b],
+                               ev.flow_uid[a:b])
+    named = np.flatnonzero((kind == BEGIN) | (kind == INSTANT))
+    counter = np.flatnonzero(kind == COUNTER)
+    names = W.FixedRows(len(named))
+    names.varint(_F.NAME, ch.name_iid[named])
+    names.varint(_F.CATEGORY, ch.cat_iid[named])
+    values = W.FixedRows(len(counter))
+    values.double(_F.COUNTER_VALUE, ch.value[counter])
+    optional = np.zeros(m, dtype=np.int64)
+    optional[named] = names.width
+    optional[counter] = values.width
+    n_flows = np.bincount(f_packet, minlength=m)
     tail_rows, blobs, tail_sizes = tails
-    layouts = []
-    for key in np.flatnonzero(np.bincount(shape)).tolist():
-        rows = np.flatnonzero(shape == key)
-        event_type, nf, nt = key // (base * base), (key // base) % base, key % base
-        te = W.FixedRows(len(rows))
-        te.raw(_TYPE_FIELD[event_type])
-        te.varint(_F.TRACK, ch.track[rows])
-        if event_type in (BEGIN, INSTANT):
-            te.varint(_F.NAME, ch.name_iid[rows])
-            te.varint(_F.CATEGORY, ch.cat_iid[rows])
-        elif event_type == COUNTER:
-            te.double(_F.COUNTER_VALUE, ch.value[rows])
-        for j in range(nf):
-            te.fixed64(_F.FLOW, ev.flow_uid[first[rows] + j])
-        for j in range(nt):
-            te.fixed64(_F.TERMINATING_FLOW, ev.flow_uid[first[rows] + nf + j])
-        te.tail(tail_sizes[rows])
-        packet = W.FixedRows(len(rows))
-        packet.varint(_F.TIMESTAMP, ch.ts[rows])
-        packet.raw(_PACKET_CONSTANTS)
-        packet.message(_F.TRACK_EVENT, te)
-        framed = W.FixedRows(len(rows))
-        framed.message(_F.PACKET, packet)
-        layouts.append((rows, framed.matrix()))
-    return W.interleave(layouts, m, (tail_rows, blobs))
+    rest = optional + _FLOW_WIDTH * n_flows + tail_sizes  # bytes after the common part
+    te = W.FixedRows(m)
+    te.varint(_F.TYPE, kind)
+    te.varint(_F.TRACK, ch.track)
+    te.tail(rest)
+    packet = W.FixedRows(m)
+    packet.varint(_F.TIMESTAMP, ch.ts)
+    packet.raw(_PACKET_CONSTANTS)
+    packet.message(_F.TRACK_EVENT, te)
+    framed = W.FixedRows(m)
+    framed.message(_F.PACKET, packet)
+    common = framed.width
+    sizes = rest + common
+    ends = np.cumsum(sizes)
+    offsets = ends - sizes
+    out = np.empty(int(ends[-1]) if m else 0, dtype=np.uint8)
+    W.scatter_rows(out, offsets, framed.matrix())
+    W.scatter_rows(out, offsets[named] + common, names.matrix())
+    W.scatter_rows(out, offsets[counter] + common, values.matrix())
+    if len(f_packet):  # flow ids in order: each packet's flows, then its terminating flows
+        first = np.cumsum(n_flows) - n_flows
+        at = (offsets[f_packet] + common + optional[f_packet]
+              + _FLOW_WIDTH * (np.arange(len(f_packet)) - first[f_packet]))
+        for terminating, field_number in ((False, _F.FLOW), (True, _F.TERMINATING_FLOW)):
+            which = np.flatnonzero(f_term == terminating)
+            ids = W.FixedRows(len(which))
+            ids.fixed64(field_number, f_uid[which])
+            W.scatter_rows(out, at[which], ids.matrix())
+    if len(tail_rows):
+        W.scatter_blobs(out, ends[tail_rows] - tail_sizes[tail_rows],
+                        np.frombuffer(b"".join(blobs), dtype=np.uint8), tail_sizes[tail_rows])
+    return out
 
 
 def _chunk_args(ch: _Chunk, args: ArgsEncoder | None) -> tuple[np.ndarray, list[bytes], np.ndarray]:
@@ -642,14 +607,14 @@ def write_perfetto_trace(trace: Trace, path: str | Path, *,
     """
     path = Path(path)
     sel = _select(trace)
-    pending: deque[tuple[Future[bytes], bytes, int]] = deque()
+    pending: deque[tuple[Future[np.ndarray], bytes, int]] = deque()
     with open(path, "wb") as out, ThreadPoolExecutor(ENCODE_THREADS) as pool:
-        tracks, flows = _plan(trace, sel, counters, pool)
+        tracks, flows = _plan(trace, sel, counters, pool if ENCODE_THREADS > 1 else None)
         ev = _events(trace, sel, tracks, flows)
         encoder = ArgsEncoder(trace) if args else None
         total = len(ev)
         written = packets = 0
-        first_ts = int(ev.ts[ev.order[0]]) if total else 0
+        first_ts = int(ev.chunk(0, 1).ts[0]) if total else 0
         for data, count in _header(trace, sel, tracks, first_ts):
             written += out.write(data)
             packets += count
@@ -658,7 +623,7 @@ def write_perfetto_trace(trace: Trace, path: str | Path, *,
             nonlocal written
             while len(pending) > keep:  # in order; at most a few chunks in flight
                 future, interned, hi = pending.popleft()
-                written += out.write(interned) + out.write(future.result())
+                written += out.write(interned) + out.write(memoryview(future.result()))
                 if progress:
                     progress(min(len(trace), round(len(trace) * hi / total)))
 
@@ -681,7 +646,7 @@ def write_perfetto_trace(trace: Trace, path: str | Path, *,
     return PerfettoExport(
         path=path, bytes_written=written, packets=packets, tracks=len(tracks.descriptors),
         slices=len(sel.slices), instants=len(sel.instants),
-        counter_points=int((ev.type == COUNTER).sum()), flows=flows.flows,
+        counter_points=ev.counter_points, flows=flows.flows,
         overlap_tracks=tracks.overlap_tracks, unbound_flow_endpoints=flows.unbound,
         orphan_flow_endpoints=flows.orphans,
         skipped=skipped)
