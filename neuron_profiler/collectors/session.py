@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import count
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
@@ -28,7 +30,7 @@ import numpy as np
 from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.runtime_trace import layout as L
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
-from neuron_profiler.runtime_trace.parser import parse_system_trace
+from neuron_profiler.runtime_trace.parser import decode_rows, parse_system_trace
 
 # libkineto::ActivityType values (ActivityType.h): kernels and DMA count as device time.
 KINETO_MEMCPY, KINETO_KERNEL, KINETO_RUNTIME, KINETO_DRIVER = 3, 5, 24, 25
@@ -118,9 +120,8 @@ class _LooseData(msgspec.Struct, gc=False):
 
 
 _NO_EXT = _Ext()
-_decode_data = msgspec.json.Decoder(list[_Data]).decode
-_decode_loose = msgspec.json.Decoder(list[_LooseData]).decode
 _enc = msgspec.json.encode
+_RAW_KINDS = frozenset({int(ActivityKind.GENERIC), int(ActivityKind.INSTANT)})
 _SIMPLE_KINDS = frozenset({int(ActivityKind.KERNEL), int(ActivityKind.RUNTIME_CALL),
                            int(ActivityKind.DMA)})
 
@@ -129,25 +130,23 @@ def _int_or_missing(v: Any) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else -1
 
 
-def _decode_exts(data: list[bytes]) -> list[_Data]:
+def _decode_exts(data: Sequence[bytes]) -> list[_Data]:
     """Each row's data object; rows with odd types (floats, nulls) go through the loose path."""
-    if not data:
-        return []
-    joined = b"[" + b",".join(data) + b"]"
     try:
-        return _decode_data(joined)
+        return decode_rows(data, _Data)
     except msgspec.ValidationError:
-        out = []
-        for d in _decode_loose(joined):
-            e = d.neuron_profiler
-            ext = None if e is None else _Ext(
-                op=None if e.op is None else str(e.op), flops=_int_or_missing(e.flops),
-                bytes=_int_or_missing(e.bytes), launch_ns=_int_or_missing(e.launch_ns),
-                direction=None if e.direction is None else str(e.direction),
-                collective=e.collective, ranks=e.ranks, algorithm=e.algorithm, reason=e.reason,
-                shapes=e.shapes, dtypes=e.dtypes, sync=e.sync)
-            out.append(_Data(ext, d.algorithm))
-        return out
+        pass
+    out = []
+    for d in decode_rows(data, _LooseData):
+        e = d.neuron_profiler
+        ext = None if e is None else _Ext(
+            op=None if e.op is None else str(e.op), flops=_int_or_missing(e.flops),
+            bytes=_int_or_missing(e.bytes), launch_ns=_int_or_missing(e.launch_ns),
+            direction=None if e.direction is None else str(e.direction),
+            collective=e.collective, ranks=e.ranks, algorithm=e.algorithm, reason=e.reason,
+            shapes=e.shapes, dtypes=e.dtypes, sync=e.sync)
+        out.append(_Data(ext, d.algorithm))
+    return out
 
 
 _UNSAFE = str.maketrans({"\\": "/", '"': "'", **{chr(c): " " for c in range(32)}})
@@ -316,26 +315,40 @@ def _ext_columns(exts: list[_Ext]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                  for k in ("flops", "bytes", "launch_ns"))  # type: ignore[return-value]
 
 
+def _codes(values: Iterable[Any], n: int) -> np.ndarray:
+    """Each value's code among the distinct values (first-seen order), in one C-level pass."""
+    table: defaultdict[Any, int] = defaultdict(count().__next__)
+    return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n)
+
+
 def _args_ids(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas: list[_Data]
               ) -> tuple[np.ndarray, list[list[tuple[str, str]]]]:
     """Per kept row, an index into a deduplicated args table (-1: no extra args). Kernels,
-    launches and DMA depend only on (kind, modelled, op/direction): computed once per key."""
+    launches and DMA depend only on (kind, modelled, op/direction): rendered once per distinct
+    key, found with numpy; the rare other kinds are rendered row by row."""
     table: dict[tuple[tuple[str, str], ...], int] = {(): -1}
-    cache: dict[tuple[int, bool, Any], int] = {}
-    ids = []
-    for i, k, m in zip(rows.tolist(), acts.kind[rows].tolist(), acts.modelled[rows].tolist(),
-                       strict=True):
-        e = exts[i]
-        if k in _SIMPLE_KINDS:
-            ck = (k, m, e.direction if k == ActivityKind.DMA else e.op)
-            a = cache.get(ck)
-            if a is None:
-                a = cache[ck] = table.setdefault(_row_args(k, e, None, b"", m), len(table) - 1)
-        else:
-            a = table.setdefault(_row_args(k, e, datas[i].algorithm, acts.data[i], m),
-                                 len(table) - 1)
-        ids.append(a)
-    return np.asarray(ids, dtype=np.int32), [list(t) for t in list(table)[1:]]
+    ids = np.full(len(rows), -1, dtype=np.int32)
+    kind, modelled = acts.kind[rows], acts.modelled[rows]
+    simple = np.isin(kind, list(_SIMPLE_KINDS))
+    at = np.flatnonzero(simple)
+    if len(at):
+        sub = [exts[i] for i in rows[at].tolist()] if len(at) < 2 else list(
+            itemgetter(*rows[at].tolist())(exts))
+        is_dma = kind[at] == ActivityKind.DMA
+        label = np.where(is_dma, _codes(map(attrgetter("direction"), sub), len(sub)) * 2 + 1,
+                         _codes(map(attrgetter("op"), sub), len(sub)) * 2)
+        key = (label * len(ActivityKind) + kind[at]) * 2 + modelled[at]
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        distinct = [table.setdefault(_row_args(int(kind[at[j]]), sub[j], None, b"",
+                                               bool(modelled[at[j]])), len(table) - 1)
+                    for j in first.tolist()]
+        ids[at] = np.asarray(distinct, dtype=np.int32)[inverse.reshape(-1)]
+    for j in np.flatnonzero(~simple).tolist():
+        i, k = int(rows[j]), int(kind[j])
+        raw = acts.data[i] if k in _RAW_KINDS else b""  # read the payload's bytes only if needed
+        ids[j] = table.setdefault(_row_args(k, exts[i], datas[i].algorithm, raw,
+                                            bool(modelled[j])), len(table) - 1)
+    return ids, [list(t) for t in list(table)[1:]]
 
 
 def _names(acts: DeviceActivities, keep: np.ndarray) -> tuple[np.ndarray, list[str]]:

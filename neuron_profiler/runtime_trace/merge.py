@@ -22,6 +22,7 @@ import dataclasses
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,11 @@ from neuron_profiler.errors import NeuronProfilerError, TraceLoadError
 from neuron_profiler.runtime_trace import layout as L
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
 from neuron_profiler.runtime_trace.linking import link_by_containment, match_runtime_calls
-from neuron_profiler.runtime_trace.parser import envelope_extensions, parse_system_traces
+from neuron_profiler.runtime_trace.parser import (
+    decode_rows,
+    envelope_extensions,
+    parse_system_traces,
+)
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.kinds import kind_of
 from neuron_profiler.trace.model import Trace
@@ -88,7 +93,7 @@ class _Data(msgspec.Struct):
     algorithm: Any = None  # the real runtime's collective field
 
 
-_decode_data = msgspec.json.Decoder(list[_Data]).decode
+_RAW_KINDS = (ActivityKind.GENERIC, ActivityKind.INSTANT)
 _decode_any = msgspec.json.Decoder().decode
 
 
@@ -350,13 +355,15 @@ def _merged_trace(host: Trace, acts: DeviceActivities, props: list[dict[str, Any
     kind_of_cat = np.array([kind_of(_CATEGORY.get(ActivityKind(k), CAT_DRIVER))
                             for k in range(len(ActivityKind))], dtype=np.uint8)
     name_id = np.array([intern(s) for s in _names(acts)], dtype=np.int32)
-    datas = _decode_data(b"[" + b",".join(acts.data) + b"]") if n else []
+    datas = decode_rows(acts.data, _Data)
+    # Only unknown events keep their whole data: read the payload's bytes only when there are some.
+    raws = acts.data if np.isin(acts.kind, _RAW_KINDS).any() else repeat(b"", n)
     dur = acts.end_ns - acts.start_ns
     raw_args = list(host.raw_args)
     args_row = np.arange(len(raw_args), len(raw_args) + n, dtype=np.int64)
     encode = msgspec.json.encode
     for i, (k, d, raw, mod, ex, corr, du) in enumerate(zip(
-            acts.kind.tolist(), datas, acts.data, acts.modelled.tolist(), acts.exec_id.tolist(),
+            acts.kind.tolist(), datas, raws, acts.modelled.tolist(), acts.exec_id.tolist(),
             acts.correlation_id.tolist(), dur.tolist(), strict=True)):
         args = _row_args(k, d, raw, mod, ex, corr, du)
         if args:

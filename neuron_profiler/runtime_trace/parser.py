@@ -34,9 +34,10 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import cache
 from itertools import chain, count, repeat
 from operator import attrgetter, is_, itemgetter
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -47,6 +48,7 @@ from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivit
 _ABSENT = -(2**63)  # an absent optional int (JSON null decodes to None and takes a slower path)
 _I64 = Annotated[int, msgspec.Meta(ge=_ABSENT + 1, le=2**63 - 1)]
 _START, _STOP, _INSTANT, _OTHER_PHASE = 0, 1, 2, 3
+_T = TypeVar("_T")
 
 
 class _Phase(enum.Enum):
@@ -254,6 +256,23 @@ class RowData(Sequence[bytes]):
             self._parts = None  # the payload can go
         return self._list
 
+    def decode(self, row_type: type[_T]) -> list[_T]:
+        """Each row's data decoded as ``row_type`` (a msgspec type) in one pass over the payload,
+        without cutting the rows' bytes out first. Raises ``msgspec.ValidationError`` when some
+        row's data does not fit ``row_type`` (other events' data may be anything)."""
+        if self._list is None and self._parts is not None:
+            try:
+                out: list[Any] = []
+                for source, part_raws in self._parts:
+                    if part_raws is not None:
+                        out.extend(decode_rows(part_raws, row_type))
+                    else:
+                        out.extend(map(_get_data, _wrapped(row_type)(source).events))
+                return _take(out, self._rows)
+            except msgspec.ValidationError:
+                pass  # maybe an event that is not a row: decode the rows' own bytes
+        return decode_rows(self._materialise(), row_type)
+
     def __len__(self) -> int:
         return len(self._rows)
 
@@ -268,6 +287,26 @@ class RowData(Sequence[bytes]):
 
     def __repr__(self) -> str:
         return f"RowData({len(self)} rows{'' if self._list is not None else ', not read yet'})"
+
+
+@cache
+def _wrapped(row_type: type) -> Any:
+    """Decoder of an envelope whose events' data are ``row_type`` (absent data: ``{}``)."""
+    empty = msgspec.json.Decoder(row_type).decode
+    event = msgspec.defstruct("_RowEvent", [
+        ("data", row_type, msgspec.field(default_factory=lambda: empty(b"{}")))], gc=False)
+    envelope = msgspec.defstruct("_RowEnvelope", [("events", list[event])], gc=False)
+    return msgspec.json.Decoder(envelope).decode
+
+
+def decode_rows(data: Sequence[Any], row_type: type[_T]) -> list[_T]:
+    """Rows' data (``DeviceActivities.data``: the parser's lazy RowData or plain bytes) decoded
+    as ``row_type`` in one pass."""
+    if isinstance(data, RowData):
+        return data.decode(row_type)
+    if not len(data):
+        return []
+    return msgspec.json.decode(b"[" + b",".join(map(bytes, data)) + b"]", type=list[row_type])
 
 
 def _dropped_of(ext_raw: Any) -> tuple[dict[int, int], int]:
@@ -580,4 +619,5 @@ def parse_system_trace(payload: bytes | str, dropped: dict[int, int] | None = No
     return parse_system_traces([payload], dropped)
 
 
-__all__: Sequence[str] = ("envelope_extensions", "parse_system_trace", "parse_system_traces")
+__all__: Sequence[str] = ("decode_rows", "envelope_extensions", "parse_system_trace",
+                          "parse_system_traces")

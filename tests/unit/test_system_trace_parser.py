@@ -10,7 +10,11 @@ import pytest
 
 from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.runtime_trace.activities import ActivityKind, Queue
-from neuron_profiler.runtime_trace.parser import parse_system_trace, parse_system_traces
+from neuron_profiler.runtime_trace.parser import (
+    decode_rows,
+    parse_system_trace,
+    parse_system_traces,
+)
 
 HOST0 = 1_700_000_000_000_000_000
 
@@ -307,3 +311,30 @@ def test_row_data_is_read_on_first_use_and_behaves_as_a_sequence() -> None:
 def _type_of(acts, i: int) -> str:
     """Event type of row i from its name (no extension op names in the random streams)."""
     return acts.names[acts.name_id[i]]
+
+
+class _RowNote(msgspec.Struct):
+    note: str = "none"
+    nested: dict = {}
+
+
+def test_decode_rows_matches_decoding_each_rows_bytes() -> None:
+    events = [_ev("x_new", F.INSTANT, HOST0 + i, note=f"row {i}", nested={"k": [i]})
+              for i in range(4)]
+    events.append({"event_type": "x_new", "phase": F.INSTANT, "timestamp_ns": HOST0 + 9})  # no data
+    sync = _sync(HOST0 + 2, 1, 0, nc=5, cpu=HOST0)  # consumed: not a row
+    odd_sync = _sync(HOST0 + 2, 1, 0, nc=5, cpu=HOST0)
+    odd_sync["data"]["note"] = 5  # does not fit the row type: only the rows' data must
+    for extra, one_pass in ((sync, True), (odd_sync, False)):
+        stream = [*events[:2], extra, *events[2:]]
+        for payload in (_payload(stream), _payload([*stream, _MISTYPED[0]])):  # fast, slow path
+            acts = parse_system_trace(payload)
+            got = decode_rows(acts.data, _RowNote)
+            assert ("not read yet" in repr(acts.data)) == one_pass  # no bytes cut out
+            expected = [msgspec.json.decode(d, type=_RowNote) for d in acts.data]
+            assert got == expected and len(got) == 5
+            assert [r.note for r in got] == ["row 0", "row 1", "row 2", "row 3", "none"]
+            assert decode_rows(acts.data, _RowNote) == expected  # from the cut bytes
+            assert decode_rows(list(acts.data), _RowNote) == expected  # plain bytes
+    with pytest.raises(msgspec.ValidationError):
+        decode_rows(parse_system_trace(_payload(events)).data, list[int])
