@@ -12,8 +12,20 @@ thread and time containment instead.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
+
+from neuron_profiler.runtime_trace.format import EMULATED_EVENT_TYPES, TENSOR_EVENT_TYPES
+
+ENV_TENSOR_EVENTS = "NEURON_PROFILER_TENSOR_EVENTS"
+
+
+def tensor_events_wanted() -> bool:
+    """Tensor allocate/free instants are off unless $NEURON_PROFILER_TENSOR_EVENTS is 1/true/yes:
+    the emulator tracks each tensor's lifetime in Python to emit them, which costs a training
+    step a few percent, and nothing in the collector's trace needs them."""
+    return os.environ.get(ENV_TENSOR_EVENTS, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 @runtime_checkable
@@ -50,7 +62,8 @@ class EmulatorSource:
             self._rt.sys_trace_stop()
         self._rt.sys_trace_fetch()  # discard leftovers so this session sees only its own window
         self._mod.set_correlation_provider(correlation)
-        self._rt.sys_trace_start(max_events_per_nc=max_events_per_nc)
+        types = None if tensor_events_wanted() else set(EMULATED_EVENT_TYPES - TENSOR_EVENT_TYPES)
+        self._rt.sys_trace_start(max_events_per_nc=max_events_per_nc, event_types=types)
 
     def stop(self) -> bytes:
         self._mod.set_correlation_provider(None)
@@ -80,7 +93,9 @@ class LibnrtSource:
         return cls(SysTrace.load(path))
 
     def start(self, max_events_per_nc: int, correlation: Callable[[], int] | None) -> None:
-        self._lib.start(max_events_per_nc=max_events_per_nc)
+        types = None if tensor_events_wanted() else [
+            t for t in self._lib.event_types() if t not in TENSOR_EVENT_TYPES]
+        self._lib.start(max_events_per_nc=max_events_per_nc, event_types=types)
 
     def stop(self) -> bytes:
         payload = self._lib.fetch()

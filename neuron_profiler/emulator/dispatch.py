@@ -189,7 +189,7 @@ def new_device_tensor(elem: torch.Tensor, core: int, allocate: bool) -> NeuronTe
     t = NeuronTensor(elem, core)
     if allocate:
         tl = STATE.timeline
-        if tl is not None and tl.rt.capturing:
+        if tl is not None and tl.rt.tracking_tensors:  # weakref per tensor: only when wanted
             nbytes = elem.numel() * elem.element_size()  # a fresh output owns exactly this
             tensor_id = tl.allocate(core, nbytes)
             _LIVE[weakref.ref(t, _freed)] = (core, tensor_id, nbytes)

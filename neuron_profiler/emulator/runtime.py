@@ -84,6 +84,7 @@ class EmulatedRuntime:
         self.tensor_ids = itertools.count(1)
         self.model_ids: dict[str, int] = {}
         self.capturing = False
+        self.tracking_tensors = False  # capturing tensor allocate/free (the device asks per tensor)
         self._buffers: dict[int, deque[EventTuple]] = {}
         self._seq: dict[int, Iterator[int]] = {}  # per-core event numbering
         self._expected: dict[int, int] = {}  # per core: seq of the next event not handed out
@@ -138,11 +139,13 @@ class EmulatedRuntime:
             self._buffers = {c: deque(maxlen=max_events_per_nc) for c in self._cores}
             self._seq = {c: itertools.count() for c in self._cores}
             self._expected = dict.fromkeys(self._cores, 0)
+            self.tracking_tensors = self._types is None or bool(self._types & F.TENSOR_EVENT_TYPES)
             self.capturing = True
 
     def sys_trace_stop(self) -> None:
         """Stop capturing. Events not yet fetched stay fetchable until the next start."""
         self.capturing = False
+        self.tracking_tensors = False
 
     def sys_trace_fetch(self, nc_idx: int | None = None, max_events: int | None = None) -> bytes:
         """Hand out buffered events once, oldest first (libnrt: ``nrt_sys_trace_fetch_events``).
@@ -261,8 +264,9 @@ class EmulatedRuntime:
         if not self.capturing or core not in self._cores or (
                 self._types is not None and event_type not in self._types):
             return
-        self._append(core, event_type, F.INSTANT, next(self._tracking), thread_id, timestamp_ns,
-                     builder, payload)
+        self._buffers[core].append((next(self._ids), event_type, F.INSTANT, next(self._tracking),
+                                    core, thread_id, timestamp_ns, builder, payload,
+                                    next(self._seq[core])))
 
     def _append(self, core: int, event_type: str, phase: str, tracking_id: int, thread_id: int,
                 timestamp_ns: int, builder: DataBuilder | None, payload: Any) -> None:

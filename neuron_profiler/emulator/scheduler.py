@@ -15,6 +15,7 @@ trace is captured; events are recorded only while one is.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -134,7 +135,7 @@ class DeviceTimeline:
             model_id = self._model_ids.setdefault(op, len(self._model_ids) + 1)
         payload = (core, exec_id, model_id, op, current_correlation_id(), launch_ns,
                    start - rt.nc_epoch_ns, end - rt.nc_epoch_ns, kind, extra)
-        rt.record_launch(core, call_type, work_type, threading.get_native_id(),
+        rt.record_launch(core, call_type, work_type, _native_tid(),
                          (launch_ns, max(time.time_ns(), launch_ns)), (start, end), _BUILDERS,
                          payload)
 
@@ -151,7 +152,7 @@ class DeviceTimeline:
         end = wait_until(target)
         if self.rt.capturing:
             payload = (reason, op, target, current_correlation_id())
-            tid = threading.get_native_id()
+            tid = _native_tid()
             for c in cores:
                 self.rt.record_span_lazy(c, F.EXT_HOST_SYNC, tid, begin, end, _sync_start,
                                          _empty, payload)
@@ -163,7 +164,7 @@ class DeviceTimeline:
         if self.rt.capturing:
             ext = {F.X_OP: op, F.X_REASON: reason, F.X_SHAPES: shapes, F.X_DTYPES: dtypes,
                    F.X_CORRELATION_ID: current_correlation_id()}
-            self.rt.record_span(core, F.EXT_FALLBACK, threading.get_native_id(), start_ns,
+            self.rt.record_span(core, F.EXT_FALLBACK, _native_tid(), start_ns,
                                 stop_ns, {F.EXT_KEY: ext})  # rare: built now
 
     def allocate(self, core: int, nbytes: int) -> int:
@@ -177,8 +178,23 @@ class DeviceTimeline:
 
     def _instant(self, core: int, event_type: str, tensor_id: int, nbytes: int) -> None:
         if self.rt.capturing:
-            self.rt.record_instant_lazy(core, event_type, threading.get_native_id(),
-                                        time.time_ns(), _tensor_data, (tensor_id, nbytes))
+            self.rt.record_instant_lazy(core, event_type, _native_tid(), time.time_ns(),
+                                        _tensor_data, (tensor_id, nbytes))
+
+
+_thread_ids = threading.local()
+# The child's one thread is new: forget the id the forking thread cached.
+os.register_at_fork(after_in_child=lambda: _thread_ids.__dict__.clear())
+
+
+def _native_tid() -> int:
+    """The OS thread id (what the runtime records), cached per thread: on Linux each
+    ``threading.get_native_id()`` is a system call, and the hot path asks for it per event."""
+    try:
+        return _thread_ids.tid
+    except AttributeError:
+        _thread_ids.tid = tid = threading.get_native_id()
+        return tid
 
 
 # -- event data, built at fetch from the payload tuples recorded on the hot path ------------

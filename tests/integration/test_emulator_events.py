@@ -160,3 +160,28 @@ def test_ring_overflow_on_a_real_loop_reports_drops_and_parses() -> None:
     assert dropped["1"] == 0
     acts = parse_system_trace(payload)
     assert acts.malformed == 0 and len(acts) > 0
+
+
+@pytest.mark.parametrize("env, kept", [(None, False), ("true", True)])
+def test_collector_source_records_tensor_events_only_when_asked(monkeypatch, env, kept) -> None:
+    from neuron_profiler.collectors.sources import ENV_TENSOR_EVENTS, EmulatorSource
+
+    if env is None:
+        monkeypatch.delenv(ENV_TENSOR_EVENTS, raising=False)
+    else:
+        monkeypatch.setenv(ENV_TENSOR_EVENTS, env)
+    emu.enable(cores=2)
+    source = EmulatorSource()
+    source.start(10_000, None)
+    try:
+        a = torch.ones(64, device="neuron") * 3
+        b = (a + 1).sum()
+        b.item()
+        del a, b
+    finally:
+        payload = source.stop()
+    types = Counter(e["event_type"] for e in json.loads(payload)["events"])
+    assert (types[F.NRT_TENSOR_ALLOCATE] > 0) == kept and (types[F.NRT_TENSOR_FREE] > 0) == kept
+    assert types[F.NC_EXEC_RUNNING] >= 6 and types[F.NRT_MODEL_SUBMIT] >= 6  # the rest stays on
+    assert types[F.TIMESTAMP_SYNC_POINT] >= 1
+    assert not get_runtime().tracking_tensors  # stopped: no tensor is tracked any more

@@ -153,3 +153,19 @@ def test_source_links_runtime_calls_by_containment(st) -> None:
     assert got == [("kernel", 11, 1), ("kernel", 12, 2), ("runtime", 11, 1), ("runtime", 12, 2)]
     assert res.metadata["neuron_source"] == '"libnrt"'
     assert res.source_count == 4
+
+
+@pytest.mark.parametrize("env, kept", [(None, False), ("1", True), ("no", False)])
+def test_source_leaves_tensor_events_off_unless_asked(st, monkeypatch, env, kept) -> None:
+    trace, ctl = st
+    if env is None:
+        monkeypatch.delenv("NEURON_PROFILER_TENSOR_EVENTS", raising=False)
+    else:
+        monkeypatch.setenv("NEURON_PROFILER_TENSOR_EVENTS", env)
+    source = LibnrtSource(trace)
+    source.start(max_events_per_nc=100, correlation=None)
+    assert _record(ctl, 0, "nrt_tensor_allocate", "instant", 1, 10) == int(kept)
+    assert _record(ctl, 0, "nc_exec_running", "start", 2, 11) == 1  # every other type stays on
+    assert _record(ctl, 0, "nrt_execute", "start", 3, 12) == 1
+    types = [e["event_type"] for e in json.loads(source.stop())["events"]]
+    assert types == (["nrt_tensor_allocate"] if kept else []) + ["nc_exec_running", "nrt_execute"]
