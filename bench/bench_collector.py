@@ -216,8 +216,8 @@ def main() -> None:
     print(f"step time   [CPU] {st['step_ms_cpu']:.3f} ms  [CPU, NEURON] "
           f"{st['step_ms_cpu_neuron']:.3f} ms (wall, medians) -> [CPU, NEURON] costs "
           f"{st['plugin_cost'] * 100:+.1f}% wall, {st['plugin_cost_cpu_time'] * 100:+.1f}% "
-          f"process CPU time (target: the plugin's own cost <= 5%); stop-time work {st['stop_ms_per_step']:.3f} ms "
-          f"per profiled step")
+          f"process CPU time (target: the plugin's own cost <= 5%); stop-time work "
+          f"{st['stop_ms_per_step']:.3f} ms per profiled step")
     print(f"  of which the bridge alone (runtime capture off): {st['bridge_cost'] * 100:+.1f}% "
           f"wall, {st['bridge_cost_cpu_time'] * 100:+.1f}% CPU time; the rest is the emulated "
           f"runtime recording its events; correlation provider {bench_provider_ns():.0f} ns/call")
