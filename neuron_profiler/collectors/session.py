@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import count
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -29,6 +27,7 @@ import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.runtime_trace import layout as L
+from neuron_profiler.runtime_trace._pylists import codes, take
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
 from neuron_profiler.runtime_trace.parser import decode_rows, parse_system_trace
 
@@ -121,7 +120,6 @@ class _LooseData(msgspec.Struct, gc=False):
 
 _NO_EXT = _Ext()
 _enc = msgspec.json.encode
-_RAW_KINDS = frozenset({int(ActivityKind.GENERIC), int(ActivityKind.INSTANT)})
 _SIMPLE_KINDS = frozenset({int(ActivityKind.KERNEL), int(ActivityKind.RUNTIME_CALL),
                            int(ActivityKind.DMA)})
 
@@ -315,12 +313,6 @@ def _ext_columns(exts: list[_Ext]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                  for k in ("flops", "bytes", "launch_ns"))  # type: ignore[return-value]
 
 
-def _codes(values: Iterable[Any], n: int) -> np.ndarray:
-    """Each value's code among the distinct values (first-seen order), in one C-level pass."""
-    table: defaultdict[Any, int] = defaultdict(count().__next__)
-    return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n)
-
-
 def _args_ids(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas: list[_Data]
               ) -> tuple[np.ndarray, list[list[tuple[str, str]]]]:
     """Per kept row, an index into a deduplicated args table (-1: no extra args). Kernels,
@@ -332,11 +324,10 @@ def _args_ids(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas:
     simple = np.isin(kind, list(_SIMPLE_KINDS))
     at = np.flatnonzero(simple)
     if len(at):
-        sub = [exts[i] for i in rows[at].tolist()] if len(at) < 2 else list(
-            itemgetter(*rows[at].tolist())(exts))
+        sub = take(exts, rows[at])
         is_dma = kind[at] == ActivityKind.DMA
-        label = np.where(is_dma, _codes(map(attrgetter("direction"), sub), len(sub)) * 2 + 1,
-                         _codes(map(attrgetter("op"), sub), len(sub)) * 2)
+        label = np.where(is_dma, codes(map(attrgetter("direction"), sub), len(sub))[1] * 2 + 1,
+                         codes(map(attrgetter("op"), sub), len(sub))[1] * 2)
         key = (label * len(ActivityKind) + kind[at]) * 2 + modelled[at]
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         distinct = [table.setdefault(_row_args(int(kind[at[j]]), sub[j], None, b"",
@@ -345,7 +336,7 @@ def _args_ids(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas:
         ids[at] = np.asarray(distinct, dtype=np.int32)[inverse.reshape(-1)]
     for j in np.flatnonzero(~simple).tolist():
         i, k = int(rows[j]), int(kind[j])
-        raw = acts.data[i] if k in _RAW_KINDS else b""  # read the payload's bytes only if needed
+        raw = acts.data[i] if k in L.RAW_DATA_KINDS else b""  # read the payload's bytes only if needed
         ids[j] = table.setdefault(_row_args(k, exts[i], datas[i].algorithm, raw,
                                             bool(modelled[j])), len(table) - 1)
     return ids, [list(t) for t in list(table)[1:]]

@@ -264,9 +264,8 @@ class EmulatedRuntime:
         if not self.capturing or core not in self._cores or (
                 self._types is not None and event_type not in self._types):
             return
-        self._buffers[core].append((next(self._ids), event_type, F.INSTANT, next(self._tracking),
-                                    core, thread_id, timestamp_ns, builder, payload,
-                                    next(self._seq[core])))
+        self._append(core, event_type, F.INSTANT, next(self._tracking), thread_id, timestamp_ns,
+                     builder, payload)
 
     def _append(self, core: int, event_type: str, phase: str, tracking_id: int, thread_id: int,
                 timestamp_ns: int, builder: DataBuilder | None, payload: Any) -> None:

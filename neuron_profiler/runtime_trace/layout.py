@@ -7,7 +7,7 @@ OS pid (large numbers), so NeuronCore N is pid ``N`` and sorts after the host vi
 
 from __future__ import annotations
 
-from neuron_profiler.runtime_trace.activities import Queue
+from neuron_profiler.runtime_trace.activities import ActivityKind, Queue
 from neuron_profiler.trace.kinds import FALLBACK_NAME_PREFIX
 
 CORE_SORT_INDEX_BASE = 0x10000000  # host processes sort first (their sort index is their pid)
@@ -24,6 +24,10 @@ def core_process_name(core: int) -> str:
 def core_sort_index(core: int) -> int:
     return CORE_SORT_INDEX_BASE + int(core)
 
+
+# Unknown event types (and instants) keep their whole runtime data as an arg; only these need
+# each row's raw data bytes.
+RAW_DATA_KINDS = frozenset({int(ActivityKind.GENERIC), int(ActivityKind.INSTANT)})
 
 QUEUE_TIDS = {Queue.COMPUTE: 0, Queue.DMA: 1, Queue.COLLECTIVE: 2, Queue.OTHER: 3}
 QUEUE_THREAD_NAMES = {Queue.COMPUTE: "compute", Queue.DMA: "DMA", Queue.COLLECTIVE: "collectives",

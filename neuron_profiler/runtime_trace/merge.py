@@ -93,7 +93,6 @@ class _Data(msgspec.Struct):
     algorithm: Any = None  # the real runtime's collective field
 
 
-_RAW_KINDS = (ActivityKind.GENERIC, ActivityKind.INSTANT)
 _decode_any = msgspec.json.Decoder().decode
 
 
@@ -357,7 +356,7 @@ def _merged_trace(host: Trace, acts: DeviceActivities, props: list[dict[str, Any
     name_id = np.array([intern(s) for s in _names(acts)], dtype=np.int32)
     datas = decode_rows(acts.data, _Data)
     # Only unknown events keep their whole data: read the payload's bytes only when there are some.
-    raws = acts.data if np.isin(acts.kind, _RAW_KINDS).any() else repeat(b"", n)
+    raws = acts.data if np.isin(acts.kind, list(L.RAW_DATA_KINDS)).any() else repeat(b"", n)
     dur = acts.end_ns - acts.start_ns
     raw_args = list(host.raw_args)
     args_row = np.arange(len(raw_args), len(raw_args) + n, dtype=np.int64)

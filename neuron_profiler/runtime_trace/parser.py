@@ -36,13 +36,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from itertools import chain, count, repeat
-from operator import attrgetter, is_, itemgetter
+from operator import attrgetter, is_
 from typing import Annotated, Any, TypeVar
 
 import msgspec
 import numpy as np
 
 from neuron_profiler.runtime_trace import format as F
+from neuron_profiler.runtime_trace._pylists import codes, take
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
 
 _ABSENT = -(2**63)  # an absent optional int (JSON null decodes to None and takes a slower path)
@@ -252,7 +253,7 @@ class RowData(Sequence[bytes]):
             for source, part_raws in self._parts or ():
                 raws.extend(part_raws if part_raws is not None
                             else map(_get_data, _decode_raw_data(source).events))
-            self._list = list(map(bytes, _take(raws, self._rows)))
+            self._list = list(map(bytes, take(raws, self._rows)))
             self._parts = None  # the payload can go
         return self._list
 
@@ -260,7 +261,7 @@ class RowData(Sequence[bytes]):
         """Each row's data decoded as ``row_type`` (a msgspec type) in one pass over the payload,
         without cutting the rows' bytes out first. Raises ``msgspec.ValidationError`` when some
         row's data does not fit ``row_type`` (other events' data may be anything)."""
-        if self._list is None and self._parts is not None:
+        if self._list is None:  # the payload is still here
             try:
                 out: list[Any] = []
                 for source, part_raws in self._parts:
@@ -268,7 +269,7 @@ class RowData(Sequence[bytes]):
                         out.extend(decode_rows(part_raws, row_type))
                     else:
                         out.extend(map(_get_data, _wrapped(row_type)(source).events))
-                return _take(out, self._rows)
+                return take(out, self._rows)
             except msgspec.ValidationError:
                 pass  # maybe an event that is not a row: decode the rows' own bytes
         return decode_rows(self._materialise(), row_type)
@@ -339,20 +340,6 @@ def _present(col: np.ndarray, missing: int) -> tuple[np.ndarray, np.ndarray]:
     present = col != _ABSENT
     col[~present] = missing
     return col, present
-
-
-def _codes(values: Iterable[Any], n: int) -> tuple[list[Any], np.ndarray]:
-    """Distinct values (first-seen order) and each value's code, in one C-level pass."""
-    table: defaultdict[Any, int] = defaultdict(count().__next__)
-    codes = np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n)
-    return list(table), codes
-
-
-def _take(values: list[Any], rows: np.ndarray) -> list[Any]:
-    """values[rows] for a Python list (itemgetter runs the loop in C)."""
-    if len(rows) < 2:
-        return [values[i] for i in rows.tolist()]
-    return list(itemgetter(*rows.tolist())(values))
 
 
 def _group_order(group: list[np.ndarray], ts: np.ndarray, idx: np.ndarray, ts_sorted: bool
@@ -437,7 +424,7 @@ class _Columns:
     def __init__(self, events: list[_Event]) -> None:
         self.events = events
         n = len(events)
-        self.type_names, self.type_code = _codes(map(_get_type, events), n)
+        self.type_names, self.type_code = codes(map(_get_type, events), n)
         m = _matrix(events, _STREAM)
         self.ts = np.ascontiguousarray(m[:, 0])
         self.tracking, self.has_tracking = _present(m[:, 1], -1)
@@ -455,7 +442,7 @@ def _select_sync(cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray, in
     is_sync_type = cols.type_code == code
     cpu = np.zeros(len(cols.ts), dtype=np.int64)
     rows = np.flatnonzero(is_sync_type)
-    values, has_cpu = _present(_matrix(_take(cols.events, rows), ("data.cpu_timestamp_ns",))[:, 0],
+    values, has_cpu = _present(_matrix(take(cols.events, rows), ("data.cpu_timestamp_ns",))[:, 0],
                                -1)
     cpu[rows] = values
     usable = is_sync_type.copy()
@@ -513,12 +500,12 @@ def _labels(cols: _Columns, exts: list[_Ext] | None, type_code: np.ndarray
     table: defaultdict[str, int] = defaultdict(count().__next__)
     label = np.full(len(type_code), -1, dtype=np.int64)
     if exts is not None and len(exts):
-        op_names, op_code = _codes(map(_get_op, exts), len(exts))
+        op_names, op_code = codes(map(_get_op, exts), len(exts))
         label = np.array([table[o] if o else -1 for o in op_names], dtype=np.int64)[op_code]
         need = np.flatnonzero(label < 0)
         if len(need):
-            sub = _take(exts, need)
-            coll_names, coll_code = _codes(map(_get_collective, sub), len(sub))
+            sub = take(exts, need)
+            coll_names, coll_code = codes(map(_get_collective, sub), len(sub))
             label[need] = np.array([table[c] if c else -1 for c in coll_names],
                                    dtype=np.int64)[coll_code]
     need = np.flatnonzero(label < 0)
@@ -542,7 +529,7 @@ def _build(cols: _Columns, rows: np.ndarray, start_ns: np.ndarray, end_ns: np.nd
     kind[unknown] = np.where(cols.phase[rows][unknown] == _INSTANT, ActivityKind.INSTANT,
                              ActivityKind.GENERIC)
     kind = kind.astype(np.uint8)
-    events = _take(cols.events, rows)
+    events = take(cols.events, rows)
     exts = _row_exts(events)
     thread, seq, corr, modelled = _row_columns(events, exts)
     names, name_id = _labels(cols, exts, type_code)
