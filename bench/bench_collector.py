@@ -198,7 +198,7 @@ def bench_parse(records: int) -> dict[str, float]:
     parse_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     res = S.build_from_activities(acts, window=(0, 2**62), intervals=S.Intervals.empty(),
-                                  host_pid=1, links_by_correlation=True, props=[])
+                                  host_pid=1, props=[])
     build_s = time.perf_counter() - t1
     assert len(acts) == records // 2 == len(res.records)
     return {"parse_activities_per_s": len(acts) / parse_s,

@@ -19,20 +19,23 @@ from dataclasses import dataclass
 
 import msgspec
 import numpy as np
+from msgspec.structs import astuple
 
 from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 WORK_KINDS = (S.EventKind.KERNEL, S.EventKind.MEMCPY, S.EventKind.MEMSET, S.EventKind.COLLECTIVE)
-BYTES_KEYS = ("bytes", "Bytes")  # Kineto memcpy args / this project's DMA args (layout.ARG_BYTES)
+BYTES_KEYS = V.ARG_BYTES_KEYS  # Kineto memcpy args / this project's DMA args
 DEFAULT_MAX_BINS = 1000
 MIN_BIN_NS = 1000
 MAX_BINS = 10_000_000  # per series; a finer grid is a mistake, not a request
 
 
-class _BytesArgs(msgspec.Struct):
-    bytes: float | None = None
-    Bytes: float | None = None  # noqa: N815 - the key as some producers spell it
+# One field per spelling of the transfer-size key (vocabulary.ARG_BYTES_KEYS), first wins.
+_BytesArgs = msgspec.defstruct("_BytesArgs", [
+    (f"k{i}", float | None, msgspec.field(name=key, default=None))
+    for i, key in enumerate(BYTES_KEYS)])
 
 
 _decode_bytes_batch = msgspec.json.Decoder(list[_BytesArgs]).decode
@@ -187,7 +190,7 @@ def _transfer_bytes(trace: Trace, rows: np.ndarray) -> np.ndarray:
     if len(have):
         raw = trace.raw_args
         decoded = _decode_bytes_batch(b"[" + b",".join(raw[i] for i in args_rows[have]) + b"]")
-        values = [a.bytes if a.bytes is not None else a.Bytes for a in decoded]
+        values = [next((v for v in astuple(a) if v is not None), None) for a in decoded]
         out[have] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
     return out
 

@@ -38,9 +38,10 @@ def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> No
     kinds = ", ".join(f"{n} {k.lower()}" for k, n in result.by_kind.items()) or "none"
     click.echo(f"merged {result.activities} device activities ({kinds}) from "
                f"{len(device_events)} file(s) onto {host_trace}")
-    click.echo(f"linked to host ops: {result.linked_by_correlation} by correlation id, "
-               f"{result.linked_by_containment} by containment, {result.unlinked} unlinked; "
+    click.echo(f"linked to host ops: {result.linked}, unlinked: {result.unlinked}; "
                f"{result.flows} flows")
+    for core, pid in sorted(result.relocated_cores.items()):
+        click.echo(f"NeuronCore {core} placed at pid {pid} (the host trace uses pid {core})")
     dropped = sum(result.dropped.values())
     click.echo(f"unpaired {result.unpaired}, malformed {result.malformed}, dropped by the "
                f"runtime {dropped}, outside the host trace's span {result.outside_host_window}")

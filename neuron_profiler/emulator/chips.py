@@ -31,6 +31,9 @@ class ChipSpec:
         collective_step_latency_ns: latency per ring step (ASSUMPTION: 5 µs).
         kernel_fixed_ns: fixed device time of any kernel, however small (ASSUMPTION: 1 µs:
             instruction fetch, semaphore waits, engine start).
+        dma_fixed_ns: fixed device time of any DMA transfer, however small (ASSUMPTION: 2 µs:
+            descriptor setup and completion notification). It also keeps every device event at
+            least a microsecond long, which tools that round times to whole µs (HTA) need.
     """
 
     name: str
@@ -49,6 +52,7 @@ class ChipSpec:
     collective_gbps_per_core: float = 100.0
     collective_step_latency_ns: int = 5_000
     kernel_fixed_ns: int = 1_000
+    dma_fixed_ns: int = 2_000
 
     def matrix_flops_per_s(self, dtype: str) -> float:
         """Per-logical-core matrix throughput for a dtype name ("bfloat16", "float32", ...)."""

@@ -174,7 +174,9 @@ class EmulatedRuntime:
                                          t[8] if t[7] is None else t[7](t[8]))
                                for t in taken)
         ext = {"dropped_events": dropped, "emulated": True, "chip": self.chip.name,
-               "speed_factor": self.speed_factor}
+               "speed_factor": self.speed_factor,
+               F.X_DEVICE_PROPERTIES: [p for p in self.device_properties()
+                                       if p["id"] in cores]}
         return _encode(_Envelope(out, F.DATA_VERSION, ext))
 
     def _take(self, core: int, max_events: int | None) -> list[EventTuple]:

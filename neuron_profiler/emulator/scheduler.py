@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from neuron_profiler.emulator.runtime import EmulatedRuntime, current_correlation_id
-from neuron_profiler.emulator.timing import QueueClock, RooflineModel
+from neuron_profiler.emulator.timing import QueueClock, RooflineModel, engine_for
 from neuron_profiler.runtime_trace import format as F
 
 _SLEEP_THRESHOLD_NS = 300_000  # longer waits sleep (then spin the rest); shorter ones spin
@@ -90,7 +90,8 @@ class DeviceTimeline:
             clock.free_at_ns = q.stream_ns = end
         if self.rt.capturing:
             self._record_launch(core, F.NRT_MODEL_SUBMIT, F.NC_EXEC_RUNNING, op, launch_ns,
-                                start, end, _KERNEL, (flops, bytes_moved, dtype))
+                                start, end, _KERNEL,
+                                (flops, bytes_moved, dtype, engine_for(op, matrix)))
         return end
 
     def copy(self, core: int, direction: str, nbytes: int, *, launch_ns: int, op: str,
@@ -218,7 +219,8 @@ def _work_start(p: tuple) -> dict:
     data = {"device_core_idx": core, "exec_id": exec_id, "model_id": model_id,
             "nc_timestamp_ns": nc_start}
     if kind == _KERNEL:
-        ext.update({F.X_FLOPS: extra[0], F.X_BYTES: extra[1], F.X_DTYPE: extra[2]})
+        ext.update({F.X_FLOPS: extra[0], F.X_BYTES: extra[1], F.X_DTYPE: extra[2],
+                    F.X_ENGINE: extra[3]})
     elif kind == _DMA:
         ext.update({F.X_BYTES: extra[0], F.X_DIRECTION: extra[1]})
     else:

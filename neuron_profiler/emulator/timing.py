@@ -15,6 +15,29 @@ from dataclasses import dataclass
 
 from neuron_profiler.emulator.chips import ChipSpec
 
+# NeuronCore engines (trainium.md): TensorE does matrix work, ScalarE activation functions,
+# GpSimdE gathers and scatters, VectorE the rest. Which aten op runs where is this emulator's
+# assumption, made to name kernels the way the hardware's profile groups them.
+TENSOR_ENGINE, VECTOR_ENGINE, SCALAR_ENGINE, GPSIMD_ENGINE = "TensorE", "VectorE", "ScalarE", "GpSimdE"
+_SCALAR_OPS = frozenset(f"aten::{op}" for op in (
+    "exp", "log", "tanh", "sigmoid", "gelu", "gelu_backward", "silu", "silu_backward", "erf",
+    "pow", "sqrt", "rsqrt", "sin", "cos", "relu", "threshold_backward", "tanh_backward",
+    "sigmoid_backward", "_softmax", "_softmax_backward_data", "_log_softmax",
+    "_log_softmax_backward_data", "softplus", "elu", "leaky_relu", "hardtanh"))
+_GPSIMD_OPS = frozenset(f"aten::{op}" for op in (
+    "embedding", "embedding_dense_backward", "index", "index_select", "index_put_", "index_add_",
+    "gather", "scatter", "scatter_add", "scatter_add_", "sort", "topk", "cumsum", "argmax",
+    "argmin", "nonzero", "masked_fill_", "masked_select", "embedding_backward", "take"))
+
+
+def engine_for(op: str, matrix: bool) -> str:
+    """The engine a kernel of ``op`` is modelled on (named in its trace row)."""
+    if matrix:
+        return TENSOR_ENGINE
+    if op in _SCALAR_OPS:
+        return SCALAR_ENGINE
+    return GPSIMD_ENGINE if op in _GPSIMD_OPS else VECTOR_ENGINE
+
 
 @dataclass(frozen=True)
 class RooflineModel:
@@ -50,10 +73,10 @@ class RooflineModel:
         return self._ns(roofline + self.chip.kernel_fixed_ns * 1e-9)
 
     def host_copy_ns(self, nbytes: int) -> int:
-        return self._ns(nbytes / self.chip.host_link_bytes_per_s())
+        return self._ns(nbytes / self.chip.host_link_bytes_per_s() + self.chip.dma_fixed_ns * 1e-9)
 
     def device_copy_ns(self, nbytes: int) -> int:
-        return self._ns(nbytes / self.chip.dma_bytes_per_s())
+        return self._ns(nbytes / self.chip.dma_bytes_per_s() + self.chip.dma_fixed_ns * 1e-9)
 
     def collective_ns(self, *, nbytes: int, world: int, collective: str) -> int:
         """Ring algorithm: all-reduce moves 2(n-1)/n of the buffer in 2(n-1) steps; all-gather,

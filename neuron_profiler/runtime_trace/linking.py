@@ -9,7 +9,8 @@ issued them, and the device work they start shares their ``exec_id`` (or ``nrta_
 1. a host-side row (runtime call, host sync, fallback) gets the correlation id of the innermost
    host op on the same thread whose ``[start, end]`` contains the row's start (ties: the shorter
    op); innermost means the containing op that started last;
-2. device work inherits the id of its runtime call (``match_runtime_calls``).
+2. device work inherits the id of its runtime call (``match_runtime_calls``: first-in-first-out
+   per key and queue).
 
 Rows that already carry a nonzero correlation id (the emulator stamps them) are left alone; rows
 nothing contains stay 0. Everything is sorts and binary searches over numpy columns.
@@ -39,23 +40,7 @@ def _count_le(groups: list[np.ndarray], key: np.ndarray, groups_q: list[np.ndarr
     return out
 
 
-def _last_at_or_before(groups: list[np.ndarray], key: np.ndarray, groups_q: list[np.ndarray],
-                       key_q: np.ndarray) -> np.ndarray:
-    """For each query, the index of the element of its group with the largest key <= the query's
-    (-1 when none). Ties on key: the element that comes last in the input."""
-    if len(key) == 0:
-        return np.full(len(key_q), -1, dtype=np.int64)
-    order = np.lexsort((np.arange(len(key)), key, *reversed(groups)))
-    sorted_groups = [g[order] for g in groups]
-    pos = _count_le(sorted_groups, key[order], groups_q, key_q) - 1
-    safe = np.clip(pos, 0, None)
-    ok = pos >= 0
-    for g, gq in zip(sorted_groups, groups_q, strict=True):
-        ok &= g[safe] == gq
-    return np.where(ok, order[safe], -1)
-
-
-def _innermost_containing(op_tid: np.ndarray, op_start_ns: np.ndarray, op_end_ns: np.ndarray,
+def innermost_containing(op_tid: np.ndarray, op_start_ns: np.ndarray, op_end_ns: np.ndarray,
                           q_tid: np.ndarray, q_ns: np.ndarray) -> np.ndarray:
     """Index of the innermost op on the query's thread with start <= q <= end, else -1.
 
@@ -90,37 +75,52 @@ def _innermost_containing(op_tid: np.ndarray, op_start_ns: np.ndarray, op_end_ns
 
 
 def match_runtime_calls(acts: DeviceActivities) -> np.ndarray:
-    """For each row, the row of the host runtime call that launched it (-1: none or itself a
-    host-side row). Keyed by ``nrta_seq_id`` when both have one, else by (core, ``exec_id``);
-    with repeated keys, the latest call that started at or before the work (else the first)."""
+    """For each row, the row of the host runtime call that launched it (-1: none, or itself a
+    host-side row).
+
+    Calls and the work they launched pair first-in-first-out: the k-th execution on a queue with
+    a given key belongs to the k-th call with that key (both in start order). The key is
+    (core, ``nrta_seq_id``) where both sides carry one, else (core, ``exec_id``). A repeated
+    ``exec_id`` therefore never sends two executions to one call, and a backed-up queue cannot
+    make a later call claim an earlier call's work."""
     out = np.full(len(acts), -1, dtype=np.int64)
     calls = np.flatnonzero(acts.kind == ActivityKind.RUNTIME_CALL)
     work = np.flatnonzero(acts.queue != Queue.HOST)
     if len(calls) == 0 or len(work) == 0:
         return out
+    core = acts.core.astype(np.int64) << 44
+    mask = (1 << 44) - 1
     by_seq = work[acts.seq_id[work] >= 0]
     seq_calls = calls[acts.seq_id[calls] >= 0]
     if len(by_seq) and len(seq_calls):
-        out[by_seq] = _match(seq_calls, [acts.seq_id[seq_calls]], by_seq, [acts.seq_id[by_seq]],
-                             acts.start_ns)
+        key = core | (acts.seq_id & mask)
+        out[by_seq] = _fifo(seq_calls, key[seq_calls], by_seq, key[by_seq], acts)
     rest = work[(out[work] < 0) & (acts.exec_id[work] >= 0)]
     exec_calls = calls[acts.exec_id[calls] >= 0]
     if len(rest) and len(exec_calls):
-        key = lambda rows: [acts.core[rows], acts.exec_id[rows]]  # noqa: E731
-        out[rest] = _match(exec_calls, key(exec_calls), rest, key(rest), acts.start_ns)
+        key = core | (acts.exec_id & mask)
+        out[rest] = _fifo(exec_calls, key[exec_calls], rest, key[rest], acts)
     return out
 
 
-def _match(calls: np.ndarray, call_key: list[np.ndarray], rows: np.ndarray,
-           row_key: list[np.ndarray], start_ns: np.ndarray) -> np.ndarray:
-    """Latest call of the same key started at or before each row, else the key's first call."""
-    hit = _last_at_or_before(call_key, start_ns[calls], row_key, start_ns[rows])
-    missing = hit < 0
-    if missing.any():  # work stamped before its call (clock skew): take the key's first call
-        early = _last_at_or_before(call_key, -start_ns[calls], [k[missing] for k in row_key],
-                                   np.full(int(missing.sum()), np.iinfo(np.int64).max))
-        hit[missing] = early
-    return np.where(hit >= 0, calls[np.clip(hit, 0, None)], -1)
+def _fifo(calls: np.ndarray, call_key: np.ndarray, work: np.ndarray, work_key: np.ndarray,
+          acts: DeviceActivities) -> np.ndarray:
+    """The call paired with each work row: calls ranked by start within their key, work ranked
+    by start within (key, queue); equal ranks pair (-1 where the key has too few calls)."""
+    order = np.lexsort((calls, acts.start_ns[calls], call_key))
+    sorted_keys, sorted_calls = call_key[order], calls[order]
+    w_order = np.lexsort((work, acts.start_ns[work], acts.queue[work], work_key))
+    w_key, w_queue = work_key[w_order], acts.queue[work][w_order]
+    new_group = np.ones(len(w_order), dtype=bool)
+    new_group[1:] = (w_key[1:] != w_key[:-1]) | (w_queue[1:] != w_queue[:-1])
+    positions = np.arange(len(w_order))
+    rank = positions - np.maximum.accumulate(np.where(new_group, positions, 0))
+    pos = np.searchsorted(sorted_keys, w_key, side="left") + rank
+    ok = pos < len(sorted_keys)
+    ok[ok] = sorted_keys[pos[ok]] == w_key[ok]
+    out = np.full(len(work), -1, dtype=np.int64)
+    out[w_order[ok]] = sorted_calls[pos[ok]]
+    return out
 
 
 def link_by_containment(acts: DeviceActivities, op_tid: np.ndarray, op_start_ns: np.ndarray,
@@ -133,7 +133,7 @@ def link_by_containment(acts: DeviceActivities, op_tid: np.ndarray, op_start_ns:
     op_corr = np.asarray(op_correlation, dtype=np.int64)
     host = np.flatnonzero((acts.queue == Queue.HOST) & (corr == 0))
     if len(host):
-        op = _innermost_containing(op_tid, op_start, op_end, acts.thread_id[host],
+        op = innermost_containing(op_tid, op_start, op_end, acts.thread_id[host],
                                    acts.start_ns[host])
         corr[host] = np.where(op >= 0, op_corr[np.clip(op, 0, None)] if len(op_corr) else 0, 0)
     caller = match_runtime_calls(acts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.schema import EventKind
 
 CATEGORY_KINDS: dict[str, EventKind] = {
@@ -30,9 +31,9 @@ def kind_of(category: str) -> EventKind:
     return CATEGORY_KINDS.get(category.lower(), EventKind.OTHER)
 
 
-# Name prefix of a CPU-fallback op (runtime_trace/layout.FALLBACK_PREFIX). Kineto writes every
-# host-side activity with the runtime category, so a fallback is told apart by its name.
-FALLBACK_NAME_PREFIX = "CPU fallback: "
+# Kineto writes every host-side activity with the runtime category, so a CPU-fallback op is told
+# apart by its name prefix.
+FALLBACK_NAME_PREFIX = V.FALLBACK_PREFIX
 
 
 def refine_kinds(kind: np.ndarray, name_id: np.ndarray, strings: list[str]) -> np.ndarray:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -22,8 +23,7 @@ from torch.profiler import ProfilerActivity, profile, schedule  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from neuron_profiler import collectors, emulator  # noqa: E402
-from neuron_profiler.collectors import session as S  # noqa: E402
-from neuron_profiler.runtime_trace import layout as L  # noqa: E402
+from neuron_profiler.trace import vocabulary as L  # noqa: E402
 
 # In one pytest process the emulator must name PrivateUse1 before NEURON would: its tests
 # enable it in-process, and enable() refuses once the backend is named.
@@ -167,11 +167,11 @@ def test_processes_and_threads_named_and_ordered(traced) -> None:
     meta = [e for e in trace["traceEvents"] if e.get("ph") == "M"]
     pname = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
     psort = {e["pid"]: e["args"]["sort_index"] for e in meta if e["name"] == "process_sort_index"}
-    assert pname[L.core_pid(0)] == "NeuronCore 0"
-    assert psort[L.core_pid(0)] > psort[os.getpid()]  # after the host
+    assert pname[0] == "NeuronCore 0"
+    assert psort[0] > psort[os.getpid()]  # after the host
     tname = {e["tid"]: e["args"]["name"] for e in meta
-             if e["name"] == "thread_name" and e["pid"] == L.core_pid(0)}
-    assert [tname[L.QUEUE_TIDS[q]] for q in (L.Queue.COMPUTE, L.Queue.DMA, L.Queue.COLLECTIVE)
+             if e["name"] == "thread_name" and e["pid"] == 0}
+    assert [tname[L.queue_stream(0, q)] for q in (0, 1, 2)
             ] == ["compute", "DMA", "collectives"]
 
 
@@ -180,16 +180,21 @@ def test_every_emitted_activity_appears_once_with_args(traced) -> None:
     device = _events(trace, "kernel") + _events(trace, "gpu_memcpy")
     got = Counter(e["args"]["exec_id"] for e in device)
     assert sorted(got) == [d["exec_id"] for d in dev.emitted] and set(got.values()) == {1}
-    for k in (e for e in _events(trace, "kernel") if e["tid"] == 0):
+    for e in device:  # CUDA's shape: device, stream (= tid), correlation shared with the call
+        assert e["tid"] == e["args"]["stream"] >= 1 and e["args"]["device"] == e["pid"]
+        assert e["args"]["correlation"] >= 0
+    for k in (e for e in _events(trace, "kernel") if e["tid"] == L.queue_stream(0, 0)):
         a = k["args"]
-        assert a["flops"] > 0 and a["bytes"] > 0 and a["op"] == k["name"]
+        assert a["flops"] > 0 and a["bytes"] > 0 and L.kernel_name(a.get("engine"), a["op"]) == k["name"]
+        assert k["name"] != a["op"]  # never the aten op's own name
         assert a["achieved TFLOPS"] == pytest.approx(a["flops"] / (k["dur"] * 1e3) / 1e3, rel=1e-3)
         assert a["achieved GB/s"] == pytest.approx(a["bytes"] / (k["dur"] * 1e3), rel=1e-3)
     for d in _events(trace, "gpu_memcpy"):
-        assert d["args"]["direction"] in ("d2h", "h2d") and d["tid"] == 1
+        assert d["args"]["direction"] in ("d2h", "h2d") and d["tid"] == L.queue_stream(0, 1)
+        assert d["name"] == L.MEMCPY_NAMES[d["args"]["direction"]]
         assert d["args"][L.ARG_BANDWIDTH] == pytest.approx(d["args"]["bytes"] / (d["dur"] * 1e3),
                                                            rel=1e-3)
-    cc = [e for e in _events(trace, "kernel") if e["tid"] == 2]
+    cc = [e for e in _events(trace, "kernel") if e["tid"] == L.queue_stream(0, 2)]
     assert len(cc) == 2 and all(e["args"][L.ARG_COLLECTIVE] == "allreduce" for e in cc)
     assert all(e["args"][L.ARG_GROUP_RANKS] == [0, 1] and e["args"]["algorithm"] == "ring"
                for e in cc)
@@ -223,15 +228,15 @@ def test_runtime_calls_on_launching_thread_with_flows(traced) -> None:
     flows = [e for e in trace["traceEvents"] if e.get("cat") == "ac2g"]
     starts = {f["id"]: f for f in flows if f["ph"] == "s"}
     ends = {f["id"]: f for f in flows if f["ph"] == "f"}
-    launches = [c for c in calls if c["name"].startswith(S.RUNTIME_PREFIX)]
+    launches = [c for c in calls if c["name"].startswith(L.RUNTIME_PREFIX)]
     assert set(starts) == set(ends) and len(starts) == len(launches)
-    assert all(ends[i]["pid"] == L.core_pid(0) and ends[i]["bp"] == "e" for i in ends)
+    assert all(ends[i]["pid"] == 0 and ends[i]["bp"] == "e" for i in ends)
 
 
 def test_fallback_recognisable_with_its_copies(traced) -> None:
     _, trace, _ = traced
     fb = [e for e in _events(trace, "privateuse1_runtime")
-          if e["name"] == S.FALLBACK_PREFIX + "aten::cumsum"]
+          if e["name"] == L.FALLBACK_PREFIX + "aten::cumsum"]
     assert len(fb) == 2 and all(e["args"]["fallback reason"] == "not supported" for e in fb)
     for f in fb:
         copies = [d for d in _events(trace, "gpu_memcpy")
@@ -243,8 +248,8 @@ def test_trace_metadata_and_device_properties(traced) -> None:
     _, trace, _ = traced
     assert [p["name"] for p in trace["deviceProperties"]] == ["NeuronCore 0"]
     assert trace["deviceProperties"][0]["emulated"] is True
-    assert trace[S.META_DROPPED] == {"0": 0} and trace[S.META_EXCLUDED] == 0
-    assert trace[S.META_SOURCE] == "fake"
+    assert trace[L.META_DROPPED] == {"0": 0} and trace[L.META_EXCLUDED] == 0
+    assert trace[L.META_SOURCE] == "fake"
 
 
 def test_key_averages_counts_device_time(traced) -> None:
@@ -255,9 +260,31 @@ def test_key_averages_counts_device_time(traced) -> None:
 
     (op,) = [e for e in prof.key_averages() if e.key == "aten::sum"
              and e.device_type == DeviceType.CPU]
-    kernel_us = sum(e["dur"] for e in _events(trace, "kernel") if e["name"] == "aten::sum")
+    kernel_us = sum(e["dur"] for e in _events(trace, "kernel") if e["args"].get("op") == "aten::sum")
     assert kernel_us > 0 and op.device_time_total == pytest.approx(kernel_us, rel=0.01)
     assert op.self_cpu_time_total < op.cpu_time_total + kernel_us  # not counted as CPU time
+
+
+def test_key_averages_one_row_per_name_kernels_hold_self_device_time(traced) -> None:
+    """Kernels never share a name with their aten op: one row per op name and per kernel name,
+    and Self NEURON % over the kernel rows adds up to 100%."""
+    prof, trace, _ = traced
+    averages = prof.key_averages()
+    keys = [e.key for e in averages]
+    assert len(keys) == len(set(keys))
+    device_names = {e["name"] for cat in ("kernel", "gpu_memcpy") for e in _events(trace, cat)}
+    kernel_rows = [e for e in averages if e.key in device_names]
+    assert {e.key for e in kernel_rows} == device_names
+    device_us = sum(e["dur"] for cat in ("kernel", "gpu_memcpy") for e in _events(trace, cat))
+    assert device_us > 0
+    assert sum(e.self_device_time_total for e in kernel_rows) == pytest.approx(device_us, rel=0.01)
+    table = averages.table(sort_by="self_device_time_total", row_limit=-1)
+    rows = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines()
+            if line.strip() and not line.startswith("-")]
+    col = rows[0].index("Self NEURON %")
+    percent = {r[0]: float(r[col].rstrip("%")) for r in rows[1:] if len(r) == len(rows[0])}
+    shown = sum(percent[k] for k in device_names)
+    assert shown == pytest.approx(100.0, abs=1.0)
 
 
 def test_cpu_only_profile_unaffected(dev: FakeDevice, tmp_path: Path) -> None:
@@ -310,7 +337,7 @@ def test_schedule_cycles_each_complete_nothing_lost_or_duplicated(tmp_path: Path
         fallbacks = [s for s in dev.fallbacks if previous_fetch_end < s <= max(steps)
                      and s not in steps]
         # each device activity comes with its runtime call; fallbacks are one host span
-        assert trace[S.META_EXCLUDED] == 2 * len(outside) + len(fallbacks) > 0
+        assert trace[L.META_EXCLUDED] == 2 * len(outside) + len(fallbacks) > 0
         assert {p["name"] for p in trace["deviceProperties"]} == {"NeuronCore 0"}
         previous_fetch_end = max(steps)
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from neuron_profiler.runtime_trace import format as F
-from neuron_profiler.runtime_trace import layout as L
 from neuron_profiler.trace import load_trace
 from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as L
 
 HOST_FILES = ["hta/_history/tests/data/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
               "hta/tests/data/rank_non_gpu/rank_non_gpu.json.gz"]
@@ -112,7 +112,8 @@ def test_merge_links_by_containment_on_real_host_traces(shared_traces: Path, tmp
     assert len(kernels) == len(calls) == len(expect)  # every activity once
     for i in kernels:
         e = expect[merged.args(i)["exec_id"]]
-        assert (c[S.PID][i], c[S.TID][i]) == (L.core_pid(e["core"]), 0)
+        core_pid = {n: p for p, n in merged.process_names.items()}[L.core_process_name(e["core"])]
+        assert (c[S.PID][i], c[S.TID][i]) == (core_pid, L.queue_stream(e["core"], 0))
         assert (c[S.TS_NS][i], c[S.TS_NS][i] + c[S.DUR_NS][i]) == e["work"]
         assert c[S.EXTERNAL_ID][i] == (e["op"] or -1)
     host_pid = int(np.unique(host.col(S.PID)[host.mask(kind=S.EventKind.CPU_OP)])[0])
@@ -123,7 +124,7 @@ def test_merge_links_by_containment_on_real_host_traces(shared_traces: Path, tmp
         assert c[S.EXTERNAL_ID][i] == (e["op"] or -1)
     linked = sum(1 for e in expect.values() if e["op"])
     assert 0 < linked < len(expect)  # unknown threads stay unlinked
-    assert f"{2 * linked} by containment" in res.stdout
+    assert f"linked to host ops: {2 * linked}," in res.stdout
     def ac2g_starts(t) -> int:
         return int(((t.col(S.PH) == S.Phase.FLOW_START)
                     & (t.col(S.CAT_ID) == t.string_id(L.CAT_FLOW))).sum())
@@ -135,5 +136,5 @@ def test_merge_links_by_containment_on_real_host_traces(shared_traces: Path, tmp
     assert (before == after).all()
     props = {p["name"]: p for p in merged.metadata["deviceProperties"]}
     assert props["NeuronCore 0"]["emulated"] is False and "NeuronCore 1" in props
-    assert merged.process_names[L.core_pid(1)] == "NeuronCore 1"
+    assert merged.process_names[1] == "NeuronCore 1"
     assert merged.metadata["neuron_unpaired_events"] == 0

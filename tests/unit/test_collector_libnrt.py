@@ -144,7 +144,7 @@ def test_source_links_runtime_calls_by_containment(st) -> None:
     iv = Intervals(np.array([7, 7]), np.array([11, 12]), np.array([t0, t0 + 2000]),
                    np.array([t0 + 1000, t0 + 3000]))
     res = build_session_result(payload, window=(t0, t0 + 10_000), intervals=iv, host_pid=1,
-                               links_by_correlation=False, props=src.device_properties(),
+                               props=src.device_properties(),
                                source_name=src.name)
     cols = res.records.columns
     kinds = {5: "kernel", 24: "runtime"}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from neuron_profiler.collectors import session as S
-from neuron_profiler.runtime_trace import layout as L
+from neuron_profiler.trace import vocabulary as L
 
 HOST_PID, TID = 4242, 42
 W0, W1 = 1_000, 5_000
@@ -61,7 +61,7 @@ def result() -> S.SessionResult:
     props = [{"id": 0, "name": "NeuronCore 0", "chip": "trn2", "emulated": True},
              {"id": 1, "name": "NeuronCore 1", "chip": "trn2", "emulated": True}]
     return S.build_session_result(t.payload(), window=(W0, W1), intervals=S.Intervals.empty(),
-                                  host_pid=HOST_PID, links_by_correlation=True, props=props,
+                                  host_pid=HOST_PID, props=props,
                                   dropped={0: 3})
 
 
@@ -79,7 +79,7 @@ def _rows(res: S.SessionResult) -> list[dict]:
 def test_window_excludes_by_launch_time_and_counts(result: S.SessionResult) -> None:
     rows = _rows(result)
     assert result.excluded == 2  # the runtime call at 900 and its kernel
-    assert result.metadata[S.META_EXCLUDED] == "2"
+    assert result.metadata[L.META_EXCLUDED] == "2"
     assert not [r for r in rows if r["corr"] == 9]
     late = [r for r in rows if r["corr"] == 10 and r["type"] == S.KINETO_KERNEL]
     assert [(r["start"], r["end"]) for r in late] == [(5_100, 6_000)]  # finishes after: kept
@@ -88,26 +88,29 @@ def test_window_excludes_by_launch_time_and_counts(result: S.SessionResult) -> N
 
 def test_layout_process_per_core_thread_per_queue(result: S.SessionResult) -> None:
     by = {(r["name"], r["type"]): r for r in _rows(result)}
-    mm = by[("aten::mm", S.KINETO_KERNEL)]
-    assert (mm["pid"], mm["tid"]) == (L.core_pid(0), L.QUEUE_TIDS[L.Queue.COMPUTE])
+    mm = by[("NeuronCore: mm", S.KINETO_KERNEL)]  # no engine in this payload
+    assert (mm["pid"], mm["tid"]) == (0, L.queue_stream(0, 0))
     dma = [r for r in _rows(result) if r["type"] == S.KINETO_MEMCPY]
     assert [(r["pid"], r["tid"], r["bytes"], r["args"][L.ARG_DIRECTION]) for r in dma] == [
-        (L.core_pid(1), L.QUEUE_TIDS[L.Queue.DMA], 4096, '"h2d"')]
-    cc = by[("allreduce", S.KINETO_KERNEL)]
-    assert cc["tid"] == L.QUEUE_TIDS[L.Queue.COLLECTIVE] and cc["bytes"] == 8192
+        (1, L.queue_stream(1, 1), 4096, '"h2d"')]
+    assert [r["name"] for r in dma] == ["Memcpy HtoD (Host -> NeuronCore)"]
+    cc = by[("CC: allreduce", S.KINETO_KERNEL)]
+    assert cc["tid"] == L.queue_stream(0, 2) and cc["bytes"] == 8192
     assert cc["args"][L.ARG_GROUP_RANKS] == "[0,1]" and cc["args"][L.ARG_ALGORITHM] == '"ring"'
     assert cc["args"][L.ARG_IS_COLLECTIVE] == "true" and cc["args"][L.ARG_GROUP_SIZE] == "2"
     assert result.devices == [(0, L.core_sort_index(0), "NeuronCore 0", "trn2"),
                               (1, L.core_sort_index(1), "NeuronCore 1", "trn2")]
     names = {(pid, tid): name for tid, _, pid, name in result.resources}
-    assert names[(0, 0)] == "compute" and names[(1, 1)] == "DMA"
-    assert names[(0, 2)] == "collectives" and names[(1, 3)] == "other"
+    assert names[(0, L.queue_stream(0, 0))] == "compute"
+    assert names[(1, L.queue_stream(1, 1))] == "DMA"
+    assert names[(0, L.queue_stream(0, 2))] == "collectives"
+    assert names[(1, L.queue_stream(1, 3))] == "other"
 
 
 def test_host_rows_on_launching_thread(result: S.SessionResult) -> None:
     host = [r for r in _rows(result) if r["type"] == S.KINETO_RUNTIME]
     assert {(r["pid"], r["tid"]) for r in host} == {(HOST_PID, TID)}
-    fb = [r for r in host if r["name"].startswith(S.FALLBACK_PREFIX)]
+    fb = [r for r in host if r["name"].startswith(L.FALLBACK_PREFIX)]
     assert [r["name"] for r in fb] == ["CPU fallback: aten::foo"]
     assert fb[0]["args"][L.ARG_FALLBACK_REASON] == '"float64"' and fb[0]["corr"] == 8
     assert {r["name"] for r in host} - {fb[0]["name"]} == {
@@ -128,14 +131,14 @@ def test_flows_pair_each_call_with_its_device_work(result: S.SessionResult) -> N
 def test_unknown_event_kept_and_counts_reported(result: S.SessionResult) -> None:
     generic = [r for r in _rows(result) if r["name"] == "hw_notify"]
     assert len(generic) == 1 and generic[0]["type"] == S.KINETO_DRIVER
-    assert json.loads(generic[0]["args"][S.ARG_DATA]) == {"value": 3}
-    assert json.loads(result.metadata[S.META_DROPPED]) == {"0": 3}
+    assert json.loads(generic[0]["args"][L.ARG_DATA]) == {"value": 3}
+    assert json.loads(result.metadata[L.META_DROPPED]) == {"0": 3}
     props = json.loads("[" + result.device_properties + "]")
     assert [p["name"] for p in props] == ["NeuronCore 0", "NeuronCore 1"]
 
 
 def test_kernel_flops_and_bytes_columns(result: S.SessionResult) -> None:
-    mm = [r for r in _rows(result) if r["name"] == "aten::mm"][0]
+    mm = [r for r in _rows(result) if r["name"] == "NeuronCore: mm"][0]
     assert (mm["flops"], mm["bytes"]) == (2_000_000, 1_000_000)
     assert mm["args"][L.ARG_EMULATED] == "true" and mm["args"][L.ARG_OP] == '"aten::mm"'
 
@@ -143,7 +146,7 @@ def test_kernel_flops_and_bytes_columns(result: S.SessionResult) -> None:
 def test_empty_payload_gives_empty_buffer() -> None:
     res = S.build_session_result(b'{"events": [], "data_version": 2}', window=(0, 1),
                                  intervals=S.Intervals.empty(), host_pid=1,
-                                 links_by_correlation=True, props=[])
+                                 props=[])
     assert len(res.records) == 0 and res.excluded == 0
     assert all(len(v) == 0 for v in res.records.columns.values())
     assert isinstance(res.records.columns["start_ns"], np.ndarray)
@@ -179,7 +182,7 @@ def test_controller_without_source_warns_and_says_why() -> None:
         ctl.start()
     out = _stop(ctl)
     assert len(out["records"]["start_ns"]) == 0
-    assert "libnrt not loadable" in json.loads(out["metadata"][S.META_LINK_ERROR])
+    assert "libnrt not loadable" in json.loads(out["metadata"][L.META_LINK_ERROR])
 
 
 def test_controller_bad_payload_names_the_source() -> None:
@@ -200,9 +203,9 @@ def test_args_survive_kinetos_json_writer() -> None:
     t.events.append({"event_type": "hw_notify", "phase": "instant", "nc_idx": 0, "thread_id": 1,
                      "timestamp_ns": 1_300, "data": {"msg": 'tab\there "q"'}})
     res = S.build_session_result(t.payload(), window=(W0, W1), intervals=S.Intervals.empty(),
-                                 host_pid=1, links_by_correlation=True, props=[])
+                                 host_pid=1, props=[])
     values = [v for args in res.records.args for _, v in args]
     assert values and all("\\" not in v and "\n" not in v for v in values)
     decoded = {k: json.loads(v) for args in res.records.args for k, v in args}
     assert decoded[L.ARG_FALLBACK_REASON] == "bad / 'dtype' float64"
-    assert decoded[S.ARG_DATA] == {"msg": "tab here 'q'"}
+    assert decoded[L.ARG_DATA] == {"msg": "tab here 'q'"}

@@ -81,23 +81,40 @@ def test_device_work_inherits_through_exec_and_seq_ids() -> None:
     R, K, D = ActivityKind.RUNTIME_CALL, ActivityKind.KERNEL, ActivityKind.DMA
     rows = [
         {"kind": R, "tid": 5, "start": 110, "end": 150, "exec": 3, "core": 0},  # in op 71
-        {"kind": K, "start": 300, "end": 400, "exec": 3, "core": 0},  # -> 71 via exec
+        {"kind": K, "start": 300, "end": 400, "exec": 3, "core": 0},  # 2nd on its queue -> call 2
         {"kind": K, "start": 300, "end": 400, "exec": 3, "core": 1},  # other core: no call
         {"kind": R, "tid": 5, "start": 1010, "end": 1020, "exec": 3, "core": 0},  # exec reused
-        {"kind": D, "start": 1200, "end": 1300, "exec": 3, "core": 0},  # latest call -> 72
-        {"kind": K, "start": 50, "end": 60, "exec": 3, "core": 0},  # before any call: first
+        {"kind": D, "start": 1200, "end": 1300, "exec": 3, "core": 0},  # 1st on DMA -> call 1
+        {"kind": K, "start": 50, "end": 60, "exec": 3, "core": 0},  # 1st on compute -> call 1
         {"kind": R, "tid": 5, "start": 120, "end": 130, "exec": 9, "seq": 44},  # in op 71
         {"kind": K, "start": 500, "end": 600, "exec": 3, "seq": 44},  # seq wins over exec
-        {"kind": K, "start": 700, "end": 800, "exec": 3, "corr": 99},  # already linked: kept
+        {"kind": K, "start": 700, "end": 800, "exec": 3, "corr": 99},  # 3rd: no call; id kept
         {"kind": R, "tid": 6, "start": 150, "end": 160, "exec": 8},  # thread without ops
         {"kind": K, "start": 170, "end": 180, "exec": 8},  # its call unlinked -> stays 0
         {"kind": ActivityKind.FALLBACK, "tid": 5, "start": 1050, "end": 1060},  # host side
     ]
     acts = make_acts(rows)
     callers = match_runtime_calls(acts)
-    assert callers.tolist() == [-1, 0, -1, -1, 3, 0, -1, 6, 0, -1, 9, -1]
+    assert callers.tolist() == [-1, 3, -1, -1, 0, 0, -1, 6, -1, -1, 9, -1]
     linked = link_by_containment(acts, ops_tid, ops_start, ops_end, ops_corr)
-    assert linked.correlation_id.tolist() == [71, 71, 0, 72, 72, 71, 71, 71, 99, 0, 0, 72]
+    assert linked.correlation_id.tolist() == [71, 72, 0, 72, 71, 71, 71, 71, 99, 0, 0, 72]
+
+
+def test_repeated_exec_id_pairs_first_in_first_out() -> None:
+    """Two calls share an exec_id and each launches one kernel; the queue is backed up, so the
+    first kernel starts after the second call: each kernel still belongs to its own call."""
+    R, K = ActivityKind.RUNTIME_CALL, ActivityKind.KERNEL
+    acts = make_acts([{"kind": R, "tid": 5, "start": 100, "end": 110, "exec": 7},
+                      {"kind": R, "tid": 5, "start": 200, "end": 210, "exec": 7},
+                      {"kind": K, "start": 400, "end": 500, "exec": 7},
+                      {"kind": K, "start": 500, "end": 600, "exec": 7},
+                      {"kind": K, "start": 700, "end": 800, "exec": 7}])  # a third: no call
+    assert match_runtime_calls(acts).tolist() == [-1, -1, 0, 1, -1]
+    seq = make_acts([{"kind": R, "tid": 5, "start": 100, "end": 110, "exec": 7, "seq": 2},
+                     {"kind": R, "tid": 5, "start": 200, "end": 210, "exec": 7, "seq": 1},
+                     {"kind": K, "start": 400, "end": 500, "exec": 7, "seq": 1},
+                     {"kind": K, "start": 500, "end": 600, "exec": 7, "seq": 2}])
+    assert match_runtime_calls(seq).tolist() == [-1, -1, 1, 0]  # nrta_seq_id decides
 
 
 def test_no_ops_or_no_calls_leaves_everything_unlinked() -> None:

@@ -8,16 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from neuron_profiler.emulator.runtime import EmulatedRuntime
-from neuron_profiler.errors import NeuronProfilerError, TraceLoadError
+from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.runtime_trace import format as F
-from neuron_profiler.runtime_trace import layout as L
 from neuron_profiler.runtime_trace.merge import merge_device_events, merge_files
 from neuron_profiler.trace import load_trace
 from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as L
 from neuron_profiler.trace.model import Trace, TraceBuilder
 
 HOST_PID, TID = 4321, 777
@@ -85,18 +86,18 @@ def test_emulator_events_land_as_the_layout_says(runtime: EmulatedRuntime) -> No
     tr = result.trace
     # 3 runtime calls + their 3 device activities + 1 fallback + 1 host sync
     assert result.activities == 8 and result.unpaired == 0 and result.malformed == 0
-    assert result.linked_by_correlation == 7 and result.unlinked == 0  # the sync: by containment
-    assert result.linked_by_containment == 1
+    assert result.linked == 8 and result.unlinked == 0  # the sync: by containment
     c = tr.columns
     assert (c[S.TS_NS][1:] >= c[S.TS_NS][:-1]).all()
     kernel = _rows(tr, L.CAT_KERNEL)
     memcpy = _rows(tr, L.CAT_MEMCPY)
     assert len(kernel) == 2 and len(memcpy) == 1  # compute op + collective; the DMA
-    mm = next(i for i in kernel if tr.name(i) == "aten::mm")
+    mm = next(i for i in kernel if tr.args(i).get(L.ARG_OP) == "aten::mm")
+    assert tr.name(mm) == "NeuronCore: mm"  # no engine in this payload: the core's name
     a = tr.args(mm)
     dur_s = 4_000 / 1e9
     assert c[S.TS_NS][mm] == T0 + 6_000 and c[S.DUR_NS][mm] == 4_000  # via the sync point
-    assert (c[S.PID][mm], c[S.TID][mm]) == (L.core_pid(0), L.QUEUE_TIDS[L.Queue.COMPUTE])
+    assert (c[S.PID][mm], c[S.TID][mm]) == (0, L.queue_stream(0, 0))
     assert a["External id"] == 11 and a[L.ARG_FLOPS] == 8_000_000
     assert a[L.ARG_TFLOPS] == pytest.approx(8_000_000 / dur_s / 1e12, rel=1e-5)
     assert a[L.ARG_GBPS] == pytest.approx(48_000 / dur_s / 1e9, rel=1e-5)
@@ -104,10 +105,10 @@ def test_emulator_events_land_as_the_layout_says(runtime: EmulatedRuntime) -> No
     dma = tr.args(memcpy[0])
     assert dma[L.ARG_DIRECTION] == "h2d" and dma["External id"] == 12
     assert dma[L.ARG_BANDWIDTH] == pytest.approx((1 << 20) / (8_000 / 1e9) / 1e9, rel=1e-5)
-    assert c[S.TID][memcpy[0]] == L.QUEUE_TIDS[L.Queue.DMA]
+    assert c[S.TID][memcpy[0]] == L.queue_stream(0, 1)
     cc = next(i for i in kernel if i != mm)
     cca = tr.args(cc)
-    assert c[S.TID][cc] == L.QUEUE_TIDS[L.Queue.COLLECTIVE]
+    assert c[S.TID][cc] == L.queue_stream(0, 2)
     assert cca[L.ARG_COLLECTIVE] == "allreduce" and cca[L.ARG_GROUP_RANKS] == [0, 1]
     assert cca[L.ARG_GROUP_SIZE] == 2 and cca[L.ARG_ALGORITHM] == "ring"
     assert cca[L.ARG_IS_COLLECTIVE] is True and cca["External id"] == 13
@@ -137,11 +138,13 @@ def test_host_side_rows_flows_and_metadata(runtime: EmulatedRuntime) -> None:
     for s in starts:
         f = ends[int(c[S.FLOW_ID][s])]
         assert int(c[S.TS_NS][s]) in call_ts and c[S.PID][s] == HOST_PID
-        assert c[S.PID][f] == L.core_pid(0) and c[S.TS_NS][f] == c[S.TS_NS][s] + 5_000
-    assert tr.process_names[L.core_pid(0)] == "NeuronCore 0"
-    assert tr.process_sort_index[L.core_pid(0)] > HOST_PID
-    assert tr.thread_names[(L.core_pid(0), L.QUEUE_TIDS[L.Queue.DMA])] == "DMA"
-    assert tr.metadata["deviceProperties"] == runtime.device_properties()  # cores 0 and 1 seen
+        assert c[S.PID][f] == 0 and c[S.TS_NS][f] == c[S.TS_NS][s] + 5_000
+    assert tr.process_names[0] == "NeuronCore 0"
+    assert tr.process_sort_index[0] > HOST_PID
+    assert tr.thread_names[(0, L.queue_stream(0, 1))] == "DMA"
+    assert tr.metadata["deviceProperties"] == [  # cores 0 and 1 seen, from the envelope
+        {**p, "peaks_known": True} for p in runtime.device_properties()]
+    assert tr.metadata["neuron_peaks"] == "modelled"
     assert tr.metadata["neuron_dropped_events"] == {"0": 0, "1": 0}
     assert tr.metadata["neuron_timing_modelled"] is True
     host_rows = sum(1 for i in range(len(tr)) if c[S.PID][i] == HOST_PID
@@ -195,7 +198,9 @@ def test_bad_device_input_names_the_file(tmp_path: Path) -> None:
         assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
-def test_pid_already_used_by_the_host_is_refused() -> None:
+def test_core_whose_pid_the_host_uses_moves_to_a_free_pid() -> None:
+    """Every CUDA trace uses pid 0: core 0 moves to the first free pid >= 2**20, still named
+    "NeuronCore 0"; a real capture (no extension) says its peaks are unknown."""
     b = TraceBuilder("gpu.json")
     b.add(name="k", ts_ns=T0, dur_ns=10, kind=S.EventKind.KERNEL, cat="kernel", pid=0, tid=7)
     payload = json.dumps({"events": [
@@ -203,8 +208,16 @@ def test_pid_already_used_by_the_host_is_refused() -> None:
          "thread_id": 1, "timestamp_ns": T0, "data": {}},
         {"event_type": F.NC_EXEC_RUNNING, "phase": "stop", "tracking_id": 1, "nc_idx": 0,
          "thread_id": 1, "timestamp_ns": T0 + 5, "data": {}}]}).encode()
-    with pytest.raises(NeuronProfilerError, match="pid 0 is already used"):
-        merge_device_events(b.build(), [payload])
+    result = merge_device_events(b.build(), [payload])
+    tr, c = result.trace, result.trace.columns
+    assert result.relocated_cores == {0: 2**20}
+    kernels = np.flatnonzero(c[S.CAT_ID] == tr.string_id(L.CAT_KERNEL))
+    assert sorted(c[S.PID][kernels].tolist()) == [0, 2**20]  # the host's own kernel stays
+    assert tr.process_names[2**20] == "NeuronCore 0"
+    assert tr.metadata[L.META_RELOCATED_CORES] == {"0": 2**20}
+    assert tr.metadata[L.META_PEAKS] == "unknown"
+    assert tr.metadata["deviceProperties"][-1] == {"id": 0, "name": "NeuronCore 0",
+                                                   "emulated": False, "peaks_known": False}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -92,7 +92,8 @@ void pop_correlation() {
 // Arg keys come from neuron_profiler.runtime_trace.layout (set once by Python).
 struct Keys {
   std::string exec_id = "exec_id", flops = "flops", bytes = "bytes", tflops = "achieved TFLOPS",
-              gbps = "achieved GB/s", bandwidth = "bandwidth (GB/s)";
+              gbps = "achieved GB/s", bandwidth = "bandwidth (GB/s)", device = "device",
+              stream = "stream", correlation = "correlation";
 };
 Keys g_keys;
 
@@ -100,7 +101,7 @@ using ArgList = std::vector<std::pair<std::string, std::string>>;  // key -> raw
 
 // One row per activity: columns copied out of the numpy arrays Python hands over at stop().
 struct Records {
-  std::vector<int64_t> start, end, flops, bytes, exec_id;
+  std::vector<int64_t> start, end, flops, bytes, exec_id, arg_device, arg_stream, arg_corr;
   std::vector<int32_t> type, device, resource, thread, corr, flow_id, name_id, args_id;
   std::vector<uint8_t> flow_start;
   std::vector<std::string> names;
@@ -133,6 +134,9 @@ Records records_from_dict(const py::dict& d) {
   r.flops = column<int64_t>(d, "flops", n);
   r.bytes = column<int64_t>(d, "bytes", n);
   r.exec_id = column<int64_t>(d, "exec_id", n);
+  r.arg_device = column<int64_t>(d, "arg_device", n);
+  r.arg_stream = column<int64_t>(d, "arg_stream", n);
+  r.arg_corr = column<int64_t>(d, "arg_correlation", n);
   r.type = column<int32_t>(d, "kineto_type", n);
   r.device = column<int32_t>(d, "device", n);
   r.resource = column<int32_t>(d, "resource", n);
@@ -230,7 +234,8 @@ class NeuronActivity : public lk::GenericTraceActivity {
   NeuronActivity(const lk::TraceSpan& span, lk::ActivityType t, const std::string& name)
       : lk::GenericTraceActivity(span, t, name) {}
 
-  int64_t flops_{-1}, bytes_{-1}, exec_id_{-1};
+  // -1: absent. device/stream/correlation are CUDA's keys on device work (and the runtime call).
+  int64_t flops_{-1}, bytes_{-1}, exec_id_{-1}, device_{-1}, stream_{-1}, corr_{-1};
   std::shared_ptr<const std::vector<ArgList>> table_;
   const ArgList* extra_{nullptr};  // points into *table_, which this activity keeps alive
 
@@ -247,6 +252,15 @@ class NeuronActivity : public lk::GenericTraceActivity {
       out += v;
     };
     double dur = static_cast<double>(std::max<int64_t>(endTime - startTime, 1));
+    if (device_ >= 0) {
+      add(g_keys.device, std::to_string(device_));
+    }
+    if (stream_ >= 0) {
+      add(g_keys.stream, std::to_string(stream_));
+    }
+    if (corr_ >= 0) {
+      add(g_keys.correlation, std::to_string(corr_));
+    }
     if (exec_id_ >= 0) {
       add(g_keys.exec_id, std::to_string(exec_id_));
     }
@@ -315,6 +329,9 @@ void convert(const Records& r, lk::CpuTraceBuffer& buf,
     act->flops_ = r.flops[i];
     act->bytes_ = r.bytes[i];
     act->exec_id_ = r.exec_id[i];
+    act->device_ = r.arg_device[i];
+    act->stream_ = r.arg_stream[i];
+    act->corr_ = r.arg_corr[i];
     if (r.args_id[i] >= 0) {
       act->table_ = r.args;
       act->extra_ = &(*r.args)[r.args_id[i]];
@@ -569,6 +586,9 @@ void register_profiler(py::object ctrl, const py::dict& keys) {
   g_keys.tflops = keys["tflops"].cast<std::string>();
   g_keys.gbps = keys["gbps"].cast<std::string>();
   g_keys.bandwidth = keys["bandwidth"].cast<std::string>();
+  g_keys.device = keys["device"].cast<std::string>();
+  g_keys.stream = keys["stream"].cast<std::string>();
+  g_keys.correlation = keys["correlation"].cast<std::string>();
   if (!g_registered) {
     torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(
         []() -> std::unique_ptr<lk::IActivityProfiler> {

@@ -1,0 +1,582 @@
+"""The one placement: runtime activities -> torch.profiler trace rows, for the live collector and
+the offline merge alike, so both write the same trace::
+
+    placed = place(acts, host_ops=HostOps.from_trace(host), host_pid=pid_lookup,
+                   window=None, props=device_properties_from_extensions(exts))
+    placed.start_ns, placed.pid, placed.tid, placed.names[placed.name_id[i]], placed.args[...]
+
+What it decides, with the vocabulary of ``neuron_profiler.trace.vocabulary``:
+
+- **Linking.** Host-side rows without a correlation id take the innermost host op around them on
+  their thread; device work takes its runtime call's (``linking``). Calls and executions pair
+  first-in-first-out per (core, ``exec_id``) and queue, by ``nrta_seq_id`` when both carry one.
+- **Window.** A row is kept when it was launched inside the window: a device row at its runtime
+  call's start (else the source's launch time, else its own start), a host row at its own start.
+  Work that finishes after the window is kept. The merge passes no window.
+- **Processes and threads.** Runtime calls, host syncs and CPU fallbacks go on the launching host
+  thread; device work on its core's process ("NeuronCore N"), one thread per queue whose tid is
+  the queue's stream id; tensor events and unknown types on the core's "other" thread. A core
+  whose pid the host already uses moves to the first free pid >= 2**20.
+- **Names.** Kernels ``"<engine>: <op>"``, collectives ``"CC: <collective>"``, copies as CUDA's
+  (``Memcpy HtoD (Host -> NeuronCore)``), runtime calls, syncs and fallbacks prefixed.
+- **Args.** CUDA's ``device``, ``stream`` and ``correlation`` on device work (the runtime call
+  carries the ``correlation`` too; it equals the ac2g flow id), then ours. Per-row numbers are
+  columns (the C++ bridge renders them; ``numeric_args`` renders them the same way in Python);
+  everything else is a small table of distinct arg tuples.
+- **Flows.** One ac2g arrow from each kept runtime call to the earliest device work it launched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from neuron_profiler.runtime_trace import format as F
+from neuron_profiler.runtime_trace._pylists import codes, take
+from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
+from neuron_profiler.runtime_trace.linking import link_by_containment, match_runtime_calls
+from neuron_profiler.runtime_trace.parser import decode_rows
+from neuron_profiler.trace import vocabulary as V
+
+# Category of each ActivityKind (index: ActivityKind code).
+CATEGORIES = (V.CAT_KERNEL, V.CAT_MEMCPY, V.CAT_RUNTIME, V.CAT_DRIVER)
+_CAT_BY_KIND = np.full(len(ActivityKind), 3, dtype=np.uint8)
+_CAT_BY_KIND[[ActivityKind.KERNEL, ActivityKind.COLLECTIVE]] = 0
+_CAT_BY_KIND[ActivityKind.DMA] = 1
+_CAT_BY_KIND[[ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC, ActivityKind.FALLBACK]] = 2
+
+ON_HOST_THREAD = np.array([ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC,
+                           ActivityKind.FALLBACK], dtype=np.uint8)
+DEVICE_WORK = np.array([ActivityKind.KERNEL, ActivityKind.DMA, ActivityKind.COLLECTIVE],
+                       dtype=np.uint8)
+# Rows launched by nobody but themselves (the window reads their own start).
+_SELF_LAUNCHED = np.array([*ON_HOST_THREAD, ActivityKind.INSTANT], dtype=np.uint8)
+# Queue index (vocabulary.QUEUE_NAMES order) of each Queue code; HOST never reaches a core.
+_QUEUE_INDEX = np.array([0, 1, 2, 3, 3], dtype=np.int64)
+# Unknown event types and instants keep their whole runtime data as an arg.
+RAW_DATA_KINDS = frozenset({int(ActivityKind.GENERIC), int(ActivityKind.INSTANT)})
+_SIMPLE_KINDS = (ActivityKind.KERNEL, ActivityKind.RUNTIME_CALL, ActivityKind.DMA)
+_TYPE_DIRECTION = {F.DMEM_BUF_COPYIN: F.H2D, F.DMEM_BUF_COPYOUT: F.D2H, F.EXT_DMA_D2D: F.D2D}
+DISPATCH_FRAMES = frozenset({"PythonSubclass", "PythonDispatchMode"})
+# First ac2g flow id (= ``correlation`` arg). CUPTI's correlation ids are large; tools size their
+# columns from the values they see: HTA 0.5.0 on pandas >= 2 fails to store row indices in a
+# correlation column that small ids made int8. Starting at 2**30 keeps it int32, and below
+# Kineto's uint32 flow id limit.
+FIRST_FLOW_ID = 1 << 30
+
+
+class _Ext(msgspec.Struct, gc=False):
+    """The extension keys placement reads; numbers typed so columns come out without a loop."""
+
+    op: str | None = None
+    engine: str | None = None
+    dtype: str | None = None
+    flops: int = -1
+    bytes: int = -1
+    direction: str | None = None
+    launch_ns: int = -1
+    collective: Any = None
+    ranks: Any = None
+    algorithm: Any = None
+    reason: Any = None
+    shapes: Any = None
+    dtypes: Any = None
+    sync: Any = None
+
+
+class _Data(msgspec.Struct, gc=False):
+    neuron_profiler: _Ext | None = None
+    algorithm: Any = None  # the real runtime's collective field
+
+
+class _LooseExt(msgspec.Struct, gc=False):
+    """The same keys untyped, for payloads whose values are odd (floats, nulls, lists)."""
+
+    op: Any = None
+    engine: Any = None
+    dtype: Any = None
+    flops: Any = None
+    bytes: Any = None
+    direction: Any = None
+    launch_ns: Any = None
+    collective: Any = None
+    ranks: Any = None
+    algorithm: Any = None
+    reason: Any = None
+    shapes: Any = None
+    dtypes: Any = None
+    sync: Any = None
+
+
+class _LooseData(msgspec.Struct, gc=False):
+    neuron_profiler: _LooseExt | None = None
+    algorithm: Any = None
+
+
+_NO_EXT = _Ext()
+
+
+def _int_or_missing(v: Any) -> int:
+    ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
+    return v if ok else -1
+
+
+def _text(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def _decode_datas(data: Sequence[bytes]) -> list[_Data]:
+    """Each row's data object; rows with odd types go through the loose path, value by value."""
+    try:
+        return decode_rows(data, _Data)
+    except msgspec.ValidationError:
+        pass
+    out = []
+    for d in decode_rows(data, _LooseData):
+        e = d.neuron_profiler
+        ext = None if e is None else _Ext(
+            op=_text(e.op), engine=_text(e.engine), dtype=_text(e.dtype),
+            flops=_int_or_missing(e.flops), bytes=_int_or_missing(e.bytes),
+            direction=_text(e.direction), launch_ns=_int_or_missing(e.launch_ns),
+            collective=e.collective, ranks=e.ranks, algorithm=e.algorithm, reason=e.reason,
+            shapes=e.shapes, dtypes=e.dtypes, sync=e.sync)
+        out.append(_Data(ext, d.algorithm))
+    return out
+
+
+@dataclass(frozen=True)
+class HostOps:
+    """The host ops that device activity links to: per op its thread, span and correlation id
+    (torch.profiler's "External id"); ``frame_parent`` maps the id of a dispatch frame
+    (``PythonSubclass``...) to the op around it, as the bridge resolves it live."""
+
+    tid: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    correlation: np.ndarray
+    frame_parent: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls) -> HostOps:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z, z, z)
+
+    @classmethod
+    def from_trace(cls, host: Any) -> HostOps:
+        """The complete cpu ops of a loaded ``Trace`` that carry an External id; dispatch frames
+        are left out and resolved to the op that encloses them."""
+        from neuron_profiler.trace import schema as S
+
+        c = host.columns
+        ops = host.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE) & (c[S.EXTERNAL_ID] >= 0)
+        frame_ids = [i for i, s in enumerate(host.strings) if s in DISPATCH_FRAMES]
+        is_frame = ops & np.isin(c[S.NAME_ID], np.asarray(frame_ids, dtype=np.int64))
+        real = ops & ~is_frame
+        tid, start = c[S.TID][real], c[S.TS_NS][real]
+        end, corr = start + c[S.DUR_NS][real], c[S.EXTERNAL_ID][real]
+        parents: dict[int, int] = {}
+        if is_frame.any():
+            from neuron_profiler.runtime_trace.linking import innermost_containing
+
+            at = innermost_containing(tid, start, end, c[S.TID][is_frame], c[S.TS_NS][is_frame])
+            parent = np.where(at >= 0, corr[np.clip(at, 0, None)] if len(corr) else 0, 0)
+            parents = dict(zip(c[S.EXTERNAL_ID][is_frame].tolist(), parent.tolist(),
+                               strict=True))
+        return cls(tid, start, end, corr, parents)
+
+
+@dataclass(frozen=True)
+class CoreProcess:
+    """One NeuronCore's process in the trace."""
+
+    core: int
+    pid: int
+    name: str
+    sort_index: int
+    label: str
+
+
+@dataclass(frozen=True)
+class QueueThread:
+    pid: int
+    tid: int
+    name: str
+    sort_index: int
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Placed rows (the kept activities, in activity order) and the trace structure around them.
+
+    Args:
+        rows: index of each kept row in the activities. start_ns / end_ns: host clock.
+        kind: ActivityKind codes. category: index into ``CATEGORIES``.
+        pid / tid: where each row goes. name_id: index into ``names``.
+        external_id: the launching aten op's correlation id (0: none).
+        exec_id / flops / bytes / device / stream / correlation: per-row numbers, -1 when
+            absent (rendered as args by ``numeric_args`` or the C++ bridge).
+        flow_id: ac2g flow id (0: none); flow_start: the row starts its flow.
+        args_id: index into ``args`` (-1: no further args); args: distinct (key, value) tuples
+            (values are plain JSON values, or ``msgspec.Raw`` for runtime data kept as it came).
+        processes / threads / device_properties: one per core and queue.
+        metadata: the counts every trace with device rows carries (vocabulary ``META_*``).
+        excluded: rows left out by the window. flows: arrows written.
+    """
+
+    rows: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    kind: np.ndarray
+    category: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    name_id: np.ndarray
+    names: list[str]
+    external_id: np.ndarray
+    exec_id: np.ndarray
+    flops: np.ndarray
+    bytes: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    correlation: np.ndarray
+    flow_id: np.ndarray
+    flow_start: np.ndarray
+    args_id: np.ndarray
+    args: list[tuple[tuple[str, Any], ...]]
+    processes: list[CoreProcess]
+    threads: list[QueueThread]
+    device_properties: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    excluded: int = 0
+    flows: int = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _g6(value: float) -> float | int:
+    """C++ ``fmt::format("{:.6g}")`` read back as JSON ("4" is an int there, as here)."""
+    return msgspec.json.decode(f"{value:.6g}".encode())
+
+
+def numeric_args(placed: Placement, i: int) -> dict[str, Any]:
+    """The per-row numeric args of row ``i``, exactly as the C++ bridge renders them."""
+    out: dict[str, Any] = {}
+    for key, col in ((V.ARG_DEVICE, placed.device), (V.ARG_STREAM, placed.stream),
+                     (V.ARG_CORRELATION, placed.correlation), (V.ARG_EXEC_ID, placed.exec_id)):
+        if col[i] >= 0:
+            out[key] = int(col[i])
+    dur = max(int(placed.end_ns[i] - placed.start_ns[i]), 1)
+    if placed.flops[i] >= 0:
+        out[V.ARG_FLOPS] = int(placed.flops[i])
+        out[V.ARG_TFLOPS] = _g6(int(placed.flops[i]) / dur / 1e3)
+    if placed.bytes[i] >= 0:
+        out[V.ARG_BYTES] = int(placed.bytes[i])
+        key = V.ARG_BANDWIDTH if placed.category[i] == 1 else V.ARG_GBPS
+        out[key] = _g6(int(placed.bytes[i]) / dur)
+    return out
+
+
+def place(acts: DeviceActivities, *, host_ops: HostOps,
+          host_pid: int | Callable[[np.ndarray], np.ndarray],
+          window: tuple[int, int] | None = None, taken_pids: frozenset[int] = frozenset(),
+          props: Sequence[dict[str, Any]] = (), flow_id_base: int = FIRST_FLOW_ID) -> Placement:
+    """Lay out ``acts`` as trace rows (see the module docstring).
+
+    Args:
+        host_ops: the ops to link host-side rows to by containment.
+        host_pid: the host process id, or a function from thread ids to process ids.
+        window: keep rows launched inside [start, end] (None: keep all).
+        taken_pids: pids the host already uses (a core that would collide moves).
+        props: deviceProperties per core (``id`` keys), e.g. from the envelope extension.
+        flow_id_base: the first ac2g flow id (above any ac2g id the host trace already has).
+    """
+    acts = _linked(acts, host_ops)
+    datas = _decode_datas(acts.data)
+    exts = [d.neuron_profiler or _NO_EXT for d in datas]
+    n = len(acts)
+    flops, nbytes, ext_launch = (np.fromiter(map(attrgetter(k), exts), dtype=np.int64, count=n)
+                                 for k in ("flops", "bytes", "launch_ns"))
+    caller = match_runtime_calls(acts)
+    launch = _launch_ns(acts, caller, ext_launch)
+    keep = (np.ones(n, dtype=bool) if window is None
+            else (launch >= window[0]) & (launch <= window[1]))
+    rows = np.flatnonzero(keep)
+    kind = acts.kind[rows]
+    on_host = np.isin(kind, ON_HOST_THREAD)
+    work = np.isin(kind, DEVICE_WORK)
+    cores = sorted(set(acts.core[rows][~on_host].tolist()) | {int(p["id"]) for p in props})
+    core_pid = _core_pids(cores, taken_pids)
+    queue_index = _QUEUE_INDEX[acts.queue[rows].astype(np.intp)]
+    stream = np.array([V.queue_stream(c, 0) for c in range(max(cores, default=-1) + 1)],
+                      dtype=np.int64)
+    core_stream = stream[acts.core[rows]] + queue_index if len(stream) else queue_index
+    pid_of_core = np.array([core_pid.get(c, c) for c in range(max(cores, default=-1) + 1)],
+                           dtype=np.int64)
+    thread = acts.thread_id[rows]
+    host = (np.full(len(rows), host_pid, dtype=np.int64) if isinstance(host_pid, int)
+            else np.asarray(host_pid(thread), dtype=np.int64))
+    device_side_pid = pid_of_core[acts.core[rows]] if len(pid_of_core) else thread
+    flow_id, flow_start, correlation = _flows(acts, caller, keep, rows, flow_id_base)
+    name_id, names = _names(acts, rows, exts)
+    args_id, args = _args(acts, rows, exts, datas)
+    placed_core = np.where(work, acts.core[rows], -1).astype(np.int64)
+    return Placement(
+        rows=rows, start_ns=acts.start_ns[rows], end_ns=acts.end_ns[rows], kind=kind,
+        category=_CAT_BY_KIND[kind], pid=np.where(on_host, host, device_side_pid),
+        tid=np.where(on_host, thread, core_stream), name_id=name_id, names=names,
+        external_id=acts.correlation_id[rows].astype(np.int64), exec_id=acts.exec_id[rows],
+        flops=flops[rows], bytes=nbytes[rows], device=placed_core,
+        stream=np.where(work, core_stream, -1), correlation=correlation, flow_id=flow_id,
+        flow_start=flow_start, args_id=args_id, args=args,
+        processes=_processes(cores, core_pid, props),
+        threads=_threads(cores, core_pid, used_other=bool((~on_host & ~work).any())),
+        device_properties=complete_properties(cores, props),
+        metadata=_metadata(acts, len(rows), props, core_pid),
+        excluded=int(n - len(rows)), flows=int(flow_start.sum()))
+
+
+def _linked(acts: DeviceActivities, ops: HostOps) -> DeviceActivities:
+    """Correlation ids from containment (instants count as host-side here: unlinked, torch would
+    give them the enclosing op's id and count its device time twice), dispatch frames resolved
+    to the op around them."""
+    queue = np.where(acts.kind == ActivityKind.INSTANT, np.uint8(Queue.HOST), acts.queue)
+    linked = link_by_containment(dataclasses.replace(acts, queue=queue), ops.tid, ops.start_ns,
+                                 ops.end_ns, ops.correlation)
+    corr = linked.correlation_id
+    if ops.frame_parent:
+        keys = np.fromiter(ops.frame_parent, dtype=np.int64)
+        vals = np.fromiter(ops.frame_parent.values(), dtype=np.int64)
+        order = np.argsort(keys)
+        keys, vals = keys[order], vals[order]
+        pos = np.clip(np.searchsorted(keys, corr), 0, len(keys) - 1)
+        hit = keys[pos] == corr
+        corr = np.where(hit, vals[pos], corr)
+    return dataclasses.replace(linked, queue=acts.queue, correlation_id=corr)
+
+
+def _launch_ns(acts: DeviceActivities, caller: np.ndarray, ext_launch: np.ndarray
+               ) -> np.ndarray:
+    """When the host launched each row: its runtime call's start, else the source's launch
+    time, else its own start; host-side rows and instants are their own launch."""
+    launch = np.where(ext_launch >= 0, ext_launch, acts.start_ns)
+    called = caller >= 0
+    launch[called] = acts.start_ns[caller[called]]
+    own = np.isin(acts.kind, _SELF_LAUNCHED)
+    launch[own] = acts.start_ns[own]
+    return launch
+
+
+def _flows(acts: DeviceActivities, caller: np.ndarray, keep: np.ndarray, rows: np.ndarray,
+           base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per kept row: ac2g flow id, flow-start flag, and the ``correlation`` arg (the flow id on a
+    call and all its work; 0 on device work that no kept call launched; -1 elsewhere)."""
+    n = len(acts)
+    is_work = np.isin(acts.kind, DEVICE_WORK)
+    linked = np.flatnonzero(keep & is_work & (caller >= 0))
+    linked = linked[keep[caller[linked]]]
+    calls = np.unique(caller[linked])
+    ids = np.zeros(n, dtype=np.int64)
+    ids[calls] = np.arange(base, base + len(calls), dtype=np.int64)  # calls in row order
+    correlation = np.where(is_work, 0, -1).astype(np.int64)
+    correlation[calls] = ids[calls]
+    correlation[linked] = ids[caller[linked]]
+    # the earliest work of each call ends its flow
+    order = np.lexsort((linked, acts.start_ns[linked], caller[linked]))
+    by_call = linked[order]
+    _, first = np.unique(caller[by_call], return_index=True)
+    flow_id = np.zeros(n, dtype=np.int64)
+    flow_id[calls] = ids[calls]
+    flow_id[by_call[first]] = ids[caller[by_call[first]]]
+    flow_start = np.zeros(n, dtype=bool)
+    flow_start[calls] = True
+    return flow_id[rows], flow_start[rows], correlation[rows]
+
+
+def _core_pids(cores: list[int], taken: frozenset[int]) -> dict[int, int]:
+    """Core -> pid: the core index, unless the host uses it; then the first free pid >= 2**20."""
+    out: dict[int, int] = {}
+    used = set(taken) | set(cores)
+    spare = V.RELOCATED_PID_BASE
+    for core in cores:
+        if core not in taken:
+            out[core] = core
+            continue
+        while spare in used:
+            spare += 1
+        out[core] = spare
+        used.add(spare)
+    return out
+
+
+def _processes(cores: list[int], core_pid: dict[int, int], props: Sequence[dict[str, Any]]
+               ) -> list[CoreProcess]:
+    chip = {int(p["id"]): str(p.get(V.PROP_CHIP, "NeuronCore")) for p in props}
+    return [CoreProcess(c, core_pid[c], V.core_process_name(c), V.core_sort_index(c),
+                        chip.get(c, "NeuronCore")) for c in cores]
+
+
+def _threads(cores: list[int], core_pid: dict[int, int], *, used_other: bool
+             ) -> list[QueueThread]:
+    queues = range(len(V.QUEUE_NAMES) if used_other else len(V.QUEUE_NAMES) - 1)
+    return [QueueThread(core_pid[c], V.queue_stream(c, q), V.QUEUE_NAMES[q], q)
+            for c in cores for q in queues]
+
+
+_PEAK_KEYS = (V.PROP_PEAK_BF16_TFLOPS, V.PROP_HBM_GBPS)
+
+
+def complete_properties(cores: list[int], props: Sequence[dict[str, Any]]
+                        ) -> list[dict[str, Any]]:
+    """deviceProperties per core: the source's entry, else id and name only; an entry with no
+    peak figure says so (``peaks_known: false``) rather than inventing one."""
+    by_core = {int(p["id"]): dict(p) for p in props}
+    out = []
+    for core in cores:
+        p = by_core.get(core) or {V.PROP_ID: core, V.PROP_NAME: V.core_process_name(core),
+                                  V.PROP_EMULATED: False}
+        p.setdefault(V.PROP_PEAKS_KNOWN, any(k in p for k in _PEAK_KEYS))
+        out.append(p)
+    return out
+
+
+def device_properties_from_extensions(exts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-core deviceProperties the emulator writes in its envelope extension (the first
+    envelope that names a core wins); real captures have none."""
+    out: dict[int, dict[str, Any]] = {}
+    for ext in exts:
+        entries = ext.get("device_properties") if isinstance(ext, dict) else None
+        for p in entries if isinstance(entries, list) else ():
+            if isinstance(p, dict) and isinstance(p.get(V.PROP_ID), int):
+                out.setdefault(p[V.PROP_ID], p)
+    return [out[k] for k in sorted(out)]
+
+
+def _metadata(acts: DeviceActivities, kept: int, props: Sequence[dict[str, Any]],
+              core_pid: dict[int, int]) -> dict[str, Any]:
+    modelled = bool(acts.modelled.any())
+    peaks = "modelled" if any(k in p for p in props for k in _PEAK_KEYS) else "unknown"
+    meta: dict[str, Any] = {
+        V.META_DROPPED: {str(k): int(v) for k, v in sorted(acts.dropped.items())},
+        V.META_MALFORMED: int(acts.malformed), V.META_UNPAIRED: int(acts.unpaired),
+        V.META_ACTIVITIES: kept, V.META_MODELLED: modelled, V.META_PEAKS: peaks}
+    moved = {str(c): p for c, p in core_pid.items() if c != p}
+    if moved:
+        meta[V.META_RELOCATED_CORES] = moved
+    return meta
+
+
+# -- names --------------------------------------------------------------------------------------
+def _row_name(kind: int, base: str, e: _Ext) -> str:
+    """The name of one row (see the module docstring); ``base`` is the parser's label."""
+    if kind == ActivityKind.KERNEL:
+        return V.kernel_name(e.engine, e.op) if e.op else base
+    if kind == ActivityKind.COLLECTIVE:
+        label = e.collective if e.collective is not None else (e.op or base)
+        return f"{V.COLLECTIVE_ENGINE}: {label}"
+    if kind == ActivityKind.DMA:
+        direction = e.direction or _TYPE_DIRECTION.get(base)
+        return V.MEMCPY_NAMES.get(direction or "", V.MEMCPY_UNKNOWN)
+    if kind == ActivityKind.RUNTIME_CALL:
+        return V.RUNTIME_PREFIX + base if "::" in base else base
+    if kind == ActivityKind.HOST_SYNC:
+        return V.SYNC_PREFIX + (e.op or (str(e.sync) if e.sync is not None else "device"))
+    if kind == ActivityKind.FALLBACK:
+        return V.FALLBACK_PREFIX + (e.op or base)
+    return base
+
+
+def _names(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext]
+           ) -> tuple[np.ndarray, list[str]]:
+    """Name per kept row, rendered once per distinct (kind, label, extension names)."""
+    if len(rows) == 0:
+        return np.zeros(0, dtype=np.int32), []
+    sub = take(exts, rows)
+    key_of = attrgetter("op", "engine", "collective", "direction", "sync")
+    _, ext_code = codes((_hashable(key_of(e)) for e in sub), len(sub))
+    key = (ext_code * len(acts.names) + acts.name_id[rows]) * len(ActivityKind) + acts.kind[rows]
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    table: dict[str, int] = {}
+    ids = [table.setdefault(_row_name(int(acts.kind[rows[j]]), acts.names[acts.name_id[rows[j]]],
+                                      sub[j]), len(table)) for j in first.tolist()]
+    return np.asarray(ids, dtype=np.int32)[inverse.reshape(-1)], list(table)
+
+
+def _hashable(values: tuple) -> tuple:
+    return tuple(v if isinstance(v, str | int | float | None) else repr(v) for v in values)
+
+
+# -- args -----------------------------------------------------------------------------------------
+def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: bool
+              ) -> tuple[tuple[str, Any], ...]:
+    """The args of one row besides the per-row numbers."""
+    out: list[tuple[str, Any]] = []
+    if modelled:
+        out.append((V.ARG_EMULATED, True))
+    if kind == ActivityKind.KERNEL:
+        out += [(key, value) for key, value in ((V.ARG_OP, e.op), (V.ARG_ENGINE, e.engine),
+                                                 (V.ARG_DTYPE, e.dtype)) if value is not None]
+    elif kind == ActivityKind.RUNTIME_CALL and e.op is not None:
+        out.append((V.ARG_OP, e.op))
+    elif kind == ActivityKind.DMA and e.direction is not None:
+        out.append((V.ARG_DIRECTION, e.direction))
+    elif kind == ActivityKind.COLLECTIVE:
+        ranks = e.ranks if isinstance(e.ranks, list) else []
+        algorithm = e.algorithm if e.algorithm is not None else real_algorithm
+        out += [(V.ARG_IS_COLLECTIVE, True), (V.ARG_COLLECTIVE, str(e.collective)),
+                (V.ARG_GROUP_RANKS, ranks), (V.ARG_GROUP_SIZE, len(ranks))]
+        if e.op is not None:
+            out.append((V.ARG_OP, e.op))
+        if algorithm is not None:
+            out.append((V.ARG_ALGORITHM, str(algorithm)))
+    elif kind == ActivityKind.FALLBACK:
+        out += [(V.ARG_IS_FALLBACK, True), (V.ARG_OP, str(e.op)),
+                (V.ARG_FALLBACK_REASON, str(e.reason)), (V.ARG_SHAPES, e.shapes),
+                (V.ARG_DTYPES, e.dtypes)]
+    elif kind == ActivityKind.HOST_SYNC and e.sync is not None:
+        out.append((V.ARG_SYNC, str(e.sync)))
+    elif kind in RAW_DATA_KINDS:
+        out.append((V.ARG_DATA, msgspec.Raw(raw)))
+    return tuple(out)
+
+
+def _args(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas: list[_Data]
+          ) -> tuple[np.ndarray, list[tuple[tuple[str, Any], ...]]]:
+    """Per kept row an index into a table of distinct arg tuples (-1: none). Kernels, launches
+    and DMA depend only on (kind, modelled, extension names): rendered once per distinct key;
+    the rare other kinds row by row."""
+    table: dict[Any, int] = {}
+    entries: list[tuple[tuple[str, Any], ...]] = []
+
+    def intern(args: tuple[tuple[str, Any], ...]) -> int:
+        if not args:
+            return -1
+        key = tuple((k, bytes(v) if isinstance(v, msgspec.Raw) else repr(v)) for k, v in args)
+        if key not in table:
+            table[key] = len(entries)
+            entries.append(args)
+        return table[key]
+
+    ids = np.full(len(rows), -1, dtype=np.int32)
+    kind, modelled = acts.kind[rows], acts.modelled[rows]
+    simple = np.isin(kind, np.array(_SIMPLE_KINDS, dtype=np.uint8))
+    at = np.flatnonzero(simple)
+    if len(at):
+        sub = take(exts, rows[at])
+        _, label = codes(map(attrgetter("op", "engine", "dtype", "direction"), sub), len(sub))
+        key = (label * len(ActivityKind) + kind[at]) * 2 + modelled[at]
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        distinct = [intern(_row_args(int(kind[at[j]]), sub[j], None, b"",
+                                     bool(modelled[at[j]]))) for j in first.tolist()]
+        ids[at] = np.asarray(distinct, dtype=np.int32)[inverse.reshape(-1)]
+    for j in np.flatnonzero(~simple).tolist():
+        i, k = int(rows[j]), int(kind[j])
+        raw = bytes(acts.data[i]) if k in RAW_DATA_KINDS else b""  # payload bytes only if needed
+        ids[j] = intern(_row_args(k, exts[i], datas[i].algorithm, raw, bool(modelled[j])))
+    return ids, entries

@@ -1,0 +1,124 @@
+"""The trace vocabulary: every category, name, args key and metadata key this project writes
+into a torch.profiler trace or reads back out of one.
+
+The live collector, the offline merge, the exporters and the analyses all read them from here,
+so a key is spelled once::
+
+    from neuron_profiler.trace import vocabulary as V
+    trace.args(row).get(V.ARG_STREAM)
+
+Device rows follow CUDA's shape so that every tool that reads CUDA traces reads ours (HTA,
+torch's ``key_averages``, Perfetto): ``device``, ``stream`` and ``correlation`` args on device
+work, Kineto's categories, CUDA's copy names. What CUDA has no word for carries our own keys.
+Torch-free; docs/collector.md describes each key.
+"""
+
+from __future__ import annotations
+
+# -- categories (Kineto's spellings, so every tool classifies our rows) ----------------------
+CAT_KERNEL = "kernel"  # compute and collectives (collectives are device time; marked in args)
+CAT_MEMCPY = "gpu_memcpy"  # DMA transfers
+CAT_RUNTIME = "privateuse1_runtime"  # host runtime calls, host syncs, CPU fallbacks
+CAT_DRIVER = "privateuse1_driver"  # tensor events and runtime event types we do not know
+CAT_FLOW = "ac2g"  # arrow from a runtime call to the device work it launched
+
+# -- args keys that CUDA traces carry too ----------------------------------------------------
+ARG_EXTERNAL_ID = "External id"  # the launching aten op's correlation (Kineto writes it)
+ARG_DEVICE = "device"  # device work: the NeuronCore index
+ARG_STREAM = "stream"  # device work: one id >= 1 per queue, unique within the trace
+ARG_CORRELATION = "correlation"  # runtime call and its device work: equal to the ac2g flow id
+ARG_COLLECTIVE = "Collective name"  # NCCL's key, so peers' collective views read ours too
+ARG_GROUP_RANKS = "Process Group Ranks"
+ARG_GROUP_SIZE = "Group size"
+
+# -- args keys of our own ---------------------------------------------------------------------
+ARG_EMULATED = "emulated"  # true: the timing is modelled by the emulator, not measured
+ARG_OP = "op"  # the aten op a device row or runtime call belongs to
+ARG_ENGINE = "engine"  # NeuronCore engine a kernel is modelled on (TensorE, VectorE, ...)
+ARG_DTYPE = "dtype"  # a kernel's compute dtype
+ARG_EXEC_ID = "exec_id"  # the runtime's execution id
+ARG_FLOPS = "flops"
+ARG_BYTES = "bytes"
+ARG_TFLOPS = "achieved TFLOPS"
+ARG_GBPS = "achieved GB/s"  # kernels and collectives: bytes / duration
+ARG_BANDWIDTH = "bandwidth (GB/s)"  # DMA: bytes / duration
+ARG_DIRECTION = "direction"  # DMA: h2d, d2h or d2d
+ARG_ALGORITHM = "algorithm"  # collective algorithm, when the runtime names it
+ARG_IS_COLLECTIVE = "neuron collective"  # true on collectives (their category is kernel)
+ARG_IS_FALLBACK = "cpu fallback"  # true on a CPU-fallback op (Kineto gives it no category)
+ARG_FALLBACK_REASON = "fallback reason"
+ARG_SHAPES = "input shapes"
+ARG_DTYPES = "input dtypes"
+ARG_SYNC = "sync"  # host sync: why the host waited (item, cpu, synchronize, fallback, ...)
+ARG_DATA = "data"  # unknown runtime events: their whole runtime data object
+ARG_BYTES_KEYS = (ARG_BYTES, "Bytes")  # how transfer sizes are spelled across producers
+
+# -- names -------------------------------------------------------------------------------------
+# Host-side rows are prefixed so that they never read as the aten op they belong to
+# (key_averages groups rows by name).
+FALLBACK_PREFIX = "CPU fallback: "
+RUNTIME_PREFIX = "nrt launch: "
+SYNC_PREFIX = "host sync: "
+# DMA rows are named as CUDA names its copies, so tools that classify by name see copies.
+MEMCPY_NAMES = {"h2d": "Memcpy HtoD (Host -> NeuronCore)",
+                "d2h": "Memcpy DtoH (NeuronCore -> Host)",
+                "d2d": "Memcpy DtoD (NeuronCore -> NeuronCore)"}
+MEMCPY_UNKNOWN = "Memcpy (NeuronCore)"
+COLLECTIVE_ENGINE = "CC"  # collectives: "CC: allreduce"
+DEFAULT_ENGINE = "NeuronCore"  # kernels whose engine the source does not say
+
+
+def kernel_name(engine: str | None, op: str) -> str:
+    """A device kernel's name: ``"<engine>: <op>"`` with the ``aten::`` namespace dropped
+    (``TensorE: mm``), so it never equals the aten op that launched it."""
+    short = op[6:] if op.startswith("aten::") else op
+    return f"{engine or DEFAULT_ENGINE}: {short}"
+
+
+# -- device processes and queues ----------------------------------------------------------------
+CORE_PROCESS_PREFIX = "NeuronCore "
+CORE_SORT_INDEX_BASE = 0x10000000  # host processes sort first (their sort index is their pid)
+RELOCATED_PID_BASE = 2**20  # a core whose pid the host trace uses moves to the first free one
+QUEUE_NAMES = ("compute", "DMA", "collectives", "other")  # thread names, in queue order
+STREAMS_PER_CORE = len(QUEUE_NAMES)
+
+
+def core_process_name(core: int) -> str:
+    return f"{CORE_PROCESS_PREFIX}{int(core)}"
+
+
+def core_sort_index(core: int) -> int:
+    return CORE_SORT_INDEX_BASE + int(core)
+
+
+def queue_stream(core: int, queue: int) -> int:
+    """Stream id (and thread id) of a core's queue: >= 1 and unique over every core."""
+    return 1 + int(core) * STREAMS_PER_CORE + int(queue)
+
+
+# -- deviceProperties keys -----------------------------------------------------------------------
+PROP_ID = "id"
+PROP_NAME = "name"
+PROP_CHIP = "chip"
+PROP_EMULATED = "emulated"
+PROP_SPEED_FACTOR = "speed_factor"
+PROP_HBM_BYTES = "hbm_bytes"
+PROP_PEAK_BF16_TFLOPS = "peak_bf16_tflops"
+PROP_HBM_GBPS = "hbm_gbps"
+PROP_PEAKS_KNOWN = "peaks_known"  # false: the source gives no peak figures (real captures)
+
+# -- top-level metadata keys ---------------------------------------------------------------------
+META_SOURCE = "neuron_source"  # emulator, libnrt, merge, none
+META_DROPPED = "neuron_dropped_events"  # per core: ring-buffer drops the runtime reported
+META_EXCLUDED = "neuron_excluded_outside_window"  # collector: launched outside the active window
+META_OUTSIDE = "neuron_outside_host_window"  # merge: kept, but outside the host trace's span
+META_MALFORMED = "neuron_malformed_events"
+META_UNPAIRED = "neuron_unpaired_events"
+META_ACTIVITIES = "neuron_activities"  # activities written into this trace
+META_MODELLED = "neuron_timing_modelled"  # true: durations come from the emulator's model
+META_PEAKS = "neuron_peaks"  # "modelled" (emulator figures) or "unknown" (no peaks in capture)
+META_LINK_ERROR = "neuron_link_error"
+META_MERGED_FROM = "neuron_merged_from"
+META_RELOCATED_CORES = "neuron_relocated_cores"  # core -> pid, where the host used the core's pid
+META_COLLECTOR_ERROR = "neuron_collector_error"
+META_UNAVAILABLE = "neuron_collector_unavailable"  # why a NEURON profile has no device rows
