@@ -36,11 +36,7 @@ def export(trace_path: Path, output: Path, no_args: bool) -> None:
         def progress(done: int) -> None:
             bar.update(task, completed=done)
 
-        try:
-            summary = _write(trace, output, progress, args=not no_args)
-        except OSError as err:
-            raise NeuronProfilerError(f"{output}: cannot write: {err.strerror or err}",
-                                      exit_code=2) from None
+        summary = _write(trace, output, progress, args=not no_args)  # atomic; OutputError
     click.echo(summary)
 
 
