@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from neuron_profiler.errors import NeuronProfilerError
+from neuron_profiler.exporters._output import check_output
 
 CHROME = (".json", ".json.gz")
 PERFETTO = (".pftrace",)
@@ -25,6 +26,7 @@ def export(trace_path: Path, output: Path, no_args: bool) -> None:
     if not output.name.endswith(CHROME + PERFETTO):
         raise NeuronProfilerError(f"{output}: unsupported output format (use one of "
                                   f"{', '.join(CHROME + PERFETTO)})", exit_code=2)
+    check_output(output, [trace_path])  # before loading: an input is never overwritten
     from rich.progress import Progress
 
     from neuron_profiler.trace import load_trace

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from neuron_profiler.errors import NeuronProfilerError
+from neuron_profiler.exporters._output import check_output
 
 
 @click.command()
@@ -28,6 +29,7 @@ def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> No
     if not (pftrace or output.name.endswith(EXTENSIONS)):
         raise NeuronProfilerError(f"{output}: unsupported output format (use one of "
                                   f"{', '.join(EXTENSIONS)}, .pftrace)", exit_code=2)
+    check_output(output, [host_trace, *device_events])  # before loading: inputs stay untouched
     result = merge_files(host_trace, list(device_events))
     if pftrace:
         from neuron_profiler.exporters.perfetto import write_perfetto_trace
