@@ -29,9 +29,10 @@ def export(trace_path: Path, output: Path, no_args: bool) -> None:
     check_output(output, [trace_path])  # before loading: an input is never overwritten
     from rich.progress import Progress
 
+    from neuron_profiler.cli.main import load_reported
     from neuron_profiler.trace import load_trace
 
-    trace = load_trace(trace_path)
+    trace = load_reported(lambda: load_trace(trace_path))
     with Progress(transient=True, disable=len(trace) < PROGRESS_MIN_EVENTS) as bar:
         task = bar.add_task(f"writing {output.name}", total=len(trace))
 
