@@ -35,3 +35,15 @@ class EmulatorError(NeuronProfilerError):
     """The emulated device cannot be enabled (e.g. a real neuron backend is registered)."""
 
     exit_code = 3
+
+
+class OutputError(NeuronProfilerError, OSError):
+    """An output file cannot be written (or must not be: it is an input); nothing was changed.
+    Also an ``OSError``, so callers of the writers that caught ``OSError`` still do."""
+
+    exit_code = 2
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem

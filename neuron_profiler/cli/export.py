@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from neuron_profiler.errors import NeuronProfilerError
+from neuron_profiler.exporters._output import check_output
 
 CHROME = (".json", ".json.gz")
 PERFETTO = (".pftrace",)
@@ -25,22 +26,20 @@ def export(trace_path: Path, output: Path, no_args: bool) -> None:
     if not output.name.endswith(CHROME + PERFETTO):
         raise NeuronProfilerError(f"{output}: unsupported output format (use one of "
                                   f"{', '.join(CHROME + PERFETTO)})", exit_code=2)
+    check_output(output, [trace_path])  # before loading: an input is never overwritten
     from rich.progress import Progress
 
+    from neuron_profiler.cli.main import load_reported
     from neuron_profiler.trace import load_trace
 
-    trace = load_trace(trace_path)
+    trace = load_reported(lambda: load_trace(trace_path))
     with Progress(transient=True, disable=len(trace) < PROGRESS_MIN_EVENTS) as bar:
         task = bar.add_task(f"writing {output.name}", total=len(trace))
 
         def progress(done: int) -> None:
             bar.update(task, completed=done)
 
-        try:
-            summary = _write(trace, output, progress, args=not no_args)
-        except OSError as err:
-            raise NeuronProfilerError(f"{output}: cannot write: {err.strerror or err}",
-                                      exit_code=2) from None
+        summary = _write(trace, output, progress, args=not no_args)  # atomic; OutputError
     click.echo(summary)
 
 

@@ -2,17 +2,26 @@
 so ``neuron-prof --help`` and the analysis commands start without importing torch.
 
 Errors: library code raises ``NeuronProfilerError`` (carrying an exit code); this module is the
-one place that turns it into a one-line message and the process status.
+one place that turns it into a one-line message and the process status. Warnings (Python's and
+what a loaded trace lost) are printed here too, one line each, never with a source line.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from neuron_profiler.errors import NeuronProfilerError
+
+if TYPE_CHECKING:
+    from neuron_profiler.trace.model import Trace
+
+T = TypeVar("T")
 
 # subcommand name -> "module:attribute" of a click.Command
 # Subcommand modules must not import torch at module level (``--help`` imports them all).
@@ -41,7 +50,45 @@ def cli() -> None:
     """Profile PyTorch on AWS Trainium (or its emulated device), analyse and export traces."""
 
 
+def warn(message: str) -> None:
+    """One warning line on stderr (line breaks folded, so nothing can follow it)."""
+    click.echo(f"neuron-prof: warning: {' '.join(str(message).split())}", err=True)
+
+
+def _showwarning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: Any = None, line: str | None = None) -> None:
+    warn(str(message))
+
+
+def load_reported(load: Callable[[], T], trace_of: Callable[[T], Trace] | None = None) -> T:
+    """Run ``load`` and report what the loaded trace lost, so nothing is dropped silently: its
+    Python warnings as single lines, then mistyped events skipped and a truncated file (the
+    latter only if the loader did not already warn about it)."""
+    from neuron_profiler.trace.loader import TruncatedTraceWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = load()
+        finally:
+            for w in caught:
+                warn(str(w.message))
+    trace = trace_of(result) if trace_of else cast("Trace", result)
+    if trace.truncated and not any(issubclass(w.category, TruncatedTraceWarning) for w in caught):
+        warn(f"{trace.source}: file is truncated; only complete events before the cut were kept")
+    if trace.skipped_events:
+        n = trace.skipped_events
+        warn(f"{trace.source}: {n} event{'s' * (n != 1)} skipped (mistyped fields)")
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
+    with warnings.catch_warnings():  # restored on return: in-process callers keep their own
+        warnings.showwarning = _showwarning
+        return _run(argv)
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         cli.main(args=argv, standalone_mode=False)
     except NeuronProfilerError as err:

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from neuron_profiler.errors import NeuronProfilerError
+from neuron_profiler.exporters._output import check_output
 
 
 @click.command()
@@ -21,6 +22,7 @@ from neuron_profiler.errors import NeuronProfilerError
               help="Output file: .json or .json.gz (Chrome trace), .pftrace (Perfetto).")
 def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> None:
     """Place DEVICE_EVENTS on HOST_TRACE's timeline and write the merged trace to OUTPUT."""
+    from neuron_profiler.cli.main import load_reported, warn
     from neuron_profiler.exporters.chrome import EXTENSIONS, write_chrome_trace
     from neuron_profiler.runtime_trace.merge import merge_files
 
@@ -28,7 +30,11 @@ def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> No
     if not (pftrace or output.name.endswith(EXTENSIONS)):
         raise NeuronProfilerError(f"{output}: unsupported output format (use one of "
                                   f"{', '.join(EXTENSIONS)}, .pftrace)", exit_code=2)
-    result = merge_files(host_trace, list(device_events))
+    check_output(output, [host_trace, *device_events])  # before loading: inputs stay untouched
+    result = load_reported(lambda: merge_files(host_trace, list(device_events)), lambda r: r.trace)
+    if result.malformed:
+        warn(f"{', '.join(map(str, device_events))}: {result.malformed} device events skipped "
+             "(mistyped or missing fields)")
     if pftrace:
         from neuron_profiler.exporters.perfetto import write_perfetto_trace
 

@@ -9,13 +9,14 @@ held whole in memory. ``ts`` is written in µs relative to ``baseTimeNanoseconds
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO, Any
 
 import msgspec
 
+from neuron_profiler.exporters._output import atomic_output
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
@@ -24,8 +25,9 @@ CHUNK_ROWS = 65536
 _encode = msgspec.json.encode
 
 
-def _open(path: Path) -> IO[bytes]:
-    return gzip.open(path, "wb", compresslevel=6) if path.name.endswith(".gz") else open(path, "wb")
+def _open(path: Path) -> AbstractContextManager[IO[bytes]]:
+    """Atomic: a failed write leaves an existing ``path`` as it was (``exporters/_output``)."""
+    return atomic_output(path, gzip_level=6 if path.name.endswith(".gz") else None)
 
 
 def _ident(value: int, labels: dict[int, str]) -> bytes:

@@ -39,6 +39,7 @@ from neuron_profiler.exporters import _protowire as W
 from neuron_profiler.exporters._annotations import ArgsEncoder
 from neuron_profiler.exporters._flows import Flows, bind_flows, pair_key
 from neuron_profiler.exporters._nesting import Nesting, assign_lanes
+from neuron_profiler.exporters._output import atomic_output
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
@@ -608,7 +609,7 @@ def write_perfetto_trace(trace: Trace, path: str | Path, *,
     path = Path(path)
     sel = _select(trace)
     pending: deque[tuple[Future[np.ndarray], bytes, int]] = deque()
-    with open(path, "wb") as out, ThreadPoolExecutor(ENCODE_THREADS) as pool:
+    with atomic_output(path) as out, ThreadPoolExecutor(ENCODE_THREADS) as pool:
         tracks, flows = _plan(trace, sel, counters, pool if ENCODE_THREADS > 1 else None)
         ev = _events(trace, sel, tracks, flows)
         encoder = ArgsEncoder(trace) if args else None
