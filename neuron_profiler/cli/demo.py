@@ -20,7 +20,8 @@ import click
               show_default=True, help="Divide modelled device durations by this factor.")
 def demo(out_dir: Path, steps: int, cores: int, chip: str, speed_factor: float) -> None:
     """Train a small transformer on the emulated Neuron device under torch.profiler, with one
-    CPU-fallback op and a deliberately slow host data step; write the trace and summarise it."""
+    CPU-fallback op and a deliberately slow host data step; write the trace and summarise it.
+    Exits with one error line when the NEURON collector is unavailable."""
     from neuron_profiler.collectors.demo import DemoConfig, run_demo
 
     result = run_demo(DemoConfig(out_dir=out_dir, steps=steps, cores=cores, chip=chip,

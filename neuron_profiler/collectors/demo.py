@@ -73,7 +73,9 @@ def _model(torch, vocab: int, dim: int):
 
 
 def run_demo(cfg: DemoConfig) -> DemoResult:
-    """Train a few steps with a wait/warmup/active schedule; one trace for the active steps."""
+    """Train a few steps with a wait/warmup/active schedule; one trace for the active steps.
+    Raises CollectorUnavailableError (from ``collectors.require``) when NEURON cannot collect:
+    a demo without device events shows nothing."""
     from neuron_profiler import emulator
 
     emulator.enable(cores=cfg.cores, chip=cfg.chip, speed_factor=cfg.speed_factor)
@@ -83,6 +85,7 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
 
     from neuron_profiler import collectors
 
+    collectors.require()
     neuron = collectors.NEURON
     dev = torch.device("neuron")
     vocab, dim, seq, batch = 256, 64, 32, 8

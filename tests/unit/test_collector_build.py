@@ -18,12 +18,13 @@ from neuron_profiler.collectors import _build  # noqa: E402
 PROBE = """
 import sys
 import neuron_profiler.collectors as c          # must import whatever happens
-from neuron_profiler.errors import CollectorUnavailableError
 from neuron_profiler.trace import load_trace     # loading/analysis keep working
-try:
-    c.NEURON
-except CollectorUnavailableError as err:
-    print("ERROR:", err)
+from neuron_profiler import NEURON               # a valid activity either way
+import torch
+assert NEURON == torch.profiler.ProfilerActivity.PrivateUse1
+reason = c.unavailable_reason()
+if reason is not None:
+    print("ERROR:", reason)
     sys.exit(3)
 print("OK")
 """
