@@ -14,7 +14,8 @@ import click
 @click.option("--steps", type=click.IntRange(1, 50), default=3, show_default=True,
               help="Profiled (active) training steps.")
 @click.option("--cores", type=click.IntRange(1, 8), default=1, show_default=True,
-              help="Emulated NeuronCores.")
+              help="Emulated NeuronCores; with more than one, a model replica per core "
+                   "(data-parallel, gradients averaged over the cores).")
 @click.option("--chip", type=click.Choice(["trn2", "trn3"]), default="trn2", show_default=True)
 @click.option("--speed-factor", type=click.FloatRange(min=0.001), default=1.0,
               show_default=True, help="Divide modelled device durations by this factor.")
