@@ -162,16 +162,25 @@ def _writable_dir(path: Path) -> Path:
     return path
 
 
+def _check_premise(case: Case, tmp: Path) -> None:
+    """For an unprivileged case: the user runs this Python and really cannot write the
+    extension directory (a root that kept its privileges would prove nothing)."""
+    if not case.unprivileged:
+        return
+    check = _run(case, ["-c", "import os, sys, torch; print(os.access(sys.argv[1], os.W_OK))",
+                        case.env["TORCH_EXTENSIONS_DIR"]], tmp)
+    assert check.returncode == 0, f"the unprivileged user cannot run {sys.executable}: " \
+                                  f"{check.stderr[-500:]}"
+    assert check.stdout.strip() == "False", "extension directory writable: privileges kept"
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_profile_warns_once_per_start_and_the_trace_says_why(name: str,
                                                              shared_tmp: Path) -> None:
     case = _make_case(name, shared_tmp)
     out = _writable_dir(shared_tmp / "out")
     _writable_dir(shared_tmp / "home")
-    if case.unprivileged:  # the premise: this user really cannot write there
-        check = _run(case, ["-c", "import os, sys; sys.exit(os.access(sys.argv[1], os.W_OK))",
-                            case.env["TORCH_EXTENSIONS_DIR"]], shared_tmp)
-        assert check.returncode == 0, "the extension directory is writable: privileges kept"
+    _check_premise(case, shared_tmp)
     script = shared_tmp / "profile_probe.py"
     script.write_text(PROFILE)
     script.chmod(0o644)
@@ -199,6 +208,7 @@ def test_profile_warns_once_per_start_and_the_trace_says_why(name: str,
 def test_demo_exits_with_one_error_line(name: str, shared_tmp: Path) -> None:
     case = _make_case(name, shared_tmp)
     _writable_dir(shared_tmp / "home")
+    _check_premise(case, shared_tmp)
     out_dir = shared_tmp / "home" / "demo"
     proc = _run(case, ["-m", "neuron_profiler.cli.main", "demo", "-o", str(out_dir),
                        "--steps", "1"], shared_tmp)
