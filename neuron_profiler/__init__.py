@@ -3,9 +3,12 @@
 Importing this package never imports torch. ``NEURON`` (the profiler activity) is resolved lazily::
 
     import torch
-    from neuron_profiler import NEURON          # registers the Kineto collector
+    from neuron_profiler import NEURON          # registers the Kineto collector (builds it once)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, NEURON]) as prof:
         ...
+
+Without a usable collector (no compiler...), ``NEURON`` still imports: such profiles record CPU
+events, warn once per start and say why in the trace (``neuron_collector_unavailable``).
 
 Analysis and export work on trace files without torch::
 

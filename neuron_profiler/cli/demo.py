@@ -14,13 +14,15 @@ import click
 @click.option("--steps", type=click.IntRange(1, 50), default=3, show_default=True,
               help="Profiled (active) training steps.")
 @click.option("--cores", type=click.IntRange(1, 8), default=1, show_default=True,
-              help="Emulated NeuronCores.")
+              help="Emulated NeuronCores; with more than one, a model replica per core "
+                   "(data-parallel, gradients averaged over the cores).")
 @click.option("--chip", type=click.Choice(["trn2", "trn3"]), default="trn2", show_default=True)
 @click.option("--speed-factor", type=click.FloatRange(min=0.001), default=1.0,
               show_default=True, help="Divide modelled device durations by this factor.")
 def demo(out_dir: Path, steps: int, cores: int, chip: str, speed_factor: float) -> None:
     """Train a small transformer on the emulated Neuron device under torch.profiler, with one
-    CPU-fallback op and a deliberately slow host data step; write the trace and summarise it."""
+    CPU-fallback op and a deliberately slow host data step; write the trace and summarise it.
+    Exits with one error line when the NEURON collector is unavailable."""
     from neuron_profiler.collectors.demo import DemoConfig, run_demo
 
     result = run_demo(DemoConfig(out_dir=out_dir, steps=steps, cores=cores, chip=chip,

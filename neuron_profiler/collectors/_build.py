@@ -3,9 +3,11 @@
     bridge = load_bridge()          # cached: the first call compiles (~30 s), later ones load
 
 The compiled module lives in torch's extension directory under a name carrying a hash of the
-source, the build flags and the torch version, so it is rebuilt only when one of those changes,
-and a cached build loads even where no compiler is installed. When it cannot be built, this
-raises ``CollectorUnavailableError`` naming the missing piece (torch, compiler, ninja, headers).
+source, the build flags, the torch version and the Python implementation and minor version
+(not the patch version: a patch release keeps the ABI), so it is rebuilt only when one of those
+changes, and a cached build loads even where no compiler is installed. A build says so in one
+line on stderr. When it cannot be built, this raises ``CollectorUnavailableError`` with one line
+naming the problem (torch, compiler, ninja, headers, extension directory, compile error).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +26,8 @@ from neuron_profiler.errors import CollectorUnavailableError
 SOURCE = Path(__file__).resolve().parent / "_kineto" / "neuron_kineto.cpp"
 EXTRA_CFLAGS = ["-O2", "-DUSE_KINETO", "-DFMT_HEADER_ONLY"]
 _NAME_PREFIX = "neuron_profiler_kineto"
+BUILDING_NOTICE = "neuron-profiler: building the NEURON Kineto bridge (first use, about 30 s)..."
+ERROR_LOG = "neuron_build_error.log"  # full compiler output of a failed build, in its directory
 _loaded: ModuleType | None = None
 
 
@@ -35,18 +40,35 @@ def _torch_paths() -> tuple[str, Path]:
     return torch.__version__, Path(torch.__file__).resolve().parent / "include"
 
 
+def python_tag() -> str:
+    """Implementation and major.minor (e.g. "cpython-3.11"): what the extension ABI depends on;
+    a patch release of Python must not force a rebuild."""
+    major, minor = sys.version_info[:2]
+    return f"{sys.implementation.name}-{major}.{minor}"
+
+
 def module_name() -> str:
-    """Extension name: changes whenever the source, flags or torch version change."""
+    """Extension name: changes whenever the source, flags, torch or Python minor version change."""
     version, _ = _torch_paths()
     digest = hashlib.sha256(SOURCE.read_bytes())
-    digest.update(" ".join(EXTRA_CFLAGS + [version, sys.version]).encode())
+    digest.update(" ".join(EXTRA_CFLAGS + [version, python_tag()]).encode())
     return f"{_NAME_PREFIX}_{digest.hexdigest()[:12]}"
 
 
 def build_directory(name: str) -> Path:
+    """torch's extension directory for ``name`` (created if missing); an unusable
+    TORCH_EXTENSIONS_DIR (a file, read-only) is a CollectorUnavailableError, not a traceback."""
     from torch.utils.cpp_extension import _get_build_directory
 
-    return Path(_get_build_directory(name, verbose=False))
+    try:
+        return Path(_get_build_directory(name, verbose=False))
+    except OSError as err:
+        where = err.filename or os.environ.get("TORCH_EXTENSIONS_DIR", "the extension directory")
+        problem = ("not a directory" if isinstance(err, (NotADirectoryError, FileExistsError))
+                   else err.strerror or type(err).__name__)
+        raise CollectorUnavailableError(
+            f"cannot build the NEURON Kineto collector: cannot create {where} ({problem}; "
+            "set TORCH_EXTENSIONS_DIR to a writable directory)") from err
 
 
 def _cached_library(build_dir: Path, name: str) -> Path | None:
@@ -62,15 +84,35 @@ def _import_library(name: str, lib: Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise CollectorUnavailableError(f"{lib}: not a loadable Python extension")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except (ImportError, OSError) as err:
+        raise CollectorUnavailableError(f"{lib}: cached build does not load ({err}); delete it "
+                                        "to rebuild") from err
     return module
+
+
+def _compiler_problem(compiler: str) -> str | None:
+    """Why ``compiler`` cannot be used (a sentence), or None when ``--version`` works: torch
+    runs it the same way before building and would otherwise raise its own traceback."""
+    if shutil.which(compiler) is None:
+        return f"no C++ compiler: '{compiler}' not found on PATH (install g++ or set CXX)"
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"the C++ compiler '{compiler}' cannot be run ({err})"
+    if done.returncode != 0:
+        return (f"the C++ compiler '{compiler}' does not work ('{compiler} --version' exited "
+                f"with status {done.returncode}; install g++ or set CXX)")
+    return None
 
 
 def missing_build_prerequisite(include: Path) -> str | None:
     """What a build here lacks (a sentence), or None when compiler, ninja and headers exist."""
     compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
-        return f"no C++ compiler: '{compiler}' not found on PATH (install g++ or set CXX)"
+    problem = _compiler_problem(compiler)
+    if problem is not None:
+        return problem
     from torch.utils.cpp_extension import is_ninja_available
 
     if not is_ninja_available():
@@ -95,16 +137,44 @@ def load_bridge() -> ModuleType:
         _loaded = _import_library(name, lib)
         return _loaded
     problem = missing_build_prerequisite(include)
+    if problem is None and not os.access(build_dir, os.W_OK | os.X_OK):
+        problem = (f"{build_dir} is not writable and holds no cached build (set "
+                   "TORCH_EXTENSIONS_DIR to a writable directory)")
     if problem is not None:
         raise CollectorUnavailableError(f"cannot build the NEURON Kineto collector: {problem}")
     from torch.utils.cpp_extension import load
 
+    print(BUILDING_NOTICE, file=sys.stderr, flush=True)
     try:
         _loaded = load(name=name, sources=[str(SOURCE)], extra_cflags=EXTRA_CFLAGS,
                        extra_include_paths=[str(include / "kineto")],
                        build_directory=str(build_dir), verbose=False)
-    except (RuntimeError, OSError, ImportError) as err:
-        last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+    except Exception as err:  # whatever the build raises is reported in one line
         raise CollectorUnavailableError(
-            f"building the NEURON Kineto collector ({SOURCE}) failed: {last}") from err
+            f"building the NEURON Kineto collector failed: {build_failure(err, build_dir)}"
+        ) from err
     return _loaded
+
+
+def first_error_line(output: str) -> str | None:
+    """The compiler's first diagnostic ("file:line:col: error: ..."), else ninja's "FAILED:"
+    line, else None: the one line worth showing out of a build log."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for marker in ("error:", "FAILED:"):
+        for line in lines:
+            if marker in line:
+                return line
+    return None
+
+
+def build_failure(err: BaseException, build_dir: Path) -> str:
+    """One line describing a failed build; the full output goes to ``build_dir/ERROR_LOG``."""
+    text = str(err).strip()
+    line = first_error_line(text) or (text.splitlines()[-1] if text else type(err).__name__)
+    if len(text.splitlines()) > 1:
+        try:
+            (build_dir / ERROR_LOG).write_text(text + "\n")
+        except OSError:
+            return line
+        return f"{line} (full log: {build_dir / ERROR_LOG})"
+    return line

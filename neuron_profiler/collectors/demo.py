@@ -6,14 +6,18 @@ device under ``torch.profiler`` with the NEURON collector::
 
 It contains, on purpose, the two things a profile should make obvious: a host-side data step that
 sleeps (the device idles), and one op the device does not support (``bincount``: a CPU fallback
-with its copies).
+with its copies). With ``cores > 1`` it trains data-parallel in one process: one replica of the
+model per NeuronCore, each on its slice of the batch, gradients averaged over the cores with
+device-to-device copies (what DataParallel-style code does without a process group).
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -40,21 +44,25 @@ class OpTime:
 @dataclass(frozen=True)
 class DemoResult:
     """Args: trace_path: the trace written; device_us / cpu_us: totals over the profiled steps;
-    top: ops by device time; fallbacks: CPU-fallback calls; data_step_us: the host data step."""
+    top: ops by device time; fallbacks: CPU-fallback calls; data_step_us: the host data step,
+    mean per profiled step; cores: NeuronCores the work ran on."""
 
     trace_path: Path
     device_us: float
     cpu_us: float
     data_step_us: float
     fallbacks: int
+    cores: int = 1
     top: list[OpTime] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
 
     def summary_lines(self) -> list[str]:
-        lines = [f"trace: {self.trace_path}",
+        cores = ("1 NeuronCore" if self.cores == 1 else
+                 f"{self.cores} NeuronCores (one model replica each, gradients averaged)")
+        lines = [f"trace: {self.trace_path}", f"ran on {cores}",
                  f"device time {self.device_us / 1e3:.3f} ms (modelled) vs host op time "
                  f"{self.cpu_us / 1e3:.3f} ms over the profiled steps",
-                 f"host data step: {self.data_step_us / 1e3:.3f} ms "
+                 f"host data step: {self.data_step_us / 1e3:.3f} ms per step "
                  "(the device waits for it: look for the gap on the NeuronCore rows)",
                  f"CPU fallbacks: {self.fallbacks} (rows named 'CPU fallback: ...', with their "
                  "DMA copies)", "top ops by device time:"]
@@ -72,8 +80,24 @@ def _model(torch, vocab: int, dim: int):
                                 "head": torch.nn.Linear(dim, vocab)})
 
 
+def _average_gradients(torch: Any, replicas: list[Any]) -> None:
+    """Mean of each parameter's gradient over the replicas, written back to every replica:
+    copies to core 0, a sum there, copies back (device-to-device DMA on the emulated device)."""
+    with torch.no_grad():
+        for params in zip(*(r.parameters() for r in replicas), strict=True):
+            grads = [p.grad for p in params]
+            mean = grads[0].clone()
+            for g in grads[1:]:
+                mean += g.to(mean.device)
+            mean /= len(grads)
+            for g in grads:
+                g.copy_(mean)
+
+
 def run_demo(cfg: DemoConfig) -> DemoResult:
-    """Train a few steps with a wait/warmup/active schedule; one trace for the active steps."""
+    """Train a few steps with a wait/warmup/active schedule; one trace for the active steps.
+    Raises CollectorUnavailableError (from ``collectors.require``) when NEURON cannot collect:
+    a demo without device events shows nothing."""
     from neuron_profiler import emulator
 
     emulator.enable(cores=cfg.cores, chip=cfg.chip, speed_factor=cfg.speed_factor)
@@ -83,24 +107,37 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
 
     from neuron_profiler import collectors
 
+    collectors.require()
     neuron = collectors.NEURON
-    dev = torch.device("neuron")
-    vocab, dim, seq, batch = 256, 64, 32, 8
-    model = _model(torch, vocab, dim).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    devices = [torch.device("neuron", i) for i in range(cfg.cores)]
+    vocab, dim, seq, batch = 256, 64, 32, max(8, cfg.cores)  # every core gets a sample
+    model = _model(torch, vocab, dim)
+    replicas = [copy.deepcopy(model).to(dev) for dev in devices]  # identical weights
+    opts = [torch.optim.AdamW(r.parameters(), lr=1e-3) for r in replicas]
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     before = set(cfg.out_dir.glob("*.pt.trace.json*"))
+
+    def forward(replica: Any, tokens: Any) -> tuple[Any, Any]:
+        logits = replica["head"](replica["enc"](replica["emb"](tokens)))
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens.reshape(-1))
+        return logits, loss
 
     def step() -> None:
         with record_function("data_step"):  # deliberately slow host-side data preparation
             time.sleep(cfg.slow_data_ms / 1e3)
-            tokens = torch.randint(0, vocab, (batch, seq)).to(dev)
-        opt.zero_grad()
-        hidden = model["enc"](model["emb"](tokens))
-        logits = model["head"](hidden)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens.reshape(-1))
-        loss.backward()
-        opt.step()
+            shards = [s.to(dev) for s, dev in
+                      zip(torch.randint(0, vocab, (batch, seq)).tensor_split(cfg.cores),
+                          devices, strict=True)]
+        for opt in opts:
+            opt.zero_grad()
+        outputs = [forward(r, tokens) for r, tokens in zip(replicas, shards, strict=True)]
+        for _, loss in outputs:
+            loss.backward()
+        if cfg.cores > 1:
+            _average_gradients(torch, replicas)
+        for opt in opts:
+            opt.step()
+        logits, loss = outputs[0]
         torch.bincount(logits.argmax(-1).reshape(-1), minlength=vocab)  # a CPU fallback
         loss.item()
 
@@ -117,13 +154,16 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     cpu_ops = [e for e in events if e.device_type == DeviceType.CPU]
     top = sorted((e for e in cpu_ops if e.self_device_time_total > 0 and "::" in e.key),
                  key=lambda e: -e.self_device_time_total)[:8]
+    data = [e for e in cpu_ops if e.key == "data_step"]
+    data_calls = sum(e.count for e in data)
     session = collectors.last_session()
     return DemoResult(
         trace_path=written[-1] if written else cfg.out_dir,
         device_us=sum(e.self_device_time_total for e in cpu_ops),
         cpu_us=sum(e.self_cpu_time_total for e in cpu_ops if e.key.startswith("aten::")),
-        data_step_us=sum(e.cpu_time_total for e in cpu_ops if e.key == "data_step"),
+        data_step_us=sum(e.cpu_time_total for e in data) / data_calls if data_calls else 0.0,
         fallbacks=sum(e.count for e in events if e.key.startswith("CPU fallback: ")),
+        cores=cfg.cores,
         top=[OpTime(e.key, e.count, e.self_device_time_total, e.self_cpu_time_total)
              for e in top],
         metadata=dict(session.metadata) if session is not None else {})

@@ -3,24 +3,30 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("torch")
 
 
-def test_demo_writes_a_trace_with_fallback_and_slow_data_step(tmp_path: Path) -> None:
+def _demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     out_dir = tmp_path / "runs"
     proc = subprocess.run([sys.executable, "-m", "neuron_profiler.cli.main", "demo", "-o",
-                           str(out_dir), "--steps", "2"], capture_output=True, text=True,
+                           str(out_dir), *args], capture_output=True, text=True,
                           timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     traces = list(out_dir.glob("*.pt.trace.json*"))
     assert len(traces) == 1 and f"trace: {traces[0]}" in proc.stdout
-    trace = json.loads(traces[0].read_text())
+    return proc, json.loads(traces[0].read_text())
+
+
+def test_demo_writes_a_trace_with_fallback_and_slow_data_step(tmp_path: Path) -> None:
+    proc, trace = _demo(tmp_path, "--steps", "2")
     names = {e["args"]["name"] for e in trace["traceEvents"]
              if e.get("ph") == "M" and e["name"] == "process_name"}
     assert "NeuronCore 0" in names
@@ -30,3 +36,23 @@ def test_demo_writes_a_trace_with_fallback_and_slow_data_step(tmp_path: Path) ->
     data = [e for e in x if e["name"] == "data_step"]
     assert len(data) == 2 and min(e["dur"] for e in data) >= 20_000  # the 20 ms host stall
     assert "CPU fallbacks: 2" in proc.stdout and "top ops by device time:" in proc.stdout
+    # the data step is reported per step: the mean of the two, not their sum
+    shown = re.search(r"host data step: ([0-9.]+) ms per step", proc.stdout)
+    assert shown is not None, proc.stdout
+    mean_ms = sum(e["dur"] for e in data) / len(data) / 1e3
+    assert float(shown.group(1)) == pytest.approx(mean_ms, abs=0.01)
+
+
+def test_demo_on_two_cores_puts_device_work_on_both(tmp_path: Path) -> None:
+    proc, trace = _demo(tmp_path, "--steps", "1", "--cores", "2")
+    assert "ran on 2 NeuronCores" in proc.stdout
+    pids = {e["args"]["name"]: e["pid"] for e in trace["traceEvents"]
+            if e.get("ph") == "M" and e["name"] == "process_name"}
+    x = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    for core in ("NeuronCore 0", "NeuronCore 1"):
+        on_core = [e for e in x if e["pid"] == pids[core]]
+        kernels = {e["name"] for e in on_core if e.get("cat") == "kernel"}
+        assert {"aten::mm", "aten::bmm"} <= kernels, (core, sorted(kernels)[:20])
+        # gradients averaged across the cores: device-to-device copies land on both
+        assert any(e.get("cat") == "gpu_memcpy" and e["args"].get("direction") == "d2d"
+                   for e in on_core), core

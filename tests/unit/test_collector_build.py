@@ -1,4 +1,5 @@
-"""Building the bridge: no manual step, cached, and a clear error when a piece is missing."""
+"""Building the bridge: no manual step, cached (keyed without Python's patch version), one
+line when it builds, and a clear error when a piece is missing."""
 
 from __future__ import annotations
 
@@ -6,20 +7,24 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("torch")
 
+from neuron_profiler.collectors import _build  # noqa: E402
+
 PROBE = """
 import sys
 import neuron_profiler.collectors as c          # must import whatever happens
-from neuron_profiler.errors import CollectorUnavailableError
 from neuron_profiler.trace import load_trace     # loading/analysis keep working
-try:
-    c.NEURON
-except CollectorUnavailableError as err:
-    print("ERROR:", err)
+from neuron_profiler import NEURON               # a valid activity either way
+import torch
+assert NEURON == torch.profiler.ProfilerActivity.PrivateUse1
+reason = c.unavailable_reason()
+if reason is not None:
+    print("ERROR:", reason)
     sys.exit(3)
 print("OK")
 """
@@ -31,28 +36,46 @@ def _run(env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=300)
 
 
-def test_no_compiler_import_succeeds_and_neuron_names_it(tmp_path: Path) -> None:
+def test_no_compiler_import_succeeds_and_names_the_problem(tmp_path: Path) -> None:
     out = _run({"TORCH_EXTENSIONS_DIR": str(tmp_path), "CXX": str(tmp_path / "no-such-c++")})
     assert out.returncode == 3, out.stderr
     assert "no C++ compiler" in out.stdout and "no-such-c++" in out.stdout
     assert out.stdout.count("\n") == 1  # one line
+    assert _build.BUILDING_NOTICE not in out.stderr  # nothing was built
 
 
 def test_cached_build_loads_without_a_compiler() -> None:
-    from neuron_profiler.collectors import _build
-
     _build.load_bridge()  # builds once (or finds this machine's cached build)
     lib_dir = _build.build_directory(_build.module_name())
     before = {p.name: p.stat().st_mtime_ns for p in lib_dir.glob("*.so")}
     out = _run({"CXX": "/nonexistent/c++"})
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stdout + out.stderr
     assert {p.name: p.stat().st_mtime_ns for p in lib_dir.glob("*.so")} == before  # no rebuild
+    assert "building" not in out.stderr
+
+
+def test_build_key_ignores_python_patch_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = _build.module_name()
+    major, minor = sys.version_info[:2]
+    monkeypatch.setattr(sys, "version", f"{major}.{minor}.99 (another patch release)")
+    monkeypatch.setattr(sys, "version_info", (major, minor, 99, "final", 0))
+    assert _build.module_name() == name
+
+
+def test_build_key_follows_python_minor_version_and_implementation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    name = _build.module_name()
+    major, minor = sys.version_info[:2]
+    monkeypatch.setattr(sys, "version_info", (major, minor + 1, 0, "final", 0))
+    other_minor = _build.module_name()
+    monkeypatch.undo()
+    monkeypatch.setattr(sys, "implementation", SimpleNamespace(name="pypy"))
+    other_impl = _build.module_name()
+    assert len({name, other_minor, other_impl}) == 3
 
 
 def test_missing_ninja_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.utils.cpp_extension as ext
-
-    from neuron_profiler.collectors import _build
 
     monkeypatch.setenv("CXX", sys.executable)  # any existing program stands in for a compiler
     monkeypatch.setattr(ext, "is_ninja_available", lambda: False)
@@ -61,8 +84,6 @@ def test_missing_ninja_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_missing_headers_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from neuron_profiler.collectors import _build
-
     monkeypatch.setenv("CXX", sys.executable)
     problem = _build.missing_build_prerequisite(tmp_path)
     assert problem is not None and "torch headers missing" in problem
