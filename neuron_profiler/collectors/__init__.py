@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from neuron_profiler.errors import CollectorUnavailableError, NeuronProfilerError
+from neuron_profiler.trace import vocabulary as V
 
 __all__ = ["NEURON", "CollectorUnavailableWarning", "META_UNAVAILABLE", "last_session",
            "register", "require", "set_source", "unavailable_reason"]
@@ -34,7 +35,7 @@ __all__ = ["NEURON", "CollectorUnavailableWarning", "META_UNAVAILABLE", "last_se
 BACKEND_NAME = "neuron"
 # Top-level trace metadata key of a profile that asked for NEURON while the collector was
 # unavailable; its value is the reason (the CollectorUnavailableError message).
-META_UNAVAILABLE = "neuron_collector_unavailable"
+META_UNAVAILABLE = V.META_UNAVAILABLE
 _error: NeuronProfilerError | None = None
 _controller: Any = None
 _source_override: Any = None

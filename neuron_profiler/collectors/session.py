@@ -38,10 +38,12 @@ _KINETO_BY_KIND[ActivityKind.DMA] = KINETO_MEMCPY
 _KINETO_BY_KIND[[ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC,
                  ActivityKind.FALLBACK]] = KINETO_RUNTIME
 
-# Args keys of the per-row numbers the bridge renders itself (set once at registration).
+# Keys the bridge writes itself (set once at registration): the per-row numbers' args keys and
+# the metadata key of a session that failed.
 ARG_KEYS = {"exec_id": V.ARG_EXEC_ID, "flops": V.ARG_FLOPS, "bytes": V.ARG_BYTES,
             "tflops": V.ARG_TFLOPS, "gbps": V.ARG_GBPS, "bandwidth": V.ARG_BANDWIDTH,
-            "device": V.ARG_DEVICE, "stream": V.ARG_STREAM, "correlation": V.ARG_CORRELATION}
+            "device": V.ARG_DEVICE, "stream": V.ARG_STREAM, "correlation": V.ARG_CORRELATION,
+            "collector_error": V.META_COLLECTOR_ERROR}
 
 _enc = msgspec.json.encode
 _UNSAFE = str.maketrans({"\\": "/", '"': "'", **{chr(c): " " for c in range(32)}})

@@ -27,3 +27,50 @@ def test_cli_help_lists_subcommands() -> None:
 
     for name in SUBCOMMANDS:
         assert name in out.stdout
+
+
+def test_layers_import_only_downwards() -> None:
+    """trace files -> trace model -> analyses: ``analysis`` and ``trace`` never import the
+    runtime side (runtime_trace, collectors, emulator); exporters never import it either."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "neuron_profiler"
+    forbidden = ("neuron_profiler.runtime_trace", "neuron_profiler.collectors",
+                 "neuron_profiler.emulator")
+    offenders = []
+    for package in ("analysis", "trace", "exporters"):
+        for path in (root / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                offenders += [f"{path.name}: {n}" for n in names if n.startswith(forbidden)]
+    assert offenders == []
+
+
+def test_trace_keys_spelled_once() -> None:
+    """Every key of the trace vocabulary is spelled in vocabulary.py and nowhere else in the
+    collector, merge, placement, exporters or analyses."""
+    import ast
+    from pathlib import Path
+
+    from neuron_profiler.trace import vocabulary as V
+
+    root = Path(__file__).resolve().parents[2] / "neuron_profiler"
+    distinctive = lambda v: (" " in v or v != v.lower()  # noqa: E731 - plain words like
+                             or v.startswith(("neuron_", "privateuse1_")))  # "bytes" are not keys
+    keys = {v for k, v in vars(V).items() if k.startswith(("ARG_", "META_", "CAT_"))
+            and isinstance(v, str) and distinctive(v)}
+    assert len(keys) > 25
+    users = [root / "collectors" / "session.py", root / "runtime_trace" / "merge.py",
+             root / "runtime_trace" / "placement.py", *(root / "exporters").glob("*.py"),
+             *(root / "analysis").glob("*.py")]
+    found = []
+    for path in users:
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        found += [(path.name, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                  and n.value in keys and id(n) not in docs]
+    assert found == []

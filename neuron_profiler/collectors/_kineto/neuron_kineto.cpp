@@ -93,7 +93,8 @@ void pop_correlation() {
 struct Keys {
   std::string exec_id = "exec_id", flops = "flops", bytes = "bytes", tflops = "achieved TFLOPS",
               gbps = "achieved GB/s", bandwidth = "bandwidth (GB/s)", device = "device",
-              stream = "stream", correlation = "correlation";
+              stream = "stream", correlation = "correlation",
+              collector_error = "neuron_collector_error";  // a top-level metadata key
 };
 Keys g_keys;
 
@@ -509,7 +510,7 @@ class NeuronSession : public lk::IActivityProfilerSession {
     } catch (const std::exception& e) {
       std::string msg = std::string("neuron collector ") + what + ": " + e.what();
       errors_.push_back(msg);
-      metadata_["neuron_collector_error"] = "\"" + sanitize(msg) + "\"";
+      metadata_[g_keys.collector_error] = "\"" + sanitize(msg) + "\"";
       status_ = lk::TraceStatus::ERROR;
       try {
         py::module_::import("warnings").attr("warn")(msg);
@@ -589,6 +590,7 @@ void register_profiler(py::object ctrl, const py::dict& keys) {
   g_keys.device = keys["device"].cast<std::string>();
   g_keys.stream = keys["stream"].cast<std::string>();
   g_keys.correlation = keys["correlation"].cast<std::string>();
+  g_keys.collector_error = keys["collector_error"].cast<std::string>();
   if (!g_registered) {
     torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(
         []() -> std::unique_ptr<lk::IActivityProfiler> {
