@@ -32,9 +32,13 @@ def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> No
                                   f"{', '.join(EXTENSIONS)}, .pftrace)", exit_code=2)
     check_output(output, [host_trace, *device_events])  # before loading: inputs stay untouched
     result = load_reported(lambda: merge_files(host_trace, list(device_events)), lambda r: r.trace)
+    files = ", ".join(map(str, device_events))
     if result.malformed:
-        warn(f"{', '.join(map(str, device_events))}: {result.malformed} device events skipped "
-             "(mistyped or missing fields)")
+        warn(f"{files}: {result.malformed} device events malformed (mistyped, missing or "
+             "out-of-range fields: skipped, or kept without the bad field)")
+    if result.truncated:
+        warn(f"{files}: cut off; kept every complete event before the cut "
+             f"({result.truncated} envelope(s))")
     if pftrace:
         from neuron_profiler.exporters.perfetto import write_perfetto_trace
 
@@ -48,7 +52,7 @@ def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> No
                f"{result.flows} flows")
     for core, pid in sorted(result.relocated_cores.items()):
         click.echo(f"NeuronCore {core} placed at pid {pid} (the host trace uses pid {core})")
-    dropped = sum(result.dropped.values())
+    dropped = sum(result.dropped.values()) if result.drops_known else "unknown (not reported)"
     click.echo(f"unpaired {result.unpaired}, malformed {result.malformed}, dropped by the "
                f"runtime {dropped}, outside the host trace's span {result.outside_host_window}")
     click.echo(f"wrote {len(result.trace)} events to {output}")

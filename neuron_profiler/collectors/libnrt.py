@@ -52,6 +52,14 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
 }
 
 
+class _Version(ctypes.Structure):
+    """``nrt_version_t`` (nrt/nrt_version.h): four numbers, a detail and a git hash string."""
+
+    _fields_ = [("rt_major", _u64), ("rt_minor", _u64), ("rt_patch", _u64),
+                ("rt_maintenance", _u64), ("rt_detail", ctypes.c_char * 128),
+                ("git_hash", ctypes.c_char * 64)]
+
+
 class LibnrtError(NeuronProfilerError):
     """A libnrt call returned a nonzero NRT_STATUS."""
 
@@ -145,6 +153,20 @@ class SysTrace:
 
     def stop(self) -> None:
         self._call("nrt_sys_trace_stop")
+
+    def version(self) -> str | None:
+        """``major.minor.patch.maintenance (detail)`` from ``nrt_get_version``, an optional
+        symbol: None when the library does not export it or the call fails."""
+        fn = getattr(self._lib, "nrt_get_version", None)
+        if fn is None:
+            return None
+        fn.restype, fn.argtypes = _status, [ctypes.POINTER(_Version), _size]
+        ver = _Version()
+        if fn(ctypes.byref(ver), ctypes.sizeof(ver)) != 0:
+            return None
+        number = f"{ver.rt_major}.{ver.rt_minor}.{ver.rt_patch}.{ver.rt_maintenance}"
+        detail = ver.rt_detail.decode("utf-8", "replace").strip()
+        return f"{number} ({detail})" if detail else number
 
     def cores(self) -> tuple[int, ...]:
         """Cores named at start (empty: the library's default selection)."""

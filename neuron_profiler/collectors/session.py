@@ -133,17 +133,18 @@ class SessionResult:
 
 def build_session_result(payload: bytes, *, window: tuple[int, int], intervals: Intervals,
                          host_pid: int, props: list[dict[str, Any]],
-                         source_name: str = "emulator",
-                         dropped: dict[int, int] | None = None) -> SessionResult:
+                         source_name: str = "emulator", dropped: dict[int, int] | None = None,
+                         provenance: dict[str, Any] | None = None) -> SessionResult:
     """Parse, link, apply the window and lay out one session's activities (pure function)."""
     return build_from_activities(parse_system_trace(payload, dropped=dropped), window=window,
                                  intervals=intervals, host_pid=host_pid, props=props,
-                                 source_name=source_name)
+                                 source_name=source_name, provenance=provenance)
 
 
 def build_from_activities(acts: DeviceActivities, *, window: tuple[int, int],
                           intervals: Intervals, host_pid: int, props: list[dict[str, Any]],
-                          source_name: str = "emulator") -> SessionResult:
+                          source_name: str = "emulator",
+                          provenance: dict[str, Any] | None = None) -> SessionResult:
     """``build_session_result`` after the parse: placement, then the bridge's record buffer."""
     placed = place(acts, host_ops=intervals.host_ops(), host_pid=host_pid, window=window,
                    taken_pids=frozenset({host_pid}), props=props)
@@ -162,6 +163,9 @@ def build_from_activities(acts: DeviceActivities, *, window: tuple[int, int],
     args = [[(k, _json(v)) for k, v in entry] for entry in placed.args]
     records = RecordBuffer(columns, placed.names, args)
     metadata = {V.META_SOURCE: _json(source_name), V.META_EXCLUDED: str(placed.excluded)}
+    version = (provenance or {}).get("runtime_version")
+    if version:
+        metadata[V.META_RUNTIME_VERSION] = _json(str(version))
     metadata.update({k: _json(v) for k, v in placed.metadata.items()})
     devices = [(p.pid, p.sort_index, p.name, p.label) for p in placed.processes]
     resources = [(t.tid, t.sort_index, t.pid, t.name) for t in placed.threads]
@@ -226,7 +230,7 @@ class Controller:
                 payload, window=(int(start_ns), int(stop_ns)),
                 intervals=Intervals(tid, corr, push, pop), host_pid=os.getpid(),
                 props=src.device_properties(),
-                source_name=src.name)
+                source_name=src.name, provenance=getattr(src, "provenance", dict)())
         except msgspec.DecodeError as err:
             raise TraceLoadError(f"{src.name} system-trace fetch output",
                                  f"not a system-trace JSON envelope ({err})") from err

@@ -73,6 +73,9 @@ class EmulatorSource:
     def device_properties(self) -> list[dict[str, Any]]:
         return self._rt.device_properties()
 
+    def provenance(self) -> dict[str, Any]:
+        return {}  # the emulator is no libnrt: no runtime version
+
 
 class LibnrtSource:
     """The real Neuron runtime via ctypes (see libnrt.py); links by containment.
@@ -83,8 +86,13 @@ class LibnrtSource:
     name = "libnrt"
     links_by_correlation = False
 
+    _sync_memory: dict[str, Any] = {}  # per library: sync points outlive the session's source
+
     def __init__(self, lib: Any) -> None:
+        from neuron_profiler.runtime_trace.parser import SyncPoints
+
         self._lib = lib  # a libnrt.SysTrace
+        self._sync_points = self._sync_memory.setdefault(lib.path, SyncPoints())
 
     @classmethod
     def load(cls, path: str | None = None) -> LibnrtSource:
@@ -98,10 +106,18 @@ class LibnrtSource:
         self._lib.start(max_events_per_nc=max_events_per_nc, event_types=types)
 
     def stop(self) -> bytes:
+        """This session's events, after the sync points kept from earlier fetches: the runtime
+        hands each event out once, and a device stamp needs its core's sync points."""
         payload = self._lib.fetch()
         self._lib.stop()
-        return payload
+        earlier = self._sync_points.envelope()
+        self._sync_points.keep(payload)
+        return payload if earlier is None else b"[" + earlier + b"," + payload + b"]"
 
     def device_properties(self) -> list[dict[str, Any]]:
-        return [{"id": c, "name": f"NeuronCore {c}", "chip": "unknown", "emulated": False}
+        return [{"id": c, "name": f"NeuronCore {c}", "emulated": False}
                 for c in self._lib.cores()]
+
+    def provenance(self) -> dict[str, Any]:
+        """What the trace says about where its device rows came from."""
+        return {"runtime_version": self._lib.version(), "library": self._lib.path}

@@ -25,6 +25,8 @@ class ActivityKind(enum.IntEnum):
     HOST_SYNC = 5  # host blocked on device
     FALLBACK = 6  # op run on the host
     INSTANT = 7  # tensor alloc/free and other instants (sync points are consumed, not emitted)
+    EXEC_STAGE = 8  # host execution stages kbl_exec_pre / _core / _wait / _post (carry exec_id)
+    COLLECTIVE_WAIT = 9  # cc_exec_barrier: the device waiting for its replica group
 
 
 class Queue(enum.IntEnum):
@@ -53,6 +55,14 @@ class DeviceActivities:
         malformed: events that could not be used (bad types, missing keys): counted, not silent.
         unpaired: starts without stop or stops without start.
         dropped: events the source reported dropped (ring-buffer overflow), per core.
+        drops_known: the source reports drops (our envelope extension); the real runtime's
+            envelope has no drop count, so for it they are unknown (never 0).
+        unmapped: device events left out because no sync point of their core maps their clock.
+        host_timed: per row, True where a device-side activity (a copy) carries host time
+            only (the real runtime's ``dmem_buf_copy*`` spans); empty means none.
+        truncated: envelopes that were cut off (their complete events are kept).
+        hidden_types: per event type, the capture's events that became no row (sync points,
+            which are consumed; device events that could not be mapped).
     """
 
     start_ns: np.ndarray
@@ -71,6 +81,11 @@ class DeviceActivities:
     malformed: int = 0
     unpaired: int = 0
     dropped: dict[int, int] = field(default_factory=dict)
+    drops_known: bool = True
+    unmapped: int = 0
+    host_timed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    hidden_types: dict[str, int] = field(default_factory=dict)
+    truncated: int = 0
 
     def __len__(self) -> int:
         return len(self.start_ns)

@@ -33,6 +33,11 @@ NRT_EXECUTE = "nrt_execute"  # host runtime call (real runtime, synchronous exec
 NRTA_EXECUTE_SCHEDULE = "nrta_execute_schedule"  # host runtime call (async execution API)
 NRT_TENSOR_WRITE = "nrt_tensor_write"  # host runtime call starting a host -> device copy
 NRT_TENSOR_READ = "nrt_tensor_read"  # host runtime call starting a device -> host copy
+CC_EXEC_BARRIER = "cc_exec_barrier"  # device waiting for the collective's replica group
+KBL_EXEC_PRE = "kbl_exec_pre"  # host execution stages (host clock): carry exec_id, model_id
+KBL_EXEC_CORE = "kbl_exec_core"
+KBL_EXEC_WAIT = "kbl_exec_wait"
+KBL_EXEC_POST = "kbl_exec_post"
 
 # Emulator-only event types (our extension).
 EXT_DMA_D2D = EXT_EVENT_PREFIX + "dma_d2d"  # device -> device transfer (start/stop)
@@ -44,6 +49,8 @@ HOST_CALL_TYPES = frozenset({NRT_MODEL_SUBMIT, NRT_EXECUTE, NRTA_EXECUTE_SCHEDUL
 DEVICE_EXEC_TYPES = frozenset({NC_EXEC_RUNNING})
 DMA_TYPES = frozenset({DMEM_BUF_COPYIN, DMEM_BUF_COPYOUT, EXT_DMA_D2D})
 COLLECTIVE_TYPES = frozenset({CC_RUNNING})
+COLLECTIVE_WAIT_TYPES = frozenset({CC_EXEC_BARRIER})
+EXEC_STAGE_TYPES = frozenset({KBL_EXEC_PRE, KBL_EXEC_CORE, KBL_EXEC_WAIT, KBL_EXEC_POST})
 TENSOR_EVENT_TYPES = frozenset({NRT_TENSOR_ALLOCATE, NRT_TENSOR_FREE})
 EMULATED_EVENT_TYPES = frozenset({  # every type the emulator records
     NC_EXEC_RUNNING, CC_RUNNING, TIMESTAMP_SYNC_POINT, DMEM_BUF_COPYIN, DMEM_BUF_COPYOUT,
@@ -64,6 +71,8 @@ X_BYTES = "bytes"  # int, bytes moved (HBM traffic for kernels, transfer size fo
 X_QUEUE = "queue"  # one of QUEUES
 X_DIRECTION = "direction"  # one of H2D, D2H, D2D
 X_CORRELATION_ID = "correlation_id"  # torch.profiler correlation id of the launching op (0: none)
+X_EXEC_ID = "exec_id"  # runtime call: the execution it launched (the real runtime says it only
+# on the kbl_exec_* stages inside the call; the emulator records no stages)
 X_LAUNCH_NS = "launch_ns"  # host time the op was launched (Unix-epoch ns)
 X_COLLECTIVE_OP = "collective"  # "allreduce", "allgather", ...
 X_RANKS = "ranks"  # list[int], group ranks

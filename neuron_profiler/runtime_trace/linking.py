@@ -100,7 +100,33 @@ def match_runtime_calls(acts: DeviceActivities) -> np.ndarray:
     if len(rest) and len(exec_calls):
         key = core | (acts.exec_id & mask)
         out[rest] = _fifo(exec_calls, key[exec_calls], rest, key[rest], acts)
+    # Copies the runtime records as host spans carry no id: the call around them on their thread.
+    copies = work[(out[work] < 0) & (acts.kind[work] == ActivityKind.DMA)
+                  & (acts.exec_id[work] < 0) & (acts.seq_id[work] < 0)]
+    if len(copies):
+        at = innermost_containing(acts.thread_id[calls], acts.start_ns[calls], acts.end_ns[calls],
+                                  acts.thread_id[copies], acts.start_ns[copies])
+        out[copies] = np.where(at >= 0, calls[np.clip(at, 0, None)], -1)
     return out
+
+
+def with_stage_exec_ids(acts: DeviceActivities) -> DeviceActivities:
+    """Runtime calls without an ``exec_id`` take the one of the first host execution stage
+    (``kbl_exec_*``) inside them on their thread: the real runtime writes ``exec_id`` only on
+    those stages (``nrt_execute`` and ``nrt_model_submit`` carry ``model_id`` alone)."""
+    calls = np.flatnonzero((acts.kind == ActivityKind.RUNTIME_CALL) & (acts.exec_id < 0))
+    stages = np.flatnonzero((acts.kind == ActivityKind.EXEC_STAGE) & (acts.exec_id >= 0))
+    if len(calls) == 0 or len(stages) == 0:
+        return acts
+    at = innermost_containing(acts.thread_id[calls], acts.start_ns[calls], acts.end_ns[calls],
+                              acts.thread_id[stages], acts.start_ns[stages])
+    hit = np.flatnonzero(at >= 0)
+    if len(hit) == 0:
+        return acts
+    latest_first = hit[np.argsort(-acts.start_ns[stages[hit]], kind="stable")]
+    exec_id = acts.exec_id.copy()
+    exec_id[calls[at[latest_first]]] = acts.exec_id[stages[latest_first]]  # the first one wins
+    return dataclasses.replace(acts, exec_id=exec_id)
 
 
 def _fifo(calls: np.ndarray, call_key: np.ndarray, work: np.ndarray, work_key: np.ndarray,

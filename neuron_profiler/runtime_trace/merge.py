@@ -60,6 +60,7 @@ class MergeResult:
         malformed / unpaired / dropped: as the parser counted them (dropped: per core, reported
             by the runtime). outside_host_window: activities starting outside the host span.
         relocated_cores: core -> pid, for cores whose own pid the host trace already used.
+        truncated: device envelopes that were cut off (every complete event in them is kept).
     """
 
     trace: Trace
@@ -73,6 +74,8 @@ class MergeResult:
     dropped: dict[int, int] = field(default_factory=dict)
     outside_host_window: int = 0
     relocated_cores: dict[int, int] = field(default_factory=dict)
+    truncated: int = 0
+    drops_known: bool = True
 
 
 def read_device_events(path: str | Path) -> bytes:
@@ -126,7 +129,9 @@ def merge_device_events(host: Trace, payloads: Sequence[bytes],
     return MergeResult(
         trace=trace, activities=len(placed),
         by_kind={k.name: int(kinds[k]) for k in ActivityKind if kinds[k]}, flows=placed.flows,
-        linked=linked, unlinked=len(placed) - linked, malformed=acts.malformed,
+        linked=linked, unlinked=len(placed) - linked,
+        malformed=int(placed.metadata[V.META_MALFORMED]), truncated=int(acts.truncated),
+        drops_known=acts.drops_known,
         unpaired=acts.unpaired, dropped=dict(acts.dropped), outside_host_window=outside,
         relocated_cores={p.core: p.pid for p in placed.processes if p.core != p.pid})
 

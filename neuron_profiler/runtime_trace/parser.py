@@ -28,8 +28,11 @@ consumer first reads ``DeviceActivities.data`` (one raw pass; most uses of the c
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import gc
+import json
+import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
@@ -46,6 +49,7 @@ from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.runtime_trace._pylists import codes, take
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
 
+MAX_CORES = 4096  # an nc_idx outside [0, 4096) is a bad field, not a core
 _ABSENT = -(2**63)  # an absent optional int (JSON null decodes to None and takes a slower path)
 _I64 = Annotated[int, msgspec.Meta(ge=_ABSENT + 1, le=2**63 - 1)]
 _START, _STOP, _INSTANT, _OTHER_PHASE = 0, 1, 2, 3
@@ -75,6 +79,7 @@ class _Ext(msgspec.Struct, gc=False, frozen=True):
     collective: str | None = None
     correlation_id: _I64 | None = 0
     modelled: bool = False
+    exec_id: _I64 | None = _ABSENT
 
 
 _NO_EXT = _Ext()
@@ -148,11 +153,15 @@ _KIND_BY_TYPE = {
     **{t: ActivityKind.DMA for t in F.DMA_TYPES},
     **{t: ActivityKind.COLLECTIVE for t in F.COLLECTIVE_TYPES},
     **{t: ActivityKind.RUNTIME_CALL for t in F.HOST_CALL_TYPES},
+    **{t: ActivityKind.COLLECTIVE_WAIT for t in F.COLLECTIVE_WAIT_TYPES},
+    **{t: ActivityKind.EXEC_STAGE for t in F.EXEC_STAGE_TYPES},
     F.EXT_HOST_SYNC: ActivityKind.HOST_SYNC, F.EXT_FALLBACK: ActivityKind.FALLBACK,
 }
 _QUEUE_BY_KIND = np.full(len(ActivityKind), Queue.OTHER, dtype=np.uint8)
 for _kind, _queue in ((ActivityKind.KERNEL, Queue.COMPUTE), (ActivityKind.DMA, Queue.DMA),
                       (ActivityKind.COLLECTIVE, Queue.COLLECTIVE),
+                      (ActivityKind.COLLECTIVE_WAIT, Queue.COLLECTIVE),
+                      (ActivityKind.EXEC_STAGE, Queue.HOST),
                       (ActivityKind.RUNTIME_CALL, Queue.HOST), (ActivityKind.HOST_SYNC, Queue.HOST),
                       (ActivityKind.FALLBACK, Queue.HOST)):
     _QUEUE_BY_KIND[_kind] = _queue
@@ -178,6 +187,7 @@ class _Part(msgspec.Struct, gc=False):
     raws: list[msgspec.Raw] | None  # ... or, on the slow path, the raw data of each kept event
     malformed: int
     ext: Any
+    truncated: bool = False
 
 
 def _envelopes(payload: bytes | str) -> Iterator[_Part]:
@@ -186,7 +196,12 @@ def _envelopes(payload: bytes | str) -> Iterator[_Part]:
     buf = payload.encode() if isinstance(payload, str) else bytes(payload)
     view = memoryview(buf)
     if bytes(view[:64]).lstrip().startswith(b"["):
-        for raw in msgspec.json.decode(view, type=list[msgspec.Raw]):
+        try:
+            raws = msgspec.json.decode(view, type=list[msgspec.Raw])
+        except msgspec.DecodeError:
+            yield from _salvaged(bytes(view))
+            return
+        for raw in raws:
             yield _events_of(raw)
         return
     pos = 0
@@ -199,10 +214,94 @@ def _envelopes(payload: bytes | str) -> Iterator[_Part]:
         except msgspec.DecodeError as err:  # another envelope follows: decode up to it
             match = _TRAILING.search(str(err))
             end = pos + int(match.group(1)) - 1 if match else pos  # msgspec counts from 1
-            if end <= pos:
-                raise
+            if end <= pos:  # cut off, or NaN-like tokens: the slow path keeps what is whole
+                yield from _salvaged(bytes(view[pos:]))
+                return
             yield _events_of(view[pos:end])
             pos = end
+
+
+def _clean(value: Any) -> tuple[Any, int]:
+    """``value`` with the numbers a trace cannot hold (non-finite, beyond 64 bits) replaced by
+    null, and how many there were."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, 1
+    if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+        return None, 1
+    if isinstance(value, dict):
+        pairs = [(k, *_clean(v)) for k, v in value.items()]
+        return {k: v for k, v, _ in pairs}, sum(n for _, _, n in pairs)
+    if isinstance(value, list):
+        pairs = [_clean(v) for v in value]
+        return [v for v, _ in pairs], sum(n for _, n in pairs)
+    return value, 0
+
+
+_py_decoder = json.JSONDecoder(parse_constant=float)  # NaN / Infinity -> non-finite floats
+
+
+def sanitized(raw: bytes) -> tuple[bytes, int] | None:
+    """One event re-encoded without its unholdable numbers, and their count (None: not JSON)."""
+    try:
+        obj = _py_decoder.decode(raw.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    clean, fixed = _clean(obj)
+    return json.dumps(clean).encode(), fixed
+
+
+def _python_part(envelope: Any, truncated: bool) -> _Part:
+    clean, fixed = _clean(envelope if isinstance(envelope, dict) else {})
+    part = _events_of(json.dumps(clean).encode())
+    part.malformed += fixed
+    part.truncated = truncated
+    return part
+
+
+def _salvaged(data: bytes) -> Iterator[_Part]:
+    """What msgspec cannot read, read by Python's decoder (the slow path): NaN or Infinity
+    tokens, or a cut-off payload. A cut payload keeps its complete envelopes, then the complete
+    events of the envelope the cut went through. Raises ``msgspec.DecodeError`` when there is
+    not even the start of an envelope."""
+    text = data.decode("utf-8", "replace")
+    i = _skip(text, 0, " \t\r\n")
+    if text.startswith("[", i):  # a list of envelopes
+        i += 1
+        while True:
+            i = _skip(text, i, " \t\r\n,")
+            try:
+                envelope, i = _py_decoder.raw_decode(text, i)
+            except ValueError:
+                break
+            yield _python_part(envelope, truncated=False)
+        if text[i:].strip() in ("", "]"):
+            return
+    try:  # one whole envelope that only msgspec could not read
+        envelope, end = _py_decoder.raw_decode(text, i)
+        if not text[end:].strip():
+            yield _python_part(envelope, truncated=False)
+            return
+    except ValueError:
+        pass
+    events_at = text.find('"events"', i)
+    bracket = text.find("[", events_at)
+    if events_at < 0 or bracket < 0:
+        raise msgspec.DecodeError("no system-trace envelope before the data ends")
+    events, i = [], bracket + 1
+    while True:
+        i = _skip(text, i, " \t\r\n,")
+        try:
+            event, i = _py_decoder.raw_decode(text, i)
+        except ValueError:
+            break
+        events.append(event)
+    yield _python_part({"events": events}, truncated=True)
+
+
+def _skip(text: str, i: int, chars: str) -> int:
+    while i < len(text) and text[i] in chars:
+        i += 1
+    return i
 
 
 def _events_of(part: Any) -> _Part:
@@ -227,7 +326,14 @@ def _events_of(part: Any) -> _Part:
                 try:
                     good.append((_decode_event(raw), raw))
                 except msgspec.ValidationError:
-                    malformed += 1
+                    fixed = sanitized(bytes(raw))  # numbers msgspec cannot hold: left out
+                    try:
+                        if fixed is None:
+                            raise msgspec.ValidationError("not JSON")
+                        good.append((_decode_event(fixed[0]), msgspec.Raw(fixed[0])))
+                        malformed += fixed[1]
+                    except msgspec.ValidationError:
+                        malformed += 1
         for event, raw in good:
             events.append(event)
             raws.append(_decode_data_raw(raw).data)
@@ -342,15 +448,6 @@ def _present(col: np.ndarray, missing: int) -> tuple[np.ndarray, np.ndarray]:
     return col, present
 
 
-def _group_order(group: list[np.ndarray], ts: np.ndarray, idx: np.ndarray, ts_sorted: bool
-                 ) -> np.ndarray:
-    """Positions in (group..., ts, idx) order; ``idx`` ascending and ``ts`` sorted: by group."""
-    if ts_sorted:  # (ts, idx) order is already the input order; lexsort is stable
-        return np.lexsort(tuple(reversed(group))) if len(group) > 1 else np.argsort(
-            group[0], kind="stable")
-    return np.lexsort((idx, ts, *reversed(group)))
-
-
 def _nearest(group: list[np.ndarray], order: np.ndarray, is_sync: np.ndarray, backward: bool
              ) -> np.ndarray:
     """For each element, the position of the sync point of its group at or before it (or the
@@ -369,35 +466,49 @@ def _nearest(group: list[np.ndarray], order: np.ndarray, is_sync: np.ndarray, ba
     return out
 
 
-def _map_clock(ts: np.ndarray, core: np.ndarray, exec_id: np.ndarray, has_exec: np.ndarray,
-               nc_ts: np.ndarray, device: np.ndarray, is_sync: np.ndarray, sync_cpu: np.ndarray,
-               ts_sorted: bool) -> np.ndarray:
-    """Host-clock ns of every event (``device`` rows through their sync point)."""
+def _map_clock(core: np.ndarray, exec_id: np.ndarray, has_exec: np.ndarray, nc_ts: np.ndarray,
+               ts: np.ndarray, device: np.ndarray, is_sync: np.ndarray, sync_cpu: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(host-clock ns of every event, mapped) for ``device`` rows, through their core's sync
+    points only: the one of the same (core, exec_id) when there is one (the latest at or before
+    in device time, else the earliest after), else interpolated between the core's sync points
+    around the stamp (extrapolated from the nearest two), which follows a drifting device clock.
+    A device row whose core has no sync point is not mapped (its raw stamp can be hours off)."""
     host = ts.copy()
-    if not is_sync.any() or not device.any():
-        return host
-    sel = np.flatnonzero(device | is_sync)
-    s_sync, s_ts, s_core = is_sync[sel], ts[sel], core[sel]
-    order = _group_order([s_core], s_ts, sel, ts_sorted)
-    chosen = _nearest([s_core], order, s_sync, backward=False)
-    keyed = has_exec[sel]
-    s_exec = exec_id[sel]
-    # Only rows whose exec_id some sync point has can match one of the same (core, exec_id).
-    keyed &= np.isin(s_exec, np.unique(s_exec[keyed & s_sync]))
-    if keyed.any():  # same (core, exec_id): at or before, else the earliest after
-        k = np.flatnonzero(keyed)
-        group = [s_core[k], s_exec[k]]
-        k_order = _group_order(group, s_ts[k], sel[k], ts_sorted)
-        before = _nearest(group, k_order, s_sync[k], backward=False)
-        after = _nearest(group, k_order, s_sync[k], backward=True)
-        exact = np.where(before >= 0, before, after)
-        exact = np.where(exact >= 0, k[np.clip(exact, 0, None)], -1)
-        chosen[k] = np.where(exact >= 0, exact, chosen[k])
-    events = np.flatnonzero(~s_sync & (chosen >= 0))
-    sync_rows = sel[chosen[events]]
-    rows = sel[events]
-    host[rows] = sync_cpu[sync_rows] + (nc_ts[rows] - nc_ts[sync_rows])
-    return host
+    mapped = ~device
+    rows = np.flatnonzero(device)
+    sync = np.flatnonzero(is_sync)
+    if len(rows) == 0 or len(sync) == 0:
+        return host, mapped
+    for c in np.unique(core[rows]).tolist():
+        d = rows[core[rows] == c]
+        s = sync[core[sync] == c]
+        if len(s) == 0:
+            continue
+        nc_s, first = np.unique(nc_ts[s], return_index=True)  # a sync point fetched twice
+        cpu_s, q = sync_cpu[s][first], nc_ts[d]
+        if len(nc_s) == 1:
+            host[d] = cpu_s[0] + (q - nc_s[0])
+        else:
+            i = np.clip(np.searchsorted(nc_s, q, side="right") - 1, 0, len(nc_s) - 2)
+            slope = (cpu_s[i + 1] - cpu_s[i]) / (nc_s[i + 1] - nc_s[i])
+            host[d] = cpu_s[i] + np.rint((q - nc_s[i]) * slope).astype(np.int64)
+        mapped[d] = True
+    keyed = rows[has_exec[rows]]
+    keyed_sync = sync[has_exec[sync]]
+    if len(keyed) and len(keyed_sync):
+        sel = np.concatenate([keyed, keyed_sync])
+        is_s = np.concatenate([np.zeros(len(keyed), bool), np.ones(len(keyed_sync), bool)])
+        group = [core[sel], exec_id[sel]]
+        order = np.lexsort((~is_s, nc_ts[sel], *reversed(group)))  # a tie: the sync point first
+        before = _nearest(group, order, is_s, backward=False)
+        after = _nearest(group, order, is_s, backward=True)
+        exact = np.where(before >= 0, before, after)[: len(keyed)]
+        hit = exact >= 0
+        rows_hit, sync_hit = keyed[hit], sel[exact[hit]]
+        host[rows_hit] = sync_cpu[sync_hit] + (nc_ts[rows_hit] - nc_ts[sync_hit])
+        mapped[rows_hit] = True
+    return host, mapped
 
 
 def _pair(type_code: np.ndarray, phase: np.ndarray, tracking: np.ndarray,
@@ -450,12 +561,18 @@ def _select_sync(cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray, in
     return is_sync_type, usable, cpu, int(is_sync_type.sum() - usable.sum())
 
 
-def _activities(cols: _Columns, parts: list[_Part], malformed: int, dropped: dict[int, int]
-                ) -> DeviceActivities:
+def _activities(cols: _Columns, parts: list[_Part], malformed: int, dropped: dict[int, int],
+                drops_known: bool) -> DeviceActivities:
+    odd_core = (cols.core < 0) | (cols.core >= MAX_CORES)  # kept without it (core 0), counted
+    if odd_core.any():
+        cols.core = np.where(odd_core, 0, cols.core)
+        malformed += int(odd_core.sum())
     consumed, is_sync, sync_cpu, bad_sync = _select_sync(cols)
-    device = cols.has_nc & ~consumed  # events carrying a device stamp to map
-    host = _map_clock(cols.ts, cols.core, cols.exec_id, cols.has_exec, cols.nc_ts, device,
-                      is_sync, sync_cpu, cols.ts_sorted)
+    device = cols.has_nc & ~consumed  # events whose timestamp is the device clock
+    host, mapped = _map_clock(cols.core, cols.exec_id, cols.has_exec, cols.nc_ts, cols.ts, device,
+                              is_sync, sync_cpu)
+    unmapped = int((~mapped).sum())
+    consumed = consumed | ~mapped
     pairable = ~consumed & cols.has_tracking & (cols.phase <= _STOP)
     starts, stops, unpaired = _pair(cols.type_code, cols.phase, cols.tracking, pairable, cols.ts,
                                     cols.ts_sorted)
@@ -468,7 +585,17 @@ def _activities(cols: _Columns, parts: list[_Part], malformed: int, dropped: dic
     end_ns = np.concatenate([np.maximum(host[stops], host[starts]), host[lone]])
     order = np.lexsort((rows, start_ns))
     rows, start_ns, end_ns = rows[order], start_ns[order], end_ns[order]
-    return _build(cols, rows, start_ns, end_ns, parts, malformed + bad_sync, unpaired, dropped)
+    acts = _build(cols, rows, start_ns, end_ns, parts, malformed + bad_sync, unpaired, dropped)
+    kind = acts.kind
+    host_timed = ~cols.has_nc[rows] & np.isin(kind, [ActivityKind.DMA])
+    shown = np.zeros(len(cols.type_code), dtype=bool)
+    shown[rows] = True
+    shown[stops] = True
+    hidden = np.bincount(cols.type_code[~shown], minlength=len(cols.type_names))
+    return dataclasses.replace(
+        acts, drops_known=drops_known, unmapped=unmapped, host_timed=host_timed,
+        hidden_types={t: int(n) for t, n in zip(cols.type_names, hidden.tolist(), strict=True)
+                      if n})
 
 
 def _row_exts(events: list[_Event]) -> list[_Ext] | None:
@@ -533,10 +660,14 @@ def _build(cols: _Columns, rows: np.ndarray, start_ns: np.ndarray, end_ns: np.nd
     exts = _row_exts(events)
     thread, seq, corr, modelled = _row_columns(events, exts)
     names, name_id = _labels(cols, exts, type_code)
+    exec_id = cols.exec_id[rows]
+    if exts is not None:  # the emulator says a runtime call's exec_id in its extension
+        ext_exec = _present(_matrix(exts, ("exec_id",))[:, 0], -1)[0]
+        exec_id = np.where(exec_id >= 0, exec_id, ext_exec)
     return DeviceActivities(
         start_ns=start_ns, end_ns=end_ns, kind=kind, queue=_QUEUE_BY_KIND[kind],
         core=cols.core[rows], thread_id=thread, correlation_id=corr,
-        exec_id=cols.exec_id[rows], seq_id=seq, name_id=name_id.astype(np.int32),
+        exec_id=exec_id, seq_id=seq, name_id=name_id.astype(np.int32),
         modelled=modelled, names=names, data=RowData(parts, rows),
         malformed=malformed, unpaired=unpaired, dropped=dropped)
 
@@ -563,7 +694,81 @@ def parse_system_traces(payloads: Iterable[bytes | str], dropped: dict[int, int]
         events = parts[0].events if len(parts) == 1 else list(
             chain.from_iterable(p.events for p in parts))
         drops = dict(reported if dropped is None else dropped)
-        return _activities(_Columns(events), parts, malformed, drops)
+        known = dropped is not None or any(len(p.ext) and b"dropped_events" in bytes(p.ext)
+                                           for p in parts)
+        acts = _activities(_Columns(events), parts, malformed, drops, known)
+        cut = sum(p.truncated for p in parts)
+        return dataclasses.replace(acts, truncated=cut) if cut else acts
+
+
+class _SyncProbe(msgspec.Struct, gc=False):
+    event_type: Any = None
+    nc_idx: Any = None
+
+
+_decode_probe = msgspec.json.Decoder(_SyncProbe).decode
+
+
+class SyncPoints:
+    """The latest sync points of each core, kept across fetches: the runtime hands each event
+    out once, so a later fetch may hold device stamps but no sync point to map them with::
+
+        memory = SyncPoints()
+        payload = b"[" + memory.envelope() + b"," + fetch + b"]"   # when envelope() is not None
+        memory.keep(fetch)
+    """
+
+    def __init__(self, per_core: int = 64) -> None:
+        self._per_core = per_core
+        self._by_core: dict[Any, list[bytes]] = {}
+
+    def keep(self, payload: bytes) -> None:
+        """Remember the sync points of one fetch output (a cheap scan when it has none)."""
+        if F.TIMESTAMP_SYNC_POINT.encode() not in payload:
+            return
+        try:
+            parts = [bytes(p) for p in _envelopes_raw(payload)]
+        except msgspec.DecodeError:
+            return  # the parse of the same payload reports it
+        for part in parts:
+            for raw in _decode_raw_envelope(part).events:
+                probe = _decode_probe(raw)
+                if probe.event_type == F.TIMESTAMP_SYNC_POINT:
+                    kept = self._by_core.setdefault(probe.nc_idx, [])
+                    kept.append(bytes(raw))
+                    del kept[:-self._per_core]
+
+    def envelope(self) -> bytes | None:
+        """An envelope of every kept sync point (None when there is none)."""
+        events = [e for kept in self._by_core.values() for e in kept]
+        if not events:
+            return None
+        return b'{"events":[' + b",".join(events) + b'],"data_version":%d}' % F.DATA_VERSION
+
+
+def _envelopes_raw(payload: bytes) -> list[Any]:
+    """The whole envelopes of a payload as raw JSON, without decoding their events; a part
+    msgspec cannot read (cut off, NaN tokens) ends the list: the parse reads it the slow way."""
+    view = memoryview(payload)
+    if bytes(view[:64]).lstrip().startswith(b"["):
+        try:
+            return msgspec.json.decode(view, type=list[msgspec.Raw])
+        except msgspec.DecodeError:
+            return []
+    parts, pos = [], 0
+    while pos < len(view):
+        try:
+            msgspec.json.decode(view[pos:], type=msgspec.Raw)
+            parts.append(view[pos:])
+            break
+        except msgspec.DecodeError as err:
+            match = _TRAILING.search(str(err))
+            end = pos + int(match.group(1)) - 1 if match else pos  # msgspec counts from 1
+            if end <= pos:
+                break
+            parts.append(view[pos:end])
+            pos = end
+    return parts
 
 
 class _InfoEnvelope(msgspec.Struct, gc=False):
@@ -573,24 +778,7 @@ class _InfoEnvelope(msgspec.Struct, gc=False):
 def envelope_extensions(payload: bytes | str) -> list[dict[str, Any]]:
     """Our extension object of each envelope in ``payload`` ({} where absent or not an object):
     chip, emulated, speed_factor, dropped_events as the emulator writes them."""
-    buf = payload.encode() if isinstance(payload, str) else payload
-    view = memoryview(buf)
-    if bytes(view[:64]).lstrip().startswith(b"["):
-        parts: list[Any] = msgspec.json.decode(view, type=list[msgspec.Raw])
-    else:
-        parts, pos = [], 0
-        while pos < len(view):
-            try:
-                msgspec.json.decode(view[pos:], type=msgspec.Raw)
-                parts.append(view[pos:])
-                break
-            except msgspec.DecodeError as err:
-                match = _TRAILING.search(str(err))
-                end = pos + int(match.group(1)) - 1 if match else pos  # msgspec counts from 1
-                if end <= pos:
-                    raise
-                parts.append(view[pos:end])
-                pos = end
+    parts = _envelopes_raw(payload.encode() if isinstance(payload, str) else payload)
     out = []
     for part in parts:
         try:
@@ -606,5 +794,5 @@ def parse_system_trace(payload: bytes | str, dropped: dict[int, int] | None = No
     return parse_system_traces([payload], dropped)
 
 
-__all__: Sequence[str] = ("decode_rows", "envelope_extensions", "parse_system_trace",
-                          "parse_system_traces")
+__all__: Sequence[str] = ("SyncPoints", "decode_rows", "envelope_extensions",
+                          "parse_system_trace", "parse_system_traces")

@@ -40,21 +40,26 @@ import numpy as np
 from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.runtime_trace._pylists import codes, take
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
-from neuron_profiler.runtime_trace.linking import link_by_containment, match_runtime_calls
-from neuron_profiler.runtime_trace.parser import decode_rows
+from neuron_profiler.runtime_trace.linking import (
+    link_by_containment,
+    match_runtime_calls,
+    with_stage_exec_ids,
+)
+from neuron_profiler.runtime_trace.parser import decode_rows, sanitized
 from neuron_profiler.trace import vocabulary as V
 
 # Category of each ActivityKind (index: ActivityKind code).
 CATEGORIES = (V.CAT_KERNEL, V.CAT_MEMCPY, V.CAT_RUNTIME, V.CAT_DRIVER)
 _CAT_BY_KIND = np.full(len(ActivityKind), 3, dtype=np.uint8)
-_CAT_BY_KIND[[ActivityKind.KERNEL, ActivityKind.COLLECTIVE]] = 0
+_CAT_BY_KIND[[ActivityKind.KERNEL, ActivityKind.COLLECTIVE, ActivityKind.COLLECTIVE_WAIT]] = 0
 _CAT_BY_KIND[ActivityKind.DMA] = 1
-_CAT_BY_KIND[[ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC, ActivityKind.FALLBACK]] = 2
+_CAT_BY_KIND[[ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC, ActivityKind.FALLBACK,
+              ActivityKind.EXEC_STAGE]] = 2
 
 ON_HOST_THREAD = np.array([ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC,
-                           ActivityKind.FALLBACK], dtype=np.uint8)
-DEVICE_WORK = np.array([ActivityKind.KERNEL, ActivityKind.DMA, ActivityKind.COLLECTIVE],
-                       dtype=np.uint8)
+                           ActivityKind.FALLBACK, ActivityKind.EXEC_STAGE], dtype=np.uint8)
+DEVICE_WORK = np.array([ActivityKind.KERNEL, ActivityKind.DMA, ActivityKind.COLLECTIVE,
+                        ActivityKind.COLLECTIVE_WAIT], dtype=np.uint8)
 # Rows launched by nobody but themselves (the window reads their own start).
 _SELF_LAUNCHED = np.array([*ON_HOST_THREAD, ActivityKind.INSTANT], dtype=np.uint8)
 # Queue index (vocabulary.QUEUE_NAMES order) of each Queue code; HOST never reaches a core.
@@ -93,6 +98,7 @@ class _Ext(msgspec.Struct, gc=False):
 class _Data(msgspec.Struct, gc=False):
     neuron_profiler: _Ext | None = None
     algorithm: Any = None  # the real runtime's collective field
+    size: Any = None  # the real runtime's copy size in bytes
 
 
 class _LooseExt(msgspec.Struct, gc=False):
@@ -117,9 +123,11 @@ class _LooseExt(msgspec.Struct, gc=False):
 class _LooseData(msgspec.Struct, gc=False):
     neuron_profiler: _LooseExt | None = None
     algorithm: Any = None
+    size: Any = None
 
 
 _NO_EXT = _Ext()
+_decode_loose = msgspec.json.Decoder(_LooseData).decode
 
 
 def _int_or_missing(v: Any) -> int:
@@ -131,23 +139,39 @@ def _text(v: Any) -> str | None:
     return None if v is None else str(v)
 
 
-def _decode_datas(data: Sequence[bytes]) -> list[_Data]:
-    """Each row's data object; rows with odd types go through the loose path, value by value."""
+def _decode_datas(data: Sequence[bytes]) -> tuple[list[_Data], int]:
+    """Each row's data object, and how many numbers were odd (a float, non-finite, negative,
+    too large: left out of the row and counted); odd rows go through the loose path."""
     try:
-        return decode_rows(data, _Data)
+        return decode_rows(data, _Data), 0
     except msgspec.ValidationError:
         pass
-    out = []
-    for d in decode_rows(data, _LooseData):
+    out, odd = [], 0
+    try:
+        loose = decode_rows(data, _LooseData)
+    except msgspec.ValidationError:  # a number no decoder holds (1e400): row by row
+        loose = []
+        for raw in data:
+            try:
+                loose.append(_decode_loose(raw))
+            except msgspec.ValidationError:
+                fixed = sanitized(bytes(raw))
+                loose.append(_decode_loose(fixed[0]) if fixed else _LooseData())
+                odd += fixed[1] if fixed else 1
+    for d in loose:
         e = d.neuron_profiler
-        ext = None if e is None else _Ext(
-            op=_text(e.op), engine=_text(e.engine), dtype=_text(e.dtype),
-            flops=_int_or_missing(e.flops), bytes=_int_or_missing(e.bytes),
-            direction=_text(e.direction), launch_ns=_int_or_missing(e.launch_ns),
-            collective=e.collective, ranks=e.ranks, algorithm=e.algorithm, reason=e.reason,
-            shapes=e.shapes, dtypes=e.dtypes, sync=e.sync)
-        out.append(_Data(ext, d.algorithm))
-    return out
+        ext = None
+        if e is not None:
+            numbers = [_int_or_missing(v) for v in (e.flops, e.bytes, e.launch_ns)]
+            odd += sum(v is not None and n < 0 for v, n in zip(
+                (e.flops, e.bytes, e.launch_ns), numbers, strict=True))
+            ext = _Ext(op=_text(e.op), engine=_text(e.engine), dtype=_text(e.dtype),
+                       flops=numbers[0], bytes=numbers[1], direction=_text(e.direction),
+                       launch_ns=numbers[2], collective=e.collective, ranks=e.ranks,
+                       algorithm=e.algorithm, reason=e.reason, shapes=e.shapes, dtypes=e.dtypes,
+                       sync=e.sync)
+        out.append(_Data(ext, d.algorithm, d.size))
+    return out, odd
 
 
 @dataclass(frozen=True)
@@ -297,12 +321,15 @@ def place(acts: DeviceActivities, *, host_ops: HostOps,
         props: deviceProperties per core (``id`` keys), e.g. from the envelope extension.
         flow_id_base: the first ac2g flow id (above any ac2g id the host trace already has).
     """
-    acts = _linked(acts, host_ops)
-    datas = _decode_datas(acts.data)
+    acts = _linked(with_stage_exec_ids(acts), host_ops)
+    datas, odd_values = _decode_datas(acts.data)
     exts = [d.neuron_profiler or _NO_EXT for d in datas]
     n = len(acts)
     flops, nbytes, ext_launch = (np.fromiter(map(attrgetter(k), exts), dtype=np.int64, count=n)
                                  for k in ("flops", "bytes", "launch_ns"))
+    nbytes = _copy_sizes(acts, datas, nbytes)
+    host_timed = (acts.host_timed if len(acts.host_timed) == n
+                  else np.zeros(n, dtype=bool))
     caller = match_runtime_calls(acts)
     launch = _launch_ns(acts, caller, ext_launch)
     keep = (np.ones(n, dtype=bool) if window is None
@@ -325,7 +352,7 @@ def place(acts: DeviceActivities, *, host_ops: HostOps,
     device_side_pid = pid_of_core[acts.core[rows]] if len(pid_of_core) else thread
     flow_id, flow_start, correlation = _flows(acts, caller, keep, rows, flow_id_base)
     name_id, names = _names(acts, rows, exts)
-    args_id, args = _args(acts, rows, exts, datas)
+    args_id, args = _args(acts, rows, exts, datas, host_timed)
     placed_core = np.where(work, acts.core[rows], -1).astype(np.int64)
     return Placement(
         rows=rows, start_ns=acts.start_ns[rows], end_ns=acts.end_ns[rows], kind=kind,
@@ -338,7 +365,7 @@ def place(acts: DeviceActivities, *, host_ops: HostOps,
         processes=_processes(cores, core_pid, props),
         threads=_threads(cores, core_pid, used_other=bool((~on_host & ~work).any())),
         device_properties=complete_properties(cores, props),
-        metadata=_metadata(acts, len(rows), props, core_pid),
+        metadata=_metadata(acts, rows, props, core_pid, odd_values),
         excluded=int(n - len(rows)), flows=int(flow_start.sum()))
 
 
@@ -458,18 +485,36 @@ def device_properties_from_extensions(exts: Sequence[dict[str, Any]]) -> list[di
     return [out[k] for k in sorted(out)]
 
 
-def _metadata(acts: DeviceActivities, kept: int, props: Sequence[dict[str, Any]],
-              core_pid: dict[int, int]) -> dict[str, Any]:
+def _metadata(acts: DeviceActivities, rows: np.ndarray, props: Sequence[dict[str, Any]],
+              core_pid: dict[int, int], odd_values: int) -> dict[str, Any]:
     modelled = bool(acts.modelled.any())
     peaks = "modelled" if any(k in p for p in props for k in _PEAK_KEYS) else "unknown"
+    calls = rows[acts.kind[rows] == ActivityKind.RUNTIME_CALL]
     meta: dict[str, Any] = {
-        V.META_DROPPED: {str(k): int(v) for k, v in sorted(acts.dropped.items())},
-        V.META_MALFORMED: int(acts.malformed), V.META_UNPAIRED: int(acts.unpaired),
-        V.META_ACTIVITIES: kept, V.META_MODELLED: modelled, V.META_PEAKS: peaks}
+        V.META_DROPPED: ({str(k): int(v) for k, v in sorted(acts.dropped.items())}
+                         if acts.drops_known else V.DROPS_UNKNOWN),
+        V.META_MALFORMED: int(acts.malformed + odd_values), V.META_UNPAIRED: int(acts.unpaired),
+        V.META_UNMAPPED: int(acts.unmapped), V.META_ACTIVITIES: len(rows),
+        V.META_MODELLED: modelled, V.META_PEAKS: peaks,
+        V.META_UNLINKED_CALLS: int((acts.correlation_id[calls] == 0).sum()),
+        V.META_HIDDEN_TYPES: sorted(acts.hidden_types)}
     moved = {str(c): p for c, p in core_pid.items() if c != p}
     if moved:
         meta[V.META_RELOCATED_CORES] = moved
+    if acts.truncated:
+        meta[V.META_TRUNCATED] = int(acts.truncated)
     return meta
+
+
+def _copy_sizes(acts: DeviceActivities, datas: list[_Data], nbytes: np.ndarray) -> np.ndarray:
+    """Copies the real runtime records carry their bytes as ``size`` (its copy calls carry
+    ``size`` too; only the copy counts them, so bytes are counted once)."""
+    need = np.flatnonzero((acts.kind == ActivityKind.DMA) & (nbytes < 0))
+    if len(need) == 0:
+        return nbytes
+    out = nbytes.copy()
+    out[need] = [_int_or_missing(datas[i].size) for i in need.tolist()]
+    return out
 
 
 # -- names --------------------------------------------------------------------------------------
@@ -480,6 +525,8 @@ def _row_name(kind: int, base: str, e: _Ext) -> str:
     if kind == ActivityKind.COLLECTIVE:
         label = e.collective if e.collective is not None else (e.op or base)
         return f"{V.COLLECTIVE_ENGINE}: {label}"
+    if kind == ActivityKind.COLLECTIVE_WAIT:
+        return V.COLLECTIVE_WAIT_NAME
     if kind == ActivityKind.DMA:
         direction = e.direction or _TYPE_DIRECTION.get(base)
         return V.MEMCPY_NAMES.get(direction or "", V.MEMCPY_UNKNOWN)
@@ -513,12 +560,14 @@ def _hashable(values: tuple) -> tuple:
 
 
 # -- args -----------------------------------------------------------------------------------------
-def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: bool
-              ) -> tuple[tuple[str, Any], ...]:
+def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: bool,
+              host_timed: bool = False) -> tuple[tuple[str, Any], ...]:
     """The args of one row besides the per-row numbers."""
     out: list[tuple[str, Any]] = []
     if modelled:
         out.append((V.ARG_EMULATED, True))
+    if host_timed:
+        out.append((V.ARG_HOST_TIMED, True))
     if kind == ActivityKind.KERNEL:
         out += [(key, value) for key, value in ((V.ARG_OP, e.op), (V.ARG_ENGINE, e.engine),
                                                  (V.ARG_DTYPE, e.dtype)) if value is not None]
@@ -541,13 +590,15 @@ def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: boo
                 (V.ARG_DTYPES, e.dtypes)]
     elif kind == ActivityKind.HOST_SYNC and e.sync is not None:
         out.append((V.ARG_SYNC, str(e.sync)))
+    elif kind == ActivityKind.COLLECTIVE_WAIT:
+        out.append((V.ARG_COLLECTIVE_WAIT, True))
     elif kind in RAW_DATA_KINDS:
         out.append((V.ARG_DATA, msgspec.Raw(raw)))
     return tuple(out)
 
 
-def _args(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas: list[_Data]
-          ) -> tuple[np.ndarray, list[tuple[tuple[str, Any], ...]]]:
+def _args(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas: list[_Data],
+          host_timed: np.ndarray) -> tuple[np.ndarray, list[tuple[tuple[str, Any], ...]]]:
     """Per kept row an index into a table of distinct arg tuples (-1: none). Kernels, launches
     and DMA depend only on (kind, modelled, extension names): rendered once per distinct key;
     the rare other kinds row by row."""
@@ -564,16 +615,17 @@ def _args(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas: lis
         return table[key]
 
     ids = np.full(len(rows), -1, dtype=np.int32)
-    kind, modelled = acts.kind[rows], acts.modelled[rows]
+    kind, modelled, timed = acts.kind[rows], acts.modelled[rows], host_timed[rows]
     simple = np.isin(kind, np.array(_SIMPLE_KINDS, dtype=np.uint8))
     at = np.flatnonzero(simple)
     if len(at):
         sub = take(exts, rows[at])
         _, label = codes(map(attrgetter("op", "engine", "dtype", "direction"), sub), len(sub))
-        key = (label * len(ActivityKind) + kind[at]) * 2 + modelled[at]
+        key = ((label * len(ActivityKind) + kind[at]) * 2 + modelled[at]) * 2 + timed[at]
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         distinct = [intern(_row_args(int(kind[at[j]]), sub[j], None, b"",
-                                     bool(modelled[at[j]]))) for j in first.tolist()]
+                                     bool(modelled[at[j]]), bool(timed[at[j]])))
+                    for j in first.tolist()]
         ids[at] = np.asarray(distinct, dtype=np.int32)[inverse.reshape(-1)]
     for j in np.flatnonzero(~simple).tolist():
         i, k = int(rows[j]), int(kind[j])

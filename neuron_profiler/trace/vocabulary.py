@@ -51,6 +51,8 @@ ARG_SHAPES = "input shapes"
 ARG_DTYPES = "input dtypes"
 ARG_SYNC = "sync"  # host sync: why the host waited (item, cpu, synchronize, fallback, ...)
 ARG_DATA = "data"  # unknown runtime events: their whole runtime data object
+ARG_COLLECTIVE_WAIT = "collective wait"  # true on a cc_exec_barrier slice (waiting for peers)
+ARG_HOST_TIMED = "host-timed"  # true on a copy the runtime timed on the host (no device stamp)
 ARG_BYTES_KEYS = (ARG_BYTES, "Bytes")  # how transfer sizes are spelled across producers
 
 # -- names -------------------------------------------------------------------------------------
@@ -65,6 +67,7 @@ MEMCPY_NAMES = {"h2d": "Memcpy HtoD (Host -> NeuronCore)",
                 "d2d": "Memcpy DtoD (NeuronCore -> NeuronCore)"}
 MEMCPY_UNKNOWN = "Memcpy (NeuronCore)"
 COLLECTIVE_ENGINE = "CC"  # collectives: "CC: allreduce"
+COLLECTIVE_WAIT_NAME = "CC: barrier wait"  # cc_exec_barrier: the core waits for its peers
 DEFAULT_ENGINE = "NeuronCore"  # kernels whose engine the source does not say
 
 
@@ -110,6 +113,7 @@ PROP_PEAKS_KNOWN = "peaks_known"  # false: the source gives no peak figures (rea
 # -- top-level metadata keys ---------------------------------------------------------------------
 META_SOURCE = "neuron_source"  # emulator, libnrt, merge, none
 META_DROPPED = "neuron_dropped_events"  # per core: ring-buffer drops the runtime reported
+DROPS_UNKNOWN = "unknown"  # META_DROPPED when the source does not report drops (libnrt)
 META_EXCLUDED = "neuron_excluded_outside_window"  # collector: launched outside the active window
 META_OUTSIDE = "neuron_outside_host_window"  # merge: kept, but outside the host trace's span
 META_MALFORMED = "neuron_malformed_events"
@@ -118,6 +122,11 @@ META_ACTIVITIES = "neuron_activities"  # activities written into this trace
 META_MODELLED = "neuron_timing_modelled"  # true: durations come from the emulator's model
 META_PEAKS = "neuron_peaks"  # "modelled" (emulator figures) or "unknown" (no peaks in capture)
 META_LINK_ERROR = "neuron_link_error"
+META_UNMAPPED = "neuron_unmapped_events"  # device events no sync point could place (left out)
+META_HIDDEN_TYPES = "neuron_hidden_event_types"  # captured event types with events shown nowhere
+META_UNLINKED_CALLS = "neuron_unlinked_runtime_calls"  # calls no host op contains (other threads)
+META_TRUNCATED = "neuron_truncated_envelopes"  # cut-off capture envelopes (complete events kept)
+META_RUNTIME_VERSION = "neuron_runtime_version"  # libnrt's nrt_get_version, when it has one
 META_MERGED_FROM = "neuron_merged_from"
 META_RELOCATED_CORES = "neuron_relocated_cores"  # core -> pid, where the host used the core's pid
 META_COLLECTOR_ERROR = "neuron_collector_error"

@@ -16,11 +16,17 @@ typedef int NRT_STATUS;
 enum { NRT_SUCCESS = 0, NRT_FAILURE = 1, NRT_INVALID = 2, NRT_RESOURCE = 4 };
 
 #define MAX_NC 8
-#define MAX_TYPES 16
+#define MAX_TYPES 64
 
-static const char *k_types[] = {"nc_exec_running", "nrt_execute", "nrt_model_submit",
-                                "timestamp_sync_point", "cc_running", "dmem_buf_copyin",
-                                "dmem_buf_copyout", "nrt_tensor_allocate"};
+/* The types the public description names explicitly (libnrt 2.31 has 46; the rest are named
+ * only in words there, so tests use them only as unknown types). */
+static const char *k_types[] = {
+    "nc_exec_running", "cc_running", "cc_exec_barrier", "numerical_err", "nrt_model_switch",
+    "timestamp_sync_point", "hw_notify", "nrt_execute", "nrta_execute_schedule",
+    "nrt_model_submit", "kbl_exec_pre", "kbl_exec_wait", "kbl_exec_post", "nrt_tensor_read",
+    "nrt_tensor_write", "nrt_tensor_allocate", "nrt_tensor_free", "dmem_buf_copyin",
+    "dmem_buf_copyout", "nrt_dma_mem_alloc", "nrt_dma_mem_dealloc",
+    "notification_consume_errors", "nrt_profile_add_node_info"};
 static const size_t k_ntypes = sizeof(k_types) / sizeof(k_types[0]);
 
 typedef struct {
@@ -246,3 +252,24 @@ NRT_STATUS nrt_sys_trace_fetch_events(char **buffer, size_t *written,
 }
 
 void nrt_sys_trace_buffer_free(char *buffer) { free(buffer); }
+
+#ifndef FAKE_NO_VERSION
+/* nrt_get_version (nrt/nrt_version.h): optional for the collector; -DFAKE_NO_VERSION leaves
+ * it out, as an older runtime might. */
+typedef struct nrt_version {
+  uint64_t rt_major, rt_minor, rt_patch, rt_maintenance;
+  char rt_detail[128];
+  char git_hash[64];
+} nrt_version_t;
+
+NRT_STATUS nrt_get_version(nrt_version_t *ver, size_t size) {
+  if (!ver || size < sizeof *ver) return NRT_INVALID;
+  memset(ver, 0, sizeof *ver);
+  ver->rt_major = 2;
+  ver->rt_minor = 31;
+  ver->rt_patch = 22;
+  snprintf(ver->rt_detail, sizeof ver->rt_detail, "fake_libnrt");
+  snprintf(ver->git_hash, sizeof ver->git_hash, "0000000");
+  return NRT_SUCCESS;
+}
+#endif

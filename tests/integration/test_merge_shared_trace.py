@@ -23,7 +23,8 @@ from neuron_profiler.trace import vocabulary as L
 HOST_FILES = ["hta/_history/tests/data/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
               "hta/tests/data/rank_non_gpu/rank_non_gpu.json.gz"]
 UNKNOWN_TID = 999_999_999  # a launching thread the host trace never saw
-CLOCK_OFFSETS = ((5_000, 777_777), (123_456, -42))  # per core: nc = host - offset (then drift)
+CLOCK_OFFSETS = (5_000, -7_200_000_000_000)  # per core: nc = host - offset, hours apart ...
+CLOCK_DRIFT = (50e-6, -30e-6)  # ... and drifting (per ns of host time)
 
 
 def _expected_op(tids, starts, ends, ext, tid: int, t: int) -> int:
@@ -43,16 +44,17 @@ def _device_events(host, rng: np.random.Generator) -> tuple[list[dict], dict[int
     tids, starts = c[S.TID][ops], c[S.TS_NS][ops]
     ends, ext = starts + c[S.DUR_NS][ops], c[S.EXTERNAL_ID][ops]
     t_first, t_last = int(starts.min()), int(ends.max())
-    drift_at = (t_first + t_last) // 2  # each core re-syncs here with a new offset
+    drift_at = (t_first + t_last) // 2  # each core re-syncs here
 
     def nc(core: int, host_ns: int) -> int:
-        return host_ns - CLOCK_OFFSETS[core][int(host_ns >= drift_at)]
+        return host_ns - CLOCK_OFFSETS[core] + round((host_ns - t_first) * CLOCK_DRIFT[core])
 
     events = []
     for core in (0, 1):
         for at in (t_first - 1_000, drift_at):
             events.append({"event_type": F.TIMESTAMP_SYNC_POINT, "phase": F.INSTANT,
-                           "tracking_id": 0, "nc_idx": core, "thread_id": 0, "timestamp_ns": at,
+                           "tracking_id": 0, "nc_idx": core, "thread_id": 0,
+                           "timestamp_ns": nc(core, at),  # device stamps: the device clock
                            "data": {"exec_id": 0, "nc_timestamp_ns": nc(core, at),
                                     "cpu_timestamp_ns": at}})
     expect: dict[int, dict] = {}
@@ -72,7 +74,7 @@ def _device_events(host, rng: np.random.Generator) -> tuple[list[dict], dict[int
              "timestamp_ns": call_end, "data": {"exec_id": exec_id}}]
         for stamp, phase in ((d0, F.START), (d1, F.STOP)):
             events.append({**base, "event_type": F.NC_EXEC_RUNNING, "phase": phase,
-                           "tracking_id": 2 * k + 1, "timestamp_ns": stamp,
+                           "tracking_id": 2 * k + 1, "timestamp_ns": nc(core, stamp),
                            "data": {"device_core_idx": core, "exec_id": exec_id, "model_id": 3,
                                     "nc_timestamp_ns": nc(core, stamp)}})
         linked = _expected_op(tids, starts, ends, ext, tid, t) if tid != UNKNOWN_TID else 0
@@ -114,7 +116,8 @@ def test_merge_links_by_containment_on_real_host_traces(shared_traces: Path, tmp
         e = expect[merged.args(i)["exec_id"]]
         core_pid = {n: p for p, n in merged.process_names.items()}[L.core_process_name(e["core"])]
         assert (c[S.PID][i], c[S.TID][i]) == (core_pid, L.queue_stream(e["core"], 0))
-        assert (c[S.TS_NS][i], c[S.TS_NS][i] + c[S.DUR_NS][i]) == e["work"]
+        start, end = int(c[S.TS_NS][i]), int(c[S.TS_NS][i] + c[S.DUR_NS][i])
+        assert abs(start - e["work"][0]) <= 2 and abs(end - e["work"][1]) <= 2  # whole-ns stamps
         assert c[S.EXTERNAL_ID][i] == (e["op"] or -1)
     host_pid = int(np.unique(host.col(S.PID)[host.mask(kind=S.EventKind.CPU_OP)])[0])
     for i in calls:

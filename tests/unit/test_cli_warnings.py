@@ -98,8 +98,8 @@ def test_merge_reports_host_and_device_losses(capsys: pytest.CaptureFixture[str]
     assert code == 0 and "merged 1 device activities" in stdout
     assert len(err) == 3 and "h.json: file is truncated" in err[0]
     assert err[1:] == ["neuron-prof: warning: h.json: 4 events skipped (mistyped fields)",
-                       "neuron-prof: warning: d.json: 2 device events skipped (mistyped or "
-                       "missing fields)"]
+                       "neuron-prof: warning: d.json: 2 device events malformed (mistyped, "
+                       "missing or out-of-range fields: skipped, or kept without the bad field)"]
 
 
 def test_warnings_then_a_write_error(capsys: pytest.CaptureFixture[str],

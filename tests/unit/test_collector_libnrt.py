@@ -169,3 +169,64 @@ def test_source_leaves_tensor_events_off_unless_asked(st, monkeypatch, env, kept
     assert _record(ctl, 0, "nrt_execute", "start", 3, 12) == 1
     types = [e["event_type"] for e in json.loads(source.stop())["events"]]
     assert types == (["nrt_tensor_allocate"] if kept else []) + ["nc_exec_running", "nrt_execute"]
+
+
+def _record_capture(ctl, payload: bytes) -> None:
+    """Feed a realistic capture's events to the fake runtime, core by core, as it records."""
+    for ev in json.loads(payload)["events"]:
+        ctl.fake_nrt_record(ev["nc_idx"], ev["event_type"].encode(), json.dumps(ev).encode())
+
+
+def test_real_shaped_sessions_map_with_sync_points_kept_across_fetches(st, fake_lib_path) -> None:
+    """Two sessions on the real shape: the second has no sync point for core 1, whose device
+    clock is hours away and drifting; the source keeps the first session's sync points, so its
+    stamps still map to the generator's truth. The runtime version is in the trace."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from realistic_capture import Capture
+
+    trace, ctl = st
+    LibnrtSource._sync_memory.clear()
+    cap = Capture(cores=2, epoch_hours=5, drift_ppm=80)
+    t = cap.now
+    results, second_start = [], 0
+    for session in range(2):
+        second_start = t
+        src = LibnrtSource(trace)
+        src.start(max_events_per_nc=10_000, correlation=None)
+        if session == 0:
+            cap.sync(0, t)
+            cap.sync(1, t)
+        for _ in range(3):
+            t = max(cap.execute(tid=7, core=c, start=t, device_dur=30_000) for c in (0, 1))
+        if session == 0:  # 100 ms after the first: stamps are whole ns, so the slope from two
+            t += 100_000_000  # sync points is good to 1 ns per spacing (15 ns here, 1.5 s on)
+            cap.sync(0, t)
+            cap.sync(1, t)
+        _record_capture(ctl, cap.fetch())
+        results.append(build_session_result(
+            src.stop(), window=(0, 2**62), intervals=Intervals.empty(), host_pid=1,
+            props=src.device_properties(), source_name=src.name,
+            provenance=src.provenance()))
+        t += 1_500_000_000  # 1.5 s later: 120 µs of drift at 80 ppm
+    second = results[1].placement
+    kernels = second.kind == 1
+    got = sorted(zip(second.device[kernels].tolist(), second.start_ns[kernels].tolist(),
+                     strict=True))
+    truth = sorted((core, span[0]) for (etype, core, _), span in cap.truth.device.items()
+                   if etype == "nc_exec_running" and span[0] >= second_start)
+    assert len(got) == 6 and [c for c, _ in got] == [c for c, _ in sorted(truth)]
+    for (_, s), (_, ts) in zip(got, sorted(truth), strict=True):
+        assert abs(s - ts) <= 1_000
+    assert json.loads(results[1].metadata["neuron_unmapped_events"]) == 0
+    assert json.loads(results[1].metadata["neuron_runtime_version"]) == "2.31.22.0 (fake_libnrt)"
+
+
+def test_runtime_version_is_optional(tmp_path: Path) -> None:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not found: cannot build tests/fake_libnrt")
+    out = tmp_path / "libnrt_old.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-DFAKE_NO_VERSION", "-o", str(out),
+                    str(FAKE_SRC)], check=True)
+    assert SysTrace.load(str(out)).version() is None

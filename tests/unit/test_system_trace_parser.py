@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import random
 
@@ -109,7 +110,9 @@ def test_sync_point_of_same_exec_id_wins_over_latest() -> None:
     got = _by_exec(acts)
     assert got[1] == (HOST0 + 7 + 500, HOST0 + 7 + 900)
     assert got[2] == (HOST0 + 200_000 + 100, HOST0 + 200_000 + 400)
-    assert got[7] == (HOST0 + 200_000 + 500, HOST0 + 200_000 + 600)
+    # exec 7 has no sync point of its own: the core's clock, extrapolated from the last two
+    slope = (200_000 - 7) / (900_000 - 1_000)
+    assert got[7] == (HOST0 + 200_000 + round(500 * slope), HOST0 + 200_000 + round(600 * slope))
     assert got[3] == (HOST0 + 1_000_000 + 5, HOST0 + 1_000_000 + 9)
     assert len(acts) == 4 and acts.unpaired == 0 and acts.malformed == 0
 
@@ -123,14 +126,16 @@ def test_sync_points_are_per_core_and_need_both_stamps() -> None:
     ]
     events[1]["data"].pop("cpu_timestamp_ns")
     acts = parse_system_trace(_payload(events))
-    assert acts.malformed == 1 and len(acts) == 2
+    assert acts.malformed == 1 and len(acts) == 1
     rows = {int(c): (int(s), int(e)) for c, s, e in zip(acts.core, acts.start_ns, acts.end_ns,
                                                           strict=True)}
     assert rows[0] == (HOST0 + 123_456 + 40, HOST0 + 123_456 + 70)
-    assert rows[1] == (HOST0 + 5, HOST0 + 6)  # unmapped: the events' own host stamps
+    assert acts.unmapped == 2  # core 1: never placed on its raw device stamps
 
 
-def test_latest_sync_point_means_at_or_before_the_event() -> None:
+def test_a_drifting_clock_is_interpolated_between_sync_points() -> None:
+    """Device time runs at 1/50 of host time here: between two sync points the mapping follows
+    the line through them, and past the last one it extrapolates the same line."""
     events = [
         _sync(HOST0, 1, 0, nc=0, cpu=HOST0),
         *_kernel(HOST0 + 100, 1, 1, 5, nc_start=100, nc_stop=200),
@@ -138,8 +143,8 @@ def test_latest_sync_point_means_at_or_before_the_event() -> None:
         *_kernel(HOST0 + 200, 2, 1, 6, nc_start=1_100, nc_stop=1_300),
     ]
     got = _by_exec(parse_system_trace(_payload(events)))
-    assert got[5] == (HOST0 + 100, HOST0 + 200)
-    assert got[6] == (HOST0 + 50_000 + 100, HOST0 + 50_000 + 300)
+    assert got[5] == (HOST0 + 5_000, HOST0 + 10_000)
+    assert got[6] == (HOST0 + 55_000, HOST0 + 65_000)
 
 
 # --- envelopes, several fetches, drops -----------------------------------------------------------
@@ -214,27 +219,33 @@ def _reference(events: list[dict]) -> list[tuple]:
     evs = sorted(enumerate(events), key=lambda p: (p[1]["timestamp_ns"], p[0]))
     syncs = [(i, e) for i, e in evs if e["event_type"] == F.TIMESTAMP_SYNC_POINT]
 
-    def host(i: int, e: dict) -> int:
+    def host(i: int, e: dict) -> int | None:
         nc = e["data"].get("nc_timestamp_ns")
         if nc is None:
             return e["timestamp_ns"]
-        key = (e["timestamp_ns"], i)
-        same = [(j, s) for j, s in syncs if s["nc_idx"] == e["nc_idx"]
-                and "exec_id" in e["data"] and s["data"]["exec_id"] == e["data"]["exec_id"]]
-        before = [(j, s) for j, s in same if (s["timestamp_ns"], j) <= key]
-        pick = before[-1] if before else (same[0] if same else None)
-        if pick is None:
-            core = [(j, s) for j, s in syncs if s["nc_idx"] == e["nc_idx"]
-                    and (s["timestamp_ns"], j) <= key]
-            pick = core[-1] if core else None
-        if pick is None:
-            return e["timestamp_ns"]
-        s = pick[1]["data"]
-        return s["cpu_timestamp_ns"] + (nc - s["nc_timestamp_ns"])
+        core = [(j, s["data"]) for j, s in syncs if s["nc_idx"] == e["nc_idx"]]
+        same = [(j, s) for j, s in core
+                if "exec_id" in e["data"] and s["exec_id"] == e["data"]["exec_id"]]
+        before = sorted((s["nc_timestamp_ns"], j, s) for j, s in same if s["nc_timestamp_ns"] <= nc)
+        after = sorted((s["nc_timestamp_ns"], j, s) for j, s in same if s["nc_timestamp_ns"] > nc)
+        if before or after:
+            s = before[-1][2] if before else after[0][2]
+            return s["cpu_timestamp_ns"] + (nc - s["nc_timestamp_ns"])
+        points: dict[int, int] = {}
+        for _, s in sorted(core, key=lambda p: p[0]):  # the first sync point of a stamp wins
+            points.setdefault(s["nc_timestamp_ns"], s["cpu_timestamp_ns"])
+        if not points:
+            return None  # no sync point on the core: unmapped, left out
+        ncs = sorted(points)
+        if len(ncs) == 1:
+            return points[ncs[0]] + (nc - ncs[0])
+        k = min(max(bisect.bisect_right(ncs, nc) - 1, 0), len(ncs) - 2)
+        a, b = ncs[k], ncs[k + 1]
+        return points[a] + round((nc - a) * ((points[b] - points[a]) / (b - a)))
 
     rows, open_ = [], {}
     for i, e in evs:
-        if e["event_type"] == F.TIMESTAMP_SYNC_POINT:
+        if e["event_type"] == F.TIMESTAMP_SYNC_POINT or host(i, e) is None:
             continue
         t = host(i, e)
         key = (e["event_type"], e.get("tracking_id"))
