@@ -235,6 +235,13 @@ class Controller:
             raise TraceLoadError(f"{src.name} system-trace fetch output",
                                  f"not a system-trace JSON envelope ({err})") from err
         self.last_result = result
+        dropped = sum(result.dropped.values())
+        if dropped:  # the ring buffer overflowed: say so once, at the end of the session
+            import warnings
+
+            warnings.warn(f"NEURON: {dropped} runtime events dropped (at most {dropped} "
+                          "activities); raise NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC",
+                          stacklevel=2)
         return result.to_bridge()
 
 

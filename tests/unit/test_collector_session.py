@@ -209,3 +209,20 @@ def test_args_survive_kinetos_json_writer() -> None:
     decoded = {k: json.loads(v) for args in res.records.args for k, v in args}
     assert decoded[L.ARG_FALLBACK_REASON] == "bad / 'dtype' float64"
     assert decoded[L.ARG_DATA] == {"msg": "tab here 'q'"}
+
+
+class _DroppingSource(_BadSource):
+    name = "emulator"
+
+    def stop(self) -> bytes:
+        return json.dumps({"events": [], "data_version": 2,
+                           "neuron_profiler": {"dropped_events": {"0": 5, "1": 2}}}).encode()
+
+
+def test_ring_buffer_drops_give_one_warning_at_stop(recwarn: pytest.WarningsRecorder) -> None:
+    ctl = S.Controller(_DroppingSource, correlation=None)
+    ctl.start()
+    _stop(ctl)
+    messages = [str(w.message) for w in recwarn]
+    assert messages == ["NEURON: 7 runtime events dropped (at most 7 activities); raise "
+                        "NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC"]
