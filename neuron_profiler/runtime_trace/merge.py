@@ -379,7 +379,7 @@ def _merged_trace(host: Trace, acts: DeviceActivities, props: list[dict[str, Any
         S.NAME_ID: name_id, S.CAT_ID: cat_of[acts.kind], S.PID: pid, S.TID: tid,
         S.EXTERNAL_ID: np.where(acts.correlation_id != 0, acts.correlation_id, -1),
         S.CORRELATION: np.full(n, -1, dtype=np.int64), S.FLOW_ID: np.full(n, -1, dtype=np.int64),
-        S.ARGS_ROW: args_row}
+        S.ARGS_ROW: args_row, S.FORM: S.default_column(S.FORM, n)}
     calls, work = _flows(acts)
     base = int(max(host.col(S.FLOW_ID).max(initial=-1), 0)) + 1
     ids = np.arange(base, base + len(calls), dtype=np.int64)
@@ -397,7 +397,8 @@ def _merged_trace(host: Trace, acts: DeviceActivities, props: list[dict[str, Any
         S.EXTERNAL_ID: np.full(2 * len(calls), -1, dtype=np.int64),
         S.CORRELATION: np.full(2 * len(calls), -1, dtype=np.int64),
         S.FLOW_ID: np.concatenate([ids, ids]),
-        S.ARGS_ROW: np.full(2 * len(calls), -1, dtype=np.int64)}
+        S.ARGS_ROW: np.full(2 * len(calls), -1, dtype=np.int64),
+        S.FORM: S.default_column(S.FORM, 2 * len(calls))}
     columns = {k: np.concatenate([host.columns[k], device[k].astype(host.columns[k].dtype),
                                   flow[k].astype(host.columns[k].dtype)])
                for k in S.EVENT_COLUMNS}
