@@ -22,6 +22,7 @@ pid 0 never lands on Linux's idle process; the original pid is in the track desc
 
 from __future__ import annotations
 
+import json
 import os
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -172,7 +173,17 @@ def _select(trace: Trace) -> _Selection:
 
 
 def _label(value: int, labels: dict[int, str]) -> str:
-    return labels.get(value, str(value))
+    """A pid/tid as the Chrome trace wrote it: a string one quoted (``"Spans"``, ``""``)."""
+    return json.dumps(labels[value]) if value in labels else str(value)
+
+
+def _unnamed(value: int, labels: dict[int, str], numbered: str) -> str:
+    """Track name of a pid/tid without an ``M`` name: a string pid/tid is its own name (Kineto's
+    "Spans", "Traces", "PyTorch Profiler"; '""' for the empty one), a number gets ``numbered``
+    ("process 7", "stream 7")."""
+    if value in labels:
+        return labels[value] or '""'
+    return f"{numbered} {value}"
 
 
 class _Ids:
@@ -206,8 +217,8 @@ def _process_tracks(trace: Trace, pids: list[int], devices: set[int],
         if pid in devices or not 0 < pid < 2**31:
             written = SYNTHETIC_PID_BASE + synthetic
             synthetic += 1
-        name = trace.process_names.get(pid) or (f"device {label}" if pid in devices
-                                                else f"process {label}")
+        name = trace.process_names.get(pid) or _unnamed(
+            pid, trace.pid_labels, "device" if pid in devices else "process")
         desc = ids.add(process=pb.ProcessDescriptor(pid=written, process_name=name),
                        description=f"Chrome trace pid {label}",
                        child_ordering=pb.TrackDescriptor.EXPLICIT)
@@ -235,8 +246,7 @@ def _thread_name(trace: Trace, pid: int, tid: int, device: bool) -> str:
     name = trace.thread_names.get((pid, tid))
     if name:
         return name
-    label = _label(tid, trace.tid_labels)
-    return f"stream {label}" if device else f"thread {label}"
+    return _unnamed(tid, trace.tid_labels, "stream" if device else "thread")
 
 
 @dataclass(frozen=True)

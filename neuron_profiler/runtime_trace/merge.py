@@ -233,7 +233,7 @@ def _merged_trace(host: Trace, placed: Placement, sources: Sequence[str],
         S.PID: placed.pid, S.TID: placed.tid,
         S.EXTERNAL_ID: np.where(placed.external_id != 0, placed.external_id, -1),
         S.CORRELATION: placed.correlation, S.FLOW_ID: np.full(n, -1, dtype=np.int64),
-        S.ARGS_ROW: args_row}
+        S.ARGS_ROW: args_row, S.FORM: S.default_column(S.FORM, n)}
     ends = np.flatnonzero((placed.flow_id > 0) & ~placed.flow_start)
     starts = np.flatnonzero(placed.flow_start)
     starts = starts[np.argsort(placed.flow_id[starts], kind="stable")]
@@ -251,7 +251,7 @@ def _merged_trace(host: Trace, placed: Placement, sources: Sequence[str],
         S.PID: placed.pid[flow_rows], S.TID: placed.tid[flow_rows],
         S.EXTERNAL_ID: np.full(m, -1, dtype=np.int64),
         S.CORRELATION: np.full(m, -1, dtype=np.int64), S.FLOW_ID: placed.flow_id[flow_rows],
-        S.ARGS_ROW: np.full(m, -1, dtype=np.int64)}
+        S.ARGS_ROW: np.full(m, -1, dtype=np.int64), S.FORM: S.default_column(S.FORM, m)}
     columns = {k: np.concatenate([host.columns[k], device[k].astype(host.columns[k].dtype),
                                   flow[k].astype(host.columns[k].dtype)])
                for k in S.EVENT_COLUMNS}

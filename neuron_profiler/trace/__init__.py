@@ -1,9 +1,9 @@
 """The one trace model and its loaders (torch-free)."""
 
-from neuron_profiler.trace.model import Trace, TraceBuilder
+from neuron_profiler.trace.model import MetaEvent, Trace, TraceBuilder
 from neuron_profiler.trace.schema import EventKind, Phase
 
-__all__ = ["EventKind", "Phase", "Trace", "TraceBuilder", "load_trace"]
+__all__ = ["EventKind", "MetaEvent", "Phase", "Trace", "TraceBuilder", "load_trace"]
 
 
 def load_trace(path, **kwargs):  # noqa: ANN001, ANN201 - thin re-export, see loader.load_trace

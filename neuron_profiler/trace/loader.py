@@ -13,13 +13,15 @@ Detection rules (docs/trace-model.md):
   exactly: strings and large floats from their digits, ns fractions kept (``ns resolution``).
 - With a top-level ``baseTimeNanoseconds``, ``ts`` is relative to it; otherwise ``ts`` is
   absolute µs since the Unix epoch (older Kineto) and is used as is.
-- ``B``/``E`` pairs on one thread become complete events; ``M`` events fill process/thread names.
+- ``B``/``E`` pairs on one thread become complete events; ``M`` events are kept as they were
+  (``Trace.meta_events``) and fill the process/thread name and sort-index dicts.
 - Events whose fields are mistyped are skipped and counted (``Trace.skipped_events``).
 - A file cut off mid-write keeps every complete event before the cut (``Trace.truncated``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import re
 import warnings
@@ -33,11 +35,11 @@ import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.trace import schema as S
-from neuron_profiler.trace._columns import LABEL_ID_BASE, ColumnSink, int_or
+from neuron_profiler.trace._columns import LABEL_ID_BASE, ColumnSink
 from neuron_profiler.trace._pairing import pair_begin_end
 from neuron_profiler.trace._stream import BlockSource, decode_top, leading_events, skip_separator
 from neuron_profiler.trace.kinds import refine_kinds
-from neuron_profiler.trace.model import Trace
+from neuron_profiler.trace.model import Trace, file_base_ns
 
 _KEY = b'"traceEvents"'
 _ARRAY_START = re.compile(rb"\s*:\s*\[")
@@ -225,7 +227,7 @@ class _Load:
 
 def _build(sink: ColumnSink, metadata: dict[str, Any], source: str, truncated: bool) -> Trace:
     columns = sink.columns()
-    base_ns = int_or(metadata.get("baseTimeNanoseconds"), 0)
+    base_ns = file_base_ns(metadata)
     if base_ns:
         columns[S.TS_NS] += base_ns
     columns = pair_begin_end(columns)
@@ -237,8 +239,11 @@ def _build(sink: ColumnSink, metadata: dict[str, Any], source: str, truncated: b
     strings = list(sink.strings)
     columns[S.KIND] = refine_kinds(columns[S.KIND], columns[S.NAME_ID], strings)
     labels = {LABEL_ID_BASE + i: text for text, i in sink.labels.items()}
+    meta_events = tuple(m if m.ts_ns is None or not base_ns else
+                        dataclasses.replace(m, ts_ns=m.ts_ns + base_ns) for m in sink.meta_events)
     return Trace(columns=columns, strings=strings, raw_args=sink.raw_args(),
                  metadata=metadata, process_names=sink.process_names,
                  thread_names=sink.thread_names, process_sort_index=sink.process_sort,
                  thread_sort_index=sink.thread_sort, pid_labels=labels, tid_labels=labels,
-                 source=source, skipped_events=sink.skipped, truncated=truncated)
+                 source=source, skipped_events=sink.skipped, truncated=truncated,
+                 meta_events=meta_events)

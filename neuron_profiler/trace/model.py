@@ -25,6 +25,59 @@ _decode_args = msgspec.json.Decoder(dict).decode
 
 
 @dataclass(frozen=True)
+class MetaEvent:
+    """One metadata (``M``) event as the file had it, kept so that an export writes every one
+    back (``process_labels``, duplicates, their ``ts``), not only what the name dicts hold.
+
+    Args:
+        name: ``process_name``, ``thread_sort_index``, ``process_labels``, ...
+        pid / tid: ids as in the event columns (labels in ``Trace.pid_labels``).
+        args: decoded ``args`` ({} when absent).
+        ts_ns: absolute ns like ``TS_NS``; None when the event had no ``ts``.
+        cat: the ``cat`` text; None when the event had none.
+        form: ``schema.Form`` bits (PID_TEXT / TID_TEXT).
+    """
+
+    name: str
+    pid: int
+    tid: int
+    args: dict[str, Any] = field(default_factory=dict)
+    ts_ns: int | None = None
+    cat: str | None = None
+    form: int = 0
+
+    def entry(self) -> tuple[str, Any, Any] | None:
+        """The ``Trace`` dict entry this event sets, as (attribute, key, value); None for other
+        names (``process_labels``, ...). One rule for the loader and the exporters."""
+        view = META_VIEWS.get(self.name)
+        if view is None:
+            return None
+        key = self.pid if view.startswith("process") else (self.pid, self.tid)
+        if view.endswith("names"):
+            return view, key, str(self.args.get("name", ""))
+        return view, key, int_or(self.args.get("sort_index"), 0)
+
+
+# M event name -> the Trace dict it fills
+META_VIEWS = {"process_name": "process_names", "thread_name": "thread_names",
+              "process_sort_index": "process_sort_index",
+              "thread_sort_index": "thread_sort_index"}
+
+
+def int_or(value: Any, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+def file_base_ns(metadata: dict[str, Any]) -> int:
+    """ns that a file's ``ts`` values are relative to: its ``baseTimeNanoseconds``, else 0
+    (absolute µs since the epoch, older Kineto)."""
+    return int_or(metadata.get("baseTimeNanoseconds"), 0)
+
+
+@dataclass(frozen=True)
 class Trace:
     """One trace: equal-length event columns plus interned strings, raw args and metadata.
 
@@ -36,6 +89,9 @@ class Trace:
         process_names / thread_names: from ``M`` events: pid -> name, (pid, tid) -> name.
         process_sort_index / thread_sort_index: from ``M`` events, when present.
         pid_labels / tid_labels: original string pid/tid for interned (negative) ids.
+        meta_events: every ``M`` event of the file, in file order (the name and sort-index
+            dicts above are views of them; an export writes these and then whatever the dicts
+            add or change).
         source: where it came from (file path or "collector"), for messages.
         skipped_events: events skipped because fields were mistyped (counted, never silent).
         truncated: the file was cut off; only complete events before the cut were kept.
@@ -54,6 +110,14 @@ class Trace:
     source: str = ""
     skipped_events: int = 0
     truncated: bool = False
+    meta_events: tuple[MetaEvent, ...] = ()
+
+    def __post_init__(self) -> None:
+        missing = [c for c in S.EVENT_COLUMNS if c not in self.columns]
+        if missing:  # a producer written before a column existed: its "nothing here" value
+            rows = len(next(iter(self.columns.values()))) if self.columns else 0
+            object.__setattr__(self, "columns", {**self.columns, **{
+                c: S.default_column(c, rows) for c in missing}})
 
     def __len__(self) -> int:
         return len(self.columns[S.TS_NS])
@@ -134,8 +198,9 @@ class TraceBuilder:
 
     def add(self, *, name: str, ts_ns: int, dur_ns: int = 0, ph: S.Phase = S.Phase.COMPLETE,
             kind: S.EventKind = S.EventKind.OTHER, cat: str = "", pid: int = 0, tid: int = 0,
-            args: dict[str, Any] | None = None, flow_id: int = -1) -> int:
-        """Append one event; returns its row (before the final sort by time)."""
+            args: dict[str, Any] | None = None, flow_id: int = -1, form: int = 0) -> int:
+        """Append one event; returns its row (before the final sort by time). ``form``:
+        ``schema.Form`` bits, 0 for Kineto's usual spelling."""
         args = args or {}
         row = len(self._rows[S.TS_NS])
         values = {
@@ -143,7 +208,7 @@ class TraceBuilder:
             S.NAME_ID: self.intern(name), S.CAT_ID: self.intern(cat), S.PID: int(pid),
             S.TID: int(tid), S.EXTERNAL_ID: int(args.get("External id", -1)),
             S.CORRELATION: int(args.get("correlation", -1)), S.FLOW_ID: int(flow_id),
-            S.ARGS_ROW: len(self._raw_args) if args else -1,
+            S.ARGS_ROW: len(self._raw_args) if args else -1, S.FORM: int(form),
         }
         if args:
             self._raw_args.append(msgspec.json.encode(args))
@@ -152,8 +217,8 @@ class TraceBuilder:
         return row
 
     def build(self, **extra: Any) -> Trace:
-        dtypes = {S.PH: np.uint8, S.KIND: np.uint8, S.NAME_ID: np.int32, S.CAT_ID: np.int32}
-        cols = {k: np.asarray(v, dtype=dtypes.get(k, np.int64)) for k, v in self._rows.items()}
+        cols = {k: np.asarray(v, dtype=S.COLUMN_DTYPES.get(k, np.int64))
+                for k, v in self._rows.items()}
         order = np.argsort(cols[S.TS_NS], kind="stable")
         cols = {k: v[order] for k, v in cols.items()}
         return Trace(columns=cols, strings=list(self._strings), raw_args=self._raw_args,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import enum
 
+import numpy as np
+
 # Event table columns (all numpy arrays of equal length, one row per trace event).
 TS_NS = "ts_ns"  # int64, absolute Unix-epoch ns
 DUR_NS = "dur_ns"  # int64, 0 for instants / counters / flow endpoints
@@ -18,11 +20,42 @@ PID = "pid"  # int64 (string pids are interned: see Trace.pid_labels)
 TID = "tid"  # int64 (string tids are interned: see Trace.tid_labels)
 EXTERNAL_ID = "external_id"  # int64, args["External id"], -1 if absent
 CORRELATION = "correlation"  # int64, args["correlation"], -1 if absent
-FLOW_ID = "flow_id"  # int64, "id" of s/f/t flow events, -1 otherwise
+FLOW_ID = "flow_id"  # int64, "id" of s/t/f flows and of other phases (async b/n/e), else -1
 ARGS_ROW = "args_row"  # int64 index into Trace.raw_args, -1 if the event has no args
+FORM = "form"  # uint8, how the event was spelled in Chrome JSON (Form bits), 0 = Kineto's way
 
 EVENT_COLUMNS = (TS_NS, DUR_NS, PH, KIND, NAME_ID, CAT_ID, PID, TID, EXTERNAL_ID, CORRELATION,
-                 FLOW_ID, ARGS_ROW)
+                 FLOW_ID, ARGS_ROW, FORM)
+COLUMN_DTYPES = {PH: np.uint8, KIND: np.uint8, NAME_ID: np.int32, CAT_ID: np.int32,
+                 FORM: np.uint8}  # every other column is int64
+COLUMN_FILL = {EXTERNAL_ID: -1, CORRELATION: -1, FLOW_ID: -1, ARGS_ROW: -1}  # others: 0
+
+
+def default_column(name: str, rows: int) -> np.ndarray:
+    """A column of ``rows`` "nothing here" values (-1 ids, 0 otherwise): lets producers that
+    predate a column still build a ``Trace``."""
+    return np.full(rows, COLUMN_FILL.get(name, 0), dtype=COLUMN_DTYPES.get(name, np.int64))
+
+
+class Form:
+    """Bits of the FORM column: Chrome-format details no analysis needs but a lossless export
+    writes back. 0 is how Kineto writes an event; the low 5 bits mean something per phase."""
+
+    DETAIL = 0x1F
+    SCOPE = 0x03  # INSTANT: index into SCOPES ("s" absent, "g", "p", "t")
+    CAPITAL_I = 0x04  # INSTANT: written as ph "I"
+    BP_FLIPPED = 0x01  # flows: no "bp":"e" on an f, or "bp":"e" on an s / t (Kineto: f only)
+    # OTHER: DETAIL is the index of the letter in OTHER_PHASES
+    NO_CAT = 0x20  # no "cat" key (the event's cat_id then names "")
+    PID_TEXT = 0x40  # pid written as a decimal string ("25738"), read as the number
+    TID_TEXT = 0x80
+
+
+SCOPES = ("", "g", "p", "t")
+# Trace Event Format phases the model keeps as Phase.OTHER; index 0: a letter outside the format
+# (written back as "?")
+OTHER_PHASES = ("?", "b", "n", "e", "S", "T", "p", "F", "P", "N", "O", "D", "R", "c", "(", ")",
+                "V", "v")
 
 
 class Phase(enum.IntEnum):

@@ -46,10 +46,14 @@ def test_shared_trace_exports_and_decodes(path: Path | None, tmp_path: Path) -> 
                  + result.skipped.get("unpaired begin/end", 0)
                  + result.skipped.get("unknown phase", 0) + int((ph == Phase.COUNTER).sum()))
     assert accounted == len(trace) - result.skipped.get("negative timestamp", 0)
+    processes = {t.process.process_name for t in d.tracks.values() if t.HasField("process")}
     for pid, name in trace.process_names.items():
         if (trace.col(S.PID) == pid).any():
-            assert any(t.process.process_name == name for t in d.tracks.values()
-                       if t.HasField("process")), name
+            assert name in processes, name
+    drawn = set(trace.col(S.PID)[complete | instants].tolist())
+    for pid, label in trace.pid_labels.items():  # Kineto's "Spans", "Traces", ""
+        if pid in drawn and pid not in trace.process_names:
+            assert (label or '""') in processes, label
 
 
 def test_shared_traces_pftrace_at_most_40_percent_of_chrome_json(tmp_path: Path) -> None:

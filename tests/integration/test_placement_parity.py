@@ -206,6 +206,7 @@ def _without_device_rows(trace: Trace) -> Trace:
         trace, columns={k: v[keep] for k, v in c.items()},
         process_names={p: n for p, n in trace.process_names.items() if p not in cores},
         thread_names={k: n for k, n in trace.thread_names.items() if k[0] not in cores},
+        meta_events=tuple(m for m in trace.meta_events if m.pid not in cores),
         metadata={k: v for k, v in trace.metadata.items()
                   if not k.startswith("neuron_") and k != "deviceProperties"})
 

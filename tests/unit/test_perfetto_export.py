@@ -19,7 +19,7 @@ from perfetto_checks import decode_and_check
 from neuron_profiler.analysis.counters import device_counters
 from neuron_profiler.exporters import _protowire as W
 from neuron_profiler.exporters.perfetto import SYNTHETIC_PID_BASE, write_perfetto_trace
-from neuron_profiler.trace import EventKind, Phase, TraceBuilder
+from neuron_profiler.trace import EventKind, Phase, TraceBuilder, load_trace
 
 T0 = 1_700_000_000_000_000_000
 HOST = 4321
@@ -243,6 +243,33 @@ def test_empty_trace(tmp_path: Path) -> None:
     result = write_perfetto_trace(TraceBuilder().build(), tmp_path / "e.pftrace")
     d = decode_and_check(result.path)
     assert d.slices == [] and result.packets >= 1
+
+
+def test_string_pids_and_tids_name_their_tracks(tmp_path: Path) -> None:
+    """Kineto's string pids/tids ("Spans", "Traces", "") name their tracks when no M event
+    does; numbers without a name keep "process N" / "thread N"; M names still win."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "PyTorch Profiler (0)", "pid": "Spans",
+         "tid": "PyTorch Profiler", "ts": 1, "dur": 50},
+        {"ph": "i", "s": "g", "name": "Iteration Start", "pid": "Traces",
+         "tid": "Trace PyTorch Profiler", "ts": 1},
+        {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 60},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 9, "tid": 3, "ts": 2, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 8, "tid": "w", "ts": 2,
+         "dur": 5},
+        {"ph": "M", "name": "process_name", "pid": 8, "tid": 0, "args": {"name": "named"}},
+        {"ph": "M", "name": "thread_name", "pid": 8, "tid": "w", "args": {"name": "worker"}}]
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps({"baseTimeNanoseconds": 10**18, "traceEvents": events}))
+    d = decode_and_check(write_perfetto_trace(load_trace(src), tmp_path / "o.pftrace").path)
+    processes = {t.process.process_name: t for t in d.tracks.values() if t.HasField("process")}
+    assert set(processes) == {"Spans", "Traces", '""', "process 9", "named"}
+    assert processes["Spans"].description == 'Chrome trace pid "Spans"'
+    children = {(d.tracks[t.parent_uuid].process.process_name,
+                 t.thread.thread_name if t.HasField("thread") else t.name)
+                for t in d.tracks.values() if t.parent_uuid}
+    assert children == {("Spans", "PyTorch Profiler"), ("Traces", "Trace PyTorch Profiler"),
+                        ('""', '""'), ("process 9", "thread 3"), ("named", "worker")}
 
 
 @pytest.mark.parametrize("values", [[0, 1, 127, 128, 300, 2**32, 2**63 - 1, 2**64 - 1],

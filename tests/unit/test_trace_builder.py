@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from neuron_profiler.trace import EventKind, Phase, TraceBuilder
+from neuron_profiler.trace import EventKind, Phase, Trace, TraceBuilder
 from neuron_profiler.trace import schema as S
 
 
@@ -19,3 +19,19 @@ def test_builder_sorts_by_time_and_keeps_args() -> None:
     assert np.array_equal(t.select(kind=EventKind.KERNEL), [1])
     assert list(t.to_frame()["name"]) == ["early", "late"]
     assert t.mask(ph=Phase.COMPLETE).all()
+
+
+def test_producers_without_the_form_column_still_build_a_trace() -> None:
+    """A column added later (FORM) gets its "nothing here" value for producers that predate
+    it, so exporters never meet a missing column."""
+    cols = {c: np.zeros(3, dtype=S.COLUMN_DTYPES.get(c, np.int64)) for c in S.EVENT_COLUMNS
+            if c != S.FORM}
+    t = Trace(columns=cols, strings=[""], raw_args=[])
+    assert t.col(S.FORM).dtype == np.uint8 and t.col(S.FORM).tolist() == [0, 0, 0]
+    assert S.default_column(S.FLOW_ID, 2).tolist() == [-1, -1]
+
+
+def test_builder_keeps_form() -> None:
+    b = TraceBuilder()
+    b.add(name="mark", ts_ns=5, ph=Phase.INSTANT, form=2 | S.Form.NO_CAT)
+    assert b.build().col(S.FORM).tolist() == [2 | S.Form.NO_CAT]
