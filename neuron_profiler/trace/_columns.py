@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 
 from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace._numtext import OK, us_texts_to_ns, value_to_ns
 from neuron_profiler.trace._rawargs import RawArgs, RawArgsBuilder
 from neuron_profiler.trace.kinds import kind_of
@@ -70,8 +71,8 @@ class _Times(msgspec.Struct, gc=False):
 
 
 class _ArgIds(msgspec.Struct, gc=False):
-    external_id: int | float | str | None = msgspec.field(name="External id", default=-1)
-    correlation: int | float | str | None = -1
+    external_id: int | float | str | None = msgspec.field(name=V.ARG_EXTERNAL_ID, default=-1)
+    correlation: int | float | str | None = msgspec.field(name=V.ARG_CORRELATION, default=-1)
 
 
 _decode_events = msgspec.json.Decoder(list[Event]).decode

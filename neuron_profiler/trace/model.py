@@ -20,6 +20,7 @@ import msgspec
 import numpy as np
 
 from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
 
 _decode_args = msgspec.json.Decoder(dict).decode
 
@@ -206,8 +207,8 @@ class TraceBuilder:
         values = {
             S.TS_NS: int(ts_ns), S.DUR_NS: int(dur_ns), S.PH: int(ph), S.KIND: int(kind),
             S.NAME_ID: self.intern(name), S.CAT_ID: self.intern(cat), S.PID: int(pid),
-            S.TID: int(tid), S.EXTERNAL_ID: int(args.get("External id", -1)),
-            S.CORRELATION: int(args.get("correlation", -1)), S.FLOW_ID: int(flow_id),
+            S.TID: int(tid), S.EXTERNAL_ID: int(args.get(V.ARG_EXTERNAL_ID, -1)),
+            S.CORRELATION: int(args.get(V.ARG_CORRELATION, -1)), S.FLOW_ID: int(flow_id),
             S.ARGS_ROW: len(self._raw_args) if args else -1, S.FORM: int(form),
         }
         if args:
