@@ -152,6 +152,9 @@ def synthetic_records(n: int) -> dict:
     cols = {"start_ns": start, "end_ns": start + rng.integers(100, 4000, n),
             "flops": rng.integers(1, 1 << 30, n), "bytes": rng.integers(1, 1 << 24, n),
             "exec_id": np.arange(n, dtype=np.int64),
+            "arg_device": (np.arange(n) % 2).astype(np.int64),
+            "arg_stream": (np.arange(n) % 2).astype(np.int64) * 4 + 1,
+            "arg_correlation": np.arange(n, dtype=np.int64) + (1 << 30),
             "kineto_type": np.full(n, S.KINETO_KERNEL, dtype=np.int32),
             "device": (np.arange(n) % 2).astype(np.int32),
             "resource": np.zeros(n, dtype=np.int32), "thread_id": np.full(n, 7, dtype=np.int32),
@@ -160,7 +163,7 @@ def synthetic_records(n: int) -> dict:
             "flow_start": np.zeros(n, dtype=np.uint8),
             "name_id": (np.arange(n) % 4).astype(np.int32),
             "args_id": (np.arange(n) % 4).astype(np.int32)}
-    names = ["aten::mm", "aten::addmm", "aten::relu", "aten::_foreach_add_"]
+    names = ["TensorE: mm", "TensorE: addmm", "ScalarE: relu", "VectorE: _foreach_add_"]
     args = [[("emulated", "true"), ("op", json.dumps(nm))] for nm in names]
     return {**cols, "names": names, "args": args}
 

@@ -545,18 +545,17 @@ def _names(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext]
     if len(rows) == 0:
         return np.zeros(0, dtype=np.int32), []
     sub = take(exts, rows)
-    key_of = attrgetter("op", "engine", "collective", "direction", "sync")
-    _, ext_code = codes((_hashable(key_of(e)) for e in sub), len(sub))
+    _, ext_code = codes(map(attrgetter("op", "engine", "direction"), sub), len(sub))
+    # collectives and syncs name themselves from values of any type: rare, named row by row
+    own = np.flatnonzero(np.isin(acts.kind[rows], [ActivityKind.COLLECTIVE,
+                                                    ActivityKind.HOST_SYNC]))
+    ext_code[own] = len(sub) + np.arange(len(own))
     key = (ext_code * len(acts.names) + acts.name_id[rows]) * len(ActivityKind) + acts.kind[rows]
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     table: dict[str, int] = {}
     ids = [table.setdefault(_row_name(int(acts.kind[rows[j]]), acts.names[acts.name_id[rows[j]]],
                                       sub[j]), len(table)) for j in first.tolist()]
     return np.asarray(ids, dtype=np.int32)[inverse.reshape(-1)], list(table)
-
-
-def _hashable(values: tuple) -> tuple:
-    return tuple(v if isinstance(v, str | int | float | None) else repr(v) for v in values)
 
 
 # -- args -----------------------------------------------------------------------------------------
