@@ -37,6 +37,7 @@ _KINETO_BY_KIND[[ActivityKind.KERNEL, ActivityKind.COLLECTIVE]] = KINETO_KERNEL
 _KINETO_BY_KIND[ActivityKind.DMA] = KINETO_MEMCPY
 _KINETO_BY_KIND[[ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC,
                  ActivityKind.FALLBACK]] = KINETO_RUNTIME
+_KINETO_BY_KIND[ActivityKind.OVERHEAD] = 11  # libkineto OVERHEAD: profiler-induced host work
 
 # Keys the bridge writes itself (set once at registration): the per-row numbers' args keys and
 # the metadata key of a session that failed.

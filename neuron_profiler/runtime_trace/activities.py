@@ -25,6 +25,7 @@ class ActivityKind(enum.IntEnum):
     HOST_SYNC = 5  # host blocked on device
     FALLBACK = 6  # op run on the host
     INSTANT = 7  # tensor alloc/free and other instants (sync points are consumed, not emitted)
+    OVERHEAD = 8  # the emulator's own host work (neuron_profiler.emulator_overhead)
 
 
 class Queue(enum.IntEnum):

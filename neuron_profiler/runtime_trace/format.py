@@ -38,6 +38,9 @@ NRT_TENSOR_READ = "nrt_tensor_read"  # host runtime call starting a device -> ho
 EXT_DMA_D2D = EXT_EVENT_PREFIX + "dma_d2d"  # device -> device transfer (start/stop)
 EXT_HOST_SYNC = EXT_EVENT_PREFIX + "host_sync"  # host blocked on the device (start/stop, host)
 EXT_FALLBACK = EXT_EVENT_PREFIX + "cpu_fallback"  # op run on the host (start/stop, host thread)
+# The emulator's own host work that a real device would not cost the host: the op's math in
+# numerics mode, the arrival exchange of coupled collectives (start/stop, host thread).
+EXT_EMULATOR_OVERHEAD = EXT_EVENT_PREFIX + "emulator_overhead"
 
 HOST_CALL_TYPES = frozenset({NRT_MODEL_SUBMIT, NRT_EXECUTE, NRTA_EXECUTE_SCHEDULE,
                              NRT_TENSOR_WRITE, NRT_TENSOR_READ})
@@ -48,7 +51,7 @@ TENSOR_EVENT_TYPES = frozenset({NRT_TENSOR_ALLOCATE, NRT_TENSOR_FREE})
 EMULATED_EVENT_TYPES = frozenset({  # every type the emulator records
     NC_EXEC_RUNNING, CC_RUNNING, TIMESTAMP_SYNC_POINT, DMEM_BUF_COPYIN, DMEM_BUF_COPYOUT,
     NRT_TENSOR_ALLOCATE, NRT_TENSOR_FREE, NRT_MODEL_SUBMIT, NRT_TENSOR_WRITE, NRT_TENSOR_READ,
-    EXT_DMA_D2D, EXT_HOST_SYNC, EXT_FALLBACK})
+    EXT_DMA_D2D, EXT_HOST_SYNC, EXT_FALLBACK, EXT_EMULATOR_OVERHEAD})
 
 # Queue names (emulator extension field data[EXT_KEY]["queue"]; also the collector's thread names).
 QUEUE_COMPUTE, QUEUE_DMA, QUEUE_COLLECTIVE = "compute", "dma", "collective"
@@ -78,3 +81,9 @@ X_DEVICE_PROPERTIES = "device_properties"  # envelope extension: devicePropertie
 X_SYNC_REASON = "sync"  # why the host synced: "item", "cpu", "synchronize", "fallback", ...
 X_WAIT_UNTIL_NS = "wait_until_ns"  # host_sync: device time (host clock) the host waited for
 X_GROUP = "group"  # collective: process-group name
+X_OVERHEAD = "overhead"  # emulator_overhead: what the host did (one of OVERHEAD_*)
+OVERHEAD_NUMERICS = "numerics"  # the op's real math (numerics mode)
+OVERHEAD_COUPLING = "collective_coupling"  # exchanging collective arrival times across ranks
+X_NUMERICS = "numerics"  # envelope / device properties: NUMERICS_COMPUTED or NUMERICS_SKIPPED
+NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
+SYNC_QUEUE_FULL = "queue_full"  # host_sync reason: the bounded launch queue was full

@@ -149,12 +149,13 @@ _KIND_BY_TYPE = {
     **{t: ActivityKind.COLLECTIVE for t in F.COLLECTIVE_TYPES},
     **{t: ActivityKind.RUNTIME_CALL for t in F.HOST_CALL_TYPES},
     F.EXT_HOST_SYNC: ActivityKind.HOST_SYNC, F.EXT_FALLBACK: ActivityKind.FALLBACK,
+    F.EXT_EMULATOR_OVERHEAD: ActivityKind.OVERHEAD,
 }
 _QUEUE_BY_KIND = np.full(len(ActivityKind), Queue.OTHER, dtype=np.uint8)
 for _kind, _queue in ((ActivityKind.KERNEL, Queue.COMPUTE), (ActivityKind.DMA, Queue.DMA),
                       (ActivityKind.COLLECTIVE, Queue.COLLECTIVE),
                       (ActivityKind.RUNTIME_CALL, Queue.HOST), (ActivityKind.HOST_SYNC, Queue.HOST),
-                      (ActivityKind.FALLBACK, Queue.HOST)):
+                      (ActivityKind.FALLBACK, Queue.HOST), (ActivityKind.OVERHEAD, Queue.HOST)):
     _QUEUE_BY_KIND[_kind] = _queue
 
 

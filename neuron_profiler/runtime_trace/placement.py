@@ -45,14 +45,15 @@ from neuron_profiler.runtime_trace.parser import decode_rows
 from neuron_profiler.trace import vocabulary as V
 
 # Category of each ActivityKind (index: ActivityKind code).
-CATEGORIES = (V.CAT_KERNEL, V.CAT_MEMCPY, V.CAT_RUNTIME, V.CAT_DRIVER)
+CATEGORIES = (V.CAT_KERNEL, V.CAT_MEMCPY, V.CAT_RUNTIME, V.CAT_DRIVER, V.CAT_OVERHEAD)
 _CAT_BY_KIND = np.full(len(ActivityKind), 3, dtype=np.uint8)
 _CAT_BY_KIND[[ActivityKind.KERNEL, ActivityKind.COLLECTIVE]] = 0
 _CAT_BY_KIND[ActivityKind.DMA] = 1
 _CAT_BY_KIND[[ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC, ActivityKind.FALLBACK]] = 2
+_CAT_BY_KIND[ActivityKind.OVERHEAD] = 4
 
 ON_HOST_THREAD = np.array([ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC,
-                           ActivityKind.FALLBACK], dtype=np.uint8)
+                           ActivityKind.FALLBACK, ActivityKind.OVERHEAD], dtype=np.uint8)
 DEVICE_WORK = np.array([ActivityKind.KERNEL, ActivityKind.DMA, ActivityKind.COLLECTIVE],
                        dtype=np.uint8)
 # Rows launched by nobody but themselves (the window reads their own start).
@@ -61,7 +62,8 @@ _SELF_LAUNCHED = np.array([*ON_HOST_THREAD, ActivityKind.INSTANT], dtype=np.uint
 _QUEUE_INDEX = np.array([0, 1, 2, 3, 3], dtype=np.int64)
 # Unknown event types and instants keep their whole runtime data as an arg.
 RAW_DATA_KINDS = frozenset({int(ActivityKind.GENERIC), int(ActivityKind.INSTANT)})
-_SIMPLE_KINDS = (ActivityKind.KERNEL, ActivityKind.RUNTIME_CALL, ActivityKind.DMA)
+_SIMPLE_KINDS = (ActivityKind.KERNEL, ActivityKind.RUNTIME_CALL, ActivityKind.DMA,
+                 ActivityKind.OVERHEAD)
 _TYPE_DIRECTION = {F.DMEM_BUF_COPYIN: F.H2D, F.DMEM_BUF_COPYOUT: F.D2H, F.EXT_DMA_D2D: F.D2D}
 DISPATCH_FRAMES = frozenset({"PythonSubclass", "PythonDispatchMode"})
 # First ac2g flow id (= ``correlation`` arg). CUPTI's correlation ids are large; tools size their
@@ -88,6 +90,7 @@ class _Ext(msgspec.Struct, gc=False):
     shapes: Any = None
     dtypes: Any = None
     sync: Any = None
+    overhead: str | None = None
 
 
 class _Data(msgspec.Struct, gc=False):
@@ -112,6 +115,7 @@ class _LooseExt(msgspec.Struct, gc=False):
     shapes: Any = None
     dtypes: Any = None
     sync: Any = None
+    overhead: Any = None
 
 
 class _LooseData(msgspec.Struct, gc=False):
@@ -145,7 +149,7 @@ def _decode_datas(data: Sequence[bytes]) -> list[_Data]:
             flops=_int_or_missing(e.flops), bytes=_int_or_missing(e.bytes),
             direction=_text(e.direction), launch_ns=_int_or_missing(e.launch_ns),
             collective=e.collective, ranks=e.ranks, algorithm=e.algorithm, reason=e.reason,
-            shapes=e.shapes, dtypes=e.dtypes, sync=e.sync)
+            shapes=e.shapes, dtypes=e.dtypes, sync=e.sync, overhead=_text(e.overhead))
         out.append(_Data(ext, d.algorithm))
     return out
 
@@ -466,6 +470,9 @@ def _metadata(acts: DeviceActivities, kept: int, props: Sequence[dict[str, Any]]
         V.META_DROPPED: {str(k): int(v) for k, v in sorted(acts.dropped.items())},
         V.META_MALFORMED: int(acts.malformed), V.META_UNPAIRED: int(acts.unpaired),
         V.META_ACTIVITIES: kept, V.META_MODELLED: modelled, V.META_PEAKS: peaks}
+    numerics = sorted({str(p[V.PROP_NUMERICS]) for p in props if V.PROP_NUMERICS in p})
+    if numerics:  # the emulator says whether results were computed (timing mode: skipped)
+        meta[V.META_NUMERICS] = numerics[0] if len(numerics) == 1 else "mixed"
     moved = {str(c): p for c, p in core_pid.items() if c != p}
     if moved:
         meta[V.META_RELOCATED_CORES] = moved
@@ -489,6 +496,8 @@ def _row_name(kind: int, base: str, e: _Ext) -> str:
         return V.SYNC_PREFIX + (e.op or (str(e.sync) if e.sync is not None else "device"))
     if kind == ActivityKind.FALLBACK:
         return V.FALLBACK_PREFIX + (e.op or base)
+    if kind == ActivityKind.OVERHEAD:
+        return V.OVERHEAD_PREFIX + (e.overhead or "host")
     return base
 
 
@@ -498,7 +507,7 @@ def _names(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext]
     if len(rows) == 0:
         return np.zeros(0, dtype=np.int32), []
     sub = take(exts, rows)
-    key_of = attrgetter("op", "engine", "collective", "direction", "sync")
+    key_of = attrgetter("op", "engine", "collective", "direction", "sync", "overhead")
     _, ext_code = codes((_hashable(key_of(e)) for e in sub), len(sub))
     key = (ext_code * len(acts.names) + acts.name_id[rows]) * len(ActivityKind) + acts.kind[rows]
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
@@ -541,6 +550,8 @@ def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: boo
                 (V.ARG_DTYPES, e.dtypes)]
     elif kind == ActivityKind.HOST_SYNC and e.sync is not None:
         out.append((V.ARG_SYNC, str(e.sync)))
+    elif kind == ActivityKind.OVERHEAD:
+        out += [(V.ARG_OVERHEAD, str(e.overhead))] + ([(V.ARG_OP, e.op)] if e.op else [])
     elif kind in RAW_DATA_KINDS:
         out.append((V.ARG_DATA, msgspec.Raw(raw)))
     return tuple(out)
@@ -569,7 +580,8 @@ def _args(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas: lis
     at = np.flatnonzero(simple)
     if len(at):
         sub = take(exts, rows[at])
-        _, label = codes(map(attrgetter("op", "engine", "dtype", "direction"), sub), len(sub))
+        _, label = codes(map(attrgetter("op", "engine", "dtype", "direction", "overhead"), sub),
+                         len(sub))
         key = (label * len(ActivityKind) + kind[at]) * 2 + modelled[at]
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         distinct = [intern(_row_args(int(kind[at[j]]), sub[j], None, b"",

@@ -21,6 +21,7 @@ CAT_MEMCPY = "gpu_memcpy"  # DMA transfers
 CAT_RUNTIME = "privateuse1_runtime"  # host runtime calls, host syncs, CPU fallbacks
 CAT_DRIVER = "privateuse1_driver"  # tensor events and runtime event types we do not know
 CAT_FLOW = "ac2g"  # arrow from a runtime call to the device work it launched
+CAT_OVERHEAD = "overhead"  # the emulator's own host work (Kineto's word for profiler overhead)
 
 # -- args keys that CUDA traces carry too ----------------------------------------------------
 ARG_EXTERNAL_ID = "External id"  # the launching aten op's correlation (Kineto writes it)
@@ -50,6 +51,7 @@ ARG_FALLBACK_REASON = "fallback reason"
 ARG_SHAPES = "input shapes"
 ARG_DTYPES = "input dtypes"
 ARG_SYNC = "sync"  # host sync: why the host waited (item, cpu, synchronize, fallback, ...)
+ARG_OVERHEAD = "emulator overhead"  # what the emulator did on the host: numerics, ...
 ARG_DATA = "data"  # unknown runtime events: their whole runtime data object
 ARG_BYTES_KEYS = (ARG_BYTES, "Bytes")  # how transfer sizes are spelled across producers
 
@@ -59,6 +61,9 @@ ARG_BYTES_KEYS = (ARG_BYTES, "Bytes")  # how transfer sizes are spelled across p
 FALLBACK_PREFIX = "CPU fallback: "
 RUNTIME_PREFIX = "nrt launch: "
 SYNC_PREFIX = "host sync: "
+# The emulator's own host work (an op's real math in numerics mode, exchanging collective arrival
+# times): never runtime launch cost. One row name per kind of work, not per op.
+OVERHEAD_PREFIX = "emulator overhead: "
 # DMA rows are named as CUDA names its copies, so tools that classify by name see copies.
 MEMCPY_NAMES = {"h2d": "Memcpy HtoD (Host -> NeuronCore)",
                 "d2h": "Memcpy DtoH (NeuronCore -> Host)",
@@ -106,6 +111,8 @@ PROP_HBM_BYTES = "hbm_bytes"
 PROP_PEAK_BF16_TFLOPS = "peak_bf16_tflops"
 PROP_HBM_GBPS = "hbm_gbps"
 PROP_PEAKS_KNOWN = "peaks_known"  # false: the source gives no peak figures (real captures)
+PROP_NUMERICS = "numerics"  # emulator: "computed" (numerics mode) or "skipped" (timing mode)
+NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
 
 # -- top-level metadata keys ---------------------------------------------------------------------
 META_SOURCE = "neuron_source"  # emulator, libnrt, merge, none
@@ -117,6 +124,7 @@ META_UNPAIRED = "neuron_unpaired_events"
 META_ACTIVITIES = "neuron_activities"  # activities written into this trace
 META_MODELLED = "neuron_timing_modelled"  # true: durations come from the emulator's model
 META_PEAKS = "neuron_peaks"  # "modelled" (emulator figures) or "unknown" (no peaks in capture)
+META_NUMERICS = "neuron_numerics"  # emulator: "computed" or "skipped" (timing mode: not computed)
 META_LINK_ERROR = "neuron_link_error"
 META_MERGED_FROM = "neuron_merged_from"
 META_RELOCATED_CORES = "neuron_relocated_cores"  # core -> pid, where the host used the core's pid
