@@ -155,16 +155,18 @@ class DeviceTimeline:
         """The bounded launch queue: with ``queue_depth`` operations launched and unfinished on
         this core, the host really blocks until one finishes (a ``queue_full`` host sync).
         Returns the time the launch proceeds at."""
-        now = time.time_ns()
-        with self._lock:
+        with self._lock:  # in flight at the launch time: what the launch call would see
             heap = self.cores[core].inflight
-            while heap and heap[0] <= now:
+            while heap and heap[0] <= launch_ns:
                 heapq.heappop(heap)
             target = 0
             while len(heap) >= self.queue_depth:
                 target = heapq.heappop(heap)
         if not target:
             return launch_ns
+        now = time.time_ns()
+        if target <= now:  # freed while the host was busy elsewhere: no wait, launch then
+            return max(launch_ns, target)
         end = wait_until(target)
         if self.rt.capturing:
             self.rt.record_span_lazy(core, F.EXT_HOST_SYNC, _native_tid(), now, end, _sync_start,

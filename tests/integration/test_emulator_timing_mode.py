@@ -231,3 +231,40 @@ def test_numerics_math_is_an_overhead_span_not_the_launch(tmp_path: Path) -> Non
         assert math["tid"] == launch["tid"]
         assert math["ts"] + math["dur"] <= launch["ts"] + 1e-3  # the math, then the launch
         assert launch["dur"] < math["dur"]  # a 1024^3 matmul on the host dwarfs the launch
+
+
+# -- bounded launch queue --------------------------------------------------------------------------
+@pytest.mark.parametrize("numerics", [False, True])
+def test_launch_queue_is_bounded_and_the_host_blocks_as_queue_full(tmp_path: Path,
+                                                                   numerics: bool) -> None:
+    depth, launches, n = 64, 200, 2048
+    emu.enable(cores=1, numerics=numerics, queue_depth=depth)
+    a = torch.ones(n, n).to("neuron")
+    y = None if numerics else a  # numerics: a smaller op, so the host math stays cheap
+    small = torch.ones(256, 256).to("neuron")
+
+    def step() -> None:
+        for _ in range(launches):  # no sync inside the loop
+            _ = (a @ a) if y is not None else (small @ small)
+        torch.neuron.synchronize()
+
+    trace = _profile(tmp_path, 1, step)
+    pairs = _pairs(trace)
+    assert len(pairs) >= launches
+    for call, _ in pairs:
+        t = call["ts"]
+        in_flight = sum(1 for c, w in pairs
+                        if c["ts"] <= t + 1e-3 and w["ts"] + w["dur"] > t + 1e-3)
+        assert in_flight <= depth, (t, in_flight)
+    x = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    full = [e for e in x if e.get("args", {}).get(V.ARG_SYNC) == "queue_full"]
+    if y is not None:  # device-bound: the host waits out all but the first `depth` matmuls
+        per_op_us = max(w["dur"] for _, w in pairs)
+        starts = sorted(c["ts"] for c, _ in pairs)
+        host_us = (starts[depth - 1] - starts[0]) / (depth - 1)  # per launch, queue not full
+        blocked = sum(e["dur"] for e in full)
+        expected = (launches - depth) * (per_op_us - host_us)
+        assert blocked >= 0.8 * expected, (blocked, expected, per_op_us, host_us)
+        assert max(sum(1 for c, w in pairs if c["ts"] <= call["ts"] + 1e-3
+                       and w["ts"] + w["dur"] > call["ts"] + 1e-3)
+                   for call, _ in pairs) == depth  # the bound is reached, then held
