@@ -106,16 +106,19 @@ class EmulatedRuntime:
     def device_properties(self) -> list[dict[str, Any]]:
         """One entry per emulated core; figures per logical core of the chosen chip.
 
-        ``peak_bf16_tflops`` and ``hbm_gbps`` are the published per-core figures; the modelled
-        durations are additionally divided by ``speed_factor`` (reported next to them).
+        Every peak the timing model uses (compute per engine and dtype, HBM, host link, DMA,
+        collective link) *after* the speed factor, so that achieved figures (which the speed
+        factor scales too) compare with them directly; ``speed_factor`` is reported next to them.
         """
+        from neuron_profiler.emulator.timing import RooflineModel
+        from neuron_profiler.trace import vocabulary as V
+
         c = self.chip
-        return [{"id": i, "name": f"NeuronCore {i}", "chip": c.name,
-                 "hbm_bytes": int(c.hbm_gib * 2**30 / c.logical_cores),
-                 "peak_bf16_tflops": c.bf16_tflops / c.logical_cores,
-                 "hbm_gbps": c.hbm_tbps * 1000.0 / c.logical_cores,
-                 "emulated": True, "speed_factor": self.speed_factor,
-                 F.X_NUMERICS: self.numerics}
+        peaks = RooflineModel(c, speed_factor=self.speed_factor).peaks()
+        return [{V.PROP_ID: i, V.PROP_NAME: f"NeuronCore {i}", V.PROP_CHIP: c.name,
+                 V.PROP_HBM_BYTES: int(c.hbm_gib * 2**30 / c.logical_cores),
+                 **peaks, V.PROP_EMULATED: True, V.PROP_SPEED_FACTOR: self.speed_factor,
+                 V.PROP_NUMERICS: self.numerics}
                 for i in range(self.num_cores)]
 
     # -- nrt_sys_trace_* ----------------------------------------------------------------------

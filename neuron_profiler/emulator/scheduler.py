@@ -109,7 +109,8 @@ class DeviceTimeline:
         if self.rt.capturing:
             self._record_launch(core, F.NRT_MODEL_SUBMIT, F.NC_EXEC_RUNNING, op, launch_ns,
                                 start, end, _KERNEL,
-                                (flops, bytes_moved, dtype, engine_for(op, matrix)))
+                                (flops, bytes_moved, dtype, engine_for(op, matrix),
+                                 self.model.peak_flops_per_s(dtype, matrix)))
         return end
 
     def copy(self, core: int, direction: str, nbytes: int, *, launch_ns: int, op: str,
@@ -127,8 +128,10 @@ class DeviceTimeline:
             q.stream_ns = end
             heapq.heappush(q.inflight, end)
         if self.rt.capturing:
+            link = (self.model.chip.dma_bytes_per_s() if direction == F.D2D
+                    else self.model.chip.host_link_bytes_per_s()) * self.model.speed_factor
             self._record_launch(core, _COPY_CALL[direction], _COPY_EVENT[direction], op,
-                                launch_ns, start, end, _DMA, (nbytes, direction))
+                                launch_ns, start, end, _DMA, (nbytes, direction, link))
         return end
 
     def collective(self, core: int, op: str, *, collective: str, nbytes: int, ranks: list[int],
@@ -273,16 +276,19 @@ def _call_stop(p: tuple) -> dict:
 
 
 def _work_start(p: tuple) -> dict:
-    core, exec_id, model_id, op, corr, launch_ns, nc_start, _, kind, extra = p
+    core, exec_id, model_id, op, corr, launch_ns, nc_start, nc_end, kind, extra = p
+    seconds = max(nc_end - nc_start, 1) * 1e-9
     ext = {F.X_OP: op, F.X_QUEUE: _QUEUE_OF[kind], F.X_CORRELATION_ID: corr,
            F.X_LAUNCH_NS: launch_ns, F.X_MODELLED: True}
     data = {"device_core_idx": core, "exec_id": exec_id, "model_id": model_id,
             "nc_timestamp_ns": nc_start}
     if kind == _KERNEL:
         ext.update({F.X_FLOPS: extra[0], F.X_BYTES: extra[1], F.X_DTYPE: extra[2],
-                    F.X_ENGINE: extra[3]})
+                    F.X_ENGINE: extra[3],
+                    F.X_PCT_PEAK: round(100.0 * extra[0] / seconds / extra[4], 3)})
     elif kind == _DMA:
-        ext.update({F.X_BYTES: extra[0], F.X_DIRECTION: extra[1]})
+        ext.update({F.X_BYTES: extra[0], F.X_DIRECTION: extra[1],
+                    F.X_PCT_PEAK: round(100.0 * extra[0] / seconds / extra[2], 3)})
     else:
         collective, nbytes, ranks, algorithm, group, op_id = extra
         data.update({"gid": 0, "op_id": op_id, "algorithm": algorithm})

@@ -81,6 +81,8 @@ X_DEVICE_PROPERTIES = "device_properties"  # envelope extension: devicePropertie
 X_SYNC_REASON = "sync"  # why the host synced: "item", "cpu", "synchronize", "fallback", ...
 X_WAIT_UNTIL_NS = "wait_until_ns"  # host_sync: device time (host clock) the host waited for
 X_GROUP = "group"  # collective: process-group name
+X_PCT_PEAK = "pct_of_peak"  # kernel: % of the compute peak of its engine and dtype; DMA: of the
+# link's bandwidth (both after the speed factor)
 X_OVERHEAD = "overhead"  # emulator_overhead: what the host did (one of OVERHEAD_*)
 OVERHEAD_NUMERICS = "numerics"  # the op's real math (numerics mode)
 OVERHEAD_COUPLING = "collective_coupling"  # exchanging collective arrival times across ranks

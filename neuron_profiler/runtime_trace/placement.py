@@ -91,6 +91,7 @@ class _Ext(msgspec.Struct, gc=False):
     dtypes: Any = None
     sync: Any = None
     overhead: str | None = None
+    pct_of_peak: float | None = None
 
 
 class _Data(msgspec.Struct, gc=False):
@@ -116,6 +117,7 @@ class _LooseExt(msgspec.Struct, gc=False):
     dtypes: Any = None
     sync: Any = None
     overhead: Any = None
+    pct_of_peak: Any = None
 
 
 class _LooseData(msgspec.Struct, gc=False):
@@ -149,7 +151,8 @@ def _decode_datas(data: Sequence[bytes]) -> list[_Data]:
             flops=_int_or_missing(e.flops), bytes=_int_or_missing(e.bytes),
             direction=_text(e.direction), launch_ns=_int_or_missing(e.launch_ns),
             collective=e.collective, ranks=e.ranks, algorithm=e.algorithm, reason=e.reason,
-            shapes=e.shapes, dtypes=e.dtypes, sync=e.sync, overhead=_text(e.overhead))
+            shapes=e.shapes, dtypes=e.dtypes, sync=e.sync, overhead=_text(e.overhead),
+            pct_of_peak=e.pct_of_peak if isinstance(e.pct_of_peak, int | float) else None)
         out.append(_Data(ext, d.algorithm))
     return out
 
@@ -433,7 +436,7 @@ def _threads(cores: list[int], core_pid: dict[int, int], *, used_other: bool
             for c in cores for q in queues]
 
 
-_PEAK_KEYS = (V.PROP_PEAK_BF16_TFLOPS, V.PROP_HBM_GBPS)
+_PEAK_KEYS = (V.PROP_PEAK_BF16_TFLOPS, V.PROP_HBM_GBPS, V.PROP_PEAK_TFLOPS)
 
 
 def complete_properties(cores: list[int], props: Sequence[dict[str, Any]]
@@ -530,11 +533,15 @@ def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: boo
         out.append((V.ARG_EMULATED, True))
     if kind == ActivityKind.KERNEL:
         out += [(key, value) for key, value in ((V.ARG_OP, e.op), (V.ARG_ENGINE, e.engine),
-                                                 (V.ARG_DTYPE, e.dtype)) if value is not None]
+                                                 (V.ARG_DTYPE, e.dtype),
+                                                 (V.ARG_PCT_PEAK, e.pct_of_peak))
+                if value is not None]
     elif kind == ActivityKind.RUNTIME_CALL and e.op is not None:
         out.append((V.ARG_OP, e.op))
     elif kind == ActivityKind.DMA and e.direction is not None:
         out.append((V.ARG_DIRECTION, e.direction))
+        if e.pct_of_peak is not None:
+            out.append((V.ARG_PCT_PEAK, e.pct_of_peak))
     elif kind == ActivityKind.COLLECTIVE:
         ranks = e.ranks if isinstance(e.ranks, list) else []
         algorithm = e.algorithm if e.algorithm is not None else real_algorithm
@@ -580,8 +587,8 @@ def _args(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas: lis
     at = np.flatnonzero(simple)
     if len(at):
         sub = take(exts, rows[at])
-        _, label = codes(map(attrgetter("op", "engine", "dtype", "direction", "overhead"), sub),
-                         len(sub))
+        _, label = codes(map(attrgetter("op", "engine", "dtype", "direction", "overhead",
+                                        "pct_of_peak"), sub), len(sub))
         key = (label * len(ActivityKind) + kind[at]) * 2 + modelled[at]
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         distinct = [intern(_row_args(int(kind[at[j]]), sub[j], None, b"",

@@ -268,3 +268,42 @@ def test_launch_queue_is_bounded_and_the_host_blocks_as_queue_full(tmp_path: Pat
         assert max(sum(1 for c, w in pairs if c["ts"] <= call["ts"] + 1e-3
                        and w["ts"] + w["dur"] > call["ts"] + 1e-3)
                    for call, _ in pairs) == depth  # the bound is reached, then held
+
+
+# -- efficiency figures ----------------------------------------------------------------------------
+def test_peaks_after_speed_factor_and_percent_of_peak_per_row(tmp_path: Path) -> None:
+    speed = 0.25
+    emu.enable(cores=1, numerics=False, speed_factor=speed)
+    a32 = torch.ones(2048, 2048).to("neuron")
+    a16 = a32.to(torch.bfloat16)
+
+    def step() -> None:
+        (a32 @ a32).sum()
+        (a16 @ a16).relu()
+        torch.ones(1 << 20).to("neuron").cpu()
+
+    trace = _profile(tmp_path, 1, step)
+    (props,) = trace["deviceProperties"]
+    spec = chip("trn2")
+    assert props[V.PROP_PEAK_FP32_TFLOPS] == pytest.approx(
+        spec.bf16_tflops / spec.logical_cores * spec.fp32_matrix_ratio * speed)
+    assert props[V.PROP_HBM_GBPS] == pytest.approx(spec.hbm_tbps * 1e3 / spec.logical_cores * speed)
+    x = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    kernels = [e for e in x if e.get("cat") == V.CAT_KERNEL]
+    seen = set()
+    for k in kernels:
+        args = k["args"]
+        peak = props[V.PROP_PEAK_TFLOPS][args[V.ARG_ENGINE]][args[V.ARG_DTYPE]]
+        achieved = args[V.ARG_FLOPS] / (k["dur"] * 1e-6) / 1e12
+        assert achieved <= peak * 1.001
+        assert args[V.ARG_PCT_PEAK] == pytest.approx(100 * achieved / peak, rel=2e-3)
+        seen.add((args[V.ARG_ENGINE], args[V.ARG_DTYPE]))
+        if args[V.ARG_OP] == "aten::mm":  # compute-bound: close to its own dtype's peak
+            assert args[V.ARG_PCT_PEAK] > 95
+    assert {("TensorE", "float32"), ("TensorE", "bfloat16")} <= seen
+    copies = [e for e in x if e.get("cat") == V.CAT_MEMCPY]
+    for c in copies:
+        link = props[V.PROP_HOST_LINK_GBPS]
+        gbps = c["args"][V.ARG_BYTES] / (c["dur"] * 1e-6) / 1e9
+        assert gbps <= link * 1.001
+        assert c["args"][V.ARG_PCT_PEAK] == pytest.approx(100 * gbps / link, rel=2e-3)
