@@ -71,7 +71,7 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         return out
     core = u.core
     written: list[torch.Tensor] = []
-    result = wrap(out, u, core, True, written)
+    result = _device_work(out, wrap(out, u, core, True, written))
     tl = STATE.timeline
     if tl is None:
         return result
@@ -88,6 +88,54 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         STATE.pending[t.untyped_storage().data_ptr()] = end
     _outstanding[core] = max(end, _outstanding.get(core, 0))
     return result
+
+
+def _pair_up(host: Any, device: Any, by_id: dict[int, Any], by_mem: dict[tuple, Any]) -> None:
+    if isinstance(host, torch.Tensor) and isinstance(device, torch.Tensor):
+        by_id[id(host)] = device
+        by_mem[_mem(host)] = device
+    elif isinstance(host, (list, tuple)) and isinstance(device, (list, tuple)):
+        for h, d in zip(host, device, strict=False):
+            _pair_up(h, d, by_id, by_mem)
+
+
+def _mem(t: torch.Tensor) -> tuple:
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride())
+
+
+def _to_device(value: Any, by_id: dict[int, Any], by_mem: dict[tuple, Any]) -> Any:
+    if isinstance(value, torch.Tensor):
+        dev = by_id.get(id(value))
+        if dev is None:
+            dev = by_mem.get(_mem(value), value)
+        return dev
+    if isinstance(value, (list, tuple)):
+        return type(value)([_to_device(v, by_id, by_mem) for v in value])
+    return value
+
+
+def _device_work(out: Any, result: Any) -> Any:
+    """The op's ``Work`` with a future whose value holds the caller's own device tensors (the
+    real exchange ran on their host memory): DDP's reducer then copies device to device, and
+    comm hooks that read ``fut.value()`` run on the device, as with NCCL."""
+    if not isinstance(out, (list, tuple)):
+        return result
+    from torch._C._distributed_c10d import Work, _create_work_from_future
+
+    by_id: dict[int, Any] = {}
+    by_mem: dict[tuple, Any] = {}
+    _pair_up(out, result, by_id, by_mem)
+    items = list(result)
+    for i, o in enumerate(out):
+        if not isinstance(o, torch.ScriptObject):
+            continue
+        try:
+            work = Work.unbox(o)
+        except RuntimeError:  # another bound class
+            continue
+        fut = work.get_future().then(lambda f: _to_device(f.value(), by_id, by_mem))
+        items[i] = _create_work_from_future(fut).boxed()
+    return type(result)(items)
 
 
 # core -> device end of the latest collective not yet waited for from Python

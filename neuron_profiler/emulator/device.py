@@ -152,6 +152,12 @@ def _register_with_torch(cores: int) -> None:
 
     if T.NeuronTensor not in optimizer._foreach_supported_types:
         optimizer._foreach_supported_types.append(T.NeuronTensor)
+    # nn.Module._apply cannot shallow-copy a CPU parameter into a wrapper-subclass tensor, so by
+    # default ``.to("neuron")`` makes a new Parameter per module: tied weights come untied and
+    # an optimizer made before ``.to()`` keeps the host tensors. Swapping the tensors in place
+    # (torch's own opt-in, the future default) keeps each Parameter object, as on CUDA. Process-
+    # wide: documented in docs/emulator.md.
+    torch.__future__.set_swap_module_params_on_conversion(True)
     _registered = True
 
 
