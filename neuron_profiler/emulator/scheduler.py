@@ -19,7 +19,7 @@ import heapq
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from neuron_profiler.emulator.runtime import EmulatedRuntime, current_correlation_id
@@ -135,23 +135,43 @@ class DeviceTimeline:
         return end
 
     def collective(self, core: int, op: str, *, collective: str, nbytes: int, ranks: list[int],
-                   group: str, launch_ns: int, algorithm: str = "ring") -> int:
+                   group: str, launch_ns: int, algorithm: str = "ring",
+                   exchange: Callable[[int], int] | None = None) -> int:
         """A collective on the collective queue: waits for the inputs (stream), not for later
-        compute, so it overlaps whatever is launched after it."""
+        compute, so it overlaps whatever is launched after it.
+
+        ``exchange(arrival_ns) -> latest arrival over the group`` couples the ranks: this rank's
+        arrival is when the collective could start on its own queue; it starts when the last
+        rank has arrived, and the wait before is a ``cc_exec_barrier`` span on the device (as
+        the real runtime records it). The exchange's host time is an emulator-overhead span."""
         dur = self.model.collective_ns(nbytes=nbytes, world=len(ranks), collective=collective)
         if len(self.cores[core].inflight) >= self.queue_depth:
             launch_ns = self._admit(core, op, launch_ns)
         with self._lock:
             q = self.cores[core]
+            arrival = max(launch_ns + self.latency_ns, q.collective.free_at_ns, q.stream_ns)
+        call_end = time.time_ns()
+        group_start = arrival
+        if exchange is not None:
+            group_start = max(arrival, exchange(arrival))
+            self.overhead(core, op, F.OVERHEAD_COUPLING, call_end, time.time_ns())
+        with self._lock:
             start, end = q.collective.schedule(launch_ns=launch_ns, duration_ns=dur,
                                                latency_ns=self.latency_ns,
-                                               not_before_ns=q.stream_ns)
+                                               not_before_ns=max(q.stream_ns, group_start))
             heapq.heappush(q.inflight, end)
         if self.rt.capturing:
             self.collectives_launched += 1
+            if start > arrival:  # waiting for the group on the device
+                self.rt.record_span_lazy(
+                    core, F.CC_EXEC_BARRIER, _native_tid(), arrival, start, _barrier_start,
+                    _barrier_stop, (core, self._model_ids.get(op, 0), op, collective,
+                                    current_correlation_id(), launch_ns,
+                                    arrival - self.rt.nc_epoch_ns, start - self.rt.nc_epoch_ns))
             self._record_launch(core, F.NRT_MODEL_SUBMIT, F.CC_RUNNING, op, launch_ns, start,
                                 end, _COLLECTIVE, (collective, nbytes, tuple(ranks), algorithm,
-                                                   group, self.collectives_launched))
+                                                   group, self.collectives_launched),
+                                call_end_ns=call_end)
         return end
 
     def _admit(self, core: int, op: str, launch_ns: int) -> int:
@@ -191,7 +211,8 @@ class DeviceTimeline:
                                      (what, op, current_correlation_id()))
 
     def _record_launch(self, core: int, call_type: str, work_type: str, op: str, launch_ns: int,
-                       start: int, end: int, kind: int, extra: tuple) -> None:
+                       start: int, end: int, kind: int, extra: tuple,
+                       call_end_ns: int | None = None) -> None:
         rt = self.rt
         exec_id = next(self._exec_ids)
         model_id = self._model_ids.get(op)
@@ -200,7 +221,8 @@ class DeviceTimeline:
         payload = (core, exec_id, model_id, op, current_correlation_id(), launch_ns,
                    start - rt.nc_epoch_ns, end - rt.nc_epoch_ns, kind, extra)
         rt.record_launch(core, call_type, work_type, _native_tid(),
-                         (launch_ns, max(time.time_ns(), launch_ns)), (start, end), _BUILDERS,
+                         (launch_ns, max(time.time_ns() if call_end_ns is None else call_end_ns,
+                                         launch_ns)), (start, end), _BUILDERS,
                          payload)
 
     # -- host side ---------------------------------------------------------------------------
@@ -308,6 +330,18 @@ _BUILDERS = (_call_start, _call_stop, _work_start, _work_stop)
 def _sync_start(p: tuple) -> dict:
     return {F.EXT_KEY: {F.X_SYNC_REASON: p[0], F.X_OP: p[1], F.X_WAIT_UNTIL_NS: p[2],
                         F.X_CORRELATION_ID: p[3]}}
+
+
+def _barrier_start(p: tuple) -> dict:
+    core, model_id, op, collective, corr, launch_ns, nc_start, _ = p
+    return {"device_core_idx": core, "model_id": model_id, "nc_timestamp_ns": nc_start,
+            F.EXT_KEY: {F.X_OP: op, F.X_COLLECTIVE_OP: collective, F.X_QUEUE: F.QUEUE_COLLECTIVE,
+                        F.X_CORRELATION_ID: corr, F.X_LAUNCH_NS: launch_ns, F.X_MODELLED: True,
+                        F.X_COLLECTIVE_WAIT: True}}
+
+
+def _barrier_stop(p: tuple) -> dict:
+    return {"device_core_idx": p[0], "nc_timestamp_ns": p[7]}
 
 
 def _overhead_start(p: tuple) -> dict:

@@ -23,6 +23,7 @@ START, STOP, INSTANT, UNKNOWN = "start", "stop", "instant", "unknown"
 # Real runtime event types the emulator also emits.
 NC_EXEC_RUNNING = "nc_exec_running"  # device execution of one op/kernel (start/stop)
 CC_RUNNING = "cc_running"  # collective on the collective queue (start/stop)
+CC_EXEC_BARRIER = "cc_exec_barrier"  # device waiting for the replica group before a collective
 TIMESTAMP_SYNC_POINT = "timestamp_sync_point"  # maps nc clock -> host clock (instant)
 DMEM_BUF_COPYIN = "dmem_buf_copyin"  # host -> device transfer (start/stop)
 DMEM_BUF_COPYOUT = "dmem_buf_copyout"  # device -> host transfer (start/stop)
@@ -49,7 +50,8 @@ DMA_TYPES = frozenset({DMEM_BUF_COPYIN, DMEM_BUF_COPYOUT, EXT_DMA_D2D})
 COLLECTIVE_TYPES = frozenset({CC_RUNNING})
 TENSOR_EVENT_TYPES = frozenset({NRT_TENSOR_ALLOCATE, NRT_TENSOR_FREE})
 EMULATED_EVENT_TYPES = frozenset({  # every type the emulator records
-    NC_EXEC_RUNNING, CC_RUNNING, TIMESTAMP_SYNC_POINT, DMEM_BUF_COPYIN, DMEM_BUF_COPYOUT,
+    NC_EXEC_RUNNING, CC_RUNNING, CC_EXEC_BARRIER, TIMESTAMP_SYNC_POINT, DMEM_BUF_COPYIN,
+    DMEM_BUF_COPYOUT,
     NRT_TENSOR_ALLOCATE, NRT_TENSOR_FREE, NRT_MODEL_SUBMIT, NRT_TENSOR_WRITE, NRT_TENSOR_READ,
     EXT_DMA_D2D, EXT_HOST_SYNC, EXT_FALLBACK, EXT_EMULATOR_OVERHEAD})
 
@@ -81,6 +83,7 @@ X_DEVICE_PROPERTIES = "device_properties"  # envelope extension: devicePropertie
 X_SYNC_REASON = "sync"  # why the host synced: "item", "cpu", "synchronize", "fallback", ...
 X_WAIT_UNTIL_NS = "wait_until_ns"  # host_sync: device time (host clock) the host waited for
 X_GROUP = "group"  # collective: process-group name
+X_COLLECTIVE_WAIT = "collective_wait"  # cc_exec_barrier: true (the device waits for the group)
 X_PCT_PEAK = "pct_of_peak"  # kernel: % of the compute peak of its engine and dtype; DMA: of the
 # link's bandwidth (both after the speed factor)
 X_OVERHEAD = "overhead"  # emulator_overhead: what the host did (one of OVERHEAD_*)

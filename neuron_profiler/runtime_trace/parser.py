@@ -150,6 +150,7 @@ _KIND_BY_TYPE = {
     **{t: ActivityKind.RUNTIME_CALL for t in F.HOST_CALL_TYPES},
     F.EXT_HOST_SYNC: ActivityKind.HOST_SYNC, F.EXT_FALLBACK: ActivityKind.FALLBACK,
     F.EXT_EMULATOR_OVERHEAD: ActivityKind.OVERHEAD,
+    F.CC_EXEC_BARRIER: ActivityKind.COLLECTIVE,  # device time waiting for the group
 }
 _QUEUE_BY_KIND = np.full(len(ActivityKind), Queue.OTHER, dtype=np.uint8)
 for _kind, _queue in ((ActivityKind.KERNEL, Queue.COMPUTE), (ActivityKind.DMA, Queue.DMA),

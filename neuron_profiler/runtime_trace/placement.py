@@ -92,6 +92,7 @@ class _Ext(msgspec.Struct, gc=False):
     sync: Any = None
     overhead: str | None = None
     pct_of_peak: float | None = None
+    collective_wait: bool = False
 
 
 class _Data(msgspec.Struct, gc=False):
@@ -118,6 +119,7 @@ class _LooseExt(msgspec.Struct, gc=False):
     sync: Any = None
     overhead: Any = None
     pct_of_peak: Any = None
+    collective_wait: Any = None
 
 
 class _LooseData(msgspec.Struct, gc=False):
@@ -152,7 +154,8 @@ def _decode_datas(data: Sequence[bytes]) -> list[_Data]:
             direction=_text(e.direction), launch_ns=_int_or_missing(e.launch_ns),
             collective=e.collective, ranks=e.ranks, algorithm=e.algorithm, reason=e.reason,
             shapes=e.shapes, dtypes=e.dtypes, sync=e.sync, overhead=_text(e.overhead),
-            pct_of_peak=e.pct_of_peak if isinstance(e.pct_of_peak, int | float) else None)
+            pct_of_peak=e.pct_of_peak if isinstance(e.pct_of_peak, int | float) else None,
+            collective_wait=e.collective_wait is True)
         out.append(_Data(ext, d.algorithm))
     return out
 
@@ -489,6 +492,8 @@ def _row_name(kind: int, base: str, e: _Ext) -> str:
         return V.kernel_name(e.engine, e.op) if e.op else base
     if kind == ActivityKind.COLLECTIVE:
         label = e.collective if e.collective is not None else (e.op or base)
+        if e.collective_wait or base == F.CC_EXEC_BARRIER:  # waiting for the group
+            return V.COLLECTIVE_WAIT_PREFIX + (label if label != base else "group")
         return f"{V.COLLECTIVE_ENGINE}: {label}"
     if kind == ActivityKind.DMA:
         direction = e.direction or _TYPE_DIRECTION.get(base)
@@ -510,7 +515,8 @@ def _names(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext]
     if len(rows) == 0:
         return np.zeros(0, dtype=np.int32), []
     sub = take(exts, rows)
-    key_of = attrgetter("op", "engine", "collective", "direction", "sync", "overhead")
+    key_of = attrgetter("op", "engine", "collective", "direction", "sync", "overhead",
+                        "collective_wait")
     _, ext_code = codes((_hashable(key_of(e)) for e in sub), len(sub))
     key = (ext_code * len(acts.names) + acts.name_id[rows]) * len(ActivityKind) + acts.kind[rows]
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
@@ -551,6 +557,8 @@ def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: boo
             out.append((V.ARG_OP, e.op))
         if algorithm is not None:
             out.append((V.ARG_ALGORITHM, str(algorithm)))
+        if e.collective_wait:
+            out.append((V.ARG_COLLECTIVE_WAIT, True))
     elif kind == ActivityKind.FALLBACK:
         out += [(V.ARG_IS_FALLBACK, True), (V.ARG_OP, str(e.op)),
                 (V.ARG_FALLBACK_REASON, str(e.reason)), (V.ARG_SHAPES, e.shapes),

@@ -48,6 +48,7 @@ ARG_PCT_PEAK = "% of peak"  # kernels: achieved FLOP/s over the peak for their e
 ARG_DIRECTION = "direction"  # DMA: h2d, d2h or d2d
 ARG_ALGORITHM = "algorithm"  # collective algorithm, when the runtime names it
 ARG_IS_COLLECTIVE = "neuron collective"  # true on collectives (their category is kernel)
+ARG_COLLECTIVE_WAIT = "collective wait"  # true on a cc_exec_barrier: device waiting for the group
 ARG_IS_FALLBACK = "cpu fallback"  # true on a CPU-fallback op (Kineto gives it no category)
 ARG_FALLBACK_REASON = "fallback reason"
 ARG_SHAPES = "input shapes"
@@ -72,6 +73,7 @@ MEMCPY_NAMES = {"h2d": "Memcpy HtoD (Host -> NeuronCore)",
                 "d2d": "Memcpy DtoD (NeuronCore -> NeuronCore)"}
 MEMCPY_UNKNOWN = "Memcpy (NeuronCore)"
 COLLECTIVE_ENGINE = "CC"  # collectives: "CC: allreduce"
+COLLECTIVE_WAIT_PREFIX = "CC wait: "  # cc_exec_barrier before a collective: "CC wait: allreduce"
 DEFAULT_ENGINE = "NeuronCore"  # kernels whose engine the source does not say
 
 
