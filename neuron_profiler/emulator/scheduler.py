@@ -167,7 +167,8 @@ class DeviceTimeline:
                     core, F.CC_EXEC_BARRIER, _native_tid(), arrival, start, _barrier_start,
                     _barrier_stop, (core, self._model_ids.get(op, 0), op, collective,
                                     current_correlation_id(), launch_ns,
-                                    arrival - self.rt.nc_epoch_ns, start - self.rt.nc_epoch_ns))
+                                    arrival - self.rt.nc_epoch_ns, start - self.rt.nc_epoch_ns,
+                                    tuple(ranks), group, algorithm))
             self._record_launch(core, F.NRT_MODEL_SUBMIT, F.CC_RUNNING, op, launch_ns, start,
                                 end, _COLLECTIVE, (collective, nbytes, tuple(ranks), algorithm,
                                                    group, self.collectives_launched),
@@ -333,11 +334,12 @@ def _sync_start(p: tuple) -> dict:
 
 
 def _barrier_start(p: tuple) -> dict:
-    core, model_id, op, collective, corr, launch_ns, nc_start, _ = p
+    core, model_id, op, collective, corr, launch_ns, nc_start, _, ranks, group, algorithm = p
     return {"device_core_idx": core, "model_id": model_id, "nc_timestamp_ns": nc_start,
             F.EXT_KEY: {F.X_OP: op, F.X_COLLECTIVE_OP: collective, F.X_QUEUE: F.QUEUE_COLLECTIVE,
                         F.X_CORRELATION_ID: corr, F.X_LAUNCH_NS: launch_ns, F.X_MODELLED: True,
-                        F.X_COLLECTIVE_WAIT: True}}
+                        F.X_COLLECTIVE_WAIT: True, F.X_RANKS: list(ranks), F.X_GROUP: group,
+                        F.X_ALGORITHM: algorithm}}
 
 
 def _barrier_stop(p: tuple) -> dict:

@@ -551,14 +551,14 @@ def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: boo
     elif kind == ActivityKind.COLLECTIVE:
         ranks = e.ranks if isinstance(e.ranks, list) else []
         algorithm = e.algorithm if e.algorithm is not None else real_algorithm
-        out += [(V.ARG_IS_COLLECTIVE, True), (V.ARG_COLLECTIVE, str(e.collective)),
+        # a cc_exec_barrier is the wait before a collective, not a collective itself
+        wait = (V.ARG_COLLECTIVE_WAIT, True) if e.collective_wait else (V.ARG_IS_COLLECTIVE, True)
+        out += [wait, (V.ARG_COLLECTIVE, str(e.collective)),
                 (V.ARG_GROUP_RANKS, ranks), (V.ARG_GROUP_SIZE, len(ranks))]
         if e.op is not None:
             out.append((V.ARG_OP, e.op))
         if algorithm is not None:
             out.append((V.ARG_ALGORITHM, str(algorithm)))
-        if e.collective_wait:
-            out.append((V.ARG_COLLECTIVE_WAIT, True))
     elif kind == ActivityKind.FALLBACK:
         out += [(V.ARG_IS_FALLBACK, True), (V.ARG_OP, str(e.op)),
                 (V.ARG_FALLBACK_REASON, str(e.reason)), (V.ARG_SHAPES, e.shapes),

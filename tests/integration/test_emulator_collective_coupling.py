@@ -147,3 +147,24 @@ def test_early_rank_waits_on_the_device_late_rank_does_not(tmp_path, variant: st
                                            _per_step(run, F.EXT_EMULATOR_OVERHEAD), strict=True)]
             host = [(hi - lo) / 1e6 - w for (lo, hi), w in zip(run["bounds"], waits, strict=True)]
             assert all(d >= 2 * h for d, h in zip(device, host, strict=True)), (device, host)
+
+
+def test_trace_shows_the_wait_as_collective_wait_on_the_collective_thread(tmp_path) -> None:
+    from neuron_profiler.runtime_trace.parser import parse_system_trace
+    from neuron_profiler.runtime_trace.placement import HostOps, place
+    from neuron_profiler.trace import vocabulary as V
+
+    run = _run(tmp_path, "host_bound")[0]  # rank 0: the early one
+    payload = json.dumps({"events": run["events"], "data_version": F.DATA_VERSION}).encode()
+    placed = place(parse_system_trace(payload), host_ops=HostOps.empty(), host_pid=1)
+    names = [placed.names[i] for i in placed.name_id]
+    waits = [i for i, n in enumerate(names) if n == V.COLLECTIVE_WAIT_PREFIX + "allreduce"]
+    assert len(waits) == STEPS
+    for i in waits:
+        args = dict(placed.args[placed.args_id[i]])
+        assert args[V.ARG_COLLECTIVE_WAIT] is True and V.ARG_IS_COLLECTIVE not in args
+        assert placed.tid[i] == V.queue_stream(0, 2)  # the core's collectives thread
+        assert placed.category[i] == 0  # kernel: device time
+        assert (placed.end_ns[i] - placed.start_ns[i]) >= 15e6
+    overhead = [n for n in names if n == V.OVERHEAD_PREFIX + "collective_coupling"]
+    assert len(overhead) == STEPS  # the arrival exchange: emulator overhead, not launch cost
