@@ -34,6 +34,16 @@ class _Uncacheable(Exception):
     pass
 
 
+class Plan:
+    """The outputs of one op: a tree of ("new", shape, stride, dtype) / ("alias", input index,
+    shape, stride) leaves, None where the op returns None (in-place foreach ops return nothing)."""
+
+    __slots__ = ("tree",)
+
+    def __init__(self, tree: Any) -> None:
+        self.tree = tree
+
+
 def _sig(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return (x.shape, x.stride(), x.dtype, x.storage_offset())
@@ -81,7 +91,8 @@ def _plan_of(out: Any, index: dict[int, int]) -> Any:
     raise _Uncacheable  # ints, floats, bools: a host value the op computed
 
 
-def output_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor]) -> Any:
+def output_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor]
+                ) -> Plan | None:
     """The cached plan of ``func`` on these (unwrapped, CPU) arguments; None: run it for real."""
     try:
         key = (func, _sig(args), _sig(tuple(kwargs.items())) if kwargs else ())
@@ -105,7 +116,7 @@ def _make_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor])
     index = {id(memo[id(t)]): i for i, t in enumerate(inputs) if id(t) in memo}
     try:
         out = func(*margs, **mkwargs)
-        return _plan_of(out, index)
+        return Plan(_plan_of(out, index))
     except Exception:  # no meta kernel, data-dependent shape, host value: run it for real
         return None
 
@@ -130,7 +141,7 @@ _ITEMSIZE = {d: torch.empty((), dtype=d).element_size() for d in (
     torch.bool, torch.uint8, torch.int8, torch.int16)}
 
 
-def materialise(plan: Any, inputs: list[torch.Tensor]) -> tuple[Any, list[torch.Tensor]]:
+def materialise(plan: Plan, inputs: list[torch.Tensor]) -> tuple[Any, list[torch.Tensor]]:
     """The op's outputs from its plan: new zero tensors, or the inputs it wrote (resized as the
     op would have); ``written`` lists every output tensor (for the op's cost)."""
     written: list[torch.Tensor] = []
@@ -150,4 +161,4 @@ def materialise(plan: Any, inputs: list[torch.Tensor]) -> tuple[Any, list[torch.
             return out
         return t([build(i) for i in p])
 
-    return build(plan), written
+    return build(plan.tree), written
