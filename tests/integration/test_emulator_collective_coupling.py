@@ -53,7 +53,7 @@ def step():
         if rank == 1:
             time.sleep(0.02)
         x = a
-        for _ in range(15):
+        for _ in range(24):  # ~80 ms of modelled device work: >= 2x the host's 20 ms + launches
             x = x @ a
     dist.all_reduce(t)
     t.sum().item()
