@@ -19,13 +19,17 @@ import click
 @click.option("--chip", type=click.Choice(["trn2", "trn3"]), default="trn2", show_default=True)
 @click.option("--speed-factor", type=click.FloatRange(min=0.001), default=1.0,
               show_default=True, help="Divide modelled device durations by this factor.")
-def demo(out_dir: Path, steps: int, cores: int, chip: str, speed_factor: float) -> None:
+@click.option("--numerics/--timing", default=False, show_default=True,
+              help="Compute results on the host (numerics mode, small model) or not (timing "
+                   "mode, a device-bound model: the Trainium-like profile).")
+def demo(out_dir: Path, steps: int, cores: int, chip: str, speed_factor: float,
+         numerics: bool) -> None:
     """Train a small transformer on the emulated Neuron device under torch.profiler, with one
     CPU-fallback op and a deliberately slow host data step; write the trace and summarise it.
     Exits with one error line when the NEURON collector is unavailable."""
     from neuron_profiler.collectors.demo import DemoConfig, run_demo
 
     result = run_demo(DemoConfig(out_dir=out_dir, steps=steps, cores=cores, chip=chip,
-                                 speed_factor=speed_factor))
+                                 speed_factor=speed_factor, numerics=numerics))
     for line in result.summary_lines():
         click.echo(line)

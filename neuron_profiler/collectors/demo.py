@@ -23,7 +23,11 @@ from typing import Any
 @dataclass(frozen=True)
 class DemoConfig:
     """Args: out_dir: where tensorboard_trace_handler writes; steps: profiled (active) steps;
-    cores/chip/speed_factor: the emulated device; slow_data_ms: the deliberate host stall."""
+    cores/chip/speed_factor: the emulated device; slow_data_ms: the deliberate host stall;
+    numerics: False (default) is timing mode: device ops are not computed, so the host launches
+    at a real framework's pace and a Trainium-sized model is device-bound at speed factor 1, as
+    on the chip; True computes every result on the host (numerics mode: a small model, since the
+    host's math is far slower than the chip)."""
 
     out_dir: Path = Path("runs/demo")
     steps: int = 3
@@ -31,6 +35,7 @@ class DemoConfig:
     chip: str = "trn2"
     speed_factor: float = 1.0
     slow_data_ms: int = 20
+    numerics: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,13 +58,17 @@ class DemoResult:
     data_step_us: float
     fallbacks: int
     cores: int = 1
+    numerics: bool = False
     top: list[OpTime] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
 
     def summary_lines(self) -> list[str]:
         cores = ("1 NeuronCore" if self.cores == 1 else
                  f"{self.cores} NeuronCores (one model replica each, gradients averaged)")
-        lines = [f"trace: {self.trace_path}", f"ran on {cores}",
+        mode = ("mode: numerics (results computed on the host; device timings modelled)"
+                if self.numerics else
+                "mode: timing (results not computed; device timings modelled, Trainium-like)")
+        lines = [f"trace: {self.trace_path}", mode, f"ran on {cores}",
                  f"device time {self.device_us / 1e3:.3f} ms (modelled) vs host op time "
                  f"{self.cpu_us / 1e3:.3f} ms over the profiled steps",
                  f"host data step: {self.data_step_us / 1e3:.3f} ms per step "
@@ -100,7 +109,8 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     a demo without device events shows nothing."""
     from neuron_profiler import emulator
 
-    emulator.enable(cores=cfg.cores, chip=cfg.chip, speed_factor=cfg.speed_factor)
+    emulator.enable(cores=cfg.cores, chip=cfg.chip, speed_factor=cfg.speed_factor,
+                    numerics=cfg.numerics)
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -110,7 +120,10 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     collectors.require()
     neuron = collectors.NEURON
     devices = [torch.device("neuron", i) for i in range(cfg.cores)]
-    vocab, dim, seq, batch = 256, 64, 32, max(8, cfg.cores)  # every core gets a sample
+    # timing mode: a model whose step is device-bound on a NeuronCore (~0.5 TFLOP per step);
+    # numerics mode: a small one (the host computes every result)
+    vocab, dim, seq, batch = ((256, 64, 32, max(8, cfg.cores)) if cfg.numerics
+                              else (8192, 1024, 512, max(16, cfg.cores)))
     model = _model(torch, vocab, dim)
     replicas = [copy.deepcopy(model).to(dev) for dev in devices]  # identical weights
     opts = [torch.optim.AdamW(r.parameters(), lr=1e-3) for r in replicas]
@@ -164,6 +177,7 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
         data_step_us=sum(e.cpu_time_total for e in data) / data_calls if data_calls else 0.0,
         fallbacks=sum(e.count for e in events if e.key.startswith("CPU fallback: ")),
         cores=cfg.cores,
+        numerics=cfg.numerics,
         top=[OpTime(e.key, e.count, e.self_device_time_total, e.self_cpu_time_total)
              for e in top],
         metadata=dict(session.metadata) if session is not None else {})

@@ -25,18 +25,18 @@ import msgspec
 import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
-from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities
+from neuron_profiler.runtime_trace.activities import DeviceActivities
 from neuron_profiler.runtime_trace.parser import parse_system_trace
-from neuron_profiler.runtime_trace.placement import HostOps, Placement, place
+from neuron_profiler.runtime_trace.placement import CATEGORIES, HostOps, Placement, place
 from neuron_profiler.trace import vocabulary as V
 
 # libkineto::ActivityType values (ActivityType.h): kernels and DMA count as device time.
-KINETO_MEMCPY, KINETO_KERNEL, KINETO_RUNTIME, KINETO_DRIVER = 3, 5, 24, 25
-_KINETO_BY_KIND = np.full(len(ActivityKind), KINETO_DRIVER, dtype=np.int32)
-_KINETO_BY_KIND[[ActivityKind.KERNEL, ActivityKind.COLLECTIVE]] = KINETO_KERNEL
-_KINETO_BY_KIND[ActivityKind.DMA] = KINETO_MEMCPY
-_KINETO_BY_KIND[[ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC,
-                 ActivityKind.FALLBACK]] = KINETO_RUNTIME
+KINETO_MEMCPY, KINETO_KERNEL, KINETO_RUNTIME, KINETO_DRIVER, KINETO_OVERHEAD = 3, 5, 24, 25, 11
+# The Kineto activity type of each placement category (Kineto names the category from it).
+_KINETO_BY_CATEGORY = np.array([{V.CAT_KERNEL: KINETO_KERNEL, V.CAT_MEMCPY: KINETO_MEMCPY,
+                                 V.CAT_RUNTIME: KINETO_RUNTIME, V.CAT_DRIVER: KINETO_DRIVER,
+                                 V.CAT_OVERHEAD: KINETO_OVERHEAD}[c] for c in CATEGORIES],
+                               dtype=np.int32)
 
 # Keys the bridge writes itself (set once at registration): the per-row numbers' args keys and
 # the metadata key of a session that failed.
@@ -153,7 +153,7 @@ def build_from_activities(acts: DeviceActivities, *, window: tuple[int, int],
         "bytes": placed.bytes, "exec_id": placed.exec_id,
         "arg_device": placed.device, "arg_stream": placed.stream,
         "arg_correlation": placed.correlation,
-        "kineto_type": _KINETO_BY_KIND[placed.kind],
+        "kineto_type": _KINETO_BY_CATEGORY[placed.category],
         "device": placed.pid.astype(np.int32), "resource": placed.tid.astype(np.int32),
         "thread_id": placed.tid.astype(np.int32),
         "correlation_id": placed.external_id.astype(np.int32),

@@ -29,11 +29,17 @@ __all__ = ["ENV_EMULATE", "add_fallback_ops", "enable", "fallback_ops", "get_fal
            "is_enabled", "remove_fallback_ops", "reset_fallback_ops"]
 
 
-def enable(cores: int = 2, chip: str = "trn2", speed_factor: float = 1.0) -> None:
-    """Register the emulated "neuron" device (see ``device.enable``)."""
+def enable(cores: int = 2, chip: str = "trn2", speed_factor: float = 1.0, *,
+           numerics: bool | None = None, queue_depth: int | None = None) -> None:
+    """Register the emulated "neuron" device (see ``device.enable``).
+
+    ``numerics=False``: timing mode (outputs of the right shape, not computed: docs/emulator.md);
+    None: ``NEURON_PROFILER_EMULATE_NUMERICS`` (default on). ``queue_depth``: launch-queue bound
+    per core (None: ``NEURON_PROFILER_EMULATE_QUEUE_DEPTH``, else the chip table's 63)."""
     from neuron_profiler.emulator.device import enable as _enable
 
-    _enable(cores=cores, chip=chip, speed_factor=speed_factor)
+    _enable(cores=cores, chip=chip, speed_factor=speed_factor, numerics=numerics,
+            queue_depth=queue_depth)
 
 
 def is_enabled() -> bool:

@@ -34,6 +34,10 @@ class ChipSpec:
         dma_fixed_ns: fixed device time of any DMA transfer, however small (ASSUMPTION: 2 µs:
             descriptor setup and completion notification). It also keeps every device event at
             least a microsecond long, which tools that round times to whole µs (HTA) need.
+        launch_queue_depth: operations launched and unfinished per core before the host blocks.
+            Source: the runtime limits in-flight async execution requests to 63 per runtime
+            (runtime 2.25.57, Neuron 2.23 release notes); applying it per core is an
+            ASSUMPTION (one runtime per core, as one process per core in data-parallel runs).
     """
 
     name: str
@@ -53,6 +57,7 @@ class ChipSpec:
     collective_step_latency_ns: int = 5_000
     kernel_fixed_ns: int = 1_000
     dma_fixed_ns: int = 2_000
+    launch_queue_depth: int = 63
 
     def matrix_flops_per_s(self, dtype: str) -> float:
         """Per-logical-core matrix throughput for a dtype name ("bfloat16", "float32", ...)."""

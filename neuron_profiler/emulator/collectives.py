@@ -18,6 +18,7 @@ from neuron_profiler.emulator.dispatch import (
     STATE,
     OpInfo,
     Unwrapped,
+    _set_record_function,
     register_special,
     run_inner,
     wrap,
@@ -71,7 +72,7 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         return out
     core = u.core
     written: list[torch.Tensor] = []
-    result = wrap(out, u, core, True, written)
+    result = _device_work(out, wrap(out, u, core, True, written))
     tl = STATE.timeline
     if tl is None:
         return result
@@ -80,14 +81,85 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     first = first if isinstance(first, (list, tuple)) else [first]
     sent = [t for t in _flat(first) if isinstance(t, torch.Tensor)]
     nbytes = sum(t.numel() * t.element_size() for t in (sent or device_elems))
-    ranks, group = _ranks(_group(args))
+    pg = _group(args)
+    ranks, group = _ranks(pg)
     name = _NAMES.get(info.name.split("::", 1)[1], info.name.split("::", 1)[1])
+    couple = pg is not None and pg.size() > 1 and name not in _POINT_TO_POINT
     end = tl.collective(core, info.name, collective=name, nbytes=nbytes, ranks=ranks,
-                        group=group, launch_ns=launch_ns)
+                        group=group, launch_ns=launch_ns,
+                        exchange=_arrival_exchange(pg) if couple else None)
     for t in device_elems:  # every buffer the collective touches is ready only at its end
         STATE.pending[t.untyped_storage().data_ptr()] = end
     _outstanding[core] = max(end, _outstanding.get(core, 0))
     return result
+
+
+def _pair_up(host: Any, device: Any, by_id: dict[int, Any], by_mem: dict[tuple, Any]) -> None:
+    if isinstance(host, torch.Tensor) and isinstance(device, torch.Tensor):
+        by_id[id(host)] = device
+        by_mem[_mem(host)] = device
+    elif isinstance(host, (list, tuple)) and isinstance(device, (list, tuple)):
+        for h, d in zip(host, device, strict=False):
+            _pair_up(h, d, by_id, by_mem)
+
+
+def _mem(t: torch.Tensor) -> tuple:
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride())
+
+
+def _to_device(value: Any, by_id: dict[int, Any], by_mem: dict[tuple, Any]) -> Any:
+    if isinstance(value, torch.Tensor):
+        dev = by_id.get(id(value))
+        if dev is None:
+            dev = by_mem.get(_mem(value), value)
+        return dev
+    if isinstance(value, (list, tuple)):
+        return type(value)([_to_device(v, by_id, by_mem) for v in value])
+    return value
+
+
+def _device_work(out: Any, result: Any) -> Any:
+    """The op's ``Work`` with a future whose value holds the caller's own device tensors (the
+    real exchange ran on their host memory): DDP's reducer then copies device to device, and
+    comm hooks that read ``fut.value()`` run on the device, as with NCCL."""
+    if not isinstance(out, (list, tuple)):
+        return result
+    from torch._C._distributed_c10d import Work, _create_work_from_future
+
+    by_id: dict[int, Any] = {}
+    by_mem: dict[tuple, Any] = {}
+    _pair_up(out, result, by_id, by_mem)
+    items = list(result)
+    for i, o in enumerate(out):
+        if not isinstance(o, torch.ScriptObject):
+            continue
+        try:
+            work = Work.unbox(o)
+        except RuntimeError:  # another bound class
+            continue
+        fut = work.get_future().then(lambda f: _to_device(f.value(), by_id, by_mem))
+        items[i] = _create_work_from_future(fut).boxed()
+    return type(result)(items)
+
+
+_POINT_TO_POINT = frozenset({"send", "recv"})
+
+
+def _arrival_exchange(pg: Any) -> Any:
+    """Exchange arrival times over ``pg`` (an all-gather of one int64 per rank, on the host,
+    next to the real collective): returns the latest arrival of the group."""
+    def exchange(arrival_ns: int) -> int:
+        mine = torch.tensor([arrival_ns], dtype=torch.int64)
+        out = [torch.zeros(1, dtype=torch.int64) for _ in range(pg.size())]
+        _set_record_function(False)  # not a user op: keep it out of torch.profiler
+        try:
+            work = pg.allgather([out], [mine])
+            (_original_wait[0] if _original_wait else type(work).wait)(work)
+        finally:
+            _set_record_function(True)
+        return max(int(t.item()) for t in out)
+
+    return exchange
 
 
 # core -> device end of the latest collective not yet waited for from Python

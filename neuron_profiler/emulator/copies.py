@@ -24,6 +24,7 @@ from neuron_profiler.emulator.dispatch import (
     run_inner,
     wait_pending,
 )
+from neuron_profiler.emulator.outputs import materialise, output_plan
 from neuron_profiler.runtime_trace import format as F
 
 aten = torch.ops.aten
@@ -35,8 +36,10 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def _move(src: int | None, dst: int | None, elem: torch.Tensor, launch_ns: int, op: str,
-          non_blocking: bool, inputs: list[torch.Tensor]) -> None:
-    """Record the transfer of ``elem``'s bytes from ``src`` to ``dst`` (None: host)."""
+          non_blocking: bool, inputs: list[torch.Tensor], overhead_from_ns: int = 0) -> None:
+    """Record the transfer of ``elem``'s bytes from ``src`` to ``dst`` (None: host).
+    ``overhead_from_ns``: a same-core copy whose data the host copied (numerics mode) from then
+    until ``launch_ns``."""
     tl = STATE.timeline
     assert tl is not None
     nbytes = _nbytes(elem)
@@ -50,7 +53,8 @@ def _move(src: int | None, dst: int | None, elem: torch.Tensor, launch_ns: int, 
     elif src is not None and dst is not None and src == dst:
         cost = op_cost(op, inputs=inputs, outputs=[elem], args=())
         tl.kernel(dst, op, flops=cost.flops, bytes_moved=cost.bytes_moved, dtype=cost.dtype,
-                  matrix=False, launch_ns=launch_ns, not_before_ns=wait_pending(inputs))
+                  matrix=False, launch_ns=launch_ns, not_before_ns=wait_pending(inputs),
+                  overhead_from_ns=overhead_from_ns)
     elif src is not None and dst is not None:
         ready = max(tl.cores[src].stream_ns, wait_pending(inputs))
         tl.copy(dst, F.D2D, nbytes, launch_ns=launch_ns, op=op, not_before_ns=ready)
@@ -64,8 +68,17 @@ def to_copy(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     dst = core_of(kwargs["device"]) if kwargs.get("device") is not None else src
     kw = dict(kwargs, device=_CPU)
     kw.pop("pin_memory", None)
-    out = run_inner(func, (elem, *args[1:]), kw)
-    _move(src, dst, out, launch_ns, info.name, bool(kwargs.get("non_blocking")), [elem])
+    cast = (elem, *args[1:])
+    plan = (output_plan(func, cast, kw, [elem])
+            if src is not None and dst is not None and not STATE.numerics else None)
+    if plan is not None:  # timing mode, device to device: the bytes are not copied
+        out = materialise(plan, [elem])[0]
+        _move(src, dst, out, launch_ns, info.name, bool(kwargs.get("non_blocking")), [elem])
+    else:
+        out = run_inner(func, cast, kw)
+        on_core = src is not None and src == dst
+        _move(src, dst, out, time.time_ns() if on_core else launch_ns, info.name,
+              bool(kwargs.get("non_blocking")), [elem], launch_ns if on_core else 0)
     return out if dst is None else new_device_tensor(out, dst, True)
 
 
@@ -90,8 +103,13 @@ def _copy_into(dst: Any, src: Any, non_blocking: bool, op: str, *, resize: bool)
     s_elem = src._elem if s is not None else src
     if resize and d_elem.shape != s_elem.shape:
         d_elem.resize_(s_elem.shape)
+    if d is not None and s is not None and not STATE.numerics:  # timing mode: bytes not copied
+        _move(s, d, d_elem, launch_ns, op, non_blocking, [s_elem])
+        return dst
     run_inner(aten.copy_.default, (d_elem, s_elem), {})
-    _move(s, d, d_elem, launch_ns, op, non_blocking, [s_elem])
+    on_core = s is not None and s == d
+    _move(s, d, d_elem, time.time_ns() if on_core else launch_ns, op, non_blocking, [s_elem],
+          launch_ns if on_core else 0)
     return dst
 
 

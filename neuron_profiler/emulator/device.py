@@ -13,6 +13,7 @@ the device through a PrivateUse1 fallback; every op on a device tensor through i
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from typing import Any
@@ -151,18 +152,48 @@ def _register_with_torch(cores: int) -> None:
 
     if T.NeuronTensor not in optimizer._foreach_supported_types:
         optimizer._foreach_supported_types.append(T.NeuronTensor)
+    # nn.Module._apply cannot shallow-copy a CPU parameter into a wrapper-subclass tensor, so by
+    # default ``.to("neuron")`` makes a new Parameter per module: tied weights come untied and
+    # an optimizer made before ``.to()`` keeps the host tensors. Swapping the tensors in place
+    # (torch's own opt-in, the future default) keeps each Parameter object, as on CUDA. Process-
+    # wide: documented in docs/emulator.md.
+    torch.__future__.set_swap_module_params_on_conversion(True)
     _registered = True
 
 
-def enable(cores: int = 2, chip: str = "trn2", speed_factor: float = 1.0) -> None:
-    """Register the emulated neuron device (idempotent; later calls may change cores, chip and
-    speed factor; queue clocks carry over).
+ENV_NUMERICS = "NEURON_PROFILER_EMULATE_NUMERICS"
+ENV_QUEUE_DEPTH = "NEURON_PROFILER_EMULATE_QUEUE_DEPTH"
+
+
+def _env_numerics() -> bool:
+    """``NEURON_PROFILER_EMULATE_NUMERICS=0`` (or false/no/off) selects timing mode."""
+    raw = os.environ.get(ENV_NUMERICS, "1").strip().lower()
+    return raw not in ("0", "false", "no", "off")
+
+
+def _env_queue_depth() -> int | None:
+    raw = os.environ.get(ENV_QUEUE_DEPTH, "").strip()
+    return int(raw) if raw else None
+
+
+def enable(cores: int = 2, chip: str = "trn2", speed_factor: float = 1.0, *,
+           numerics: bool | None = None, queue_depth: int | None = None) -> None:
+    """Register the emulated neuron device (idempotent; later calls may change cores, chip,
+    speed factor, numerics and queue depth; queue clocks carry over).
+
+    ``numerics=False`` is timing mode: device ops produce outputs of the right shape, dtype and
+    device without computing them (``outputs.py``); None reads ``NEURON_PROFILER_EMULATE_NUMERICS``
+    (default: numerics on). ``queue_depth``: operations in flight per core before the host
+    blocks (None: ``NEURON_PROFILER_EMULATE_QUEUE_DEPTH``, else the chip table's
+    ``launch_queue_depth``).
 
     Raises ``EmulatorError`` when a real neuron backend (or any other PrivateUse1 backend) is
     registered, ``ValueError`` for bad arguments.
     """
+    numerics = _env_numerics() if numerics is None else bool(numerics)
+    queue_depth = _env_queue_depth() if queue_depth is None else queue_depth
     rt = get_runtime()
-    rt.configure(cores, chip, speed_factor)
+    rt.configure(cores, chip, speed_factor, numerics=numerics)
     model = RooflineModel(rt.chip, speed_factor=float(speed_factor))
     if not _registered:
         _register_with_torch(cores)
@@ -170,10 +201,11 @@ def enable(cores: int = 2, chip: str = "trn2", speed_factor: float = 1.0) -> Non
     if cores > 1:  # the Python device guard reports one device: keep autograd on one thread
         torch.autograd.set_multithreading_enabled(False)
     old = D.STATE.timeline
-    timeline = DeviceTimeline(rt, model, cores)
+    timeline = DeviceTimeline(rt, model, cores, queue_depth=queue_depth)
     if old is not None:  # keep the queues' clocks: work already in flight stays in flight
         timeline.cores[:min(cores, len(old.cores))] = old.cores[:cores]
     D.STATE.num_cores = cores
+    D.STATE.numerics = bool(numerics)
     D.STATE.current_core = min(D.STATE.current_core, cores - 1)
     D.STATE.timeline = timeline
 

@@ -20,6 +20,7 @@ import torch
 
 from neuron_profiler.emulator import fallback as fb
 from neuron_profiler.emulator.costs import op_cost
+from neuron_profiler.emulator.outputs import materialise, output_plan
 from neuron_profiler.emulator.scheduler import DeviceTimeline
 from neuron_profiler.emulator.tensor import NeuronTensor
 from neuron_profiler.runtime_trace import format as F
@@ -53,6 +54,8 @@ class State:
         self.timeline: DeviceTimeline | None = None
         self.num_cores = 0
         self.current_core = 0
+        # False: timing mode (outputs of the right shape, not computed; outputs.py)
+        self.numerics = True
         # storage data_ptr -> host-clock ns at which a collective finishes writing it
         self.pending: dict[int, int] = {}
 
@@ -261,29 +264,43 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
         reason = fallback_reason(info, u)
         if reason is not None:
             return run_fallback(func, info, u, core, reason, launch_ns)
+    computed = True
     _set_record_function(False)  # run_inner, inlined on the hot path
     try:
-        out = func(*u.args, **u.kwargs)
+        if not STATE.numerics and (kind is Kind.KERNEL or (
+                kind is Kind.ALLOC and not info.mutated_names)):  # empty*: zeros, deterministic
+            plan = output_plan(func, u.args, u.kwargs, u.inputs)
+            if plan is not None:
+                out = materialise(plan, u.inputs)[0]
+                computed = False
+            else:  # no meta kernel, data-dependent shape or a host value: run it for real
+                out = func(*u.args, **u.kwargs)
+        else:
+            out = func(*u.args, **u.kwargs)
     finally:
         _set_record_function(True)
     written: list[torch.Tensor] = []
     result = wrap(out, u, core, kind is not Kind.VIEW, written)
     if kind is Kind.KERNEL:
-        _launch_kernel(info, u, core, written, launch_ns)
+        if computed:  # the host's math is emulator overhead; the launch starts after it
+            _launch_kernel(info, u, core, written, time.time_ns(), overhead_from_ns=launch_ns)
+        else:
+            _launch_kernel(info, u, core, written, launch_ns)
         if not written and u.alias and not info.mutated_names:
             STATE.timeline.host_sync([core], "host_read", op=info.name)  # type: ignore[union-attr]
     return result
 
 
 def _launch_kernel(info: OpInfo, u: Unwrapped, core: int, written: list[torch.Tensor],
-                   launch_ns: int) -> None:
+                   launch_ns: int, overhead_from_ns: int = 0) -> None:
     tl = STATE.timeline
     if tl is None:
         return
     mutated = [t for t in u.inputs if id(t) in u.alias] if info.mutated_names else []
     cost = op_cost(info.name, inputs=u.inputs, outputs=written or mutated, args=u.args)
     tl.kernel(core, info.name, flops=cost.flops, bytes_moved=cost.bytes_moved, dtype=cost.dtype,
-              matrix=cost.matrix, launch_ns=launch_ns, not_before_ns=wait_pending(u.inputs))
+              matrix=cost.matrix, launch_ns=launch_ns, not_before_ns=wait_pending(u.inputs),
+              overhead_from_ns=overhead_from_ns)
     if STATE.pending:
         prune_pending(core)
 

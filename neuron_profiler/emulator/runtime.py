@@ -94,25 +94,31 @@ class EmulatedRuntime:
         self.configure(cores, chip_name, speed_factor)
 
     # -- configuration (the emulator calls this from enable()) ---------------------------------
-    def configure(self, cores: int, chip_name: str, speed_factor: float) -> None:
+    def configure(self, cores: int, chip_name: str, speed_factor: float, *,
+                  numerics: bool = True) -> None:
         if not (isinstance(cores, int) and cores >= 1):
             raise ValueError(f"cores must be a positive integer, got {cores!r}")
         self.chip: ChipSpec = chip(chip_name)
         self.num_cores = cores
         self.speed_factor = float(speed_factor)
+        self.numerics = F.NUMERICS_COMPUTED if numerics else F.NUMERICS_SKIPPED
 
     def device_properties(self) -> list[dict[str, Any]]:
         """One entry per emulated core; figures per logical core of the chosen chip.
 
-        ``peak_bf16_tflops`` and ``hbm_gbps`` are the published per-core figures; the modelled
-        durations are additionally divided by ``speed_factor`` (reported next to them).
+        Every peak the timing model uses (compute per engine and dtype, HBM, host link, DMA,
+        collective link) *after* the speed factor, so that achieved figures (which the speed
+        factor scales too) compare with them directly; ``speed_factor`` is reported next to them.
         """
+        from neuron_profiler.emulator.timing import RooflineModel
+        from neuron_profiler.trace import vocabulary as V
+
         c = self.chip
-        return [{"id": i, "name": f"NeuronCore {i}", "chip": c.name,
-                 "hbm_bytes": int(c.hbm_gib * 2**30 / c.logical_cores),
-                 "peak_bf16_tflops": c.bf16_tflops / c.logical_cores,
-                 "hbm_gbps": c.hbm_tbps * 1000.0 / c.logical_cores,
-                 "emulated": True, "speed_factor": self.speed_factor}
+        peaks = RooflineModel(c, speed_factor=self.speed_factor).peaks()
+        return [{V.PROP_ID: i, V.PROP_NAME: f"NeuronCore {i}", V.PROP_CHIP: c.name,
+                 V.PROP_HBM_BYTES: int(c.hbm_gib * 2**30 / c.logical_cores),
+                 **peaks, V.PROP_EMULATED: True, V.PROP_SPEED_FACTOR: self.speed_factor,
+                 V.PROP_NUMERICS: self.numerics}
                 for i in range(self.num_cores)]
 
     # -- nrt_sys_trace_* ----------------------------------------------------------------------
@@ -174,7 +180,7 @@ class EmulatedRuntime:
                                          t[8] if t[7] is None else t[7](t[8]))
                                for t in taken)
         ext = {"dropped_events": dropped, "emulated": True, "chip": self.chip.name,
-               "speed_factor": self.speed_factor,
+               "speed_factor": self.speed_factor, F.X_NUMERICS: self.numerics,
                F.X_DEVICE_PROPERTIES: [p for p in self.device_properties()
                                        if p["id"] in cores]}
         return _encode(_Envelope(out, F.DATA_VERSION, ext))

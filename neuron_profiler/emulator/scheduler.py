@@ -15,10 +15,11 @@ trace is captured; events are recorded only while one is.
 
 from __future__ import annotations
 
+import heapq
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from neuron_profiler.emulator.runtime import EmulatedRuntime, current_correlation_id
@@ -39,6 +40,8 @@ class CoreQueues:
     dma: QueueClock = field(default_factory=QueueClock)
     collective: QueueClock = field(default_factory=QueueClock)
     stream_ns: int = 0
+    # device end times of work launched on this core and perhaps not finished (a heap)
+    inflight: list[int] = field(default_factory=list)
 
     def busy_until_ns(self) -> int:
         return max(self.stream_ns, self.collective.free_at_ns)
@@ -58,10 +61,15 @@ def wait_until(target_ns: int) -> int:
 class DeviceTimeline:
     """Schedules work on the emulated cores and records its events in the runtime."""
 
-    def __init__(self, runtime: EmulatedRuntime, model: RooflineModel, cores: int) -> None:
+    def __init__(self, runtime: EmulatedRuntime, model: RooflineModel, cores: int,
+                 queue_depth: int | None = None) -> None:
         self.rt = runtime
         self.model = model
         self.latency_ns = model.chip.launch_latency_ns
+        depth = model.chip.launch_queue_depth if queue_depth is None else queue_depth
+        if not (isinstance(depth, int) and depth >= 1):
+            raise ValueError(f"queue_depth must be a positive integer, got {depth!r}")
+        self.queue_depth = depth
         self.cores = [CoreQueues() for _ in range(cores)]
         # Ids live in the runtime so that they stay unique when enable() rebuilds the timeline.
         self._exec_ids = runtime.exec_ids
@@ -72,10 +80,19 @@ class DeviceTimeline:
 
     # -- device work -----------------------------------------------------------------------
     def kernel(self, core: int, op: str, *, flops: int, bytes_moved: int, dtype: str,
-               matrix: bool, launch_ns: int, not_before_ns: int = 0) -> int:
-        """One op on the compute queue; records its runtime call and device execution."""
+               matrix: bool, launch_ns: int, not_before_ns: int = 0,
+               overhead_from_ns: int = 0) -> int:
+        """One op on the compute queue; records its runtime call and device execution.
+
+        ``overhead_from_ns`` (> 0): the host spent [overhead_from_ns, launch_ns] on the op's real
+        math (numerics mode); that is recorded as an emulator-overhead span, apart from the
+        launch."""
+        if overhead_from_ns:
+            self.overhead(core, op, F.OVERHEAD_NUMERICS, overhead_from_ns, launch_ns)
         dur = self.model.kernel_ns(flops=flops, bytes_moved=bytes_moved, dtype=dtype,
                                    matrix=matrix)
+        if len(self.cores[core].inflight) >= self.queue_depth:
+            launch_ns = self._admit(core, op, launch_ns)
         with self._lock:  # QueueClock.schedule, inlined: this runs for every op
             q = self.cores[core]
             clock = q.compute
@@ -88,10 +105,12 @@ class DeviceTimeline:
                 start = not_before_ns
             end = start + dur
             clock.free_at_ns = q.stream_ns = end
+            heapq.heappush(q.inflight, end)
         if self.rt.capturing:
             self._record_launch(core, F.NRT_MODEL_SUBMIT, F.NC_EXEC_RUNNING, op, launch_ns,
                                 start, end, _KERNEL,
-                                (flops, bytes_moved, dtype, engine_for(op, matrix)))
+                                (flops, bytes_moved, dtype, engine_for(op, matrix),
+                                 self.model.peak_flops_per_s(dtype, matrix)))
         return end
 
     def copy(self, core: int, direction: str, nbytes: int, *, launch_ns: int, op: str,
@@ -99,36 +118,102 @@ class DeviceTimeline:
         """A DMA transfer on the core's DMA queue (h2d / d2h over the host link, d2d on chip)."""
         dur = (self.model.device_copy_ns(nbytes) if direction == F.D2D
                else self.model.host_copy_ns(nbytes))
+        if len(self.cores[core].inflight) >= self.queue_depth:
+            launch_ns = self._admit(core, op, launch_ns)
         with self._lock:
             q = self.cores[core]
             start, end = q.dma.schedule(launch_ns=launch_ns, duration_ns=dur,
                                         latency_ns=self.latency_ns,
                                         not_before_ns=max(q.stream_ns, not_before_ns))
             q.stream_ns = end
+            heapq.heappush(q.inflight, end)
         if self.rt.capturing:
+            link = (self.model.chip.dma_bytes_per_s() if direction == F.D2D
+                    else self.model.chip.host_link_bytes_per_s()) * self.model.speed_factor
             self._record_launch(core, _COPY_CALL[direction], _COPY_EVENT[direction], op,
-                                launch_ns, start, end, _DMA, (nbytes, direction))
+                                launch_ns, start, end, _DMA, (nbytes, direction, link))
         return end
 
     def collective(self, core: int, op: str, *, collective: str, nbytes: int, ranks: list[int],
-                   group: str, launch_ns: int, algorithm: str = "ring") -> int:
+                   group: str, launch_ns: int, algorithm: str = "ring",
+                   exchange: Callable[[int], int] | None = None) -> int:
         """A collective on the collective queue: waits for the inputs (stream), not for later
-        compute, so it overlaps whatever is launched after it."""
+        compute, so it overlaps whatever is launched after it.
+
+        ``exchange(arrival_ns) -> latest arrival over the group`` couples the ranks: this rank's
+        arrival is when the collective could start on its own queue; it starts when the last
+        rank has arrived, and the wait before is a ``cc_exec_barrier`` span on the device (as
+        the real runtime records it). The exchange's host time is an emulator-overhead span."""
         dur = self.model.collective_ns(nbytes=nbytes, world=len(ranks), collective=collective)
+        if len(self.cores[core].inflight) >= self.queue_depth:
+            launch_ns = self._admit(core, op, launch_ns)
         with self._lock:
             q = self.cores[core]
+            arrival = max(launch_ns + self.latency_ns, q.collective.free_at_ns, q.stream_ns)
+        call_end = time.time_ns()
+        group_start = arrival
+        if exchange is not None:
+            group_start = max(arrival, exchange(arrival))
+            self.overhead(core, op, F.OVERHEAD_COUPLING, call_end, time.time_ns())
+        with self._lock:
             start, end = q.collective.schedule(launch_ns=launch_ns, duration_ns=dur,
                                                latency_ns=self.latency_ns,
-                                               not_before_ns=q.stream_ns)
+                                               not_before_ns=max(q.stream_ns, group_start))
+            heapq.heappush(q.inflight, end)
         if self.rt.capturing:
             self.collectives_launched += 1
+            if start > arrival:  # waiting for the group on the device
+                self.rt.record_span_lazy(
+                    core, F.CC_EXEC_BARRIER, _native_tid(), arrival, start, _barrier_start,
+                    _barrier_stop, (core, self._model_ids.get(op, 0), op, collective,
+                                    current_correlation_id(), launch_ns,
+                                    arrival - self.rt.nc_epoch_ns, start - self.rt.nc_epoch_ns,
+                                    tuple(ranks), group, algorithm))
             self._record_launch(core, F.NRT_MODEL_SUBMIT, F.CC_RUNNING, op, launch_ns, start,
                                 end, _COLLECTIVE, (collective, nbytes, tuple(ranks), algorithm,
-                                                   group, self.collectives_launched))
+                                                   group, self.collectives_launched),
+                                call_end_ns=call_end)
         return end
 
+    def _admit(self, core: int, op: str, launch_ns: int) -> int:
+        """The bounded launch queue: with ``queue_depth`` operations launched and unfinished on
+        this core, the host really blocks until one finishes (a ``queue_full`` host sync).
+        Returns the time the launch proceeds at."""
+        with self._lock:  # in flight at the launch time: what the launch call would see
+            heap = self.cores[core].inflight
+            while heap and heap[0] <= launch_ns:
+                heapq.heappop(heap)
+            target = 0
+            while len(heap) >= self.queue_depth:
+                target = heapq.heappop(heap)
+        if not target:
+            return launch_ns
+        now = time.time_ns()
+        if target <= now:  # freed while the host was busy elsewhere: no wait, launch then
+            return max(launch_ns, target)
+        end = wait_until(target)
+        if self.rt.capturing:
+            self.rt.record_span_lazy(core, F.EXT_HOST_SYNC, _native_tid(), now, end, _sync_start,
+                                     _empty, (F.SYNC_QUEUE_FULL, op, target,
+                                              current_correlation_id()))
+        return max(launch_ns, end)
+
+    def in_flight(self, core: int, at_ns: int) -> int:
+        """Operations launched on ``core`` and unfinished at host time ``at_ns``."""
+        with self._lock:
+            return sum(1 for end in self.cores[core].inflight if end > at_ns)
+
+    def overhead(self, core: int, op: str, what: str, start_ns: int, stop_ns: int) -> None:
+        """Host time the emulator spent on its own work (``what``: F.OVERHEAD_*), recorded as an
+        emulator-overhead span so that it never reads as runtime launch cost."""
+        if self.rt.capturing:
+            self.rt.record_span_lazy(core, F.EXT_EMULATOR_OVERHEAD, _native_tid(), start_ns,
+                                     stop_ns, _overhead_start, _empty,
+                                     (what, op, current_correlation_id()))
+
     def _record_launch(self, core: int, call_type: str, work_type: str, op: str, launch_ns: int,
-                       start: int, end: int, kind: int, extra: tuple) -> None:
+                       start: int, end: int, kind: int, extra: tuple,
+                       call_end_ns: int | None = None) -> None:
         rt = self.rt
         exec_id = next(self._exec_ids)
         model_id = self._model_ids.get(op)
@@ -137,7 +222,8 @@ class DeviceTimeline:
         payload = (core, exec_id, model_id, op, current_correlation_id(), launch_ns,
                    start - rt.nc_epoch_ns, end - rt.nc_epoch_ns, kind, extra)
         rt.record_launch(core, call_type, work_type, _native_tid(),
-                         (launch_ns, max(time.time_ns(), launch_ns)), (start, end), _BUILDERS,
+                         (launch_ns, max(time.time_ns() if call_end_ns is None else call_end_ns,
+                                         launch_ns)), (start, end), _BUILDERS,
                          payload)
 
     # -- host side ---------------------------------------------------------------------------
@@ -213,16 +299,19 @@ def _call_stop(p: tuple) -> dict:
 
 
 def _work_start(p: tuple) -> dict:
-    core, exec_id, model_id, op, corr, launch_ns, nc_start, _, kind, extra = p
+    core, exec_id, model_id, op, corr, launch_ns, nc_start, nc_end, kind, extra = p
+    seconds = max(nc_end - nc_start, 1) * 1e-9
     ext = {F.X_OP: op, F.X_QUEUE: _QUEUE_OF[kind], F.X_CORRELATION_ID: corr,
            F.X_LAUNCH_NS: launch_ns, F.X_MODELLED: True}
     data = {"device_core_idx": core, "exec_id": exec_id, "model_id": model_id,
             "nc_timestamp_ns": nc_start}
     if kind == _KERNEL:
         ext.update({F.X_FLOPS: extra[0], F.X_BYTES: extra[1], F.X_DTYPE: extra[2],
-                    F.X_ENGINE: extra[3]})
+                    F.X_ENGINE: extra[3],
+                    F.X_PCT_PEAK: round(100.0 * extra[0] / seconds / extra[4], 3)})
     elif kind == _DMA:
-        ext.update({F.X_BYTES: extra[0], F.X_DIRECTION: extra[1]})
+        ext.update({F.X_BYTES: extra[0], F.X_DIRECTION: extra[1],
+                    F.X_PCT_PEAK: round(100.0 * extra[0] / seconds / extra[2], 3)})
     else:
         collective, nbytes, ranks, algorithm, group, op_id = extra
         data.update({"gid": 0, "op_id": op_id, "algorithm": algorithm})
@@ -242,6 +331,23 @@ _BUILDERS = (_call_start, _call_stop, _work_start, _work_stop)
 def _sync_start(p: tuple) -> dict:
     return {F.EXT_KEY: {F.X_SYNC_REASON: p[0], F.X_OP: p[1], F.X_WAIT_UNTIL_NS: p[2],
                         F.X_CORRELATION_ID: p[3]}}
+
+
+def _barrier_start(p: tuple) -> dict:
+    core, model_id, op, collective, corr, launch_ns, nc_start, _, ranks, group, algorithm = p
+    return {"device_core_idx": core, "model_id": model_id, "nc_timestamp_ns": nc_start,
+            F.EXT_KEY: {F.X_OP: op, F.X_COLLECTIVE_OP: collective, F.X_QUEUE: F.QUEUE_COLLECTIVE,
+                        F.X_CORRELATION_ID: corr, F.X_LAUNCH_NS: launch_ns, F.X_MODELLED: True,
+                        F.X_COLLECTIVE_WAIT: True, F.X_RANKS: list(ranks), F.X_GROUP: group,
+                        F.X_ALGORITHM: algorithm}}
+
+
+def _barrier_stop(p: tuple) -> dict:
+    return {"device_core_idx": p[0], "nc_timestamp_ns": p[7]}
+
+
+def _overhead_start(p: tuple) -> dict:
+    return {F.EXT_KEY: {F.X_OVERHEAD: p[0], F.X_OP: p[1], F.X_CORRELATION_ID: p[2]}}
 
 
 def _empty(p: tuple) -> dict:

@@ -30,6 +30,12 @@ _GPSIMD_OPS = frozenset(f"aten::{op}" for op in (
     "argmin", "nonzero", "masked_fill_", "masked_select", "embedding_backward", "take"))
 
 
+# dtypes the model distinguishes (fp8 at the FP8 rate, fp16 at the BF16 rate, anything else at
+# the FP32 rate on the Tensor engine; one vector rate whatever the dtype).
+_MATRIX_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
+_VECTOR_DTYPES = ("float32", "bfloat16", "float16")
+
+
 def engine_for(op: str, matrix: bool) -> str:
     """The engine a kernel of ``op`` is modelled on (named in its trace row)."""
     if matrix:
@@ -62,6 +68,17 @@ class RooflineModel:
     def _ns(self, seconds: float) -> int:
         return max(1, math.ceil(seconds * 1e9 / self.speed_factor))
 
+    def peak_flops_per_s(self, dtype: str, matrix: bool) -> float:
+        """The compute peak the model uses for a kernel of this dtype on its engine (Tensor
+        engine for matrix ops, the vector rate otherwise), *after* the speed factor."""
+        if matrix:
+            peak = self._matrix.get(dtype)  # type: ignore[attr-defined]
+            if peak is None:
+                peak = self._matrix[dtype] = self.chip.matrix_flops_per_s(dtype)  # type: ignore[attr-defined]
+        else:
+            peak = self._vector  # type: ignore[attr-defined]
+        return peak * self.speed_factor
+
     def kernel_ns(self, *, flops: int, bytes_moved: int, dtype: str, matrix: bool) -> int:
         if matrix:
             peak = self._matrix.get(dtype)  # type: ignore[attr-defined]
@@ -71,6 +88,26 @@ class RooflineModel:
             peak = self._vector  # type: ignore[attr-defined]
         roofline = max(flops / peak, bytes_moved / self._hbm)  # type: ignore[attr-defined]
         return self._ns(roofline + self.chip.kernel_fixed_ns * 1e-9)
+
+    def peaks(self) -> dict:
+        """Every peak the model uses, after the speed factor (deviceProperties): compute in
+        TFLOPS per engine and dtype, bandwidths in GB/s. Keys from the trace vocabulary."""
+        from neuron_profiler.trace import vocabulary as V
+
+        s = self.speed_factor
+        tensor = {d: self.chip.matrix_flops_per_s(d) * s / 1e12 for d in _MATRIX_DTYPES}
+        vector = {d: self.chip.vector_flops_per_s() * s / 1e12 for d in _VECTOR_DTYPES}
+        return {
+            V.PROP_PEAK_TFLOPS: {TENSOR_ENGINE: tensor, VECTOR_ENGINE: vector,
+                                 SCALAR_ENGINE: dict(vector), GPSIMD_ENGINE: dict(vector)},
+            V.PROP_PEAK_BF16_TFLOPS: tensor["bfloat16"],
+            V.PROP_PEAK_FP32_TFLOPS: tensor["float32"],
+            V.PROP_HBM_GBPS: self.chip.hbm_bytes_per_s() * s / 1e9,
+            V.PROP_HOST_LINK_GBPS: self.chip.host_link_bytes_per_s() * s / 1e9,
+            V.PROP_DMA_GBPS: self.chip.dma_bytes_per_s() * s / 1e9,
+            V.PROP_COLLECTIVE_LINK_GBPS: self.chip.collective_gbps_per_core * s,
+            V.PROP_PEAKS_SPEED_FACTOR: s,
+        }
 
     def host_copy_ns(self, nbytes: int) -> int:
         return self._ns(nbytes / self.chip.host_link_bytes_per_s() + self.chip.dma_fixed_ns * 1e-9)

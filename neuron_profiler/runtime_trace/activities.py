@@ -27,6 +27,7 @@ class ActivityKind(enum.IntEnum):
     INSTANT = 7  # tensor alloc/free and other instants (sync points are consumed, not emitted)
     EXEC_STAGE = 8  # host execution stages kbl_exec_pre / _core / _wait / _post (carry exec_id)
     COLLECTIVE_WAIT = 9  # cc_exec_barrier: the device waiting for its replica group
+    OVERHEAD = 10  # the emulator's own host work (neuron_profiler.emulator_overhead)
 
 
 class Queue(enum.IntEnum):

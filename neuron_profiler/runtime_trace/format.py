@@ -23,6 +23,7 @@ START, STOP, INSTANT, UNKNOWN = "start", "stop", "instant", "unknown"
 # Real runtime event types the emulator also emits.
 NC_EXEC_RUNNING = "nc_exec_running"  # device execution of one op/kernel (start/stop)
 CC_RUNNING = "cc_running"  # collective on the collective queue (start/stop)
+CC_EXEC_BARRIER = "cc_exec_barrier"  # device waiting for the replica group before a collective
 TIMESTAMP_SYNC_POINT = "timestamp_sync_point"  # maps nc clock -> host clock (instant)
 DMEM_BUF_COPYIN = "dmem_buf_copyin"  # host -> device transfer (start/stop)
 DMEM_BUF_COPYOUT = "dmem_buf_copyout"  # device -> host transfer (start/stop)
@@ -33,7 +34,6 @@ NRT_EXECUTE = "nrt_execute"  # host runtime call (real runtime, synchronous exec
 NRTA_EXECUTE_SCHEDULE = "nrta_execute_schedule"  # host runtime call (async execution API)
 NRT_TENSOR_WRITE = "nrt_tensor_write"  # host runtime call starting a host -> device copy
 NRT_TENSOR_READ = "nrt_tensor_read"  # host runtime call starting a device -> host copy
-CC_EXEC_BARRIER = "cc_exec_barrier"  # device waiting for the collective's replica group
 KBL_EXEC_PRE = "kbl_exec_pre"  # host execution stages (host clock): carry exec_id, model_id
 KBL_EXEC_CORE = "kbl_exec_core"
 KBL_EXEC_WAIT = "kbl_exec_wait"
@@ -43,6 +43,9 @@ KBL_EXEC_POST = "kbl_exec_post"
 EXT_DMA_D2D = EXT_EVENT_PREFIX + "dma_d2d"  # device -> device transfer (start/stop)
 EXT_HOST_SYNC = EXT_EVENT_PREFIX + "host_sync"  # host blocked on the device (start/stop, host)
 EXT_FALLBACK = EXT_EVENT_PREFIX + "cpu_fallback"  # op run on the host (start/stop, host thread)
+# The emulator's own host work that a real device would not cost the host: the op's math in
+# numerics mode, the arrival exchange of coupled collectives (start/stop, host thread).
+EXT_EMULATOR_OVERHEAD = EXT_EVENT_PREFIX + "emulator_overhead"
 
 HOST_CALL_TYPES = frozenset({NRT_MODEL_SUBMIT, NRT_EXECUTE, NRTA_EXECUTE_SCHEDULE,
                              NRT_TENSOR_WRITE, NRT_TENSOR_READ})
@@ -53,9 +56,10 @@ COLLECTIVE_WAIT_TYPES = frozenset({CC_EXEC_BARRIER})
 EXEC_STAGE_TYPES = frozenset({KBL_EXEC_PRE, KBL_EXEC_CORE, KBL_EXEC_WAIT, KBL_EXEC_POST})
 TENSOR_EVENT_TYPES = frozenset({NRT_TENSOR_ALLOCATE, NRT_TENSOR_FREE})
 EMULATED_EVENT_TYPES = frozenset({  # every type the emulator records
-    NC_EXEC_RUNNING, CC_RUNNING, TIMESTAMP_SYNC_POINT, DMEM_BUF_COPYIN, DMEM_BUF_COPYOUT,
+    NC_EXEC_RUNNING, CC_RUNNING, CC_EXEC_BARRIER, TIMESTAMP_SYNC_POINT, DMEM_BUF_COPYIN,
+    DMEM_BUF_COPYOUT,
     NRT_TENSOR_ALLOCATE, NRT_TENSOR_FREE, NRT_MODEL_SUBMIT, NRT_TENSOR_WRITE, NRT_TENSOR_READ,
-    EXT_DMA_D2D, EXT_HOST_SYNC, EXT_FALLBACK})
+    EXT_DMA_D2D, EXT_HOST_SYNC, EXT_FALLBACK, EXT_EMULATOR_OVERHEAD})
 
 # Queue names (emulator extension field data[EXT_KEY]["queue"]; also the collector's thread names).
 QUEUE_COMPUTE, QUEUE_DMA, QUEUE_COLLECTIVE = "compute", "dma", "collective"
@@ -87,3 +91,12 @@ X_DEVICE_PROPERTIES = "device_properties"  # envelope extension: devicePropertie
 X_SYNC_REASON = "sync"  # why the host synced: "item", "cpu", "synchronize", "fallback", ...
 X_WAIT_UNTIL_NS = "wait_until_ns"  # host_sync: device time (host clock) the host waited for
 X_GROUP = "group"  # collective: process-group name
+X_COLLECTIVE_WAIT = "collective_wait"  # cc_exec_barrier: true (the device waits for the group)
+X_PCT_PEAK = "pct_of_peak"  # kernel: % of the compute peak of its engine and dtype; DMA: of the
+# link's bandwidth (both after the speed factor)
+X_OVERHEAD = "overhead"  # emulator_overhead: what the host did (one of OVERHEAD_*)
+OVERHEAD_NUMERICS = "numerics"  # the op's real math (numerics mode)
+OVERHEAD_COUPLING = "collective_coupling"  # exchanging collective arrival times across ranks
+X_NUMERICS = "numerics"  # envelope / device properties: NUMERICS_COMPUTED or NUMERICS_SKIPPED
+NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
+SYNC_QUEUE_FULL = "queue_full"  # host_sync reason: the bounded launch queue was full

@@ -156,6 +156,7 @@ _KIND_BY_TYPE = {
     **{t: ActivityKind.COLLECTIVE_WAIT for t in F.COLLECTIVE_WAIT_TYPES},
     **{t: ActivityKind.EXEC_STAGE for t in F.EXEC_STAGE_TYPES},
     F.EXT_HOST_SYNC: ActivityKind.HOST_SYNC, F.EXT_FALLBACK: ActivityKind.FALLBACK,
+    F.EXT_EMULATOR_OVERHEAD: ActivityKind.OVERHEAD,
 }
 _QUEUE_BY_KIND = np.full(len(ActivityKind), Queue.OTHER, dtype=np.uint8)
 for _kind, _queue in ((ActivityKind.KERNEL, Queue.COMPUTE), (ActivityKind.DMA, Queue.DMA),
@@ -163,7 +164,7 @@ for _kind, _queue in ((ActivityKind.KERNEL, Queue.COMPUTE), (ActivityKind.DMA, Q
                       (ActivityKind.COLLECTIVE_WAIT, Queue.COLLECTIVE),
                       (ActivityKind.EXEC_STAGE, Queue.HOST),
                       (ActivityKind.RUNTIME_CALL, Queue.HOST), (ActivityKind.HOST_SYNC, Queue.HOST),
-                      (ActivityKind.FALLBACK, Queue.HOST)):
+                      (ActivityKind.FALLBACK, Queue.HOST), (ActivityKind.OVERHEAD, Queue.HOST)):
     _QUEUE_BY_KIND[_kind] = _queue
 
 

@@ -49,15 +49,17 @@ from neuron_profiler.runtime_trace.parser import decode_rows, sanitized
 from neuron_profiler.trace import vocabulary as V
 
 # Category of each ActivityKind (index: ActivityKind code).
-CATEGORIES = (V.CAT_KERNEL, V.CAT_MEMCPY, V.CAT_RUNTIME, V.CAT_DRIVER)
+CATEGORIES = (V.CAT_KERNEL, V.CAT_MEMCPY, V.CAT_RUNTIME, V.CAT_DRIVER, V.CAT_OVERHEAD)
 _CAT_BY_KIND = np.full(len(ActivityKind), 3, dtype=np.uint8)
 _CAT_BY_KIND[[ActivityKind.KERNEL, ActivityKind.COLLECTIVE, ActivityKind.COLLECTIVE_WAIT]] = 0
 _CAT_BY_KIND[ActivityKind.DMA] = 1
 _CAT_BY_KIND[[ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC, ActivityKind.FALLBACK,
               ActivityKind.EXEC_STAGE]] = 2
+_CAT_BY_KIND[ActivityKind.OVERHEAD] = 4
 
 ON_HOST_THREAD = np.array([ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC,
-                           ActivityKind.FALLBACK, ActivityKind.EXEC_STAGE], dtype=np.uint8)
+                           ActivityKind.FALLBACK, ActivityKind.EXEC_STAGE, ActivityKind.OVERHEAD],
+                          dtype=np.uint8)
 DEVICE_WORK = np.array([ActivityKind.KERNEL, ActivityKind.DMA, ActivityKind.COLLECTIVE,
                         ActivityKind.COLLECTIVE_WAIT], dtype=np.uint8)
 # Rows launched by nobody but themselves (the window reads their own start).
@@ -66,7 +68,8 @@ _SELF_LAUNCHED = np.array([*ON_HOST_THREAD, ActivityKind.INSTANT], dtype=np.uint
 _QUEUE_INDEX = np.array([0, 1, 2, 3, 3], dtype=np.int64)
 # Unknown event types and instants keep their whole runtime data as an arg.
 RAW_DATA_KINDS = frozenset({int(ActivityKind.GENERIC), int(ActivityKind.INSTANT)})
-_SIMPLE_KINDS = (ActivityKind.KERNEL, ActivityKind.RUNTIME_CALL, ActivityKind.DMA)
+_SIMPLE_KINDS = (ActivityKind.KERNEL, ActivityKind.RUNTIME_CALL, ActivityKind.DMA,
+                 ActivityKind.OVERHEAD)
 _TYPE_DIRECTION = {F.DMEM_BUF_COPYIN: F.H2D, F.DMEM_BUF_COPYOUT: F.D2H, F.EXT_DMA_D2D: F.D2D}
 DISPATCH_FRAMES = frozenset({"PythonSubclass", "PythonDispatchMode"})
 # First ac2g flow id (= ``correlation`` arg). CUPTI's correlation ids are large; tools size their
@@ -93,6 +96,9 @@ class _Ext(msgspec.Struct, gc=False):
     shapes: Any = None
     dtypes: Any = None
     sync: Any = None
+    overhead: str | None = None
+    pct_of_peak: float | None = None
+    collective_wait: bool = False
 
 
 class _Data(msgspec.Struct, gc=False):
@@ -118,6 +124,9 @@ class _LooseExt(msgspec.Struct, gc=False):
     shapes: Any = None
     dtypes: Any = None
     sync: Any = None
+    overhead: Any = None
+    pct_of_peak: Any = None
+    collective_wait: Any = None
 
 
 class _LooseData(msgspec.Struct, gc=False):
@@ -169,7 +178,9 @@ def _decode_datas(data: Sequence[bytes]) -> tuple[list[_Data], int]:
                        flops=numbers[0], bytes=numbers[1], direction=_text(e.direction),
                        launch_ns=numbers[2], collective=e.collective, ranks=e.ranks,
                        algorithm=e.algorithm, reason=e.reason, shapes=e.shapes, dtypes=e.dtypes,
-                       sync=e.sync)
+                       sync=e.sync, overhead=_text(e.overhead),
+                       pct_of_peak=e.pct_of_peak if isinstance(e.pct_of_peak, int | float)
+                       else None, collective_wait=e.collective_wait is True)
         out.append(_Data(ext, d.algorithm, d.size))
     return out, odd
 
@@ -456,7 +467,7 @@ def _threads(cores: list[int], core_pid: dict[int, int], *, used_other: bool
             for c in cores for q in queues]
 
 
-_PEAK_KEYS = (V.PROP_PEAK_BF16_TFLOPS, V.PROP_HBM_GBPS)
+_PEAK_KEYS = (V.PROP_PEAK_BF16_TFLOPS, V.PROP_HBM_GBPS, V.PROP_PEAK_TFLOPS)
 
 
 def complete_properties(cores: list[int], props: Sequence[dict[str, Any]]
@@ -498,6 +509,9 @@ def _metadata(acts: DeviceActivities, rows: np.ndarray, props: Sequence[dict[str
         V.META_MODELLED: modelled, V.META_PEAKS: peaks,
         V.META_UNLINKED_CALLS: int((acts.correlation_id[calls] == 0).sum()),
         V.META_HIDDEN_TYPES: sorted(acts.hidden_types)}
+    numerics = sorted({str(p[V.PROP_NUMERICS]) for p in props if V.PROP_NUMERICS in p})
+    if numerics:  # the emulator says whether results were computed (timing mode: skipped)
+        meta[V.META_NUMERICS] = numerics[0] if len(numerics) == 1 else "mixed"
     moved = {str(c): p for c, p in core_pid.items() if c != p}
     if moved:
         meta[V.META_RELOCATED_CORES] = moved
@@ -525,8 +539,9 @@ def _row_name(kind: int, base: str, e: _Ext) -> str:
     if kind == ActivityKind.COLLECTIVE:
         label = e.collective if e.collective is not None else (e.op or base)
         return f"{V.COLLECTIVE_ENGINE}: {label}"
-    if kind == ActivityKind.COLLECTIVE_WAIT:
-        return V.COLLECTIVE_WAIT_NAME
+    if kind == ActivityKind.COLLECTIVE_WAIT:  # named for its collective when the source knows it
+        return (V.COLLECTIVE_WAIT_PREFIX + str(e.collective) if e.collective is not None
+                else V.COLLECTIVE_WAIT_NAME)
     if kind == ActivityKind.DMA:
         direction = e.direction or _TYPE_DIRECTION.get(base)
         return V.MEMCPY_NAMES.get(direction or "", V.MEMCPY_UNKNOWN)
@@ -536,6 +551,8 @@ def _row_name(kind: int, base: str, e: _Ext) -> str:
         return V.SYNC_PREFIX + (e.op or (str(e.sync) if e.sync is not None else "device"))
     if kind == ActivityKind.FALLBACK:
         return V.FALLBACK_PREFIX + (e.op or base)
+    if kind == ActivityKind.OVERHEAD:
+        return V.OVERHEAD_PREFIX + (e.overhead or "host")
     return base
 
 
@@ -545,9 +562,10 @@ def _names(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext]
     if len(rows) == 0:
         return np.zeros(0, dtype=np.int32), []
     sub = take(exts, rows)
-    _, ext_code = codes(map(attrgetter("op", "engine", "direction"), sub), len(sub))
-    # collectives and syncs name themselves from values of any type: rare, named row by row
+    _, ext_code = codes(map(attrgetter("op", "engine", "direction", "overhead"), sub), len(sub))
+    # collectives, their waits and syncs name themselves from values of any type: row by row
     own = np.flatnonzero(np.isin(acts.kind[rows], [ActivityKind.COLLECTIVE,
+                                                    ActivityKind.COLLECTIVE_WAIT,
                                                     ActivityKind.HOST_SYNC]))
     ext_code[own] = len(sub) + np.arange(len(own))
     key = (ext_code * len(acts.names) + acts.name_id[rows]) * len(ActivityKind) + acts.kind[rows]
@@ -569,11 +587,15 @@ def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: boo
         out.append((V.ARG_HOST_TIMED, True))
     if kind == ActivityKind.KERNEL:
         out += [(key, value) for key, value in ((V.ARG_OP, e.op), (V.ARG_ENGINE, e.engine),
-                                                 (V.ARG_DTYPE, e.dtype)) if value is not None]
+                                                 (V.ARG_DTYPE, e.dtype),
+                                                 (V.ARG_PCT_PEAK, e.pct_of_peak))
+                if value is not None]
     elif kind == ActivityKind.RUNTIME_CALL and e.op is not None:
         out.append((V.ARG_OP, e.op))
     elif kind == ActivityKind.DMA and e.direction is not None:
         out.append((V.ARG_DIRECTION, e.direction))
+        if e.pct_of_peak is not None:
+            out.append((V.ARG_PCT_PEAK, e.pct_of_peak))
     elif kind == ActivityKind.COLLECTIVE:
         ranks = e.ranks if isinstance(e.ranks, list) else []
         algorithm = e.algorithm if e.algorithm is not None else real_algorithm
@@ -591,6 +613,12 @@ def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: boo
         out.append((V.ARG_SYNC, str(e.sync)))
     elif kind == ActivityKind.COLLECTIVE_WAIT:
         out.append((V.ARG_COLLECTIVE_WAIT, True))
+        if e.collective is not None:  # the emulator knows which collective it waits for
+            ranks = e.ranks if isinstance(e.ranks, list) else []
+            out += [(V.ARG_COLLECTIVE, str(e.collective)), (V.ARG_GROUP_RANKS, ranks),
+                    (V.ARG_GROUP_SIZE, len(ranks))]
+    elif kind == ActivityKind.OVERHEAD:
+        out += [(V.ARG_OVERHEAD, str(e.overhead))] + ([(V.ARG_OP, e.op)] if e.op else [])
     elif kind in RAW_DATA_KINDS:
         out.append((V.ARG_DATA, msgspec.Raw(raw)))
     return tuple(out)
@@ -619,7 +647,8 @@ def _args(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas: lis
     at = np.flatnonzero(simple)
     if len(at):
         sub = take(exts, rows[at])
-        _, label = codes(map(attrgetter("op", "engine", "dtype", "direction"), sub), len(sub))
+        _, label = codes(map(attrgetter("op", "engine", "dtype", "direction", "overhead",
+                                        "pct_of_peak"), sub), len(sub))
         key = ((label * len(ActivityKind) + kind[at]) * 2 + modelled[at]) * 2 + timed[at]
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         distinct = [intern(_row_args(int(kind[at[j]]), sub[j], None, b"",

@@ -21,6 +21,7 @@ CAT_MEMCPY = "gpu_memcpy"  # DMA transfers
 CAT_RUNTIME = "privateuse1_runtime"  # host runtime calls, host syncs, CPU fallbacks
 CAT_DRIVER = "privateuse1_driver"  # tensor events and runtime event types we do not know
 CAT_FLOW = "ac2g"  # arrow from a runtime call to the device work it launched
+CAT_OVERHEAD = "overhead"  # the emulator's own host work (Kineto's word for profiler overhead)
 
 # -- args keys that CUDA traces carry too ----------------------------------------------------
 ARG_EXTERNAL_ID = "External id"  # the launching aten op's correlation (Kineto writes it)
@@ -42,14 +43,18 @@ ARG_BYTES = "bytes"
 ARG_TFLOPS = "achieved TFLOPS"
 ARG_GBPS = "achieved GB/s"  # kernels and collectives: bytes / duration
 ARG_BANDWIDTH = "bandwidth (GB/s)"  # DMA: bytes / duration
+ARG_PCT_PEAK = "% of peak"  # kernels: achieved FLOP/s over the peak for their engine and dtype;
+# DMA: bandwidth over the link's peak (emulator: both peaks after the speed factor)
 ARG_DIRECTION = "direction"  # DMA: h2d, d2h or d2d
 ARG_ALGORITHM = "algorithm"  # collective algorithm, when the runtime names it
 ARG_IS_COLLECTIVE = "neuron collective"  # true on collectives (their category is kernel)
+ARG_COLLECTIVE_WAIT = "collective wait"  # true on a cc_exec_barrier: device waiting for the group
 ARG_IS_FALLBACK = "cpu fallback"  # true on a CPU-fallback op (Kineto gives it no category)
 ARG_FALLBACK_REASON = "fallback reason"
 ARG_SHAPES = "input shapes"
 ARG_DTYPES = "input dtypes"
 ARG_SYNC = "sync"  # host sync: why the host waited (item, cpu, synchronize, fallback, ...)
+ARG_OVERHEAD = "emulator overhead"  # what the emulator did on the host: numerics, ...
 ARG_DATA = "data"  # unknown runtime events: their whole runtime data object
 ARG_COLLECTIVE_WAIT = "collective wait"  # true on a cc_exec_barrier slice (waiting for peers)
 ARG_HOST_TIMED = "host-timed"  # true on a copy the runtime timed on the host (no device stamp)
@@ -61,13 +66,17 @@ ARG_BYTES_KEYS = (ARG_BYTES, "Bytes")  # how transfer sizes are spelled across p
 FALLBACK_PREFIX = "CPU fallback: "
 RUNTIME_PREFIX = "nrt launch: "
 SYNC_PREFIX = "host sync: "
+# The emulator's own host work (an op's real math in numerics mode, exchanging collective arrival
+# times): never runtime launch cost. One row name per kind of work, not per op.
+OVERHEAD_PREFIX = "emulator overhead: "
 # DMA rows are named as CUDA names its copies, so tools that classify by name see copies.
 MEMCPY_NAMES = {"h2d": "Memcpy HtoD (Host -> NeuronCore)",
                 "d2h": "Memcpy DtoH (NeuronCore -> Host)",
                 "d2d": "Memcpy DtoD (NeuronCore -> NeuronCore)"}
 MEMCPY_UNKNOWN = "Memcpy (NeuronCore)"
 COLLECTIVE_ENGINE = "CC"  # collectives: "CC: allreduce"
-COLLECTIVE_WAIT_NAME = "CC: barrier wait"  # cc_exec_barrier: the core waits for its peers
+COLLECTIVE_WAIT_PREFIX = "CC wait: "  # cc_exec_barrier before a collective: "CC wait: allreduce"
+COLLECTIVE_WAIT_NAME = "CC wait: barrier"  # a barrier no collective is named for (real captures)
 DEFAULT_ENGINE = "NeuronCore"  # kernels whose engine the source does not say
 
 
@@ -106,9 +115,17 @@ PROP_CHIP = "chip"
 PROP_EMULATED = "emulated"
 PROP_SPEED_FACTOR = "speed_factor"
 PROP_HBM_BYTES = "hbm_bytes"
-PROP_PEAK_BF16_TFLOPS = "peak_bf16_tflops"
+PROP_PEAK_BF16_TFLOPS = "peak_bf16_tflops"  # Tensor engine, BF16 (emulator: x speed factor)
+PROP_PEAK_FP32_TFLOPS = "peak_fp32_tflops"  # Tensor engine, FP32
+PROP_PEAK_TFLOPS = "peak_tflops"  # {engine: {dtype: TFLOPS}}: every compute peak the model uses
 PROP_HBM_GBPS = "hbm_gbps"
+PROP_HOST_LINK_GBPS = "host_link_gbps"  # host <-> device copies, per core
+PROP_DMA_GBPS = "dma_gbps"  # device <-> device copies (the core's DMA engines)
+PROP_COLLECTIVE_LINK_GBPS = "collective_link_gbps"  # collective ring link, per core
+PROP_PEAKS_SPEED_FACTOR = "peaks_speed_factor"  # the speed factor already applied to the peaks
 PROP_PEAKS_KNOWN = "peaks_known"  # false: the source gives no peak figures (real captures)
+PROP_NUMERICS = "numerics"  # emulator: "computed" (numerics mode) or "skipped" (timing mode)
+NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
 
 # -- top-level metadata keys ---------------------------------------------------------------------
 META_SOURCE = "neuron_source"  # emulator, libnrt, merge, none
@@ -121,6 +138,7 @@ META_UNPAIRED = "neuron_unpaired_events"
 META_ACTIVITIES = "neuron_activities"  # activities written into this trace
 META_MODELLED = "neuron_timing_modelled"  # true: durations come from the emulator's model
 META_PEAKS = "neuron_peaks"  # "modelled" (emulator figures) or "unknown" (no peaks in capture)
+META_NUMERICS = "neuron_numerics"  # emulator: "computed" or "skipped" (timing mode: not computed)
 META_LINK_ERROR = "neuron_link_error"
 META_UNMAPPED = "neuron_unmapped_events"  # device events no sync point could place (left out)
 META_HIDDEN_TYPES = "neuron_hidden_event_types"  # captured event types with events shown nowhere

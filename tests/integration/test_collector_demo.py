@@ -25,8 +25,29 @@ def _demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str],
     return proc, json.loads(traces[0].read_text())
 
 
+def _busy(trace: dict[str, Any]) -> list[float]:
+    """Per ProfilerStep: the union of device rows inside it over its duration."""
+    x = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    device = sorted((e["ts"], e["ts"] + e["dur"]) for e in x
+                    if e.get("cat") in ("kernel", "gpu_memcpy"))
+    out = []
+    for s in (e for e in x if e["name"].startswith("ProfilerStep#")):
+        a, b = s["ts"], s["ts"] + s["dur"]
+        total, end = 0.0, a
+        for lo, hi in device:
+            lo, hi = max(lo, end), min(hi, b)
+            if hi > lo:
+                total, end = total + hi - lo, hi
+        out.append(total / s["dur"])
+    return out
+
+
 def test_demo_writes_a_trace_with_fallback_and_slow_data_step(tmp_path: Path) -> None:
     proc, trace = _demo(tmp_path, "--steps", "2")
+    # timing mode by default: a device-bound model, busy apart from the 20 ms data stall
+    assert "mode: timing (results not computed; device timings modelled" in proc.stdout
+    busy = _busy(trace)
+    assert len(busy) == 2 and min(busy) >= 0.5, busy
     names = {e["args"]["name"] for e in trace["traceEvents"]
              if e.get("ph") == "M" and e["name"] == "process_name"}
     assert "NeuronCore 0" in names
@@ -41,6 +62,12 @@ def test_demo_writes_a_trace_with_fallback_and_slow_data_step(tmp_path: Path) ->
     assert shown is not None, proc.stdout
     mean_ms = sum(e["dur"] for e in data) / len(data) / 1e3
     assert float(shown.group(1)) == pytest.approx(mean_ms, abs=0.01)
+
+
+def test_demo_numerics_mode_says_so(tmp_path: Path) -> None:
+    proc, trace = _demo(tmp_path, "--steps", "1", "--numerics")
+    assert "mode: numerics (results computed on the host" in proc.stdout
+    assert trace["neuron_numerics"] == "computed"
 
 
 def test_demo_on_two_cores_puts_device_work_on_both(tmp_path: Path) -> None:

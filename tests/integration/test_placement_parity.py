@@ -35,7 +35,8 @@ from neuron_profiler.trace.model import Trace, TraceBuilder  # noqa: E402
 HOST_PID, TID = 4242, 42
 T0 = 1_700_000_000_000_000_000
 _CAT_OF_KINETO = {CS.KINETO_KERNEL: V.CAT_KERNEL, CS.KINETO_MEMCPY: V.CAT_MEMCPY,
-                  CS.KINETO_RUNTIME: V.CAT_RUNTIME, CS.KINETO_DRIVER: V.CAT_DRIVER}
+                  CS.KINETO_RUNTIME: V.CAT_RUNTIME, CS.KINETO_DRIVER: V.CAT_DRIVER,
+                  CS.KINETO_OVERHEAD: V.CAT_OVERHEAD}
 
 
 def _span(events: list, etype: str, core: int, start: int, stop: int, data: dict,

@@ -156,8 +156,14 @@ def test_device_properties_per_logical_core() -> None:
     assert [p["name"] for p in props] == ["NeuronCore 0", "NeuronCore 1"]
     assert [p["id"] for p in props] == [0, 1]
     p = props[0]
-    assert p["peak_bf16_tflops"] == pytest.approx(667 / 4)  # AWS: 667 TFLOPS per chip, 4 logical
-    assert p["hbm_bytes"] == 96 * 2**30 // 4 and p["hbm_gbps"] == pytest.approx(2900 / 4)
+    # AWS: 667 TFLOPS per chip, 4 logical cores; every peak after the speed factor (0.5)
+    assert p["peak_bf16_tflops"] == pytest.approx(667 / 4 * 0.5)
+    assert p["peak_fp32_tflops"] == pytest.approx(667 / 4 / 4 * 0.5)  # FP32 at 1/4 of BF16
+    assert p["peak_tflops"]["TensorE"]["float32"] == p["peak_fp32_tflops"]
+    assert p["peak_tflops"]["VectorE"]["bfloat16"] == pytest.approx(0.492 * 0.5)
+    assert p["hbm_bytes"] == 96 * 2**30 // 4 and p["hbm_gbps"] == pytest.approx(2900 / 4 * 0.5)
+    assert p["host_link_gbps"] == pytest.approx(64 / 4 * 0.5)
+    assert p["collective_link_gbps"] == pytest.approx(100 * 0.5)
     assert p["emulated"] is True and p["speed_factor"] == 0.5 and p["chip"] == "trn2"
     trn3 = EmulatedRuntime(cores=1, chip_name="trn3").device_properties()[0]
     assert trn3["chip"] == "trn3" and trn3["hbm_bytes"] == 144 * 2**30 // 8

@@ -1,0 +1,170 @@
+"""Collectives coupled across ranks: a collective starts on every rank's device when the last
+rank has arrived; an early rank's device waits in a ``cc_exec_barrier`` span before its
+``cc_running``. Two ranks; rank 1 sleeps 20 ms before each all_reduce; each step ends with
+``.item()`` (the queues drain). Checked at speed factor 1 in a host-bound run (numerics mode,
+small work) and in a device-bound run (timing mode, each step's device work at least twice its
+host time)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.distributed")
+
+from neuron_profiler.emulator.chips import chip  # noqa: E402
+from neuron_profiler.emulator.timing import RooflineModel  # noqa: E402
+from neuron_profiler.runtime_trace import format as F  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+STEPS, NUMEL = 4, 1024
+
+WORKER = r'''
+import json, os, sys, time
+import torch, torch.distributed as dist
+import neuron_profiler.emulator as emu
+from neuron_profiler.emulator.runtime import get_runtime
+
+variant, steps, numel = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(1)  # two ranks share this machine's cores
+emu.enable(cores=1, speed_factor=1.0, numerics=(variant == "host_bound"))
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo", rank=rank, world_size=world)
+rt = get_runtime()
+t = torch.ones(numel, device="neuron")
+if variant == "host_bound":
+    w = torch.randn(64, 64, device="neuron")
+else:
+    a = torch.ones(4096, 4096, device="neuron")
+
+
+def step():
+    if variant == "host_bound":
+        (w @ w).relu().sum()
+        if rank == 1:
+            time.sleep(0.02)
+    else:
+        if rank == 1:
+            time.sleep(0.02)
+        x = a
+        for _ in range(24):  # ~80 ms of modelled device work: >= 2x the host's 20 ms + launches
+            x = x @ a
+    dist.all_reduce(t)
+    t.sum().item()
+
+
+step()  # warm
+bounds = []
+rt.sys_trace_start()
+for _ in range(steps):
+    t0 = time.time_ns()
+    step()
+    bounds.append((t0, time.time_ns()))
+rt.sys_trace_stop()
+events = json.loads(rt.sys_trace_fetch())["events"]
+json.dump({"bounds": bounds, "events": events, "epoch": rt.nc_epoch_ns}, open(sys.argv[1], "w"))
+dist.destroy_process_group()
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(tmp_path, variant: str) -> list[dict]:
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_PROFILER_")}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path / f"{variant}{r}.json"),
+                               variant, str(STEPS), str(NUMEL)], env={**env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+    return [json.loads((tmp_path / f"{variant}{r}.json").read_text()) for r in range(2)]
+
+
+def _spans(run: dict, event_type: str) -> list[tuple[int, int, dict]]:
+    """(start, end, start event data) per span of this type, on the host clock."""
+    starts, out = {}, []
+    for e in run["events"]:
+        if e["event_type"] != event_type:
+            continue
+        if e["phase"] == F.START:
+            starts[e["tracking_id"]] = e
+        elif e["phase"] == F.STOP and e["tracking_id"] in starts:
+            s = starts.pop(e["tracking_id"])
+            if "nc_timestamp_ns" in s["data"]:
+                a = s["data"]["nc_timestamp_ns"] + run["epoch"]
+                b = e["data"]["nc_timestamp_ns"] + run["epoch"]
+            else:
+                a, b = s["timestamp_ns"], e["timestamp_ns"]
+            out.append((a, b, s["data"]))
+    return out
+
+
+def _per_step(run: dict, event_type: str) -> list[float]:
+    """Milliseconds of this span type per step (spans launched inside the step)."""
+    spans = _spans(run, event_type)
+    return [sum(b - a for a, b, d in spans
+                if lo <= d.get(F.EXT_KEY, {}).get(F.X_LAUNCH_NS, a) <= hi) / 1e6
+            for lo, hi in run["bounds"]]
+
+
+@pytest.mark.parametrize("variant", ["host_bound", "device_bound"])
+def test_early_rank_waits_on_the_device_late_rank_does_not(tmp_path, variant: str) -> None:
+    ranks = _run(tmp_path, variant)
+    model = RooflineModel(chip("trn2"), speed_factor=1.0)
+    allreduce_ms = model.collective_ns(nbytes=NUMEL * 4, world=2, collective="allreduce") / 1e6
+    per_rank = []
+    for run in ranks:
+        barrier = _per_step(run, F.CC_EXEC_BARRIER)
+        running = _per_step(run, F.CC_RUNNING)
+        assert all(r == pytest.approx(allreduce_ms) for r in running), running
+        per_rank.append([b + r for b, r in zip(barrier, running, strict=True)])
+    assert all(ms >= 15 for ms in per_rank[0]), per_rank  # rank 0 waits for rank 1's 20 ms
+    assert all(ms <= allreduce_ms + 1 for ms in per_rank[1]), per_rank
+    for run in ranks:  # the wait is device time on the collective queue, before the collective
+        barriers = _spans(run, F.CC_EXEC_BARRIER)
+        colls = _spans(run, F.CC_RUNNING)
+        for _, b, d in barriers:
+            assert d[F.EXT_KEY][F.X_QUEUE] == F.QUEUE_COLLECTIVE
+            assert any(start == b for start, _, _ in colls)  # the collective starts at its end
+    if variant == "device_bound":
+        for run in ranks:
+            device = _per_step(run, F.NC_EXEC_RUNNING)
+            waits = [s + o for s, o in zip(_per_step(run, F.EXT_HOST_SYNC),
+                                           _per_step(run, F.EXT_EMULATOR_OVERHEAD), strict=True)]
+            host = [(hi - lo) / 1e6 - w for (lo, hi), w in zip(run["bounds"], waits, strict=True)]
+            assert all(d >= 2 * h for d, h in zip(device, host, strict=True)), (device, host)
+
+
+def test_trace_shows_the_wait_as_collective_wait_on_the_collective_thread(tmp_path) -> None:
+    from neuron_profiler.runtime_trace.parser import parse_system_trace
+    from neuron_profiler.runtime_trace.placement import HostOps, place
+    from neuron_profiler.trace import vocabulary as V
+
+    run = _run(tmp_path, "host_bound")[0]  # rank 0: the early one
+    payload = json.dumps({"events": run["events"], "data_version": F.DATA_VERSION}).encode()
+    placed = place(parse_system_trace(payload), host_ops=HostOps.empty(), host_pid=1)
+    names = [placed.names[i] for i in placed.name_id]
+    waits = [i for i, n in enumerate(names) if n == V.COLLECTIVE_WAIT_PREFIX + "allreduce"]
+    assert len(waits) == STEPS
+    for i in waits:
+        args = dict(placed.args[placed.args_id[i]])
+        assert args[V.ARG_COLLECTIVE_WAIT] is True and V.ARG_IS_COLLECTIVE not in args
+        assert placed.tid[i] == V.queue_stream(0, 2)  # the core's collectives thread
+        assert placed.category[i] == 0  # kernel: device time
+        assert (placed.end_ns[i] - placed.start_ns[i]) >= 15e6
+    overhead = [n for n in names if n == V.OVERHEAD_PREFIX + "collective_coupling"]
+    assert len(overhead) == STEPS  # the arrival exchange: emulator overhead, not launch cost
