@@ -31,6 +31,7 @@ import msgspec
 from neuron_profiler.emulator.chips import ChipSpec, chip
 from neuron_profiler.runtime_trace import format as F
 
+CORE_EPOCH_STEP_NS = 3_600_000_000_000  # one hour between two cores' clock epochs
 DEFAULT_MAX_EVENTS_PER_NC = 1_000_000  # the real runtime's default ring size per core
 
 # One recorded event: (id, event_type, phase, tracking_id, nc_idx, thread_id, timestamp_ns,
@@ -176,9 +177,7 @@ class EmulatedRuntime:
                     self._expected[core] = last + 1
                 if taken:
                     out.extend(self._sync_point(core, min(t[6] for t in taken)))
-                    out.extend(_OutEvent(t[1], t[2], t[0], t[3], t[4], t[4], -1, t[5], t[6],
-                                         t[8] if t[7] is None else t[7](t[8]))
-                               for t in taken)
+                    out.extend(map(_out_event, taken))
         ext = {"dropped_events": dropped, "emulated": True, "chip": self.chip.name,
                "speed_factor": self.speed_factor, F.X_NUMERICS: self.numerics,
                F.X_DEVICE_PROPERTIES: [p for p in self.device_properties()
@@ -197,10 +196,10 @@ class EmulatedRuntime:
     def _sync_point(self, core: int, first_ts_ns: int) -> Iterable[_OutEvent]:
         if self._types is not None and F.TIMESTAMP_SYNC_POINT not in self._types:
             return ()
-        data = {"exec_id": 0, "nc_timestamp_ns": first_ts_ns - self.nc_epoch_ns,
-                "cpu_timestamp_ns": first_ts_ns}
+        nc = self.nc_timestamp_ns(first_ts_ns, core)
+        data = {"exec_id": 0, "nc_timestamp_ns": nc, "cpu_timestamp_ns": first_ts_ns}
         return (_OutEvent(F.TIMESTAMP_SYNC_POINT, F.INSTANT, next(self._ids), next(self._tracking),
-                          core, core, -1, threading.get_native_id(), first_ts_ns, data),)
+                          core, core, -1, threading.get_native_id(), nc, data),)
 
     # -- recording (called by the emulated device) -------------------------------------------
     def wants(self, core: int, event_type: str) -> bool:
@@ -281,9 +280,22 @@ class EmulatedRuntime:
                                     thread_id, timestamp_ns, builder, payload,
                                     next(self._seq[core])))
 
-    def nc_timestamp_ns(self, host_ns: int) -> int:
-        """A host-clock time on the cores' own clock (what device events carry)."""
-        return host_ns - self.nc_epoch_ns
+    def nc_epoch_of(self, core: int) -> int:
+        """Host time at which ``core``'s clock reads 0: each core's clock has its own epoch,
+        hours from the others', so every emulated capture exercises the clock mapping."""
+        return self.nc_epoch_ns - int(core) * CORE_EPOCH_STEP_NS
+
+    def nc_timestamp_ns(self, host_ns: int, core: int = 0) -> int:
+        """A host-clock time on ``core``'s own clock (what its device events carry)."""
+        return host_ns - self.nc_epoch_of(core)
+
+
+def _out_event(t: EventTuple) -> _OutEvent:
+    """One recorded event as fetch writes it: its data built now; device-side events carry
+    the device clock in ``timestamp_ns``, as the real runtime's payload override does."""
+    data = t[8] if t[7] is None else t[7](t[8])
+    stamp = data.get("nc_timestamp_ns", t[6]) if type(data) is dict else t[6]
+    return _OutEvent(t[1], t[2], t[0], t[3], t[4], t[4], -1, t[5], stamp, data)
 
 
 _RUNTIME = EmulatedRuntime()

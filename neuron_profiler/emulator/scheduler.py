@@ -167,7 +167,8 @@ class DeviceTimeline:
                     core, F.CC_EXEC_BARRIER, _native_tid(), arrival, start, _barrier_start,
                     _barrier_stop, (core, self._model_ids.get(op, 0), op, collective,
                                     current_correlation_id(), launch_ns,
-                                    arrival - self.rt.nc_epoch_ns, start - self.rt.nc_epoch_ns,
+                                    arrival - self.rt.nc_epoch_of(core),
+                                    start - self.rt.nc_epoch_of(core),
                                     tuple(ranks), group, algorithm))
             self._record_launch(core, F.NRT_MODEL_SUBMIT, F.CC_RUNNING, op, launch_ns, start,
                                 end, _COLLECTIVE, (collective, nbytes, tuple(ranks), algorithm,
@@ -219,8 +220,9 @@ class DeviceTimeline:
         model_id = self._model_ids.get(op)
         if model_id is None:
             model_id = self._model_ids.setdefault(op, len(self._model_ids) + 1)
+        epoch = rt.nc_epoch_of(core)
         payload = (core, exec_id, model_id, op, current_correlation_id(), launch_ns,
-                   start - rt.nc_epoch_ns, end - rt.nc_epoch_ns, kind, extra)
+                   start - epoch, end - epoch, kind, extra)
         rt.record_launch(core, call_type, work_type, _native_tid(),
                          (launch_ns, max(time.time_ns() if call_end_ns is None else call_end_ns,
                                          launch_ns)), (start, end), _BUILDERS,
@@ -290,12 +292,14 @@ _QUEUE_OF = {_KERNEL: F.QUEUE_COMPUTE, _DMA: F.QUEUE_DMA, _COLLECTIVE: F.QUEUE_C
 
 
 def _call_start(p: tuple) -> dict:
-    return {"exec_id": p[1], "model_id": p[2],
-            F.EXT_KEY: {F.X_OP: p[3], F.X_CORRELATION_ID: p[4]}}
+    """As the real runtime: the call carries ``model_id`` only. The exec id it launched (which
+    the real runtime writes on kbl_exec_* stages the emulator does not record) is ours."""
+    return {"model_id": p[2],
+            F.EXT_KEY: {F.X_OP: p[3], F.X_CORRELATION_ID: p[4], F.X_EXEC_ID: p[1]}}
 
 
 def _call_stop(p: tuple) -> dict:
-    return {"exec_id": p[1]}
+    return {}
 
 
 def _work_start(p: tuple) -> dict:
@@ -303,13 +307,16 @@ def _work_start(p: tuple) -> dict:
     seconds = max(nc_end - nc_start, 1) * 1e-9
     ext = {F.X_OP: op, F.X_QUEUE: _QUEUE_OF[kind], F.X_CORRELATION_ID: corr,
            F.X_LAUNCH_NS: launch_ns, F.X_MODELLED: True}
-    data = {"device_core_idx": core, "exec_id": exec_id, "model_id": model_id,
-            "nc_timestamp_ns": nc_start}
+    data: dict = {"device_core_idx": core, "exec_id": exec_id, "model_id": model_id,
+                  "nc_timestamp_ns": nc_start}
     if kind == _KERNEL:
         ext.update({F.X_FLOPS: extra[0], F.X_BYTES: extra[1], F.X_DTYPE: extra[2],
                     F.X_ENGINE: extra[3],
                     F.X_PCT_PEAK: round(100.0 * extra[0] / seconds / extra[4], 3)})
-    elif kind == _DMA:
+    elif kind == _DMA:  # the real copy keys; its exec id and device stamp are the emulator's
+        data = {"mem_type": "device", "mem_handle": f"0x{0x7f0000 + exec_id:x}", "offset": 0,
+                "size": extra[0], "nc_timestamp_ns": nc_start}
+        ext.update({F.X_EXEC_ID: exec_id})
         ext.update({F.X_BYTES: extra[0], F.X_DIRECTION: extra[1],
                     F.X_PCT_PEAK: round(100.0 * extra[0] / seconds / extra[2], 3)})
     else:
@@ -322,7 +329,7 @@ def _work_start(p: tuple) -> dict:
 
 
 def _work_stop(p: tuple) -> dict:
-    return {"device_core_idx": p[0], "exec_id": p[1], "nc_timestamp_ns": p[7]}
+    return {"nc_timestamp_ns": p[7]}  # the real stop: the device stamp only
 
 
 _BUILDERS = (_call_start, _call_stop, _work_start, _work_stop)
@@ -343,7 +350,7 @@ def _barrier_start(p: tuple) -> dict:
 
 
 def _barrier_stop(p: tuple) -> dict:
-    return {"device_core_idx": p[0], "nc_timestamp_ns": p[7]}
+    return {"nc_timestamp_ns": p[7]}
 
 
 def _overhead_start(p: tuple) -> dict:
