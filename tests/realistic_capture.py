@@ -160,6 +160,24 @@ class Capture:
                               "physical_address": "0x7fab00001000"})
         self._event(core, "tensor_block", "unknown", 0, t + 3,
                     {"tensor_id": 1, "pending_reader_count": 0, "pending_writer_count": 1})
+        self._span(core, "nrt_dma_mem_dealloc", 0, t + 950, t + 990, {"hbm_idx": 0},
+                   stop_data={"freed_bytes": 4096, "total_bytes": 1 << 20})
+        self._event(core, "nrt_profile_add_node_info", "instant", 0, t + 4, {})
+        for etype in ("numerical_err", "nrt_model_switch"):  # hardware group: device clock
+            self._event(core, etype, "instant", 0, nc + 5, {
+                "device_core_idx": core, "model_id": 2, "exec_id": 0, "nc_timestamp_ns": nc + 5})
+
+    def submit(self, *, tid: int, core: int, start: int, device_dur: int) -> None:
+        """nrt_model_submit with a kbl_exec_core stage, then its execution."""
+        self._exec += 1
+        call = self._span(core, "nrt_model_submit", tid, start, start + 30_000, {"model_id": 4})
+        self.truth.call_op[call] = self.op_of(tid, start)
+        self._span(core, "kbl_exec_core", tid, start + 3_000, start + 20_000,
+                   {"exec_id": self._exec, "model_id": 4})
+        work = self._device_span(core, "nc_exec_running", tid, start + 40_000,
+                                 start + 40_000 + device_dur,
+                                 {"device_core_idx": core, "exec_id": self._exec, "model_id": 4})
+        self.truth.work_call[("nc_exec_running", core, work)] = call
 
     # -- fetch ---------------------------------------------------------------------------------
     def fetch(self, cores: list[int] | None = None, drop_oldest: int = 0) -> bytes:

@@ -49,8 +49,10 @@ def _workload(cap: Capture, t: int, *, seq0: int) -> int:
                    algorithm=None)
     cap.tensor_events(tid=PROFILED, core=1, t=op.start + 300_000, size=512)
     cap.execute(tid=UNPROFILED, core=1, start=op.end + 10_000, device_dur=20_000)
+    op = cap.host_op(PROFILED, op.end + 100_000, 200_000)
+    cap.submit(tid=PROFILED, core=0, start=op.start + 5_000, device_dur=20_000)
     cap.odd_events(core=0, t=op.end + 20_000)
-    return op.end + 200_000
+    return op.end + 300_000
 
 
 def _capture() -> tuple[Capture, list[bytes]]:
@@ -183,7 +185,9 @@ def test_unknown_types_kept_empty_payloads_not_malformed_provenance(captured) ->
     result = _placed(cap, payloads)
     names = Counter(r["name"] for r in _rows(result))
     for etype in ("hw_notify", "notification_consume_errors", "nrt_dma_mem_alloc",
-                  "tensor_block", "nrt_tensor_allocate", "nrt_tensor_free", "kbl_exec_pre"):
+                  "tensor_block", "nrt_tensor_allocate", "nrt_tensor_free", "kbl_exec_pre",
+                  "kbl_exec_core", "nrt_model_submit", "numerical_err", "nrt_model_switch",
+                  "nrt_dma_mem_dealloc", "nrt_profile_add_node_info"):
         assert names[etype] > 0, etype
     meta = {k: json.loads(v) for k, v in result.metadata.items()}
     assert meta[V.META_MALFORMED] == 0 and meta[V.META_UNPAIRED] == 0
