@@ -72,7 +72,7 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         return out
     core = u.core
     written: list[torch.Tensor] = []
-    result = _device_work(out, wrap(out, u, core, True, written))
+    result = _device_work(out, wrap(out, u, core, True, written), u.alias)
     tl = STATE.timeline
     if tl is None:
         return result
@@ -118,19 +118,21 @@ def _to_device(value: Any, by_id: dict[int, Any], by_mem: dict[tuple, Any]) -> A
     return value
 
 
-def _device_work(out: Any, result: Any) -> Any:
+def _device_work(out: Any, result: Any, alias: dict[int, Any]) -> Any:
     """The op's ``Work`` with a future whose value holds the caller's own device tensors (the
     real exchange ran on their host memory): DDP's reducer then copies device to device, and
-    comm hooks that read ``fut.value()`` run on the device, as with NCCL."""
-    if not isinstance(out, (list, tuple)):
-        return result
+    comm hooks that read ``fut.value()`` run on the device, as with NCCL. ``alias`` maps the
+    host memory of every device argument to its tensor, so ops that return only a ``Work``
+    (the coalesced ones) and nested results (lists of lists) map back too."""
     from torch._C._distributed_c10d import Work, _create_work_from_future
 
-    by_id: dict[int, Any] = {}
-    by_mem: dict[tuple, Any] = {}
-    _pair_up(out, result, by_id, by_mem)
-    items = list(result)
-    for i, o in enumerate(out):
+    by_id: dict[int, Any] = dict(alias)
+    by_mem: dict[tuple, Any] = {_mem(d._elem): d for d in alias.values()}
+    single = not isinstance(out, (list, tuple))
+    outs, items = ([out], [result]) if single else (list(out), list(result))
+    if not single:
+        _pair_up(out, result, by_id, by_mem)
+    for i, o in enumerate(outs):
         if not isinstance(o, torch.ScriptObject):
             continue
         try:
@@ -139,7 +141,7 @@ def _device_work(out: Any, result: Any) -> Any:
             continue
         fut = work.get_future().then(lambda f: _to_device(f.value(), by_id, by_mem))
         items[i] = _create_work_from_future(fut).boxed()
-    return type(result)(items)
+    return items[0] if single else type(result)(items)
 
 
 _POINT_TO_POINT = frozenset({"send", "recv"})

@@ -59,7 +59,27 @@ def run(device, hook, capture):
     return params, events
 
 
-out = {}
+def flat(value):
+    return ([x for item in value for x in flat(item)] if isinstance(value, (list, tuple))
+            else [value])
+
+
+def futures():
+    """Collective futures hold the caller's own device tensors: a list-of-lists result
+    (all_gather) and a coalesced one (all_reduce_coalesced, which returns only a Work)."""
+    mine = torch.full((3,), float(rank + 1)).to("neuron")
+    outs = [torch.zeros(3).to("neuron") for _ in range(world)]
+    gathered = flat(dist.all_gather(outs, mine, async_op=True).get_future().wait())
+    ts = [torch.ones(2).to("neuron") * (rank + 1), torch.ones(3).to("neuron")]
+    work = dist.all_reduce_coalesced(ts, async_op=True)
+    reduced = flat((work.get_future() if hasattr(work, "get_future") else work).wait())
+    return {"gathered": [[any(v is o for o in outs), v.device.type, v.cpu().tolist()]
+                         for v in gathered],
+            "reduced": [[any(v is t for t in ts), v.device.type, v.cpu().tolist()]
+                        for v in reduced]}
+
+
+out = {"futures": futures()}
 for hook in (False, True):
     out[f"cpu{int(hook)}"] = run("cpu", hook, False)[0]
     out[f"dev{int(hook)}"], out[f"events{int(hook)}"] = run("neuron", hook, True)
@@ -115,3 +135,11 @@ def test_comm_hook_runs_on_the_device_and_trains_equal_to_cpu(ranks: list[dict])
         assert len(fp16) >= 2 * STEPS  # compress (to fp16, divide) on the device, per step
         plain = [e["data"][F.EXT_KEY] for e in _starts(rank["events0"], F.NC_EXEC_RUNNING)]
         assert not [k for k in plain if k[F.X_DTYPE] == "float16"]
+
+
+def test_collective_futures_hold_the_callers_device_tensors(ranks: list[dict]) -> None:
+    """Nested (all_gather) and coalesced (all_reduce_coalesced) results, as on a real device."""
+    for rank in ranks:
+        got = rank["futures"]
+        assert got["gathered"] == [[True, "neuron", [1.0] * 3], [True, "neuron", [2.0] * 3]]
+        assert got["reduced"] == [[True, "neuron", [3.0] * 2], [True, "neuron", [2.0] * 3]]
