@@ -21,6 +21,7 @@ Device activities are kept even when they fall outside the host trace's time spa
 from __future__ import annotations
 
 import dataclasses
+import warnings
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -88,13 +89,40 @@ def read_device_events(path: str | Path) -> bytes:
     except OSError as err:
         raise TraceLoadError(path, f"cannot read: {err.strerror or err}") from None
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = zlib.decompressobj(wbits=31).decompress(raw)
-        except zlib.error as err:
-            raise TraceLoadError(path, f"corrupt gzip data ({err})") from None
+        raw, problem = _gunzip(raw)
+        if problem:
+            if not raw.strip():
+                raise TraceLoadError(path, problem)
+            warnings.warn(f"{path}: {problem}; kept the {len(raw)} bytes before it",
+                          stacklevel=2)
     if not raw.strip():
         raise TraceLoadError(path, "empty file")
     return raw
+
+
+_GZIP_TRAILER = 8  # CRC-32 and length
+
+
+def _gunzip(raw: bytes, chunk: int = 1 << 14) -> tuple[bytes, str | None]:
+    """Every byte a gzip stream yields before any damage, and what the damage was (None: whole).
+    The last trailer (CRC-32 and length) is fed on its own, so a bad one loses no data."""
+    out: list[bytes] = []
+    while raw[:2] == b"\x1f\x8b":  # one member after another
+        d = zlib.decompressobj(wbits=31)
+        body_end, pos = len(raw) - _GZIP_TRAILER, 0
+        try:
+            while not d.eof and pos < len(raw):
+                end = min(pos + chunk, body_end) if pos < body_end else len(raw)
+                out.append(d.decompress(raw[pos:end]))
+                pos = end
+        except zlib.error as err:
+            return b"".join(out), f"corrupt gzip data ({err})"
+        if not d.eof:
+            return b"".join(out), "the gzip stream is cut off"
+        raw = d.unused_data + raw[pos:]
+    if raw.strip(b"\x00"):
+        return b"".join(out), f"{len(raw)} trailing bytes after the gzip data ignored"
+    return b"".join(out), None
 
 
 def merge_files(host_path: str | Path, device_paths: Sequence[str | Path]) -> MergeResult:

@@ -199,7 +199,7 @@ def _envelopes(payload: bytes | str) -> Iterator[_Part]:
     if bytes(view[:64]).lstrip().startswith(b"["):
         try:
             raws = msgspec.json.decode(view, type=list[msgspec.Raw])
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             yield from _salvaged(bytes(view))
             return
         for raw in raws:
@@ -212,6 +212,9 @@ def _envelopes(payload: bytes | str) -> Iterator[_Part]:
             return
         except msgspec.ValidationError:
             raise
+        except RecursionError:  # nesting too deep for msgspec: the slow path
+            yield from _salvaged(bytes(view[pos:]))
+            return
         except msgspec.DecodeError as err:  # another envelope follows: decode up to it
             match = _TRAILING.search(str(err))
             end = pos + int(match.group(1)) - 1 if match else pos  # msgspec counts from 1
@@ -229,9 +232,15 @@ def _clean(value: Any) -> tuple[Any, int]:
         return None, 1
     if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
         return None, 1
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate escape: U+FFFD, as for bad bytes
+            return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in value), 1
+        return value, 0
     if isinstance(value, dict):
         pairs = [(k, *_clean(v)) for k, v in value.items()]
-        return {k: v for k, v, _ in pairs}, sum(n for _, _, n in pairs)
+        return {_clean(k)[0]: v for k, v, _ in pairs}, sum(n for _, _, n in pairs)
     if isinstance(value, list):
         pairs = [_clean(v) for v in value]
         return [v for v, _ in pairs], sum(n for _, n in pairs)
@@ -261,9 +270,9 @@ def _python_part(envelope: Any, truncated: bool) -> _Part:
 
 def _salvaged(data: bytes) -> Iterator[_Part]:
     """What msgspec cannot read, read by Python's decoder (the slow path): NaN or Infinity
-    tokens, or a cut-off payload. A cut payload keeps its complete envelopes, then the complete
-    events of the envelope the cut went through. Raises ``msgspec.DecodeError`` when there is
-    not even the start of an envelope."""
+    tokens, lone surrogates, nesting too deep for a recursive decoder, or a cut-off payload. A
+    cut payload keeps its complete envelopes, then the complete events of the envelope the cut
+    went through. Raises ``msgspec.DecodeError`` when there is not even the start of one."""
     text = data.decode("utf-8", "replace")
     i = _skip(text, 0, " \t\r\n")
     if text.startswith("[", i):  # a list of envelopes
@@ -272,7 +281,7 @@ def _salvaged(data: bytes) -> Iterator[_Part]:
             i = _skip(text, i, " \t\r\n,")
             try:
                 envelope, i = _py_decoder.raw_decode(text, i)
-            except ValueError:
+            except (ValueError, RecursionError):
                 break
             yield _python_part(envelope, truncated=False)
         if text[i:].strip() in ("", "]"):
@@ -282,21 +291,81 @@ def _salvaged(data: bytes) -> Iterator[_Part]:
         if not text[end:].strip():
             yield _python_part(envelope, truncated=False)
             return
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
+    complete = _value_end(text, i) >= 0  # a whole envelope, too deep for the decoders
     events_at = text.find('"events"', i)
     bracket = text.find("[", events_at)
     if events_at < 0 or bracket < 0:
         raise msgspec.DecodeError("no system-trace envelope before the data ends")
-    events, i = [], bracket + 1
+    events, i, too_deep = [], bracket + 1, 0
     while True:
         i = _skip(text, i, " \t\r\n,")
         try:
             event, i = _py_decoder.raw_decode(text, i)
+        except RecursionError:  # keep the event, its too-deep values replaced by a marker
+            end = _value_end(text, i)
+            if end < 0:
+                break
+            event, i = _shallow_object(text[i:end]), end
+            too_deep += 1
         except ValueError:
             break
         events.append(event)
-    yield _python_part({"events": events}, truncated=True)
+    part = _python_part({"events": events}, truncated=not complete)
+    part.malformed += too_deep
+    yield part
+
+
+TOO_DEEP = {"neuron_profiler": {"too_deep": True}}  # what replaces a value nested too deep
+
+
+def _value_end(text: str, i: int) -> int:
+    """End of the JSON value starting at ``i``, found without recursion (strings and nesting
+    counted); -1 when the text ends first."""
+    depth, in_string, escaped = 0, False, False
+    for j in range(i, len(text)):
+        ch = text[j]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+                if depth == 0:
+                    return j + 1
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        elif depth == 0 and ch in ",\r\n\t ":
+            return j
+    return -1
+
+
+def _shallow_object(text: str) -> dict[str, Any]:
+    """A JSON object whose members are decoded one by one: a member nested too deep for the
+    decoder becomes ``TOO_DEEP`` (``data``) or is left out, the others are kept."""
+    out: dict[str, Any] = {}
+    i = _skip(text, 1, " \t\r\n,")
+    while i < len(text) and text[i] == '"':
+        key, i = _py_decoder.raw_decode(text, i)
+        i = _skip(text, i, " \t\r\n:")
+        end = _value_end(text, i)
+        if end < 0:
+            break
+        try:
+            out[key] = _py_decoder.decode(text[i:end])
+        except RecursionError:
+            if key == "data":
+                out[key] = TOO_DEEP
+        i = _skip(text, end, " \t\r\n,")
+    return out
 
 
 def _skip(text: str, i: int, chars: str) -> int:

@@ -102,3 +102,53 @@ def test_merge_cli_warns_about_a_cut_off_capture(tmp_path: Path, capsys) -> None
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"neuron-prof: warning: {dev}: cut off; kept every complete event before the "
                    "cut (1 envelope(s))"]
+
+
+def _doc(n: int = 200) -> bytes:
+    return _env(_events(n))
+
+
+def test_gzip_damage_keeps_everything_before_it(tmp_path: Path) -> None:
+    """Bad CRC or length, trailing bytes, a second member, a cut: every byte before the damage
+    is kept (the whole document for a bad trailer), with one warning naming the file."""
+    import gzip
+    import warnings
+
+    from neuron_profiler.runtime_trace.merge import read_device_events
+
+    data = _doc()
+    g = gzip.compress(data)
+    cases = {"crc.json.gz": (g[:-8] + bytes([g[-8] ^ 1]) + g[-7:], data, "incorrect data check"),
+             "len.json.gz": (g[:-1] + bytes([g[-1] ^ 1]), data, "corrupt gzip"),
+             "tail.json.gz": (g + b"junk", data, "4 trailing bytes"),
+             "two.json.gz": (g + gzip.compress(b" "), data + b" ", None)}
+    for name, (raw, want, problem) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(raw)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert read_device_events(path) == want, name
+        messages = [str(w.message) for w in caught]
+        assert (messages == []) if problem is None else (
+            len(messages) == 1 and str(path) in messages[0] and problem in messages[0]), messages
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(g[: len(g) // 2])
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        got = read_device_events(cut)
+    assert data.startswith(got) and len(got) > 0
+    acts = parse_system_traces([got])
+    assert acts.truncated == 1 and len(acts) > 0
+
+
+def test_lone_surrogates_and_deep_nesting_keep_the_event() -> None:
+    events = _events(3)
+    events[0]["data"]["note"] = "SURROGATE"
+    events[2]["data"]["deep"] = "DEEP"
+    raw = _env(events).replace(b'"SURROGATE"', b'"\\ud800"').replace(
+        b'"DEEP"', b"[" * 1500 + b"]" * 1500)
+    acts = parse_system_traces([raw])
+    assert len(acts) == 3 and acts.malformed == 2 and acts.truncated == 0
+    datas = [json.loads(bytes(d)) for d in acts.data]
+    assert "\ufffd" in json.dumps(datas, ensure_ascii=False)
+    assert any(d.get("neuron_profiler", {}).get("too_deep") for d in datas)
