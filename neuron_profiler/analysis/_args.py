@@ -1,0 +1,59 @@
+"""Decode a few args keys for many rows in one msgspec pass (no per-row ``trace.args`` calls).
+
+    values = arg_values(trace, rows, (V.ARG_STREAM, V.ARG_DEVICE))   # {key: list per row}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace.model import Trace
+
+_BATCH = 200_000  # rows per decode: bounds the joined buffer
+
+
+@lru_cache(maxsize=32)
+def _decoder(keys: tuple[str, ...]) -> msgspec.json.Decoder:
+    struct = msgspec.defstruct("_Picked", [
+        (f"k{i}", Any, msgspec.field(name=key, default=None)) for i, key in enumerate(keys)])
+    return msgspec.json.Decoder(list[struct])
+
+
+def arg_values(trace: Trace, rows: np.ndarray, keys: Sequence[str]) -> dict[str, np.ndarray]:
+    """The value of each key per row, as object arrays (None where the row has no args or not
+    the key)."""
+    keys = tuple(keys)
+    out = {k: np.full(len(rows), None, dtype=object) for k in keys}
+    args_rows = trace.col(S.ARGS_ROW)[np.asarray(rows, dtype=np.int64)]
+    have = np.flatnonzero(args_rows >= 0)
+    decode = _decoder(keys).decode
+    raw = trace.raw_args
+    for lo in range(0, len(have), _BATCH):
+        part = have[lo:lo + _BATCH]
+        decoded = decode(b"[" + b",".join([raw[i] for i in args_rows[part].tolist()]) + b"]")
+        for i, key in enumerate(keys):
+            field = f"k{i}"
+            out[key][part] = [getattr(x, field) for x in decoded]
+    return out
+
+
+def as_int(values: np.ndarray, default: int = -1) -> np.ndarray:
+    """Python's ``int()`` of each value, ``default`` where it fails or is missing (HTA's rule
+    for ``stream``)."""
+    return np.fromiter((v if type(v) is int else _int_or(v, default) for v in values),
+                       dtype=np.int64, count=len(values))
+
+
+def _int_or(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
