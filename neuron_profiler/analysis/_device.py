@@ -59,10 +59,16 @@ def device_work(trace: Trace) -> DeviceWork:
           | ((kind == S.EventKind.KERNEL) & np.isin(c[S.NAME_ID][rows], collective_ids))] = COLLECTIVE
     device = c[S.PID][rows]
     devices = tuple(np.unique(device).tolist())
-    labels = {d: trace.process_names.get(d) or f"device {d}" for d in devices}
+    labels = {d: _label(trace.process_names.get(d, ""), d) for d in devices}
     return DeviceWork(rows=rows, device=device, queue=queue, start=c[S.TS_NS][rows],
                       end=c[S.TS_NS][rows] + c[S.DUR_NS][rows],
                       launch=launch_starts(trace, rows), devices=devices, labels=labels)
+
+
+def _label(process_name: str, pid: int) -> str:
+    """A NeuronCore's process name; else "device <pid>" (CUDA traces name the device process
+    after the host program)."""
+    return process_name if process_name.startswith(V.CORE_PROCESS_PREFIX) else f"device {pid}"
 
 
 def launch_starts(trace: Trace, rows: np.ndarray) -> np.ndarray:
