@@ -36,7 +36,7 @@ def arg_values(trace: Trace, rows: np.ndarray, keys: Sequence[str]) -> dict[str,
     raw = trace.raw_args
     for lo in range(0, len(have), _BATCH):
         part = have[lo:lo + _BATCH]
-        decoded = decode(b"[" + b",".join([raw[i] for i in args_rows[part].tolist()]) + b"]")
+        decoded = decode(b"[" + b",".join(args_texts(raw, args_rows[part])) + b"]")
         for i, key in enumerate(keys):
             field = f"k{i}"
             out[key][part] = [getattr(x, field) for x in decoded]
@@ -57,3 +57,37 @@ def _int_or(value: Any, default: int) -> int:
         return int(value)
     except (TypeError, ValueError, OverflowError):
         return default
+
+
+def args_texts(raw: Sequence[bytes], index: np.ndarray) -> list[bytes]:
+    """``[raw[i] for i in index]``, sliced a buffer at a time when ``raw`` is the loader's
+    buffer-backed sequence (no per-entry lookup of its buffer)."""
+    buffers = getattr(raw, "_buffers", None)
+    if buffers is None:
+        return [raw[i] for i in index.tolist()]
+    first = np.asarray(raw._first, dtype=np.int64)  # type: ignore[attr-defined]
+    starts = raw._starts[index]  # type: ignore[attr-defined]
+    ends = (starts + raw._lengths[index]).tolist()  # type: ignore[attr-defined]
+    which = (np.searchsorted(first, index, side="right") - 1).tolist()
+    return [buffers[b][s:e] for b, s, e in zip(which, starts.tolist(), ends, strict=True)]
+
+
+def args_spelling(raw: Sequence[bytes], index: np.ndarray, key: str) -> np.ndarray:
+    """Which of ``raw[index]`` contain ``"key"`` (the quoted key text): a cheap filter before
+    decoding. Searches whole buffers when ``raw`` is buffer-backed."""
+    needle = b'"' + key.encode() + b'"'
+    buffers = getattr(raw, "_buffers", None)
+    if buffers is None:
+        return np.fromiter((needle in raw[i] for i in index.tolist()), bool, len(index))
+    hits = np.zeros(len(raw), dtype=bool)
+    bounds = [*raw._first, len(raw)]  # type: ignore[attr-defined]
+    for b, buffer in enumerate(buffers):
+        found, pos = [], buffer.find(needle)
+        while pos >= 0:
+            found.append(pos)
+            pos = buffer.find(needle, pos + 1)
+        if found:
+            lo, hi = bounds[b], bounds[b + 1]
+            entry = np.searchsorted(raw._starts[lo:hi], found, side="right") - 1  # type: ignore[attr-defined]
+            hits[lo + entry[entry >= 0]] = True
+    return hits[index]

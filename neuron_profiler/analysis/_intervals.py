@@ -57,9 +57,17 @@ def window(start: int, end: int) -> Intervals:
 
 def _segments(a: Intervals, b: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Elementary segments between all boundaries of a and b, with their coverage by each."""
-    points = np.unique(np.concatenate([a.start, a.end, b.start, b.end]))
+    points = _sorted_unique(np.concatenate([a.start, a.end, b.start, b.end]))
     lo, hi = points[:-1], points[1:]
     return lo, hi, _covers(a, lo), _covers(b, lo)
+
+
+def _sorted_unique(x: np.ndarray) -> np.ndarray:
+    """np.unique by sorting (faster than numpy's hash-based unique on large int arrays)."""
+    x = np.sort(x)
+    keep = np.ones(len(x), dtype=bool)
+    keep[1:] = x[1:] != x[:-1]
+    return x[keep]
 
 
 def _covers(x: Intervals, at: np.ndarray) -> np.ndarray:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_profiler.analysis._args import arg_values, as_int
+from neuron_profiler.analysis._args import arg_values, args_spelling, as_int
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace, file_base_ns
@@ -132,7 +132,7 @@ def _hta_rows(trace: Trace, rounding: bool | None) -> _HtaRows:
     end = start + c[S.DUR_NS][rows]
     if hta_rounds(trace) if rounding is None else rounding:
         start, end = -((-start) // 1000) * 1000, (end // 1000) * 1000
-    stream = as_int(arg_values(trace, rows, (V.ARG_STREAM,))[V.ARG_STREAM])
+    stream = _streams(trace, rows)
     corr = c[S.CORRELATION][rows]
     name_id = c[S.NAME_ID][rows]
     sync_ids = [i for i in (trace.string_id(n) for n in SYNC_NAMES) if i >= 0]
@@ -145,6 +145,17 @@ def _hta_rows(trace: Trace, rounding: bool | None) -> _HtaRows:
     pick = np.repeat(np.arange(len(rows)), repeat)
     return _HtaRows(name_id=name_id[pick], cat_id=c[S.CAT_ID][rows][pick], start=start[pick],
                     end=end[pick], stream=stream[pick], launch=launch[pick], rank=rank_of(trace))
+
+
+def _streams(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """``int(args["stream"])`` per row, -1 without one; only args that spell the key are
+    decoded (a bytes test per row is far cheaper than decoding every args object)."""
+    args_rows = trace.col(S.ARGS_ROW)[rows]
+    have = np.flatnonzero(args_rows >= 0)
+    pick = have[args_spelling(trace.raw_args, args_rows[have], V.ARG_STREAM)]
+    out = np.full(len(rows), -1, np.int64)
+    out[pick] = as_int(arg_values(trace, rows[pick], (V.ARG_STREAM,))[V.ARG_STREAM])
+    return out
 
 
 def _launch_starts(corr: np.ndarray, start: np.ndarray, gpu: np.ndarray) -> np.ndarray:
@@ -193,10 +204,21 @@ def _hta_merge(start: np.ndarray, end: np.ndarray) -> tuple[int, int]:
     return int((g_end - g_start).sum()), int(g_end[-1] - g_start[0])
 
 
+def hta_breakdowns(trace: Trace, *, rounding: bool | None = None,
+                   consecutive_kernel_delay_ns: int = CONSECUTIVE_KERNEL_DELAY_NS
+                   ) -> tuple[HtaTemporal | None, HtaIdle | None]:
+    """Both breakdowns from one reading of the trace (what ``analyze`` uses)."""
+    r = _hta_rows(trace, rounding)
+    return _temporal(trace, r), _idle(trace, r, consecutive_kernel_delay_ns)
+
+
 def hta_temporal_breakdown(trace: Trace, *, rounding: bool | None = None) -> HtaTemporal | None:
     """HTA's ``get_temporal_breakdown`` for this trace; None where HTA finds no kernel (it
     raises there). ``rounding``: None = HTA's default, False = ``HTA_DISABLE_NS_ROUNDING=1``."""
-    r = _hta_rows(trace, rounding)
+    return _temporal(trace, _hta_rows(trace, rounding))
+
+
+def _temporal(trace: Trace, r: _HtaRows) -> HtaTemporal | None:
     kernel = r.stream != -1
     if not kernel.any():
         return None
@@ -216,7 +238,10 @@ def hta_idle_time_breakdown(trace: Trace, *, rounding: bool | None = None,
                             ) -> HtaIdle | None:
     """HTA's ``get_idle_time_breakdown`` for this trace's rank, every stream; None where HTA
     finds no kernel."""
-    r = _hta_rows(trace, rounding)
+    return _idle(trace, _hta_rows(trace, rounding), consecutive_kernel_delay_ns)
+
+
+def _idle(trace: Trace, r: _HtaRows, consecutive_kernel_delay_ns: int) -> HtaIdle | None:
     cats = [i for i in (trace.string_id(c) for c in HTA_KERNEL_CATEGORIES) if i >= 0]
     k = np.flatnonzero((r.stream != -1) & np.isin(r.cat_id, cats))
     if len(k) == 0:

@@ -17,8 +17,7 @@ from neuron_profiler.analysis.breakdown import StepBreakdown, step_breakdown
 from neuron_profiler.analysis.hta_compat import (
     HtaIdle,
     HtaTemporal,
-    hta_idle_time_breakdown,
-    hta_temporal_breakdown,
+    hta_breakdowns,
     rank_of,
 )
 from neuron_profiler.analysis.idle import DEFAULT_MIN_GAP_NS, IdleTime, idle_time
@@ -69,13 +68,13 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
     options = options or Options()
     work = device_work(trace)
     steps = find_steps(trace, work)
+    hta_temporal, hta_idle = hta_breakdowns(trace) if options.hta else (None, None)
     notes = (NOTE_NO_STEPS,) * (not steps.from_profiler_steps) + (NOTE_HOST_ONLY,) * (
         len(work) == 0)
     return Report(
         source=trace.source, rank=rank_of(trace), base_ns=file_base_ns(trace.metadata),
         has_device=len(work) > 0, steps=steps, breakdown=step_breakdown(trace, work, steps),
         idle=idle_time(trace, work, steps, min_gap_ns=options.min_gap_ns, top=options.top),
-        hta_temporal=hta_temporal_breakdown(trace) if options.hta else None,
-        hta_idle=hta_idle_time_breakdown(trace) if options.hta else None,
+        hta_temporal=hta_temporal, hta_idle=hta_idle,
         tb_breakdown=tb_profiler_breakdown(trace) if options.tb else None,
         options=options, notes=notes)

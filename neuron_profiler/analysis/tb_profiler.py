@@ -96,15 +96,14 @@ def _kind_table() -> dict[str, S.EventKind]:
 def tb_profiler_breakdown(trace: Trace, *, legacy: bool = False) -> TbBreakdown:
     c = trace.columns
     rows = np.flatnonzero(c[S.PH] == S.Phase.COMPLETE)
-    typ = _types(trace, legacy)[c[S.CAT_ID][rows]]
-    names = np.asarray(trace.strings, dtype=object)
-    name_of = names[c[S.NAME_ID][rows]]
-    typ = _refine(typ, name_of, legacy)
+    name_id = c[S.NAME_ID][rows]
+    flags = _name_flags(trace.strings, legacy)
+    typ = _refine(_types(trace, legacy)[c[S.CAT_ID][rows]], flags[:, name_id])
     start = c[S.TS_NS][rows]
     end = start + c[S.DUR_NS][rows]
-    ext = c[S.EXTERNAL_ID][rows]
-    roles = _role_ranges(typ, name_of, start, end, ext)
-    steps_s, steps_e, labels, matched = _steps(typ, name_of, start, end, c[S.CORRELATION][rows])
+    roles = _role_ranges(typ, flags[:, name_id], start, end, c[S.EXTERNAL_ID][rows])
+    steps_s, steps_e, labels, matched = _steps(typ, trace.strings, name_id, start, end,
+                                               c[S.CORRELATION][rows])
     steps_s, steps_e, labels = _trim(steps_s, steps_e, labels, matched)
     values = _assign(roles, steps_s, steps_e)
     columns = _columns(roles)
@@ -114,24 +113,33 @@ def tb_profiler_breakdown(trace: Trace, *, legacy: bool = False) -> TbBreakdown:
     return TbBreakdown(steps=steps, columns=columns, legacy=legacy)
 
 
-def _refine(typ: np.ndarray, name: np.ndarray, legacy: bool) -> np.ndarray:
-    """ProfilerStep rows, and which annotations survive (0.4.3 keeps only steps and comm ops;
-    today's reading also keeps DataLoader spans)."""
-    step_like = np.fromiter((n.startswith(V.PROFILER_STEP_PREFIX) for n in name), bool, len(name))
-    typ = np.where(step_like & np.isin(typ, [_T_OP, _T_ANNOT]), _T_STEP, typ)
-    annot = typ == _T_ANNOT
-    keep = np.fromiter((n in COMM_OPS or (not legacy and is_dataloader_name(n))
-                        for n in name[annot]), bool, int(annot.sum()))
-    typ[np.flatnonzero(annot)[~keep]] = _T_NONE
+_STEP, _COMM, _LOADER, _KEPT_ANNOT = range(4)
+
+
+def _name_flags(strings: list[str], legacy: bool) -> np.ndarray:
+    """Per string id: is a ProfilerStep, a comm op, a DataLoader span, an annotation kept
+    (0.4.3 keeps only steps and comm ops; today's reading also DataLoader spans)."""
+    flags = np.zeros((4, len(strings)), dtype=bool)
+    for i, n in enumerate(strings):
+        flags[_STEP, i] = n.startswith(V.PROFILER_STEP_PREFIX)
+        flags[_COMM, i] = n in COMM_OPS
+        flags[_LOADER, i] = is_dataloader_name(n)
+    flags[_KEPT_ANNOT] = flags[_COMM] | (flags[_LOADER] & (not legacy))
+    return flags
+
+
+def _refine(typ: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    """ProfilerStep rows, and which annotations survive."""
+    typ = np.where(flags[_STEP] & np.isin(typ, [_T_OP, _T_ANNOT]), _T_STEP, typ)
+    typ[(typ == _T_ANNOT) & ~flags[_KEPT_ANNOT]] = _T_NONE
     return typ
 
 
-def _role_ranges(typ: np.ndarray, name: np.ndarray, start: np.ndarray, end: np.ndarray,
+def _role_ranges(typ: np.ndarray, flags: np.ndarray, start: np.ndarray, end: np.ndarray,
                  ext: np.ndarray) -> dict[str, I.Intervals]:
     hostish = np.isin(typ, [_T_OP, _T_PY, _T_ANNOT])
-    comm_op = hostish & np.fromiter((n in COMM_OPS for n in name), bool, len(name))
-    loader = np.isin(typ, [_T_OP, _T_ANNOT]) & np.fromiter(
-        (is_dataloader_name(n) for n in name), bool, len(name))
+    comm_op = hostish & flags[_COMM]
+    loader = np.isin(typ, [_T_OP, _T_ANNOT]) & flags[_LOADER]
     kernel = typ == _T_KERNEL
     comm_kernel = kernel & np.isin(ext, ext[comm_op])
     masks = {"Kernel": kernel & ~comm_kernel, "Memcpy": typ == _T_MEMCPY,
@@ -141,14 +149,14 @@ def _role_ranges(typ: np.ndarray, name: np.ndarray, start: np.ndarray, end: np.n
     return {k: I.union(start[m], end[m]) for k, m in masks.items()}
 
 
-def _steps(typ: np.ndarray, name: np.ndarray, start: np.ndarray, end: np.ndarray,
-           corr: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+def _steps(typ: np.ndarray, strings: list[str], name_id: np.ndarray, start: np.ndarray,
+           end: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """Host steps adjusted to the device work their runtime calls launched (0.4.3's
     _find_device_steps / _update_steps_duration); also each step's matched device events."""
     is_step = typ == _T_STEP
     if is_step.any():
         s, e = start[is_step].copy(), end[is_step].copy()
-        labels = [n.split("#")[1] for n in name[is_step]]
+        labels = [strings[n].split("#")[1] for n in name_id[is_step].tolist()]
     else:  # one step "0" over the host ops (then adjusted like any step)
         host = np.isin(typ, [_T_OP, _T_PY])
         lo, hi = (start[host].min(), end[host].max()) if host.any() else (0, 0)
