@@ -9,23 +9,28 @@ of the step spans not covered by its work, kept whole across step boundaries (a 
 one cause; its time is split over the steps it spans). Gaps shorter than ``min_gap_ns`` are
 counted as ``short_gaps`` (launch latency between back-to-back work) and not attributed.
 
-Each longer gap gets exactly one cause, the first rule that holds, in this order:
+Each longer gap gets exactly one cause, the first rule that holds, in this order ("covers":
+the union of those host spans covers at least half of the gap, i.e. the host spent most of the
+gap there):
 
-1. ``data_loading``: a DataLoader ``__next__`` (or DataPipe) span overlaps the gap.
-2. ``cpu_fallback``: a CPU-fallback op overlaps the gap (the device waits for the host to
-   compute what it cannot).
-3. ``host_sync``: a host sync overlaps the gap (``host sync: ...`` rows, ``.item()``,
-   ``nonzero``, stream/device/event synchronize, synchronous memcpy): the host blocked until
-   the queue drained, then had to issue new work from an empty queue.
+1. ``data_loading``: DataLoader ``__next__`` (or DataPipe) spans cover the gap.
+2. ``cpu_fallback``: CPU-fallback ops cover the gap (the device waits while the host computes
+   what it cannot).
+3. ``host_sync``: the gap begins while the host is in a sync (one that began at or before the
+   gap and ended at or after its start: ``host sync: ...`` rows,
+   ``.item()``, ``nonzero``, stream/device/event synchronize, synchronous memcpy): the host
+   blocked until the queue drained, so nothing was queued behind it.
 4. ``host_bound_launch``: the launch call of the work that ends the gap began after the gap
    did (the host was late: HTA's host_wait).
-5. ``profiler_overhead``: the profiler's own host work overlaps the gap.
+5. ``profiler_overhead``: the profiler's own host work covers the gap.
 6. ``other``.
 
-Final sync versus the next step's data stall: a gap that starts after step N's final sync
-and runs into step N+1's DataLoader ``__next__`` overlaps both, and is **data loading** (rule 1
-before rule 3): the sync only exposes the stall, and fixing the data pipeline recovers it,
-whereas removing the sync would not. Its time is split over steps N and N+1 at the boundary.
+Final sync versus the next step's data stall: a gap that begins in step N's final sync and
+runs into step N+1's DataLoader ``__next__`` satisfies rules 1 and 3 when the DataLoader covers
+most of it, and is then **data loading** (rule 1 first): the sync only exposes the stall, and
+fixing the data pipeline recovers it, whereas removing the sync would not. When the DataLoader
+covers less than half, the gap is the sync's. Its time is split over steps N and N+1 at the
+boundary.
 """
 
 from __future__ import annotations
@@ -135,16 +140,22 @@ def _host_spans(trace: Trace) -> _HostSpans:
                       host_sync=_spans(trace, sync), profiler_overhead=_spans(trace, overhead))
 
 
+def _covers(spans: tuple[np.ndarray, np.ndarray], gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
+    """Do the spans (their union) cover at least half of each gap?"""
+    covered = I.overlap_per_window(I.union(*spans), gs, ge)
+    return 2 * covered >= ge - gs
+
+
 def classify(gs: np.ndarray, ge: np.ndarray, next_launch: np.ndarray, spans: _HostSpans,
              min_gap_ns: int) -> np.ndarray:
     """Index into ALL_CAUSES per gap: the first rule that holds (see the module docstring)."""
     cause = np.full(len(gs), CAUSES.index("other"), dtype=np.int64)
     undecided = np.ones(len(gs), dtype=bool)
-    tests = (("data_loading", I.any_overlap(*spans.data_loading, gs, ge)),
-             ("cpu_fallback", I.any_overlap(*spans.cpu_fallback, gs, ge)),
-             ("host_sync", I.any_overlap(*spans.host_sync, gs, ge)),
+    tests = (("data_loading", _covers(spans.data_loading, gs, ge)),
+             ("cpu_fallback", _covers(spans.cpu_fallback, gs, ge)),
+             ("host_sync", I.any_overlap(*spans.host_sync, gs - 1, gs + 1)),  # begins in one
              ("host_bound_launch", (next_launch != NO_LAUNCH) & (next_launch > gs)),
-             ("profiler_overhead", I.any_overlap(*spans.profiler_overhead, gs, ge)))
+             ("profiler_overhead", _covers(spans.profiler_overhead, gs, ge)))
     for name, hit in tests:
         take = undecided & hit
         cause[take] = CAUSES.index(name)
