@@ -35,7 +35,7 @@ boundary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -90,9 +90,23 @@ class DeviceIdle:
 
 @dataclass(frozen=True)
 class IdleTime:
+    """Args: devices: per device totals; longest: the longest gaps with host activity;
+    gap_*: every gap (all devices), columnar: device pid, start, end, index into ALL_CAUSES."""
+
     min_gap_ns: int
     devices: tuple[DeviceIdle, ...]
     longest: tuple[Gap, ...]
+    gap_device: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gap_start_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gap_end_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gap_cause: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def gaps_of(self, cause: str, device: int | None = None) -> I.Intervals:
+        """The gaps of one cause (on one device), as an interval set."""
+        m = self.gap_cause == ALL_CAUSES.index(cause)
+        if device is not None:
+            m &= self.gap_device == device
+        return I.union(self.gap_start_ns[m], self.gap_end_ns[m])
 
     @property
     def by_cause_ns(self) -> dict[str, int]:
@@ -203,8 +217,12 @@ def idle_time(trace: Trace, work: DeviceWork, steps: Steps, *,
         devices.append(_device_idle(device, work.labels[device], window, busy, idle, cause,
                                     steps))
         gaps.append((np.full(len(idle), device), idle.start, idle.end, cause))
-    longest = _longest(trace, gaps, steps, top) if gaps else ()
-    return IdleTime(min_gap_ns=min_gap_ns, devices=tuple(devices), longest=longest)
+    if not gaps:
+        return IdleTime(min_gap_ns=min_gap_ns, devices=(), longest=())
+    device, gs, ge, cause = (np.concatenate(p) for p in zip(*gaps, strict=True))
+    return IdleTime(min_gap_ns=min_gap_ns, devices=tuple(devices),
+                    longest=_longest(trace, (device, gs, ge, cause), steps, top),
+                    gap_device=device, gap_start_ns=gs, gap_end_ns=ge, gap_cause=cause)
 
 
 def _device_idle(device: int, label: str, window: I.Intervals, busy: I.Intervals,
@@ -224,20 +242,21 @@ def _device_idle(device: int, label: str, window: I.Intervals, busy: I.Intervals
                       per_step_by_cause_ns=tuple(per_step), gaps=int(len(idle)))
 
 
-def _longest(trace: Trace, gaps: list, steps: Steps, top: int) -> tuple[Gap, ...]:  # noqa: ANN001
-    device, gs, ge, cause = (np.concatenate(p) for p in zip(*gaps, strict=True))
+def _longest(trace: Trace, gaps: tuple[np.ndarray, ...], steps: Steps, top: int,
+             ) -> tuple[Gap, ...]:
+    device, gs, ge, cause = gaps
     pick = np.argsort(gs - ge, kind="stable")[:top]
-    host = _host_rows(trace)
+    host = host_rows(trace)
     out = []
     for i in pick.tolist():
         step = int(np.searchsorted(steps.start_ns, gs[i], side="right") - 1)
         out.append(Gap(device=int(device[i]), start_ns=int(gs[i]), end_ns=int(ge[i]),
                        cause=ALL_CAUSES[int(cause[i])], step=max(step, 0),
-                       host_activity=_host_activity(trace, host, int(gs[i]), int(ge[i]))))
+                       host_activity=host_activity(trace, host, int(gs[i]), int(ge[i]))))
     return tuple(out)
 
 
-def _host_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def host_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     step_ids = [i for i, s in enumerate(trace.strings) if s.startswith(V.PROFILER_STEP_PREFIX)]
     mask = (trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
             & ~np.isin(trace.col(S.NAME_ID), step_ids))
@@ -245,7 +264,7 @@ def _host_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return start, end, trace.col(S.NAME_ID)[mask]
 
 
-def _host_activity(trace: Trace, host: tuple[np.ndarray, np.ndarray, np.ndarray], gs: int,
+def host_activity(trace: Trace, host: tuple[np.ndarray, np.ndarray, np.ndarray], gs: int,
                    ge: int) -> tuple[str, ...]:
     """Names of the host ops covering most of [gs, ge); among equals, the innermost."""
     start, end, name_id = host

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from neuron_profiler.analysis._device import device_work
 from neuron_profiler.analysis.breakdown import StepBreakdown, step_breakdown
+from neuron_profiler.analysis.findings import Findings, findings
 from neuron_profiler.analysis.hta_compat import (
     HtaIdle,
     HtaTemporal,
@@ -56,6 +57,7 @@ class Report:
     hta_temporal: HtaTemporal | None
     hta_idle: HtaIdle | None
     tb_breakdown: TbBreakdown | None
+    findings: Findings = field(default_factory=lambda: Findings((), ()))
     options: Options = field(default_factory=Options)
     notes: tuple[str, ...] = ()
 
@@ -69,12 +71,13 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
     work = device_work(trace)
     steps = find_steps(trace, work)
     hta_temporal, hta_idle = hta_breakdowns(trace) if options.hta else (None, None)
+    idle = idle_time(trace, work, steps, min_gap_ns=options.min_gap_ns, top=options.top)
     notes = (NOTE_NO_STEPS,) * (not steps.from_profiler_steps) + (NOTE_HOST_ONLY,) * (
         len(work) == 0)
     return Report(
         source=trace.source, rank=rank_of(trace), base_ns=file_base_ns(trace.metadata),
         has_device=len(work) > 0, steps=steps, breakdown=step_breakdown(trace, work, steps),
-        idle=idle_time(trace, work, steps, min_gap_ns=options.min_gap_ns, top=options.top),
+        idle=idle, findings=findings(trace, work, steps, idle),
         hta_temporal=hta_temporal, hta_idle=hta_idle,
         tb_breakdown=tb_profiler_breakdown(trace) if options.tb else None,
         options=options, notes=notes)

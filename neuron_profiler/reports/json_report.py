@@ -50,9 +50,32 @@ def trace_document(r: Report) -> dict[str, Any]:
             "notes": list(r.notes), "time_base_ns": r.base_ns,
             "options": {"min_gap_us": r.options.min_gap_ns / 1e3, "top": r.options.top},
             "metrics": {k: round(v, 6) for k, v in metrics(r).items()},
+            "findings": _findings(r), "fallbacks": _fallbacks(r),
             "steps": _steps(r), "step_breakdown": _breakdown(r), "idle": _idle(r),
             "hta": _hta(r),
             "tb_profiler_breakdown": r.tb_breakdown.rows() if r.tb_breakdown else None}
+
+
+def _ranges(r: Report, ranges: tuple[tuple[int, int], ...]) -> list[dict[str, float]]:
+    return [{"start_us": r.to_trace_us(a), "end_us": r.to_trace_us(b)} for a, b in ranges]
+
+
+def _findings(r: Report) -> list[dict[str, Any]]:
+    return [{"kind": f.kind, "title": f.title, "recoverable_ms": _ms(f.recoverable_ns),
+             "recoverable_ms_per_step": _ms(f.recoverable_ns_per_step),
+             "recoverable_pct": f.recoverable_pct, "ranges": _ranges(r, f.ranges_ns),
+             "host_op": f.host_op, "suggestion": f.suggestion} for f in r.findings.findings]
+
+
+def _fallbacks(r: Report) -> list[dict[str, Any]]:
+    return [{"op": g.op, "shapes": g.shapes, "dtypes": g.dtypes, "reason": g.reason,
+             "calls": g.calls, "host_ms": _ms(g.host_ns),
+             "d2h": {"count": g.d2h_count, "bytes": g.d2h_bytes, "ms": _ms(g.d2h_ns)},
+             "h2d": {"count": g.h2d_count, "bytes": g.h2d_bytes, "ms": _ms(g.h2d_ns)},
+             "idle_ms": _ms(g.idle_ns),
+             "native_ms": None if g.native_ns is None else _ms(g.native_ns),
+             "recoverable_ms": _ms(g.recoverable_ns), "ranges": _ranges(r, g.spans_ns)}
+            for g in r.findings.fallbacks]
 
 
 def _steps(r: Report) -> list[dict[str, Any]]:

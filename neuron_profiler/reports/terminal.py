@@ -29,6 +29,10 @@ def _pct(part: float, whole: float) -> str:
 def render_terminal(reports: list[Report], *, console: Console, top: int = 10) -> None:
     for report in reports:
         _header(report, console)
+        if report.findings.findings:
+            console.print(_findings_table(report, top))
+        if report.findings.fallbacks:
+            console.print(_fallback_table(report, top))
         if report.has_device:
             console.print(_breakdown_table(report, top))
             console.print(_idle_table(report))
@@ -59,6 +63,30 @@ def _table(title: str, *columns: str, wrap: tuple[str, ...] = ()) -> Table:
                          overflow="fold", no_wrap=c not in wrap,
                          min_width=8 if c in wrap else None)
     return table
+
+
+def _findings_table(r: Report, top: int) -> Table:
+    t = _table("What to fix first (recoverable time per step; docs/analysis.md)", "#", "finding",
+               "ms/step", "% step", "longest at (µs)", "what to do",
+               wrap=("finding", "what to do"))
+    for i, f in enumerate(r.findings.findings[:top], start=1):
+        where = f"{r.to_trace_us(f.ranges_ns[0][0]):,.0f}" if f.ranges_ns else "-"
+        t.add_row(str(i), f.title + (f" [dim]({f.host_op})[/]" if f.host_op else ""),
+                  _ms(f.recoverable_ns_per_step), f"{f.recoverable_pct:.1f}", where,
+                  f.suggestion)
+    return t
+
+
+def _fallback_table(r: Report, top: int) -> Table:
+    t = _table("CPU fallbacks (by op and input signature)", "op", "calls", "host ms",
+               "D2H n/MB/ms", "H2D n/MB/ms", "idle ms", "native ms", "recov. ms",
+               wrap=("op",))
+    for g in r.findings.fallbacks[:top]:
+        t.add_row(f"{g.op} {g.shapes} {g.dtypes}", str(g.calls), _ms(g.host_ns),
+                  f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns)}",
+                  f"{g.h2d_count}/{g.h2d_bytes / 1e6:.1f}/{_ms(g.h2d_ns)}", _ms(g.idle_ns),
+                  "?" if g.native_ns is None else _ms(g.native_ns), _ms(g.recoverable_ns))
+    return t
 
 
 def _breakdown_table(r: Report, top: int) -> Table:

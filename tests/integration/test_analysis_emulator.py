@@ -79,3 +79,13 @@ def test_longest_gaps_name_what_the_host_ran(report) -> None:  # noqa: ANN001
     assert any("DataLoader" in h for h in by_cause["data_loading"].host_activity)
     assert any(h.startswith("CPU fallback: aten::bincount")
                for h in by_cause["cpu_fallback"].host_activity)
+
+
+def test_fallbacks_found_with_exact_counts(report) -> None:  # noqa: ANN001
+    """bincount fell back once per profiled step, with one D2H copy of its input and one H2D
+    copy of its output each time; nothing else is reported as a fallback."""
+    (group,) = report.findings.fallbacks
+    assert (group.op, group.calls, group.d2h_count, group.h2d_count) == ("aten::bincount", 3, 3, 3)
+    assert group.d2h_bytes == 3 * 200_000 * 8  # the int64 input, each call
+    assert group.reason and group.idle_ns > 0 and group.recoverable_ns > 0
+    assert report.findings.findings[0].recoverable_ns >= report.findings.findings[-1].recoverable_ns
