@@ -30,7 +30,7 @@ import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis._args import arg_values
-from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA, DeviceWork
+from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA, DeviceWork, device_peaks
 from neuron_profiler.analysis.idle import IdleTime, host_activity, host_rows
 from neuron_profiler.analysis.steps import Steps
 from neuron_profiler.trace import schema as S
@@ -206,7 +206,7 @@ def fallbacks(trace: Trace, work: DeviceWork, idle: IdleTime) -> tuple[FallbackG
         groups.setdefault(key, []).append(i)
     copies = _copies(trace, work)
     fallback_idle = {d.device: idle.gaps_of("cpu_fallback", d.device) for d in idle.devices}
-    peaks = _peaks(trace)
+    peaks = device_peaks(trace)
     out = []
     for (op, shapes, dtypes), members in groups.items():
         m = np.asarray(members)
@@ -255,16 +255,6 @@ def _direction(name: str) -> str:
     return "d2h" if "DtoH" in name else "h2d" if "HtoD" in name else ""
 
 
-def _peaks(trace: Trace) -> tuple[float, float] | None:
-    """(FLOP/ns, bytes/ns) of the first device with known peaks."""
-    for p in trace.metadata.get("deviceProperties") or ():
-        if isinstance(p, dict) and p.get(V.PROP_PEAKS_KNOWN, True) is not False:
-            tflops, gbps = p.get(V.PROP_PEAK_BF16_TFLOPS), p.get(V.PROP_HBM_GBPS)
-            if tflops and gbps:
-                return float(tflops) * 1e3, float(gbps)
-    return None
-
-
 def _native_ns(flops: np.ndarray, nbytes: np.ndarray, members: np.ndarray,
                peaks: tuple[float, float] | None) -> int | None:
     """Roofline time of the calls on the device: max(flops / peak, bytes / bandwidth)."""
@@ -273,5 +263,6 @@ def _native_ns(flops: np.ndarray, nbytes: np.ndarray, members: np.ndarray,
     f, b = flops[members], nbytes[members]
     if any(x is None for x in f) or any(x is None for x in b):
         return None
-    return int(sum(max(float(x) / peaks[0], float(y) / peaks[1]) for x, y in zip(f, b,
-                                                                                 strict=True)))
+    flop_per_ns, bytes_per_ns = peaks[0] * 1e3, peaks[1]  # TFLOPS -> FLOP/ns; GB/s = B/ns
+    return int(sum(max(float(x) / flop_per_ns, float(y) / bytes_per_ns)
+                   for x, y in zip(f, b, strict=True)))

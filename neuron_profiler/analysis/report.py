@@ -23,6 +23,7 @@ from neuron_profiler.analysis.hta_compat import (
 )
 from neuron_profiler.analysis.idle import DEFAULT_MIN_GAP_NS, IdleTime, idle_time
 from neuron_profiler.analysis.steps import Steps, find_steps
+from neuron_profiler.analysis.summary import OpKernelSummary, op_kernel_summary
 from neuron_profiler.analysis.tb_profiler import TbBreakdown, tb_profiler_breakdown
 from neuron_profiler.trace.model import Trace, file_base_ns
 
@@ -58,6 +59,7 @@ class Report:
     hta_idle: HtaIdle | None
     tb_breakdown: TbBreakdown | None
     findings: Findings = field(default_factory=lambda: Findings((), ()))
+    summary: OpKernelSummary = field(default_factory=lambda: OpKernelSummary((), ()))
     options: Options = field(default_factory=Options)
     notes: tuple[str, ...] = ()
 
@@ -78,6 +80,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
         source=trace.source, rank=rank_of(trace), base_ns=file_base_ns(trace.metadata),
         has_device=len(work) > 0, steps=steps, breakdown=step_breakdown(trace, work, steps),
         idle=idle, findings=findings(trace, work, steps, idle),
+        summary=op_kernel_summary(trace, work),
         hta_temporal=hta_temporal, hta_idle=hta_idle,
         tb_breakdown=tb_profiler_breakdown(trace) if options.tb else None,
         options=options, notes=notes)

@@ -21,6 +21,7 @@ from neuron_profiler.analysis.report import Report
 
 SCHEMA_VERSION = "1"
 SCHEMA_FILE = "report.schema.json"
+SUMMARY_ROWS = 50  # ops and kernels listed (the largest first): keeps the document bounded
 
 
 def schema_text() -> str:
@@ -51,6 +52,7 @@ def trace_document(r: Report) -> dict[str, Any]:
             "options": {"min_gap_us": r.options.min_gap_ns / 1e3, "top": r.options.top},
             "metrics": {k: round(v, 6) for k, v in metrics(r).items()},
             "findings": _findings(r), "fallbacks": _fallbacks(r),
+            "ops": _ops(r), "kernels": _kernels(r),
             "steps": _steps(r), "step_breakdown": _breakdown(r), "idle": _idle(r),
             "hta": _hta(r),
             "tb_profiler_breakdown": r.tb_breakdown.rows() if r.tb_breakdown else None}
@@ -76,6 +78,20 @@ def _fallbacks(r: Report) -> list[dict[str, Any]]:
              "native_ms": None if g.native_ns is None else _ms(g.native_ns),
              "recoverable_ms": _ms(g.recoverable_ns), "ranges": _ranges(r, g.spans_ns)}
             for g in r.findings.fallbacks]
+
+
+def _ops(r: Report) -> list[dict[str, Any]]:
+    return [{"name": o.name, "calls": o.calls, "host_total_ms": _ms(o.host_total_ns),
+             "host_self_ms": _ms(o.host_self_ns), "device_self_ms": _ms(o.device_self_ns),
+             "device_total_ms": _ms(o.device_total_ns), "input_shapes": list(o.input_shapes)}
+            for o in r.summary.ops[:SUMMARY_ROWS]]
+
+
+def _kernels(r: Report) -> list[dict[str, Any]]:
+    return [{"name": k.name, "calls": k.calls, "total_ms": _ms(k.total_ns),
+             "mean_us": k.mean_ns / 1e3, "min_us": k.min_ns / 1e3, "max_us": k.max_ns / 1e3,
+             "achieved_tflops": k.achieved_tflops, "achieved_gbps": k.achieved_gbps,
+             "pct_of_peak": k.pct_of_peak} for k in r.summary.kernels[:SUMMARY_ROWS]]
 
 
 def _steps(r: Report) -> list[dict[str, Any]]:

@@ -38,6 +38,10 @@ def render_terminal(reports: list[Report], *, console: Console, top: int = 10) -
             console.print(_idle_table(report))
             if report.idle.longest:
                 console.print(_gaps_table(report, top))
+        if report.summary.ops:
+            console.print(_ops_table(report, top))
+        if report.summary.kernels:
+            console.print(_kernels_table(report, top))
         if report.hta_temporal is not None:
             console.print(_hta_table(report))
         if report.tb_breakdown is not None and report.tb_breakdown.steps:
@@ -127,6 +131,28 @@ def _gaps_table(r: Report, top: int) -> Table:
     for g in r.idle.longest[:top]:
         t.add_row(labels.get(g.device, str(g.device)), f"{r.to_trace_us(g.start_ns):,.3f}",
                   _ms(g.dur_ns), g.cause, r.steps.names[g.step], "; ".join(g.host_activity))
+    return t
+
+
+def _ops_table(r: Report, top: int) -> Table:
+    t = _table("Operators (ms; device time of the work each launched)", "op", "calls",
+               "host total", "host self", "device self", "device total", wrap=("op",))
+    for o in r.summary.ops[:top]:
+        t.add_row(o.name, str(o.calls), _ms(o.host_total_ns), _ms(o.host_self_ns),
+                  _ms(o.device_self_ns), _ms(o.device_total_ns))
+    return t
+
+
+def _kernels_table(r: Report, top: int) -> Table:
+    t = _table("Kernels (device time)", "kernel", "calls", "total ms", "mean µs", "TFLOPS",
+               "GB/s", "% peak", wrap=("kernel",))
+
+    def opt(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.2f}"
+
+    for k in r.summary.kernels[:top]:
+        t.add_row(k.name, str(k.calls), _ms(k.total_ns), f"{k.mean_ns / 1e3:,.1f}",
+                  opt(k.achieved_tflops), opt(k.achieved_gbps), opt(k.pct_of_peak))
     return t
 
 
