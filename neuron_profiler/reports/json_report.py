@@ -12,7 +12,6 @@ Units are in the key names: ``_ms`` durations, ``_us`` durations in µs, ``start
 from __future__ import annotations
 
 import math
-from importlib import resources
 from typing import Any
 
 from neuron_profiler.analysis.idle import ALL_CAUSES
@@ -25,6 +24,8 @@ SUMMARY_ROWS = 50  # ops and kernels listed (the largest first): keeps the docum
 
 
 def schema_text() -> str:
+    from importlib import resources  # only tests and tools read the schema: not at startup
+
     return resources.files("neuron_profiler.reports").joinpath(SCHEMA_FILE).read_text()
 
 
