@@ -50,6 +50,18 @@ def as_int(values: np.ndarray, default: int = -1) -> np.ndarray:
                        dtype=np.int64, count=len(values))
 
 
+def as_float(values: np.ndarray) -> np.ndarray:
+    """Each value as a float, NaN where it is missing or not a number (a hostile ``bytes``
+    string, a bool)."""
+    return np.fromiter((_float_or_nan(v) for v in values), dtype=np.float64, count=len(values))
+
+
+def _float_or_nan(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return float("nan")
+    return float(value)
+
+
 def _int_or(value: Any, default: int) -> int:
     if value is None:
         return default

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
-from neuron_profiler.analysis._args import arg_values
+from neuron_profiler.analysis._args import arg_values, as_float
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA, DeviceWork, device_peaks
 from neuron_profiler.analysis.idle import IdleTime, host_activity, host_rows
 from neuron_profiler.analysis.steps import Steps
@@ -216,7 +216,7 @@ def fallbacks(trace: Trace, work: DeviceWork, idle: IdleTime) -> tuple[FallbackG
         mine = set(ext[m].tolist())
         c_d2h = [v for k, v in d2h.items() if k in mine]
         c_h2d = [v for k, v in h2d.items() if k in mine]
-        native = _native_ns(a[V.ARG_FLOPS], a[V.ARG_BYTES], m, peaks)
+        native = _native_ns(as_float(a[V.ARG_FLOPS]), as_float(a[V.ARG_BYTES]), m, peaks)
         measured = idle_ns + sum(c[2] for c in c_d2h + c_h2d)
         out.append(FallbackGroup(
             op=op, shapes=shapes, dtypes=dtypes,
@@ -239,15 +239,17 @@ def _copies(trace: Trace, work: DeviceWork) -> dict[str, dict[int, tuple[int, in
     if len(dma) == 0:
         return {}
     a = arg_values(trace, dma, (V.ARG_DIRECTION, V.ARG_BYTES))
+    nbytes = np.nan_to_num(as_float(a[V.ARG_BYTES])).astype(np.int64)
     ext = trace.col(S.EXTERNAL_ID)[dma]
     dur = trace.col(S.DUR_NS)[dma]
     out: dict[str, dict[int, tuple[int, int, int]]] = {"d2h": {}, "h2d": {}}
     for i, e in enumerate(ext.tolist()):
-        direction = a[V.ARG_DIRECTION][i] or _direction(trace.name(int(dma[i])))
+        given = a[V.ARG_DIRECTION][i]
+        direction = given if isinstance(given, str) else _direction(trace.name(int(dma[i])))
         if direction not in out or e <= 0:
             continue
         n, b, t = out[direction].get(e, (0, 0, 0))
-        out[direction][e] = (n + 1, b + int(a[V.ARG_BYTES][i] or 0), t + int(dur[i]))
+        out[direction][e] = (n + 1, b + int(nbytes[i]), t + int(dur[i]))
     return out
 
 
@@ -261,7 +263,7 @@ def _native_ns(flops: np.ndarray, nbytes: np.ndarray, members: np.ndarray,
     if peaks is None:
         return None
     f, b = flops[members], nbytes[members]
-    if any(x is None for x in f) or any(x is None for x in b):
+    if np.isnan(f).any() or np.isnan(b).any():
         return None
     flop_per_ns, bytes_per_ns = peaks[0] * 1e3, peaks[1]  # TFLOPS -> FLOP/ns; GB/s = B/ns
     return int(sum(max(float(x) / flop_per_ns, float(y) / bytes_per_ns)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_profiler.analysis._args import arg_values, args_spelling
+from neuron_profiler.analysis._args import arg_values, args_spelling, as_float
 from neuron_profiler.analysis._device import DeviceWork, device_peaks
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
@@ -192,6 +192,6 @@ def _work_amounts(trace: Trace, work: DeviceWork) -> tuple[np.ndarray, np.ndarra
                    | args_spelling(trace.raw_args, args_rows[have], V.ARG_BYTES)]
     if len(spelled):
         a = arg_values(trace, work.rows[spelled], (V.ARG_FLOPS, V.ARG_BYTES))
-        flops[spelled] = [np.nan if v is None else float(v) for v in a[V.ARG_FLOPS]]
-        nbytes[spelled] = [np.nan if v is None else float(v) for v in a[V.ARG_BYTES]]
+        flops[spelled] = as_float(a[V.ARG_FLOPS])
+        nbytes[spelled] = as_float(a[V.ARG_BYTES])
     return flops, nbytes

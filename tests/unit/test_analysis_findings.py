@@ -93,3 +93,40 @@ def test_no_idle_time_counted_twice(seed: int) -> None:
     idle = sum(f.recoverable_ns for f in r.findings.findings if f.kind.startswith("idle:"))
     idle += sum(g.idle_ns for g in r.findings.fallbacks)
     assert idle <= max(d.idle_ns for d in r.idle.devices)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_any_mix_of_rows_is_analysed(seed: int) -> None:
+    """Rows of every kind with odd values (zero and huge durations, equal starts, missing or
+    wrong-typed args, steps that overlap): analyze, the JSON document and the terminal report
+    never fail."""
+    import io
+    import json
+
+    import jsonschema
+    from rich.console import Console
+
+    from neuron_profiler.analysis import analyze
+    from neuron_profiler.reports.json_report import schema_text, to_document
+    from neuron_profiler.reports.terminal import render_terminal
+    from neuron_profiler.trace import TraceBuilder
+
+    rng = np.random.default_rng(seed)
+    b = TraceBuilder("random")
+    kinds = list(EventKind)
+    names = ["ProfilerStep#1", "ProfilerStep#2", "aten::mm", V.FALLBACK_PREFIX + "aten::x",
+             V.SYNC_PREFIX + "item", "enumerate(DataLoader)#A.__next__", "TensorE: mm",
+             V.COLLECTIVE_WAIT_NAME, V.MEMCPY_NAMES["d2h"], "Activity Buffer Request"]
+    for _ in range(int(rng.integers(0, 60))):
+        args = rng.choice([None, {V.ARG_STREAM: int(rng.integers(-2, 4)),
+                                  V.ARG_CORRELATION: int(rng.integers(-1, 5))},
+                           {V.ARG_STREAM: "x", V.ARG_BYTES: "many", V.ARG_FLOPS: None},
+                           {V.ARG_EXTERNAL_ID: int(rng.integers(0, 4)), V.ARG_OP: 3}])
+        b.add(name=str(rng.choice(names)), ts_ns=int(rng.integers(0, 10**6)),
+              dur_ns=int(rng.choice([0, 1, 999, 10**5, 10**9])), kind=kinds[rng.integers(len(kinds))],
+              cat=str(rng.choice(["kernel", "cpu_op", "user_annotation", "cuda_runtime", ""])),
+              pid=int(rng.integers(0, 3)), tid=int(rng.integers(0, 3)), args=args)
+    b.metadata["deviceProperties"] = [{V.PROP_PEAK_BF16_TFLOPS: 1.0, V.PROP_HBM_GBPS: 1.0}]
+    report = analyze(b.build())
+    jsonschema.validate(json.loads(json.dumps(to_document([report]))), json.loads(schema_text()))
+    render_terminal([report], console=Console(file=io.StringIO(), width=100))
