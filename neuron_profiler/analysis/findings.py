@@ -31,20 +31,19 @@ import numpy as np
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis._args import arg_values, as_float
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA, DeviceWork, device_peaks
-from neuron_profiler.analysis.idle import IdleTime, host_activity, host_rows
+from neuron_profiler.analysis.idle import IdleTime, host_activity, host_rows, sync_mask
 from neuron_profiler.analysis.steps import Steps
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 EVIDENCE_RANGES = 5
-IDLE_FINDINGS = ("data_loading", "host_sync", "host_bound_launch", "other", "short_gaps")
+IDLE_FINDINGS = ("data_loading", "host_bound_launch", "other", "short_gaps")
 SUGGESTIONS = {
     "idle:data_loading": "The device waits for input: use DataLoader(num_workers>0, "
                          "pin_memory=True, persistent_workers=True) or prefetch the next batch.",
-    "idle:host_sync": "The host waits for the device, then the queue is empty: drop .item() / "
-                      ".cpu() / synchronize from the step (log every N steps, keep values on "
-                      "the device).",
+    "host_sync": "The host waits for the device here, then the queue is empty: drop it from "
+                 "the step (log every N steps, keep values on the device, non_blocking copies).",
     "idle:host_bound_launch": "The host launches work too slowly: fewer, larger ops per step "
                               "(torch.compile, fused ops, larger batches).",
     "idle:other": "Idle time with no host cause found: look at the longest gaps in the trace.",
@@ -80,6 +79,19 @@ class FallbackGroup:
 
 
 @dataclass(frozen=True)
+class SyncGroup:
+    """Host syncs of one name (the outermost sync around each gap: ``aten::item`` rather than
+    the ``cudaStreamSynchronize`` inside it). ``idle_ns``: the device idle of the ``host_sync``
+    gaps that began inside them (worst device)."""
+
+    name: str
+    calls: int
+    host_ns: int
+    idle_ns: int
+    spans_ns: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
 class Finding:
     """One thing to fix. ``ranges_ns``: the longest occurrences (absolute ns; the report gives
     them in the trace's µs); ``host_op``: what the host ran there."""
@@ -98,6 +110,7 @@ class Finding:
 class Findings:
     findings: tuple[Finding, ...]
     fallbacks: tuple[FallbackGroup, ...]
+    syncs: tuple[SyncGroup, ...] = ()
 
 
 def findings(trace: Trace, work: DeviceWork, steps: Steps, idle: IdleTime) -> Findings:
@@ -109,6 +122,10 @@ def findings(trace: Trace, work: DeviceWork, steps: Steps, idle: IdleTime) -> Fi
                       f"{g.op} runs on the host ({g.reason}): replace it by a supported op, "
                       "move it out of the step, or keep its inputs on the host.",
                       n_steps, mean_wall) for g in fallback_groups]
+    syncs = sync_groups(trace, idle)
+    found += [_finding(f"host_sync:{g.name}", f"host sync {g.name} ({g.calls} calls)", g.idle_ns,
+                       g.spans_ns, g.name, SUGGESTIONS["host_sync"], n_steps, mean_wall)
+              for g in syncs]
     host = host_rows(trace)
     for cause in IDLE_FINDINGS:
         worst = _worst_device(idle, cause)
@@ -131,7 +148,39 @@ def findings(trace: Trace, work: DeviceWork, steps: Steps, idle: IdleTime) -> Fi
                                       n_steps, mean_wall))
     found.sort(key=lambda f: -f.recoverable_ns)
     return Findings(findings=tuple(f for f in found if f.recoverable_ns > 0),
-                    fallbacks=fallback_groups)
+                    fallbacks=fallback_groups, syncs=syncs)
+
+
+def sync_groups(trace: Trace, idle: IdleTime) -> tuple[SyncGroup, ...]:
+    """Each host_sync gap (worst device) goes to the outermost sync containing its start; the
+    groups are by that sync's name."""
+    device = _worst_device(idle, "host_sync")
+    rows = np.flatnonzero(sync_mask(trace))
+    if device is None or len(rows) == 0:
+        return ()
+    start = trace.col(S.TS_NS)[rows]
+    end = start + trace.col(S.DUR_NS)[rows]
+    order = np.lexsort((-end, start))  # outermost first among equal starts
+    rows, start, end = rows[order], start[order], end[order]
+    gaps = idle.gaps_of("host_sync", device)
+    owner = np.full(len(gaps), -1, np.int64)
+    for j, gs in enumerate(gaps.start.tolist()):  # one per sync gap (a few per step)
+        k = np.flatnonzero((start[: np.searchsorted(start, gs, side="right")] <= gs)
+                           & (end[: np.searchsorted(start, gs, side="right")] >= gs))
+        owner[j] = k[0] if len(k) else -1
+    name_id = trace.col(S.NAME_ID)[rows]
+    out = []
+    for nid in np.unique(name_id).tolist():
+        mine = name_id == nid
+        got = np.isin(owner, np.flatnonzero(mine))
+        idle_ns = int((gaps.end - gaps.start)[got].sum())
+        if idle_ns == 0:
+            continue
+        spans = I.Intervals(gaps.start[got], gaps.end[got])
+        out.append(SyncGroup(name=trace.strings[nid], calls=int(mine.sum()),
+                             host_ns=int((end - start)[mine].sum()), idle_ns=idle_ns,
+                             spans_ns=_longest_ranges(spans)))
+    return tuple(sorted(out, key=lambda g: -g.idle_ns))
 
 
 def _finding(kind: str, title: str, total: int, ranges: tuple[tuple[int, int], ...], host: str,

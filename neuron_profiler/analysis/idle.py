@@ -138,14 +138,19 @@ def is_dataloader_name(name: str) -> bool:
             or name.startswith(V.DATAPIPE_PREFIX))
 
 
+def sync_mask(trace: Trace) -> np.ndarray:
+    """Rows of host syncs (rule 3's spans)."""
+    host = trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
+    return _name_mask(trace, host, lambda s: s in V.HOST_SYNC_NAMES or s.startswith(V.SYNC_PREFIX))
+
+
 def _host_spans(trace: Trace) -> _HostSpans:
     kind = trace.col(S.KIND)
     complete = trace.col(S.PH) == S.Phase.COMPLETE
     host = complete & np.isin(kind, np.array(HOST_KINDS, np.uint8))
     loading = _name_mask(trace, host, is_dataloader_name) | (
         complete & (kind == S.EventKind.DATALOADER))
-    sync = _name_mask(trace, host, lambda s: s in V.HOST_SYNC_NAMES
-                      or s.startswith(V.SYNC_PREFIX))
+    sync = sync_mask(trace)
     overhead_cat = trace.string_id(V.CAT_OVERHEAD)
     overhead = _name_mask(trace, complete, lambda s: s in V.PROFILER_OVERHEAD_NAMES) | (
         complete & (trace.col(S.CAT_ID) == overhead_cat))

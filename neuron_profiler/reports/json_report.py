@@ -52,7 +52,7 @@ def trace_document(r: Report) -> dict[str, Any]:
             "notes": list(r.notes), "time_base_ns": r.base_ns,
             "options": {"min_gap_us": r.options.min_gap_ns / 1e3, "top": r.options.top},
             "metrics": {k: round(v, 6) for k, v in metrics(r).items()},
-            "findings": _findings(r), "fallbacks": _fallbacks(r),
+            "findings": _findings(r), "fallbacks": _fallbacks(r), "syncs": _syncs(r),
             "ops": _ops(r), "kernels": _kernels(r),
             "steps": _steps(r), "step_breakdown": _breakdown(r), "idle": _idle(r),
             "hta": _hta(r),
@@ -79,6 +79,12 @@ def _fallbacks(r: Report) -> list[dict[str, Any]]:
              "native_ms": None if g.native_ns is None else _ms(g.native_ns),
              "recoverable_ms": _ms(g.recoverable_ns), "ranges": _ranges(r, g.spans_ns)}
             for g in r.findings.fallbacks]
+
+
+def _syncs(r: Report) -> list[dict[str, Any]]:
+    return [{"name": g.name, "calls": g.calls, "host_ms": _ms(g.host_ns),
+             "idle_ms": _ms(g.idle_ns), "ranges": _ranges(r, g.spans_ns)}
+            for g in r.findings.syncs]
 
 
 def _ops(r: Report) -> list[dict[str, Any]]:

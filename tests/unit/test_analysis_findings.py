@@ -71,6 +71,24 @@ def test_exposed_copies_and_collective_waits() -> None:
     assert r.idle.devices[0].idle_ns == 0
 
 
+def test_sync_points_grouped_by_the_outermost_sync() -> None:
+    """aten::item holds cudaStreamSynchronize: the idle after it goes to aten::item, once;
+    the synchronize alone (another call) is its own group."""
+    b = Build().step(1, 0, 1000)
+    b.kernel(0, 100, launch_us=0)
+    b.host("aten::item", 50, 130)
+    b.host("cudaStreamSynchronize", 60, 110, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    b.kernel(300, 400, launch_us=290)                  # gap 100-300 begins inside aten::item
+    b.host("cudaDeviceSynchronize", 380, 410, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    b.kernel(600, 1000, launch_us=590)                 # gap 400-600
+    r = b.report()
+    got = {g.name: (g.calls, g.idle_ns // US) for g in r.findings.syncs}
+    assert got == {"aten::item": (1, 200), "cudaDeviceSynchronize": (1, 200)}
+    assert sum(g.idle_ns for g in r.findings.syncs) == r.idle.by_cause_ns["host_sync"]
+    kinds = {f.kind for f in r.findings.findings}
+    assert {"host_sync:aten::item", "host_sync:cudaDeviceSynchronize"} <= kinds
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_no_idle_time_counted_twice(seed: int) -> None:
     """Random host spans of every cause over random work: the idle findings plus the fallback
@@ -90,7 +108,8 @@ def test_no_idle_time_counted_twice(seed: int) -> None:
                args={V.ARG_EXTERNAL_ID: int(rng.integers(1, 1000)), V.ARG_OP: "aten::nonzero"}
                if kind == EventKind.FALLBACK else None)
     r = b.report(min_gap_us=int(rng.integers(1, 60)))
-    idle = sum(f.recoverable_ns for f in r.findings.findings if f.kind.startswith("idle:"))
+    idle = sum(f.recoverable_ns for f in r.findings.findings
+               if f.kind.startswith(("idle:", "host_sync:")))
     idle += sum(g.idle_ns for g in r.findings.fallbacks)
     assert idle <= max(d.idle_ns for d in r.idle.devices)
 
