@@ -26,6 +26,7 @@ T = TypeVar("T")
 # subcommand name -> "module:attribute" of a click.Command
 # Subcommand modules must not import torch at module level (``--help`` imports them all).
 SUBCOMMANDS: dict[str, str] = {
+    "analyze": "neuron_profiler.cli.analyze:analyze",
     "demo": "neuron_profiler.cli.demo:demo",
     "export": "neuron_profiler.cli.export:export",
     "merge": "neuron_profiler.cli.merge:merge",

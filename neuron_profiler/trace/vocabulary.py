@@ -149,3 +149,18 @@ META_MERGED_FROM = "neuron_merged_from"
 META_RELOCATED_CORES = "neuron_relocated_cores"  # core -> pid, where the host used the core's pid
 META_COLLECTOR_ERROR = "neuron_collector_error"
 META_UNAVAILABLE = "neuron_collector_unavailable"  # why a NEURON profile has no device rows
+
+# -- names the analyses read in other producers' traces (torch, CUDA, ROCm, MTIA) ---------------
+PROFILER_STEP_PREFIX = "ProfilerStep#"  # torch.profiler's step annotation: "ProfilerStep#12"
+DATALOADER_PREFIX = "enumerate(DataLoader)#"  # "enumerate(DataLoader)#_...Iter.__next__"
+DATALOADER_SUFFIX = ".__next__"
+DATAPIPE_PREFIX = "enumerate(DataPipe)#"
+# host calls that block until the device has caught up (a drained queue behind them)
+HOST_SYNC_NAMES = frozenset({
+    "aten::item", "aten::_local_scalar_dense", "aten::nonzero",
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
+    "synchronize", "synchronizeStream", "synchronizeDevice"})
+# the profiler's own work on the host (CUPTI buffer handling, the emulator's bookkeeping)
+PROFILER_OVERHEAD_NAMES = frozenset({"Activity Buffer Request", "Profiler overhead"})
+CAT_OVERHEAD = "overhead"

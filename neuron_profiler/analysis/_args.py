@@ -1,0 +1,105 @@
+"""Decode a few args keys for many rows in one msgspec pass (no per-row ``trace.args`` calls).
+
+    values = arg_values(trace, rows, (V.ARG_STREAM, V.ARG_DEVICE))   # {key: list per row}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace.model import Trace
+
+_BATCH = 200_000  # rows per decode: bounds the joined buffer
+
+
+@lru_cache(maxsize=32)
+def _decoder(keys: tuple[str, ...]) -> msgspec.json.Decoder:
+    struct = msgspec.defstruct("_Picked", [
+        (f"k{i}", Any, msgspec.field(name=key, default=None)) for i, key in enumerate(keys)])
+    return msgspec.json.Decoder(list[struct])
+
+
+def arg_values(trace: Trace, rows: np.ndarray, keys: Sequence[str]) -> dict[str, np.ndarray]:
+    """The value of each key per row, as object arrays (None where the row has no args or not
+    the key)."""
+    keys = tuple(keys)
+    out = {k: np.full(len(rows), None, dtype=object) for k in keys}
+    args_rows = trace.col(S.ARGS_ROW)[np.asarray(rows, dtype=np.int64)]
+    have = np.flatnonzero(args_rows >= 0)
+    decode = _decoder(keys).decode
+    raw = trace.raw_args
+    for lo in range(0, len(have), _BATCH):
+        part = have[lo:lo + _BATCH]
+        decoded = decode(b"[" + b",".join(args_texts(raw, args_rows[part])) + b"]")
+        for i, key in enumerate(keys):
+            field = f"k{i}"
+            out[key][part] = [getattr(x, field) for x in decoded]
+    return out
+
+
+def as_int(values: np.ndarray, default: int = -1) -> np.ndarray:
+    """Python's ``int()`` of each value, ``default`` where it fails or is missing (HTA's rule
+    for ``stream``)."""
+    return np.fromiter((v if type(v) is int else _int_or(v, default) for v in values),
+                       dtype=np.int64, count=len(values))
+
+
+def as_float(values: np.ndarray) -> np.ndarray:
+    """Each value as a float, NaN where it is missing or not a number (a hostile ``bytes``
+    string, a bool)."""
+    return np.fromiter((_float_or_nan(v) for v in values), dtype=np.float64, count=len(values))
+
+
+def _float_or_nan(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return float("nan")
+    return float(value)
+
+
+def _int_or(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+def args_texts(raw: Sequence[bytes], index: np.ndarray) -> list[bytes]:
+    """``[raw[i] for i in index]``, sliced a buffer at a time when ``raw`` is the loader's
+    buffer-backed sequence (no per-entry lookup of its buffer)."""
+    buffers = getattr(raw, "_buffers", None)
+    if buffers is None:
+        return [raw[i] for i in index.tolist()]
+    first = np.asarray(raw._first, dtype=np.int64)  # type: ignore[attr-defined]
+    starts = raw._starts[index]  # type: ignore[attr-defined]
+    ends = (starts + raw._lengths[index]).tolist()  # type: ignore[attr-defined]
+    which = (np.searchsorted(first, index, side="right") - 1).tolist()
+    return [buffers[b][s:e] for b, s, e in zip(which, starts.tolist(), ends, strict=True)]
+
+
+def args_spelling(raw: Sequence[bytes], index: np.ndarray, key: str) -> np.ndarray:
+    """Which of ``raw[index]`` contain ``"key"`` (the quoted key text): a cheap filter before
+    decoding. Searches whole buffers when ``raw`` is buffer-backed."""
+    needle = b'"' + key.encode() + b'"'
+    buffers = getattr(raw, "_buffers", None)
+    if buffers is None:
+        return np.fromiter((needle in raw[i] for i in index.tolist()), bool, len(index))
+    hits = np.zeros(len(raw), dtype=bool)
+    bounds = [*raw._first, len(raw)]  # type: ignore[attr-defined]
+    for b, buffer in enumerate(buffers):
+        found, pos = [], buffer.find(needle)
+        while pos >= 0:
+            found.append(pos)
+            pos = buffer.find(needle, pos + 1)
+        if found:
+            lo, hi = bounds[b], bounds[b + 1]
+            entry = np.searchsorted(raw._starts[lo:hi], found, side="right") - 1  # type: ignore[attr-defined]
+            hits[lo + entry[entry >= 0]] = True
+    return hits[index]

@@ -1,0 +1,100 @@
+"""Device work of a trace, read once for every analysis: who ran what, on which queue, when, and
+when its launch call began::
+
+    work = device_work(trace)
+    work.device, work.queue, work.start, work.end, work.launch   # one entry per device row
+
+Device = the row's process (a NeuronCore, a GPU); a device is busy when any of its queues is.
+Queue classes: compute (kernels), DMA (memcpy, memset), collective (collective kernels: our
+``CC: ...`` rows and their barrier waits, NCCL/RCCL kernels, rows with collective args).
+``launch`` is the start of the host runtime call with the same correlation id (NO_LAUNCH when
+the trace has none).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.model import Trace
+
+COMPUTE, DMA, COLLECTIVE = 0, 1, 2
+QUEUE_CLASSES = ("compute", "dma", "collective")
+NO_LAUNCH = np.iinfo(np.int64).min
+WORK_KINDS = (S.EventKind.KERNEL, S.EventKind.MEMCPY, S.EventKind.MEMSET, S.EventKind.COLLECTIVE)
+_COLLECTIVE_NAME = re.compile(rf"^({re.escape(V.COLLECTIVE_ENGINE)}: |nccl|rccl)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DeviceWork:
+    """Columns over device rows, sorted by start. ``devices``: every device pid, sorted."""
+
+    rows: np.ndarray
+    device: np.ndarray
+    queue: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    launch: np.ndarray
+    devices: tuple[int, ...]
+    labels: dict[int, str]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def device_work(trace: Trace) -> DeviceWork:
+    c = trace.columns
+    rows = np.flatnonzero(trace.mask(kind=list(WORK_KINDS), ph=S.Phase.COMPLETE)
+                          & (c[S.DUR_NS] >= 0))
+    rows = rows[np.argsort(c[S.TS_NS][rows], kind="stable")]
+    kind = c[S.KIND][rows]
+    queue = np.full(len(rows), COMPUTE, dtype=np.uint8)
+    queue[(kind == S.EventKind.MEMCPY) | (kind == S.EventKind.MEMSET)] = DMA
+    collective_ids = [i for i, s in enumerate(trace.strings) if _COLLECTIVE_NAME.match(s)]
+    queue[(kind == S.EventKind.COLLECTIVE)
+          | ((kind == S.EventKind.KERNEL) & np.isin(c[S.NAME_ID][rows], collective_ids))] = COLLECTIVE
+    device = c[S.PID][rows]
+    devices = tuple(np.unique(device).tolist())
+    labels = {d: _label(trace.process_names.get(d, ""), d) for d in devices}
+    return DeviceWork(rows=rows, device=device, queue=queue, start=c[S.TS_NS][rows],
+                      end=c[S.TS_NS][rows] + c[S.DUR_NS][rows],
+                      launch=launch_starts(trace, rows), devices=devices, labels=labels)
+
+
+def _label(process_name: str, pid: int) -> str:
+    """A NeuronCore's process name; else "device <pid>" (CUDA traces name the device process
+    after the host program)."""
+    return process_name if process_name.startswith(V.CORE_PROCESS_PREFIX) else f"device {pid}"
+
+
+def launch_starts(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Start of the runtime call sharing each row's correlation id (the earliest such call)."""
+    c = trace.columns
+    calls = np.flatnonzero(trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE)
+                           & (c[S.CORRELATION] > 0))
+    out = np.full(len(rows), NO_LAUNCH, dtype=np.int64)
+    if len(calls) == 0 or len(rows) == 0:
+        return out
+    order = np.lexsort((c[S.TS_NS][calls], c[S.CORRELATION][calls]))
+    keys, first = np.unique(c[S.CORRELATION][calls][order], return_index=True)
+    starts = c[S.TS_NS][calls][order][first]
+    corr = c[S.CORRELATION][rows]
+    k = np.clip(np.searchsorted(keys, corr), 0, len(keys) - 1)
+    hit = (corr > 0) & (keys[k] == corr)
+    out[hit] = starts[k[hit]]
+    return out
+
+
+def device_peaks(trace: Trace) -> tuple[float, float] | None:
+    """(peak TFLOPS, HBM GB/s) of the first device whose ``deviceProperties`` give them; None
+    for a capture without peak figures (``peaks_known: false``) or a trace without any."""
+    for p in trace.metadata.get("deviceProperties") or ():
+        if isinstance(p, dict) and p.get(V.PROP_PEAKS_KNOWN, True) is not False:
+            tflops, gbps = p.get(V.PROP_PEAK_BF16_TFLOPS), p.get(V.PROP_HBM_GBPS)
+            if tflops and gbps:
+                return float(tflops), float(gbps)
+    return None

@@ -1,0 +1,78 @@
+"""Step breakdown: per step and device, where the wall time went::
+
+    b = step_breakdown(trace, work, steps)
+    b.devices[0].busy_ns[i], b.devices[0].idle_ns[i]    # step i on the first device
+    b.host_ns[i]                                         # host ops busy in step i
+
+Per device and step (every figure is a union, clipped to the step, so overlapping work on
+several queues counts once): busy = any queue busy; compute / DMA / collective = that queue
+class busy; idle = wall - busy; overlap = compute and collective at once (the communication
+hidden behind computation). Host time is the union of host ops on all host threads
+(ProfilerStep annotations left out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA, DeviceWork
+from neuron_profiler.analysis.idle import HOST_KINDS
+from neuron_profiler.analysis.steps import Steps
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.model import Trace
+
+
+@dataclass(frozen=True)
+class DeviceSteps:
+    """One device: arrays of ns, one entry per step."""
+
+    device: int
+    label: str
+    busy_ns: np.ndarray
+    compute_ns: np.ndarray
+    dma_ns: np.ndarray
+    collective_ns: np.ndarray
+    overlap_ns: np.ndarray
+    idle_ns: np.ndarray
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    names: tuple[str, ...]
+    wall_ns: np.ndarray
+    host_ns: np.ndarray
+    devices: tuple[DeviceSteps, ...]
+
+
+def _per_step(x: I.Intervals, steps: Steps) -> np.ndarray:
+    return I.overlap_per_window(x, steps.start_ns, steps.end_ns).astype(np.int64)
+
+
+def step_breakdown(trace: Trace, work: DeviceWork, steps: Steps) -> StepBreakdown:
+    devices = []
+    for device in work.devices:
+        on = work.device == device
+        sets = {q: I.union(work.start[on & (work.queue == q)], work.end[on & (work.queue == q)])
+                for q in (COMPUTE, DMA, COLLECTIVE)}
+        busy = I.union(work.start[on], work.end[on])
+        busy_ns = _per_step(busy, steps)
+        devices.append(DeviceSteps(
+            device=device, label=work.labels[device], busy_ns=busy_ns,
+            compute_ns=_per_step(sets[COMPUTE], steps), dma_ns=_per_step(sets[DMA], steps),
+            collective_ns=_per_step(sets[COLLECTIVE], steps),
+            overlap_ns=_per_step(I.intersect(sets[COMPUTE], sets[COLLECTIVE]), steps),
+            idle_ns=steps.wall_ns - busy_ns))
+    return StepBreakdown(names=steps.names, wall_ns=steps.wall_ns,
+                         host_ns=_per_step(_host_busy(trace), steps), devices=tuple(devices))
+
+
+def _host_busy(trace: Trace) -> I.Intervals:
+    step_ids = [i for i, s in enumerate(trace.strings) if s.startswith(V.PROFILER_STEP_PREFIX)]
+    mask = (trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
+            & ~np.isin(trace.col(S.NAME_ID), step_ids))
+    ts = trace.col(S.TS_NS)[mask]
+    return I.union(ts, ts + trace.col(S.DUR_NS)[mask])

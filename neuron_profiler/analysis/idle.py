@@ -1,0 +1,286 @@
+"""Device idle time inside the profiled steps, per device, with one cause per gap::
+
+    idle = idle_time(trace, work, steps, min_gap_ns=50_000)
+    idle.devices[0].by_cause_ns          # {"data_loading": ..., ..., "short_gaps": ...}
+    idle.longest                         # the longest gaps, with what the host was doing
+
+A device (a NeuronCore, a GPU) is idle when none of its queues is busy. Its gaps are the parts
+of the step spans not covered by its work, kept whole across step boundaries (a gap belongs to
+one cause; its time is split over the steps it spans). Gaps shorter than ``min_gap_ns`` are
+counted as ``short_gaps`` (launch latency between back-to-back work) and not attributed.
+
+Each longer gap gets exactly one cause, the first rule that holds, in this order ("covers":
+the union of those host spans covers at least half of the gap, i.e. the host spent most of the
+gap there):
+
+1. ``data_loading``: DataLoader ``__next__`` (or DataPipe) spans cover the gap.
+2. ``cpu_fallback``: CPU-fallback ops cover the gap (the device waits while the host computes
+   what it cannot).
+3. ``host_sync``: the gap begins while the host is in a sync (one that began at or before the
+   gap and ended at or after its start: ``host sync: ...`` rows,
+   ``.item()``, ``nonzero``, stream/device/event synchronize, synchronous memcpy): the host
+   blocked until the queue drained, so nothing was queued behind it.
+4. ``host_bound_launch``: the launch call of the work that ends the gap began after the gap
+   did (the host was late: HTA's host_wait).
+5. ``profiler_overhead``: the profiler's own host work covers the gap.
+6. ``other``.
+
+Final sync versus the next step's data stall: a gap that begins in step N's final sync and
+runs into step N+1's DataLoader ``__next__`` satisfies rules 1 and 3 when the DataLoader covers
+most of it, and is then **data loading** (rule 1 first): the sync only exposes the stall, and
+fixing the data pipeline recovers it, whereas removing the sync would not. When the DataLoader
+covers less than half, the gap is the sync's. Its time is split over steps N and N+1 at the
+boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._device import NO_LAUNCH, DeviceWork
+from neuron_profiler.analysis.steps import Steps
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.model import Trace
+
+DEFAULT_MIN_GAP_NS = 50_000
+CAUSES = ("data_loading", "cpu_fallback", "host_sync", "host_bound_launch", "profiler_overhead",
+          "other")
+SHORT = "short_gaps"
+ALL_CAUSES = CAUSES + (SHORT,)
+HOST_KINDS = (S.EventKind.CPU_OP, S.EventKind.USER_ANNOTATION, S.EventKind.PYTHON,
+              S.EventKind.RUNTIME, S.EventKind.FALLBACK, S.EventKind.DATALOADER)
+HOST_ACTIVITY_NAMES = 3  # host ops listed per long gap
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One idle gap. ``step``: index of the step its start lies in. ``host_activity``: the
+    host ops overlapping it most (ProfilerStep annotations left out)."""
+
+    device: int
+    start_ns: int
+    end_ns: int
+    cause: str
+    step: int
+    host_activity: tuple[str, ...]
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class DeviceIdle:
+    """Idle time of one device. ``per_step_by_cause_ns[i][cause]``: idle ns of that cause in
+    step i; ``by_cause_ns``: the same over all steps (short_gaps included)."""
+
+    device: int
+    label: str
+    window_ns: int
+    busy_ns: int
+    idle_ns: int
+    by_cause_ns: dict[str, int]
+    per_step_by_cause_ns: tuple[dict[str, int], ...]
+    gaps: int
+
+
+@dataclass(frozen=True)
+class IdleTime:
+    """Args: devices: per device totals; longest: the longest gaps with host activity;
+    gap_*: every gap (all devices), columnar: device pid, start, end, index into ALL_CAUSES."""
+
+    min_gap_ns: int
+    devices: tuple[DeviceIdle, ...]
+    longest: tuple[Gap, ...]
+    gap_device: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gap_start_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gap_end_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gap_cause: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def gaps_of(self, cause: str, device: int | None = None) -> I.Intervals:
+        """The gaps of one cause (on one device), as an interval set."""
+        m = self.gap_cause == ALL_CAUSES.index(cause)
+        if device is not None:
+            m &= self.gap_device == device
+        return I.union(self.gap_start_ns[m], self.gap_end_ns[m])
+
+    @property
+    def by_cause_ns(self) -> dict[str, int]:
+        return {c: sum(d.by_cause_ns[c] for d in self.devices) for c in ALL_CAUSES}
+
+
+@dataclass(frozen=True)
+class _HostSpans:
+    """Host spans each rule tests against."""
+
+    data_loading: tuple[np.ndarray, np.ndarray]
+    cpu_fallback: tuple[np.ndarray, np.ndarray]
+    host_sync: tuple[np.ndarray, np.ndarray]
+    profiler_overhead: tuple[np.ndarray, np.ndarray]
+
+
+def _spans(trace: Trace, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    ts = trace.col(S.TS_NS)[mask]
+    return ts, ts + trace.col(S.DUR_NS)[mask]
+
+
+def _name_mask(trace: Trace, rows_mask: np.ndarray, pick) -> np.ndarray:  # noqa: ANN001
+    ids = [i for i, s in enumerate(trace.strings) if pick(s)]
+    return rows_mask & np.isin(trace.col(S.NAME_ID), ids)
+
+
+def is_dataloader_name(name: str) -> bool:
+    return ((name.startswith(V.DATALOADER_PREFIX) and name.endswith(V.DATALOADER_SUFFIX))
+            or name.startswith(V.DATAPIPE_PREFIX))
+
+
+def sync_mask(trace: Trace) -> np.ndarray:
+    """Rows of host syncs (rule 3's spans)."""
+    host = trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
+    return _name_mask(trace, host, lambda s: s in V.HOST_SYNC_NAMES or s.startswith(V.SYNC_PREFIX))
+
+
+def _host_spans(trace: Trace) -> _HostSpans:
+    kind = trace.col(S.KIND)
+    complete = trace.col(S.PH) == S.Phase.COMPLETE
+    host = complete & np.isin(kind, np.array(HOST_KINDS, np.uint8))
+    loading = _name_mask(trace, host, is_dataloader_name) | (
+        complete & (kind == S.EventKind.DATALOADER))
+    sync = sync_mask(trace)
+    overhead_cat = trace.string_id(V.CAT_OVERHEAD)
+    overhead = _name_mask(trace, complete, lambda s: s in V.PROFILER_OVERHEAD_NAMES) | (
+        complete & (trace.col(S.CAT_ID) == overhead_cat))
+    return _HostSpans(data_loading=_spans(trace, loading),
+                      cpu_fallback=_spans(trace, complete & (kind == S.EventKind.FALLBACK)),
+                      host_sync=_spans(trace, sync), profiler_overhead=_spans(trace, overhead))
+
+
+def _covers(spans: tuple[np.ndarray, np.ndarray], gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
+    """Do the spans (their union) cover at least half of each gap?"""
+    covered = I.overlap_per_window(I.union(*spans), gs, ge)
+    return 2 * covered >= ge - gs
+
+
+def classify(gs: np.ndarray, ge: np.ndarray, next_launch: np.ndarray, spans: _HostSpans,
+             min_gap_ns: int) -> np.ndarray:
+    """Index into ALL_CAUSES per gap: the first rule that holds (see the module docstring)."""
+    cause = np.full(len(gs), CAUSES.index("other"), dtype=np.int64)
+    undecided = np.ones(len(gs), dtype=bool)
+    tests = (("data_loading", _covers(spans.data_loading, gs, ge)),
+             ("cpu_fallback", _covers(spans.cpu_fallback, gs, ge)),
+             ("host_sync", I.any_overlap(*spans.host_sync, gs - 1, gs + 1)),  # begins in one
+             ("host_bound_launch", (next_launch != NO_LAUNCH) & (next_launch > gs)),
+             ("profiler_overhead", _covers(spans.profiler_overhead, gs, ge)))
+    for name, hit in tests:
+        take = undecided & hit
+        cause[take] = CAUSES.index(name)
+        undecided &= ~take
+    cause[ge - gs < min_gap_ns] = ALL_CAUSES.index(SHORT)
+    return cause
+
+
+def _next_launch(work: DeviceWork, on_device: np.ndarray, ge: np.ndarray) -> np.ndarray:
+    """Launch start of the device's first work starting at or after each gap end (earliest
+    launch among ties)."""
+    start, launch = work.start[on_device], work.launch[on_device]
+    if len(start) == 0:
+        return np.full(len(ge), NO_LAUNCH, np.int64)
+    k = np.searchsorted(start, ge, side="left")
+    ok = k < len(start)
+    out = np.full(len(ge), NO_LAUNCH, np.int64)
+    at = start[np.minimum(k, len(start) - 1)]
+    # among the rows starting exactly there, the earliest launch that is known
+    known = np.where(launch == NO_LAUNCH, np.iinfo(np.int64).max, launch)
+    first_known = _min_by_start(start, known)
+    out[ok] = first_known[np.searchsorted(np.unique(start), at[ok])]
+    out[out == np.iinfo(np.int64).max] = NO_LAUNCH
+    return out
+
+
+def _min_by_start(start: np.ndarray, values: np.ndarray) -> np.ndarray:
+    uniq, code = np.unique(start, return_inverse=True)
+    out = np.full(len(uniq), np.iinfo(np.int64).max)
+    np.minimum.at(out, code, values)
+    return out
+
+
+def idle_time(trace: Trace, work: DeviceWork, steps: Steps, *,
+              min_gap_ns: int = DEFAULT_MIN_GAP_NS, top: int = 10) -> IdleTime:
+    spans = _host_spans(trace)
+    window = steps.spans
+    devices, gaps = [], []
+    for device in work.devices:  # a handful of devices: the work per device is vectorised
+        on = work.device == device
+        busy = I.intersect(I.union(work.start[on], work.end[on]), window)
+        idle = I.subtract(window, busy)
+        cause = classify(idle.start, idle.end, _next_launch(work, on, idle.end), spans,
+                         min_gap_ns)
+        devices.append(_device_idle(device, work.labels[device], window, busy, idle, cause,
+                                    steps))
+        gaps.append((np.full(len(idle), device), idle.start, idle.end, cause))
+    if not gaps:
+        return IdleTime(min_gap_ns=min_gap_ns, devices=(), longest=())
+    device, gs, ge, cause = (np.concatenate(p) for p in zip(*gaps, strict=True))
+    return IdleTime(min_gap_ns=min_gap_ns, devices=tuple(devices),
+                    longest=_longest(trace, (device, gs, ge, cause), steps, top),
+                    gap_device=device, gap_start_ns=gs, gap_end_ns=ge, gap_cause=cause)
+
+
+def _device_idle(device: int, label: str, window: I.Intervals, busy: I.Intervals,
+                 idle: I.Intervals, cause: np.ndarray, steps: Steps) -> DeviceIdle:
+    per_step = [dict.fromkeys(ALL_CAUSES, 0) for _ in range(len(steps))]
+    by_cause = dict.fromkeys(ALL_CAUSES, 0)
+    for code, name in enumerate(ALL_CAUSES):
+        mine = cause == code
+        if not mine.any():
+            continue
+        part = I.Intervals(idle.start[mine], idle.end[mine])
+        by_cause[name] = part.total
+        for i, ns in enumerate(I.overlap_per_window(part, steps.start_ns, steps.end_ns).tolist()):
+            per_step[i][name] = int(ns)
+    return DeviceIdle(device=device, label=label, window_ns=window.total, busy_ns=busy.total,
+                      idle_ns=idle.total, by_cause_ns=by_cause,
+                      per_step_by_cause_ns=tuple(per_step), gaps=int(len(idle)))
+
+
+def _longest(trace: Trace, gaps: tuple[np.ndarray, ...], steps: Steps, top: int,
+             ) -> tuple[Gap, ...]:
+    device, gs, ge, cause = gaps
+    pick = np.argsort(gs - ge, kind="stable")[:top]
+    host = host_rows(trace)
+    out = []
+    for i in pick.tolist():
+        step = int(np.searchsorted(steps.start_ns, gs[i], side="right") - 1)
+        out.append(Gap(device=int(device[i]), start_ns=int(gs[i]), end_ns=int(ge[i]),
+                       cause=ALL_CAUSES[int(cause[i])], step=max(step, 0),
+                       host_activity=host_activity(trace, host, int(gs[i]), int(ge[i]))))
+    return tuple(out)
+
+
+def host_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    step_ids = [i for i, s in enumerate(trace.strings) if s.startswith(V.PROFILER_STEP_PREFIX)]
+    mask = (trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
+            & ~np.isin(trace.col(S.NAME_ID), step_ids))
+    start, end = _spans(trace, mask)
+    return start, end, trace.col(S.NAME_ID)[mask]
+
+
+def host_activity(trace: Trace, host: tuple[np.ndarray, np.ndarray, np.ndarray], gs: int,
+                   ge: int) -> tuple[str, ...]:
+    """Names of the host ops covering most of [gs, ge); among equals, the innermost."""
+    start, end, name_id = host
+    cover = np.minimum(end, ge) - np.maximum(start, gs)
+    hit = np.flatnonzero(cover > 0)
+    order = hit[np.lexsort((end[hit] - start[hit], -cover[hit]))]
+    names: list[str] = []
+    for n in name_id[order].tolist():
+        text = trace.strings[n]
+        if text not in names:
+            names.append(text)
+        if len(names) == HOST_ACTIVITY_NAMES:
+            break
+    return tuple(names)

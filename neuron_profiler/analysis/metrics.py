@@ -1,0 +1,79 @@
+"""Named scalar metrics of a report, and ``--fail-on`` rules over them (for CI)::
+
+    values = metrics(report)                     # {"idle_pct": 41.2, "step_ms": 12.5, ...}
+    rule = parse_rule("idle_pct>30")
+    rule.breached(values["idle_pct"])
+
+Metrics (over several devices the worst device counts; over several traces, the worst trace):
+- ``step_ms``: mean step wall time;
+- ``idle_pct``: device idle time, % of the step spans;
+- ``idle_ms_per_step``: device idle time per step;
+- ``<cause>_ms_per_step``: idle time given that cause per step (``data_loading``,
+  ``cpu_fallback``, ``host_sync``, ``host_bound_launch``, ``profiler_overhead``, ``other``,
+  ``short_gaps``);
+- ``fallback_ms_per_step``: an alias of ``cpu_fallback_ms_per_step``.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from neuron_profiler.analysis.idle import ALL_CAUSES
+from neuron_profiler.analysis.report import Report
+from neuron_profiler.errors import NeuronProfilerError
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
+    "==": operator.eq}
+_RULE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|>|<)\s*(-?[0-9]+(?:\.[0-9]*)?)\s*$")
+METRIC_NAMES = ("step_ms", "idle_pct", "idle_ms_per_step", "fallback_ms_per_step") + tuple(
+    f"{c}_ms_per_step" for c in ALL_CAUSES)
+
+
+def metrics(report: Report) -> dict[str, float]:
+    steps = max(len(report.steps), 1)
+    wall = report.steps.wall_ns
+    out = {"step_ms": float(wall.mean()) / 1e6 if len(wall) else 0.0}
+    devices = report.idle.devices
+    out["idle_pct"] = max((100 * d.idle_ns / d.window_ns for d in devices if d.window_ns),
+                          default=0.0)
+    out["idle_ms_per_step"] = max((d.idle_ns / 1e6 / steps for d in devices), default=0.0)
+    for cause in ALL_CAUSES:
+        out[f"{cause}_ms_per_step"] = max(
+            (d.by_cause_ns[cause] / 1e6 / steps for d in devices), default=0.0)
+    out["fallback_ms_per_step"] = out["cpu_fallback_ms_per_step"]
+    return out
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``metric op threshold``, e.g. ``idle_pct>30``."""
+
+    text: str
+    metric: str
+    op: str
+    threshold: float
+
+    def breached(self, value: float) -> bool:
+        return _OPS[self.op](value, self.threshold)
+
+
+def parse_rule(text: str) -> Rule:
+    m = _RULE.match(text)
+    if not m:
+        raise NeuronProfilerError(f"--fail-on {text!r}: expected METRIC OP NUMBER "
+                                  "(e.g. idle_pct>30)", exit_code=2)
+    if m.group(1) not in METRIC_NAMES:
+        raise NeuronProfilerError(f"--fail-on {text!r}: unknown metric {m.group(1)!r} (known: "
+                                  f"{', '.join(METRIC_NAMES)})", exit_code=2)
+    return Rule(text=text.strip(), metric=m.group(1), op=m.group(2),
+                threshold=float(m.group(3)))
+
+
+def worst(values: list[dict[str, float]], rule: Rule) -> float:
+    """The value that counts for a rule over several traces: the one furthest past it."""
+    picked = [v[rule.metric] for v in values]
+    return min(picked) if rule.op in ("<", "<=") else max(picked)

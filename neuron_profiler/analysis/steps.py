@@ -1,0 +1,94 @@
+"""Training steps of a trace, from torch.profiler's ``ProfilerStep#N`` annotations::
+
+    steps = find_steps(trace)
+    steps.names, steps.start_ns, steps.end_ns    # one entry per step, in time order
+    steps.from_profiler_steps                   # False: no annotation, the whole trace is one step
+
+A step is the host span of its annotation (the earliest start and latest end when several
+threads carry the same step). The last step is stretched to the end of the device work that
+started inside it, so work it launched is not cut off; earlier steps need no stretching, since
+the next step's span covers their spill-over. Without any annotation the trace is one step
+"0" from its first event to its last.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuron_profiler.analysis._device import DeviceWork
+from neuron_profiler.analysis._intervals import Intervals, union
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.model import Trace
+
+STEP_NAME = re.compile(re.escape(V.PROFILER_STEP_PREFIX) + r"(\d+)$")
+STEP_KINDS = (S.EventKind.USER_ANNOTATION, S.EventKind.CPU_OP)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Args:
+        names: step numbers as text ("5"), as torch and tb-profiler label them.
+        start_ns / end_ns: absolute ns per step, sorted by start.
+        from_profiler_steps: False when the trace has no ProfilerStep (then one step "0").
+    """
+
+    names: tuple[str, ...]
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    from_profiler_steps: bool
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def wall_ns(self) -> np.ndarray:
+        return self.end_ns - self.start_ns
+
+    @property
+    def spans(self) -> Intervals:
+        return union(self.start_ns, self.end_ns)
+
+
+def step_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ProfilerStep annotations and their step numbers."""
+    ids = {i: int(m.group(1)) for i, s in enumerate(trace.strings) if (m := STEP_NAME.match(s))}
+    if not ids:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    name_id = trace.col(S.NAME_ID)
+    rows = np.flatnonzero(trace.mask(kind=list(STEP_KINDS), ph=S.Phase.COMPLETE)
+                          & np.isin(name_id, np.fromiter(ids, np.int64)))
+    lookup = np.zeros(max(ids) + 1, np.int64)
+    lookup[list(ids)] = list(ids.values())
+    return rows, lookup[name_id[rows]]
+
+
+def find_steps(trace: Trace, work: DeviceWork) -> Steps:
+    rows, numbers = step_rows(trace)
+    ts, dur = trace.col(S.TS_NS), trace.col(S.DUR_NS)
+    if len(rows) == 0:
+        return _whole_trace(trace)
+    uniq, code = np.unique(numbers, return_inverse=True)
+    start = np.full(len(uniq), np.iinfo(np.int64).max)
+    end = np.full(len(uniq), np.iinfo(np.int64).min)
+    np.minimum.at(start, code, ts[rows])
+    np.maximum.at(end, code, ts[rows] + dur[rows])
+    order = np.argsort(start, kind="stable")
+    start, end, uniq = start[order], end[order], uniq[order]
+    spill = work.end[(work.start >= start[-1]) & (work.start < end[-1])]
+    if len(spill):
+        end[-1] = max(end[-1], int(spill.max()))
+    return Steps(names=tuple(str(n) for n in uniq.tolist()), start_ns=start, end_ns=end,
+                 from_profiler_steps=True)
+
+
+def _whole_trace(trace: Trace) -> Steps:
+    complete = trace.mask(ph=S.Phase.COMPLETE)
+    ts = trace.col(S.TS_NS)[complete]
+    end = ts + trace.col(S.DUR_NS)[complete]
+    lo, hi = (int(ts.min()), int(end.max())) if len(ts) else (0, 0)
+    return Steps(names=("0",), start_ns=np.array([lo]), end_ns=np.array([hi]),
+                 from_profiler_steps=False)

@@ -1,0 +1,197 @@
+"""Operator and kernel summary, the tables the TensorBoard view renders::
+
+    s = op_kernel_summary(trace, work)
+    s.ops[0].name, s.ops[0].host_self_ns, s.ops[0].device_total_ns
+    s.kernels[0].name, s.kernels[0].achieved_tflops, s.kernels[0].pct_of_peak
+
+Operators (``cpu_op`` rows, grouped by name): calls; host total = Σ dur; host self = Σ (dur −
+direct children's dur), children by containment on the same thread; device self = Σ device time
+of the work carrying the op's ``External id`` (what ``key_averages`` calls self device time);
+device total = device self plus its descendants'; the most frequent input shapes (``Input Dims``)
+of the top ops. Kernels (device rows grouped by name): calls, total / mean / min / max time,
+achieved TFLOPS (Σ flops / Σ time) or GB/s (Σ bytes / Σ time) when the rows carry ``flops`` /
+``bytes`` args, and the % of the device's peak (``deviceProperties``) when it is known.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuron_profiler.analysis._args import arg_values, args_spelling, as_float
+from neuron_profiler.analysis._device import DeviceWork, device_peaks
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.model import Trace
+
+TOP_SHAPES = 3
+SHAPE_KEYS = ("Input Dims", "Input dims")
+SHAPED_OPS = 20  # ops (by host total) whose input shapes are read
+
+
+@dataclass(frozen=True)
+class OpRow:
+    name: str
+    calls: int
+    host_total_ns: int
+    host_self_ns: int
+    device_self_ns: int
+    device_total_ns: int
+    input_shapes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    name: str
+    calls: int
+    total_ns: int
+    mean_ns: int
+    min_ns: int
+    max_ns: int
+    achieved_tflops: float | None
+    achieved_gbps: float | None
+    pct_of_peak: float | None
+
+
+@dataclass(frozen=True)
+class OpKernelSummary:
+    ops: tuple[OpRow, ...]  # by device total, then host total
+    kernels: tuple[KernelRow, ...]  # by total time
+
+
+def op_kernel_summary(trace: Trace, work: DeviceWork) -> OpKernelSummary:
+    return OpKernelSummary(ops=_ops(trace, work), kernels=_kernels(trace, work))
+
+
+def _parents(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Index of each row's innermost enclosing row on its thread (-1 for roots); rows sorted by
+    (thread, start, -end) so that a parent comes before its children."""
+    parent = np.full(len(start), -1, np.int64)
+    stack: list[int] = []
+    thread = None
+    s, e, p, t = start.tolist(), end.tolist(), pid.tolist(), tid.tolist()
+    for i in range(len(s)):  # one pass with a stack: the containment tree
+        if (p[i], t[i]) != thread:
+            stack, thread = [], (p[i], t[i])
+        while stack and e[stack[-1]] < e[i] or stack and s[i] >= e[stack[-1]]:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return parent
+
+
+def _ops(trace: Trace, work: DeviceWork) -> tuple[OpRow, ...]:
+    c = trace.columns
+    step_ids = [i for i, n in enumerate(trace.strings) if n.startswith(V.PROFILER_STEP_PREFIX)]
+    rows = np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE)
+                          & ~np.isin(c[S.NAME_ID], step_ids))  # 2021 traces: steps are ops
+    if len(rows) == 0:
+        return ()
+    start, dur = c[S.TS_NS][rows], c[S.DUR_NS][rows]
+    order = np.lexsort((-(start + dur), start, c[S.TID][rows], c[S.PID][rows]))
+    rows, start, dur = rows[order], start[order], dur[order]
+    parent = _parents(c[S.PID][rows], c[S.TID][rows], start, start + dur)
+    child_dur = np.zeros(len(rows), np.int64)
+    has = parent >= 0
+    np.add.at(child_dur, parent[has], dur[has])
+    dev_self = _device_self(trace, work, c[S.EXTERNAL_ID][rows])
+    dev_total = dev_self.copy()
+    for i in np.flatnonzero(has)[::-1].tolist():  # children after parents: sum upwards
+        dev_total[parent[i]] += dev_total[i]
+    name_id = c[S.NAME_ID][rows]
+    uniq, code = np.unique(name_id, return_inverse=True)
+    sums = {k: np.bincount(code, weights=v, minlength=len(uniq)).astype(np.int64)
+            for k, v in (("host", dur), ("self", dur - child_dur), ("dself", dev_self),
+                         ("dtotal", dev_total))}
+    calls = np.bincount(code, minlength=len(uniq))
+    ranked = np.lexsort((-sums["host"], -sums["dtotal"]))
+    shapes = _shapes(trace, rows, code, ranked[:SHAPED_OPS])
+    return tuple(OpRow(name=trace.strings[int(uniq[k])], calls=int(calls[k]),
+                       host_total_ns=int(sums["host"][k]), host_self_ns=int(sums["self"][k]),
+                       device_self_ns=int(sums["dself"][k]),
+                       device_total_ns=int(sums["dtotal"][k]), input_shapes=shapes.get(k, ()))
+                 for k in ranked.tolist())
+
+
+def _device_self(trace: Trace, work: DeviceWork, op_ext: np.ndarray) -> np.ndarray:
+    """Device time of the work carrying each op's External id (0 for ids <= 0)."""
+    ext = trace.col(S.EXTERNAL_ID)[work.rows]
+    keep = ext > 0
+    keys, inv = np.unique(ext[keep], return_inverse=True)
+    per_key = np.bincount(inv, weights=(work.end - work.start)[keep], minlength=len(keys))
+    out = np.zeros(len(op_ext), np.int64)
+    if len(keys):
+        k = np.clip(np.searchsorted(keys, op_ext), 0, len(keys) - 1)
+        hit = (op_ext > 0) & (keys[k] == op_ext)
+        out[hit] = per_key[k[hit]].astype(np.int64)
+    return out
+
+
+def _shapes(trace: Trace, rows: np.ndarray, code: np.ndarray, top: np.ndarray
+            ) -> dict[int, tuple[str, ...]]:
+    pick = np.flatnonzero(np.isin(code, top))
+    if len(pick) == 0:
+        return {}
+    a = arg_values(trace, rows[pick], SHAPE_KEYS)
+    counters: dict[int, Counter[str]] = {}
+    for j, k in enumerate(code[pick].tolist()):
+        value = a[SHAPE_KEYS[0]][j] if a[SHAPE_KEYS[0]][j] is not None else a[SHAPE_KEYS[1]][j]
+        if value is not None:
+            counters.setdefault(k, Counter())[str(value).replace(" ", "")] += 1
+    return {k: tuple(s for s, _ in cnt.most_common(TOP_SHAPES)) for k, cnt in counters.items()}
+
+
+def _kernels(trace: Trace, work: DeviceWork) -> tuple[KernelRow, ...]:
+    if len(work) == 0:
+        return ()
+    dur = work.end - work.start
+    name_id = trace.col(S.NAME_ID)[work.rows]
+    uniq, code = np.unique(name_id, return_inverse=True)
+    total = np.bincount(code, weights=dur, minlength=len(uniq)).astype(np.int64)
+    calls = np.bincount(code, minlength=len(uniq))
+    lo = np.full(len(uniq), np.iinfo(np.int64).max)
+    hi = np.zeros(len(uniq), np.int64)
+    np.minimum.at(lo, code, dur)
+    np.maximum.at(hi, code, dur)
+    flops, nbytes = _work_amounts(trace, work)
+    f_sum = np.bincount(code, weights=np.nan_to_num(flops), minlength=len(uniq))
+    b_sum = np.bincount(code, weights=np.nan_to_num(nbytes), minlength=len(uniq))
+    has_f = np.bincount(code, weights=~np.isnan(flops), minlength=len(uniq)) == calls
+    has_b = np.bincount(code, weights=~np.isnan(nbytes), minlength=len(uniq)) == calls
+    peaks = device_peaks(trace)
+    out = []
+    for k in np.argsort(-total, kind="stable").tolist():
+        t = float(total[k])
+        tflops = f_sum[k] / t / 1e3 if has_f[k] and f_sum[k] > 0 and t > 0 else None
+        gbps = b_sum[k] / t if has_b[k] and b_sum[k] > 0 and t > 0 and tflops is None else None
+        pct = (100 * tflops / peaks[0] if tflops is not None else
+               100 * gbps / peaks[1] if gbps is not None else None) if peaks else None
+        out.append(KernelRow(name=trace.strings[int(uniq[k])], calls=int(calls[k]),
+                             total_ns=int(total[k]), mean_ns=int(total[k] // max(calls[k], 1)),
+                             min_ns=int(lo[k]), max_ns=int(hi[k]),
+                             achieved_tflops=_round(tflops, 4), achieved_gbps=_round(gbps, 4),
+                             pct_of_peak=_round(pct, 3)))
+    return tuple(out)
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+def _work_amounts(trace: Trace, work: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
+    """flops and bytes args per device row (NaN where absent); only rows spelling them are
+    decoded."""
+    flops = np.full(len(work), np.nan)
+    nbytes = np.full(len(work), np.nan)
+    args_rows = trace.col(S.ARGS_ROW)[work.rows]
+    have = np.flatnonzero(args_rows >= 0)
+    spelled = have[args_spelling(trace.raw_args, args_rows[have], V.ARG_FLOPS)
+                   | args_spelling(trace.raw_args, args_rows[have], V.ARG_BYTES)]
+    if len(spelled):
+        a = arg_values(trace, work.rows[spelled], (V.ARG_FLOPS, V.ARG_BYTES))
+        flops[spelled] = as_float(a[V.ARG_FLOPS])
+        nbytes[spelled] = as_float(a[V.ARG_BYTES])
+    return flops, nbytes

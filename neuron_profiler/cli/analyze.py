@@ -1,0 +1,121 @@
+"""``neuron-prof analyze TRACE... | DIR``: the bottleneck report of each trace (argument parsing
+and output only; the work is ``neuron_profiler.analysis``).
+
+A DIR stands for every ``*.json`` / ``*.json.gz`` under it (``*.pt.trace.json[.gz]`` included);
+a file there that is not a trace is skipped with a warning. A named file that cannot be
+analysed gets one error line; the others are still analysed, and the exit status is 2.
+``--fail-on RULE`` exits 1 when a rule is breached (the worst trace and device count).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from neuron_profiler.errors import NeuronProfilerError, TraceLoadError
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as JSON (schema: neuron_profiler/reports/report.schema.json).")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Longest gaps and steps listed.")
+@click.option("--min-gap", "min_gap_us", default=50.0, show_default=True,
+              type=click.FloatRange(min=0), help="Shortest idle gap given a cause, in µs.")
+@click.option("--fail-on", "fail_on", multiple=True, metavar="RULE",
+              help="METRIC OP NUMBER, e.g. idle_pct>30 (repeatable; metrics: see "
+                   "neuron_profiler/analysis/metrics.py). Exit 1 when breached.")
+def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float,
+            fail_on: tuple[str, ...]) -> None:
+    """Rank what to fix first in each TRACE (or every trace under DIR)."""
+    from neuron_profiler.analysis import Options
+    from neuron_profiler.analysis.metrics import parse_rule
+
+    rules = [parse_rule(r) for r in fail_on]  # a bad rule: exit 2 before any work
+    options = Options(min_gap_ns=round(min_gap_us * 1e3), top=top)
+    files, errors = _expand(inputs)
+    reports = []
+    for path, named in files:
+        report, problem = _analyze_one(path, options)
+        if report is not None:
+            reports.append(report)
+        elif named:
+            errors.append((str(path), problem))
+        else:
+            from neuron_profiler.cli.main import warn
+
+            warn(f"{path}: skipped, not a trace ({problem})")
+    breaches = _breaches(rules, reports)
+    _output(reports, errors, breaches, as_json=as_json, top=top)
+    for path, problem in errors:
+        click.echo(f"neuron-prof: error: {path}: {problem}", err=True)
+    for b in breaches:
+        click.echo(f"neuron-prof: fail-on: {b['rule']} breached ({b['metric']} = "
+                   f"{b['value']:.3f})", err=True)
+    if errors:
+        raise NeuronProfilerError(f"{len(errors)} of {len(errors) + len(reports)} inputs could "
+                                  "not be analysed", exit_code=2)
+    if breaches:
+        raise NeuronProfilerError(f"{len(breaches)} --fail-on rule(s) breached", exit_code=1)
+
+
+def _expand(inputs: tuple[Path, ...]) -> tuple[list[tuple[Path, bool]], list[tuple[str, str]]]:
+    """(file, named on the command line) pairs, and the inputs that name nothing usable."""
+    files: list[tuple[Path, bool]] = []
+    errors: list[tuple[str, str]] = []
+    for p in inputs:
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(
+                TRACE_SUFFIXES))
+            if not found:
+                errors.append((str(p), "no *.json or *.json.gz file in this directory"))
+            files += [(f, False) for f in found]
+        else:
+            files.append((p, True))
+    return files, errors
+
+
+def _analyze_one(path: Path, options):  # noqa: ANN001, ANN202
+    from neuron_profiler.analysis import analyze as run
+    from neuron_profiler.cli.main import load_reported
+    from neuron_profiler.trace import load_trace
+
+    try:
+        trace = load_reported(lambda: load_trace(path))
+    except TraceLoadError as err:
+        return None, err.problem
+    return run(trace, options), ""
+
+
+def _breaches(rules, reports) -> list[dict]:  # noqa: ANN001
+    from neuron_profiler.analysis.metrics import metrics, worst
+
+    if not rules or not reports:
+        return []
+    values = [metrics(r) for r in reports]
+    out = []
+    for rule in rules:
+        value = worst(values, rule)
+        if rule.breached(value):
+            out.append({"rule": rule.text, "metric": rule.metric, "value": value})
+    return out
+
+
+def _output(reports, errors, breaches, *, as_json: bool, top: int) -> None:  # noqa: ANN001
+    if as_json:
+        from neuron_profiler.reports.json_report import to_document
+
+        click.echo(json.dumps(to_document(reports, errors, breaches), indent=1))
+        return
+    from rich.console import Console
+
+    from neuron_profiler.reports.terminal import MAX_WIDTH, render_terminal
+
+    probe = Console()  # a terminal's own width, up to 100; a pipe or file gets 100 columns
+    console = Console(width=min(probe.width, MAX_WIDTH) if probe.is_terminal else MAX_WIDTH)
+    render_terminal(reports, console=console, top=top)

@@ -1,0 +1,162 @@
+"""The ``--json`` document: versioned, documented by the JSON Schema shipped beside it
+(``report.schema.json``)::
+
+    doc = to_document([report], errors=[("bad.json", "not JSON")])
+    json.dumps(doc)
+
+Units are in the key names: ``_ms`` durations, ``_us`` durations in µs, ``start_us`` /
+``end_us`` times in the trace's own µs (as Perfetto shows them), ``_pct`` percentages.
+``tb_profiler_breakdown`` uses tb-profiler's step labels and category names, in µs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from neuron_profiler.analysis.idle import ALL_CAUSES
+from neuron_profiler.analysis.metrics import metrics
+from neuron_profiler.analysis.report import Report
+
+SCHEMA_VERSION = "1"
+SCHEMA_FILE = "report.schema.json"
+SUMMARY_ROWS = 50  # ops and kernels listed (the largest first): keeps the document bounded
+
+
+def schema_text() -> str:
+    from importlib import resources  # only tests and tools read the schema: not at startup
+
+    return resources.files("neuron_profiler.reports").joinpath(SCHEMA_FILE).read_text()
+
+
+def _ms(ns: float) -> float:
+    return round(float(ns) / 1e6, 6)
+
+
+def _pct(part: float, whole: float) -> float:
+    return round(100.0 * part / whole, 3) if whole else 0.0
+
+
+def to_document(reports: list[Report], errors: list[tuple[str, str]] = (),  # type: ignore[assignment]
+                breaches: list[dict[str, Any]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+    from neuron_profiler import __version__
+
+    return {"schema_version": SCHEMA_VERSION, "tool": f"neuron-profiler {__version__}",
+            "traces": [trace_document(r) for r in reports],
+            "errors": [{"path": p, "error": e} for p, e in errors],
+            "fail_on": list(breaches)}
+
+
+def trace_document(r: Report) -> dict[str, Any]:
+    return {"source": r.source, "rank": r.rank, "has_device": r.has_device,
+            "notes": list(r.notes), "time_base_ns": r.base_ns,
+            "options": {"min_gap_us": r.options.min_gap_ns / 1e3, "top": r.options.top},
+            "metrics": {k: round(v, 6) for k, v in metrics(r).items()},
+            "findings": _findings(r), "fallbacks": _fallbacks(r), "syncs": _syncs(r),
+            "ops": _ops(r), "kernels": _kernels(r),
+            "steps": _steps(r), "step_breakdown": _breakdown(r), "idle": _idle(r),
+            "hta": _hta(r),
+            "tb_profiler_breakdown": r.tb_breakdown.rows() if r.tb_breakdown else None}
+
+
+def _ranges(r: Report, ranges: tuple[tuple[int, int], ...]) -> list[dict[str, float]]:
+    return [{"start_us": r.to_trace_us(a), "end_us": r.to_trace_us(b)} for a, b in ranges]
+
+
+def _findings(r: Report) -> list[dict[str, Any]]:
+    return [{"kind": f.kind, "title": f.title, "recoverable_ms": _ms(f.recoverable_ns),
+             "recoverable_ms_per_step": _ms(f.recoverable_ns_per_step),
+             "recoverable_pct": f.recoverable_pct, "ranges": _ranges(r, f.ranges_ns),
+             "host_op": f.host_op, "suggestion": f.suggestion} for f in r.findings.findings]
+
+
+def _fallbacks(r: Report) -> list[dict[str, Any]]:
+    return [{"op": g.op, "shapes": g.shapes, "dtypes": g.dtypes, "reason": g.reason,
+             "calls": g.calls, "host_ms": _ms(g.host_ns),
+             "d2h": {"count": g.d2h_count, "bytes": g.d2h_bytes, "ms": _ms(g.d2h_ns)},
+             "h2d": {"count": g.h2d_count, "bytes": g.h2d_bytes, "ms": _ms(g.h2d_ns)},
+             "idle_ms": _ms(g.idle_ns),
+             "native_ms": None if g.native_ns is None else _ms(g.native_ns),
+             "recoverable_ms": _ms(g.recoverable_ns), "ranges": _ranges(r, g.spans_ns)}
+            for g in r.findings.fallbacks]
+
+
+def _syncs(r: Report) -> list[dict[str, Any]]:
+    return [{"name": g.name, "calls": g.calls, "host_ms": _ms(g.host_ns),
+             "idle_ms": _ms(g.idle_ns), "ranges": _ranges(r, g.spans_ns)}
+            for g in r.findings.syncs]
+
+
+def _ops(r: Report) -> list[dict[str, Any]]:
+    return [{"name": o.name, "calls": o.calls, "host_total_ms": _ms(o.host_total_ns),
+             "host_self_ms": _ms(o.host_self_ns), "device_self_ms": _ms(o.device_self_ns),
+             "device_total_ms": _ms(o.device_total_ns), "input_shapes": list(o.input_shapes)}
+            for o in r.summary.ops[:SUMMARY_ROWS]]
+
+
+def _kernels(r: Report) -> list[dict[str, Any]]:
+    return [{"name": k.name, "calls": k.calls, "total_ms": _ms(k.total_ns),
+             "mean_us": k.mean_ns / 1e3, "min_us": k.min_ns / 1e3, "max_us": k.max_ns / 1e3,
+             "achieved_tflops": k.achieved_tflops, "achieved_gbps": k.achieved_gbps,
+             "pct_of_peak": k.pct_of_peak} for k in r.summary.kernels[:SUMMARY_ROWS]]
+
+
+def _steps(r: Report) -> list[dict[str, Any]]:
+    s = r.steps
+    return [{"step": name, "start_us": r.to_trace_us(int(a)), "end_us": r.to_trace_us(int(b)),
+             "wall_ms": _ms(b - a)}
+            for name, a, b in zip(s.names, s.start_ns.tolist(), s.end_ns.tolist(), strict=True)]
+
+
+def _breakdown(r: Report) -> list[dict[str, Any]]:
+    b = r.breakdown
+    out = []
+    for i, name in enumerate(b.names):
+        wall = int(b.wall_ns[i])
+        out.append({"step": name, "wall_ms": _ms(wall), "host_ms": _ms(b.host_ns[i]),
+                    "devices": [{"device": d.device, "label": d.label,
+                                 "busy_ms": _ms(d.busy_ns[i]), "compute_ms": _ms(d.compute_ns[i]),
+                                 "dma_ms": _ms(d.dma_ns[i]),
+                                 "collective_ms": _ms(d.collective_ns[i]),
+                                 "overlap_ms": _ms(d.overlap_ns[i]), "idle_ms": _ms(d.idle_ns[i]),
+                                 "idle_pct": _pct(d.idle_ns[i], wall)} for d in b.devices]})
+    return out
+
+
+def _idle(r: Report) -> dict[str, Any]:
+    idle = r.idle
+    return {
+        "min_gap_us": idle.min_gap_ns / 1e3,
+        "by_cause_ms": {c: _ms(v) for c, v in idle.by_cause_ns.items()},
+        "devices": [{"device": d.device, "label": d.label, "window_ms": _ms(d.window_ns),
+                     "busy_ms": _ms(d.busy_ns), "idle_ms": _ms(d.idle_ns),
+                     "idle_pct": _pct(d.idle_ns, d.window_ns), "gaps": d.gaps,
+                     "by_cause_ms": {c: _ms(d.by_cause_ns[c]) for c in ALL_CAUSES},
+                     "per_step": [{"step": name, **{c: _ms(s[c]) for c in ALL_CAUSES}}
+                                  for name, s in zip(r.steps.names, d.per_step_by_cause_ns,
+                                                     strict=True)]}
+                    for d in idle.devices],
+        "longest_gaps": [{"device": g.device, "start_us": r.to_trace_us(g.start_ns),
+                          "end_us": r.to_trace_us(g.end_ns), "dur_ms": _ms(g.dur_ns),
+                          "cause": g.cause, "step": r.steps.names[g.step],
+                          "host_activity": list(g.host_activity)} for g in idle.longest]}
+
+
+def _finite(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def _hta(r: Report) -> dict[str, Any] | None:
+    t, i = r.hta_temporal, r.hta_idle
+    if t is None:
+        return None
+    return {"rank": t.rank,
+            "temporal": {"idle_time_us": t.idle_ns / 1e3, "compute_time_us": t.compute_ns / 1e3,
+                         "non_compute_time_us": t.non_compute_ns / 1e3,
+                         "kernel_time_us": t.kernel_ns / 1e3,
+                         "idle_time_pctg": _finite(t.pct(t.idle_ns)),
+                         "compute_time_pctg": _finite(t.pct(t.compute_ns)),
+                         "non_compute_time_pctg": _finite(t.pct(t.non_compute_ns))},
+            "idle": [{"stream": s.stream, "host_wait_us": s.host_wait_ns / 1e3,
+                      "kernel_wait_us": s.kernel_wait_ns / 1e3, "other_us": s.other_ns / 1e3,
+                      "categories": list(s.categories)} for s in (i.streams if i else ())]}

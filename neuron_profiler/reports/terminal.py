@@ -1,0 +1,181 @@
+"""The terminal report (rich), at most 100 columns wide::
+
+    render_terminal([report], console=Console(width=100), top=10)
+
+It formats ``analysis.Report`` objects and computes nothing: every figure comes from the
+report or from ``analysis.metrics``.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from neuron_profiler.analysis.idle import ALL_CAUSES
+from neuron_profiler.analysis.report import Report
+
+MAX_WIDTH = 100
+
+
+def _ms(ns: float) -> str:
+    ms = ns / 1e6
+    return f"{ms:,.3f}" if abs(ms) < 100 else f"{ms:,.1f}"
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}" if whole else "-"
+
+
+def render_terminal(reports: list[Report], *, console: Console, top: int = 10) -> None:
+    for report in reports:
+        _header(report, console)
+        if report.findings.findings:
+            console.print(_findings_table(report, top))
+        if report.findings.fallbacks:
+            console.print(_fallback_table(report, top))
+        if report.has_device:
+            console.print(_breakdown_table(report, top))
+            console.print(_idle_table(report))
+            if report.idle.longest:
+                console.print(_gaps_table(report, top))
+        if report.summary.ops:
+            console.print(_ops_table(report, top))
+        if report.summary.kernels:
+            console.print(_kernels_table(report, top))
+        if report.hta_temporal is not None:
+            console.print(_hta_table(report))
+        if report.tb_breakdown is not None and report.tb_breakdown.steps:
+            console.print(_tb_table(report, top))
+
+
+def _header(r: Report, console: Console) -> None:
+    console.rule(characters="=")
+    console.print(f"[bold]{r.source}[/]", overflow="fold", highlight=False)
+    steps = len(r.steps)
+    console.print(f"rank {r.rank} · {steps} step{'s' * (steps != 1)} · mean step "
+                  f"{_ms(float(r.steps.wall_ns.mean()))} ms · min gap "
+                  f"{r.options.min_gap_ns / 1e3:g} µs")
+    for note in r.notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def _table(title: str, *columns: str, wrap: tuple[str, ...] = ()) -> Table:
+    """Numbers never wrap; the columns named in ``wrap`` (free text) fold."""
+    table = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
+    for i, c in enumerate(columns):
+        table.add_column(c, justify="left" if i == 0 or c in wrap else "right",
+                         overflow="fold", no_wrap=c not in wrap,
+                         min_width=8 if c in wrap else None)
+    return table
+
+
+def _findings_table(r: Report, top: int) -> Table:
+    t = _table("What to fix first (recoverable time per step; docs/analysis.md)", "#", "finding",
+               "ms/step", "% step", "longest at (µs)", "what to do",
+               wrap=("finding", "what to do"))
+    for i, f in enumerate(r.findings.findings[:top], start=1):
+        where = f"{r.to_trace_us(f.ranges_ns[0][0]):,.0f}" if f.ranges_ns else "-"
+        t.add_row(str(i), f.title + (f" [dim]({f.host_op})[/]" if f.host_op else ""),
+                  _ms(f.recoverable_ns_per_step), f"{f.recoverable_pct:.1f}", where,
+                  f.suggestion)
+    return t
+
+
+def _fallback_table(r: Report, top: int) -> Table:
+    t = _table("CPU fallbacks (by op and input signature)", "op", "calls", "host ms",
+               "D2H n/MB/ms", "H2D n/MB/ms", "idle ms", "native ms", "recov. ms",
+               wrap=("op",))
+    for g in r.findings.fallbacks[:top]:
+        t.add_row(f"{g.op} {g.shapes} {g.dtypes}", str(g.calls), _ms(g.host_ns),
+                  f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns)}",
+                  f"{g.h2d_count}/{g.h2d_bytes / 1e6:.1f}/{_ms(g.h2d_ns)}", _ms(g.idle_ns),
+                  "?" if g.native_ns is None else _ms(g.native_ns), _ms(g.recoverable_ns))
+    return t
+
+
+def _breakdown_table(r: Report, top: int) -> Table:
+    b = r.breakdown
+    t = _table("Step breakdown (ms; per device, busy = any queue; coll. = collectives, "
+               "ovl. = compute and collectives at once)", "step", "device", "wall", "host",
+               "busy", "compute", "DMA", "coll.", "ovl.", "idle", "idle %", wrap=("device",))
+    for i, name in enumerate(b.names[:top]):
+        for d in b.devices:
+            t.add_row(name, d.label, _ms(b.wall_ns[i]), _ms(b.host_ns[i]), _ms(d.busy_ns[i]),
+                      _ms(d.compute_ns[i]), _ms(d.dma_ns[i]), _ms(d.collective_ns[i]),
+                      _ms(d.overlap_ns[i]), _ms(d.idle_ns[i]), _pct(d.idle_ns[i], b.wall_ns[i]))
+    if len(b.names) > top:
+        t.caption = f"first {top} of {len(b.names)} steps (--top)"
+    return t
+
+
+def _idle_table(r: Report) -> Table:
+    steps = max(len(r.steps), 1)
+    t = _table("Device idle time by cause (ms)", "cause", *[d.label for d in r.idle.devices],
+               "per step", "% of idle", wrap=tuple(d.label for d in r.idle.devices))
+    total_idle = sum(d.idle_ns for d in r.idle.devices)
+    for cause in ALL_CAUSES:
+        values = [d.by_cause_ns[cause] for d in r.idle.devices]
+        if not any(values):
+            continue
+        t.add_row(cause, *[_ms(v) for v in values], _ms(sum(values) / steps),
+                  _pct(sum(values), total_idle))
+    t.add_row("[bold]idle[/]", *[f"{_ms(d.idle_ns)} ({_pct(d.idle_ns, d.window_ns)}%)"
+                                  for d in r.idle.devices], _ms(total_idle / steps), "100.0")
+    return t
+
+
+def _gaps_table(r: Report, top: int) -> Table:
+    t = _table("Longest idle gaps (start in the trace's µs)", "device", "start µs", "ms",
+               "cause", "step", "host was running", wrap=("device", "host was running"))
+    labels = {d.device: d.label for d in r.idle.devices}
+    for g in r.idle.longest[:top]:
+        t.add_row(labels.get(g.device, str(g.device)), f"{r.to_trace_us(g.start_ns):,.3f}",
+                  _ms(g.dur_ns), g.cause, r.steps.names[g.step], "; ".join(g.host_activity))
+    return t
+
+
+def _ops_table(r: Report, top: int) -> Table:
+    t = _table("Operators (ms; device time of the work each launched)", "op", "calls",
+               "host total", "host self", "device self", "device total", wrap=("op",))
+    for o in r.summary.ops[:top]:
+        t.add_row(o.name, str(o.calls), _ms(o.host_total_ns), _ms(o.host_self_ns),
+                  _ms(o.device_self_ns), _ms(o.device_total_ns))
+    return t
+
+
+def _kernels_table(r: Report, top: int) -> Table:
+    t = _table("Kernels (device time)", "kernel", "calls", "total ms", "mean µs", "TFLOPS",
+               "GB/s", "% peak", wrap=("kernel",))
+
+    def opt(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.2f}"
+
+    for k in r.summary.kernels[:top]:
+        t.add_row(k.name, str(k.calls), _ms(k.total_ns), f"{k.mean_ns / 1e3:,.1f}",
+                  opt(k.achieved_tflops), opt(k.achieved_gbps), opt(k.pct_of_peak))
+    return t
+
+
+def _hta_table(r: Report) -> Table:
+    tp = r.hta_temporal
+    assert tp is not None
+    t = _table("HTA-compatible idle time per stream (HTA 0.5.0 conventions)", "stream",
+               "host_wait µs", "kernel_wait µs", "other µs")
+    t.caption = (f"temporal: kernel time {tp.kernel_ns / 1e3:,.0f} µs, idle {tp.pct(tp.idle_ns)}%,"
+                 f" compute {tp.pct(tp.compute_ns)}%, non-compute {tp.pct(tp.non_compute_ns)}%")
+    for s in r.hta_idle.streams if r.hta_idle else ():
+        t.add_row(str(s.stream), f"{s.host_wait_ns / 1e3:,.0f}", f"{s.kernel_wait_ns / 1e3:,.0f}",
+                  f"{s.other_ns / 1e3:,.0f}")
+    return t
+
+
+def _tb_table(r: Report, top: int) -> Table:
+    tb = r.tb_breakdown
+    assert tb is not None
+    short = {"Communication": "Comm.", "DataLoader": "Data", "CPU Exec": "CPU"}
+    t = _table("tb-profiler step breakdown (µs, torch-tb-profiler 0.4.3 rules; Comm. = "
+               "Communication, Data = DataLoader, CPU = CPU Exec)", "step",
+               *[short.get(c, c) for c in tb.columns], "Total")
+    for row in tb.rows()[:top]:
+        t.add_row(str(row["step"]), *[f"{row[c]:,.0f}" for c in (*tb.columns, "Total")])
+    return t

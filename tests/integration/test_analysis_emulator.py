@@ -1,0 +1,91 @@
+"""The analyzer on a trace of our emulated device with causes injected on purpose (speed factor
+1): a DataLoader whose items sleep, a CPU-fallback op (bincount, default set), and host work
+after an ``.item()`` that waited for the device. Each must be found, per step, as its cause."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+from neuron_profiler.analysis import analyze  # noqa: E402
+from neuron_profiler.trace import load_trace  # noqa: E402
+
+ITEM_SLEEP_S, ITEMS_PER_BATCH, HOST_AFTER_SYNC_S = 0.004, 4, 0.003
+SCRIPT = rf"""
+import sys, time
+import torch
+from neuron_profiler import emulator
+emulator.enable(cores=1, chip="trn2", speed_factor=1.0)
+from neuron_profiler import NEURON
+from torch.profiler import ProfilerActivity, profile, schedule
+
+class Slow(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        time.sleep({ITEM_SLEEP_S})
+        return torch.randn(128)
+
+loader = torch.utils.data.DataLoader(Slow(), batch_size={ITEMS_PER_BATCH})
+dev = torch.device("neuron:0")
+w = torch.randn(512, 128).to(dev)
+idx = torch.randint(0, 128, (200_000,)).to(dev)
+with profile(activities=[ProfilerActivity.CPU, NEURON],
+             schedule=schedule(wait=0, warmup=1, active=3),
+             on_trace_ready=lambda p: p.export_chrome_trace(sys.argv[1])) as p:
+    for i, batch in enumerate(loader):
+        x = batch.to(dev)
+        for _ in range(3):
+            x = torch.relu(w @ x.T).T / 128 @ w
+        x.sum().item()                     # waits for the device...
+        time.sleep({HOST_AFTER_SYNC_S})    # ...then the host works alone
+        counts = torch.bincount(idx)       # CPU fallback
+        (x + counts[:128].float().sum()).sum().item()
+        p.step()
+        if i == 3:
+            break
+"""
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    path = tmp_path_factory.mktemp("emu") / "trace.json"
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(path)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return analyze(load_trace(path))
+
+
+def test_injected_causes_are_found_per_step(report) -> None:  # noqa: ANN001
+    assert report.notes == () and len(report.steps) == 3
+    (device,) = report.idle.devices
+    assert device.label == "NeuronCore 0"
+    stall_ns = ITEM_SLEEP_S * ITEMS_PER_BATCH * 1e9
+    for step in device.per_step_by_cause_ns:
+        assert step["data_loading"] >= 0.8 * stall_ns
+        assert step["cpu_fallback"] > 0
+        assert step["host_sync"] >= 0.8 * HOST_AFTER_SYNC_S * 1e9
+        assert step["profiler_overhead"] == 0
+
+
+def test_longest_gaps_name_what_the_host_ran(report) -> None:  # noqa: ANN001
+    by_cause = {}
+    for gap in report.idle.longest:
+        by_cause.setdefault(gap.cause, gap)
+    assert any("DataLoader" in h for h in by_cause["data_loading"].host_activity)
+    assert any(h.startswith("CPU fallback: aten::bincount")
+               for h in by_cause["cpu_fallback"].host_activity)
+
+
+def test_fallbacks_found_with_exact_counts(report) -> None:  # noqa: ANN001
+    """bincount fell back once per profiled step, with one D2H copy of its input and one H2D
+    copy of its output each time; nothing else is reported as a fallback."""
+    (group,) = report.findings.fallbacks
+    assert (group.op, group.calls, group.d2h_count, group.h2d_count) == ("aten::bincount", 3, 3, 3)
+    assert group.d2h_bytes == 3 * 200_000 * 8  # the int64 input, each call
+    assert group.reason and group.idle_ns > 0 and group.recoverable_ns > 0
+    assert report.findings.findings[0].recoverable_ns >= report.findings.findings[-1].recoverable_ns

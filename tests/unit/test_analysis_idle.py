@@ -1,0 +1,154 @@
+"""Steps, step breakdown and idle causes on small synthetic traces: totals against a brute-force
+µs grid, each cause rule on a trace built to trigger it, and the documented rule for the idle
+time after a step's final sync that runs into the next step's data stall."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from trace_factory import Build
+
+from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis.report import NOTE_HOST_ONLY, NOTE_NO_STEPS
+from neuron_profiler.trace import EventKind
+from neuron_profiler.trace import vocabulary as V
+
+US = 1000
+
+
+def _causes(report) -> dict[str, int]:  # noqa: ANN001
+    return {k: v // US for k, v in report.idle.by_cause_ns.items() if v}
+
+
+def test_each_cause_rule() -> None:
+    b = Build().step(1, 0, 1000)
+    b.kernel(0, 100, launch_us=0)
+    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 120, 180,
+           kind=EventKind.USER_ANNOTATION, cat="user_annotation")
+    b.kernel(200, 300, launch_us=190)                      # gap 100-200: data loading
+    b.host(V.FALLBACK_PREFIX + "aten::bincount", 320, 380, kind=EventKind.FALLBACK,
+           cat=V.CAT_RUNTIME)
+    b.kernel(400, 500, launch_us=390)                      # gap 300-400: CPU fallback
+    b.host(V.SYNC_PREFIX + "item", 450, 520, kind=EventKind.RUNTIME, cat=V.CAT_RUNTIME)
+    b.kernel(600, 650, launch_us=590)                      # gap 500-600: host sync
+    b.kernel(700, 750, launch_us=680)                      # gap 650-700: host-bound launch
+    b.kernel(800, 850, launch_us=600)                      # gap 750-800: other (queued early)
+    b.kernel(870, 1000, launch_us=600)                     # gap 850-870: short
+    r = b.report()
+    assert _causes(r) == {"data_loading": 100, "cpu_fallback": 100, "host_sync": 100,
+                          "host_bound_launch": 50, "other": 50, "short_gaps": 20}
+    assert r.notes == ()
+    longest = {(g.start_ns // US, g.cause) for g in r.idle.longest}
+    assert (100, "data_loading") in longest and (750, "other") in longest
+
+
+def test_final_sync_then_next_steps_data_stall_is_data_loading() -> None:
+    """Step 1 ends with a sync (the host waits for the device, which then idles); step 2 begins
+    with a DataLoader __next__. The gap overlaps both: data loading wins, and its time is split
+    over the two steps at the boundary."""
+    b = Build().step(1, 0, 400).step(2, 400, 1000)
+    b.kernel(0, 300, launch_us=0)
+    b.host(V.SYNC_PREFIX + "item", 100, 310, kind=EventKind.RUNTIME, cat=V.CAT_RUNTIME)
+    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 400, 650,
+           kind=EventKind.USER_ANNOTATION, cat="user_annotation")
+    b.kernel(700, 1000, launch_us=690)
+    r = b.report()
+    device = r.idle.devices[0]
+    assert device.by_cause_ns["data_loading"] == 400 * US
+    assert device.by_cause_ns["host_sync"] == 0
+    assert [s["data_loading"] // US for s in device.per_step_by_cause_ns] == [100, 300]
+    # without the data stall the same gap is the sync's
+    b2 = Build().step(1, 0, 400).step(2, 400, 1000)
+    b2.kernel(0, 300, launch_us=0)
+    b2.host(V.SYNC_PREFIX + "item", 100, 310, kind=EventKind.RUNTIME, cat=V.CAT_RUNTIME)
+    b2.kernel(700, 1000, launch_us=690)
+    assert b2.report().idle.devices[0].by_cause_ns["host_sync"] == 400 * US
+
+
+def test_no_steps_is_one_step_and_says_so() -> None:
+    b = Build()
+    b.host("aten::mm", 0, 10)
+    b.kernel(20, 120, launch_us=10).kernel(300, 400, launch_us=290)
+    r = b.report()
+    assert r.steps.names == ("0",) and NOTE_NO_STEPS in r.notes
+    assert r.breakdown.wall_ns.tolist() == [400 * US]
+    assert r.idle.devices[0].idle_ns == 200 * US
+
+
+def test_host_only_trace() -> None:
+    r = Build().step(1, 0, 100).host("aten::add", 10, 20).report()
+    assert NOTE_HOST_ONLY in r.notes and not r.has_device
+    assert r.idle.devices == () and r.breakdown.devices == ()
+    assert r.hta_temporal is None and r.hta_idle is None
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_breakdown_and_idle_against_brute_force(seed: int) -> None:
+    """Random work on two devices and three queue kinds, random steps: per step and device,
+    busy / compute / DMA / collective / overlap / idle equal a 1 µs grid count, and the idle
+    causes add up to the idle time."""
+    rng = np.random.default_rng(seed)
+    horizon = 2000
+    bounds = np.sort(rng.choice(np.arange(50, horizon - 50), 3, replace=False))
+    edges = [0, *bounds.tolist(), horizon]
+    b = Build()
+    for n, (lo, hi) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+        b.step(n + 1, lo, hi)
+    grids = {}
+    for device in (0, 1):
+        grid = np.zeros((3, horizon + 200), bool)
+        for _ in range(40):
+            queue = int(rng.integers(3))
+            s = int(rng.integers(0, horizon + 100))
+            e = s + int(rng.integers(0, 60))
+            kind, name = [(EventKind.KERNEL, "TensorE: mm"), (EventKind.MEMCPY, "Memcpy HtoD"),
+                          (EventKind.KERNEL, "CC: allreduce")][queue]
+            b.kernel(s, e, device=device, launch_us=max(0, s - int(rng.integers(0, 80))),
+                     kind=kind, name=name, stream=1 + queue)
+            grid[queue, s:e] = True
+        grids[device] = grid
+    r = b.report(min_gap_us=int(rng.integers(1, 100)))
+    last_end = r.steps.end_ns[-1] // US
+    spans = list(zip((r.steps.start_ns // US).tolist(), (r.steps.end_ns // US).tolist(),
+                     strict=True))
+    assert spans[:-1] == list(zip(edges[:-2], edges[1:-1], strict=True))
+    assert last_end >= horizon
+    for dev in r.breakdown.devices:
+        g = grids[dev.device]
+        for i, (lo, hi) in enumerate(spans):
+            busy = g[:, lo:hi].any(axis=0)
+            assert dev.busy_ns[i] == busy.sum() * US
+            assert dev.compute_ns[i] == g[0, lo:hi].sum() * US
+            assert dev.dma_ns[i] == g[1, lo:hi].sum() * US
+            assert dev.collective_ns[i] == g[2, lo:hi].sum() * US
+            assert dev.overlap_ns[i] == (g[0, lo:hi] & g[2, lo:hi]).sum() * US
+            assert dev.idle_ns[i] == (~busy).sum() * US
+    for dev in r.idle.devices:
+        g = grids[dev.device].any(axis=0)
+        assert dev.idle_ns == (~g[0:last_end]).sum() * US
+        assert sum(dev.by_cause_ns.values()) == dev.idle_ns
+        for i, (lo, hi) in enumerate(spans):
+            assert sum(dev.per_step_by_cause_ns[i].values()) == (~g[lo:hi]).sum() * US
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_interval_operations_against_grid(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+
+    def random_set() -> tuple[I.Intervals, np.ndarray]:
+        s = rng.integers(0, 500, 30)
+        e = s + rng.integers(-5, 40, 30)
+        grid = np.zeros(600, bool)
+        for lo, hi in zip(s.tolist(), e.tolist(), strict=True):
+            grid[lo:max(lo, hi)] = True
+        return I.union(s, e), grid
+
+    (a, ga), (b, gb) = random_set(), random_set()
+    assert a.total == ga.sum()
+    assert I.intersect(a, b).total == (ga & gb).sum()
+    assert I.subtract(a, b).total == (ga & ~gb).sum()
+    assert I.combine(a, b).total == (ga | gb).sum()
+    lo = rng.integers(0, 550, 10)
+    hi = lo + rng.integers(0, 50, 10)
+    want = [ga[x:y].sum() for x, y in zip(lo.tolist(), hi.tolist(), strict=True)]
+    assert I.overlap_per_window(a, lo, hi).tolist() == want

@@ -1,0 +1,47 @@
+"""Operator and kernel summary on a small nested trace, against sums worked out by hand from
+the trace as built: host self and total, device self and total through External ids,
+achieved TFLOPS and % of peak."""
+
+from __future__ import annotations
+
+import pytest
+from trace_factory import US, Build
+
+from neuron_profiler.trace import EventKind
+from neuron_profiler.trace import vocabulary as V
+
+
+def test_ops_and_kernels() -> None:
+    b = Build().step(1, 0, 1000)
+    b.b.metadata["deviceProperties"] = [{V.PROP_PEAK_BF16_TFLOPS: 100.0, V.PROP_HBM_GBPS: 1000.0}]
+    # aten::linear (0-300) > aten::addmm (50-250) > launches; aten::relu (400-450)
+    b.host("aten::linear", 0, 300, args={V.ARG_EXTERNAL_ID: 1})
+    b.host("aten::addmm", 50, 250, args={V.ARG_EXTERNAL_ID: 2})
+    b.host("aten::relu", 400, 450, args={V.ARG_EXTERNAL_ID: 3})
+    b.host("aten::addmm", 500, 520, args={V.ARG_EXTERNAL_ID: 4})
+    b.kernel(300, 400, launch_us=60, args={V.ARG_EXTERNAL_ID: 2, V.ARG_FLOPS: 4e9})
+    b.kernel(600, 700, launch_us=510, args={V.ARG_EXTERNAL_ID: 4, V.ARG_FLOPS: 2e9})
+    b.kernel(460, 470, launch_us=410, name="VectorE: relu", args={V.ARG_EXTERNAL_ID: 3})
+    s = b.report().summary
+    ops = {o.name: o for o in s.ops}
+    assert (ops["aten::linear"].host_total_ns, ops["aten::linear"].host_self_ns) == (300 * US,
+                                                                                    100 * US)
+    assert ops["aten::linear"].device_self_ns == 0
+    assert ops["aten::linear"].device_total_ns == 100 * US
+    assert ops["aten::addmm"].calls == 2
+    assert ops["aten::addmm"].host_total_ns == ops["aten::addmm"].host_self_ns == 220 * US
+    assert ops["aten::addmm"].device_self_ns == ops["aten::addmm"].device_total_ns == 200 * US
+    assert [o.name for o in s.ops][:2] == ["aten::addmm", "aten::linear"]
+    assert not any(o.name.startswith("ProfilerStep") for o in s.ops)
+    mm = {k.name: k for k in s.kernels}["TensorE: mm"]
+    assert (mm.calls, mm.total_ns, mm.min_ns, mm.max_ns) == (2, 200 * US, 100 * US, 100 * US)
+    assert mm.achieved_tflops == pytest.approx(6e9 / 200e-6 / 1e12)
+    assert mm.pct_of_peak == pytest.approx(100 * mm.achieved_tflops / 100.0, abs=1e-3)
+    relu = {k.name: k for k in s.kernels}["VectorE: relu"]
+    assert relu.achieved_tflops is None and relu.pct_of_peak is None
+    assert s.kernels[0].name == "TensorE: mm"
+
+
+def test_host_only_trace_has_ops_and_no_kernels() -> None:
+    s = Build().step(1, 0, 100).host("aten::add", 10, 20, kind=EventKind.CPU_OP).report().summary
+    assert [o.name for o in s.ops] == ["aten::add"] and s.kernels == ()

@@ -1,0 +1,108 @@
+"""``neuron-prof analyze``: JSON valid against the shipped schema (and produced without pandas),
+the terminal report within 100 columns, exit codes 0 / 1 (--fail-on) / 2 (bad input, good
+inputs still analysed), directories with files that are not traces."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from neuron_profiler.cli.main import main
+from neuron_profiler.exporters.chrome import write_chrome_trace
+from neuron_profiler.reports.json_report import SCHEMA_VERSION, schema_text
+from neuron_profiler.trace import EventKind, TraceBuilder
+from neuron_profiler.trace import vocabulary as V
+
+US = 1000
+
+
+def small_trace(path: Path, *, steps: bool = True) -> Path:
+    b = TraceBuilder()
+    if steps:
+        for n, (lo, hi) in enumerate(((0, 500), (500, 1000))):
+            b.add(name=f"ProfilerStep#{n + 1}", ts_ns=lo * US, dur_ns=(hi - lo) * US,
+                  kind=EventKind.USER_ANNOTATION, cat="user_annotation", pid=9, tid=9)
+    for corr, (lo, hi) in enumerate(((0, 100), (300, 400), (800, 950)), start=1):
+        b.add(name="nrt launch: mm", ts_ns=(lo - 10) * US if lo else 0, dur_ns=5 * US,
+              kind=EventKind.RUNTIME, cat=V.CAT_RUNTIME, pid=9, tid=9,
+              args={V.ARG_CORRELATION: corr})
+        b.add(name="TensorE: mm", ts_ns=lo * US, dur_ns=(hi - lo) * US, kind=EventKind.KERNEL,
+              cat=V.CAT_KERNEL, pid=0, tid=1,
+              args={V.ARG_DEVICE: 0, V.ARG_STREAM: 1, V.ARG_CORRELATION: corr})
+    b.process_names[0] = V.core_process_name(0)
+    write_chrome_trace(b.build(), path)
+    return path
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_json_validates_against_the_shipped_schema(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["analyze", "--json", str(small_trace(tmp_path / "a.json"))], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    jsonschema.validate(doc, json.loads(schema_text()))
+    assert doc["schema_version"] == SCHEMA_VERSION
+    trace = doc["traces"][0]
+    assert [s["step"] for s in trace["steps"]] == ["1", "2"]
+    assert trace["idle"]["devices"][0]["label"] == "NeuronCore 0"
+    # tb-profiler drops a last step with under 80% of the previous step's device events (1 < 2)
+    assert [r["step"] for r in trace["tb_profiler_breakdown"]] == ["1"]
+
+
+def test_json_never_imports_pandas(tmp_path: Path) -> None:
+    path = small_trace(tmp_path / "a.json")
+    code = ("import sys\nfrom neuron_profiler.cli.main import main\n"
+            f"rc = main(['analyze', '--json', {str(path)!r}])\n"
+            "print('pandas' in sys.modules, 'torch' in sys.modules, rc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False False 0"
+
+
+def test_no_steps_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["analyze", str(small_trace(tmp_path / "a.json", steps=False))], capsys)
+    assert code == 0 and "no ProfilerStep" in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_bad_and_good_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = small_trace(tmp_path / "good.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, out, err = run(["analyze", "--json", str(good), str(bad),
+                          str(tmp_path / "missing.json")], capsys)
+    assert code == 2
+    doc = json.loads(out)
+    assert len(doc["traces"]) == 1 and len(doc["errors"]) == 2
+    named = [line for line in err.splitlines() if line.startswith("neuron-prof: error: /")]
+    assert len(named) == 2 and str(bad) in named[0]
+
+
+def test_directory_skips_files_that_are_not_traces(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    small_trace(tmp_path / "w.pt.trace.json")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "config.json").write_text('{"lr": 0.1}')
+    code, out, err = run(["analyze", "--json", str(tmp_path)], capsys)
+    assert code == 0 and len(json.loads(out)["traces"]) == 1
+    assert "config.json: skipped, not a trace" in err
+
+
+def test_fail_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(small_trace(tmp_path / "a.json"))
+    code, out, err = run(["analyze", "--json", "--fail-on", "idle_pct>30", path], capsys)
+    assert code == 1 and "idle_pct>30 breached" in err
+    assert json.loads(out)["fail_on"][0]["metric"] == "idle_pct"
+    code, _, err = run(["analyze", "--fail-on", "idle_pct>99", path], capsys)
+    assert code == 0 and "breached" not in err
+    code, _, err = run(["analyze", "--fail-on", "nonsense>1", path], capsys)
+    assert code == 2 and "unknown metric" in err
