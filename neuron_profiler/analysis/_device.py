@@ -26,7 +26,8 @@ COMPUTE, DMA, COLLECTIVE = 0, 1, 2
 QUEUE_CLASSES = ("compute", "dma", "collective")
 NO_LAUNCH = np.iinfo(np.int64).min
 WORK_KINDS = (S.EventKind.KERNEL, S.EventKind.MEMCPY, S.EventKind.MEMSET, S.EventKind.COLLECTIVE)
-_COLLECTIVE_NAME = re.compile(rf"^({re.escape(V.COLLECTIVE_ENGINE)}: |nccl|rccl)", re.IGNORECASE)
+_COLLECTIVE_NAME = re.compile(rf"^({re.escape(V.COLLECTIVE_ENGINE)}: |"
+                              rf"{re.escape(V.COLLECTIVE_WAIT_PREFIX)}|nccl|rccl)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -226,8 +226,9 @@ def _exposed_copies(work: DeviceWork, steps: Steps, skip: np.ndarray) -> dict[in
 
 
 def _collective_waits(trace: Trace, work: DeviceWork, steps: Steps) -> dict[int, I.Intervals]:
-    wait_id = trace.string_id(V.COLLECTIVE_WAIT_NAME)
-    is_wait = (work.queue == COLLECTIVE) & (trace.col(S.NAME_ID)[work.rows] == wait_id)
+    # "CC wait: barrier" (a real capture) or "CC wait: <collective>" (the emulator)
+    wait_ids = [i for i, s in enumerate(trace.strings) if s.startswith(V.COLLECTIVE_WAIT_PREFIX)]
+    is_wait = (work.queue == COLLECTIVE) & np.isin(trace.col(S.NAME_ID)[work.rows], wait_ids)
     if not is_wait.any():
         return {}
     out = {}

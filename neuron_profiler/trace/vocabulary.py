@@ -163,4 +163,3 @@ HOST_SYNC_NAMES = frozenset({
     "synchronize", "synchronizeStream", "synchronizeDevice"})
 # the profiler's own work on the host (CUPTI buffer handling, the emulator's bookkeeping)
 PROFILER_OVERHEAD_NAMES = frozenset({"Activity Buffer Request", "Profiler overhead"})
-CAT_OVERHEAD = "overhead"
