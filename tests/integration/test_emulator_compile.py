@@ -172,3 +172,154 @@ def test_compile_time_is_host_time_not_device_time() -> None:
     stop = next(e for e in cap.events if e["event_type"] == "nc_exec_running"
                 and e["phase"] == "stop")
     assert stop["data"]["nc_timestamp_ns"] - ex["data"]["nc_timestamp_ns"] < 100_000
+
+
+
+# -- correct results inside graphs -------------------------------------------------------------
+class _CausalBlock(torch.nn.Module):
+    """Pre-norm causal self-attention + MLP; tensors made on the input's device inside the graph
+    (arange, full), an in-place buffer update, and a KV cache written in place."""
+
+    def __init__(self, d=32, heads=4, p=0.0, max_len=64):
+        super().__init__()
+        self.heads, self.p = heads, p
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * d, d))
+        self.drop = torch.nn.Dropout(p)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        self.register_buffer("k_cache", torch.zeros(2, heads, max_len, d // heads))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(
+            2, 0, 3, 1, 4)
+        self.k_cache[:b, :, :t].copy_(k.detach())  # KV-cache update in place
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.p if self.training else 0.0)
+        x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, t, d)))
+        pos = torch.arange(t, device=x.device, dtype=x.dtype)[None, :, None]
+        x = x + torch.full((1,), 0.01, device=x.device) * pos
+        self.calls.add_(1)  # in-place buffer update
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+def _pair(module_fn):
+    torch.manual_seed(0)
+    ref = module_fn()
+    dev = copy.deepcopy(ref).to("neuron")
+    return ref, dev
+
+
+@pytest.mark.parametrize("backend", ["neuron", "inductor", "aot_eager"])
+def test_causal_block_forward_backward_and_buffers_equal_eager(backend) -> None:
+    ref, dev = _pair(_CausalBlock)
+    fast = torch.compile(dev, backend=backend)
+    x = torch.randn(2, 10, 32)
+    for _ in range(2):
+        out_ref = ref(x)
+        out_ref.square().mean().backward()
+        out = fast(x.to("neuron"))
+        out.square().mean().backward()
+        torch.testing.assert_close(out.cpu(), out_ref, rtol=1e-5, atol=1e-5)
+    assert dev.calls.cpu().item() == ref.calls.item() == 2
+    torch.testing.assert_close(dev.k_cache.cpu(), ref.k_cache)
+    for (name, p), q in zip(dev.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_dropout_model_equals_eager_with_the_same_seed() -> None:
+    """Dropout inside a compiled graph draws from the same host generator as eager (the device
+    memory is host memory)."""
+    ref, dev = _pair(lambda: _CausalBlock(p=0.25))
+    fast = torch.compile(dev, backend="neuron")
+    x = torch.randn(2, 10, 32)
+    torch.manual_seed(123)
+    out_ref = ref(x)
+    out_ref.sum().backward()
+    torch.manual_seed(123)
+    out = fast(x.to("neuron"))
+    out.sum().backward()
+    torch.testing.assert_close(out.cpu(), out_ref, rtol=1e-5, atol=1e-5)
+    for p, q in zip(dev.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5)
+
+
+class _Decoder(torch.nn.Module):
+    def __init__(self, vocab=50, d=32, layers=2):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.blocks = torch.nn.ModuleList(_CausalBlock(d) for _ in range(layers))
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(x)
+
+
+def test_decoder_at_growing_sequence_lengths_dynamic_shapes() -> None:
+    ref, dev = _pair(_Decoder)
+    ref.eval()
+    dev.eval()
+    fast = torch.compile(dev, backend="neuron", dynamic=True)
+    counts = []
+    with torch.no_grad():
+        for t in (4, 7, 12, 20):
+            ids = torch.randint(0, 50, (2, t))
+            with _Capture() as cap:
+                out = fast(ids.to("neuron"))
+                torch.testing.assert_close(out.cpu(), ref(ids), rtol=1e-5, atol=1e-5)
+            counts.append(len(cap.graph_executions()))
+    assert counts == [1, 1, 1, 1]  # one graph for every length: no recompiles
+
+
+def test_graph_breaks_stay_visible_as_eager_ops_between_graphs() -> None:
+    def f(x):
+        y = x.sin() * 2
+        torch._dynamo.graph_break()
+        return y.cos() + 1
+
+    x = torch.randn(16, 16).to("neuron")
+    fast = torch.compile(f, backend="neuron")
+    fast(x)
+    prof_acts = [torch.profiler.ProfilerActivity.CPU]
+    with _Capture() as cap, torch.profiler.profile(activities=prof_acts) as prof:
+        out = fast(x)
+    torch.testing.assert_close(out.cpu(), f(x.cpu()))
+    assert len(cap.graph_executions()) == 2  # one per graph on either side of the break
+    names = {e.name for e in prof.events()}
+    assert any(n.startswith("Torch-Compiled Region") for n in names)
+
+
+
+def test_hugging_face_causal_lm_training_step_equals_eager() -> None:
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    ref = transformers.GPT2LMHeadModel(cfg)
+    dev = copy.deepcopy(ref).to("neuron")
+    assert dev.lm_head.weight is dev.transformer.wte.weight  # tied weights stay tied
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    opt_dev = torch.optim.AdamW(dev.parameters(), lr=1e-3)
+    fast = torch.compile(dev)  # default settings: Inductor's front end, the emulator's graphs
+    ids = torch.randint(0, 96, (2, 16))
+    for _ in range(2):
+        loss_ref = ref(input_ids=ids, labels=ids, use_cache=False).loss
+        loss_ref.backward()
+        opt_ref.step()
+        opt_ref.zero_grad()
+        with _Capture() as cap:
+            loss = fast(input_ids=ids.to("neuron"), labels=ids.to("neuron"), use_cache=False).loss
+            loss.backward()
+        opt_dev.step()
+        opt_dev.zero_grad()
+        assert loss.item() == pytest.approx(loss_ref.item(), rel=1e-5)
+        kinds = [e["data"]["neuron_profiler"]["op"].split(" ")[1]
+                 for e in cap.graph_executions()]
+        assert kinds.count("(forward)") >= 1 and kinds.count("(backward)") >= 1
+    for p, q in zip(dev.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5)
