@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from neuron_profiler.emulator.costs import op_cost
 from neuron_profiler.emulator.dispatch import (
@@ -101,6 +102,12 @@ def _copy_into(dst: Any, src: Any, non_blocking: bool, op: str, *, resize: bool)
     s = src._core if isinstance(src, NeuronTensor) else None
     d_elem = dst._elem if d is not None else dst
     s_elem = src._elem if s is not None else src
+    if type(s_elem) is FakeTensor and type(d_elem) is not FakeTensor:
+        # torch.tensor(data, device="neuron") while torch.compile traces: PyTorch fills a real
+        # device tensor from the fake of its data (then lifts it to a fake); copy the data
+        s_elem = s_elem.constant
+        if s_elem is None:
+            return dst
     if resize and d_elem.shape != s_elem.shape:
         d_elem.resize_(s_elem.shape)
     if d is not None and s is not None and not STATE.numerics:  # timing mode: bytes not copied
@@ -125,7 +132,17 @@ def local_scalar_dense(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> An
     return run_inner(func, (x._elem,), kwargs)
 
 
+def lift_fresh(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
+    """``torch.tensor(data, device="neuron")`` ends in ``lift_fresh``: the tensor itself, or,
+    while torch.compile traces with fake tensors, its fake (as for any device's constants)."""
+    mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    if mode is None:
+        return args[0]
+    return mode.fake_tensor_converter.from_real_tensor(mode, args[0], make_constant=True)
+
+
 def register() -> None:
+    register_special(aten.lift_fresh.default, lift_fresh)
     register_special(aten._to_copy.default, to_copy)
     register_special(aten.copy_.default, copy_)
     register_special(aten._copy_from.default, copy_from)

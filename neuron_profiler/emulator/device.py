@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from neuron_profiler.emulator import autocast, collectives, copies, streams
+from neuron_profiler.emulator import autocast, collectives, compiled, copies, streams
 from neuron_profiler.emulator import dispatch as D
 from neuron_profiler.emulator import tensor as T
 from neuron_profiler.emulator.runtime import get_runtime
@@ -148,6 +148,7 @@ def _register_with_torch(cores: int) -> None:
         lib.impl(name, (lambda o: lambda *a, **k: D.execute(o, a, k))(op), "PrivateUse1")
     _libraries.extend([fallback_lib, lib, _pin_memory_override()])
     autocast.register()
+    compiled.install()  # torch.compile: Dynamo skips the emulator; the "neuron" backend
     from torch.optim import optimizer
 
     if T.NeuronTensor not in optimizer._foreach_supported_types:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from neuron_profiler.emulator.runtime import EmulatedRuntime, current_correlation_id
-from neuron_profiler.emulator.timing import QueueClock, RooflineModel, engine_for
+from neuron_profiler.emulator.timing import GRAPH_ENGINE, QueueClock, RooflineModel, engine_for
 from neuron_profiler.runtime_trace import format as F
 
 _SLEEP_THRESHOLD_NS = 300_000  # longer waits sleep (then spin the rest); shorter ones spin
@@ -81,16 +81,20 @@ class DeviceTimeline:
     # -- device work -----------------------------------------------------------------------
     def kernel(self, core: int, op: str, *, flops: int, bytes_moved: int, dtype: str,
                matrix: bool, launch_ns: int, not_before_ns: int = 0,
-               overhead_from_ns: int = 0) -> int:
+               overhead_from_ns: int = 0, graph: tuple | None = None) -> int:
         """One op on the compute queue; records its runtime call and device execution.
 
         ``overhead_from_ns`` (> 0): the host spent [overhead_from_ns, launch_ns] on the op's real
         math (numerics mode); that is recorded as an emulator-overhead span, apart from the
-        launch."""
+        launch. ``graph`` (a compiled graph, ``compiled.py``): ``(graph_id, duration_ns, ops)``,
+        the execution of a whole graph with its modelled duration and its ops' shares."""
         if overhead_from_ns:
             self.overhead(core, op, F.OVERHEAD_NUMERICS, overhead_from_ns, launch_ns)
-        dur = self.model.kernel_ns(flops=flops, bytes_moved=bytes_moved, dtype=dtype,
-                                   matrix=matrix)
+        if graph is None:
+            dur = self.model.kernel_ns(flops=flops, bytes_moved=bytes_moved, dtype=dtype,
+                                       matrix=matrix)
+        else:
+            dur = graph[1]
         if len(self.cores[core].inflight) >= self.queue_depth:
             launch_ns = self._admit(core, op, launch_ns)
         with self._lock:  # QueueClock.schedule, inlined: this runs for every op
@@ -107,10 +111,11 @@ class DeviceTimeline:
             clock.free_at_ns = q.stream_ns = end
             heapq.heappush(q.inflight, end)
         if self.rt.capturing:
+            engine = GRAPH_ENGINE if graph is not None else engine_for(op, matrix)
+            extra = (flops, bytes_moved, dtype, engine, self.model.peak_flops_per_s(dtype, matrix))
             self._record_launch(core, F.NRT_MODEL_SUBMIT, F.NC_EXEC_RUNNING, op, launch_ns,
-                                start, end, _KERNEL,
-                                (flops, bytes_moved, dtype, engine_for(op, matrix),
-                                 self.model.peak_flops_per_s(dtype, matrix)))
+                                start, end, _KERNEL if graph is None else _GRAPH,
+                                extra if graph is None else (*extra, graph[0], graph[2]))
         return end
 
     def copy(self, core: int, direction: str, nbytes: int, *, launch_ns: int, op: str,
@@ -287,8 +292,9 @@ def _native_tid() -> int:
 
 
 # -- event data, built at fetch from the payload tuples recorded on the hot path ------------
-_KERNEL, _DMA, _COLLECTIVE = 0, 1, 2
-_QUEUE_OF = {_KERNEL: F.QUEUE_COMPUTE, _DMA: F.QUEUE_DMA, _COLLECTIVE: F.QUEUE_COLLECTIVE}
+_KERNEL, _DMA, _COLLECTIVE, _GRAPH = 0, 1, 2, 3
+_QUEUE_OF = {_KERNEL: F.QUEUE_COMPUTE, _DMA: F.QUEUE_DMA, _COLLECTIVE: F.QUEUE_COLLECTIVE,
+             _GRAPH: F.QUEUE_COMPUTE}
 
 
 def _call_start(p: tuple) -> dict:
@@ -309,10 +315,14 @@ def _work_start(p: tuple) -> dict:
            F.X_LAUNCH_NS: launch_ns, F.X_MODELLED: True}
     data: dict = {"device_core_idx": core, "exec_id": exec_id, "model_id": model_id,
                   "nc_timestamp_ns": nc_start}
-    if kind == _KERNEL:
+    if kind == _KERNEL or kind == _GRAPH:
         ext.update({F.X_FLOPS: extra[0], F.X_BYTES: extra[1], F.X_DTYPE: extra[2],
                     F.X_ENGINE: extra[3],
                     F.X_PCT_PEAK: round(100.0 * extra[0] / seconds / extra[4], 3)})
+        if kind == _GRAPH:  # one execution of a compiled graph: its id and its ops' shares
+            ext.update({F.X_GRAPH_ID: extra[5], F.X_GRAPH_OPS: [
+                {F.X_OP: o[0], F.X_OFFSET_NS: o[1], F.X_DURATION_NS: o[2], F.X_FLOPS: o[3],
+                 F.X_BYTES: o[4], F.X_ENGINE: o[5]} for o in extra[6]]})
     elif kind == _DMA:  # the real copy keys; its exec id and device stamp are the emulator's
         data = {"mem_type": "device", "mem_handle": f"0x{0x7f0000 + exec_id:x}", "offset": 0,
                 "size": extra[0], "nc_timestamp_ns": nc_start}

@@ -79,6 +79,12 @@ class NeuronTensor(torch.Tensor):
         ``weights_only=True``) and ``load_state_dict`` copies them back onto the device."""
         return torch.Tensor.cpu(self).detach().__reduce_ex__(protocol)
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata: Any = None,
+                                            expected_type: Any = None) -> NeuronTensor:
+        """torch.compile traces a device tensor as a dense tensor on ``neuron`` (compiled.py):
+        AOTAutograd's backward expects that type for gradients, and this is it."""
+        return self
+
     def __format__(self, format_spec: str) -> str:
         if self.dim() == 0:  # f"{loss:.3f}", as for CPU/CUDA scalars (a host read)
             return self.item().__format__(format_spec)

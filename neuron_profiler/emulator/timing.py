@@ -19,6 +19,7 @@ from neuron_profiler.emulator.chips import ChipSpec
 # GpSimdE gathers and scatters, VectorE the rest. Which aten op runs where is this emulator's
 # assumption, made to name kernels the way the hardware's profile groups them.
 TENSOR_ENGINE, VECTOR_ENGINE, SCALAR_ENGINE, GPSIMD_ENGINE = "TensorE", "VectorE", "ScalarE", "GpSimdE"
+GRAPH_ENGINE = "NEFF"  # one execution of a compiled graph, all engines (compiled.py)
 _SCALAR_OPS = frozenset(f"aten::{op}" for op in (
     "exp", "log", "tanh", "sigmoid", "gelu", "gelu_backward", "silu", "silu_backward", "erf",
     "pow", "sqrt", "rsqrt", "sin", "cos", "relu", "threshold_backward", "tanh_backward",
@@ -88,6 +89,13 @@ class RooflineModel:
             peak = self._vector  # type: ignore[attr-defined]
         roofline = max(flops / peak, bytes_moved / self._hbm)  # type: ignore[attr-defined]
         return self._ns(roofline + self.chip.kernel_fixed_ns * 1e-9)
+
+    def roofline_ns(self, *, flops: int, bytes_moved: int, dtype: str, matrix: bool) -> int:
+        """``kernel_ns`` without the fixed kernel time: one fused group inside a compiled graph,
+        whose execution pays the fixed time once."""
+        peak = self.peak_flops_per_s(dtype, matrix) / self.speed_factor
+        return max(1, math.ceil(max(flops / peak, bytes_moved / self._hbm)  # type: ignore[attr-defined]
+                                * 1e9 / self.speed_factor))
 
     def peaks(self) -> dict:
         """Every peak the model uses, after the speed factor (deviceProperties): compute in
