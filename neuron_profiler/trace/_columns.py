@@ -466,6 +466,9 @@ class ColumnSink:
         for i in np.flatnonzero(lengths == 4).tolist():
             if bytes(args[i]) == b"null":
                 has[i] = False
+        for i in np.flatnonzero((lengths == 1) | (lengths == 2)).tolist():
+            if bytes(args[i]) != b"{}":  # 5, [], "": not an object, like longer ones
+                valid[i] = False
         rows = np.flatnonzero(has)
         ext = np.full(n, -1, dtype=np.int64)
         corr = np.full(n, -1, dtype=np.int64)

@@ -262,6 +262,10 @@ class _Load:
             if fixed is not element and not final:
                 status = REPAIRED
                 break
+        if final and status == INCOMPLETE and data[reached:].strip():  # cut right after one?
+            last = self._checked(data[reached:].strip())
+            if last is not None:
+                texts.append(last)
         if texts and not self._feed(texts):
             status = DAMAGE
         if status == DAMAGE:
