@@ -245,6 +245,9 @@ CASES: list[Case] = [
         IDS_NAMES, ("3 ids beyond 64 bits dropped", "2 pid/tids beyond 64 bits mapped",
                     "5 events with NaN, Infinity or numbers beyond float range"),
         _clean(dropped_ids=3, relabelled_ids=2, replaced_values=5))),
+    Case("number_beyond_float_in_args", _file("inf_arg.json", _replace_once(
+        document(events(**{"8": {"args": {"k": "INF"}}})), b'"INF"', b"1e400")), Expected(
+        ALL, (), _clean())),  # kept as written (.json), as text (.pftrace, Trace.args)
     Case("base_time_numeric_string", _file("base_str.json", _replace_once(
         _BASE_DOC, b'"BASE"', b'"1000000000000000000"')), Expected(
         ALL, (), _clean(), ts_us={"op0": BASE / 1000 + 1000})),

@@ -67,7 +67,7 @@ args = st.one_of(
     st.just(None),
     st.dictionaries(st.one_of(st.sampled_from(["External id", "correlation", "k"]), names),
                     st.one_of(values, id_values), max_size=4),
-    st.sampled_from([[1, 2], 5, "text", DEEP]))
+    st.sampled_from([[1, 2], 5, "text", DEEP, {"k": E400}, {"k": DEEP}, {"External id": E400}]))
 PHASES = ["X", "X", "X", "i", "I", "s", "f", "t", "C", "b", "e", "n", "M", "Q", 7]
 FIELDS = {"ph": st.sampled_from(PHASES),
           "name": st.one_of(names, st.sampled_from([3, DEEP, E400])),
