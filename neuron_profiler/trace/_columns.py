@@ -277,7 +277,7 @@ class ColumnSink:
         form = (codes >> _DETAIL_SHIFT).astype(np.uint8)
         codes &= 0xFF
         cols[S.PH] = codes.astype(np.uint8)
-        cols[S.NAME_ID] = self._intern([e.name for e in events])
+        cols[S.NAME_ID] = self._intern([e.name for e in events], self.strings)
         cols[S.CAT_ID] = self._intern([e.cat for e in events])
         if cols[S.CAT_ID].min() < 0:  # events without a "cat": "" in the model, NO_CAT in form
             absent = cols[S.CAT_ID] < 0
@@ -374,9 +374,10 @@ class ColumnSink:
                 codes[letter] = int(S.Phase.OTHER)
         return np.fromiter(map(codes.__getitem__, ph), dtype=np.int64, count=len(ph))
 
-    def _intern(self, values: list[str]) -> np.ndarray:
-        """String ids (-1 for the no-cat marker, which is never stored)."""
-        lookup = self._lookup
+    def _intern(self, values: list[str], lookup: dict[str, int] | None = None) -> np.ndarray:
+        """String ids; with the default lookup (categories) the no-cat marker is -1, never
+        stored. Names pass ``self.strings``, so a name spelled like the marker is a name."""
+        lookup = self._lookup if lookup is None else lookup
         try:  # usual case after the first pieces: every string is known already
             return np.fromiter(map(lookup.__getitem__, values), dtype=np.int32,
                                count=len(values))
@@ -385,7 +386,9 @@ class ColumnSink:
         strings = self.strings
         for text in dict.fromkeys(values):  # first-seen order keeps ids deterministic
             if text not in lookup:
-                lookup[text] = strings[text] = len(strings)
+                strings[text] = len(strings)
+                if text != _NO_CAT:
+                    self._lookup[text] = strings[text]
         return np.fromiter(map(lookup.__getitem__, values), dtype=np.int32, count=len(values))
 
     def _kinds(self, cat_ids: np.ndarray) -> np.ndarray:
