@@ -45,6 +45,7 @@ _AT_INDEX = re.compile(r"at `\$\[(\d+)\]")
 _MAX_SPLITS = 16  # validation errors in one piece before it is decoded event by event
 _OUT_OF_RANGE = "Number out of range"  # msgspec: a float beyond float64 (1e400) in a typed field
 _INT64 = (-(1 << 63), 1 << 63)
+_NOT_UTF8 = "Invalid UTF-8"  # msgspec's message (it gives no offset)
 
 
 class Event(msgspec.Struct, gc=False):
@@ -179,26 +180,23 @@ class ColumnSink:
         """Decode one JSON array of events. Raises msgspec.DecodeError if it is malformed and
         RecursionError if it is nested deeper than the decoder allows, both before anything is
         kept (the caller then cuts elsewhere or repairs)."""
-        if not text.isascii():  # msgspec does not check the bytes of args: fix them first
-            text = self._valid_utf8(text)
         skipped_before = self.skipped
         try:
             events: list[Event] = with_headroom(_decode_events, text)
             raws = None
         except msgspec.ValidationError as err:
             events, raws = self._decode_leniently(text, err)
+        except msgspec.DecodeError as err:  # bytes that are not UTF-8 in a name, a category...
+            if _NOT_UTF8 not in str(err):
+                raise
+            return self.add_piece(self._valid_utf8(text))  # (raises if malformed as well)
         self.seen += len(events) + self.skipped - skipped_before
         if events:
             self._add_events(events, text, raws)
 
     def _valid_utf8(self, text: bytes) -> bytes:
-        """``text``, or (rare) its elements with bytes that are not UTF-8 replaced by U+FFFD,
-        counted per event."""
-        try:
-            text.decode("utf-8")
-            return text
-        except UnicodeDecodeError:
-            pass
+        """``text`` (the elements of a JSON array) with bytes that are not UTF-8 replaced by
+        U+FFFD, counted per event; raises DecodeError if the text is malformed."""
         elements = with_headroom(_decode_raws, text)  # raises before anything is counted
         fixed = [fix_utf8(bytes(e)) for e in elements]
         self.repairs["replaced_text"] += sum(bad for _, bad in fixed)
@@ -479,6 +477,12 @@ class ColumnSink:
         if len(rows):
             chosen = list(args) if len(rows) == n else list(compress(args, has.tolist()))
             buffer, sizes = _args_buffer(chosen, lengths[rows])
+            if not buffer.isascii() and not _utf8(buffer):  # msgspec skips args' bytes
+                for i, raw in enumerate(chosen):
+                    chosen[i], bad = fix_utf8(bytes(raw))
+                    self.repairs["replaced_text"] += bad
+                buffer, sizes = _args_buffer(chosen, np.fromiter(
+                    map(len, chosen), dtype=np.int64, count=len(chosen)))
             try:
                 ids = _decode_arg_ids(buffer)
             except msgspec.ValidationError:  # an args value that is not an object, or 1e400
@@ -547,8 +551,12 @@ class ColumnSink:
                 return None
             self.repairs["replaced_values"] += 1
             return value
-        except msgspec.DecodeError:
-            return None
+        except msgspec.DecodeError as err:
+            fixed, bad = fix_utf8(text)
+            if not bad or _NOT_UTF8 not in str(err):
+                return None
+            self.repairs["replaced_text"] += 1
+            return self._meta_args(fixed)
 
     # ---- result ---------------------------------------------------------------------------
     def columns(self) -> dict[str, np.ndarray]:
@@ -564,6 +572,14 @@ class ColumnSink:
 
     def raw_args(self) -> RawArgs:
         return self._args.build()
+
+
+def _utf8(text: bytes) -> bool:
+    try:
+        text.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 def _args_buffer(chosen: list[msgspec.Raw | bytes], sizes: np.ndarray
