@@ -30,7 +30,7 @@ from neuron_profiler.cli.main import main
 from neuron_profiler.trace import load_trace
 
 CI = os.environ.get("CI") == "true"
-MAX_EXAMPLES = int(os.environ.get("NEURON_PROFILER_FUZZ_EXAMPLES", "400"))
+MAX_EXAMPLES = int(os.environ.get("NEURON_PROFILER_FUZZ_EXAMPLES", "800"))
 
 # markers replaced in the JSON text after json.dumps (which cannot write these)
 BAD_BYTE = "@@BADBYTE@@"  # -> a byte that is not UTF-8
