@@ -63,7 +63,7 @@ class ArgsEncoder:
         raw_args = self.trace.raw_args
         try:
             decoded = self.decode_many(b"[" + b",".join([raw_args[i] for i in args_rows]) + b"]")
-        except msgspec.DecodeError:  # one bad object: fall back to one at a time
+        except (msgspec.DecodeError, RecursionError):  # one bad object: one at a time
             decoded = [self._decode_one(raw_args[i]) for i in args_rows]
         cache, join, miss, heads = self.cache, b"".join, self._encode_item, self.int_heads
         small, n_small, pairs = _SMALL_VARINTS, len(_SMALL_VARINTS), _PAIRS
@@ -98,7 +98,7 @@ class ArgsEncoder:
     def _decode_one(self, raw: bytes) -> dict[str, msgspec.Raw]:
         try:
             return self.decode(raw)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # (the loader keeps neither)
             return {}
 
     def _encode_item(self, item: tuple[str, bytes]) -> bytes:
@@ -111,7 +111,10 @@ class ArgsEncoder:
     def _value(self, raw: bytes) -> bytes:
         if raw[:1] in b"[{":
             return _STRING_IID_TAG + W.encode_varint(self._string_iid(raw))
-        value = msgspec.json.decode(raw)
+        try:
+            value = msgspec.json.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):  # 1e400: kept as its text
+            return _STRING_IID_TAG + W.encode_varint(self._string_iid(raw))
         if isinstance(value, str):
             return _STRING_IID_TAG + W.encode_varint(self._string_iid(value.encode()))
         return _scalar(value)

@@ -29,8 +29,9 @@ from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace._numtext import OK, us_texts_to_ns, value_to_ns
 from neuron_profiler.trace._rawargs import RawArgs, RawArgsBuilder
+from neuron_profiler.trace._repair import fix_utf8, repair_value, with_headroom
 from neuron_profiler.trace.kinds import kind_of
-from neuron_profiler.trace.model import MetaEvent, int_or
+from neuron_profiler.trace.model import MetaEvent
 
 _NONE = msgspec.Raw(b"")
 _NO_CAT = "\x00no cat"  # Event.cat when the event has none: interned as id -1, never stored
@@ -42,6 +43,9 @@ _DETAIL_SHIFT = 8  # ph codes while decoding: Phase | Form detail bits << 8 ("I"
 _SCOPE_CODES = {letter: code for code, letter in enumerate(S.SCOPES) if letter}
 _AT_INDEX = re.compile(r"at `\$\[(\d+)\]")
 _MAX_SPLITS = 16  # validation errors in one piece before it is decoded event by event
+_OUT_OF_RANGE = "Number out of range"  # msgspec: a float beyond float64 (1e400) in a typed field
+_INT64 = (-(1 << 63), 1 << 63)
+_NOT_UTF8 = "Invalid UTF-8"  # msgspec's message (it gives no offset)
 
 
 class Event(msgspec.Struct, gc=False):
@@ -84,15 +88,41 @@ _decode_arg_ids = msgspec.json.Decoder(list[_ArgIds]).decode
 _decode_arg_id = msgspec.json.Decoder(_ArgIds).decode
 
 
-def _ints(values: list[Any], convert: Any) -> np.ndarray:
-    """int64 column from Python values; values numpy cannot take go through ``convert``."""
-    if values and type(values[0]) is not str:  # strings ("25738", "stream 7"): by distinct value
+def _id_value(value: Any) -> tuple[int, bool]:
+    """An id (External id, correlation, flow id) as int64, -1 when absent or not an integer;
+    True when it was a number beyond int64 (dropped, counted)."""
+    if value is None or isinstance(value, bool):
+        return -1, False
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):  # "0x1f", 1e400 kept as text, inf
+        return -1, _beyond_int64(value)
+    if _INT64[0] <= number < _INT64[1]:
+        return number, False
+    return -1, True
+
+
+def _beyond_int64(value: Any) -> bool:
+    """A number (or numeric text, ``"1e400"``) that int64 cannot hold."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return isinstance(value, int)
+    return not _INT64[0] <= number < _INT64[1] and number == number  # (NaN is not a number)
+
+
+def _id_column(values: list[Any]) -> tuple[np.ndarray, int]:
+    """int64 ids from Python values and how many were dropped (beyond int64); values numpy
+    cannot take go through ``_id_value`` once per distinct value."""
+    if values and type(values[0]) is not str:  # strings ("25738", "0x1f"): by distinct value
         try:
-            return np.fromiter(values, dtype=np.int64, count=len(values))
+            return np.fromiter(values, dtype=np.int64, count=len(values)), 0
         except (TypeError, ValueError, OverflowError):
             pass
-    mapping = {v: convert(v) for v in set(values)}
-    return np.fromiter(map(mapping.__getitem__, values), dtype=np.int64, count=len(values))
+    mapping = {v: _id_value(v) for v in set(values)}
+    column = np.fromiter((mapping[v][0] for v in values), dtype=np.int64, count=len(values))
+    dropped = {v for v, (_, lost) in mapping.items() if lost}
+    return column, (sum(map(dropped.__contains__, values)) if dropped else 0)
 
 
 def _phase_codes() -> dict[str, int]:
@@ -135,6 +165,9 @@ class ColumnSink:
             "process_names": self.process_names, "thread_names": self.thread_names,
             "process_sort_index": self.process_sort, "thread_sort_index": self.thread_sort}
         self.skipped = 0
+        self.repairs = {"replaced_text": 0, "replaced_values": 0, "replaced_nesting": 0,
+                        "dropped_ids": 0, "relabelled_ids": 0}  # LoadReport fields
+        self._relabelled: set[int] = set()  # label ids given to pids/tids beyond int64
         self.rows = 0
         self.seen = 0  # events decoded, whatever became of them
         self._args = RawArgsBuilder()
@@ -144,23 +177,49 @@ class ColumnSink:
 
     # ---- decoding -------------------------------------------------------------------------
     def add_piece(self, text: bytes) -> None:
-        """Decode one JSON array of events (raises msgspec.DecodeError if it is malformed)."""
+        """Decode one JSON array of events. Raises msgspec.DecodeError if it is malformed and
+        RecursionError if it is nested deeper than the decoder allows, both before anything is
+        kept (the caller then cuts elsewhere or repairs)."""
         skipped_before = self.skipped
         try:
-            events: list[Event] = _decode_events(text)
+            events: list[Event] = with_headroom(_decode_events, text)
             raws = None
         except msgspec.ValidationError as err:
             events, raws = self._decode_leniently(text, err)
+        except msgspec.DecodeError as err:  # bytes that are not UTF-8 in a name, a category...
+            if _NOT_UTF8 not in str(err):
+                raise
+            return self.add_piece(self._valid_utf8(text))  # (raises if malformed as well)
         self.seen += len(events) + self.skipped - skipped_before
         if events:
             self._add_events(events, text, raws)
 
+    def _valid_utf8(self, text: bytes) -> bytes:
+        """``text`` (the elements of a JSON array) with bytes that are not UTF-8 replaced by
+        U+FFFD, counted per event; raises DecodeError if the text is malformed."""
+        elements = with_headroom(_decode_raws, text)  # raises before anything is counted
+        fixed = [fix_utf8(bytes(e)) for e in elements]
+        self.repairs["replaced_text"] += sum(bad for _, bad in fixed)
+        return b"[" + b",".join(e for e, _ in fixed) + b"]"
+
+    def _repaired_event(self, raw: bytes) -> tuple[Event, bytes] | None:
+        """An event msgspec rejected for a number beyond float range (``1e400``): the number
+        kept as text, so that the event stays (its id dropped or relabelled, counted)."""
+        fixed, how = repair_value(bytes(raw))
+        try:
+            event = _decode_event(fixed)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None
+        self.repairs["replaced_values"] += 1
+        return event, fixed
+
     def _decode_leniently(self, text: bytes, err: msgspec.ValidationError
-                          ) -> tuple[list[Event], list[msgspec.Raw]]:
-        """Skip (and count) the mistyped events of a piece, keeping the rest."""
-        raws: list[msgspec.Raw] = _decode_raws(text)
+                          ) -> tuple[list[Event], list[msgspec.Raw | bytes]]:
+        """Skip (and count) the mistyped events of a piece, keeping the rest; an event whose
+        only fault is a number beyond float range is kept with that number as text."""
+        raws: list[msgspec.Raw] = with_headroom(_decode_raws, text)
         events: list[Event] = []
-        kept: list[msgspec.Raw] = []
+        kept: list[msgspec.Raw | bytes] = []
         lo, splits = 0, 0
         while lo < len(raws):
             match = _AT_INDEX.search(str(err)) if err is not None else None
@@ -169,14 +228,25 @@ class ColumnSink:
                     try:
                         events.append(_decode_event(raw))
                         kept.append(raw)
-                    except msgspec.ValidationError:
-                        self.skipped += 1
+                    except msgspec.ValidationError as bad:
+                        repaired = self._repaired_event(raw) if _OUT_OF_RANGE in str(bad) \
+                            else None
+                        if repaired is None:
+                            self.skipped += 1
+                        else:
+                            events.append(repaired[0])
+                            kept.append(repaired[1])
                 break
             bad = lo + int(match.group(1))
             if bad > lo:
                 events.extend(_decode_events(b"[" + b",".join(raws[lo:bad]) + b"]"))
                 kept.extend(raws[lo:bad])
-            self.skipped += 1
+            repaired = self._repaired_event(raws[bad]) if _OUT_OF_RANGE in str(err) else None
+            if repaired is None:
+                self.skipped += 1
+            else:
+                events.append(repaired[0])
+                kept.append(repaired[1])
             lo, splits, err = bad + 1, splits + 1, None
             if lo < len(raws):
                 try:
@@ -205,7 +275,7 @@ class ColumnSink:
         form = (codes >> _DETAIL_SHIFT).astype(np.uint8)
         codes &= 0xFF
         cols[S.PH] = codes.astype(np.uint8)
-        cols[S.NAME_ID] = self._intern([e.name for e in events])
+        cols[S.NAME_ID] = self._intern([e.name for e in events], self.strings)
         cols[S.CAT_ID] = self._intern([e.cat for e in events])
         if cols[S.CAT_ID].min() < 0:  # events without a "cat": "" in the model, NO_CAT in form
             absent = cols[S.CAT_ID] < 0
@@ -215,6 +285,7 @@ class ColumnSink:
         for column, flag in ((S.PID, S.Form.PID_TEXT), (S.TID, S.Form.TID_TEXT)):
             values = [e.pid for e in events] if column == S.PID else [e.tid for e in events]
             cols[column], texts = self._idents(values)
+            self._count_relabelled(cols[column])
             if texts is not None:
                 form[texts] |= flag
         self._phase_details(events, codes, form, cols)
@@ -242,7 +313,8 @@ class ColumnSink:
             everything = len(id_rows) == n
             ids = [e.id for e in events] if everything else \
                 [events[i].id for i in id_rows.tolist()]
-            cols[S.FLOW_ID][id_rows] = _ints(ids, lambda v: int_or(v, -1))
+            cols[S.FLOW_ID][id_rows], dropped = _id_column(ids)
+            self.repairs["dropped_ids"] += dropped
         for rows, kineto in ((np.flatnonzero(codes == S.Phase.FLOW_END), "e"),
                              (np.flatnonzero(flows & (codes != S.Phase.FLOW_END)), "")):
             if len(rows):  # Kineto writes "bp":"e" on f events only: mark the exceptions
@@ -300,9 +372,10 @@ class ColumnSink:
                 codes[letter] = int(S.Phase.OTHER)
         return np.fromiter(map(codes.__getitem__, ph), dtype=np.int64, count=len(ph))
 
-    def _intern(self, values: list[str]) -> np.ndarray:
-        """String ids (-1 for the no-cat marker, which is never stored)."""
-        lookup = self._lookup
+    def _intern(self, values: list[str], lookup: dict[str, int] | None = None) -> np.ndarray:
+        """String ids; with the default lookup (categories) the no-cat marker is -1, never
+        stored. Names pass ``self.strings``, so a name spelled like the marker is a name."""
+        lookup = self._lookup if lookup is None else lookup
         try:  # usual case after the first pieces: every string is known already
             return np.fromiter(map(lookup.__getitem__, values), dtype=np.int32,
                                count=len(values))
@@ -311,7 +384,9 @@ class ColumnSink:
         strings = self.strings
         for text in dict.fromkeys(values):  # first-seen order keeps ids deterministic
             if text not in lookup:
-                lookup[text] = strings[text] = len(strings)
+                strings[text] = len(strings)
+                if text != _NO_CAT:
+                    self._lookup[text] = strings[text]
         return np.fromiter(map(lookup.__getitem__, values), dtype=np.int32, count=len(values))
 
     def _kinds(self, cat_ids: np.ndarray) -> np.ndarray:
@@ -326,16 +401,30 @@ class ColumnSink:
 
     def _ident(self, value: int | str) -> int:
         """A pid/tid: ints and decimal strings ("25738") as numbers, other text as a label id.
-        Only the canonical spelling counts as a number, so writing it back restores the text."""
+        Only the canonical spelling counts as a number, so writing it back restores the text.
+        A number beyond int64 (or ``"1e400"``) becomes a label too, remembered for the count."""
         if isinstance(value, int):
-            return value
-        try:
-            number = int(value)
-        except ValueError:
-            number = None
-        if number is None or str(number) != value or not -(2**63) <= number < 2**63:
-            return LABEL_ID_BASE + self.labels.setdefault(value, len(self.labels))
+            if _INT64[0] <= value < _INT64[1]:
+                return value
+            number, value = value, str(value)
+        else:
+            try:
+                number = int(value)
+            except ValueError:
+                number = None
+        if number is None or str(number) != value or not _INT64[0] <= number < _INT64[1]:
+            label = LABEL_ID_BASE + self.labels.setdefault(value, len(self.labels))
+            if number is not None and not _INT64[0] <= number < _INT64[1] \
+                    or number is None and _beyond_int64(value):
+                self._relabelled.add(label)
+            return label
         return number
+
+    def _count_relabelled(self, ids: np.ndarray) -> None:
+        """pids/tids beyond int64 that became labels (checked only once there are any)."""
+        if self._relabelled:
+            self.repairs["relabelled_ids"] += int(
+                np.isin(ids, np.fromiter(self._relabelled, dtype=np.int64)).sum())
 
     def _is_label(self, ident: int) -> bool:
         return LABEL_ID_BASE <= ident < LABEL_ID_BASE + len(self.labels)
@@ -378,41 +467,68 @@ class ColumnSink:
         for i in np.flatnonzero(lengths == 4).tolist():
             if bytes(args[i]) == b"null":
                 has[i] = False
+        for i in np.flatnonzero((lengths == 1) | (lengths == 2)).tolist():
+            if bytes(args[i]) != b"{}":  # 5, [], "": not an object, like longer ones
+                valid[i] = False
         rows = np.flatnonzero(has)
         ext = np.full(n, -1, dtype=np.int64)
         corr = np.full(n, -1, dtype=np.int64)
         args_row = np.full(n, -1, dtype=np.int64)
         if len(rows):
             chosen = list(args) if len(rows) == n else list(compress(args, has.tolist()))
-            chosen[0] = b"[" + bytes(chosen[0])  # one copy: the buffer is stored and decoded
-            chosen[-1] = bytes(chosen[-1]) + b"]"
-            buffer = b",".join(chosen)
-            sizes = lengths[rows]
-            starts = np.cumsum(sizes + 1) - sizes
-            args_row[rows] = self._args.add(buffer, starts, sizes) + np.arange(len(rows))
+            buffer, sizes = _args_buffer(chosen, lengths[rows])
+            if not buffer.isascii() and not _utf8(buffer):  # msgspec skips args' bytes
+                for i, raw in enumerate(chosen):
+                    chosen[i], bad = fix_utf8(bytes(raw))
+                    self.repairs["replaced_text"] += bad
+                buffer, sizes = _args_buffer(chosen, np.fromiter(
+                    map(len, chosen), dtype=np.int64, count=len(chosen)))
             try:
                 ids = _decode_arg_ids(buffer)
-            except msgspec.ValidationError:  # an args value that is not an object
-                ids = []
-                for row, raw in zip(rows.tolist(), chosen, strict=True):
-                    try:
-                        ids.append(_decode_arg_id(raw))
-                    except msgspec.ValidationError:
-                        valid[row] = False
-                        ids.append(_ArgIds())
-            ext[rows] = _ints([a.external_id for a in ids], lambda v: int_or(v, -1))
-            corr[rows] = _ints([a.correlation for a in ids], lambda v: int_or(v, -1))
+            except msgspec.ValidationError:  # an args value that is not an object, or 1e400
+                ids, fixed = self._arg_ids_one_by_one(chosen, rows, valid)
+                if fixed:
+                    buffer, sizes = _args_buffer(chosen, np.fromiter(
+                        map(len, chosen), dtype=np.int64, count=len(chosen)))
+            starts = np.cumsum(sizes + 1) - sizes
+            args_row[rows] = self._args.add(buffer, starts, sizes) + np.arange(len(rows))
+            for column, values in ((ext, [a.external_id for a in ids]),
+                                   (corr, [a.correlation for a in ids])):
+                column[rows], dropped = _id_column(values)
+                self.repairs["dropped_ids"] += dropped
         cols[S.EXTERNAL_ID], cols[S.CORRELATION], cols[S.ARGS_ROW] = ext, corr, args_row
 
+    def _arg_ids_one_by_one(self, chosen: list[msgspec.Raw | bytes], rows: np.ndarray,
+                            valid: np.ndarray) -> tuple[list[_ArgIds], bool]:
+        """Ids of each args object; mistyped args make their event invalid; a number beyond
+        float range (``1e400``) is rewritten as text in ``chosen`` (True if any was)."""
+        ids: list[_ArgIds] = []
+        fixed = False
+        for i, (row, raw) in enumerate(zip(rows.tolist(), chosen, strict=True)):
+            try:
+                ids.append(_decode_arg_id(raw))
+                continue
+            except msgspec.ValidationError as err:
+                if _OUT_OF_RANGE in str(err):
+                    text, _ = repair_value(bytes(raw))
+                    try:
+                        ids.append(_decode_arg_id(text))
+                        chosen[i], fixed = text, True
+                        self.repairs["replaced_values"] += 1
+                        continue
+                    except (msgspec.ValidationError, msgspec.DecodeError):
+                        pass
+            valid[row] = False
+            ids.append(_ArgIds())
+        return ids, fixed
+
     def _add_meta(self, event: Event, ts_ns: int | None) -> None:
-        try:
-            args = msgspec.json.decode(bytes(event.args)) if len(event.args) else {}
-            pid, tid = self._ident(event.pid), self._ident(event.tid)
-        except (msgspec.DecodeError, ValueError):
-            args = None
+        args = self._meta_args(bytes(event.args)) if len(event.args) else {}
         if not isinstance(args, dict):
             self.skipped += 1
             return
+        pid, tid = self._ident(event.pid), self._ident(event.tid)
+        self._count_relabelled(np.array([pid, tid], dtype=np.int64))
         form = ((S.Form.PID_TEXT if type(event.pid) is str and not self._is_label(pid) else 0)
                 | (S.Form.TID_TEXT if type(event.tid) is str and not self._is_label(tid) else 0))
         meta = MetaEvent(name=event.name, pid=pid, tid=tid, args=args, ts_ns=ts_ns,
@@ -422,6 +538,25 @@ class ColumnSink:
         if entry is not None:
             view, key, value = entry
             self._views[view][key] = value
+
+    def _meta_args(self, text: bytes) -> Any:
+        """Decoded args of an ``M`` event; a number beyond float range is kept as text."""
+        try:
+            return msgspec.json.decode(text)
+        except msgspec.ValidationError:  # 1e400
+            fixed, _ = repair_value(text)
+            try:
+                value = msgspec.json.decode(fixed)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                return None
+            self.repairs["replaced_values"] += 1
+            return value
+        except msgspec.DecodeError as err:
+            fixed, bad = fix_utf8(text)
+            if not bad or _NOT_UTF8 not in str(err):
+                return None
+            self.repairs["replaced_text"] += 1
+            return self._meta_args(fixed)
 
     # ---- result ---------------------------------------------------------------------------
     def columns(self) -> dict[str, np.ndarray]:
@@ -437,6 +572,25 @@ class ColumnSink:
 
     def raw_args(self) -> RawArgs:
         return self._args.build()
+
+
+def _utf8(text: bytes) -> bool:
+    try:
+        text.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _args_buffer(chosen: list[msgspec.Raw | bytes], sizes: np.ndarray
+                 ) -> tuple[bytes, np.ndarray]:
+    """``[a,b,...]`` of the args texts, built with one copy (stored as is and decoded)."""
+    first, last = chosen[0], chosen[-1]
+    chosen[0] = b"[" + bytes(first)
+    chosen[-1] = bytes(chosen[-1]) + b"]"
+    buffer = b",".join(chosen)
+    chosen[0], chosen[-1] = first, last  # (the texts stay reusable one by one)
+    return buffer, sizes
 
 
 def _us_to_ns(values: list[Any], valid: np.ndarray, *, required: bool

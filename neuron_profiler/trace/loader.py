@@ -35,16 +35,30 @@ import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace._columns import LABEL_ID_BASE, ColumnSink
 from neuron_profiler.trace._pairing import pair_begin_end
+from neuron_profiler.trace._repair import (
+    DAMAGE,
+    ELEMENT,
+    END,
+    INCOMPLETE,
+    Repair,
+    close_of,
+    depth_limit,
+    marker,
+    repair_value,
+    split_elements,
+    with_headroom,
+)
 from neuron_profiler.trace._stream import BlockSource, decode_top, leading_events, skip_separator
 from neuron_profiler.trace.kinds import refine_kinds
-from neuron_profiler.trace.model import Trace, file_base_ns
+from neuron_profiler.trace.model import LoadReport, Trace, base_time_ns, file_base_ns
 
 _KEY = b'"traceEvents"'
 _ARRAY_START = re.compile(rb"\s*:\s*\[")
 _BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
-_SALVAGE_TRIES = 64
+REPAIRED = "repaired"
 _TAIL_TRIES = 32
 _WHITESPACE = b" \t\r\n"
 _CLOSE_BRACE = ord("}")
@@ -52,7 +66,7 @@ _MAX_HEAD_BYTES = 64 << 20  # no "traceEvents" key this far in: decode the whole
 
 
 class TruncatedTraceWarning(UserWarning):
-    """The file was cut off; complete events before the cut were kept."""
+    """The file was cut off or damaged; complete events before the cut were kept."""
 
 
 @contextmanager
@@ -73,26 +87,41 @@ def load_trace(path: str | Path) -> Trace:
     with _gc_paused():
         source = BlockSource(path)
         try:
-            sink, metadata, truncated = _Load(path, source).run()
+            load = _Load(path, source)
+            load.run()
         finally:
             source.close()
-        trace = _build(sink, metadata, str(path), truncated)
-    if truncated:
-        warnings.warn(f"{path}: file is truncated; kept {len(trace)} complete events before "
-                      "the cut", TruncatedTraceWarning, stacklevel=2)
+        trace = _build(load, str(path))
+    report = trace.load_report
+    if trace.truncated:
+        what = report.damage or "file is truncated"
+        where = "damage" if report.damage else "cut"
+        warnings.warn(f"{path}: {what}; kept {len(trace)} complete events before the {where}",
+                      TruncatedTraceWarning, stacklevel=2)
+    elif report.damage:
+        warnings.warn(f"{path}: {report.damage}; every event was read, but some may be damaged",
+                      TruncatedTraceWarning, stacklevel=2)
     return trace
 
 
 class _Load:
-    """One load: find the events array, stream its pieces, decode the tail (or salvage it)."""
+    """One load: find the events array, stream its pieces, decode the tail (or salvage it).
+
+    Valid files take the fast path only (msgspec on ~1 MB pieces). Where msgspec rejects the
+    content of an element (NaN, bytes that are not UTF-8, a lone surrogate, nesting too deep)
+    the slow path (``_walk``) splits elements without decoding them and repairs the bad one
+    (``_repair.py``), then the fast path resumes."""
 
     def __init__(self, path: Path, source: BlockSource) -> None:
         self.path, self.source = path, source
         self.sink = ColumnSink()
         self.metadata: dict[str, Any] = {}
         self.truncated = False
+        self.damage = ""
+        self.trailing = 0
+        self._limit: int | None = None  # nesting the repair keeps (measured when first needed)
 
-    def run(self) -> tuple[ColumnSink, dict[str, Any], bool]:
+    def run(self) -> None:
         pending = self._events_start()
         if pending is None:
             self._whole_document()
@@ -100,7 +129,13 @@ class _Load:
             self._stream_events(pending)
         if self.source.cut:
             self.truncated = True
-        return self.sink, self.metadata, self.truncated
+        if self.source.damage:  # the cause of any invalid JSON where the data stops
+            self.damage = self.source.damage
+        self.trailing += self.source.trailing
+        if self.truncated and self.sink.seen == 0:
+            problem = self.damage or "truncated, no complete event"
+            raise TraceLoadError(self.path, problem + ("" if not self.damage else
+                                                       " (no complete event before it)"))
 
     def _events_start(self) -> bytes | None:
         """Bytes right after ``"traceEvents": [`` with the keys before it decoded, or None
@@ -115,10 +150,7 @@ class _Load:
         while key >= 0:  # the first top-level "traceEvents": [ (the text may occur in strings)
             match = _ARRAY_START.match(self._head, key + len(_KEY))
             if match is not None:
-                try:
-                    top = decode_top(self._head[:key] + b'"traceEvents":[]}')
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    top = None
+                top = self._decode_object(self._head[:key] + b'"traceEvents":[]}')
                 if top is not None:
                     self._keep_metadata(top)
                     pending, self._head = self._head[match.end():], b""
@@ -145,11 +177,22 @@ class _Load:
                 continue
             if self.source.done:
                 break
-            end = leading_events(self.sink.add_piece, pending, need_comma=True)
-            if end is None:  # one huge event, or damage: read on, the tail will tell
-                retry_at = 2 * len(pending)
+            cut = leading_events(self.sink.add_piece, pending, need_comma=True)
+            if cut.end is not None:
+                pending, retry_at = skip_separator(pending[cut.end:]), 0
                 continue
-            pending, retry_at = skip_separator(pending[end:]), 0
+            if cut.trouble:  # the first element needs repair (or the array ends here)
+                reached, status = self._walk(pending, final=False)
+                if status == REPAIRED:
+                    pending, retry_at = skip_separator(pending[reached:]), 0
+                    continue
+                if status == END:
+                    self._after_array(pending[reached:])
+                    return
+                if status == DAMAGE:
+                    return
+                pending = pending[reached:]  # INCOMPLETE: the element goes on; read on
+            retry_at = 2 * len(pending)  # one huge event, or damage: read on, the tail will tell
         self._tail(pending)
 
     def _tail(self, pending: bytes) -> None:
@@ -158,16 +201,15 @@ class _Load:
             return
         try:
             top = decode_top(b'{"traceEvents":[' + pending)
-        except msgspec.DecodeError:
-            self.truncated = True
-            leading_events(self.sink.add_piece, pending, need_comma=False, tries=_SALVAGE_TRIES)
-            base = _BASE_TIME.search(pending)
-            if base and "baseTimeNanoseconds" not in self.metadata:
-                self.metadata["baseTimeNanoseconds"] = int(base.group(1))
-            if self.sink.seen == 0:
-                raise TraceLoadError(self.path, "truncated, no complete event") from None
+            self.sink.add_piece(bytes(top.pop("traceEvents")))
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            reached, status = self._walk(pending, final=True)
+            if status == END:
+                self._after_array(pending[reached:])
+            elif status == INCOMPLETE:
+                self.truncated = True
+                self._base_time_from(pending[reached:])
             return
-        self.sink.add_piece(bytes(top.pop("traceEvents")))
         self._keep_metadata(top)
 
     def _split_tail(self, pending: bytes) -> bool:
@@ -187,45 +229,189 @@ class _Load:
                 continue  # events are objects: this ] closes something inside the keys
             try:
                 rest = decode_top(b'{"traceEvents":[' + pending[close:])
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 continue
             if last >= 0:
                 try:
                     self.sink.add_piece(b"".join((b"[", memoryview(pending)[:last + 1], b"]")))
-                except msgspec.DecodeError:
+                except (msgspec.DecodeError, RecursionError):
                     return False  # damaged events: the general path salvages them
             rest.pop("traceEvents", None)
             self._keep_metadata(rest)
             return True
         return False
 
+    def _walk(self, data: bytes, *, final: bool) -> tuple[int, str]:
+        """The slow path over the body of the events array: elements are split without being
+        decoded, each one msgspec rejects is repaired, complete ones go to the sink. Stops after
+        the first repaired element (unless ``final``), at the array's end, at damage or where
+        the data ends; returns (offset reached, REPAIRED / END / DAMAGE / INCOMPLETE)."""
+        texts: list[bytes] = []
+        reached, status = 0, INCOMPLETE
+        for kind, start, end in split_elements(data):
+            if kind != ELEMENT:
+                reached, status = start, kind
+                break
+            element = data[start:end].strip()
+            fixed = self._checked(element)
+            if fixed is None:
+                reached, status = start, DAMAGE
+                break
+            texts.append(fixed)
+            reached = end
+            if fixed is not element and not final:
+                status = REPAIRED
+                break
+        if final and status == INCOMPLETE and data[reached:].strip():  # cut right after one?
+            last = self._checked(data[reached:].strip())
+            if last is not None:
+                texts.append(last)
+        if texts and not self._feed(texts):
+            status = DAMAGE
+        if status == DAMAGE:
+            self.damage = f"invalid JSON after {self.sink.seen} events"
+            self.truncated = True
+        return reached, status
+
+    def _checked(self, element: bytes) -> bytes | None:
+        """``element`` if msgspec can decode it, else its repair (counted), else None."""
+        try:
+            with_headroom(_decode_raw, element)
+            return element
+        except (msgspec.DecodeError, RecursionError):
+            pass
+        fixed, how = repair_value(element, self._depth_limit())
+        try:
+            with_headroom(_decode_raw, fixed)
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        self._count(how)
+        return fixed
+
+    def _feed(self, texts: list[bytes]) -> bool:
+        """Checked elements to the sink (one by one if the batch fails); False at damage."""
+        try:
+            self.sink.add_piece(b"[" + b",".join(texts) + b"]")
+            return True
+        except (msgspec.DecodeError, RecursionError):
+            pass
+        for text in texts:
+            try:
+                self.sink.add_piece(b"[" + text + b"]")
+            except (msgspec.DecodeError, RecursionError):
+                return False
+        return True
+
+    def _after_array(self, rest: bytes) -> None:
+        """The keys after the events array (``rest`` starts at its ``]``), read on until the
+        top-level object closes; what follows it (a second trace, say) is ignored, counted."""
+        while True:
+            end = close_of(rest, 2)
+            if end is not None or self.source.done:
+                break
+            rest = self._read_until(rest, 2 * len(rest))
+        if end is None:  # cut off inside the keys
+            self.truncated = True
+            self._base_time_from(rest)
+            return
+        top = self._decode_object(b'{"traceEvents":[' + rest[:end])
+        if top is None:
+            self.damage, self.truncated = "invalid JSON after the events array", True
+            self._base_time_from(rest)
+            return
+        top.pop("traceEvents", None)
+        self._keep_metadata(top)
+        trailing = len(rest[end:].lstrip())
+        if trailing or not self.source.done:
+            while block := self.source.read():  # counted, never held
+                trailing += len(block)
+        self.trailing += trailing
+
+    def _base_time_from(self, text: bytes) -> None:
+        """A cut-off tail may still hold Kineto's ``baseTimeNanoseconds``."""
+        base = _BASE_TIME.search(text)
+        if base and V.META_BASE_TIME not in self.metadata:
+            self.metadata[V.META_BASE_TIME] = int(base.group(1))
+
     def _whole_document(self) -> None:
         data = self.source.read_all(self._head)
         if not data.strip():
-            raise TraceLoadError(self.path, "empty file")
+            problem = self.source.damage or "empty file"
+            raise TraceLoadError(self.path, problem)
         try:
             top = decode_top(data)
         except msgspec.ValidationError as err:
             raise TraceLoadError(self.path, f"not a torch.profiler trace ({err})") from None
-        except msgspec.DecodeError as err:
-            problem = "truncated, no complete event" if _KEY in data else f"invalid JSON ({err})"
-            raise TraceLoadError(self.path, problem) from None
+        except (msgspec.DecodeError, RecursionError) as err:
+            top = self._decode_object(data)
+            if top is None:
+                problem = "truncated, no complete event" if _KEY in data else \
+                    f"invalid JSON ({err})"
+                raise TraceLoadError(self.path, problem) from None
         events = top.pop("traceEvents", None)
         if events is None:
             raise TraceLoadError(self.path, "not a torch.profiler trace (no traceEvents)")
         if bytes(events)[:1] != b"[":
             raise TraceLoadError(self.path, "not a torch.profiler trace (traceEvents is not "
                                  "an array)")
-        self.sink.add_piece(bytes(events))
+        try:
+            self.sink.add_piece(bytes(events))
+        except (msgspec.DecodeError, RecursionError):
+            self._walk(bytes(events)[1:], final=True)
         self._keep_metadata(top)
+
+    def _decode_object(self, text: bytes) -> dict[str, msgspec.Raw] | None:
+        """A top-level object's keys; repaired (counted) if msgspec refuses its content; None
+        if it is no object even then."""
+        try:
+            return decode_top(text)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            pass
+        fixed, how = repair_value(text, self._depth_limit())
+        try:
+            top = decode_top(fixed)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return None
+        self._count(how)
+        return top
 
     def _keep_metadata(self, top: dict[str, msgspec.Raw]) -> None:
         for key, value in top.items():
-            if key != "traceEvents":
+            if key == "traceEvents":
+                continue
+            try:
                 self.metadata[key] = msgspec.json.decode(value)
+                continue
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                pass
+            fixed, how = repair_value(bytes(value), self._depth_limit())
+            try:
+                self.metadata[key] = msgspec.json.decode(fixed)
+                self._count(how)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                self._count(Repair.NESTING)  # not even repaired: the key is left out
+                self.metadata[key] = msgspec.json.decode(marker(self._depth_limit()))
+
+    def _depth_limit(self) -> int:
+        if self._limit is None:
+            self._limit = depth_limit()
+        return self._limit
+
+    def _count(self, how: Repair) -> None:
+        repairs = self.sink.repairs
+        repairs["replaced_text"] += bool(how & Repair.TEXT)
+        repairs["replaced_values"] += bool(how & Repair.VALUES)
+        repairs["replaced_nesting"] += bool(how & Repair.NESTING)
 
 
-def _build(sink: ColumnSink, metadata: dict[str, Any], source: str, truncated: bool) -> Trace:
+_decode_raw = msgspec.json.Decoder(msgspec.Raw).decode
+
+
+def _build(load: _Load, source: str) -> Trace:
+    sink, metadata = load.sink, load.metadata
+    ignored_base = ""
+    if V.META_BASE_TIME in metadata and base_time_ns(metadata[V.META_BASE_TIME]) is None:
+        ignored_base = msgspec.json.encode(metadata.pop(V.META_BASE_TIME)).decode()[:80]
     columns = sink.columns()
     base_ns = file_base_ns(metadata)
     if base_ns:
@@ -241,9 +427,12 @@ def _build(sink: ColumnSink, metadata: dict[str, Any], source: str, truncated: b
     labels = {LABEL_ID_BASE + i: text for text, i in sink.labels.items()}
     meta_events = tuple(m if m.ts_ns is None or not base_ns else
                         dataclasses.replace(m, ts_ns=m.ts_ns + base_ns) for m in sink.meta_events)
+    report = LoadReport(**sink.repairs, trailing_bytes=load.trailing, damage=load.damage,
+                        ignored_base_time=ignored_base)
     return Trace(columns=columns, strings=strings, raw_args=sink.raw_args(),
                  metadata=metadata, process_names=sink.process_names,
                  thread_names=sink.thread_names, process_sort_index=sink.process_sort,
                  thread_sort_index=sink.thread_sort, pid_labels=labels, tid_labels=labels,
-                 source=source, skipped_events=sink.skipped, truncated=truncated,
-                 meta_events=meta_events)
+                 source=source, skipped_events=sink.skipped, truncated=load.truncated,
+                 meta_events=meta_events, load_report=report)
+

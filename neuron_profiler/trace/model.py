@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -75,7 +76,80 @@ def int_or(value: Any, default: int) -> int:
 def file_base_ns(metadata: dict[str, Any]) -> int:
     """ns that a file's ``ts`` values are relative to: its ``baseTimeNanoseconds``, else 0
     (absolute µs since the epoch, older Kineto)."""
-    return int_or(metadata.get("baseTimeNanoseconds"), 0)
+    return base_time_ns(metadata.get(V.META_BASE_TIME)) or 0
+
+
+def base_time_ns(value: Any) -> int | None:
+    """A ``baseTimeNanoseconds`` value as int ns: a number or numeric text (some vendors write
+    ``"1700000000000000000"``); None when absent or unusable (null, a list, other text, beyond
+    int64)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = int(value) if not isinstance(value, str) else int(Decimal(value.strip()))
+    except (ValueError, OverflowError, ArithmeticError):
+        return None
+    return number if -(1 << 63) <= number < (1 << 63) else None
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What loading a file had to change or leave out, besides ``Trace.skipped_events`` and
+    ``Trace.truncated``: nothing is lost silently. ``lines()`` is what a command prints.
+
+    Args:
+        replaced_text: events (and top-level keys) with bytes that are not UTF-8 or lone
+            surrogate escapes: replaced by U+FFFD.
+        replaced_values: events (and top-level keys) with NaN, Infinity or numbers beyond
+            float range: kept as strings.
+        replaced_nesting: values nested deeper than the JSON decoder allows (args, top-level
+            keys): replaced by ``{vocabulary.ARG_REPLACED: "nested deeper than N levels"}``.
+        dropped_ids: External id / correlation / flow id values beyond int64: dropped (-1).
+        relabelled_ids: pid / tid values beyond int64: mapped to labels (``pid_labels``).
+        trailing_bytes: bytes after the trace (a second document, bytes after the gzip data):
+            ignored.
+        damage: why the data stopped early (damaged gzip data, invalid JSON mid-file); events
+            before it are kept.
+        ignored_base_time: an unusable ``baseTimeNanoseconds`` (its JSON text), treated as
+            absent (``ts`` taken as absolute µs).
+    """
+
+    replaced_text: int = 0
+    replaced_values: int = 0
+    replaced_nesting: int = 0
+    dropped_ids: int = 0
+    relabelled_ids: int = 0
+    trailing_bytes: int = 0
+    damage: str = ""
+    ignored_base_time: str = ""
+
+    def lines(self, source: str) -> list[str]:
+        """One line per thing that was changed or left out (none for a clean file)."""
+        def n(count: int, what: str) -> str:
+            return f"{count} {what}{'s' * (count != 1)}"
+
+        out = []
+        if self.replaced_text:
+            out.append(f"{n(self.replaced_text, 'event')} with invalid UTF-8 or lone "
+                       "surrogates: replaced by U+FFFD")
+        if self.replaced_values:
+            out.append(f"{n(self.replaced_values, 'event')} with NaN, Infinity or numbers "
+                       "beyond float range: kept as text")
+        if self.replaced_nesting:
+            out.append(f"{n(self.replaced_nesting, 'value')} nested too deeply: replaced by "
+                       "a marker")
+        if self.dropped_ids:
+            out.append(f"{n(self.dropped_ids, 'id')} beyond 64 bits dropped (External id, "
+                       "correlation, flow id)")
+        if self.relabelled_ids:
+            out.append(f"{n(self.relabelled_ids, 'pid/tid')} beyond 64 bits mapped to labels")
+        if self.trailing_bytes:
+            out.append(f"{n(self.trailing_bytes, 'byte')} of trailing data after the trace "
+                       "ignored")
+        if self.ignored_base_time:
+            out.append(f"baseTimeNanoseconds {self.ignored_base_time} is not a number: "
+                       "ignored (ts taken as absolute µs)")
+        return [f"{source}: {line}" for line in out]
 
 
 @dataclass(frozen=True)
@@ -95,7 +169,9 @@ class Trace:
             add or change).
         source: where it came from (file path or "collector"), for messages.
         skipped_events: events skipped because fields were mistyped (counted, never silent).
-        truncated: the file was cut off; only complete events before the cut were kept.
+        truncated: the file was cut off (or damaged); only complete events before the cut were
+            kept.
+        load_report: what else the loader changed or left out (``LoadReport``).
     """
 
     columns: dict[str, np.ndarray]
@@ -112,6 +188,7 @@ class Trace:
     skipped_events: int = 0
     truncated: bool = False
     meta_events: tuple[MetaEvent, ...] = ()
+    load_report: LoadReport = LoadReport()
 
     def __post_init__(self) -> None:
         missing = [c for c in S.EVENT_COLUMNS if c not in self.columns]
@@ -133,9 +210,22 @@ class Trace:
         return self.strings[int(self.columns[S.CAT_ID][row])]
 
     def args(self, row: int) -> dict[str, Any]:
-        """Decoded args of one event ({} when it has none)."""
+        """Decoded args of one event ({} when it has none). Args the decoder refuses (a number
+        beyond float range, nesting deeper than the stack allows here) are decoded repaired
+        (see ``trace/_repair.py``) rather than raising."""
         args_row = int(self.columns[S.ARGS_ROW][row])
-        return {} if args_row < 0 else _decode_args(self.raw_args[args_row])
+        if args_row < 0:
+            return {}
+        raw = self.raw_args[args_row]
+        try:
+            return _decode_args(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            from neuron_profiler.trace._repair import repair_value
+
+            try:
+                return _decode_args(repair_value(bytes(raw))[0])
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                return {}
 
     def string_id(self, text: str) -> int:
         """Id of an interned string, -1 if the trace never uses it."""

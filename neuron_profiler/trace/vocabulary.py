@@ -59,6 +59,9 @@ ARG_DATA = "data"  # unknown runtime events: their whole runtime data object
 ARG_COLLECTIVE_WAIT = "collective wait"  # true on a cc_exec_barrier slice (waiting for peers)
 ARG_HOST_TIMED = "host-timed"  # true on a copy the runtime timed on the host (no device stamp)
 ARG_BYTES_KEYS = (ARG_BYTES, "Bytes")  # how transfer sizes are spelled across producers
+# the loader's marker for a value nested too deeply to decode (args or a top-level key): the
+# whole value becomes {ARG_REPLACED: "nested deeper than N levels"}
+ARG_REPLACED = "neuron-profiler replaced"
 
 # -- names -------------------------------------------------------------------------------------
 # Host-side rows are prefixed so that they never read as the aten op they belong to
@@ -128,6 +131,7 @@ PROP_NUMERICS = "numerics"  # emulator: "computed" (numerics mode) or "skipped" 
 NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
 
 # -- top-level metadata keys ---------------------------------------------------------------------
+META_BASE_TIME = "baseTimeNanoseconds"  # Kineto's: ts values are µs relative to this (ns)
 META_SOURCE = "neuron_source"  # emulator, libnrt, merge, none
 META_DROPPED = "neuron_dropped_events"  # per core: ring-buffer drops the runtime reported
 DROPS_UNKNOWN = "unknown"  # META_DROPPED when the source does not report drops (libnrt)

@@ -157,14 +157,29 @@ def test_multi_member_gzip(tmp_path: Path, tiny_blocks: None) -> None:
     assert len(trace) == 200 and not trace.truncated
 
 
-def test_corrupt_gzip_is_one_line_error(tmp_path: Path) -> None:
+def test_corrupt_gzip_keeps_the_events_before_the_damage(tmp_path: Path) -> None:
     data = bytearray(gzip.compress(json.dumps({"traceEvents": _events(500)}).encode()))
     data[len(data) // 2: len(data) // 2 + 64] = b"\x00" * 64
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(bytes(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = load_trace(path)
+    assert trace.truncated and trace.load_report.damage.startswith("damaged gzip data")
+    assert 0 < len(trace) < 500
+    message = str(caught[-1].message)
+    assert "damaged gzip data" in message and "\n" not in message
+
+
+def test_gzip_damaged_before_any_event_is_one_line_error(tmp_path: Path) -> None:
+    data = bytearray(gzip.compress(json.dumps({"traceEvents": _events(500)}).encode()))
+    data[10:74] = b"\x00" * 64  # the start of the deflate stream
     path = tmp_path / "bad.json.gz"
     path.write_bytes(bytes(data))
     with pytest.raises(TraceLoadError) as info:
         load_trace(path)
     assert str(path) in str(info.value) and "\n" not in str(info.value)
+    assert "damaged gzip data" in str(info.value)
 
 
 def test_garbage_mid_file_keeps_events_before_it(tmp_path: Path, tiny_blocks: None) -> None:
