@@ -317,13 +317,12 @@ CASES: list[Case] = [
          Expected(ALL), role="device"),
     Case("device_data_nested_1200_levels", _file("dev_deep.json", _replace_once(
         device_document(data={"v": "DEEP"}), b'"DEEP"', _deep().encode())), Expected(ALL),
-         role="device", known_failure="runtime_trace's parser raises RecursionError"),
+         role="device"),
     Case("device_lone_surrogate", _file("dev_surrogate.json", _replace_once(
         device_document(data={"v": "LONE"}), b'"LONE"', b'"\\ud800"')), Expected(ALL),
-         role="device", known_failure="runtime_trace rejects the whole file"),
+         role="device"),
     Case("device_gzip_bad_crc", _file("dev_crc.json.gz", _bad_crc(device_document())),
-         Expected(ALL), role="device",
-         known_failure="runtime_trace.merge.read_device_events rejects the whole file"),
+         Expected(ALL), role="device"),
 ]
 
 

@@ -796,12 +796,13 @@ class SyncPoints:
         """Remember the sync points of one fetch output (a cheap scan when it has none)."""
         if F.TIMESTAMP_SYNC_POINT.encode() not in payload:
             return
-        try:
-            parts = [bytes(p) for p in _envelopes_raw(payload)]
-        except msgspec.DecodeError:
-            return  # the parse of the same payload reports it
+        parts = [bytes(p) for p in _envelopes_raw(payload)]  # what msgspec can read
         for part in parts:
-            for raw in _decode_raw_envelope(part).events:
+            try:
+                events = _decode_raw_envelope(part).events
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                continue  # the parse of the same payload reports it
+            for raw in events:
                 probe = _decode_probe(raw)
                 if probe.event_type == F.TIMESTAMP_SYNC_POINT:
                     kept = self._by_core.setdefault(probe.nc_idx, [])
@@ -823,13 +824,15 @@ def _envelopes_raw(payload: bytes) -> list[Any]:
     if bytes(view[:64]).lstrip().startswith(b"["):
         try:
             return msgspec.json.decode(view, type=list[msgspec.Raw])
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return []
     parts, pos = [], 0
     while pos < len(view):
         try:
             msgspec.json.decode(view[pos:], type=msgspec.Raw)
             parts.append(view[pos:])
+            break
+        except RecursionError:  # nesting too deep for msgspec: the parse reads it the slow way
             break
         except msgspec.DecodeError as err:
             match = _TRAILING.search(str(err))
@@ -853,7 +856,7 @@ def envelope_extensions(payload: bytes | str) -> list[dict[str, Any]]:
     for part in parts:
         try:
             out.append(msgspec.json.decode(part, type=_InfoEnvelope).neuron_profiler)
-        except msgspec.ValidationError:
+        except (msgspec.ValidationError, RecursionError):
             out.append({})
     return out
 

@@ -98,3 +98,24 @@ def test_as_a_process_each_warning_is_one_line(name: str, tmp_path: Path) -> Non
     lines = res.stderr.splitlines()
     assert lines and all(line.startswith(f"neuron-prof: warning: {path}: ") for line in lines)
     assert len(lines) == len(case.expected.warnings)
+
+
+@pytest.mark.parametrize("case", TRACE_CASES, ids=lambda c: c.name)
+def test_analyze_on_every_case(case: Case, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    """``analyze --json`` takes the same hostile files: no traceback, the case's exit status,
+    one line per warning or error, a report that is JSON, the input untouched."""
+    import json
+
+    path = case.write(tmp_path)
+    before = path.read_bytes()
+    code = main(["analyze", "--json", str(path)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and path.read_bytes() == before
+    assert all(line.startswith(("neuron-prof: warning: ", "neuron-prof: error: "))
+               for line in err.splitlines()), err
+    assert code == case.expected.exit_code, err
+    if code == 0:
+        json.loads(out)
+    for wanted in case.expected.warnings:
+        assert any(wanted in line for line in err.splitlines()), (wanted, err)
