@@ -32,10 +32,12 @@ from neuron_profiler.trace import vocabulary as V
 
 # libkineto::ActivityType values (ActivityType.h): kernels and DMA count as device time.
 KINETO_MEMCPY, KINETO_KERNEL, KINETO_RUNTIME, KINETO_DRIVER, KINETO_OVERHEAD = 3, 5, 24, 25, 11
+KINETO_GPU_USER_ANNOTATION = 2
 # The Kineto activity type of each placement category (Kineto names the category from it).
 _KINETO_BY_CATEGORY = np.array([{V.CAT_KERNEL: KINETO_KERNEL, V.CAT_MEMCPY: KINETO_MEMCPY,
                                  V.CAT_RUNTIME: KINETO_RUNTIME, V.CAT_DRIVER: KINETO_DRIVER,
-                                 V.CAT_OVERHEAD: KINETO_OVERHEAD}[c] for c in CATEGORIES],
+                                 V.CAT_OVERHEAD: KINETO_OVERHEAD,
+                                 V.CAT_GRAPH_OP: KINETO_GPU_USER_ANNOTATION}[c] for c in CATEGORIES],
                                dtype=np.int32)
 
 # Keys the bridge writes itself (set once at registration): the per-row numbers' args keys and

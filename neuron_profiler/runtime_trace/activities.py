@@ -28,6 +28,7 @@ class ActivityKind(enum.IntEnum):
     EXEC_STAGE = 8  # host execution stages kbl_exec_pre / _core / _wait / _post (carry exec_id)
     COLLECTIVE_WAIT = 9  # cc_exec_barrier: the device waiting for its replica group
     OVERHEAD = 10  # the emulator's own host work (neuron_profiler.emulator_overhead)
+    GRAPH_OP = 11  # an op inside a compiled graph's execution (placement makes these rows)
 
 
 class Queue(enum.IntEnum):

@@ -49,13 +49,15 @@ from neuron_profiler.runtime_trace.parser import decode_rows, sanitized
 from neuron_profiler.trace import vocabulary as V
 
 # Category of each ActivityKind (index: ActivityKind code).
-CATEGORIES = (V.CAT_KERNEL, V.CAT_MEMCPY, V.CAT_RUNTIME, V.CAT_DRIVER, V.CAT_OVERHEAD)
+CATEGORIES = (V.CAT_KERNEL, V.CAT_MEMCPY, V.CAT_RUNTIME, V.CAT_DRIVER, V.CAT_OVERHEAD,
+              V.CAT_GRAPH_OP)
 _CAT_BY_KIND = np.full(len(ActivityKind), 3, dtype=np.uint8)
 _CAT_BY_KIND[[ActivityKind.KERNEL, ActivityKind.COLLECTIVE, ActivityKind.COLLECTIVE_WAIT]] = 0
 _CAT_BY_KIND[ActivityKind.DMA] = 1
 _CAT_BY_KIND[[ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC, ActivityKind.FALLBACK,
               ActivityKind.EXEC_STAGE]] = 2
 _CAT_BY_KIND[ActivityKind.OVERHEAD] = 4
+_CAT_BY_KIND[ActivityKind.GRAPH_OP] = 5
 
 ON_HOST_THREAD = np.array([ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC,
                            ActivityKind.FALLBACK, ActivityKind.EXEC_STAGE, ActivityKind.OVERHEAD],
@@ -99,6 +101,8 @@ class _Ext(msgspec.Struct, gc=False):
     overhead: str | None = None
     pct_of_peak: float | None = None
     collective_wait: bool = False
+    graph_id: Any = None
+    graph_ops: Any = None
 
 
 class _Data(msgspec.Struct, gc=False):
@@ -127,6 +131,8 @@ class _LooseExt(msgspec.Struct, gc=False):
     overhead: Any = None
     pct_of_peak: Any = None
     collective_wait: Any = None
+    graph_id: Any = None
+    graph_ops: Any = None
 
 
 class _LooseData(msgspec.Struct, gc=False):
@@ -180,7 +186,8 @@ def _decode_datas(data: Sequence[bytes]) -> tuple[list[_Data], int]:
                        algorithm=e.algorithm, reason=e.reason, shapes=e.shapes, dtypes=e.dtypes,
                        sync=e.sync, overhead=_text(e.overhead),
                        pct_of_peak=e.pct_of_peak if isinstance(e.pct_of_peak, int | float)
-                       else None, collective_wait=e.collective_wait is True)
+                       else None, collective_wait=e.collective_wait is True,
+                       graph_id=e.graph_id, graph_ops=e.graph_ops)
         out.append(_Data(ext, d.algorithm, d.size))
     return out, odd
 
@@ -365,7 +372,7 @@ def place(acts: DeviceActivities, *, host_ops: HostOps,
     name_id, names = _names(acts, rows, exts)
     args_id, args = _args(acts, rows, exts, datas, host_timed)
     placed_core = np.where(work, acts.core[rows], -1).astype(np.int64)
-    return Placement(
+    return _with_graph_ops(exts, acts.modelled[rows], Placement(
         rows=rows, start_ns=acts.start_ns[rows], end_ns=acts.end_ns[rows], kind=kind,
         category=_CAT_BY_KIND[kind], pid=np.where(on_host, host, device_side_pid),
         tid=np.where(on_host, thread, core_stream), name_id=name_id, names=names,
@@ -377,7 +384,65 @@ def place(acts: DeviceActivities, *, host_ops: HostOps,
         threads=_threads(cores, core_pid, used_other=bool((~on_host & ~work).any())),
         device_properties=complete_properties(cores, props),
         metadata=_metadata(acts, rows, props, core_pid, odd_values),
-        excluded=int(n - len(rows)), flows=int(flow_start.sum()))
+        excluded=int(n - len(rows)), flows=int(flow_start.sum())))
+
+
+def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -> Placement:
+    """Each compiled graph's ops as rows nested in its execution, on the same stream: from the
+    op's offset for its modelled share (the shares add up to the execution). Their category is
+    CUDA's for ranges on a device stream, so no tool counts their time twice."""
+    parents, ops = [], []
+    for j, i in enumerate(placed.rows.tolist()):
+        graph = exts[i].graph_ops if placed.kind[j] == ActivityKind.KERNEL else None
+        if isinstance(graph, list):
+            for op in graph:
+                if isinstance(op, dict):
+                    parents.append(j)
+                    ops.append(op)
+    if not ops:
+        return placed
+    p = np.asarray(parents, dtype=np.int64)
+    number = lambda key: np.array([_int_or_missing(o.get(key)) for o in ops],  # noqa: E731
+                                  dtype=np.int64)
+    offset, dur = np.maximum(number("offset_ns"), 0), np.maximum(number("duration_ns"), 0)
+    # the shares fill their execution exactly: the last op of each takes what rounding left
+    total = np.bincount(p, weights=dur, minlength=len(placed)).astype(np.int64)
+    last = np.flatnonzero(np.append(p[1:] != p[:-1], True))
+    left = (placed.end_ns - placed.start_ns - total)[p[last]]
+    dur[last] = np.maximum(dur[last] + left, 0)
+    start = placed.start_ns[p] + offset
+    names = list(placed.names)
+    table = {name: k for k, name in enumerate(names)}
+    name_id = np.array([table.setdefault(V.kernel_name(_text(o.get("engine")),
+                                                       str(o.get("op", "op"))), len(table))
+                        for o in ops], dtype=np.int32)
+    names = list(table)
+    args = list(placed.args)
+    graph_id = [exts[placed.rows[j]].graph_id for j in parents]
+    arg_ids = np.empty(len(ops), dtype=np.int32)
+    for k, (o, g) in enumerate(zip(ops, graph_id, strict=True)):
+        entry = tuple((key, value) for key, value in (
+            (V.ARG_EMULATED, True if modelled[parents[k]] else None),
+            (V.ARG_OP, o.get("op")), (V.ARG_ENGINE, o.get("engine")), (V.ARG_GRAPH_ID, g))
+            if value is not None)
+        arg_ids[k] = len(args)
+        args.append(entry)
+    none = np.full(len(ops), -1, dtype=np.int64)
+    cat = np.full(len(ops), CATEGORIES.index(V.CAT_GRAPH_OP), dtype=np.uint8)
+    grow = lambda a, b: np.concatenate([a, b.astype(a.dtype)])  # noqa: E731
+    return dataclasses.replace(
+        placed, rows=grow(placed.rows, placed.rows[p]), start_ns=grow(placed.start_ns, start),
+        end_ns=grow(placed.end_ns, start + dur),
+        kind=grow(placed.kind, np.full(len(ops), ActivityKind.GRAPH_OP)),
+        category=grow(placed.category, cat), pid=grow(placed.pid, placed.pid[p]),
+        tid=grow(placed.tid, placed.tid[p]), name_id=grow(placed.name_id, name_id), names=names,
+        external_id=grow(placed.external_id, placed.external_id[p]),
+        exec_id=grow(placed.exec_id, none), flops=grow(placed.flops, number("flops")),
+        bytes=grow(placed.bytes, number("bytes")), device=grow(placed.device, none),
+        stream=grow(placed.stream, none), correlation=grow(placed.correlation, none),
+        flow_id=grow(placed.flow_id, np.zeros(len(ops), dtype=np.int64)),
+        flow_start=grow(placed.flow_start, np.zeros(len(ops), dtype=bool)),
+        args_id=grow(placed.args_id, arg_ids), args=args)
 
 
 def _linked(acts: DeviceActivities, ops: HostOps) -> DeviceActivities:
@@ -587,6 +652,7 @@ def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: boo
         out.append((V.ARG_HOST_TIMED, True))
     if kind == ActivityKind.KERNEL:
         out += [(key, value) for key, value in ((V.ARG_OP, e.op), (V.ARG_ENGINE, e.engine),
+                                                 (V.ARG_GRAPH_ID, e.graph_id),
                                                  (V.ARG_DTYPE, e.dtype),
                                                  (V.ARG_PCT_PEAK, e.pct_of_peak))
                 if value is not None]

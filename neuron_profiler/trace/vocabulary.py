@@ -22,6 +22,10 @@ CAT_RUNTIME = "privateuse1_runtime"  # host runtime calls, host syncs, CPU fallb
 CAT_DRIVER = "privateuse1_driver"  # tensor events and runtime event types we do not know
 CAT_FLOW = "ac2g"  # arrow from a runtime call to the device work it launched
 CAT_OVERHEAD = "overhead"  # the emulator's own host work (Kineto's word for profiler overhead)
+# An op inside a compiled graph's execution, nested in it on the compute stream: CUDA's category
+# for ranges projected on a device stream, which tools (and key_averages' totals) do not count
+# as device work a second time.
+CAT_GRAPH_OP = "gpu_user_annotation"
 
 # -- args keys that CUDA traces carry too ----------------------------------------------------
 ARG_EXTERNAL_ID = "External id"  # the launching aten op's correlation (Kineto writes it)
@@ -57,6 +61,7 @@ ARG_SYNC = "sync"  # host sync: why the host waited (item, cpu, synchronize, fal
 ARG_OVERHEAD = "emulator overhead"  # what the emulator did on the host: numerics, ...
 ARG_DATA = "data"  # unknown runtime events: their whole runtime data object
 ARG_COLLECTIVE_WAIT = "collective wait"  # true on a cc_exec_barrier slice (waiting for peers)
+ARG_GRAPH_ID = "graph id"  # a compiled graph's execution and the ops nested in it
 ARG_HOST_TIMED = "host-timed"  # true on a copy the runtime timed on the host (no device stamp)
 ARG_BYTES_KEYS = (ARG_BYTES, "Bytes")  # how transfer sizes are spelled across producers
 # the loader's marker for a value nested too deeply to decode (args or a top-level key): the

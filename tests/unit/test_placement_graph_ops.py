@@ -1,0 +1,47 @@
+"""A compiled graph's execution carries its ops' shares: placement nests them in it, filling it
+exactly, as gpu_user_annotation rows without a stream (not device work of their own)."""
+
+from __future__ import annotations
+
+import json
+
+from neuron_profiler.runtime_trace.activities import ActivityKind
+from neuron_profiler.runtime_trace.parser import parse_system_trace
+from neuron_profiler.runtime_trace.placement import CATEGORIES, HostOps, place
+from neuron_profiler.trace import vocabulary as V
+
+T0 = 1_700_000_000_000_000_000
+
+
+def _payload(shares: list[int], duration: int) -> bytes:
+    ops, offset = [], 0
+    for k, share in enumerate(shares):
+        ops.append({"op": f"aten::op{k}", "offset_ns": offset, "duration_ns": share,
+                    "engine": "VectorE", "flops": 10, "bytes": 100})
+        offset += share
+    ext = {"op": "neuron_graph_3 (forward)", "engine": "NEFF", "graph_id": 3, "graph_ops": ops,
+           "modelled": True}
+    base = {"event_type": "nc_exec_running", "tracking_id": 1, "nc_idx": 0, "thread_id": 5}
+    return json.dumps({"events": [
+        {**base, "phase": "start", "timestamp_ns": T0, "data": {"exec_id": 1,
+                                                                "neuron_profiler": ext}},
+        {**base, "phase": "stop", "timestamp_ns": T0 + duration, "data": {}}]}).encode()
+
+
+def test_ops_fill_their_execution_exactly_on_its_stream() -> None:
+    placed = place(parse_system_trace(_payload([400, 250, 349], 1000)), host_ops=HostOps.empty(),
+                   host_pid=1)
+    graph = [i for i in range(len(placed)) if placed.kind[i] == ActivityKind.KERNEL]
+    ops = [i for i in range(len(placed)) if placed.kind[i] == ActivityKind.GRAPH_OP]
+    assert len(graph) == 1 and len(ops) == 3
+    g = graph[0]
+    assert sum(int(placed.end_ns[i] - placed.start_ns[i]) for i in ops) == 1000  # 999 + 1
+    assert [int(placed.start_ns[i] - T0) for i in ops] == [0, 400, 650]
+    for i in ops:
+        assert CATEGORIES[placed.category[i]] == V.CAT_GRAPH_OP
+        assert (placed.pid[i], placed.tid[i]) == (placed.pid[g], placed.tid[g])
+        assert placed.stream[i] == -1 and placed.correlation[i] == -1
+        args = dict(placed.args[placed.args_id[i]])
+        assert args[V.ARG_GRAPH_ID] == 3 and args[V.ARG_ENGINE] == "VectorE"
+    assert [placed.names[placed.name_id[i]] for i in ops] == [
+        "VectorE: op0", "VectorE: op1", "VectorE: op2"]
