@@ -1,0 +1,283 @@
+"""TensorBoard plugin: discovery naming rules, ids instead of paths (traversal rejected), a
+corrupt trace isolated, the report route equal to ``neuron-prof analyze --json``, the cache,
+downloads, static files, and CUDA traces from ../shared/traces in a temporary logdir. Driven
+through TensorBoard's own WSGI app with werkzeug's test client (no live server)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorboard")
+
+from tensorboard.backend.application import TensorBoardWSGI  # noqa: E402
+from tensorboard.plugins import base_plugin  # noqa: E402
+from werkzeug.test import Client  # noqa: E402
+
+from neuron_profiler.cli.main import main  # noqa: E402
+from neuron_profiler.exporters.chrome import write_chrome_trace  # noqa: E402
+from neuron_profiler.tensorboard import discovery  # noqa: E402
+from neuron_profiler.tensorboard.plugin import (  # noqa: E402
+    PLUGIN_NAME,
+    NeuronProfilerLoader,
+    NeuronProfilerPlugin,
+)
+from neuron_profiler.trace import EventKind, TraceBuilder  # noqa: E402
+from neuron_profiler.trace import vocabulary as V  # noqa: E402
+
+US = 1000
+ROUTE = f"/data/plugin/{PLUGIN_NAME}"
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+def small_trace(path: Path) -> Path:
+    """Two steps, three device kernels, and an op whose name is HTML."""
+    b = TraceBuilder()
+    for n, (lo, hi) in enumerate(((0, 500), (500, 1000))):
+        b.add(name=f"ProfilerStep#{n + 1}", ts_ns=lo * US, dur_ns=(hi - lo) * US,
+              kind=EventKind.USER_ANNOTATION, cat="user_annotation", pid=9, tid=9)
+    for corr, (lo, hi) in enumerate(((0, 100), (300, 400), (800, 950)), start=1):
+        b.add(name=HOSTILE, ts_ns=max(lo - 20, 0) * US, dur_ns=15 * US, kind=EventKind.CPU_OP,
+              cat="cpu_op", pid=9, tid=9)
+        b.add(name="nrt launch: mm", ts_ns=max(lo - 10, 0) * US, dur_ns=5 * US,
+              kind=EventKind.RUNTIME, cat=V.CAT_RUNTIME, pid=9, tid=9,
+              args={V.ARG_CORRELATION: corr})
+        b.add(name="TensorE: mm", ts_ns=lo * US, dur_ns=(hi - lo) * US, kind=EventKind.KERNEL,
+              cat=V.CAT_KERNEL, pid=0, tid=1,
+              args={V.ARG_DEVICE: 0, V.ARG_STREAM: 1, V.ARG_CORRELATION: corr})
+    b.process_names[0] = V.core_process_name(0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_chrome_trace(b.build(), path)
+    return path
+
+
+def make_plugin(logdir: Path) -> tuple[NeuronProfilerPlugin, Client]:
+    plugin = NeuronProfilerLoader().load(base_plugin.TBContext(logdir=str(logdir)))
+    return plugin, Client(TensorBoardWSGI([plugin]))
+
+
+def ids(client: Client, run: str, worker: str, span: str | None = None) -> dict[str, str]:
+    """The ids /runs gives for these names (the first span when ``span`` is None)."""
+    runs = client.get(f"{ROUTE}/runs").get_json()["runs"]
+    r = next(r for r in runs if r["name"] == run)
+    w = next(w for w in r["workers"] if w["name"] == worker)
+    s = w["spans"][0] if span is None else next(s for s in w["spans"] if s["name"] == span)
+    return {"run": r["id"], "worker": w["id"], "span": s["id"]}
+
+
+# --- discovery -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("worker0.1623143089861.pt.trace.json.gz", ("worker0", "1623143089861")),
+    ("ip-10-0-0-1.ec2.internal_4242.1700000000123.pt.trace.json",
+     ("ip-10-0-0-1.ec2.internal_4242", "1700000000123")),
+    ("rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", ("rank-34.Jul_15_10_52_41", "1074")),
+    ("host.a1b.pt.trace.json", ("host.a1b", "")),  # no numeric last part: a single span
+    ("trace.pt.trace.json", ("trace", "")),
+    ("trace.json", None), ("x.pt.trace.json.bak", None), (".pt.trace.json", None),
+])
+def test_split_name(name: str, expected: tuple[str, str] | None) -> None:
+    assert discovery.split_name(name) == expected
+
+
+def test_scan_groups_runs_workers_spans(tmp_path: Path) -> None:
+    for rel in ("a/b/h.x_1.200.pt.trace.json", "a/b/h.x_1.1000.pt.trace.json",
+                "a/b/h.x_2.300.pt.trace.json", "top.pt.trace.json", "a/notes.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}")
+    runs = discovery.scan(tmp_path)
+    assert [r.name for r in runs] == [".", "a/b"]
+    b = runs[1]
+    assert [w.name for w in b.workers] == ["h.x_1", "h.x_2"]
+    assert [s.name for s in b.workers[0].spans] == ["200", "1000"]  # numeric order
+    assert b.workers[0].spans[1].rel == "a/b/h.x_1.1000.pt.trace.json"
+
+
+def test_new_traces_appear_and_is_active(tmp_path: Path) -> None:
+    plugin, client = make_plugin(tmp_path)
+    assert not plugin.is_active()
+    assert client.get(f"{ROUTE}/runs").get_json() == {"runs": []}
+    small_trace(tmp_path / "run1" / "w.1.pt.trace.json")
+    assert [r["name"] for r in client.get(f"{ROUTE}/runs").get_json()["runs"]] == ["run1"]
+    assert not plugin.is_active()  # remembered briefly: TensorBoard asks often
+    plugin._active.ttl_s = 0
+    assert plugin.is_active()
+
+
+def test_is_active_stops_at_first_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(50):
+        (tmp_path / f"r{i}").mkdir()
+        (tmp_path / f"r{i}" / "w.1.pt.trace.json").write_text("{}")
+    seen = []
+    real = discovery._inside
+    monkeypatch.setattr(discovery, "_inside", lambda p, r: seen.append(p) or real(p, r))
+    assert discovery.ActiveCheck(tmp_path)()
+    assert len(seen) == 1
+
+
+# --- routes: ids, never paths ----------------------------------------------------------------
+
+def test_plugin_is_listed_with_its_entry(tmp_path: Path) -> None:
+    small_trace(tmp_path / "run1" / "w.1.pt.trace.json")
+    _, client = make_plugin(tmp_path)
+    listing = client.get("/data/plugins_listing").get_json()[PLUGIN_NAME]
+    assert listing["enabled"] and listing["tab_name"] == "Neuron Profiler"
+    assert listing["loading_mechanism"]["module_path"].endswith("/index.js")
+
+
+def test_entry_point_registered() -> None:
+    from importlib.metadata import entry_points
+
+    eps = [e for e in entry_points(group="tensorboard_plugins") if e.name == PLUGIN_NAME]
+    assert eps and eps[0].load() is NeuronProfilerLoader
+
+
+@pytest.mark.parametrize("query", [
+    {"run": "../../etc", "worker": "x", "span": "y"},
+    {"run": "/etc/passwd", "worker": "0" * 16, "span": "0" * 16},
+    {"run": "run1", "worker": "w", "span": "1"},
+    {},
+])
+def test_paths_and_names_are_rejected(tmp_path: Path, query: dict[str, str]) -> None:
+    small_trace(tmp_path / "run1" / "w.1.pt.trace.json")
+    _, client = make_plugin(tmp_path)
+    for route in ("report", "trace"):
+        r = client.get(f"{ROUTE}/{route}", query_string={**query, "format": "pftrace"})
+        assert r.status_code == 400 and "error" in r.get_json()
+
+
+def test_unknown_ids_are_404(tmp_path: Path) -> None:
+    small_trace(tmp_path / "run1" / "w.1.pt.trace.json")
+    _, client = make_plugin(tmp_path)
+    q = {**ids(client, "run1", "w"), "span": "0123456789abcdef"}
+    assert client.get(f"{ROUTE}/report", query_string=q).status_code == 404
+
+
+def test_symlinks_out_of_the_logdir_are_not_served(tmp_path: Path) -> None:
+    outside = small_trace(tmp_path / "outside" / "secret.1.pt.trace.json")
+    logdir = tmp_path / "logdir"
+    small_trace(logdir / "run1" / "w.1.pt.trace.json")
+    (logdir / "run1" / "leak.1.pt.trace.json").symlink_to(outside)
+    (logdir / "linked_run").symlink_to(outside.parent, target_is_directory=True)
+    (logdir / "run1" / "inside.1.pt.trace.json").symlink_to(logdir / "run1" / "w.1.pt.trace.json")
+    _, client = make_plugin(logdir)
+    runs = client.get(f"{ROUTE}/runs").get_json()["runs"]
+    assert [r["name"] for r in runs] == ["run1"]
+    assert [w["name"] for w in runs[0]["workers"]] == ["inside", "w"]
+    # the id a link out would have had (ids are names' hashes): still not found
+    q = {"run": discovery.make_id("run1"), "worker": discovery.make_id("leak"),
+         "span": discovery.make_id("1", "leak.1.pt.trace.json")}
+    assert client.get(f"{ROUTE}/report", query_string=q).status_code == 404
+    assert "secret" not in json.dumps(runs)
+
+
+# --- report, cache, errors -----------------------------------------------------------------
+
+def test_report_equals_cli_json_and_is_cached(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    small_trace(tmp_path / "run1" / "w.1.pt.trace.json")
+    plugin, client = make_plugin(tmp_path)
+    q = ids(client, "run1", "w")
+    first = client.get(f"{ROUTE}/report", query_string=q)
+    assert first.status_code == 200
+    assert (plugin.cache.hits, plugin.cache.misses) == (0, 1)
+    second = client.get(f"{ROUTE}/report", query_string=q)
+    assert (plugin.cache.hits, plugin.cache.misses) == (1, 1)
+    assert second.get_json() == first.get_json()
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["analyze", "--json", "run1/w.1.pt.trace.json"]) == 0
+    assert first.get_json() == json.loads(capsys.readouterr().out)
+    doc = first.get_json()["traces"][0]
+    assert doc["source"] == "run1/w.1.pt.trace.json"  # never the server's absolute path
+    assert HOSTILE in [o["name"] for o in doc["ops"]]  # as data; the page sets textContent
+
+
+def test_changed_file_is_analysed_again(tmp_path: Path) -> None:
+    path = small_trace(tmp_path / "run1" / "w.1.pt.trace.json")
+    plugin, client = make_plugin(tmp_path)
+    q = ids(client, "run1", "w")
+    client.get(f"{ROUTE}/report", query_string=q)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    client.get(f"{ROUTE}/report", query_string=q)
+    assert plugin.cache.misses == 2
+
+
+def test_corrupt_trace_is_isolated(tmp_path: Path) -> None:
+    small_trace(tmp_path / "good" / "w.1.pt.trace.json")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "w.1.pt.trace.json").write_text("{not json at all")
+    (tmp_path / "bad" / "z.1.pt.trace.json.gz").write_bytes(b"\x1f\x8b not gzip")
+    _, client = make_plugin(tmp_path)
+    for worker in ("w", "z"):
+        r = client.get(f"{ROUTE}/report", query_string=ids(client, "bad", worker))
+        assert 400 <= r.status_code < 600
+        err = r.get_json()["error"]
+        assert "\n" not in err and err.startswith("bad/")
+        assert str(tmp_path) not in err
+    r = client.get(f"{ROUTE}/trace", query_string={**ids(client, "bad", "w"), "format": "pftrace"})
+    assert 400 <= r.status_code < 600 and "error" in r.get_json()
+    good = client.get(f"{ROUTE}/report", query_string=ids(client, "good", "w"))
+    assert good.status_code == 200 and good.get_json()["traces"][0]["has_device"]
+
+
+# --- downloads and static files ------------------------------------------------------------
+
+def test_downloads(tmp_path: Path) -> None:
+    small_trace(tmp_path / "run1" / "h.x_7.42.pt.trace.json")
+    _, client = make_plugin(tmp_path)
+    q = ids(client, "run1", "h.x_7")
+    gz = client.get(f"{ROUTE}/trace", query_string={**q, "format": "json.gz"})
+    assert gz.status_code == 200
+    assert 'filename="h.x_7.42.pt.trace.json.gz"' in gz.headers["Content-Disposition"]
+    events = json.loads(gzip.decompress(gz.get_data()))["traceEvents"]
+    assert any(e.get("name") == HOSTILE for e in events)
+    pf = client.get(f"{ROUTE}/trace", query_string={**q, "format": "pftrace"})
+    assert pf.status_code == 200 and len(pf.get_data()) > 100
+    assert client.get(f"{ROUTE}/trace", query_string={**q, "format": "../x"}).status_code == 400
+
+
+def test_static_files_no_inline_script(tmp_path: Path) -> None:
+    _, client = make_plugin(tmp_path)
+    html = client.get(f"{ROUTE}/index.html")
+    assert html.status_code == 200 and "script-src" in html.headers["Content-Security-Policy"]
+    text = html.get_data(as_text=True)
+    assert "<script>" not in text and 'src="app.js"' in text and 'src="plotly.min.js"' in text
+    assert "http" not in text  # nothing from the network
+    app = client.get(f"{ROUTE}/app.js").get_data(as_text=True)
+    assert "innerHTML" not in app and "insertAdjacentHTML" not in app
+    assert client.get(f"{ROUTE}/index.js").status_code == 200
+    plotly = client.get(f"{ROUTE}/plotly.min.js")
+    assert plotly.status_code == 200 and len(plotly.get_data()) > 1_000_000
+
+
+# --- CUDA traces from ../shared/traces -----------------------------------------------------
+
+def test_cuda_traces_in_a_logdir(tmp_path: Path, shared_traces: Path) -> None:
+    samples = shared_traces / "kineto" / "tb_plugin" / "samples"
+    for run in ("resnet50_num_workers_0", "resnet50_num_workers_4"):
+        (tmp_path / run).mkdir()
+        for f in (samples / run).glob("*.pt.trace.json.gz"):
+            shutil.copy(f, tmp_path / run / f.name)
+    (tmp_path / "resnet50_num_workers_0" / "corrupt.pt.trace.json.gz").write_bytes(b"\x00" * 64)
+    plugin, client = make_plugin(tmp_path)
+    assert plugin.is_active()
+    t0 = time.monotonic()
+    r = client.get(f"{ROUTE}/report", query_string=ids(client, "resnet50_num_workers_0", "worker0"))
+    assert r.status_code == 200, r.get_json()
+    doc = r.get_json()["traces"][0]
+    assert doc["has_device"] and doc["kernels"] and doc["ops"] and doc["fallbacks"] == []
+    assert len(doc["tb_profiler_breakdown"]) > 0
+    bad = client.get(f"{ROUTE}/report",
+                     query_string=ids(client, "resnet50_num_workers_0", "corrupt"))
+    assert 400 <= bad.status_code < 600
+    r4 = client.get(f"{ROUTE}/report", query_string=ids(client, "resnet50_num_workers_4", "worker0"))
+    assert r4.status_code == 200
+    assert time.monotonic() - t0 < 120
