@@ -5,9 +5,8 @@
     src.start(max_events_per_nc=1_000_000); ...; payload = src.stop()   # system-trace JSON
 
 Both hand out the same system-trace JSON, so one parser (runtime_trace.parser) serves both.
-``links_by_correlation`` says how device work is tied to host ops: the emulator stamps the
-launching op's correlation id on its events; the real runtime does not, so the session links by
-thread and time containment instead.
+The emulator stamps the launching op's correlation id on its events; the real runtime does not,
+and placement links its calls by thread and time containment instead.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ class Source(Protocol):
     """A runtime event source for one profiling session at a time."""
 
     name: str
-    links_by_correlation: bool
 
     def start(self, max_events_per_nc: int, correlation: Callable[[], int] | None) -> None:
         """Begin capture; ``correlation`` returns the launching op's id (emulator only)."""
@@ -49,7 +47,6 @@ class EmulatorSource:
     """The emulated runtime (interface A): capture between start and stop, fetch-once."""
 
     name = "emulator"
-    links_by_correlation = True
 
     def __init__(self) -> None:
         from neuron_profiler.emulator import runtime
@@ -84,7 +81,6 @@ class LibnrtSource:
     """
 
     name = "libnrt"
-    links_by_correlation = False
 
     _sync_memory: dict[str, Any] = {}  # per library: sync points outlive the session's source
 

@@ -69,24 +69,23 @@ class RooflineModel:
     def _ns(self, seconds: float) -> int:
         return max(1, math.ceil(seconds * 1e9 / self.speed_factor))
 
+    def _chip_peak(self, dtype: str, matrix: bool) -> float:
+        """The chip's compute rate for a kernel of this dtype on its engine (Tensor engine for
+        matrix ops, the vector rate otherwise), before the speed factor; cached per dtype."""
+        if not matrix:
+            return self._vector  # type: ignore[attr-defined]
+        peak = self._matrix.get(dtype)  # type: ignore[attr-defined]
+        if peak is None:
+            peak = self._matrix[dtype] = self.chip.matrix_flops_per_s(dtype)  # type: ignore[attr-defined]
+        return peak
+
     def peak_flops_per_s(self, dtype: str, matrix: bool) -> float:
-        """The compute peak the model uses for a kernel of this dtype on its engine (Tensor
-        engine for matrix ops, the vector rate otherwise), *after* the speed factor."""
-        if matrix:
-            peak = self._matrix.get(dtype)  # type: ignore[attr-defined]
-            if peak is None:
-                peak = self._matrix[dtype] = self.chip.matrix_flops_per_s(dtype)  # type: ignore[attr-defined]
-        else:
-            peak = self._vector  # type: ignore[attr-defined]
-        return peak * self.speed_factor
+        """The compute peak the model uses for a kernel of this dtype, *after* the speed
+        factor."""
+        return self._chip_peak(dtype, matrix) * self.speed_factor
 
     def kernel_ns(self, *, flops: int, bytes_moved: int, dtype: str, matrix: bool) -> int:
-        if matrix:
-            peak = self._matrix.get(dtype)  # type: ignore[attr-defined]
-            if peak is None:
-                peak = self._matrix[dtype] = self.chip.matrix_flops_per_s(dtype)  # type: ignore[attr-defined]
-        else:
-            peak = self._vector  # type: ignore[attr-defined]
+        peak = self._chip_peak(dtype, matrix)
         roofline = max(flops / peak, bytes_moved / self._hbm)  # type: ignore[attr-defined]
         return self._ns(roofline + self.chip.kernel_fixed_ns * 1e-9)
 

@@ -48,6 +48,7 @@ import numpy as np
 from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.runtime_trace._pylists import codes, take
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
+from neuron_profiler.trace._repair import close_of
 
 MAX_CORES = 4096  # an nc_idx outside [0, 4096) is a bad field, not a core
 _ABSENT = -(2**63)  # an absent optional int (JSON null decodes to None and takes a slower path)
@@ -293,7 +294,7 @@ def _salvaged(data: bytes) -> Iterator[_Part]:
             return
     except (ValueError, RecursionError):
         pass
-    complete = _value_end(text, i) >= 0  # a whole envelope, too deep for the decoders
+    complete = close_of(data[len(text[:i].encode()):], 0) is not None  # whole, but too deep
     events_at = text.find('"events"', i)
     bracket = text.find("[", events_at)
     if events_at < 0 or bracket < 0:

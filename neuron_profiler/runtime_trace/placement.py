@@ -31,7 +31,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_not
 from typing import Any
 
 import msgspec
@@ -111,28 +112,10 @@ class _Data(msgspec.Struct, gc=False):
     size: Any = None  # the real runtime's copy size in bytes
 
 
-class _LooseExt(msgspec.Struct, gc=False):
-    """The same keys untyped, for payloads whose values are odd (floats, nulls, lists)."""
-
-    op: Any = None
-    engine: Any = None
-    dtype: Any = None
-    flops: Any = None
-    bytes: Any = None
-    direction: Any = None
-    launch_ns: Any = None
-    collective: Any = None
-    ranks: Any = None
-    algorithm: Any = None
-    reason: Any = None
-    shapes: Any = None
-    dtypes: Any = None
-    sync: Any = None
-    overhead: Any = None
-    pct_of_peak: Any = None
-    collective_wait: Any = None
-    graph_id: Any = None
-    graph_ops: Any = None
+# The same keys untyped, for payloads whose values are odd (floats, nulls, lists): derived from
+# _Ext so that a key added there is read on both paths.
+_LooseExt = msgspec.defstruct("_LooseExt", [(name, Any, None) for name in _Ext.__struct_fields__],
+                              gc=False)
 
 
 class _LooseData(msgspec.Struct, gc=False):
@@ -142,6 +125,7 @@ class _LooseData(msgspec.Struct, gc=False):
 
 
 _NO_EXT = _Ext()
+_get_graph_ops = attrgetter("graph_ops")
 _decode_loose = msgspec.json.Decoder(_LooseData).decode
 
 
@@ -391,14 +375,18 @@ def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -
     """Each compiled graph's ops as rows nested in its execution, on the same stream: from the
     op's offset for its modelled share (the shares add up to the execution). Their category is
     CUDA's for ranges on a device stream, so no tool counts their time twice."""
+    kernels = np.flatnonzero(placed.kind == ActivityKind.KERNEL)
+    graphs = list(map(_get_graph_ops, take(exts, placed.rows[kernels])))
+    found = np.fromiter(map(is_not, graphs, repeat(None)), dtype=bool, count=len(graphs))
+    if not found.any():  # the common case: no compiled graph, one C-level pass
+        return placed
     parents, ops = [], []
-    for j, i in enumerate(placed.rows.tolist()):
-        graph = exts[i].graph_ops if placed.kind[j] == ActivityKind.KERNEL else None
-        if isinstance(graph, list):
-            for op in graph:
-                if isinstance(op, dict):
-                    parents.append(j)
-                    ops.append(op)
+    for j in np.flatnonzero(found).tolist():
+        graph = graphs[j]
+        for op in graph if isinstance(graph, list) else ():
+            if isinstance(op, dict):
+                parents.append(int(kernels[j]))
+                ops.append(op)
     if not ops:
         return placed
     p = np.asarray(parents, dtype=np.int64)

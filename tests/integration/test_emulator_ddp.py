@@ -4,13 +4,10 @@ on the full batch, and both ranks emit collective (cc_running) events with the g
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from ranks import run_ranks
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -53,12 +50,6 @@ dist.destroy_process_group()
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _reference() -> list:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
@@ -75,16 +66,7 @@ def _reference() -> list:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[Path]:
     tmp = tmp_path_factory.mktemp("ddp")
-    script = tmp / "worker.py"
-    script.write_text(WORKER)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_PROFILER_")}
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp / f"rank{r}")],
-                              env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err[-3000:]
+    run_ranks(WORKER, lambda r: [str(tmp / f"rank{r}")], tmp, timeout=120)
     return [tmp / f"rank{r}" for r in range(2)]
 
 

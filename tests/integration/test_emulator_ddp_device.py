@@ -5,12 +5,9 @@ gradient copies are device work (no host -> device copy per parameter), and a co
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 
 import pytest
+from ranks import run_ranks
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed")
@@ -88,25 +85,10 @@ dist.destroy_process_group()
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     tmp = tmp_path_factory.mktemp("ddp_device")
-    script = tmp / "worker.py"
-    script.write_text(WORKER)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_PROFILER_")}
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp / f"rank{r}.json"),
-                               str(STEPS)], env={**env, "RANK": str(r)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
-    for p in procs:
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err[-3000:]
+    run_ranks(WORKER, lambda r: [str(tmp / f"rank{r}.json"), str(STEPS)], tmp)
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(2)]
 
 
