@@ -64,7 +64,8 @@ def test_graph_ops_are_nested_in_their_execution(profiled: Path) -> None:
         assert (o["pid"], o["tid"]) == (g["pid"], g["tid"])
         assert o["args"][V.ARG_GRAPH_ID] == g["args"][V.ARG_GRAPH_ID]
         assert V.ARG_STREAM not in o["args"]  # not device work of its own
-        assert g["ts"] - 1e-3 <= o["ts"] and o["ts"] + o["dur"] <= g["ts"] + g["dur"] + 2e-3
+        # Kineto widens each nested range by 1 ns a side; ts near 5e12 µs carry float error
+        assert g["ts"] - 3e-3 <= o["ts"] and o["ts"] + o["dur"] <= g["ts"] + g["dur"] + 3e-3
     # the shares fill the execution (Kineto widens each gpu_user_annotation by 1 ns a side)
     assert sum(o["dur"] for o in ops) == pytest.approx(g["dur"], abs=3e-3 * len(ops))
 
