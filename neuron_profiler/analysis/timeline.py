@@ -47,7 +47,7 @@ class QueueSeries:
     device: int
     label: str  # the device's label (NeuronCore N, device <pid>)
     queue: int  # tid
-    name: str  # the queue's thread name, "" when the trace names none
+    name: str  # the queue's thread name (else its string tid), "" when the trace has neither
     busy_ns: int
     segments: Segments
 
@@ -108,7 +108,8 @@ def device_timeline(trace: Trace, work: DeviceWork, idle: IdleTime,
         on = (work.device == device) & (tid == queue)
         busy = I.union(work.start[on], work.end[on])
         queues.append(QueueSeries(device, work.labels[device], queue,
-                                  trace.thread_names.get((device, queue), ""), busy.total,
+                                  trace.thread_names.get((device, queue))
+                                  or trace.tid_labels.get(queue, ""), busy.total,
                                   downsample(busy, start_ns, end_ns, max_segments)))
     series = []
     for d in idle.devices:
