@@ -29,6 +29,8 @@ import pytest
 
 pytest.importorskip("tensorboard")
 
+from tb_plugin_client import cli_document, make_emulator_trace  # noqa: E402
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTEFACTS_ENV = "NEURON_PROF_BROWSER_ARTEFACTS"
@@ -36,30 +38,6 @@ VIEWS = ("Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed",
 HOSTILE = "<img src=x onerror=alert(1)>"
 TIMEOUT_S = 120
 DISTRIBUTED_EMPTY = "not computed by the analyzer yet"
-
-EMULATOR_SCRIPT = r"""
-import sys
-import torch
-from neuron_profiler import emulator
-emulator.enable(cores=1, chip="trn2", numerics=False)
-from neuron_profiler import NEURON
-from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
-
-dev = torch.device("neuron:0")
-w = torch.randn(512, 512).to(dev)
-idx = torch.randint(0, 128, (100_000,)).to(dev)
-with profile(activities=[ProfilerActivity.CPU, NEURON], schedule=schedule(wait=0, warmup=1, active=3),
-             on_trace_ready=tensorboard_trace_handler(sys.argv[1], worker_name="emu")) as p:
-    for i in range(4):
-        x = torch.randn(64, 512).to(dev)
-        for _ in range(4):
-            x = torch.relu(x @ w)
-        x.sum().item()                  # host sync
-        counts = torch.bincount(idx)    # CPU fallback
-        (x + counts[:128].float().sum()).sum().item()
-        p.step()
-"""
-
 
 def _browser_parts() -> None:
     """Skip (fail under CI=true) when Chromium, chromedriver or selenium is missing."""
@@ -105,10 +83,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory, shared_traces: Path) -> Pat
     _browser_parts()
     pytest.importorskip("torch")
     root = tmp_path_factory.mktemp("tb_logdir")
-    proc = subprocess.run([sys.executable, "-c", EMULATOR_SCRIPT, str(root / "emulator")],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (emu,) = (root / "emulator").glob("*.pt.trace.json")
+    emu = make_emulator_trace(root / "emulator")
     (root / "cuda").mkdir()
     shutil.copy(shared_traces / "kineto" / "tb_plugin" / "samples" / "resnet50_num_workers_0"
                 / "worker0.1623143089861.pt.trace.json.gz", root / "cuda")
@@ -122,15 +97,6 @@ def logdir(tmp_path_factory: pytest.TempPathFactory, shared_traces: Path) -> Pat
     (root / "damaged" / "cut.1.pt.trace.json").write_bytes(data[: len(data) * 2 // 3])
     _hostile_trace(root / "hostile" / "h.1.pt.trace.json")
     return root
-
-
-def cli_document(logdir: Path, rel: str) -> dict:
-    """``neuron-prof analyze --json`` of one file, as a separate process."""
-    exe = Path(sys.executable).with_name("neuron-prof")
-    proc = subprocess.run([str(exe), "analyze", "--json", rel], cwd=logdir,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)["traces"][0]
 
 
 # --- the server and the browser ------------------------------------------------------------
