@@ -366,3 +366,33 @@ def test_perfetto_button_posts_the_trace(browser, server: str) -> None:  # noqa:
     assert posted[0]["bytes"] == len(body) > 100
     assert posted[0]["head"] == list(body[:16])
     assert plugin_errors(browser) == []
+
+
+@pytest.mark.slow
+def test_page_shows_progress_while_analysing(browser) -> None:  # noqa: ANN001
+    """An injected delay in the frame: the report route answers 202 three times (fetch
+    stubbed); the page shows the phase and asks again until the report comes."""
+    enter_plugin_frame(browser)
+    browser.execute_script("""
+        window.__statuses = [];
+        window.__asked = 0;
+        new MutationObserver(() => window.__statuses.push(
+            document.getElementById('status').textContent)).observe(
+            document.getElementById('status'), {childList: true, characterData: true, subtree: true});
+        const real = window.fetch;
+        window.fetch = (url, ...rest) => {
+          if (String(url).startsWith('report') && window.__asked++ < 3) {
+            return Promise.resolve(new Response(JSON.stringify(
+              {status: 'analysing', phase: 'loading 1.0 MB', elapsed_s: window.__asked}),
+              {status: 202, headers: {'Content-Type': 'application/json'}}));
+          }
+          return real(url, ...rest);
+        };""")
+    current = browser.execute_script("return run.selectedOptions[0].textContent")
+    choose(browser, "emulator" if current == "cuda" else "cuda")  # a change: a new analysis
+    statuses = browser.execute_script("return window.__statuses")
+    assert browser.execute_script("return window.__asked") >= 4
+    assert "analysing… (loading 1.0 MB, 1 s)" in statuses
+    assert "analysing… (loading 1.0 MB, 3 s)" in statuses
+    assert browser.execute_script("return document.getElementById('status').textContent") == ""
+    assert plugin_errors(browser) == []
