@@ -146,7 +146,7 @@ function timelineChart(series, rowName, color, what) {
       y: seg.start_us.map(() => row), showlegend: false,
       marker: color(s),
       customdata: seg.busy_pct,
-      hovertemplate: row + "<br>%{base:.1f} µs + %{x:.1f} µs<br>" + what + " %{customdata}%<extra></extra>",
+      hovertemplate: "%{y}<br>%{base:,.1f} µs + %{x:,.1f} µs<br>" + what + " %{customdata}%<extra></extra>",
     };
   });
   const rows = new Set(traces.map((t) => t.name)).size;
