@@ -5,6 +5,11 @@ A DIR stands for every ``*.json`` / ``*.json.gz`` under it (``*.pt.trace.json[.g
 a file there that is not a trace is skipped with a warning. A named file that cannot be
 analysed gets one error line; the others are still analysed, and the exit status is 2.
 ``--fail-on RULE`` exits 1 when a rule is breached (the worst trace and device count).
+
+Files are analysed in parallel (``cli.workers``: a local process pool, ``--jobs``, or a Dask
+cluster, ``--scheduler tcp://HOST:PORT``); the ranks of a torch.distributed run (files with a
+rank in ``distributedInfo``) are then compared (``analysis.distributed``: stragglers, collective
+waits), from small per-file summaries.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from neuron_profiler.errors import NeuronProfilerError, TraceLoadError
+from neuron_profiler.errors import NeuronProfilerError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -30,28 +35,39 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 @click.option("--fail-on", "fail_on", multiple=True, metavar="RULE",
               help="METRIC OP NUMBER, e.g. idle_pct>30 (repeatable; metrics: see "
                    "neuron_profiler/analysis/metrics.py). Exit 1 when breached.")
+@click.option("--jobs", "-j", default=None, type=click.IntRange(min=1),
+              help="Processes analysing files at once (default: one per CPU, at most one per "
+                   "file).")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+              help="Analyse the files on this Dask cluster instead (needs the [dask] extra; "
+                   "the workers must see the files at the same paths).")
 def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float,
-            fail_on: tuple[str, ...]) -> None:
-    """Rank what to fix first in each TRACE (or every trace under DIR)."""
+            fail_on: tuple[str, ...], jobs: int | None, scheduler: str | None) -> None:
+    """Rank what to fix first in each TRACE (or every trace under DIR); compare the ranks of a
+    distributed run."""
     from neuron_profiler.analysis import Options
+    from neuron_profiler.analysis.distributed import distributed
     from neuron_profiler.analysis.metrics import parse_rule
+    from neuron_profiler.cli.main import warn
+    from neuron_profiler.cli.workers import analyze_files
 
     rules = [parse_rule(r) for r in fail_on]  # a bad rule: exit 2 before any work
     options = Options(min_gap_ns=round(min_gap_us * 1e3), top=top)
     files, errors = _expand(inputs)
-    reports = []
-    for path, named in files:
-        report, problem = _analyze_one(path, options)
-        if report is not None:
-            reports.append(report)
-        elif named:
-            errors.append((str(path), problem))
+    reports, summaries = [], []
+    for result in analyze_files(files, options, jobs=jobs, scheduler=scheduler):
+        for line in result.warnings:
+            warn(line)
+        if result.report is not None:
+            reports.append(result.report)
+            summaries.append(result.summary)
+        elif result.named:
+            errors.append((result.path, result.problem))
         else:
-            from neuron_profiler.cli.main import warn
-
-            warn(f"{path}: skipped, not a trace ({problem})")
+            warn(f"{result.path}: skipped, not a trace ({result.problem})")
+    cross = distributed(summaries)
     breaches = _breaches(rules, reports)
-    _output(reports, errors, breaches, as_json=as_json, top=top)
+    _output(reports, errors, breaches, cross, as_json=as_json, top=top)
     for path, problem in errors:
         click.echo(f"neuron-prof: error: {path}: {problem}", err=True)
     for b in breaches:
@@ -80,18 +96,6 @@ def _expand(inputs: tuple[Path, ...]) -> tuple[list[tuple[Path, bool]], list[tup
     return files, errors
 
 
-def _analyze_one(path: Path, options):  # noqa: ANN001, ANN202
-    from neuron_profiler.analysis import analyze as run
-    from neuron_profiler.cli.main import load_reported
-    from neuron_profiler.trace import load_trace
-
-    try:
-        trace = load_reported(lambda: load_trace(path))
-    except TraceLoadError as err:
-        return None, err.problem
-    return run(trace, options), ""
-
-
 def _breaches(rules, reports) -> list[dict]:  # noqa: ANN001
     from neuron_profiler.analysis.metrics import metrics, worst
 
@@ -106,11 +110,11 @@ def _breaches(rules, reports) -> list[dict]:  # noqa: ANN001
     return out
 
 
-def _output(reports, errors, breaches, *, as_json: bool, top: int) -> None:  # noqa: ANN001
+def _output(reports, errors, breaches, cross, *, as_json: bool, top: int) -> None:  # noqa: ANN001
     if as_json:
         from neuron_profiler.reports.json_report import to_document
 
-        click.echo(json.dumps(to_document(reports, errors, breaches), indent=1))
+        click.echo(json.dumps(to_document(reports, errors, breaches, cross), indent=1))
         return
     from rich.console import Console
 
@@ -118,4 +122,4 @@ def _output(reports, errors, breaches, *, as_json: bool, top: int) -> None:  # n
 
     probe = Console()  # a terminal's own width, up to 100; a pipe or file gets 100 columns
     console = Console(width=min(probe.width, MAX_WIDTH) if probe.is_terminal else MAX_WIDTH)
-    render_terminal(reports, console=console, top=top)
+    render_terminal(reports, console=console, top=top, cross=cross)

@@ -61,12 +61,15 @@ def _showwarning(message: Warning | str, category: type[Warning], filename: str,
     warn(str(message))
 
 
-def load_reported(load: Callable[[], T], trace_of: Callable[[T], Trace] | None = None) -> T:
+def load_reported(load: Callable[[], T], trace_of: Callable[[T], Trace] | None = None, *,
+                  say: Callable[[str], None] | None = None) -> T:
     """Run ``load`` and report what the loaded trace lost or had changed, so nothing is dropped
     silently: its Python warnings as single lines, then a truncated or damaged file (only if the
     loader did not already warn about it), mistyped events skipped, and each count of
     ``Trace.load_report`` (replaced text, values and nesting, dropped and relabelled ids,
-    trailing data, an unusable baseTimeNanoseconds)."""
+    trailing data, an unusable baseTimeNanoseconds). ``say``: where the lines go (default
+    ``warn``; a worker process collects them for its parent)."""
+    say = say or warn
     from neuron_profiler.trace.loader import TruncatedTraceWarning
 
     with warnings.catch_warnings(record=True) as caught:
@@ -75,19 +78,19 @@ def load_reported(load: Callable[[], T], trace_of: Callable[[T], Trace] | None =
             result = load()
         finally:
             for w in caught:
-                warn(str(w.message))
+                say(str(w.message))
     trace = trace_of(result) if trace_of else cast("Trace", result)
     report = trace.load_report
     if (trace.truncated or report.damage) and not any(
             issubclass(w.category, TruncatedTraceWarning) for w in caught):
         what = report.damage or "file is truncated"
-        warn(f"{trace.source}: {what}; only complete events before the "
+        say(f"{trace.source}: {what}; only complete events before the "
              f"{'damage' if report.damage else 'cut'} were kept")
     if trace.skipped_events:
         n = trace.skipped_events
-        warn(f"{trace.source}: {n} event{'s' * (n != 1)} skipped (mistyped fields)")
+        say(f"{trace.source}: {n} event{'s' * (n != 1)} skipped (mistyped fields)")
     for line in report.lines(trace.source):
-        warn(line)
+        say(line)
     return result
 
 

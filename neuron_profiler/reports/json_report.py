@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from neuron_profiler.analysis.distributed import OUTLIER_ABS_NS, OUTLIER_REL, Distributed
 from neuron_profiler.analysis.idle import ALL_CAUSES
 from neuron_profiler.analysis.metrics import metrics
 from neuron_profiler.analysis.report import Report
@@ -37,14 +38,58 @@ def _pct(part: float, whole: float) -> float:
     return round(100.0 * part / whole, 3) if whole else 0.0
 
 
+NOT_RUN = "the cross-rank analysis was not run (analysis.distributed)"
+
+
 def to_document(reports: list[Report], errors: list[tuple[str, str]] = (),  # type: ignore[assignment]
-                breaches: list[dict[str, Any]] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+                breaches: list[dict[str, Any]] = (),  # type: ignore[assignment]
+                cross: Distributed | None = None) -> dict[str, Any]:
     from neuron_profiler import __version__
 
     return {"schema_version": SCHEMA_VERSION, "tool": f"neuron-profiler {__version__}",
             "traces": [trace_document(r) for r in reports],
             "errors": [{"path": p, "error": e} for p, e in errors],
-            "fail_on": list(breaches)}
+            "fail_on": list(breaches), "distributed": distributed_document(cross)}
+
+
+def distributed_document(d: Distributed | None) -> dict[str, Any]:
+    """The cross-rank analysis; ``available: false`` with a ``reason`` when there is none."""
+    rule = {"rel_pct": 100 * OUTLIER_REL, "abs_us": OUTLIER_ABS_NS / 1e3}
+    if d is None:
+        return {"available": False, "reason": NOT_RUN, "files_without_rank": [],
+                "outlier_rule": rule, "spans": []}
+    return {"available": d.available, "reason": d.reason,
+            "files_without_rank": list(d.without_rank), "outlier_rule": rule,
+            "spans": [_span(s) for s in d.spans]}
+
+
+def _span(s) -> dict[str, Any]:  # noqa: ANN001
+    late = {x.rank for x in s.stragglers}
+    return {
+        "span": s.index, "sources": list(s.sources), "ranks": list(s.ranks),
+        "world_size": s.world_size, "reason": s.reason, "reference_rank": s.reference_rank,
+        "ranks_summary": [
+            {"rank": r.rank, "source": r.source, "steps": r.steps,
+             "step_mean_ms": _ms(r.step_mean_ns), "compute_ms_per_step": _ms(r.compute_ns_per_step),
+             "collective_ms_per_step": _ms(r.collective_ns_per_step),
+             "compute_before_collective_ms": _ms(r.compute_before_mean_ns),
+             "late_arrivals": r.late_arrivals,
+             "wait_recorded_ms": None if r.wait_recorded_ns is None else _ms(r.wait_recorded_ns),
+             "wait_skew_ms": _ms(r.wait_skew_ns), "clock_offset_us": r.clock_offset_ns / 1e3,
+             "clock_aligned": r.clock_aligned, "straggler": r.rank in late} for r in s.rows],
+        "stragglers": [{"rank": x.rank, "metric": x.metric, "value_ms": _ms(x.value_ns),
+                        "others_median_ms": _ms(x.others_median_ns)} for x in s.stragglers],
+        "collectives": [
+            {"group": c.group, "name": c.name, "calls": c.calls,
+             "mean_skew_ms": _ms(c.mean_skew_ns), "max_skew_ms": _ms(c.max_skew_ns),
+             "late_rank": c.late_rank,
+             "per_rank": [{"rank": r, "late": n, "wait_skew_ms": _ms(w),
+                           "wait_recorded_ms": None if rec is None else _ms(rec)}
+                          for r, n, w, rec in zip(c.ranks, c.late_counts, c.wait_skew_ns,
+                                                  c.wait_recorded_ns, strict=True)]}
+            for c in s.collectives],
+        "unmatched": [{"rank": u.rank, "group": u.group, "calls": u.calls} for u in s.unmatched],
+        "mismatched_names": s.mismatched_names}
 
 
 def trace_document(r: Report) -> dict[str, Any]:

@@ -1,0 +1,107 @@
+"""Where ``neuron-prof analyze`` analyses its files: one trace per task, so no process ever holds
+every rank's trace at once::
+
+    results = analyze_files([(path, named), ...], options, jobs=4)              # process pool
+    results = analyze_files(files, options, scheduler="tcp://10.0.0.5:8786")    # Dask cluster
+
+A task loads one trace, analyses it and returns its ``Report``, its small cross-rank summary
+(``analysis.distributed.RankSummary``) and the warning lines its loading produced; the parent
+prints the lines and reduces the summaries. One file, or ``jobs=1``, runs in this process. A task
+that fails (a bad file, a crashed worker) is that file's problem, never the run's; results come
+back in input order whatever the backend, so every backend gives the same output.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from neuron_profiler.errors import NeuronProfilerError, TraceLoadError
+
+if TYPE_CHECKING:
+    from neuron_profiler.analysis import Options, Report
+    from neuron_profiler.analysis.distributed import RankSummary
+
+DASK_HINT = "pip install 'neuron-profiler[dask]'"
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """One file's outcome: a report and summary, or the problem that stopped it."""
+
+    path: str
+    named: bool  # named on the command line (not found under a directory)
+    report: Report | None
+    summary: RankSummary | None
+    problem: str
+    warnings: tuple[str, ...]
+
+
+def analyze_file(path: str, named: bool, options: Options) -> FileResult:
+    """The task: load, analyse, summarise one trace (in whatever process runs it)."""
+    from neuron_profiler.analysis import analyze
+    from neuron_profiler.analysis.distributed import rank_summary
+    from neuron_profiler.cli.main import load_reported
+    from neuron_profiler.trace import load_trace
+
+    lines: list[str] = []
+    try:
+        trace = load_reported(lambda: load_trace(Path(path)), say=lines.append)
+    except TraceLoadError as err:
+        return FileResult(path, named, None, None, err.problem, tuple(lines))
+    try:
+        report = analyze(trace, options)
+        summary = rank_summary(trace, report)
+    except Exception as err:  # noqa: BLE001 -- one file's failure must not stop the others
+        return FileResult(path, named, None, None, f"analysis failed: {type(err).__name__}: "
+                          f"{err}", tuple(lines))
+    return FileResult(path, named, report, summary, "", tuple(lines))
+
+
+def analyze_files(files: list[tuple[Path, bool]], options: Options, *, jobs: int | None = None,
+                  scheduler: str | None = None) -> list[FileResult]:
+    args = [(str(p), named) for p, named in files]
+    if scheduler:
+        return _dask(args, options, scheduler)
+    jobs = jobs or min(len(args), os.cpu_count() or 1)
+    if jobs <= 1 or len(args) <= 1:
+        return [analyze_file(p, named, options) for p, named in args]
+    return _pool(args, options, jobs)
+
+
+def _failed(path: str, named: bool, err: BaseException) -> FileResult:
+    return FileResult(path, named, None, None, f"worker failed: {type(err).__name__}: {err}", ())
+
+
+def _pool(args: list[tuple[str, bool]], options: Options, jobs: int) -> list[FileResult]:
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(analyze_file, p, named, options) for p, named in args]
+        return [_result(f, p, named) for f, (p, named) in zip(futures, args, strict=True)]
+
+
+def _result(future, path: str, named: bool) -> FileResult:  # noqa: ANN001
+    try:
+        return future.result()
+    except Exception as err:  # noqa: BLE001 -- a crashed worker: that file's error line
+        return _failed(path, named, err)
+
+
+def _dask(args: list[tuple[str, bool]], options: Options, address: str) -> list[FileResult]:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise NeuronProfilerError(f"--scheduler needs dask.distributed ({DASK_HINT})",
+                                  exit_code=2) from None
+    try:
+        client = Client(address, timeout=30)
+    except (OSError, TimeoutError) as err:
+        raise NeuronProfilerError(f"--scheduler {address}: cannot connect ({err})",
+                                  exit_code=2) from None
+    with client:
+        futures = client.map(analyze_file, [p for p, _ in args], [n for _, n in args],
+                             options=options, pure=False)
+        return [_result(f, p, named) for f, (p, named) in zip(futures, args, strict=True)]
