@@ -11,6 +11,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from neuron_profiler.analysis.distributed import (
+    OUTLIER_ABS_NS,
+    OUTLIER_REL,
+    Distributed,
+    SpanAnalysis,
+)
 from neuron_profiler.analysis.idle import ALL_CAUSES
 from neuron_profiler.analysis.report import Report
 
@@ -26,7 +32,9 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}" if whole else "-"
 
 
-def render_terminal(reports: list[Report], *, console: Console, top: int = 10) -> None:
+def render_terminal(reports: list[Report], *, console: Console, top: int = 10,
+                    cross: Distributed | None = None) -> None:
+    """Each report, then the cross-rank analysis when given (``cross``)."""
     for report in reports:
         _header(report, console)
         if report.findings.findings:
@@ -46,6 +54,74 @@ def render_terminal(reports: list[Report], *, console: Console, top: int = 10) -
             console.print(_hta_table(report))
         if report.tb_breakdown is not None and report.tb_breakdown.steps:
             console.print(_tb_table(report, top))
+    if cross is not None and (len(reports) > 1 or cross.available):
+        render_distributed(cross, console=console, top=top)
+
+
+def render_distributed(d: Distributed, *, console: Console, top: int = 10) -> None:
+    console.rule("[bold]Multi-rank[/] (docs/analysis.md)", characters="=")
+    if d.without_rank:
+        console.print(f"[yellow]note:[/] {len(d.without_rank)} file(s) without a rank in "
+                      "distributedInfo take no part")
+    if d.reason:
+        console.print(f"no cross-rank analysis: {d.reason}")
+    for span in d.spans:
+        if span.reason is None:
+            _span(span, console, top)
+        elif d.reason is None:
+            console.print(f"span {span.index} ({', '.join(span.sources)}): {span.reason}",
+                          overflow="fold", highlight=False)
+
+
+def _span(s: SpanAnalysis, console: Console, top: int) -> None:
+    world = f" of {s.world_size}" if s.world_size else ""
+    console.print(f"[bold]span {s.index}[/]: ranks {_ranks(s.ranks)}{world} · clocks aligned on "
+                  f"collective ends (reference rank {s.reference_rank})", highlight=False)
+    for x in s.stragglers:
+        what = "step time" if x.metric == "step_time" else "compute before collectives"
+        console.print(f"[red]straggler:[/] rank {x.rank}: {what} {_ms(x.value_ns)} ms vs "
+                      f"{_ms(x.others_median_ns)} ms (median of the others)", highlight=False)
+    if not s.stragglers:
+        console.print(f"no straggler (rule: > {100 * OUTLIER_REL:g}% and >= "
+                      f"{OUTLIER_ABS_NS / 1e3:g} µs over the other ranks' median)")
+    late = {x.rank for x in s.stragglers}
+    t = _table("Per rank (ms; per step, or per collective for \"before\"; waits over the span)",
+               "rank", "step", "compute", "coll.", "before", "late", "wait rec.",
+               "wait skew", "clock µs")
+    rows = sorted(s.rows, key=lambda r: (r.rank not in late, r.rank))
+    for r in rows[:top]:
+        t.add_row(f"{r.rank}{' *' * (r.rank in late)}", _ms(r.step_mean_ns),
+                  _ms(r.compute_ns_per_step), _ms(r.collective_ns_per_step),
+                  _ms(r.compute_before_mean_ns), str(r.late_arrivals),
+                  "-" if r.wait_recorded_ns is None else _ms(r.wait_recorded_ns),
+                  _ms(r.wait_skew_ns),
+                  f"{r.clock_offset_ns / 1e3:,.1f}" if r.clock_aligned else "n/a")
+    t.caption = ("* straggler; before = compute before a collective; late = times it arrived "
+                 "last; wait rec. = collective-wait slices; wait skew = from arrival skew"
+                 + (f"; first {top} of {len(rows)} ranks (--top)" if len(rows) > top else ""))
+    console.print(t)
+    if s.collectives:
+        c = _table("Collective wait skew (ms; matched by order in each process group)",
+                   "group", "collective", "calls", "mean skew", "max skew", "late rank",
+                   "longest waits (rank: ms)", wrap=("group", "collective",
+                                                     "longest waits (rank: ms)"))
+        for x in sorted(s.collectives, key=lambda x: -x.mean_skew_ns * x.calls)[:top]:
+            waits = sorted(zip(x.ranks, x.wait_skew_ns, strict=True), key=lambda p: -p[1])
+            c.add_row(x.group, x.name, str(x.calls), _ms(x.mean_skew_ns), _ms(x.max_skew_ns),
+                      f"{x.late_rank} ({x.late_counts[x.ranks.index(x.late_rank)]}/{x.calls})",
+                      ", ".join(f"{r}: {_ms(w)}" for r, w in waits[:3]))
+        console.print(c)
+    for u in s.unmatched[:top]:
+        console.print(f"[yellow]note:[/] rank {u.rank}: {u.calls} call(s) of {u.group} have no "
+                      "match on every rank of the group (not compared)", highlight=False)
+    if s.mismatched_names:
+        console.print(f"[yellow]note:[/] {s.mismatched_names} matched instance(s) name "
+                      "different collectives on different ranks", highlight=False)
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return ", ".join(map(str, ranks)) if len(ranks) <= 8 else (
+        f"{', '.join(map(str, ranks[:4]))}, ... ({len(ranks)} ranks)")
 
 
 def _header(r: Report, console: Console) -> None:
