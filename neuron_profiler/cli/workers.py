@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from neuron_profiler.analysis.distributed import RankSummary
 
 DASK_HINT = "pip install 'neuron-profiler[dask]'"
+CONNECT_TIMEOUT_S = 30  # a scheduler that does not answer by then is an error
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def _dask(args: list[tuple[str, bool]], options: Options, address: str) -> list[
         raise NeuronProfilerError(f"--scheduler needs dask.distributed ({DASK_HINT})",
                                   exit_code=2) from None
     try:
-        client = Client(address, timeout=30)
+        client = Client(address, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError) as err:
         raise NeuronProfilerError(f"--scheduler {address}: cannot connect ({err})",
                                   exit_code=2) from None
