@@ -1,6 +1,6 @@
 """Cross-rank analysis: stragglers and collective-wait skew over the ranks of one job::
 
-    summaries = [rank_summary(trace, analyze(trace)) for trace in traces]   # one per file
+    summaries = [analyze(trace).rank_summary for trace in traces]   # one per file (rank_summary)
     result = distributed(summaries)          # Distributed: spans, per-rank rows, collectives
     result.spans[0].stragglers, result.spans[0].collectives[0].late_rank
 
@@ -28,18 +28,25 @@ process needs every rank's trace. Rules (docs/analysis.md, "Multi-rank"):
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis._args import arg_values, as_int
-from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, device_work
-from neuron_profiler.analysis.report import Report
+from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DeviceWork
+from neuron_profiler.analysis.breakdown import StepBreakdown
+from neuron_profiler.analysis.steps import Steps
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
+
+if TYPE_CHECKING:
+    from neuron_profiler.analysis.report import Report
 
 OUTLIER_REL = 0.05  # a straggler is over 5% slower than the median of the other ranks ...
 OUTLIER_ABS_NS = 50_000  # ... and by at least 50 µs (the idle-gap threshold: noise below it)
@@ -158,28 +165,26 @@ class Distributed:
 
 
 # -- one rank ---------------------------------------------------------------------------------
-def rank_summary(trace: Trace, report: Report) -> RankSummary:
-    info = trace.metadata.get("distributedInfo")
+def rank_summary(trace: Trace, work: DeviceWork, steps: Steps, b: StepBreakdown) -> RankSummary:
+    info = trace.metadata.get(V.META_DISTRIBUTED)
     rank = world = None
     if isinstance(info, dict):
-        rank, world = _int_or_none(info.get("rank")), _int_or_none(info.get("world_size"))
-    steps = report.steps
-    b = report.breakdown
+        rank = _int_or_none(info.get(V.DIST_RANK))
+        world = _int_or_none(info.get(V.DIST_WORLD_SIZE))
     return RankSummary(
-        source=report.source, rank=rank, world_size=world,
+        source=trace.source, rank=rank, world_size=world,
         window_start_ns=int(steps.start_ns.min()), window_end_ns=int(steps.end_ns.max()),
         step_wall_ns=tuple(steps.wall_ns.tolist()),
         compute_ns=int(sum(d.compute_ns.sum() for d in b.devices)),
         collective_ns=int(sum(d.collective_ns.sum() for d in b.devices)),
-        **_calls(trace, report))
+        **_calls(trace, work, steps))
 
 
 def _int_or_none(x: object) -> int | None:
     return x if type(x) is int else (int(x) if isinstance(x, str) and x.isdigit() else None)
 
 
-def _calls(trace: Trace, report: Report) -> dict:
-    work = device_work(trace)
+def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
     on = np.flatnonzero(work.queue == COLLECTIVE)
     if len(on) == 0:
         return {"recorded_waits": False, "calls": ()}
@@ -204,7 +209,7 @@ def _calls(trace: Trace, report: Report) -> dict:
         pos = np.flatnonzero(device[coll] == d)[k[ok]]
         np.add.at(wait_of, pos, end[w[ok]] - start[w[ok]])
         np.minimum.at(first_wait, pos, start[w[ok]])
-    compute = _compute_before(work, device[coll], first_wait, end[coll], report)
+    compute = _compute_before(work, device[coll], first_wait, end[coll], steps)
     calls = []
     for j, i in enumerate(coll.tolist()):
         ranks = args[V.ARG_GROUP_RANKS][i]
@@ -218,12 +223,11 @@ def _calls(trace: Trace, report: Report) -> dict:
     return {"recorded_waits": bool(len(waits)), "calls": tuple(calls)}
 
 
-def _compute_before(work, device: np.ndarray, arrival: np.ndarray,  # noqa: ANN001
-                    end: np.ndarray, report: Report) -> np.ndarray:
+def _compute_before(work: DeviceWork, device: np.ndarray, arrival: np.ndarray,
+                    end: np.ndarray, steps: Steps) -> np.ndarray:
     """Device compute time from the previous collective's end on the device (or the start of
     the step holding the arrival, whichever is later) to each arrival."""
     out = np.zeros(len(arrival), np.int64)
-    steps = report.steps
     k = np.clip(np.searchsorted(steps.start_ns, arrival, side="right") - 1, 0, len(steps) - 1)
     step_start = steps.start_ns[k]
     for d in np.unique(device).tolist():
@@ -234,6 +238,13 @@ def _compute_before(work, device: np.ndarray, arrival: np.ndarray,  # noqa: ANN0
         busy = I.union(work.start[on], work.end[on])
         out[pick] = I.overlap_per_window(busy, lo, arrival[pick]).astype(np.int64)
     return out
+
+
+def summaries_of(reports: Iterable[Report]) -> list[RankSummary]:
+    """The reports' rank summaries, under the reports' own source names (a caller may rename a
+    report, e.g. to a path relative to a log directory)."""
+    return [dataclasses.replace(r.rank_summary, source=r.source) for r in reports
+            if r.rank_summary is not None]
 
 
 # -- spans ------------------------------------------------------------------------------------

@@ -106,9 +106,9 @@ NO_LAUNCH = np.iinfo(np.int64).min
 
 
 def rank_of(trace: Trace) -> int:
-    info = trace.metadata.get("distributedInfo")
+    info = trace.metadata.get(V.META_DISTRIBUTED)
     try:
-        return int(info.get("rank", 0)) if isinstance(info, dict) else 0
+        return int(info.get(V.DIST_RANK, 0)) if isinstance(info, dict) else 0
     except (TypeError, ValueError):
         return 0
 

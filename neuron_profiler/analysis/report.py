@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from neuron_profiler.analysis._device import device_work
 from neuron_profiler.analysis.breakdown import StepBreakdown, step_breakdown
+from neuron_profiler.analysis.distributed import RankSummary, rank_summary
 from neuron_profiler.analysis.findings import Findings, findings
 from neuron_profiler.analysis.hta_compat import (
     HtaIdle,
@@ -69,6 +70,7 @@ class Report:
     notes: tuple[str, ...] = ()
     load_warnings: tuple[str, ...] = ()
     timeline: DeviceTimeline | None = None
+    rank_summary: RankSummary | None = None  # what the cross-rank analysis needs (small)
 
     def to_trace_us(self, ns: int) -> float:
         """An absolute ns time as the trace file writes it (µs, relative to its base)."""
@@ -81,15 +83,17 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
     steps = find_steps(trace, work)
     hta_temporal, hta_idle = hta_breakdowns(trace) if options.hta else (None, None)
     idle = idle_time(trace, work, steps, min_gap_ns=options.min_gap_ns, top=options.top)
+    breakdown = step_breakdown(trace, work, steps)
     notes = (NOTE_NO_STEPS,) * (not steps.from_profiler_steps) + (NOTE_HOST_ONLY,) * (
         len(work) == 0)
     return Report(
         source=trace.source, rank=rank_of(trace), base_ns=file_base_ns(trace.metadata),
-        has_device=len(work) > 0, steps=steps, breakdown=step_breakdown(trace, work, steps),
+        has_device=len(work) > 0, steps=steps, breakdown=breakdown,
         idle=idle, findings=findings(trace, work, steps, idle),
         summary=op_kernel_summary(trace, work),
         hta_temporal=hta_temporal, hta_idle=hta_idle,
         tb_breakdown=tb_profiler_breakdown(trace) if options.tb else None,
         options=options, notes=notes, load_warnings=trace.load_warnings(),
         timeline=None if options.timeline_segments is None else device_timeline(
-            trace, work, idle, options.timeline_segments))
+            trace, work, idle, options.timeline_segments),
+        rank_summary=rank_summary(trace, work, steps, breakdown))

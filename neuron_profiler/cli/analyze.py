@@ -46,7 +46,7 @@ def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float
     """Rank what to fix first in each TRACE (or every trace under DIR); compare the ranks of a
     distributed run."""
     from neuron_profiler.analysis import Options
-    from neuron_profiler.analysis.distributed import distributed
+    from neuron_profiler.analysis.distributed import distributed, summaries_of
     from neuron_profiler.analysis.metrics import parse_rule
     from neuron_profiler.cli.main import warn
     from neuron_profiler.cli.workers import analyze_files
@@ -54,18 +54,17 @@ def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float
     rules = [parse_rule(r) for r in fail_on]  # a bad rule: exit 2 before any work
     options = Options(min_gap_ns=round(min_gap_us * 1e3), top=top)
     files, errors = _expand(inputs)
-    reports, summaries = [], []
+    reports = []
     for result in analyze_files(files, options, jobs=jobs, scheduler=scheduler):
         for line in result.warnings:
             warn(line)
         if result.report is not None:
             reports.append(result.report)
-            summaries.append(result.summary)
         elif result.named:
             errors.append((result.path, result.problem))
         else:
             warn(f"{result.path}: skipped, not a trace ({result.problem})")
-    cross = distributed(summaries)
+    cross = distributed(summaries_of(reports))
     breaches = _breaches(rules, reports)
     _output(reports, errors, breaches, cross, as_json=as_json, top=top)
     for path, problem in errors:

@@ -4,9 +4,9 @@ every rank's trace at once::
     results = analyze_files([(path, named), ...], options, jobs=4)              # process pool
     results = analyze_files(files, options, scheduler="tcp://10.0.0.5:8786")    # Dask cluster
 
-A task loads one trace, analyses it and returns its ``Report``, its small cross-rank summary
-(``analysis.distributed.RankSummary``) and the warning lines its loading produced; the parent
-prints the lines and reduces the summaries. One file, or ``jobs=1``, runs in this process. A task
+A task loads one trace, analyses it and returns its ``Report`` (with its small cross-rank
+summary, ``Report.rank_summary``) and the warning lines its loading produced; the parent prints
+the lines and reduces the summaries. One file, or ``jobs=1``, runs in this process. A task
 that fails (a bad file, a crashed worker) is that file's problem, never the run's; results come
 back in input order whatever the backend, so every backend gives the same output.
 """
@@ -22,7 +22,6 @@ from neuron_profiler.errors import NeuronProfilerError, TraceLoadError
 
 if TYPE_CHECKING:
     from neuron_profiler.analysis import Options, Report
-    from neuron_profiler.analysis.distributed import RankSummary
 
 DASK_HINT = "pip install 'neuron-profiler[dask]'"
 CONNECT_TIMEOUT_S = 30  # a scheduler that does not answer by then is an error
@@ -30,12 +29,11 @@ CONNECT_TIMEOUT_S = 30  # a scheduler that does not answer by then is an error
 
 @dataclass(frozen=True)
 class FileResult:
-    """One file's outcome: a report and summary, or the problem that stopped it."""
+    """One file's outcome: a report, or the problem that stopped it."""
 
     path: str
     named: bool  # named on the command line (not found under a directory)
     report: Report | None
-    summary: RankSummary | None
     problem: str
     warnings: tuple[str, ...]
 
@@ -43,7 +41,6 @@ class FileResult:
 def analyze_file(path: str, named: bool, options: Options) -> FileResult:
     """The task: load, analyse, summarise one trace (in whatever process runs it)."""
     from neuron_profiler.analysis import analyze
-    from neuron_profiler.analysis.distributed import rank_summary
     from neuron_profiler.cli.main import load_reported
     from neuron_profiler.trace import load_trace
 
@@ -51,14 +48,13 @@ def analyze_file(path: str, named: bool, options: Options) -> FileResult:
     try:
         trace = load_reported(lambda: load_trace(Path(path)), say=lines.append)
     except TraceLoadError as err:
-        return FileResult(path, named, None, None, err.problem, tuple(lines))
+        return FileResult(path, named, None, err.problem, tuple(lines))
     try:
         report = analyze(trace, options)
-        summary = rank_summary(trace, report)
     except Exception as err:  # noqa: BLE001 -- one file's failure must not stop the others
-        return FileResult(path, named, None, None, f"analysis failed: {type(err).__name__}: "
-                          f"{err}", tuple(lines))
-    return FileResult(path, named, report, summary, "", tuple(lines))
+        return FileResult(path, named, None, f"analysis failed: {type(err).__name__}: {err}",
+                          tuple(lines))
+    return FileResult(path, named, report, "", tuple(lines))
 
 
 def analyze_files(files: list[tuple[Path, bool]], options: Options, *, jobs: int | None = None,
@@ -73,7 +69,7 @@ def analyze_files(files: list[tuple[Path, bool]], options: Options, *, jobs: int
 
 
 def _failed(path: str, named: bool, err: BaseException) -> FileResult:
-    return FileResult(path, named, None, None, f"worker failed: {type(err).__name__}: {err}", ())
+    return FileResult(path, named, None, f"worker failed: {type(err).__name__}: {err}", ())
 
 
 def _pool(args: list[tuple[str, bool]], options: Options, jobs: int) -> list[FileResult]:

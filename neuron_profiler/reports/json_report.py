@@ -14,7 +14,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from neuron_profiler.analysis.distributed import OUTLIER_ABS_NS, OUTLIER_REL, Distributed
+from neuron_profiler.analysis.distributed import (
+    OUTLIER_ABS_NS,
+    OUTLIER_REL,
+    Distributed,
+    distributed,
+    summaries_of,
+)
 from neuron_profiler.analysis.idle import ALL_CAUSES
 from neuron_profiler.analysis.metrics import metrics
 from neuron_profiler.analysis.report import Report
@@ -38,26 +44,24 @@ def _pct(part: float, whole: float) -> float:
     return round(100.0 * part / whole, 3) if whole else 0.0
 
 
-NOT_RUN = "the cross-rank analysis was not run (analysis.distributed)"
-
-
 def to_document(reports: list[Report], errors: list[tuple[str, str]] = (),  # type: ignore[assignment]
                 breaches: list[dict[str, Any]] = (),  # type: ignore[assignment]
                 cross: Distributed | None = None) -> dict[str, Any]:
+    """``cross``: the cross-rank analysis of these reports (``analysis.distributed``), reduced
+    from their rank summaries when not given."""
     from neuron_profiler import __version__
 
+    if cross is None:
+        cross = distributed(summaries_of(reports))
     return {"schema_version": SCHEMA_VERSION, "tool": f"neuron-profiler {__version__}",
             "traces": [trace_document(r) for r in reports],
             "errors": [{"path": p, "error": e} for p, e in errors],
             "fail_on": list(breaches), "distributed": distributed_document(cross)}
 
 
-def distributed_document(d: Distributed | None) -> dict[str, Any]:
+def distributed_document(d: Distributed) -> dict[str, Any]:
     """The cross-rank analysis; ``available: false`` with a ``reason`` when there is none."""
     rule = {"rel_pct": 100 * OUTLIER_REL, "abs_us": OUTLIER_ABS_NS / 1e3}
-    if d is None:
-        return {"available": False, "reason": NOT_RUN, "files_without_rank": [],
-                "outlier_rule": rule, "spans": []}
     return {"available": d.available, "reason": d.reason,
             "files_without_rank": list(d.without_rank), "outlier_rule": rule,
             "spans": [_span(s) for s in d.spans]}

@@ -140,6 +140,8 @@ NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
 
 # -- top-level metadata keys ---------------------------------------------------------------------
 META_BASE_TIME = "baseTimeNanoseconds"  # Kineto's: ts values are µs relative to this (ns)
+META_DISTRIBUTED = "distributedInfo"  # Kineto's: the rank of a torch.distributed run
+DIST_RANK, DIST_WORLD_SIZE = "rank", "world_size"  # keys of distributedInfo
 META_SOURCE = "neuron_source"  # emulator, libnrt, merge, none
 META_DROPPED = "neuron_dropped_events"  # per core: ring-buffer drops the runtime reported
 DROPS_UNKNOWN = "unknown"  # META_DROPPED when the source does not report drops (libnrt)

@@ -17,7 +17,6 @@ from neuron_profiler.analysis.distributed import (
     REASON_NO_RANK,
     distributed,
     is_outlier,
-    rank_summary,
 )
 from neuron_profiler.analysis.report import analyze
 from neuron_profiler.cli.main import main
@@ -73,7 +72,7 @@ def summaries(paths: list[Path]):  # noqa: ANN201
     out = []
     for p in paths:
         trace = load_trace(p)
-        out.append(rank_summary(trace, analyze(trace)))
+        out.append(analyze(trace).rank_summary)
     return out
 
 
