@@ -17,7 +17,8 @@ process needs every rank's trace. Rules (docs/analysis.md, "Multi-rank"):
   it on its device are its recorded wait, and its **arrival** is the start of the first of them
   (else the collective's own start). Process group: ``Process Group Ranks`` when the row names
   them, else the device stream (NCCL runs one communicator per stream).
-- **Matching**: the k-th call of a group on each rank of the group is one collective instance.
+- **Matching**: the k-th call of a group on each rank of the group is one collective instance
+  (a rank with collectives on several devices matches each device's calls apart).
 - **Clocks**: aligned on collective ends (every rank leaves a collective together): a rank's
   offset is the median over shared instances of (its end - the reference rank's end), the
   reference being the lowest rank (ranks sharing no instance with it go through aligned ones).
@@ -81,7 +82,7 @@ class RankSummary:
     step_wall_ns: tuple[int, ...]
     compute_ns: int  # device compute over the steps (all devices)
     collective_ns: int
-    recorded_waits: bool  # the trace has collective-wait rows
+    recorded_waits: bool  # the trace has collective-wait rows (its producer records waits)
     calls: tuple[CollectiveCall, ...]
 
 
@@ -210,11 +211,14 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
         np.add.at(wait_of, pos, end[w[ok]] - start[w[ok]])
         np.minimum.at(first_wait, pos, start[w[ok]])
     compute = _compute_before(work, device[coll], first_wait, end[coll], steps)
+    several = len(np.unique(device[coll])) > 1  # then each device's calls are matched apart
     calls = []
     for j, i in enumerate(coll.tolist()):
         ranks = args[V.ARG_GROUP_RANKS][i]
         group = (f"ranks {','.join(str(r) for r in ranks)}" if isinstance(ranks, list) and ranks
                  else f"stream {stream[i]}" if stream[i] >= 0 else f"device {device[i]}")
+        if several and not group.startswith("device"):
+            group += f" on device {device[i]}"
         name = args[V.ARG_COLLECTIVE][i]
         calls.append(CollectiveCall(
             group=group, name=str(name) if name is not None else names[i],
