@@ -68,16 +68,27 @@ def analyze_files(files: list[tuple[Path, bool]], options: Options, *, jobs: int
     return _pool(args, options, jobs)
 
 
+BROKEN = "worker failed: BrokenProcessPool"
+
+
 def _failed(path: str, named: bool, err: BaseException) -> FileResult:
     return FileResult(path, named, None, f"worker failed: {type(err).__name__}: {err}", ())
 
 
 def _pool(args: list[tuple[str, bool]], options: Options, jobs: int) -> list[FileResult]:
+    """A worker that dies (a crash, the OOM killer) breaks the whole pool: the files it took
+    down with it are rerun one per fresh process, so only the file that kills its process
+    fails."""
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(analyze_file, p, named, options) for p, named in args]
-        return [_result(f, p, named) for f, (p, named) in zip(futures, args, strict=True)]
+        results = [_result(f, p, named) for f, (p, named) in zip(futures, args, strict=True)]
+    for i, (p, named) in enumerate(args):
+        if results[i].problem.startswith(BROKEN):
+            with ProcessPoolExecutor(max_workers=1) as alone:
+                results[i] = _result(alone.submit(analyze_file, p, named, options), p, named)
+    return results
 
 
 def _result(future, path: str, named: bool) -> FileResult:  # noqa: ANN001

@@ -20,6 +20,7 @@ from neuron_profiler.analysis.distributed import (
 )
 from neuron_profiler.analysis.report import analyze
 from neuron_profiler.cli.main import main
+from neuron_profiler.cli.workers import analyze_file as real_analyze_file
 from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.reports.json_report import schema_text
 from neuron_profiler.trace import EventKind, TraceBuilder, load_trace
@@ -168,6 +169,32 @@ def test_bad_file_among_good_ranks(tmp_path: Path, capsys: pytest.CaptureFixture
     assert [t["rank"] for t in doc["traces"]] == [0, 1]
     assert [e["path"] for e in doc["errors"]] == [str(bad)]
     assert doc["distributed"]["available"] and doc["distributed"]["spans"][0]["ranks"] == [0, 1]
+
+
+def crash_on_marker(path: str, named: bool, options):  # noqa: ANN001, ANN201
+    """A worker task that kills its process on files named ``crash*`` (a segfault, the OOM
+    killer); the real task otherwise."""
+    import os
+
+    if Path(path).name.startswith("crash"):
+        os._exit(9)
+    return real_analyze_file(path, named, options)
+
+
+def test_a_worker_that_dies_fails_only_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from neuron_profiler.cli import workers
+
+    paths = [rank_trace(tmp_path / f"r{r}.json", r, {0: 5 * MS, 1: 12 * MS}) for r in (0, 1)]
+    crash = rank_trace(tmp_path / "crash.json", 2, {0: MS, 1: MS, 2: MS}, world=3)
+    monkeypatch.setattr(workers, "analyze_file", crash_on_marker)
+    code, out, err = run(["analyze", "--json", "--jobs", "2", str(paths[0]), str(crash),
+                          str(paths[1])], capsys)
+    assert code == 2
+    assert err.count(f"neuron-prof: error: {crash}: worker failed") == 1
+    doc = json.loads(out)
+    assert [t["rank"] for t in doc["traces"]] == [0, 1]
+    assert doc["distributed"]["available"]
 
 
 def test_fail_on_counts_the_worst_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]
