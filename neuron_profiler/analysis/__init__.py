@@ -7,6 +7,9 @@ consume. One module per question:
 - ``hta_compat``: HTA 0.5.0's temporal and idle-time breakdowns, reproduced;
 - ``tb_profiler``: torch-tb-profiler 0.4.3's step-time breakdown, reproduced;
 - ``counters``: device busy % and DMA bandwidth over time;
+- ``findings``: what to fix first, ranked by recoverable time; CPU-fallback groups;
+- ``timeline``: which idle gaps a timeline draws, and a count of those it leaves out;
+- ``pareto``: the CPU-fallback groups by recoverable time, with the cumulative %;
 - ``report``: ``analyze(trace) -> Report``, all of the above composed.
 
     from neuron_profiler.analysis import analyze

@@ -5,6 +5,8 @@ A DIR stands for every ``*.json`` / ``*.json.gz`` under it (``*.pt.trace.json[.g
 a file there that is not a trace is skipped with a warning. A named file that cannot be
 analysed gets one error line; the others are still analysed, and the exit status is 2.
 ``--fail-on RULE`` exits 1 when a rule is breached (the worst trace and device count).
+``--html FILE`` also writes one self-contained HTML page holding every trace analysed (a
+section each) and the inputs that could not be.
 """
 
 from __future__ import annotations
@@ -30,13 +32,20 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 @click.option("--fail-on", "fail_on", multiple=True, metavar="RULE",
               help="METRIC OP NUMBER, e.g. idle_pct>30 (repeatable; metrics: see "
                    "neuron_profiler/analysis/metrics.py). Exit 1 when breached.")
+@click.option("--html", "html", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="Also write the report as one self-contained HTML page (charts; works "
+                   "offline), every trace in it.")
 def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float,
-            fail_on: tuple[str, ...]) -> None:
+            fail_on: tuple[str, ...], html: Path | None) -> None:
     """Rank what to fix first in each TRACE (or every trace under DIR)."""
     from neuron_profiler.analysis import Options
     from neuron_profiler.analysis.metrics import parse_rule
 
     rules = [parse_rule(r) for r in fail_on]  # a bad rule: exit 2 before any work
+    if html is not None:
+        from neuron_profiler.exporters._output import check_output
+
+        check_output(html, inputs)  # before loading: an input is never overwritten
     options = Options(min_gap_ns=round(min_gap_us * 1e3), top=top)
     files, errors = _expand(inputs)
     reports = []
@@ -52,6 +61,13 @@ def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float
             warn(f"{path}: skipped, not a trace ({problem})")
     breaches = _breaches(rules, reports)
     _output(reports, errors, breaches, as_json=as_json, top=top)
+    if html is not None:
+        from neuron_profiler.reports.html_report import write_html
+
+        write_html(reports, html, errors)  # atomic; OutputError
+        n = len(reports)
+        click.echo(f"neuron-prof: wrote the HTML report ({n} trace{'s' * (n != 1)}) to {html}",
+                   err=True)
     for path, problem in errors:
         click.echo(f"neuron-prof: error: {path}: {problem}", err=True)
     for b in breaches:
