@@ -91,3 +91,48 @@ def assert_offline(page: Page) -> None:
         for key in ("src", "href"):
             value = attrs.get(key) or ""
             assert not URL.match(value), (tag, attrs)
+
+
+def assert_matches_report(page: Page, report: Any, i: int = 0) -> None:
+    """The charts of section ``i`` hold the report's numbers: the breakdown's series per step
+    and device (bars adding up to the wall time), every gap counted per device and cause in the
+    timeline, and the fallback Pareto (or the empty-state message when there is none)."""
+    import numpy as np
+
+    from neuron_profiler.analysis.idle import ALL_CAUSES
+
+    figures = page.figures()
+    b = report.breakdown
+    if b.devices:
+        series = {t["meta"]: t for t in figures[f"chart-{i}-breakdown"]["data"]}
+        idle = {d.device: d for d in report.idle.devices}
+        for key in ("compute_ns", "collective_only_ns", "dma_only_ns"):
+            want = [int(v) for d in b.devices for v in getattr(d, key)]
+            assert [round(v * 1e6) for v in series[key]["y"]] == want, key
+        for cause in ALL_CAUSES:
+            want = [s[cause] for d in b.devices for s in idle[d.device].per_step_by_cause_ns]
+            got = series.get(f"idle:{cause}")
+            assert (got is None and not any(want)) or [
+                round(v * 1e6) for v in got["y"]] == want, cause
+        stack = np.sum([t["y"] for t in series.values() if t["type"] == "bar"], axis=0)
+        assert np.allclose(stack * 1e6, np.tile(b.wall_ns, len(b.devices)), atol=1)
+    gaps = report.idle
+    timeline = figures.get(f"chart-{i}-timeline", {"data": []})["data"]
+    for device in {d.device for d in gaps.devices}:
+        mine = gaps.gap_device == device
+        want = np.bincount(gaps.gap_cause[mine], minlength=len(ALL_CAUSES))
+        got = np.zeros(len(ALL_CAUSES), np.int64)
+        for t in timeline:
+            if t["meta"]["device"] == device:
+                got[ALL_CAUSES.index(t["meta"]["cause"])] += t["meta"]["gaps"]
+                assert len(t["x"]) == t["meta"]["drawn"] <= t["meta"]["gaps"]
+        assert got.tolist() == want.tolist(), device
+    groups = sorted(report.findings.fallbacks, key=lambda g: -g.recoverable_ns)
+    if not groups:
+        assert f"chart-{i}-pareto" not in figures
+        return
+    bars, line = figures[f"chart-{i}-pareto"]["data"]
+    assert [round(v * 1e6) for v in bars["y"]] == [g.recoverable_ns for g in groups]
+    total = sum(g.recoverable_ns for g in groups)
+    running = np.cumsum([g.recoverable_ns for g in groups])
+    assert np.allclose(line["y"], 100 * running / total if total else 0 * running)

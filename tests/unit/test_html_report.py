@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from html_checks import Page, assert_offline, parse
+from html_checks import Page, assert_matches_report, assert_offline, parse
 from trace_factory import US, Build
 
 from neuron_profiler.analysis import Options, analyze
@@ -156,6 +156,11 @@ def test_trace_text_is_escaped_everywhere(two_core) -> None:  # noqa: ANN001
     # only the page's own scripts: plotly.js, one figure per chart, the boot script
     assert len(page.scripts) == 1 + 3 + 1
     assert "".join(page.text).count(HOSTILE) >= 2  # the findings and fallback tables
+
+
+def test_the_shared_check_agrees(two_core) -> None:  # noqa: ANN001
+    report, page = two_core
+    assert_matches_report(page, report)
 
 
 def test_page_is_offline(two_core) -> None:  # noqa: ANN001
