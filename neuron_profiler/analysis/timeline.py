@@ -39,11 +39,12 @@ class CauseCount:
 
 @dataclass(frozen=True)
 class IdleTimeline:
-    """Args: max_gaps: the budget; device / start_ns / end_ns / cause: the gaps drawn (cause: an
-    index into ALL_CAUSES), by device then start; counts: one row per device and cause that
-    has gaps."""
+    """Args: max_gaps: the budget; per_device: each device's share of it; device / start_ns /
+    end_ns / cause: the gaps drawn (cause: an index into ALL_CAUSES), by device then start;
+    counts: one row per device and cause that has gaps."""
 
     max_gaps: int = DEFAULT_MAX_GAPS
+    per_device: int = DEFAULT_MAX_GAPS
     device: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     start_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     end_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -62,7 +63,7 @@ class IdleTimeline:
 def idle_timeline(idle: IdleTime, max_gaps: int = DEFAULT_MAX_GAPS) -> IdleTimeline:
     devices = [d.device for d in idle.devices]
     if not devices:
-        return IdleTimeline(max_gaps=max_gaps)
+        return IdleTimeline(max_gaps=max_gaps, per_device=max_gaps)
     quota = max(1, max_gaps // len(devices))
     dur = idle.gap_end_ns - idle.gap_start_ns
     keep = np.zeros(len(dur), dtype=bool)
@@ -82,6 +83,6 @@ def idle_timeline(idle: IdleTime, max_gaps: int = DEFAULT_MAX_GAPS) -> IdleTimel
                    for k in np.flatnonzero(gaps).tolist()]
     drawn = np.flatnonzero(keep)
     drawn = drawn[np.lexsort((idle.gap_start_ns[drawn], idle.gap_device[drawn]))]
-    return IdleTimeline(max_gaps=max_gaps, device=idle.gap_device[drawn],
+    return IdleTimeline(max_gaps=max_gaps, per_device=quota, device=idle.gap_device[drawn],
                         start_ns=idle.gap_start_ns[drawn], end_ns=idle.gap_end_ns[drawn],
                         cause=idle.gap_cause[drawn], counts=tuple(counts))

@@ -174,7 +174,8 @@ def _breakdown(i: int, r: Report) -> str:
     layout = {"barmode": "stack", "height": 440, "margin": {"t": 30},
               "xaxis": {"title": {"text": "step" + (" / device" if len(b.devices) > 1 else "")},
                         "type": "multicategory" if len(b.devices) > 1 else "category"},
-              "yaxis": {"title": {"text": "ms"}}, "legend": {"orientation": "h", "y": -0.25}}
+              "yaxis": {"title": {"text": "ms"}},
+              "legend": {"orientation": "h", "y": -0.25, "traceorder": "normal"}}
     caption = ("Per step and device the bars add up to the step's wall time: device busy "
                "(compute, then collectives and copies not under compute) and idle by cause; "
                "the markers give the host's busy time.")
@@ -214,7 +215,7 @@ def _timeline(i: int, r: Report) -> str:
               "legend": {"orientation": "h", "y": -0.3}}
     drawn = t.total_gaps - t.hidden_gaps
     caption = (f"{drawn:,} of {t.total_gaps:,} gaps drawn"
-               + (f": the longest {t.max_gaps // max(len(labels), 1):,} per device; the other "
+               + (f": the longest {t.per_device:,} per device; the other "
                   f"{t.hidden_gaps:,} are counted in the table below." if t.hidden_gaps else
                   ": every gap."))
     rows = [(labels[c.device], c.cause, c.gaps, c.shown, c.hidden, f"{_ms(c.hidden_ns):,.3f}")
