@@ -40,6 +40,10 @@ def demo(out_dir: Path, steps: int, cores: int, chip: str, speed_factor: float,
                                  speed_factor=speed_factor, numerics=numerics))
     for line in result.summary_lines():
         click.echo(line)
+    if not result.trace_path.is_file():
+        from neuron_profiler.errors import NeuronProfilerError
+
+        raise NeuronProfilerError(f"{out_dir}: the profiler wrote no trace there")
     for line in open_commands(result.trace_path):
         click.echo(line)
     from neuron_profiler.cli.analyze import analyze

@@ -211,7 +211,7 @@ def _timeline(i: int, r: Report) -> str:
     layout = {"barmode": "overlay", "height": 160 + 40 * len(labels), "margin": {"t": 30},
               "xaxis": {"title": {"text": "trace time (µs, as Perfetto shows it)"},
                         "tickformat": ",.0f"},
-              "yaxis": {"type": "category", "autorange": "reversed"},
+              "yaxis": {"type": "category", "autorange": "reversed", "automargin": True},
               "legend": {"orientation": "h", "y": -0.3}}
     drawn = t.total_gaps - t.hidden_gaps
     caption = (f"{drawn:,} of {t.total_gaps:,} gaps drawn"
@@ -240,7 +240,8 @@ def _pareto(i: int, r: Report) -> str:
     layout = {"height": 420, "margin": {"t": 30}, "xaxis": {"type": "category"},
               "yaxis": {"title": {"text": "recoverable ms (over the trace)"}},
               "yaxis2": {"title": {"text": "cumulative %"}, "overlaying": "y", "side": "right",
-                         "range": [0, 105]},
+                         "range": [0, 105], "tickvals": [0, 20, 40, 60, 80, 100],
+                         "ticksuffix": "%"},
               "legend": {"orientation": "h", "y": -0.3}}
     rows = [(g.op, g.shapes, g.dtypes, g.reason, g.calls, f"{_ms(g.host_ns):,.3f}",
              f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns):,.3f}",
