@@ -1,5 +1,6 @@
 """Reading an HTML report back as a browser would: its scripts, its embedded figures, its tables
-and every tag, with Python's own HTML parser (independent of the renderer)."""
+and every tag, with Python's own HTML parser (independent of the renderer); checks that its
+charts hold a report's numbers; and a small two-core trace with fallbacks and hostile names."""
 
 from __future__ import annotations
 
@@ -8,6 +9,53 @@ import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
+
+from trace_factory import Build
+
+from neuron_profiler.trace import EventKind
+from neuron_profiler.trace import vocabulary as V
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+HOSTILE_CORE = "NeuronCore </script><script>alert(2)</script>"
+LOADER = V.DATALOADER_PREFIX + "_SingleProcessDataLoaderIter" + V.DATALOADER_SUFFIX
+
+
+def _fallback(b: Build, op: str, lo: int, hi: int, ext: int) -> None:
+    b.host(V.FALLBACK_PREFIX + op, lo, hi, kind=EventKind.FALLBACK, cat=V.CAT_RUNTIME,
+           args={V.ARG_EXTERNAL_ID: ext, V.ARG_IS_FALLBACK: True, V.ARG_OP: op,
+                 V.ARG_SHAPES: [[8]], V.ARG_DTYPES: ["int64"], V.ARG_FALLBACK_REASON: HOSTILE})
+
+
+def _copy(b: Build, lo: int, hi: int, direction: str, ext: int) -> None:
+    b.kernel(lo, hi, launch_us=lo, kind=EventKind.MEMCPY, stream=2,
+             name=V.MEMCPY_NAMES[direction],
+             args={V.ARG_EXTERNAL_ID: ext, V.ARG_DIRECTION: direction, V.ARG_BYTES: 4000})
+
+
+def two_core_trace() -> Build:
+    """Steps 0-1000 and 1000-2000 µs. Core 0: a fallback named HOSTILE (host 100-400, copies
+    100-120 and 380-400: 260 µs idle), then aten::nonzero (host 1300-1350, copy 1300-1310) inside
+    a DataLoader stall 1300-1700. Core 1 (named HOSTILE_CORE): compute 0-600, a collective
+    500-800, a copy 750-900, then idle to the end."""
+    b = Build().step(1, 0, 1000).step(2, 1000, 2000)
+    b.b.process_names[1] = HOSTILE_CORE
+    b.kernel(0, 100, launch_us=0)
+    _fallback(b, HOSTILE, 100, 400, 5)
+    _copy(b, 100, 120, "d2h", 5)
+    _copy(b, 380, 400, "h2d", 5)
+    b.kernel(400, 1000, launch_us=390)
+    b.kernel(1000, 1300, launch_us=1000)
+    b.host(LOADER, 1300, 1700)
+    _fallback(b, "aten::nonzero", 1300, 1350, 6)
+    _copy(b, 1300, 1310, "d2h", 6)
+    b.kernel(1700, 2000, launch_us=1700)
+    b.kernel(0, 600, device=1, launch_us=0)
+    b.kernel(500, 800, device=1, launch_us=0, name=f"{V.COLLECTIVE_ENGINE}: all_reduce",
+             stream=3)
+    b.kernel(750, 900, device=1, launch_us=0, kind=EventKind.MEMCPY, stream=2,
+             name=V.MEMCPY_NAMES["d2d"])
+    return b
+
 
 URL = re.compile(r"^\s*(https?:)?//", re.IGNORECASE)
 
