@@ -12,6 +12,7 @@ from typing import Any
 
 from trace_factory import Build
 
+from neuron_profiler.analysis import Options, Report, analyze
 from neuron_profiler.trace import EventKind
 from neuron_profiler.trace import vocabulary as V
 
@@ -55,6 +56,13 @@ def two_core_trace() -> Build:
     b.kernel(750, 900, device=1, launch_us=0, kind=EventKind.MEMCPY, stream=2,
              name=V.MEMCPY_NAMES["d2d"])
     return b
+
+
+HTML_OPTIONS = Options(top=50, timeline_segments=2000)  # what `analyze --html` computes
+
+
+def html_report(b: Build) -> Report:
+    return analyze(b.b.build(), HTML_OPTIONS)
 
 
 URL = re.compile(r"^\s*(https?:)?//", re.IGNORECASE)
@@ -166,15 +174,19 @@ def assert_matches_report(page: Page, report: Any, i: int = 0) -> None:
         assert np.allclose(stack * 1e6, np.tile(b.wall_ns, len(b.devices)), atol=1)
     gaps = report.idle
     timeline = figures.get(f"chart-{i}-timeline", {"data": []})["data"]
-    for device in {d.device for d in gaps.devices}:
-        mine = gaps.gap_device == device
+    for d in gaps.devices:
+        mine = gaps.gap_device == d.device
         want = np.bincount(gaps.gap_cause[mine], minlength=len(ALL_CAUSES))
         got = np.zeros(len(ALL_CAUSES), np.int64)
-        for t in timeline:
-            if t["meta"]["device"] == device:
-                got[ALL_CAUSES.index(t["meta"]["cause"])] += t["meta"]["gaps"]
-                assert len(t["x"]) == t["meta"]["drawn"] <= t["meta"]["gaps"]
-        assert got.tolist() == want.tolist(), device
+        for t in (t for t in timeline if t["meta"]["device"] == d.device):
+            cause = t["meta"]["cause"]
+            got[ALL_CAUSES.index(cause)] += t["meta"]["gaps"]
+            idle_us = sum(idle for _, idle in t["customdata"])
+            assert abs(idle_us * 1e3 - d.by_cause_ns[cause]) <= 1, (d.device, cause)
+            if t["meta"]["exact"]:  # one bar per gap, idle all along
+                assert len(t["x"]) == t["meta"]["gaps"]
+                assert t["x"] == [idle for _, idle in t["customdata"]]
+        assert got.tolist() == want.tolist(), d.device
     groups = sorted(report.findings.fallbacks, key=lambda g: -g.recoverable_ns)
     if not groups:
         assert f"chart-{i}-pareto" not in figures

@@ -26,7 +26,7 @@ from neuron_profiler.analysis.pareto import FallbackPareto, fallback_pareto
 from neuron_profiler.analysis.steps import Steps, find_steps
 from neuron_profiler.analysis.summary import OpKernelSummary, op_kernel_summary
 from neuron_profiler.analysis.tb_profiler import TbBreakdown, tb_profiler_breakdown
-from neuron_profiler.analysis.timeline import DEFAULT_MAX_GAPS, IdleTimeline, idle_timeline
+from neuron_profiler.analysis.timeline import DeviceTimeline, device_timeline
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace, file_base_ns
 
@@ -40,21 +40,23 @@ NOTE_MODELLED = ("emulated device: device timings are modelled by the emulator, 
 @dataclass(frozen=True)
 class Options:
     """Args: min_gap_ns: shortest idle gap given a cause; top: longest gaps listed; hta / tb:
-    also compute the HTA-compatible and tb-profiler breakdowns; timeline_gaps: idle gaps a
-    timeline draws (the rest are counted)."""
+    also compute the HTA-compatible and tb-profiler breakdowns; timeline_segments: also compute
+    the drawable device timeline (``analysis.timeline``), at most this many segments a series
+    (None: not computed; the TensorBoard plugin asks for it)."""
 
     min_gap_ns: int = DEFAULT_MIN_GAP_NS
     top: int = DEFAULT_TOP
     hta: bool = True
     tb: bool = True
-    timeline_gaps: int = DEFAULT_MAX_GAPS
+    timeline_segments: int | None = None
 
 
 @dataclass(frozen=True)
 class Report:
     """Everything known about one trace. ``notes``: what the reader must know about the input
-    (no steps, no device events, modelled timings). ``idle_timeline`` / ``fallback_pareto``:
-    what the HTML charts draw."""
+    (no steps, no device events, modelled timings). ``load_warnings``: what loading the file
+    changed or left out (``Trace.load_warnings``), without the file name. ``fallback_pareto``:
+    the CPU-fallback groups as the HTML report's Pareto chart draws them."""
 
     source: str
     rank: int
@@ -70,7 +72,8 @@ class Report:
     summary: OpKernelSummary = field(default_factory=lambda: OpKernelSummary((), ()))
     options: Options = field(default_factory=Options)
     notes: tuple[str, ...] = ()
-    idle_timeline: IdleTimeline = field(default_factory=IdleTimeline)
+    load_warnings: tuple[str, ...] = ()
+    timeline: DeviceTimeline | None = None
     fallback_pareto: FallbackPareto = field(default_factory=FallbackPareto)
 
     def to_trace_us(self, ns: int) -> float:
@@ -92,8 +95,9 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
         source=trace.source, rank=rank_of(trace), base_ns=file_base_ns(trace.metadata),
         has_device=len(work) > 0, steps=steps, breakdown=step_breakdown(trace, work, steps),
         idle=idle, findings=found, summary=op_kernel_summary(trace, work),
+        fallback_pareto=fallback_pareto(found.fallbacks),
         hta_temporal=hta_temporal, hta_idle=hta_idle,
         tb_breakdown=tb_profiler_breakdown(trace) if options.tb else None,
-        options=options, notes=notes,
-        idle_timeline=idle_timeline(idle, options.timeline_gaps),
-        fallback_pareto=fallback_pareto(found.fallbacks))
+        options=options, notes=notes, load_warnings=trace.load_warnings(),
+        timeline=None if options.timeline_segments is None else device_timeline(
+            trace, work, idle, options.timeline_segments))

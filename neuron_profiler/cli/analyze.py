@@ -19,6 +19,7 @@ import click
 from neuron_profiler.errors import NeuronProfilerError, TraceLoadError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+HTML_TIMELINE_SEGMENTS = 2000  # per idle series (device and cause) in --html's timeline
 
 
 @click.command()
@@ -46,7 +47,8 @@ def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float
         from neuron_profiler.exporters._output import check_output
 
         check_output(html, inputs)  # before loading: an input is never overwritten
-    options = Options(min_gap_ns=round(min_gap_us * 1e3), top=top)
+    options = Options(min_gap_ns=round(min_gap_us * 1e3), top=top,
+                      timeline_segments=None if html is None else HTML_TIMELINE_SEGMENTS)
     files, errors = _expand(inputs)
     reports = []
     for path, named in files:

@@ -133,7 +133,8 @@ def _section(i: int, r: Report) -> str:
             f"<p>rank {r.rank} · {steps} step{'s' * (steps != 1)} · mean step "
             f"{_ms(float(r.steps.wall_ns.mean())):,.3f} ms · min gap "
             f"{r.options.min_gap_ns / 1e3:g} µs</p>")
-    notes = "".join(f'<li class="note">note: {_e(n)}</li>' for n in r.notes)
+    notes = "".join(f'<li class="note">note: {_e(n)}</li>' for n in r.notes) + "".join(
+        f'<li class="note">loading: {_e(w)}</li>' for w in r.load_warnings)
     return (head + (f"<ul>{notes}</ul>" if notes else "")
             + "<h3>What to fix first</h3>" + _findings(r)
             + "<h3>Step breakdown</h3>" + _breakdown(i, r)
@@ -189,41 +190,47 @@ def _bar(x: Any, name: str, colour: str, values: list[float], meta: str) -> dict
 
 
 def _timeline(i: int, r: Report) -> str:
-    t = r.idle_timeline
-    if not t.counts:
+    tl = r.timeline
+    if tl is None:
+        return _empty("No timeline: the report was made without one (Options.timeline_segments).")
+    if not tl.idle:
         return _empty("No device idle gaps inside the steps." if r.has_device else
                       "No device events in this trace: no idle timeline.")
-    labels = {d.device: d.label for d in r.idle.devices}
     data, in_legend = [], set()
-    for c in t.counts:  # one trace per device and cause (its counts in "meta"), legend by cause
-        mine = (t.device == c.device) & (t.cause == ALL_CAUSES.index(c.cause))
-        start_us = r.to_trace_us(t.start_ns[mine]).tolist()
+    for s in tl.idle:  # one trace per device and cause (its counts in "meta"), legend by cause
+        seg = s.segments
+        start_us = r.to_trace_us(seg.start_ns).tolist()
         data.append({
-            "type": "bar", "orientation": "h", "name": c.cause, "legendgroup": c.cause,
-            "showlegend": c.cause not in in_legend,
-            "meta": {"cause": c.cause, "device": c.device, "gaps": c.gaps, "drawn": c.shown},
-            "y": [_e(labels[c.device])] * len(start_us), "base": start_us,
-            "x": ((t.end_ns[mine] - t.start_ns[mine]) / 1e3).tolist(), "customdata": start_us,
-            "marker": {"color": CAUSE_COLOURS[c.cause]},
-            "hovertemplate": f"{c.cause}<br>start %{{customdata:,.3f}} µs<br>%{{x:,.3f}} µs"
-                             "<extra></extra>"})
-        in_legend.add(c.cause)
-    layout = {"barmode": "overlay", "height": 160 + 40 * len(labels), "margin": {"t": 30},
+            "type": "bar", "orientation": "h", "name": s.cause, "legendgroup": s.cause,
+            "showlegend": s.cause not in in_legend,
+            "meta": {"cause": s.cause, "device": s.device, "gaps": seg.intervals,
+                     "exact": seg.exact, "idle_ns": s.idle_ns},
+            "y": [_e(s.label)] * len(start_us), "base": start_us,
+            "x": ((seg.end_ns - seg.start_ns) / 1e3).tolist(),
+            "customdata": list(zip(start_us, (seg.busy_ns / 1e3).tolist(), strict=True)),
+            "marker": {"color": CAUSE_COLOURS[s.cause]},
+            "hovertemplate": f"{s.cause}<br>from %{{customdata[0]:,.3f}} µs, %{{x:,.3f}} µs "
+                             "long<br>idle %{customdata[1]:,.3f} µs<extra></extra>"})
+        in_legend.add(s.cause)
+    layout = {"barmode": "overlay", "height": 160 + 40 * len({s.device for s in tl.idle}),
+              "margin": {"t": 30},
               "xaxis": {"title": {"text": "trace time (µs, as Perfetto shows it)"},
                         "tickformat": ",.0f"},
               "yaxis": {"type": "category", "autorange": "reversed", "automargin": True},
               "legend": {"orientation": "h", "y": -0.3}}
-    drawn = t.total_gaps - t.hidden_gaps
-    caption = (f"{drawn:,} of {t.total_gaps:,} gaps drawn"
-               + (f": the longest {t.per_device:,} per device; the other "
-                  f"{t.hidden_gaps:,} are counted in the table below." if t.hidden_gaps else
-                  ": every gap."))
-    rows = [(labels[c.device], c.cause, c.gaps, c.shown, c.hidden, f"{_ms(c.hidden_ns):,.3f}")
-            for c in t.counts]
+    binned = [s for s in tl.idle if not s.segments.exact]
+    caption = ("Every gap is drawn." if not binned else
+               f"{len(binned)} of {len(tl.idle)} series (device and cause) have more than "
+               f"{tl.max_segments:,} gaps: those are drawn as bins of {tl.bin_ns / 1e3:,.3f} µs, "
+               "each bin holding that cause's idle time inside it (hover for how much; the "
+               "totals are exact); the table counts every gap.")
+    rows = [(s.label, s.cause, s.segments.intervals, f"{_ms(s.idle_ns):,.3f}",
+             "each gap" if s.segments.exact else f"{len(s.segments.start_ns):,} bins")
+            for s in tl.idle]
     return (f"<p>{_e(caption)}</p>" + _figure(f"chart-{i}-timeline",
                                               {"data": data, "layout": layout})
-            + _table(("device", "cause", "gaps", "drawn", "not drawn", "not drawn (ms)"), rows,
-                     numeric=(2, 3, 4, 5)))
+            + _table(("device", "cause", "gaps", "idle ms", "drawn as"), rows,
+                     numeric=(2, 3)))
 
 
 def _pareto(i: int, r: Report) -> str:

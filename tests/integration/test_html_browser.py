@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from html_checks import parse, two_core_trace
+from html_checks import html_report, parse, two_core_trace
 
 from neuron_profiler.reports.html_report import write_html
 
@@ -20,7 +20,7 @@ def test_charts_draw_offline_and_names_stay_text(tmp_path: Path) -> None:
     if browser is None:
         pytest.skip(f"no headless browser ({', '.join(BROWSERS)}) installed")
     page = tmp_path / "report.html"
-    write_html([two_core_trace().report()], page)
+    write_html([html_report(two_core_trace())], page)
     dom = subprocess.run(
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
          "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={tmp_path / 'profile'}",

@@ -18,6 +18,7 @@ from html_checks import (
     Page,
     assert_matches_report,
     assert_offline,
+    html_report,
     parse,
     two_core_trace,
 )
@@ -36,7 +37,7 @@ from neuron_profiler.trace import EventKind, TraceBuilder
 
 @pytest.fixture(scope="module")
 def two_core() -> tuple[Any, Page]:
-    report = two_core_trace().report()
+    report = html_report(two_core_trace())
     return report, parse(render_html([report]))
 
 
@@ -71,7 +72,7 @@ def test_breakdown_chart_is_the_reports_figures(two_core) -> None:  # noqa: ANN0
     assert series["idle:data_loading"]["y"][:2] == [0.0, 0.39]
 
 
-def test_timeline_accounts_for_every_gap_by_cause(two_core) -> None:  # noqa: ANN001
+def test_timeline_draws_every_gap_by_cause(two_core) -> None:  # noqa: ANN001
     report, page = two_core
     traces = page.figures()["chart-0-timeline"]["data"]
     idle = report.idle
@@ -82,15 +83,13 @@ def test_timeline_accounts_for_every_gap_by_cause(two_core) -> None:  # noqa: AN
         for t in traces:
             if t["meta"]["device"] == device:
                 got[ALL_CAUSES.index(t["meta"]["cause"])] += t["meta"]["gaps"]
-                assert len(t["x"]) == t["meta"]["drawn"] == t["meta"]["gaps"]  # all drawn
+                assert t["meta"]["exact"] and len(t["x"]) == t["meta"]["gaps"]  # all drawn
         assert got.tolist() == want.tolist()
     by_cause = {t["meta"]["cause"]: t for t in traces}
     gap = by_cause["cpu_fallback"]
-    base = report.base_ns
-    assert gap["base"] == [(120 * US - base) / 1e3] and gap["x"] == [260.0]
+    assert gap["base"] == [(120 * US - report.base_ns) / 1e3] and gap["x"] == [260.0]
     assert by_cause["data_loading"]["x"] == [390.0] and by_cause["other"]["x"] == [1100.0]
-    n = len(idle.gap_cause)
-    assert f"{n} of {n} gaps drawn: every gap." in " ".join(page.text)
+    assert "Every gap is drawn." in " ".join(page.text)
 
 
 def test_pareto_is_the_fallback_groups_by_recoverable_time(two_core) -> None:  # noqa: ANN001
@@ -137,10 +136,10 @@ def test_page_is_offline(two_core) -> None:  # noqa: ANN001
 
 
 def test_empty_states_say_so() -> None:
-    host_only = Build().step(1, 0, 100).host("aten::add", 10, 20).report()
-    no_fallback = Build().step(1, 0, 100).kernel(0, 40, launch_us=0).kernel(
-        60, 100, launch_us=60).report()
-    no_steps = Build().kernel(0, 40, launch_us=0).report()
+    host_only = html_report(Build().step(1, 0, 100).host("aten::add", 10, 20))
+    no_fallback = html_report(Build().step(1, 0, 100).kernel(0, 40, launch_us=0).kernel(
+        60, 100, launch_us=60))
+    no_steps = html_report(Build().kernel(0, 40, launch_us=0))
     page = parse(render_html([host_only, no_fallback, no_steps]))
     text = " ".join(page.text)
     assert f"note: {NOTE_NO_STEPS}" in text
@@ -166,29 +165,27 @@ def many_gaps_trace(n: int) -> TraceBuilder:
     return b
 
 
-def test_a_trace_with_100k_gaps_draws_the_longest_and_counts_the_rest() -> None:
-    report = analyze(many_gaps_trace(100_001).build(), Options(hta=False, tb=False))
+def test_a_trace_with_100k_gaps_is_drawn_in_bins_and_counts_every_gap() -> None:
+    report = analyze(many_gaps_trace(100_001).build(),
+                     Options(hta=False, tb=False, timeline_segments=2000))
     idle = report.idle
     assert len(idle.gap_cause) == 100_000
     page = parse(render_html([report]))
     traces = page.figures()["chart-0-timeline"]["data"]
-    drawn = np.concatenate([t["x"] for t in traces])
-    assert len(drawn) == report.options.timeline_gaps == 3000
-    rows = page.table_after(("device", "cause", "gaps", "drawn", "not drawn", "not drawn (ms)"))
+    rows = page.table_after(("device", "cause", "gaps", "idle ms", "drawn as"))
     want = np.bincount(idle.gap_cause, minlength=len(ALL_CAUSES))
-    for cause in ("other", "short_gaps"):
-        (t,) = [t for t in traces if t["meta"]["cause"] == cause] or [None]
+    assert {t["meta"]["cause"] for t in traces} == {"other", "short_gaps"}
+    for t in traces:
+        cause = t["meta"]["cause"]
         (row,) = [r for r in rows if r[1] == cause]
-        shown = len(t["x"]) if t else 0
-        assert int(row[2].replace(",", "")) == want[ALL_CAUSES.index(cause)] == t["meta"]["gaps"]
-        assert int(row[3]) + int(row[4].replace(",", "")) == int(row[2].replace(",", ""))
-        assert int(row[3]) == shown
-        hidden_ms = (idle.by_cause_ns[cause] - (sum(t["x"]) * 1e3 if t else 0)) / 1e6
-        assert float(row[5].replace(",", "")) == pytest.approx(hidden_ms, abs=1e-3)
-    # the drawn gaps are the longest: none left out is longer than the shortest drawn
-    durations = idle.gap_end_ns - idle.gap_start_ns
-    assert drawn.min() * 1e3 >= np.sort(durations)[-3000]
-    assert "3,000 of 100,000 gaps drawn: the longest 3,000 per device" in " ".join(page.text)
+        assert t["meta"]["gaps"] == int(row[2].replace(",", "")) == want[ALL_CAUSES.index(cause)]
+        assert not t["meta"]["exact"] and len(t["x"]) <= 2000 and row[4].endswith(" bins")
+        idle_ns = idle.by_cause_ns[cause]  # each bin's idle adds up to the cause's total
+        assert sum(i for _, i in t["customdata"]) * 1e3 == pytest.approx(idle_ns, abs=1)
+        assert float(row[3].replace(",", "")) == pytest.approx(idle_ns / 1e6, abs=1e-3)
+    assert sum(len(t["x"]) for t in traces) <= 4000 < len(idle.gap_cause)
+    assert ("2 of 2 series (device and cause) have more than 2,000 gaps: those are drawn as "
+            "bins of") in " ".join(page.text)
 
 
 def _write_trace(tmp_path: Path, name: str, b: Build) -> Path:
@@ -245,5 +242,5 @@ def test_a_failed_write_keeps_the_old_page(tmp_path: Path,
     monkeypatch.setattr(_output, "open", lambda fd, mode: _FullDisk(builtins.open(fd, mode)),
                         raising=False)
     with pytest.raises(OutputError, match="disk full"):
-        write_html([two_core_trace().report()], out)
+        write_html([html_report(two_core_trace())], out)
     assert out.read_text() == "old page" and os.listdir(tmp_path) == ["report.html"]
