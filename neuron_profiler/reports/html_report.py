@@ -200,17 +200,20 @@ def _timeline(i: int, r: Report) -> str:
     for s in tl.idle:  # one trace per device and cause (its counts in "meta"), legend by cause
         seg = s.segments
         start_us = r.to_trace_us(seg.start_ns).tolist()
-        data.append({
+        hover = (f"{s.cause}<br>from %{{customdata[0]:,.3f}} µs, %{{x:,.3f}} µs" if seg.exact
+                 else f"{s.cause}: %{{x:,.3f}} µs idle in the bin<br>from "
+                 "%{customdata[0]:,.3f} µs, %{customdata[1]:,.3f} µs long")
+        data.append({  # a bar as long as the idle time it holds: the whole gap, or a bin's
             "type": "bar", "orientation": "h", "name": s.cause, "legendgroup": s.cause,
             "showlegend": s.cause not in in_legend,
             "meta": {"cause": s.cause, "device": s.device, "gaps": seg.intervals,
                      "exact": seg.exact, "idle_ns": s.idle_ns},
             "y": [_e(s.label)] * len(start_us), "base": start_us,
-            "x": ((seg.end_ns - seg.start_ns) / 1e3).tolist(),
-            "customdata": list(zip(start_us, (seg.busy_ns / 1e3).tolist(), strict=True)),
+            "x": (seg.busy_ns / 1e3).tolist(),
+            "customdata": list(zip(start_us, ((seg.end_ns - seg.start_ns) / 1e3).tolist(),
+                                   strict=True)),
             "marker": {"color": CAUSE_COLOURS[s.cause]},
-            "hovertemplate": f"{s.cause}<br>from %{{customdata[0]:,.3f}} µs, %{{x:,.3f}} µs "
-                             "long<br>idle %{customdata[1]:,.3f} µs<extra></extra>"})
+            "hovertemplate": hover + "<extra></extra>"})
         in_legend.add(s.cause)
     layout = {"barmode": "overlay", "height": 160 + 40 * len({s.device for s in tl.idle}),
               "margin": {"t": 30},
@@ -221,9 +224,9 @@ def _timeline(i: int, r: Report) -> str:
     binned = [s for s in tl.idle if not s.segments.exact]
     caption = ("Every gap is drawn." if not binned else
                f"{len(binned)} of {len(tl.idle)} series (device and cause) have more than "
-               f"{tl.max_segments:,} gaps: those are drawn as bins of {tl.bin_ns / 1e3:,.3f} µs, "
-               "each bin holding that cause's idle time inside it (hover for how much; the "
-               "totals are exact); the table counts every gap.")
+               f"{tl.max_segments:,} gaps: those are drawn by bins of {tl.bin_ns / 1e3:,.3f} µs, "
+               "a bar at the start of each bin as long as that cause's idle time inside it "
+               "(the totals are exact); the table counts every gap.")
     rows = [(s.label, s.cause, s.segments.intervals, f"{_ms(s.idle_ns):,.3f}",
              "each gap" if s.segments.exact else f"{len(s.segments.start_ns):,} bins")
             for s in tl.idle]

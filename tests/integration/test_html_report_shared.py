@@ -24,7 +24,7 @@ def test_cuda_trace_page(shared_traces: Path, tmp_path: Path) -> None:
     assert_matches_report(page, report)
     text = " ".join(page.text)
     assert "No CPU fallbacks in this trace: nothing to chart." in text
-    assert report.idle.gap_cause.size > 2000 and "drawn as bins of" in text  # 7052 short gaps
+    assert report.idle.gap_cause.size > 2000 and "drawn by bins of" in text  # 7052 short gaps
     # a CUDA trace: no modelled-timings note; one device, "device 0", one bar per step
     assert "modelled by the emulator" not in text
     figures = page.figures()
