@@ -1,8 +1,10 @@
-"""The HTML report in a real browser (headless Chromium, when installed), with name resolution
-blocked: every chart is drawn, so nothing needed the network, and no trace text became markup."""
+"""The HTML report in a real browser (headless Chromium: scripts/browser.sh installs it in CI;
+elsewhere the test skips without it), with name resolution blocked: every chart is drawn, so
+nothing needed the network, and no trace text became markup."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,7 +20,8 @@ BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 def test_charts_draw_offline_and_names_stay_text(tmp_path: Path) -> None:
     browser = next((b for b in map(shutil.which, BROWSERS) if b), None)
     if browser is None:
-        pytest.skip(f"no headless browser ({', '.join(BROWSERS)}) installed")
+        reason = f"no headless browser ({', '.join(BROWSERS)}) installed (scripts/browser.sh)"
+        pytest.fail(reason) if os.environ.get("CI") == "true" else pytest.skip(reason)
     page = tmp_path / "report.html"
     write_html([html_report(two_core_trace())], page)
     dom = subprocess.run(
