@@ -6,7 +6,7 @@ Pareto chart::
     page = render_html([report])             # the same page as text
 
 It formats ``analysis.Report`` objects and computes nothing: every figure comes from the report
-(``breakdown``, ``idle``, ``idle_timeline``, ``fallback_pareto``, ``findings``); converting ns
+(``breakdown``, ``idle``, ``timeline``, ``fallback_pareto``, ``findings``); converting ns
 to ms or to the trace's µs is its only arithmetic. Each chart is a plotly figure embedded as
 JSON in a ``<script type="application/json" class="figure">`` block, drawn by a few lines of
 script at the end of the page. Every text from a trace is escaped: HTML-escaped in the page and
