@@ -9,6 +9,10 @@ several queues counts once): busy = any queue busy; compute / DMA / collective =
 class busy; idle = wall - busy; overlap = compute and collective at once (the communication
 hidden behind computation). Host time is the union of host ops on all host threads
 (ProfilerStep annotations left out).
+
+For a stacked chart the busy time is also split into parts that do not overlap:
+compute + collective_only (collectives while no compute runs) + dma_only (copies while neither
+compute nor collectives run) = busy, so with idle they add up to the wall time.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from neuron_profiler.trace.model import Trace
 
 @dataclass(frozen=True)
 class DeviceSteps:
-    """One device: arrays of ns, one entry per step."""
+    """One device: arrays of ns, one entry per step. ``collective_only_ns`` / ``dma_only_ns``:
+    the busy time not already counted by compute (then collectives): see the module docstring."""
 
     device: int
     label: str
@@ -38,6 +43,8 @@ class DeviceSteps:
     collective_ns: np.ndarray
     overlap_ns: np.ndarray
     idle_ns: np.ndarray
+    collective_only_ns: np.ndarray
+    dma_only_ns: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -60,12 +67,16 @@ def step_breakdown(trace: Trace, work: DeviceWork, steps: Steps) -> StepBreakdow
                 for q in (COMPUTE, DMA, COLLECTIVE)}
         busy = I.union(work.start[on], work.end[on])
         busy_ns = _per_step(busy, steps)
+        compute_ns = _per_step(sets[COMPUTE], steps)
+        collective_only = I.subtract(sets[COLLECTIVE], sets[COMPUTE])
+        dma_only = I.subtract(I.subtract(sets[DMA], sets[COMPUTE]), sets[COLLECTIVE])
         devices.append(DeviceSteps(
-            device=device, label=work.labels[device], busy_ns=busy_ns,
-            compute_ns=_per_step(sets[COMPUTE], steps), dma_ns=_per_step(sets[DMA], steps),
-            collective_ns=_per_step(sets[COLLECTIVE], steps),
+            device=device, label=work.labels[device], busy_ns=busy_ns, compute_ns=compute_ns,
+            dma_ns=_per_step(sets[DMA], steps), collective_ns=_per_step(sets[COLLECTIVE], steps),
             overlap_ns=_per_step(I.intersect(sets[COMPUTE], sets[COLLECTIVE]), steps),
-            idle_ns=steps.wall_ns - busy_ns))
+            idle_ns=steps.wall_ns - busy_ns,
+            collective_only_ns=_per_step(collective_only, steps),
+            dma_only_ns=_per_step(dma_only, steps)))
     return StepBreakdown(names=steps.names, wall_ns=steps.wall_ns,
                          host_ns=_per_step(_host_busy(trace), steps), devices=tuple(devices))
 

@@ -23,15 +23,19 @@ from neuron_profiler.analysis.hta_compat import (
     rank_of,
 )
 from neuron_profiler.analysis.idle import DEFAULT_MIN_GAP_NS, IdleTime, idle_time
+from neuron_profiler.analysis.pareto import FallbackPareto, fallback_pareto
 from neuron_profiler.analysis.steps import Steps, find_steps
 from neuron_profiler.analysis.summary import OpKernelSummary, op_kernel_summary
 from neuron_profiler.analysis.tb_profiler import TbBreakdown, tb_profiler_breakdown
 from neuron_profiler.analysis.timeline import DeviceTimeline, device_timeline
+from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace, file_base_ns
 
 DEFAULT_TOP = 10
 NOTE_NO_STEPS = "no ProfilerStep annotation: the whole trace is analysed as one step"
 NOTE_HOST_ONLY = "no device events: host-only report (no device idle time or breakdown)"
+NOTE_MODELLED = ("emulated device: device timings are modelled by the emulator, not measured "
+                 f"({V.META_MODELLED})")
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,9 @@ class Options:
 @dataclass(frozen=True)
 class Report:
     """Everything known about one trace. ``notes``: what the reader must know about the input
-    (no steps, no device events). ``load_warnings``: what loading the file changed or left out
-    (``Trace.load_warnings``), without the file name."""
+    (no steps, no device events, modelled timings). ``load_warnings``: what loading the file
+    changed or left out (``Trace.load_warnings``), without the file name. ``fallback_pareto``:
+    the CPU-fallback groups as the HTML report's Pareto chart draws them."""
 
     source: str
     rank: int
@@ -71,6 +76,7 @@ class Report:
     load_warnings: tuple[str, ...] = ()
     timeline: DeviceTimeline | None = None
     rank_summary: RankSummary | None = None  # what the cross-rank analysis needs (small)
+    fallback_pareto: FallbackPareto = field(default_factory=FallbackPareto)
 
     def to_trace_us(self, ns: int) -> float:
         """An absolute ns time as the trace file writes it (µs, relative to its base)."""
@@ -84,13 +90,15 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
     hta_temporal, hta_idle = hta_breakdowns(trace) if options.hta else (None, None)
     idle = idle_time(trace, work, steps, min_gap_ns=options.min_gap_ns, top=options.top)
     breakdown = step_breakdown(trace, work, steps)
-    notes = (NOTE_NO_STEPS,) * (not steps.from_profiler_steps) + (NOTE_HOST_ONLY,) * (
-        len(work) == 0)
+    notes = ((NOTE_NO_STEPS,) * (not steps.from_profiler_steps)
+             + (NOTE_HOST_ONLY,) * (len(work) == 0)
+             + (NOTE_MODELLED,) * (trace.metadata.get(V.META_MODELLED) is True))
+    found = findings(trace, work, steps, idle)
     return Report(
         source=trace.source, rank=rank_of(trace), base_ns=file_base_ns(trace.metadata),
         has_device=len(work) > 0, steps=steps, breakdown=breakdown,
-        idle=idle, findings=findings(trace, work, steps, idle),
-        summary=op_kernel_summary(trace, work),
+        idle=idle, findings=found, summary=op_kernel_summary(trace, work),
+        fallback_pareto=fallback_pareto(found.fallbacks),
         hta_temporal=hta_temporal, hta_idle=hta_idle,
         tb_breakdown=tb_profiler_breakdown(trace) if options.tb else None,
         options=options, notes=notes, load_warnings=trace.load_warnings(),

@@ -10,6 +10,8 @@ Files are analysed in parallel (``cli.workers``: a local process pool, ``--jobs`
 cluster, ``--scheduler tcp://HOST:PORT``); the ranks of a torch.distributed run (files with a
 rank in ``distributedInfo``) are then compared (``analysis.distributed``: stragglers, collective
 waits), from small per-file summaries.
+``--html FILE`` also writes one self-contained HTML page holding every trace analysed (a
+section each) and the inputs that could not be.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import click
 from neuron_profiler.errors import NeuronProfilerError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+HTML_TIMELINE_SEGMENTS = 2000  # per idle series (device and cause) in --html's timeline
 
 
 @click.command()
@@ -35,6 +38,9 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 @click.option("--fail-on", "fail_on", multiple=True, metavar="RULE",
               help="METRIC OP NUMBER, e.g. idle_pct>30 (repeatable; metrics: see "
                    "neuron_profiler/analysis/metrics.py). Exit 1 when breached.")
+@click.option("--html", "html", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="Also write the report as one self-contained HTML page (charts; works "
+                   "offline), every trace in it.")
 @click.option("--jobs", "-j", default=None, type=click.IntRange(min=1),
               help="Processes analysing files at once (default: one per CPU, at most one per "
                    "file).")
@@ -42,7 +48,8 @@ TRACE_SUFFIXES = (".json", ".json.gz")
               help="Analyse the files on this Dask cluster instead (needs the [dask] extra; "
                    "the workers must see the files at the same paths).")
 def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float,
-            fail_on: tuple[str, ...], jobs: int | None, scheduler: str | None) -> None:
+            fail_on: tuple[str, ...], html: Path | None, jobs: int | None, scheduler: str | None,
+            ) -> None:
     """Rank what to fix first in each TRACE (or every trace under DIR); compare the ranks of a
     distributed run."""
     from neuron_profiler.analysis import Options
@@ -52,7 +59,12 @@ def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float
     from neuron_profiler.cli.workers import analyze_files
 
     rules = [parse_rule(r) for r in fail_on]  # a bad rule: exit 2 before any work
-    options = Options(min_gap_ns=round(min_gap_us * 1e3), top=top)
+    if html is not None:
+        from neuron_profiler.exporters._output import check_output
+
+        check_output(html, inputs)  # before loading: an input is never overwritten
+    options = Options(min_gap_ns=round(min_gap_us * 1e3), top=top,
+                      timeline_segments=None if html is None else HTML_TIMELINE_SEGMENTS)
     files, errors = _expand(inputs)
     reports = []
     for result in analyze_files(files, options, jobs=jobs, scheduler=scheduler):
@@ -67,6 +79,13 @@ def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float
     cross = distributed(summaries_of(reports))
     breaches = _breaches(rules, reports)
     _output(reports, errors, breaches, cross, as_json=as_json, top=top)
+    if html is not None:
+        from neuron_profiler.reports.html_report import write_html
+
+        write_html(reports, html, errors)  # atomic; OutputError
+        n = len(reports)
+        click.echo(f"neuron-prof: wrote the HTML report ({n} trace{'s' * (n != 1)}) to {html}",
+                   err=True)
     for path, problem in errors:
         click.echo(f"neuron-prof: error: {path}: {problem}", err=True)
     for b in breaches:

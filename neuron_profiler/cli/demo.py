@@ -1,11 +1,17 @@
-"""``neuron-prof demo``: profile a small transformer on the emulated device and summarise it.
-Argument parsing only; the workload is ``neuron_profiler.collectors.demo``."""
+"""``neuron-prof demo``: profile a small transformer on the emulated device, summarise it, name
+the commands that open the trace, and end with the analyzer's report on it (what
+``neuron-prof analyze TRACE`` prints). Argument parsing only; the workload is
+``neuron_profiler.collectors.demo``, the report ``neuron-prof analyze``'s own command."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
+
+HTML_NAME = "report.html"
+PERFETTO_NAME = "trace.pftrace"
 
 
 @click.command()
@@ -25,11 +31,35 @@ import click
 def demo(out_dir: Path, steps: int, cores: int, chip: str, speed_factor: float,
          numerics: bool) -> None:
     """Train a small transformer on the emulated Neuron device under torch.profiler, with one
-    CPU-fallback op and a deliberately slow host data step; write the trace and summarise it.
-    Exits with one error line when the NEURON collector is unavailable."""
+    CPU-fallback op and a deliberately slow DataLoader; write the trace, summarise it and end
+    with the analyzer's report on it. Exits with one error line when the NEURON collector is
+    unavailable."""
     from neuron_profiler.collectors.demo import DemoConfig, run_demo
 
     result = run_demo(DemoConfig(out_dir=out_dir, steps=steps, cores=cores, chip=chip,
                                  speed_factor=speed_factor, numerics=numerics))
     for line in result.summary_lines():
         click.echo(line)
+    if not result.trace_path.is_file():
+        from neuron_profiler.errors import NeuronProfilerError
+
+        raise NeuronProfilerError(f"{out_dir}: the profiler wrote no trace there")
+    for line in open_commands(result.trace_path):
+        click.echo(line)
+    from neuron_profiler.cli.analyze import analyze
+
+    click.echo(f"\n$ neuron-prof analyze {shlex.quote(str(result.trace_path))}")
+    click.get_current_context().invoke(analyze, inputs=(result.trace_path,))
+
+
+def open_commands(trace: Path) -> list[str]:
+    """The commands that open this trace: the HTML report, Perfetto, chrome://tracing."""
+    t = shlex.quote(str(trace))
+    html = shlex.quote(str(trace.parent / HTML_NAME))
+    pftrace = shlex.quote(str(trace.parent / PERFETTO_NAME))
+    return ["open it:",
+            f"  neuron-prof analyze {t} --html {html}",
+            "      # the report below as one offline HTML page, with charts",
+            f"  neuron-prof export {t} -o {pftrace}",
+            "      # then open it in https://ui.perfetto.dev (the .json opens in chrome://tracing "
+            "too)"]

@@ -4,8 +4,10 @@ device under ``torch.profiler`` with the NEURON collector::
     result = run_demo(DemoConfig(out_dir=Path("runs/demo")))
     print(result.trace_path, result.summary_lines())
 
-It contains, on purpose, the two things a profile should make obvious: a host-side data step that
-sleeps (the device idles), and one op the device does not support (``bincount``: a CPU fallback
+It contains, on purpose, the two things a profile should make obvious: a slow data pipeline (a
+``torch.utils.data.DataLoader``, ``num_workers=0``, over a dataset whose items take a modelled
+loading time: the device idles while the host loads the next batch, which the analyzer reports
+as ``data_loading``), and one op the device does not support (``bincount``: a CPU fallback
 with its copies). With ``cores > 1`` it trains data-parallel in one process: one replica of the
 model per NeuronCore, each on its slice of the batch, gradients averaged over the cores with
 device-to-device copies (what DataParallel-style code does without a process group).
@@ -19,11 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from neuron_profiler.trace.vocabulary import DATALOADER_PREFIX
+
 
 @dataclass(frozen=True)
 class DemoConfig:
     """Args: out_dir: where tensorboard_trace_handler writes; steps: profiled (active) steps;
-    cores/chip/speed_factor: the emulated device; slow_data_ms: the deliberate host stall;
+    cores/chip/speed_factor: the emulated device; slow_data_ms: the modelled loading time of
+    one batch (the deliberate host stall, spread over its items);
     numerics: False (default) is timing mode: device ops are not computed, so the host launches
     at a real framework's pace and a Trainium-sized model is device-bound at speed factor 1, as
     on the chip; True computes every result on the host (numerics mode: a small model, since the
@@ -49,8 +54,8 @@ class OpTime:
 @dataclass(frozen=True)
 class DemoResult:
     """Args: trace_path: the trace written; device_us / cpu_us: totals over the profiled steps;
-    top: ops by device time; fallbacks: CPU-fallback calls; data_step_us: the host data step,
-    mean per profiled step; cores: NeuronCores the work ran on."""
+    top: ops by device time; fallbacks: CPU-fallback calls; data_step_us: the DataLoader's
+    ``__next__``, mean per profiled step; cores: NeuronCores the work ran on."""
 
     trace_path: Path
     device_us: float
@@ -71,7 +76,7 @@ class DemoResult:
         lines = [f"trace: {self.trace_path}", mode, f"ran on {cores}",
                  f"device time {self.device_us / 1e3:.3f} ms (modelled) vs host op time "
                  f"{self.cpu_us / 1e3:.3f} ms over the profiled steps",
-                 f"host data step: {self.data_step_us / 1e3:.3f} ms per step "
+                 f"host data step (DataLoader): {self.data_step_us / 1e3:.3f} ms per step "
                  "(the device waits for it: look for the gap on the NeuronCore rows)",
                  f"CPU fallbacks: {self.fallbacks} (rows named 'CPU fallback: ...', with their "
                  "DMA copies)", "top ops by device time:"]
@@ -87,6 +92,20 @@ def _model(torch, vocab: int, dim: int):
                                 "enc": torch.nn.TransformerEncoder(layer, num_layers=2,
                                                                    enable_nested_tensor=False),
                                 "head": torch.nn.Linear(dim, vocab)})
+
+
+def _dataset(torch: Any, items: int, seq: int, vocab: int, item_ms: float) -> Any:
+    """Token sequences whose loading takes ``item_ms`` each (a modelled read and decode)."""
+
+    class SlowTokens(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return items
+
+        def __getitem__(self, i: int) -> Any:
+            time.sleep(item_ms / 1e3)
+            return torch.randint(0, vocab, (seq,))
+
+    return SlowTokens()
 
 
 def _average_gradients(torch: Any, replicas: list[Any]) -> None:
@@ -113,7 +132,7 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
                     numerics=cfg.numerics)
     import torch
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     from neuron_profiler import collectors
 
@@ -135,12 +154,15 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), tokens.reshape(-1))
         return logits, loss
 
+    loader = torch.utils.data.DataLoader(  # deliberately slow: loads on the training thread
+        _dataset(torch, (cfg.steps + 2) * batch, seq, vocab, cfg.slow_data_ms / batch),
+        batch_size=batch, num_workers=0)
+    batches = iter(loader)
+
     def step() -> None:
-        with record_function("data_step"):  # deliberately slow host-side data preparation
-            time.sleep(cfg.slow_data_ms / 1e3)
-            shards = [s.to(dev) for s, dev in
-                      zip(torch.randint(0, vocab, (batch, seq)).tensor_split(cfg.cores),
-                          devices, strict=True)]
+        tokens = next(batches)
+        shards = [s.to(dev) for s, dev in zip(tokens.tensor_split(cfg.cores), devices,
+                                              strict=True)]
         for opt in opts:
             opt.zero_grad()
         outputs = [forward(r, tokens) for r, tokens in zip(replicas, shards, strict=True)]
@@ -167,7 +189,7 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     cpu_ops = [e for e in events if e.device_type == DeviceType.CPU]
     top = sorted((e for e in cpu_ops if e.self_device_time_total > 0 and "::" in e.key),
                  key=lambda e: -e.self_device_time_total)[:8]
-    data = [e for e in cpu_ops if e.key == "data_step"]
+    data = [e for e in cpu_ops if e.key.startswith(DATALOADER_PREFIX)]
     data_calls = sum(e.count for e in data)
     session = collectors.last_session()
     return DemoResult(

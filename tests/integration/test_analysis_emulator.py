@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("torch")
 
 from neuron_profiler.analysis import analyze  # noqa: E402
+from neuron_profiler.analysis.report import NOTE_MODELLED  # noqa: E402
 from neuron_profiler.trace import load_trace  # noqa: E402
 
 ITEM_SLEEP_S, ITEMS_PER_BATCH, HOST_AFTER_SYNC_S = 0.004, 4, 0.003
@@ -61,7 +62,7 @@ def report(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 
 def test_injected_causes_are_found_per_step(report) -> None:  # noqa: ANN001
-    assert report.notes == () and len(report.steps) == 3
+    assert report.notes == (NOTE_MODELLED,) and len(report.steps) == 3
     (device,) = report.idle.devices
     assert device.label == "NeuronCore 0"
     stall_ns = ITEM_SLEEP_S * ITEMS_PER_BATCH * 1e9

@@ -1,24 +1,33 @@
-"""``neuron-prof demo`` end to end: exit status, the trace it wrote, and what it must show."""
+"""``neuron-prof demo`` end to end: exit status, the trace it wrote, what it must show, the
+analyzer's report it ends with, and the commands it names (run here)."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from html_checks import assert_matches_report, assert_offline, parse
 
 pytest.importorskip("torch")
+
+from neuron_profiler.analysis import analyze  # noqa: E402
+from neuron_profiler.trace import load_trace  # noqa: E402
+from neuron_profiler.trace import vocabulary as V  # noqa: E402
+
+CLI = [sys.executable, "-m", "neuron_profiler.cli.main"]
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
 def _demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     out_dir = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "neuron_profiler.cli.main", "demo", "-o",
-                           str(out_dir), *args], capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)
+    proc = subprocess.run([*CLI, "demo", "-o", str(out_dir), *args], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     traces = list(out_dir.glob("*.pt.trace.json*"))
     assert len(traces) == 1 and f"trace: {traces[0]}" in proc.stdout
@@ -54,14 +63,48 @@ def test_demo_writes_a_trace_with_fallback_and_slow_data_step(tmp_path: Path) ->
     x = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     fallbacks = [e for e in x if e["name"] == "CPU fallback: aten::bincount"]
     assert len(fallbacks) == 2  # one per profiled step
-    data = [e for e in x if e["name"] == "data_step"]
+    data = [e for e in x if e["name"] == LOADER]  # a real DataLoader, as torch names it
     assert len(data) == 2 and min(e["dur"] for e in data) >= 20_000  # the 20 ms host stall
     assert "CPU fallbacks: 2" in proc.stdout and "top ops by device time:" in proc.stdout
     # the data step is reported per step: the mean of the two, not their sum
-    shown = re.search(r"host data step: ([0-9.]+) ms per step", proc.stdout)
+    shown = re.search(r"host data step \(DataLoader\): ([0-9.]+) ms per step", proc.stdout)
     assert shown is not None, proc.stdout
     mean_ms = sum(e["dur"] for e in data) / len(data) / 1e3
     assert float(shown.group(1)) == pytest.approx(mean_ms, abs=0.01)
+
+
+def test_demo_ends_with_the_analyzers_report_and_its_commands_work(tmp_path: Path) -> None:
+    proc, _ = _demo(tmp_path, "--steps", "2")
+    (path,) = (tmp_path / "runs").glob("*.pt.trace.json*")
+    alone = subprocess.run([*CLI, "analyze", str(path)], capture_output=True, text=True,
+                           timeout=300, cwd=tmp_path)
+    assert alone.returncode == 0 and "rank 0 · 2 steps" in alone.stdout
+    assert proc.stdout.endswith(alone.stdout)  # exactly what `neuron-prof analyze` prints
+    # the causes put there on purpose are findings: the DataLoader stall, the fallback
+    report = analyze(load_trace(path))
+    kinds = [f.kind for f in report.findings.findings]
+    assert kinds[0] == "idle:data_loading" and "cpu_fallback:aten::bincount" in kinds, kinds
+    (device,) = report.idle.devices
+    assert all(s["data_loading"] >= 0.8 * 20e6 for s in device.per_step_by_cause_ns)
+    assert "device idle: data loading" in alone.stdout
+    assert "CPU fallback" in alone.stdout and "aten::bincount" in alone.stdout
+    assert "modelled by the emulator" in alone.stdout
+    # every command it names runs as printed
+    commands = [shlex.split(line) for line in proc.stdout.splitlines()
+                if line.startswith("  neuron-prof ")]
+    assert [c[1] for c in commands] == ["analyze", "export"], commands
+    for command in commands:
+        ran = subprocess.run([*CLI, *command[1:]], capture_output=True, text=True,
+                             timeout=300, cwd=tmp_path)
+        assert ran.returncode == 0, ran.stderr[-2000:]
+    html = Path(commands[0][commands[0].index("--html") + 1])
+    page = parse(html.read_text(encoding="utf-8"))
+    assert_offline(page)
+    assert_matches_report(page, report)  # the emulator trace, with its fallback in the Pareto
+    assert [g.op for g in report.fallback_pareto.groups] == ["aten::bincount"]
+    assert V.META_MODELLED in " ".join(page.text)
+    pftrace = Path(commands[1][commands[1].index("-o") + 1])
+    assert pftrace.stat().st_size > 0
 
 
 def test_demo_numerics_mode_says_so(tmp_path: Path) -> None:
