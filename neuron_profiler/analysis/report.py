@@ -30,6 +30,9 @@ from neuron_profiler.trace.model import Trace, file_base_ns
 DEFAULT_TOP = 10
 NOTE_NO_STEPS = "no ProfilerStep annotation: the whole trace is analysed as one step"
 NOTE_HOST_ONLY = "no device events: host-only report (no device idle time or breakdown)"
+NOTE_EMULATOR_OVERHEAD = ("emulator overhead: {ms:.3f} ms of device time not busy was the "
+                          "emulator's own host work (absent on real hardware); discounted from "
+                          "idle time and from every cause")
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
     idle = idle_time(trace, work, steps, min_gap_ns=options.min_gap_ns, top=options.top)
     notes = (NOTE_NO_STEPS,) * (not steps.from_profiler_steps) + (NOTE_HOST_ONLY,) * (
         len(work) == 0)
+    if idle.emulator_overhead_ns:
+        notes += (NOTE_EMULATOR_OVERHEAD.format(ms=idle.emulator_overhead_ns / 1e6),)
     return Report(
         source=trace.source, rank=rank_of(trace), base_ns=file_base_ns(trace.metadata),
         has_device=len(work) > 0, steps=steps, breakdown=step_breakdown(trace, work, steps),
