@@ -12,7 +12,7 @@ Recoverable time, per kind (per step = total / number of steps; % = of the mean 
   so the figure is an upper bound);
 - ``idle:<cause>`` (data_loading, host_sync, host_bound_launch, other, short_gaps): that cause's
   idle time (the ``cpu_fallback`` cause belongs to the fallback findings; profiler overhead is
-  discounted, never a finding);
+  never a finding; emulator overhead is discounted from idle time, in no cause);
 - ``exposed_copies``: time when a device's DMA queue is busy and none of its compute or
   collective queues is (the copy is not hidden behind work), fallback copies left out;
 - ``collective_wait``: time in collective-wait (barrier) slices while no compute runs.

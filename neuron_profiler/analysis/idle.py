@@ -5,8 +5,9 @@
     idle.longest                         # the longest gaps, with what the host was doing
 
 A device (a NeuronCore, a GPU) is idle when none of its queues is busy. Its gaps are the parts
-of the step spans not covered by its work, kept whole across step boundaries (a gap belongs to
-one cause; its time is split over the steps it spans).
+of the step spans not covered by its work, kept whole across step boundaries and across the host
+time between two ProfilerStep spans (a gap belongs to one cause; its time is counted only inside
+the steps, split over the steps it spans).
 
 Emulator overhead is discounted first: the parts of a gap during which the host was in the
 emulator's own work (``emulator overhead: ...`` rows: an op's real math in numerics mode, the
@@ -14,7 +15,7 @@ collective arrival exchange) are removed from the gap's idle time and from every
 counted apart as ``emulator_overhead_ns`` (the emulator's cost; it does not exist on real
 hardware). window = busy + idle + emulator overhead. The rules below see the rest of the gap.
 
-A gap whose remaining time is shorter than ``min_gap_ns`` is ``host_bound_launch`` when the
+A gap whose length less the emulator overhead in it is under ``min_gap_ns`` is ``host_bound_launch`` when the
 work that ends it was launched after it began (rule 4: the host was late, however briefly; a
 loop of tiny ops is made of such gaps), else ``short_gaps`` (launch latency between work that
 was already queued), and no other rule is tried.
@@ -212,8 +213,7 @@ def _covers(spans: tuple[np.ndarray, np.ndarray], gs: np.ndarray, ge: np.ndarray
 def classify(gs: np.ndarray, ge: np.ndarray, next_launch: np.ndarray, spans: _HostSpans,
              min_gap_ns: int, idle_ns: np.ndarray | None = None) -> np.ndarray:
     """Index into ALL_CAUSES per gap: the first rule that holds (see the module docstring).
-    ``idle_ns``: each gap's idle time after the emulator-overhead discount (default: its
-    length)."""
+    ``idle_ns``: each gap's length less the emulator overhead in it (default: its length)."""
     idle_ns = ge - gs if idle_ns is None else idle_ns
     ovh = spans.emulator_overhead
     late = (next_launch != NO_LAUNCH) & (next_launch > gs)
@@ -263,21 +263,16 @@ def idle_time(trace: Trace, work: DeviceWork, steps: Steps, *,
               min_gap_ns: int = DEFAULT_MIN_GAP_NS, top: int = 10) -> IdleTime:
     spans = _host_spans(trace)
     window, ovh = steps.spans, spans.emulator_overhead
-    hull = I.window(int(window.start[0]), int(window.end[-1])) if len(window) else window
+    counted = _counted(window, window, ovh)
     devices, gaps = [], []
     for device in work.devices:  # a handful of devices: the work per device is vectorised
         on = work.device == device
         busy_all = I.union(work.start[on], work.end[on])
         busy = I.intersect(busy_all, window)
-        # whole gaps: from the first step's start to the last one's end, so that a gap is not
-        # cut at the host time between two ProfilerStep spans (it is counted only inside them)
-        gap = I.subtract(hull, busy_all)
-        gap = I.Intervals(*(x[I.overlap_per_window(window, gap.start, gap.end) > 0]
-                            for x in (gap.start, gap.end)))
-        whole_ns = (gap.end - gap.start) - I.overlap_per_window(ovh, gap.start, gap.end)
+        gap = _whole_gaps(window, busy_all)
+        length_ns = (gap.end - gap.start) - I.overlap_per_window(ovh, gap.start, gap.end)
         cause = classify(gap.start, gap.end, _next_launch(work, on, gap.end), spans,
-                         min_gap_ns, whole_ns)
-        counted = _counted(window, window, ovh)
+                         min_gap_ns, length_ns)
         idle_ns = I.overlap_per_window(counted, gap.start, gap.end)
         devices.append(_device_idle(device, work.labels[device], window, busy, gap, cause,
                                     steps, ovh))
@@ -290,6 +285,17 @@ def idle_time(trace: Trace, work: DeviceWork, steps: Steps, *,
                     longest=_longest(trace, (device, gs, ge, cause, idle_ns), steps, top, ovh),
                     gap_device=device, gap_start_ns=gs, gap_end_ns=ge, gap_cause=cause,
                     gap_idle_ns=idle_ns, emulator_overhead=ovh, window=window)
+
+
+def _whole_gaps(window: I.Intervals, busy: I.Intervals) -> I.Intervals:
+    """The gaps in the device's work from the first step's start to the last step's end, those
+    that reach into a step: whole, so that a gap is not cut at the host time between two
+    ProfilerStep spans (its time is counted only inside them)."""
+    if len(window) == 0:
+        return window
+    gap = I.subtract(I.window(int(window.start[0]), int(window.end[-1])), busy)
+    keep = I.overlap_per_window(window, gap.start, gap.end) > 0
+    return I.Intervals(gap.start[keep], gap.end[keep])
 
 
 def _counted(x: I.Intervals, window: I.Intervals, discount: I.Intervals) -> I.Intervals:
