@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -30,6 +31,7 @@ import injected_workloads as W  # noqa: E402
 
 from neuron_profiler.analysis import analyze  # noqa: E402
 from neuron_profiler.analysis.report import Report  # noqa: E402
+from neuron_profiler.reports.json_report import schema_text, to_document  # noqa: E402
 from neuron_profiler.trace import load_trace  # noqa: E402
 from neuron_profiler.trace import vocabulary as V  # noqa: E402
 
@@ -89,7 +91,10 @@ def test_fallbacks_found_with_exact_call_counts(reports: dict[str, Report]) -> N
     assert kinds[0] == "cpu_fallback:aten::bincount"
     assert {k for k in kinds if k.startswith("cpu_fallback")} == {
         "cpu_fallback:aten::bincount", "cpu_fallback:aten::cumsum"}
-    assert all(s["cpu_fallback"] > 0 for s in r.idle.devices[0].per_step_by_cause_ns)
+    device = r.idle.devices[0]
+    assert all(s["cpu_fallback"] > 0 for s in device.per_step_by_cause_ns)
+    # no idle instant in two groups (the part of a gap outside every fallback span is in none)
+    assert 0 < sum(g.idle_ns for g in r.findings.fallbacks) <= device.by_cause_ns["cpu_fallback"]
 
 
 def test_dataloader_stall_is_data_loading(reports: dict[str, Report],
@@ -144,6 +149,8 @@ def test_item_and_synchronize_are_host_sync(reports: dict[str, Report]) -> None:
     syncs = {g.name: g for g in r.findings.syncs}
     item, synchronize = syncs["aten::item"], syncs[V.SYNC_PREFIX + "torch.neuron.synchronize"]
     assert item.calls == W.STEPS
+    # each sync gap in exactly one group: the groups add up to the cause
+    assert sum(g.idle_ns for g in r.findings.syncs) == r.idle.devices[0].by_cause_ns["host_sync"]
     assert item.idle_ns >= W.AFTER_ITEM_S * 1e9 * W.STEPS
     assert synchronize.idle_ns >= W.AFTER_SYNCHRONIZE_S * 1e9 * W.STEPS
     assert [f.kind for f in r.findings.findings[:2]] == [
@@ -233,5 +240,11 @@ def test_numerics_emulator_overhead_is_discounted_never_a_cause(
     for f in r.findings.findings:
         assert "overhead" not in (f.kind + f.title + f.host_op).lower(), f
     assert any("emulator overhead" in n for n in r.notes)
+    doc = to_document([r])  # the discount reaches the JSON report, schema-valid
+    jsonschema.validate(doc, json.loads(schema_text()))
+    (jdev,) = doc["traces"][0]["idle"]["devices"]
+    assert jdev["emulator_overhead_ms"] == round(device.emulator_overhead_ns / 1e6, 6)
+    assert [s["emulator_overhead_ms"] for s in jdev["per_step"]] == [
+        round(ns / 1e6, 6) for ns in device.per_step_emulator_overhead_ns]
     for ns in _per_step(r, "host_sync"):
         assert ns >= W.AFTER_ITEM_S * 1e9
