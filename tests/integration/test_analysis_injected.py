@@ -220,7 +220,7 @@ def test_numerics_emulator_overhead_is_discounted_never_a_cause(
     events = _events(traces["numerics"])
     overhead = _union([_ns(e) for e in events if e["name"].startswith(V.OVERHEAD_PREFIX)])
     assert overhead, "numerics mode records emulator-overhead spans"
-    device_cats = {"kernel", "gpu_memcpy", "gpu_memset"}
+    device_cats = {V.CAT_KERNEL, V.CAT_MEMCPY}  # what the emulator's device rows use
     work = [_ns(e) for e in events if e.get("cat") in device_cats]
     steps = sorted(_ns(e) for e in events if e["name"].startswith(V.PROFILER_STEP_PREFIX))
     last_s, last_e = steps[-1]  # the last step stretches over the work that began in it
