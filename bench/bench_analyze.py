@@ -4,6 +4,9 @@ load + temporal breakdown + idle-time breakdown, side by side, startup included.
     python bench/bench_analyze.py                        # every shared trace HTA can analyse
     python bench/bench_analyze.py --generated 1000000    # plus a generated trace (gen_trace.py)
 
+Both tools run from byte-compiled sources, as an installed wheel does: HTA's site-packages
+were compiled by pip; this package is compiled here first (an editable install under
+``PYTHONDONTWRITEBYTECODE`` would otherwise recompile every module in every run, ~35 ms).
 Each (tool, file) runs in a fresh process (``--repeat`` times: best time, median peak RSS);
 time = wall clock of the process, memory = its peak RSS (``os.wait4``). HTA gets a folder with
 only a symlink to the trace (it reads a folder as ranks). Prints a table with the ratios.
@@ -59,6 +62,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--generated", type=int, nargs="*", default=[])
     args = ap.parse_args()
+    import compileall
+
+    compileall.compile_dir(str(REPO / "neuron_profiler"), quiet=1)
     files = sorted(p for p in SHARED.rglob("*") if p.name.endswith((".json", ".json.gz")))
     for n in args.generated:
         target = REPO / "runs" / "bench" / "traces" / f"gen_{n}.json"

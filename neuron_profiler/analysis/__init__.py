@@ -7,6 +7,8 @@ consume. One module per question:
 - ``hta_compat``: HTA 0.5.0's temporal and idle-time breakdowns, reproduced;
 - ``tb_profiler``: torch-tb-profiler 0.4.3's step-time breakdown, reproduced;
 - ``counters``: device busy % and DMA bandwidth over time;
+- ``timeline``: each device queue's busy time and each device's gaps by cause, downsampled to a
+  bounded number of segments per series with totals kept (the TensorBoard plugin draws it);
 - ``report``: ``analyze(trace) -> Report``, all of the above composed.
 
     from neuron_profiler.analysis import analyze

@@ -25,6 +25,7 @@ from neuron_profiler.analysis.idle import DEFAULT_MIN_GAP_NS, IdleTime, idle_tim
 from neuron_profiler.analysis.steps import Steps, find_steps
 from neuron_profiler.analysis.summary import OpKernelSummary, op_kernel_summary
 from neuron_profiler.analysis.tb_profiler import TbBreakdown, tb_profiler_breakdown
+from neuron_profiler.analysis.timeline import DeviceTimeline, device_timeline
 from neuron_profiler.trace.model import Trace, file_base_ns
 
 DEFAULT_TOP = 10
@@ -38,18 +39,22 @@ NOTE_EMULATOR_OVERHEAD = ("emulator overhead: {ms:.3f} ms of device time not bus
 @dataclass(frozen=True)
 class Options:
     """Args: min_gap_ns: shortest idle gap given a cause; top: longest gaps listed; hta / tb:
-    also compute the HTA-compatible and tb-profiler breakdowns."""
+    also compute the HTA-compatible and tb-profiler breakdowns; timeline_segments: also compute
+    the drawable device timeline (``analysis.timeline``), at most this many segments a series
+    (None: not computed; the TensorBoard plugin asks for it)."""
 
     min_gap_ns: int = DEFAULT_MIN_GAP_NS
     top: int = DEFAULT_TOP
     hta: bool = True
     tb: bool = True
+    timeline_segments: int | None = None
 
 
 @dataclass(frozen=True)
 class Report:
     """Everything known about one trace. ``notes``: what the reader must know about the input
-    (no steps, no device events)."""
+    (no steps, no device events). ``load_warnings``: what loading the file changed or left out
+    (``Trace.load_warnings``), without the file name."""
 
     source: str
     rank: int
@@ -65,6 +70,8 @@ class Report:
     summary: OpKernelSummary = field(default_factory=lambda: OpKernelSummary((), ()))
     options: Options = field(default_factory=Options)
     notes: tuple[str, ...] = ()
+    load_warnings: tuple[str, ...] = ()
+    timeline: DeviceTimeline | None = None
 
     def to_trace_us(self, ns: int) -> float:
         """An absolute ns time as the trace file writes it (µs, relative to its base)."""
@@ -88,4 +95,6 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
         summary=op_kernel_summary(trace, work),
         hta_temporal=hta_temporal, hta_idle=hta_idle,
         tb_breakdown=tb_profiler_breakdown(trace) if options.tb else None,
-        options=options, notes=notes)
+        options=options, notes=notes, load_warnings=trace.load_warnings(),
+        timeline=None if options.timeline_segments is None else device_timeline(
+            trace, work, idle, options.timeline_segments))

@@ -8,7 +8,8 @@ Operators (``cpu_op`` rows, grouped by name): calls; host total = Σ dur; host s
 direct children's dur), children by containment on the same thread; device self = Σ device time
 of the work carrying the op's ``External id`` (what ``key_averages`` calls self device time);
 device total = device self plus its descendants'; the most frequent input shapes (``Input Dims``)
-of the top ops. Kernels (device rows grouped by name): calls, total / mean / min / max time,
+of the top ops, counted over at most ``SHAPE_SAMPLE_CALLS`` calls per op spread evenly over its
+calls (a ranking of shapes, not a count: a 5M-event trace would otherwise decode every call). Kernels (device rows grouped by name): calls, total / mean / min / max time,
 achieved TFLOPS (Σ flops / Σ time) or GB/s (Σ bytes / Σ time) when the rows carry ``flops`` /
 ``bytes`` args, and the % of the device's peak (``deviceProperties``) when it is known.
 """
@@ -22,6 +23,7 @@ import numpy as np
 
 from neuron_profiler.analysis._args import arg_values, args_spelling, as_float
 from neuron_profiler.analysis._device import DeviceWork, device_peaks
+from neuron_profiler.analysis._tree import parents, subtree_sums
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -29,6 +31,7 @@ from neuron_profiler.trace.model import Trace
 TOP_SHAPES = 3
 SHAPE_KEYS = ("Input Dims", "Input dims")
 SHAPED_OPS = 20  # ops (by host total) whose input shapes are read
+SHAPE_SAMPLE_CALLS = 20_000  # calls per op whose shapes are decoded
 
 
 @dataclass(frozen=True)
@@ -65,24 +68,6 @@ def op_kernel_summary(trace: Trace, work: DeviceWork) -> OpKernelSummary:
     return OpKernelSummary(ops=_ops(trace, work), kernels=_kernels(trace, work))
 
 
-def _parents(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Index of each row's innermost enclosing row on its thread (-1 for roots); rows sorted by
-    (thread, start, -end) so that a parent comes before its children."""
-    parent = np.full(len(start), -1, np.int64)
-    stack: list[int] = []
-    thread = None
-    s, e, p, t = start.tolist(), end.tolist(), pid.tolist(), tid.tolist()
-    for i in range(len(s)):  # one pass with a stack: the containment tree
-        if (p[i], t[i]) != thread:
-            stack, thread = [], (p[i], t[i])
-        while stack and e[stack[-1]] < e[i] or stack and s[i] >= e[stack[-1]]:
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        stack.append(i)
-    return parent
-
-
 def _ops(trace: Trace, work: DeviceWork) -> tuple[OpRow, ...]:
     c = trace.columns
     step_ids = [i for i, n in enumerate(trace.strings) if n.startswith(V.PROFILER_STEP_PREFIX)]
@@ -93,14 +78,13 @@ def _ops(trace: Trace, work: DeviceWork) -> tuple[OpRow, ...]:
     start, dur = c[S.TS_NS][rows], c[S.DUR_NS][rows]
     order = np.lexsort((-(start + dur), start, c[S.TID][rows], c[S.PID][rows]))
     rows, start, dur = rows[order], start[order], dur[order]
-    parent = _parents(c[S.PID][rows], c[S.TID][rows], start, start + dur)
-    child_dur = np.zeros(len(rows), np.int64)
+    pid, tid = c[S.PID][rows], c[S.TID][rows]
+    thread = np.cumsum(np.r_[False, (np.diff(pid) != 0) | (np.diff(tid) != 0)])
+    parent = parents(thread, start, start + dur)
     has = parent >= 0
-    np.add.at(child_dur, parent[has], dur[has])
+    child_dur = np.bincount(parent[has], weights=dur[has], minlength=len(rows)).astype(np.int64)
     dev_self = _device_self(trace, work, c[S.EXTERNAL_ID][rows])
-    dev_total = dev_self.copy()
-    for i in np.flatnonzero(has)[::-1].tolist():  # children after parents: sum upwards
-        dev_total[parent[i]] += dev_total[i]
+    dev_total = subtree_sums(parent, dev_self)
     name_id = c[S.NAME_ID][rows]
     uniq, code = np.unique(name_id, return_inverse=True)
     sums = {k: np.bincount(code, weights=v, minlength=len(uniq)).astype(np.int64)
@@ -132,7 +116,8 @@ def _device_self(trace: Trace, work: DeviceWork, op_ext: np.ndarray) -> np.ndarr
 
 def _shapes(trace: Trace, rows: np.ndarray, code: np.ndarray, top: np.ndarray
             ) -> dict[int, tuple[str, ...]]:
-    pick = np.flatnonzero(np.isin(code, top))
+    pick = np.sort(np.concatenate([_spread(np.flatnonzero(code == k), SHAPE_SAMPLE_CALLS)
+                                   for k in top.tolist()] or [np.zeros(0, np.int64)]))
     if len(pick) == 0:
         return {}
     a = arg_values(trace, rows[pick], SHAPE_KEYS)
@@ -142,6 +127,13 @@ def _shapes(trace: Trace, rows: np.ndarray, code: np.ndarray, top: np.ndarray
         if value is not None:
             counters.setdefault(k, Counter())[str(value).replace(" ", "")] += 1
     return {k: tuple(s for s, _ in cnt.most_common(TOP_SHAPES)) for k, cnt in counters.items()}
+
+
+def _spread(index: np.ndarray, most: int) -> np.ndarray:
+    """At most ``most`` entries of ``index``, evenly spaced (all of them when it is short)."""
+    if len(index) <= most:
+        return index
+    return index[np.linspace(0, len(index) - 1, most).astype(np.int64)]
 
 
 def _kernels(trace: Trace, work: DeviceWork) -> tuple[KernelRow, ...]:

@@ -49,7 +49,8 @@ def to_document(reports: list[Report], errors: list[tuple[str, str]] = (),  # ty
 
 def trace_document(r: Report) -> dict[str, Any]:
     return {"source": r.source, "rank": r.rank, "has_device": r.has_device,
-            "notes": list(r.notes), "time_base_ns": r.base_ns,
+            "notes": list(r.notes), "load_warnings": list(r.load_warnings),
+            "time_base_ns": r.base_ns,
             "options": {"min_gap_us": r.options.min_gap_ns / 1e3, "top": r.options.top},
             "metrics": {k: round(v, 6) for k, v in metrics(r).items()},
             "findings": _findings(r), "fallbacks": _fallbacks(r), "syncs": _syncs(r),
@@ -115,7 +116,8 @@ def _breakdown(r: Report) -> list[dict[str, Any]]:
         wall = int(b.wall_ns[i])
         out.append({"step": name, "wall_ms": _ms(wall), "host_ms": _ms(b.host_ns[i]),
                     "devices": [{"device": d.device, "label": d.label,
-                                 "busy_ms": _ms(d.busy_ns[i]), "compute_ms": _ms(d.compute_ns[i]),
+                                 "busy_ms": _ms(d.busy_ns[i]),
+                                 "busy_pct": _pct(d.busy_ns[i], wall), "compute_ms": _ms(d.compute_ns[i]),
                                  "dma_ms": _ms(d.dma_ns[i]),
                                  "collective_ms": _ms(d.collective_ns[i]),
                                  "overlap_ms": _ms(d.overlap_ns[i]), "idle_ms": _ms(d.idle_ns[i]),
@@ -130,7 +132,8 @@ def _idle(r: Report) -> dict[str, Any]:
         "by_cause_ms": {c: _ms(v) for c, v in idle.by_cause_ns.items()},
         "emulator_overhead_ms": _ms(idle.emulator_overhead_ns),
         "devices": [{"device": d.device, "label": d.label, "window_ms": _ms(d.window_ns),
-                     "busy_ms": _ms(d.busy_ns), "idle_ms": _ms(d.idle_ns),
+                     "busy_ms": _ms(d.busy_ns), "busy_pct": _pct(d.busy_ns, d.window_ns),
+                     "idle_ms": _ms(d.idle_ns),
                      "idle_pct": _pct(d.idle_ns, d.window_ns), "gaps": d.gaps,
                      "emulator_overhead_ms": _ms(d.emulator_overhead_ns),
                      "by_cause_ms": {c: _ms(d.by_cause_ns[c]) for c in ALL_CAUSES},

@@ -672,7 +672,8 @@ def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: boo
             out += [(V.ARG_COLLECTIVE, str(e.collective)), (V.ARG_GROUP_RANKS, ranks),
                     (V.ARG_GROUP_SIZE, len(ranks))]
     elif kind == ActivityKind.OVERHEAD:
-        out += [(V.ARG_OVERHEAD, str(e.overhead))] + ([(V.ARG_OP, e.op)] if e.op else [])
+        out += [(V.ARG_OVERHEAD, str(e.overhead)), (V.ARG_HIDDEN, 1)] + (
+            [(V.ARG_OP, e.op)] if e.op else [])
     elif kind in RAW_DATA_KINDS:
         out.append((V.ARG_DATA, msgspec.Raw(raw)))
     return tuple(out)

@@ -2,8 +2,9 @@
 downloads for a (run, worker, span) chosen by opaque ids, plus the static frontend.
 
 Nothing here computes a number: the report is ``reports.json_report.to_document`` of
-``analysis.analyze`` (as ``neuron-prof analyze --json`` prints it), cached per file and
-modification time so that each trace is analysed once.
+``analysis.analyze`` (as ``neuron-prof analyze --json`` prints it) and the timeline is
+``reports.timeline_json`` of the same analysis, cached per file and modification time so that
+each trace is analysed once, in the background (202 and the phase while it runs).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import re
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from importlib import resources
@@ -27,6 +29,8 @@ from neuron_profiler.tensorboard import discovery
 
 PLUGIN_NAME = "neuron_profiler"
 CACHE_ENTRIES = 16
+WAIT_S = 1.0  # a request waits this long for an analysis before answering 202 (progress)
+TIMELINE_SEGMENTS = 2000  # per series of the timeline route (analysis.timeline)
 JSON = "application/json"
 STATIC = {  # route -> (file in static/, content type)
     "/index.js": ("index.js", "application/javascript"),
@@ -48,64 +52,103 @@ def _error(status: int, message: str) -> Result:
     return status, {"error": _one_line(message)}
 
 
-def analyze_span(span: discovery.Span) -> Result:
-    """The ``--json`` document of one trace, named by its path relative to the logdir (the
-    server's own paths are not shown); a load or analysis failure as an error body."""
-    from neuron_profiler.analysis import analyze
+Bundle = dict[str, Result]  # route ("report", "timeline") -> its answer
+Progress = Callable[[str], None]  # told each phase of an analysis ("loading 12.3 MB", ...)
+ROUTES = ("report", "timeline")
+
+
+def analyze_span(span: discovery.Span, progress: Progress = lambda phase: None) -> Bundle:
+    """The ``--json`` document of one trace (named by its path relative to the logdir: the
+    server's own paths are not shown) and its drawable timeline, from one load; a load or
+    analysis failure as the error body of both."""
+    from neuron_profiler.analysis import Options, analyze
     from neuron_profiler.errors import TraceLoadError
     from neuron_profiler.reports.json_report import to_document
+    from neuron_profiler.reports.timeline_json import timeline_document
     from neuron_profiler.trace import load_trace
 
     try:
-        report = analyze(load_trace(span.path))
+        progress(f"loading {span.path.stat().st_size / 1e6:.1f} MB")
+        trace = load_trace(span.path)
+        progress("analysing")
+        report = analyze(trace, Options(timeline_segments=TIMELINE_SEGMENTS))
     except TraceLoadError as err:
-        return _error(422, f"{span.rel}: {err.problem}")
+        return dict.fromkeys(ROUTES, _error(422, f"{span.rel}: {err.problem}"))
     except Exception as err:  # noqa: BLE001 - one bad trace must not take the others down
         _log.exception("analysis of %s failed", span.path)
-        return _error(500, f"{span.rel}: analysis failed: {type(err).__name__}: {err}")
-    return 200, to_document([dataclasses.replace(report, source=span.rel)])
+        return dict.fromkeys(ROUTES, _error(
+            500, f"{span.rel}: analysis failed: {type(err).__name__}: {err}"))
+    report = dataclasses.replace(report, source=span.rel)
+    return {"report": (200, to_document([report])), "timeline": (200, timeline_document(report))}
+
+
+@dataclasses.dataclass
+class _Job:
+    """One analysis running (or queued) in the background, and the phase it is in."""
+
+    size: int
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    phase: str = "queued (another trace is being analysed)"
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    result: Bundle | None = None
 
 
 class ReportCache:
-    """Bounded LRU of results per (file, mtime, size): a trace is analysed once until it
-    changes. One analysis at a time (they are memory-heavy); a second request for the same
-    trace waits and then hits."""
+    """Bounded LRU of analyses per (file, mtime, size): a trace is analysed once until it
+    changes. Analyses run in a background thread, one at a time (they are memory-heavy); a
+    request waits up to ``wait_s`` for its answer, then gets 202 with the analysis' phase so
+    that the page can show progress and ask again. A second request for a trace being
+    analysed joins that analysis."""
 
-    def __init__(self, compute: Callable[[discovery.Span], Result],
-                 entries: int = CACHE_ENTRIES) -> None:
+    def __init__(self, compute: Callable[[discovery.Span, Progress], Bundle],
+                 entries: int = CACHE_ENTRIES, wait_s: float = WAIT_S) -> None:
         self.compute = compute
         self.entries = entries
+        self.wait_s = wait_s
         self.hits = 0
         self.misses = 0
-        self._items: OrderedDict[tuple[str, int, int], Result] = OrderedDict()
+        self._items: OrderedDict[tuple[str, int, int], Bundle] = OrderedDict()
+        self._jobs: dict[tuple[str, int, int], _Job] = {}
         self._lock = threading.Lock()
         self._work = threading.Lock()
 
-    def _get(self, key: tuple[str, int, int]) -> Result | None:
+    def get(self, span: discovery.Span, route: str = "report") -> Result:
+        """The route's answer for ``span``, or (202, progress) while it is being computed."""
+        st = span.path.stat()
+        key = (str(span.path), st.st_mtime_ns, st.st_size)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 self.hits += 1
-                return self._items[key]
-        return None
+                return self._items[key][route]
+            job = self._jobs.get(key)
+            if job is None:
+                job = self._jobs[key] = _Job(size=st.st_size)
+                threading.Thread(target=self._run, args=(key, span, job), daemon=True,
+                                 name=f"neuron-prof-tb {span.rel}").start()
+        if job.done.wait(self.wait_s) and job.result is not None:
+            return job.result[route]
+        return 202, {"status": "analysing", "phase": job.phase,
+                     "elapsed_s": round(time.monotonic() - job.started, 1)}
 
-    def get(self, span: discovery.Span) -> Result:
-        st = span.path.stat()
-        key = (str(span.path), st.st_mtime_ns, st.st_size)
-        found = self._get(key)
-        if found is not None:
-            return found
-        with self._work:
-            found = self._get(key)
-            if found is not None:
-                return found
-            result = self.compute(span)
-            with self._lock:
-                self.misses += 1
-                self._items[key] = result
-                while len(self._items) > self.entries:
-                    self._items.popitem(last=False)
-            return result
+    def _run(self, key: tuple[str, int, int], span: discovery.Span, job: _Job) -> None:
+        def progress(phase: str) -> None:
+            job.phase = phase
+
+        try:
+            with self._work:
+                result = self.compute(span, progress)
+        except BaseException as err:  # noqa: BLE001 - the waiting page must get an answer
+            _log.exception("analysis of %s failed", span.path)
+            result = dict.fromkeys(ROUTES, _error(500, f"{span.rel}: {type(err).__name__}"))
+        with self._lock:
+            self.misses += 1
+            self._items[key] = result
+            while len(self._items) > self.entries:
+                self._items.popitem(last=False)
+            self._jobs.pop(key, None)
+        job.result = result
+        job.done.set()
 
 
 def _static_file(name: str) -> bytes | None:
@@ -150,6 +193,7 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
         apps["/plotly.min.js"] = self._serve_plotly
         apps["/runs"] = self._serve_runs
         apps["/report"] = self._serve_report
+        apps["/timeline"] = self._serve_timeline
         apps["/trace"] = self._serve_trace
         return apps
 
@@ -190,15 +234,22 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
             return _error(404, "no such trace (moved or deleted? reload the page)")
         return span
 
-    @wrappers.Request.application
-    def _serve_report(self, request: wrappers.Request) -> wrappers.Response:
+    def _analysis(self, request: wrappers.Request, route: str) -> wrappers.Response:
         span = self._span(request)
         if not isinstance(span, discovery.Span):
             return _json(request, span)
         try:
-            return _json(request, self.cache.get(span))
+            return _json(request, self.cache.get(span, route))
         except OSError as err:
             return _json(request, _error(404, f"{span.rel}: {err.strerror or err}"))
+
+    @wrappers.Request.application
+    def _serve_report(self, request: wrappers.Request) -> wrappers.Response:
+        return self._analysis(request, "report")
+
+    @wrappers.Request.application
+    def _serve_timeline(self, request: wrappers.Request) -> wrappers.Response:
+        return self._analysis(request, "timeline")
 
     @wrappers.Request.application
     def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:

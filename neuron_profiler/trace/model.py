@@ -125,6 +125,10 @@ class LoadReport:
 
     def lines(self, source: str) -> list[str]:
         """One line per thing that was changed or left out (none for a clean file)."""
+        return [f"{source}: {line}" for line in self.messages()]
+
+    def messages(self) -> list[str]:
+        """``lines`` without the file name (for a page that names the file elsewhere)."""
         def n(count: int, what: str) -> str:
             return f"{count} {what}{'s' * (count != 1)}"
 
@@ -149,7 +153,7 @@ class LoadReport:
         if self.ignored_base_time:
             out.append(f"baseTimeNanoseconds {self.ignored_base_time} is not a number: "
                        "ignored (ts taken as absolute µs)")
-        return [f"{source}: {line}" for line in out]
+        return out
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,22 @@ class Trace:
 
     def __len__(self) -> int:
         return len(self.columns[S.TS_NS])
+
+    def load_warnings(self) -> tuple[str, ...]:
+        """What loading changed or left out, one line each without the file name: a cut or
+        damaged file, mistyped events skipped, then ``load_report.messages()`` (the same facts
+        ``neuron-prof`` prints as warnings)."""
+        out = []
+        damage = self.load_report.damage
+        if self.truncated:
+            out.append(f"{damage or 'file is truncated'}; kept {len(self)} complete events "
+                       f"before the {'damage' if damage else 'cut'}")
+        elif damage:
+            out.append(f"{damage}; every event was read, but some may be damaged")
+        if self.skipped_events:
+            n = self.skipped_events
+            out.append(f"{n} event{'s' * (n != 1)} skipped (mistyped fields)")
+        return tuple(out + self.load_report.messages())
 
     def col(self, name: str) -> np.ndarray:
         return self.columns[name]

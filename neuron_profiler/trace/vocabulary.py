@@ -59,6 +59,9 @@ ARG_SHAPES = "input shapes"
 ARG_DTYPES = "input dtypes"
 ARG_SYNC = "sync"  # host sync: why the host waited (item, cpu, synchronize, fallback, ...)
 ARG_OVERHEAD = "emulator overhead"  # what the emulator did on the host: numerics, ...
+# 1 on the emulator-overhead span: torch (>= 2.8) skips a Kineto activity whose metadata "hidden"
+# is 1 when it builds key_averages() (pytorch#155213), so the span stays in the trace only.
+ARG_HIDDEN = "hidden"
 ARG_DATA = "data"  # unknown runtime events: their whole runtime data object
 ARG_COLLECTIVE_WAIT = "collective wait"  # true on a cc_exec_barrier slice (waiting for peers)
 ARG_GRAPH_ID = "graph id"  # a compiled graph's execution and the ops nested in it

@@ -114,7 +114,15 @@ def test_early_rank_waits_on_the_device_late_rank_does_not(tmp_path, variant: st
         running = _per_step(run, F.CC_RUNNING)
         assert all(r == pytest.approx(allreduce_ms) for r in running), running
         per_rank.append([b + r for b, r in zip(barrier, running, strict=True)])
-    assert all(ms >= 15 for ms in per_rank[0]), per_rank  # rank 0 waits for rank 1's 20 ms
+    # rank 0 waits for rank 1's 20 ms sleep (less rank 1's own host work before it: a floor)
+    assert all(ms >= 10 for ms in per_rank[0]), per_rank
+    # the collective starts on both devices together, when the last rank arrived (host clock)
+    starts = [[a for a, _, _ in _spans(run, F.CC_RUNNING)] for run in ranks]
+    assert len(starts[0]) == len(starts[1]) >= STEPS
+    assert all(abs(a - b) <= 1e6 for a, b in zip(*starts, strict=True)), starts
+    # and rank 0's wait is exactly the time from its own arrival to that start
+    for a, b, _ in _spans(ranks[0], F.CC_EXEC_BARRIER):
+        assert b in starts[0] and b - a > 0
     assert all(ms <= allreduce_ms + 1 for ms in per_rank[1]), per_rank
     for run in ranks:  # the wait is device time on the collective queue, before the collective
         barriers = _spans(run, F.CC_EXEC_BARRIER)

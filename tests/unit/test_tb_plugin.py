@@ -16,23 +16,16 @@ import pytest
 
 pytest.importorskip("tensorboard")
 
-from tensorboard.backend.application import TensorBoardWSGI  # noqa: E402
-from tensorboard.plugins import base_plugin  # noqa: E402
-from werkzeug.test import Client  # noqa: E402
+from tb_plugin_client import ROUTE, ids, make_plugin  # noqa: E402
 
 from neuron_profiler.cli.main import main  # noqa: E402
 from neuron_profiler.exporters.chrome import write_chrome_trace  # noqa: E402
 from neuron_profiler.tensorboard import discovery  # noqa: E402
-from neuron_profiler.tensorboard.plugin import (  # noqa: E402
-    PLUGIN_NAME,
-    NeuronProfilerLoader,
-    NeuronProfilerPlugin,
-)
+from neuron_profiler.tensorboard.plugin import PLUGIN_NAME, NeuronProfilerLoader  # noqa: E402
 from neuron_profiler.trace import EventKind, TraceBuilder  # noqa: E402
 from neuron_profiler.trace import vocabulary as V  # noqa: E402
 
 US = 1000
-ROUTE = f"/data/plugin/{PLUGIN_NAME}"
 HOSTILE = "<img src=x onerror=alert(1)>"
 
 
@@ -55,20 +48,6 @@ def small_trace(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_chrome_trace(b.build(), path)
     return path
-
-
-def make_plugin(logdir: Path) -> tuple[NeuronProfilerPlugin, Client]:
-    plugin = NeuronProfilerLoader().load(base_plugin.TBContext(logdir=str(logdir)))
-    return plugin, Client(TensorBoardWSGI([plugin]))
-
-
-def ids(client: Client, run: str, worker: str, span: str | None = None) -> dict[str, str]:
-    """The ids /runs gives for these names (the first span when ``span`` is None)."""
-    runs = client.get(f"{ROUTE}/runs").get_json()["runs"]
-    r = next(r for r in runs if r["name"] == run)
-    w = next(w for w in r["workers"] if w["name"] == worker)
-    s = w["spans"][0] if span is None else next(s for s in w["spans"] if s["name"] == span)
-    return {"run": r["id"], "worker": w["id"], "span": s["id"]}
 
 
 # --- discovery -----------------------------------------------------------------------------
@@ -147,7 +126,7 @@ def test_entry_point_registered() -> None:
 def test_paths_and_names_are_rejected(tmp_path: Path, query: dict[str, str]) -> None:
     small_trace(tmp_path / "run1" / "w.1.pt.trace.json")
     _, client = make_plugin(tmp_path)
-    for route in ("report", "trace"):
+    for route in ("report", "timeline", "trace"):
         r = client.get(f"{ROUTE}/{route}", query_string={**query, "format": "pftrace"})
         assert r.status_code == 400 and "error" in r.get_json()
 
@@ -281,3 +260,65 @@ def test_cuda_traces_in_a_logdir(tmp_path: Path, shared_traces: Path) -> None:
     r4 = client.get(f"{ROUTE}/report", query_string=ids(client, "resnet50_num_workers_4", "worker0"))
     assert r4.status_code == 200
     assert time.monotonic() - t0 < 120
+
+
+# --- progress while a first analysis runs ----------------------------------------------------
+
+def test_slow_analysis_answers_202_with_its_phase(tmp_path: Path) -> None:
+    """An injected delay: the route answers 202 with the phase, then 200 with the report;
+    a second request during the analysis joins it (one analysis, not two)."""
+    import threading
+
+    from neuron_profiler.tensorboard.plugin import analyze_span
+
+    small_trace(tmp_path / "run1" / "w.1.pt.trace.json")
+    plugin, client = make_plugin(tmp_path, wait_s=0.05)
+    release = threading.Event()
+    calls = []
+
+    def slow(span, progress):  # noqa: ANN001, ANN202
+        calls.append(span.rel)
+        progress("loading 0.0 MB")
+        assert release.wait(30)
+        return analyze_span(span, progress)
+
+    plugin.cache.compute = slow
+    q = ids(client, "run1", "w")
+    first = client.get(f"{ROUTE}/report", query_string=q)
+    assert first.status_code == 202
+    body = first.get_json()
+    assert body["status"] == "analysing" and body["phase"].startswith("loading")
+    assert client.get(f"{ROUTE}/timeline", query_string=q).status_code == 202
+    release.set()
+    deadline = time.monotonic() + 60
+    while (r := client.get(f"{ROUTE}/report", query_string=q)).status_code == 202:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert r.status_code == 200 and r.get_json()["traces"][0]["source"] == "run1/w.1.pt.trace.json"
+    assert calls == ["run1/w.1.pt.trace.json"]
+    assert client.get(f"{ROUTE}/timeline", query_string=q).status_code == 200
+
+
+def test_page_polls_while_analysing() -> None:
+    """The page asks again on 202 and shows the phase (app.js is what the browser test runs)."""
+    from importlib import resources
+
+    app = resources.files("neuron_profiler.tensorboard").joinpath("static", "app.js").read_text()
+    assert "status !== 202" in app and "body.phase" in app and "POLL_MS" in app
+
+
+# --- load warnings ---------------------------------------------------------------------------
+
+def test_load_warnings_reach_the_report(tmp_path: Path) -> None:
+    """A cut file: its report names what was lost, as the CLI warns (without server paths)."""
+    path = small_trace(tmp_path / "run1" / "w.1.pt.trace.json")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 3 // 4])
+    _, client = make_plugin(tmp_path)
+    doc = client.get(f"{ROUTE}/report", query_string=ids(client, "run1", "w")).get_json()
+    warnings = doc["traces"][0]["load_warnings"]
+    assert len(warnings) == 1 and "truncated" in warnings[0] and str(tmp_path) not in warnings[0]
+    clean = small_trace(tmp_path / "run2" / "w.1.pt.trace.json")
+    assert clean.exists()
+    doc = client.get(f"{ROUTE}/report", query_string=ids(client, "run2", "w")).get_json()
+    assert doc["traces"][0]["load_warnings"] == []

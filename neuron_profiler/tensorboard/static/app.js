@@ -1,10 +1,17 @@
-// Neuron Profiler tab: shows the analyzer's --json document (route "report") for the chosen
-// run / worker / span. It computes nothing; every name from a trace is set with textContent.
+// Neuron Profiler tab: shows the analyzer's --json document (route "report") and its drawable
+// device timeline (route "timeline") for the chosen run / worker / span. It computes nothing
+// (every figure comes from those documents); every name from a trace is set with textContent.
 "use strict";
 
 const PERFETTO = "https://ui.perfetto.dev";
 const VIEWS = ["Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed", "Trace"];
-const state = { runs: [], doc: null, error: null, view: "Overview" };
+const POLL_MS = 500; // while the first analysis of a trace runs (the route answers 202)
+const CAUSE_COLORS = {
+  data_loading: "#1f77b4", cpu_fallback: "#d62728", host_sync: "#ff7f0e",
+  host_bound_launch: "#9467bd", profiler_overhead: "#8c564b", other: "#7f7f7f",
+  short_gaps: "#c7c7c7",
+};
+const state = { runs: [], doc: null, timeline: null, error: null, view: "Overview", load: 0 };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, text, cls) {
@@ -21,11 +28,18 @@ function fmt(v, digits) {
   return String(v);
 }
 
-// columns: [[key or function, label, digits]]
-function table(columns, rows) {
+// columns: [[key or function, label, digits]]; name: the document section the rows come from
+// (data-table; each th of a plain key carries it as data-key), so a test can read it back.
+function table(columns, rows, name) {
   const t = el("table");
+  if (name) t.dataset.table = name;
   const head = t.createTHead().insertRow();
-  for (const [, label] of columns) head.appendChild(el("th", label));
+  for (const [key, label, digits] of columns) {
+    const th = el("th", label);
+    if (typeof key === "string") th.dataset.key = key;
+    if (digits !== undefined) th.dataset.digits = String(digits);
+    head.appendChild(th);
+  }
   const body = t.createTBody();
   for (const row of rows) {
     const tr = body.insertRow();
@@ -42,6 +56,7 @@ function empty(why) { return el("p", why, "empty"); }
 function chart(traces, layout) {
   const div = el("div", null, "chart");
   if (!window.Plotly) return empty("plotly.js did not load: charts are unavailable");
+  if (layout.height) div.style.height = layout.height + "px";
   requestAnimationFrame(() => window.Plotly.newPlot(div, traces,
     Object.assign({ barmode: "stack", margin: { t: 30 } }, layout), { displaylogo: false }));
   return div;
@@ -52,7 +67,23 @@ async function api(route, params) {
   const res = await fetch(route + (q ? "?" + q : ""));
   const body = await res.json().catch(() => ({ error: res.status + " " + res.statusText }));
   if (!res.ok) throw new Error(body.error || res.statusText);
-  return body;
+  return { status: res.status, body };
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// An analysis route; while the server analyses the trace (202) it shows the phase and asks
+// again. Returns null when the user chose another trace meanwhile.
+async function analysis(route, params, load) {
+  for (;;) {
+    const { status, body } = await api(route, params);
+    if (load !== state.load) return null;
+    if (status !== 202) return body;
+    $("status").textContent = "analysing… (" + body.phase + ", " + body.elapsed_s + " s)";
+    render();
+    await sleep(POLL_MS);
+    if (load !== state.load) return null;
+  }
 }
 
 function selected() {
@@ -80,21 +111,76 @@ function syncSelectors() {
 }
 
 async function loadRuns() {
-  state.runs = (await api("runs")).runs;
+  state.runs = (await api("runs")).body.runs;
   syncSelectors();
 }
 
 async function loadReport() {
-  state.doc = null; state.error = null;
+  const load = ++state.load;
+  state.doc = null; state.timeline = null; state.error = null;
   if (!$("span").value) { render(); return; }
   $("status").textContent = "analysing…";
+  render();
   try {
-    state.doc = (await api("report", selected())).traces[0];
+    const report = await analysis("report", selected(), load);
+    const timeline = report && await analysis("timeline", selected(), load);
+    if (!timeline) return;
+    state.doc = report.traces[0];
+    state.timeline = timeline;
   } catch (err) {
+    if (load !== state.load) return;
     state.error = err.message;
   }
   $("status").textContent = "";
   render();
+}
+
+// Timeline rows as horizontal bars: one Plotly trace per group, bars from start_us for dur_us,
+// coloured by busy_pct (downsampled bins) or by a fixed colour (idle causes).
+function timelineChart(series, rowName, color, what) {
+  const traces = series.map((s) => {
+    const seg = s.segments;
+    const row = rowName(s);
+    return {
+      type: "bar", orientation: "h", name: row, base: seg.start_us, x: seg.dur_us,
+      y: seg.start_us.map(() => row), showlegend: false,
+      marker: color(s),
+      customdata: seg.busy_pct,
+      hovertemplate: "%{y}<br>%{base:,.1f} µs + %{x:,.1f} µs<br>" + what + " %{customdata}%<extra></extra>",
+    };
+  });
+  const rows = new Set(traces.map((t) => t.name)).size;
+  return chart(traces, { barmode: "overlay", bargap: 0.2, height: 120 + 28 * rows,
+    xaxis: { title: "trace time (µs, as Perfetto shows it)", tickformat: ",.0f" }, yaxis: { automargin: true, type: "category" } });
+}
+
+function downsampledNote(tl, series) {
+  const binned = series.filter((s) => !s.exact);
+  if (!binned.length) return el("p", "every interval drawn (" + series.length + " rows, at most " +
+    tl.max_segments + " intervals each)", "note");
+  return el("p", binned.length + " of " + series.length + " rows downsampled: more than " +
+    tl.max_segments + " intervals, drawn as bins of " + tl.bin_us + " µs shaded by the share of the bin covered" +
+    " (totals kept exactly)", "note");
+}
+
+// The Distributed view's content from the document's "distributed" section (None/absent until
+// the analyzer computes it): extend here when the multi-rank analysis lands.
+function renderDistributed(section, ctx) {
+  if (!ctx.run || ctx.run.workers.length < 2) {
+    return [empty("one rank in this run (rank " + ctx.rank + "): nothing to compare across ranks")];
+  }
+  if (!section) {
+    return [empty("per-rank summary, stragglers and collective skew are not computed by the analyzer yet (" +
+      ctx.run.workers.length + " workers in this run; shown: " + (ctx.worker ? ctx.worker.name : "") + ")")];
+  }
+  const out = [];
+  for (const [key, rows] of Object.entries(section)) {
+    if (!Array.isArray(rows) || !rows.length || typeof rows[0] !== "object") continue;
+    out.push(el("h3", key.replace(/_/g, " ")));
+    const cols = Object.keys(rows[0]).filter((k) => typeof rows[0][k] !== "object" || Array.isArray(rows[0][k]));
+    out.push(table(cols.map((k) => [k, k.replace(/_/g, " ")]), rows, "distributed." + key));
+  }
+  return out.length ? out : [empty("the multi-rank analysis found nothing to show for this run")];
 }
 
 const views = {
@@ -123,15 +209,25 @@ const views = {
       out.push(chart(cats.map((c) => ({ type: "bar", name: c, x: tb.map((r) => r.step),
         y: tb.map((r) => r[c]) })), { xaxis: { type: "category" } }));
     }
-    out.push(el("h3", "Device utilization"));
-    out.push(d.idle.devices.length
-      ? table([["label", "device"], ["window_ms", "window ms"], ["busy_ms", "busy ms"],
-        [(r) => 100 - r.idle_pct, "utilization %", 1]], d.idle.devices)
-      : empty("no device events: utilization is unknown"));
+    out.push(el("h3", "Device utilization (busy % of the profiled steps)"));
+    if (d.idle.devices.length) {
+      out.push(chart([{ type: "bar", x: d.idle.devices.map((r) => r.label),
+        y: d.idle.devices.map((r) => r.busy_pct), name: "busy %" }],
+      { height: 260, yaxis: { title: "busy %", range: [0, 100] }, xaxis: { type: "category" } }));
+      if (steps.length > 1) {
+        out.push(chart(steps[0].devices.map((dev, i) => ({ type: "scatter", mode: "lines+markers",
+          name: dev.label, x: steps.map((s) => s.step), y: steps.map((s) => s.devices[i].busy_pct) })),
+        { height: 260, yaxis: { title: "busy % per step", range: [0, 100] }, xaxis: { type: "category" } }));
+      }
+      out.push(table([["label", "device"], ["window_ms", "window ms"], ["busy_ms", "busy ms"],
+        ["busy_pct", "utilization %", 1], ["idle_ms", "idle ms"], ["gaps", "gaps"]], d.idle.devices, "idle.devices"));
+    } else {
+      out.push(empty("no device events: utilization is unknown"));
+    }
     out.push(el("h3", "Top findings"));
     out.push(d.findings.length
       ? table([["title", "finding"], ["recoverable_ms", "recoverable ms"],
-        ["recoverable_pct", "recoverable %", 1], ["suggestion", "suggestion"]], d.findings)
+        ["recoverable_pct", "recoverable %", 1], ["suggestion", "suggestion"]], d.findings, "findings")
       : empty("the analyzer found nothing to fix in this trace"));
     return out;
   },
@@ -139,14 +235,14 @@ const views = {
     return d.ops.length ? [table([["name", "operator"], ["calls", "calls"],
       ["host_self_ms", "host self ms"], ["host_total_ms", "host total ms"],
       ["device_self_ms", "device self ms"], ["device_total_ms", "device total ms"],
-      ["input_shapes", "input shapes"]], d.ops)]
+      ["input_shapes", "input shapes"]], d.ops, "ops")]
       : [empty("no operator events in this trace")];
   },
   Kernels(d) {
     return d.kernels.length ? [table([["name", "kernel"], ["calls", "calls"],
       ["total_ms", "total ms"], ["mean_us", "mean µs"], ["min_us", "min µs"], ["max_us", "max µs"],
       ["achieved_tflops", "TFLOPS"], ["achieved_gbps", "GB/s"], ["pct_of_peak", "% of peak", 1]],
-    d.kernels)] : [empty("no kernels (device events) in this trace")];
+    d.kernels, "kernels")] : [empty("no kernels (device events) in this trace")];
   },
   Fallbacks(d) {
     if (!d.fallbacks.length) {
@@ -156,30 +252,49 @@ const views = {
     return [table([["op", "op"], ["calls", "calls"], ["reason", "reason"], ["shapes", "shapes"],
       ["host_ms", "host ms"], [(r) => r.d2h.count, "D2H copies"], [(r) => r.h2d.count, "H2D copies"],
       ["idle_ms", "device idle ms"], ["native_ms", "native ms (what-if)"],
-      ["recoverable_ms", "recoverable ms"]], d.fallbacks)];
+      ["recoverable_ms", "recoverable ms"]], d.fallbacks, "fallbacks")];
   },
-  Idle(d) {
+  Idle(d, tl) {
     if (!d.idle.devices.length) return [empty("no device events: no device idle time")];
     const out = [el("h3", "Idle time by cause (ms)")];
     const causes = Object.keys(d.idle.by_cause_ms);
-    out.push(chart([{ type: "bar", x: causes, y: causes.map((c) => d.idle.by_cause_ms[c]) }], {}));
+    out.push(chart([{ type: "bar", x: causes, y: causes.map((c) => d.idle.by_cause_ms[c]),
+      marker: { color: causes.map((c) => CAUSE_COLORS[c]) } }], { height: 300 }));
+    out.push(el("h3", "Idle gaps over time, by cause"));
+    if (tl.idle.length) {
+      const legend = el("p", null, "legend");
+      for (const c of Object.keys(CAUSE_COLORS)) {
+        const key = el("span", c, "swatch");
+        key.style.borderColor = CAUSE_COLORS[c];
+        legend.appendChild(key);
+      }
+      out.push(legend, downsampledNote(tl, tl.idle));
+      out.push(timelineChart(tl.idle, (s) => s.label + " · " + s.cause,
+        (s) => ({ color: CAUSE_COLORS[s.cause] }), "idle"));
+    } else {
+      out.push(empty("no idle gap inside the profiled steps"));
+    }
     out.push(el("h3", "Longest gaps"));
     out.push(d.idle.longest_gaps.length ? table([["device", "device"], ["step", "step"],
       ["start_us", "start µs"], ["dur_ms", "duration ms"], ["cause", "cause"],
-      ["host_activity", "host activity"]], d.idle.longest_gaps)
+      ["host_activity", "host activity"]], d.idle.longest_gaps, "idle.longest_gaps")
       : empty("no gap longer than " + d.idle.min_gap_us + " µs"));
     return out;
   },
   Distributed(d) {
-    const worker = currentWorker(), run = currentRun();
-    if (!run || run.workers.length < 2) {
-      return [empty("one rank in this run (rank " + d.rank + "): nothing to compare across ranks")];
-    }
-    return [empty("per-rank summary, stragglers and collective skew are not computed by the analyzer yet (" +
-      run.workers.length + " workers in this run; shown: " + (worker ? worker.name : "") + ")")];
+    return renderDistributed(d.distributed, { run: currentRun(), worker: currentWorker(), rank: d.rank });
   },
-  Trace() {
-    const out = [el("h3", "Download")];
+  Trace(d, tl) {
+    const out = [el("h3", "Device queues (busy)")];
+    if (tl.queues.length) {
+      out.push(downsampledNote(tl, tl.queues));
+      out.push(timelineChart(tl.queues, (q) => q.label + " · " + (q.name || "queue " + q.queue),
+        (q) => (q.exact ? { color: "#f57c00" } : { color: q.segments.busy_pct, cmin: 0, cmax: 100,
+          colorscale: [[0, "#fff3e0"], [1, "#e65100"]] }), "busy"));
+    } else {
+      out.push(empty("no device events: no device queue to draw"));
+    }
+    out.push(el("h3", "Download"));
     for (const [fmt_, label] of [["json.gz", "Chrome trace (.json.gz)"], ["pftrace", "Perfetto (.pftrace)"]]) {
       const a = el("a", label);
       a.href = "trace?" + new URLSearchParams(Object.assign(selected(), { format: fmt_ }));
@@ -205,7 +320,7 @@ async function openInPerfetto() {
   const title = $("worker").selectedOptions[0]?.textContent || "trace";
   const timer = setInterval(() => win.postMessage("PING", PERFETTO), 50);
   const onMessage = (evt) => {
-    if (evt.data !== "PONG") return;
+    if (evt.origin !== PERFETTO || evt.data !== "PONG") return;
     clearInterval(timer);
     window.removeEventListener("message", onMessage);
     win.postMessage({ perfetto: { buffer, title, fileName: title + ".pftrace" } }, PERFETTO);
@@ -222,10 +337,15 @@ function render() {
     return b;
   }));
   const view = $("view");
-  if (state.error) { view.replaceChildren(el("p", state.error, "error")); return; }
-  if (!state.runs.length) { view.replaceChildren(empty("no *.pt.trace.json[.gz] under the logdir")); return; }
-  if (!state.doc) { view.replaceChildren(empty("loading…")); return; }
-  view.replaceChildren(...views[state.view](state.doc));
+  // data-state: "error", "empty", "loading" or "ready" (what a browser test waits for)
+  if (state.error) { view.dataset.state = "error"; view.replaceChildren(el("p", state.error, "error")); return; }
+  if (!state.runs.length) { view.dataset.state = "empty"; view.replaceChildren(empty("no *.pt.trace.json[.gz] under the logdir")); return; }
+  if (!state.doc) { view.dataset.state = "loading"; view.replaceChildren(empty($("status").textContent || "loading…")); return; }
+  view.dataset.state = "ready";
+  view.dataset.view = state.view;
+  const warnings = state.doc.load_warnings.length ? [el("div", null, "warnings")] : [];
+  for (const w of state.doc.load_warnings) warnings[0].appendChild(el("p", "load warning: " + w));
+  view.replaceChildren(...warnings, ...views[state.view](state.doc, state.timeline));
 }
 
 async function main() {

@@ -1,0 +1,59 @@
+"""The containment tree of host ops on each thread, without a per-row Python loop::
+
+    parent = parents(thread, start_ns, end_ns)      # rows sorted by (thread, start, -end)
+    total = subtree_sums(parent, self_values)       # each row plus all its descendants
+
+A row's parent is its innermost enclosing row on its thread: the nearest earlier row (in that
+order) whose end reaches ``max(end, start + 1)``. That is what a stack walk gives (pop rows that
+end before this one ends or at/before it starts), crossing rows included, and it is found by
+pointer jumping: each row's candidate jumps to its candidate's candidate while it ends too
+early, which every row in between also does (their ends are below a threshold no higher than
+this row's), so a few rounds (about log2 of the longest chain) resolve every row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def parents(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Index of each row's innermost enclosing row (-1 for roots)."""
+    n = len(start)
+    cand = np.arange(n, dtype=np.int64) - 1
+    if n:
+        cand[np.flatnonzero(np.diff(thread) != 0) + 1] = -1  # a thread's first row
+        cand[0] = -1
+    reach = np.maximum(end, start + 1)  # what an enclosing row's end must reach
+    active = np.flatnonzero(cand >= 0)
+    while len(active):
+        c = cand[active]
+        short = end[c] < reach[active]
+        jumped = cand[c[short]]  # read before any write of this round
+        cand[active[short]] = jumped
+        active = active[short][jumped >= 0]
+    return cand
+
+
+def subtree_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each row's value plus its descendants', level by level from the deepest (the depth of
+    every row comes from pointer doubling: a few vectorised rounds, not one per level)."""
+    n = len(parent)
+    total = np.asarray(values, dtype=np.int64).copy()
+    if n == 0:
+        return total
+    depth = (parent >= 0).astype(np.int64)
+    jump = parent.copy()
+    live = np.flatnonzero(jump >= 0)
+    while len(live):
+        j = jump[live]
+        depth_j, jump_j = depth[j], jump[j]  # read before any write of this round
+        depth[live] += depth_j
+        jump[live] = jump_j
+        live = live[jump_j >= 0]
+    order = np.argsort(-depth, kind="stable")
+    levels = np.flatnonzero(np.diff(depth[order]) != 0) + 1
+    for rows in np.split(order, levels):  # deepest level first; roots (depth 0) last
+        rows = rows[parent[rows] >= 0]
+        if len(rows):
+            total += np.bincount(parent[rows], weights=total[rows], minlength=n).astype(np.int64)
+    return total
