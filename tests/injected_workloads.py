@@ -27,7 +27,7 @@ AFTER_ITEM_S, AFTER_SYNCHRONIZE_S, SYNC_N = 0.006, 0.004, 2048
 # host-bound: a loop of tiny ops per step (16x16 adds: the host launches slower than they run)
 TINY_OPS = 60
 # device-bound control: large matmuls queued back to back, one sync at the end of each step
-CONTROL_MATMULS, CONTROL_N = 96, 2048  # ~40 ms of modelled device time per step
+CONTROL_MATMULS, CONTROL_N = 192, 2048  # ~80 ms of modelled device time per step
 WORKLOADS = ("fallback", "dataloader", "sync", "tiny", "control")
 
 

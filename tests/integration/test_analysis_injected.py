@@ -110,9 +110,13 @@ def test_dataloader_stall_is_data_loading(reports: dict[str, Report],
     assert _within(loading, injected_ns), (loading, injected_ns)
     for ns, (s, e) in zip(loading, nexts, strict=True):
         assert ns >= e - s - 1_000  # the whole __next__ is idle time (1 µs: trace rounding)
-    assert _per_step(r, "host_sync") == [0] * W.STEPS
+    # the gaps after each .item() are the next step's data stall; only the last step's, with no
+    # next step, is the sync's: the host's return from the step (~20 µs; 1 ms bound for load)
+    sync = _per_step(r, "host_sync")
+    assert sync[:-1] == [0] * (W.STEPS - 1) and sync[-1] < 1e6
     assert r.findings.findings[0].kind == "idle:data_loading"
-    assert not any(f.kind.startswith(("host_sync", "cpu_fallback")) for f in r.findings.findings)
+    assert not any(f.kind.startswith("cpu_fallback") for f in r.findings.findings)
+    assert all(f.recoverable_pct < 5 for f in r.findings.findings[1:])
 
 
 def test_final_sync_into_next_steps_data_stall_is_data_loading(
@@ -169,9 +173,10 @@ def test_tiny_op_loop_is_host_bound(reports: dict[str, Report]) -> None:
 
 def test_device_bound_control_has_no_false_finding(reports: dict[str, Report]) -> None:
     """Large matmuls queued back to back, one sync per step: the only idle time is the step
-    boundary (sync returns, profiler step, next launch: ~0.1-0.2 ms of a ~40 ms step, under
+    boundary (sync returns, profiler step, next launch: ~0.1-0.3 ms of a ~80 ms step, under
     1%). Thresholds: the cleanest step under 2% idle; over the run under 5% idle and no finding
-    recovering 5% (room for one descheduling of a few ms, see the module docstring)."""
+    recovering 5% (room for the sync waking a few ms late in each step under load, as seen on
+    the shared 2-core machine: 2.7-3.6 ms)."""
     r = reports["control"]
     (device,) = r.idle.devices
     per_step_idle = [sum(s.values()) for s in device.per_step_by_cause_ns]
