@@ -116,7 +116,8 @@ def test_dataloader_stall_is_data_loading(reports: dict[str, Report],
     assert sync[:-1] == [0] * (W.STEPS - 1) and sync[-1] < 1e6
     assert r.findings.findings[0].kind == "idle:data_loading"
     assert not any(f.kind.startswith("cpu_fallback") for f in r.findings.findings)
-    assert all(f.recoverable_pct < 5 for f in r.findings.findings[1:])
+    (device,) = r.idle.devices  # the rest: the batch's .to() and the small model's launches
+    assert device.by_cause_ns["data_loading"] >= 0.75 * device.idle_ns
 
 
 def test_final_sync_into_next_steps_data_stall_is_data_loading(
