@@ -12,7 +12,7 @@ Recoverable time, per kind (per step = total / number of steps; % = of the mean 
   so the figure is an upper bound);
 - ``idle:<cause>`` (data_loading, host_sync, host_bound_launch, other, short_gaps): that cause's
   idle time (the ``cpu_fallback`` cause belongs to the fallback findings; profiler overhead is
-  discounted, never a finding);
+  never a finding; emulator overhead is discounted from idle time, in no cause);
 - ``exposed_copies``: time when a device's DMA queue is busy and none of its compute or
   collective queues is (the copy is not hidden behind work), fallback copies left out;
 - ``collective_wait``: time in collective-wait (barrier) slices while no compute runs.
@@ -162,21 +162,22 @@ def sync_groups(trace: Trace, idle: IdleTime) -> tuple[SyncGroup, ...]:
     end = start + trace.col(S.DUR_NS)[rows]
     order = np.lexsort((-end, start))  # outermost first among equal starts
     rows, start, end = rows[order], start[order], end[order]
-    gaps = idle.gaps_of("host_sync", device)
-    owner = np.full(len(gaps), -1, np.int64)
-    for j, gs in enumerate(gaps.start.tolist()):  # one per sync gap (a few per step)
-        k = np.flatnonzero((start[: np.searchsorted(start, gs, side="right")] <= gs)
-                           & (end[: np.searchsorted(start, gs, side="right")] >= gs))
-        owner[j] = k[0] if len(k) else -1
+    k = idle.gap_index("host_sync", device)  # whole gaps: the start is where the sync was
+    gap_start, gap_end, gap_idle = idle.gap_start_ns[k], idle.gap_end_ns[k], idle.gap_idle_ns[k]
+    owner = np.full(len(k), -1, np.int64)
+    for j, gs in enumerate(gap_start.tolist()):  # one per sync gap (a few per step)
+        hit = np.flatnonzero((start[: np.searchsorted(start, gs, side="right")] <= gs)
+                             & (end[: np.searchsorted(start, gs, side="right")] >= gs))
+        owner[j] = hit[0] if len(hit) else -1
     name_id = trace.col(S.NAME_ID)[rows]
     out = []
     for nid in np.unique(name_id).tolist():
         mine = name_id == nid
         got = np.isin(owner, np.flatnonzero(mine))
-        idle_ns = int((gaps.end - gaps.start)[got].sum())
+        idle_ns = int(gap_idle[got].sum())  # emulator overhead left out
         if idle_ns == 0:
             continue
-        spans = I.Intervals(gaps.start[got], gaps.end[got])
+        spans = I.Intervals(gap_start[got], gap_end[got])
         out.append(SyncGroup(name=trace.strings[nid], calls=int(mine.sum()),
                              host_ns=int((end - start)[mine].sum()), idle_ns=idle_ns,
                              spans_ns=_longest_ranges(spans)))

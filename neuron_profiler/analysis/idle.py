@@ -5,9 +5,20 @@
     idle.longest                         # the longest gaps, with what the host was doing
 
 A device (a NeuronCore, a GPU) is idle when none of its queues is busy. Its gaps are the parts
-of the step spans not covered by its work, kept whole across step boundaries (a gap belongs to
-one cause; its time is split over the steps it spans). Gaps shorter than ``min_gap_ns`` are
-counted as ``short_gaps`` (launch latency between back-to-back work) and not attributed.
+of the step spans not covered by its work, kept whole across step boundaries and across the host
+time between two ProfilerStep spans (a gap belongs to one cause; its time is counted only inside
+the steps, split over the steps it spans).
+
+Emulator overhead is discounted first: the parts of a gap during which the host was in the
+emulator's own work (``emulator overhead: ...`` rows: an op's real math in numerics mode, the
+collective arrival exchange) are removed from the gap's idle time and from every cause, and
+counted apart as ``emulator_overhead_ns`` (the emulator's cost; it does not exist on real
+hardware). window = busy + idle + emulator overhead. The rules below see the rest of the gap.
+
+A gap whose length less the emulator overhead in it is under ``min_gap_ns`` is ``host_bound_launch`` when the
+work that ends it was launched after it began (rule 4: the host was late, however briefly; a
+loop of tiny ops is made of such gaps), else ``short_gaps`` (launch latency between work that
+was already queued), and no other rule is tried.
 
 Each longer gap gets exactly one cause, the first rule that holds, in this order ("covers":
 the union of those host spans covers at least half of the gap, i.e. the host spent most of the
@@ -22,7 +33,8 @@ gap there):
    blocked until the queue drained, so nothing was queued behind it.
 4. ``host_bound_launch``: the launch call of the work that ends the gap began after the gap
    did (the host was late: HTA's host_wait).
-5. ``profiler_overhead``: the profiler's own host work covers the gap.
+5. ``profiler_overhead``: the profiler's own host work (Kineto's ``Activity Buffer Request`` /
+   ``Profiler overhead`` rows, category ``overhead`` rows other than the emulator's) covers it.
 6. ``other``.
 
 Final sync versus the next step's data stall: a gap that begins in step N's final sync and
@@ -59,7 +71,9 @@ HOST_ACTIVITY_NAMES = 3  # host ops listed per long gap
 @dataclass(frozen=True)
 class Gap:
     """One idle gap. ``step``: index of the step its start lies in. ``host_activity``: the
-    host ops overlapping it most (ProfilerStep annotations left out)."""
+    host ops overlapping it most (ProfilerStep annotations left out). ``idle_ns``: its time
+    inside the steps less the emulator overhead in it (``dur_ns`` spans any hole between
+    steps)."""
 
     device: int
     start_ns: int
@@ -67,6 +81,12 @@ class Gap:
     cause: str
     step: int
     host_activity: tuple[str, ...]
+    idle_ns: int = -1
+    emulator_overhead_ns: int = 0
+
+    def __post_init__(self) -> None:
+        if self.idle_ns < 0:
+            object.__setattr__(self, "idle_ns", self.dur_ns - self.emulator_overhead_ns)
 
     @property
     def dur_ns(self) -> int:
@@ -76,7 +96,9 @@ class Gap:
 @dataclass(frozen=True)
 class DeviceIdle:
     """Idle time of one device. ``per_step_by_cause_ns[i][cause]``: idle ns of that cause in
-    step i; ``by_cause_ns``: the same over all steps (short_gaps included)."""
+    step i; ``by_cause_ns``: the same over all steps (short_gaps included).
+    ``emulator_overhead_ns``: time not busy but discounted, the emulator's own host work (in no
+    cause; window = busy + idle + emulator overhead)."""
 
     device: int
     label: str
@@ -86,12 +108,16 @@ class DeviceIdle:
     by_cause_ns: dict[str, int]
     per_step_by_cause_ns: tuple[dict[str, int], ...]
     gaps: int
+    emulator_overhead_ns: int = 0
+    per_step_emulator_overhead_ns: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class IdleTime:
-    """Args: devices: per device totals; longest: the longest gaps with host activity;
-    gap_*: every gap (all devices), columnar: device pid, start, end, index into ALL_CAUSES."""
+    """Args: devices: per device totals; longest: the longest gaps (by idle time) with host
+    activity; gap_*: every gap (all devices), columnar: device pid, start, end, index into
+    ALL_CAUSES, idle ns (emulator overhead left out); emulator_overhead: the emulator's own host
+    spans (discounted from every gap)."""
 
     min_gap_ns: int
     devices: tuple[DeviceIdle, ...]
@@ -100,13 +126,27 @@ class IdleTime:
     gap_start_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     gap_end_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     gap_cause: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gap_idle_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    emulator_overhead: I.Intervals = field(default_factory=lambda: I.EMPTY)
+    window: I.Intervals = field(default_factory=lambda: I.EMPTY)
 
-    def gaps_of(self, cause: str, device: int | None = None) -> I.Intervals:
-        """The gaps of one cause (on one device), as an interval set."""
+    def gap_index(self, cause: str, device: int | None = None) -> np.ndarray:
+        """Indices of the whole gaps of one cause (on one device), in start order per device."""
         m = self.gap_cause == ALL_CAUSES.index(cause)
         if device is not None:
             m &= self.gap_device == device
-        return I.union(self.gap_start_ns[m], self.gap_end_ns[m])
+        return np.flatnonzero(m)
+
+    def gaps_of(self, cause: str, device: int | None = None) -> I.Intervals:
+        """The idle time of one cause (on one device), as an interval set: its gaps inside the
+        steps, less the emulator overhead."""
+        k = self.gap_index(cause, device)
+        return _counted(I.union(self.gap_start_ns[k], self.gap_end_ns[k]), self.window,
+                        self.emulator_overhead)
+
+    @property
+    def emulator_overhead_ns(self) -> int:
+        return sum(d.emulator_overhead_ns for d in self.devices)
 
     @property
     def by_cause_ns(self) -> dict[str, int]:
@@ -121,6 +161,7 @@ class _HostSpans:
     cpu_fallback: tuple[np.ndarray, np.ndarray]
     host_sync: tuple[np.ndarray, np.ndarray]
     profiler_overhead: tuple[np.ndarray, np.ndarray]
+    emulator_overhead: I.Intervals
 
 
 def _spans(trace: Trace, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -151,35 +192,45 @@ def _host_spans(trace: Trace) -> _HostSpans:
     loading = _name_mask(trace, host, is_dataloader_name) | (
         complete & (kind == S.EventKind.DATALOADER))
     sync = sync_mask(trace)
+    emulator = _name_mask(trace, complete, lambda s: s.startswith(V.OVERHEAD_PREFIX))
     overhead_cat = trace.string_id(V.CAT_OVERHEAD)
-    overhead = _name_mask(trace, complete, lambda s: s in V.PROFILER_OVERHEAD_NAMES) | (
-        complete & (trace.col(S.CAT_ID) == overhead_cat))
+    overhead = (_name_mask(trace, complete, lambda s: s in V.PROFILER_OVERHEAD_NAMES) | (
+        complete & (trace.col(S.CAT_ID) == overhead_cat))) & ~emulator
     return _HostSpans(data_loading=_spans(trace, loading),
                       cpu_fallback=_spans(trace, complete & (kind == S.EventKind.FALLBACK)),
-                      host_sync=_spans(trace, sync), profiler_overhead=_spans(trace, overhead))
+                      host_sync=_spans(trace, sync), profiler_overhead=_spans(trace, overhead),
+                      emulator_overhead=I.union(*_spans(trace, emulator)))
 
 
-def _covers(spans: tuple[np.ndarray, np.ndarray], gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
-    """Do the spans (their union) cover at least half of each gap?"""
-    covered = I.overlap_per_window(I.union(*spans), gs, ge)
-    return 2 * covered >= ge - gs
+def _covers(spans: tuple[np.ndarray, np.ndarray], gs: np.ndarray, ge: np.ndarray,
+            discount: I.Intervals, idle_ns: np.ndarray) -> np.ndarray:
+    """Do the spans (their union) cover at least half of each gap's idle time (the gap less
+    the discounted emulator overhead)?"""
+    covered = I.overlap_per_window(I.subtract(I.union(*spans), discount), gs, ge)
+    return 2 * covered >= idle_ns
 
 
 def classify(gs: np.ndarray, ge: np.ndarray, next_launch: np.ndarray, spans: _HostSpans,
-             min_gap_ns: int) -> np.ndarray:
-    """Index into ALL_CAUSES per gap: the first rule that holds (see the module docstring)."""
+             min_gap_ns: int, idle_ns: np.ndarray | None = None) -> np.ndarray:
+    """Index into ALL_CAUSES per gap: the first rule that holds (see the module docstring).
+    ``idle_ns``: each gap's length less the emulator overhead in it (default: its length)."""
+    idle_ns = ge - gs if idle_ns is None else idle_ns
+    ovh = spans.emulator_overhead
+    late = (next_launch != NO_LAUNCH) & (next_launch > gs)
     cause = np.full(len(gs), CAUSES.index("other"), dtype=np.int64)
     undecided = np.ones(len(gs), dtype=bool)
-    tests = (("data_loading", _covers(spans.data_loading, gs, ge)),
-             ("cpu_fallback", _covers(spans.cpu_fallback, gs, ge)),
+    tests = (("data_loading", _covers(spans.data_loading, gs, ge, ovh, idle_ns)),
+             ("cpu_fallback", _covers(spans.cpu_fallback, gs, ge, ovh, idle_ns)),
              ("host_sync", I.any_overlap(*spans.host_sync, gs - 1, gs + 1)),  # begins in one
-             ("host_bound_launch", (next_launch != NO_LAUNCH) & (next_launch > gs)),
-             ("profiler_overhead", _covers(spans.profiler_overhead, gs, ge)))
+             ("host_bound_launch", late),
+             ("profiler_overhead", _covers(spans.profiler_overhead, gs, ge, ovh, idle_ns)))
     for name, hit in tests:
         take = undecided & hit
         cause[take] = CAUSES.index(name)
         undecided &= ~take
-    cause[ge - gs < min_gap_ns] = ALL_CAUSES.index(SHORT)
+    short = idle_ns < min_gap_ns
+    cause[short] = np.where(late[short], CAUSES.index("host_bound_launch"),
+                            ALL_CAUSES.index(SHORT))
     return cause
 
 
@@ -211,53 +262,85 @@ def _min_by_start(start: np.ndarray, values: np.ndarray) -> np.ndarray:
 def idle_time(trace: Trace, work: DeviceWork, steps: Steps, *,
               min_gap_ns: int = DEFAULT_MIN_GAP_NS, top: int = 10) -> IdleTime:
     spans = _host_spans(trace)
-    window = steps.spans
+    window, ovh = steps.spans, spans.emulator_overhead
+    counted = _counted(window, window, ovh)
     devices, gaps = [], []
     for device in work.devices:  # a handful of devices: the work per device is vectorised
         on = work.device == device
-        busy = I.intersect(I.union(work.start[on], work.end[on]), window)
-        idle = I.subtract(window, busy)
-        cause = classify(idle.start, idle.end, _next_launch(work, on, idle.end), spans,
-                         min_gap_ns)
-        devices.append(_device_idle(device, work.labels[device], window, busy, idle, cause,
-                                    steps))
-        gaps.append((np.full(len(idle), device), idle.start, idle.end, cause))
+        busy_all = I.union(work.start[on], work.end[on])
+        busy = I.intersect(busy_all, window)
+        gap = _whole_gaps(window, busy_all)
+        length_ns = (gap.end - gap.start) - I.overlap_per_window(ovh, gap.start, gap.end)
+        cause = classify(gap.start, gap.end, _next_launch(work, on, gap.end), spans,
+                         min_gap_ns, length_ns)
+        idle_ns = I.overlap_per_window(counted, gap.start, gap.end)
+        devices.append(_device_idle(device, work.labels[device], window, busy, gap, cause,
+                                    steps, ovh))
+        gaps.append((np.full(len(gap), device), gap.start, gap.end, cause, idle_ns))
     if not gaps:
-        return IdleTime(min_gap_ns=min_gap_ns, devices=(), longest=())
-    device, gs, ge, cause = (np.concatenate(p) for p in zip(*gaps, strict=True))
+        return IdleTime(min_gap_ns=min_gap_ns, devices=(), longest=(), emulator_overhead=ovh,
+                        window=window)
+    device, gs, ge, cause, idle_ns = (np.concatenate(p) for p in zip(*gaps, strict=True))
     return IdleTime(min_gap_ns=min_gap_ns, devices=tuple(devices),
-                    longest=_longest(trace, (device, gs, ge, cause), steps, top),
-                    gap_device=device, gap_start_ns=gs, gap_end_ns=ge, gap_cause=cause)
+                    longest=_longest(trace, (device, gs, ge, cause, idle_ns), steps, top, ovh),
+                    gap_device=device, gap_start_ns=gs, gap_end_ns=ge, gap_cause=cause,
+                    gap_idle_ns=idle_ns, emulator_overhead=ovh, window=window)
+
+
+def _whole_gaps(window: I.Intervals, busy: I.Intervals) -> I.Intervals:
+    """The gaps in the device's work from the first step's start to the last step's end, those
+    that reach into a step: whole, so that a gap is not cut at the host time between two
+    ProfilerStep spans (its time is counted only inside them)."""
+    if len(window) == 0:
+        return window
+    gap = I.subtract(I.window(int(window.start[0]), int(window.end[-1])), busy)
+    keep = I.overlap_per_window(window, gap.start, gap.end) > 0
+    return I.Intervals(gap.start[keep], gap.end[keep])
+
+
+def _counted(x: I.Intervals, window: I.Intervals, discount: I.Intervals) -> I.Intervals:
+    """The part of x that counts as idle time: inside the steps, not emulator overhead."""
+    return I.subtract(I.intersect(x, window), discount)
 
 
 def _device_idle(device: int, label: str, window: I.Intervals, busy: I.Intervals,
-                 idle: I.Intervals, cause: np.ndarray, steps: Steps) -> DeviceIdle:
+                 gap: I.Intervals, cause: np.ndarray, steps: Steps,
+                 discount: I.Intervals) -> DeviceIdle:
+    """Per cause and step: the gaps of that cause less the emulator overhead inside them."""
     per_step = [dict.fromkeys(ALL_CAUSES, 0) for _ in range(len(steps))]
     by_cause = dict.fromkeys(ALL_CAUSES, 0)
     for code, name in enumerate(ALL_CAUSES):
         mine = cause == code
         if not mine.any():
             continue
-        part = I.Intervals(idle.start[mine], idle.end[mine])
+        part = _counted(I.Intervals(gap.start[mine], gap.end[mine]), window, discount)
         by_cause[name] = part.total
         for i, ns in enumerate(I.overlap_per_window(part, steps.start_ns, steps.end_ns).tolist()):
             per_step[i][name] = int(ns)
+    inside = I.intersect(gap, window)
+    discounted = I.intersect(inside, discount)
     return DeviceIdle(device=device, label=label, window_ns=window.total, busy_ns=busy.total,
-                      idle_ns=idle.total, by_cause_ns=by_cause,
-                      per_step_by_cause_ns=tuple(per_step), gaps=int(len(idle)))
+                      idle_ns=inside.total - discounted.total, by_cause_ns=by_cause,
+                      per_step_by_cause_ns=tuple(per_step), gaps=int(len(gap)),
+                      emulator_overhead_ns=discounted.total,
+                      per_step_emulator_overhead_ns=tuple(int(x) for x in I.overlap_per_window(
+                          discounted, steps.start_ns, steps.end_ns).tolist()))
 
 
 def _longest(trace: Trace, gaps: tuple[np.ndarray, ...], steps: Steps, top: int,
-             ) -> tuple[Gap, ...]:
-    device, gs, ge, cause = gaps
-    pick = np.argsort(gs - ge, kind="stable")[:top]
+             overhead: I.Intervals) -> tuple[Gap, ...]:
+    device, gs, ge, cause, idle_ns = gaps
+    pick = np.argsort(-idle_ns, kind="stable")[:top]
     host = host_rows(trace)
     out = []
     for i in pick.tolist():
         step = int(np.searchsorted(steps.start_ns, gs[i], side="right") - 1)
         out.append(Gap(device=int(device[i]), start_ns=int(gs[i]), end_ns=int(ge[i]),
                        cause=ALL_CAUSES[int(cause[i])], step=max(step, 0),
-                       host_activity=host_activity(trace, host, int(gs[i]), int(ge[i]))))
+                       host_activity=host_activity(trace, host, int(gs[i]), int(ge[i])),
+                       idle_ns=int(idle_ns[i]),
+                       emulator_overhead_ns=int(I.overlap_per_window(
+                           overhead, gs[i:i + 1], ge[i:i + 1])[0])))
     return tuple(out)
 
 

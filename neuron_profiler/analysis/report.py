@@ -36,6 +36,9 @@ NOTE_NO_STEPS = "no ProfilerStep annotation: the whole trace is analysed as one 
 NOTE_HOST_ONLY = "no device events: host-only report (no device idle time or breakdown)"
 NOTE_MODELLED = ("emulated device: device timings are modelled by the emulator, not measured "
                  f"({V.META_MODELLED})")
+NOTE_EMULATOR_OVERHEAD = ("emulator overhead: {ms:.3f} ms of device time not busy was the "
+                          "emulator's own host work (absent on real hardware); discounted from "
+                          "idle time and from every cause")
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
     notes = ((NOTE_NO_STEPS,) * (not steps.from_profiler_steps)
              + (NOTE_HOST_ONLY,) * (len(work) == 0)
              + (NOTE_MODELLED,) * (trace.metadata.get(V.META_MODELLED) is True))
+    if idle.emulator_overhead_ns:
+        notes += (NOTE_EMULATOR_OVERHEAD.format(ms=idle.emulator_overhead_ns / 1e6),)
     found = findings(trace, work, steps, idle)
     return Report(
         source=trace.source, rank=rank_of(trace), base_ns=file_base_ns(trace.metadata),

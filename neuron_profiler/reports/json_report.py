@@ -179,17 +179,23 @@ def _idle(r: Report) -> dict[str, Any]:
     return {
         "min_gap_us": idle.min_gap_ns / 1e3,
         "by_cause_ms": {c: _ms(v) for c, v in idle.by_cause_ns.items()},
+        "emulator_overhead_ms": _ms(idle.emulator_overhead_ns),
         "devices": [{"device": d.device, "label": d.label, "window_ms": _ms(d.window_ns),
                      "busy_ms": _ms(d.busy_ns), "busy_pct": _pct(d.busy_ns, d.window_ns),
                      "idle_ms": _ms(d.idle_ns),
                      "idle_pct": _pct(d.idle_ns, d.window_ns), "gaps": d.gaps,
+                     "emulator_overhead_ms": _ms(d.emulator_overhead_ns),
                      "by_cause_ms": {c: _ms(d.by_cause_ns[c]) for c in ALL_CAUSES},
-                     "per_step": [{"step": name, **{c: _ms(s[c]) for c in ALL_CAUSES}}
-                                  for name, s in zip(r.steps.names, d.per_step_by_cause_ns,
-                                                     strict=True)]}
+                     "per_step": [{"step": name, **{c: _ms(s[c]) for c in ALL_CAUSES},
+                                   "emulator_overhead_ms": _ms(o)}
+                                  for name, s, o in zip(r.steps.names, d.per_step_by_cause_ns,
+                                                        d.per_step_emulator_overhead_ns,
+                                                        strict=True)]}
                     for d in idle.devices],
         "longest_gaps": [{"device": g.device, "start_us": r.to_trace_us(g.start_ns),
                           "end_us": r.to_trace_us(g.end_ns), "dur_ms": _ms(g.dur_ns),
+                          "idle_ms": _ms(g.idle_ns),
+                          "emulator_overhead_ms": _ms(g.emulator_overhead_ns),
                           "cause": g.cause, "step": r.steps.names[g.step],
                           "host_activity": list(g.host_activity)} for g in idle.longest]}
 

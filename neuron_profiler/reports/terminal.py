@@ -197,16 +197,23 @@ def _idle_table(r: Report) -> Table:
                   _pct(sum(values), total_idle))
     t.add_row("[bold]idle[/]", *[f"{_ms(d.idle_ns)} ({_pct(d.idle_ns, d.window_ns)}%)"
                                   for d in r.idle.devices], _ms(total_idle / steps), "100.0")
+    discounted = [d.emulator_overhead_ns for d in r.idle.devices]
+    if any(discounted):
+        t.add_row("[dim]emulator overhead[/]", *[_ms(v) for v in discounted],
+                  _ms(sum(discounted) / steps), "-")
+        t.caption = ("emulator overhead: the emulator's own host work, absent on real hardware; "
+                     "not idle time, in no cause")
     return t
 
 
 def _gaps_table(r: Report, top: int) -> Table:
-    t = _table("Longest idle gaps (start in the trace's µs)", "device", "start µs", "ms",
+    t = _table("Longest idle gaps (start in the trace's µs; ms: idle time)", "device",
+               "start µs", "ms",
                "cause", "step", "host was running", wrap=("device", "host was running"))
     labels = {d.device: d.label for d in r.idle.devices}
     for g in r.idle.longest[:top]:
         t.add_row(labels.get(g.device, str(g.device)), f"{r.to_trace_us(g.start_ns):,.3f}",
-                  _ms(g.dur_ns), g.cause, r.steps.names[g.step], "; ".join(g.host_activity))
+                  _ms(g.idle_ns), g.cause, r.steps.names[g.step], "; ".join(g.host_activity))
     return t
 
 

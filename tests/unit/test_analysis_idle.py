@@ -65,6 +65,61 @@ def test_final_sync_then_next_steps_data_stall_is_data_loading() -> None:
     assert b2.report().idle.devices[0].by_cause_ns["host_sync"] == 400 * US
 
 
+def test_gap_kept_whole_across_the_host_time_between_two_steps() -> None:
+    """ProfilerStep spans leave host time between them (``p.step()`` itself). A gap from step
+    1's final sync to step 2's first work is one gap (data loading: the DataLoader covers half
+    of it), counted only inside the steps; cut at the hole, its first part would be the sync's."""
+    b = Build().step(1, 0, 400).step(2, 450, 1000)
+    b.kernel(0, 300, launch_us=0)
+    b.host(V.SYNC_PREFIX + "item", 100, 310, kind=EventKind.RUNTIME, cat=V.CAT_RUNTIME)
+    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 450, 650,
+           kind=EventKind.USER_ANNOTATION, cat="user_annotation")
+    b.kernel(700, 1000, launch_us=690)
+    device = b.report().idle.devices[0]
+    assert _causes_of(device) == {"data_loading": 350}
+    assert [s["data_loading"] // US for s in device.per_step_by_cause_ns] == [100, 250]
+    assert device.window_ns == device.busy_ns + device.idle_ns == 950 * US
+
+
+def test_short_gap_launched_late_is_host_bound() -> None:
+    """Under --min-gap, a gap whose work was launched after it began is the host's (a loop of
+    tiny ops); one whose work was already queued is launch latency (short_gaps)."""
+    b = Build().step(1, 0, 100)
+    b.kernel(0, 10, launch_us=0).kernel(30, 40, launch_us=25).kernel(60, 100, launch_us=5)
+    assert _causes(b.report()) == {"host_bound_launch": 20, "short_gaps": 20}
+
+
+def test_emulator_overhead_is_discounted_and_kineto_overhead_stays_a_cause() -> None:
+    """Emulator-overhead spans (the emulator's own host math) are taken out of the gaps before
+    the rules run and reported apart; Kineto's profiler-overhead rows remain a cause."""
+    b = Build().step(1, 0, 1000)
+    b.kernel(0, 100, launch_us=0)
+    ovh = dict(kind=EventKind.OTHER, cat=V.CAT_OVERHEAD)
+    b.host(V.OVERHEAD_PREFIX + "numerics", 110, 290, **ovh)
+    b.kernel(300, 400, launch_us=295)   # gap 100-300: 20 µs left, launched late
+    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 400, 480,
+           kind=EventKind.USER_ANNOTATION, cat="user_annotation")
+    b.host(V.OVERHEAD_PREFIX + "numerics", 480, 580, **ovh)
+    b.kernel(600, 700, launch_us=390)   # gap 400-600: the DataLoader covers 80 of 100 left
+    b.host("Activity Buffer Request", 700, 890, **ovh)
+    b.kernel(900, 1000, launch_us=650)  # gap 700-900: Kineto's own overhead
+    r = b.report()
+    device = r.idle.devices[0]
+    assert _causes(r) == {"host_bound_launch": 20, "data_loading": 100, "profiler_overhead": 200}
+    assert device.emulator_overhead_ns == 280 * US
+    assert device.per_step_emulator_overhead_ns == (280 * US,)
+    assert device.window_ns == device.busy_ns + device.idle_ns + device.emulator_overhead_ns
+    assert all("overhead" not in f.kind for f in r.findings.findings)
+    assert any(n.startswith("emulator overhead") for n in r.notes)
+    gap = next(g for g in r.idle.longest if g.start_ns == 400 * US)
+    assert (gap.cause, gap.idle_ns, gap.emulator_overhead_ns) == ("data_loading", 100 * US,
+                                                                  100 * US)
+
+
+def _causes_of(device) -> dict[str, int]:  # noqa: ANN001
+    return {k: v // US for k, v in device.by_cause_ns.items() if v}
+
+
 def test_no_steps_is_one_step_and_says_so() -> None:
     b = Build()
     b.host("aten::mm", 0, 10)
