@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from neuron_profiler.analysis._device import device_work
 from neuron_profiler.analysis.breakdown import StepBreakdown, step_breakdown
+from neuron_profiler.analysis.fallback_inference import infer_fallbacks
 from neuron_profiler.analysis.findings import Findings, findings
 from neuron_profiler.analysis.hta_compat import (
     HtaIdle,
@@ -73,13 +74,15 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
     work = device_work(trace)
     steps = find_steps(trace, work)
     hta_temporal, hta_idle = hta_breakdowns(trace) if options.hta else (None, None)
-    idle = idle_time(trace, work, steps, min_gap_ns=options.min_gap_ns, top=options.top)
+    inferred = infer_fallbacks(trace, work)
+    idle = idle_time(trace, work, steps, min_gap_ns=options.min_gap_ns, top=options.top,
+                     fallback_spans=(inferred.span_start_ns, inferred.span_end_ns))
     notes = (NOTE_NO_STEPS,) * (not steps.from_profiler_steps) + (NOTE_HOST_ONLY,) * (
         len(work) == 0)
     return Report(
         source=trace.source, rank=rank_of(trace), base_ns=file_base_ns(trace.metadata),
         has_device=len(work) > 0, steps=steps, breakdown=step_breakdown(trace, work, steps),
-        idle=idle, findings=findings(trace, work, steps, idle),
+        idle=idle, findings=findings(trace, work, steps, idle, inferred),
         summary=op_kernel_summary(trace, work),
         hta_temporal=hta_temporal, hta_idle=hta_idle,
         tb_breakdown=tb_profiler_breakdown(trace) if options.tb else None,
