@@ -100,12 +100,12 @@ def findings(trace: Trace, work: DeviceWork, steps: Steps, idle: IdleTime,
                       f"{g.op} runs on the host ({g.reason}): replace it by a supported op, "
                       "move it out of the step, or keep its inputs on the host.",
                       n_steps, mean_wall, g.call_site) for g in fallback_list]
-    syncs = sync_groups(trace, work, idle)
+    skip = fallback_copies(trace, work, inferred)
+    syncs = sync_groups(trace, work, idle, skip)
     found += [_finding(f"host_sync:{g.name}", f"host sync {g.name} ({g.calls} calls)", g.idle_ns,
                        g.spans_ns, g.name, SUGGESTIONS["host_sync"], n_steps, mean_wall,
                        g.call_site) for g in syncs]
     found += _idle_findings(trace, idle, n_steps, mean_wall)
-    skip = fallback_copies(trace, work, inferred)
     for kind, sets in (("exposed_copies", _exposed_copies(work, steps, skip)),
                        ("collective_wait", _collective_waits(trace, work, steps))):
         if sets:

@@ -11,7 +11,8 @@ for the outermost sync around it on its thread (``aten::item``, not the
 - ``calls``, ``host_ns``: the outermost calls and their summed duration;
 - ``d2h_*``: the device-to-host copies the calls waited for: D2H copies launched on the call's
   thread from the start of the call (a runtime sync: of the ``cpu_op`` around it, the op that
-  issued the copy, such as ``aten::copy_`` for ``.cpu()``) to its end, each copy once;
+  issued the copy, such as ``aten::copy_`` for ``.cpu()``) to its end, each copy once, a CPU
+  fallback's copies left to the fallback;
 - ``idle_ns``: the ``host_sync`` idle of the worst device, each gap given to the outermost sync
   containing its start.
 
@@ -55,7 +56,10 @@ class SyncGroup:
     call_site: str = ""
 
 
-def sync_groups(trace: Trace, work: DeviceWork, idle: IdleTime) -> tuple[SyncGroup, ...]:
+def sync_groups(trace: Trace, work: DeviceWork, idle: IdleTime,
+                not_theirs: np.ndarray | None = None) -> tuple[SyncGroup, ...]:
+    """``not_theirs``: mask over the device work of copies counted elsewhere (a CPU fallback's,
+    whose own ``host sync: <op>`` row waits for them)."""
     rows = _outermost(trace, np.flatnonzero(sync_mask(trace)))
     if len(work) == 0 or len(rows) == 0:
         return ()
@@ -63,7 +67,7 @@ def sync_groups(trace: Trace, work: DeviceWork, idle: IdleTime) -> tuple[SyncGro
     start = c[S.TS_NS][rows]
     end = start + c[S.DUR_NS][rows]
     gaps, owner = _gap_owners(idle, start, end)
-    d2h = _d2h_per_call(trace, work, rows)
+    d2h = _d2h_per_call(trace, work, rows, not_theirs)
     name_id = c[S.NAME_ID][rows]
     out, evidence = [], []
     for nid in np.unique(name_id).tolist():
@@ -118,14 +122,15 @@ def _gap_owners(idle: IdleTime, start: np.ndarray, end: np.ndarray
     return gaps, owner
 
 
-def _d2h_per_call(trace: Trace, work: DeviceWork, rows: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _d2h_per_call(trace: Trace, work: DeviceWork, rows: np.ndarray,
+                  not_theirs: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(count, bytes, ns) of the D2H copies each call waited for (see the module docstring)."""
     out = tuple(np.zeros(len(rows), np.int64) for _ in range(3))
     copies = copy_info(trace, work)
     if not (copies.direction == D2H).any():
         return out
     threads = HostThreads(trace, launch_sites(trace, work.rows))
+    skip = np.zeros(len(work), bool) if not_theirs is None else not_theirs
     c = trace.columns
     taken_until: dict[tuple[int, int], int] = {}
     for i, row in enumerate(rows.tolist()):  # outermost syncs, by start
@@ -137,7 +142,7 @@ def _d2h_per_call(trace: Trace, work: DeviceWork, rows: np.ndarray
         lo = max(int(c[S.TS_NS][issuer if issuer >= 0 else row]), taken_until.get(thread, -1))
         hi = int(c[S.TS_NS][row] + c[S.DUR_NS][row])
         at = idx[(launch >= lo) & (launch <= hi)]
-        at = at[copies.direction[at] == D2H]
+        at = at[(copies.direction[at] == D2H) & ~skip[at]]
         taken_until[thread] = hi + 1
         out[0][i], out[1][i] = len(at), int(copies.nbytes[at].sum())
         out[2][i] = int((work.end[at] - work.start[at]).sum())
