@@ -62,4 +62,4 @@ def _slices(pid: np.ndarray, tid: np.ndarray, *sort_keys: np.ndarray
     cut = np.flatnonzero((p[1:] != p[:-1]) | (t[1:] != t[:-1])) + 1
     if len(order) == 0:
         return {}
-    return {(int(p[g[0]]), int(t[g[0]])): g for g in np.split(order, cut)}
+    return {(int(pid[g[0]]), int(tid[g[0]])): g for g in np.split(order, cut)}

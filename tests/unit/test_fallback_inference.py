@@ -17,7 +17,7 @@ from neuron_profiler.runtime_trace.merge import merge_device_events
 from neuron_profiler.trace import EventKind, TraceBuilder
 from neuron_profiler.trace import vocabulary as V
 
-TID, HOST_PID, STEPS, STEP_US = 11, 4242, 3, 4_700
+TID, OTHER_TID, HOST_PID, STEPS, STEP_US = 11, 12, 4242, 3, 4_700
 # as torch_neuronx might spell them: bare, namespaced, with an overload
 LISTED = ["nonzero", "aten::median.default", "aten::unique_dim"]
 
@@ -42,10 +42,10 @@ class Workload:
         self.truth: dict[str, Injected] = {}
         self.decoy_copy_ns = 0
 
-    def op(self, name: str, start_us: int, dur_us: int) -> tuple[int, int]:
-        o = self.cap.host_op(TID, self.t0 + start_us * US, dur_us * US)
+    def op(self, name: str, start_us: int, dur_us: int, tid: int = TID) -> tuple[int, int]:
+        o = self.cap.host_op(tid, self.t0 + start_us * US, dur_us * US)
         self.host.add(name=name, ts_ns=o.start, dur_ns=o.end - o.start, kind=EventKind.CPU_OP,
-                      cat="cpu_op", pid=HOST_PID, tid=TID, args={V.ARG_EXTERNAL_ID: o.corr})
+                      cat="cpu_op", pid=HOST_PID, tid=tid, args={V.ARG_EXTERNAL_ID: o.corr})
         return start_us, start_us + dur_us
 
     def kernel(self, name: str, start_us: int) -> None:
@@ -99,6 +99,11 @@ class Workload:
                       tid=TID)
         self.kernel("aten::mm", 0)
         self.fallback("aten::nonzero", 305, [4096], 512, 500)
+        # another thread launches between nonzero's D2H and its CPU kernel (its kernel runs
+        # after the fallback): only the fallback's own thread counts
+        self.op("aten::mm", 330, 70, tid=OTHER_TID)
+        self.cap.execute(tid=OTHER_TID, core=0, start=self.t0 + 335 * US, device_dur=100 * US,
+                         queue_free=self.t0 + 980 * US)
         self.kernel("aten::mm", 1210)
         self.fallback("aten::median", 1515, [8192, 64], 4, 300)
         self.kernel("aten::mm", 2165)
