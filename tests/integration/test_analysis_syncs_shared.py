@@ -19,6 +19,7 @@ TRACES = ["hta/tests/data/critical_path/cuda_event_sync/event_sync_trace.json.gz
           "hta/tests/data/trace_filter/sampled_rank-0.json.gz",
           "hta/tests/data/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
           "kineto/tb_plugin/test/gpu_metrics_input.json"]
+RESNET = "kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 HOST_CATS = {"cpu_op", "Operator", "cuda_runtime", "cuda_driver", "Runtime", "user_annotation"}
 
 
@@ -88,7 +89,7 @@ def _expected(path: Path) -> dict[str, tuple[int, int, int, int, int]]:
 @pytest.mark.parametrize("name", TRACES)
 def test_sync_groups_match_the_raw_trace(shared_traces: Path, name: str) -> None:
     path = shared_traces / name
-    report = analyze(load_trace(path), )
+    report = analyze(load_trace(path))
     got = {g.name: (g.calls, g.host_ns, g.d2h_count, g.d2h_bytes, g.d2h_ns)
            for g in report.findings.syncs}
     assert got == _expected(path)
@@ -100,6 +101,27 @@ def test_item_with_its_copy_is_found(shared_traces: Path) -> None:
     """The traces hold what the test is about: .item() with its D2H copy and synchronize."""
     names = {n: _expected(shared_traces / n) for n in TRACES}
     assert names[TRACES[0]]["aten::item"][2] == 1
-    assert names[TRACES[1]]["aten::item"][0] >= 3
-    assert all(v[2] == v[0] for v in [names[TRACES[1]]["aten::item"]])
+    calls, _, d2h, *_ = names[TRACES[1]]["aten::item"]
+    assert calls >= 3 and d2h == calls
     assert names[TRACES[2]]["cudaStreamSynchronize"][0] == 16
+
+
+def test_call_site_from_call_stacks_of_a_2021_trace(shared_traces: Path) -> None:
+    """The 2021 resnet50 sample carries "Call stack" args: the stream-sync finding names a user
+    frame (the first frame outside torch) of an op around one of its syncs."""
+    path = shared_traces / RESNET
+    ev = _events(path)
+    ops = [e for e in ev if e.get("cat") == "Operator" and e.get("args", {}).get("Call stack")]
+    frames = set()
+    for sync in (e for e in ev if e["name"] == "cudaStreamSynchronize"):
+        around = [o for o in ops if (o["pid"], o["tid"]) == (sync["pid"], sync["tid"])
+                  and o["start"] <= sync["start"] and o["end"] >= sync["end"]]
+        for o in around:
+            user = [f for f in o["args"]["Call stack"].split(";") if "torch/" not in f]
+            file, _, rest = user[0].partition("(")
+            line, _, func = rest.partition("): ")
+            frames.add(f"{file}:{line} {func}")
+    report = analyze(load_trace(path))
+    (finding,) = [f for f in report.findings.findings
+                  if f.kind == "host_sync:cudaStreamSynchronize"]
+    assert frames and finding.call_site in frames
