@@ -29,7 +29,7 @@ are busy time, never idle, and fallback copies are not exposed copies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -124,7 +124,8 @@ def _idle_findings(trace: Trace, idle: IdleTime, n_steps: int, mean_wall: float
     """One finding per idle cause left to the idle table; its host op and call site are those
     of the host op covering most of the longest gap."""
     host = host_rows(trace)
-    out = []
+    rows = _host_op_rows(trace)
+    out, evidence = [], []
     for cause in IDLE_FINDINGS:
         worst = _worst_device(idle, cause)
         if worst is None:
@@ -132,20 +133,25 @@ def _idle_findings(trace: Trace, idle: IdleTime, n_steps: int, mean_wall: float
         gaps = idle.gaps_of(cause, worst)
         ranges = _longest_ranges(gaps)
         what = "; ".join(host_activity(trace, host, *ranges[0])) if ranges else ""
-        top = _covering_row(trace, *ranges[0]) if ranges else -1
-        site = call_sites(trace, [top])[0] if top >= 0 else ""
+        evidence.append(_covering_row(trace, rows, *ranges[0]) if ranges else -1)
         out.append(_finding(f"idle:{cause}", f"device idle: {cause.replace('_', ' ')}",
                             gaps.total, ranges, what, SUGGESTIONS[f"idle:{cause}"], n_steps,
-                            mean_wall, site))
-    return out
+                            mean_wall))
+    known = [r for r in evidence if r >= 0]
+    sites = dict(zip(known, call_sites(trace, known), strict=True)) if known else {}
+    return [replace(f, call_site=sites.get(r, "")) for f, r in zip(out, evidence, strict=True)]
 
 
-def _covering_row(trace: Trace, gs: int, ge: int) -> int:
-    """The host row covering most of [gs, ge) (the innermost among equals; ProfilerStep rows
-    left out), as ``idle.host_activity`` names it; -1: none."""
+def _host_op_rows(trace: Trace) -> np.ndarray:
+    """Host rows that can explain a gap (``idle.host_rows``' selection, as row indices)."""
     step_ids = [i for i, s in enumerate(trace.strings) if s.startswith(V.PROFILER_STEP_PREFIX)]
-    rows = np.flatnonzero(trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
+    return np.flatnonzero(trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
                           & ~np.isin(trace.col(S.NAME_ID), step_ids))
+
+
+def _covering_row(trace: Trace, rows: np.ndarray, gs: int, ge: int) -> int:
+    """The row covering most of [gs, ge) (the innermost among equals), as
+    ``idle.host_activity`` names it first; -1: none."""
     start = trace.col(S.TS_NS)[rows]
     end = start + trace.col(S.DUR_NS)[rows]
     cover = np.minimum(end, ge) - np.maximum(start, gs)

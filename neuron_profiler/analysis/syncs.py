@@ -133,17 +133,23 @@ def _d2h_per_call(trace: Trace, work: DeviceWork, rows: np.ndarray,
     skip = np.zeros(len(work), bool) if not_theirs is None else not_theirs
     c = trace.columns
     taken_until: dict[tuple[int, int], int] = {}
+    d2h: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     for i, row in enumerate(rows.tolist()):  # outermost syncs, by start
         thread = (int(c[S.PID][row]), int(c[S.TID][row]))
-        idx, launch = threads.launched(*thread)
-        if len(idx) == 0:
-            continue
-        issuer = row if c[S.KIND][row] == S.EventKind.CPU_OP else threads.parent(trace, row)
-        lo = max(int(c[S.TS_NS][issuer if issuer >= 0 else row]), taken_until.get(thread, -1))
+        if thread not in d2h:  # the thread's D2H copies, by launch
+            idx, launch = threads.launched(*thread)
+            mine = (copies.direction[idx] == D2H) & ~skip[idx]
+            d2h[thread] = idx[mine], launch[mine]
+        idx, launch = d2h[thread]
         hi = int(c[S.TS_NS][row] + c[S.DUR_NS][row])
-        at = idx[(launch >= lo) & (launch <= hi)]
-        at = at[(copies.direction[at] == D2H) & ~skip[at]]
+        lo = taken_until.get(thread, -1)
         taken_until[thread] = hi + 1
+        end = int(np.searchsorted(launch, hi, side="right"))
+        if end == int(np.searchsorted(launch, lo, side="left")):
+            continue  # no D2H copy since the previous sync: no issuer to look up
+        issuer = row if c[S.KIND][row] == S.EventKind.CPU_OP else threads.parent(trace, row)
+        lo = max(int(c[S.TS_NS][issuer if issuer >= 0 else row]), lo)
+        at = idx[int(np.searchsorted(launch, lo, side="left")):end]
         out[0][i], out[1][i] = len(at), int(copies.nbytes[at].sum())
         out[2][i] = int((work.end[at] - work.start[at]).sum())
     return out
