@@ -214,3 +214,12 @@ def test_fallback_rows_are_not_inferred_twice() -> None:
            cat=V.CAT_RUNTIME, args={V.ARG_EXTERNAL_ID: 5, V.ARG_OP: "aten::nonzero"})
     (g,) = b.report().findings.fallbacks
     assert not g.inferred and (g.calls, g.d2h_count, g.h2d_count) == (1, 1, 1)
+
+
+@pytest.mark.parametrize("listed", ["nonzero", {"op": "nonzero"}, [1, None, " ", "nonzero"]])
+def test_odd_fallback_sets(listed: object) -> None:
+    """A set that is not a list of names is no set; entries that are not names are left out."""
+    b = _layout_b(None)
+    b.b.metadata[V.META_FALLBACK_OPS] = listed
+    groups = b.report().findings.fallbacks
+    assert [g.op for g in groups] == (["aten::nonzero"] if isinstance(listed, list) else [])
