@@ -133,3 +133,10 @@ def any_overlap(span_start: np.ndarray, span_end: np.ndarray, starts: np.ndarray
     out = np.zeros(len(starts), dtype=bool)
     out[ok] = reach[k[ok] - 1] > starts[ok]
     return out
+
+
+def longest(x: Intervals, n: int) -> tuple[tuple[int, int], ...]:
+    """The ``n`` longest intervals as (start, end) pairs, longest first (earliest among equals):
+    the evidence ranges a report shows."""
+    pick = np.argsort(x.start - x.end, kind="stable")[:n]
+    return tuple((int(x.start[i]), int(x.end[i])) for i in pick.tolist())

@@ -185,7 +185,8 @@ def sync_mask(trace: Trace) -> np.ndarray:
     return _name_mask(trace, host, lambda s: s in V.HOST_SYNC_NAMES or s.startswith(V.SYNC_PREFIX))
 
 
-def _host_spans(trace: Trace) -> _HostSpans:
+def _host_spans(trace: Trace, more_fallbacks: tuple[np.ndarray, np.ndarray] | None = None
+                ) -> _HostSpans:
     kind = trace.col(S.KIND)
     complete = trace.col(S.PH) == S.Phase.COMPLETE
     host = complete & np.isin(kind, np.array(HOST_KINDS, np.uint8))
@@ -196,8 +197,11 @@ def _host_spans(trace: Trace) -> _HostSpans:
     overhead_cat = trace.string_id(V.CAT_OVERHEAD)
     overhead = (_name_mask(trace, complete, lambda s: s in V.PROFILER_OVERHEAD_NAMES) | (
         complete & (trace.col(S.CAT_ID) == overhead_cat))) & ~emulator
-    return _HostSpans(data_loading=_spans(trace, loading),
-                      cpu_fallback=_spans(trace, complete & (kind == S.EventKind.FALLBACK)),
+    fallback = _spans(trace, complete & (kind == S.EventKind.FALLBACK))
+    if more_fallbacks is not None:  # fallbacks inferred from the host ops and their copies
+        fallback = (np.concatenate([fallback[0], more_fallbacks[0]]),
+                    np.concatenate([fallback[1], more_fallbacks[1]]))
+    return _HostSpans(data_loading=_spans(trace, loading), cpu_fallback=fallback,
                       host_sync=_spans(trace, sync), profiler_overhead=_spans(trace, overhead),
                       emulator_overhead=I.union(*_spans(trace, emulator)))
 
@@ -260,8 +264,11 @@ def _min_by_start(start: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def idle_time(trace: Trace, work: DeviceWork, steps: Steps, *,
-              min_gap_ns: int = DEFAULT_MIN_GAP_NS, top: int = 10) -> IdleTime:
-    spans = _host_spans(trace)
+              min_gap_ns: int = DEFAULT_MIN_GAP_NS, top: int = 10,
+              fallback_spans: tuple[np.ndarray, np.ndarray] | None = None) -> IdleTime:
+    """``fallback_spans``: (starts, ends) of CPU-fallback calls the trace has no fallback rows
+    for (``fallback_inference``); rule 2 counts them with the rows."""
+    spans = _host_spans(trace, fallback_spans)
     window, ovh = steps.spans, spans.emulator_overhead
     counted = _counted(window, window, ovh)
     devices, gaps = [], []

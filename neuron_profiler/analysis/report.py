@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from neuron_profiler.analysis._device import device_work
 from neuron_profiler.analysis.breakdown import StepBreakdown, step_breakdown
 from neuron_profiler.analysis.distributed import RankSummary, rank_summary
+from neuron_profiler.analysis.fallback_inference import infer_fallbacks
 from neuron_profiler.analysis.findings import Findings, findings
 from neuron_profiler.analysis.hta_compat import (
     HtaIdle,
@@ -91,14 +92,16 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
     work = device_work(trace)
     steps = find_steps(trace, work)
     hta_temporal, hta_idle = hta_breakdowns(trace) if options.hta else (None, None)
-    idle = idle_time(trace, work, steps, min_gap_ns=options.min_gap_ns, top=options.top)
+    inferred = infer_fallbacks(trace, work)
+    idle = idle_time(trace, work, steps, min_gap_ns=options.min_gap_ns, top=options.top,
+                     fallback_spans=(inferred.span_start_ns, inferred.span_end_ns))
     breakdown = step_breakdown(trace, work, steps)
     notes = ((NOTE_NO_STEPS,) * (not steps.from_profiler_steps)
              + (NOTE_HOST_ONLY,) * (len(work) == 0)
              + (NOTE_MODELLED,) * (trace.metadata.get(V.META_MODELLED) is True))
     if idle.emulator_overhead_ns:
         notes += (NOTE_EMULATOR_OVERHEAD.format(ms=idle.emulator_overhead_ns / 1e6),)
-    found = findings(trace, work, steps, idle)
+    found = findings(trace, work, steps, idle, inferred)
     return Report(
         source=trace.source, rank=rank_of(trace), base_ns=file_base_ns(trace.metadata),
         has_device=len(work) > 0, steps=steps, breakdown=breakdown,

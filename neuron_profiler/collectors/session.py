@@ -16,6 +16,7 @@ offline merge: an activity is kept when the host call that launched it lies insi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -222,10 +223,18 @@ class Controller:
 
     def stop(self, start_ns: int, stop_ns: int, tid: np.ndarray, corr: np.ndarray,
              push: np.ndarray, pop: np.ndarray) -> dict[str, Any]:
+        result = self._stop(start_ns, stop_ns, tid, corr, push, pop)
+        extra = fallback_ops_metadata()
+        if extra:
+            result = dataclasses.replace(result, metadata={**result.metadata, **extra})
+        self.last_result = result
+        return result.to_bridge()
+
+    def _stop(self, start_ns: int, stop_ns: int, tid: np.ndarray, corr: np.ndarray,
+              push: np.ndarray, pop: np.ndarray) -> SessionResult:
         src, self._source = self._source, None
         if src is None:
-            self.last_result = empty_result("none", self._problem or "no device source")
-            return self.last_result.to_bridge()
+            return empty_result("none", self._problem or "no device source")
         payload = src.stop()
         try:
             result = build_session_result(
@@ -236,7 +245,6 @@ class Controller:
         except msgspec.DecodeError as err:
             raise TraceLoadError(f"{src.name} system-trace fetch output",
                                  f"not a system-trace JSON envelope ({err})") from err
-        self.last_result = result
         dropped = sum(result.dropped.values())
         if dropped:  # the ring buffer overflowed: say so once, at the end of the session
             import warnings
@@ -244,7 +252,34 @@ class Controller:
             warnings.warn(f"NEURON: {dropped} runtime events dropped (at most {dropped} "
                           "activities); raise NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC",
                           stacklevel=2)
-        return result.to_bridge()
+        return result
+
+
+def fallback_ops_metadata() -> dict[str, str]:
+    """``torch_neuronx.get_fallback_ops()`` (the ops TorchNeuron has run on the CPU so far:
+    names only, no counts or times) as sorted names under ``META_FALLBACK_OPS``, for the
+    analyzer to infer the fallbacks the runtime does not report. Nothing when torch_neuronx is
+    not importable or has no ``get_fallback_ops``; a warning when the call fails."""
+    import importlib
+    import sys
+    import warnings
+
+    try:
+        module = sys.modules.get("torch_neuronx") or importlib.import_module("torch_neuronx")
+    except ImportError:  # not installed: nothing to say
+        return {}
+    except Exception as err:  # noqa: BLE001 - a broken install must not lose the profile
+        problem = f"import torch_neuronx failed ({err!r})"
+    else:
+        get = getattr(module, "get_fallback_ops", None)
+        if not callable(get):
+            return {}
+        try:
+            return {V.META_FALLBACK_OPS: _json(sorted({str(op) for op in get()}))}
+        except Exception as err:  # noqa: BLE001 - a failing query must not lose the profile
+            problem = f"torch_neuronx.get_fallback_ops() failed ({err!r})"
+    warnings.warn(f"NEURON: {problem}; the trace has no fallback set", stacklevel=2)
+    return {}
 
 
 def max_events_per_nc() -> int:

@@ -4,9 +4,12 @@
     cost.flops, cost.bytes_moved, cost.matrix, cost.dtype
 
 Matrix ops (mm, bmm, addmm, baddbmm, convolution, attention) count 2 flops per multiply-add and
-run on the Tensor engine; everything else is elementwise/reduction work on the Vector engine,
-counted per element with a small per-op factor. Bytes are every tensor read plus every tensor
-written (no cache model: eager ops stream through HBM).
+run on the Tensor engine; the dense factorisations of the default CPU-fallback set (cholesky, LU
+det and inverse, QR, eigh, SVD) count LAPACK's operation counts and are matrix work too;
+everything else is elementwise/reduction work on the Vector engine, counted per element with a
+small per-op factor (one flop per element of the largest tensor by default, so data-dependent
+ops such as nonzero, unique or bincount come out bytes-bound). Bytes are every tensor read plus
+every tensor written (no cache model: eager ops stream through HBM).
 """
 
 from __future__ import annotations
@@ -76,6 +79,29 @@ def _matrix_flops(name: str, args: tuple, outputs: Sequence[torch.Tensor]) -> in
     return None
 
 
+def _linalg_flops(name: str, inputs: Sequence[torch.Tensor]) -> int | None:
+    """Leading-term operation counts of the dense factorisations (real arithmetic, Golub & Van
+    Loan, Matrix Computations, 4th ed.), per matrix of the first input, times its batch."""
+    if not inputs or inputs[0].dim() < 2:
+        return None
+    a = inputs[0]
+    m, n = a.shape[-2], a.shape[-1]
+    k, big = min(m, n), max(m, n)
+    per_matrix = {
+        "aten::linalg_cholesky_ex": n ** 3 / 3,
+        "aten::_linalg_det": 2 * n ** 3 / 3,  # LU
+        "aten::linalg_inv_ex": 2 * n ** 3,  # LU, then the inverse from its factors
+        "aten::linalg_qr": 4 * big * k ** 2 - 4 * k ** 3 / 3,  # Householder R, then Q formed
+        "aten::_linalg_eigh": 9 * n ** 3,  # tridiagonal reduction + QR iteration, vectors
+        "aten::linalg_eigh": 9 * n ** 3,
+        "aten::_linalg_svd": 6 * big * k ** 2 + 11 * k ** 3,  # R-SVD, thin U and V
+    }.get(name)
+    return None if per_matrix is None else int(per_matrix * math.prod(a.shape[:-2]))
+
+
+_LINALG_OPS = frozenset({"aten::linalg_cholesky_ex", "aten::_linalg_det", "aten::linalg_inv_ex",
+                        "aten::linalg_qr", "aten::_linalg_eigh", "aten::linalg_eigh",
+                        "aten::_linalg_svd"})
 _MATRIX_OPS = frozenset({
     "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::_addmm_activation",
     "aten::addbmm", "aten::convolution", "aten::convolution_backward",
@@ -114,6 +140,10 @@ def op_cost(name: str, *, inputs: Sequence[torch.Tensor], outputs: Sequence[torc
             flops = None
         if flops is not None:
             return OpCost(flops=int(flops), bytes_moved=nbytes, matrix=True, dtype=dtype_name)
+    if name in _LINALG_OPS:
+        flops = _linalg_flops(name, inputs)
+        if flops is not None:
+            return OpCost(flops=flops, bytes_moved=nbytes, matrix=True, dtype=dtype_name)
     if name.startswith("aten::_foreach_"):
         elems = out_elems or elems
     else:

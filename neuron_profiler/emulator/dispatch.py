@@ -354,11 +354,24 @@ def run_fallback(func: Any, info: OpInfo, u: Unwrapped, core: int, reason: str,
         tl.copy(core, F.H2D, h.numel() * h.element_size(), launch_ns=time.time_ns(),
                 op=info.name)
     result = _wrap_fallback(out, u, core, back, tl, info.name)
+    # what the op would have cost on the device (the analyzer's native time): the kernel cost
+    # rule on the host inputs and results, bytes = every tensor read plus every tensor written
+    host_inputs = [_swap(t, host) for t in u.inputs]
+    cost = op_cost(info.name, inputs=host_inputs,
+                   outputs=_tensors(out) or [host_by_id[h] for h in back], args=args)
     tl.fallback(core, info.name, reason=reason,
                 shapes=[list(t.shape) for t in device_inputs],
                 dtypes=[str(t.dtype).removeprefix("torch.") for t in device_inputs],
-                start_ns=launch_ns, stop_ns=time.time_ns())
+                cost=cost, start_ns=launch_ns, stop_ns=time.time_ns())
     return result
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if type(x) is list or type(x) is tuple:
+        return [t for i in x for t in _tensors(i)]
+    return []
 
 
 def _swap(x: Any, host: dict[int, torch.Tensor]) -> Any:

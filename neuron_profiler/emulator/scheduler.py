@@ -21,10 +21,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from neuron_profiler.emulator.runtime import EmulatedRuntime, current_correlation_id
 from neuron_profiler.emulator.timing import GRAPH_ENGINE, QueueClock, RooflineModel, engine_for
 from neuron_profiler.runtime_trace import format as F
+
+if TYPE_CHECKING:  # costs imports torch; the scheduler does not
+    from neuron_profiler.emulator.costs import OpCost
 
 _SLEEP_THRESHOLD_NS = 300_000  # longer waits sleep (then spin the rest); shorter ones spin
 
@@ -253,10 +257,13 @@ class DeviceTimeline:
         return end
 
     def fallback(self, core: int, op: str, *, reason: str, shapes: list[list[int]],
-                 dtypes: list[str], start_ns: int, stop_ns: int) -> None:
-        """The host-side span of an op run on the CPU (its copies are recorded by ``copy``)."""
+                 dtypes: list[str], cost: OpCost, start_ns: int, stop_ns: int) -> None:
+        """The host-side span of an op run on the CPU (its copies are recorded by ``copy``),
+        with the flops, bytes, dtype and engine the op would have cost on the device."""
         if self.rt.capturing:
             ext = {F.X_OP: op, F.X_REASON: reason, F.X_SHAPES: shapes, F.X_DTYPES: dtypes,
+                   F.X_FLOPS: cost.flops, F.X_BYTES: cost.bytes_moved, F.X_DTYPE: cost.dtype,
+                   F.X_ENGINE: engine_for(op, cost.matrix),
                    F.X_CORRELATION_ID: current_correlation_id()}
             self.rt.record_span(core, F.EXT_FALLBACK, _native_tid(), start_ns,
                                 stop_ns, {F.EXT_KEY: ext})  # rare: built now

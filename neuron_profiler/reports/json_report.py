@@ -117,7 +117,8 @@ def _findings(r: Report) -> list[dict[str, Any]]:
     return [{"kind": f.kind, "title": f.title, "recoverable_ms": _ms(f.recoverable_ns),
              "recoverable_ms_per_step": _ms(f.recoverable_ns_per_step),
              "recoverable_pct": f.recoverable_pct, "ranges": _ranges(r, f.ranges_ns),
-             "host_op": f.host_op, "suggestion": f.suggestion} for f in r.findings.findings]
+             "host_op": f.host_op, "call_site": f.call_site, "suggestion": f.suggestion}
+            for f in r.findings.findings]
 
 
 def _fallbacks(r: Report) -> list[dict[str, Any]]:
@@ -127,14 +128,16 @@ def _fallbacks(r: Report) -> list[dict[str, Any]]:
              "h2d": {"count": g.h2d_count, "bytes": g.h2d_bytes, "ms": _ms(g.h2d_ns)},
              "idle_ms": _ms(g.idle_ns),
              "native_ms": None if g.native_ns is None else _ms(g.native_ns),
-             "recoverable_ms": _ms(g.recoverable_ns), "ranges": _ranges(r, g.spans_ns)}
+             "recoverable_ms": _ms(g.recoverable_ns), "inferred": g.inferred,
+             "call_site": g.call_site, "ranges": _ranges(r, g.spans_ns)}
             for g in r.findings.fallbacks]
 
 
 def _syncs(r: Report) -> list[dict[str, Any]]:
     return [{"name": g.name, "calls": g.calls, "host_ms": _ms(g.host_ns),
-             "idle_ms": _ms(g.idle_ns), "ranges": _ranges(r, g.spans_ns)}
-            for g in r.findings.syncs]
+             "d2h": {"count": g.d2h_count, "bytes": g.d2h_bytes, "ms": _ms(g.d2h_ns)},
+             "idle_ms": _ms(g.idle_ns), "call_site": g.call_site,
+             "ranges": _ranges(r, g.spans_ns)} for g in r.findings.syncs]
 
 
 def _ops(r: Report) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ report or from ``analysis.metrics``.
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from neuron_profiler.analysis.distributed import (
@@ -41,6 +42,8 @@ def render_terminal(reports: list[Report], *, console: Console, top: int = 10,
             console.print(_findings_table(report, top))
         if report.findings.fallbacks:
             console.print(_fallback_table(report, top))
+        if report.findings.syncs:
+            console.print(_sync_table(report, top))
         if report.has_device:
             console.print(_breakdown_table(report, top))
             console.print(_idle_table(report))
@@ -151,7 +154,8 @@ def _findings_table(r: Report, top: int) -> Table:
                wrap=("finding", "what to do"))
     for i, f in enumerate(r.findings.findings[:top], start=1):
         where = f"{r.to_trace_us(f.ranges_ns[0][0]):,.0f}" if f.ranges_ns else "-"
-        t.add_row(str(i), f.title + (f" [dim]({f.host_op})[/]" if f.host_op else ""),
+        t.add_row(str(i), escape(f.title) + (f" [dim]({escape(f.host_op)})[/]" if f.host_op
+                                             else "") + _at(f.call_site),
                   _ms(f.recoverable_ns_per_step), f"{f.recoverable_pct:.1f}", where,
                   f.suggestion)
     return t
@@ -162,11 +166,27 @@ def _fallback_table(r: Report, top: int) -> Table:
                "D2H n/MB/ms", "H2D n/MB/ms", "idle ms", "native ms", "recov. ms",
                wrap=("op",))
     for g in r.findings.fallbacks[:top]:
-        t.add_row(f"{g.op} {g.shapes} {g.dtypes}", str(g.calls), _ms(g.host_ns),
+        inferred = " [yellow](inferred)[/]" if g.inferred else ""
+        t.add_row(escape(f"{g.op} {g.shapes} {g.dtypes}") + inferred + _at(g.call_site),
+                  str(g.calls), _ms(g.host_ns),
                   f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns)}",
                   f"{g.h2d_count}/{g.h2d_bytes / 1e6:.1f}/{_ms(g.h2d_ns)}", _ms(g.idle_ns),
                   "?" if g.native_ns is None else _ms(g.native_ns), _ms(g.recoverable_ns))
     return t
+
+
+def _sync_table(r: Report, top: int) -> Table:
+    t = _table("Host syncs (outermost call on its thread)", "sync", "calls", "host ms",
+               "D2H n/MB/ms", "idle ms", wrap=("sync",))
+    for g in r.findings.syncs[:top]:
+        t.add_row(escape(g.name) + _at(g.call_site), str(g.calls), _ms(g.host_ns),
+                  f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns)}", _ms(g.idle_ns))
+    return t
+
+
+def _at(call_site: str) -> str:
+    """The Python call site under a row's text, when the trace has stacks."""
+    return f"\n[dim]at {escape(call_site)}[/]" if call_site else ""
 
 
 def _breakdown_table(r: Report, top: int) -> Table:

@@ -22,7 +22,9 @@ What it decides, with the vocabulary of ``neuron_profiler.trace.vocabulary``:
 - **Args.** CUDA's ``device``, ``stream`` and ``correlation`` on device work (the runtime call
   carries the ``correlation`` too; it equals the ac2g flow id), then ours. Per-row numbers are
   columns (the C++ bridge renders them; ``numeric_args`` renders them the same way in Python);
-  everything else is a small table of distinct arg tuples.
+  everything else is a small table of distinct arg tuples. A CPU fallback's ``flops``, ``bytes``,
+  ``dtype`` and ``engine`` (the op's cost on the device, for the analyzer's native time) are in
+  that table, never per-row numbers: those would get an "achieved" rate of host time.
 - **Flows.** One ac2g arrow from each kept runtime call to the earliest device work it launched.
 """
 
@@ -356,12 +358,14 @@ def place(acts: DeviceActivities, *, host_ops: HostOps,
     name_id, names = _names(acts, rows, exts)
     args_id, args = _args(acts, rows, exts, datas, host_timed)
     placed_core = np.where(work, acts.core[rows], -1).astype(np.int64)
+    fallback = kind == ActivityKind.FALLBACK  # their flops and bytes are args (_row_args)
     return _with_graph_ops(exts, acts.modelled[rows], Placement(
         rows=rows, start_ns=acts.start_ns[rows], end_ns=acts.end_ns[rows], kind=kind,
         category=_CAT_BY_KIND[kind], pid=np.where(on_host, host, device_side_pid),
         tid=np.where(on_host, thread, core_stream), name_id=name_id, names=names,
         external_id=acts.correlation_id[rows].astype(np.int64), exec_id=acts.exec_id[rows],
-        flops=flops[rows], bytes=nbytes[rows], device=placed_core,
+        flops=np.where(fallback, -1, flops[rows]), bytes=np.where(fallback, -1, nbytes[rows]),
+        device=placed_core,
         stream=np.where(work, core_stream, -1), correlation=correlation, flow_id=flow_id,
         flow_start=flow_start, args_id=args_id, args=args,
         processes=_processes(cores, core_pid, props),
@@ -659,10 +663,15 @@ def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: boo
             out.append((V.ARG_OP, e.op))
         if algorithm is not None:
             out.append((V.ARG_ALGORITHM, str(algorithm)))
-    elif kind == ActivityKind.FALLBACK:
+    elif kind == ActivityKind.FALLBACK:  # flops/bytes: the op's cost on the device (args, so
+        # that no "achieved" rate of host time is derived from them)
         out += [(V.ARG_IS_FALLBACK, True), (V.ARG_OP, str(e.op)),
                 (V.ARG_FALLBACK_REASON, str(e.reason)), (V.ARG_SHAPES, e.shapes),
                 (V.ARG_DTYPES, e.dtypes)]
+        out += [(key, value) for key, value in ((V.ARG_FLOPS, e.flops), (V.ARG_BYTES, e.bytes))
+                if value >= 0]
+        out += [(key, value) for key, value in ((V.ARG_DTYPE, e.dtype), (V.ARG_ENGINE, e.engine))
+                if value is not None]
     elif kind == ActivityKind.HOST_SYNC and e.sync is not None:
         out.append((V.ARG_SYNC, str(e.sync)))
     elif kind == ActivityKind.COLLECTIVE_WAIT:

@@ -67,6 +67,11 @@ ARG_COLLECTIVE_WAIT = "collective wait"  # true on a cc_exec_barrier slice (wait
 ARG_GRAPH_ID = "graph id"  # a compiled graph's execution and the ops nested in it
 ARG_HOST_TIMED = "host-timed"  # true on a copy the runtime timed on the host (no device stamp)
 ARG_BYTES_KEYS = (ARG_BYTES, "Bytes")  # how transfer sizes are spelled across producers
+# torch.profiler's own args on cpu_op rows (record_shapes=True; "Call stack": with_stack=True in
+# traces before python_function rows, frames innermost first, "file(line): function;...")
+ARG_INPUT_DIMS_KEYS = ("Input Dims", "Input dims")
+ARG_INPUT_TYPE = "Input type"
+ARG_CALL_STACK = "Call stack"
 # the loader's marker for a value nested too deeply to decode (args or a top-level key): the
 # whole value becomes {ARG_REPLACED: "nested deeper than N levels"}
 ARG_REPLACED = "neuron-profiler replaced"
@@ -163,6 +168,9 @@ META_MERGED_FROM = "neuron_merged_from"
 META_RELOCATED_CORES = "neuron_relocated_cores"  # core -> pid, where the host used the core's pid
 META_COLLECTOR_ERROR = "neuron_collector_error"
 META_UNAVAILABLE = "neuron_collector_unavailable"  # why a NEURON profile has no device rows
+# collector: torch_neuronx.get_fallback_ops() at the end of the session (sorted op names), when
+# torch_neuronx has it; the analyzer infers fallbacks on real hardware from it
+META_FALLBACK_OPS = "neuron_fallback_ops"
 
 # -- names the analyses read in other producers' traces (torch, CUDA, ROCm, MTIA) ---------------
 PROFILER_STEP_PREFIX = "ProfilerStep#"  # torch.profiler's step annotation: "ProfilerStep#12"

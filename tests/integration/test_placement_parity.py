@@ -67,7 +67,8 @@ def _payload() -> tuple[bytes, list[tuple[int, int, int, int]]]:
                                                            "collective": "allreduce",
                                                            "bytes": 8192, "ranks": [0, 1]}})
     _span(ev, "neuron_profiler.cpu_fallback", 0, T0 + 7_100, T0 + 7_500, {"neuron_profiler": {
-        "op": "aten::foo", "reason": "float64", "shapes": [[2, 2]], "dtypes": ["float64"]}})
+        "op": "aten::foo", "reason": "float64", "shapes": [[2, 2]], "dtypes": ["float64"],
+        "flops": 64, "bytes": 96, "dtype": "float64", "engine": "VectorE"}})
     _span(ev, "neuron_profiler.host_sync", 0, T0 + 7_600, T0 + 7_900,
           {"neuron_profiler": {"sync": "item", "op": "aten::item"}})
     ev.append({"event_type": "nrt_tensor_allocate", "phase": "instant", "tracking_id": 99,
@@ -134,6 +135,12 @@ def test_synthetic_capture_places_identically() -> None:
     merged_rows, merged_flows = _trace_rows(merged.trace)
     assert len(live_rows) == 12 and live_rows == merged_rows
     assert len(live_flows) == 8 and live_flows == merged_flows
+    # the fallback's device cost rides in its args on both paths, with no "achieved" rate
+    (fallback,) = [json.loads(r)["args"] for r in live_rows
+                   if json.loads(r)["name"] == V.FALLBACK_PREFIX + "aten::foo"]
+    assert {k: fallback.get(k) for k in (V.ARG_FLOPS, V.ARG_BYTES, V.ARG_DTYPE, V.ARG_ENGINE)} \
+        == {V.ARG_FLOPS: 64, V.ARG_BYTES: 96, V.ARG_DTYPE: "float64", V.ARG_ENGINE: "VectorE"}
+    assert V.ARG_TFLOPS not in fallback and V.ARG_GBPS not in fallback
     # the repeated exec_id: each kernel has its own call, so its own op and its own arrow
     kernels = [json.loads(r) for r in live_rows if json.loads(r)["cat"] == V.CAT_KERNEL]
     by_ts = {k["ts"]: k["args"] for k in kernels}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -226,3 +228,76 @@ def test_ring_buffer_drops_give_one_warning_at_stop(recwarn: pytest.WarningsReco
     messages = [str(w.message) for w in recwarn]
     assert messages == ["NEURON: 7 runtime events dropped (at most 7 activities); raise "
                         "NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC"]
+
+
+class _QuietSource(_BadSource):
+    name = "emulator"
+
+    def stop(self) -> bytes:
+        return b'{"events": [], "data_version": 2}'
+
+
+class _FakeTorchNeuronx:
+    """What TorchNeuron exposes: the set of ops that ran on the CPU, names only."""
+
+    def __init__(self, ops: object) -> None:
+        self._ops = ops
+
+    def get_fallback_ops(self) -> object:
+        if isinstance(self._ops, Exception):
+            raise self._ops
+        return self._ops
+
+
+def test_stop_writes_torch_neuronx_fallback_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With torch_neuronx importable, the trace metadata holds get_fallback_ops() (sorted),
+    with a source and without one (the set is worth having either way)."""
+    monkeypatch.setitem(sys.modules, "torch_neuronx",
+                        _FakeTorchNeuronx({"aten::nonzero", "aten::unique_dim"}))
+    for ctl in (S.Controller(_QuietSource, correlation=None),
+                S.Controller(_no_source, correlation=None)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ctl.start()
+            meta = _stop(ctl)["metadata"]
+        assert json.loads(meta[L.META_FALLBACK_OPS]) == ["aten::nonzero", "aten::unique_dim"]
+        assert ctl.last_result.metadata[L.META_FALLBACK_OPS] == meta[L.META_FALLBACK_OPS]
+
+
+@pytest.mark.parametrize("module", [None, object()])
+def test_no_fallback_set_without_torch_neuronx(monkeypatch: pytest.MonkeyPatch,
+                                               module: object) -> None:
+    """torch_neuronx absent (None blocks the import) or without get_fallback_ops: no key, no
+    warning."""
+    monkeypatch.setitem(sys.modules, "torch_neuronx", module)
+    ctl = S.Controller(_QuietSource, correlation=None)
+    ctl.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert L.META_FALLBACK_OPS not in _stop(ctl)["metadata"]
+
+
+def test_failing_fallback_query_warns_and_keeps_the_profile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch_neuronx", _FakeTorchNeuronx(RuntimeError("no NRT")))
+    ctl = S.Controller(_QuietSource, correlation=None)
+    ctl.start()
+    with pytest.warns(UserWarning, match=r"get_fallback_ops\(\) failed .*no NRT"):
+        out = _stop(ctl)
+    assert L.META_FALLBACK_OPS not in out["metadata"] and L.META_SOURCE in out["metadata"]
+
+
+def test_fallback_cost_is_args_not_numbers() -> None:
+    """A fallback's flops and bytes are the op's device cost: args, with no achieved rate (the
+    row's duration is host time)."""
+    t = _Trace()
+    t.span("neuron_profiler.cpu_fallback", 0, 1_100, 1_200, {"neuron_profiler": {
+        "op": "aten::bincount", "reason": "r", "correlation_id": 1, "shapes": [[8]],
+        "dtypes": ["int64"], "flops": 8, "bytes": 136, "dtype": "int64", "engine": "VectorE"}})
+    res = S.build_session_result(t.payload(), window=(W0, W1), intervals=S.Intervals.empty(),
+                                 host_pid=1, props=[])
+    (row,) = _rows(res)
+    assert (row["flops"], row["bytes"]) == (-1, -1)
+    assert {k: json.loads(row["args"][k]) for k in (L.ARG_FLOPS, L.ARG_BYTES, L.ARG_DTYPE,
+                                                    L.ARG_ENGINE)} == {
+        L.ARG_FLOPS: 8, L.ARG_BYTES: 136, L.ARG_DTYPE: "int64", L.ARG_ENGINE: "VectorE"}

@@ -1,0 +1,67 @@
+"""Where device rows were launched from: the host thread and start of the launching call::
+
+    site = launch_sites(trace, work.rows)
+    site.pid[i], site.tid[i], site.start_ns[i]      # NO_LAUNCH start where none is known
+
+The launching call is the runtime call carrying the row's ``correlation`` (cudaMemcpyAsync,
+cudaLaunchKernel, our ``nrt_tensor_read`` / ``nrt launch: ...`` calls), else the host op whose
+``External id`` the row carries (traces whose runtime calls were left out). The CPU-fallback
+inference and the sync groups use it to tell which thread launched a copy, and when.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuron_profiler.analysis._device import NO_LAUNCH
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace.model import Trace
+
+
+@dataclass(frozen=True)
+class LaunchSites:
+    """Per queried row: the launching call's pid, tid and start (-1, -1, NO_LAUNCH: unknown)."""
+
+    pid: np.ndarray
+    tid: np.ndarray
+    start_ns: np.ndarray
+
+    @property
+    def known(self) -> np.ndarray:
+        return self.start_ns != NO_LAUNCH
+
+
+def launch_sites(trace: Trace, rows: np.ndarray) -> LaunchSites:
+    c = trace.columns
+    n = len(rows)
+    out = LaunchSites(np.full(n, -1, np.int64), np.full(n, -1, np.int64),
+                      np.full(n, NO_LAUNCH, np.int64))
+    if n == 0:
+        return out
+    by_call = trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE) & (c[S.CORRELATION] > 0)
+    by_op = trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE) & (c[S.EXTERNAL_ID] > 0)
+    for key_col, mask in ((S.CORRELATION, by_call), (S.EXTERNAL_ID, by_op)):
+        todo = np.flatnonzero(~out.known)
+        if len(todo) == 0:
+            break
+        hit, source = _first_with_key(c[key_col], np.flatnonzero(mask), c[key_col][rows[todo]],
+                                      c[S.TS_NS])
+        at = todo[hit]
+        out.pid[at] = c[S.PID][source]
+        out.tid[at] = c[S.TID][source]
+        out.start_ns[at] = c[S.TS_NS][source]
+    return out
+
+
+def _first_with_key(key: np.ndarray, candidates: np.ndarray, wanted: np.ndarray,
+                    ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each wanted key: is there a candidate row with it, and the earliest such row."""
+    if len(candidates) == 0:
+        return np.zeros(len(wanted), bool), np.zeros(0, np.int64)
+    order = candidates[np.lexsort((ts[candidates], key[candidates]))]
+    keys, first = np.unique(key[order], return_index=True)
+    k = np.clip(np.searchsorted(keys, wanted), 0, len(keys) - 1)
+    hit = (wanted > 0) & (keys[k] == wanted)
+    return hit, order[first[k[hit]]]

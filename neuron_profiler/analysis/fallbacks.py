@@ -1,0 +1,220 @@
+"""CPU-fallback calls grouped by op and input signature, with what they cost and what running
+them on the device would save::
+
+    groups = fallback_groups(trace, work, idle, inferred)
+    g = groups[0]; g.op, g.calls, g.d2h_count, g.idle_ns, g.native_ns, g.recoverable_ns
+
+A call is a fallback row (the emulator's ``CPU fallback: <op>``: its copies are the DMA rows with
+its ``External id``) or a host op inferred to be one (``fallback_inference``: its copies are the
+pattern's; ``inferred`` is set on its group). Per group:
+
+- ``idle_ns``: the device's ``cpu_fallback`` idle time inside the calls' spans (worst device);
+- measured cost = ``idle_ns`` + the time of its D2H and H2D copies;
+- ``native_ns``: the op's modelled device time, Σ over calls of max(flops / peak FLOP/s,
+  bytes / HBM bandwidth), from the row's ``flops`` and ``bytes`` args and the peak of the row's
+  ``dtype`` on its ``engine`` in ``deviceProperties`` (``peak_tflops``; a dtype the table lacks,
+  integers and float64 among them, at that engine's float32 figure, as the emulator models them;
+  without a table, ``peak_bf16_tflops`` for bfloat16/float16 or no dtype, else
+  ``peak_fp32_tflops``). None when a call lacks the args (inferred calls always do) or the trace
+  gives no peak;
+- ``recoverable_ns`` = max(0, measured - native) (native unknown: 0, an upper bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._args import arg_values, as_float
+from neuron_profiler.analysis._copies import D2H, H2D, CopyInfo, copy_info
+from neuron_profiler.analysis._device import DMA, DeviceWork
+from neuron_profiler.analysis.callsites import call_sites
+from neuron_profiler.analysis.fallback_inference import REASON, InferredFallbacks
+from neuron_profiler.analysis.idle import IdleTime
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.model import Trace
+
+EVIDENCE_RANGES = 5
+_HALF_PRECISION = ("bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class FallbackGroup:
+    """CPU-fallback calls of one op with one input signature. ``native_ns``: modelled device
+    time, None when the trace has no flops/bytes or no peaks for it. ``inferred``: the calls
+    were inferred (no fallback rows). ``call_site``: the Python call site of its longest call
+    ("" without stacks)."""
+
+    op: str
+    shapes: str
+    dtypes: str
+    reason: str
+    calls: int
+    host_ns: int
+    d2h_count: int
+    d2h_bytes: int
+    d2h_ns: int
+    h2d_count: int
+    h2d_bytes: int
+    h2d_ns: int
+    idle_ns: int
+    native_ns: int | None
+    recoverable_ns: int
+    spans_ns: tuple[tuple[int, int], ...]
+    inferred: bool = False
+    call_site: str = ""
+
+
+@dataclass(frozen=True)
+class _Calls:
+    """One entry per call: the host row, its span, its copies (indices into the work) and its
+    native time (NaN: unknown)."""
+
+    key: list[tuple[str, str, str, bool]]
+    reason: list[str]
+    row: np.ndarray
+    host_ns: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    copies: list[np.ndarray]
+    native_ns: np.ndarray
+
+
+def fallback_groups(trace: Trace, work: DeviceWork, idle: IdleTime,
+                    inferred: InferredFallbacks) -> tuple[FallbackGroup, ...]:
+    rows = trace.select(kind=S.EventKind.FALLBACK, ph=S.Phase.COMPLETE)
+    if len(rows) == 0 and len(inferred) == 0:
+        return ()
+    copies = copy_info(trace, work)
+    calls = _merge(_fallback_rows(trace, work, rows), _inferred_calls(trace, inferred))
+    members: dict[tuple[str, str, str, bool], list[int]] = {}
+    for i, key in enumerate(calls.key):
+        members.setdefault(key, []).append(i)
+    fallback_idle = [idle.gaps_of("cpu_fallback", d.device) for d in idle.devices]
+    groups = [_group(key, np.asarray(m), calls, copies, work, fallback_idle)
+              for key, m in members.items()]
+    longest = [int(calls.row[m[int(np.argmax(calls.end[m] - calls.start[m]))]])
+               for m in map(np.asarray, members.values())]
+    groups = [replace(g, call_site=site)
+              for g, site in zip(groups, call_sites(trace, longest), strict=True)]
+    return tuple(sorted(groups, key=lambda g: -g.recoverable_ns))
+
+
+def fallback_copies(trace: Trace, work: DeviceWork, inferred: InferredFallbacks) -> np.ndarray:
+    """Mask over the device work: the copies of fallback calls (rows' External ids, inferred
+    calls' patterns)."""
+    ext = trace.col(S.EXTERNAL_ID)
+    fb_ext = ext[trace.select(kind=S.EventKind.FALLBACK)]
+    out = (work.queue == DMA) & np.isin(ext[work.rows], fb_ext[fb_ext > 0])
+    out[inferred.copies()] = True
+    return out
+
+
+def _group(key: tuple[str, str, str, bool], m: np.ndarray, calls: _Calls, copies: CopyInfo,
+           work: DeviceWork, fallback_idle: list[I.Intervals]) -> FallbackGroup:
+    op, shapes, dtypes, inferred = key
+    spans = I.union(calls.start[m], calls.end[m])
+    idle_ns = max((I.intersect(g, spans).total for g in fallback_idle), default=0)
+    mine = np.unique(np.concatenate([calls.copies[i] for i in m.tolist()])).astype(np.int64)
+    figures = {}
+    for name, code in (("d2h", D2H), ("h2d", H2D)):
+        at = mine[copies.direction[mine] == code]
+        figures[name] = (len(at), int(copies.nbytes[at].sum()),
+                         int((work.end[at] - work.start[at]).sum()))
+    native = calls.native_ns[m]
+    native_ns = None if np.isnan(native).any() else int(native.sum())
+    measured = idle_ns + figures["d2h"][2] + figures["h2d"][2]
+    return FallbackGroup(
+        op=op, shapes=shapes, dtypes=dtypes, reason=calls.reason[int(m[0])], calls=len(m),
+        host_ns=int(calls.host_ns[m].sum()), d2h_count=figures["d2h"][0],
+        d2h_bytes=figures["d2h"][1], d2h_ns=figures["d2h"][2], h2d_count=figures["h2d"][0],
+        h2d_bytes=figures["h2d"][1], h2d_ns=figures["h2d"][2], idle_ns=idle_ns,
+        native_ns=native_ns, recoverable_ns=max(0, measured - (native_ns or 0)),
+        spans_ns=I.longest(spans, EVIDENCE_RANGES), inferred=inferred)
+
+
+def _fallback_rows(trace: Trace, work: DeviceWork, rows: np.ndarray) -> _Calls:
+    """The fallback rows as calls; their copies: the DMA rows with their External id."""
+    keys = (V.ARG_OP, V.ARG_SHAPES, V.ARG_DTYPES, V.ARG_FALLBACK_REASON, V.ARG_FLOPS,
+            V.ARG_BYTES, V.ARG_DTYPE, V.ARG_ENGINE)
+    a = arg_values(trace, rows, keys)
+    ts, dur, ext = (trace.col(c)[rows] for c in (S.TS_NS, S.DUR_NS, S.EXTERNAL_ID))
+    dma = np.flatnonzero(work.queue == DMA)
+    dma_ext = trace.col(S.EXTERNAL_ID)[work.rows[dma]]
+    props = _peak_properties(trace)
+    flops, nbytes = as_float(a[V.ARG_FLOPS]), as_float(a[V.ARG_BYTES])
+    key, reason, copies, native = [], [], [], []
+    for i in range(len(rows)):  # one entry per fallback call (a few hundred at most)
+        op = a[V.ARG_OP][i] or trace.name(int(rows[i]))[len(V.FALLBACK_PREFIX):]
+        key.append((str(op), _text(a[V.ARG_SHAPES][i]), _text(a[V.ARG_DTYPES][i]), False))
+        reason.append(str(a[V.ARG_FALLBACK_REASON][i] or ""))
+        copies.append(dma[dma_ext == ext[i]] if ext[i] > 0 else np.zeros(0, np.int64))
+        native.append(native_time(flops[i], nbytes[i], a[V.ARG_DTYPE][i], a[V.ARG_ENGINE][i],
+                                  props))
+    return _Calls(key, reason, rows, dur, ts, ts + dur, copies, np.asarray(native, float))
+
+
+def _inferred_calls(trace: Trace, inferred: InferredFallbacks) -> _Calls:
+    rows = inferred.rows
+    a = arg_values(trace, rows, (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE))
+    dims = [next((x for x in values if x is not None), None)
+            for values in zip(*(a[k] for k in V.ARG_INPUT_DIMS_KEYS), strict=True)]
+    key = [(trace.name(int(r)), _text(d), _text(t), True)
+           for r, d, t in zip(rows.tolist(), dims, a[V.ARG_INPUT_TYPE], strict=True)]
+    copies = [np.concatenate([d, h]) for d, h in zip(inferred.d2h, inferred.h2d, strict=True)]
+    return _Calls(key, [REASON] * len(rows), rows, trace.col(S.DUR_NS)[rows],
+                  inferred.span_start_ns, inferred.span_end_ns, copies,
+                  np.full(len(rows), np.nan))
+
+
+def _merge(a: _Calls, b: _Calls) -> _Calls:
+    cat = lambda x, y: np.concatenate([x, y])  # noqa: E731
+    return _Calls(a.key + b.key, a.reason + b.reason, cat(a.row, b.row).astype(np.int64),
+                  cat(a.host_ns, b.host_ns).astype(np.int64), cat(a.start, b.start),
+                  cat(a.end, b.end), a.copies + b.copies, cat(a.native_ns, b.native_ns))
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value).replace(" ", "")
+
+
+
+def _peak_properties(trace: Trace) -> Mapping[str, Any] | None:
+    """The ``deviceProperties`` of the first device that gives peak figures."""
+    for p in trace.metadata.get("deviceProperties") or ():
+        if isinstance(p, dict) and p.get(V.PROP_PEAKS_KNOWN, True) is not False \
+                and _number(p.get(V.PROP_HBM_GBPS)):
+            return p
+    return None
+
+
+def peak_tflops(props: Mapping[str, Any], dtype: object, engine: object) -> float | None:
+    """The compute peak for an op of this dtype on this engine (see the module docstring)."""
+    table = props.get(V.PROP_PEAK_TFLOPS)
+    per_dtype = table.get(engine) if isinstance(table, dict) and isinstance(engine, str) else None
+    if isinstance(per_dtype, dict):
+        given = per_dtype.get(dtype) if isinstance(dtype, str) else None
+        return _number(given) or _number(per_dtype.get("float32"))
+    if not isinstance(dtype, str) or dtype in _HALF_PRECISION:
+        return _number(props.get(V.PROP_PEAK_BF16_TFLOPS))
+    return _number(props.get(V.PROP_PEAK_FP32_TFLOPS))
+
+
+def native_time(flops: float, nbytes: float, dtype: object, engine: object,
+                props: Mapping[str, Any] | None) -> float:
+    """Roofline ns of one call on the device; NaN when an input or a peak is unknown."""
+    peak = None if props is None else peak_tflops(props, dtype, engine)
+    hbm = None if props is None else _number(props.get(V.PROP_HBM_GBPS))
+    if peak is None or hbm is None or np.isnan(flops) or np.isnan(nbytes):
+        return float("nan")
+    return max(flops / (peak * 1e3), nbytes / hbm)  # TFLOPS = 1e3 FLOP/ns; GB/s = B/ns
+
+
+def _number(value: object) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return float(value) if ok and np.isfinite(value) else None

@@ -1,0 +1,159 @@
+"""Host sync points that stall the device, grouped by name, with the same fields as fallbacks::
+
+    groups = sync_groups(trace, work, idle)
+    g = groups[0]; g.name, g.calls, g.host_ns, g.d2h_count, g.d2h_bytes, g.idle_ns
+
+Syncs are the rows ``idle.sync_mask`` picks (``.item()``, ``_local_scalar_dense``, ``nonzero``,
+stream/device/event synchronize, synchronous memcpy, our ``host sync: ...`` rows). A call counts
+for the outermost sync around it on its thread (``aten::item``, not the
+``cudaStreamSynchronize`` inside it), so no host time is counted twice. Per name:
+
+- ``calls``, ``host_ns``: the outermost calls and their summed duration;
+- ``d2h_*``: the device-to-host copies the calls waited for: D2H copies launched on the call's
+  thread from the start of the call (a runtime sync: of the ``cpu_op`` around it, the op that
+  issued the copy, such as ``aten::copy_`` for ``.cpu()``) to its end, each copy once, a CPU
+  fallback's copies left to the fallback;
+- ``idle_ns``: the ``host_sync`` idle of the worst device, each gap given to the outermost sync
+  containing its start.
+
+A trace without device work has no sync groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._copies import D2H, copy_info
+from neuron_profiler.analysis._device import DeviceWork
+from neuron_profiler.analysis._launches import launch_sites
+from neuron_profiler.analysis._threads import HostThreads
+from neuron_profiler.analysis.callsites import call_sites
+from neuron_profiler.analysis.idle import IdleTime, sync_mask
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace.model import Trace
+
+EVIDENCE_RANGES = 5
+
+
+@dataclass(frozen=True)
+class SyncGroup:
+    """Host syncs of one name (outermost calls). ``idle_ns``: the device idle of the
+    ``host_sync`` gaps that began inside them (worst device); ``spans_ns``: the longest of those
+    gaps; ``call_site``: the Python call site of the call before the longest gap, else of the
+    longest call ("" without stacks)."""
+
+    name: str
+    calls: int
+    host_ns: int
+    idle_ns: int
+    spans_ns: tuple[tuple[int, int], ...]
+    d2h_count: int = 0
+    d2h_bytes: int = 0
+    d2h_ns: int = 0
+    call_site: str = ""
+
+
+def sync_groups(trace: Trace, work: DeviceWork, idle: IdleTime,
+                not_theirs: np.ndarray | None = None) -> tuple[SyncGroup, ...]:
+    """``not_theirs``: mask over the device work of copies counted elsewhere (a CPU fallback's,
+    whose own ``host sync: <op>`` row waits for them)."""
+    rows = _outermost(trace, np.flatnonzero(sync_mask(trace)))
+    if len(work) == 0 or len(rows) == 0:
+        return ()
+    c = trace.columns
+    start = c[S.TS_NS][rows]
+    end = start + c[S.DUR_NS][rows]
+    gap_start, gap_end, gap_idle, owner = _gap_owners(idle, start, end)
+    d2h = _d2h_per_call(trace, work, rows, not_theirs)
+    name_id = c[S.NAME_ID][rows]
+    out, evidence = [], []
+    for nid in np.unique(name_id).tolist():
+        mine = np.flatnonzero(name_id == nid)
+        got = np.isin(owner, mine)
+        spans = I.Intervals(gap_start[got], gap_end[got])
+        first_gap = owner[got][np.argmax(gap_end[got] - gap_start[got])] if got.any() \
+            else mine[np.argmax(end[mine] - start[mine])]
+        evidence.append(int(rows[first_gap]))
+        out.append(SyncGroup(
+            name=trace.strings[nid], calls=len(mine), host_ns=int((end - start)[mine].sum()),
+            idle_ns=int(gap_idle[got].sum()), spans_ns=I.longest(spans, EVIDENCE_RANGES),
+            d2h_count=int(d2h[0][mine].sum()), d2h_bytes=int(d2h[1][mine].sum()),
+            d2h_ns=int(d2h[2][mine].sum())))
+    sites = call_sites(trace, evidence)
+    out = [replace(g, call_site=s) for g, s in zip(out, sites, strict=True)]
+    return tuple(sorted(out, key=lambda g: (-g.idle_ns, -g.host_ns, g.name)))
+
+
+def _outermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """The rows not inside another of them on their thread (of two with one span, the first in
+    the file is the outer), by start."""
+    c = trace.columns
+    start = c[S.TS_NS][rows]
+    end = start + c[S.DUR_NS][rows]
+    order = np.lexsort((rows, -end, start, c[S.TID][rows], c[S.PID][rows]))
+    rows, end = rows[order], end[order]
+    thread = np.stack([c[S.PID][rows], c[S.TID][rows]], axis=1)
+    keep = np.ones(len(rows), bool)
+    cut = np.flatnonzero((thread[1:] != thread[:-1]).any(axis=1)) + 1
+    for seg in np.split(np.arange(len(rows)), cut):  # a few host threads
+        if len(seg) > 1:
+            reach = np.maximum.accumulate(end[seg])
+            keep[seg[1:]] = end[seg[1:]] > reach[:-1]
+    out = rows[keep]
+    return out[np.argsort(c[S.TS_NS][out], kind="stable")]
+
+
+def _gap_owners(idle: IdleTime, start: np.ndarray, end: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The worst device's whole host_sync gaps (start, end: where the sync was; their counted
+    idle, inside the steps and less emulator overhead) and, per gap, the sync (index into
+    start/end) whose span holds its start (the earliest such; -1: none)."""
+    devices = [d for d in idle.devices if d.by_cause_ns["host_sync"] > 0]
+    if not devices:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty, empty
+    worst = max(devices, key=lambda d: d.by_cause_ns["host_sync"]).device
+    k = idle.gap_index("host_sync", worst)
+    gap_start, gap_end, gap_idle = idle.gap_start_ns[k], idle.gap_end_ns[k], idle.gap_idle_ns[k]
+    owner = np.full(len(k), -1, np.int64)
+    for j, gs in enumerate(gap_start.tolist()):  # one per sync gap (a few per step)
+        hit = np.flatnonzero((start <= gs) & (end >= gs))
+        owner[j] = hit[0] if len(hit) else -1
+    return gap_start, gap_end, gap_idle, owner
+
+
+def _d2h_per_call(trace: Trace, work: DeviceWork, rows: np.ndarray,
+                  not_theirs: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(count, bytes, ns) of the D2H copies each call waited for (see the module docstring)."""
+    out = tuple(np.zeros(len(rows), np.int64) for _ in range(3))
+    copies = copy_info(trace, work)
+    if not (copies.direction == D2H).any():
+        return out
+    threads = HostThreads(trace, launch_sites(trace, work.rows))
+    skip = np.zeros(len(work), bool) if not_theirs is None else not_theirs
+    c = trace.columns
+    taken_until: dict[tuple[int, int], int] = {}
+    d2h: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    for i, row in enumerate(rows.tolist()):  # outermost syncs, by start
+        thread = (int(c[S.PID][row]), int(c[S.TID][row]))
+        if thread not in d2h:  # the thread's D2H copies, by launch
+            idx, launch = threads.launched(*thread)
+            mine = (copies.direction[idx] == D2H) & ~skip[idx]
+            d2h[thread] = idx[mine], launch[mine]
+        idx, launch = d2h[thread]
+        hi = int(c[S.TS_NS][row] + c[S.DUR_NS][row])
+        lo = taken_until.get(thread, -1)
+        taken_until[thread] = hi + 1
+        end = int(np.searchsorted(launch, hi, side="right"))
+        if end == int(np.searchsorted(launch, lo, side="left")):
+            continue  # no D2H copy since the previous sync: no issuer to look up
+        issuer = row if c[S.KIND][row] == S.EventKind.CPU_OP else threads.parent(trace, row)
+        lo = max(int(c[S.TS_NS][issuer if issuer >= 0 else row]), lo)
+        at = idx[int(np.searchsorted(launch, lo, side="left")):end]
+        out[0][i], out[1][i] = len(at), int(copies.nbytes[at].sum())
+        out[2][i] = int((work.end[at] - work.start[at]).sum())
+    return out
+
