@@ -77,3 +77,13 @@ def cli_document(logdir: Path, rel: str) -> dict:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)["traces"][0]
+
+
+def cli_distributed(logdir: Path, *rels: str) -> dict:
+    """The ``distributed`` section of ``neuron-prof analyze --json`` of these files (relative
+    to ``logdir``), as a process; exit 2 (a file could not be analysed) still prints it."""
+    exe = Path(sys.executable).with_name("neuron-prof")
+    proc = subprocess.run([str(exe), "analyze", "--json", *rels], cwd=logdir,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 2), proc.stderr[-2000:]
+    return json.loads(proc.stdout)["distributed"]

@@ -1,10 +1,12 @@
 """The TensorBoard plugin: routes that serve the analyzer's JSON report and the exporters'
-downloads for a (run, worker, span) chosen by opaque ids, plus the static frontend.
+downloads for a (run, worker, span) chosen by opaque ids, the cross-rank analysis of a run's
+workers, plus the static frontend.
 
 Nothing here computes a number: the report is ``reports.json_report.to_document`` of
 ``analysis.analyze`` (as ``neuron-prof analyze --json`` prints it) and the timeline is
 ``reports.timeline_json`` of the same analysis, cached per file and modification time so that
-each trace is analysed once, in the background (202 and the phase while it runs).
+each trace is analysed once, in the background (202 and the phase while it runs). The
+``distributed`` route reduces the cached rank summaries of a run's traces (``tensorboard.ranks``).
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from neuron_profiler.tensorboard import discovery
+from neuron_profiler.tensorboard import discovery, ranks
 
 PLUGIN_NAME = "neuron_profiler"
 CACHE_ENTRIES = 16
+SUMMARY_ENTRIES = 4096  # rank summaries (kilobytes each) outlive the bundles: a run of many
+# traces is reduced across ranks without analysing any of them twice
 WAIT_S = 1.0  # a request waits this long for an analysis before answering 202 (progress)
 TIMELINE_SEGMENTS = 2000  # per series of the timeline route (analysis.timeline)
 JSON = "application/json"
@@ -52,16 +56,18 @@ def _error(status: int, message: str) -> Result:
     return status, {"error": _one_line(message)}
 
 
-Bundle = dict[str, Result]  # route ("report", "timeline") -> its answer
+Bundle = dict[str, Result]  # route ("report", "timeline", "summary") -> its answer
 Progress = Callable[[str], None]  # told each phase of an analysis ("loading 12.3 MB", ...)
-ROUTES = ("report", "timeline")
+SUMMARY = "summary"  # not served: body {"rank_summary": RankSummary}, for the distributed route
+ROUTES = ("report", "timeline", SUMMARY)
 
 
 def analyze_span(span: discovery.Span, progress: Progress = lambda phase: None) -> Bundle:
     """The ``--json`` document of one trace (named by its path relative to the logdir: the
-    server's own paths are not shown) and its drawable timeline, from one load; a load or
-    analysis failure as the error body of both."""
+    server's own paths are not shown), its drawable timeline and its rank summary, from one
+    load; a load or analysis failure as the error body of all three."""
     from neuron_profiler.analysis import Options, analyze
+    from neuron_profiler.analysis.distributed import summaries_of
     from neuron_profiler.errors import TraceLoadError
     from neuron_profiler.reports.json_report import to_document
     from neuron_profiler.reports.timeline_json import timeline_document
@@ -79,7 +85,9 @@ def analyze_span(span: discovery.Span, progress: Progress = lambda phase: None) 
         return dict.fromkeys(ROUTES, _error(
             500, f"{span.rel}: analysis failed: {type(err).__name__}: {err}"))
     report = dataclasses.replace(report, source=span.rel)
-    return {"report": (200, to_document([report])), "timeline": (200, timeline_document(report))}
+    summary = next(iter(summaries_of([report])), None)
+    return {"report": (200, to_document([report])), "timeline": (200, timeline_document(report)),
+            SUMMARY: (200, {"rank_summary": summary})}
 
 
 @dataclasses.dataclass
@@ -92,28 +100,67 @@ class _Job:
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     result: Bundle | None = None
 
+    def progress(self) -> dict[str, Any]:
+        """The 202 body: what the page shows while it asks again."""
+        return {"status": "analysing", "phase": self.phase,
+                "elapsed_s": round(time.monotonic() - self.started, 1)}
+
 
 class ReportCache:
     """Bounded LRU of analyses per (file, mtime, size): a trace is analysed once until it
     changes. Analyses run in a background thread, one at a time (they are memory-heavy); a
     request waits up to ``wait_s`` for its answer, then gets 202 with the analysis' phase so
     that the page can show progress and ask again. A second request for a trace being
-    analysed joins that analysis."""
+    analysed joins that analysis. Rank summaries are kept in a second, longer LRU (they are
+    small) so that the cross-rank view of a run larger than ``entries`` analyses each trace
+    once."""
 
     def __init__(self, compute: Callable[[discovery.Span, Progress], Bundle],
-                 entries: int = CACHE_ENTRIES, wait_s: float = WAIT_S) -> None:
+                 entries: int = CACHE_ENTRIES, wait_s: float = WAIT_S,
+                 summary_entries: int = SUMMARY_ENTRIES) -> None:
         self.compute = compute
         self.entries = entries
+        self.summary_entries = summary_entries
         self.wait_s = wait_s
         self.hits = 0
         self.misses = 0
         self._items: OrderedDict[tuple[str, int, int], Bundle] = OrderedDict()
+        self._summaries: OrderedDict[tuple[str, int, int], Result] = OrderedDict()
         self._jobs: dict[tuple[str, int, int], _Job] = {}
         self._lock = threading.Lock()
         self._work = threading.Lock()
 
     def get(self, span: discovery.Span, route: str = "report") -> Result:
         """The route's answer for ``span``, or (202, progress) while it is being computed."""
+        answer = self._lookup_or_start(span, route)
+        if not isinstance(answer, _Job):
+            return answer
+        if answer.done.wait(self.wait_s) and answer.result is not None:
+            return answer.result[route]
+        return 202, answer.progress()
+
+    def get_many(self, spans: list[discovery.Span], route: str) -> list[Result]:
+        """Each span's answer, all analyses started at once and waited for ``wait_s`` in
+        all; (202, progress) for those still running, (404, error) for a vanished file."""
+        answers: list[Result | _Job] = []
+        for span in spans:
+            try:
+                answers.append(self._lookup_or_start(span, route))
+            except OSError as err:
+                answers.append(_error(404, f"{span.rel}: {err.strerror or err}"))
+        deadline = time.monotonic() + self.wait_s
+        out: list[Result] = []
+        for a in answers:
+            if isinstance(a, _Job):
+                if a.done.wait(max(0.0, deadline - time.monotonic())) and a.result is not None:
+                    a = a.result[route]
+                else:
+                    a = (202, a.progress())
+            out.append(a)
+        return out
+
+    def _lookup_or_start(self, span: discovery.Span, route: str) -> Result | _Job:
+        """The cached answer, else the (new or running) analysis job; OSError: no file."""
         st = span.path.stat()
         key = (str(span.path), st.st_mtime_ns, st.st_size)
         with self._lock:
@@ -121,15 +168,16 @@ class ReportCache:
                 self._items.move_to_end(key)
                 self.hits += 1
                 return self._items[key][route]
+            if route == SUMMARY and key in self._summaries:
+                self._summaries.move_to_end(key)
+                self.hits += 1
+                return self._summaries[key]
             job = self._jobs.get(key)
             if job is None:
                 job = self._jobs[key] = _Job(size=st.st_size)
                 threading.Thread(target=self._run, args=(key, span, job), daemon=True,
                                  name=f"neuron-prof-tb {span.rel}").start()
-        if job.done.wait(self.wait_s) and job.result is not None:
-            return job.result[route]
-        return 202, {"status": "analysing", "phase": job.phase,
-                     "elapsed_s": round(time.monotonic() - job.started, 1)}
+            return job
 
     def _run(self, key: tuple[str, int, int], span: discovery.Span, job: _Job) -> None:
         def progress(phase: str) -> None:
@@ -146,6 +194,9 @@ class ReportCache:
             self._items[key] = result
             while len(self._items) > self.entries:
                 self._items.popitem(last=False)
+            self._summaries[key] = result[SUMMARY]
+            while len(self._summaries) > self.summary_entries:
+                self._summaries.popitem(last=False)
             self._jobs.pop(key, None)
         job.result = result
         job.done.set()
@@ -195,6 +246,7 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
         apps["/report"] = self._serve_report
         apps["/timeline"] = self._serve_timeline
         apps["/trace"] = self._serve_trace
+        apps["/distributed"] = self._serve_distributed
         return apps
 
     # --- static files -------------------------------------------------------------------
@@ -250,6 +302,22 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_timeline(self, request: wrappers.Request) -> wrappers.Response:
         return self._analysis(request, "timeline")
+
+    @wrappers.Request.application
+    def _serve_distributed(self, request: wrappers.Request) -> wrappers.Response:
+        """The cross-rank analysis of the run's traces that the analyzer's span grouping puts
+        with the chosen one (``run`` and ``span`` ids: any worker's span of the run)."""
+        ids = [request.args.get(k, "") for k in ("run", "span")]
+        if not all(discovery.ID_PATTERN.match(i) for i in ids):
+            return _json(request, _error(400, "run and span must be ids from /runs"))
+        run = next((r for r in discovery.scan(self.logdir) if r.id == ids[0]), None)
+        files = [(w, s) for w in run.workers for s in w.spans] if run is not None else []
+        selected = next((s for _, s in files if s.id == ids[1]), None)
+        if run is None or selected is None:
+            return _json(request, _error(404, "no such run or trace (moved or deleted? reload "
+                                              "the page)"))
+        results = self.cache.get_many([s for _, s in files], SUMMARY)
+        return _json(request, ranks.cross_rank_answer(run, selected, files, results))
 
     @wrappers.Request.application
     def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:

@@ -1,6 +1,8 @@
 // Neuron Profiler tab: shows the analyzer's --json document (route "report") and its drawable
-// device timeline (route "timeline") for the chosen run / worker / span. It computes nothing
-// (every figure comes from those documents); every name from a trace is set with textContent.
+// device timeline (route "timeline") for the chosen run / worker / span, and the cross-rank
+// analysis of the run's traces that belong with it (route "distributed", fetched when the
+// Distributed view opens). It computes nothing (every figure comes from those documents);
+// every name from a trace is set with textContent.
 "use strict";
 
 const PERFETTO = "https://ui.perfetto.dev";
@@ -11,7 +13,7 @@ const CAUSE_COLORS = {
   host_bound_launch: "#9467bd", profiler_overhead: "#8c564b", other: "#7f7f7f",
   short_gaps: "#c7c7c7",
 };
-const state = { runs: [], doc: null, timeline: null, error: null, view: "Overview", load: 0 };
+const state = { runs: [], doc: null, timeline: null, cross: null, error: null, view: "Overview", load: 0 };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, text, cls) {
@@ -29,8 +31,9 @@ function fmt(v, digits) {
 }
 
 // columns: [[key or function, label, digits]]; name: the document section the rows come from
-// (data-table; each th of a plain key carries it as data-key), so a test can read it back.
-function table(columns, rows, name) {
+// (data-table; each th of a plain key carries it as data-key), so a test can read it back;
+// rowClass(row): a class for the row (e.g. a straggler's).
+function table(columns, rows, name, rowClass) {
   const t = el("table");
   if (name) t.dataset.table = name;
   const head = t.createTHead().insertRow();
@@ -43,6 +46,7 @@ function table(columns, rows, name) {
   const body = t.createTBody();
   for (const row of rows) {
     const tr = body.insertRow();
+    if (rowClass && rowClass(row)) tr.className = rowClass(row);
     for (const [key, , digits] of columns) {
       const v = typeof key === "function" ? key(row) : row[key];
       tr.appendChild(el("td", fmt(v, digits), typeof v === "number" ? "num" : ""));
@@ -117,7 +121,7 @@ async function loadRuns() {
 
 async function loadReport() {
   const load = ++state.load;
-  state.doc = null; state.timeline = null; state.error = null;
+  state.doc = null; state.timeline = null; state.cross = null; state.error = null;
   if (!$("span").value) { render(); return; }
   $("status").textContent = "analysing…";
   render();
@@ -135,18 +139,41 @@ async function loadReport() {
   render();
 }
 
-// Timeline rows as horizontal bars: one Plotly trace per group, bars from start_us for dur_us,
-// coloured by busy_pct (downsampled bins) or by a fixed colour (idle causes).
+// The cross-rank answer for the shown trace (route "distributed"), fetched once per trace when
+// the Distributed view opens; state.cross is {loading: true} meanwhile.
+async function loadDistributed(load) {
+  state.cross = { loading: true };
+  const { run, span } = selected();
+  try {
+    const body = await analysis("distributed", { run, span }, load);
+    if (!body) return;
+    state.cross = body;
+  } catch (err) {
+    if (load !== state.load) return;
+    state.cross = { error: err.message };
+  }
+  $("status").textContent = "";
+  render();
+}
+
+// Timeline rows as horizontal bars: one Plotly trace per group, bars from start_us. Queues
+// (what "busy"): as long as the segment, a downsampled bin shaded by busy_pct. Idle causes
+// (what "idle"): as long as the idle time inside the segment (busy_us: the series' own ns in
+// it), so a bin holding 20 µs of short gaps is a 20 µs bar, not a bin-wide one.
 function timelineChart(series, rowName, color, what) {
+  const idle = what === "idle";
   const traces = series.map((s) => {
     const seg = s.segments;
     const row = rowName(s);
     return {
-      type: "bar", orientation: "h", name: row, base: seg.start_us, x: seg.dur_us,
+      type: "bar", orientation: "h", name: row, base: seg.start_us, x: idle ? seg.busy_us : seg.dur_us,
       y: seg.start_us.map(() => row), showlegend: false,
       marker: color(s),
-      customdata: seg.busy_pct,
-      hovertemplate: "%{y}<br>%{base:,.1f} µs + %{x:,.1f} µs<br>" + what + " %{customdata}%<extra></extra>",
+      customdata: idle ? seg.dur_us : seg.busy_pct,
+      hovertemplate: idle
+        ? (s.exact ? "%{y}<br>gap from %{base:,.1f} µs, %{x:,.1f} µs<extra></extra>"
+          : "%{y}<br>%{x:,.1f} µs idle in the bin from %{base:,.1f} µs (%{customdata:,.1f} µs long)<extra></extra>")
+        : "%{y}<br>%{base:,.1f} µs + %{x:,.1f} µs<br>" + what + " %{customdata}%<extra></extra>",
     };
   });
   const rows = new Set(traces.map((t) => t.name)).size;
@@ -154,33 +181,78 @@ function timelineChart(series, rowName, color, what) {
     xaxis: { title: "trace time (µs, as Perfetto shows it)", tickformat: ",.0f" }, yaxis: { automargin: true, type: "category" } });
 }
 
-function downsampledNote(tl, series) {
+// how: what a downsampled bin's bar shows
+function downsampledNote(tl, series, how) {
   const binned = series.filter((s) => !s.exact);
   if (!binned.length) return el("p", "every interval drawn (" + series.length + " rows, at most " +
     tl.max_segments + " intervals each)", "note");
   return el("p", binned.length + " of " + series.length + " rows downsampled: more than " +
-    tl.max_segments + " intervals, drawn as bins of " + tl.bin_us + " µs shaded by the share of the bin covered" +
+    tl.max_segments + " intervals, drawn as bins of " + tl.bin_us + " µs, " + how +
     " (totals kept exactly)", "note");
 }
 
-// The Distributed view's content from the document's "distributed" section (None/absent until
-// the analyzer computes it): extend here when the multi-rank analysis lands.
-function renderDistributed(section, ctx) {
-  if (!ctx.run || ctx.run.workers.length < 2) {
-    return [empty("one rank in this run (rank " + ctx.rank + "): nothing to compare across ranks")];
-  }
-  if (!section) {
-    return [empty("per-rank summary, stragglers and collective skew are not computed by the analyzer yet (" +
-      ctx.run.workers.length + " workers in this run; shown: " + (ctx.worker ? ctx.worker.name : "") + ")")];
-  }
+// The Distributed view: the "distributed" route's answer for the shown trace. Its section is
+// what `neuron-prof analyze --json <answer.sources>` gives under "distributed" (one span: the
+// traces of this run that the analyzer groups with the shown one). Tables are named by their
+// place in that document (data-table) so that a test can compare them.
+function renderDistributed(answer) {
+  if (answer.error) return [el("p", answer.error, "error")];
+  const d = answer.distributed;
   const out = [];
-  for (const [key, rows] of Object.entries(section)) {
-    if (!Array.isArray(rows) || !rows.length || typeof rows[0] !== "object") continue;
-    out.push(el("h3", key.replace(/_/g, " ")));
-    const cols = Object.keys(rows[0]).filter((k) => typeof rows[0][k] !== "object" || Array.isArray(rows[0][k]));
-    out.push(table(cols.map((k) => [k, k.replace(/_/g, " ")]), rows, "distributed." + key));
+  const failed = answer.errors.map((e) => el("p", "not analysed: worker " + e.worker + " (span " +
+    e.span + "): " + e.error, "error"));
+  if (!d.available) {
+    out.push(empty("no cross-rank analysis: " + d.reason), ...failed);
+    if (d.files_without_rank.length) {
+      out.push(el("p", "traces without a rank: " + d.files_without_rank.join(", "), "note"));
+    }
+    return out;
   }
-  return out.length ? out : [empty("the multi-rank analysis found nothing to show for this run")];
+  const span = d.spans[0];
+  const at = "distributed.spans.0.";
+  out.push(el("p", span.ranks.length + " ranks (world size " + fmt(span.world_size) + ") in this span; " +
+    answer.run_spans + " span(s) over the run's " + answer.run_traces + " trace(s); clocks aligned on rank " +
+    span.reference_rank, "note"), ...failed);
+  out.push(el("h3", "Per rank"));
+  out.push(table([["rank", "rank"], ["source", "trace"], ["steps", "steps"],
+    ["step_mean_ms", "step mean ms"], ["compute_ms_per_step", "compute ms/step"],
+    ["collective_ms_per_step", "collective ms/step"],
+    ["compute_before_collective_ms", "compute before collective ms"],
+    ["late_arrivals", "late arrivals"], ["wait_skew_ms", "skew wait ms"],
+    ["wait_recorded_ms", "recorded wait ms"], ["clock_offset_us", "clock offset µs"],
+    [(r) => (r.clock_aligned ? "" : "not aligned"), "clock"],
+    [(r) => (r.straggler ? "straggler" : ""), "straggler"]],
+  span.ranks_summary, at + "ranks_summary", (r) => (r.straggler ? "straggler" : "")));
+  out.push(el("h3", "Stragglers"));
+  const rule = d.outlier_rule;
+  out.push(el("p", "A rank is a straggler when its mean step time, or its mean compute before a " +
+    "collective, exceeds the median of the other ranks by more than " + fmt(rule.rel_pct) + "% and by at least " +
+    fmt(rule.abs_us) + " µs.", "note"));
+  out.push(span.stragglers.length ? table([["rank", "rank"], ["metric", "metric"],
+    ["value_ms", "value ms"], ["others_median_ms", "others' median ms"]], span.stragglers, at + "stragglers",
+  () => "straggler") : empty("no straggler: no rank is slower than the rule above"));
+  out.push(el("h3", "Waits per rank (ms)"));
+  const x = span.ranks_summary.map((r) => "rank " + r.rank);
+  const bars = [{ type: "bar", name: "skew wait (last arrival − own arrival)", x,
+    y: span.ranks_summary.map((r) => r.wait_skew_ms) }];
+  if (span.ranks_summary.some((r) => r.wait_recorded_ms !== null)) {
+    bars.push({ type: "bar", name: "recorded collective wait", x,
+      y: span.ranks_summary.map((r) => r.wait_recorded_ms) });
+  }
+  out.push(chart(bars, { barmode: "group", height: 300, xaxis: { type: "category" }, yaxis: { title: "ms" } }));
+  out.push(el("h3", "Collective skew"));
+  out.push(span.collectives.length ? table([["group", "group"], ["name", "collective"], ["calls", "calls"],
+    ["mean_skew_ms", "mean skew ms"], ["max_skew_ms", "max skew ms"], ["late_rank", "late rank (most often)"],
+    [(c) => c.per_rank.map((p) => "rank " + p.rank + ": " + p.late).join(", "), "late arrivals"]],
+  span.collectives, at + "collectives") : empty("no collective matched across the ranks"));
+  if (span.unmatched.length) {
+    out.push(el("h3", "Unmatched collective calls"));
+    out.push(table([["rank", "rank"], ["group", "group"], ["calls", "calls"]], span.unmatched, at + "unmatched"));
+  }
+  if (span.mismatched_names) {
+    out.push(el("p", span.mismatched_names + " matched instance(s) name different collectives on different ranks", "note"));
+  }
+  return out;
 }
 
 const views = {
@@ -268,7 +340,8 @@ const views = {
         key.style.borderColor = CAUSE_COLORS[c];
         legend.appendChild(key);
       }
-      out.push(legend, downsampledNote(tl, tl.idle));
+      out.push(legend, downsampledNote(tl, tl.idle,
+        "a bar at the start of each bin as long as the idle time inside it"));
       out.push(timelineChart(tl.idle, (s) => s.label + " · " + s.cause,
         (s) => ({ color: CAUSE_COLORS[s.cause] }), "idle"));
     } else {
@@ -281,13 +354,13 @@ const views = {
       : empty("no gap longer than " + d.idle.min_gap_us + " µs"));
     return out;
   },
-  Distributed(d) {
-    return renderDistributed(d.distributed, { run: currentRun(), worker: currentWorker(), rank: d.rank });
+  Distributed() {
+    return renderDistributed(state.cross);
   },
   Trace(d, tl) {
     const out = [el("h3", "Device queues (busy)")];
     if (tl.queues.length) {
-      out.push(downsampledNote(tl, tl.queues));
+      out.push(downsampledNote(tl, tl.queues, "each shaded by the share of the bin covered"));
       out.push(timelineChart(tl.queues, (q) => q.label + " · " + (q.name || "queue " + q.queue),
         (q) => (q.exact ? { color: "#f57c00" } : { color: q.segments.busy_pct, cmin: 0, cmax: 100,
           colorscale: [[0, "#fff3e0"], [1, "#e65100"]] }), "busy"));
@@ -341,6 +414,12 @@ function render() {
   if (state.error) { view.dataset.state = "error"; view.replaceChildren(el("p", state.error, "error")); return; }
   if (!state.runs.length) { view.dataset.state = "empty"; view.replaceChildren(empty("no *.pt.trace.json[.gz] under the logdir")); return; }
   if (!state.doc) { view.dataset.state = "loading"; view.replaceChildren(empty($("status").textContent || "loading…")); return; }
+  if (state.view === "Distributed" && !state.cross) loadDistributed(state.load);
+  if (state.view === "Distributed" && state.cross.loading) {
+    view.dataset.state = "loading";
+    view.replaceChildren(empty($("status").textContent || "analysing the run's traces…"));
+    return;
+  }
   view.dataset.state = "ready";
   view.dataset.view = state.view;
   const warnings = state.doc.load_warnings.length ? [el("div", null, "warnings")] : [];
