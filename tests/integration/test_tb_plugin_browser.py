@@ -3,10 +3,13 @@
 
 The logdir holds an emulator trace with injected findings (a CPU-fallback op and host syncs,
 timing mode), a CUDA trace from ../shared/traces, a 2-rank run (HTA's sampled rank 0 and 1
-traces), a cut copy of the emulator trace (load warnings) and a trace whose op name is HTML.
-Each view must render charts/tables or its stated empty state; every table row must equal
-``neuron-prof analyze --json`` of the same file at the displayed rounding; the plugin's frame
-must log no error; "Open in Perfetto UI" must post the whole .pftrace (window.open stubbed).
+traces), a 1-rank run (rank 0 alone), a cut copy of the emulator trace (load warnings) and a
+trace whose op name is HTML. Each view must render charts/tables or its stated empty state;
+every table row must equal ``neuron-prof analyze --json`` of the same file at the displayed
+rounding (the Distributed view: of the run's files, its ``distributed`` section; elsewhere its
+empty state must carry the analyzer's reason); the Idle timeline's bars must be as long as the
+idle time the timeline route gives per bin; the plugin's frame must log no error; "Open in
+Perfetto UI" must post the whole .pftrace (window.open stubbed).
 Screenshots of every view go to $NEURON_PROF_BROWSER_ARTEFACTS (else the test's tmp dir).
 
 A missing Chromium/chromedriver/selenium fails under CI=true (scripts/test.sh installs them)
@@ -29,7 +32,7 @@ import pytest
 
 pytest.importorskip("tensorboard")
 
-from tb_plugin_client import cli_document, make_emulator_trace  # noqa: E402
+from tb_plugin_client import cli_distributed, cli_document, make_emulator_trace  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -37,7 +40,7 @@ ARTEFACTS_ENV = "NEURON_PROF_BROWSER_ARTEFACTS"
 VIEWS = ("Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed", "Trace")
 HOSTILE = "<img src=x onerror=alert(1)>"
 TIMEOUT_S = 120
-DISTRIBUTED_EMPTY = "not computed by the analyzer yet"
+DISTRIBUTED_EMPTY = "no cross-rank analysis: "
 
 def _browser_parts() -> None:
     """Skip (fail under CI=true) when Chromium, chromedriver or selenium is missing."""
@@ -92,6 +95,9 @@ def logdir(tmp_path_factory: pytest.TempPathFactory, shared_traces: Path) -> Pat
         shutil.copy(shared_traces / "hta" / "tests" / "data" / "trace_filter"
                     / f"sampled_rank-{rank}.json.gz",
                     root / "two_ranks" / f"rank{rank}.1.pt.trace.json.gz")
+    (root / "one_rank").mkdir()
+    shutil.copy(shared_traces / "hta" / "tests" / "data" / "trace_filter" / "sampled_rank-0.json.gz",
+                root / "one_rank" / "rank0.1.pt.trace.json.gz")
     (root / "damaged").mkdir()
     data = emu.read_bytes()
     (root / "damaged" / "cut.1.pt.trace.json").write_bytes(data[: len(data) * 2 // 3])
@@ -220,6 +226,9 @@ def show(driver, view: str) -> dict:  # noqa: ANN001
             rows: [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent)),
           })),
           charts: v.querySelectorAll('.chart').length,
+          bars: [...v.querySelectorAll('.chart')].map(c => (c.data || []).map(
+            t => (t.orientation === 'h' ? t.x : t.y))),  // per chart, per trace: bar lengths
+          straggler_rows: v.querySelectorAll('tr.straggler').length,
           traces: v.querySelectorAll('.chart g.trace').length,
           empty: [...v.querySelectorAll('.empty')].map(e => e.textContent),
           warnings: [...v.querySelectorAll('.warnings p')].map(e => e.textContent),
@@ -231,7 +240,7 @@ def show(driver, view: str) -> dict:  # noqa: ANN001
 def _section(doc: dict, name: str) -> list[dict]:
     out: object = doc
     for part in name.split("."):
-        out = out[part]  # type: ignore[index]
+        out = out[int(part) if part.isdigit() else part]  # type: ignore[index]
     return out  # type: ignore[return-value]
 
 
@@ -276,7 +285,16 @@ def plugin_errors(driver) -> list[dict]:  # noqa: ANN001
 # --- the tests -----------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_views_match_the_cli(browser, logdir: Path, artefacts: Path) -> None:  # noqa: ANN001
+def _route(server: str, driver, route: str) -> dict:  # noqa: ANN001
+    """A plugin route's JSON for the trace the page shows (its run/worker/span ids)."""
+    query = driver.execute_script("return new URLSearchParams({run: run.value, "
+                                  "worker: worker.value, span: span.value}).toString()")
+    with urllib.request.urlopen(f"{server}/data/plugin/neuron_profiler/{route}?{query}") as r:
+        return json.load(r)
+
+
+def test_views_match_the_cli(browser, server: str, logdir: Path,  # noqa: ANN001
+                             artefacts: Path) -> None:
     from selenium.webdriver.common.by import By
 
     browser.switch_to.default_content()
@@ -284,21 +302,24 @@ def test_views_match_the_cli(browser, logdir: Path, artefacts: Path) -> None:  #
         By.TAG_NAME, "body").text.lower())
     enter_plugin_frame(browser)
     browser.execute_script("window.__alerts = []; window.alert = (m) => window.__alerts.push(m);")
-    runs = {"emulator": None, "cuda": None, "two_ranks": "rank0", "damaged": None,
-            "hostile": None}
+    runs = {"emulator": None, "cuda": None, "two_ranks": "rank0", "one_rank": None,
+            "damaged": None, "hostile": None}
     report = {}
     for run, worker in runs.items():
         choose(browser, run, worker)
         rel = next(p for p in logdir.joinpath(run).iterdir()
                    if worker is None or p.name.startswith(worker + "."))
         doc = cli_document(logdir, rel.relative_to(logdir).as_posix())
+        # the Distributed view against the CLI's cross-rank section of the run's files
+        files = sorted(p.relative_to(logdir).as_posix() for p in logdir.joinpath(run).iterdir())
+        doc_all = dict(doc, distributed=cli_distributed(logdir, *files))
         compared = 0
         for view in VIEWS:
             shown = show(browser, view)
             browser.save_screenshot(str(artefacts / f"{run}-{view.lower()}.png"))
             assert shown["tables"] or shown["charts"] or shown["empty"] or view == "Trace", \
                 (run, view, shown["text"][:300])
-            compared += assert_tables_match(shown, doc)
+            compared += assert_tables_match(shown, doc_all if view == "Distributed" else doc)
             # load warnings: shown on every view, exactly the document's
             assert shown["warnings"] == [f"load warning: {w}" for w in doc["load_warnings"]]
             if view == "Overview" and doc["has_device"]:
@@ -312,16 +333,32 @@ def test_views_match_the_cli(browser, logdir: Path, artefacts: Path) -> None:  #
                     assert shown["empty"] and not shown["tables"]
             if view == "Idle" and run in ("emulator", "cuda"):
                 assert shown["charts"] == 2 and shown["notes"], shown["text"][:300]
+                # each bar as long as the idle time in its segment (a bin: not the bin width)
+                idle = _route(server, browser, "timeline")["idle"]
+                assert shown["bars"][1] == [s["segments"]["busy_us"] for s in idle]
+                if run == "cuda":  # resnet50: binned short gaps, far shorter than their bins
+                    binned = [s for s in idle if not s["exact"]]
+                    assert binned and sum(sum(s["segments"]["busy_us"]) for s in binned) < \
+                        0.5 * sum(sum(s["segments"]["dur_us"]) for s in binned)
             if view == "Trace":
                 assert browser.find_elements(By.ID, "open-perfetto")
                 if doc["has_device"]:
                     assert shown["charts"] == 1 and shown["notes"]
-            if view == "Distributed" and run == "two_ranks":
-                got = "content" if shown["tables"] else "empty state"
-                if not shown["tables"]:
-                    assert any(DISTRIBUTED_EMPTY in e for e in shown["empty"]), shown["text"]
-                report["distributed"] = got
-                print(f"Distributed view on a 2-rank run: {got}")
+            if view == "Distributed":
+                cross = doc_all["distributed"]
+                if run == "two_ranks":  # content: per rank, stragglers, collectives, waits
+                    assert cross["available"]
+                    span = cross["spans"][0]
+                    assert {t["name"] for t in shown["tables"]} >= {
+                        f"distributed.spans.0.{k}" for k in ("ranks_summary", "collectives")}
+                    assert shown["charts"] == 1 and shown["bars"][0][0] == \
+                        [r["wait_skew_ms"] for r in span["ranks_summary"]]
+                    assert shown["straggler_rows"] == \
+                        sum(r["straggler"] for r in span["ranks_summary"]) + len(span["stragglers"])
+                    report["distributed"] = sum(len(t["rows"]) for t in shown["tables"])
+                else:  # the analyzer's reason, as an explicit empty state
+                    assert not cross["available"] and not shown["tables"]
+                    assert f"{DISTRIBUTED_EMPTY}{cross['reason']}" in shown["empty"], shown["text"]
         assert compared > 0 or not doc["has_device"], run
         report[run] = compared
     assert logdir.joinpath("damaged") and report["damaged"] >= 0
