@@ -159,7 +159,9 @@ async function loadDistributed(load) {
 // Timeline rows as horizontal bars: one Plotly trace per group, bars from start_us. Queues
 // (what "busy"): as long as the segment, a downsampled bin shaded by busy_pct. Idle causes
 // (what "idle"): as long as the idle time inside the segment (busy_us: the series' own ns in
-// it), so a bin holding 20 µs of short gaps is a 20 µs bar, not a bin-wide one.
+// it), so a bin holding 20 µs of short gaps is a 20 µs bar, not a bin-wide one. Plotly draws a
+// bar thinner than a pixel 1 px wide, so a binned idle bar is also faded by the share of its
+// bin that is idle: unzoomed, a run of bins with a few µs of gaps each stays faint.
 function timelineChart(series, rowName, color, what) {
   const idle = what === "idle";
   const traces = series.map((s) => {
@@ -168,7 +170,8 @@ function timelineChart(series, rowName, color, what) {
     return {
       type: "bar", orientation: "h", name: row, base: seg.start_us, x: idle ? seg.busy_us : seg.dur_us,
       y: seg.start_us.map(() => row), showlegend: false,
-      marker: color(s),
+      marker: Object.assign(color(s), idle && !s.exact
+        ? { opacity: seg.busy_pct.map((p) => Math.max(0.15, p / 100)) } : {}),
       customdata: idle ? seg.dur_us : seg.busy_pct,
       hovertemplate: idle
         ? (s.exact ? "%{y}<br>gap from %{base:,.1f} µs, %{x:,.1f} µs<extra></extra>"
@@ -341,7 +344,8 @@ const views = {
         legend.appendChild(key);
       }
       out.push(legend, downsampledNote(tl, tl.idle,
-        "a bar at the start of each bin as long as the idle time inside it"));
+        "a bar at the start of each bin as long as the idle time inside it, faded by the idle share of the bin" +
+        " (a bar under a pixel is drawn 1 px wide: zoom in for exact lengths)"));
       out.push(timelineChart(tl.idle, (s) => s.label + " · " + s.cause,
         (s) => ({ color: CAUSE_COLORS[s.cause] }), "idle"));
     } else {
