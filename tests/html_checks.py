@@ -184,7 +184,7 @@ def assert_matches_report(page: Page, report: Any, i: int = 0) -> None:
             # bars as long as the idle time they hold: the gaps, or each bin's share
             assert abs(sum(t["x"]) * 1e3 - d.by_cause_ns[cause]) <= 1, (d.device, cause)
             if t["meta"]["exact"]:  # one bar per gap, the whole gap
-                assert len(t["x"]) == t["meta"]["gaps"] and t["x"] == [n for _, n in t["customdata"]]
+                assert len(t["x"]) == t["meta"]["intervals"] and t["x"] == [n for _, n in t["customdata"]]
         assert got.tolist() == want.tolist(), d.device
     groups = sorted(report.findings.fallbacks, key=lambda g: -g.recoverable_ns)
     if not groups:

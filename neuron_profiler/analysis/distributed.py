@@ -84,6 +84,10 @@ class RankSummary:
     collective_ns: int
     recorded_waits: bool  # the trace has collective-wait rows (its producer records waits)
     calls: tuple[CollectiveCall, ...]
+    # collective-wait rows with no collective after them on their device (the profile ended
+    # mid-wait): in no call's wait, counted here so nothing is dropped silently
+    orphan_waits: int = 0
+    orphan_wait_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ class RankRow:
     wait_skew_ns: int
     clock_offset_ns: int
     clock_aligned: bool
+    orphan_waits: int = 0  # wait rows with no collective after them (not in any wait figure)
+    orphan_wait_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -188,7 +194,7 @@ def _int_or_none(x: object) -> int | None:
 def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
     on = np.flatnonzero(work.queue == COLLECTIVE)
     if len(on) == 0:
-        return {"recorded_waits": False, "calls": ()}
+        return {"recorded_waits": False, "calls": (), "orphan_waits": 0, "orphan_wait_ns": 0}
     rows = work.rows[on]
     keys = (V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS, V.ARG_COLLECTIVE_WAIT, V.ARG_STREAM)
     args = arg_values(trace, rows, keys)
@@ -202,11 +208,13 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
     # each wait belongs to the first collective on its device starting at or after its start
     wait_of = np.zeros(len(coll), np.int64)
     first_wait = start[coll].copy()
+    owned = np.zeros(len(waits), bool)
     for d in np.unique(device[coll]).tolist():
         c = coll[device[coll] == d]  # sorted by start (device_work order)
         w = waits[device[waits] == d]
         k = np.searchsorted(start[c], start[w], side="left")
         ok = k < len(c)
+        owned[np.flatnonzero(device[waits] == d)[ok]] = True
         pos = np.flatnonzero(device[coll] == d)[k[ok]]
         np.add.at(wait_of, pos, end[w[ok]] - start[w[ok]])
         np.minimum.at(first_wait, pos, start[w[ok]])
@@ -224,7 +232,9 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
             group=group, name=str(name) if name is not None else names[i],
             arrival_ns=int(first_wait[j]), end_ns=int(end[i]), wait_ns=int(wait_of[j]),
             compute_before_ns=int(compute[j])))
-    return {"recorded_waits": bool(len(waits)), "calls": tuple(calls)}
+    orphan = waits[~owned]
+    return {"recorded_waits": bool(len(waits)), "calls": tuple(calls),
+            "orphan_waits": len(orphan), "orphan_wait_ns": int((end - start)[orphan].sum())}
 
 
 def _compute_before(work: DeviceWork, device: np.ndarray, arrival: np.ndarray,
@@ -356,7 +366,8 @@ def _span(index: int, span: list[RankSummary]) -> SpanAnalysis:
             late_arrivals=int(late[i]),
             wait_recorded_ns=int(recorded[i]) if recorded_known else None,
             wait_skew_ns=int(skew_wait[i]), clock_offset_ns=int(offsets[ranks[i]]),  # type: ignore[index]
-            clock_aligned=bool(aligned[ranks[i]])))  # type: ignore[index]
+            clock_aligned=bool(aligned[ranks[i]]),  # type: ignore[index]
+            orphan_waits=s.orphan_waits, orphan_wait_ns=s.orphan_wait_ns))
     return SpanAnalysis(**base, reason=None, rows=tuple(rows),  # type: ignore[arg-type]
                         collectives=tuple(collectives), stragglers=_stragglers(rows, compute_n),
                         unmatched=tuple(unmatched), mismatched_names=mismatched)

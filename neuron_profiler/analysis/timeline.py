@@ -58,7 +58,8 @@ class IdleSeries:
     label: str
     cause: str  # one of idle.ALL_CAUSES
     idle_ns: int
-    segments: Segments
+    segments: Segments  # the counted idle time (inside the steps, less emulator overhead)
+    gaps: int  # whole gaps of this cause (a gap cut by a step boundary or overhead is one)
 
 
 @dataclass(frozen=True)
@@ -114,9 +115,10 @@ def device_timeline(trace: Trace, work: DeviceWork, idle: IdleTime,
     series = []
     for d in idle.devices:
         for cause in ALL_CAUSES:
-            gaps = idle.gaps_of(cause, d.device)
-            if len(gaps):
+            whole = len(idle.gap_index(cause, d.device))
+            if whole:
+                gaps = idle.gaps_of(cause, d.device)
                 series.append(IdleSeries(d.device, d.label, cause, gaps.total,
-                                         downsample(gaps, start_ns, end_ns, max_segments)))
+                                         downsample(gaps, start_ns, end_ns, max_segments), whole))
     return DeviceTimeline(start_ns, end_ns, max_segments, (end_ns - start_ns) / max_segments,
                           tuple(queues), tuple(series))

@@ -206,7 +206,8 @@ def _timeline(i: int, r: Report) -> str:
         data.append({  # a bar as long as the idle time it holds: the whole gap, or a bin's
             "type": "bar", "orientation": "h", "name": s.cause, "legendgroup": s.cause,
             "showlegend": s.cause not in in_legend,
-            "meta": {"cause": s.cause, "device": s.device, "gaps": seg.intervals,
+            "meta": {"cause": s.cause, "device": s.device, "gaps": s.gaps,
+                     "intervals": seg.intervals,
                      "exact": seg.exact, "idle_ns": s.idle_ns},
             "y": [_e(s.label)] * len(start_us), "base": start_us,
             "x": (seg.busy_ns / 1e3).tolist(),
@@ -227,7 +228,7 @@ def _timeline(i: int, r: Report) -> str:
                f"{tl.max_segments:,} gaps: those are drawn by bins of {tl.bin_ns / 1e3:,.3f} µs, "
                "a bar at the start of each bin as long as that cause's idle time inside it "
                "(the totals are exact); the table counts every gap.")
-    rows = [(s.label, s.cause, s.segments.intervals, f"{_ms(s.idle_ns):,.3f}",
+    rows = [(s.label, s.cause, s.gaps, f"{_ms(s.idle_ns):,.3f}",
              "each gap" if s.segments.exact else f"{len(s.segments.start_ns):,} bins")
             for s in tl.idle]
     return (f"<p>{_e(caption)}</p>" + _figure(f"chart-{i}-timeline",

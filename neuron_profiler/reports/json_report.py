@@ -80,7 +80,9 @@ def _span(s) -> dict[str, Any]:  # noqa: ANN001
              "late_arrivals": r.late_arrivals,
              "wait_recorded_ms": None if r.wait_recorded_ns is None else _ms(r.wait_recorded_ns),
              "wait_skew_ms": _ms(r.wait_skew_ns), "clock_offset_us": r.clock_offset_ns / 1e3,
-             "clock_aligned": r.clock_aligned, "straggler": r.rank in late} for r in s.rows],
+             "clock_aligned": r.clock_aligned, "straggler": r.rank in late,
+             "orphan_waits": r.orphan_waits, "orphan_wait_ms": _ms(r.orphan_wait_ns)}
+            for r in s.rows],
         "stragglers": [{"rank": x.rank, "metric": x.metric, "value_ms": _ms(x.value_ns),
                         "others_median_ms": _ms(x.others_median_ns)} for x in s.stragglers],
         "collectives": [

@@ -117,6 +117,11 @@ def _span(s: SpanAnalysis, console: Console, top: int) -> None:
     for u in s.unmatched[:top]:
         console.print(f"[yellow]note:[/] rank {u.rank}: {u.calls} call(s) of {u.group} have no "
                       "match on every rank of the group (not compared)", highlight=False)
+    for r in s.rows:
+        if r.orphan_waits:
+            console.print(f"[yellow]note:[/] rank {r.rank}: {r.orphan_waits} collective-wait "
+                          f"slice(s) ({_ms(r.orphan_wait_ns)} ms) with no collective after them "
+                          "(the profile ended mid-wait): in no wait figure", highlight=False)
     if s.mismatched_names:
         console.print(f"[yellow]note:[/] {s.mismatched_names} matched instance(s) name "
                       "different collectives on different ranks", highlight=False)

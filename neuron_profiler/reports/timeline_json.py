@@ -5,7 +5,8 @@
 
 Per series: ``segments`` = {"start_us", "dur_us", "busy_us", "busy_pct"} lists (busy_pct:
 the share of the segment covered, 100 for an exact interval); ``exact`` false when the series
-was downsampled into bins of ``bin_us``; ``intervals`` how many it had.
+was downsampled into bins of ``bin_us``; ``intervals`` how many it had; ``gaps`` (idle series) how
+many whole gaps of that cause there are (one gap may give several counted intervals).
 """
 
 from __future__ import annotations
@@ -38,5 +39,5 @@ def timeline_document(r: Report) -> dict[str, Any]:
                         "segments": _segments(r, q.segments)} for q in tl.queues],
             "idle": [{"device": s.device, "label": s.label, "cause": s.cause,
                       "idle_ms": s.idle_ns / 1e6, "exact": s.segments.exact,
-                      "intervals": s.segments.intervals,
+                      "intervals": s.segments.intervals, "gaps": s.gaps,
                       "segments": _segments(r, s.segments)} for s in tl.idle]}

@@ -24,6 +24,7 @@ from neuron_profiler.cli.workers import analyze_file as real_analyze_file
 from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.reports.json_report import schema_text
 from neuron_profiler.trace import EventKind, TraceBuilder, load_trace
+from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 
 MS = 1_000_000
@@ -225,3 +226,32 @@ def test_terminal_section_fits_100_columns(tmp_path: Path,
     section = out[out.index("Multi-rank"):]
     assert "straggler: rank 1: compute before collectives 12.000 ms vs 5.000 ms" in section
     assert "1 (3/3)" in section  # the late rank of the all_reduce, 3 of 3 calls
+
+
+def test_a_wait_cut_by_the_window_end_is_counted_not_dropped(tmp_path: Path) -> None:
+    """Rank 0's last step ends mid-wait: its collective is outside the profile. The wait row
+    belongs to no call, so it is in no wait figure and counted as an orphan instead."""
+    paths = [rank_trace(tmp_path / f"r{r}.json", r, COMPUTE, world=3) for r in COMPUTE]
+    trace = load_trace(paths[0])
+    rows = trace.select(kind=EventKind.KERNEL)
+    names = [trace.name(int(i)) for i in rows]
+    last_coll = max(int(i) for i, n in zip(rows, names, strict=True) if n == "CC: allreduce")
+    last_wait = max(int(i) for i, n in zip(rows, names, strict=True)
+                    if n.startswith(V.COLLECTIVE_WAIT_PREFIX))
+    b = TraceBuilder()  # the same trace without its last collective
+    b.metadata["distributedInfo"] = {"backend": "gloo", "rank": 0, "world_size": 3}
+    for i in range(len(trace)):
+        if i != last_coll:
+            b.add(name=trace.name(i), ts_ns=int(trace.col(S.TS_NS)[i]),
+                  dur_ns=int(trace.col(S.DUR_NS)[i]), kind=EventKind(int(trace.col(S.KIND)[i])),
+                  cat=trace.strings[int(trace.col(S.CAT_ID)[i])], pid=int(trace.col(S.PID)[i]),
+                  tid=int(trace.col(S.TID)[i]), args=trace.args(i))
+    b.process_names[0] = V.core_process_name(0)
+    write_chrome_trace(b.build(), paths[0])
+    wait_ns = int(trace.col(S.DUR_NS)[last_wait])
+    d = distributed(summaries(paths))
+    rows0 = {r.rank: r for r in d.spans[0].rows}[0]
+    assert (rows0.orphan_waits, rows0.orphan_wait_ns) == (1, wait_ns)
+    extra = COMPUTE[1] - COMPUTE[0]
+    assert rows0.wait_recorded_ns == 2 * extra  # the two waits that have their collective
+    assert all(r.orphan_waits == 0 for r in d.spans[0].rows if r.rank != 0)
