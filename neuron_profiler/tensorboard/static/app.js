@@ -224,7 +224,10 @@ function renderDistributed(answer) {
     ["late_arrivals", "late arrivals"], ["wait_skew_ms", "skew wait ms"],
     ["wait_recorded_ms", "recorded wait ms"], ["clock_offset_us", "clock offset µs"],
     [(r) => (r.clock_aligned ? "" : "not aligned"), "clock"],
-    [(r) => (r.straggler ? "straggler" : ""), "straggler"]],
+    [(r) => (r.straggler ? "straggler" : ""), "straggler"],
+    // wait rows after the last collective (profile ended mid-wait): in no wait figure above
+    ...(span.ranks_summary.some((r) => r.orphan_waits) ? [["orphan_waits", "waits without a collective"],
+      ["orphan_wait_ms", "their ms"]] : [])],
   span.ranks_summary, at + "ranks_summary", (r) => (r.straggler ? "straggler" : "")));
   out.push(el("h3", "Stragglers"));
   const rule = d.outlier_rule;
