@@ -88,14 +88,3 @@ def launch_starts(trace: Trace, rows: np.ndarray) -> np.ndarray:
     hit = (corr > 0) & (keys[k] == corr)
     out[hit] = starts[k[hit]]
     return out
-
-
-def device_peaks(trace: Trace) -> tuple[float, float] | None:
-    """(peak TFLOPS, HBM GB/s) of the first device whose ``deviceProperties`` give them; None
-    for a capture without peak figures (``peaks_known: false``) or a trace without any."""
-    for p in trace.metadata.get("deviceProperties") or ():
-        if isinstance(p, dict) and p.get(V.PROP_PEAKS_KNOWN, True) is not False:
-            tflops, gbps = p.get(V.PROP_PEAK_BF16_TFLOPS), p.get(V.PROP_HBM_GBPS)
-            if tflops and gbps:
-                return float(tflops), float(gbps)
-    return None

@@ -22,9 +22,7 @@ pattern's; ``inferred`` is set on its group). Per group:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -35,12 +33,12 @@ from neuron_profiler.analysis._device import DMA, DeviceWork
 from neuron_profiler.analysis.callsites import call_sites
 from neuron_profiler.analysis.fallback_inference import REASON, InferredFallbacks
 from neuron_profiler.analysis.idle import IdleTime
+from neuron_profiler.analysis.peaks import native_time, peak_properties
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 EVIDENCE_RANGES = 5
-_HALF_PRECISION = ("bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -146,7 +144,7 @@ def _fallback_rows(trace: Trace, work: DeviceWork, rows: np.ndarray) -> _Calls:
     ts, dur, ext = (trace.col(c)[rows] for c in (S.TS_NS, S.DUR_NS, S.EXTERNAL_ID))
     dma = np.flatnonzero(work.queue == DMA)
     dma_ext = trace.col(S.EXTERNAL_ID)[work.rows[dma]]
-    props = _peak_properties(trace)
+    props = peak_properties(trace)
     flops, nbytes = as_float(a[V.ARG_FLOPS]), as_float(a[V.ARG_BYTES])
     key, reason, copies, native = [], [], [], []
     for i in range(len(rows)):  # one entry per fallback call (a few hundred at most)
@@ -181,40 +179,3 @@ def _merge(a: _Calls, b: _Calls) -> _Calls:
 
 def _text(value: object) -> str:
     return "" if value is None else str(value).replace(" ", "")
-
-
-
-def _peak_properties(trace: Trace) -> Mapping[str, Any] | None:
-    """The ``deviceProperties`` of the first device that gives peak figures."""
-    for p in trace.metadata.get("deviceProperties") or ():
-        if isinstance(p, dict) and p.get(V.PROP_PEAKS_KNOWN, True) is not False \
-                and _number(p.get(V.PROP_HBM_GBPS)):
-            return p
-    return None
-
-
-def peak_tflops(props: Mapping[str, Any], dtype: object, engine: object) -> float | None:
-    """The compute peak for an op of this dtype on this engine (see the module docstring)."""
-    table = props.get(V.PROP_PEAK_TFLOPS)
-    per_dtype = table.get(engine) if isinstance(table, dict) and isinstance(engine, str) else None
-    if isinstance(per_dtype, dict):
-        given = per_dtype.get(dtype) if isinstance(dtype, str) else None
-        return _number(given) or _number(per_dtype.get("float32"))
-    if not isinstance(dtype, str) or dtype in _HALF_PRECISION:
-        return _number(props.get(V.PROP_PEAK_BF16_TFLOPS))
-    return _number(props.get(V.PROP_PEAK_FP32_TFLOPS))
-
-
-def native_time(flops: float, nbytes: float, dtype: object, engine: object,
-                props: Mapping[str, Any] | None) -> float:
-    """Roofline ns of one call on the device; NaN when an input or a peak is unknown."""
-    peak = None if props is None else peak_tflops(props, dtype, engine)
-    hbm = None if props is None else _number(props.get(V.PROP_HBM_GBPS))
-    if peak is None or hbm is None or np.isnan(flops) or np.isnan(nbytes):
-        return float("nan")
-    return max(flops / (peak * 1e3), nbytes / hbm)  # TFLOPS = 1e3 FLOP/ns; GB/s = B/ns
-
-
-def _number(value: object) -> float | None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-    return float(value) if ok and np.isfinite(value) else None

@@ -9,21 +9,27 @@ direct children's dur), children by containment on the same thread; device self 
 of the work carrying the op's ``External id`` (what ``key_averages`` calls self device time);
 device total = device self plus its descendants'; the most frequent input shapes (``Input Dims``)
 of the top ops, counted over at most ``SHAPE_SAMPLE_CALLS`` calls per op spread evenly over its
-calls (a ranking of shapes, not a count: a 5M-event trace would otherwise decode every call). Kernels (device rows grouped by name): calls, total / mean / min / max time,
+calls (a ranking of shapes, not a count: a 5M-event trace would otherwise decode every call).
+Kernels (device rows grouped by name): calls, total / mean / min / max time,
 achieved TFLOPS (Σ flops / Σ time) or GB/s (Σ bytes / Σ time) when the rows carry ``flops`` /
-``bytes`` args, and the % of the device's peak (``deviceProperties``) when it is known.
+``bytes`` args, and the % of peak when ``deviceProperties`` gives it: the rows' time at the peak
+for each one's ``dtype`` on its ``engine`` (``analysis.peaks``) over their measured time, or GB/s
+over HBM bandwidth.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from neuron_profiler.analysis._args import arg_values, args_spelling, as_float
-from neuron_profiler.analysis._device import DeviceWork, device_peaks
+from neuron_profiler.analysis._device import DeviceWork
 from neuron_profiler.analysis._tree import parents, subtree_sums
+from neuron_profiler.analysis.peaks import bandwidth_gbps, peak_properties, peak_tflops
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -148,19 +154,23 @@ def _kernels(trace: Trace, work: DeviceWork) -> tuple[KernelRow, ...]:
     hi = np.zeros(len(uniq), np.int64)
     np.minimum.at(lo, code, dur)
     np.maximum.at(hi, code, dur)
-    flops, nbytes = _work_amounts(trace, work)
+    props = peak_properties(trace)
+    flops, nbytes, ideal = _work_amounts(trace, work, props)
     f_sum = np.bincount(code, weights=np.nan_to_num(flops), minlength=len(uniq))
     b_sum = np.bincount(code, weights=np.nan_to_num(nbytes), minlength=len(uniq))
     has_f = np.bincount(code, weights=~np.isnan(flops), minlength=len(uniq)) == calls
     has_b = np.bincount(code, weights=~np.isnan(nbytes), minlength=len(uniq)) == calls
-    peaks = device_peaks(trace)
+    # % of peak: the time the work would take at its own peak (each row's dtype and engine, or
+    # its bandwidth) over the time it took; for one dtype that is achieved TFLOPS / peak TFLOPS
+    ideal_sum = np.bincount(code, weights=np.nan_to_num(ideal), minlength=len(uniq))
+    has_ideal = np.bincount(code, weights=~np.isnan(ideal), minlength=len(uniq)) == calls
     out = []
     for k in np.argsort(-total, kind="stable").tolist():
         t = float(total[k])
         tflops = f_sum[k] / t / 1e3 if has_f[k] and f_sum[k] > 0 and t > 0 else None
         gbps = b_sum[k] / t if has_b[k] and b_sum[k] > 0 and t > 0 and tflops is None else None
-        pct = (100 * tflops / peaks[0] if tflops is not None else
-               100 * gbps / peaks[1] if gbps is not None else None) if peaks else None
+        pct = (100 * ideal_sum[k] / t
+               if (tflops is not None or gbps is not None) and has_ideal[k] else None)
         out.append(KernelRow(name=trace.strings[int(uniq[k])], calls=int(calls[k]),
                              total_ns=int(total[k]), mean_ns=int(total[k] // max(calls[k], 1)),
                              min_ns=int(lo[k]), max_ns=int(hi[k]),
@@ -173,17 +183,30 @@ def _round(x: float | None, digits: int) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def _work_amounts(trace: Trace, work: DeviceWork) -> tuple[np.ndarray, np.ndarray]:
-    """flops and bytes args per device row (NaN where absent); only rows spelling them are
-    decoded."""
+def _work_amounts(trace: Trace, work: DeviceWork, props: Mapping[str, Any] | None,
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """flops and bytes args per device row, and its time at its peak (flops / the compute peak
+    of its dtype and engine; a row without flops: bytes / its bandwidth; NaN where an arg or
+    the peak is absent); only rows spelling them are decoded."""
     flops = np.full(len(work), np.nan)
     nbytes = np.full(len(work), np.nan)
+    ideal = np.full(len(work), np.nan)
     args_rows = trace.col(S.ARGS_ROW)[work.rows]
     have = np.flatnonzero(args_rows >= 0)
     spelled = have[args_spelling(trace.raw_args, args_rows[have], V.ARG_FLOPS)
                    | args_spelling(trace.raw_args, args_rows[have], V.ARG_BYTES)]
     if len(spelled):
-        a = arg_values(trace, work.rows[spelled], (V.ARG_FLOPS, V.ARG_BYTES))
+        a = arg_values(trace, work.rows[spelled],
+                       (V.ARG_FLOPS, V.ARG_BYTES, V.ARG_DTYPE, V.ARG_ENGINE, V.ARG_DIRECTION))
         flops[spelled] = as_float(a[V.ARG_FLOPS])
         nbytes[spelled] = as_float(a[V.ARG_BYTES])
-    return flops, nbytes
+        if props is not None:  # one lookup per distinct (dtype, engine): a handful
+            keys = list(zip(a[V.ARG_DTYPE].tolist(), a[V.ARG_ENGINE].tolist(), strict=True))
+            peak = {k: peak_tflops(props, *k) for k in set(keys)}
+            tflops = np.array([peak[k] or np.nan for k in keys], float)
+            link = {d: bandwidth_gbps(props, d) for d in set(a[V.ARG_DIRECTION].tolist())}
+            gbps = np.array([link[d] or np.nan for d in a[V.ARG_DIRECTION].tolist()], float)
+            f, b = flops[spelled], nbytes[spelled]
+            # TFLOPS = 1e3 FLOP/ns; GB/s = B/ns
+            ideal[spelled] = np.where(f > 0, f / (tflops * 1e3), b / gbps)
+    return flops, nbytes, ideal

@@ -4,8 +4,10 @@ after an ``.item()`` that waited for the device. Each must be found, per step, a
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ pytest.importorskip("torch")
 from neuron_profiler.analysis import analyze  # noqa: E402
 from neuron_profiler.analysis.report import NOTE_MODELLED  # noqa: E402
 from neuron_profiler.trace import load_trace  # noqa: E402
+from neuron_profiler.trace import vocabulary as V  # noqa: E402
 
 ITEM_SLEEP_S, ITEMS_PER_BATCH, HOST_AFTER_SYNC_S = 0.004, 4, 0.003
 SCRIPT = rf"""
@@ -59,6 +62,31 @@ def report(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return analyze(load_trace(path))
+
+
+@pytest.fixture(scope="module")
+def trace_file(report) -> Path:  # noqa: ANN001
+    return Path(report.source)
+
+
+def test_kernel_pct_of_peak_agrees_with_each_kernels_own_arg(report, trace_file: Path,
+                                                             ) -> None:  # noqa: ANN001
+    """The summary's % of peak per kernel name = the duration-weighted mean of the emulator's
+    per-event "% of peak" (each against its own dtype and engine), read from the file."""
+    events = json.loads(trace_file.read_text())["traceEvents"]
+    per_name: dict[str, list[tuple[float, float]]] = {}
+    for e in events:
+        if e.get("cat") == V.CAT_KERNEL and V.ARG_PCT_PEAK in e.get("args", {}):
+            per_name.setdefault(e["name"], []).append((e["dur"], e["args"][V.ARG_PCT_PEAK]))
+    kernels = {k.name: k for k in report.summary.kernels}
+    checked = 0
+    for name, rows in per_name.items():
+        if name not in kernels or kernels[name].pct_of_peak is None:
+            continue
+        want = sum(d * p for d, p in rows) / sum(d for d, _ in rows)
+        assert kernels[name].pct_of_peak == pytest.approx(want, rel=1e-2, abs=1e-3), name
+        checked += 1
+    assert checked >= 3 and "TensorE: mm" in per_name
 
 
 def test_injected_causes_are_found_per_step(report) -> None:  # noqa: ANN001

@@ -45,3 +45,30 @@ def test_ops_and_kernels() -> None:
 def test_host_only_trace_has_ops_and_no_kernels() -> None:
     s = Build().step(1, 0, 100).host("aten::add", 10, 20, kind=EventKind.CPU_OP).report().summary
     assert [o.name for o in s.ops] == ["aten::add"] and s.kernels == ()
+
+
+def test_pct_of_peak_uses_each_rows_dtype_engine_and_link() -> None:
+    """fp32 and bf16 matmuls under one name, an integer kernel (no table entry: the engine's
+    fp32 figure) and host-to-device / device-to-device copies: each against its own peak,
+    worked out by hand from the properties written here."""
+    b = Build().step(1, 0, 10_000)
+    table = {"TensorE": {"float32": 40.0, "bfloat16": 160.0}, "VectorE": {"float32": 0.5}}
+    b.b.metadata["deviceProperties"] = [{
+        V.PROP_PEAK_TFLOPS: table, V.PROP_PEAK_BF16_TFLOPS: 160.0, V.PROP_PEAK_FP32_TFLOPS: 40.0,
+        V.PROP_HBM_GBPS: 1000.0, V.PROP_HOST_LINK_GBPS: 20.0, V.PROP_DMA_GBPS: 200.0}]
+    mm = {V.ARG_ENGINE: "TensorE"}
+    b.kernel(0, 100, args={**mm, V.ARG_DTYPE: "float32", V.ARG_FLOPS: 2e9})  # 50 µs at peak
+    b.kernel(200, 300, args={**mm, V.ARG_DTYPE: "bfloat16", V.ARG_FLOPS: 8e9})  # 50 µs
+    b.kernel(400, 500, name="VectorE: bincount",
+             args={V.ARG_ENGINE: "VectorE", V.ARG_DTYPE: "int64", V.ARG_FLOPS: 1e7})  # 20 µs
+    copy = {V.ARG_BYTES: 1e6}
+    b.kernel(600, 700, name="Memcpy HtoD (Host -> NeuronCore)", kind=EventKind.MEMCPY,
+             stream=2, args={**copy, V.ARG_DIRECTION: "h2d"})  # 50 µs at 20 GB/s
+    b.kernel(800, 900, name="Memcpy DtoD (NeuronCore -> NeuronCore)", kind=EventKind.MEMCPY,
+             stream=2, args={**copy, V.ARG_DIRECTION: "d2d"})  # 5 µs at 200 GB/s
+    k = {x.name: x for x in b.report().summary.kernels}
+    assert k["TensorE: mm"].pct_of_peak == pytest.approx(100 * (50 + 50) / 200)
+    assert k["TensorE: mm"].achieved_tflops == pytest.approx(10e9 / 200e-6 / 1e12)
+    assert k["VectorE: bincount"].pct_of_peak == pytest.approx(20.0)
+    assert k["Memcpy HtoD (Host -> NeuronCore)"].pct_of_peak == pytest.approx(50.0)
+    assert k["Memcpy DtoD (NeuronCore -> NeuronCore)"].pct_of_peak == pytest.approx(5.0)
