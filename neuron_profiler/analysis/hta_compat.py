@@ -142,9 +142,15 @@ def _hta_rows(trace: Trace, rounding: bool | None) -> _HtaRows:
     repeat = np.where(gpu, gpu_repeat, cpu_keep.astype(np.int64))
     if cut_at is not None:  # HTA joins launches on the cut frame
         launch = np.where(launch < cut_at, launch, NO_LAUNCH)
-    pick = np.repeat(np.arange(len(rows)), repeat)
-    return _HtaRows(name_id=name_id[pick], cat_id=c[S.CAT_ID][rows][pick], start=start[pick],
-                    end=end[pick], stream=stream[pick], launch=launch[pick], rank=rank_of(trace))
+    cat_id = c[S.CAT_ID][rows]
+    del rows, corr, gpu, cpu_keep, gpu_repeat
+    if not (repeat == 1).all():  # rows dropped or repeated: pick (else no copy at all)
+        pick = np.repeat(np.arange(len(repeat)), repeat)
+        del repeat
+        name_id, cat_id, start, end, stream, launch = (
+            a[pick] for a in (name_id, cat_id, start, end, stream, launch))
+    return _HtaRows(name_id=name_id, cat_id=cat_id, start=start, end=end, stream=stream,
+                    launch=launch, rank=rank_of(trace))
 
 
 def _streams(trace: Trace, rows: np.ndarray) -> np.ndarray:
