@@ -8,7 +8,8 @@ A call is a fallback row (the emulator's ``CPU fallback: <op>``: its copies are 
 its ``External id``) or a host op inferred to be one (``fallback_inference``: its copies are the
 pattern's; ``inferred`` is set on its group). Per group:
 
-- ``idle_ns``: the device's ``cpu_fallback`` idle time inside the calls' spans (worst device);
+- ``idle_ns``: the ``cpu_fallback`` idle time of the worst device, each whole gap (its counted
+  idle) given to the group whose calls cover most of it, so the groups add up to the cause;
 - measured cost = ``idle_ns`` + the time of its D2H and H2D copies;
 - ``native_ns``: the op's modelled device time, Σ over calls of max(flops / peak FLOP/s,
   bytes / HBM bandwidth), from the row's ``flops`` and ``bytes`` args and the peak of the row's
@@ -93,9 +94,10 @@ def fallback_groups(trace: Trace, work: DeviceWork, idle: IdleTime,
     members: dict[tuple[str, str, str, bool], list[int]] = {}
     for i, key in enumerate(calls.key):
         members.setdefault(key, []).append(i)
-    fallback_idle = [idle.gaps_of("cpu_fallback", d.device) for d in idle.devices]
-    groups = [_group(key, np.asarray(m), calls, copies, work, fallback_idle)
-              for key, m in members.items()]
+    spans = [I.union(calls.start[m], calls.end[m]) for m in map(np.asarray, members.values())]
+    owned = _idle_per_group(idle, spans)
+    groups = [_group(key, np.asarray(m), calls, copies, work, span, int(owned[g]))
+              for g, ((key, m), span) in enumerate(zip(members.items(), spans, strict=True))]
     longest = [int(calls.row[m[int(np.argmax(calls.end[m] - calls.start[m]))]])
                for m in map(np.asarray, members.values())]
     groups = [replace(g, call_site=site)
@@ -113,11 +115,25 @@ def fallback_copies(trace: Trace, work: DeviceWork, inferred: InferredFallbacks)
     return out
 
 
+def _idle_per_group(idle: IdleTime, spans: list[I.Intervals]) -> np.ndarray:
+    """Counted idle of the worst device's cpu_fallback gaps per group: each whole gap to the
+    group covering most of it (rule 2 made it a fallback gap, so some group covers it)."""
+    out = np.zeros(len(spans), np.int64)
+    devices = [d for d in idle.devices if d.by_cause_ns["cpu_fallback"] > 0]
+    if not devices or not spans:
+        return out
+    worst = max(devices, key=lambda d: d.by_cause_ns["cpu_fallback"]).device
+    k = idle.gap_index("cpu_fallback", worst)
+    gs, ge = idle.gap_start_ns[k], idle.gap_end_ns[k]
+    cover = np.stack([I.overlap_per_window(x, gs, ge) for x in spans])  # groups x gaps
+    owner, hit = cover.argmax(axis=0), cover.max(axis=0) > 0
+    return np.bincount(owner[hit], weights=idle.gap_idle_ns[k][hit],
+                       minlength=len(spans)).astype(np.int64)
+
+
 def _group(key: tuple[str, str, str, bool], m: np.ndarray, calls: _Calls, copies: CopyInfo,
-           work: DeviceWork, fallback_idle: list[I.Intervals]) -> FallbackGroup:
+           work: DeviceWork, spans: I.Intervals, idle_ns: int) -> FallbackGroup:
     op, shapes, dtypes, inferred = key
-    spans = I.union(calls.start[m], calls.end[m])
-    idle_ns = max((I.intersect(g, spans).total for g in fallback_idle), default=0)
     mine = np.unique(np.concatenate([calls.copies[i] for i in m.tolist()])).astype(np.int64)
     figures = {}
     for name, code in (("d2h", D2H), ("h2d", H2D)):

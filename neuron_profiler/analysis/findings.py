@@ -7,9 +7,10 @@
 Recoverable time, per kind (per step = total / number of steps; % = of the mean step wall time):
 - ``cpu_fallback`` (one finding per op and input signature, ``fallbacks.py``; inferred on real
   hardware by ``fallback_inference.py``): the idle time of the device's ``cpu_fallback`` gaps
-  inside this group's fallback spans plus the time of the group's copies, minus the op's native
-  device time when the trace lets us model it (``flops`` / ``bytes`` args against the
-  ``deviceProperties`` peak of its dtype; unknown: 0, so the figure is an upper bound);
+  its calls cover most of (each whole gap to one group) plus the time of the group's copies,
+  minus the op's native device time when the trace lets us model it (``flops`` / ``bytes`` args
+  against the ``deviceProperties`` peak of its dtype; unknown: 0, so the figure is an upper
+  bound);
 - ``host_sync:<name>`` (``syncs.py``): the ``host_sync`` idle time of the gaps that began in
   that sync;
 - ``idle:<cause>`` (data_loading, host_sync, host_bound_launch, other, short_gaps): that cause's
