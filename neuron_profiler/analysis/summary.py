@@ -4,8 +4,10 @@
     s.ops[0].name, s.ops[0].host_self_ns, s.ops[0].device_total_ns
     s.kernels[0].name, s.kernels[0].achieved_tflops, s.kernels[0].pct_of_peak
 
-Operators (``cpu_op`` rows, grouped by name): calls; host total = Σ dur; host self = Σ (dur −
-direct children's dur), children by containment on the same thread; device self = Σ device time
+Operators (``cpu_op`` rows, grouped by name; torch-tb-profiler's operator view): calls; host total
+= Σ dur; host self = Σ (dur − direct children's dur), children being the ops and runtime calls
+contained on the same thread (so an op's launches are not its self time, as in ``key_averages``);
+rows that are annotations today are left out (``_op_names``); device self = Σ device time
 of the work carrying the op's ``External id`` (what ``key_averages`` calls self device time);
 device total = device self plus its descendants'; the most frequent input shapes (``Input Dims``)
 of the top ops, counted over at most ``SHAPE_SAMPLE_CALLS`` calls per op spread evenly over its
@@ -77,21 +79,37 @@ def op_kernel_summary(trace: Trace, work: DeviceWork) -> OpKernelSummary:
 def _ops(trace: Trace, work: DeviceWork) -> tuple[OpRow, ...]:
     c = trace.columns
     step_ids = [i for i, n in enumerate(trace.strings) if n.startswith(V.PROFILER_STEP_PREFIX)]
-    rows = np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE)
-                          & ~np.isin(c[S.NAME_ID], step_ids))  # 2021 traces: steps are ops
-    if len(rows) == 0:
+    ops = trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE) & ~np.isin(c[S.NAME_ID],
+                                                                             step_ids)
+    # runtime calls are leaves of the op tree: an op's host self time excludes its launches
+    rows = np.flatnonzero(ops | trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE))
+    if not ops.any():
         return ()
     start, dur = c[S.TS_NS][rows], c[S.DUR_NS][rows]
     order = np.lexsort((-(start + dur), start, c[S.TID][rows], c[S.PID][rows]))
     rows, start, dur = rows[order], start[order], dur[order]
     pid, tid = c[S.PID][rows], c[S.TID][rows]
     thread = np.cumsum(np.r_[False, (np.diff(pid) != 0) | (np.diff(tid) != 0)])
-    parent = parents(thread, start, start + dur)
-    has = parent >= 0
-    child_dur = np.bincount(parent[has], weights=dur[has], minlength=len(rows)).astype(np.int64)
-    dev_self = _device_self(trace, work, c[S.EXTERNAL_ID][rows])
-    dev_total = subtree_sums(parent, dev_self)
+    is_op = ops[rows]
     name_id = c[S.NAME_ID][rows]
+    direct = parents(thread, start, start + dur)
+    parent, merged, dropped = _merge_repeats(direct, is_op, name_id)
+    dev_self = np.where(is_op, _device_self(trace, work, c[S.EXTERNAL_ID][rows]), 0)
+    inner = np.flatnonzero(merged & ~_has_merged_child(direct, merged, len(rows)))
+    dev_self[_chain_head(direct, merged, inner)] = dev_self[inner]  # the head takes the
+    dev_self[merged] = 0  # innermost's launches, as its runtimes replace the head's
+    counted = (parent >= 0) & ~merged & ~dropped
+    child_dur = np.bincount(parent[counted], weights=dur[counted],
+                            minlength=len(rows)).astype(np.int64)
+    tree = np.where(merged | dropped, -1, parent)
+    dev_total = subtree_sums(tree, dev_self)
+    is_op &= ~merged
+    reported = np.flatnonzero(is_op & _op_names(trace)[c[S.NAME_ID][rows]])
+    if len(reported) == 0:
+        return ()
+    rows, dur, child_dur = rows[reported], dur[reported], child_dur[reported]
+    dev_self, dev_total = dev_self[reported], dev_total[reported]
+    name_id = name_id[reported]
     uniq, code = np.unique(name_id, return_inverse=True)
     sums = {k: np.bincount(code, weights=v, minlength=len(uniq)).astype(np.int64)
             for k, v in (("host", dur), ("self", dur - child_dur), ("dself", dev_self),
@@ -104,6 +122,53 @@ def _ops(trace: Trace, work: DeviceWork) -> tuple[OpRow, ...]:
                        device_self_ns=int(sums["dself"][k]),
                        device_total_ns=int(sums["dtotal"][k]), input_shapes=shapes.get(k, ()))
                  for k in ranked.tolist())
+
+
+def _merge_repeats(parent: np.ndarray, is_op: np.ndarray, name_id: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge an op into its parent when it is the parent's only op child and has its name (an
+    op re-dispatching to itself), as torch's ``EventList._remove_dup_nodes`` and
+    torch-tb-profiler do: one call, whose children and runtime calls replace the parent's own.
+    Returns the parents with merged ops skipped, which ops merged, and which runtime calls were
+    replaced (their parent merged a child)."""
+    n = len(parent)
+    has = parent >= 0
+    op_children = np.bincount(parent[has & is_op], minlength=n)
+    merged = np.zeros(n, dtype=bool)
+    kid = np.flatnonzero(has & is_op)
+    up = parent[kid]
+    merged[kid] = is_op[up] & (op_children[up] == 1) & (name_id[up] == name_id[kid])
+    dropped = ~is_op & has & _has_merged_child(parent, merged, n)[np.maximum(parent, 0)]
+    head = parent.copy()
+    while True:  # skip merged parents: chains of repeats are short
+        through = np.flatnonzero((head >= 0) & merged[np.maximum(head, 0)])
+        if len(through) == 0:
+            return head, merged, dropped
+        head[through] = parent[head[through]]
+
+
+def _has_merged_child(parent: np.ndarray, merged: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=bool)
+    out[parent[merged & (parent >= 0)]] = True
+    return out
+
+
+def _chain_head(parent: np.ndarray, merged: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The op each merged row was merged into (its nearest ancestor that did not merge)."""
+    head = rows.copy()
+    while True:
+        more = merged[head]
+        if not more.any():
+            return head
+        head[more] = parent[head[more]]
+
+
+def _op_names(trace: Trace) -> np.ndarray:
+    """Per string id: False for the ranges 2021 Kineto recorded as ops that are annotations
+    today (DataLoader ``__next__``, ``Optimizer.*``, ``nn.Module:``, DataParallel's forward):
+    they stay tree nodes but are not operator rows, as in torch-tb-profiler."""
+    return np.fromiter((not n.startswith(V.ANNOTATION_OP_PREFIXES) for n in trace.strings),
+                       dtype=bool, count=len(trace.strings))
 
 
 def _device_self(trace: Trace, work: DeviceWork, op_ext: np.ndarray) -> np.ndarray:

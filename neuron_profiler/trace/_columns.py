@@ -76,6 +76,8 @@ class _Times(msgspec.Struct, gc=False):
 
 class _ArgIds(msgspec.Struct, gc=False):
     external_id: int | float | str | None = msgspec.field(name=V.ARG_EXTERNAL_ID, default=-1)
+    external_id_2021: int | float | str | None = msgspec.field(name=V.ARG_EXTERNAL_ID_2021,
+                                                               default=-1)
     correlation: int | float | str | None = msgspec.field(name=V.ARG_CORRELATION, default=-1)
 
 
@@ -86,6 +88,11 @@ _decode_times = msgspec.json.Decoder(list[_Times]).decode
 _decode_time = msgspec.json.Decoder(_Times).decode
 _decode_arg_ids = msgspec.json.Decoder(list[_ArgIds]).decode
 _decode_arg_id = msgspec.json.Decoder(_ArgIds).decode
+
+
+def _external_id(ids: _ArgIds) -> int | float | str | None:
+    """``External id``, else 2021 Kineto's ``external id`` (its runtime and device rows)."""
+    return ids.external_id if ids.external_id != -1 else ids.external_id_2021
 
 
 def _id_value(value: Any) -> tuple[int, bool]:
@@ -492,7 +499,7 @@ class ColumnSink:
                         map(len, chosen), dtype=np.int64, count=len(chosen)))
             starts = np.cumsum(sizes + 1) - sizes
             args_row[rows] = self._args.add(buffer, starts, sizes) + np.arange(len(rows))
-            for column, values in ((ext, [a.external_id for a in ids]),
+            for column, values in ((ext, [_external_id(a) for a in ids]),
                                    (corr, [a.correlation for a in ids])):
                 column[rows], dropped = _id_column(values)
                 self.repairs["dropped_ids"] += dropped

@@ -317,7 +317,8 @@ class TraceBuilder:
         values = {
             S.TS_NS: int(ts_ns), S.DUR_NS: int(dur_ns), S.PH: int(ph), S.KIND: int(kind),
             S.NAME_ID: self.intern(name), S.CAT_ID: self.intern(cat), S.PID: int(pid),
-            S.TID: int(tid), S.EXTERNAL_ID: int(args.get(V.ARG_EXTERNAL_ID, -1)),
+            S.TID: int(tid),
+            S.EXTERNAL_ID: int(args.get(V.ARG_EXTERNAL_ID, args.get(V.ARG_EXTERNAL_ID_2021, -1))),
             S.CORRELATION: int(args.get(V.ARG_CORRELATION, -1)), S.FLOW_ID: int(flow_id),
             S.ARGS_ROW: len(self._raw_args) if args else -1, S.FORM: int(form),
         }

@@ -29,6 +29,7 @@ CAT_GRAPH_OP = "gpu_user_annotation"
 
 # -- args keys that CUDA traces carry too ----------------------------------------------------
 ARG_EXTERNAL_ID = "External id"  # the launching aten op's correlation (Kineto writes it)
+ARG_EXTERNAL_ID_2021 = "external id"  # its spelling on runtime and device rows in 2021 Kineto
 ARG_DEVICE = "device"  # device work: the NeuronCore index
 ARG_STREAM = "stream"  # device work: one id >= 1 per queue, unique within the trace
 ARG_CORRELATION = "correlation"  # runtime call and its device work: equal to the ac2g flow id
@@ -176,6 +177,9 @@ META_FALLBACK_OPS = "neuron_fallback_ops"
 PROFILER_STEP_PREFIX = "ProfilerStep#"  # torch.profiler's step annotation: "ProfilerStep#12"
 DATALOADER_PREFIX = "enumerate(DataLoader)#"  # "enumerate(DataLoader)#_...Iter.__next__"
 DATALOADER_SUFFIX = ".__next__"
+# ranges that 2021 Kineto recorded as ops ("Operator") and current torch as annotations
+ANNOTATION_OP_PREFIXES = (DATALOADER_PREFIX, "enumerate(DataPipe)#", "Optimizer.", "nn.Module: ",
+                          "DataParallel.forward", "DistributedDataParallel.forward")
 DATAPIPE_PREFIX = "enumerate(DataPipe)#"
 # host calls that block until the device has caught up (a drained queue behind them)
 HOST_SYNC_NAMES = frozenset({

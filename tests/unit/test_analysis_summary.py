@@ -29,7 +29,9 @@ def test_ops_and_kernels() -> None:
     assert ops["aten::linear"].device_self_ns == 0
     assert ops["aten::linear"].device_total_ns == 100 * US
     assert ops["aten::addmm"].calls == 2
-    assert ops["aten::addmm"].host_total_ns == ops["aten::addmm"].host_self_ns == 220 * US
+    # its two launches (2 µs each, at 60 and 510) are runtime children: not host self time
+    assert (ops["aten::addmm"].host_total_ns, ops["aten::addmm"].host_self_ns) == (220 * US,
+                                                                                  216 * US)
     assert ops["aten::addmm"].device_self_ns == ops["aten::addmm"].device_total_ns == 200 * US
     assert [o.name for o in s.ops][:2] == ["aten::addmm", "aten::linear"]
     assert not any(o.name.startswith("ProfilerStep") for o in s.ops)
@@ -40,6 +42,30 @@ def test_ops_and_kernels() -> None:
     relu = {k.name: k for k in s.kernels}["VectorE: relu"]
     assert relu.achieved_tflops is None and relu.pct_of_peak is None
     assert s.kernels[0].name == "TensorE: mm"
+
+
+def test_repeated_op_merges_and_annotation_ops_are_not_rows() -> None:
+    """As torch's ``_remove_dup_nodes`` and torch-tb-profiler: an op whose only op child has
+    its name is one call, the child's launches replacing its own; 2021-style ``Operator``
+    ranges that are annotations today (Optimizer, DataLoader) stay tree nodes, not rows."""
+    b = Build().step(1, 0, 1000)
+    b.host("Optimizer.step#SGD.step", 0, 900)
+    b.host("aten::div", 10, 110, args={V.ARG_EXTERNAL_ID: 1})  # > aten::div > aten::empty
+    b.host("aten::div", 20, 100, args={V.ARG_EXTERNAL_ID: 2})
+    b.host("aten::empty", 30, 40, args={V.ARG_EXTERNAL_ID: 3})
+    b.kernel(200, 230, launch_us=50, name="VectorE: div", args={V.ARG_EXTERNAL_ID: 2})
+    b.host("aten::div", 300, 400, args={V.ARG_EXTERNAL_ID: 4})  # two op children: no merge
+    b.host("aten::div", 310, 330, args={V.ARG_EXTERNAL_ID: 5})
+    b.host("aten::mul", 340, 360, args={V.ARG_EXTERNAL_ID: 6})
+    ops = {o.name: o for o in b.report().summary.ops}
+    assert "Optimizer.step#SGD.step" not in ops
+    div = ops["aten::div"]
+    assert div.calls == 1 + 2
+    assert div.host_total_ns == (100 + 100 + 20) * US
+    # merged call: 100 - empty 10 - launch 2; the other two: 100 - 20 - 20, and 20
+    assert div.host_self_ns == (88 + 60 + 20) * US
+    assert div.device_self_ns == div.device_total_ns == 30 * US
+    assert ops["aten::empty"].calls == ops["aten::mul"].calls == 1
 
 
 def test_host_only_trace_has_ops_and_no_kernels() -> None:
