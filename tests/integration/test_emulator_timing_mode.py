@@ -104,20 +104,25 @@ def test_timing_mode_outputs_have_cpu_shapes_dtypes_and_are_not_computed() -> No
 
 
 def test_timing_mode_output_cost_does_not_grow_with_size() -> None:
-    emu.enable(cores=1, numerics=False)
+    calls = 40
+    emu.enable(cores=1, numerics=False, queue_depth=calls + 8)
 
     def best(n: int) -> float:
         """The op's host cost: CPU time of the calling thread (which produces the output), so
-        that other processes competing for the cores do not count; best of 40 warm calls."""
+        that other processes competing for the cores do not count; best of warm calls launched
+        back to back. The queue holds them all, so no launch blocks, and no sleep (a sync on a
+        busy device) precedes a timed call: a thread waking from one runs cold for a while,
+        which would charge the large op's longer device time to its host cost."""
         x = torch.ones(n, n).to("neuron")
         y = x @ x  # cold: the output plan
+        torch.neuron.synchronize()
         times = []
-        for _ in range(40):
-            torch.neuron.synchronize()  # an empty queue: the launch never blocks
+        for _ in range(calls):
             t0 = time.thread_time()
             y = x @ x
             times.append(time.thread_time() - t0)
         assert y.shape == (n, n)
+        torch.neuron.synchronize()
         return min(times)
 
     small, large = best(16), best(4096)
