@@ -293,7 +293,9 @@ def test_launch_queue_is_bounded_and_the_host_blocks_as_queue_full(tmp_path: Pat
         host_us = (starts[depth - 1] - starts[0]) / (depth - 1)  # per launch, queue not full
         blocked = sum(e["dur"] for e in full)
         expected = (launches - depth) * (per_op_us - host_us)
-        assert blocked >= 0.8 * expected, (blocked, expected, per_op_us, host_us)
+        # 0.6: the host's per-launch cost is measured on the first `depth` launches, and a
+        # launch right after a wake from a block runs cold (slower), more so on a loaded machine
+        assert blocked >= 0.6 * expected, (blocked, expected, per_op_us, host_us)
         assert max(sum(1 for c, w in pairs if c["ts"] <= call["ts"] + 1e-3
                        and w["ts"] + w["dur"] > call["ts"] + 1e-3)
                    for call, _ in pairs) == depth  # the bound is reached, then held
