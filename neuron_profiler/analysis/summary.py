@@ -93,18 +93,19 @@ def _ops(trace: Trace, work: DeviceWork) -> tuple[OpRow, ...]:
     is_op = ops[rows]
     name_id = c[S.NAME_ID][rows]
     direct = parents(thread, start, start + dur)
-    parent, merged, dropped = _merge_repeats(direct, is_op, name_id)
+    parent, merged, absorbing = _merge_repeats(direct, is_op, name_id)
+    # runtime calls of an op that merged a child are replaced by the child's
+    dropped = ~is_op & (direct >= 0) & absorbing[np.maximum(direct, 0)]
     dev_self = np.where(is_op, _device_self(trace, work, c[S.EXTERNAL_ID][rows]), 0)
-    inner = np.flatnonzero(merged & ~_has_merged_child(direct, merged, len(rows)))
-    dev_self[_chain_head(direct, merged, inner)] = dev_self[inner]  # the head takes the
-    dev_self[merged] = 0  # innermost's launches, as its runtimes replace the head's
+    inner = np.flatnonzero(merged & ~absorbing)  # the last op of each chain of repeats
+    dev_self[parent[inner]] = dev_self[inner]  # the chain's head takes the innermost's launches
+    dev_self[merged] = 0
     counted = (parent >= 0) & ~merged & ~dropped
     child_dur = np.bincount(parent[counted], weights=dur[counted],
                             minlength=len(rows)).astype(np.int64)
     tree = np.where(merged | dropped, -1, parent)
     dev_total = subtree_sums(tree, dev_self)
-    is_op &= ~merged
-    reported = np.flatnonzero(is_op & _op_names(trace)[c[S.NAME_ID][rows]])
+    reported = np.flatnonzero(is_op & ~merged & _op_names(trace)[name_id])
     if len(reported) == 0:
         return ()
     rows, dur, child_dur = rows[reported], dur[reported], child_dur[reported]
@@ -129,8 +130,8 @@ def _merge_repeats(parent: np.ndarray, is_op: np.ndarray, name_id: np.ndarray
     """Merge an op into its parent when it is the parent's only op child and has its name (an
     op re-dispatching to itself), as torch's ``EventList._remove_dup_nodes`` and
     torch-tb-profiler do: one call, whose children and runtime calls replace the parent's own.
-    Returns the parents with merged ops skipped, which ops merged, and which runtime calls were
-    replaced (their parent merged a child)."""
+    Returns each row's parent with merged ops skipped (so a merged op's is its chain's head),
+    which ops merged, and which ops merged a child."""
     n = len(parent)
     has = parent >= 0
     op_children = np.bincount(parent[has & is_op], minlength=n)
@@ -138,29 +139,14 @@ def _merge_repeats(parent: np.ndarray, is_op: np.ndarray, name_id: np.ndarray
     kid = np.flatnonzero(has & is_op)
     up = parent[kid]
     merged[kid] = is_op[up] & (op_children[up] == 1) & (name_id[up] == name_id[kid])
-    dropped = ~is_op & has & _has_merged_child(parent, merged, n)[np.maximum(parent, 0)]
+    absorbing = np.zeros(n, dtype=bool)
+    absorbing[parent[merged]] = True  # merged rows always have a parent
     head = parent.copy()
     while True:  # skip merged parents: chains of repeats are short
         through = np.flatnonzero((head >= 0) & merged[np.maximum(head, 0)])
         if len(through) == 0:
-            return head, merged, dropped
+            return head, merged, absorbing
         head[through] = parent[head[through]]
-
-
-def _has_merged_child(parent: np.ndarray, merged: np.ndarray, n: int) -> np.ndarray:
-    out = np.zeros(n, dtype=bool)
-    out[parent[merged & (parent >= 0)]] = True
-    return out
-
-
-def _chain_head(parent: np.ndarray, merged: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The op each merged row was merged into (its nearest ancestor that did not merge)."""
-    head = rows.copy()
-    while True:
-        more = merged[head]
-        if not more.any():
-            return head
-        head[more] = parent[head[more]]
 
 
 def _op_names(trace: Trace) -> np.ndarray:

@@ -177,10 +177,10 @@ META_FALLBACK_OPS = "neuron_fallback_ops"
 PROFILER_STEP_PREFIX = "ProfilerStep#"  # torch.profiler's step annotation: "ProfilerStep#12"
 DATALOADER_PREFIX = "enumerate(DataLoader)#"  # "enumerate(DataLoader)#_...Iter.__next__"
 DATALOADER_SUFFIX = ".__next__"
-# ranges that 2021 Kineto recorded as ops ("Operator") and current torch as annotations
-ANNOTATION_OP_PREFIXES = (DATALOADER_PREFIX, "enumerate(DataPipe)#", "Optimizer.", "nn.Module: ",
-                          "DataParallel.forward", "DistributedDataParallel.forward")
 DATAPIPE_PREFIX = "enumerate(DataPipe)#"
+# ranges that 2021 Kineto recorded as ops ("Operator") and current torch as annotations
+ANNOTATION_OP_PREFIXES = (DATALOADER_PREFIX, DATAPIPE_PREFIX, "Optimizer.", "nn.Module: ",
+                          "DataParallel.forward", "DistributedDataParallel.forward")
 # host calls that block until the device has caught up (a drained queue behind them)
 HOST_SYNC_NAMES = frozenset({
     "aten::item", "aten::_local_scalar_dense", "aten::nonzero",
