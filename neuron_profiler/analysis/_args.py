@@ -43,16 +43,16 @@ def arg_values(trace: Trace, rows: np.ndarray, keys: Sequence[str]) -> dict[str,
     return out
 
 
-def as_int(values: np.ndarray, default: int = -1) -> np.ndarray:
-    """Python's ``int()`` of each value, ``default`` where it fails or is missing (HTA's rule
-    for ``stream``)."""
-    return np.fromiter((v if type(v) is int else _int_or(v, default) for v in values),
-                       dtype=np.int64, count=len(values))
-
-
 def as_float(values: np.ndarray) -> np.ndarray:
     """Each value as a float, NaN where it is missing or not a number (a hostile ``bytes``
-    string, a bool)."""
+    string, a bool). Plain ints and floats (with absent values) are converted in one call."""
+    values = np.asarray(values, dtype=object)
+    out = np.full(len(values), np.nan)
+    present = np.flatnonzero(values != None)  # noqa: E711 - elementwise, not identity
+    kinds = set(map(type, values[present]))
+    if kinds <= {int, float}:
+        out[present] = np.fromiter(values[present], dtype=np.float64, count=len(present))
+        return out
     return np.fromiter((_float_or_nan(v) for v in values), dtype=np.float64, count=len(values))
 
 
@@ -60,15 +60,6 @@ def _float_or_nan(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return float("nan")
     return float(value)
-
-
-def _int_or(value: Any, default: int) -> int:
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        return default
 
 
 def args_texts(raw: Sequence[bytes], index: np.ndarray) -> list[bytes]:
@@ -94,12 +85,19 @@ def args_spelling(raw: Sequence[bytes], index: np.ndarray, key: str) -> np.ndarr
     hits = np.zeros(len(raw), dtype=bool)
     bounds = [*raw._first, len(raw)]  # type: ignore[attr-defined]
     for b, buffer in enumerate(buffers):
-        found, pos = [], buffer.find(needle)
-        while pos >= 0:
-            found.append(pos)
-            pos = buffer.find(needle, pos + 1)
-        if found:
+        found = _positions(buffer, needle)
+        if len(found):
             lo, hi = bounds[b], bounds[b + 1]
             entry = np.searchsorted(raw._starts[lo:hi], found, side="right") - 1  # type: ignore[attr-defined]
             hits[lo + entry[entry >= 0]] = True
     return hits[index]
+
+
+def _positions(buffer: bytes, needle: bytes) -> np.ndarray:
+    """Offsets of ``needle`` in ``buffer`` (non-overlapping; a quoted key cannot overlap itself
+    in valid JSON), from the lengths of the pieces between them: one C-level split instead of
+    a ``find`` call per hit."""
+    if needle not in buffer:
+        return np.zeros(0, dtype=np.int64)
+    gaps = np.fromiter(map(len, buffer.split(needle)), dtype=np.int64)[:-1]
+    return np.cumsum(gaps + len(needle)) - len(needle)

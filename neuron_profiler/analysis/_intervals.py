@@ -55,48 +55,43 @@ def window(start: int, end: int) -> Intervals:
     return union(np.array([start]), np.array([end]))
 
 
-def _segments(a: Intervals, b: Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Elementary segments between all boundaries of a and b, with their coverage by each."""
-    points = _sorted_unique(np.concatenate([a.start, a.end, b.start, b.end]))
-    lo, hi = points[:-1], points[1:]
-    return lo, hi, _covers(a, lo), _covers(b, lo)
-
-
-def _sorted_unique(x: np.ndarray) -> np.ndarray:
-    """np.unique by sorting (faster than numpy's hash-based unique on large int arrays)."""
-    x = np.sort(x)
-    keep = np.ones(len(x), dtype=bool)
-    keep[1:] = x[1:] != x[:-1]
-    return x[keep]
-
-
-def _covers(x: Intervals, at: np.ndarray) -> np.ndarray:
-    k = np.searchsorted(x.start, at, side="right") - 1
-    ok = k >= 0
-    out = np.zeros(len(at), dtype=bool)
-    out[ok] = x.end[k[ok]] > at[ok]
-    return out
-
-
-def _merge_marked(lo: np.ndarray, hi: np.ndarray, mark: np.ndarray) -> Intervals:
-    if not mark.any():
-        return EMPTY
-    return union(lo[mark], hi[mark])
+def _pairs(a: Intervals, b: Intervals) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (i, j) of every overlapping pair a[i], b[j]. Both sets are disjoint and sorted,
+    so the b intervals meeting a[i] are one run, found with two searches per a interval (no
+    sort of all boundaries): at most len(a) + len(b) pairs."""
+    first = np.searchsorted(b.end, a.start, side="right")  # first b ending after a[i] starts
+    stop = np.searchsorted(b.start, a.end, side="left")  # b starting before a[i] ends
+    count = np.maximum(stop - first, 0)
+    total = int(count.sum())
+    ia = np.repeat(np.arange(len(a)), count)
+    run_start = np.cumsum(count) - count
+    ib = np.arange(total) - np.repeat(run_start - first, count)
+    return ia, ib
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """a and b: each overlapping pair's common part. Pieces of distinct pairs never touch
+    (a's and b's own intervals do not), so the result is already disjoint and sorted."""
     if len(a) == 0 or len(b) == 0:
         return EMPTY
-    lo, hi, in_a, in_b = _segments(a, b)
-    return _merge_marked(lo, hi, in_a & in_b)
+    ia, ib = _pairs(a, b)
+    return Intervals(np.maximum(a.start[ia], b.start[ib]), np.minimum(a.end[ia], b.end[ib]))
+
+
+def _complement(b: Intervals) -> Intervals:
+    """Everything not in b, as far as int64 reaches."""
+    low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    start = np.concatenate([[low], b.end])
+    end = np.concatenate([b.start, [high]])
+    keep = end > start  # (only b starting at int64's lowest value makes one empty)
+    return Intervals(start[keep], end[keep])
 
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:
     """a minus b."""
     if len(a) == 0 or len(b) == 0:
         return a
-    lo, hi, in_a, in_b = _segments(a, b)
-    return _merge_marked(lo, hi, in_a & ~in_b)
+    return intersect(a, _complement(b))
 
 
 def combine(a: Intervals, b: Intervals) -> Intervals:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
-from neuron_profiler.analysis._args import arg_values, as_int
+from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DeviceWork
 from neuron_profiler.analysis.breakdown import StepBreakdown
 from neuron_profiler.analysis.steps import Steps
@@ -196,12 +196,12 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
     if len(on) == 0:
         return {"recorded_waits": False, "calls": (), "orphan_waits": 0, "orphan_wait_ns": 0}
     rows = work.rows[on]
-    keys = (V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS, V.ARG_COLLECTIVE_WAIT, V.ARG_STREAM)
+    keys = (V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS, V.ARG_COLLECTIVE_WAIT)
     args = arg_values(trace, rows, keys)
     names = [trace.strings[i] for i in trace.col(S.NAME_ID)[rows].tolist()]
     is_wait = np.array([n.startswith(V.COLLECTIVE_WAIT_PREFIX) or w is True
                         for n, w in zip(names, args[V.ARG_COLLECTIVE_WAIT], strict=True)], bool)
-    stream = as_int(args[V.ARG_STREAM])
+    stream = trace.col(S.STREAM)[rows]
     device, start, end = work.device[on], work.start[on], work.end[on]
     coll = np.flatnonzero(~is_wait)
     waits = np.flatnonzero(is_wait)
@@ -220,21 +220,29 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
         np.minimum.at(first_wait, pos, start[w[ok]])
     compute = _compute_before(work, device[coll], first_wait, end[coll], steps)
     several = len(np.unique(device[coll])) > 1  # then each device's calls are matched apart
+    group_ranks, coll_names = args[V.ARG_GROUP_RANKS], args[V.ARG_COLLECTIVE]
+    stream_of, device_of, end_of = stream.tolist(), device.tolist(), end.tolist()
     calls = []
-    for j, i in enumerate(coll.tolist()):
-        ranks = args[V.ARG_GROUP_RANKS][i]
-        group = (f"ranks {','.join(str(r) for r in ranks)}" if isinstance(ranks, list) and ranks
-                 else f"stream {stream[i]}" if stream[i] >= 0 else f"device {device[i]}")
-        if several and not group.startswith("device"):
-            group += f" on device {device[i]}"
-        name = args[V.ARG_COLLECTIVE][i]
+    for i, arrival, wait, before in zip(coll.tolist(), first_wait.tolist(), wait_of.tolist(),
+                                         compute.tolist(), strict=True):
+        group = _group_label(group_ranks[i], stream_of[i], device_of[i], several)
+        name = coll_names[i]
         calls.append(CollectiveCall(
             group=group, name=str(name) if name is not None else names[i],
-            arrival_ns=int(first_wait[j]), end_ns=int(end[i]), wait_ns=int(wait_of[j]),
-            compute_before_ns=int(compute[j])))
+            arrival_ns=arrival, end_ns=end_of[i], wait_ns=wait, compute_before_ns=before))
     orphan = waits[~owned]
     return {"recorded_waits": bool(len(waits)), "calls": tuple(calls),
             "orphan_waits": len(orphan), "orphan_wait_ns": int((end - start)[orphan].sum())}
+
+
+def _group_label(ranks: object, stream: int, device: int, several: bool) -> str:
+    """A collective's process group: its ranks, else its stream, else its device (and the
+    device too when several devices' calls are matched apart)."""
+    group = (f"ranks {','.join(str(r) for r in ranks)}" if isinstance(ranks, list) and ranks
+             else f"stream {stream}" if stream >= 0 else f"device {device}")
+    if several and not group.startswith("device"):
+        group += f" on device {device}"
+    return group
 
 
 def _compute_before(work: DeviceWork, device: np.ndarray, arrival: np.ndarray,

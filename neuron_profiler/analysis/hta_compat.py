@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_profiler.analysis._args import arg_values, args_spelling, as_int
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace, file_base_ns
@@ -132,7 +131,7 @@ def _hta_rows(trace: Trace, rounding: bool | None) -> _HtaRows:
     end = start + c[S.DUR_NS][rows]
     if hta_rounds(trace) if rounding is None else rounding:
         start, end = -((-start) // 1000) * 1000, (end // 1000) * 1000
-    stream = _streams(trace, rows)
+    stream = c[S.STREAM][rows]  # int(args["stream"]), -1 without one: HTA's rule
     corr = c[S.CORRELATION][rows]
     name_id = c[S.NAME_ID][rows]
     sync_ids = [i for i in (trace.string_id(n) for n in SYNC_NAMES) if i >= 0]
@@ -151,17 +150,6 @@ def _hta_rows(trace: Trace, rounding: bool | None) -> _HtaRows:
             a[pick] for a in (name_id, cat_id, start, end, stream, launch))
     return _HtaRows(name_id=name_id, cat_id=cat_id, start=start, end=end, stream=stream,
                     launch=launch, rank=rank_of(trace))
-
-
-def _streams(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """``int(args["stream"])`` per row, -1 without one; only args that spell the key are
-    decoded (a bytes test per row is far cheaper than decoding every args object)."""
-    args_rows = trace.col(S.ARGS_ROW)[rows]
-    have = np.flatnonzero(args_rows >= 0)
-    pick = have[args_spelling(trace.raw_args, args_rows[have], V.ARG_STREAM)]
-    out = np.full(len(rows), -1, np.int64)
-    out[pick] = as_int(arg_values(trace, rows[pick], (V.ARG_STREAM,))[V.ARG_STREAM])
-    return out
 
 
 def _launch_starts(corr: np.ndarray, start: np.ndarray, gpu: np.ndarray) -> np.ndarray:

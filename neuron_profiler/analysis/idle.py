@@ -250,17 +250,17 @@ def _next_launch(work: DeviceWork, on_device: np.ndarray, ge: np.ndarray) -> np.
     at = start[np.minimum(k, len(start) - 1)]
     # among the rows starting exactly there, the earliest launch that is known
     known = np.where(launch == NO_LAUNCH, np.iinfo(np.int64).max, launch)
-    first_known = _min_by_start(start, known)
-    out[ok] = first_known[np.searchsorted(np.unique(start), at[ok])]
+    uniq, first_known = _min_by_start(start, known)
+    out[ok] = first_known[np.searchsorted(uniq, at[ok])]
     out[out == np.iinfo(np.int64).max] = NO_LAUNCH
     return out
 
 
-def _min_by_start(start: np.ndarray, values: np.ndarray) -> np.ndarray:
-    uniq, code = np.unique(start, return_inverse=True)
-    out = np.full(len(uniq), np.iinfo(np.int64).max)
-    np.minimum.at(out, code, values)
-    return out
+def _min_by_start(start: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct starts and the least value among the rows of each; ``start`` is sorted (device
+    work is), so each start's rows are one run (no hashing or sorting)."""
+    first = np.flatnonzero(np.r_[True, start[1:] != start[:-1]])
+    return start[first], np.minimum.reduceat(values, first)
 
 
 def idle_time(trace: Trace, work: DeviceWork, steps: Steps, *,

@@ -39,7 +39,7 @@ from neuron_profiler.trace.model import Trace
 TOP_SHAPES = 3
 SHAPE_KEYS = ("Input Dims", "Input dims")
 SHAPED_OPS = 20  # ops (by host total) whose input shapes are read
-SHAPE_SAMPLE_CALLS = 20_000  # calls per op whose shapes are decoded
+SHAPE_SAMPLE_CALLS = 5_000  # calls per op whose shapes are decoded
 
 
 @dataclass(frozen=True)

@@ -211,20 +211,33 @@ def _device_step(typ: np.ndarray, start: np.ndarray, end: np.ndarray, corr: np.n
 def _walk(rs: np.ndarray, re_: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """0.4.3's two-pointer walk of calls (by start) against steps (in order): a call counts for
     the current step when it lies wholly inside it. Only for steps that overlap each other,
-    where it differs from a lookup by start."""
+    where it differs from a lookup by start.
+
+    The walk leaves step i at the first call (from where it entered) that starts at or after
+    both the step's start and end and ends after the step's end; the calls before that one are
+    the step's to take or skip. So it runs a step at a time, each a few vector operations."""
     out = np.full(len(rs), -1, np.int64)
-    i = j = 0
-    while i < len(s) and j < len(rs):
-        if rs[j] < s[i]:
-            j += 1
-        elif re_[j] <= e[i]:
-            out[j] = i
-            j += 1
-        elif rs[j] < e[i]:
-            j += 1
-        else:
-            i += 1
+    j, n = 0, len(rs)
+    for i in range(len(s)):
+        if j >= n:
+            break
+        first = max(j, int(np.searchsorted(rs, max(s[i], e[i]), side="left")))
+        leave = _first_above(re_, first, e[i])
+        held = slice(j, leave)
+        out[held][(rs[held] >= s[i]) & (re_[held] <= e[i])] = i
+        j = leave
     return out
+
+
+def _first_above(x: np.ndarray, start: int, bound: int) -> int:
+    """Index of the first x[k] > bound with k >= start (len(x) if none), in growing chunks."""
+    size = 64
+    while start < len(x):
+        hit = np.flatnonzero(x[start:start + size] > bound)
+        if len(hit):
+            return start + int(hit[0])
+        start, size = start + size, size * 2
+    return len(x)
 
 
 def _trim(s: np.ndarray, e: np.ndarray, labels: list[str], matched: np.ndarray

@@ -45,6 +45,7 @@ from neuron_profiler.runtime_trace.placement import (
 )
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace._numtext import python_int
 from neuron_profiler.trace.kinds import kind_of
 from neuron_profiler.trace.model import Trace
 
@@ -225,10 +226,12 @@ def _first_free_flow_id(host: Trace) -> int:
     return max(int(ids.max(initial=0)) + 1, FIRST_FLOW_ID)
 
 
-def _row_args(placed: Placement, raw_args: list[bytes]) -> np.ndarray:
-    """Each placed row's args as JSON bytes, appended to ``raw_args``; returns their rows."""
+def _row_args(placed: Placement, raw_args: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Each placed row's args as JSON bytes, appended to ``raw_args``; returns their rows and
+    the STREAM column read from them (as the loader reads it)."""
     encode = msgspec.json.encode
     out = np.full(len(placed), -1, dtype=np.int64)
+    stream = np.full(len(placed), -1, dtype=np.int64)
     for i in range(len(placed)):
         args = numeric_args(placed, i)
         if placed.external_id[i] != 0:
@@ -238,7 +241,8 @@ def _row_args(placed: Placement, raw_args: list[bytes]) -> np.ndarray:
         if args:
             out[i] = len(raw_args)
             raw_args.append(encode(args))
-    return out
+            stream[i] = python_int(args.get(V.ARG_STREAM))
+    return out, stream
 
 
 def _merged_trace(host: Trace, placed: Placement, sources: Sequence[str],
@@ -250,7 +254,7 @@ def _merged_trace(host: Trace, placed: Placement, sources: Sequence[str],
     kind_of_cat = np.array([kind_of(c) for c in CATEGORIES], dtype=np.uint8)
     name_id = np.array([intern(s) for s in placed.names], dtype=np.int32)
     raw_args = list(host.raw_args)
-    args_row = _row_args(placed, raw_args)
+    args_row, stream = _row_args(placed, raw_args)
     # A fallback has the runtime category (as Kineto writes it) but its own kind.
     kinds = np.where(placed.kind == ActivityKind.FALLBACK, np.uint8(S.EventKind.FALLBACK),
                      kind_of_cat[placed.category]).astype(np.uint8)
@@ -260,7 +264,8 @@ def _merged_trace(host: Trace, placed: Placement, sources: Sequence[str],
         S.NAME_ID: name_id[placed.name_id] if n else name_id, S.CAT_ID: cat_of[placed.category],
         S.PID: placed.pid, S.TID: placed.tid,
         S.EXTERNAL_ID: np.where(placed.external_id != 0, placed.external_id, -1),
-        S.CORRELATION: placed.correlation, S.FLOW_ID: np.full(n, -1, dtype=np.int64),
+        S.CORRELATION: placed.correlation, S.STREAM: stream,
+        S.FLOW_ID: np.full(n, -1, dtype=np.int64),
         S.ARGS_ROW: args_row, S.FORM: S.default_column(S.FORM, n)}
     ends = np.flatnonzero((placed.flow_id > 0) & ~placed.flow_start)
     starts = np.flatnonzero(placed.flow_start)
@@ -278,7 +283,8 @@ def _merged_trace(host: Trace, placed: Placement, sources: Sequence[str],
         S.CAT_ID: np.full(m, flow_cat, dtype=np.int32),
         S.PID: placed.pid[flow_rows], S.TID: placed.tid[flow_rows],
         S.EXTERNAL_ID: np.full(m, -1, dtype=np.int64),
-        S.CORRELATION: np.full(m, -1, dtype=np.int64), S.FLOW_ID: placed.flow_id[flow_rows],
+        S.CORRELATION: np.full(m, -1, dtype=np.int64), S.STREAM: np.full(m, -1, dtype=np.int64),
+        S.FLOW_ID: placed.flow_id[flow_rows],
         S.ARGS_ROW: np.full(m, -1, dtype=np.int64), S.FORM: S.default_column(S.FORM, m)}
     columns = {k: np.concatenate([host.columns[k], device[k].astype(host.columns[k].dtype),
                                   flow[k].astype(host.columns[k].dtype)])

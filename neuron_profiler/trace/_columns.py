@@ -27,7 +27,7 @@ import numpy as np
 
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
-from neuron_profiler.trace._numtext import OK, us_texts_to_ns, value_to_ns
+from neuron_profiler.trace._numtext import OK, python_int_column, us_texts_to_ns, value_to_ns
 from neuron_profiler.trace._rawargs import RawArgs, RawArgsBuilder
 from neuron_profiler.trace._repair import fix_utf8, repair_value, with_headroom
 from neuron_profiler.trace.kinds import kind_of
@@ -79,6 +79,7 @@ class _ArgIds(msgspec.Struct, gc=False):
     external_id_2021: int | float | str | None = msgspec.field(name=V.ARG_EXTERNAL_ID_2021,
                                                                default=-1)
     correlation: int | float | str | None = msgspec.field(name=V.ARG_CORRELATION, default=-1)
+    stream: Any = msgspec.field(name=V.ARG_STREAM, default=None)  # any value: int() decides
 
 
 _decode_events = msgspec.json.Decoder(list[Event]).decode
@@ -476,6 +477,7 @@ class ColumnSink:
         ext = np.full(n, -1, dtype=np.int64)
         corr = np.full(n, -1, dtype=np.int64)
         args_row = np.full(n, -1, dtype=np.int64)
+        stream = np.full(n, -1, dtype=np.int64)
         if len(rows):
             chosen = list(args) if len(rows) == n else list(compress(args, has.tolist()))
             buffer, sizes = _args_buffer(chosen, lengths[rows])
@@ -500,7 +502,9 @@ class ColumnSink:
                                    (corr, [a.correlation for a in ids])):
                 column[rows], dropped = _id_column(values)
                 self.repairs["dropped_ids"] += dropped
+            stream[rows] = python_int_column([a.stream for a in ids])
         cols[S.EXTERNAL_ID], cols[S.CORRELATION], cols[S.ARGS_ROW] = ext, corr, args_row
+        cols[S.STREAM] = stream
 
     def _arg_ids_one_by_one(self, chosen: list[msgspec.Raw | bytes], rows: np.ndarray,
                             valid: np.ndarray) -> tuple[list[_ArgIds], bool]:

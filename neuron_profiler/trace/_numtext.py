@@ -114,3 +114,27 @@ def value_to_ns(value: object) -> int | None:
         return None
     whole_us = int(value)  # split so large floats keep what precision they have
     return whole_us * 1000 + round((value - whole_us) * 1000)
+
+
+def python_int(value: object, default: int = -1) -> int:
+    """Python's ``int(value)`` where it takes the value and the result fits int64, else
+    ``default`` (None, "0x1f", NaN, 1e30, objects): HTA's rule for ``args["stream"]``, the one
+    rule every producer of the STREAM column follows."""
+    if value is None:
+        return default
+    try:
+        number = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return number if -(2**63) <= number < 2**63 else default
+
+
+def python_int_column(values: list[object], default: int = -1) -> np.ndarray:
+    """``python_int`` of each value, through a memo of the distinct values (a piece has a
+    handful); values that cannot be memoised (lists, objects, NaN) one by one."""
+    try:
+        memo = {v: python_int(v, default) for v in set(values)}
+        return np.fromiter(map(memo.__getitem__, values), dtype=np.int64, count=len(values))
+    except (TypeError, KeyError):  # unhashable, or NaN (never equal to itself)
+        return np.fromiter((python_int(v, default) for v in values), dtype=np.int64,
+                           count=len(values))

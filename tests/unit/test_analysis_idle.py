@@ -186,23 +186,38 @@ def test_breakdown_and_idle_against_brute_force(seed: int) -> None:
             assert sum(dev.per_step_by_cause_ns[i].values()) == (~g[lo:hi]).sum() * US
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_interval_operations_against_grid(seed: int) -> None:
+def _runs(grid: np.ndarray) -> list[tuple[int, int]]:
+    """The canonical interval set of a boolean grid: maximal runs of True, in order."""
+    edges = np.diff(np.concatenate([[0], grid.astype(np.int8), [0]]))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist(),
+                    strict=True))
+
+
+def _pairs_of(x: I.Intervals) -> list[tuple[int, int]]:
+    return list(zip(x.start.tolist(), x.end.tolist(), strict=True))
+
+
+@pytest.mark.parametrize(("seed", "count", "longest"), [(s, 30, 40) for s in range(5)]
+                         + [(s, 200, 6) for s in range(5, 10)])
+def test_interval_operations_against_grid(seed: int, count: int, longest: int) -> None:
+    """Every operation gives exactly the grid's runs: sorted, disjoint, touching pieces merged
+    (short intervals on a dense range make many shared and touching boundaries)."""
     rng = np.random.default_rng(seed)
 
     def random_set() -> tuple[I.Intervals, np.ndarray]:
-        s = rng.integers(0, 500, 30)
-        e = s + rng.integers(-5, 40, 30)
+        s = rng.integers(0, 500, count)
+        e = s + rng.integers(-5, longest, count)
         grid = np.zeros(600, bool)
         for lo, hi in zip(s.tolist(), e.tolist(), strict=True):
             grid[lo:max(lo, hi)] = True
         return I.union(s, e), grid
 
     (a, ga), (b, gb) = random_set(), random_set()
-    assert a.total == ga.sum()
-    assert I.intersect(a, b).total == (ga & gb).sum()
-    assert I.subtract(a, b).total == (ga & ~gb).sum()
-    assert I.combine(a, b).total == (ga | gb).sum()
+    assert a.total == ga.sum() and _pairs_of(a) == _runs(ga)
+    assert _pairs_of(I.intersect(a, b)) == _runs(ga & gb)
+    assert _pairs_of(I.subtract(a, b)) == _runs(ga & ~gb)
+    assert _pairs_of(I.subtract(b, a)) == _runs(gb & ~ga)
+    assert _pairs_of(I.combine(a, b)) == _runs(ga | gb)
     lo = rng.integers(0, 550, 10)
     hi = lo + rng.integers(0, 50, 10)
     want = [ga[x:y].sum() for x, y in zip(lo.tolist(), hi.tolist(), strict=True)]

@@ -236,3 +236,32 @@ def test_key_text_inside_a_string_before_the_array(tmp_path: Path) -> None:
                                 "traceEvents": events}))
     trace = load_trace(path)
     assert len(trace) == 20 and trace.metadata["traceName"] == "traceEvents"
+
+
+def _int_or_minus_one(args: dict, key: str) -> int:
+    """Python's int() of the value, -1 when absent, refused, or beyond int64 (HTA's rule)."""
+    try:
+        value = int(args[key])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return -1
+    return value if -(2**63) <= value < 2**63 else -1
+
+
+def test_stream_column_is_int_of_args_stream(tmp_path: Path, tiny_blocks: None) -> None:
+    """Odd stream values in many pieces: the column is what int() makes of each; a "stream"
+    inside a nested object or a string is not the event's stream."""
+    odd = [7, "8", 9.75, True, None, "0x1f", " 12 ", [1], {"s": 2}, -1, 2**70, "1e3", 1e30]
+    events = _events(260, seed=3)
+    for i, event in enumerate(events):
+        if i % 4 == 0:
+            event["args"] = {**event.get("args", {}), "stream": odd[i % len(odd)]}
+        elif i % 4 == 1:
+            event["args"] = {"nested": {"stream": 5}, "note": '"stream": 6'}
+    path = tmp_path / "s.json"
+    _write(path, events, indent=None)
+    trace = load_trace(path)
+    assert len(trace) == len(events)
+    got = sorted((trace.name(i), int(trace.col(S.STREAM)[i])) for i in range(len(trace)))
+    want = sorted((e["name"], _int_or_minus_one(e.get("args", {}), "stream")) for e in events)
+    assert got == want
+    assert {v for _, v in got} >= {7, 8, 9, 1, 12, -1}

@@ -157,8 +157,9 @@ def test_chrome_export_reloads_to_the_same_events(runtime: EmulatedRuntime,
     merged = merge_device_events(host_trace(), [emulated_payload(runtime)]).trace
     back = load_trace(write_chrome_trace(merged, tmp_path / "m.json.gz"))
     assert len(back) == len(merged)
-    for col in (S.TS_NS, S.DUR_NS, S.PID, S.TID, S.EXTERNAL_ID, S.PH, S.KIND):
+    for col in (S.TS_NS, S.DUR_NS, S.PID, S.TID, S.EXTERNAL_ID, S.STREAM, S.PH, S.KIND):
         assert (back.col(col) == merged.col(col)).all(), col
+    assert (merged.col(S.STREAM) >= 0).any()  # device rows carry their queue
     assert back.process_names == merged.process_names
     assert back.metadata["deviceProperties"] == merged.metadata["deviceProperties"]
 

@@ -35,3 +35,13 @@ def test_builder_keeps_form() -> None:
     b = TraceBuilder()
     b.add(name="mark", ts_ns=5, ph=Phase.INSTANT, form=2 | S.Form.NO_CAT)
     assert b.build().col(S.FORM).tolist() == [2 | S.Form.NO_CAT]
+
+
+def test_builder_stream_column_follows_the_args() -> None:
+    """STREAM is Python's int() of args["stream"] (HTA's rule), -1 without a usable one."""
+    b = TraceBuilder()
+    values = [7, "8", 9.9, None, "0x1f", [1]]
+    for i, value in enumerate(values):
+        b.add(name=f"k{i}", ts_ns=i, kind=EventKind.KERNEL, args={"stream": value})
+    b.add(name="none", ts_ns=99)
+    assert b.build().col(S.STREAM).tolist() == [7, 8, 9, -1, -1, -1, -1]

@@ -1,0 +1,78 @@
+"""The analyses' batch args readers against decoding each row's args on its own."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuron_profiler.analysis._args import arg_values, args_spelling, as_float
+from neuron_profiler.trace import _stream, load_trace
+from neuron_profiler.trace.model import Trace
+
+
+@pytest.fixture
+def many_buffers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Trace:
+    """A trace loaded in many pieces (so its raw args span many buffers), with the key spelled
+    at top level, nested, inside strings, escaped, and not at all."""
+    monkeypatch.setattr(_stream, "BLOCK_BYTES", 900)
+    rng = random.Random(5)
+    events = []
+    for i in range(600):
+        args: dict = {"External id": i}
+        pick = i % 6
+        if pick == 0:
+            args["flops"] = rng.choice([10, 2.5, None, "x", True, 10**20])
+        elif pick == 1:
+            args["nested"] = {"flops": 3}
+        elif pick == 2:
+            args["note"] = 'say "flops": 4'
+        elif pick == 3:
+            args["flops\\"] = 1
+        elif pick == 4:
+            args = {}
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7,
+                       "ts": i, "dur": 1, **({"args": args} if args else {})})
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = load_trace(path)
+    assert len(trace.raw_args._buffers) > 10  # type: ignore[attr-defined]
+    return trace
+
+
+def test_arg_values_equal_per_row_decoding(many_buffers: Trace) -> None:
+    trace = many_buffers
+    rows = np.arange(len(trace))[::-1][::2]  # out of order and a subset
+    got = arg_values(trace, rows, ("flops", "External id", "absent"))
+    for j, row in enumerate(rows.tolist()):
+        args = trace.args(row)
+        assert got["flops"][j] == args.get("flops")
+        assert got["External id"][j] == args.get("External id")
+        assert got["absent"][j] is None
+
+
+def test_spelling_is_a_superset_of_the_key_and_exact_on_the_text(many_buffers: Trace) -> None:
+    """args_spelling is the cheap filter before decoding: it must flag every row that has the
+    key, and it flags exactly the rows whose args text holds the quoted key."""
+    trace = many_buffers
+    have = np.flatnonzero(trace.col("args_row") >= 0)
+    index = trace.col("args_row")[have]
+    hits = args_spelling(trace.raw_args, index, "flops")
+    texts = [trace.raw_args[i] for i in index.tolist()]
+    assert hits.tolist() == [b'"flops"' in t for t in texts]
+    with_key = np.array(["flops" in trace.args(int(r)) for r in have], dtype=bool)
+    assert with_key.any() and (hits[with_key]).all()
+
+
+def test_as_float() -> None:
+    values = np.empty(7, dtype=object)
+    values[:] = [1, 2.5, None, True, "3", 2**70, -4]
+    out = as_float(values)
+    assert out[:2].tolist() == [1.0, 2.5] and np.isnan(out[2:5]).all()
+    assert out[5] == float(2**70) and out[6] == -4.0
+    plain = np.empty(3, dtype=object)
+    plain[:] = [None, 7, 0.5]
+    assert np.isnan(as_float(plain)[0]) and as_float(plain)[1:].tolist() == [7.0, 0.5]
