@@ -10,7 +10,10 @@ chrome://tracing show) for evidence ranges.
 
 from __future__ import annotations
 
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from neuron_profiler.analysis._device import device_work
 from neuron_profiler.analysis.breakdown import StepBreakdown, step_breakdown
@@ -87,11 +90,27 @@ class Report:
         return (ns - self.base_ns) / 1e3
 
 
+def _compatibility(trace: Trace, options: Options) -> tuple[Any, Any, TbBreakdown | None]:
+    """The HTA and tb-profiler breakdowns: they read the trace alone, so ``analyze`` runs them
+    in a second thread beside the rest (their numpy work runs while the GIL is released)."""
+    hta_temporal, hta_idle = hta_breakdowns(trace) if options.hta else (None, None)
+    return hta_temporal, hta_idle, tb_profiler_breakdown(trace) if options.tb else None
+
+
 def analyze(trace: Trace, options: Options | None = None) -> Report:
     options = options or Options()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat") as pool:
+        compat = pool.submit(_compatibility, trace, options)
+        report = _analyze(trace, options)
+        hta_temporal, hta_idle, tb = compat.result()
+    return dataclasses.replace(report, hta_temporal=hta_temporal, hta_idle=hta_idle,
+                               tb_breakdown=tb)
+
+
+def _analyze(trace: Trace, options: Options) -> Report:
+    """Every analysis but the compatibility breakdowns (filled in by ``analyze``)."""
     work = device_work(trace)
     steps = find_steps(trace, work)
-    hta_temporal, hta_idle = hta_breakdowns(trace) if options.hta else (None, None)
     inferred = infer_fallbacks(trace, work)
     idle = idle_time(trace, work, steps, min_gap_ns=options.min_gap_ns, top=options.top,
                      fallback_spans=(inferred.span_start_ns, inferred.span_end_ns))
@@ -107,9 +126,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
         has_device=len(work) > 0, steps=steps, breakdown=breakdown,
         idle=idle, findings=found, summary=op_kernel_summary(trace, work),
         fallback_pareto=fallback_pareto(found.fallbacks),
-        hta_temporal=hta_temporal, hta_idle=hta_idle,
-        tb_breakdown=tb_profiler_breakdown(trace) if options.tb else None,
-        options=options, notes=notes, load_warnings=trace.load_warnings(),
+        hta_temporal=None, hta_idle=None, tb_breakdown=None, options=options, notes=notes, load_warnings=trace.load_warnings(),
         timeline=None if options.timeline_segments is None else device_timeline(
             trace, work, idle, options.timeline_segments),
         rank_summary=rank_summary(trace, work, steps, breakdown))
