@@ -11,7 +11,6 @@ chrome://tracing show) for evidence ranges.
 from __future__ import annotations
 
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +35,7 @@ from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace, file_base_ns
 
 DEFAULT_TOP = 10
+THREADED_ROWS = 200_000  # traces this large get the compatibility breakdowns in a second thread
 NOTE_NO_STEPS = "no ProfilerStep annotation: the whole trace is analysed as one step"
 NOTE_HOST_ONLY = "no device events: host-only report (no device idle time or breakdown)"
 NOTE_MODELLED = ("emulated device: device timings are modelled by the emulator, not measured "
@@ -99,10 +99,16 @@ def _compatibility(trace: Trace, options: Options) -> tuple[Any, Any, TbBreakdow
 
 def analyze(trace: Trace, options: Options | None = None) -> Report:
     options = options or Options()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat") as pool:
-        compat = pool.submit(_compatibility, trace, options)
-        report = _analyze(trace, options)
-        hta_temporal, hta_idle, tb = compat.result()
+    if len(trace) < THREADED_ROWS:
+        report, (hta_temporal, hta_idle, tb) = _analyze(trace, options), _compatibility(
+            trace, options)
+    else:
+        from concurrent.futures import ThreadPoolExecutor  # (not at startup: small traces)
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat") as pool:
+            compat = pool.submit(_compatibility, trace, options)
+            report = _analyze(trace, options)
+            hta_temporal, hta_idle, tb = compat.result()
     return dataclasses.replace(report, hta_temporal=hta_temporal, hta_idle=hta_idle,
                                tb_breakdown=tb)
 

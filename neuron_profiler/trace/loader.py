@@ -21,7 +21,6 @@ Detection rules (docs/trace-model.md):
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import gc
 import re
@@ -90,6 +89,8 @@ def _return_freed_heap() -> None:
     from each piece sits between them on the heap, so glibc keeps those pages: about 0.5 GB per
     5M events that the process no longer uses, and that numpy (which maps large arrays afresh)
     never reuses. A no-op where the C library has no ``malloc_trim`` (macOS, musl)."""
+    import ctypes  # (only large loads get here: not at startup)
+
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (AttributeError, OSError, TypeError):  # (Windows: no CDLL(None))

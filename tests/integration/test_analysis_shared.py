@@ -33,3 +33,19 @@ def test_analyze_every_shared_trace(shared_traces: Path, capsys: pytest.CaptureF
     assert main(["analyze", str(shared_traces)]) == 0
     out = capsys.readouterr().out
     assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_threaded_analysis_equals_the_serial_one(shared_traces: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large traces get the compatibility breakdowns in a second thread: the same report."""
+    from neuron_profiler.analysis import report as R
+    from neuron_profiler.reports.json_report import to_document
+
+    trace = load_trace(next(p for p in all_shared_trace_files(shared_traces)
+                            if p.name.startswith("nccl_data")))
+    monkeypatch.setattr(R, "THREADED_ROWS", len(trace) + 1)
+    serial = to_document([R.analyze(trace)])
+    monkeypatch.setattr(R, "THREADED_ROWS", 0)
+    threaded = to_document([R.analyze(trace)])
+    assert threaded == serial
+    assert serial["traces"][0]["hta"]["idle"] and serial["traces"][0]["tb_profiler_breakdown"]
