@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 from neuron_profiler.analysis._device import device_work
 from neuron_profiler.analysis.breakdown import StepBreakdown, step_breakdown
@@ -90,7 +89,8 @@ class Report:
         return (ns - self.base_ns) / 1e3
 
 
-def _compatibility(trace: Trace, options: Options) -> tuple[Any, Any, TbBreakdown | None]:
+def _compatibility(trace: Trace, options: Options
+                   ) -> tuple[HtaTemporal | None, HtaIdle | None, TbBreakdown | None]:
     """The HTA and tb-profiler breakdowns: they read the trace alone, so ``analyze`` runs them
     in a second thread beside the rest (their numpy work runs while the GIL is released)."""
     hta_temporal, hta_idle = hta_breakdowns(trace) if options.hta else (None, None)
@@ -132,7 +132,8 @@ def _analyze(trace: Trace, options: Options) -> Report:
         has_device=len(work) > 0, steps=steps, breakdown=breakdown,
         idle=idle, findings=found, summary=op_kernel_summary(trace, work),
         fallback_pareto=fallback_pareto(found.fallbacks),
-        hta_temporal=None, hta_idle=None, tb_breakdown=None, options=options, notes=notes, load_warnings=trace.load_warnings(),
+        hta_temporal=None, hta_idle=None, tb_breakdown=None, options=options, notes=notes,
+        load_warnings=trace.load_warnings(),
         timeline=None if options.timeline_segments is None else device_timeline(
             trace, work, idle, options.timeline_segments),
         rank_summary=rank_summary(trace, work, steps, breakdown))
