@@ -12,6 +12,7 @@ string or a nested object can never produce a wrong cut (the next candidate is t
 from __future__ import annotations
 
 import re
+import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -30,13 +31,19 @@ _BOM = b"\xef\xbb\xbf"
 _GZIP_MAGIC = b"\x1f\x8b"
 _SALVAGE_STEP = 64  # compressed bytes per step when inflating up to a damaged spot
 MAX_CUT_TRIES = 8
+READ_AHEAD = True  # inflate the next full-size gzip block in a worker thread
 
 
 class BlockSource:
     """Decompressed blocks of a plain or gzip file (a leading UTF-8 BOM dropped); ``cut`` is
     True if the gzip stream ended early (the file was cut off mid-write); ``damage`` says why
     inflating stopped at damaged data (everything before it is delivered); ``trailing`` counts
-    bytes after the last gzip member that are not one."""
+    bytes after the last gzip member that are not one.
+
+    Once a gzip file's blocks are full size (the file is large), the next block is inflated in
+    a worker thread while the caller decodes the current one: zlib releases the GIL, so
+    inflating costs little wall time. Only the worker touches the file and the inflater while
+    it runs; ``cut`` / ``damage`` / ``trailing`` wait for it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -52,49 +59,85 @@ class BlockSource:
         self._tail = b""  # compressed input not yet inflated
         self._delivered = 0
         self.block_bytes = min(BLOCK_BYTES, FIRST_BLOCK_BYTES)
-        self.cut = False
+        self._cut = False
         self.done = False
-        self.damage = ""  # why the gzip data stopped early (corrupt data, a failed check)
-        self.trailing = 0  # bytes after the last gzip member that are not another member
+        self._damage = ""  # why the gzip data stopped early (corrupt data, a failed check)
+        self._trailing = 0  # bytes after the last gzip member that are not another member
         self._stopped = False  # damage or trailing bytes: nothing more to inflate
+        self._ahead: _Ahead | None = None  # the next block, being produced by a worker
+
+    @property
+    def cut(self) -> bool:
+        self._settle()
+        return self._cut
+
+    @property
+    def damage(self) -> str:
+        self._settle()
+        return self._damage
+
+    @property
+    def trailing(self) -> int:
+        self._settle()
+        return self._trailing
 
     def read(self) -> bytes:
         """Next block (``block_bytes``, growing up to BLOCK_BYTES), b"" at the end."""
         if self.done:
             return b""
         self.block_bytes = min(BLOCK_BYTES, max(FIRST_BLOCK_BYTES, self._delivered))
-        try:
-            out = self._fh.read(self.block_bytes) if self._inflater is None else self._inflate()
-        except OSError as err:
-            raise TraceLoadError(self.path, f"cannot read: {err.strerror or err}") from None
+        if self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            out = ahead.result()
+        else:
+            out = self._produce(self.block_bytes)
         if not out:
             self.done = True
         elif self._delivered == 0 and out.startswith(_BOM):  # some Windows tools write one
             out = out[len(_BOM):]
         self._delivered += len(out)
+        if out and self._reads_ahead():
+            self._ahead = _Ahead(self._produce, BLOCK_BYTES)
         return out
 
-    def _inflate(self) -> bytes:
+    def _reads_ahead(self) -> bool:
+        """Full-size gzip blocks: inflating the next one overlaps the caller's decoding (2 s
+        less per 5M events). Plain blocks are a copy from the page cache: a thread per block
+        would cost more than it hides."""
+        return READ_AHEAD and self._inflater is not None and self.block_bytes == BLOCK_BYTES
+
+    def _produce(self, size: int) -> bytes:
+        try:
+            return self._fh.read(size) if self._inflater is None else self._inflate(size)
+        except OSError as err:
+            raise TraceLoadError(self.path, f"cannot read: {err.strerror or err}") from None
+
+    def _settle(self) -> None:
+        """Wait for the block being read ahead (it is kept for the next ``read``)."""
+        if self._ahead is not None:
+            self._ahead.wait()
+
+    def _inflate(self, block_bytes: int) -> bytes:
         parts: list[bytes] = []
         size = 0
-        while size < self.block_bytes and not self._stopped:
+        while size < block_bytes and not self._stopped:
             raw = self._tail or self._fh.read(_GZIP_IN)
             if not raw:
                 if not self._inflater.eof:
                     parts.append(self._inflater.flush())
-                    self.cut = True
+                    self._cut = True
                 break
             if self._inflater.eof:  # a multi-member gzip file: the next member starts here
                 if len(raw) < 2 and raw == _GZIP_MAGIC[:len(raw)]:
                     raw += self._fh.read(_GZIP_IN)
                 if not raw.startswith(_GZIP_MAGIC):  # not a member: trailing bytes, ignored
-                    self.trailing = len(raw) + self._drain()
+                    self._trailing = len(raw) + self._drain()
                     self._tail, self._stopped = b"", True
                     break
                 self._inflater = zlib.decompressobj(wbits=31)
             before = self._inflater.copy()
             try:
-                part = self._inflater.decompress(raw, self.block_bytes - size)  # bounded
+                part = self._inflater.decompress(raw, block_bytes - size)  # bounded
             except zlib.error as err:
                 parts.append(self._salvage(before, raw, err, self._delivered + size))
                 break
@@ -123,7 +166,7 @@ class BlockSource:
                     break
             break
         out = b"".join(parts)
-        self.damage = f"damaged gzip data ({str(err).split(': ', 1)[-1]}) after " \
+        self._damage = f"damaged gzip data ({str(err).split(': ', 1)[-1]}) after " \
                       f"{offset + len(out)} bytes"
         self._tail = b""
         self._stopped = True
@@ -143,7 +186,36 @@ class BlockSource:
         return b"".join(parts)
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.wait()
+            self._ahead = None
         self._fh.close()
+
+
+class _Ahead:
+    """One call run in a worker thread; ``result()`` joins it and returns or raises."""
+
+    def __init__(self, produce: Callable[[int], bytes], size: int) -> None:
+        self._out: bytes = b""
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(produce, size), daemon=True,
+                                        name="trace-read-ahead")
+        self._thread.start()
+
+    def _run(self, produce: Callable[[int], bytes], size: int) -> None:
+        try:
+            self._out = produce(size)
+        except BaseException as err:  # noqa: BLE001 - handed to the caller by result()
+            self._error = err
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> bytes:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._out
 
 
 def skip_separator(data: bytes) -> bytes:

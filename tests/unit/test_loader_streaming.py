@@ -265,3 +265,46 @@ def test_stream_column_is_int_of_args_stream(tmp_path: Path, tiny_blocks: None) 
     want = sorted((e["name"], _int_or_minus_one(e.get("args", {}), "stream")) for e in events)
     assert got == want
     assert {v for _, v in got} >= {7, 8, 9, 1, 12, -1}
+
+
+def _gzip_variants(tmp_path: Path) -> dict[str, Path]:
+    """Whole, multi-member with trailing junk, cut off, and damaged gzip files."""
+    text = json.dumps({"traceEvents": _events(400)}).encode()
+    whole = gzip.compress(text)
+    damaged = bytearray(whole)
+    damaged[len(damaged) // 2: len(damaged) // 2 + 64] = b"\x00" * 64
+    variants = {
+        "whole": whole,
+        "members": b"".join(gzip.compress(text[i:i + 2500]) for i in range(0, len(text), 2500))
+        + b"junk after the last member",
+        "cut": whole[: len(whole) * 2 // 3],
+        "damaged": bytes(damaged)}
+    out = {}
+    for name, data in variants.items():
+        out[name] = tmp_path / f"{name}.json.gz"
+        out[name].write_bytes(data)
+    return out
+
+
+@pytest.mark.parametrize("name", ["whole", "members", "cut", "damaged"])
+def test_gzip_read_ahead_equals_reading_in_turn(tmp_path: Path, tiny_blocks: None,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                name: str) -> None:
+    """Inflating the next block in a worker thread changes nothing: the same events, and the
+    same cut, damage and trailing-bytes facts."""
+    path = _gzip_variants(tmp_path)[name]
+
+    def load(ahead: bool) -> tuple:
+        monkeypatch.setattr(_stream, "READ_AHEAD", ahead)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t = load_trace(path)
+        return (t.col(S.TS_NS).tolist(), [t.name(i) for i in range(len(t))], t.truncated,
+                t.load_report.damage, t.load_report.trailing_bytes)
+
+    ahead, in_turn = load(True), load(False)
+    assert ahead == in_turn
+    assert len(ahead[0]) > 0
+    assert (ahead[2], bool(ahead[3]), ahead[4] > 0) == {
+        "whole": (False, False, False), "members": (False, False, True),
+        "cut": (True, False, False), "damaged": (True, True, False)}[name]
