@@ -1,6 +1,6 @@
 """Decode a few args keys for many rows in one msgspec pass (no per-row ``trace.args`` calls).
 
-    values = arg_values(trace, rows, (V.ARG_STREAM, V.ARG_DEVICE))   # {key: list per row}
+    values = arg_values(trace, rows, (V.ARG_FLOPS, V.ARG_DTYPE))   # {key: list per row}
 """
 
 from __future__ import annotations

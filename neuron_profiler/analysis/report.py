@@ -10,7 +10,7 @@ chrome://tracing show) for evidence ranges.
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from neuron_profiler.analysis._device import device_work
@@ -89,8 +89,10 @@ class Report:
         return (ns - self.base_ns) / 1e3
 
 
-def _compatibility(trace: Trace, options: Options
-                   ) -> tuple[HtaTemporal | None, HtaIdle | None, TbBreakdown | None]:
+Compatibility = tuple[HtaTemporal | None, HtaIdle | None, TbBreakdown | None]
+
+
+def _compatibility(trace: Trace, options: Options) -> Compatibility:
     """The HTA and tb-profiler breakdowns: they read the trace alone, so ``analyze`` runs them
     in a second thread beside the rest (their numpy work runs while the GIL is released)."""
     hta_temporal, hta_idle = hta_breakdowns(trace) if options.hta else (None, None)
@@ -100,21 +102,17 @@ def _compatibility(trace: Trace, options: Options
 def analyze(trace: Trace, options: Options | None = None) -> Report:
     options = options or Options()
     if len(trace) < THREADED_ROWS:
-        report, (hta_temporal, hta_idle, tb) = _analyze(trace, options), _compatibility(
-            trace, options)
-    else:
-        from concurrent.futures import ThreadPoolExecutor  # (not at startup: small traces)
+        return _analyze(trace, options, lambda: _compatibility(trace, options))
+    from concurrent.futures import ThreadPoolExecutor  # (not at startup: small traces)
 
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat") as pool:
-            compat = pool.submit(_compatibility, trace, options)
-            report = _analyze(trace, options)
-            hta_temporal, hta_idle, tb = compat.result()
-    return dataclasses.replace(report, hta_temporal=hta_temporal, hta_idle=hta_idle,
-                               tb_breakdown=tb)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat") as pool:
+        return _analyze(trace, options, pool.submit(_compatibility, trace, options).result)
 
 
-def _analyze(trace: Trace, options: Options) -> Report:
-    """Every analysis but the compatibility breakdowns (filled in by ``analyze``)."""
+def _analyze(trace: Trace, options: Options, compatibility: Callable[[], Compatibility]
+             ) -> Report:
+    """Every analysis; ``compatibility`` gives the HTA and tb-profiler breakdowns (computed
+    here, or awaited from the thread that computes them), asked for last."""
     work = device_work(trace)
     steps = find_steps(trace, work)
     inferred = infer_fallbacks(trace, work)
@@ -127,13 +125,16 @@ def _analyze(trace: Trace, options: Options) -> Report:
     if idle.emulator_overhead_ns:
         notes += (NOTE_EMULATOR_OVERHEAD.format(ms=idle.emulator_overhead_ns / 1e6),)
     found = findings(trace, work, steps, idle, inferred)
+    summary = op_kernel_summary(trace, work)
+    timeline = None if options.timeline_segments is None else device_timeline(
+        trace, work, idle, options.timeline_segments)
+    ranks = rank_summary(trace, work, steps, breakdown)
+    hta_temporal, hta_idle, tb = compatibility()
     return Report(
         source=trace.source, rank=rank_of(trace), base_ns=file_base_ns(trace.metadata),
         has_device=len(work) > 0, steps=steps, breakdown=breakdown,
-        idle=idle, findings=found, summary=op_kernel_summary(trace, work),
+        idle=idle, findings=found, summary=summary,
         fallback_pareto=fallback_pareto(found.fallbacks),
-        hta_temporal=None, hta_idle=None, tb_breakdown=None, options=options, notes=notes,
-        load_warnings=trace.load_warnings(),
-        timeline=None if options.timeline_segments is None else device_timeline(
-            trace, work, idle, options.timeline_segments),
-        rank_summary=rank_summary(trace, work, steps, breakdown))
+        hta_temporal=hta_temporal, hta_idle=hta_idle, tb_breakdown=tb, options=options,
+        notes=notes, load_warnings=trace.load_warnings(), timeline=timeline,
+        rank_summary=ranks)

@@ -186,9 +186,8 @@ class BlockSource:
         return b"".join(parts)
 
     def close(self) -> None:
-        if self._ahead is not None:
-            self._ahead.wait()
-            self._ahead = None
+        self._settle()  # (the worker may still be reading the file)
+        self._ahead = None
         self._fh.close()
 
 
