@@ -155,7 +155,7 @@ def assert_matches_report(page: Page, report: Any, i: int = 0) -> None:
     timeline, and the fallback Pareto (or the empty-state message when there is none)."""
     import numpy as np
 
-    from neuron_profiler.analysis.idle import ALL_CAUSES
+    from neuron_profiler.analysis.causes import ALL_CAUSES
 
     figures = page.figures()
     b = report.breakdown

@@ -56,6 +56,17 @@ def as_float(values: np.ndarray) -> np.ndarray:
     return np.fromiter((_float_or_nan(v) for v in values), dtype=np.float64, count=len(values))
 
 
+def first_number(values: dict[str, np.ndarray], keys: Sequence[str]) -> np.ndarray:
+    """One number per row from the first of ``keys`` that holds a number there (NaN: none
+    does), e.g. a transfer's size under either spelling of its bytes key. ``values``: what
+    ``arg_values`` decoded for those keys (and maybe others)."""
+    out = np.full(len(values[keys[0]]), np.nan)
+    for key in reversed(keys):  # the first key wins where several hold a number
+        number = as_float(values[key])
+        out = np.where(np.isnan(number), out, number)
+    return out
+
+
 def _float_or_nan(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return float("nan")

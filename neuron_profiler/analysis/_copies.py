@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_profiler.analysis._args import arg_values, as_float
+from neuron_profiler.analysis._args import arg_values, first_number
 from neuron_profiler.analysis._device import DMA, DeviceWork
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
@@ -40,19 +40,15 @@ def copy_info(trace: Trace, work: DeviceWork) -> CopyInfo:
     a = arg_values(trace, rows, (V.ARG_DIRECTION, *V.ARG_BYTES_KEYS))
     by_name: dict[int, int] = {}
     name_ids = trace.col(S.NAME_ID)
-    for j, (given, row) in enumerate(zip(a[V.ARG_DIRECTION].tolist(), rows.tolist(),
-                                         strict=True)):
-        code = _CODES.get(given) if isinstance(given, str) else None
+    for j, (value, row) in enumerate(zip(a[V.ARG_DIRECTION].tolist(), rows.tolist(), strict=True)):
+        code = _CODES.get(value) if isinstance(value, str) else None
         if code is None:
             name_id = int(name_ids[row])
             code = by_name.get(name_id)
             if code is None:
                 code = by_name[name_id] = _from_name(trace.strings[name_id])
         direction[at[j]] = code
-    sizes = np.full(len(at), np.nan)
-    for key in reversed(V.ARG_BYTES_KEYS):  # the first key wins where both are given
-        value = as_float(a[key])
-        sizes = np.where(np.isnan(value), sizes, value)
+    sizes = first_number(a, V.ARG_BYTES_KEYS)
     nbytes[at] = np.clip(np.nan_to_num(sizes, posinf=0), 0, 2**62).astype(np.int64)
     return CopyInfo(direction, nbytes)
 

@@ -1,19 +1,18 @@
 """Device work of a trace, read once for every analysis: who ran what, on which queue, when, and
 when its launch call began::
 
-    work = device_work(trace)
+    work = device_work(trace, names.collective_kernel)   # (AnalysisContext.work)
     work.device, work.queue, work.start, work.end, work.launch   # one entry per device row
 
 Device = the row's process (a NeuronCore, a GPU); a device is busy when any of its queues is.
 Queue classes: compute (kernels), DMA (memcpy, memset), collective (collective kernels: our
-``CC: ...`` rows and their barrier waits, NCCL/RCCL kernels, rows with collective args).
+``CC: ...`` rows and their barrier waits, NCCL/RCCL kernels: ``selections``' name rule).
 ``launch`` is the start of the host runtime call with the same correlation id (NO_LAUNCH when
 the trace has none).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,9 +24,6 @@ from neuron_profiler.trace.model import Trace
 COMPUTE, DMA, COLLECTIVE = 0, 1, 2
 QUEUE_CLASSES = ("compute", "dma", "collective")
 NO_LAUNCH = np.iinfo(np.int64).min
-WORK_KINDS = (S.EventKind.KERNEL, S.EventKind.MEMCPY, S.EventKind.MEMSET, S.EventKind.COLLECTIVE)
-_COLLECTIVE_NAME = re.compile(rf"^({re.escape(V.COLLECTIVE_ENGINE)}: |"
-                              rf"{re.escape(V.COLLECTIVE_WAIT_PREFIX)}|nccl|rccl)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -47,17 +43,25 @@ class DeviceWork:
         return len(self.rows)
 
 
-def device_work(trace: Trace) -> DeviceWork:
+def work_rows(trace: Trace) -> np.ndarray:
+    """Rows of device work (``schema.WORK_KINDS``, complete, not of negative length), in file
+    order."""
+    return np.flatnonzero(trace.mask(kind=list(S.WORK_KINDS), ph=S.Phase.COMPLETE)
+                          & (trace.col(S.DUR_NS) >= 0))
+
+
+def device_work(trace: Trace, collective_names: np.ndarray) -> DeviceWork:
+    """``collective_names``: string ids of collective kernel names
+    (``selections.NameClasses.collective_kernel``)."""
     c = trace.columns
-    rows = np.flatnonzero(trace.mask(kind=list(WORK_KINDS), ph=S.Phase.COMPLETE)
-                          & (c[S.DUR_NS] >= 0))
+    rows = work_rows(trace)
     rows = rows[np.argsort(c[S.TS_NS][rows], kind="stable")]
     kind = c[S.KIND][rows]
     queue = np.full(len(rows), COMPUTE, dtype=np.uint8)
     queue[(kind == S.EventKind.MEMCPY) | (kind == S.EventKind.MEMSET)] = DMA
-    collective_ids = [i for i, s in enumerate(trace.strings) if _COLLECTIVE_NAME.match(s)]
     queue[(kind == S.EventKind.COLLECTIVE)
-          | ((kind == S.EventKind.KERNEL) & np.isin(c[S.NAME_ID][rows], collective_ids))] = COLLECTIVE
+          | ((kind == S.EventKind.KERNEL) & np.isin(c[S.NAME_ID][rows], collective_names))
+          ] = COLLECTIVE
     device = c[S.PID][rows]
     devices = tuple(np.unique(device).tolist())
     labels = {d: _label(trace.process_names.get(d, ""), d) for d in devices}

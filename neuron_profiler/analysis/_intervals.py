@@ -42,13 +42,53 @@ def union(start: np.ndarray, end: np.ndarray) -> Intervals:
     if len(s) == 0:
         return EMPTY
     order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    return Intervals(*_merge_sorted(s[order], e[order]))
+
+
+def _merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals sorted by start: a new interval begins where a start passes every
+    earlier end. The one merge rule every union here uses."""
     reach = np.maximum.accumulate(e)
     new = np.ones(len(s), dtype=bool)
     new[1:] = s[1:] > reach[:-1]
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, len(s) - 1)
-    return Intervals(s[first], reach[last])
+    return s[first], reach[last]
+
+
+def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The union within each group (a device, a queue): (group, start, end) of disjoint
+    intervals sorted by (group, start). Empty and negative intervals add nothing, as in
+    ``union``. The groups are laid end to end on one axis (each shifted past the previous
+    one's reach), so one merge serves them all."""
+    keep = end > start
+    g = np.asarray(group, np.int64)[keep]
+    s, e = np.asarray(start, np.int64)[keep], np.asarray(end, np.int64)[keep]
+    if len(s) == 0:
+        return g, s, e
+    low, high = int(s.min()), int(e.max())
+    width = high - low + 1
+    codes, dense = np.unique(g, return_inverse=True)
+    if len(codes) * width >= 2**62:  # absurd spans: one group at a time
+        parts = [(c, union(s[dense == k], e[dense == k])) for k, c in enumerate(codes.tolist())]
+        return (np.concatenate([np.full(len(x), c, np.int64) for c, x in parts]),
+                np.concatenate([x.start for _, x in parts]),
+                np.concatenate([x.end for _, x in parts]))
+    offset = dense.astype(np.int64) * width - low
+    order = _group_order(dense, s)
+    ms, me = _merge_sorted((s + offset)[order], (e + offset)[order])
+    at = ms // width
+    return codes[at], ms - at * width + low, me - at * width + low
+
+
+def _group_order(dense: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Order by (group, start): a stable sort on the group code alone when ``start`` is
+    already sorted (device work is), else a lexsort."""
+    if len(start) > 1 and not bool((start[1:] >= start[:-1]).all()):
+        return np.lexsort((start, dense))
+    small = np.int16 if len(dense) and int(dense.max()) < 2**15 else np.int64
+    return np.argsort(dense.astype(small), kind="stable")
 
 
 def window(start: int, end: int) -> Intervals:

@@ -1,6 +1,6 @@
 """Step breakdown: per step and device, where the wall time went::
 
-    b = step_breakdown(trace, work, steps)
+    b = step_breakdown(ctx)
     b.devices[0].busy_ns[i], b.devices[0].idle_ns[i]    # step i on the first device
     b.host_ns[i]                                         # host ops busy in step i
 
@@ -22,12 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
-from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA, DeviceWork
-from neuron_profiler.analysis.idle import HOST_KINDS
+from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA
+from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.steps import Steps
-from neuron_profiler.trace import schema as S
-from neuron_profiler.trace import vocabulary as V
-from neuron_profiler.trace.model import Trace
 
 
 @dataclass(frozen=True)
@@ -59,13 +56,12 @@ def _per_step(x: I.Intervals, steps: Steps) -> np.ndarray:
     return I.overlap_per_window(x, steps.start_ns, steps.end_ns).astype(np.int64)
 
 
-def step_breakdown(trace: Trace, work: DeviceWork, steps: Steps) -> StepBreakdown:
+def step_breakdown(ctx: AnalysisContext) -> StepBreakdown:
+    work, steps = ctx.work, ctx.steps
     devices = []
     for device in work.devices:
-        on = work.device == device
-        sets = {q: I.union(work.start[on & (work.queue == q)], work.end[on & (work.queue == q)])
-                for q in (COMPUTE, DMA, COLLECTIVE)}
-        busy = I.union(work.start[on], work.end[on])
+        sets = {q: ctx.busy(device, (q,)) for q in (COMPUTE, DMA, COLLECTIVE)}
+        busy = ctx.busy(device)
         busy_ns = _per_step(busy, steps)
         compute_ns = _per_step(sets[COMPUTE], steps)
         collective_only = I.subtract(sets[COLLECTIVE], sets[COMPUTE])
@@ -78,12 +74,5 @@ def step_breakdown(trace: Trace, work: DeviceWork, steps: Steps) -> StepBreakdow
             collective_only_ns=_per_step(collective_only, steps),
             dma_only_ns=_per_step(dma_only, steps)))
     return StepBreakdown(names=steps.names, wall_ns=steps.wall_ns,
-                         host_ns=_per_step(_host_busy(trace), steps), devices=tuple(devices))
-
-
-def _host_busy(trace: Trace) -> I.Intervals:
-    step_ids = [i for i, s in enumerate(trace.strings) if s.startswith(V.PROFILER_STEP_PREFIX)]
-    mask = (trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
-            & ~np.isin(trace.col(S.NAME_ID), step_ids))
-    ts = trace.col(S.TS_NS)[mask]
-    return I.union(ts, ts + trace.col(S.DUR_NS)[mask])
+                         host_ns=_per_step(I.union(ctx.host.start, ctx.host.end), steps),
+                         devices=tuple(devices))

@@ -17,28 +17,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import msgspec
 import numpy as np
-from msgspec.structs import astuple
 
+from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._args import arg_values, first_number
+from neuron_profiler.analysis._device import work_rows
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
-WORK_KINDS = (S.EventKind.KERNEL, S.EventKind.MEMCPY, S.EventKind.MEMSET, S.EventKind.COLLECTIVE)
-BYTES_KEYS = V.ARG_BYTES_KEYS  # Kineto memcpy args / this project's DMA args
 DEFAULT_MAX_BINS = 1000
 MIN_BIN_NS = 1000
 MAX_BINS = 10_000_000  # per series; a finer grid is a mistake, not a request
-
-
-# One field per spelling of the transfer-size key (vocabulary.ARG_BYTES_KEYS), first wins.
-_BytesArgs = msgspec.defstruct("_BytesArgs", [
-    (f"k{i}", float | None, msgspec.field(name=key, default=None))
-    for i, key in enumerate(BYTES_KEYS)])
-
-
-_decode_bytes_batch = msgspec.json.Decoder(list[_BytesArgs]).decode
 
 
 @dataclass(frozen=True)
@@ -92,12 +82,6 @@ class DeviceCounters:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
 
-def device_work_rows(trace: Trace) -> np.ndarray:
-    """Rows of complete device-work events (kernel, memcpy, memset, collective)."""
-    return np.flatnonzero(trace.mask(kind=list(WORK_KINDS), ph=S.Phase.COMPLETE)
-                          & (trace.col(S.DUR_NS) >= 0))
-
-
 def _nice_bin(span_ns: int, max_bins: int) -> int:
     """Smallest 1/2/5 x 10^k ns bin giving at most max_bins bins."""
     target = max(MIN_BIN_NS, -(-span_ns // max_bins))
@@ -133,34 +117,6 @@ def _spread(group: np.ndarray, start: np.ndarray, end: np.ndarray, amount: np.nd
     return (out + np.cumsum(full))[:-1].reshape(n_groups, n_bins)
 
 
-def _union(group: np.ndarray, start: np.ndarray, end: np.ndarray,
-           width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Merge overlapping intervals within each group -> (group, start, end) disjoint."""
-    if (int(group.max()) + 1) * width >= 2**62:  # absurd spans: one group at a time
-        parts = [_union(np.zeros(int(m.sum()), np.int64), start[m], end[m], width)
-                 for m in (group == k for k in np.unique(group))]
-        keys = np.unique(group)
-        return (np.concatenate([np.full(len(p[0]), k) for k, p in zip(keys, parts, strict=True)]),
-                np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
-    order = np.lexsort((start, group)) if len(start) < 4096 else _group_order(group, start)
-    g, s, e = group[order], start[order], end[order]
-    offset = g * width  # groups laid end to end on one axis, so one running max serves all
-    reach = np.maximum.accumulate(e + offset)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = (s[1:] + offset[1:]) > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return g[first], s[first], reach[last] - offset[first]
-
-
-def _group_order(group: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Order by (group, start): a stable radix sort on group when start is already sorted."""
-    if len(start) > 1 and not bool((start[1:] >= start[:-1]).all()):
-        return np.lexsort((start, group))
-    small = np.int16 if int(group.max()) < 2**15 else np.int64
-    return np.argsort(group.astype(small), kind="stable")
-
-
 def _factorize(*keys: np.ndarray) -> tuple[np.ndarray, list[tuple[int, ...]]]:
     """Dense group code per row and each code's key tuple, sorted by key (hash-based)."""
     import pandas as pd
@@ -182,23 +138,10 @@ def _factorize(*keys: np.ndarray) -> tuple[np.ndarray, list[tuple[int, ...]]]:
     return dense.astype(np.int64), out
 
 
-def _transfer_bytes(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """bytes arg per row (NaN where missing), decoded in one batch."""
-    args_rows = trace.col(S.ARGS_ROW)[rows]
-    out = np.full(len(rows), np.nan)
-    have = np.flatnonzero(args_rows >= 0)
-    if len(have):
-        raw = trace.raw_args
-        decoded = _decode_bytes_batch(b"[" + b",".join(raw[i] for i in args_rows[have]) + b"]")
-        values = [next((v for v in astuple(a) if v is not None), None) for a in decoded]
-        out[have] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-    return out
-
-
 def device_counters(trace: Trace, *, bin_ns: int | None = None,
                     max_bins: int = DEFAULT_MAX_BINS) -> DeviceCounters:
     """Busy % (per device and queue) and DMA bandwidth (per device) over time."""
-    rows = device_work_rows(trace)
+    rows = work_rows(trace)
     if len(rows) == 0:
         return DeviceCounters(start_ns=0, bin_ns=bin_ns or MIN_BIN_NS, n_bins=0, busy=(),
                               dma_bandwidth=())
@@ -223,10 +166,9 @@ def device_counters(trace: Trace, *, bin_ns: int | None = None,
 def _busy(pids: np.ndarray, tids: np.ndarray, s: np.ndarray, e: np.ndarray, grid: np.ndarray,
           bin_ns: int) -> tuple[CounterSeries, ...]:
     n_bins = len(grid)
-    width = int(e.max()) + 1
     out: list[CounterSeries] = []
     for group, keys in (_factorize(pids), _factorize(pids, tids)):
-        g, us, ue = _union(group, s, e, width)
+        g, us, ue = I.union_by_group(group, s, e)
         covered = _spread(g, us, ue, (ue - us).astype(np.float64), len(keys), n_bins, bin_ns)
         for i, key in enumerate(keys):
             pid, tid = key[0], (key[1] if len(key) > 1 else None)
@@ -240,7 +182,8 @@ def _dma(trace: Trace, rows: np.ndarray, pids: np.ndarray, s: np.ndarray, e: np.
     is_copy = trace.col(S.KIND)[rows] == S.EventKind.MEMCPY
     if not is_copy.any():
         return (), 0
-    nbytes = _transfer_bytes(trace, rows[is_copy])
+    nbytes = first_number(arg_values(trace, rows[is_copy], V.ARG_BYTES_KEYS),
+                          V.ARG_BYTES_KEYS)
     known = ~np.isnan(nbytes)
     group, keys = _factorize(pids[is_copy])
     moved = _spread(group[known], s[is_copy][known], e[is_copy][known], nbytes[known],

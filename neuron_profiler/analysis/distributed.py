@@ -1,22 +1,18 @@
 """Cross-rank analysis: stragglers and collective-wait skew over the ranks of one job::
 
-    summaries = [analyze(trace).rank_summary for trace in traces]   # one per file (rank_summary)
+    summaries = [analyze(trace).rank_summary for trace in traces]   # one per file
     result = distributed(summaries)          # Distributed: spans, per-rank rows, collectives
     result.spans[0].stragglers, result.spans[0].collectives[0].late_rank
 
-A rank's trace is summarised on its own (``rank_summary``: steps, compute, its collective calls;
-small, so a worker returns it beside the Report) and only the summaries meet here, so no
-process needs every rank's trace. Rules (docs/analysis.md, "Multi-rank"):
+A rank's trace is summarised on its own (``rank_summary.py``: steps, compute, its collective
+calls, how it reads ranks and collective arrivals; small, so a worker returns it beside the
+Report) and only the summaries meet here, so no process needs every rank's trace. Rules
+(docs/analysis.md, "Multi-rank"):
 
 - **Ranks**: ``distributedInfo.rank``; a file without one takes no part (counted).
 - **Spans**: files are taken by the start of their window (first to last step); each joins the
   first span that has no file of its rank yet and whose window overlaps its own, else opens a
   new span. Two profiling windows of one rank are therefore two spans.
-- **Collective calls**: collective-queue device rows (``_device``), one call per collective row;
-  collective-wait rows (named ``CC wait: ...`` or carrying the ``collective wait`` arg) before
-  it on its device are its recorded wait, and its **arrival** is the start of the first of them
-  (else the collective's own start). Process group: ``Process Group Ranks`` when the row names
-  them, else the device stream (NCCL runs one communicator per stream).
 - **Matching**: the k-th call of a group on each rank of the group is one collective instance
   (a rank with collectives on several devices matches each device's calls apart).
 - **Clocks**: aligned on collective ends (every rank leaves a collective together): a rank's
@@ -29,25 +25,12 @@ process needs every rank's trace. Rules (docs/analysis.md, "Multi-rank"):
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from neuron_profiler.analysis import _intervals as I
-from neuron_profiler.analysis._args import arg_values
-from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DeviceWork
-from neuron_profiler.analysis.breakdown import StepBreakdown
-from neuron_profiler.analysis.steps import Steps
-from neuron_profiler.trace import schema as S
-from neuron_profiler.trace import vocabulary as V
-from neuron_profiler.trace.model import Trace
-
-if TYPE_CHECKING:
-    from neuron_profiler.analysis.report import Report
+from neuron_profiler.analysis.rank_summary import CollectiveCall, RankSummary
 
 OUTLIER_REL = 0.05  # a straggler is over 5% slower than the median of the other ranks ...
 OUTLIER_ABS_NS = 50_000  # ... and by at least 50 µs (the idle-gap threshold: noise below it)
@@ -56,38 +39,6 @@ METRIC_COMPUTE = "compute_before_collective"
 REASON_NO_RANK = "no trace has a rank in distributedInfo (not a torch.distributed run)"
 REASON_ONE_RANK = "only one rank ({}): cross-rank analysis needs two or more ranks"
 REASON_NO_SHARED = "no span holds two or more ranks (their profiling windows do not overlap)"
-
-
-@dataclass(frozen=True)
-class CollectiveCall:
-    """One collective as one rank saw it (absolute ns on that rank's clock)."""
-
-    group: str
-    name: str
-    arrival_ns: int  # the device reached it: the start of its wait, else of the collective
-    end_ns: int
-    wait_ns: int  # recorded: its collective-wait rows (0 when the trace has none)
-    compute_before_ns: int  # device compute since the previous collective (or step start)
-
-
-@dataclass(frozen=True)
-class RankSummary:
-    """What the cross-rank analysis needs of one file: kilobytes, whatever the trace size."""
-
-    source: str
-    rank: int | None  # None: no rank in distributedInfo
-    world_size: int | None
-    window_start_ns: int
-    window_end_ns: int
-    step_wall_ns: tuple[int, ...]
-    compute_ns: int  # device compute over the steps (all devices)
-    collective_ns: int
-    recorded_waits: bool  # the trace has collective-wait rows (its producer records waits)
-    calls: tuple[CollectiveCall, ...]
-    # collective-wait rows with no collective after them on their device (the profile ended
-    # mid-wait): in no call's wait, counted here so nothing is dropped silently
-    orphan_waits: int = 0
-    orphan_wait_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -169,104 +120,6 @@ class Distributed:
     @property
     def available(self) -> bool:
         return self.reason is None
-
-
-# -- one rank ---------------------------------------------------------------------------------
-def rank_summary(trace: Trace, work: DeviceWork, steps: Steps, b: StepBreakdown) -> RankSummary:
-    info = trace.metadata.get(V.META_DISTRIBUTED)
-    rank = world = None
-    if isinstance(info, dict):
-        rank = _int_or_none(info.get(V.DIST_RANK))
-        world = _int_or_none(info.get(V.DIST_WORLD_SIZE))
-    return RankSummary(
-        source=trace.source, rank=rank, world_size=world,
-        window_start_ns=int(steps.start_ns.min()), window_end_ns=int(steps.end_ns.max()),
-        step_wall_ns=tuple(steps.wall_ns.tolist()),
-        compute_ns=int(sum(d.compute_ns.sum() for d in b.devices)),
-        collective_ns=int(sum(d.collective_ns.sum() for d in b.devices)),
-        **_calls(trace, work, steps))
-
-
-def _int_or_none(x: object) -> int | None:
-    return x if type(x) is int else (int(x) if isinstance(x, str) and x.isdigit() else None)
-
-
-def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
-    on = np.flatnonzero(work.queue == COLLECTIVE)
-    if len(on) == 0:
-        return {"recorded_waits": False, "calls": (), "orphan_waits": 0, "orphan_wait_ns": 0}
-    rows = work.rows[on]
-    keys = (V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS, V.ARG_COLLECTIVE_WAIT)
-    args = arg_values(trace, rows, keys)
-    names = [trace.strings[i] for i in trace.col(S.NAME_ID)[rows].tolist()]
-    is_wait = np.array([n.startswith(V.COLLECTIVE_WAIT_PREFIX) or w is True
-                        for n, w in zip(names, args[V.ARG_COLLECTIVE_WAIT], strict=True)], bool)
-    stream = trace.col(S.STREAM)[rows]
-    device, start, end = work.device[on], work.start[on], work.end[on]
-    coll = np.flatnonzero(~is_wait)
-    waits = np.flatnonzero(is_wait)
-    # each wait belongs to the first collective on its device starting at or after its start
-    wait_of = np.zeros(len(coll), np.int64)
-    first_wait = start[coll].copy()
-    owned = np.zeros(len(waits), bool)
-    for d in np.unique(device[coll]).tolist():
-        c = coll[device[coll] == d]  # sorted by start (device_work order)
-        w = waits[device[waits] == d]
-        k = np.searchsorted(start[c], start[w], side="left")
-        ok = k < len(c)
-        owned[np.flatnonzero(device[waits] == d)[ok]] = True
-        pos = np.flatnonzero(device[coll] == d)[k[ok]]
-        np.add.at(wait_of, pos, end[w[ok]] - start[w[ok]])
-        np.minimum.at(first_wait, pos, start[w[ok]])
-    compute = _compute_before(work, device[coll], first_wait, end[coll], steps)
-    several = len(np.unique(device[coll])) > 1  # then each device's calls are matched apart
-    group_ranks, coll_names = args[V.ARG_GROUP_RANKS], args[V.ARG_COLLECTIVE]
-    stream_of, device_of, end_of = stream.tolist(), device.tolist(), end.tolist()
-    calls = []
-    for i, arrival, wait, before in zip(coll.tolist(), first_wait.tolist(), wait_of.tolist(),
-                                         compute.tolist(), strict=True):
-        group = _group_label(group_ranks[i], stream_of[i], device_of[i], several)
-        name = coll_names[i]
-        calls.append(CollectiveCall(
-            group=group, name=str(name) if name is not None else names[i],
-            arrival_ns=arrival, end_ns=end_of[i], wait_ns=wait, compute_before_ns=before))
-    orphan = waits[~owned]
-    return {"recorded_waits": bool(len(waits)), "calls": tuple(calls),
-            "orphan_waits": len(orphan), "orphan_wait_ns": int((end - start)[orphan].sum())}
-
-
-def _group_label(ranks: object, stream: int, device: int, several: bool) -> str:
-    """A collective's process group: its ranks, else its stream, else its device (and the
-    device too when several devices' calls are matched apart)."""
-    group = (f"ranks {','.join(str(r) for r in ranks)}" if isinstance(ranks, list) and ranks
-             else f"stream {stream}" if stream >= 0 else f"device {device}")
-    if several and not group.startswith("device"):
-        group += f" on device {device}"
-    return group
-
-
-def _compute_before(work: DeviceWork, device: np.ndarray, arrival: np.ndarray,
-                    end: np.ndarray, steps: Steps) -> np.ndarray:
-    """Device compute time from the previous collective's end on the device (or the start of
-    the step holding the arrival, whichever is later) to each arrival."""
-    out = np.zeros(len(arrival), np.int64)
-    k = np.clip(np.searchsorted(steps.start_ns, arrival, side="right") - 1, 0, len(steps) - 1)
-    step_start = steps.start_ns[k]
-    for d in np.unique(device).tolist():
-        pick = np.flatnonzero(device == d)
-        prev_end = np.concatenate([[np.iinfo(np.int64).min], end[pick][:-1]])
-        lo = np.minimum(np.maximum(prev_end, step_start[pick]), arrival[pick])
-        on = (work.device == d) & (work.queue == COMPUTE)
-        busy = I.union(work.start[on], work.end[on])
-        out[pick] = I.overlap_per_window(busy, lo, arrival[pick]).astype(np.int64)
-    return out
-
-
-def summaries_of(reports: Iterable[Report]) -> list[RankSummary]:
-    """The reports' rank summaries, under the reports' own source names (a caller may rename a
-    report, e.g. to a path relative to a log directory)."""
-    return [dataclasses.replace(r.rank_summary, source=r.source) for r in reports
-            if r.rank_summary is not None]
 
 
 # -- spans ------------------------------------------------------------------------------------

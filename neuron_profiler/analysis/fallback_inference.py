@@ -1,6 +1,6 @@
 """CPU fallbacks inferred where the runtime emits no fallback rows (real Trainium hardware)::
 
-    inferred = infer_fallbacks(trace, work)
+    inferred = ctx.result(infer_fallbacks)
     inferred.rows[i], inferred.d2h[i], inferred.h2d[i]    # the host op, its copies (work indices)
 
 TorchNeuron runs an op it has no device kernel for through ``at::native::cpu_fallback``: the
@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from neuron_profiler.analysis._copies import D2H, H2D, NONE, CopyInfo, copy_info
+from neuron_profiler.analysis._copies import D2H, H2D, NONE, CopyInfo
 from neuron_profiler.analysis._device import DeviceWork
-from neuron_profiler.analysis._launches import launch_sites
 from neuron_profiler.analysis._threads import HostThreads
+from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -80,19 +80,19 @@ def normalise_op(name: str) -> str:
     return f"{space or 'aten'}::{op.split('.', 1)[0]}"
 
 
-def infer_fallbacks(trace: Trace, work: DeviceWork) -> InferredFallbacks:
+def infer_fallbacks(ctx: AnalysisContext) -> InferredFallbacks:
     """The inferred calls (none, at no cost, when the metadata lists no fallback op)."""
+    trace = ctx.trace
     listed = listed_fallback_ops(trace)
     names = set(listed)
     ids = [i for i, s in enumerate(trace.strings) if s in names] if names else []
     rows = np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE)
                           & np.isin(trace.col(S.NAME_ID), ids)) if ids else _EMPTY
-    rows = rows[~_holds_fallback_row(trace, rows)]
-    copies = copy_info(trace, work) if len(rows) else None
+    rows = rows[~_holds_fallback_row(trace, ctx.fallback_rows, rows)]
+    copies = ctx.copies if len(rows) else None
     if copies is None or not (copies.direction != NONE).any():
         return InferredFallbacks(listed=listed)
-    sites = launch_sites(trace, work.rows)
-    threads = HostThreads(trace, sites)
+    work, sites, threads = ctx.work, ctx.launch_sites, ctx.threads
     found: list[tuple[int, np.ndarray, np.ndarray]] = []
     for row in rows.tolist():  # ops in the set: a few per step
         got = _pattern(trace, row, threads, copies, work)
@@ -153,9 +153,8 @@ def _linked(found: np.ndarray, trace: Trace, work: DeviceWork, threads: HostThre
     return found[: stop[0] if len(stop) else len(found)]
 
 
-def _holds_fallback_row(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """Which rows overlap a fallback row on their thread (rule 2)."""
-    fb = trace.select(kind=S.EventKind.FALLBACK, ph=S.Phase.COMPLETE)
+def _holds_fallback_row(trace: Trace, fb: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Which rows overlap a fallback row (``fb``) on their thread (rule 2)."""
     if len(fb) == 0:
         return np.zeros(len(rows), bool)
     c = trace.columns

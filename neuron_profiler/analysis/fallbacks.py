@@ -1,7 +1,7 @@
 """CPU-fallback calls grouped by op and input signature, with what they cost and what running
 them on the device would save::
 
-    groups = fallback_groups(trace, work, idle, inferred)
+    groups = fallback_groups(ctx)
     g = groups[0]; g.op, g.calls, g.d2h_count, g.idle_ns, g.native_ns, g.recoverable_ns
 
 A call is a fallback row (the emulator's ``CPU fallback: <op>``: its copies are the DMA rows with
@@ -29,12 +29,13 @@ import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis._args import arg_values, as_float
-from neuron_profiler.analysis._copies import D2H, H2D, CopyInfo, copy_info
+from neuron_profiler.analysis._copies import D2H, H2D, CopyInfo
 from neuron_profiler.analysis._device import DMA, DeviceWork
 from neuron_profiler.analysis.callsites import call_sites
-from neuron_profiler.analysis.fallback_inference import REASON, InferredFallbacks
-from neuron_profiler.analysis.idle import IdleTime
-from neuron_profiler.analysis.peaks import native_time, peak_properties
+from neuron_profiler.analysis.context import AnalysisContext
+from neuron_profiler.analysis.fallback_inference import REASON, InferredFallbacks, infer_fallbacks
+from neuron_profiler.analysis.idle import IdleTime, idle_time
+from neuron_profiler.analysis.peaks import native_time
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -84,13 +85,13 @@ class _Calls:
     native_ns: np.ndarray
 
 
-def fallback_groups(trace: Trace, work: DeviceWork, idle: IdleTime,
-                    inferred: InferredFallbacks) -> tuple[FallbackGroup, ...]:
-    rows = trace.select(kind=S.EventKind.FALLBACK, ph=S.Phase.COMPLETE)
+def fallback_groups(ctx: AnalysisContext) -> tuple[FallbackGroup, ...]:
+    trace, work, rows = ctx.trace, ctx.work, ctx.fallback_rows
+    inferred = ctx.result(infer_fallbacks)
     if len(rows) == 0 and len(inferred) == 0:
         return ()
-    copies = copy_info(trace, work)
-    calls = _merge(_fallback_rows(trace, work, rows), _inferred_calls(trace, inferred))
+    idle, copies = ctx.result(idle_time), ctx.copies
+    calls = _merge(_fallback_rows(ctx, rows), _inferred_calls(trace, inferred))
     members: dict[tuple[str, str, str, bool], list[int]] = {}
     for i, key in enumerate(calls.key):
         members.setdefault(key, []).append(i)
@@ -105,13 +106,14 @@ def fallback_groups(trace: Trace, work: DeviceWork, idle: IdleTime,
     return tuple(sorted(groups, key=lambda g: -g.recoverable_ns))
 
 
-def fallback_copies(trace: Trace, work: DeviceWork, inferred: InferredFallbacks) -> np.ndarray:
+def fallback_copies(ctx: AnalysisContext) -> np.ndarray:
     """Mask over the device work: the copies of fallback calls (rows' External ids, inferred
     calls' patterns)."""
-    ext = trace.col(S.EXTERNAL_ID)
-    fb_ext = ext[trace.select(kind=S.EventKind.FALLBACK)]
+    work = ctx.work
+    ext = ctx.trace.col(S.EXTERNAL_ID)
+    fb_ext = ext[ctx.fallback_rows]
     out = (work.queue == DMA) & np.isin(ext[work.rows], fb_ext[fb_ext > 0])
-    out[inferred.copies()] = True
+    out[ctx.result(infer_fallbacks).copies()] = True
     return out
 
 
@@ -152,15 +154,16 @@ def _group(key: tuple[str, str, str, bool], m: np.ndarray, calls: _Calls, copies
         spans_ns=I.longest(spans, EVIDENCE_RANGES), inferred=inferred)
 
 
-def _fallback_rows(trace: Trace, work: DeviceWork, rows: np.ndarray) -> _Calls:
+def _fallback_rows(ctx: AnalysisContext, rows: np.ndarray) -> _Calls:
     """The fallback rows as calls; their copies: the DMA rows with their External id."""
+    trace, work = ctx.trace, ctx.work
     keys = (V.ARG_OP, V.ARG_SHAPES, V.ARG_DTYPES, V.ARG_FALLBACK_REASON, V.ARG_FLOPS,
             V.ARG_BYTES, V.ARG_DTYPE, V.ARG_ENGINE)
     a = arg_values(trace, rows, keys)
     ts, dur, ext = (trace.col(c)[rows] for c in (S.TS_NS, S.DUR_NS, S.EXTERNAL_ID))
     dma = np.flatnonzero(work.queue == DMA)
     dma_ext = trace.col(S.EXTERNAL_ID)[work.rows[dma]]
-    props = peak_properties(trace)
+    props = ctx.peaks
     flops, nbytes = as_float(a[V.ARG_FLOPS]), as_float(a[V.ARG_BYTES])
     key, reason, copies, native = [], [], [], []
     for i in range(len(rows)):  # one entry per fallback call (a few hundred at most)

@@ -1,6 +1,6 @@
 """Device idle time inside the profiled steps, per device, with one cause per gap::
 
-    idle = idle_time(trace, work, steps, min_gap_ns=50_000)
+    idle = idle_time(ctx)                # (ctx.options.min_gap_ns: the short-gap bound)
     idle.devices[0].by_cause_ns          # {"data_loading": ..., ..., "short_gaps": ...}
     idle.longest                         # the longest gaps, with what the host was doing
 
@@ -15,34 +15,19 @@ collective arrival exchange) are removed from the gap's idle time and from every
 counted apart as ``emulator_overhead_ns`` (the emulator's cost; it does not exist on real
 hardware). window = busy + idle + emulator overhead. The rules below see the rest of the gap.
 
-A gap whose length less the emulator overhead in it is under ``min_gap_ns`` is ``host_bound_launch`` when the
-work that ends it was launched after it began (rule 4: the host was late, however briefly; a
-loop of tiny ops is made of such gaps), else ``short_gaps`` (launch latency between work that
-was already queued), and no other rule is tried.
-
-Each longer gap gets exactly one cause, the first rule that holds, in this order ("covers":
-the union of those host spans covers at least half of the gap, i.e. the host spent most of the
-gap there):
-
-1. ``data_loading``: DataLoader ``__next__`` (or DataPipe) spans cover the gap.
-2. ``cpu_fallback``: CPU-fallback ops cover the gap (the device waits while the host computes
-   what it cannot).
-3. ``host_sync``: the gap begins while the host is in a sync (one that began at or before the
-   gap and ended at or after its start: ``host sync: ...`` rows,
-   ``.item()``, ``nonzero``, stream/device/event synchronize, synchronous memcpy): the host
-   blocked until the queue drained, so nothing was queued behind it.
-4. ``host_bound_launch``: the launch call of the work that ends the gap began after the gap
-   did (the host was late: HTA's host_wait).
-5. ``profiler_overhead``: the profiler's own host work (Kineto's ``Activity Buffer Request`` /
-   ``Profiler overhead`` rows, category ``overhead`` rows other than the emulator's) covers it.
-6. ``other``.
+A gap whose length less the emulator overhead in it is under ``min_gap_ns`` takes the first of
+``causes.SHORT_RULES`` that holds (``host_bound_launch``: the host was late, however briefly, a
+loop of tiny ops is made of such gaps; else ``short_gaps``: launch latency between work already
+queued). Every longer gap takes exactly one cause, the first of ``causes.IDLE_RULES`` that holds
+(data loading, CPU fallback, host sync, host-bound launch, profiler overhead, other): each cause's
+rule, advice and docs are one record in ``causes.py``.
 
 Final sync versus the next step's data stall: a gap that begins in step N's final sync and
-runs into step N+1's DataLoader ``__next__`` satisfies rules 1 and 3 when the DataLoader covers
-most of it, and is then **data loading** (rule 1 first): the sync only exposes the stall, and
-fixing the data pipeline recovers it, whereas removing the sync would not. When the DataLoader
-covers less than half, the gap is the sync's. Its time is split over steps N and N+1 at the
-boundary.
+runs into step N+1's DataLoader ``__next__`` satisfies the data-loading and host-sync rules when
+the DataLoader covers most of it, and is then **data loading** (its rule comes first): the sync
+only exposes the stall, and fixing the data pipeline recovers it, whereas removing the sync would
+not. When the DataLoader covers less than half, the gap is the sync's. Its time is split over
+steps N and N+1 at the boundary.
 """
 
 from __future__ import annotations
@@ -52,19 +37,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis import selections as sel
 from neuron_profiler.analysis._device import NO_LAUNCH, DeviceWork
+from neuron_profiler.analysis.causes import ALL_CAUSES, Gaps, HostSpans, classify
+from neuron_profiler.analysis.context import AnalysisContext
+from neuron_profiler.analysis.fallback_inference import infer_fallbacks
 from neuron_profiler.analysis.steps import Steps
-from neuron_profiler.trace import schema as S
-from neuron_profiler.trace import vocabulary as V
-from neuron_profiler.trace.model import Trace
 
-DEFAULT_MIN_GAP_NS = 50_000
-CAUSES = ("data_loading", "cpu_fallback", "host_sync", "host_bound_launch", "profiler_overhead",
-          "other")
-SHORT = "short_gaps"
-ALL_CAUSES = CAUSES + (SHORT,)
-HOST_KINDS = (S.EventKind.CPU_OP, S.EventKind.USER_ANNOTATION, S.EventKind.PYTHON,
-              S.EventKind.RUNTIME, S.EventKind.FALLBACK, S.EventKind.DATALOADER)
 HOST_ACTIVITY_NAMES = 3  # host ops listed per long gap
 
 
@@ -153,89 +132,20 @@ class IdleTime:
         return {c: sum(d.by_cause_ns[c] for d in self.devices) for c in ALL_CAUSES}
 
 
-@dataclass(frozen=True)
-class _HostSpans:
-    """Host spans each rule tests against."""
-
-    data_loading: tuple[np.ndarray, np.ndarray]
-    cpu_fallback: tuple[np.ndarray, np.ndarray]
-    host_sync: tuple[np.ndarray, np.ndarray]
-    profiler_overhead: tuple[np.ndarray, np.ndarray]
-    emulator_overhead: I.Intervals
-
-
-def _spans(trace: Trace, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    ts = trace.col(S.TS_NS)[mask]
-    return ts, ts + trace.col(S.DUR_NS)[mask]
-
-
-def _name_mask(trace: Trace, rows_mask: np.ndarray, pick) -> np.ndarray:  # noqa: ANN001
-    ids = [i for i, s in enumerate(trace.strings) if pick(s)]
-    return rows_mask & np.isin(trace.col(S.NAME_ID), ids)
-
-
-def is_dataloader_name(name: str) -> bool:
-    return ((name.startswith(V.DATALOADER_PREFIX) and name.endswith(V.DATALOADER_SUFFIX))
-            or name.startswith(V.DATAPIPE_PREFIX))
-
-
-def sync_mask(trace: Trace) -> np.ndarray:
-    """Rows of host syncs (rule 3's spans)."""
-    host = trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
-    return _name_mask(trace, host, lambda s: s in V.HOST_SYNC_NAMES or s.startswith(V.SYNC_PREFIX))
-
-
-def _host_spans(trace: Trace, more_fallbacks: tuple[np.ndarray, np.ndarray] | None = None
-                ) -> _HostSpans:
-    kind = trace.col(S.KIND)
-    complete = trace.col(S.PH) == S.Phase.COMPLETE
-    host = complete & np.isin(kind, np.array(HOST_KINDS, np.uint8))
-    loading = _name_mask(trace, host, is_dataloader_name) | (
-        complete & (kind == S.EventKind.DATALOADER))
-    sync = sync_mask(trace)
-    emulator = _name_mask(trace, complete, lambda s: s.startswith(V.OVERHEAD_PREFIX))
-    overhead_cat = trace.string_id(V.CAT_OVERHEAD)
-    overhead = (_name_mask(trace, complete, lambda s: s in V.PROFILER_OVERHEAD_NAMES) | (
-        complete & (trace.col(S.CAT_ID) == overhead_cat))) & ~emulator
-    fallback = _spans(trace, complete & (kind == S.EventKind.FALLBACK))
-    if more_fallbacks is not None:  # fallbacks inferred from the host ops and their copies
-        fallback = (np.concatenate([fallback[0], more_fallbacks[0]]),
-                    np.concatenate([fallback[1], more_fallbacks[1]]))
-    return _HostSpans(data_loading=_spans(trace, loading), cpu_fallback=fallback,
-                      host_sync=_spans(trace, sync), profiler_overhead=_spans(trace, overhead),
-                      emulator_overhead=I.union(*_spans(trace, emulator)))
-
-
-def _covers(spans: tuple[np.ndarray, np.ndarray], gs: np.ndarray, ge: np.ndarray,
-            discount: I.Intervals, idle_ns: np.ndarray) -> np.ndarray:
-    """Do the spans (their union) cover at least half of each gap's idle time (the gap less
-    the discounted emulator overhead)?"""
-    covered = I.overlap_per_window(I.subtract(I.union(*spans), discount), gs, ge)
-    return 2 * covered >= idle_ns
-
-
-def classify(gs: np.ndarray, ge: np.ndarray, next_launch: np.ndarray, spans: _HostSpans,
-             min_gap_ns: int, idle_ns: np.ndarray | None = None) -> np.ndarray:
-    """Index into ALL_CAUSES per gap: the first rule that holds (see the module docstring).
-    ``idle_ns``: each gap's length less the emulator overhead in it (default: its length)."""
-    idle_ns = ge - gs if idle_ns is None else idle_ns
-    ovh = spans.emulator_overhead
-    late = (next_launch != NO_LAUNCH) & (next_launch > gs)
-    cause = np.full(len(gs), CAUSES.index("other"), dtype=np.int64)
-    undecided = np.ones(len(gs), dtype=bool)
-    tests = (("data_loading", _covers(spans.data_loading, gs, ge, ovh, idle_ns)),
-             ("cpu_fallback", _covers(spans.cpu_fallback, gs, ge, ovh, idle_ns)),
-             ("host_sync", I.any_overlap(*spans.host_sync, gs - 1, gs + 1)),  # begins in one
-             ("host_bound_launch", late),
-             ("profiler_overhead", _covers(spans.profiler_overhead, gs, ge, ovh, idle_ns)))
-    for name, hit in tests:
-        take = undecided & hit
-        cause[take] = CAUSES.index(name)
-        undecided &= ~take
-    short = idle_ns < min_gap_ns
-    cause[short] = np.where(late[short], CAUSES.index("host_bound_launch"),
-                            ALL_CAUSES.index(SHORT))
-    return cause
+def host_spans(ctx: AnalysisContext) -> HostSpans:
+    """The host spans the idle rules test, as selected once per trace (``selections``): CPU
+    fallbacks are the fallback rows and the calls inferred from host ops and their copies."""
+    trace, names = ctx.trace, ctx.names
+    union = lambda s: I.union(s.start, s.end)  # noqa: E731
+    inferred = ctx.result(infer_fallbacks)
+    fallback = sel.spans_of(trace, ctx.fallback_rows)
+    sync = sel.spans_of(trace, ctx.sync_rows)
+    return HostSpans(
+        data_loading=union(sel.spans_of(trace, sel.dataloader_rows(trace, names))),
+        cpu_fallback=I.union(np.concatenate([fallback.start, inferred.span_start_ns]),
+                             np.concatenate([fallback.end, inferred.span_end_ns])),
+        sync_start=sync.start, sync_end=sync.end,
+        profiler_overhead=union(sel.spans_of(trace, sel.profiler_overhead_rows(trace, names))))
 
 
 def _next_launch(work: DeviceWork, on_device: np.ndarray, ge: np.ndarray) -> np.ndarray:
@@ -263,33 +173,30 @@ def _min_by_start(start: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np
     return start[first], np.minimum.reduceat(values, first)
 
 
-def idle_time(trace: Trace, work: DeviceWork, steps: Steps, *,
-              min_gap_ns: int = DEFAULT_MIN_GAP_NS, top: int = 10,
-              fallback_spans: tuple[np.ndarray, np.ndarray] | None = None) -> IdleTime:
-    """``fallback_spans``: (starts, ends) of CPU-fallback calls the trace has no fallback rows
-    for (``fallback_inference``); rule 2 counts them with the rows."""
-    spans = _host_spans(trace, fallback_spans)
-    window, ovh = steps.spans, spans.emulator_overhead
+def idle_time(ctx: AnalysisContext) -> IdleTime:
+    work, steps, options = ctx.work, ctx.steps, ctx.options
+    spans = host_spans(ctx)
+    window, ovh = steps.spans, ctx.emulator_overhead
     counted = _counted(window, window, ovh)
     devices, gaps = [], []
     for device in work.devices:  # a handful of devices: the work per device is vectorised
-        on = work.device == device
-        busy_all = I.union(work.start[on], work.end[on])
+        busy_all = ctx.busy(device)
         busy = I.intersect(busy_all, window)
         gap = _whole_gaps(window, busy_all)
         length_ns = (gap.end - gap.start) - I.overlap_per_window(ovh, gap.start, gap.end)
-        cause = classify(gap.start, gap.end, _next_launch(work, on, gap.end), spans,
-                         min_gap_ns, length_ns)
+        facts = Gaps(gap.start, gap.end, length_ns,
+                     _next_launch(work, work.device == device, gap.end), ovh)
+        cause = classify(facts, spans, options.min_gap_ns)
         idle_ns = I.overlap_per_window(counted, gap.start, gap.end)
         devices.append(_device_idle(device, work.labels[device], window, busy, gap, cause,
                                     steps, ovh))
         gaps.append((np.full(len(gap), device), gap.start, gap.end, cause, idle_ns))
     if not gaps:
-        return IdleTime(min_gap_ns=min_gap_ns, devices=(), longest=(), emulator_overhead=ovh,
-                        window=window)
+        return IdleTime(min_gap_ns=options.min_gap_ns, devices=(), longest=(),
+                        emulator_overhead=ovh, window=window)
     device, gs, ge, cause, idle_ns = (np.concatenate(p) for p in zip(*gaps, strict=True))
-    return IdleTime(min_gap_ns=min_gap_ns, devices=tuple(devices),
-                    longest=_longest(trace, (device, gs, ge, cause, idle_ns), steps, top, ovh),
+    return IdleTime(min_gap_ns=options.min_gap_ns, devices=tuple(devices),
+                    longest=_longest(ctx, (device, gs, ge, cause, idle_ns), options.top, ovh),
                     gap_device=device, gap_start_ns=gs, gap_end_ns=ge, gap_cause=cause,
                     gap_idle_ns=idle_ns, emulator_overhead=ovh, window=window)
 
@@ -334,41 +241,28 @@ def _device_idle(device: int, label: str, window: I.Intervals, busy: I.Intervals
                           discounted, steps.start_ns, steps.end_ns).tolist()))
 
 
-def _longest(trace: Trace, gaps: tuple[np.ndarray, ...], steps: Steps, top: int,
+def _longest(ctx: AnalysisContext, gaps: tuple[np.ndarray, ...], top: int,
              overhead: I.Intervals) -> tuple[Gap, ...]:
     device, gs, ge, cause, idle_ns = gaps
+    steps = ctx.steps
     pick = np.argsort(-idle_ns, kind="stable")[:top]
-    host = host_rows(trace)
     out = []
     for i in pick.tolist():
         step = int(np.searchsorted(steps.start_ns, gs[i], side="right") - 1)
         out.append(Gap(device=int(device[i]), start_ns=int(gs[i]), end_ns=int(ge[i]),
                        cause=ALL_CAUSES[int(cause[i])], step=max(step, 0),
-                       host_activity=host_activity(trace, host, int(gs[i]), int(ge[i])),
+                       host_activity=host_activity(ctx, int(gs[i]), int(ge[i])),
                        idle_ns=int(idle_ns[i]),
                        emulator_overhead_ns=int(I.overlap_per_window(
                            overhead, gs[i:i + 1], ge[i:i + 1])[0])))
     return tuple(out)
 
 
-def host_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    step_ids = [i for i, s in enumerate(trace.strings) if s.startswith(V.PROFILER_STEP_PREFIX)]
-    mask = (trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
-            & ~np.isin(trace.col(S.NAME_ID), step_ids))
-    start, end = _spans(trace, mask)
-    return start, end, trace.col(S.NAME_ID)[mask]
-
-
-def host_activity(trace: Trace, host: tuple[np.ndarray, np.ndarray, np.ndarray], gs: int,
-                   ge: int) -> tuple[str, ...]:
+def host_activity(ctx: AnalysisContext, gs: int, ge: int) -> tuple[str, ...]:
     """Names of the host ops covering most of [gs, ge); among equals, the innermost."""
-    start, end, name_id = host
-    cover = np.minimum(end, ge) - np.maximum(start, gs)
-    hit = np.flatnonzero(cover > 0)
-    order = hit[np.lexsort((end[hit] - start[hit], -cover[hit]))]
     names: list[str] = []
-    for n in name_id[order].tolist():
-        text = trace.strings[n]
+    for n in ctx.host.name_id[sel.covering(ctx.host, gs, ge)].tolist():
+        text = ctx.trace.strings[n]
         if text not in names:
             names.append(text)
         if len(names) == HOST_ACTIVITY_NAMES:

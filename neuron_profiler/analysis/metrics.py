@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from neuron_profiler.analysis.idle import ALL_CAUSES
+from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.report import Report
 from neuron_profiler.errors import NeuronProfilerError
 

@@ -1,7 +1,7 @@
 """``analyze(trace) -> Report``: every analysis of one trace, composed; renderers only format it::
 
     from neuron_profiler.analysis import analyze
-    report = analyze(load_trace("trace.json"), min_gap_ns=50_000)
+    report = analyze(load_trace("trace.json"), Options(min_gap_ns=50_000))
     report.idle.by_cause_ns, report.breakdown.wall_ns, report.tb_breakdown.rows()
 
 Times are absolute ns; ``to_trace_us`` gives the trace's own µs (what Perfetto and
@@ -10,30 +10,26 @@ chrome://tracing show) for evidence ranges.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from neuron_profiler.analysis._device import device_work
 from neuron_profiler.analysis.breakdown import StepBreakdown, step_breakdown
-from neuron_profiler.analysis.distributed import RankSummary, rank_summary
-from neuron_profiler.analysis.fallback_inference import infer_fallbacks
+from neuron_profiler.analysis.compat.hta import HtaIdle, HtaTemporal, hta_breakdowns
+from neuron_profiler.analysis.compat.tb_profiler import TbBreakdown, tb_profiler_breakdown
+from neuron_profiler.analysis.context import AnalysisContext, Options
 from neuron_profiler.analysis.findings import Findings, findings
-from neuron_profiler.analysis.hta_compat import (
-    HtaIdle,
-    HtaTemporal,
-    hta_breakdowns,
-    rank_of,
-)
-from neuron_profiler.analysis.idle import DEFAULT_MIN_GAP_NS, IdleTime, idle_time
+from neuron_profiler.analysis.idle import IdleTime, idle_time
 from neuron_profiler.analysis.pareto import FallbackPareto, fallback_pareto
-from neuron_profiler.analysis.steps import Steps, find_steps
+from neuron_profiler.analysis.rank_summary import RankSummary, rank_summary
+from neuron_profiler.analysis.steps import Steps
 from neuron_profiler.analysis.summary import OpKernelSummary, op_kernel_summary
-from neuron_profiler.analysis.tb_profiler import TbBreakdown, tb_profiler_breakdown
 from neuron_profiler.analysis.timeline import DeviceTimeline, device_timeline
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace, file_base_ns
 
-DEFAULT_TOP = 10
+__all__ = ["Options", "Report", "analyze", "summaries_of"]
+
 THREADED_ROWS = 200_000  # traces this large get the compatibility breakdowns in a second thread
 NOTE_NO_STEPS = "no ProfilerStep annotation: the whole trace is analysed as one step"
 NOTE_HOST_ONLY = "no device events: host-only report (no device idle time or breakdown)"
@@ -42,20 +38,6 @@ NOTE_MODELLED = ("emulated device: device timings are modelled by the emulator, 
 NOTE_EMULATOR_OVERHEAD = ("emulator overhead: {ms:.3f} ms of device time not busy was the "
                           "emulator's own host work (absent on real hardware); discounted from "
                           "idle time and from every cause")
-
-
-@dataclass(frozen=True)
-class Options:
-    """Args: min_gap_ns: shortest idle gap given a cause; top: longest gaps listed; hta / tb:
-    also compute the HTA-compatible and tb-profiler breakdowns; timeline_segments: also compute
-    the drawable device timeline (``analysis.timeline``), at most this many segments a series
-    (None: not computed; the TensorBoard plugin asks for it)."""
-
-    min_gap_ns: int = DEFAULT_MIN_GAP_NS
-    top: int = DEFAULT_TOP
-    hta: bool = True
-    tb: bool = True
-    timeline_segments: int | None = None
 
 
 @dataclass(frozen=True)
@@ -102,39 +84,42 @@ def _compatibility(trace: Trace, options: Options) -> Compatibility:
 def analyze(trace: Trace, options: Options | None = None) -> Report:
     options = options or Options()
     if len(trace) < THREADED_ROWS:
-        return _analyze(trace, options, lambda: _compatibility(trace, options))
+        return _analyze(AnalysisContext(trace, options), lambda: _compatibility(trace, options))
     from concurrent.futures import ThreadPoolExecutor  # (not at startup: small traces)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat") as pool:
-        return _analyze(trace, options, pool.submit(_compatibility, trace, options).result)
+        return _analyze(AnalysisContext(trace, options),
+                        pool.submit(_compatibility, trace, options).result)
 
 
-def _analyze(trace: Trace, options: Options, compatibility: Callable[[], Compatibility]
-             ) -> Report:
-    """Every analysis; ``compatibility`` gives the HTA and tb-profiler breakdowns (computed
-    here, or awaited from the thread that computes them), asked for last."""
-    work = device_work(trace)
-    steps = find_steps(trace, work)
-    inferred = infer_fallbacks(trace, work)
-    idle = idle_time(trace, work, steps, min_gap_ns=options.min_gap_ns, top=options.top,
-                     fallback_spans=(inferred.span_start_ns, inferred.span_end_ns))
-    breakdown = step_breakdown(trace, work, steps)
+def _analyze(ctx: AnalysisContext, compatibility: Callable[[], Compatibility]) -> Report:
+    """Every analysis of one context; ``compatibility`` gives the HTA and tb-profiler
+    breakdowns (computed here, or awaited from the thread that computes them), asked for
+    last."""
+    trace, options, steps = ctx.trace, ctx.options, ctx.steps
+    idle = ctx.result(idle_time)
     notes = ((NOTE_NO_STEPS,) * (not steps.from_profiler_steps)
-             + (NOTE_HOST_ONLY,) * (len(work) == 0)
+             + (NOTE_HOST_ONLY,) * (len(ctx.work) == 0)
              + (NOTE_MODELLED,) * (trace.metadata.get(V.META_MODELLED) is True))
     if idle.emulator_overhead_ns:
         notes += (NOTE_EMULATOR_OVERHEAD.format(ms=idle.emulator_overhead_ns / 1e6),)
-    found = findings(trace, work, steps, idle, inferred)
-    summary = op_kernel_summary(trace, work)
-    timeline = None if options.timeline_segments is None else device_timeline(
-        trace, work, idle, options.timeline_segments)
-    ranks = rank_summary(trace, work, steps, breakdown)
+    found = ctx.result(findings)
+    timeline = (None if options.timeline_segments is None
+                else ctx.result(device_timeline))
+    ranks = ctx.result(rank_summary)
     hta_temporal, hta_idle, tb = compatibility()
     return Report(
-        source=trace.source, rank=rank_of(trace), base_ns=file_base_ns(trace.metadata),
-        has_device=len(work) > 0, steps=steps, breakdown=breakdown,
-        idle=idle, findings=found, summary=summary,
-        fallback_pareto=fallback_pareto(found.fallbacks),
+        source=trace.source, rank=ranks.rank if ranks.rank is not None else 0,
+        base_ns=file_base_ns(trace.metadata), has_device=len(ctx.work) > 0, steps=steps,
+        breakdown=ctx.result(step_breakdown), idle=idle, findings=found,
+        summary=ctx.result(op_kernel_summary), fallback_pareto=fallback_pareto(found.fallbacks),
         hta_temporal=hta_temporal, hta_idle=hta_idle, tb_breakdown=tb, options=options,
         notes=notes, load_warnings=trace.load_warnings(), timeline=timeline,
         rank_summary=ranks)
+
+
+def summaries_of(reports: Iterable[Report]) -> list[RankSummary]:
+    """The reports' rank summaries (for ``distributed``), under the reports' own source names
+    (a caller may rename a report, e.g. to a path relative to a log directory)."""
+    return [dataclasses.replace(r.rank_summary, source=r.source) for r in reports
+            if r.rank_summary is not None]

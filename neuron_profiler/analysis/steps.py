@@ -1,6 +1,6 @@
 """Training steps of a trace, from torch.profiler's ``ProfilerStep#N`` annotations::
 
-    steps = find_steps(trace)
+    steps = find_steps(trace, work, names)       # (AnalysisContext.steps)
     steps.names, steps.start_ns, steps.end_ns    # one entry per step, in time order
     steps.from_profiler_steps                   # False: no annotation, the whole trace is one step
 
@@ -13,18 +13,16 @@ the next step's span covers their spill-over. Without any annotation the trace i
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from neuron_profiler.analysis._device import DeviceWork
 from neuron_profiler.analysis._intervals import Intervals, union
+from neuron_profiler.analysis.selections import NameClasses
 from neuron_profiler.trace import schema as S
-from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
-STEP_NAME = re.compile(re.escape(V.PROFILER_STEP_PREFIX) + r"(\d+)$")
 STEP_KINDS = (S.EventKind.USER_ANNOTATION, S.EventKind.CPU_OP)
 
 
@@ -53,21 +51,23 @@ class Steps:
         return union(self.start_ns, self.end_ns)
 
 
-def step_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of ProfilerStep annotations and their step numbers."""
-    ids = {i: int(m.group(1)) for i, s in enumerate(trace.strings) if (m := STEP_NAME.match(s))}
+def step_rows(trace: Trace, names: NameClasses) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ProfilerStep annotations and their step numbers (a number beyond int64 is no
+    step)."""
+    ids = {i: n for i, n in names.step_numbers.items() if n < 2**63}
     if not ids:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     name_id = trace.col(S.NAME_ID)
+    keys = np.fromiter(ids, np.int64, len(ids))
     rows = np.flatnonzero(trace.mask(kind=list(STEP_KINDS), ph=S.Phase.COMPLETE)
-                          & np.isin(name_id, np.fromiter(ids, np.int64)))
-    lookup = np.zeros(max(ids) + 1, np.int64)
-    lookup[list(ids)] = list(ids.values())
-    return rows, lookup[name_id[rows]]
+                          & np.isin(name_id, keys))
+    order = np.argsort(keys)
+    values = np.fromiter(ids.values(), np.int64, len(ids))[order]
+    return rows, values[np.searchsorted(keys[order], name_id[rows])]
 
 
-def find_steps(trace: Trace, work: DeviceWork) -> Steps:
-    rows, numbers = step_rows(trace)
+def find_steps(trace: Trace, work: DeviceWork, names: NameClasses) -> Steps:
+    rows, numbers = step_rows(trace, names)
     ts, dur = trace.col(S.TS_NS), trace.col(S.DUR_NS)
     if len(rows) == 0:
         return _whole_trace(trace)

@@ -1,6 +1,6 @@
 """Operator and kernel summary, the tables the TensorBoard view renders::
 
-    s = op_kernel_summary(trace, work)
+    s = op_kernel_summary(ctx)
     s.ops[0].name, s.ops[0].host_self_ns, s.ops[0].device_total_ns
     s.kernels[0].name, s.kernels[0].achieved_tflops, s.kernels[0].pct_of_peak
 
@@ -31,7 +31,8 @@ import numpy as np
 from neuron_profiler.analysis._args import arg_values, args_spelling, as_float
 from neuron_profiler.analysis._device import DeviceWork
 from neuron_profiler.analysis._tree import parents, subtree_sums
-from neuron_profiler.analysis.peaks import bandwidth_gbps, peak_properties, peak_tflops
+from neuron_profiler.analysis.context import AnalysisContext
+from neuron_profiler.analysis.peaks import bandwidth_gbps, peak_tflops
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -72,17 +73,19 @@ class OpKernelSummary:
     kernels: tuple[KernelRow, ...]  # by total time
 
 
-def op_kernel_summary(trace: Trace, work: DeviceWork) -> OpKernelSummary:
-    return OpKernelSummary(ops=_ops(trace, work), kernels=_kernels(trace, work))
+def op_kernel_summary(ctx: AnalysisContext) -> OpKernelSummary:
+    return OpKernelSummary(ops=_ops(ctx), kernels=_kernels(ctx))
 
 
-def _ops(trace: Trace, work: DeviceWork) -> tuple[OpRow, ...]:
+def _ops(ctx: AnalysisContext) -> tuple[OpRow, ...]:
+    trace, work, host = ctx.trace, ctx.work, ctx.host
     c = trace.columns
-    step_ids = [i for i, n in enumerate(trace.strings) if n.startswith(V.PROFILER_STEP_PREFIX)]
-    ops = trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE) & ~np.isin(c[S.NAME_ID],
-                                                                             step_ids)
-    # runtime calls are leaves of the op tree: an op's host self time excludes its launches
-    rows = np.flatnonzero(ops | trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE))
+    # ops (host rows: no ProfilerStep) and runtime calls, the leaves of the op tree: an op's
+    # host self time excludes its launches
+    tree_rows = (host.kind == S.EventKind.CPU_OP) | (host.kind == S.EventKind.RUNTIME)
+    rows = host.rows[tree_rows]
+    ops = np.zeros(len(trace), dtype=bool)
+    ops[host.rows[host.kind == S.EventKind.CPU_OP]] = True
     if not ops.any():
         return ()
     start, dur = c[S.TS_NS][rows], c[S.DUR_NS][rows]
@@ -193,7 +196,8 @@ def _spread(index: np.ndarray, most: int) -> np.ndarray:
     return index[np.linspace(0, len(index) - 1, most).astype(np.int64)]
 
 
-def _kernels(trace: Trace, work: DeviceWork) -> tuple[KernelRow, ...]:
+def _kernels(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
+    trace, work = ctx.trace, ctx.work
     if len(work) == 0:
         return ()
     dur = work.end - work.start
@@ -205,7 +209,7 @@ def _kernels(trace: Trace, work: DeviceWork) -> tuple[KernelRow, ...]:
     hi = np.zeros(len(uniq), np.int64)
     np.minimum.at(lo, code, dur)
     np.maximum.at(hi, code, dur)
-    props = peak_properties(trace)
+    props = ctx.peaks
     flops, nbytes, ideal = _work_amounts(trace, work, props)
     f_sum = np.bincount(code, weights=np.nan_to_num(flops), minlength=len(uniq))
     b_sum = np.bincount(code, weights=np.nan_to_num(nbytes), minlength=len(uniq))

@@ -1,9 +1,9 @@
 """Host sync points that stall the device, grouped by name, with the same fields as fallbacks::
 
-    groups = sync_groups(trace, work, idle)
+    groups = sync_groups(ctx)
     g = groups[0]; g.name, g.calls, g.host_ns, g.d2h_count, g.d2h_bytes, g.idle_ns
 
-Syncs are the rows ``idle.sync_mask`` picks (``.item()``, ``_local_scalar_dense``, ``nonzero``,
+Syncs are the rows ``selections.sync_rows`` picks (``.item()``, ``_local_scalar_dense``, ``nonzero``,
 stream/device/event synchronize, synchronous memcpy, our ``host sync: ...`` rows). A call counts
 for the outermost sync around it on its thread (``aten::item``, not the
 ``cudaStreamSynchronize`` inside it), so no host time is counted twice. Per name:
@@ -26,12 +26,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
-from neuron_profiler.analysis._copies import D2H, copy_info
-from neuron_profiler.analysis._device import DeviceWork
-from neuron_profiler.analysis._launches import launch_sites
-from neuron_profiler.analysis._threads import HostThreads
+from neuron_profiler.analysis._copies import D2H
 from neuron_profiler.analysis.callsites import call_sites
-from neuron_profiler.analysis.idle import IdleTime, sync_mask
+from neuron_profiler.analysis.context import AnalysisContext
+from neuron_profiler.analysis.fallbacks import fallback_copies
+from neuron_profiler.analysis.idle import IdleTime, idle_time
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
@@ -56,18 +55,18 @@ class SyncGroup:
     call_site: str = ""
 
 
-def sync_groups(trace: Trace, work: DeviceWork, idle: IdleTime,
-                not_theirs: np.ndarray | None = None) -> tuple[SyncGroup, ...]:
-    """``not_theirs``: mask over the device work of copies counted elsewhere (a CPU fallback's,
-    whose own ``host sync: <op>`` row waits for them)."""
-    rows = _outermost(trace, np.flatnonzero(sync_mask(trace)))
-    if len(work) == 0 or len(rows) == 0:
+def sync_groups(ctx: AnalysisContext) -> tuple[SyncGroup, ...]:
+    """A CPU fallback's copies are left to it (its own ``host sync: <op>`` row waits for
+    them)."""
+    trace = ctx.trace
+    rows = _outermost(trace, ctx.sync_rows)
+    if len(ctx.work) == 0 or len(rows) == 0:
         return ()
     c = trace.columns
     start = c[S.TS_NS][rows]
     end = start + c[S.DUR_NS][rows]
-    gap_start, gap_end, gap_idle, owner = _gap_owners(idle, start, end)
-    d2h = _d2h_per_call(trace, work, rows, not_theirs)
+    gap_start, gap_end, gap_idle, owner = _gap_owners(ctx.result(idle_time), start, end)
+    d2h = _d2h_per_call(ctx, rows, ctx.result(fallback_copies))
     name_id = c[S.NAME_ID][rows]
     out, evidence = [], []
     for nid in np.unique(name_id).tolist():
@@ -125,15 +124,15 @@ def _gap_owners(idle: IdleTime, start: np.ndarray, end: np.ndarray
     return gap_start, gap_end, gap_idle, owner
 
 
-def _d2h_per_call(trace: Trace, work: DeviceWork, rows: np.ndarray,
-                  not_theirs: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(count, bytes, ns) of the D2H copies each call waited for (see the module docstring)."""
+def _d2h_per_call(ctx: AnalysisContext, rows: np.ndarray, skip: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(count, bytes, ns) of the D2H copies each call waited for (see the module docstring),
+    the copies in ``skip`` (a mask over the device work) left out."""
     out = tuple(np.zeros(len(rows), np.int64) for _ in range(3))
-    copies = copy_info(trace, work)
+    trace, work, copies = ctx.trace, ctx.work, ctx.copies
     if not (copies.direction == D2H).any():
         return out
-    threads = HostThreads(trace, launch_sites(trace, work.rows))
-    skip = np.zeros(len(work), bool) if not_theirs is None else not_theirs
+    threads = ctx.threads
     c = trace.columns
     taken_until: dict[tuple[int, int], int] = {}
     d2h: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}

@@ -1,7 +1,7 @@
 """Device timelines small enough to draw: each device queue's busy time and each device's idle
 gaps by cause, as at most ``max_segments`` segments per series::
 
-    tl = device_timeline(trace, report.idle, max_segments=2000)
+    tl = device_timeline(ctx)                     # ctx.options.timeline_segments per series
     tl.queues[0].segments.busy_ns.sum() == tl.queues[0].busy_ns     # always
     tl.idle[0].cause, tl.idle[0].segments.exact
 
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
-from neuron_profiler.analysis._device import DeviceWork
-from neuron_profiler.analysis.idle import ALL_CAUSES, IdleTime
+from neuron_profiler.analysis.causes import ALL_CAUSES
+from neuron_profiler.analysis.context import AnalysisContext
+from neuron_profiler.analysis.idle import idle_time
 from neuron_profiler.trace import schema as S
-from neuron_profiler.trace.model import Trace
 
 DEFAULT_MAX_SEGMENTS = 2000
 
@@ -94,20 +94,23 @@ def downsample(iv: I.Intervals, start_ns: int, end_ns: int, max_segments: int) -
     return Segments(lo[keep], hi[keep], busy[keep], False, len(iv))
 
 
-def device_timeline(trace: Trace, work: DeviceWork, idle: IdleTime,
-                    max_segments: int = DEFAULT_MAX_SEGMENTS) -> DeviceTimeline:
+def device_timeline(ctx: AnalysisContext) -> DeviceTimeline:
     """Every device queue's busy time and every device's gaps by cause, each series bounded
-    by ``max_segments`` segments."""
+    by ``ctx.options.timeline_segments`` segments (DEFAULT_MAX_SEGMENTS when not set)."""
+    trace, work, idle = ctx.trace, ctx.work, ctx.result(idle_time)
+    max_segments = ctx.options.timeline_segments or DEFAULT_MAX_SEGMENTS
     ends = [a for a in (work.start, work.end, idle.gap_start_ns, idle.gap_end_ns) if len(a)]
     if not ends:
         return DeviceTimeline(0, 0, max_segments, 0.0, (), ())
     start_ns = int(min(a.min() for a in ends))
     end_ns = int(max(a.max() for a in ends))
     tid = trace.col(S.TID)[work.rows]
+    keys, code = np.unique(np.stack([work.device, tid], axis=1), axis=0, return_inverse=True)
+    group, start, end = I.union_by_group(code.ravel(), work.start, work.end)
+    cut = np.searchsorted(group, np.arange(len(keys) + 1))
     queues = []
-    for device, queue in sorted(set(zip(work.device.tolist(), tid.tolist(), strict=True))):
-        on = (work.device == device) & (tid == queue)
-        busy = I.union(work.start[on], work.end[on])
+    for k, (device, queue) in enumerate(keys.tolist()):
+        busy = I.Intervals(start[cut[k]:cut[k + 1]], end[cut[k]:cut[k + 1]])
         queues.append(QueueSeries(device, work.labels[device], queue,
                                   trace.thread_names.get((device, queue))
                                   or trace.tid_labels.get(queue, ""), busy.total,

@@ -53,8 +53,9 @@ def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float
     """Rank what to fix first in each TRACE (or every trace under DIR); compare the ranks of a
     distributed run."""
     from neuron_profiler.analysis import Options
-    from neuron_profiler.analysis.distributed import distributed, summaries_of
+    from neuron_profiler.analysis.distributed import distributed
     from neuron_profiler.analysis.metrics import parse_rule
+    from neuron_profiler.analysis.report import summaries_of
     from neuron_profiler.cli.main import warn
     from neuron_profiler.cli.workers import analyze_files
 

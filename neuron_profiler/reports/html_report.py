@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from neuron_profiler.analysis.idle import ALL_CAUSES
+from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.report import Report
 
 CAUSE_COLOURS = {"data_loading": "#d62728", "cpu_fallback": "#ff7f0e", "host_sync": "#9467bd",

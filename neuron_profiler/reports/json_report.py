@@ -14,16 +14,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.distributed import (
     OUTLIER_ABS_NS,
     OUTLIER_REL,
     Distributed,
     distributed,
-    summaries_of,
 )
-from neuron_profiler.analysis.idle import ALL_CAUSES
 from neuron_profiler.analysis.metrics import metrics
-from neuron_profiler.analysis.report import Report
+from neuron_profiler.analysis.report import Report, summaries_of
 
 SCHEMA_VERSION = "1"
 SCHEMA_FILE = "report.schema.json"
@@ -119,7 +118,8 @@ def _findings(r: Report) -> list[dict[str, Any]]:
     return [{"kind": f.kind, "title": f.title, "recoverable_ms": _ms(f.recoverable_ns),
              "recoverable_ms_per_step": _ms(f.recoverable_ns_per_step),
              "recoverable_pct": f.recoverable_pct, "ranges": _ranges(r, f.ranges_ns),
-             "host_op": f.host_op, "call_site": f.call_site, "suggestion": f.suggestion}
+             "host_op": f.host_op, "call_site": f.call_site, "suggestion": f.suggestion,
+             "docs": f.docs}
             for f in r.findings.findings]
 
 

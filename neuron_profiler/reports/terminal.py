@@ -12,13 +12,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.distributed import (
     OUTLIER_ABS_NS,
     OUTLIER_REL,
     Distributed,
     SpanAnalysis,
 )
-from neuron_profiler.analysis.idle import ALL_CAUSES
 from neuron_profiler.analysis.report import Report
 
 MAX_WIDTH = 100

@@ -67,7 +67,7 @@ def analyze_span(span: discovery.Span, progress: Progress = lambda phase: None) 
     server's own paths are not shown), its drawable timeline and its rank summary, from one
     load; a load or analysis failure as the error body of all three."""
     from neuron_profiler.analysis import Options, analyze
-    from neuron_profiler.analysis.distributed import summaries_of
+    from neuron_profiler.analysis.report import summaries_of
     from neuron_profiler.errors import TraceLoadError
     from neuron_profiler.reports.json_report import to_document
     from neuron_profiler.reports.timeline_json import timeline_document

@@ -101,5 +101,8 @@ class EventKind(enum.IntEnum):
     DATALOADER = 14  # dataloader annotations
 
 
-DEVICE_KINDS = frozenset({EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET,
-                          EventKind.COLLECTIVE, EventKind.GPU_USER_ANNOTATION})
+# Device work: what keeps a device busy (kernels, copies, memsets, collectives). Every analysis
+# of busy and idle time reads these kinds; the exporters also put GPU user annotations (ranges
+# projected on a device stream, never work) on the device's tracks.
+WORK_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET, EventKind.COLLECTIVE)
+DEVICE_KINDS = frozenset({*WORK_KINDS, EventKind.GPU_USER_ANNOTATION})

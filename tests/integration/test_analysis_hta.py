@@ -15,7 +15,7 @@ pytest.importorskip("hta")
 
 from conftest import all_shared_trace_files, shared_traces_dir  # noqa: E402
 
-from neuron_profiler.analysis.hta_compat import (  # noqa: E402
+from neuron_profiler.analysis.compat.hta import (  # noqa: E402
     hta_idle_time_breakdown,
     hta_temporal_breakdown,
 )

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 from conftest import all_shared_trace_files
 
-from neuron_profiler.analysis.tb_profiler import tb_profiler_breakdown
+from neuron_profiler.analysis.compat.tb_profiler import tb_profiler_breakdown
 from neuron_profiler.cli.main import main
 from neuron_profiler.reports.json_report import schema_text
 from neuron_profiler.trace import load_trace

@@ -22,8 +22,8 @@ pytest.importorskip("torch_tb_profiler")
 
 from conftest import all_shared_trace_files, shared_traces_dir  # noqa: E402
 
-from neuron_profiler.analysis.idle import is_dataloader_name  # noqa: E402
-from neuron_profiler.analysis.tb_profiler import TbBreakdown, tb_profiler_breakdown  # noqa: E402
+from neuron_profiler.analysis.compat.tb_profiler import TbBreakdown, tb_profiler_breakdown  # noqa: E402
+from neuron_profiler.analysis.selections import is_dataloader_name  # noqa: E402
 from neuron_profiler.trace import load_trace  # noqa: E402
 from neuron_profiler.trace.kinds import CATEGORY_KINDS  # noqa: E402
 from neuron_profiler.trace.schema import EventKind  # noqa: E402

@@ -25,7 +25,7 @@ from html_checks import (
 from trace_factory import US, Build
 
 from neuron_profiler.analysis import Options, analyze
-from neuron_profiler.analysis.idle import ALL_CAUSES
+from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.report import NOTE_NO_STEPS
 from neuron_profiler.cli.main import main
 from neuron_profiler.errors import OutputError

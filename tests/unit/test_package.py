@@ -64,7 +64,7 @@ def test_trace_keys_spelled_once() -> None:
     assert len(keys) > 25
     users = [root / "collectors" / "session.py", root / "runtime_trace" / "merge.py",
              root / "runtime_trace" / "placement.py", *(root / "exporters").glob("*.py"),
-             *(root / "analysis").glob("*.py"), *(root / "reports").glob("*.py")]
+             *(root / "analysis").rglob("*.py"), *(root / "reports").glob("*.py")]
     found = []
     for path in users:
         tree = ast.parse(path.read_text())

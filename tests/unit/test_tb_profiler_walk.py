@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neuron_profiler.analysis.tb_profiler import _walk
+from neuron_profiler.analysis.compat.tb_profiler import _walk
 
 
 def _walk_as_0_4_3(rs: np.ndarray, re_: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:

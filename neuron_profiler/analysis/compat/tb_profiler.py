@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
-from neuron_profiler.analysis.idle import is_dataloader_name
+from neuron_profiler.analysis.selections import is_dataloader_name
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace

@@ -1,0 +1,217 @@
+"""Why a device waited, one record per cause: its rule, its advice, its docs anchor and its
+precondition together (as torch.profiler's pattern matcher keeps one class per anti-pattern)::
+
+    for rule in IDLE_RULES:                 # in order: a gap takes the first rule that holds
+        if rule.applies(spans):
+            hit = rule.match(gaps, spans)
+    cause("host_sync").advice, cause("host_sync").docs
+
+Idle causes (``IDLE_RULES``, then ``SHORT_GAPS``) classify the device's idle gaps
+(``idle.py``); the busy-time patterns (``EXPOSED_COPIES``, ``COLLECTIVE_WAIT``) are findings
+about time the device was busy waiting (``findings.py``). How each cause reaches the findings
+is its ``finding``: one ``idle:<name>`` finding, per-op / per-name groups (CPU fallbacks,
+host syncs), or none (profiler overhead is the profiler's, not the user's). The rules are
+stated with a worked example in docs/analysis.md, each under a heading named after the cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._device import NO_LAUNCH
+
+DOCS = "docs/analysis.md"
+Reported = Literal["idle", "groups", "none"]
+
+
+@dataclass(frozen=True)
+class HostSpans:
+    """The host's time in each kind of work the rules test (unions over every host thread;
+    ``sync``: the sync calls themselves, for rule 3's "begins in one")."""
+
+    data_loading: I.Intervals
+    cpu_fallback: I.Intervals
+    sync_start: np.ndarray
+    sync_end: np.ndarray
+    profiler_overhead: I.Intervals
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """The gaps being classified, one entry each. ``idle_ns``: the gap less the emulator
+    overhead in it; ``next_launch``: when the launch call of the work ending it began
+    (NO_LAUNCH: unknown); ``discount``: the emulator overhead."""
+
+    start: np.ndarray
+    end: np.ndarray
+    idle_ns: np.ndarray
+    next_launch: np.ndarray
+    discount: I.Intervals
+
+    def covered_by(self, spans: I.Intervals) -> np.ndarray:
+        """Do the spans cover at least half of each gap's idle time (the host spent most of
+        the gap there)?"""
+        covered = I.overlap_per_window(I.subtract(spans, self.discount), self.start, self.end)
+        return 2 * covered >= self.idle_ns
+
+    @property
+    def launched_late(self) -> np.ndarray:
+        """Did the launch of the work ending each gap begin after the gap did?"""
+        return (self.next_launch != NO_LAUNCH) & (self.next_launch > self.start)
+
+
+class Cause:
+    """One cause. ``name``: its key in reports and ``--json``; ``title``: how reports say it;
+    ``advice``: what to do (fields in braces are filled per finding); ``finding``: how it
+    reaches the findings; ``docs``: where its rule is explained."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    advice: ClassVar[str]
+    finding: ClassVar[Reported] = "idle"
+
+    @property
+    def docs(self) -> str:
+        return f"{DOCS}#{self.name}"
+
+    def applies(self, spans: HostSpans) -> bool:
+        """Precondition: can the trace show this cause at all? (When not, the rule is not
+        tried.)"""
+        return True
+
+    def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
+        """Which gaps this rule holds for."""
+        raise NotImplementedError
+
+
+class DataLoading(Cause):
+    name, title = "data_loading", "data loading"
+    advice = ("The device waits for input: use DataLoader(num_workers>0, pin_memory=True, "
+              "persistent_workers=True) or prefetch the next batch.")
+
+    def applies(self, spans: HostSpans) -> bool:
+        return len(spans.data_loading) > 0
+
+    def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
+        return gaps.covered_by(spans.data_loading)
+
+
+class CpuFallback(Cause):
+    name, title, finding = "cpu_fallback", "CPU fallback", "groups"
+    advice = ("{op} runs on the host ({reason}): replace it by a supported op, move it out of "
+              "the step, or keep its inputs on the host.")
+
+    def applies(self, spans: HostSpans) -> bool:
+        return len(spans.cpu_fallback) > 0
+
+    def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
+        return gaps.covered_by(spans.cpu_fallback)
+
+
+class HostSync(Cause):
+    name, title, finding = "host_sync", "host sync", "groups"
+    advice = ("The host waits for the device here, then the queue is empty: drop it from the "
+              "step (log every N steps, keep values on the device, non_blocking copies).")
+
+    def applies(self, spans: HostSpans) -> bool:
+        return len(spans.sync_start) > 0
+
+    def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
+        # the gap begins in a sync: one that began at or before it and ended at or after it
+        return I.any_overlap(spans.sync_start, spans.sync_end, gaps.start - 1, gaps.start + 1)
+
+
+class HostBoundLaunch(Cause):
+    name, title = "host_bound_launch", "host bound launch"
+    advice = ("The host launches work too slowly: fewer, larger ops per step (torch.compile, "
+              "fused ops, larger batches).")
+
+    def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
+        return gaps.launched_late
+
+
+class ProfilerOverhead(Cause):
+    name, title, finding = "profiler_overhead", "profiler overhead", "none"
+    advice = "The profiler's own work: absent when not profiling."
+
+    def applies(self, spans: HostSpans) -> bool:
+        return len(spans.profiler_overhead) > 0
+
+    def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
+        return gaps.covered_by(spans.profiler_overhead)
+
+
+class Other(Cause):
+    name, title = "other", "other"
+    advice = "Idle time with no host cause found: look at the longest gaps in the trace."
+
+    def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
+        return np.ones(len(gaps.start), dtype=bool)
+
+
+class ShortGaps(Cause):
+    """Gaps shorter than ``--min-gap`` that were not launched late: launch latency between work
+    already queued. (A short gap launched late is ``host_bound_launch``; no other rule is
+    tried on short gaps.)"""
+
+    name, title = "short_gaps", "short gaps"
+    advice = "Many gaps shorter than --min-gap between launches: fuse small ops."
+
+    def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
+        return ~gaps.launched_late
+
+
+class ExposedCopies(Cause):
+    """Busy time: a device's DMA queue busy while none of its compute or collective queues is
+    (the copy is not hidden behind work), fallback copies left out."""
+
+    name, title = "exposed_copies", "exposed copies"
+    advice = ("Copies run while the compute queue waits: overlap them with compute "
+              "(non_blocking=True with pinned memory, prefetch earlier).")
+
+
+class CollectiveWait(Cause):
+    """Busy time: a collective-wait (barrier) slice while no compute runs."""
+
+    name, title = "collective_wait", "collective wait"
+    advice = ("Cores wait at collectives for their peers: balance the work across ranks and "
+              "look for a straggler.")
+
+
+DATA_LOADING, CPU_FALLBACK, HOST_SYNC = DataLoading(), CpuFallback(), HostSync()
+HOST_BOUND_LAUNCH, PROFILER_OVERHEAD, OTHER = HostBoundLaunch(), ProfilerOverhead(), Other()
+SHORT_GAPS = ShortGaps()
+EXPOSED_COPIES, COLLECTIVE_WAIT = ExposedCopies(), CollectiveWait()
+
+IDLE_RULES: tuple[Cause, ...] = (DATA_LOADING, CPU_FALLBACK, HOST_SYNC, HOST_BOUND_LAUNCH,
+                                 PROFILER_OVERHEAD, OTHER)
+SHORT_RULES: tuple[Cause, ...] = (HOST_BOUND_LAUNCH, SHORT_GAPS)  # gaps under --min-gap
+IDLE_CAUSES: tuple[Cause, ...] = (*IDLE_RULES, SHORT_GAPS)
+ALL_CAUSES: tuple[str, ...] = tuple(c.name for c in IDLE_CAUSES)  # the idle causes' keys
+BUSY_PATTERNS: tuple[Cause, ...] = (EXPOSED_COPIES, COLLECTIVE_WAIT)
+_BY_NAME = {c.name: c for c in (*IDLE_CAUSES, *BUSY_PATTERNS)}
+
+
+def cause(name: str) -> Cause:
+    return _BY_NAME[name]
+
+
+def classify(gaps: Gaps, spans: HostSpans, min_gap_ns: int) -> np.ndarray:
+    """Index into ALL_CAUSES per gap: for a gap whose idle time is under ``min_gap_ns``, the
+    first of SHORT_RULES that holds; for the others, the first of IDLE_RULES."""
+    short = gaps.idle_ns < min_gap_ns
+    out = np.full(len(gaps.start), -1, dtype=np.int64)
+    for rules, among in ((IDLE_RULES, ~short), (SHORT_RULES, short)):
+        undecided = among.copy()
+        for rule in rules:
+            if not undecided.any():
+                break
+            if rule.applies(spans):
+                take = undecided & rule.match(gaps, spans)
+                out[take] = ALL_CAUSES.index(rule.name)
+                undecided &= ~take
+    return out

@@ -1,0 +1,135 @@
+"""What every analysis of one trace starts from, computed once: the shared selections (device
+work, steps, host rows, name classes, copies, launch sites, busy unions) and the results other
+analyses build on. Every analysis is a function ``(ctx) -> Result``, as pyinstrument passes one
+options object to every processor::
+
+    ctx = AnalysisContext(trace, Options(min_gap_ns=50_000))
+    ctx.work, ctx.steps, ctx.host          # selected on first use, then kept
+    idle = ctx.result(idle_time)           # computed once, whoever asks first
+
+``result`` memoises by analysis function, so ``findings`` can ask for ``idle_time`` and
+``analyze`` for both without computing the gaps twice. The context reads the trace and never
+changes it; the HTA and tb-profiler reproductions take the trace alone (their rules are those
+tools', not these selections).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, TypeVar
+
+import numpy as np
+
+from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis import selections as sel
+from neuron_profiler.analysis._copies import CopyInfo, copy_info
+from neuron_profiler.analysis._device import DeviceWork, device_work
+from neuron_profiler.analysis._launches import LaunchSites, launch_sites
+from neuron_profiler.analysis._threads import HostThreads
+from neuron_profiler.analysis.peaks import peak_properties
+from neuron_profiler.analysis.steps import Steps, find_steps
+from neuron_profiler.trace.model import Trace
+
+DEFAULT_MIN_GAP_NS = 50_000
+DEFAULT_TOP = 10
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Args: min_gap_ns: shortest idle gap given a cause; top: longest gaps listed; hta / tb:
+    also compute the HTA-compatible and tb-profiler breakdowns; timeline_segments: also compute
+    the drawable device timeline (``analysis.timeline``), at most this many segments a series
+    (None: not computed; the TensorBoard plugin asks for it)."""
+
+    min_gap_ns: int = DEFAULT_MIN_GAP_NS
+    top: int = DEFAULT_TOP
+    hta: bool = True
+    tb: bool = True
+    timeline_segments: int | None = None
+
+
+class AnalysisContext:
+    """One trace, its options, its shared selections (each computed on first use) and the
+    analysis results computed so far."""
+
+    def __init__(self, trace: Trace, options: Options | None = None) -> None:
+        self.trace = trace
+        self.options = options or Options()
+        self._results: dict[Callable[..., Any], Any] = {}
+        self._busy: dict[tuple[int, tuple[int, ...] | None], I.Intervals] = {}
+
+    def result(self, analysis: Callable[[AnalysisContext], R]) -> R:
+        """``analysis(self)``, computed once per context."""
+        if analysis not in self._results:
+            self._results[analysis] = analysis(self)
+        return self._results[analysis]
+
+    @cached_property
+    def names(self) -> sel.NameClasses:
+        return sel.NameClasses.of(self.trace)
+
+    @cached_property
+    def work(self) -> DeviceWork:
+        return device_work(self.trace, self.names.collective_kernel)
+
+    @cached_property
+    def steps(self) -> Steps:
+        return find_steps(self.trace, self.work, self.names)
+
+    @cached_property
+    def host(self) -> sel.HostRows:
+        return sel.host_rows(self.trace, self.names)
+
+    @cached_property
+    def copies(self) -> CopyInfo:
+        return copy_info(self.trace, self.work)
+
+    @cached_property
+    def launch_sites(self) -> LaunchSites:
+        return launch_sites(self.trace, self.work.rows)
+
+    @cached_property
+    def threads(self) -> HostThreads:
+        return HostThreads(self.trace, self.launch_sites)
+
+    @cached_property
+    def peaks(self) -> Mapping[str, Any] | None:
+        return peak_properties(self.trace)
+
+    @cached_property
+    def fallback_rows(self) -> np.ndarray:
+        return sel.fallback_rows(self.trace)
+
+    @cached_property
+    def sync_rows(self) -> np.ndarray:
+        """Host sync calls (the host-sync rule's spans, the sync groups' calls)."""
+        return sel.sync_rows(self.trace, self.names)
+
+    @cached_property
+    def emulator_overhead(self) -> I.Intervals:
+        """The emulator's own host work, as one interval set (discounted from idle time)."""
+        s = sel.spans_of(self.trace, sel.emulator_overhead_rows(self.trace, self.names))
+        return I.union(s.start, s.end)
+
+    @property
+    def n_steps(self) -> int:
+        return max(len(self.steps), 1)
+
+    @property
+    def mean_step_ns(self) -> float:
+        return float(self.steps.wall_ns.mean()) if len(self.steps) else 0.0
+
+    def busy(self, device: int, queues: tuple[int, ...] | None = None) -> I.Intervals:
+        """When ``device`` had work on any of ``queues`` (queue classes; None: any queue), as
+        one union over all time; kept per (device, queues)."""
+        key = (device, queues)
+        if key not in self._busy:
+            w = self.work
+            on = w.device == device
+            if queues is not None:
+                on &= np.isin(w.queue, queues)
+            self._busy[key] = I.union(w.start[on], w.end[on])
+        return self._busy[key]

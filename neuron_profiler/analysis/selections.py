@@ -1,0 +1,172 @@
+"""Row selections the analyses share, each rule written once (as HTA keeps its filters in one
+module); ``AnalysisContext`` computes each once per trace::
+
+    names = NameClasses.of(trace)              # one pass over the string table
+    host = host_rows(trace, names)             # host rows without ProfilerStep annotations
+    spans = host_spans(trace, names)           # the host spans the idle rules test
+
+Name rules (the names themselves are in ``trace/vocabulary.py``):
+
+- **ProfilerStep**: a name starting with ``ProfilerStep#``; it is a numbered step when the rest
+  is a number (``steps.py``). No ProfilerStep row is host work.
+- **DataLoader**: ``enumerate(DataLoader)#...__next__`` or ``enumerate(DataPipe)#...`` (and rows
+  of the ``dataloader`` category).
+- **Host sync**: the names in ``HOST_SYNC_NAMES`` (``aten::item``, stream/device/event
+  synchronize, synchronous copies, ...) and our ``host sync: ...`` rows.
+- **Emulator overhead**: ``emulator overhead: ...`` rows (the emulated device's own host work).
+- **Profiler overhead**: Kineto's own rows (``Activity Buffer Request``, ``Profiler overhead``)
+  and ``overhead``-category rows that are not the emulator's.
+- **Collective kernels**: ``CC: ...`` and ``CC wait: ...`` rows (ours), NCCL / RCCL kernels.
+- **Collective waits**: ``CC wait: ...`` rows (a real capture's barrier, the emulator's wait).
+
+Host rows are complete rows of the host kinds (``HOST_KINDS``: ops, annotations, Python
+functions, runtime calls, CPU-fallback and DataLoader rows), ProfilerStep annotations left out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.model import Trace
+
+HOST_KINDS = (S.EventKind.CPU_OP, S.EventKind.USER_ANNOTATION, S.EventKind.PYTHON,
+              S.EventKind.RUNTIME, S.EventKind.FALLBACK, S.EventKind.DATALOADER)
+STEP_NAME = re.compile(re.escape(V.PROFILER_STEP_PREFIX) + r"(\d+)$")
+_COLLECTIVE_NAME = re.compile(rf"^({re.escape(V.COLLECTIVE_ENGINE)}: |"
+                              rf"{re.escape(V.COLLECTIVE_WAIT_PREFIX)}|nccl|rccl)", re.IGNORECASE)
+_EMPTY = np.zeros(0, np.int64)
+
+
+def is_dataloader_name(name: str) -> bool:
+    return ((name.startswith(V.DATALOADER_PREFIX) and name.endswith(V.DATALOADER_SUFFIX))
+            or name.startswith(V.DATAPIPE_PREFIX))
+
+
+def is_sync_name(name: str) -> bool:
+    return name in V.HOST_SYNC_NAMES or name.startswith(V.SYNC_PREFIX)
+
+
+@dataclass(frozen=True)
+class NameClasses:
+    """String ids of each class of names (see the module docstring), from one pass over the
+    trace's string table. ``step_numbers``: the step number of each numbered ProfilerStep
+    name, by string id."""
+
+    profiler_steps: np.ndarray
+    step_numbers: dict[int, int]
+    dataloader: np.ndarray
+    sync: np.ndarray
+    emulator_overhead: np.ndarray
+    profiler_overhead: np.ndarray
+    collective_kernel: np.ndarray
+    collective_wait: np.ndarray
+
+    @classmethod
+    def of(cls, trace: Trace) -> NameClasses:
+        found: dict[str, list[int]] = {f: [] for f in (
+            "profiler_steps", "dataloader", "sync", "emulator_overhead", "profiler_overhead",
+            "collective_kernel", "collective_wait")}
+        numbers: dict[int, int] = {}
+        for i, s in enumerate(trace.strings):
+            if s.startswith(V.PROFILER_STEP_PREFIX):
+                found["profiler_steps"].append(i)
+                if (m := STEP_NAME.match(s)) is not None:
+                    numbers[i] = int(m.group(1))
+            if is_dataloader_name(s):
+                found["dataloader"].append(i)
+            if is_sync_name(s):
+                found["sync"].append(i)
+            if s.startswith(V.OVERHEAD_PREFIX):
+                found["emulator_overhead"].append(i)
+            if s in V.PROFILER_OVERHEAD_NAMES:
+                found["profiler_overhead"].append(i)
+            if _COLLECTIVE_NAME.match(s):
+                found["collective_kernel"].append(i)
+            if s.startswith(V.COLLECTIVE_WAIT_PREFIX):
+                found["collective_wait"].append(i)
+        return cls(step_numbers=numbers,
+                   **{k: np.asarray(v, dtype=np.int64) for k, v in found.items()})
+
+
+@dataclass(frozen=True)
+class HostRows:
+    """Host rows (ProfilerStep annotations left out), in file order, with their spans."""
+
+    rows: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    name_id: np.ndarray
+    kind: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def host_rows(trace: Trace, names: NameClasses) -> HostRows:
+    mask = (trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
+            & ~np.isin(trace.col(S.NAME_ID), names.profiler_steps))
+    rows = np.flatnonzero(mask)
+    start = trace.col(S.TS_NS)[rows]
+    return HostRows(rows=rows, start=start, end=start + trace.col(S.DUR_NS)[rows],
+                    name_id=trace.col(S.NAME_ID)[rows], kind=trace.col(S.KIND)[rows])
+
+
+def covering(host: HostRows, start: int, end: int) -> np.ndarray:
+    """Indices into ``host`` of the rows overlapping [start, end), those covering most of it
+    first (the innermost, i.e. shortest, among equals): what the host was doing there."""
+    cover = np.minimum(host.end, end) - np.maximum(host.start, start)
+    hit = np.flatnonzero(cover > 0)
+    return hit[np.lexsort((host.end[hit] - host.start[hit], -cover[hit]))]
+
+
+@dataclass(frozen=True)
+class Spans:
+    """(starts, ends) of host rows, in file order."""
+
+    start: np.ndarray
+    end: np.ndarray
+
+
+def spans_of(trace: Trace, rows: np.ndarray) -> Spans:
+    start = trace.col(S.TS_NS)[rows]
+    return Spans(start, start + trace.col(S.DUR_NS)[rows])
+
+
+def sync_rows(trace: Trace, names: NameClasses) -> np.ndarray:
+    """Host rows of host syncs (idle rule 3's spans, the sync groups' calls)."""
+    return np.flatnonzero(trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
+                          & np.isin(trace.col(S.NAME_ID), names.sync))
+
+
+def dataloader_rows(trace: Trace, names: NameClasses) -> np.ndarray:
+    """DataLoader ``__next__`` spans: host rows by name, and ``dataloader``-category rows."""
+    complete = trace.col(S.PH) == S.Phase.COMPLETE
+    kind = trace.col(S.KIND)
+    host = complete & np.isin(kind, np.array(HOST_KINDS, np.uint8))
+    return np.flatnonzero((host & np.isin(trace.col(S.NAME_ID), names.dataloader))
+                          | (complete & (kind == S.EventKind.DATALOADER)))
+
+
+def emulator_overhead_rows(trace: Trace, names: NameClasses) -> np.ndarray:
+    return np.flatnonzero(trace.mask(ph=S.Phase.COMPLETE)
+                          & np.isin(trace.col(S.NAME_ID), names.emulator_overhead))
+
+
+def profiler_overhead_rows(trace: Trace, names: NameClasses) -> np.ndarray:
+    """Kineto's own host work: its overhead names, or ``overhead``-category rows that are not
+    the emulator's (the emulator writes its overhead in that category too)."""
+    name_id = trace.col(S.NAME_ID)
+    overhead = (np.isin(name_id, names.profiler_overhead)
+                | (trace.col(S.CAT_ID) == trace.string_id(V.CAT_OVERHEAD)))
+    return np.flatnonzero(trace.mask(ph=S.Phase.COMPLETE) & overhead
+                          & ~np.isin(name_id, names.emulator_overhead))
+
+
+def fallback_rows(trace: Trace) -> np.ndarray:
+    """Complete CPU-fallback rows (``CPU fallback: <op>``)."""
+    return trace.select(kind=S.EventKind.FALLBACK, ph=S.Phase.COMPLETE)

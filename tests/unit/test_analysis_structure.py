@@ -1,0 +1,218 @@
+"""One place for each rule in the analyses: the shared selections are computed once per
+``analyze``, each cause is one record whose anchor the docs hold, one union serves grouped and
+plain interval sets, the package has no import cycle and the tool reproductions stay apart."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from trace_factory import Build
+
+from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis import causes as C
+from neuron_profiler.analysis import context as ctx_module
+from neuron_profiler.analysis import selections as sel
+from neuron_profiler.analysis.context import AnalysisContext
+from neuron_profiler.analysis.idle import idle_time
+from neuron_profiler.trace import EventKind
+from neuron_profiler.trace import vocabulary as V
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "neuron_profiler"
+
+
+def _busy_trace():
+    """Two steps, a data stall, a sync, a late launch, a copy: every analysis has work."""
+    b = Build().step(1, 0, 1000).step(2, 1000, 2000)
+    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 400)
+    b.kernel(450, 600, launch_us=420)
+    b.host("aten::item", 600, 700)
+    b.kernel(900, 950, launch_us=880)
+    b.kernel(1000, 1800, launch_us=990)
+    b.kernel(1850, 1900, launch_us=1840, kind=EventKind.MEMCPY,
+             name="Memcpy DtoH (Device -> Host)")
+    return b.b.build()
+
+
+def test_each_shared_selection_is_computed_once_per_analyze(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """The string-table scan, the host rows, the device work, the steps and the copies are
+    selected once per analyze, however many analyses read them."""
+    calls: Counter[str] = Counter()
+
+    def counted(name, fn):  # noqa: ANN001, ANN202
+        def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(sel.NameClasses, "of", classmethod(
+        counted("names", sel.NameClasses.of.__func__)))
+    for name in ("host_rows", "sync_rows", "dataloader_rows", "profiler_overhead_rows"):
+        monkeypatch.setattr(sel, name, counted(name, getattr(sel, name)))
+    for name in ("device_work", "find_steps", "copy_info", "launch_sites"):
+        monkeypatch.setattr(ctx_module, name, counted(name, getattr(ctx_module, name)))
+    from neuron_profiler.analysis import Options, analyze
+
+    report = analyze(_busy_trace(), Options(min_gap_ns=10_000))
+    assert report.findings.findings  # the analyses did read the selections
+    assert calls["names"] == 1 and calls["host_rows"] == 1
+    assert calls["device_work"] == 1 and calls["find_steps"] == 1
+    assert calls["copy_info"] <= 1 and calls["launch_sites"] <= 1
+    assert all(n <= 1 for n in calls.values()), calls
+
+
+def test_result_is_computed_once_whoever_asks() -> None:
+    ctx = AnalysisContext(_busy_trace())
+    seen = []
+
+    def analysis(c: AnalysisContext) -> int:
+        seen.append(c)
+        return len(c.work)
+
+    assert ctx.result(analysis) == ctx.result(analysis) == 4
+    assert seen == [ctx]
+    assert ctx.result(idle_time) is ctx.result(idle_time)
+
+
+def test_busy_union_per_device_and_queue_classes() -> None:
+    """ctx.busy is the union of the device's work on the asked queue classes."""
+    ctx = AnalysisContext(_busy_trace())
+    every = ctx.busy(0)
+    assert list(zip(every.start.tolist(), every.end.tolist(), strict=True)) == [
+        (450_000, 600_000), (900_000, 950_000), (1_000_000, 1_800_000), (1_850_000, 1_900_000)]
+    assert ctx.busy(0, (1,)).total == 50_000  # the DMA queue: the one copy
+    assert ctx.busy(0) is every
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_grouped_union_equals_the_union_of_each_group(seed: int) -> None:
+    """One merge rule serves both: per group, union_by_group gives exactly union's intervals
+    (on a µs grid, brute force)."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    group = rng.integers(0, 6, n) * 7 - 3  # sparse, negative codes too
+    start = rng.integers(-50, 500, n)
+    end = start + rng.integers(-5, 40, n)  # empty and negative intervals too
+    g, s, e = I.union_by_group(group, start, end)
+    for code in np.unique(group).tolist():
+        mine = group == code
+        expect = I.union(start[mine], end[mine])
+        got = g == code
+        assert s[got].tolist() == expect.start.tolist()
+        assert e[got].tolist() == expect.end.tolist()
+        grid = np.zeros(600, bool)
+        for a, b in zip(start[mine].tolist(), end[mine].tolist(), strict=True):
+            grid[a + 50:max(b, a) + 50] = True
+        assert int(grid.sum()) == int((e[got] - s[got]).sum())
+    assert (np.diff(g) >= 0).all()  # sorted by group
+
+
+def test_grouped_union_of_absurd_spans_keeps_each_group_apart() -> None:
+    start = np.array([-(2**61), 0, 2**61, 5], np.int64)
+    end = start + 10
+    g, s, e = I.union_by_group(np.array([0, 1, 1, 0]), start, end)
+    assert g.tolist() == [0, 0, 1, 1]
+    assert s.tolist() == [-(2**61), 5, 0, 2**61]
+
+
+def test_every_cause_is_one_record_with_its_docs_anchor() -> None:
+    """Each cause's docs anchor is a heading of docs/analysis.md; the idle causes' keys are the
+    records' names, in rule order; a finding carries its cause's anchor and advice."""
+    doc = (ROOT / "docs" / "analysis.md").read_text()
+    headings = {re.sub(r"[^a-z0-9_ -]", "", h.strip().lower()).replace(" ", "-")
+                for h in re.findall(r"^#+ (.+)$", doc, flags=re.M)}
+    records = (*C.IDLE_CAUSES, *C.BUSY_PATTERNS)
+    assert len({c.name for c in records}) == len(records)
+    for cause in records:
+        assert cause.docs == f"docs/analysis.md#{cause.name}"
+        assert cause.name in headings, cause.name
+        assert cause.advice and cause.title
+    assert C.ALL_CAUSES == ("data_loading", "cpu_fallback", "host_sync", "host_bound_launch",
+                            "profiler_overhead", "other", "short_gaps")
+    from neuron_profiler.analysis import Options, analyze
+
+    found = analyze(_busy_trace(), Options(min_gap_ns=10_000)).findings.findings
+    by_kind = {f.kind: f for f in found}
+    assert by_kind["idle:data_loading"].docs == C.DATA_LOADING.docs
+    assert by_kind["idle:data_loading"].suggestion == C.DATA_LOADING.advice
+    assert by_kind["host_sync:aten::item"].docs == C.HOST_SYNC.docs
+
+
+def test_a_rule_whose_precondition_fails_is_not_tried() -> None:
+    """Without DataLoader spans the data-loading rule is skipped, so a gap the emulator's
+    overhead fills entirely (0 ns of idle) is not called data loading."""
+    empty = I.EMPTY
+    spans = C.HostSpans(empty, empty, np.zeros(0, np.int64), np.zeros(0, np.int64), empty)
+    gaps = C.Gaps(np.array([0]), np.array([100]), np.array([0]), np.array([50]),
+                  I.window(0, 100))
+    assert C.ALL_CAUSES[int(C.classify(gaps, spans, 0)[0])] == "host_bound_launch"
+    loading = C.HostSpans(I.window(0, 100), empty, np.zeros(0, np.int64),
+                          np.zeros(0, np.int64), empty)
+    assert C.ALL_CAUSES[int(C.classify(gaps, loading, 0)[0])] == "data_loading"
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """Every neuron_profiler module ``path`` imports, at any depth (function-level and
+    TYPE_CHECKING imports count: a cycle through them is still a cycle)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("neuron_profiler"):
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                out.add(full if full in modules else node.module)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("neuron_profiler")}
+    return out & modules
+
+
+def test_no_import_cycle_in_the_package() -> None:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    graph = {m: _imports(p, set(modules)) - {m} for m, p in modules.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for other in sorted(graph[module]):
+            assert state.get(other) != 1, "import cycle: " + " -> ".join(
+                [*path[path.index(other):], module, other] if other in path else [module, other])
+            if other not in state:
+                visit(other, [*path, module])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
+
+
+def test_tool_reproductions_share_none_of_our_rules() -> None:
+    """compat/ (HTA's and tb-profiler's rules) reads no shared selection, cause or context:
+    a change to our rules cannot change theirs."""
+    ours = ("context", "causes", "idle", "findings", "steps", "_device", "breakdown")
+    for path in (PACKAGE / "analysis" / "compat").glob("*.py"):
+        text = path.read_text()
+        for module in ours:
+            assert f"neuron_profiler.analysis.{module} " not in text
+            assert f"neuron_profiler.analysis.{module}\n" not in text
+            assert f"analysis import {module}" not in text
+
+
+def test_host_rows_leave_out_profiler_steps_only() -> None:
+    trace = _busy_trace()
+    names = sel.NameClasses.of(trace)
+    host = sel.host_rows(trace, names)
+    got = sorted(trace.strings[i] for i in host.name_id.tolist())
+    assert "ProfilerStep#1" not in got and "aten::item" in got
+    assert got.count("nrt launch: mm") == 4
+    assert names.step_numbers == {trace.string_id("ProfilerStep#1"): 1,
+                                  trace.string_id("ProfilerStep#2"): 2}
+    assert trace.string_id(V.PROFILER_STEP_PREFIX + "1") in names.profiler_steps.tolist()
