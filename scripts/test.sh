@@ -3,7 +3,7 @@
 # when missing and run as root: CI), lint, run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh torch,test
 bash scripts/browser.sh
 .venv/bin/ruff check neuron_profiler tests bench
 .venv/bin/python -m pytest -q "$@"

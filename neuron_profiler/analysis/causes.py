@@ -65,14 +65,17 @@ class Gaps:
 
 
 class Cause:
-    """One cause. ``name``: its key in reports and ``--json``; ``title``: how reports say it;
+    """One cause. ``name``: its key in reports and ``--json`` (``title``: the same in words);
     ``advice``: what to do (fields in braces are filled per finding); ``finding``: how it
     reaches the findings; ``docs``: where its rule is explained."""
 
     name: ClassVar[str]
-    title: ClassVar[str]
     advice: ClassVar[str]
     finding: ClassVar[Reported] = "idle"
+
+    @property
+    def title(self) -> str:
+        return self.name.replace("_", " ")
 
     @property
     def docs(self) -> str:
@@ -89,7 +92,7 @@ class Cause:
 
 
 class DataLoading(Cause):
-    name, title = "data_loading", "data loading"
+    name = "data_loading"
     advice = ("The device waits for input: use DataLoader(num_workers>0, pin_memory=True, "
               "persistent_workers=True) or prefetch the next batch.")
 
@@ -101,7 +104,7 @@ class DataLoading(Cause):
 
 
 class CpuFallback(Cause):
-    name, title, finding = "cpu_fallback", "CPU fallback", "groups"
+    name, finding = "cpu_fallback", "groups"
     advice = ("{op} runs on the host ({reason}): replace it by a supported op, move it out of "
               "the step, or keep its inputs on the host.")
 
@@ -113,7 +116,7 @@ class CpuFallback(Cause):
 
 
 class HostSync(Cause):
-    name, title, finding = "host_sync", "host sync", "groups"
+    name, finding = "host_sync", "groups"
     advice = ("The host waits for the device here, then the queue is empty: drop it from the "
               "step (log every N steps, keep values on the device, non_blocking copies).")
 
@@ -126,7 +129,7 @@ class HostSync(Cause):
 
 
 class HostBoundLaunch(Cause):
-    name, title = "host_bound_launch", "host bound launch"
+    name = "host_bound_launch"
     advice = ("The host launches work too slowly: fewer, larger ops per step (torch.compile, "
               "fused ops, larger batches).")
 
@@ -135,7 +138,7 @@ class HostBoundLaunch(Cause):
 
 
 class ProfilerOverhead(Cause):
-    name, title, finding = "profiler_overhead", "profiler overhead", "none"
+    name, finding = "profiler_overhead", "none"
     advice = "The profiler's own work: absent when not profiling."
 
     def applies(self, spans: HostSpans) -> bool:
@@ -146,7 +149,7 @@ class ProfilerOverhead(Cause):
 
 
 class Other(Cause):
-    name, title = "other", "other"
+    name = "other"
     advice = "Idle time with no host cause found: look at the longest gaps in the trace."
 
     def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
@@ -158,7 +161,7 @@ class ShortGaps(Cause):
     already queued. (A short gap launched late is ``host_bound_launch``; no other rule is
     tried on short gaps.)"""
 
-    name, title = "short_gaps", "short gaps"
+    name = "short_gaps"
     advice = "Many gaps shorter than --min-gap between launches: fuse small ops."
 
     def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
@@ -169,7 +172,7 @@ class ExposedCopies(Cause):
     """Busy time: a device's DMA queue busy while none of its compute or collective queues is
     (the copy is not hidden behind work), fallback copies left out."""
 
-    name, title = "exposed_copies", "exposed copies"
+    name = "exposed_copies"
     advice = ("Copies run while the compute queue waits: overlap them with compute "
               "(non_blocking=True with pinned memory, prefetch earlier).")
 
@@ -177,7 +180,7 @@ class ExposedCopies(Cause):
 class CollectiveWait(Cause):
     """Busy time: a collective-wait (barrier) slice while no compute runs."""
 
-    name, title = "collective_wait", "collective wait"
+    name = "collective_wait"
     advice = ("Cores wait at collectives for their peers: balance the work across ranks and "
               "look for a straggler.")
 
