@@ -22,7 +22,6 @@ from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 COMPUTE, DMA, COLLECTIVE = 0, 1, 2
-QUEUE_CLASSES = ("compute", "dma", "collective")
 NO_LAUNCH = np.iinfo(np.int64).min
 
 

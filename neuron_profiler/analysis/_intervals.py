@@ -134,11 +134,6 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
     return intersect(a, _complement(b))
 
 
-def combine(a: Intervals, b: Intervals) -> Intervals:
-    """a union b."""
-    return union(np.concatenate([a.start, b.start]), np.concatenate([a.end, b.end]))
-
-
 def overlap_per_window(x: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """ns of x inside each window [starts[i], ends[i]) (windows may overlap each other)."""
     if len(x) == 0:
