@@ -28,18 +28,16 @@ import numpy as np
 from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.runtime_trace.activities import DeviceActivities
 from neuron_profiler.runtime_trace.parser import parse_system_trace
-from neuron_profiler.runtime_trace.placement import CATEGORIES, HostOps, Placement, place
+from neuron_profiler.runtime_trace.placement import HostOps, Placement, place
+from neuron_profiler.runtime_trace.records import (  # noqa: F401 - Kineto types re-exported
+    KINETO_DRIVER,
+    KINETO_GPU_USER_ANNOTATION,
+    KINETO_KERNEL,
+    KINETO_MEMCPY,
+    KINETO_OVERHEAD,
+    KINETO_RUNTIME,
+)
 from neuron_profiler.trace import vocabulary as V
-
-# libkineto::ActivityType values (ActivityType.h): kernels and DMA count as device time.
-KINETO_MEMCPY, KINETO_KERNEL, KINETO_RUNTIME, KINETO_DRIVER, KINETO_OVERHEAD = 3, 5, 24, 25, 11
-KINETO_GPU_USER_ANNOTATION = 2
-# The Kineto activity type of each placement category (Kineto names the category from it).
-_KINETO_BY_CATEGORY = np.array([{V.CAT_KERNEL: KINETO_KERNEL, V.CAT_MEMCPY: KINETO_MEMCPY,
-                                 V.CAT_RUNTIME: KINETO_RUNTIME, V.CAT_DRIVER: KINETO_DRIVER,
-                                 V.CAT_OVERHEAD: KINETO_OVERHEAD,
-                                 V.CAT_GRAPH_OP: KINETO_GPU_USER_ANNOTATION}[c] for c in CATEGORIES],
-                               dtype=np.int32)
 
 # Keys the bridge writes itself (set once at registration): the per-row numbers' args keys and
 # the metadata key of a session that failed.
@@ -156,7 +154,7 @@ def build_from_activities(acts: DeviceActivities, *, window: tuple[int, int],
         "bytes": placed.bytes, "exec_id": placed.exec_id,
         "arg_device": placed.device, "arg_stream": placed.stream,
         "arg_correlation": placed.correlation,
-        "kineto_type": _KINETO_BY_CATEGORY[placed.category],
+        "kineto_type": placed.kineto_type,
         "device": placed.pid.astype(np.int32), "resource": placed.tid.astype(np.int32),
         "thread_id": placed.tid.astype(np.int32),
         "correlation_id": placed.external_id.astype(np.int32),
