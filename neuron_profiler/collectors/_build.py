@@ -6,20 +6,24 @@ The compiled module lives in torch's extension directory under a name carrying a
 source, the build flags, the torch version and the Python implementation and minor version
 (not the patch version: a patch release keeps the ABI), so it is rebuilt only when one of those
 changes, and a cached build loads even where no compiler is installed. A build says so in one
-line on stderr. When it cannot be built, this raises ``CollectorUnavailableError`` with one line
-naming the problem (torch, compiler, ninja, headers, extension directory, compile error).
+line on stderr. A loaded module's record layout is checked against
+``runtime_trace.records.RECORD``. When it cannot be built, loaded or its layout differs, this
+raises ``CollectorUnavailableError`` with one line naming the problem (torch, compiler, ninja,
+headers, extension directory, compile error, layout).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from neuron_profiler.errors import CollectorUnavailableError
 
@@ -134,7 +138,7 @@ def load_bridge() -> ModuleType:
     build_dir = build_directory(name)
     lib = _cached_library(build_dir, name)
     if lib is not None:
-        _loaded = _import_library(name, lib)
+        _loaded = _checked(name, _import_library(name, lib))
         return _loaded
     problem = missing_build_prerequisite(include)
     if problem is None and not os.access(build_dir, os.W_OK | os.X_OK):
@@ -146,14 +150,41 @@ def load_bridge() -> ModuleType:
 
     print(BUILDING_NOTICE, file=sys.stderr, flush=True)
     try:
-        _loaded = load(name=name, sources=[str(SOURCE)], extra_cflags=EXTRA_CFLAGS,
-                       extra_include_paths=[str(include / "kineto")],
-                       build_directory=str(build_dir), verbose=False)
+        module = load(name=name, sources=[str(SOURCE)], extra_cflags=EXTRA_CFLAGS,
+                      extra_include_paths=[str(include / "kineto")],
+                      build_directory=str(build_dir), verbose=False)
     except Exception as err:  # whatever the build raises is reported in one line
         raise CollectorUnavailableError(
             f"building the NEURON Kineto collector failed: {build_failure(err, build_dir)}"
         ) from err
+    _loaded = _checked(name, module)
     return _loaded
+
+
+def _checked(name: str, module: ModuleType) -> ModuleType:
+    problem = layout_mismatch(module.record_dtype())
+    if problem is not None:
+        raise CollectorUnavailableError(f"the NEURON Kineto bridge ({name}) does not match "
+                                        f"runtime_trace.records.RECORD: {problem}")
+    return module
+
+
+def layout_mismatch(bridge_dtype: Any) -> str | None:
+    """The first difference between the bridge's ``struct Record`` (as a numpy dtype) and
+    ``RECORD`` (a phrase), or None when they agree field for field (name, offset, type) and in
+    size."""
+    from neuron_profiler.runtime_trace.records import RECORD
+
+    if bridge_dtype == RECORD:
+        return None
+
+    def fields(dt: Any) -> list[str]:
+        return [f"{n} at {dt.fields[n][1]} ({dt.fields[n][0]})" for n in dt.names or ()]
+
+    for theirs, ours in itertools.zip_longest(fields(bridge_dtype), fields(RECORD)):
+        if theirs != ours:
+            return f"the bridge has {theirs or 'nothing'} where RECORD has {ours or 'nothing'}"
+    return f"the bridge's records are {bridge_dtype.itemsize} bytes, RECORD's {RECORD.itemsize}"
 
 
 def first_error_line(output: str) -> str | None:

@@ -4,8 +4,10 @@ it and the C++ bridge converts it into a Kineto activity::
     rows = np.zeros(n, dtype=RECORD)        # placement fills them; the empty result is n = 0
     rows["start_ns"], rows["pid"], names[rows["name_id"][i]], args[rows["args_id"][i]]
 
-``RECORD`` is a numpy structured dtype with C alignment: placement fills one array of it, the
-graph ops of compiled executions included, and every reader takes its fields from there.
+``RECORD`` is a numpy structured dtype with C alignment; ``struct Record`` in
+``collectors/_kineto/neuron_kineto.cpp`` has the same fields, offsets and size (asserted there at
+compile time, and checked against this dtype when the bridge loads), so the bridge takes the
+rows with one copy of the array's buffer.
 """
 
 from __future__ import annotations

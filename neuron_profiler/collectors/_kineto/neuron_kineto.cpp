@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstddef>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -22,6 +23,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -36,6 +39,7 @@ namespace py = pybind11;
 namespace lk = libkineto;
 
 namespace neuron_kineto {
+namespace {
 
 int64_t now_ns() {
   timespec ts{};
@@ -88,70 +92,84 @@ void pop_correlation() {
   }
 }
 
-// ---------------------------------------------------------------- record buffer
-// Arg keys come from neuron_profiler.runtime_trace.layout (set once by Python).
+// ---------------------------------------------------------------- record layout
+// One placed trace row: neuron_profiler.runtime_trace.records.RECORD, field for field (meanings
+// there). Python checks record_dtype() against RECORD when the module loads.
+struct Record {
+  int64_t start_ns, end_ns, pid, tid, external_id, exec_id, flops, bytes, device, stream,
+      correlation, flow_id, activity;
+  int32_t name_id, args_id, kineto_type;
+  uint8_t kind, category;
+  bool flow_start;
+};
+static_assert(std::is_standard_layout_v<Record> && std::is_trivially_copyable_v<Record>);
+static_assert(sizeof(Record) == 120 && offsetof(Record, activity) == 96 &&
+                  offsetof(Record, name_id) == 104 && offsetof(Record, kineto_type) == 112 &&
+                  offsetof(Record, kind) == 116 && offsetof(Record, flow_start) == 118,
+              "Record must keep the layout of runtime_trace.records.RECORD");
+
+py::dtype record_dtype() {
+  py::list names, formats, offsets;
+  auto add = [&](const char* name, size_t offset, py::dtype format) {
+    names.append(name);
+    formats.append(format);
+    offsets.append(offset);
+  };
+#define NK_FIELD(f) add(#f, offsetof(Record, f), py::dtype::of<decltype(Record::f)>())
+  NK_FIELD(start_ns); NK_FIELD(end_ns); NK_FIELD(pid); NK_FIELD(tid); NK_FIELD(external_id);
+  NK_FIELD(exec_id); NK_FIELD(flops); NK_FIELD(bytes); NK_FIELD(device); NK_FIELD(stream);
+  NK_FIELD(correlation); NK_FIELD(flow_id); NK_FIELD(activity); NK_FIELD(name_id);
+  NK_FIELD(args_id); NK_FIELD(kineto_type); NK_FIELD(kind); NK_FIELD(category);
+  NK_FIELD(flow_start);
+#undef NK_FIELD
+  return py::dtype(names, formats, offsets, sizeof(Record));
+}
+
+// Arg keys of the per-row numbers, and the metadata key of a failed session: set by Python
+// (collectors/session.py ARG_KEYS, spelled in trace/vocabulary.py) before any conversion.
 struct Keys {
-  std::string exec_id = "exec_id", flops = "flops", bytes = "bytes", tflops = "achieved TFLOPS",
-              gbps = "achieved GB/s", bandwidth = "bandwidth (GB/s)", device = "device",
-              stream = "stream", correlation = "correlation",
-              collector_error = "neuron_collector_error";  // a top-level metadata key
+  std::string exec_id, flops, bytes, tflops, gbps, bandwidth, device, stream, correlation,
+      collector_error;
 };
 Keys g_keys;
 
+void set_keys(const py::dict& keys) {
+  auto key = [&keys](const char* name) { return keys[name].cast<std::string>(); };
+  g_keys = Keys{key("exec_id"), key("flops"), key("bytes"), key("tflops"), key("gbps"),
+                key("bandwidth"), key("device"), key("stream"), key("correlation"),
+                key("collector_error")};
+}
+
 using ArgList = std::vector<std::pair<std::string, std::string>>;  // key -> raw JSON value
 
-// One row per activity: columns copied out of the numpy arrays Python hands over at stop().
-struct Records {
-  std::vector<int64_t> start, end, flops, bytes, exec_id, arg_device, arg_stream, arg_corr;
-  std::vector<int32_t> type, device, resource, thread, corr, flow_id, name_id, args_id;
-  std::vector<uint8_t> flow_start;
+// What Python hands over at stop(): the rows (copied out of the numpy buffer in one go), the
+// names name_id indexes and the args tables args_id indexes.
+struct RecordBuffer {
+  std::vector<Record> rows;
   std::vector<std::string> names;
   // Shared with every activity: Kineto and torch read args after the session is gone.
   std::shared_ptr<const std::vector<ArgList>> args = std::make_shared<std::vector<ArgList>>();
-  size_t size() const {
-    return start.size();
-  }
 };
 
-template <typename T>
-std::vector<T> column(const py::dict& d, const char* key, size_t n) {
-  auto arr = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(d[key]);
-  if (!arr || static_cast<size_t>(arr.size()) != n) {
-    throw std::runtime_error(std::string("record buffer column '") + key + "' has wrong length");
+RecordBuffer records_from_dict(const py::dict& d) {
+  static const py::dtype* layout = new py::dtype(record_dtype());  // leaked: no GIL at exit
+  py::object obj = d["rows"];
+  auto arr = py::reinterpret_borrow<py::array>(obj);
+  if (!py::isinstance<py::array>(obj) || arr.ndim() != 1 || !arr.dtype().equal(*layout) ||
+      !(arr.flags() & py::array::c_style)) {
+    throw std::runtime_error("record buffer is not a contiguous array of records.RECORD rows");
   }
-  std::vector<T> out(n);
-  if (n) {
-    std::memcpy(out.data(), arr.data(), n * sizeof(T));
+  RecordBuffer r;
+  r.rows.resize(static_cast<size_t>(arr.size()));
+  if (!r.rows.empty()) {
+    std::memcpy(r.rows.data(), arr.data(), r.rows.size() * sizeof(Record));
   }
-  return out;
-}
-
-Records records_from_dict(const py::dict& d) {
-  Records r;
-  auto start = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(d["start_ns"]);
-  size_t n = start ? static_cast<size_t>(start.size()) : 0;
-  r.start = column<int64_t>(d, "start_ns", n);
-  r.end = column<int64_t>(d, "end_ns", n);
-  r.flops = column<int64_t>(d, "flops", n);
-  r.bytes = column<int64_t>(d, "bytes", n);
-  r.exec_id = column<int64_t>(d, "exec_id", n);
-  r.arg_device = column<int64_t>(d, "arg_device", n);
-  r.arg_stream = column<int64_t>(d, "arg_stream", n);
-  r.arg_corr = column<int64_t>(d, "arg_correlation", n);
-  r.type = column<int32_t>(d, "kineto_type", n);
-  r.device = column<int32_t>(d, "device", n);
-  r.resource = column<int32_t>(d, "resource", n);
-  r.thread = column<int32_t>(d, "thread_id", n);
-  r.corr = column<int32_t>(d, "correlation_id", n);
-  r.flow_id = column<int32_t>(d, "flow_id", n);
-  r.name_id = column<int32_t>(d, "name_id", n);
-  r.args_id = column<int32_t>(d, "args_id", n);
-  r.flow_start = column<uint8_t>(d, "flow_start", n);
   r.names = d["names"].cast<std::vector<std::string>>();
   r.args = std::make_shared<const std::vector<ArgList>>(d["args"].cast<std::vector<ArgList>>());
-  for (size_t i = 0; i < n; ++i) {
-    if (r.name_id[i] < 0 || static_cast<size_t>(r.name_id[i]) >= r.names.size() ||
-        r.args_id[i] < -1 || r.args_id[i] >= static_cast<int32_t>(r.args->size())) {
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const Record& x = r.rows[i];
+    if (x.name_id < 0 || static_cast<size_t>(x.name_id) >= r.names.size() || x.args_id < -1 ||
+        x.args_id >= static_cast<int32_t>(r.args->size())) {
       throw std::runtime_error("record buffer row " + std::to_string(i) + " has a bad index");
     }
   }
@@ -253,17 +271,13 @@ class NeuronActivity : public lk::GenericTraceActivity {
       out += v;
     };
     double dur = static_cast<double>(std::max<int64_t>(endTime - startTime, 1));
-    if (device_ >= 0) {
-      add(g_keys.device, std::to_string(device_));
-    }
-    if (stream_ >= 0) {
-      add(g_keys.stream, std::to_string(stream_));
-    }
-    if (corr_ >= 0) {
-      add(g_keys.correlation, std::to_string(corr_));
-    }
-    if (exec_id_ >= 0) {
-      add(g_keys.exec_id, std::to_string(exec_id_));
+    const std::pair<int64_t, const std::string*> numbers[] = {
+        {device_, &g_keys.device}, {stream_, &g_keys.stream}, {corr_, &g_keys.correlation},
+        {exec_id_, &g_keys.exec_id}};
+    for (const auto& [value, key] : numbers) {
+      if (value >= 0) {
+        add(*key, std::to_string(value));
+      }
     }
     if (flops_ >= 0) {
       add(g_keys.flops, std::to_string(flops_));
@@ -314,38 +328,39 @@ bool is_dispatch_frame(const lk::ITraceActivity* a) {
 using ParentMap = std::unordered_map<uint64_t, uint64_t>;
 
 // The one conversion: record buffer -> Kineto activities appended to `buf`.
-void convert(const Records& r, lk::CpuTraceBuffer& buf,
+void convert(const RecordBuffer& r, lk::CpuTraceBuffer& buf,
              const lk::getLinkedActivityCallback* linked, const ParentMap* parents = nullptr) {
   int32_t last_corr = 0, last_id = 0;
   const lk::ITraceActivity* last_link = nullptr;
-  for (size_t i = 0; i < r.size(); ++i) {
+  for (const Record& x : r.rows) {
     auto act = std::make_unique<NeuronActivity>(
-        buf.span, static_cast<lk::ActivityType>(r.type[i]), r.names[r.name_id[i]]);
-    act->startTime = r.start[i];
-    act->endTime = r.end[i];
-    act->id = r.corr[i];
-    act->device = r.device[i];
-    act->resource = r.resource[i];
-    act->threadId = r.thread[i];
-    act->flops_ = r.flops[i];
-    act->bytes_ = r.bytes[i];
-    act->exec_id_ = r.exec_id[i];
-    act->device_ = r.arg_device[i];
-    act->stream_ = r.arg_stream[i];
-    act->corr_ = r.arg_corr[i];
-    if (r.args_id[i] >= 0) {
+        buf.span, static_cast<lk::ActivityType>(x.kineto_type), r.names[x.name_id]);
+    const auto external_id = static_cast<int32_t>(x.external_id);  // Kineto's ids are int32
+    act->startTime = x.start_ns;
+    act->endTime = x.end_ns;
+    act->id = external_id;
+    act->device = x.pid;
+    act->resource = x.tid;
+    act->threadId = static_cast<int32_t>(x.tid);
+    act->flops_ = x.flops;
+    act->bytes_ = x.bytes;
+    act->exec_id_ = x.exec_id;
+    act->device_ = x.device;
+    act->stream_ = x.stream;
+    act->corr_ = x.correlation;
+    if (x.args_id >= 0) {
       act->table_ = r.args;
-      act->extra_ = &(*r.args)[r.args_id[i]];
+      act->extra_ = &(*r.args)[x.args_id];
     }
-    if (r.flow_id[i] > 0) {
-      act->flow.id = static_cast<uint32_t>(r.flow_id[i]);
+    if (x.flow_id > 0) {
+      act->flow.id = static_cast<uint32_t>(x.flow_id);
       act->flow.type = lk::kLinkAsyncCpuGpu;
-      act->flow.start = r.flow_start[i] ? 1 : 0;
+      act->flow.start = x.flow_start ? 1 : 0;
     }
-    if (linked && *linked && r.corr[i] != 0) {
-      if (r.corr[i] != last_corr) {
-        last_corr = r.corr[i];
-        int32_t corr = r.corr[i];
+    if (linked && *linked && external_id != 0) {
+      if (external_id != last_corr) {
+        last_corr = external_id;
+        int32_t corr = external_id;
         last_link = (*linked)(corr);
         while (parents && is_dispatch_frame(last_link)) {
           auto it = parents->find(static_cast<uint64_t>(corr));
@@ -372,14 +387,12 @@ py::object& controller() {
   return *obj;
 }
 
-struct DeviceRow {
-  int64_t id, sort_index;
-  std::string name, label;
-};
-struct ResourceRow {
-  int64_t id, sort_index, device;
-  std::string name;
-};
+using DeviceRow = std::tuple<int64_t, int64_t, std::string, std::string>;  // pid, sort, name, label
+using ResourceRow = std::tuple<int64_t, int64_t, int64_t, std::string>;  // tid, sort, pid, name
+
+lk::DeviceInfo device_info(const DeviceRow& d) {
+  return lk::DeviceInfo{std::get<0>(d), std::get<1>(d), std::get<2>(d), std::get<3>(d)};
+}
 
 class NeuronSession : public lk::IActivityProfilerSession {
  public:
@@ -423,16 +436,8 @@ class NeuronSession : public lk::IActivityProfilerSession {
       records_ = records_from_dict(res["records"].cast<py::dict>());
       device_properties_ = res["device_properties"].cast<std::string>();
       metadata_ = res["metadata"].cast<std::unordered_map<std::string, std::string>>();
-      for (auto dev : res["devices"]) {
-        auto t4 = dev.cast<py::tuple>();
-        devices_.push_back({t4[0].cast<int64_t>(), t4[1].cast<int64_t>(),
-                            t4[2].cast<std::string>(), t4[3].cast<std::string>()});
-      }
-      for (auto r : res["resources"]) {
-        auto t4 = r.cast<py::tuple>();
-        resources_.push_back({t4[0].cast<int64_t>(), t4[1].cast<int64_t>(),
-                              t4[2].cast<int64_t>(), t4[3].cast<std::string>()});
-      }
+      devices_ = res["devices"].cast<std::vector<DeviceRow>>();
+      resources_ = res["resources"].cast<std::vector<ResourceRow>>();
     });
     status_ = lk::TraceStatus::PROCESSING;
   }
@@ -450,7 +455,7 @@ class NeuronSession : public lk::IActivityProfilerSession {
     // The window was applied in Python at stop() (by launch time, counted in the metadata).
     buffer_ = std::make_unique<lk::CpuTraceBuffer>();
     buffer_->span = lk::TraceSpan(start_ns_, stop_ns_, "NeuronCore");
-    buffer_->gpuOpCount = static_cast<int>(records_.size());
+    buffer_->gpuOpCount = static_cast<int>(records_.rows.size());
     convert(records_, *buffer_, &getLinked, &parents_);
     for (const auto& act : buffer_->activities) {
       // handleActivity keeps a pointer (ownership moves with getTraceBuffer); act->log() would
@@ -458,8 +463,7 @@ class NeuronSession : public lk::IActivityProfilerSession {
       logger.handleActivity(*act);
     }
     for (size_t i = 1; i < devices_.size(); ++i) {  // devices_[0] comes from getDeviceInfo()
-      const auto& d = devices_[i];
-      logger.handleDeviceInfo(lk::DeviceInfo{d.id, d.sort_index, d.name, d.label}, start_ns_);
+      logger.handleDeviceInfo(device_info(devices_[i]), start_ns_);
     }
   }
 
@@ -467,14 +471,13 @@ class NeuronSession : public lk::IActivityProfilerSession {
     if (devices_.empty()) {
       return nullptr;
     }
-    const auto& d = devices_[0];
-    return std::make_unique<lk::DeviceInfo>(lk::DeviceInfo{d.id, d.sort_index, d.name, d.label});
+    return std::make_unique<lk::DeviceInfo>(device_info(devices_[0]));
   }
 
   std::vector<lk::ResourceInfo> getResourceInfos() override {
     std::vector<lk::ResourceInfo> out;
-    for (const auto& r : resources_) {
-      out.push_back(lk::ResourceInfo{r.id, r.sort_index, r.device, r.name});
+    for (const auto& [tid, sort_index, pid, name] : resources_) {
+      out.push_back(lk::ResourceInfo{tid, sort_index, pid, name});
     }
     return out;
   }
@@ -529,7 +532,7 @@ class NeuronSession : public lk::IActivityProfilerSession {
   }
 
   int64_t start_ns_{0}, stop_ns_{0};
-  Records records_;
+  RecordBuffer records_;
   ParentMap parents_;
   std::string device_properties_;
   std::unordered_map<std::string, std::string> metadata_;
@@ -580,17 +583,8 @@ class NeuronProfiler : public lk::IActivityProfiler {
 bool g_registered = false;
 
 void register_profiler(py::object ctrl, const py::dict& keys) {
+  set_keys(keys);
   controller() = std::move(ctrl);
-  g_keys.exec_id = keys["exec_id"].cast<std::string>();
-  g_keys.flops = keys["flops"].cast<std::string>();
-  g_keys.bytes = keys["bytes"].cast<std::string>();
-  g_keys.tflops = keys["tflops"].cast<std::string>();
-  g_keys.gbps = keys["gbps"].cast<std::string>();
-  g_keys.bandwidth = keys["bandwidth"].cast<std::string>();
-  g_keys.device = keys["device"].cast<std::string>();
-  g_keys.stream = keys["stream"].cast<std::string>();
-  g_keys.correlation = keys["correlation"].cast<std::string>();
-  g_keys.collector_error = keys["collector_error"].cast<std::string>();
   if (!g_registered) {
     torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(
         []() -> std::unique_ptr<lk::IActivityProfiler> {
@@ -600,9 +594,9 @@ void register_profiler(py::object ctrl, const py::dict& keys) {
   }
 }
 
-// Test/bench entry: convert a record buffer without Kineto; returns (seconds, rendered rows).
+// Test/bench entry: convert a record buffer without Kineto; returns (seconds, count, rows).
 py::tuple convert_records(const py::dict& d, bool render) {
-  Records r = records_from_dict(d);
+  RecordBuffer r = records_from_dict(d);
   auto buf = std::make_unique<lk::CpuTraceBuffer>();
   auto t0 = std::chrono::steady_clock::now();
   convert(r, *buf, nullptr);
@@ -621,7 +615,7 @@ py::tuple convert_records(const py::dict& d, bool render) {
 
 // Bench entry: seconds to render the args of every converted activity (what export costs).
 double render_seconds(const py::dict& d) {
-  Records r = records_from_dict(d);
+  RecordBuffer r = records_from_dict(d);
   auto buf = std::make_unique<lk::CpuTraceBuffer>();
   convert(r, *buf, nullptr);
   auto t0 = std::chrono::steady_clock::now();
@@ -635,6 +629,7 @@ double render_seconds(const py::dict& d) {
   return secs;
 }
 
+}  // namespace
 }  // namespace neuron_kineto
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -642,6 +637,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("register_profiler", &neuron_kineto::register_profiler, py::arg("controller"),
         py::arg("keys"));
   m.def("current_correlation_id", &neuron_kineto::current_correlation_id);
+  m.def("record_dtype", &neuron_kineto::record_dtype);
   m.def("convert_records", &neuron_kineto::convert_records, py::arg("records"),
         py::arg("render") = true);
   m.def("render_seconds", &neuron_kineto::render_seconds, py::arg("records"));
