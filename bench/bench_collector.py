@@ -31,7 +31,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from neuron_profiler.collectors import NEURON  # noqa: E402
 from neuron_profiler.collectors import session as S  # noqa: E402
-from neuron_profiler.collectors._build import load_bridge  # noqa: E402
+from neuron_profiler.collectors._build import load_bridge, load_testing_bridge  # noqa: E402
 from neuron_profiler.runtime_trace.parser import parse_system_trace  # noqa: E402
 
 
@@ -166,7 +166,7 @@ def synthetic_records(n: int) -> dict:
 
 
 def bench_convert(n: int) -> dict[str, float]:
-    bridge = load_bridge()
+    bridge = load_testing_bridge()
     rec = synthetic_records(n)
     secs, count, _ = bridge.convert_records(rec, False)
     assert count == n

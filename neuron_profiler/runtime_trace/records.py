@@ -5,7 +5,7 @@ it and the C++ bridge converts it into a Kineto activity::
     rows["start_ns"], rows["pid"], names[rows["name_id"][i]], args[rows["args_id"][i]]
 
 ``RECORD`` is a numpy structured dtype with C alignment; ``struct Record`` in
-``collectors/_kineto/neuron_kineto.cpp`` has the same fields, offsets and size (asserted there at
+``collectors/_kineto/neuron_kineto.h`` has the same fields, offsets and size (asserted there at
 compile time, and checked against this dtype when the bridge loads), so the bridge takes the
 rows with one copy of the array's buffer.
 """

@@ -1,6 +1,6 @@
 """The one record layout: runtime_trace.records.RECORD is the C++ bridge's ``struct Record``
-field for field, a module whose layout differs does not load (one line says why), and the bridge
-takes only arrays of that layout."""
+field for field, a module whose layout differs does not load (one line says why), the bridge
+takes only arrays of that layout, and the test and bench entry points live in their own module."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ def _buffer(n: int) -> dict:
     return {"rows": rows, "names": ["TensorE: mm"], "args": []}
 
 
-def test_bridge_lays_records_out_as_RECORD() -> None:
+def test_bridge_and_testing_module_lay_records_out_as_RECORD() -> None:
     assert _build.load_bridge().record_dtype() == RECORD
+    assert _build.load_testing_bridge().record_dtype() == RECORD
     assert _build.layout_mismatch(RECORD) is None
 
 
@@ -47,7 +48,7 @@ def test_a_module_whose_layout_differs_does_not_load(monkeypatch: pytest.MonkeyP
     names = list(RECORD.names)
     monkeypatch.setattr(records, "RECORD", np.dtype(
         [(n, RECORD.fields[n][0]) for n in [*names[:-2], names[-1], names[-2]]], align=True))
-    monkeypatch.setattr(_build, "_loaded", None)
+    monkeypatch.setattr(_build, "_loaded", {})
     with pytest.raises(CollectorUnavailableError) as err:
         _build.load_bridge()
     message = str(err.value)
@@ -55,8 +56,16 @@ def test_a_module_whose_layout_differs_does_not_load(monkeypatch: pytest.MonkeyP
     assert "the bridge has category at 117 (uint8) where RECORD has flow_start at 117" in message
 
 
+def test_product_module_has_no_test_entry_points() -> None:
+    bridge = _build.load_bridge()
+    assert {"register_profiler", "current_correlation_id", "record_dtype"} <= set(dir(bridge))
+    for name in ("convert_records", "render_seconds", "_push_correlation", "_pop_correlation"):
+        assert not hasattr(bridge, name)
+    assert _build.module_name() != _build.module_name(testing=True)
+
+
 def test_bridge_takes_only_contiguous_RECORD_arrays() -> None:
-    testing = _build.load_bridge()
+    testing = _build.load_testing_bridge()
     _, count, rows = testing.convert_records(_buffer(4))
     assert count == 4 and [r[1] for r in rows] == ["TensorE: mm"] * 4
     bad = [{**_buffer(4), "rows": np.zeros(4, dtype=np.int64)},  # not records at all
@@ -69,3 +78,16 @@ def test_bridge_takes_only_contiguous_RECORD_arrays() -> None:
     out_of_range["rows"]["name_id"][1] = 1
     with pytest.raises(RuntimeError, match="row 1 has a bad index"):
         testing.convert_records(out_of_range)
+
+
+def test_testing_module_drives_the_correlation_stack() -> None:
+    testing = _build.load_testing_bridge()
+    assert testing.current_correlation_id() == 0
+    testing._push_correlation(5)
+    testing._push_correlation(6)
+    assert testing.current_correlation_id() == 6
+    testing._pop_correlation()
+    assert testing.current_correlation_id() == 5
+    testing._pop_correlation()
+    testing._pop_correlation()  # popping an empty stack does nothing
+    assert testing.current_correlation_id() == 0
