@@ -232,7 +232,9 @@ def _row_args(placed: Placement, raw_args: list[bytes]) -> tuple[np.ndarray, np.
     encode = msgspec.json.encode
     out = np.full(len(placed), -1, dtype=np.int64)
     stream = np.full(len(placed), -1, dtype=np.int64)
-    for i, record in enumerate(placed.records):
+    fields = placed.records.dtype.names
+    for i, values in enumerate(placed.records.tolist()):  # (numpy rows read field by field: slow)
+        record = dict(zip(fields, values, strict=True))
         args = numeric_args(record)
         if record["external_id"] != 0:
             args[V.ARG_EXTERNAL_ID] = int(record["external_id"])

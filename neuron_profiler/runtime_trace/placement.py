@@ -33,7 +33,7 @@ What it decides, with the vocabulary of ``neuron_profiler.trace.vocabulary``:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter, is_not
@@ -285,8 +285,9 @@ def _g6(value: float) -> float | int:
     return msgspec.json.decode(f"{value:.6g}".encode())
 
 
-def numeric_args(record: np.void) -> dict[str, Any]:
-    """The per-row numeric args of one ``RECORD`` row, exactly as the C++ bridge renders them."""
+def numeric_args(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The per-row numeric args of one ``RECORD`` row (its fields by name: a dict, or a row of
+    the array), exactly as the C++ bridge renders them."""
     out: dict[str, Any] = {}
     for key, field_name in ((V.ARG_DEVICE, "device"), (V.ARG_STREAM, "stream"),
                             (V.ARG_CORRELATION, "correlation"), (V.ARG_EXEC_ID, "exec_id")):
