@@ -31,7 +31,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from neuron_profiler.collectors import NEURON  # noqa: E402
 from neuron_profiler.collectors import session as S  # noqa: E402
-from neuron_profiler.collectors._build import load_bridge  # noqa: E402
+from neuron_profiler.collectors._build import load_bridge, load_testing_bridge  # noqa: E402
 from neuron_profiler.runtime_trace.parser import parse_system_trace  # noqa: E402
 
 
@@ -148,28 +148,25 @@ def bench_provider_ns(calls: int = 200_000) -> float:
 def synthetic_records(n: int) -> dict:
     """A record buffer of n device kernels (the shape session.py hands the bridge)."""
     rng = np.random.default_rng(0)
-    start = np.cumsum(rng.integers(500, 5000, n)).astype(np.int64) + 1_700_000_000_000_000_000
-    cols = {"start_ns": start, "end_ns": start + rng.integers(100, 4000, n),
-            "flops": rng.integers(1, 1 << 30, n), "bytes": rng.integers(1, 1 << 24, n),
-            "exec_id": np.arange(n, dtype=np.int64),
-            "arg_device": (np.arange(n) % 2).astype(np.int64),
-            "arg_stream": (np.arange(n) % 2).astype(np.int64) * 4 + 1,
-            "arg_correlation": np.arange(n, dtype=np.int64) + (1 << 30),
-            "kineto_type": np.full(n, S.KINETO_KERNEL, dtype=np.int32),
-            "device": (np.arange(n) % 2).astype(np.int32),
-            "resource": np.zeros(n, dtype=np.int32), "thread_id": np.full(n, 7, dtype=np.int32),
-            "correlation_id": (np.arange(n) + 1).astype(np.int32),
-            "flow_id": (np.arange(n) + 1).astype(np.int32),
-            "flow_start": np.zeros(n, dtype=np.uint8),
-            "name_id": (np.arange(n) % 4).astype(np.int32),
-            "args_id": (np.arange(n) % 4).astype(np.int32)}
+    rows = np.zeros(n, dtype=S.RECORD)
+    rows["start_ns"] = np.cumsum(rng.integers(500, 5000, n)) + 1_700_000_000_000_000_000
+    rows["end_ns"] = rows["start_ns"] + rng.integers(100, 4000, n)
+    rows["flops"], rows["bytes"] = rng.integers(1, 1 << 30, n), rng.integers(1, 1 << 24, n)
+    rows["exec_id"] = rows["activity"] = np.arange(n)
+    rows["device"] = rows["pid"] = np.arange(n) % 2
+    rows["stream"] = (np.arange(n) % 2) * 4 + 1
+    rows["correlation"] = np.arange(n) + (1 << 30)
+    rows["kineto_type"] = S.KINETO_KERNEL
+    rows["tid"] = 7
+    rows["external_id"] = rows["flow_id"] = np.arange(n) + 1
+    rows["name_id"] = rows["args_id"] = np.arange(n) % 4
     names = ["TensorE: mm", "TensorE: addmm", "ScalarE: relu", "VectorE: _foreach_add_"]
     args = [[("emulated", "true"), ("op", json.dumps(nm))] for nm in names]
-    return {**cols, "names": names, "args": args}
+    return {"rows": rows, "names": names, "args": args}
 
 
 def bench_convert(n: int) -> dict[str, float]:
-    bridge = load_bridge()
+    bridge = load_testing_bridge()
     rec = synthetic_records(n)
     secs, count, _ = bridge.convert_records(rec, False)
     assert count == n

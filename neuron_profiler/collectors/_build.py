@@ -1,34 +1,45 @@
 """Build (once) and load the C++ Kineto bridge, with no manual step::
 
     bridge = load_bridge()          # cached: the first call compiles (~30 s), later ones load
+    testing = load_testing_bridge() # the test and bench entry points, a module of their own
 
-The compiled module lives in torch's extension directory under a name carrying a hash of the
-source, the build flags, the torch version and the Python implementation and minor version
-(not the patch version: a patch release keeps the ABI), so it is rebuilt only when one of those
-changes, and a cached build loads even where no compiler is installed. A build says so in one
-line on stderr. When it cannot be built, this raises ``CollectorUnavailableError`` with one line
-naming the problem (torch, compiler, ninja, headers, extension directory, compile error).
+The compiled module lives in torch's extension directory under a name carrying a hash of its
+sources (the .cpp and the shared header), the build flags, the torch version and the Python
+implementation and minor version (not the patch version: a patch release keeps the ABI), so it
+is rebuilt only when one of those changes, and a cached build loads even where no compiler is
+installed. A build says so in one line on stderr. A loaded module's record layout is checked
+against ``runtime_trace.records.RECORD``. When it cannot be built, loaded or its layout differs,
+this raises ``CollectorUnavailableError`` with one line naming the problem (torch, compiler,
+ninja, headers, extension directory, compile error, layout).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from neuron_profiler.errors import CollectorUnavailableError
 
-SOURCE = Path(__file__).resolve().parent / "_kineto" / "neuron_kineto.cpp"
+_KINETO = Path(__file__).resolve().parent / "_kineto"
+HEADER = _KINETO / "neuron_kineto.h"  # the core, compiled into both modules
+SOURCE = _KINETO / "neuron_kineto.cpp"  # the collector's module
+TESTING_SOURCE = _KINETO / "neuron_kineto_testing.cpp"  # test and bench entry points
 EXTRA_CFLAGS = ["-O2", "-DUSE_KINETO", "-DFMT_HEADER_ONLY"]
 _NAME_PREFIX = "neuron_profiler_kineto"
+_TESTING_NAME_PREFIX = "neuron_profiler_kineto_testing"
 BUILDING_NOTICE = "neuron-profiler: building the NEURON Kineto bridge (first use, about 30 s)..."
+TESTING_NOTICE = ("neuron-profiler: building the Kineto bridge's test and bench module (first "
+                  "use, about 30 s)...")
 ERROR_LOG = "neuron_build_error.log"  # full compiler output of a failed build, in its directory
-_loaded: ModuleType | None = None
+_loaded: dict[bool, ModuleType] = {}  # testing? -> module
 
 
 def _torch_paths() -> tuple[str, Path]:
@@ -47,12 +58,15 @@ def python_tag() -> str:
     return f"{sys.implementation.name}-{major}.{minor}"
 
 
-def module_name() -> str:
-    """Extension name: changes whenever the source, flags, torch or Python minor version change."""
+def module_name(testing: bool = False) -> str:
+    """Extension name: changes whenever a source file it compiles (its .cpp, the header), the
+    flags, torch or Python's minor version change."""
     version, _ = _torch_paths()
-    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest = hashlib.sha256()
+    for path in (TESTING_SOURCE if testing else SOURCE, HEADER):
+        digest.update(path.read_bytes())
     digest.update(" ".join(EXTRA_CFLAGS + [version, python_tag()]).encode())
-    return f"{_NAME_PREFIX}_{digest.hexdigest()[:12]}"
+    return f"{_TESTING_NAME_PREFIX if testing else _NAME_PREFIX}_{digest.hexdigest()[:12]}"
 
 
 def build_directory(name: str) -> Path:
@@ -126,16 +140,57 @@ def missing_build_prerequisite(include: Path) -> str | None:
 
 def load_bridge() -> ModuleType:
     """The bridge module, compiled on first use and cached; raises CollectorUnavailableError."""
-    global _loaded
-    if _loaded is not None:
-        return _loaded
+    return _loaded.get(False) or _load(testing=False)
+
+
+def load_testing_bridge() -> ModuleType:
+    """The test and bench module (``convert_records``, ``render_seconds``, the correlation
+    stack's hooks): the same core, built on first use under its own name, with the arg keys
+    the collector registers."""
+    if True not in _loaded:
+        from neuron_profiler.collectors.session import ARG_KEYS
+
+        _load(testing=True).set_keys(ARG_KEYS)
+    return _loaded[True]
+
+
+def _load(testing: bool) -> ModuleType:
     _, include = _torch_paths()
-    name = module_name()
+    name = module_name(testing)
     build_dir = build_directory(name)
     lib = _cached_library(build_dir, name)
     if lib is not None:
-        _loaded = _import_library(name, lib)
-        return _loaded
+        module = _import_library(name, lib)
+    else:
+        module = _build(name, TESTING_SOURCE if testing else SOURCE, build_dir, include,
+                        TESTING_NOTICE if testing else BUILDING_NOTICE)
+    problem = layout_mismatch(module.record_dtype())
+    if problem is not None:
+        raise CollectorUnavailableError(f"the NEURON Kineto bridge ({name}) does not match "
+                                        f"runtime_trace.records.RECORD: {problem}")
+    _loaded[testing] = module
+    return module
+
+
+def layout_mismatch(bridge_dtype: Any) -> str | None:
+    """The first difference between the bridge's ``struct Record`` (as a numpy dtype) and
+    ``RECORD`` (a phrase), or None when they agree field for field (name, offset, type) and in
+    size."""
+    from neuron_profiler.runtime_trace.records import RECORD
+
+    if bridge_dtype == RECORD:
+        return None
+
+    def fields(dt: Any) -> list[str]:
+        return [f"{n} at {dt.fields[n][1]} ({dt.fields[n][0]})" for n in dt.names or ()]
+
+    for theirs, ours in itertools.zip_longest(fields(bridge_dtype), fields(RECORD)):
+        if theirs != ours:
+            return f"the bridge has {theirs or 'nothing'} where RECORD has {ours or 'nothing'}"
+    return f"the bridge's records are {bridge_dtype.itemsize} bytes, RECORD's {RECORD.itemsize}"
+
+
+def _build(name: str, source: Path, build_dir: Path, include: Path, notice: str) -> ModuleType:
     problem = missing_build_prerequisite(include)
     if problem is None and not os.access(build_dir, os.W_OK | os.X_OK):
         problem = (f"{build_dir} is not writable and holds no cached build (set "
@@ -144,16 +199,15 @@ def load_bridge() -> ModuleType:
         raise CollectorUnavailableError(f"cannot build the NEURON Kineto collector: {problem}")
     from torch.utils.cpp_extension import load
 
-    print(BUILDING_NOTICE, file=sys.stderr, flush=True)
+    print(notice, file=sys.stderr, flush=True)
     try:
-        _loaded = load(name=name, sources=[str(SOURCE)], extra_cflags=EXTRA_CFLAGS,
-                       extra_include_paths=[str(include / "kineto")],
-                       build_directory=str(build_dir), verbose=False)
+        return load(name=name, sources=[str(source)], extra_cflags=EXTRA_CFLAGS,
+                    extra_include_paths=[str(include / "kineto")],
+                    build_directory=str(build_dir), verbose=False)
     except Exception as err:  # whatever the build raises is reported in one line
         raise CollectorUnavailableError(
             f"building the NEURON Kineto collector failed: {build_failure(err, build_dir)}"
         ) from err
-    return _loaded
 
 
 def first_error_line(output: str) -> str | None:

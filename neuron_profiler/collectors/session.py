@@ -2,9 +2,10 @@
 
 The C++ bridge calls ``Controller.start()`` when Kineto starts the session and
 ``Controller.stop(window, correlation intervals)`` when it stops; ``stop`` returns the record
-buffer (numpy columns) the bridge converts into Kineto activities, plus the device infos,
-deviceProperties and metadata. ``build_session_result`` is a pure function of its inputs, so it is
-tested without torch or the compiler::
+buffer the bridge converts into Kineto activities (placement's rows, one ``records.RECORD`` row
+each, with their names and args tables), plus the device infos, deviceProperties and metadata.
+``build_session_result`` is a pure function of its inputs, so it is tested without torch or the
+compiler::
 
     result = build_session_result(payload, window=(t0, t1), intervals=Intervals.empty(),
                                   host_pid=os.getpid(), props=[...])
@@ -28,18 +29,17 @@ import numpy as np
 from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.runtime_trace.activities import DeviceActivities
 from neuron_profiler.runtime_trace.parser import parse_system_trace
-from neuron_profiler.runtime_trace.placement import CATEGORIES, HostOps, Placement, place
+from neuron_profiler.runtime_trace.placement import HostOps, Placement, place
+from neuron_profiler.runtime_trace.records import (  # noqa: F401 - Kineto types re-exported
+    KINETO_DRIVER,
+    KINETO_GPU_USER_ANNOTATION,
+    KINETO_KERNEL,
+    KINETO_MEMCPY,
+    KINETO_OVERHEAD,
+    KINETO_RUNTIME,
+    RECORD,
+)
 from neuron_profiler.trace import vocabulary as V
-
-# libkineto::ActivityType values (ActivityType.h): kernels and DMA count as device time.
-KINETO_MEMCPY, KINETO_KERNEL, KINETO_RUNTIME, KINETO_DRIVER, KINETO_OVERHEAD = 3, 5, 24, 25, 11
-KINETO_GPU_USER_ANNOTATION = 2
-# The Kineto activity type of each placement category (Kineto names the category from it).
-_KINETO_BY_CATEGORY = np.array([{V.CAT_KERNEL: KINETO_KERNEL, V.CAT_MEMCPY: KINETO_MEMCPY,
-                                 V.CAT_RUNTIME: KINETO_RUNTIME, V.CAT_DRIVER: KINETO_DRIVER,
-                                 V.CAT_OVERHEAD: KINETO_OVERHEAD,
-                                 V.CAT_GRAPH_OP: KINETO_GPU_USER_ANNOTATION}[c] for c in CATEGORIES],
-                               dtype=np.int32)
 
 # Keys the bridge writes itself (set once at registration): the per-row numbers' args keys and
 # the metadata key of a session that failed.
@@ -93,17 +93,19 @@ class Intervals:
 
 @dataclass(frozen=True)
 class RecordBuffer:
-    """What the bridge converts: one row per Kineto activity (see neuron_kineto.cpp Records)."""
+    """What the bridge converts: one ``RECORD`` row per Kineto activity (``struct Record`` in
+    neuron_kineto.h), the names ``name_id`` indexes and the args ``args_id`` indexes, as
+    (key, JSON text) pairs."""
 
-    columns: dict[str, np.ndarray]
+    rows: np.ndarray
     names: list[str]
     args: list[list[tuple[str, str]]]
 
     def __len__(self) -> int:
-        return len(self.columns["start_ns"])
+        return len(self.rows)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.columns, "names": self.names, "args": self.args}
+        return {"rows": self.rows, "names": self.names, "args": self.args}
 
 
 @dataclass(frozen=True)
@@ -151,20 +153,8 @@ def build_from_activities(acts: DeviceActivities, *, window: tuple[int, int],
     """``build_session_result`` after the parse: placement, then the bridge's record buffer."""
     placed = place(acts, host_ops=intervals.host_ops(), host_pid=host_pid, window=window,
                    taken_pids=frozenset({host_pid}), props=props)
-    columns = {
-        "start_ns": placed.start_ns, "end_ns": placed.end_ns, "flops": placed.flops,
-        "bytes": placed.bytes, "exec_id": placed.exec_id,
-        "arg_device": placed.device, "arg_stream": placed.stream,
-        "arg_correlation": placed.correlation,
-        "kineto_type": _KINETO_BY_CATEGORY[placed.category],
-        "device": placed.pid.astype(np.int32), "resource": placed.tid.astype(np.int32),
-        "thread_id": placed.tid.astype(np.int32),
-        "correlation_id": placed.external_id.astype(np.int32),
-        "flow_id": placed.flow_id.astype(np.int32),
-        "flow_start": placed.flow_start.astype(np.uint8),
-        "name_id": placed.name_id.astype(np.int32), "args_id": placed.args_id}
     args = [[(k, _json(v)) for k, v in entry] for entry in placed.args]
-    records = RecordBuffer(columns, placed.names, args)
+    records = RecordBuffer(placed.records, placed.names, args)
     metadata = {V.META_SOURCE: _json(source_name), V.META_EXCLUDED: str(placed.excluded)}
     version = (provenance or {}).get("runtime_version")
     if version:
@@ -181,13 +171,7 @@ def build_from_activities(acts: DeviceActivities, *, window: tuple[int, int],
 
 def empty_result(source_name: str, problem: str) -> SessionResult:
     """A session with no source: no device rows, the reason in the metadata."""
-    z64, z32 = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
-    cols = {k: z64 for k in ("start_ns", "end_ns", "flops", "bytes", "exec_id", "arg_device",
-                             "arg_stream", "arg_correlation")}
-    cols.update({k: z32 for k in ("kineto_type", "device", "resource", "thread_id",
-                                  "correlation_id", "flow_id", "name_id", "args_id")})
-    cols["flow_start"] = np.zeros(0, dtype=np.uint8)
-    return SessionResult(RecordBuffer(cols, [], []), [], [], "",
+    return SessionResult(RecordBuffer(np.zeros(0, dtype=RECORD), [], []), [], [], "",
                          {V.META_SOURCE: _json(source_name), V.META_LINK_ERROR: _json(problem)})
 
 

@@ -232,12 +232,14 @@ def _row_args(placed: Placement, raw_args: list[bytes]) -> tuple[np.ndarray, np.
     encode = msgspec.json.encode
     out = np.full(len(placed), -1, dtype=np.int64)
     stream = np.full(len(placed), -1, dtype=np.int64)
-    for i in range(len(placed)):
-        args = numeric_args(placed, i)
-        if placed.external_id[i] != 0:
-            args[V.ARG_EXTERNAL_ID] = int(placed.external_id[i])
-        if placed.args_id[i] >= 0:
-            args.update(placed.args[placed.args_id[i]])
+    fields = placed.records.dtype.names
+    for i, values in enumerate(placed.records.tolist()):  # (numpy rows read field by field: slow)
+        record = dict(zip(fields, values, strict=True))
+        args = numeric_args(record)
+        if record["external_id"] != 0:
+            args[V.ARG_EXTERNAL_ID] = int(record["external_id"])
+        if record["args_id"] >= 0:
+            args.update(placed.args[record["args_id"]])
         if args:
             out[i] = len(raw_args)
             raw_args.append(encode(args))

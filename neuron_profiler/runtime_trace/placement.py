@@ -3,7 +3,8 @@ the offline merge alike, so both write the same trace::
 
     placed = place(acts, host_ops=HostOps.from_trace(host), host_pid=pid_lookup,
                    window=None, props=device_properties_from_extensions(exts))
-    placed.start_ns, placed.pid, placed.tid, placed.names[placed.name_id[i]], placed.args[...]
+    placed.records          # one ``records.RECORD`` row per trace row, what the bridge converts
+    placed.start_ns, placed.pid, placed.names[placed.name_id[i]], placed.args[...]  # field views
 
 What it decides, with the vocabulary of ``neuron_profiler.trace.vocabulary``:
 
@@ -21,17 +22,18 @@ What it decides, with the vocabulary of ``neuron_profiler.trace.vocabulary``:
   (``Memcpy HtoD (Host -> NeuronCore)``), runtime calls, syncs and fallbacks prefixed.
 - **Args.** CUDA's ``device``, ``stream`` and ``correlation`` on device work (the runtime call
   carries the ``correlation`` too; it equals the ac2g flow id), then ours. Per-row numbers are
-  columns (the C++ bridge renders them; ``numeric_args`` renders them the same way in Python);
-  everything else is a small table of distinct arg tuples. A CPU fallback's ``flops``, ``bytes``,
-  ``dtype`` and ``engine`` (the op's cost on the device, for the analyzer's native time) are in
-  that table, never per-row numbers: those would get an "achieved" rate of host time.
+  record fields (the C++ bridge renders them; ``numeric_args`` renders them the same way in
+  Python); everything else is a small table of distinct arg tuples. A CPU fallback's ``flops``,
+  ``bytes``, ``dtype`` and ``engine`` (the op's cost on the device, for the analyzer's native
+  time) are in that table, never per-row numbers: those would get an "achieved" rate of host
+  time.
 - **Flows.** One ac2g arrow from each kept runtime call to the earliest device work it launched.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter, is_not
@@ -49,11 +51,15 @@ from neuron_profiler.runtime_trace.linking import (
     with_stage_exec_ids,
 )
 from neuron_profiler.runtime_trace.parser import decode_rows, sanitized
+from neuron_profiler.runtime_trace.records import (
+    CATEGORIES,
+    KINETO_MEMCPY,
+    KINETO_TYPES,
+    RECORD,
+)
 from neuron_profiler.trace import vocabulary as V
 
-# Category of each ActivityKind (index: ActivityKind code).
-CATEGORIES = (V.CAT_KERNEL, V.CAT_MEMCPY, V.CAT_RUNTIME, V.CAT_DRIVER, V.CAT_OVERHEAD,
-              V.CAT_GRAPH_OP)
+# Category (index into CATEGORIES) of each ActivityKind (index: ActivityKind code).
 _CAT_BY_KIND = np.full(len(ActivityKind), 3, dtype=np.uint8)
 _CAT_BY_KIND[[ActivityKind.KERNEL, ActivityKind.COLLECTIVE, ActivityKind.COLLECTIVE_WAIT]] = 0
 _CAT_BY_KIND[ActivityKind.DMA] = 1
@@ -240,42 +246,23 @@ class QueueThread:
 
 @dataclass(frozen=True)
 class Placement:
-    """Placed rows (the kept activities, in activity order) and the trace structure around them.
+    """Placed rows (the kept activities in activity order, then compiled graphs' ops) and the
+    trace structure around them.
 
     Args:
-        rows: index of each kept row in the activities. start_ns / end_ns: host clock.
-        kind: ActivityKind codes. category: index into ``CATEGORIES``.
-        pid / tid: where each row goes. name_id: index into ``names``.
-        external_id: the launching aten op's correlation id (0: none).
-        exec_id / flops / bytes / device / stream / correlation: per-row numbers, -1 when
-            absent (rendered as args by ``numeric_args`` or the C++ bridge).
-        flow_id: ac2g flow id (0: none); flow_start: the row starts its flow.
-        args_id: index into ``args`` (-1: no further args); args: distinct (key, value) tuples
-            (values are plain JSON values, or ``msgspec.Raw`` for runtime data kept as it came).
+        records: one ``RECORD`` row per placed row (fields in ``runtime_trace.records``); each
+            field reads as an attribute too, a view: ``placed.start_ns`` is
+            ``placed.records["start_ns"]``.
+        names: what ``name_id`` indexes. args: what ``args_id`` indexes, distinct (key, value)
+            tuples (values are plain JSON values, or ``msgspec.Raw`` for runtime data kept as it
+            came).
         processes / threads / device_properties: one per core and queue.
         metadata: the counts every trace with device rows carries (vocabulary ``META_*``).
         excluded: rows left out by the window. flows: arrows written.
     """
 
-    rows: np.ndarray
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    kind: np.ndarray
-    category: np.ndarray
-    pid: np.ndarray
-    tid: np.ndarray
-    name_id: np.ndarray
+    records: np.ndarray
     names: list[str]
-    external_id: np.ndarray
-    exec_id: np.ndarray
-    flops: np.ndarray
-    bytes: np.ndarray
-    device: np.ndarray
-    stream: np.ndarray
-    correlation: np.ndarray
-    flow_id: np.ndarray
-    flow_start: np.ndarray
-    args_id: np.ndarray
     args: list[tuple[tuple[str, Any], ...]]
     processes: list[CoreProcess]
     threads: list[QueueThread]
@@ -285,7 +272,12 @@ class Placement:
     flows: int = 0
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.records)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        if name in RECORD.fields:  # (checked first: no recursion before ``records`` is set)
+            return self.records[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 def _g6(value: float) -> float | int:
@@ -293,22 +285,32 @@ def _g6(value: float) -> float | int:
     return msgspec.json.decode(f"{value:.6g}".encode())
 
 
-def numeric_args(placed: Placement, i: int) -> dict[str, Any]:
-    """The per-row numeric args of row ``i``, exactly as the C++ bridge renders them."""
+def numeric_args(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The per-row numeric args of one ``RECORD`` row (its fields by name: a dict, or a row of
+    the array), exactly as the C++ bridge renders them."""
     out: dict[str, Any] = {}
-    for key, col in ((V.ARG_DEVICE, placed.device), (V.ARG_STREAM, placed.stream),
-                     (V.ARG_CORRELATION, placed.correlation), (V.ARG_EXEC_ID, placed.exec_id)):
-        if col[i] >= 0:
-            out[key] = int(col[i])
-    dur = max(int(placed.end_ns[i] - placed.start_ns[i]), 1)
-    if placed.flops[i] >= 0:
-        out[V.ARG_FLOPS] = int(placed.flops[i])
-        out[V.ARG_TFLOPS] = _g6(int(placed.flops[i]) / dur / 1e3)
-    if placed.bytes[i] >= 0:
-        out[V.ARG_BYTES] = int(placed.bytes[i])
-        key = V.ARG_BANDWIDTH if placed.category[i] == 1 else V.ARG_GBPS
-        out[key] = _g6(int(placed.bytes[i]) / dur)
+    for key, field_name in ((V.ARG_DEVICE, "device"), (V.ARG_STREAM, "stream"),
+                            (V.ARG_CORRELATION, "correlation"), (V.ARG_EXEC_ID, "exec_id")):
+        if record[field_name] >= 0:
+            out[key] = int(record[field_name])
+    dur = max(int(record["end_ns"] - record["start_ns"]), 1)
+    flops, nbytes = int(record["flops"]), int(record["bytes"])
+    if flops >= 0:
+        out[V.ARG_FLOPS] = flops
+        out[V.ARG_TFLOPS] = _g6(flops / dur / 1e3)
+    if nbytes >= 0:
+        out[V.ARG_BYTES] = nbytes
+        key = V.ARG_BANDWIDTH if record["kineto_type"] == KINETO_MEMCPY else V.ARG_GBPS
+        out[key] = _g6(nbytes / dur)
     return out
+
+
+def _filled(records: np.ndarray, **fields: Any) -> np.ndarray:
+    """``records`` (``RECORD`` rows) with ``fields`` set; the Kineto type follows the category."""
+    for key, value in fields.items():
+        records[key] = value
+    records["kineto_type"] = KINETO_TYPES[records["category"]]
+    return records
 
 
 def place(acts: DeviceActivities, *, host_ops: HostOps,
@@ -359,16 +361,16 @@ def place(acts: DeviceActivities, *, host_ops: HostOps,
     args_id, args = _args(acts, rows, exts, datas, host_timed)
     placed_core = np.where(work, acts.core[rows], -1).astype(np.int64)
     fallback = kind == ActivityKind.FALLBACK  # their flops and bytes are args (_row_args)
-    return _with_graph_ops(exts, acts.modelled[rows], Placement(
-        rows=rows, start_ns=acts.start_ns[rows], end_ns=acts.end_ns[rows], kind=kind,
-        category=_CAT_BY_KIND[kind], pid=np.where(on_host, host, device_side_pid),
-        tid=np.where(on_host, thread, core_stream), name_id=name_id, names=names,
-        external_id=acts.correlation_id[rows].astype(np.int64), exec_id=acts.exec_id[rows],
+    records = _filled(
+        np.zeros(len(rows), dtype=RECORD), activity=rows, start_ns=acts.start_ns[rows],
+        end_ns=acts.end_ns[rows], kind=kind, category=_CAT_BY_KIND[kind],
+        pid=np.where(on_host, host, device_side_pid), tid=np.where(on_host, thread, core_stream),
+        name_id=name_id, external_id=acts.correlation_id[rows], exec_id=acts.exec_id[rows],
         flops=np.where(fallback, -1, flops[rows]), bytes=np.where(fallback, -1, nbytes[rows]),
-        device=placed_core,
-        stream=np.where(work, core_stream, -1), correlation=correlation, flow_id=flow_id,
-        flow_start=flow_start, args_id=args_id, args=args,
-        processes=_processes(cores, core_pid, props),
+        device=placed_core, stream=np.where(work, core_stream, -1), correlation=correlation,
+        flow_id=flow_id, flow_start=flow_start, args_id=args_id)
+    return _with_graph_ops(exts, acts.modelled[rows], Placement(
+        records=records, names=names, args=args, processes=_processes(cores, core_pid, props),
         threads=_threads(cores, core_pid, used_other=bool((~on_host & ~work).any())),
         device_properties=complete_properties(cores, props),
         metadata=_metadata(acts, rows, props, core_pid, odd_values),
@@ -380,7 +382,7 @@ def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -
     op's offset for its modelled share (the shares add up to the execution). Their category is
     CUDA's for ranges on a device stream, so no tool counts their time twice."""
     kernels = np.flatnonzero(placed.kind == ActivityKind.KERNEL)
-    graphs = list(map(_get_graph_ops, take(exts, placed.rows[kernels])))
+    graphs = list(map(_get_graph_ops, take(exts, placed.activity[kernels])))
     found = np.fromiter(map(is_not, graphs, repeat(None)), dtype=bool, count=len(graphs))
     if not found.any():  # the common case: no compiled graph, one C-level pass
         return placed
@@ -410,7 +412,7 @@ def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -
                         for o in ops], dtype=np.int32)
     names = list(table)
     args = list(placed.args)
-    graph_id = [exts[placed.rows[j]].graph_id for j in parents]
+    graph_id = [exts[placed.activity[j]].graph_id for j in parents]
     arg_ids = np.empty(len(ops), dtype=np.int32)
     for k, (o, g) in enumerate(zip(ops, graph_id, strict=True)):
         entry = tuple((key, value) for key, value in (
@@ -419,22 +421,14 @@ def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -
             if value is not None)
         arg_ids[k] = len(args)
         args.append(entry)
-    none = np.full(len(ops), -1, dtype=np.int64)
-    cat = np.full(len(ops), CATEGORIES.index(V.CAT_GRAPH_OP), dtype=np.uint8)
-    grow = lambda a, b: np.concatenate([a, b.astype(a.dtype)])  # noqa: E731
-    return dataclasses.replace(
-        placed, rows=grow(placed.rows, placed.rows[p]), start_ns=grow(placed.start_ns, start),
-        end_ns=grow(placed.end_ns, start + dur),
-        kind=grow(placed.kind, np.full(len(ops), ActivityKind.GRAPH_OP)),
-        category=grow(placed.category, cat), pid=grow(placed.pid, placed.pid[p]),
-        tid=grow(placed.tid, placed.tid[p]), name_id=grow(placed.name_id, name_id), names=names,
-        external_id=grow(placed.external_id, placed.external_id[p]),
-        exec_id=grow(placed.exec_id, none), flops=grow(placed.flops, number("flops")),
-        bytes=grow(placed.bytes, number("bytes")), device=grow(placed.device, none),
-        stream=grow(placed.stream, none), correlation=grow(placed.correlation, none),
-        flow_id=grow(placed.flow_id, np.zeros(len(ops), dtype=np.int64)),
-        flow_start=grow(placed.flow_start, np.zeros(len(ops), dtype=bool)),
-        args_id=grow(placed.args_id, arg_ids), args=args)
+    # each op starts as its execution's row (activity, pid, tid, External id), then is itself
+    ops_rows = _filled(placed.records[p], start_ns=start, end_ns=start + dur,
+                       kind=ActivityKind.GRAPH_OP, category=CATEGORIES.index(V.CAT_GRAPH_OP),
+                       name_id=name_id, args_id=arg_ids, flops=number("flops"),
+                       bytes=number("bytes"), exec_id=-1, device=-1, stream=-1, correlation=-1,
+                       flow_id=0, flow_start=0)
+    return dataclasses.replace(placed, records=np.concatenate([placed.records, ops_rows]),
+                               names=names, args=args)
 
 
 def _linked(acts: DeviceActivities, ops: HostOps) -> DeviceActivities:

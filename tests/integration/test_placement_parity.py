@@ -92,9 +92,9 @@ def _normal(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _collector_rows(result: CS.SessionResult) -> tuple[list[str], list[str]]:
-    from neuron_profiler.collectors._build import load_bridge
+    from neuron_profiler.collectors._build import load_testing_bridge
 
-    _, _, converted = load_bridge().convert_records(result.records.to_dict(), render=True)
+    _, _, converted = load_testing_bridge().convert_records(result.records.to_dict(), render=True)
     rows, flows = [], []
     for ktype, name, pid, tid, ts, dur, corr, flow, flow_start, meta in converted:
         args = json.loads("{" + meta + "}")

@@ -146,10 +146,10 @@ def test_source_links_runtime_calls_by_containment(st) -> None:
     res = build_session_result(payload, window=(t0, t0 + 10_000), intervals=iv, host_pid=1,
                                props=src.device_properties(),
                                source_name=src.name)
-    cols = res.records.columns
+    cols = res.records.rows
     kinds = {5: "kernel", 24: "runtime"}
     got = sorted((kinds[int(t)], int(c), int(e)) for t, c, e in
-                 zip(cols["kineto_type"], cols["correlation_id"], cols["exec_id"], strict=True))
+                 zip(cols["kineto_type"], cols["external_id"], cols["exec_id"], strict=True))
     assert got == [("kernel", 11, 1), ("kernel", 12, 2), ("runtime", 11, 1), ("runtime", 12, 2)]
     assert res.metadata["neuron_source"] == '"libnrt"'
     assert res.source_count == 4

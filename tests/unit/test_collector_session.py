@@ -68,10 +68,10 @@ def result() -> S.SessionResult:
 
 
 def _rows(res: S.SessionResult) -> list[dict]:
-    c = res.records.columns
+    c = res.records.rows
     return [{"name": res.records.names[c["name_id"][i]], "type": int(c["kineto_type"][i]),
-             "pid": int(c["device"][i]), "tid": int(c["resource"][i]),
-             "corr": int(c["correlation_id"][i]), "flow": int(c["flow_id"][i]),
+             "pid": int(c["pid"][i]), "tid": int(c["tid"][i]),
+             "corr": int(c["external_id"][i]), "flow": int(c["flow_id"][i]),
              "flow_start": int(c["flow_start"][i]), "start": int(c["start_ns"][i]),
              "end": int(c["end_ns"][i]), "flops": int(c["flops"][i]), "bytes": int(c["bytes"][i]),
              "args": dict(res.records.args[c["args_id"][i]]) if c["args_id"][i] >= 0 else {}}
@@ -150,8 +150,8 @@ def test_empty_payload_gives_empty_buffer() -> None:
                                  intervals=S.Intervals.empty(), host_pid=1,
                                  props=[])
     assert len(res.records) == 0 and res.excluded == 0
-    assert all(len(v) == 0 for v in res.records.columns.values())
-    assert isinstance(res.records.columns["start_ns"], np.ndarray)
+    assert isinstance(res.records.rows, np.ndarray) and res.records.rows.dtype == S.RECORD
+    assert all(len(res.records.rows[k]) == 0 for k in S.RECORD.names)
 
 
 class _BadSource:
@@ -183,7 +183,7 @@ def test_controller_without_source_warns_and_says_why() -> None:
     with pytest.warns(UserWarning, match="libnrt not loadable"):
         ctl.start()
     out = _stop(ctl)
-    assert len(out["records"]["start_ns"]) == 0
+    assert len(out["records"]["rows"]["start_ns"]) == 0
     assert "libnrt not loadable" in json.loads(out["metadata"][L.META_LINK_ERROR])
 
 

@@ -115,11 +115,11 @@ def _placed(cap: Capture, payloads: list[bytes]) -> CS.SessionResult:
 
 
 def _rows(result: CS.SessionResult) -> list[dict]:
-    c, p = result.records.columns, result.placement
-    return [{"name": result.records.names[c["name_id"][i]], "pid": int(c["device"][i]),
-             "tid": int(c["resource"][i]), "start": int(c["start_ns"][i]),
-             "end": int(c["end_ns"][i]), "ext": int(c["correlation_id"][i]),
-             "corr": int(c["arg_correlation"][i]), "kind": int(p.kind[i]),
+    c, p = result.records.rows, result.placement
+    return [{"name": result.records.names[c["name_id"][i]], "pid": int(c["pid"][i]),
+             "tid": int(c["tid"][i]), "start": int(c["start_ns"][i]),
+             "end": int(c["end_ns"][i]), "ext": int(c["external_id"][i]),
+             "corr": int(c["correlation"][i]), "kind": int(p.kind[i]),
              "flow": int(c["flow_id"][i]), "flow_start": bool(c["flow_start"][i]),
              "bytes": int(c["bytes"][i]), "core": int(p.device[i]),
              "args": dict(result.records.args[c["args_id"][i]]) if c["args_id"][i] >= 0 else {}}

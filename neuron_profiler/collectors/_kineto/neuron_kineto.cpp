@@ -1,385 +1,31 @@
 // The Kineto bridge, and nothing else: a libkineto::IActivityProfiler registered through torch's
-// PrivateUse1ProfilerRegistry. It keeps the session, the correlation stack (recording every
-// (thread, correlation id, push_ns, pop_ns) interval), the record buffer handed over by Python,
-// and converts that buffer into Kineto activities in processTrace. Parsing, linking and window
-// exclusion are Python (neuron_profiler/collectors/session.py); this file calls back into it.
-//
-// Build flags (see _build.py): -DUSE_KINETO -DFMT_HEADER_ONLY, include <torch>/include/kineto.
+// PrivateUse1ProfilerRegistry. Its session keeps the correlation stack, takes the record buffer
+// Python hands over at stop() and converts it into Kineto activities in processTrace (the core
+// is neuron_kineto.h). Parsing, linking, the window and the record layout's content are Python
+// (neuron_profiler/collectors/session.py, runtime_trace/placement.py); this file calls back
+// into it. Test and bench entry points are in neuron_kineto_testing.cpp, a module of their own.
 
-#include <pybind11/numpy.h>
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
+#include "neuron_kineto.h"
 
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <chrono>
-#include <cstring>
-#include <ctime>
-#include <memory>
-#include <mutex>
 #include <set>
-#include <string>
-#include <unordered_map>
-#include <utility>
-#include <vector>
+#include <tuple>
 
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 
-#include <IActivityProfiler.h>
-#include <libkineto.h>
-#include <output_base.h>
-
-namespace py = pybind11;
-namespace lk = libkineto;
-
 namespace neuron_kineto {
+namespace {
 
-int64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);  // the clock torch.profiler stamps CPU ops with
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-
-// ---------------------------------------------------------------- correlation stack
-struct Frame {
-  uint64_t id, parent;
-  int64_t push_ns;
-};
-struct Interval {
-  int32_t tid;
-  uint64_t id, parent;
-  int64_t push_ns, pop_ns;
-};
-
-thread_local std::vector<Frame> t_stack;
-thread_local int32_t t_tid = 0;
-std::mutex g_iv_mu;
-std::vector<Interval> g_intervals;
-std::atomic<bool> g_recording{false};
-
-int32_t this_tid() {
-  if (t_tid == 0) {
-    t_tid = static_cast<int32_t>(syscall(SYS_gettid));
-  }
-  return t_tid;
-}
-
-uint64_t current_correlation_id() {
-  return t_stack.empty() ? 0 : t_stack.back().id;
-}
-
-void push_correlation(uint64_t id) {
-  t_stack.push_back({id, t_stack.empty() ? 0 : t_stack.back().id, now_ns()});
-}
-
-void pop_correlation() {
-  if (t_stack.empty()) {
-    return;
-  }
-  Frame f = t_stack.back();
-  t_stack.pop_back();
-  if (g_recording.load(std::memory_order_relaxed)) {
-    Interval iv{this_tid(), f.id, f.parent, f.push_ns, now_ns()};
-    std::lock_guard<std::mutex> lock(g_iv_mu);
-    g_intervals.push_back(iv);
-  }
-}
-
-// ---------------------------------------------------------------- record buffer
-// Arg keys come from neuron_profiler.runtime_trace.layout (set once by Python).
-struct Keys {
-  std::string exec_id = "exec_id", flops = "flops", bytes = "bytes", tflops = "achieved TFLOPS",
-              gbps = "achieved GB/s", bandwidth = "bandwidth (GB/s)", device = "device",
-              stream = "stream", correlation = "correlation",
-              collector_error = "neuron_collector_error";  // a top-level metadata key
-};
-Keys g_keys;
-
-using ArgList = std::vector<std::pair<std::string, std::string>>;  // key -> raw JSON value
-
-// One row per activity: columns copied out of the numpy arrays Python hands over at stop().
-struct Records {
-  std::vector<int64_t> start, end, flops, bytes, exec_id, arg_device, arg_stream, arg_corr;
-  std::vector<int32_t> type, device, resource, thread, corr, flow_id, name_id, args_id;
-  std::vector<uint8_t> flow_start;
-  std::vector<std::string> names;
-  // Shared with every activity: Kineto and torch read args after the session is gone.
-  std::shared_ptr<const std::vector<ArgList>> args = std::make_shared<std::vector<ArgList>>();
-  size_t size() const {
-    return start.size();
-  }
-};
-
-template <typename T>
-std::vector<T> column(const py::dict& d, const char* key, size_t n) {
-  auto arr = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(d[key]);
-  if (!arr || static_cast<size_t>(arr.size()) != n) {
-    throw std::runtime_error(std::string("record buffer column '") + key + "' has wrong length");
-  }
-  std::vector<T> out(n);
-  if (n) {
-    std::memcpy(out.data(), arr.data(), n * sizeof(T));
-  }
-  return out;
-}
-
-Records records_from_dict(const py::dict& d) {
-  Records r;
-  auto start = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(d["start_ns"]);
-  size_t n = start ? static_cast<size_t>(start.size()) : 0;
-  r.start = column<int64_t>(d, "start_ns", n);
-  r.end = column<int64_t>(d, "end_ns", n);
-  r.flops = column<int64_t>(d, "flops", n);
-  r.bytes = column<int64_t>(d, "bytes", n);
-  r.exec_id = column<int64_t>(d, "exec_id", n);
-  r.arg_device = column<int64_t>(d, "arg_device", n);
-  r.arg_stream = column<int64_t>(d, "arg_stream", n);
-  r.arg_corr = column<int64_t>(d, "arg_correlation", n);
-  r.type = column<int32_t>(d, "kineto_type", n);
-  r.device = column<int32_t>(d, "device", n);
-  r.resource = column<int32_t>(d, "resource", n);
-  r.thread = column<int32_t>(d, "thread_id", n);
-  r.corr = column<int32_t>(d, "correlation_id", n);
-  r.flow_id = column<int32_t>(d, "flow_id", n);
-  r.name_id = column<int32_t>(d, "name_id", n);
-  r.args_id = column<int32_t>(d, "args_id", n);
-  r.flow_start = column<uint8_t>(d, "flow_start", n);
-  r.names = d["names"].cast<std::vector<std::string>>();
-  r.args = std::make_shared<const std::vector<ArgList>>(d["args"].cast<std::vector<ArgList>>());
-  for (size_t i = 0; i < n; ++i) {
-    if (r.name_id[i] < 0 || static_cast<size_t>(r.name_id[i]) >= r.names.size() ||
-        r.args_id[i] < -1 || r.args_id[i] >= static_cast<int32_t>(r.args->size())) {
-      throw std::runtime_error("record buffer row " + std::to_string(i) + " has a bad index");
-    }
-  }
-  return r;
-}
-
-// ---------------------------------------------------------------- activity arena
-// Activities are allocated from pre-faulted chunks (mmap + MAP_POPULATE, growing 1 MiB ->
-// 64 MiB): first-touch page faults dominated converting a million activities one malloc each.
-// Each object is preceded by its chunk pointer; a chunk is unmapped when its last object goes.
-namespace arena {
-struct Chunk {
-  size_t size, used;
-  int64_t live;
-  bool retired;
-};
-std::mutex mu;
-Chunk* current = nullptr;
-size_t next_size = 1 << 20;
-constexpr size_t kHeader = 16;
-
-void unmap_if_done(Chunk* c) {
-  if (c->retired && c->live == 0) {
-    munmap(c, c->size);
-  }
-}
-
-Chunk* new_chunk(size_t at_least) {
-  size_t size = std::max(next_size, at_least + sizeof(Chunk) + kHeader);
-  next_size = std::min<size_t>(next_size * 2, 64 << 20);
-  void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (mem == MAP_FAILED) {
-    throw std::bad_alloc();
-  }
-  auto* c = static_cast<Chunk*>(mem);
-  *c = Chunk{size, (sizeof(Chunk) + kHeader - 1) / kHeader * kHeader, 0, false};
-  return c;
-}
-
-void* alloc(size_t n) {
-  n = (n + kHeader - 1) / kHeader * kHeader + kHeader;
-  std::lock_guard<std::mutex> lock(mu);
-  if (current != nullptr && current->live == 0) {  // everything in it is gone: reuse it
-    current->used = (sizeof(Chunk) + kHeader - 1) / kHeader * kHeader;
-  }
-  if (current == nullptr || current->used + n > current->size) {
-    if (current != nullptr) {
-      current->retired = true;
-      unmap_if_done(current);
-    }
-    current = new_chunk(n);
-  }
-  char* p = reinterpret_cast<char*>(current) + current->used;
-  current->used += n;
-  current->live += 1;
-  *reinterpret_cast<Chunk**>(p) = current;
-  return p + kHeader;
-}
-
-void release(void* obj) {
-  char* p = static_cast<char*>(obj) - kHeader;
-  Chunk* c = *reinterpret_cast<Chunk**>(p);
-  std::lock_guard<std::mutex> lock(mu);
-  c->live -= 1;
-  unmap_if_done(c);
-}
-}  // namespace arena
-
-// A GenericTraceActivity whose args are rendered on demand from numeric fields, so converting a
-// million rows allocates one object each instead of a metadata map each.
-class NeuronActivity : public lk::GenericTraceActivity {
- public:
-  static void* operator new(size_t n) {
-    return arena::alloc(n);
-  }
-  static void operator delete(void* p) {
-    arena::release(p);
-  }
-
-  NeuronActivity(const lk::TraceSpan& span, lk::ActivityType t, const std::string& name)
-      : lk::GenericTraceActivity(span, t, name) {}
-
-  // -1: absent. device/stream/correlation are CUDA's keys on device work (and the runtime call).
-  int64_t flops_{-1}, bytes_{-1}, exec_id_{-1}, device_{-1}, stream_{-1}, corr_{-1};
-  std::shared_ptr<const std::vector<ArgList>> table_;
-  const ArgList* extra_{nullptr};  // points into *table_, which this activity keeps alive
-
-  const std::string metadataJson() const override {
-    std::string out;
-    out.reserve(160);
-    auto add = [&out](const std::string& k, const std::string& v) {
-      if (!out.empty()) {
-        out += ", ";
-      }
-      out += '"';
-      out += k;
-      out += "\": ";
-      out += v;
-    };
-    double dur = static_cast<double>(std::max<int64_t>(endTime - startTime, 1));
-    if (device_ >= 0) {
-      add(g_keys.device, std::to_string(device_));
-    }
-    if (stream_ >= 0) {
-      add(g_keys.stream, std::to_string(stream_));
-    }
-    if (corr_ >= 0) {
-      add(g_keys.correlation, std::to_string(corr_));
-    }
-    if (exec_id_ >= 0) {
-      add(g_keys.exec_id, std::to_string(exec_id_));
-    }
-    if (flops_ >= 0) {
-      add(g_keys.flops, std::to_string(flops_));
-      add(g_keys.tflops, fmt::format("{:.6g}", static_cast<double>(flops_) / dur / 1e3));
-    }
-    if (bytes_ >= 0) {
-      add(g_keys.bytes, std::to_string(bytes_));
-      const std::string& key =
-          activityType == lk::ActivityType::GPU_MEMCPY ? g_keys.bandwidth : g_keys.gbps;
-      add(key, fmt::format("{:.6g}", static_cast<double>(bytes_) / dur));
-    }
-    if (extra_) {
-      for (const auto& kv : *extra_) {
-        add(kv.first, kv.second);
-      }
-    }
-    return out;
-  }
-
-  const std::string getMetadataValue(const std::string& key) const override {
-    if (key == g_keys.flops && flops_ >= 0) {
-      return std::to_string(flops_);
-    }
-    if (key == g_keys.bytes && bytes_ >= 0) {
-      return std::to_string(bytes_);
-    }
-    if (extra_) {
-      for (const auto& kv : *extra_) {
-        if (kv.first == key) {
-          return kv.second;
-        }
-      }
-    }
-    return "";
-  }
-};
-
-// Record functions of the Python dispatch machinery (a device's tensor subclass or mode): work
-// launched under them belongs to the aten op around them, found through the recorded parent.
-bool is_dispatch_frame(const lk::ITraceActivity* a) {
-  if (!a) {
-    return false;
-  }
-  const std::string n = a->name();
-  return n == "PythonSubclass" || n == "PythonDispatchMode";
-}
-
-using ParentMap = std::unordered_map<uint64_t, uint64_t>;
-
-// The one conversion: record buffer -> Kineto activities appended to `buf`.
-void convert(const Records& r, lk::CpuTraceBuffer& buf,
-             const lk::getLinkedActivityCallback* linked, const ParentMap* parents = nullptr) {
-  int32_t last_corr = 0, last_id = 0;
-  const lk::ITraceActivity* last_link = nullptr;
-  for (size_t i = 0; i < r.size(); ++i) {
-    auto act = std::make_unique<NeuronActivity>(
-        buf.span, static_cast<lk::ActivityType>(r.type[i]), r.names[r.name_id[i]]);
-    act->startTime = r.start[i];
-    act->endTime = r.end[i];
-    act->id = r.corr[i];
-    act->device = r.device[i];
-    act->resource = r.resource[i];
-    act->threadId = r.thread[i];
-    act->flops_ = r.flops[i];
-    act->bytes_ = r.bytes[i];
-    act->exec_id_ = r.exec_id[i];
-    act->device_ = r.arg_device[i];
-    act->stream_ = r.arg_stream[i];
-    act->corr_ = r.arg_corr[i];
-    if (r.args_id[i] >= 0) {
-      act->table_ = r.args;
-      act->extra_ = &(*r.args)[r.args_id[i]];
-    }
-    if (r.flow_id[i] > 0) {
-      act->flow.id = static_cast<uint32_t>(r.flow_id[i]);
-      act->flow.type = lk::kLinkAsyncCpuGpu;
-      act->flow.start = r.flow_start[i] ? 1 : 0;
-    }
-    if (linked && *linked && r.corr[i] != 0) {
-      if (r.corr[i] != last_corr) {
-        last_corr = r.corr[i];
-        int32_t corr = r.corr[i];
-        last_link = (*linked)(corr);
-        while (parents && is_dispatch_frame(last_link)) {
-          auto it = parents->find(static_cast<uint64_t>(corr));
-          if (it == parents->end() || it->second == 0) {
-            break;
-          }
-          corr = static_cast<int32_t>(it->second);
-          last_link = (*linked)(corr);
-        }
-        last_id = last_link ? corr : 0;
-      }
-      act->linked = last_link;
-      // torch reads an unlinked activity's id as its own correlation id: a stale one would make
-      // it collect another op's device time, so only linked activities keep theirs.
-      act->id = last_id;
-    }
-    buf.activities.push_back(std::move(act));
-  }
-}
-
-// ---------------------------------------------------------------- Python controller
 py::object& controller() {
   static py::object* obj = new py::object();  // leaked on purpose: no GIL at process exit
   return *obj;
 }
 
-struct DeviceRow {
-  int64_t id, sort_index;
-  std::string name, label;
-};
-struct ResourceRow {
-  int64_t id, sort_index, device;
-  std::string name;
-};
+using DeviceRow = std::tuple<int64_t, int64_t, std::string, std::string>;  // pid, sort, name, label
+using ResourceRow = std::tuple<int64_t, int64_t, int64_t, std::string>;  // tid, sort, pid, name
+
+lk::DeviceInfo device_info(const DeviceRow& d) {
+  return lk::DeviceInfo{std::get<0>(d), std::get<1>(d), std::get<2>(d), std::get<3>(d)};
+}
 
 class NeuronSession : public lk::IActivityProfilerSession {
  public:
@@ -423,16 +69,8 @@ class NeuronSession : public lk::IActivityProfilerSession {
       records_ = records_from_dict(res["records"].cast<py::dict>());
       device_properties_ = res["device_properties"].cast<std::string>();
       metadata_ = res["metadata"].cast<std::unordered_map<std::string, std::string>>();
-      for (auto dev : res["devices"]) {
-        auto t4 = dev.cast<py::tuple>();
-        devices_.push_back({t4[0].cast<int64_t>(), t4[1].cast<int64_t>(),
-                            t4[2].cast<std::string>(), t4[3].cast<std::string>()});
-      }
-      for (auto r : res["resources"]) {
-        auto t4 = r.cast<py::tuple>();
-        resources_.push_back({t4[0].cast<int64_t>(), t4[1].cast<int64_t>(),
-                              t4[2].cast<int64_t>(), t4[3].cast<std::string>()});
-      }
+      devices_ = res["devices"].cast<std::vector<DeviceRow>>();
+      resources_ = res["resources"].cast<std::vector<ResourceRow>>();
     });
     status_ = lk::TraceStatus::PROCESSING;
   }
@@ -450,7 +88,7 @@ class NeuronSession : public lk::IActivityProfilerSession {
     // The window was applied in Python at stop() (by launch time, counted in the metadata).
     buffer_ = std::make_unique<lk::CpuTraceBuffer>();
     buffer_->span = lk::TraceSpan(start_ns_, stop_ns_, "NeuronCore");
-    buffer_->gpuOpCount = static_cast<int>(records_.size());
+    buffer_->gpuOpCount = static_cast<int>(records_.rows.size());
     convert(records_, *buffer_, &getLinked, &parents_);
     for (const auto& act : buffer_->activities) {
       // handleActivity keeps a pointer (ownership moves with getTraceBuffer); act->log() would
@@ -458,8 +96,7 @@ class NeuronSession : public lk::IActivityProfilerSession {
       logger.handleActivity(*act);
     }
     for (size_t i = 1; i < devices_.size(); ++i) {  // devices_[0] comes from getDeviceInfo()
-      const auto& d = devices_[i];
-      logger.handleDeviceInfo(lk::DeviceInfo{d.id, d.sort_index, d.name, d.label}, start_ns_);
+      logger.handleDeviceInfo(device_info(devices_[i]), start_ns_);
     }
   }
 
@@ -467,14 +104,13 @@ class NeuronSession : public lk::IActivityProfilerSession {
     if (devices_.empty()) {
       return nullptr;
     }
-    const auto& d = devices_[0];
-    return std::make_unique<lk::DeviceInfo>(lk::DeviceInfo{d.id, d.sort_index, d.name, d.label});
+    return std::make_unique<lk::DeviceInfo>(device_info(devices_[0]));
   }
 
   std::vector<lk::ResourceInfo> getResourceInfos() override {
     std::vector<lk::ResourceInfo> out;
-    for (const auto& r : resources_) {
-      out.push_back(lk::ResourceInfo{r.id, r.sort_index, r.device, r.name});
+    for (const auto& [tid, sort_index, pid, name] : resources_) {
+      out.push_back(lk::ResourceInfo{tid, sort_index, pid, name});
     }
     return out;
   }
@@ -529,7 +165,7 @@ class NeuronSession : public lk::IActivityProfilerSession {
   }
 
   int64_t start_ns_{0}, stop_ns_{0};
-  Records records_;
+  RecordBuffer records_;
   ParentMap parents_;
   std::string device_properties_;
   std::unordered_map<std::string, std::string> metadata_;
@@ -580,17 +216,8 @@ class NeuronProfiler : public lk::IActivityProfiler {
 bool g_registered = false;
 
 void register_profiler(py::object ctrl, const py::dict& keys) {
+  set_keys(keys);
   controller() = std::move(ctrl);
-  g_keys.exec_id = keys["exec_id"].cast<std::string>();
-  g_keys.flops = keys["flops"].cast<std::string>();
-  g_keys.bytes = keys["bytes"].cast<std::string>();
-  g_keys.tflops = keys["tflops"].cast<std::string>();
-  g_keys.gbps = keys["gbps"].cast<std::string>();
-  g_keys.bandwidth = keys["bandwidth"].cast<std::string>();
-  g_keys.device = keys["device"].cast<std::string>();
-  g_keys.stream = keys["stream"].cast<std::string>();
-  g_keys.correlation = keys["correlation"].cast<std::string>();
-  g_keys.collector_error = keys["collector_error"].cast<std::string>();
   if (!g_registered) {
     torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(
         []() -> std::unique_ptr<lk::IActivityProfiler> {
@@ -600,41 +227,7 @@ void register_profiler(py::object ctrl, const py::dict& keys) {
   }
 }
 
-// Test/bench entry: convert a record buffer without Kineto; returns (seconds, rendered rows).
-py::tuple convert_records(const py::dict& d, bool render) {
-  Records r = records_from_dict(d);
-  auto buf = std::make_unique<lk::CpuTraceBuffer>();
-  auto t0 = std::chrono::steady_clock::now();
-  convert(r, *buf, nullptr);
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  py::list rows;
-  if (render) {
-    for (const auto& a : buf->activities) {
-      rows.append(py::make_tuple(static_cast<int>(a->type()), a->name(), a->deviceId(),
-                                 a->resourceId(), a->timestamp(), a->duration(),
-                                 a->correlationId(), a->flowId(), a->flowStart(),
-                                 a->metadataJson()));
-    }
-  }
-  return py::make_tuple(secs, buf->activities.size(), rows);
-}
-
-// Bench entry: seconds to render the args of every converted activity (what export costs).
-double render_seconds(const py::dict& d) {
-  Records r = records_from_dict(d);
-  auto buf = std::make_unique<lk::CpuTraceBuffer>();
-  convert(r, *buf, nullptr);
-  auto t0 = std::chrono::steady_clock::now();
-  size_t total = 0;
-  for (const auto& a : buf->activities) {
-    total += a->metadataJson().size();
-  }
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  volatile size_t sink = total;  // keep the rendering from being optimised away
-  (void)sink;
-  return secs;
-}
-
+}  // namespace
 }  // namespace neuron_kineto
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -642,11 +235,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("register_profiler", &neuron_kineto::register_profiler, py::arg("controller"),
         py::arg("keys"));
   m.def("current_correlation_id", &neuron_kineto::current_correlation_id);
-  m.def("convert_records", &neuron_kineto::convert_records, py::arg("records"),
-        py::arg("render") = true);
-  m.def("render_seconds", &neuron_kineto::render_seconds, py::arg("records"));
-  m.def("now_ns", &neuron_kineto::now_ns);
-  // Test hooks for the correlation stack (Kineto drives the real ones).
-  m.def("_push_correlation", &neuron_kineto::push_correlation);
-  m.def("_pop_correlation", &neuron_kineto::pop_correlation);
+  m.def("record_dtype", &neuron_kineto::record_dtype);
 }
