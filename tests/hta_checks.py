@@ -1,6 +1,6 @@
 """Runs HTA 0.5.0 on traces of ours and checks its answers against our own reading of them.
 
-HTA's conventions (../shared/docs/breakdown-definitions.md): device work is every event with a
+HTA's conventions (docs/breakdown-definitions.md): device work is every event with a
 ``stream`` arg; unless ``HTA_DISABLE_NS_ROUNDING=1``, each event is rounded inward to whole µs
 (start up, end down). The expectations here apply the same convention to the device rows read
 with our loader, so a disagreement means HTA did not see our rows as device work.

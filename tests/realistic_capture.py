@@ -1,4 +1,4 @@
-"""Captures in the shape libnrt 2.31 writes (../shared/docs/neuron-runtime-trace.md), with the
+"""Captures in the shape libnrt 2.31 writes (docs/runtime-events.md), with the
 truth a test checks against: the host-clock span of every device event and the host op of every
 runtime call.
 

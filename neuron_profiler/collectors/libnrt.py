@@ -6,7 +6,7 @@ library loads::
     payload = st.fetch()                  # JSON bytes; events are handed out once
     st.stop()
 
-Signatures follow ../shared/docs/neuron-runtime-trace.md. Every call returning ``NRT_STATUS`` is
+Signatures: AWS's header, as docs/runtime-events.md lists it. Every call returning ``NRT_STATUS`` is
 checked: a nonzero status raises ``LibnrtError`` naming the function and the code. Not run on
 Trainium hardware by this project; tests use tests/fake_libnrt (same symbols, same JSON shape).
 """

@@ -1,6 +1,7 @@
 """Chip constants for the emulated device's roofline model: one table, each figure with its source.
 
-Per-chip figures are from AWS's Trainium2/Trainium3 architecture pages (../shared/docs/trainium.md).
+Per-chip figures are from AWS's Trainium2/Trainium3 architecture pages; docs/chips.md lists every
+figure with its public source.
 Per-logical-core figures divide by the logical core count. Figures marked ``ASSUMPTION`` have no
 public source; they are this project's choice and documented as such.
 """

@@ -30,7 +30,7 @@ import functools
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.fx.node import map_arg
@@ -38,6 +38,7 @@ from torch.fx.node import map_arg
 from neuron_profiler.emulator import dispatch as D
 from neuron_profiler.emulator.costs import op_cost
 from neuron_profiler.emulator.outputs import materialise, output_plan
+from neuron_profiler.emulator.scheduler import GraphExecution, GraphOp
 from neuron_profiler.emulator.tensor import NeuronTensor
 from neuron_profiler.emulator.timing import engine_for
 from neuron_profiler.errors import EmulatorError
@@ -50,6 +51,26 @@ _graph_ids = itertools.count(1)
 _installed = False
 _OpOverload = torch._ops.OpOverload
 _set_record_function = torch._C._autograd._enable_record_function
+
+
+class _OpRun(NamedTuple):
+    """One aten op of a graph call, as run: what its device cost is computed from."""
+
+    node: torch.fx.Node
+    args: Any
+    out: Any
+
+
+class _GraphCost(NamedTuple):
+    """A graph call's modelled device cost: totals, the dtype and engine class it is timed
+    at, its duration and its ops' shares."""
+
+    flops: int
+    bytes_moved: int
+    dtype: str
+    matrix: bool
+    duration_ns: int
+    ops: tuple[GraphOp, ...]
 
 
 # -- fusion --------------------------------------------------------------------------------
@@ -151,7 +172,7 @@ class NeuronGraph:
         if core is None:
             core = D.STATE.current_core
         numerics = D.STATE.numerics
-        costs: list[tuple[torch.fx.Node, str, Any]] = []
+        costs: list[_OpRun] = []
         _set_record_function(False)
         try:
             for node in self.nodes:
@@ -162,7 +183,7 @@ class NeuronGraph:
                     out = self._run(node.target, fargs, fkwargs, numerics)
                     env[node] = out
                     if isinstance(node.target, _OpOverload):
-                        costs.append((node, fargs, out))
+                        costs.append(_OpRun(node, fargs, out))
                 elif op == "get_attr":
                     v = getattr(self.gm, node.target)
                     env[node] = v._elem if isinstance(v, NeuronTensor) else v
@@ -174,12 +195,12 @@ class NeuronGraph:
         tl = D.STATE.timeline
         if tl is not None:
             inputs = [e for e in env.values() if isinstance(e, torch.Tensor)]
-            flops, nbytes, dtype, matrix, duration, ops = self._model(costs, env, tl)
+            cost = self._model(costs, env, tl)
             kw = dict(launch_ns=time.time_ns(), overhead_from_ns=launch_ns) if numerics else \
                 dict(launch_ns=launch_ns)
-            tl.kernel(core, self.name, flops=flops, bytes_moved=nbytes, dtype=dtype,
-                      matrix=matrix, not_before_ns=D.wait_pending(inputs),
-                      graph=(self.graph_id, duration, ops), **kw)
+            tl.kernel(core, self.name, flops=cost.flops, bytes_moved=cost.bytes_moved,
+                      dtype=cost.dtype, matrix=cost.matrix, not_before_ns=D.wait_pending(inputs),
+                      graph=GraphExecution(self.graph_id, cost.duration_ns, cost.ops), **kw)
         return outputs
 
     @staticmethod
@@ -203,19 +224,19 @@ class NeuronGraph:
             return type(o)(NeuronGraph._wrap(i, core, by_elem) for i in o)
         return o
 
-    def _model(self, costs: list, env: dict, tl: Any) -> tuple:
-        """Roofline per fused group; per op its share. Returns (flops, bytes, dtype, matrix,
-        duration_ns, ops)."""
+    def _model(self, costs: list[_OpRun], env: dict, tl: Any) -> _GraphCost:
+        """Roofline per fused group; per op its share."""
         model = tl.model
         per_node: dict[torch.fx.Node, Any] = {}
         groups: dict[torch.fx.Node, list[torch.fx.Node]] = {}
-        for node, fargs, out in costs:
+        for run in costs:
+            node, fargs = run.node, run.args
             info = D._INFO.get(node.target) or D._describe(node.target)
             if info.kind is not D.Kind.KERNEL:
                 per_node[node] = None  # views, allocations: no device time
                 continue
             inputs = _tensors(list(fargs) + list(map_arg(node.kwargs, env.__getitem__).values()))
-            outs = _tensors(out)
+            outs = _tensors(run.out)
             if not outs and info.mutated_names:
                 outs = [t for t in inputs if t is not None][:1]
             per_node[node] = op_cost(info.name, inputs=inputs, outputs=outs, args=fargs)
@@ -252,16 +273,19 @@ class NeuronGraph:
             total_flops += gflops
             total_bytes += gbytes
         duration = sum(weights.values()) + model._ns(model.chip.kernel_fixed_ns * 1e-9)
-        listed = [n for n, _, _ in costs if per_node.get(n) is not None]
+        listed = [run.node for run in costs if per_node.get(run.node) is not None]
         shares = _apportion(duration, [weights[n] for n in listed]) if listed else []
-        ops, offset = [], 0
+        ops: list[GraphOp] = []
+        offset = 0
         for n, share in zip(listed, shares, strict=True):
             c = per_node[n]
             name = n.target._overloadpacket._qualified_op_name
-            ops.append((name, offset, share, c.flops, node_bytes.get(n, 0),
-                        engine_for(name, c.matrix)))
+            ops.append(GraphOp(op=name, offset_ns=offset, duration_ns=share, flops=c.flops,
+                               bytes_moved=node_bytes.get(n, 0),
+                               engine=engine_for(name, c.matrix)))
             offset += share
-        return total_flops, total_bytes, dtype, matrix, duration, tuple(ops)
+        return _GraphCost(flops=total_flops, bytes_moved=total_bytes, dtype=dtype, matrix=matrix,
+                          duration_ns=duration, ops=tuple(ops))
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str = "forward",

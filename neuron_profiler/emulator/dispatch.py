@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import torch
 
 from neuron_profiler.emulator import fallback as fb
@@ -75,7 +76,17 @@ _ALLOC_OPS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::n
               "aten::new_empty_strided", "aten::resize_", "aten::resize_as_"}
 _NO_KERNEL_OPS = {"aten::_unsafe_view", "aten::lift_fresh", "aten::record_stream",
                   "aten::_has_compatible_shallow_copy_type", "aten::set_"}
-_LIVE: dict[weakref.ref, tuple[int, int, int]] = {}
+
+
+class _Allocation(msgspec.Struct, frozen=True, gc=False):
+    """A device buffer whose free is recorded when its tensor dies (``_LIVE``)."""
+
+    core: int
+    tensor_id: int
+    nbytes: int
+
+
+_LIVE: dict[weakref.ref, _Allocation] = {}
 
 
 def register_special(op: Any, handler: Callable[..., Any]) -> None:
@@ -195,15 +206,15 @@ def new_device_tensor(elem: torch.Tensor, core: int, allocate: bool) -> NeuronTe
         if tl is not None and tl.rt.tracking_tensors:  # weakref per tensor: only when wanted
             nbytes = elem.numel() * elem.element_size()  # a fresh output owns exactly this
             tensor_id = tl.allocate(core, nbytes)
-            _LIVE[weakref.ref(t, _freed)] = (core, tensor_id, nbytes)
+            _LIVE[weakref.ref(t, _freed)] = _Allocation(core, tensor_id, nbytes)
     return t
 
 
 def _freed(ref: weakref.ref) -> None:
-    info = _LIVE.pop(ref, None)
+    buffer = _LIVE.pop(ref, None)
     tl = STATE.timeline
-    if info is not None and tl is not None:
-        tl.free(*info)
+    if buffer is not None and tl is not None:
+        tl.free(buffer.core, buffer.tensor_id, buffer.nbytes)
 
 
 def wrap(out: Any, u: Unwrapped, core: int, allocate: bool, written: list[torch.Tensor]) -> Any:

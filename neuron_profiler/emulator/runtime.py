@@ -9,8 +9,8 @@
 
 Why a separate runtime object: the collector reads the emulator exactly as it reads the real
 runtime (capture between start and stop, events handed out once, a bounded ring buffer per core
-that drops the oldest events and counts them). Recording is cheap (a tuple appended to a
-``collections.deque`` per core); JSON is produced only at fetch (msgspec).
+that drops the oldest events and counts them). Recording is cheap (a ``RecordedEvent`` record
+appended to a ``collections.deque`` per core); JSON is produced only at fetch (msgspec).
 
 Clocks: ``timestamp_ns`` is host Unix-epoch ns. Device events also carry ``nc_timestamp_ns`` on the
 core's own clock (ns since the emulated device came up); each fetch output starts with one
@@ -34,13 +34,30 @@ from neuron_profiler.runtime_trace import format as F
 CORE_EPOCH_STEP_NS = 3_600_000_000_000  # one hour between two cores' clock epochs
 DEFAULT_MAX_EVENTS_PER_NC = 1_000_000  # the real runtime's default ring size per core
 
-# One recorded event: (id, event_type, phase, tracking_id, nc_idx, thread_id, timestamp_ns,
-# builder, payload, seq). ``data = builder(payload)`` is built only at fetch (builder None: payload
-# is the data dict). Tuples of plain values stay out of the garbage collector's way, which matters
-# for a ring of a million events. ``seq`` numbers a core's events 0, 1, 2, ...: a gap in what a
-# fetch takes is exactly what the ring dropped (lock-free, exact even with recording threads).
 DataBuilder = Callable[[Any], dict[str, Any]]
-EventTuple = tuple[int, str, str, int, int, int, int, DataBuilder | None, Any, int]
+
+
+class RecordedEvent(msgspec.Struct, frozen=True, gc=False):
+    """One event in a core's ring buffer, as recorded on the hot path.
+
+    ``data = builder(payload)`` is built only at fetch (``builder`` None: ``payload`` is the data
+    dict itself), so recording stores plain values and no dict. ``seq`` numbers a core's events
+    0, 1, 2, ...: a gap in what a fetch takes is exactly what the ring dropped (lock-free, exact
+    even with recording threads). A frozen msgspec struct, as the emulator's other hot-path
+    records (``scheduler.LaunchRecord``...): built in C about as fast as a tuple, and left out
+    of the garbage collector (``gc=False``), which matters for a ring of a million events.
+    """
+
+    id: int
+    event_type: str
+    phase: str
+    tracking_id: int
+    nc_idx: int
+    thread_id: int
+    timestamp_ns: int
+    builder: DataBuilder | None
+    payload: Any
+    seq: int
 
 
 class _OutEvent(msgspec.Struct):
@@ -86,7 +103,7 @@ class EmulatedRuntime:
         self.model_ids: dict[str, int] = {}
         self.capturing = False
         self.tracking_tensors = False  # capturing tensor allocate/free (the device asks per tensor)
-        self._buffers: dict[int, deque[EventTuple]] = {}
+        self._buffers: dict[int, deque[RecordedEvent]] = {}
         self._seq: dict[int, Iterator[int]] = {}  # per-core event numbering
         self._expected: dict[int, int] = {}  # per core: seq of the next event not handed out
         self._cores: frozenset[int] = frozenset()
@@ -172,11 +189,11 @@ class EmulatedRuntime:
                 taken = self._take(core, max_events)
                 dropped[str(core)] = 0
                 if taken:
-                    last = max(t[9] for t in taken)  # threads may append slightly out of order
+                    last = max(e.seq for e in taken)  # threads may append slightly out of order
                     dropped[str(core)] = last + 1 - self._expected[core] - len(taken)
                     self._expected[core] = last + 1
                 if taken:
-                    out.extend(self._sync_point(core, min(t[6] for t in taken)))
+                    out.extend(self._sync_point(core, min(e.timestamp_ns for e in taken)))
                     out.extend(map(_out_event, taken))
         ext = {"dropped_events": dropped, "emulated": True, "chip": self.chip.name,
                "speed_factor": self.speed_factor, F.X_NUMERICS: self.numerics,
@@ -184,7 +201,7 @@ class EmulatedRuntime:
                                        if p["id"] in cores]}
         return _encode(_Envelope(out, F.DATA_VERSION, ext))
 
-    def _take(self, core: int, max_events: int | None) -> list[EventTuple]:
+    def _take(self, core: int, max_events: int | None) -> list[RecordedEvent]:
         buf = self._buffers.get(core)
         if not buf:
             return []
@@ -198,8 +215,10 @@ class EmulatedRuntime:
             return ()
         nc = self.nc_timestamp_ns(first_ts_ns, core)
         data = {"exec_id": 0, "nc_timestamp_ns": nc, "cpu_timestamp_ns": first_ts_ns}
-        return (_OutEvent(F.TIMESTAMP_SYNC_POINT, F.INSTANT, next(self._ids), next(self._tracking),
-                          core, core, -1, threading.get_native_id(), nc, data),)
+        return (_OutEvent(event_type=F.TIMESTAMP_SYNC_POINT, phase=F.INSTANT, id=next(self._ids),
+                          tracking_id=next(self._tracking), nc_idx=core, nc_local_id=core,
+                          worker_gid=-1, thread_id=threading.get_native_id(), timestamp_ns=nc,
+                          data=data),)
 
     # -- recording (called by the emulated device) -------------------------------------------
     def wants(self, core: int, event_type: str) -> bool:
@@ -227,7 +246,7 @@ class EmulatedRuntime:
 
     def record_span_lazy(self, core: int, event_type: str, thread_id: int, start_ns: int,
                          stop_ns: int, start_builder: DataBuilder, stop_builder: DataBuilder,
-                         payload: tuple) -> None:
+                         payload: Any) -> None:
         """``record_span`` whose data dicts are built at fetch from ``payload`` (hot path)."""
         if not self.capturing or core not in self._cores or (
                 self._types is not None and event_type not in self._types):
@@ -235,38 +254,42 @@ class EmulatedRuntime:
         tracking = next(self._tracking)
         buf = self._buffers[core]
         ids, seq = self._ids, self._seq[core]
-        buf.append((next(ids), event_type, F.START, tracking, core, thread_id, start_ns,
-                    start_builder, payload, next(seq)))
-        buf.append((next(ids), event_type, F.STOP, tracking, core, thread_id, stop_ns,
-                    stop_builder, payload, next(seq)))
+        buf.append(RecordedEvent(next(ids), event_type, F.START, tracking, core, thread_id,
+                                 start_ns, start_builder, payload, next(seq)))
+        buf.append(RecordedEvent(next(ids), event_type, F.STOP, tracking, core, thread_id,
+                                 stop_ns, stop_builder, payload, next(seq)))
 
     def record_launch(self, core: int, call_type: str, work_type: str, thread_id: int,
                       call_ns: tuple[int, int], work_ns: tuple[int, int],
                       builders: tuple[DataBuilder, DataBuilder, DataBuilder, DataBuilder],
-                      payload: tuple) -> None:
+                      payload: Any) -> None:
         """A host runtime call and the device work it launched: two spans, four events, one
         capture check (the per-op hot path while a trace runs)."""
         types = self._types
+        call_start, call_stop, work_start, work_stop = builders
         if not self.capturing or core not in self._cores or (types is not None and (
                 call_type not in types or work_type not in types)):
             if types is not None:  # one of the two wanted: record it alone
-                for event_type, (a, b), (sb, eb) in ((call_type, call_ns, builders[:2]),
-                                                     (work_type, work_ns, builders[2:])):
-                    self.record_span_lazy(core, event_type, thread_id, a, b, sb, eb, payload)
+                for event_type, (start_ns, stop_ns), start_builder, stop_builder in (
+                        (call_type, call_ns, call_start, call_stop),
+                        (work_type, work_ns, work_start, work_stop)):
+                    self.record_span_lazy(core, event_type, thread_id, start_ns, stop_ns,
+                                          start_builder, stop_builder, payload)
             return
         buf, ids, seq, tracking = self._buffers[core], self._ids, self._seq[core], self._tracking
         t1, t2 = next(tracking), next(tracking)
-        buf.append((next(ids), call_type, F.START, t1, core, thread_id, call_ns[0], builders[0],
-                    payload, next(seq)))
-        buf.append((next(ids), call_type, F.STOP, t1, core, thread_id, call_ns[1], builders[1],
-                    payload, next(seq)))
-        buf.append((next(ids), work_type, F.START, t2, core, thread_id, work_ns[0], builders[2],
-                    payload, next(seq)))
-        buf.append((next(ids), work_type, F.STOP, t2, core, thread_id, work_ns[1], builders[3],
-                    payload, next(seq)))
+        (call_start_ns, call_stop_ns), (work_start_ns, work_stop_ns) = call_ns, work_ns
+        buf.append(RecordedEvent(next(ids), call_type, F.START, t1, core, thread_id,
+                                 call_start_ns, call_start, payload, next(seq)))
+        buf.append(RecordedEvent(next(ids), call_type, F.STOP, t1, core, thread_id,
+                                 call_stop_ns, call_stop, payload, next(seq)))
+        buf.append(RecordedEvent(next(ids), work_type, F.START, t2, core, thread_id,
+                                 work_start_ns, work_start, payload, next(seq)))
+        buf.append(RecordedEvent(next(ids), work_type, F.STOP, t2, core, thread_id,
+                                 work_stop_ns, work_stop, payload, next(seq)))
 
     def record_instant_lazy(self, core: int, event_type: str, thread_id: int, timestamp_ns: int,
-                            builder: DataBuilder, payload: tuple) -> None:
+                            builder: DataBuilder, payload: Any) -> None:
         """One instant event whose data is built at fetch (allocation/free on the hot path)."""
         if not self.capturing or core not in self._cores or (
                 self._types is not None and event_type not in self._types):
@@ -276,9 +299,9 @@ class EmulatedRuntime:
 
     def _append(self, core: int, event_type: str, phase: str, tracking_id: int, thread_id: int,
                 timestamp_ns: int, builder: DataBuilder | None, payload: Any) -> None:
-        self._buffers[core].append((next(self._ids), event_type, phase, tracking_id, core,
-                                    thread_id, timestamp_ns, builder, payload,
-                                    next(self._seq[core])))
+        self._buffers[core].append(RecordedEvent(
+            next(self._ids), event_type, phase, tracking_id, core, thread_id, timestamp_ns,
+            builder, payload, next(self._seq[core])))
 
     def nc_epoch_of(self, core: int) -> int:
         """Host time at which ``core``'s clock reads 0: each core's clock has its own epoch,
@@ -290,12 +313,15 @@ class EmulatedRuntime:
         return host_ns - self.nc_epoch_of(core)
 
 
-def _out_event(t: EventTuple) -> _OutEvent:
+def _out_event(e: RecordedEvent) -> _OutEvent:
     """One recorded event as fetch writes it: its data built now; device-side events carry
     the device clock in ``timestamp_ns``, as the real runtime's payload override does."""
-    data = t[8] if t[7] is None else t[7](t[8])
-    stamp = data.get("nc_timestamp_ns", t[6]) if type(data) is dict else t[6]
-    return _OutEvent(t[1], t[2], t[0], t[3], t[4], t[4], -1, t[5], stamp, data)
+    data = e.payload if e.builder is None else e.builder(e.payload)
+    stamp = (data.get("nc_timestamp_ns", e.timestamp_ns) if type(data) is dict
+             else e.timestamp_ns)
+    return _OutEvent(event_type=e.event_type, phase=e.phase, id=e.id, tracking_id=e.tracking_id,
+                     nc_idx=e.nc_idx, nc_local_id=e.nc_idx, worker_gid=-1,
+                     thread_id=e.thread_id, timestamp_ns=stamp, data=data)
 
 
 _RUNTIME = EmulatedRuntime()

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from neuron_profiler.emulator.runtime import EmulatedRuntime, current_correlation_id
 from neuron_profiler.emulator.timing import GRAPH_ENGINE, QueueClock, RooflineModel, engine_for
 from neuron_profiler.runtime_trace import format as F
@@ -34,6 +36,115 @@ _SLEEP_THRESHOLD_NS = 300_000  # longer waits sleep (then spin the rest); shorte
 
 _COPY_EVENT = {F.H2D: F.DMEM_BUF_COPYIN, F.D2H: F.DMEM_BUF_COPYOUT, F.D2D: F.EXT_DMA_D2D}
 _COPY_CALL = {F.H2D: F.NRT_TENSOR_WRITE, F.D2H: F.NRT_TENSOR_READ, F.D2D: F.NRT_MODEL_SUBMIT}
+
+
+# -- what the hot path records: plain values, turned into event data at fetch (builders below) --
+# Frozen msgspec structs, as runtime.RecordedEvent: named fields, built in C about as fast as a
+# tuple, and left out of the garbage collector (a ring can hold a million events).
+class GraphOp(msgspec.Struct, frozen=True, gc=False):
+    """One op inside a compiled graph's execution: its place and modelled share."""
+
+    op: str
+    offset_ns: int
+    duration_ns: int
+    flops: int
+    bytes_moved: int
+    engine: str
+
+
+class GraphExecution(msgspec.Struct, frozen=True, gc=False):
+    """One execution of a compiled graph (``compiled.py``): its id, its modelled duration and
+    its ops' shares, which add up to the duration."""
+
+    graph_id: int
+    duration_ns: int
+    ops: tuple[GraphOp, ...]
+
+
+class KernelDetail(msgspec.Struct, frozen=True, gc=False):
+    """A kernel's cost and the peak it is measured against; ``graph`` for a compiled graph."""
+
+    flops: int
+    bytes_moved: int
+    dtype: str
+    engine: str
+    peak_flops_per_s: float
+    graph: GraphExecution | None
+
+
+class CopyDetail(msgspec.Struct, frozen=True, gc=False):
+    """A DMA transfer: its size, direction (``F.H2D`` / ``F.D2H`` / ``F.D2D``) and link rate."""
+
+    nbytes: int
+    direction: str
+    link_bytes_per_s: float
+
+
+class CollectiveDetail(msgspec.Struct, frozen=True, gc=False):
+    """A collective: what it is, over which ranks, and its number among this process's
+    collectives (the runtime's ``op_id``)."""
+
+    collective: str
+    nbytes: int
+    ranks: tuple[int, ...]
+    algorithm: str
+    group: str
+    op_id: int
+
+
+class LaunchRecord(msgspec.Struct, frozen=True, gc=False):
+    """A runtime call and the device work it launched (both spans' payload). Device times are
+    on the core's own clock (``nc_*``); ``detail``'s type says which queue the work ran on."""
+
+    core: int
+    exec_id: int
+    model_id: int
+    op: str
+    correlation_id: int
+    launch_ns: int
+    nc_start_ns: int
+    nc_end_ns: int
+    detail: KernelDetail | CopyDetail | CollectiveDetail
+
+
+class BarrierRecord(msgspec.Struct, frozen=True, gc=False):
+    """The device waiting for its replica group before a collective (``cc_exec_barrier``)."""
+
+    core: int
+    model_id: int
+    op: str
+    collective: str
+    correlation_id: int
+    launch_ns: int
+    nc_start_ns: int
+    nc_end_ns: int
+    ranks: tuple[int, ...]
+    group: str
+    algorithm: str
+
+
+class HostSyncRecord(msgspec.Struct, frozen=True, gc=False):
+    """The host blocked until ``wait_until_ns`` (``reason``: item, cpu, queue_full, ...)."""
+
+    reason: str
+    op: str
+    wait_until_ns: int
+    correlation_id: int
+
+
+class OverheadRecord(msgspec.Struct, frozen=True, gc=False):
+    """Host time the emulator spent on its own work (``what``: ``F.OVERHEAD_*``)."""
+
+    what: str
+    op: str
+    correlation_id: int
+
+
+class TensorRecord(msgspec.Struct, frozen=True, gc=False):
+    """A device buffer allocated or freed."""
+
+    tensor_id: int
+    nbytes: int
 
 
 @dataclass
@@ -85,20 +196,20 @@ class DeviceTimeline:
     # -- device work -----------------------------------------------------------------------
     def kernel(self, core: int, op: str, *, flops: int, bytes_moved: int, dtype: str,
                matrix: bool, launch_ns: int, not_before_ns: int = 0,
-               overhead_from_ns: int = 0, graph: tuple | None = None) -> int:
+               overhead_from_ns: int = 0, graph: GraphExecution | None = None) -> int:
         """One op on the compute queue; records its runtime call and device execution.
 
         ``overhead_from_ns`` (> 0): the host spent [overhead_from_ns, launch_ns] on the op's real
         math (numerics mode); that is recorded as an emulator-overhead span, apart from the
-        launch. ``graph`` (a compiled graph, ``compiled.py``): ``(graph_id, duration_ns, ops)``,
-        the execution of a whole graph with its modelled duration and its ops' shares."""
+        launch. ``graph`` (a compiled graph, ``compiled.py``): the execution of a whole graph
+        with its modelled duration and its ops' shares."""
         if overhead_from_ns:
             self.overhead(core, op, F.OVERHEAD_NUMERICS, overhead_from_ns, launch_ns)
         if graph is None:
             dur = self.model.kernel_ns(flops=flops, bytes_moved=bytes_moved, dtype=dtype,
                                        matrix=matrix)
         else:
-            dur = graph[1]
+            dur = graph.duration_ns
         if len(self.cores[core].inflight) >= self.queue_depth:
             launch_ns = self._admit(core, op, launch_ns)
         with self._lock:  # QueueClock.schedule, inlined: this runs for every op
@@ -116,10 +227,10 @@ class DeviceTimeline:
             heapq.heappush(q.inflight, end)
         if self.rt.capturing:
             engine = GRAPH_ENGINE if graph is not None else engine_for(op, matrix)
-            extra = (flops, bytes_moved, dtype, engine, self.model.peak_flops_per_s(dtype, matrix))
+            detail = KernelDetail(flops, bytes_moved, dtype, engine,
+                                  self.model.peak_flops_per_s(dtype, matrix), graph)
             self._record_launch(core, F.NRT_MODEL_SUBMIT, F.NC_EXEC_RUNNING, op, launch_ns,
-                                start, end, _KERNEL if graph is None else _GRAPH,
-                                extra if graph is None else (*extra, graph[0], graph[2]))
+                                start, end, detail)
         return end
 
     def copy(self, core: int, direction: str, nbytes: int, *, launch_ns: int, op: str,
@@ -140,7 +251,7 @@ class DeviceTimeline:
             link = (self.model.chip.dma_bytes_per_s() if direction == F.D2D
                     else self.model.chip.host_link_bytes_per_s()) * self.model.speed_factor
             self._record_launch(core, _COPY_CALL[direction], _COPY_EVENT[direction], op,
-                                launch_ns, start, end, _DMA, (nbytes, direction, link))
+                                launch_ns, start, end, CopyDetail(nbytes, direction, link))
         return end
 
     def collective(self, core: int, op: str, *, collective: str, nbytes: int, ranks: list[int],
@@ -172,17 +283,20 @@ class DeviceTimeline:
         if self.rt.capturing:
             self.collectives_launched += 1
             if start > arrival:  # waiting for the group on the device
+                epoch = self.rt.nc_epoch_of(core)
                 self.rt.record_span_lazy(
                     core, F.CC_EXEC_BARRIER, _native_tid(), arrival, start, _barrier_start,
-                    _barrier_stop, (core, self._model_ids.get(op, 0), op, collective,
-                                    current_correlation_id(), launch_ns,
-                                    arrival - self.rt.nc_epoch_of(core),
-                                    start - self.rt.nc_epoch_of(core),
-                                    tuple(ranks), group, algorithm))
+                    _barrier_stop, BarrierRecord(
+                        core=core, model_id=self._model_ids.get(op, 0), op=op,
+                        collective=collective, correlation_id=current_correlation_id(),
+                        launch_ns=launch_ns, nc_start_ns=arrival - epoch,
+                        nc_end_ns=start - epoch, ranks=tuple(ranks), group=group,
+                        algorithm=algorithm))
+            detail = CollectiveDetail(collective=collective, nbytes=nbytes, ranks=tuple(ranks),
+                                      algorithm=algorithm, group=group,
+                                      op_id=self.collectives_launched)
             self._record_launch(core, F.NRT_MODEL_SUBMIT, F.CC_RUNNING, op, launch_ns, start,
-                                end, _COLLECTIVE, (collective, nbytes, tuple(ranks), algorithm,
-                                                   group, self.collectives_launched),
-                                call_end_ns=call_end)
+                                end, detail, call_end_ns=call_end)
         return end
 
     def _admit(self, core: int, op: str, launch_ns: int) -> int:
@@ -204,8 +318,8 @@ class DeviceTimeline:
         end = wait_until(target)
         if self.rt.capturing:
             self.rt.record_span_lazy(core, F.EXT_HOST_SYNC, _native_tid(), now, end, _sync_start,
-                                     _empty, (F.SYNC_QUEUE_FULL, op, target,
-                                              current_correlation_id()))
+                                     _empty, HostSyncRecord(F.SYNC_QUEUE_FULL, op, target,
+                                                            current_correlation_id()))
         return max(launch_ns, end)
 
     def in_flight(self, core: int, at_ns: int) -> int:
@@ -219,10 +333,10 @@ class DeviceTimeline:
         if self.rt.capturing:
             self.rt.record_span_lazy(core, F.EXT_EMULATOR_OVERHEAD, _native_tid(), start_ns,
                                      stop_ns, _overhead_start, _empty,
-                                     (what, op, current_correlation_id()))
+                                     OverheadRecord(what, op, current_correlation_id()))
 
     def _record_launch(self, core: int, call_type: str, work_type: str, op: str, launch_ns: int,
-                       start: int, end: int, kind: int, extra: tuple,
+                       start: int, end: int, detail: KernelDetail | CopyDetail | CollectiveDetail,
                        call_end_ns: int | None = None) -> None:
         rt = self.rt
         exec_id = next(self._exec_ids)
@@ -230,12 +344,12 @@ class DeviceTimeline:
         if model_id is None:
             model_id = self._model_ids.setdefault(op, len(self._model_ids) + 1)
         epoch = rt.nc_epoch_of(core)
-        payload = (core, exec_id, model_id, op, current_correlation_id(), launch_ns,
-                   start - epoch, end - epoch, kind, extra)
+        record = LaunchRecord(core, exec_id, model_id, op, current_correlation_id(), launch_ns,
+                              start - epoch, end - epoch, detail)
         rt.record_launch(core, call_type, work_type, _native_tid(),
                          (launch_ns, max(time.time_ns() if call_end_ns is None else call_end_ns,
                                          launch_ns)), (start, end), _BUILDERS,
-                         payload)
+                         record)
 
     # -- host side ---------------------------------------------------------------------------
     def busy_until_ns(self, cores: Iterable[int]) -> int:
@@ -249,11 +363,11 @@ class DeviceTimeline:
         begin = time.time_ns()
         end = wait_until(target)
         if self.rt.capturing:
-            payload = (reason, op, target, current_correlation_id())
+            record = HostSyncRecord(reason, op, target, current_correlation_id())
             tid = _native_tid()
             for c in cores:
                 self.rt.record_span_lazy(c, F.EXT_HOST_SYNC, tid, begin, end, _sync_start,
-                                         _empty, payload)
+                                         _empty, record)
         return end
 
     def fallback(self, core: int, op: str, *, reason: str, shapes: list[list[int]],
@@ -280,7 +394,7 @@ class DeviceTimeline:
     def _instant(self, core: int, event_type: str, tensor_id: int, nbytes: int) -> None:
         if self.rt.capturing:
             self.rt.record_instant_lazy(core, event_type, _native_tid(), time.time_ns(),
-                                        _tensor_data, (tensor_id, nbytes))
+                                        _tensor_data, TensorRecord(tensor_id, nbytes))
 
 
 _thread_ids = threading.local()
@@ -298,85 +412,85 @@ def _native_tid() -> int:
         return tid
 
 
-# -- event data, built at fetch from the payload tuples recorded on the hot path ------------
-_KERNEL, _DMA, _COLLECTIVE, _GRAPH = 0, 1, 2, 3
-_QUEUE_OF = {_KERNEL: F.QUEUE_COMPUTE, _DMA: F.QUEUE_DMA, _COLLECTIVE: F.QUEUE_COLLECTIVE,
-             _GRAPH: F.QUEUE_COMPUTE}
+# -- event data, built at fetch from the records the hot path stored ---------------------------
+_QUEUE_OF = {KernelDetail: F.QUEUE_COMPUTE, CopyDetail: F.QUEUE_DMA,
+             CollectiveDetail: F.QUEUE_COLLECTIVE}
 
 
-def _call_start(p: tuple) -> dict:
+def _call_start(p: LaunchRecord) -> dict:
     """As the real runtime: the call carries ``model_id`` only. The exec id it launched (which
     the real runtime writes on kbl_exec_* stages the emulator does not record) is ours."""
-    return {"model_id": p[2],
-            F.EXT_KEY: {F.X_OP: p[3], F.X_CORRELATION_ID: p[4], F.X_EXEC_ID: p[1]}}
+    return {"model_id": p.model_id,
+            F.EXT_KEY: {F.X_OP: p.op, F.X_CORRELATION_ID: p.correlation_id,
+                        F.X_EXEC_ID: p.exec_id}}
 
 
-def _call_stop(p: tuple) -> dict:
+def _call_stop(p: LaunchRecord) -> dict:
     return {}
 
 
-def _work_start(p: tuple) -> dict:
-    core, exec_id, model_id, op, corr, launch_ns, nc_start, nc_end, kind, extra = p
-    seconds = max(nc_end - nc_start, 1) * 1e-9
-    ext = {F.X_OP: op, F.X_QUEUE: _QUEUE_OF[kind], F.X_CORRELATION_ID: corr,
-           F.X_LAUNCH_NS: launch_ns, F.X_MODELLED: True}
-    data: dict = {"device_core_idx": core, "exec_id": exec_id, "model_id": model_id,
-                  "nc_timestamp_ns": nc_start}
-    if kind == _KERNEL or kind == _GRAPH:
-        ext.update({F.X_FLOPS: extra[0], F.X_BYTES: extra[1], F.X_DTYPE: extra[2],
-                    F.X_ENGINE: extra[3],
-                    F.X_PCT_PEAK: round(100.0 * extra[0] / seconds / extra[4], 3)})
-        if kind == _GRAPH:  # one execution of a compiled graph: its id and its ops' shares
-            ext.update({F.X_GRAPH_ID: extra[5], F.X_GRAPH_OPS: [
-                {F.X_OP: o[0], F.X_OFFSET_NS: o[1], F.X_DURATION_NS: o[2], F.X_FLOPS: o[3],
-                 F.X_BYTES: o[4], F.X_ENGINE: o[5]} for o in extra[6]]})
-    elif kind == _DMA:  # the real copy keys; its exec id and device stamp are the emulator's
-        data = {"mem_type": "device", "mem_handle": f"0x{0x7f0000 + exec_id:x}", "offset": 0,
-                "size": extra[0], "nc_timestamp_ns": nc_start}
-        ext.update({F.X_EXEC_ID: exec_id})
-        ext.update({F.X_BYTES: extra[0], F.X_DIRECTION: extra[1],
-                    F.X_PCT_PEAK: round(100.0 * extra[0] / seconds / extra[2], 3)})
+def _work_start(p: LaunchRecord) -> dict:
+    d = p.detail
+    seconds = max(p.nc_end_ns - p.nc_start_ns, 1) * 1e-9
+    ext = {F.X_OP: p.op, F.X_QUEUE: _QUEUE_OF[type(d)], F.X_CORRELATION_ID: p.correlation_id,
+           F.X_LAUNCH_NS: p.launch_ns, F.X_MODELLED: True}
+    data: dict = {"device_core_idx": p.core, "exec_id": p.exec_id, "model_id": p.model_id,
+                  "nc_timestamp_ns": p.nc_start_ns}
+    if type(d) is KernelDetail:
+        ext.update({F.X_FLOPS: d.flops, F.X_BYTES: d.bytes_moved, F.X_DTYPE: d.dtype,
+                    F.X_ENGINE: d.engine,
+                    F.X_PCT_PEAK: round(100.0 * d.flops / seconds / d.peak_flops_per_s, 3)})
+        if d.graph is not None:  # one execution of a compiled graph: its id and its ops' shares
+            ext.update({F.X_GRAPH_ID: d.graph.graph_id, F.X_GRAPH_OPS: [
+                {F.X_OP: o.op, F.X_OFFSET_NS: o.offset_ns, F.X_DURATION_NS: o.duration_ns,
+                 F.X_FLOPS: o.flops, F.X_BYTES: o.bytes_moved, F.X_ENGINE: o.engine}
+                for o in d.graph.ops]})
+    elif type(d) is CopyDetail:  # the real copy keys; its exec id and device stamp are ours
+        data = {"mem_type": "device", "mem_handle": f"0x{0x7f0000 + p.exec_id:x}", "offset": 0,
+                "size": d.nbytes, "nc_timestamp_ns": p.nc_start_ns}
+        ext.update({F.X_EXEC_ID: p.exec_id})
+        ext.update({F.X_BYTES: d.nbytes, F.X_DIRECTION: d.direction,
+                    F.X_PCT_PEAK: round(100.0 * d.nbytes / seconds / d.link_bytes_per_s, 3)})
     else:
-        collective, nbytes, ranks, algorithm, group, op_id = extra
-        data.update({"gid": 0, "op_id": op_id, "algorithm": algorithm})
-        ext.update({F.X_COLLECTIVE_OP: collective, F.X_BYTES: nbytes, F.X_RANKS: list(ranks),
-                    F.X_ALGORITHM: algorithm, F.X_GROUP: group})
+        data.update({"gid": 0, "op_id": d.op_id, "algorithm": d.algorithm})
+        ext.update({F.X_COLLECTIVE_OP: d.collective, F.X_BYTES: d.nbytes,
+                    F.X_RANKS: list(d.ranks), F.X_ALGORITHM: d.algorithm, F.X_GROUP: d.group})
     data[F.EXT_KEY] = ext
     return data
 
 
-def _work_stop(p: tuple) -> dict:
-    return {"nc_timestamp_ns": p[7]}  # the real stop: the device stamp only
+def _work_stop(p: LaunchRecord) -> dict:
+    return {"nc_timestamp_ns": p.nc_end_ns}  # the real stop: the device stamp only
 
 
 _BUILDERS = (_call_start, _call_stop, _work_start, _work_stop)
 
 
-def _sync_start(p: tuple) -> dict:
-    return {F.EXT_KEY: {F.X_SYNC_REASON: p[0], F.X_OP: p[1], F.X_WAIT_UNTIL_NS: p[2],
-                        F.X_CORRELATION_ID: p[3]}}
+def _sync_start(p: HostSyncRecord) -> dict:
+    return {F.EXT_KEY: {F.X_SYNC_REASON: p.reason, F.X_OP: p.op,
+                        F.X_WAIT_UNTIL_NS: p.wait_until_ns, F.X_CORRELATION_ID: p.correlation_id}}
 
 
-def _barrier_start(p: tuple) -> dict:
-    core, model_id, op, collective, corr, launch_ns, nc_start, _, ranks, group, algorithm = p
-    return {"device_core_idx": core, "model_id": model_id, "nc_timestamp_ns": nc_start,
-            F.EXT_KEY: {F.X_OP: op, F.X_COLLECTIVE_OP: collective, F.X_QUEUE: F.QUEUE_COLLECTIVE,
-                        F.X_CORRELATION_ID: corr, F.X_LAUNCH_NS: launch_ns, F.X_MODELLED: True,
-                        F.X_COLLECTIVE_WAIT: True, F.X_RANKS: list(ranks), F.X_GROUP: group,
-                        F.X_ALGORITHM: algorithm}}
+def _barrier_start(p: BarrierRecord) -> dict:
+    return {"device_core_idx": p.core, "model_id": p.model_id, "nc_timestamp_ns": p.nc_start_ns,
+            F.EXT_KEY: {F.X_OP: p.op, F.X_COLLECTIVE_OP: p.collective,
+                        F.X_QUEUE: F.QUEUE_COLLECTIVE, F.X_CORRELATION_ID: p.correlation_id,
+                        F.X_LAUNCH_NS: p.launch_ns, F.X_MODELLED: True,
+                        F.X_COLLECTIVE_WAIT: True, F.X_RANKS: list(p.ranks), F.X_GROUP: p.group,
+                        F.X_ALGORITHM: p.algorithm}}
 
 
-def _barrier_stop(p: tuple) -> dict:
-    return {"nc_timestamp_ns": p[7]}
+def _barrier_stop(p: BarrierRecord) -> dict:
+    return {"nc_timestamp_ns": p.nc_end_ns}
 
 
-def _overhead_start(p: tuple) -> dict:
-    return {F.EXT_KEY: {F.X_OVERHEAD: p[0], F.X_OP: p[1], F.X_CORRELATION_ID: p[2]}}
+def _overhead_start(p: OverheadRecord) -> dict:
+    return {F.EXT_KEY: {F.X_OVERHEAD: p.what, F.X_OP: p.op, F.X_CORRELATION_ID: p.correlation_id}}
 
 
-def _empty(p: tuple) -> dict:
+def _empty(p: object) -> dict:
     return {}
 
 
-def _tensor_data(p: tuple) -> dict:
-    return {"tensor_id": p[0], "size": p[1]}
+def _tensor_data(p: TensorRecord) -> dict:
+    return {"tensor_id": p.tensor_id, "size": p.nbytes}

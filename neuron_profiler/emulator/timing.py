@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from neuron_profiler.emulator.chips import ChipSpec
 
-# NeuronCore engines (trainium.md): TensorE does matrix work, ScalarE activation functions,
+# NeuronCore engines (docs/chips.md): TensorE does matrix work, ScalarE activation functions,
 # GpSimdE gathers and scatters, VectorE the rest. Which aten op runs where is this emulator's
 # assumption, made to name kernels the way the hardware's profile groups them.
 TENSOR_ENGINE, VECTOR_ENGINE, SCALAR_ENGINE, GPSIMD_ENGINE = "TensorE", "VectorE", "ScalarE", "GpSimdE"

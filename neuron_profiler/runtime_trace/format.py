@@ -3,7 +3,7 @@
 Real runtime envelope: ``{"events": [...], "data_version": 2}``; each event has ``event_type``,
 ``phase`` (start/stop/instant/unknown), ``id``, ``tracking_id`` (pairs start with stop),
 ``nc_idx``, ``thread_id``, ``timestamp_ns`` (Unix-epoch ns), optional ``nrta_seq_id`` and a
-type-specific ``data`` object (see ../shared/docs/neuron-runtime-trace.md).
+type-specific ``data`` object (see docs/runtime-events.md and its public sources).
 
 The emulator writes the same shape. What it knows beyond the real runtime goes *only* under
 ``data[EXT_KEY]`` (a nested object), so a parser can always tell real fields from ours. Event

@@ -1,7 +1,7 @@
 /* A stand-in for libnrt's system-trace API, built by the test suite (gcc -shared -fPIC).
  *
  * It exports the nrt_sys_trace_* symbols with the documented signatures and semantics
- * (../shared/docs/neuron-runtime-trace.md): capture only between start and stop, per-core and
+ * (docs/runtime-events.md): capture only between start and stop, per-core and
  * per-event-type selection, a bounded ring buffer per core that drops the oldest event, events
  * handed out once by fetch, optional per-core and max-count fetch options, NRT_STATUS codes.
  * Tests feed it events with fake_nrt_record() and inject failures with fake_nrt_fail().

@@ -72,3 +72,44 @@ def _exec(event: dict) -> int:
     host calls and copies (the real runtime writes it on kbl_exec_* stages instead)."""
     data = event["data"]
     return data["exec_id"] if "exec_id" in data else data["neuron_profiler"]["exec_id"]
+
+
+def test_recorded_events_are_named_records_outside_the_garbage_collector() -> None:
+    """Every kind of record the hot path stores (a launch of each queue, a host sync, an
+    overhead span, tensor instants) is a named record the collector never traverses: a ring can
+    hold a million of them."""
+    import gc
+    from collections import Counter
+
+    from neuron_profiler.emulator.runtime import RecordedEvent
+    from neuron_profiler.emulator.scheduler import GraphExecution, GraphOp, LaunchRecord
+
+    tl = _timeline()
+    tl.rt.sys_trace_start()
+    t0 = time.time_ns()
+    tl.kernel(0, "aten::mm", flops=2 << 20, bytes_moved=3 << 12, dtype="float32", matrix=True,
+              launch_ns=t0, overhead_from_ns=t0 - 1_000)
+    graph = GraphExecution(7, 5_000, (GraphOp("aten::sin", 0, 5_000, 10, 20, "ScalarE"),))
+    tl.kernel(0, "neuron_graph_7 (forward)", flops=10, bytes_moved=20, dtype="float32",
+              matrix=False, launch_ns=t0, graph=graph)
+    tl.copy(0, F.H2D, 1024, launch_ns=t0, op="aten::_to_copy")
+    tl.collective(0, "c10d::allreduce_", collective="allreduce", nbytes=1024, ranks=[0, 1],
+                  group="0", launch_ns=t0, exchange=lambda arrival: arrival + 50_000)
+    tl.host_sync([0], "item", until_ns=time.time_ns())
+    tl.free(0, tl.allocate(0, 64), 64)
+    events = list(tl.rt._buffers[0])
+    assert all(type(e) is RecordedEvent for e in events)
+    payloads = [e.payload for e in events]
+    kinds = Counter(type(p).__name__ for p in payloads)
+    assert kinds == {"LaunchRecord": 16,  # 4 launches x (call start/stop, work start/stop)
+                     "OverheadRecord": 4,  # numerics and collective coupling spans
+                     "BarrierRecord": 2, "HostSyncRecord": 2, "TensorRecord": 2}, kinds
+    assert {type(p.detail).__name__ for p in payloads if type(p) is LaunchRecord} == {
+        "KernelDetail", "CopyDetail", "CollectiveDetail"}
+    assert not any(gc.is_tracked(x) for x in events + payloads), "records tracked by the GC"
+    body = json.loads(tl.rt.sys_trace_fetch())
+    graph_ext = next(e["data"][F.EXT_KEY] for e in body["events"]
+                     if e["data"].get(F.EXT_KEY, {}).get(F.X_GRAPH_ID) == 7)
+    assert graph_ext[F.X_GRAPH_OPS] == [{F.X_OP: "aten::sin", F.X_OFFSET_NS: 0,
+                                         F.X_DURATION_NS: 5_000, F.X_FLOPS: 10, F.X_BYTES: 20,
+                                         F.X_ENGINE: "ScalarE"}]

@@ -4,7 +4,7 @@ reproduced on the trace model so that users can compare figures with HTA's::
     temporal = hta_temporal_breakdown(trace)          # None when HTA would find no kernel
     idle = hta_idle_time_breakdown(trace)             # per stream: host_wait / kernel_wait / other
 
-HTA's conventions, kept on purpose (../shared/docs/breakdown-definitions.md, Part 1):
+HTA's conventions, kept on purpose (docs/breakdown-definitions.md, HTA 0.5.0):
 - rows: complete events with a category, except ``Trace``; ``stream`` read with ``int()``;
 - ns-resolution traces (some ``ts`` not a whole µs) are rounded inward to whole µs: start up,
   end down, so events shrink and sub-µs events get 0 or -1 µs;

@@ -5,7 +5,7 @@ Overview), with its rules and category names, so its users find the numbers they
     tb.rows()                                         # [{"step": "5", "Kernel": µs, ...}, ...]
     tb_profiler_breakdown(trace, legacy=True)         # exactly as 0.4.3 reads the trace
 
-Rules (../shared/docs/breakdown-definitions.md, Part 2): steps are the ``ProfilerStep#N``
+Rules (docs/breakdown-definitions.md, torch-tb-profiler): steps are the ``ProfilerStep#N``
 spans, stretched over the device work launched by runtime calls lying inside them (and made
 contiguous), trailing steps without device work dropped, and a last step with under 80% of the
 previous step's device events dropped. Each instant of the steps goes to the first role that
