@@ -21,7 +21,7 @@ py::object& controller() {
 }
 
 using DeviceRow = std::tuple<int64_t, int64_t, std::string, std::string>;  // pid, sort, name, label
-using ResourceRow = std::tuple<int64_t, int64_t, int64_t, std::string>;  // tid, sort, pid, name
+using ResourceRow = std::tuple<int64_t, int64_t, int64_t, std::string>;    // tid, sort, pid, name
 
 lk::DeviceInfo device_info(const DeviceRow& d) {
   return lk::DeviceInfo{std::get<0>(d), std::get<1>(d), std::get<2>(d), std::get<3>(d)};
@@ -49,9 +49,7 @@ class NeuronSession : public lk::IActivityProfilerSession {
       ivs.swap(g_intervals);
     }
     parents_.clear();
-    for (const auto& iv : ivs) {
-      parents_[iv.id] = iv.parent;
-    }
+    for (const auto& iv : ivs) { parents_[iv.id] = iv.parent; }
     call_python("stop", [&](py::object& c) {
       size_t n = ivs.size();
       py::array_t<int64_t> tid(n), corr(n), push(n), pop(n);
@@ -75,13 +73,9 @@ class NeuronSession : public lk::IActivityProfilerSession {
     status_ = lk::TraceStatus::PROCESSING;
   }
 
-  std::vector<std::string> errors() override {
-    return errors_;
-  }
+  std::vector<std::string> errors() override { return errors_; }
 
-  void processTrace(lk::ActivityLogger& logger) override {
-    processTrace(logger, nullptr, 0, 0);
-  }
+  void processTrace(lk::ActivityLogger& logger) override { processTrace(logger, nullptr, 0, 0); }
 
   void processTrace(lk::ActivityLogger& logger, lk::getLinkedActivityCallback getLinked,
                     int64_t /*startTime*/, int64_t /*endTime*/) override {
@@ -101,9 +95,7 @@ class NeuronSession : public lk::IActivityProfilerSession {
   }
 
   std::unique_ptr<lk::DeviceInfo> getDeviceInfo() override {
-    if (devices_.empty()) {
-      return nullptr;
-    }
+    if (devices_.empty()) { return nullptr; }
     return std::make_unique<lk::DeviceInfo>(device_info(devices_[0]));
   }
 
@@ -115,24 +107,14 @@ class NeuronSession : public lk::IActivityProfilerSession {
     return out;
   }
 
-  std::unique_ptr<lk::CpuTraceBuffer> getTraceBuffer() override {
-    return std::move(buffer_);
-  }
+  std::unique_ptr<lk::CpuTraceBuffer> getTraceBuffer() override { return std::move(buffer_); }
 
-  void pushCorrelationId(uint64_t id) override {
-    push_correlation(id);
-  }
-  void popCorrelationId() override {
-    pop_correlation();
-  }
+  void pushCorrelationId(uint64_t id) override { push_correlation(id); }
+  void popCorrelationId() override { pop_correlation(); }
 
-  std::string getDeviceProperties() override {
-    return device_properties_;
-  }
+  std::string getDeviceProperties() override { return device_properties_; }
 
-  std::unordered_map<std::string, std::string> getMetadata() override {
-    return metadata_;
-  }
+  std::unordered_map<std::string, std::string> getMetadata() override { return metadata_; }
 
  private:
   template <typename F>
@@ -150,16 +132,13 @@ class NeuronSession : public lk::IActivityProfilerSession {
       status_ = lk::TraceStatus::ERROR;
       try {
         py::module_::import("warnings").attr("warn")(msg);
-      } catch (...) {
-      }
+      } catch (...) {}
     }
   }
 
   static std::string sanitize(std::string s) {
     for (auto& ch : s) {
-      if (ch == '"' || ch == '\\' || ch == '\n') {
-        ch = '\'';
-      }
+      if (ch == '"' || ch == '\\' || ch == '\n') { ch = '\''; }
     }
     return s;
   }
@@ -185,27 +164,24 @@ const std::set<lk::ActivityType>& device_types() {
 
 class NeuronProfiler : public lk::IActivityProfiler {
  public:
-  const std::string& name() const override {
-    return name_;
-  }
+  const std::string& name() const override { return name_; }
   const std::set<lk::ActivityType>& availableActivities() const override {
     static const std::set<lk::ActivityType> s{
         lk::ActivityType::CONCURRENT_KERNEL, lk::ActivityType::GPU_MEMCPY,
         lk::ActivityType::PRIVATEUSE1_RUNTIME, lk::ActivityType::PRIVATEUSE1_DRIVER};
     return s;
   }
-  std::unique_ptr<lk::IActivityProfilerSession> configure(
-      const std::set<lk::ActivityType>& types, const lk::Config& /*config*/) override {
+  std::unique_ptr<lk::IActivityProfilerSession> configure(const std::set<lk::ActivityType>& types,
+                                                          const lk::Config& /*config*/) override {
     for (auto t : types) {
-      if (device_types().count(t)) {
-        return std::make_unique<NeuronSession>();
-      }
+      if (device_types().count(t)) { return std::make_unique<NeuronSession>(); }
     }
     return nullptr;
   }
-  std::unique_ptr<lk::IActivityProfilerSession> configure(
-      int64_t /*ts_ms*/, int64_t /*duration_ms*/, const std::set<lk::ActivityType>& types,
-      const lk::Config& config) override {
+  std::unique_ptr<lk::IActivityProfilerSession> configure(int64_t /*ts_ms*/,
+                                                          int64_t /*duration_ms*/,
+                                                          const std::set<lk::ActivityType>& types,
+                                                          const lk::Config& config) override {
     return configure(types, config);
   }
 

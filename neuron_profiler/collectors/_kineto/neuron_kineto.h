@@ -62,24 +62,18 @@ std::vector<Interval> g_intervals;
 std::atomic<bool> g_recording{false};
 
 int32_t this_tid() {
-  if (t_tid == 0) {
-    t_tid = static_cast<int32_t>(syscall(SYS_gettid));
-  }
+  if (t_tid == 0) { t_tid = static_cast<int32_t>(syscall(SYS_gettid)); }
   return t_tid;
 }
 
-uint64_t current_correlation_id() {
-  return t_stack.empty() ? 0 : t_stack.back().id;
-}
+uint64_t current_correlation_id() { return t_stack.empty() ? 0 : t_stack.back().id; }
 
 void push_correlation(uint64_t id) {
   t_stack.push_back({id, t_stack.empty() ? 0 : t_stack.back().id, now_ns()});
 }
 
 void pop_correlation() {
-  if (t_stack.empty()) {
-    return;
-  }
+  if (t_stack.empty()) { return; }
   Frame f = t_stack.back();
   t_stack.pop_back();
   if (g_recording.load(std::memory_order_relaxed)) {
@@ -113,11 +107,13 @@ py::dtype record_dtype() {
     offsets.append(offset);
   };
 #define NK_FIELD(f) add(#f, offsetof(Record, f), py::dtype::of<decltype(Record::f)>())
+  // clang-format off
   NK_FIELD(start_ns); NK_FIELD(end_ns); NK_FIELD(pid); NK_FIELD(tid); NK_FIELD(external_id);
   NK_FIELD(exec_id); NK_FIELD(flops); NK_FIELD(bytes); NK_FIELD(device); NK_FIELD(stream);
   NK_FIELD(correlation); NK_FIELD(flow_id); NK_FIELD(activity); NK_FIELD(name_id);
   NK_FIELD(args_id); NK_FIELD(kineto_type); NK_FIELD(kind); NK_FIELD(category);
   NK_FIELD(flow_start);
+  // clang-format on
 #undef NK_FIELD
   return py::dtype(names, formats, offsets, sizeof(Record));
 }
@@ -132,9 +128,9 @@ Keys g_keys;
 
 void set_keys(const py::dict& keys) {
   auto key = [&keys](const char* name) { return keys[name].cast<std::string>(); };
-  g_keys = Keys{key("exec_id"), key("flops"), key("bytes"), key("tflops"), key("gbps"),
-                key("bandwidth"), key("device"), key("stream"), key("correlation"),
-                key("collector_error")};
+  g_keys = Keys{key("exec_id"),     key("flops"),          key("bytes"),  key("tflops"),
+                key("gbps"),        key("bandwidth"),      key("device"), key("stream"),
+                key("correlation"), key("collector_error")};
 }
 
 using ArgList = std::vector<std::pair<std::string, std::string>>;  // key -> raw JSON value
@@ -158,9 +154,7 @@ RecordBuffer records_from_dict(const py::dict& d) {
   }
   RecordBuffer r;
   r.rows.resize(static_cast<size_t>(arr.size()));
-  if (!r.rows.empty()) {
-    std::memcpy(r.rows.data(), arr.data(), r.rows.size() * sizeof(Record));
-  }
+  if (!r.rows.empty()) { std::memcpy(r.rows.data(), arr.data(), r.rows.size() * sizeof(Record)); }
   r.names = d["names"].cast<std::vector<std::string>>();
   r.args = std::make_shared<const std::vector<ArgList>>(d["args"].cast<std::vector<ArgList>>());
   for (size_t i = 0; i < r.rows.size(); ++i) {
@@ -189,9 +183,7 @@ size_t next_size = 1 << 20;
 constexpr size_t kHeader = 16;
 
 void unmap_if_done(Chunk* c) {
-  if (c->retired && c->live == 0) {
-    munmap(c, c->size);
-  }
+  if (c->retired && c->live == 0) { munmap(c, c->size); }
 }
 
 Chunk* new_chunk(size_t at_least) {
@@ -199,9 +191,7 @@ Chunk* new_chunk(size_t at_least) {
   next_size = std::min<size_t>(next_size * 2, 64 << 20);
   void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (mem == MAP_FAILED) {
-    throw std::bad_alloc();
-  }
+  if (mem == MAP_FAILED) { throw std::bad_alloc(); }
   auto* c = static_cast<Chunk*>(mem);
   *c = Chunk{size, (sizeof(Chunk) + kHeader - 1) / kHeader * kHeader, 0, false};
   return c;
@@ -240,12 +230,8 @@ void release(void* obj) {
 // million rows allocates one object each instead of a metadata map each.
 class NeuronActivity : public lk::GenericTraceActivity {
  public:
-  static void* operator new(size_t n) {
-    return arena::alloc(n);
-  }
-  static void operator delete(void* p) {
-    arena::release(p);
-  }
+  static void* operator new(size_t n) { return arena::alloc(n); }
+  static void operator delete(void* p) { arena::release(p); }
 
   NeuronActivity(const lk::TraceSpan& span, lk::ActivityType t, const std::string& name)
       : lk::GenericTraceActivity(span, t, name) {}
@@ -259,22 +245,19 @@ class NeuronActivity : public lk::GenericTraceActivity {
     std::string out;
     out.reserve(160);
     auto add = [&out](const std::string& k, const std::string& v) {
-      if (!out.empty()) {
-        out += ", ";
-      }
+      if (!out.empty()) { out += ", "; }
       out += '"';
       out += k;
       out += "\": ";
       out += v;
     };
     double dur = static_cast<double>(std::max<int64_t>(endTime - startTime, 1));
-    const std::pair<int64_t, const std::string*> numbers[] = {
-        {device_, &g_keys.device}, {stream_, &g_keys.stream}, {corr_, &g_keys.correlation},
-        {exec_id_, &g_keys.exec_id}};
+    const std::pair<int64_t, const std::string*> numbers[] = {{device_, &g_keys.device},
+                                                              {stream_, &g_keys.stream},
+                                                              {corr_, &g_keys.correlation},
+                                                              {exec_id_, &g_keys.exec_id}};
     for (const auto& [value, key] : numbers) {
-      if (value >= 0) {
-        add(*key, std::to_string(value));
-      }
+      if (value >= 0) { add(*key, std::to_string(value)); }
     }
     if (flops_ >= 0) {
       add(g_keys.flops, std::to_string(flops_));
@@ -287,25 +270,17 @@ class NeuronActivity : public lk::GenericTraceActivity {
       add(key, fmt::format("{:.6g}", static_cast<double>(bytes_) / dur));
     }
     if (extra_) {
-      for (const auto& kv : *extra_) {
-        add(kv.first, kv.second);
-      }
+      for (const auto& kv : *extra_) { add(kv.first, kv.second); }
     }
     return out;
   }
 
   const std::string getMetadataValue(const std::string& key) const override {
-    if (key == g_keys.flops && flops_ >= 0) {
-      return std::to_string(flops_);
-    }
-    if (key == g_keys.bytes && bytes_ >= 0) {
-      return std::to_string(bytes_);
-    }
+    if (key == g_keys.flops && flops_ >= 0) { return std::to_string(flops_); }
+    if (key == g_keys.bytes && bytes_ >= 0) { return std::to_string(bytes_); }
     if (extra_) {
       for (const auto& kv : *extra_) {
-        if (kv.first == key) {
-          return kv.second;
-        }
+        if (kv.first == key) { return kv.second; }
       }
     }
     return "";
@@ -315,9 +290,7 @@ class NeuronActivity : public lk::GenericTraceActivity {
 // Record functions of the Python dispatch machinery (a device's tensor subclass or mode): work
 // launched under them belongs to the aten op around them, found through the recorded parent.
 bool is_dispatch_frame(const lk::ITraceActivity* a) {
-  if (!a) {
-    return false;
-  }
+  if (!a) { return false; }
   const std::string n = a->name();
   return n == "PythonSubclass" || n == "PythonDispatchMode";
 }
@@ -361,9 +334,7 @@ void convert(const RecordBuffer& r, lk::CpuTraceBuffer& buf,
         last_link = (*linked)(corr);
         while (parents && is_dispatch_frame(last_link)) {
           auto it = parents->find(static_cast<uint64_t>(corr));
-          if (it == parents->end() || it->second == 0) {
-            break;
-          }
+          if (it == parents->end() || it->second == 0) { break; }
           corr = static_cast<int32_t>(it->second);
           last_link = (*linked)(corr);
         }

@@ -20,9 +20,8 @@ py::tuple convert_records(const py::dict& d, bool render) {
   if (render) {
     for (const auto& a : buf->activities) {
       rows.append(py::make_tuple(static_cast<int>(a->type()), a->name(), a->deviceId(),
-                                 a->resourceId(), a->timestamp(), a->duration(),
-                                 a->correlationId(), a->flowId(), a->flowStart(),
-                                 a->metadataJson()));
+                                 a->resourceId(), a->timestamp(), a->duration(), a->correlationId(),
+                                 a->flowId(), a->flowStart(), a->metadataJson()));
     }
   }
   return py::make_tuple(secs, buf->activities.size(), rows);
@@ -35,9 +34,7 @@ double render_seconds(const py::dict& d) {
   convert(r, *buf, nullptr);
   auto t0 = std::chrono::steady_clock::now();
   size_t total = 0;
-  for (const auto& a : buf->activities) {
-    total += a->metadataJson().size();
-  }
+  for (const auto& a : buf->activities) { total += a->metadataJson().size(); }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   volatile size_t sink = total;  // keep the rendering from being optimised away
   (void)sink;
