@@ -99,7 +99,7 @@ OVERHEAD_NUMERICS = "numerics"  # the op's real math (numerics mode)
 OVERHEAD_COUPLING = "collective_coupling"  # exchanging collective arrival times across ranks
 X_NUMERICS = "numerics"  # envelope / device properties: NUMERICS_COMPUTED or NUMERICS_SKIPPED
 NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
-SYNC_QUEUE_FULL = "queue_full"
+SYNC_QUEUE_FULL = "queue_full"  # host_sync reason: the bounded launch queue was full
 # One execution of a compiled graph (torch.compile on the emulated device; a NEFF on Trainium):
 X_GRAPH_ID = "graph_id"  # nc_exec_running / its call: the compiled graph's id (int)
 X_GRAPH_OPS = "graph_ops"  # nc_exec_running: the graph's ops in order, each a dict with X_OP,
@@ -107,4 +107,4 @@ X_GRAPH_OPS = "graph_ops"  # nc_exec_running: the graph's ops in order, each a d
 # exactly to the execution's duration), X_FLOPS, X_BYTES (fused chains: their one read and one
 # write, carried by the chain's last op) and X_ENGINE
 X_OFFSET_NS = "offset_ns"
-X_DURATION_NS = "duration_ns"  # host_sync reason: the bounded launch queue was full
+X_DURATION_NS = "duration_ns"
