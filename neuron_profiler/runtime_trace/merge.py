@@ -45,7 +45,6 @@ from neuron_profiler.runtime_trace.placement import (
 )
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
-from neuron_profiler.trace._numtext import python_int
 from neuron_profiler.trace.kinds import kind_of
 from neuron_profiler.trace.model import Trace
 
@@ -241,7 +240,7 @@ def _row_args(placed: Placement, raw_args: list[bytes]) -> tuple[np.ndarray, np.
         if args:
             out[i] = len(raw_args)
             raw_args.append(encode(args))
-            stream[i] = python_int(args.get(V.ARG_STREAM))
+            stream[i] = S.python_int(args.get(V.ARG_STREAM))
     return out, stream
 
 

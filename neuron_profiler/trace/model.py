@@ -22,7 +22,6 @@ import numpy as np
 
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
-from neuron_profiler.trace._numtext import python_int
 
 _decode_args = msgspec.json.Decoder(dict).decode
 
@@ -321,7 +320,7 @@ class TraceBuilder:
             S.TID: int(tid),
             S.EXTERNAL_ID: int(args.get(V.ARG_EXTERNAL_ID, args.get(V.ARG_EXTERNAL_ID_2021, -1))),
             S.CORRELATION: int(args.get(V.ARG_CORRELATION, -1)),
-            S.STREAM: python_int(args.get(V.ARG_STREAM)), S.FLOW_ID: int(flow_id),
+            S.STREAM: S.python_int(args.get(V.ARG_STREAM)), S.FLOW_ID: int(flow_id),
             S.ARGS_ROW: len(self._raw_args) if args else -1, S.FORM: int(form),
         }
         if args:
