@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from neuron_profiler.errors import NeuronProfilerError
-from neuron_profiler.exporters._output import check_output
+from neuron_profiler.output import check_output
 
 CHROME = (".json", ".json.gz")
 PERFETTO = (".pftrace",)
