@@ -24,7 +24,6 @@ from neuron_profiler.output import atomic_output
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import META_VIEWS, MetaEvent, Trace, file_base_ns
 
-EXTENSIONS = (".json", ".json.gz")
 CHUNK_ROWS = 65536
 _encode = msgspec.json.encode
 _F = S.Form

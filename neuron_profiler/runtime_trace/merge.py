@@ -1,7 +1,7 @@
 """Offline merge: device events captured separately, placed on a host torch.profiler trace.
 
     result = merge_files("worker0.pt.trace.json.gz", ["fetch0.json", "fetch1.json"])
-    write_chrome_trace(result.trace, "merged.json.gz")
+    write_trace(result.trace, "merged.json.gz")      # neuron_profiler.exporters.writers
 
 Input device files hold runtime system-trace JSON as fetched (one envelope, several fetches one
 after another, or a JSON list of envelopes; the emulator's dump is the same envelope), optionally
