@@ -61,6 +61,13 @@ EMULATED_EVENT_TYPES = frozenset({  # every type the emulator records
     NRT_TENSOR_ALLOCATE, NRT_TENSOR_FREE, NRT_MODEL_SUBMIT, NRT_TENSOR_WRITE, NRT_TENSOR_READ,
     EXT_DMA_D2D, EXT_HOST_SYNC, EXT_FALLBACK, EXT_EMULATOR_OVERHEAD})
 
+# Keys of the real runtime's data object that the parser and the placement read.
+DATA_EXEC_ID = "exec_id"  # the execution a device event or kbl_exec_* stage belongs to
+DATA_NC_TIMESTAMP_NS = "nc_timestamp_ns"  # device-side stamp (the device clock)
+DATA_CPU_TIMESTAMP_NS = "cpu_timestamp_ns"  # timestamp_sync_point: the host stamp of the pair
+DATA_ALGORITHM = "algorithm"  # cc_running: the collective algorithm (may be absent)
+DATA_SIZE = "size"  # dmem_buf_copy*, nrt_tensor_*: bytes
+
 # Queue names (emulator extension field data[EXT_KEY]["queue"]; also the collector's thread names).
 QUEUE_COMPUTE, QUEUE_DMA, QUEUE_COLLECTIVE = "compute", "dma", "collective"
 QUEUES = (QUEUE_COMPUTE, QUEUE_DMA, QUEUE_COLLECTIVE)
@@ -88,6 +95,8 @@ X_MODELLED = "modelled"  # True: duration comes from the emulator's model, not h
 X_DTYPE = "dtype"
 X_ENGINE = "engine"  # kernel: the NeuronCore engine it is modelled on (TensorE, VectorE, ...)
 X_DEVICE_PROPERTIES = "device_properties"  # envelope extension: deviceProperties per core
+X_DROPPED_EVENTS = "dropped_events"  # envelope extension: {core: events dropped since last fetch}
+X_TOO_DEEP = "too_deep"  # true: the parser replaced a data object nested too deeply to decode
 X_SYNC_REASON = "sync"  # why the host synced: "item", "cpu", "synchronize", "fallback", ...
 X_WAIT_UNTIL_NS = "wait_until_ns"  # host_sync: device time (host clock) the host waited for
 X_GROUP = "group"  # collective: process-group name

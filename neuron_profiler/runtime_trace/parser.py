@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from functools import cache
 from itertools import chain, count, repeat
 from operator import attrgetter, is_
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -48,11 +48,12 @@ import numpy as np
 from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.runtime_trace._pylists import codes, take
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
+from neuron_profiler.runtime_trace.extension import ABSENT as _ABSENT
+from neuron_profiler.runtime_trace.extension import I64 as _I64
+from neuron_profiler.runtime_trace.extension import Extension, projection
 from neuron_profiler.trace._repair import close_of
 
 MAX_CORES = 4096  # an nc_idx outside [0, 4096) is a bad field, not a core
-_ABSENT = -(2**63)  # an absent optional int (JSON null decodes to None and takes a slower path)
-_I64 = Annotated[int, msgspec.Meta(ge=_ABSENT + 1, le=2**63 - 1)]
 _START, _STOP, _INSTANT, _OTHER_PHASE = 0, 1, 2, 3
 _T = TypeVar("_T")
 
@@ -73,24 +74,17 @@ class _Phase(enum.Enum):
         return cls.OTHER if isinstance(value, str) else None
 
 
-class _Ext(msgspec.Struct, gc=False, frozen=True):
-    """The few extension keys the parser needs (all others stay in the row's raw data)."""
-
-    op: str | None = None
-    collective: str | None = None
-    correlation_id: _I64 | None = 0
-    modelled: bool = False
-    exec_id: _I64 | None = _ABSENT
-
-
+# The few extension keys the parser needs (all others stay in the row's raw data, for placement).
+_Ext = projection(Extension, (F.X_OP, F.X_COLLECTIVE_OP, F.X_CORRELATION_ID, F.X_MODELLED,
+                              F.X_EXEC_ID), "_Ext")
 _NO_EXT = _Ext()
 
 
 class _Data(msgspec.Struct, gc=False, frozen=True):
-    exec_id: _I64 | None = _ABSENT
-    nc_timestamp_ns: _I64 | None = _ABSENT
-    cpu_timestamp_ns: _I64 | None = _ABSENT
-    neuron_profiler: _Ext | None = _NO_EXT
+    exec_id: _I64 | None = msgspec.field(default=_ABSENT, name=F.DATA_EXEC_ID)
+    nc_timestamp_ns: _I64 | None = msgspec.field(default=_ABSENT, name=F.DATA_NC_TIMESTAMP_NS)
+    cpu_timestamp_ns: _I64 | None = msgspec.field(default=_ABSENT, name=F.DATA_CPU_TIMESTAMP_NS)
+    neuron_profiler: _Ext | None = msgspec.field(default=_NO_EXT, name=F.EXT_KEY)
 
 
 _NO_DATA = _Data()
@@ -109,17 +103,17 @@ class _Event(msgspec.Struct, gc=False, kw_only=True):
 
 
 class _EnvExt(msgspec.Struct, gc=False):
-    dropped_events: dict[str, int] = {}
+    dropped_events: dict[str, int] = msgspec.field(default_factory=dict, name=F.X_DROPPED_EVENTS)
 
 
 class _Envelope(msgspec.Struct, gc=False):
     events: list[_Event]
-    neuron_profiler: msgspec.Raw = msgspec.Raw(b"")
+    neuron_profiler: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name=F.EXT_KEY)
 
 
 class _RawEnvelope(msgspec.Struct, gc=False):
     events: list[msgspec.Raw]
-    neuron_profiler: msgspec.Raw = msgspec.Raw(b"")
+    neuron_profiler: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name=F.EXT_KEY)
 
 
 class _RawData(msgspec.Struct, gc=False):
@@ -142,6 +136,7 @@ _get_type = attrgetter("event_type")
 _get_ext = attrgetter("data.neuron_profiler")
 _get_op = attrgetter("op")
 _get_collective = attrgetter("collective")
+_DROPPED_KEY = F.X_DROPPED_EVENTS.encode()
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _CHUNK = 4096  # events per validation chunk on the slow (malformed input) path
 
@@ -318,7 +313,7 @@ def _salvaged(data: bytes) -> Iterator[_Part]:
     yield part
 
 
-TOO_DEEP = {"neuron_profiler": {"too_deep": True}}  # what replaces a value nested too deep
+TOO_DEEP = {F.EXT_KEY: {F.X_TOO_DEEP: True}}  # what replaces a value nested too deep
 
 
 def _value_end(text: str, i: int) -> int:
@@ -765,7 +760,7 @@ def parse_system_traces(payloads: Iterable[bytes | str], dropped: dict[int, int]
         events = parts[0].events if len(parts) == 1 else list(
             chain.from_iterable(p.events for p in parts))
         drops = dict(reported if dropped is None else dropped)
-        known = dropped is not None or any(len(p.ext) and b"dropped_events" in bytes(p.ext)
+        known = dropped is not None or any(len(p.ext) and _DROPPED_KEY in bytes(p.ext)
                                            for p in parts)
         acts = _activities(_Columns(events), parts, malformed, drops, known)
         cut = sum(p.truncated for p in parts)
@@ -846,7 +841,7 @@ def _envelopes_raw(payload: bytes) -> list[Any]:
 
 
 class _InfoEnvelope(msgspec.Struct, gc=False):
-    neuron_profiler: dict[str, Any] = {}
+    neuron_profiler: dict[str, Any] = msgspec.field(default_factory=dict, name=F.EXT_KEY)
 
 
 def envelope_extensions(payload: bytes | str) -> list[dict[str, Any]]:
