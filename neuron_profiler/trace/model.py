@@ -232,7 +232,7 @@ class Trace:
     def args(self, row: int) -> dict[str, Any]:
         """Decoded args of one event ({} when it has none). Args the decoder refuses (a number
         beyond float range, nesting deeper than the stack allows here) are decoded repaired
-        (see ``trace/_repair.py``) rather than raising."""
+        (see ``trace/repair.py``) rather than raising."""
         args_row = int(self.columns[S.ARGS_ROW][row])
         if args_row < 0:
             return {}
@@ -240,7 +240,7 @@ class Trace:
         try:
             return _decode_args(raw)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-            from neuron_profiler.trace._repair import repair_value
+            from neuron_profiler.trace.repair import repair_value
 
             try:
                 return _decode_args(repair_value(bytes(raw))[0])
