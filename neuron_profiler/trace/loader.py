@@ -418,7 +418,6 @@ class _Load:
         repairs["replaced_nesting"] += bool(how & Repair.NESTING)
 
 
-
 def _build(load: _Load, source: str) -> Trace:
     sink, metadata = load.sink, load.metadata
     ignored_base = ""
