@@ -61,7 +61,7 @@ def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float
 
     rules = [parse_rule(r) for r in fail_on]  # a bad rule: exit 2 before any work
     if html is not None:
-        from neuron_profiler.exporters._output import check_output
+        from neuron_profiler.output import check_output
 
         check_output(html, inputs)  # before loading: an input is never overwritten
     options = Options(min_gap_ns=round(min_gap_us * 1e3), top=top,

@@ -1,8 +1,8 @@
 """``neuron-prof merge HOST_TRACE DEVICE_EVENTS... -o OUT``: device events onto a host trace.
 
 DEVICE_EVENTS are runtime system-trace JSON files as fetched (or the emulator's dump); the output
-format comes from OUT's extension. The work is ``runtime_trace.merge``; this module only parses
-arguments and prints the summary.
+format comes from OUT's suffix (``exporters.writers``). The work is ``runtime_trace.merge``; this
+module only parses arguments and prints the summary.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from neuron_profiler.errors import NeuronProfilerError
-from neuron_profiler.exporters._output import check_output
+from neuron_profiler.exporters.writers import write_trace, writer_for
+from neuron_profiler.output import check_output
 
 
 @click.command()
@@ -23,13 +23,9 @@ from neuron_profiler.exporters._output import check_output
 def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> None:
     """Place DEVICE_EVENTS on HOST_TRACE's timeline and write the merged trace to OUTPUT."""
     from neuron_profiler.cli.main import load_reported, warn
-    from neuron_profiler.exporters.chrome import EXTENSIONS, write_chrome_trace
     from neuron_profiler.runtime_trace.merge import merge_files
 
-    pftrace = output.name.endswith(".pftrace")
-    if not (pftrace or output.name.endswith(EXTENSIONS)):
-        raise NeuronProfilerError(f"{output}: unsupported output format (use one of "
-                                  f"{', '.join(EXTENSIONS)}, .pftrace)", exit_code=2)
+    writer_for(output)  # an unknown suffix: exit 2 before any work
     check_output(output, [host_trace, *device_events])  # before loading: inputs stay untouched
     result = load_reported(lambda: merge_files(host_trace, list(device_events)), lambda r: r.trace)
     files = ", ".join(map(str, device_events))
@@ -39,12 +35,7 @@ def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> No
     if result.truncated:
         warn(f"{files}: cut off; kept every complete event before the cut "
              f"({result.truncated} envelope(s))")
-    if pftrace:
-        from neuron_profiler.exporters.perfetto import write_perfetto_trace
-
-        write_perfetto_trace(result.trace, output)
-    else:
-        write_chrome_trace(result.trace, output)
+    write_trace(result.trace, output)  # atomic
     kinds = ", ".join(f"{n} {k.lower()}" for k, n in result.by_kind.items()) or "none"
     click.echo(f"merged {result.activities} device activities ({kinds}) from "
                f"{len(device_events)} file(s) onto {host_trace}")

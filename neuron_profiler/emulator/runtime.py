@@ -195,7 +195,7 @@ class EmulatedRuntime:
                 if taken:
                     out.extend(self._sync_point(core, min(e.timestamp_ns for e in taken)))
                     out.extend(map(_out_event, taken))
-        ext = {"dropped_events": dropped, "emulated": True, "chip": self.chip.name,
+        ext = {F.X_DROPPED_EVENTS: dropped, "emulated": True, "chip": self.chip.name,
                "speed_factor": self.speed_factor, F.X_NUMERICS: self.numerics,
                F.X_DEVICE_PROPERTIES: [p for p in self.device_properties()
                                        if p["id"] in cores]}

@@ -20,11 +20,10 @@ from typing import IO, Any
 
 import msgspec
 
-from neuron_profiler.exporters._output import atomic_output
+from neuron_profiler.output import atomic_output
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import META_VIEWS, MetaEvent, Trace, file_base_ns
 
-EXTENSIONS = (".json", ".json.gz")
 CHUNK_ROWS = 65536
 _encode = msgspec.json.encode
 _F = S.Form
@@ -33,7 +32,7 @@ _PH_LETTERS = {int(phase): letter for phase, letter in S.PH_LETTERS.items()}
 
 
 def _open(path: Path) -> AbstractContextManager[IO[bytes]]:
-    """Atomic: a failed write leaves an existing ``path`` as it was (``exporters/_output``)."""
+    """Atomic: a failed write leaves an existing ``path`` as it was (``neuron_profiler.output``)."""
     return atomic_output(path, gzip_level=6 if path.name.endswith(".gz") else None)
 
 

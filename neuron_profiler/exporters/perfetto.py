@@ -40,11 +40,10 @@ from neuron_profiler.exporters import _protowire as W
 from neuron_profiler.exporters._annotations import ArgsEncoder
 from neuron_profiler.exporters._flows import Flows, bind_flows, pair_key
 from neuron_profiler.exporters._nesting import Nesting, assign_lanes
-from neuron_profiler.exporters._output import atomic_output
+from neuron_profiler.output import atomic_output
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
-EXTENSIONS = (".pftrace",)
 CHUNK_PACKETS = 32768
 # numpy releases the GIL, so planning steps and chunks can run side by side; on a 2-core machine a
 # second planning thread costs more CPU than it saves: there one worker encodes chunks while the

@@ -58,7 +58,7 @@ section.trace { border-top: 3px solid #444; margin-top: 2em; }
 def write_html(reports: Sequence[Report], path: Path,
                errors: Sequence[tuple[str, str]] = ()) -> None:
     """Write the page atomically (a failed write leaves an existing file as it was)."""
-    from neuron_profiler.exporters._output import atomic_output
+    from neuron_profiler.output import atomic_output
 
     page = render_html(reports, errors).encode("utf-8")
     with atomic_output(path) as out:

@@ -61,6 +61,13 @@ EMULATED_EVENT_TYPES = frozenset({  # every type the emulator records
     NRT_TENSOR_ALLOCATE, NRT_TENSOR_FREE, NRT_MODEL_SUBMIT, NRT_TENSOR_WRITE, NRT_TENSOR_READ,
     EXT_DMA_D2D, EXT_HOST_SYNC, EXT_FALLBACK, EXT_EMULATOR_OVERHEAD})
 
+# Keys of the real runtime's data object that the parser and the placement read.
+DATA_EXEC_ID = "exec_id"  # the execution a device event or kbl_exec_* stage belongs to
+DATA_NC_TIMESTAMP_NS = "nc_timestamp_ns"  # device-side stamp (the device clock)
+DATA_CPU_TIMESTAMP_NS = "cpu_timestamp_ns"  # timestamp_sync_point: the host stamp of the pair
+DATA_ALGORITHM = "algorithm"  # cc_running: the collective algorithm (may be absent)
+DATA_SIZE = "size"  # dmem_buf_copy*, nrt_tensor_*: bytes
+
 # Queue names (emulator extension field data[EXT_KEY]["queue"]; also the collector's thread names).
 QUEUE_COMPUTE, QUEUE_DMA, QUEUE_COLLECTIVE = "compute", "dma", "collective"
 QUEUES = (QUEUE_COMPUTE, QUEUE_DMA, QUEUE_COLLECTIVE)
@@ -88,6 +95,8 @@ X_MODELLED = "modelled"  # True: duration comes from the emulator's model, not h
 X_DTYPE = "dtype"
 X_ENGINE = "engine"  # kernel: the NeuronCore engine it is modelled on (TensorE, VectorE, ...)
 X_DEVICE_PROPERTIES = "device_properties"  # envelope extension: deviceProperties per core
+X_DROPPED_EVENTS = "dropped_events"  # envelope extension: {core: events dropped since last fetch}
+X_TOO_DEEP = "too_deep"  # true: the parser replaced a data object nested too deeply to decode
 X_SYNC_REASON = "sync"  # why the host synced: "item", "cpu", "synchronize", "fallback", ...
 X_WAIT_UNTIL_NS = "wait_until_ns"  # host_sync: device time (host clock) the host waited for
 X_GROUP = "group"  # collective: process-group name
@@ -99,7 +108,7 @@ OVERHEAD_NUMERICS = "numerics"  # the op's real math (numerics mode)
 OVERHEAD_COUPLING = "collective_coupling"  # exchanging collective arrival times across ranks
 X_NUMERICS = "numerics"  # envelope / device properties: NUMERICS_COMPUTED or NUMERICS_SKIPPED
 NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
-SYNC_QUEUE_FULL = "queue_full"
+SYNC_QUEUE_FULL = "queue_full"  # host_sync reason: the bounded launch queue was full
 # One execution of a compiled graph (torch.compile on the emulated device; a NEFF on Trainium):
 X_GRAPH_ID = "graph_id"  # nc_exec_running / its call: the compiled graph's id (int)
 X_GRAPH_OPS = "graph_ops"  # nc_exec_running: the graph's ops in order, each a dict with X_OP,
@@ -107,4 +116,4 @@ X_GRAPH_OPS = "graph_ops"  # nc_exec_running: the graph's ops in order, each a d
 # exactly to the execution's duration), X_FLOPS, X_BYTES (fused chains: their one read and one
 # write, carried by the chain's last op) and X_ENGINE
 X_OFFSET_NS = "offset_ns"
-X_DURATION_NS = "duration_ns"  # host_sync reason: the bounded launch queue was full
+X_DURATION_NS = "duration_ns"

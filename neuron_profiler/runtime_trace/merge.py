@@ -1,7 +1,7 @@
 """Offline merge: device events captured separately, placed on a host torch.profiler trace.
 
     result = merge_files("worker0.pt.trace.json.gz", ["fetch0.json", "fetch1.json"])
-    write_chrome_trace(result.trace, "merged.json.gz")
+    write_trace(result.trace, "merged.json.gz")      # neuron_profiler.exporters.writers
 
 Input device files hold runtime system-trace JSON as fetched (one envelope, several fetches one
 after another, or a JSON list of envelopes; the emulator's dump is the same envelope), optionally
@@ -45,9 +45,9 @@ from neuron_profiler.runtime_trace.placement import (
 )
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
-from neuron_profiler.trace._numtext import python_int
 from neuron_profiler.trace.kinds import kind_of
 from neuron_profiler.trace.model import Trace
+from neuron_profiler.trace.repair import EMPTY_FILE, Unusable, cannot_read, open_input
 
 
 @dataclass(frozen=True)
@@ -81,14 +81,14 @@ class MergeResult:
 
 
 def read_device_events(path: str | Path) -> bytes:
-    """Bytes of one device-events file (gunzipped); ``TraceLoadError`` when unreadable."""
+    """Bytes of one device-events file (gunzipped); ``TraceLoadError`` when unreadable (the
+    wording of ``trace.repair``, the one policy of bad input)."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise TraceLoadError(path, "no such file") from None
-    except OSError as err:
-        raise TraceLoadError(path, f"cannot read: {err.strerror or err}") from None
+    with open_input(path) as fh:
+        try:
+            raw = fh.read()
+        except OSError as err:
+            raise TraceLoadError(path, cannot_read(err)) from None
     if raw[:2] == b"\x1f\x8b":
         raw, problem = _gunzip(raw)
         if problem:
@@ -97,7 +97,7 @@ def read_device_events(path: str | Path) -> bytes:
             warnings.warn(f"{path}: {problem}; kept the {len(raw)} bytes before it",
                           stacklevel=2)
     if not raw.strip():
-        raise TraceLoadError(path, "empty file")
+        raise TraceLoadError(path, EMPTY_FILE)
     return raw
 
 
@@ -177,6 +177,8 @@ def _which_payload(payloads: Sequence[bytes], sources: Sequence[str], err: Excep
     for payload, source in zip(payloads, sources, strict=True):
         try:
             parse_system_traces([payload])
+        except Unusable as one:  # cut off or damaged before its first complete event
+            return TraceLoadError(source, str(one))
         except msgspec.DecodeError as one:
             return TraceLoadError(source, f"not a runtime system-trace envelope ({one})")
     return TraceLoadError(", ".join(sources), f"not a runtime system-trace envelope ({err})")
@@ -243,7 +245,7 @@ def _row_args(placed: Placement, raw_args: list[bytes]) -> tuple[np.ndarray, np.
         if args:
             out[i] = len(raw_args)
             raw_args.append(encode(args))
-            stream[i] = python_int(args.get(V.ARG_STREAM))
+            stream[i] = S.python_int(args.get(V.ARG_STREAM))
     return out, stream
 
 

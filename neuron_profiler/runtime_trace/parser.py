@@ -18,6 +18,9 @@ Rules (docs/runtime-events.md):
   mistyped or missing (and sync points without both stamps) are counted in ``malformed``.
 - Ring-buffer drops come from our envelope extension ``{"neuron_profiler": {"dropped_events":
   {"core": n}}}`` (per fetch, summed over envelopes).
+- JSON that msgspec refuses (cut off, ``NaN``, bad text, nesting too deep) is read by the one
+  repair policy of bad input (``trace/repair.py``, with ``REPAIR``'s settings): complete events
+  before a cut are kept (``truncated``), repaired events counted in ``malformed``.
 
 Why this shape: msgspec decodes each event into a small typed Struct in C (unknown keys skipped,
 phases to enum members, no strings built for them), the int columns come out in one C-level pass
@@ -28,19 +31,18 @@ consumer first reads ``DeviceActivities.data`` (one raw pass; most uses of the c
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import enum
 import gc
-import json
-import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from itertools import chain, count, repeat
 from operator import attrgetter, is_
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -48,11 +50,28 @@ import numpy as np
 from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.runtime_trace._pylists import codes, take
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
-from neuron_profiler.trace._repair import close_of
+from neuron_profiler.runtime_trace.extension import ABSENT as _ABSENT
+from neuron_profiler.runtime_trace.extension import I64 as _I64
+from neuron_profiler.runtime_trace.extension import Extension, projection
+from neuron_profiler.trace.repair import (
+    COUNTED,
+    ELEMENT,
+    END,
+    INCOMPLETE,
+    NOTHING_COMPLETE,
+    Policy,
+    Repair,
+    Unusable,
+    checked,
+    close_of,
+    depth_limit,
+    fix_utf8,
+    repair_value,
+    split_elements,
+    with_headroom,
+)
 
 MAX_CORES = 4096  # an nc_idx outside [0, 4096) is a bad field, not a core
-_ABSENT = -(2**63)  # an absent optional int (JSON null decodes to None and takes a slower path)
-_I64 = Annotated[int, msgspec.Meta(ge=_ABSENT + 1, le=2**63 - 1)]
 _START, _STOP, _INSTANT, _OTHER_PHASE = 0, 1, 2, 3
 _T = TypeVar("_T")
 
@@ -73,24 +92,17 @@ class _Phase(enum.Enum):
         return cls.OTHER if isinstance(value, str) else None
 
 
-class _Ext(msgspec.Struct, gc=False, frozen=True):
-    """The few extension keys the parser needs (all others stay in the row's raw data)."""
-
-    op: str | None = None
-    collective: str | None = None
-    correlation_id: _I64 | None = 0
-    modelled: bool = False
-    exec_id: _I64 | None = _ABSENT
-
-
+# The few extension keys the parser needs (all others stay in the row's raw data, for placement).
+_Ext = projection(Extension, (F.X_OP, F.X_COLLECTIVE_OP, F.X_CORRELATION_ID, F.X_MODELLED,
+                              F.X_EXEC_ID), "_Ext")
 _NO_EXT = _Ext()
 
 
 class _Data(msgspec.Struct, gc=False, frozen=True):
-    exec_id: _I64 | None = _ABSENT
-    nc_timestamp_ns: _I64 | None = _ABSENT
-    cpu_timestamp_ns: _I64 | None = _ABSENT
-    neuron_profiler: _Ext | None = _NO_EXT
+    exec_id: _I64 | None = msgspec.field(default=_ABSENT, name=F.DATA_EXEC_ID)
+    nc_timestamp_ns: _I64 | None = msgspec.field(default=_ABSENT, name=F.DATA_NC_TIMESTAMP_NS)
+    cpu_timestamp_ns: _I64 | None = msgspec.field(default=_ABSENT, name=F.DATA_CPU_TIMESTAMP_NS)
+    neuron_profiler: _Ext | None = msgspec.field(default=_NO_EXT, name=F.EXT_KEY)
 
 
 _NO_DATA = _Data()
@@ -109,17 +121,17 @@ class _Event(msgspec.Struct, gc=False, kw_only=True):
 
 
 class _EnvExt(msgspec.Struct, gc=False):
-    dropped_events: dict[str, int] = {}
+    dropped_events: dict[str, int] = msgspec.field(default_factory=dict, name=F.X_DROPPED_EVENTS)
 
 
 class _Envelope(msgspec.Struct, gc=False):
     events: list[_Event]
-    neuron_profiler: msgspec.Raw = msgspec.Raw(b"")
+    neuron_profiler: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name=F.EXT_KEY)
 
 
 class _RawEnvelope(msgspec.Struct, gc=False):
     events: list[msgspec.Raw]
-    neuron_profiler: msgspec.Raw = msgspec.Raw(b"")
+    neuron_profiler: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name=F.EXT_KEY)
 
 
 class _RawData(msgspec.Struct, gc=False):
@@ -142,6 +154,7 @@ _get_type = attrgetter("event_type")
 _get_ext = attrgetter("data.neuron_profiler")
 _get_op = attrgetter("op")
 _get_collective = attrgetter("collective")
+_DROPPED_KEY = F.X_DROPPED_EVENTS.encode()
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _CHUNK = 4096  # events per validation chunk on the slow (malformed input) path
 
@@ -194,185 +207,184 @@ class _Part(msgspec.Struct, gc=False):
 
 def _envelopes(payload: bytes | str) -> Iterator[_Part]:
     """Decoded envelopes of one payload: a single envelope, envelopes one after another, or a
-    JSON list of envelopes. Raises ``msgspec.DecodeError`` when a part is not JSON."""
+    JSON list of envelopes; what msgspec refuses is read by the repair policy (``_salvaged``).
+    Raises ``msgspec.DecodeError`` when a part is not a system-trace envelope (``Unusable``
+    when the payload is cut off or damaged before its first complete event)."""
     buf = payload.encode() if isinstance(payload, str) else bytes(payload)
+    if buf.startswith(_BOM):  # some Windows tools write one: dropped
+        buf = buf[len(_BOM):]
+    fast = _utf8(buf)  # msgspec does not check the text it skips: bad bytes take the slow path
     view = memoryview(buf)
     if bytes(view[:64]).lstrip().startswith(b"["):
         try:
-            raws = msgspec.json.decode(view, type=list[msgspec.Raw])
+            raws = msgspec.json.decode(view, type=list[msgspec.Raw]) if fast else None
         except (msgspec.DecodeError, RecursionError):
-            yield from _salvaged(bytes(view))
+            raws = None
+        if raws is None:
+            yield from _salvaged_list(buf, fast)
             return
         for raw in raws:
             yield _events_of(raw)
         return
-    pos = 0
+    pos, limit = 0, cache(depth_limit)
     while pos < len(view):
-        try:
-            yield _events_of(view[pos:])
-            return
-        except msgspec.ValidationError:
-            raise
-        except RecursionError:  # nesting too deep for msgspec: the slow path
-            yield from _salvaged(bytes(view[pos:]))
-            return
-        except msgspec.DecodeError as err:  # another envelope follows: decode up to it
-            match = _TRAILING.search(str(err))
-            end = pos + int(match.group(1)) - 1 if match else pos  # msgspec counts from 1
-            if end <= pos:  # cut off, or NaN-like tokens: the slow path keeps what is whole
-                yield from _salvaged(bytes(view[pos:]))
+        end = pos
+        if fast:
+            try:
+                yield _events_of(view[pos:])
                 return
+            except msgspec.ValidationError:
+                raise
+            except (msgspec.DecodeError, RecursionError) as err:  # (nesting too deep for msgspec)
+                match = _TRAILING.search(str(err)) if isinstance(err, msgspec.DecodeError) else None
+                end = pos + int(match.group(1)) - 1 if match else pos  # msgspec counts from 1
+        if end > pos:  # another envelope follows: decode up to it
             yield _events_of(view[pos:end])
             pos = end
+            continue
+        if pos and _EVENTS_ARRAY.search(buf, pos) is None:  # text that is no envelope: damage
+            part, used = _events_of(b'{"events":[]}'), None
+            part.truncated = True
+        else:
+            part, used = _salvaged(buf, pos, limit, first=pos == 0)
+        yield part
+        if used is None:
+            return
+        pos = used
+        while pos < len(buf) and buf[pos] in _WS:
+            pos += 1
 
 
-def _clean(value: Any) -> tuple[Any, int]:
-    """``value`` with the numbers a trace cannot hold (non-finite, beyond 64 bits) replaced by
-    null, and how many there were."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None, 1
-    if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
-        return None, 1
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate escape: U+FFFD, as for bad bytes
-            return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in value), 1
-        return value, 0
-    if isinstance(value, dict):
-        pairs = [(k, *_clean(v)) for k, v in value.items()]
-        return {_clean(k)[0]: v for k, v, _ in pairs}, sum(n for _, _, n in pairs)
-    if isinstance(value, list):
-        pairs = [_clean(v) for v in value]
-        return [v for v, _ in pairs], sum(n for _, n in pairs)
-    return value, 0
+# The repair policy's settings for system-trace files (neuron_profiler.trace.repair): their
+# fields are typed numbers and ids, so an odd value (NaN, Infinity, beyond float range, a bare
+# word, an integer beyond 64 bits) becomes null, and the field is left out as a mistyped one is;
+# a data object nested deeper than the decoder takes becomes TOO_DEEP. Counted in ``malformed``.
+TOO_DEEP = {F.EXT_KEY: {F.X_TOO_DEEP: True}}  # what replaces a value nested too deep
+_TOO_DEEP_JSON = msgspec.json.encode(TOO_DEEP)
+REPAIR = Policy(marker=lambda limit: _TOO_DEEP_JSON, odd_as_text=False, int_bits=64)
+_BOM = b"\xef\xbb\xbf"
+_WS = b" \t\r\n"
+_EVENTS_ARRAY = re.compile(rb'"events"\s*:\s*\[')
+_EXT_MEMBER = b"," + msgspec.json.encode(F.EXT_KEY) + b":"
+_decode_raw = msgspec.json.Decoder(msgspec.Raw).decode
+_decode_keys = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 
 
-_py_decoder = json.JSONDecoder(parse_constant=float)  # NaN / Infinity -> non-finite floats
+def _utf8(buf: bytes, block: int = 1 << 20) -> bool:
+    """Whether ``buf`` is UTF-8 (checked a block at a time: no copy of a large payload)."""
+    if buf.isascii():
+        return True
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(buf)
+    try:
+        for lo in range(0, len(buf), block):
+            decoder.decode(view[lo:lo + block])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _checked(text: bytes, limit: Callable[[], int]) -> tuple[bytes, Repair] | None:
+    """``checked`` by ``REPAIR``, with bytes that are not UTF-8 replaced first (msgspec does not
+    check the text it skips)."""
+    text, bad_bytes = fix_utf8(text)
+    got = checked(text, limit, REPAIR)
+    return got if got is None or not bad_bytes else (got[0], got[1] | Repair.TEXT)
 
 
 def sanitized(raw: bytes) -> tuple[bytes, int] | None:
-    """One event re-encoded without its unholdable numbers, and their count (None: not JSON)."""
+    """One event (or data object) rewritten by ``REPAIR``, and 1 if it had anything the policy
+    counts (None: not JSON even then)."""
+    fixed, how = repair_value(raw, None, REPAIR)
     try:
-        obj = _py_decoder.decode(raw.decode("utf-8", "replace"))
-    except ValueError:
+        with_headroom(_decode_raw, fixed)
+    except (msgspec.DecodeError, RecursionError):
         return None
-    clean, fixed = _clean(obj)
-    return json.dumps(clean).encode(), fixed
+    return fixed, int(bool(how & COUNTED))
 
 
-def _python_part(envelope: Any, truncated: bool) -> _Part:
-    clean, fixed = _clean(envelope if isinstance(envelope, dict) else {})
-    part = _events_of(json.dumps(clean).encode())
-    part.malformed += fixed
-    part.truncated = truncated
-    return part
-
-
-def _salvaged(data: bytes) -> Iterator[_Part]:
-    """What msgspec cannot read, read by Python's decoder (the slow path): NaN or Infinity
-    tokens, lone surrogates, nesting too deep for a recursive decoder, or a cut-off payload. A
-    cut payload keeps its complete envelopes, then the complete events of the envelope the cut
-    went through. Raises ``msgspec.DecodeError`` when there is not even the start of one."""
-    text = data.decode("utf-8", "replace")
-    i = _skip(text, 0, " \t\r\n")
-    if text.startswith("[", i):  # a list of envelopes
-        i += 1
-        while True:
-            i = _skip(text, i, " \t\r\n,")
-            try:
-                envelope, i = _py_decoder.raw_decode(text, i)
-            except (ValueError, RecursionError):
-                break
-            yield _python_part(envelope, truncated=False)
-        if text[i:].strip() in ("", "]"):
-            return
-    try:  # one whole envelope that only msgspec could not read
-        envelope, end = _py_decoder.raw_decode(text, i)
-        if not text[end:].strip():
-            yield _python_part(envelope, truncated=False)
-            return
-    except (ValueError, RecursionError):
-        pass
-    complete = close_of(data[len(text[:i].encode()):], 0) is not None  # whole, but too deep
-    events_at = text.find('"events"', i)
-    bracket = text.find("[", events_at)
-    if events_at < 0 or bracket < 0:
+def _salvaged(buf: bytes, pos: int, limit: Callable[[], int], first: bool
+              ) -> tuple[_Part, int | None]:
+    """The envelope at ``pos`` that msgspec refuses, read by the repair policy: its events array
+    split into elements without decoding them, each one msgspec refuses repaired (``REPAIR``,
+    counted in ``malformed``), the complete events before a cut or damage kept (``truncated``).
+    Returns the part and where the envelope ends (None: the data ends or breaks first)."""
+    found = _EVENTS_ARRAY.search(buf, pos)
+    if found is None:
         raise msgspec.DecodeError("no system-trace envelope before the data ends")
-    events, i, too_deep = [], bracket + 1, 0
-    while True:
-        i = _skip(text, i, " \t\r\n,")
-        try:
-            event, i = _py_decoder.raw_decode(text, i)
-        except RecursionError:  # keep the event, its too-deep values replaced by a marker
-            end = _value_end(text, i)
-            if end < 0:
-                break
-            event, i = _shallow_object(text[i:end]), end
-            too_deep += 1
-        except ValueError:
-            break
-        events.append(event)
-    part = _python_part({"events": events}, truncated=not complete)
-    part.malformed += too_deep
-    yield part
+    texts, repaired, close = [], 0, None
+    for kind, start, end in split_elements(buf, found.end()):
+        if kind == ELEMENT or (kind == INCOMPLETE and buf[start:].strip()):  # (cut right after?)
+            got = _checked(buf[start:end if kind == ELEMENT else None].strip(), limit)
+            if got is not None:
+                texts.append(got[0])
+                repaired += bool(got[1] & COUNTED)
+            if kind == ELEMENT and got is not None:
+                continue
+        elif kind == END:
+            close = start
+        break  # the array's end, a cut, or damage (an element that is not JSON even repaired)
+    tail, used = b"}", None  # the envelope's keys after the array; where it ends
+    end = close_of(buf, 2, close) if close is not None else None
+    if end is not None:
+        tail, used = buf[close + 1:end], end
+    elif first and not texts:
+        raise Unusable(NOTHING_COMPLETE)
+    keys, bad_keys = _keys_of(buf[pos:found.start()] + b'"events":[]' + tail, limit)
+    ext = keys.get(F.EXT_KEY)
+    part = _events_of(b'{"events":[' + b",".join(texts) + b"]"
+                      + (_EXT_MEMBER + bytes(ext) if ext is not None else b"") + b"}")
+    part.malformed += repaired + bad_keys
+    part.truncated = used is None
+    return part, used
 
 
-TOO_DEEP = {"neuron_profiler": {"too_deep": True}}  # what replaces a value nested too deep
+def _keys_of(text: bytes, limit: Callable[[], int]) -> tuple[dict[str, msgspec.Raw], int]:
+    """An envelope's keys (its events left out), repaired if need be (1: counted), {} if they are
+    not even then an object."""
+    text, bad_bytes = fix_utf8(text)
+    try:
+        return _decode_keys(text), int(bad_bytes)
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    fixed, how = repair_value(text, limit(), REPAIR)
+    try:
+        return _decode_keys(fixed), int(bool(how & COUNTED))
+    except (msgspec.DecodeError, RecursionError):
+        return {}, 1
 
 
-def _value_end(text: str, i: int) -> int:
-    """End of the JSON value starting at ``i``, found without recursion (strings and nesting
-    counted); -1 when the text ends first."""
-    depth, in_string, escaped = 0, False, False
-    for j in range(i, len(text)):
-        ch = text[j]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-                if depth == 0:
-                    return j + 1
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-            if depth == 0:
-                return j + 1
-        elif depth == 0 and ch in ",\r\n\t ":
-            return j
-    return -1
-
-
-def _shallow_object(text: str) -> dict[str, Any]:
-    """A JSON object whose members are decoded one by one: a member nested too deep for the
-    decoder becomes ``TOO_DEEP`` (``data``) or is left out, the others are kept."""
-    out: dict[str, Any] = {}
-    i = _skip(text, 1, " \t\r\n,")
-    while i < len(text) and text[i] == '"':
-        key, i = _py_decoder.raw_decode(text, i)
-        i = _skip(text, i, " \t\r\n:")
-        end = _value_end(text, i)
-        if end < 0:
-            break
-        try:
-            out[key] = _py_decoder.decode(text[i:end])
-        except RecursionError:
-            if key == "data":
-                out[key] = TOO_DEEP
-        i = _skip(text, end, " \t\r\n,")
-    return out
-
-
-def _skip(text: str, i: int, chars: str) -> int:
-    while i < len(text) and text[i] in chars:
-        i += 1
-    return i
+def _salvaged_list(buf: bytes, fast: bool) -> Iterator[_Part]:
+    """A JSON list of envelopes that msgspec refuses: each element read on its own (by msgspec
+    when it can: ``fast``), a cut list keeping its complete envelopes and what the cut one
+    holds."""
+    limit = cache(depth_limit)
+    seen = False
+    for kind, start, end in split_elements(buf, buf.index(b"[") + 1):
+        if kind == ELEMENT:
+            part = None
+            if fast:
+                try:
+                    part = _events_of(buf[start:end])
+                except msgspec.ValidationError:
+                    raise
+                except (msgspec.DecodeError, RecursionError):
+                    pass
+            yield part if part is not None else _salvaged(buf[start:end], 0, limit, False)[0]
+            seen = True
+            continue
+        if kind == END:
+            return
+        if _EVENTS_ARRAY.search(buf, start) is not None:  # cut inside an envelope's events
+            part = _salvaged(buf, start, limit, first=not seen)[0]
+        elif seen:  # cut before the next envelope's events: it adds nothing
+            part = _events_of(b'{"events":[]}')
+        else:
+            raise Unusable(NOTHING_COMPLETE)
+        part.truncated = True
+        yield part
+        return
 
 
 def _events_of(part: Any) -> _Part:
@@ -765,7 +777,7 @@ def parse_system_traces(payloads: Iterable[bytes | str], dropped: dict[int, int]
         events = parts[0].events if len(parts) == 1 else list(
             chain.from_iterable(p.events for p in parts))
         drops = dict(reported if dropped is None else dropped)
-        known = dropped is not None or any(len(p.ext) and b"dropped_events" in bytes(p.ext)
+        known = dropped is not None or any(len(p.ext) and _DROPPED_KEY in bytes(p.ext)
                                            for p in parts)
         acts = _activities(_Columns(events), parts, malformed, drops, known)
         cut = sum(p.truncated for p in parts)
@@ -821,7 +833,7 @@ class SyncPoints:
 def _envelopes_raw(payload: bytes) -> list[Any]:
     """The whole envelopes of a payload as raw JSON, without decoding their events; a part
     msgspec cannot read (cut off, NaN tokens) ends the list: the parse reads it the slow way."""
-    view = memoryview(payload)
+    view = memoryview(payload)[len(_BOM) if payload.startswith(_BOM) else 0:]
     if bytes(view[:64]).lstrip().startswith(b"["):
         try:
             return msgspec.json.decode(view, type=list[msgspec.Raw])
@@ -846,7 +858,7 @@ def _envelopes_raw(payload: bytes) -> list[Any]:
 
 
 class _InfoEnvelope(msgspec.Struct, gc=False):
-    neuron_profiler: dict[str, Any] = {}
+    neuron_profiler: dict[str, Any] = msgspec.field(default_factory=dict, name=F.EXT_KEY)
 
 
 def envelope_extensions(payload: bytes | str) -> list[dict[str, Any]]:

@@ -45,6 +45,7 @@ import numpy as np
 from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.runtime_trace._pylists import codes, take
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
+from neuron_profiler.runtime_trace.extension import Extension, LooseExtension
 from neuron_profiler.runtime_trace.linking import (
     link_by_containment,
     match_runtime_calls,
@@ -90,46 +91,22 @@ DISPATCH_FRAMES = frozenset({"PythonSubclass", "PythonDispatchMode"})
 FIRST_FLOW_ID = 1 << 30
 
 
-class _Ext(msgspec.Struct, gc=False):
-    """The extension keys placement reads; numbers typed so columns come out without a loop."""
-
-    op: str | None = None
-    engine: str | None = None
-    dtype: str | None = None
-    flops: int = -1
-    bytes: int = -1
-    direction: str | None = None
-    launch_ns: int = -1
-    collective: Any = None
-    ranks: Any = None
-    algorithm: Any = None
-    reason: Any = None
-    shapes: Any = None
-    dtypes: Any = None
-    sync: Any = None
-    overhead: str | None = None
-    pct_of_peak: float | None = None
-    collective_wait: bool = False
-    graph_id: Any = None
-    graph_ops: Any = None
+# The extension's decoder (runtime_trace.extension): numbers typed so columns come out without a
+# loop; its loose twin (same keys, any value) for payloads whose values are odd (floats, nulls).
+_Ext = Extension
+_LooseExt = LooseExtension
 
 
 class _Data(msgspec.Struct, gc=False):
-    neuron_profiler: _Ext | None = None
-    algorithm: Any = None  # the real runtime's collective field
-    size: Any = None  # the real runtime's copy size in bytes
-
-
-# The same keys untyped, for payloads whose values are odd (floats, nulls, lists): derived from
-# _Ext so that a key added there is read on both paths.
-_LooseExt = msgspec.defstruct("_LooseExt", [(name, Any, None) for name in _Ext.__struct_fields__],
-                              gc=False)
+    neuron_profiler: _Ext | None = msgspec.field(default=None, name=F.EXT_KEY)
+    algorithm: Any = msgspec.field(default=None, name=F.DATA_ALGORITHM)  # a collective's
+    size: Any = msgspec.field(default=None, name=F.DATA_SIZE)  # a copy's size in bytes
 
 
 class _LooseData(msgspec.Struct, gc=False):
-    neuron_profiler: _LooseExt | None = None
-    algorithm: Any = None
-    size: Any = None
+    neuron_profiler: _LooseExt | None = msgspec.field(default=None, name=F.EXT_KEY)
+    algorithm: Any = msgspec.field(default=None, name=F.DATA_ALGORITHM)
+    size: Any = msgspec.field(default=None, name=F.DATA_SIZE)
 
 
 _NO_EXT = _Ext()

@@ -27,6 +27,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from neuron_profiler.exporters.writers import write_trace, writer_for
 from neuron_profiler.tensorboard import discovery, ranks
 
 PLUGIN_NAME = "neuron_profiler"
@@ -42,7 +43,8 @@ STATIC = {  # route -> (file in static/, content type)
     "/app.js": ("app.js", "application/javascript"),
     "/style.css": ("style.css", "text/css"),
 }
-DOWNLOADS = {"json.gz": "application/gzip", "pftrace": "application/octet-stream"}
+# formats served for download -> media type, both from the exporters' one registry
+DOWNLOADS = {fmt: writer_for(f"trace.{fmt}").media_type for fmt in ("json.gz", "pftrace")}
 _log = logging.getLogger(__name__)
 
 Result = tuple[int, dict[str, Any]]  # (HTTP status, JSON body)
@@ -337,7 +339,7 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
 
 
 def _export(span: discovery.Span, fmt: str) -> bytes | Result:
-    """The trace written by ``neuron_profiler.exporters`` in ``fmt``, as bytes."""
+    """The trace written by ``exporters.writers.write_trace`` in ``fmt``, as bytes."""
     from neuron_profiler.errors import TraceLoadError
     from neuron_profiler.trace import load_trace
 
@@ -345,14 +347,7 @@ def _export(span: discovery.Span, fmt: str) -> bytes | Result:
         trace = load_trace(span.path)
         with tempfile.TemporaryDirectory(prefix="neuron-prof-tb-") as tmp:
             out = Path(tmp) / f"trace.{fmt}"
-            if fmt == "pftrace":
-                from neuron_profiler.exporters.perfetto import write_perfetto_trace
-
-                write_perfetto_trace(trace, out)
-            else:
-                from neuron_profiler.exporters.chrome import write_chrome_trace
-
-                write_chrome_trace(trace, out)
+            write_trace(trace, out)
             return out.read_bytes()
     except TraceLoadError as err:
         return _error(422, f"{span.rel}: {err.problem}")

@@ -29,9 +29,9 @@ from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace._numtext import OK, python_int_column, us_texts_to_ns, value_to_ns
 from neuron_profiler.trace._rawargs import RawArgs, RawArgsBuilder
-from neuron_profiler.trace._repair import fix_utf8, repair_value, with_headroom
 from neuron_profiler.trace.kinds import kind_of
 from neuron_profiler.trace.model import MetaEvent
+from neuron_profiler.trace.repair import fix_utf8, repair_value, with_headroom
 
 _NONE = msgspec.Raw(b"")
 _NO_CAT = "\x00no cat"  # Event.cat when the event has none: interned as id -1, never stored

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
+from neuron_profiler.trace.schema import python_int
+
 OK, MISSING, INVALID = 0, 1, 2
 _BATCH = 65536
 _POW10 = np.array([10**k for k in range(19)], dtype=np.int64)
@@ -114,19 +116,6 @@ def value_to_ns(value: object) -> int | None:
         return None
     whole_us = int(value)  # split so large floats keep what precision they have
     return whole_us * 1000 + round((value - whole_us) * 1000)
-
-
-def python_int(value: object, default: int = -1) -> int:
-    """Python's ``int(value)`` where it takes the value and the result fits int64, else
-    ``default`` (None, "0x1f", NaN, 1e30, objects): HTA's rule for ``args["stream"]``, the one
-    rule every producer of the STREAM column follows."""
-    if value is None:
-        return default
-    try:
-        number = int(value)  # type: ignore[call-overload]
-    except (TypeError, ValueError, OverflowError):
-        return default
-    return number if -(2**63) <= number < 2**63 else default
 
 
 def python_int_column(values: list[object], default: int = -1) -> np.ndarray:

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from neuron_profiler.errors import TraceLoadError
+from neuron_profiler.trace.repair import cannot_read, open_input
 
 BLOCK_BYTES = 1 << 20  # largest block: pieces this small keep a load's transient memory low
 FIRST_BLOCK_BYTES = 128 << 10  # blocks grow with what was read, so small files stay small
@@ -47,12 +48,7 @@ class BlockSource:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        try:
-            self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
-        except FileNotFoundError:
-            raise TraceLoadError(path, "no such file") from None
-        except OSError as err:
-            raise TraceLoadError(path, f"cannot read: {err.strerror or err}") from None
+        self._fh = open_input(path)  # closed in close(); TraceLoadError when it cannot be read
         head = self._fh.read(2)
         self._fh.seek(0)
         self._inflater = zlib.decompressobj(wbits=31) if head == b"\x1f\x8b" else None
@@ -110,7 +106,7 @@ class BlockSource:
         try:
             return self._fh.read(size) if self._inflater is None else self._inflate(size)
         except OSError as err:
-            raise TraceLoadError(self.path, f"cannot read: {err.strerror or err}") from None
+            raise TraceLoadError(self.path, cannot_read(err)) from None
 
     def _settle(self) -> None:
         """Wait for the block being read ahead (it is kept for the next ``read``)."""

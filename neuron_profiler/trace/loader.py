@@ -38,22 +38,24 @@ from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace._columns import LABEL_ID_BASE, ColumnSink
 from neuron_profiler.trace._pairing import pair_begin_end
-from neuron_profiler.trace._repair import (
-    DAMAGE,
-    ELEMENT,
-    END,
-    INCOMPLETE,
-    Repair,
-    close_of,
-    depth_limit,
-    marker,
-    repair_value,
-    split_elements,
-    with_headroom,
-)
 from neuron_profiler.trace._stream import BlockSource, decode_top, leading_events, skip_separator
 from neuron_profiler.trace.kinds import refine_kinds
 from neuron_profiler.trace.model import LoadReport, Trace, base_time_ns, file_base_ns
+from neuron_profiler.trace.repair import (
+    DAMAGE,
+    ELEMENT,
+    EMPTY_FILE,
+    END,
+    INCOMPLETE,
+    NOTHING_COMPLETE,
+    TRACE_FILES,
+    Repair,
+    checked,
+    close_of,
+    depth_limit,
+    repair_value,
+    split_elements,
+)
 
 _KEY = b'"traceEvents"'
 _ARRAY_START = re.compile(rb"\s*:\s*\[")
@@ -129,7 +131,7 @@ class _Load:
     Valid files take the fast path only (msgspec on ~1 MB pieces). Where msgspec rejects the
     content of an element (NaN, bytes that are not UTF-8, a lone surrogate, nesting too deep)
     the slow path (``_walk``) splits elements without decoding them and repairs the bad one
-    (``_repair.py``), then the fast path resumes."""
+    (``trace/repair.py``, the one repair policy), then the fast path resumes."""
 
     def __init__(self, path: Path, source: BlockSource) -> None:
         self.path, self.source = path, source
@@ -152,7 +154,7 @@ class _Load:
             self.damage = self.source.damage
         self.trailing += self.source.trailing
         if self.truncated and self.sink.seen == 0:
-            problem = self.damage or "truncated, no complete event"
+            problem = self.damage or NOTHING_COMPLETE
             raise TraceLoadError(self.path, problem + ("" if not self.damage else
                                                        " (no complete event before it)"))
 
@@ -294,18 +296,11 @@ class _Load:
 
     def _checked(self, element: bytes) -> bytes | None:
         """``element`` if msgspec can decode it, else its repair (counted), else None."""
-        try:
-            with_headroom(_decode_raw, element)
-            return element
-        except (msgspec.DecodeError, RecursionError):
-            pass
-        fixed, how = repair_value(element, self._depth_limit())
-        try:
-            with_headroom(_decode_raw, fixed)
-        except (msgspec.DecodeError, RecursionError):
+        got = checked(element, self._depth_limit)
+        if got is None:
             return None
-        self._count(how)
-        return fixed
+        self._count(got[1])
+        return got[0]
 
     def _feed(self, texts: list[bytes]) -> bool:
         """Checked elements to the sink (one by one if the batch fails); False at damage."""
@@ -355,7 +350,7 @@ class _Load:
     def _whole_document(self) -> None:
         data = self.source.read_all(self._head)
         if not data.strip():
-            problem = self.source.damage or "empty file"
+            problem = self.source.damage or EMPTY_FILE
             raise TraceLoadError(self.path, problem)
         try:
             top = decode_top(data)
@@ -364,7 +359,7 @@ class _Load:
         except (msgspec.DecodeError, RecursionError) as err:
             top = self._decode_object(data)
             if top is None:
-                problem = "truncated, no complete event" if _KEY in data else \
+                problem = NOTHING_COMPLETE if _KEY in data else \
                     f"invalid JSON ({err})"
                 raise TraceLoadError(self.path, problem) from None
         events = top.pop("traceEvents", None)
@@ -409,7 +404,7 @@ class _Load:
                 self._count(how)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 self._count(Repair.NESTING)  # not even repaired: the key is left out
-                self.metadata[key] = msgspec.json.decode(marker(self._depth_limit()))
+                self.metadata[key] = msgspec.json.decode(TRACE_FILES.marker(self._depth_limit()))
 
     def _depth_limit(self) -> int:
         if self._limit is None:
@@ -421,9 +416,6 @@ class _Load:
         repairs["replaced_text"] += bool(how & Repair.TEXT)
         repairs["replaced_values"] += bool(how & Repair.VALUES)
         repairs["replaced_nesting"] += bool(how & Repair.NESTING)
-
-
-_decode_raw = msgspec.json.Decoder(msgspec.Raw).decode
 
 
 def _build(load: _Load, source: str) -> Trace:

@@ -22,7 +22,6 @@ import numpy as np
 
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
-from neuron_profiler.trace._numtext import python_int
 
 _decode_args = msgspec.json.Decoder(dict).decode
 
@@ -233,7 +232,7 @@ class Trace:
     def args(self, row: int) -> dict[str, Any]:
         """Decoded args of one event ({} when it has none). Args the decoder refuses (a number
         beyond float range, nesting deeper than the stack allows here) are decoded repaired
-        (see ``trace/_repair.py``) rather than raising."""
+        (see ``trace/repair.py``) rather than raising."""
         args_row = int(self.columns[S.ARGS_ROW][row])
         if args_row < 0:
             return {}
@@ -241,7 +240,7 @@ class Trace:
         try:
             return _decode_args(raw)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-            from neuron_profiler.trace._repair import repair_value
+            from neuron_profiler.trace.repair import repair_value
 
             try:
                 return _decode_args(repair_value(bytes(raw))[0])
@@ -321,7 +320,7 @@ class TraceBuilder:
             S.TID: int(tid),
             S.EXTERNAL_ID: int(args.get(V.ARG_EXTERNAL_ID, args.get(V.ARG_EXTERNAL_ID_2021, -1))),
             S.CORRELATION: int(args.get(V.ARG_CORRELATION, -1)),
-            S.STREAM: python_int(args.get(V.ARG_STREAM)), S.FLOW_ID: int(flow_id),
+            S.STREAM: S.python_int(args.get(V.ARG_STREAM)), S.FLOW_ID: int(flow_id),
             S.ARGS_ROW: len(self._raw_args) if args else -1, S.FORM: int(form),
         }
         if args:

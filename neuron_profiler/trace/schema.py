@@ -20,8 +20,8 @@ PID = "pid"  # int64 (string pids are interned: see Trace.pid_labels)
 TID = "tid"  # int64 (string tids are interned: see Trace.tid_labels)
 EXTERNAL_ID = "external_id"  # int64, args["External id"] (or 2021's "external id"), -1 if absent
 CORRELATION = "correlation"  # int64, args["correlation"], -1 if absent
-STREAM = "stream"  # int64, int(args["stream"]) (Python's int(), HTA's rule), -1 if absent or not
-# a number: the device queue of kernels and copies, read by every device analysis
+STREAM = "stream"  # int64, python_int(args["stream"]) (Python's int(), HTA's rule), -1 if absent
+# or not a number: the device queue of kernels and copies, read by every device analysis
 FLOW_ID = "flow_id"  # int64, "id" of s/t/f flows and of other phases (async b/n/e), else -1
 ARGS_ROW = "args_row"  # int64 index into Trace.raw_args, -1 if the event has no args
 FORM = "form"  # uint8, how the event was spelled in Chrome JSON (Form bits), 0 = Kineto's way
@@ -31,6 +31,19 @@ EVENT_COLUMNS = (TS_NS, DUR_NS, PH, KIND, NAME_ID, CAT_ID, PID, TID, EXTERNAL_ID
 COLUMN_DTYPES = {PH: np.uint8, KIND: np.uint8, NAME_ID: np.int32, CAT_ID: np.int32,
                  FORM: np.uint8}  # every other column is int64
 COLUMN_FILL = {EXTERNAL_ID: -1, CORRELATION: -1, STREAM: -1, FLOW_ID: -1, ARGS_ROW: -1}  # others: 0
+
+
+def python_int(value: object, default: int = -1) -> int:
+    """Python's ``int(value)`` where it takes the value and the result fits int64, else
+    ``default`` (None, "0x1f", NaN, 1e30, objects): HTA's rule for ``args["stream"]``, the one
+    rule every producer of the STREAM column follows."""
+    if value is None:
+        return default
+    try:
+        number = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return number if -(2**63) <= number < 2**63 else default
 
 
 def default_column(name: str, rows: int) -> np.ndarray:

@@ -64,7 +64,6 @@ ARG_OVERHEAD = "emulator overhead"  # what the emulator did on the host: numeric
 # is 1 when it builds key_averages() (pytorch#155213), so the span stays in the trace only.
 ARG_HIDDEN = "hidden"
 ARG_DATA = "data"  # unknown runtime events: their whole runtime data object
-ARG_COLLECTIVE_WAIT = "collective wait"  # true on a cc_exec_barrier slice (waiting for peers)
 ARG_GRAPH_ID = "graph id"  # a compiled graph's execution and the ops nested in it
 ARG_HOST_TIMED = "host-timed"  # true on a copy the runtime timed on the host (no device stamp)
 ARG_BYTES_KEYS = (ARG_BYTES, "Bytes")  # how transfer sizes are spelled across producers

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from neuron_profiler import output as _output
 from neuron_profiler.cli.main import main
-from neuron_profiler.exporters import _output
 from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.trace import load_trace
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from neuron_profiler import output as _output
 from neuron_profiler.cli.main import main
-from neuron_profiler.exporters import _output, chrome
+from neuron_profiler.exporters import chrome
 from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.trace import loader
 

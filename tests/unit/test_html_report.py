@@ -24,12 +24,12 @@ from html_checks import (
 )
 from trace_factory import US, Build
 
+from neuron_profiler import output as _output
 from neuron_profiler.analysis import Options, analyze
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.report import NOTE_NO_STEPS
 from neuron_profiler.cli.main import main
 from neuron_profiler.errors import OutputError
-from neuron_profiler.exporters import _output
 from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.reports.html_report import render_html, write_html
 from neuron_profiler.trace import EventKind, TraceBuilder

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from neuron_profiler import output as _output
 from neuron_profiler.errors import NeuronProfilerError, OutputError
-from neuron_profiler.exporters import _output
 from neuron_profiler.exporters import perfetto as P
 from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.exporters.perfetto import write_perfetto_trace

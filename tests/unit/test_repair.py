@@ -1,4 +1,4 @@
-"""The loader's slow path (``trace/_repair.py``): repaired text means what the input meant, read
+"""The loader's slow path (``trace/repair.py``): repaired text means what the input meant, read
 by Python's own ``json`` (which accepts NaN and lone surrogates) as the reference."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from neuron_profiler.trace import vocabulary as V
-from neuron_profiler.trace._repair import (
+from neuron_profiler.trace.repair import (
     DAMAGE,
     ELEMENT,
     END,

@@ -1,6 +1,7 @@
-"""Safe output files: every writer goes through ``atomic_output`` so a failed or interrupted write
-never truncates or half-writes its target, and the CLI calls ``check_output`` before loading
-anything so an output that is one of the inputs (or cannot be written) is refused up front.
+"""Safe output files: every writer (the trace exporters, the HTML report) goes through
+``atomic_output`` so a failed or interrupted write never truncates or half-writes its target, and
+the CLI calls ``check_output`` before loading anything so an output that is one of the inputs (or
+cannot be written) is refused up front.
 
     with atomic_output(path, gzip_level=6) as out:   # a temp file beside ``path``
         out.write(data)                               # renamed over ``path`` only on success

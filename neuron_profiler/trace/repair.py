@@ -1,15 +1,37 @@
-"""Repair hostile JSON text: the loader's slow path, run only where msgspec rejects a piece.
+"""The one policy for bad JSON input: what the trace loader (``trace.loader``) and the runtime
+system-trace parser (``runtime_trace.parser``) do with files that msgspec refuses.
 
-Profiles come from crashed jobs and other tools: a Python producer writes ``NaN``, a C one writes
-Latin-1 bytes or a lone ``\\ud800`` escape, a buggy one nests args a thousand levels deep. msgspec
-(rightly) refuses all of these, and one bad event must not cost the rest of the file. This module
-splits an events array into its elements without decoding them (strings and brackets only, so no
-recursion and no limit on depth) and rewrites one element so that msgspec accepts it:
+Profiles and captures come from crashed jobs and other tools: a Python producer writes ``NaN``, a
+C one Latin-1 bytes or a lone ``\\ud800`` escape, a buggy one nests args a thousand levels deep,
+a killed one stops mid-write. One bad element must not cost the rest of the file, and valid files
+must pay nothing for that: both readers decode with msgspec, and only where it refuses do they
+come here. The policy, for both:
 
-- bytes that are not UTF-8, lone surrogate escapes, bad escapes: U+FFFD / the text kept literally;
-- ``NaN``, ``Infinity``, numbers beyond float range, other bare words: kept as strings;
-- a member value nested deeper than the decoder allows: replaced by a marker object;
-- control characters inside strings: escaped; a comma before a closing bracket: dropped.
+**An error** (``TraceLoadError``: one line ``<file>: <problem>``, exit code 2): a missing or
+unreadable file (``open_input``), an empty one, text that is not JSON or not the reader's document
+(``invalid JSON (...)``, ``not a torch.profiler trace (...)``, ``not a runtime system-trace
+envelope (...)``), and a file cut off or damaged before its first complete element
+(``truncated, no complete event``, ``Unusable``).
+
+**Kept and reported**: a file cut off mid-write keeps every complete element before the cut; JSON
+that stops being JSON mid-file keeps the elements before it; a UTF-8 byte-order mark is dropped.
+The array is split into elements without decoding them (``split_elements``, ``close_of``:
+strings and brackets only, no recursion, no depth limit).
+
+**Repaired in place and counted** (``repair_value``; ``Repair`` says what, counted once per
+element): bytes that are not UTF-8, lone surrogate escapes and bad escapes become U+FFFD or the
+text kept literally, control characters in strings are escaped (``TEXT``); ``NaN``,
+``Infinity``, numbers beyond float range and other bare words (``VALUES``) become what the
+reader's ``Policy`` says, and so does a member nested deeper than the decoder takes
+(``NESTING``); a comma before a closing bracket is dropped (``SYNTAX``, not counted).
+
+Each reader's ``Policy``: trace files (``TRACE_FILES``) keep an odd value as its text, since args
+are read by people, and a too-deep value becomes ``{"neuron-profiler replaced": "nested deeper
+than N levels"}``; they count ``LoadReport.replaced_text`` / ``replaced_values`` /
+``replaced_nesting``. System-trace files (``runtime_trace.parser.REPAIR``) hold typed numbers and
+ids: an odd value, and an integer beyond 64 bits, becomes null (the field is left out, as a
+mistyped one is) and a too-deep ``data`` object becomes ``{"neuron_profiler": {"too_deep":
+true}}``; they count ``DeviceActivities.malformed``.
 
     fixed, how = repair_value(b'{"args":{"v":NaN}}', depth_limit())   # how == Repair.VALUES
 """
@@ -19,10 +41,13 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, TypeVar
 
 import msgspec
 
+from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.trace import vocabulary as V
 
 T = TypeVar("T")
@@ -54,14 +79,63 @@ class Repair(enum.IntFlag):
 
     NONE = 0
     TEXT = 1  # bytes not UTF-8, lone surrogate escapes, bad escapes, control characters
-    VALUES = 2  # NaN / Infinity / numbers beyond float range / bare words: now strings
+    VALUES = 2  # NaN / Infinity / numbers beyond float range / bare words: text or null
     NESTING = 4  # a value nested too deeply: replaced by the marker
-    SYNTAX = 8  # a comma before a closing bracket dropped
+    SYNTAX = 8  # a comma before a closing bracket dropped (not counted)
+
+
+COUNTED = Repair.TEXT | Repair.VALUES | Repair.NESTING  # what a reader counts, once per element
 
 
 def marker(limit: int) -> bytes:
-    """What a too-deep value becomes: an object, so that replaced args are still args."""
+    """What a too-deep value of a trace file becomes: an object, so that replaced args are still
+    args."""
     return msgspec.json.encode({V.ARG_REPLACED: f"nested deeper than {limit} levels"})
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What one reader's repairs write (the rest of the policy is the same for every reader).
+
+    marker: what a value nested deeper than ``limit`` levels becomes (``marker(limit)``).
+    odd_as_text: ``NaN``, ``Infinity``, numbers beyond float range and bare words become their
+        text (a JSON string); False: null.
+    int_bits: integers outside a signed integer of this many bits are odd values too (None: any
+        size is kept: msgspec decodes them).
+    """
+
+    marker: Callable[[int], bytes] = marker
+    odd_as_text: bool = True
+    int_bits: int | None = None
+
+
+TRACE_FILES = Policy()  # the loader's (trace/loader.py); system-trace files: parser.REPAIR
+
+
+class Unusable(msgspec.DecodeError):
+    """Nothing usable in a reader's input (``str(err)``: the problem, one line). A
+    ``msgspec.DecodeError``, so callers that map decode errors to ``TraceLoadError`` map it."""
+
+
+# ---- one-line problems of an input file (TraceLoadError(path, problem)) ----------------------
+
+EMPTY_FILE = "empty file"
+NOTHING_COMPLETE = "truncated, no complete event"
+
+
+def open_input(path: Path) -> IO[bytes]:
+    """``path`` opened for reading; ``TraceLoadError`` ("no such file", "cannot read: ...")
+    otherwise."""
+    try:
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except FileNotFoundError:
+        raise TraceLoadError(path, "no such file") from None
+    except OSError as err:
+        raise TraceLoadError(path, cannot_read(err)) from None
+
+
+def cannot_read(err: OSError) -> str:
+    return f"cannot read: {err.strerror or err}"
 
 
 def with_headroom(fn: Callable[[Any], T], arg: Any, frames: int = HEADROOM) -> T:
@@ -99,13 +173,13 @@ def depth_limit() -> int:
 ELEMENT, END, INCOMPLETE, DAMAGE = "element", "end", "incomplete", "damage"
 
 
-def split_elements(data: bytes) -> Iterator[tuple[str, int, int]]:
-    """The elements of an array body (``data`` starts after ``[`` or a separator) as
+def split_elements(data: bytes, start: int = 0) -> Iterator[tuple[str, int, int]]:
+    """The elements of an array body (from ``start``, just after ``[`` or a separator) as
     ``(ELEMENT, start, end)``, then one final ``(END, pos, pos)`` at the closing ``]``,
     ``(INCOMPLETE, pos, pos)`` where the data ends inside an element (pos: where it starts), or
     ``(DAMAGE, pos, pos)`` at a bracket that cannot be there. Nothing is decoded."""
-    depth, segment = 0, 0
-    for match in _STRUCT.finditer(data):
+    depth, segment = 0, start
+    for match in _STRUCT.finditer(data, start):
         char = data[match.start()]
         if char == 0x22:  # "
             if match.end() - match.start() == 1:  # a quote that never closes
@@ -130,10 +204,11 @@ def split_elements(data: bytes) -> Iterator[tuple[str, int, int]]:
     yield INCOMPLETE, segment, segment
 
 
-def close_of(data: bytes, depth: int) -> int | None:
-    """Offset just after the bracket that closes ``depth`` open containers (None if the data
-    ends first): where a top-level object ends after its events array."""
-    for match in _STRUCT.finditer(data):
+def close_of(data: bytes, depth: int, start: int = 0) -> int | None:
+    """Offset just after the bracket that closes ``depth`` open containers, counting from
+    ``start`` (None if the data ends first): where a top-level object ends after its events
+    array."""
+    for match in _STRUCT.finditer(data, start):
         char = data[match.start()]
         if char == 0x22:
             if match.end() - match.start() == 1:
@@ -160,10 +235,12 @@ def fix_utf8(text: bytes) -> tuple[bytes, bool]:
         return text.decode("utf-8", "replace").encode("utf-8"), True
 
 
-def repair_value(text: bytes, limit: int | None = None) -> tuple[bytes, Repair]:
+def repair_value(text: bytes, limit: int | None = None, policy: Policy = TRACE_FILES
+                 ) -> tuple[bytes, Repair]:
     """One complete JSON value (an event, args, a top-level object) rewritten so that msgspec
-    decodes it. ``limit``: the deepest nesting kept (values of the value's own members that go
-    deeper are replaced by ``marker``); None measures it (``depth_limit``)."""
+    decodes it, as ``policy`` says. ``limit``: the deepest nesting kept (values of the value's own
+    members that go deeper are replaced by ``policy.marker``); None measures it (``depth_limit``)
+    when a value is deep enough to need it."""
     text, bad_bytes = fix_utf8(text)
     how = Repair.TEXT if bad_bytes else Repair.NONE
     edits: list[tuple[int, int, bytes]] = []
@@ -193,7 +270,7 @@ def repair_value(text: bytes, limit: int | None = None) -> tuple[bytes, Repair]:
             depth -= 1
             if replacing and depth == 1:
                 edits = [e for e in edits if e[0] < member_start]
-                edits.append((member_start, match.end(), marker(limit or 0)))
+                edits.append((member_start, match.end(), policy.marker(limit or 0)))
                 replacing = False
         elif replacing:
             pass
@@ -203,12 +280,13 @@ def repair_value(text: bytes, limit: int | None = None) -> tuple[bytes, Repair]:
                 edits.append((match.start(), match.end(), fixed))
                 how |= Repair.TEXT
         elif kind == "num":
-            if not _NUMBER.match(token) or _beyond_float(token):
-                edits.append((match.start(), match.end(), _quoted(token)))
+            if not _NUMBER.match(token) or _beyond_float(token) or (
+                    policy.int_bits is not None and _beyond_int(token, policy.int_bits)):
+                edits.append((match.start(), match.end(), _odd(token, policy)))
                 how |= Repair.VALUES
         elif kind == "word":
             if token not in _LITERALS:
-                edits.append((match.start(), match.end(), _quoted(token)))
+                edits.append((match.start(), match.end(), _odd(token, policy)))
                 how |= Repair.VALUES
         elif kind == "comma":
             last_comma = match.start()
@@ -230,8 +308,41 @@ def _beyond_float(token: bytes) -> bool:
     return abs(float(token)) == float("inf")
 
 
+def _beyond_int(token: bytes, bits: int) -> bool:
+    """An integer token outside a signed ``bits``-bit integer."""
+    if any(c in token for c in b".eE"):
+        return False
+    return not -(2 ** (bits - 1)) <= int(token) < 2 ** (bits - 1)
+
+
+def _odd(token: bytes, policy: Policy) -> bytes:
+    """What an odd value becomes: its text, or null."""
+    return _quoted(token) if policy.odd_as_text else b"null"
+
+
 def _quoted(token: bytes) -> bytes:
     return msgspec.json.encode(token.decode("utf-8", "replace"))
+
+
+_decode_raw = msgspec.json.Decoder(msgspec.Raw).decode
+
+
+def checked(element: bytes, limit: Callable[[], int], policy: Policy = TRACE_FILES
+            ) -> tuple[bytes, Repair] | None:
+    """``element`` as it is if msgspec decodes it (with the loader's headroom), else its repair,
+    else None (not JSON even then: damage). ``limit()`` gives the depth limit (called only when
+    a repair is needed, so a reader can measure it once)."""
+    try:
+        with_headroom(_decode_raw, element)
+        return element, Repair.NONE
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    fixed, how = repair_value(element, limit(), policy)
+    try:
+        with_headroom(_decode_raw, fixed)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return fixed, how
 
 
 def _fix_string(token: bytes) -> bytes:
