@@ -67,8 +67,10 @@ def generated(n: int) -> Path:
     target = REPO / "runs" / "bench" / "traces" / f"gen_{n}.json"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, str(REPO / "bench" / "gen_trace.py"), str(n), "-o",
-                        str(target)], check=True)
+        subprocess.run(
+            [sys.executable, str(REPO / "bench" / "gen_trace.py"), str(n), "-o", str(target)],
+            check=True,
+        )
     return target
 
 
@@ -83,9 +85,11 @@ def alone(path: Path, repeat: int) -> None:
         raise SystemExit(f"{path}: neuron-prof analyze failed")
     times = ", ".join(f"{t:.2f}" for t, _, _ in runs)
     peak = max(m for _, m, _ in runs)
-    print(f"{path.name}: {times} s (target {TARGET_S:.0f} s), peak RSS {peak:.0f} MB "
-          f"(target {TARGET_MB:.0f} MB): time {max(t for t, _, _ in runs) / TARGET_S:.2f} "
-          f"of the target, memory {peak / TARGET_MB:.2f}")
+    print(
+        f"{path.name}: {times} s (target {TARGET_S:.0f} s), peak RSS {peak:.0f} MB "
+        f"(target {TARGET_MB:.0f} MB): time {max(t for t, _, _ in runs) / TARGET_S:.2f} "
+        f"of the target, memory {peak / TARGET_MB:.2f}"
+    )
 
 
 def main() -> None:
@@ -103,16 +107,20 @@ def main() -> None:
         return
     files = sorted(p for p in SHARED.rglob("*") if p.name.endswith((".json", ".json.gz")))
     files += [generated(n) for n in args.generated]
-    print(f"{'trace':<48} {'ours s':>7} {'HTA s':>7} {'x faster':>8} {'ours MB':>8} "
-          f"{'HTA MB':>8} {'mem ratio':>9}")
+    print(
+        f"{'trace':<48} {'ours s':>7} {'HTA s':>7} {'x faster':>8} {'ours MB':>8} "
+        f"{'HTA MB':>8} {'mem ratio':>9}"
+    )
     for path in files:
         m = measure(path, args.repeat)
         if m is None:
             print(f"{path.name[:48]:<48} HTA cannot analyse it (no kernel)")
             continue
         (ot, om), (ht, hm) = m["ours"], m["hta"]
-        print(f"{path.name[:48]:<48} {ot:7.2f} {ht:7.2f} {ht / ot:8.1f} {om:8.0f} {hm:8.0f} "
-              f"{om / hm:9.2f}")
+        print(
+            f"{path.name[:48]:<48} {ot:7.2f} {ht:7.2f} {ht / ot:8.1f} {om:8.0f} {hm:8.0f} "
+            f"{om / hm:9.2f}"
+        )
 
 
 if __name__ == "__main__":

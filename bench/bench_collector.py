@@ -37,9 +37,13 @@ from neuron_profiler.runtime_trace.parser import parse_system_trace  # noqa: E40
 
 def _train_step_factory():
     dev = torch.device("neuron")
-    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
-                                torch.nn.Linear(512, 256), torch.nn.ReLU(),
-                                torch.nn.Linear(256, 10)).to(dev)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 10),
+    ).to(dev)
     opt = torch.optim.AdamW(model.parameters())
     x, y = torch.randn(64, 256, device=dev), torch.randint(0, 10, (64,), device=dev)
 
@@ -99,8 +103,11 @@ def bench_step_time(steps: int, rounds: int) -> dict[str, float]:
 
     step = _train_step_factory()
     cpu, neuron = [ProfilerActivity.CPU], [ProfilerActivity.CPU, NEURON]
-    configs = {"cpu": (cpu, None), "neuron": (neuron, None),
-               "bridge": (neuron, _BridgeOnlySource())}
+    configs = {
+        "cpu": (cpu, None),
+        "neuron": (neuron, None),
+        "bridge": (neuron, _BridgeOnlySource()),
+    }
 
     def block(name: str, n: int) -> tuple[float, float, float]:
         acts, source = configs[name]
@@ -118,7 +125,7 @@ def bench_step_time(steps: int, rounds: int) -> dict[str, float]:
     stop_t: list[float] = []
     names = list(configs)
     for r in range(rounds):
-        for name in names[r % 3:] + names[:r % 3]:
+        for name in names[r % 3 :] + names[: r % 3]:
             w, c, st = block(name, steps)
             wall[name].append(w)
             cpu_time[name].append(c)
@@ -126,14 +133,19 @@ def bench_step_time(steps: int, rounds: int) -> dict[str, float]:
                 stop_t.append(st)
 
     def cost(series: dict[str, list[float]], name: str) -> float:
-        return statistics.median(a / b for a, b in zip(series[name], series["cpu"],
-                                                        strict=True)) - 1.0
+        return (
+            statistics.median(a / b for a, b in zip(series[name], series["cpu"], strict=True)) - 1.0
+        )
 
-    return {"step_ms_cpu": statistics.median(wall["cpu"]) * 1e3,
-            "step_ms_cpu_neuron": statistics.median(wall["neuron"]) * 1e3,
-            "plugin_cost": cost(wall, "neuron"), "plugin_cost_cpu_time": cost(cpu_time, "neuron"),
-            "bridge_cost": cost(wall, "bridge"), "bridge_cost_cpu_time": cost(cpu_time, "bridge"),
-            "stop_ms_per_step": statistics.median(stop_t) * 1e3}
+    return {
+        "step_ms_cpu": statistics.median(wall["cpu"]) * 1e3,
+        "step_ms_cpu_neuron": statistics.median(wall["neuron"]) * 1e3,
+        "plugin_cost": cost(wall, "neuron"),
+        "plugin_cost_cpu_time": cost(cpu_time, "neuron"),
+        "bridge_cost": cost(wall, "bridge"),
+        "bridge_cost_cpu_time": cost(cpu_time, "bridge"),
+        "stop_ms_per_step": statistics.median(stop_t) * 1e3,
+    }
 
 
 def bench_provider_ns(calls: int = 200_000) -> float:
@@ -170,8 +182,10 @@ def bench_convert(n: int) -> dict[str, float]:
     rec = synthetic_records(n)
     secs, count, _ = bridge.convert_records(rec, False)
     assert count == n
-    return {"convert_events_per_s": n / secs, "render_args_events_per_s":
-            n / bridge.render_seconds(rec)}
+    return {
+        "convert_events_per_s": n / secs,
+        "render_args_events_per_s": n / bridge.render_seconds(rec),
+    }
 
 
 def synthetic_payload(records: int) -> bytes:
@@ -179,14 +193,25 @@ def synthetic_payload(records: int) -> bytes:
     events = []
     t = 1_700_000_000_000_000_000
     for i in range(records // 2):
-        ext = {"op": "aten::mm", "flops": 1000 + i, "bytes": 4096, "queue": "compute",
-               "correlation_id": i + 1, "launch_ns": t, "modelled": True}
-        base = {"event_type": "nc_exec_running", "tracking_id": i, "nc_idx": i % 2,
-                "thread_id": 7}
-        events.append({**base, "phase": "start", "timestamp_ns": t + 10,
-                       "data": {"exec_id": i, "neuron_profiler": ext}})
-        events.append({**base, "phase": "stop", "timestamp_ns": t + 900,
-                       "data": {"exec_id": i}})
+        ext = {
+            "op": "aten::mm",
+            "flops": 1000 + i,
+            "bytes": 4096,
+            "queue": "compute",
+            "correlation_id": i + 1,
+            "launch_ns": t,
+            "modelled": True,
+        }
+        base = {"event_type": "nc_exec_running", "tracking_id": i, "nc_idx": i % 2, "thread_id": 7}
+        events.append(
+            {
+                **base,
+                "phase": "start",
+                "timestamp_ns": t + 10,
+                "data": {"exec_id": i, "neuron_profiler": ext},
+            }
+        )
+        events.append({**base, "phase": "stop", "timestamp_ns": t + 900, "data": {"exec_id": i}})
         t += 1000
     return json.dumps({"events": events, "data_version": 2}).encode()
 
@@ -197,39 +222,54 @@ def bench_parse(records: int) -> dict[str, float]:
     acts = parse_system_trace(payload)
     parse_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    res = S.build_from_activities(acts, window=(0, 2**62), intervals=S.Intervals.empty(),
-                                  host_pid=1, props=[])
+    res = S.build_from_activities(
+        acts, window=(0, 2**62), intervals=S.Intervals.empty(), host_pid=1, props=[]
+    )
     build_s = time.perf_counter() - t1
     assert len(acts) == records // 2 == len(res.records)
-    return {"parse_activities_per_s": len(acts) / parse_s,
-            "session_build_activities_per_s": len(acts) / build_s}
+    return {
+        "parse_activities_per_s": len(acts) / parse_s,
+        "session_build_activities_per_s": len(acts) / build_s,
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=60,
-                    help="interleaved blocks per configuration (the cost is a median of ratios)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=60,
+        help="interleaved blocks per configuration (the cost is a median of ratios)",
+    )
     a = ap.parse_args()
     st = bench_step_time(a.steps, a.rounds)
-    print(f"step time   [CPU] {st['step_ms_cpu']:.3f} ms  [CPU, NEURON] "
-          f"{st['step_ms_cpu_neuron']:.3f} ms (wall, medians) -> [CPU, NEURON] costs "
-          f"{st['plugin_cost'] * 100:+.1f}% wall, {st['plugin_cost_cpu_time'] * 100:+.1f}% "
-          f"process CPU time (target: the plugin's own cost <= 5%); stop-time work "
-          f"{st['stop_ms_per_step']:.3f} ms per profiled step")
-    print(f"  of which the bridge alone (runtime capture off): {st['bridge_cost'] * 100:+.1f}% "
-          f"wall, {st['bridge_cost_cpu_time'] * 100:+.1f}% CPU time; the rest is the emulated "
-          f"runtime recording its events; correlation provider {bench_provider_ns():.0f} ns/call")
+    print(
+        f"step time   [CPU] {st['step_ms_cpu']:.3f} ms  [CPU, NEURON] "
+        f"{st['step_ms_cpu_neuron']:.3f} ms (wall, medians) -> [CPU, NEURON] costs "
+        f"{st['plugin_cost'] * 100:+.1f}% wall, {st['plugin_cost_cpu_time'] * 100:+.1f}% "
+        f"process CPU time (target: the plugin's own cost <= 5%); stop-time work "
+        f"{st['stop_ms_per_step']:.3f} ms per profiled step"
+    )
+    print(
+        f"  of which the bridge alone (runtime capture off): {st['bridge_cost'] * 100:+.1f}% "
+        f"wall, {st['bridge_cost_cpu_time'] * 100:+.1f}% CPU time; the rest is the emulated "
+        f"runtime recording its events; correlation provider {bench_provider_ns():.0f} ns/call"
+    )
     cv = bench_convert(a.events)
-    print(f"C++ convert {a.events} events: {cv['convert_events_per_s'] / 1e6:.2f} M events/s "
-          f"= {cv['convert_events_per_s'] / 2e6:.2f}x the 2M/s target; args rendering "
-          f"{cv['render_args_events_per_s'] / 1e6:.2f} M events/s")
+    print(
+        f"C++ convert {a.events} events: {cv['convert_events_per_s'] / 1e6:.2f} M events/s "
+        f"= {cv['convert_events_per_s'] / 2e6:.2f}x the 2M/s target; args rendering "
+        f"{cv['render_args_events_per_s'] / 1e6:.2f} M events/s"
+    )
     ps = bench_parse(a.events)
-    print(f"parse {a.events} records: {ps['parse_activities_per_s'] / 1e6:.2f} M activities/s "
-          f"= {ps['parse_activities_per_s'] / 0.5e6:.2f}x the 0.5M/s target; session build "
-          f"(link, window, layout) {ps['session_build_activities_per_s'] / 1e6:.2f} M "
-          f"activities/s")
+    print(
+        f"parse {a.events} records: {ps['parse_activities_per_s'] / 1e6:.2f} M activities/s "
+        f"= {ps['parse_activities_per_s'] / 0.5e6:.2f}x the 0.5M/s target; session build "
+        f"(link, window, layout) {ps['session_build_activities_per_s'] / 1e6:.2f} M "
+        f"activities/s"
+    )
 
 
 if __name__ == "__main__":

@@ -30,9 +30,13 @@ import torch  # noqa: E402
 from neuron_profiler.emulator.runtime import get_runtime  # noqa: E402
 
 # column -> (device, numerics mode, trace capturing)
-COLUMNS = {"cpu": ("cpu", True, False), "numerics": ("neuron", True, False),
-           "numerics+trace": ("neuron", True, True), "timing": ("neuron", False, False),
-           "timing+trace": ("neuron", False, True)}
+COLUMNS = {
+    "cpu": ("cpu", True, False),
+    "numerics": ("neuron", True, False),
+    "numerics+trace": ("neuron", True, True),
+    "timing": ("neuron", False, False),
+    "timing+trace": ("neuron", False, True),
+}
 
 
 def set_mode(numerics: bool) -> None:
@@ -126,10 +130,14 @@ def main() -> None:
     for k, v in med.items():
         print(f"  {k:15s} {v:8.2f} us/op   x{v / med['cpu']:.1f} vs cpu")
     for mode in ("numerics", "timing"):
-        print(f"  emulator cost per op, {mode} mode: {med[mode] - med['cpu']:.2f} us (no trace), "
-              f"{med[mode + '+trace'] - med['cpu']:.2f} us (trace capturing)")
-    print(f"  timing mode, one 4096x4096 fp32 matmul launch: {large_mm_launch_us():.1f} us "
-          f"(host cost; not computed)")
+        print(
+            f"  emulator cost per op, {mode} mode: {med[mode] - med['cpu']:.2f} us (no trace), "
+            f"{med[mode + '+trace'] - med['cpu']:.2f} us (trace capturing)"
+        )
+    print(
+        f"  timing mode, one 4096x4096 fp32 matmul launch: {large_mm_launch_us():.1f} us "
+        f"(host cost; not computed)"
+    )
 
     steps = {"cpu": make_step("cpu"), "neuron": make_step("neuron")}
     for s in steps.values():
@@ -143,8 +151,10 @@ def main() -> None:
             times[k].append(step_ms(steps[device], args.steps, capture))
     set_mode(True)
     med = {k: min(v) for k, v in times.items()}
-    print(f"per training step (transformer encoder layer, d=64, batch 8x16, AdamW; best of "
-          f"{args.blocks} x {args.steps}):")
+    print(
+        f"per training step (transformer encoder layer, d=64, batch 8x16, AdamW; best of "
+        f"{args.blocks} x {args.steps}):"
+    )
     for k, v in med.items():
         print(f"  {k:15s} {v:8.2f} ms/step x{v / med['cpu']:.2f} vs cpu")
 

@@ -79,8 +79,13 @@ def _measure(python: str, tool: str, trace: Path, timeout: float) -> dict:
         (Path(folder) / trace.name).symlink_to(trace.resolve())
         env = dict(os.environ, PYTHONPATH=str(REPO))
         try:
-            proc = subprocess.run([python, "-c", _WORKER, tool, str(trace), folder], env=env,
-                                  capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(
+                [python, "-c", _WORKER, tool, str(trace), folder],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {timeout:.0f} s"}
     if proc.returncode != 0:
@@ -133,26 +138,42 @@ def _row(label: str, ours: dict, hta: dict | None) -> str:
     o_mb = ours.get("growth_kb", 0) / 1024
     h_mb = h.get("growth_kb", 0) / 1024 if "growth_kb" in h else None
     h_s = h.get("wall_s")
-    return (f"{label[:44]:44s} {ours.get('wall_s', float('nan')):8.3f} "
-            f"{h_s if h_s is not None else float('nan'):9.3f} {_ratio(h_s, ours.get('wall_s'))} "
-            f"{o_mb:9.1f} {h_mb if h_mb is not None else float('nan'):9.1f} "
-            f"{(f'{o_mb / h_mb:8.2f}' if h_mb else '       -')}"
-            + (f"  HTA: {h['error']}" if "error" in h else "")
-            + (f"  ours: {ours['error']}" if "error" in ours else ""))
+    return (
+        f"{label[:44]:44s} {ours.get('wall_s', float('nan')):8.3f} "
+        f"{h_s if h_s is not None else float('nan'):9.3f} {_ratio(h_s, ours.get('wall_s'))} "
+        f"{o_mb:9.1f} {h_mb if h_mb is not None else float('nan'):9.1f} "
+        f"{(f'{o_mb / h_mb:8.2f}' if h_mb else '       -')}"
+        + (f"  HTA: {h['error']}" if "error" in h else "")
+        + (f"  ours: {ours['error']}" if "error" in ours else "")
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100000,1000000,5000000",
-                        help="generated trace sizes (events), comma-separated; '' for none")
-    parser.add_argument("--hta-python", default=str(DEFAULT_HTA) if DEFAULT_HTA.exists()
-                        else sys.executable, help="interpreter with holistictraceanalysis 0.5.0")
-    parser.add_argument("--hta-max-events", type=int, default=1_000_000,
-                        help="run HTA only on generated traces up to this size (it needs about "
-                             "2 min and 1.3 GB per 1M events here)")
+    parser.add_argument(
+        "--sizes",
+        default="100000,1000000,5000000",
+        help="generated trace sizes (events), comma-separated; '' for none",
+    )
+    parser.add_argument(
+        "--hta-python",
+        default=str(DEFAULT_HTA) if DEFAULT_HTA.exists() else sys.executable,
+        help="interpreter with holistictraceanalysis 0.5.0",
+    )
+    parser.add_argument(
+        "--hta-max-events",
+        type=int,
+        default=1_000_000,
+        help="run HTA only on generated traces up to this size (it needs about "
+        "2 min and 1.3 GB per 1M events here)",
+    )
     parser.add_argument("--no-shared", action="store_true", help="skip the shared traces")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="fresh-process loads per tool and shared trace (best time kept)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="fresh-process loads per tool and shared trace (best time kept)",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--out", type=Path, default=None, help="JSON results path")
     args = parser.parse_args()
@@ -160,8 +181,10 @@ def main() -> int:
     files = [] if args.no_shared else _shared_files()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     generated = [_generated(n) for n in sizes]
-    header = (f"{'trace':44s} {'ours s':>8s} {'HTA s':>9s} {'speedup':>9s} "
-              f"{'ours MB':>9s} {'HTA MB':>9s} {'mem ratio':>8s}")
+    header = (
+        f"{'trace':44s} {'ours s':>8s} {'HTA s':>9s} {'speedup':>9s} "
+        f"{'ours MB':>9s} {'HTA MB':>9s} {'mem ratio':>8s}"
+    )
     print(f"HTA interpreter: {args.hta_python}\n{header}\n{'-' * len(header)}", flush=True)
     results: list[dict] = []
     total = {"ours_s": 0.0, "hta_s": 0.0, "ours_growth_kb": 0, "hta_growth_kb": 0}
@@ -175,8 +198,15 @@ def main() -> int:
         if n is None or n <= args.hta_max_events:
             hta = _best(args.hta_python, "hta", path, args.timeout, repeat)
         print(_row(label, ours, hta), flush=True)
-        results.append({"trace": label, "shared": shared, "bytes": path.stat().st_size,
-                        "ours": ours, "hta": hta})
+        results.append(
+            {
+                "trace": label,
+                "shared": shared,
+                "bytes": path.stat().st_size,
+                "ours": ours,
+                "hta": hta,
+            }
+        )
         if shared and "error" not in ours and hta and "error" not in hta:
             total["ours_s"] += ours["wall_s"]
             total["hta_s"] += hta["wall_s"]
@@ -184,18 +214,33 @@ def main() -> int:
             total["hta_growth_kb"] += hta["growth_kb"]
     if files:
         print("-" * len(header))
-        print(_row(f"TOTAL over {len(files)} shared traces",
-                   {"wall_s": total["ours_s"], "growth_kb": total["ours_growth_kb"]},
-                   {"wall_s": total["hta_s"], "growth_kb": total["hta_growth_kb"]}))
+        print(
+            _row(
+                f"TOTAL over {len(files)} shared traces",
+                {"wall_s": total["ours_s"], "growth_kb": total["ours_growth_kb"]},
+                {"wall_s": total["hta_s"], "growth_kb": total["hta_growth_kb"]},
+            )
+        )
         if total["ours_s"] and total["hta_growth_kb"]:
-            print(f"load time: {total['hta_s'] / total['ours_s']:.1f}x faster than HTA "
-                  f"(target >= 10x); memory growth (sum over files): "
-                  f"{total['ours_growth_kb'] / total['hta_growth_kb']:.2f} of HTA's "
-                  f"(target <= 0.5)")
+            print(
+                f"load time: {total['hta_s'] / total['ours_s']:.1f}x faster than HTA "
+                f"(target >= 10x); memory growth (sum over files): "
+                f"{total['ours_growth_kb'] / total['hta_growth_kb']:.2f} of HTA's "
+                f"(target <= 0.5)"
+            )
     out = args.out or RUNS / f"load-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"hta_python": args.hta_python, "cpus": os.cpu_count(),
-                               "results": results, "shared_total": total}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "hta_python": args.hta_python,
+                "cpus": os.cpu_count(),
+                "results": results,
+                "shared_total": total,
+            },
+            indent=1,
+        )
+    )
     print(f"results: {out}")
     return 0
 

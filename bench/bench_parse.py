@@ -42,15 +42,32 @@ def make_payload(records: int, shape: str = "emulator") -> bytes:
             submit[X] = {F.X_OP: "aten::mm", F.X_CORRELATION_ID: k + 1}
         rt.record_span(core, F.NRT_MODEL_SUBMIT, 4242, t, t + 400, submit, {"exec_id": k})
         d0, d1 = t + 600, t + 600 + 300 + k % 97
-        running = {"device_core_idx": core, "exec_id": k, "model_id": 1,
-                   "nc_timestamp_ns": rt.nc_timestamp_ns(d0)}
+        running = {
+            "device_core_idx": core,
+            "exec_id": k,
+            "model_id": 1,
+            "nc_timestamp_ns": rt.nc_timestamp_ns(d0),
+        }
         if ext:
-            running[X] = {F.X_OP: "aten::mm", F.X_FLOPS: 2 * 128**3, F.X_BYTES: 98_304,
-                          F.X_QUEUE: F.QUEUE_COMPUTE, F.X_DTYPE: "bfloat16",
-                          F.X_CORRELATION_ID: k + 1, F.X_LAUNCH_NS: t, F.X_MODELLED: True}
-        rt.record_span(core, F.NC_EXEC_RUNNING, 4242, d0, d1, running,
-                       {"device_core_idx": core, "exec_id": k,
-                        "nc_timestamp_ns": rt.nc_timestamp_ns(d1)})
+            running[X] = {
+                F.X_OP: "aten::mm",
+                F.X_FLOPS: 2 * 128**3,
+                F.X_BYTES: 98_304,
+                F.X_QUEUE: F.QUEUE_COMPUTE,
+                F.X_DTYPE: "bfloat16",
+                F.X_CORRELATION_ID: k + 1,
+                F.X_LAUNCH_NS: t,
+                F.X_MODELLED: True,
+            }
+        rt.record_span(
+            core,
+            F.NC_EXEC_RUNNING,
+            4242,
+            d0,
+            d1,
+            running,
+            {"device_core_idx": core, "exec_id": k, "nc_timestamp_ns": rt.nc_timestamp_ns(d1)},
+        )
     payload = rt.sys_trace_fetch()
     rt.sys_trace_stop()
     return payload
@@ -69,9 +86,18 @@ def reference_parse(payload: bytes) -> dict[str, np.ndarray]:
 
     def add(ev: dict, start: int, end: int) -> None:
         ext = ev["data"].get(F.EXT_KEY) or {}
-        rows.append((start, max(start, end), ev["nc_idx"], ev["thread_id"],
-                     ext.get(F.X_CORRELATION_ID, 0), ev["data"].get("exec_id", -1),
-                     ext.get(F.X_OP) or ev["event_type"], json.dumps(ev["data"]).encode()))
+        rows.append(
+            (
+                start,
+                max(start, end),
+                ev["nc_idx"],
+                ev["thread_id"],
+                ext.get(F.X_CORRELATION_ID, 0),
+                ev["data"].get("exec_id", -1),
+                ext.get(F.X_OP) or ev["event_type"],
+                json.dumps(ev["data"]).encode(),
+            )
+        )
 
     for ev in events:
         if ev["event_type"] == F.TIMESTAMP_SYNC_POINT:
@@ -88,10 +114,13 @@ def reference_parse(payload: bytes) -> dict[str, np.ndarray]:
     for start, start_ns in open_.values():
         add(start, start_ns, start_ns)
     cols = list(zip(*rows, strict=True))
-    return {"start_ns": np.array(cols[0], dtype=np.int64),
-            "end_ns": np.array(cols[1], dtype=np.int64),
-            "correlation_id": np.array(cols[4], dtype=np.int64), "names": cols[6],
-            "data": cols[7]}
+    return {
+        "start_ns": np.array(cols[0], dtype=np.int64),
+        "end_ns": np.array(cols[1], dtype=np.int64),
+        "correlation_id": np.array(cols[4], dtype=np.int64),
+        "names": cols[6],
+        "data": cols[7],
+    }
 
 
 def parse_and_read_data(payload: bytes):
@@ -101,8 +130,15 @@ def parse_and_read_data(payload: bytes):
     return acts
 
 
-_STREAM_FIELDS = ("event_type", "timestamp_ns", "tracking_id", "nc_idx", "data.exec_id",
-                  "data.nc_timestamp_ns", "phase.code")
+_STREAM_FIELDS = (
+    "event_type",
+    "timestamp_ns",
+    "tracking_id",
+    "nc_idx",
+    "data.exec_id",
+    "data.nc_timestamp_ns",
+    "phase.code",
+)
 
 
 def floor_decode_and_read(payload: bytes) -> None:
@@ -124,9 +160,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3, help="best of N for each parser")
-    ap.add_argument("--shape", choices=("emulator", "runtime", "both"), default="both",
-                    help="records as the emulator writes them (with its extension) or as the "
-                         "real runtime does (documented keys only)")
+    ap.add_argument(
+        "--shape",
+        choices=("emulator", "runtime", "both"),
+        default="both",
+        help="records as the emulator writes them (with its extension) or as the "
+        "real runtime does (documented keys only)",
+    )
     args = ap.parse_args()
     for shape in ("emulator", "runtime") if args.shape == "both" else (args.shape,):
         run(args.records, args.repeat, shape)
@@ -135,8 +175,10 @@ def main() -> None:
 def run(records: int, repeat: int, shape: str) -> None:
     payload = make_payload(records, shape)
     n_events = payload.count(b'"event_type"')
-    print(f"\n{shape}-shaped payload: {n_events} records, {len(payload) / 1e6:.1f} MB "
-          f"({len(payload) / n_events:.0f} bytes/record)")
+    print(
+        f"\n{shape}-shaped payload: {n_events} records, {len(payload) / 1e6:.1f} MB "
+        f"({len(payload) / n_events:.0f} bytes/record)"
+    )
     ref_t = new_t = data_t = floor_t = float("inf")
     for _ in range(repeat):  # interleaved, best of N: the machine is shared
         ref, t = _timed(reference_parse, payload)
@@ -148,23 +190,36 @@ def run(records: int, repeat: int, shape: str) -> None:
         _, t = _timed(floor_decode_and_read, payload)
         floor_t = min(floor_t, t)
     order = np.lexsort((ref["end_ns"], ref["start_ns"]))
-    same = (len(acts) == len(ref["start_ns"])
-            and (np.sort(acts.start_ns) == ref["start_ns"][order]).all()
-            and (acts.end_ns[np.lexsort((acts.end_ns, acts.start_ns))]
-                 == ref["end_ns"][order]).all()
-            and int(acts.correlation_id.sum()) == int(ref["correlation_id"].sum()))
-    print(f"same activities from both: {same} ({len(acts)} activities, "
-          f"{acts.unpaired} unpaired, {acts.malformed} malformed)")
-    print(f"reference json.loads + dict loop : {ref_t:7.3f} s  "
-          f"{len(acts) / ref_t / 1e6:6.3f} M activities/s")
-    print(f"runtime_trace.parser              : {new_t:7.3f} s  "
-          f"{len(acts) / new_t / 1e6:6.3f} M activities/s  (target >= 0.5)")
-    print(f"parser, then every row's data     : {data_t:7.3f} s  "
-          f"{len(acts) / data_t / 1e6:6.3f} M activities/s  (what collector and merge see)")
-    print(f"speed-up vs reference             : {ref_t / new_t:6.2f}x (with data: "
-          f"{ref_t / data_t:.2f}x)")
-    print(f"(floor: msgspec typed decode + reading the 7 pairing fields once: {floor_t:.3f} s = "
-          f"{len(acts) / floor_t / 1e6:.3f} M activities/s at most for this design)")
+    same = (
+        len(acts) == len(ref["start_ns"])
+        and (np.sort(acts.start_ns) == ref["start_ns"][order]).all()
+        and (acts.end_ns[np.lexsort((acts.end_ns, acts.start_ns))] == ref["end_ns"][order]).all()
+        and int(acts.correlation_id.sum()) == int(ref["correlation_id"].sum())
+    )
+    print(
+        f"same activities from both: {same} ({len(acts)} activities, "
+        f"{acts.unpaired} unpaired, {acts.malformed} malformed)"
+    )
+    print(
+        f"reference json.loads + dict loop : {ref_t:7.3f} s  "
+        f"{len(acts) / ref_t / 1e6:6.3f} M activities/s"
+    )
+    print(
+        f"runtime_trace.parser              : {new_t:7.3f} s  "
+        f"{len(acts) / new_t / 1e6:6.3f} M activities/s  (target >= 0.5)"
+    )
+    print(
+        f"parser, then every row's data     : {data_t:7.3f} s  "
+        f"{len(acts) / data_t / 1e6:6.3f} M activities/s  (what collector and merge see)"
+    )
+    print(
+        f"speed-up vs reference             : {ref_t / new_t:6.2f}x (with data: "
+        f"{ref_t / data_t:.2f}x)"
+    )
+    print(
+        f"(floor: msgspec typed decode + reading the 7 pairing fields once: {floor_t:.3f} s = "
+        f"{len(acts) / floor_t / 1e6:.3f} M activities/s at most for this design)"
+    )
 
 
 if __name__ == "__main__":

@@ -33,16 +33,33 @@ from neuron_profiler.trace import schema as S
 
 HOST_PID, TIDS, CORES = 4242, (4242, 4250), 2
 BASE_NS = 1_764_000_000_000_000_000
-NAMES = ["aten::linear", "aten::addmm", "aten::mul", "aten::add_", "aten::softmax",
-         "aten::layer_norm", "aten::copy_", "aten::mm"]
+NAMES = [
+    "aten::linear",
+    "aten::addmm",
+    "aten::mul",
+    "aten::add_",
+    "aten::softmax",
+    "aten::layer_norm",
+    "aten::copy_",
+    "aten::mm",
+]
 
 
 def make_trace(n_events: int, seed: int = 0) -> Trace:
     """~n_events complete events: per unit 3 nested host events + 1 device event (+2 flows)."""
     rng = np.random.default_rng(seed)
     units = n_events // 4
-    strings = NAMES + ["nrt_execute", "kernel_fwd", "dma_copy", "all_reduce", "cpu_op",
-                       "privateuse1_runtime", "kernel", "gpu_memcpy", "ac2g"]
+    strings = NAMES + [
+        "nrt_execute",
+        "kernel_fwd",
+        "dma_copy",
+        "all_reduce",
+        "cpu_op",
+        "privateuse1_runtime",
+        "kernel",
+        "gpu_memcpy",
+        "ac2g",
+    ]
     sid = {s: i for i, s in enumerate(strings)}
     thread = np.arange(units) % len(TIDS)
     t0 = BASE_NS + (np.arange(units) // len(TIDS)) * 20_000 + thread * 3_000
@@ -54,22 +71,41 @@ def make_trace(n_events: int, seed: int = 0) -> Trace:
     cols = {
         "ts": [t0, t0 + 500, t0 + 1_000, dev_start],
         "dur": [np.full(units, 12_000), np.full(units, 10_000), np.full(units, 2_000), dev_dur],
-        "kind": [EventKind.CPU_OP, EventKind.CPU_OP, EventKind.RUNTIME,
-                 np.where(queue == 1, EventKind.MEMCPY,
-                          np.where(queue == 2, EventKind.COLLECTIVE, EventKind.KERNEL))],
-        "name": [rng.integers(0, 4, units), rng.integers(4, 8, units), sid["nrt_execute"],
-                 np.choose(queue, [sid["kernel_fwd"], sid["dma_copy"], sid["all_reduce"]])],
-        "cat": [sid["cpu_op"], sid["cpu_op"], sid["privateuse1_runtime"],
-                np.where(queue == 1, sid["gpu_memcpy"], sid["kernel"])],
+        "kind": [
+            EventKind.CPU_OP,
+            EventKind.CPU_OP,
+            EventKind.RUNTIME,
+            np.where(
+                queue == 1,
+                EventKind.MEMCPY,
+                np.where(queue == 2, EventKind.COLLECTIVE, EventKind.KERNEL),
+            ),
+        ],
+        "name": [
+            rng.integers(0, 4, units),
+            rng.integers(4, 8, units),
+            sid["nrt_execute"],
+            np.choose(queue, [sid["kernel_fwd"], sid["dma_copy"], sid["all_reduce"]]),
+        ],
+        "cat": [
+            sid["cpu_op"],
+            sid["cpu_op"],
+            sid["privateuse1_runtime"],
+            np.where(queue == 1, sid["gpu_memcpy"], sid["kernel"]),
+        ],
         "pid": [HOST_PID, HOST_PID, HOST_PID, core],
         "tid": [np.take(TIDS, thread)] * 3 + [queue],
     }
-    full = {k: np.concatenate([np.broadcast_to(np.asarray(v), units).astype(np.int64)
-                               for v in vs]) for k, vs in cols.items()}
+    full = {
+        k: np.concatenate([np.broadcast_to(np.asarray(v), units).astype(np.int64) for v in vs])
+        for k, vs in cols.items()
+    }
     n = len(full["ts"])
     dma_rows = np.flatnonzero(full["kind"] == EventKind.MEMCPY)
-    raw_args = [msgspec.json.encode({"bytes": int(b)})
-                for b in rng.integers(1 << 16, 1 << 24, len(dma_rows))]
+    raw_args = [
+        msgspec.json.encode({"bytes": int(b)})
+        for b in rng.integers(1 << 16, 1 << 24, len(dma_rows))
+    ]
     args_row = np.full(n, -1, dtype=np.int64)
     args_row[dma_rows] = np.arange(len(dma_rows))
     flow_ts = np.concatenate([t0 + 1_000, dev_start])
@@ -77,8 +113,13 @@ def make_trace(n_events: int, seed: int = 0) -> Trace:
     columns = {
         S.TS_NS: np.concatenate([full["ts"], flow_ts]),
         S.DUR_NS: np.concatenate([full["dur"], np.zeros(2 * units, np.int64)]),
-        S.PH: np.concatenate([np.full(n, Phase.COMPLETE), np.full(units, Phase.FLOW_START),
-                              np.full(units, Phase.FLOW_END)]).astype(np.uint8),
+        S.PH: np.concatenate(
+            [
+                np.full(n, Phase.COMPLETE),
+                np.full(units, Phase.FLOW_START),
+                np.full(units, Phase.FLOW_END),
+            ]
+        ).astype(np.uint8),
         S.KIND: np.concatenate([full["kind"], np.full(2 * units, EventKind.FLOW)]).astype(np.uint8),
         S.NAME_ID: np.concatenate([full["name"], np.full(2 * units, sid["ac2g"])]).astype(np.int32),
         S.CAT_ID: np.concatenate([full["cat"], np.full(2 * units, sid["ac2g"])]).astype(np.int32),
@@ -91,10 +132,17 @@ def make_trace(n_events: int, seed: int = 0) -> Trace:
     }
     order = np.argsort(columns[S.TS_NS], kind="stable")
     names = {c: f"NeuronCore {c}" for c in range(CORES)} | {HOST_PID: "python"}
-    threads = {(c, q): n for c in range(CORES)
-               for q, n in enumerate(("compute", "DMA", "collectives"))}
-    return Trace(columns={k: v[order] for k, v in columns.items()}, strings=strings,
-                 raw_args=raw_args, process_names=names, thread_names=threads, source="bench")
+    threads = {
+        (c, q): n for c in range(CORES) for q, n in enumerate(("compute", "DMA", "collectives"))
+    }
+    return Trace(
+        columns={k: v[order] for k, v in columns.items()},
+        strings=strings,
+        raw_args=raw_args,
+        process_names=names,
+        thread_names=threads,
+        source="bench",
+    )
 
 
 def baseline(trace: Trace, path: Path) -> tuple[float, int]:
@@ -106,12 +154,14 @@ def baseline(trace: Trace, path: Path) -> tuple[float, int]:
     ev = P._events(trace, sel, tracks, flows)
     ch = ev.chunk(0, len(ev))
     header = list(P._header(trace, sel, tracks, int(ch.ts[0])))
-    cols = [a.tolist() for a in (ch.ts, ch.type, ch.track, ch.name_iid, ch.cat_iid, ch.value,
-                                 ch.row)]
+    cols = [
+        a.tolist() for a in (ch.ts, ch.type, ch.track, ch.name_iid, ch.cat_iid, ch.value, ch.row)
+    ]
     args_row = trace.col(S.ARGS_ROW).tolist()
     flows: dict[int, list[tuple[int, bool]]] = {}
-    for p, uid, term in zip(ev.flow_packet.tolist(), ev.flow_uid.tolist(),
-                            ev.flow_terminating.tolist(), strict=True):
+    for p, uid, term in zip(
+        ev.flow_packet.tolist(), ev.flow_uid.tolist(), ev.flow_terminating.tolist(), strict=True
+    ):
         flows.setdefault(p, []).append((uid, term))
     start = time.perf_counter()
     with open(path, "wb") as out:
@@ -153,9 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--out", type=Path, default=Path("runs/bench/perfetto"))
-    parser.add_argument("--shared", type=Path,
-                        default=Path(__file__).resolve().parents[2] / "shared" / "traces",
-                        help="real traces to compare sizes on (skipped when absent)")
+    parser.add_argument(
+        "--shared",
+        type=Path,
+        default=Path(__file__).resolve().parents[2] / "shared" / "traces",
+        help="real traces to compare sizes on (skipped when absent)",
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     trace = make_trace(args.events)
@@ -169,28 +222,46 @@ def main(argv: list[str] | None = None) -> int:
     same = track_events(ours_path) == track_events(base_path)
     ours_rate, base_rate = n_slices / ours_s, n_slices / base_s
     size_ratio = os.path.getsize(ours_path) / os.path.getsize(chrome_path)
-    print(f"trace: {len(trace)} events, {n_slices} slices, {packets} TrackEvent packets, "
-          f"{result.flows} flows, {result.overlap_tracks} overlap tracks, "
-          f"{result.counter_points} counter points; load average {load_before:.1f} "
-          f"on {os.cpu_count()} CPUs (other work slows wall times)")
-    print(f"ours, end to end (plan + counters + encode + write), first call: {ours_s:.2f} s wall "
-          f"= {ours_rate / 1e6:.2f}M slices/s ({packets / ours_s / 1e6:.2f}M packets/s); "
-          f"CPU {ours_cpu:.2f} s = {n_slices / ours_cpu / 1e6:.2f}M slices per CPU-second")
-    print(f"ours, second call: {warm_s:.2f} s wall = {n_slices / warm_s / 1e6:.2f}M slices/s; "
-          f"CPU {warm_cpu:.2f} s")
-    print(f"perfetto builder, one TracePacket per packet (build + write only): {base_s:.2f} s "
-          f"= {base_rate / 1e6:.2f}M slices/s ({packets / base_s / 1e6:.2f}M packets/s)")
-    print(f"speed-up (first call vs builder, wall): {ours_rate / base_rate:.1f}x; TrackEvent "
-          f"packets identical when decoded with perfetto's protos: {same}")
-    print(f"size: .pftrace {os.path.getsize(ours_path) / 1e6:.1f} MB, Chrome JSON "
-          f"{os.path.getsize(chrome_path) / 1e6:.1f} MB, ratio {size_ratio:.3f}")
+    print(
+        f"trace: {len(trace)} events, {n_slices} slices, {packets} TrackEvent packets, "
+        f"{result.flows} flows, {result.overlap_tracks} overlap tracks, "
+        f"{result.counter_points} counter points; load average {load_before:.1f} "
+        f"on {os.cpu_count()} CPUs (other work slows wall times)"
+    )
+    print(
+        f"ours, end to end (plan + counters + encode + write), first call: {ours_s:.2f} s wall "
+        f"= {ours_rate / 1e6:.2f}M slices/s ({packets / ours_s / 1e6:.2f}M packets/s); "
+        f"CPU {ours_cpu:.2f} s = {n_slices / ours_cpu / 1e6:.2f}M slices per CPU-second"
+    )
+    print(
+        f"ours, second call: {warm_s:.2f} s wall = {n_slices / warm_s / 1e6:.2f}M slices/s; "
+        f"CPU {warm_cpu:.2f} s"
+    )
+    print(
+        f"perfetto builder, one TracePacket per packet (build + write only): {base_s:.2f} s "
+        f"= {base_rate / 1e6:.2f}M slices/s ({packets / base_s / 1e6:.2f}M packets/s)"
+    )
+    print(
+        f"speed-up (first call vs builder, wall): {ours_rate / base_rate:.1f}x; TrackEvent "
+        f"packets identical when decoded with perfetto's protos: {same}"
+    )
+    print(
+        f"size: .pftrace {os.path.getsize(ours_path) / 1e6:.1f} MB, Chrome JSON "
+        f"{os.path.getsize(chrome_path) / 1e6:.1f} MB, ratio {size_ratio:.3f}"
+    )
     shared_ratio = _shared_sizes(args.shared, args.out) if args.shared.is_dir() else None
     speed_ok, size_ok = ours_rate >= 1e6, size_ratio <= 0.40
-    print(f"targets: >= 1M slices/s {'met' if speed_ok else 'NOT met'}; "
-          f".pftrace <= 40% of Chrome JSON {'met' if size_ok else 'NOT met'}"
-          + ("" if shared_ratio is None else
-             f" (shared traces: {'met' if shared_ratio <= 0.40 else 'NOT met'})") + "; "
-          f"same packets as perfetto's builder {'yes' if same else 'NO'}")
+    print(
+        f"targets: >= 1M slices/s {'met' if speed_ok else 'NOT met'}; "
+        f".pftrace <= 40% of Chrome JSON {'met' if size_ok else 'NOT met'}"
+        + (
+            ""
+            if shared_ratio is None
+            else f" (shared traces: {'met' if shared_ratio <= 0.40 else 'NOT met'})"
+        )
+        + "; "
+        f"same packets as perfetto's builder {'yes' if same else 'NO'}"
+    )
     return 0 if same else 1
 
 
@@ -206,8 +277,9 @@ def _shared_sizes(root: Path, out: Path) -> float:
         size_c = write_chrome_trace(trace, out / "shared.json").stat().st_size
         total_p, total_c = total_p + size_p, total_c + size_c
         print(f"  {path.relative_to(root)}: {len(trace)} events, {size_p / size_c:.3f}")
-    print(f"  all together: {total_p / 1e6:.1f} MB / {total_c / 1e6:.1f} MB = "
-          f"{total_p / total_c:.3f}")
+    print(
+        f"  all together: {total_p / 1e6:.1f} MB / {total_c / 1e6:.1f} MB = {total_p / total_c:.3f}"
+    )
     return total_p / total_c
 
 

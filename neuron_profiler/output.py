@@ -49,8 +49,11 @@ def check_output(path: str | Path, inputs: Sequence[str | Path] = ()) -> None:
     path = Path(path)
     for source in inputs:
         if _same_file(path, Path(source)):
-            raise OutputError(path, f"is the input {source}; refusing to overwrite an input "
-                                    "(choose another output file)")
+            raise OutputError(
+                path,
+                f"is the input {source}; refusing to overwrite an input "
+                "(choose another output file)",
+            )
     _writable(path, _target(path))
 
 
@@ -71,8 +74,10 @@ def _writable(path: Path, target: Path) -> None:
     directory, a directory or special file in the way, a read-only existing file."""
     parent = target.parent
     if not parent.is_dir():
-        raise OutputError(path, f"no such directory: {parent}" if not parent.exists()
-                          else f"not a directory: {parent}")
+        raise OutputError(
+            path,
+            f"no such directory: {parent}" if not parent.exists() else f"not a directory: {parent}",
+        )
     try:
         mode = target.stat().st_mode
     except FileNotFoundError:
@@ -118,8 +123,9 @@ def atomic_output(path: str | Path, *, gzip_level: int | None = None) -> Iterato
             if gzip_level is None:
                 yield raw
             else:  # the header names the target (as gzip.open(path) would), not the temp file
-                with gzip.GzipFile(filename=target.name, mode="wb", compresslevel=gzip_level,
-                                   fileobj=raw) as out:
+                with gzip.GzipFile(
+                    filename=target.name, mode="wb", compresslevel=gzip_level, fileobj=raw
+                ) as out:
                     yield out
             raw.flush()
             os.fsync(raw.fileno())  # a full disk can surface only here; before the rename

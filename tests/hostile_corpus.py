@@ -31,10 +31,22 @@ DEVICE_NAME = "Neuron"  # a device row's name starts with one of these after a m
 
 # ---- building blocks -------------------------------------------------------------------------
 
+
 def events(n: int = N, **overrides: dict) -> list[dict]:
     """Kineto-shaped CPU ops op0..op{n-1} on one thread, inside the device fixture's window."""
-    out = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": PID, "tid": TID,
-            "ts": 1000 + i * 10, "dur": 5, "args": {"External id": i + 1}} for i in range(n)]
+    out = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i}",
+            "pid": PID,
+            "tid": TID,
+            "ts": 1000 + i * 10,
+            "dur": 5,
+            "args": {"External id": i + 1},
+        }
+        for i in range(n)
+    ]
     for index, fields in overrides.items():
         out[int(index)].update(fields)
     return out
@@ -53,9 +65,18 @@ def device_document(cut: int | None = None, **first: object) -> bytes:
     from neuron_profiler.runtime_trace import format as F
 
     t = BASE + 1_000_000 + 20_000
-    evs = [{"event_type": F.NC_EXEC_RUNNING, "phase": phase, "tracking_id": 1, "nc_idx": 0,
-            "thread_id": TID, "timestamp_ns": ts, "data": {}}
-           for phase, ts in (("start", t), ("stop", t + 3_000))]
+    evs = [
+        {
+            "event_type": F.NC_EXEC_RUNNING,
+            "phase": phase,
+            "tracking_id": 1,
+            "nc_idx": 0,
+            "thread_id": TID,
+            "timestamp_ns": ts,
+            "data": {},
+        }
+        for phase, ts in (("start", t), ("stop", t + 3_000))
+    ]
     evs[0].update(first)
     text = json.dumps({"events": evs}).encode()
     return text if cut is None else text[:cut]
@@ -78,6 +99,7 @@ def _file(name: str, data: bytes) -> Callable[[Path], Path]:
         path = folder / name
         path.write_bytes(data)
         return path
+
     return write
 
 
@@ -91,6 +113,7 @@ def _deep(levels: int = DEEP) -> str:
 
 
 # ---- expected behaviour ----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Expected:
@@ -121,9 +144,18 @@ class Case:
 
 
 ALL = names(events())
-CLEAN = {"truncated": False, "skipped_events": 0, "replaced_text": 0, "replaced_values": 0,
-         "replaced_nesting": 0, "dropped_ids": 0, "relabelled_ids": 0, "trailing_bytes": 0,
-         "damage": "", "ignored_base_time": ""}
+CLEAN = {
+    "truncated": False,
+    "skipped_events": 0,
+    "replaced_text": 0,
+    "replaced_values": 0,
+    "replaced_nesting": 0,
+    "dropped_ids": 0,
+    "relabelled_ids": 0,
+    "trailing_bytes": 0,
+    "damage": "",
+    "ignored_base_time": "",
+}
 
 
 def _clean(**changes: object) -> dict[str, object]:
@@ -131,18 +163,25 @@ def _clean(**changes: object) -> dict[str, object]:
 
 
 def _nested_args() -> bytes:
-    return _replace_once(document(events(**{"5": {"args": {"deep": "HERE"}}})), b'"HERE"',
-                         _deep().encode())
+    return _replace_once(
+        document(events(**{"5": {"args": {"deep": "HERE"}}})), b'"HERE"', _deep().encode()
+    )
 
 
 def _ids(value: bytes) -> bytes:
     """pid, tid, External id, correlation and a flow's id, each on a different event, set to
     ``value`` (a number's JSON text)."""
-    evs = events(**{"2": {"pid": "PID"}, "4": {"tid": "TID"},
-                    "6": {"args": {"External id": "EXT"}},
-                    "7": {"args": {"correlation": "CORR"}}})
-    evs.append({"ph": "s", "cat": "ac2g", "name": FLOW, "id": "FLOW", "pid": PID, "tid": TID,
-                "ts": 1001})
+    evs = events(
+        **{
+            "2": {"pid": "PID"},
+            "4": {"tid": "TID"},
+            "6": {"args": {"External id": "EXT"}},
+            "7": {"args": {"correlation": "CORR"}},
+        }
+    )
+    evs.append(
+        {"ph": "s", "cat": "ac2g", "name": FLOW, "id": "FLOW", "pid": PID, "tid": TID, "ts": 1001}
+    )
     data = document(evs)
     for marker in (b'"PID"', b'"TID"', b'"EXT"', b'"CORR"', b'"FLOW"'):
         data = _replace_once(data, marker, value)
@@ -166,12 +205,12 @@ def _gzip_damaged_mid() -> tuple[bytes, tuple[str, ...]]:
     (independent of the loader, which inflates in larger steps)."""
     data = bytearray(gzip.compress(document(events(3000)), 6, mtime=0))
     at = len(data) * 6 // 10
-    data[at:at + 16] = bytes(b ^ 0x5A for b in data[at:at + 16])
+    data[at : at + 16] = bytes(b ^ 0x5A for b in data[at : at + 16])
     inflater = zlib.decompressobj(wbits=31)
     parts = []
     for i in range(len(data)):
         try:
-            parts.append(inflater.decompress(bytes(data[i:i + 1])))
+            parts.append(inflater.decompress(bytes(data[i : i + 1])))
         except zlib.error:
             break
     return bytes(data), _complete_event_names(b"".join(parts))
@@ -218,115 +257,297 @@ _CUT_AT = document(events()).index(b'"name": "op7"') - 20  # inside event 7
 
 CASES: list[Case] = [
     # -- point 1 ---------------------------------------------------------------------------
-    Case("args_nested_1200_levels", _file("deep_args.json", _nested_args()), Expected(
-        ALL, ("1 value nested too deeply",), _clean(replaced_nesting=1))),
-    Case("top_key_nested_after_events", _file("deep_top.json", _replace_once(
-        document(events(), deep="HERE"), b'"HERE"', _deep().encode())), Expected(
-        ALL, ("1 value nested too deeply",), _clean(replaced_nesting=1))),
-    Case("top_key_nested_before_events", _file("deep_head.json", b'{"deep": '
-         + _deep().encode() + b", " + document(events())[1:]), Expected(
-        ALL, ("1 value nested too deeply",), _clean(replaced_nesting=1))),
-    Case("invalid_utf8_in_name", _file("utf8_name.json", _replace_once(
-        document(events()), b'"op3"', b'"op3\xff"')), Expected(
-        tuple("op3\ufffd" if n == "op3" else n for n in ALL), ("1 event with invalid UTF-8",),
-        _clean(replaced_text=1))),
-    Case("invalid_utf8_in_args", _file("utf8_args.json", _replace_once(
-        document(events(**{"4": {"args": {"k": "BAD"}}})), b'"BAD"', b'"v\xc3\x28"')),
-        Expected(ALL, ("1 event with invalid UTF-8",), _clean(replaced_text=1))),
-    Case("latin1_file", _file("latin1.json", _latin1()), Expected(
-        tuple(f"caf\ufffd {n}" for n in ALL), (f"{N} events with invalid UTF-8",),
-        _clean(replaced_text=N))),
-    Case("ids_beyond_int64", _file("big_ids.json", _ids(str(2**64).encode())), Expected(
-        IDS_NAMES, ("3 ids beyond 64 bits dropped", "2 pid/tids beyond 64 bits mapped"),
-        _clean(dropped_ids=3, relabelled_ids=2))),
-    Case("ids_just_past_int64", _file("edge_ids.json", _ids(str(2**63).encode())), Expected(
-        IDS_NAMES, ("3 ids beyond 64 bits dropped", "2 pid/tids beyond 64 bits mapped"),
-        _clean(dropped_ids=3, relabelled_ids=2))),
-    Case("ids_1e400", _file("inf_ids.json", _ids(b"1e400")), Expected(
-        IDS_NAMES, ("3 ids beyond 64 bits dropped", "2 pid/tids beyond 64 bits mapped",
-                    "5 events with NaN, Infinity or numbers beyond float range"),
-        _clean(dropped_ids=3, relabelled_ids=2, replaced_values=5))),
-    Case("number_beyond_float_in_args", _file("inf_arg.json", _replace_once(
-        document(events(**{"8": {"args": {"k": "INF"}}})), b'"INF"', b"1e400")), Expected(
-        ALL, (), _clean())),  # kept as written (.json), as text (.pftrace, Trace.args)
-    Case("base_time_numeric_string", _file("base_str.json", _replace_once(
-        _BASE_DOC, b'"BASE"', b'"1000000000000000000"')), Expected(
-        ALL, (), _clean(), ts_us={"op0": BASE / 1000 + 1000})),
-    Case("base_time_null", _file("base_null.json", _replace_once(_BASE_DOC, b'"BASE"', b"null")),
-         Expected(ALL, ("baseTimeNanoseconds null is not a number",),
-                  _clean(ignored_base_time="null"), ts_us={"op0": 1000})),
-    Case("base_time_list", _file("base_list.json", _replace_once(_BASE_DOC, b'"BASE"', b"[1]")),
-         Expected(ALL, ("baseTimeNanoseconds [1] is not a number",),
-                  _clean(ignored_base_time="[1]"), ts_us={"op0": 1000})),
-    Case("base_time_text", _file("base_text.json", _replace_once(_BASE_DOC, b'"BASE"',
-                                                                 b'"soon"')),
-         Expected(ALL, ('baseTimeNanoseconds "soon" is not a number',),
-                  _clean(ignored_base_time='"soon"'), ts_us={"op0": 1000})),
-    Case("utf8_bom", _file("bom.json", b"\xef\xbb\xbf" + document(events())),
-         Expected(ALL, (), _clean())),
-    Case("utf8_bom_gzip", _file("bom.json.gz", _gz(b"\xef\xbb\xbf" + document(events()))),
-         Expected(ALL, (), _clean())),
-    Case("lone_surrogate_in_first_event", _file("surrogate_first.json", _replace_once(
-        document(events()), b'"op0"', b'"op0\\ud800"')), Expected(
-        tuple("op0\ufffd" if n == "op0" else n for n in ALL), ("1 event with invalid UTF-8",),
-        _clean(replaced_text=1))),
+    Case(
+        "args_nested_1200_levels",
+        _file("deep_args.json", _nested_args()),
+        Expected(ALL, ("1 value nested too deeply",), _clean(replaced_nesting=1)),
+    ),
+    Case(
+        "top_key_nested_after_events",
+        _file(
+            "deep_top.json",
+            _replace_once(document(events(), deep="HERE"), b'"HERE"', _deep().encode()),
+        ),
+        Expected(ALL, ("1 value nested too deeply",), _clean(replaced_nesting=1)),
+    ),
+    Case(
+        "top_key_nested_before_events",
+        _file("deep_head.json", b'{"deep": ' + _deep().encode() + b", " + document(events())[1:]),
+        Expected(ALL, ("1 value nested too deeply",), _clean(replaced_nesting=1)),
+    ),
+    Case(
+        "invalid_utf8_in_name",
+        _file("utf8_name.json", _replace_once(document(events()), b'"op3"', b'"op3\xff"')),
+        Expected(
+            tuple("op3\ufffd" if n == "op3" else n for n in ALL),
+            ("1 event with invalid UTF-8",),
+            _clean(replaced_text=1),
+        ),
+    ),
+    Case(
+        "invalid_utf8_in_args",
+        _file(
+            "utf8_args.json",
+            _replace_once(
+                document(events(**{"4": {"args": {"k": "BAD"}}})), b'"BAD"', b'"v\xc3\x28"'
+            ),
+        ),
+        Expected(ALL, ("1 event with invalid UTF-8",), _clean(replaced_text=1)),
+    ),
+    Case(
+        "latin1_file",
+        _file("latin1.json", _latin1()),
+        Expected(
+            tuple(f"caf\ufffd {n}" for n in ALL),
+            (f"{N} events with invalid UTF-8",),
+            _clean(replaced_text=N),
+        ),
+    ),
+    Case(
+        "ids_beyond_int64",
+        _file("big_ids.json", _ids(str(2**64).encode())),
+        Expected(
+            IDS_NAMES,
+            ("3 ids beyond 64 bits dropped", "2 pid/tids beyond 64 bits mapped"),
+            _clean(dropped_ids=3, relabelled_ids=2),
+        ),
+    ),
+    Case(
+        "ids_just_past_int64",
+        _file("edge_ids.json", _ids(str(2**63).encode())),
+        Expected(
+            IDS_NAMES,
+            ("3 ids beyond 64 bits dropped", "2 pid/tids beyond 64 bits mapped"),
+            _clean(dropped_ids=3, relabelled_ids=2),
+        ),
+    ),
+    Case(
+        "ids_1e400",
+        _file("inf_ids.json", _ids(b"1e400")),
+        Expected(
+            IDS_NAMES,
+            (
+                "3 ids beyond 64 bits dropped",
+                "2 pid/tids beyond 64 bits mapped",
+                "5 events with NaN, Infinity or numbers beyond float range",
+            ),
+            _clean(dropped_ids=3, relabelled_ids=2, replaced_values=5),
+        ),
+    ),
+    Case(
+        "number_beyond_float_in_args",
+        _file(
+            "inf_arg.json",
+            _replace_once(document(events(**{"8": {"args": {"k": "INF"}}})), b'"INF"', b"1e400"),
+        ),
+        Expected(ALL, (), _clean()),
+    ),  # kept as written (.json), as text (.pftrace, Trace.args)
+    Case(
+        "base_time_numeric_string",
+        _file("base_str.json", _replace_once(_BASE_DOC, b'"BASE"', b'"1000000000000000000"')),
+        Expected(ALL, (), _clean(), ts_us={"op0": BASE / 1000 + 1000}),
+    ),
+    Case(
+        "base_time_null",
+        _file("base_null.json", _replace_once(_BASE_DOC, b'"BASE"', b"null")),
+        Expected(
+            ALL,
+            ("baseTimeNanoseconds null is not a number",),
+            _clean(ignored_base_time="null"),
+            ts_us={"op0": 1000},
+        ),
+    ),
+    Case(
+        "base_time_list",
+        _file("base_list.json", _replace_once(_BASE_DOC, b'"BASE"', b"[1]")),
+        Expected(
+            ALL,
+            ("baseTimeNanoseconds [1] is not a number",),
+            _clean(ignored_base_time="[1]"),
+            ts_us={"op0": 1000},
+        ),
+    ),
+    Case(
+        "base_time_text",
+        _file("base_text.json", _replace_once(_BASE_DOC, b'"BASE"', b'"soon"')),
+        Expected(
+            ALL,
+            ('baseTimeNanoseconds "soon" is not a number',),
+            _clean(ignored_base_time='"soon"'),
+            ts_us={"op0": 1000},
+        ),
+    ),
+    Case(
+        "utf8_bom",
+        _file("bom.json", b"\xef\xbb\xbf" + document(events())),
+        Expected(ALL, (), _clean()),
+    ),
+    Case(
+        "utf8_bom_gzip",
+        _file("bom.json.gz", _gz(b"\xef\xbb\xbf" + document(events()))),
+        Expected(ALL, (), _clean()),
+    ),
+    Case(
+        "lone_surrogate_in_first_event",
+        _file("surrogate_first.json", _replace_once(document(events()), b'"op0"', b'"op0\\ud800"')),
+        Expected(
+            tuple("op0\ufffd" if n == "op0" else n for n in ALL),
+            ("1 event with invalid UTF-8",),
+            _clean(replaced_text=1),
+        ),
+    ),
     # -- point 2 ---------------------------------------------------------------------------
-    Case("nan_mid_file", _file("nan.json", _replace_once(
-        document(events(**{"6": {"args": {"v": "NAN"}}})), b'"NAN"', b"NaN")), Expected(
-        ALL, ("1 event with NaN, Infinity",), _clean(replaced_values=1))),
-    Case("infinity_mid_file", _file("inf.json", _replace_once(
-        document(events(**{"6": {"args": {"v": "INF", "w": "NINF"}}})), b'"INF", "w": "NINF"',
-        b'Infinity, "w": -Infinity')), Expected(
-        ALL, ("1 event with NaN, Infinity",), _clean(replaced_values=1))),
-    Case("lone_surrogate_mid_file", _file("surrogate_mid.json", _replace_once(
-        document(events(**{"6": _SURROGATE})), b'"LONE"', b'"\\udc00x"')), Expected(
-        ALL, ("1 event with invalid UTF-8",), _clean(replaced_text=1))),
-    Case("nan_in_top_level_key", _file("nan_top.json", _replace_once(
-        document(events(), deviceProperties=[{"peak": "NAN"}]), b'"NAN"', b"NaN")), Expected(
-        ALL, ("1 event with NaN, Infinity",), _clean(replaced_values=1))),
-    Case("two_traces_concatenated", _file("concat.json", document(events()) + b"\n" + _SECOND),
-         Expected(ALL, (f"{len(_SECOND)} bytes of trailing data after the trace ignored",),
-                  _clean(trailing_bytes=len(_SECOND)))),
-    Case("gzip_bad_crc", _file("crc.json.gz", _bad_crc(document(events()))), Expected(
-        ALL, ("damaged gzip data (incorrect data check)",),
-        _clean(damage=f"damaged gzip data (incorrect data check) after "
-                      f"{len(document(events()))} bytes"))),
-    Case("gzip_bad_length", _file("len.json.gz", _bad_length(document(events()))), Expected(
-        ALL, ("damaged gzip data (incorrect length check)",), {"truncated": False})),
-    Case("gzip_trailing_bytes", _file("trail.json.gz", _gz(document(events())) + b"garbage!!"),
-         Expected(ALL, ("9 bytes of trailing data after the trace ignored",),
-                  _clean(trailing_bytes=9))),
-    Case("gzip_corrupt_mid_stream", _file("mid.json.gz", _GZ_MID), Expected(
-        _GZ_MID_NAMES, (f"kept {len(_GZ_MID_NAMES)} complete events before the damage",),
-        {"truncated": True})),
-    Case("cut_off_mid_event", _file("cut.json", document(events())[:_CUT_AT]), Expected(
-        ALL[:7], ("file is truncated; kept 7 complete events",), {"truncated": True})),
-    Case("mistyped_event", _file("mistyped.json", document(events(**{"3": {"ts": {"x": 1}}}))),
-         Expected(tuple(n for n in ALL if n != "op3"), ("1 event skipped (mistyped fields)",),
-                  _clean(skipped_events=1))),
-    Case("nothing_usable", _file("nothing.json", document(events())[:30]), Expected(
-        exit_code=2, error="truncated, no complete event")),
+    Case(
+        "nan_mid_file",
+        _file(
+            "nan.json",
+            _replace_once(document(events(**{"6": {"args": {"v": "NAN"}}})), b'"NAN"', b"NaN"),
+        ),
+        Expected(ALL, ("1 event with NaN, Infinity",), _clean(replaced_values=1)),
+    ),
+    Case(
+        "infinity_mid_file",
+        _file(
+            "inf.json",
+            _replace_once(
+                document(events(**{"6": {"args": {"v": "INF", "w": "NINF"}}})),
+                b'"INF", "w": "NINF"',
+                b'Infinity, "w": -Infinity',
+            ),
+        ),
+        Expected(ALL, ("1 event with NaN, Infinity",), _clean(replaced_values=1)),
+    ),
+    Case(
+        "lone_surrogate_mid_file",
+        _file(
+            "surrogate_mid.json",
+            _replace_once(document(events(**{"6": _SURROGATE})), b'"LONE"', b'"\\udc00x"'),
+        ),
+        Expected(ALL, ("1 event with invalid UTF-8",), _clean(replaced_text=1)),
+    ),
+    Case(
+        "nan_in_top_level_key",
+        _file(
+            "nan_top.json",
+            _replace_once(document(events(), deviceProperties=[{"peak": "NAN"}]), b'"NAN"', b"NaN"),
+        ),
+        Expected(ALL, ("1 event with NaN, Infinity",), _clean(replaced_values=1)),
+    ),
+    Case(
+        "two_traces_concatenated",
+        _file("concat.json", document(events()) + b"\n" + _SECOND),
+        Expected(
+            ALL,
+            (f"{len(_SECOND)} bytes of trailing data after the trace ignored",),
+            _clean(trailing_bytes=len(_SECOND)),
+        ),
+    ),
+    Case(
+        "gzip_bad_crc",
+        _file("crc.json.gz", _bad_crc(document(events()))),
+        Expected(
+            ALL,
+            ("damaged gzip data (incorrect data check)",),
+            _clean(
+                damage=f"damaged gzip data (incorrect data check) after "
+                f"{len(document(events()))} bytes"
+            ),
+        ),
+    ),
+    Case(
+        "gzip_bad_length",
+        _file("len.json.gz", _bad_length(document(events()))),
+        Expected(ALL, ("damaged gzip data (incorrect length check)",), {"truncated": False}),
+    ),
+    Case(
+        "gzip_trailing_bytes",
+        _file("trail.json.gz", _gz(document(events())) + b"garbage!!"),
+        Expected(
+            ALL, ("9 bytes of trailing data after the trace ignored",), _clean(trailing_bytes=9)
+        ),
+    ),
+    Case(
+        "gzip_corrupt_mid_stream",
+        _file("mid.json.gz", _GZ_MID),
+        Expected(
+            _GZ_MID_NAMES,
+            (f"kept {len(_GZ_MID_NAMES)} complete events before the damage",),
+            {"truncated": True},
+        ),
+    ),
+    Case(
+        "cut_off_mid_event",
+        _file("cut.json", document(events())[:_CUT_AT]),
+        Expected(ALL[:7], ("file is truncated; kept 7 complete events",), {"truncated": True}),
+    ),
+    Case(
+        "mistyped_event",
+        _file("mistyped.json", document(events(**{"3": {"ts": {"x": 1}}}))),
+        Expected(
+            tuple(n for n in ALL if n != "op3"),
+            ("1 event skipped (mistyped fields)",),
+            _clean(skipped_events=1),
+        ),
+    ),
+    Case(
+        "nothing_usable",
+        _file("nothing.json", document(events())[:30]),
+        Expected(exit_code=2, error="truncated, no complete event"),
+    ),
     # -- merge's device input (its parser is runtime_trace's: what it already salvages) ------
-    Case("device_file_cut_off", _file("dev_cut.json", device_document()[:-30]), Expected(
-        ALL, ("cut off",)), role="device"),
-    Case("device_odd_values", _file("dev_odd.json", device_document(nc_idx=-1)), Expected(
-        ALL, ("device events malformed",)), role="device"),
-    Case("device_nan_in_data", _file("dev_nan.json", _replace_once(
-        device_document(data={"v": "NAN"}), b'"NAN"', b"NaN")), Expected(ALL), role="device"),
-    Case("device_bom", _file("dev_bom.json", b"\xef\xbb\xbf" + device_document()),
-         Expected(ALL), role="device"),
-    Case("device_data_nested_1200_levels", _file("dev_deep.json", _replace_once(
-        device_document(data={"v": "DEEP"}), b'"DEEP"', _deep().encode())), Expected(ALL),
-         role="device"),
-    Case("device_lone_surrogate", _file("dev_surrogate.json", _replace_once(
-        device_document(data={"v": "LONE"}), b'"LONE"', b'"\\ud800"')), Expected(ALL),
-         role="device"),
-    Case("device_gzip_bad_crc", _file("dev_crc.json.gz", _bad_crc(device_document())),
-         Expected(ALL), role="device"),
+    Case(
+        "device_file_cut_off",
+        _file("dev_cut.json", device_document()[:-30]),
+        Expected(ALL, ("cut off",)),
+        role="device",
+    ),
+    Case(
+        "device_odd_values",
+        _file("dev_odd.json", device_document(nc_idx=-1)),
+        Expected(ALL, ("device events malformed",)),
+        role="device",
+    ),
+    Case(
+        "device_nan_in_data",
+        _file("dev_nan.json", _replace_once(device_document(data={"v": "NAN"}), b'"NAN"', b"NaN")),
+        Expected(ALL),
+        role="device",
+    ),
+    Case(
+        "device_bom",
+        _file("dev_bom.json", b"\xef\xbb\xbf" + device_document()),
+        Expected(ALL),
+        role="device",
+    ),
+    Case(
+        "device_data_nested_1200_levels",
+        _file(
+            "dev_deep.json",
+            _replace_once(device_document(data={"v": "DEEP"}), b'"DEEP"', _deep().encode()),
+        ),
+        Expected(ALL),
+        role="device",
+    ),
+    Case(
+        "device_lone_surrogate",
+        _file(
+            "dev_surrogate.json",
+            _replace_once(device_document(data={"v": "LONE"}), b'"LONE"', b'"\\ud800"'),
+        ),
+        Expected(ALL),
+        role="device",
+    ),
+    Case(
+        "device_gzip_bad_crc",
+        _file("dev_crc.json.gz", _bad_crc(device_document())),
+        Expected(ALL),
+        role="device",
+    ),
 ]
 
 
 # ---- commands --------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Command:
@@ -342,6 +563,7 @@ def _export(ext: str) -> Callable[[Path, Path], tuple[list[str], Path | None]]:
     def argv(path: Path, folder: Path) -> tuple[list[str], Path | None]:
         out = folder / f"out{ext}"
         return ["export", str(path), "-o", str(out)], out
+
     return argv
 
 
@@ -349,6 +571,7 @@ def _merge_host(ext: str) -> Callable[[Path, Path], tuple[list[str], Path | None
     def argv(path: Path, folder: Path) -> tuple[list[str], Path | None]:
         out = folder / f"merged{ext}"
         return ["merge", str(path), str(write_device(folder)), "-o", str(out)], out
+
     return argv
 
 
@@ -378,8 +601,11 @@ def output_names(path: Path) -> list[str]:
         from perfetto_checks import decode_and_check
 
         decoded = decode_and_check(path)
-        return [s[1] for s in decoded.slices] + [i[1] for i in decoded.instants] + \
-            [FLOW] * bool(decoded.flows)
+        return (
+            [s[1] for s in decoded.slices]
+            + [i[1] for i in decoded.instants]
+            + [FLOW] * bool(decoded.flows)
+        )
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)

@@ -21,20 +21,27 @@ from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 
-def device_intervals_us(trace: Trace, *, rounded: bool) -> tuple[np.ndarray, np.ndarray,
-                                                                  list[str]]:
+def device_intervals_us(trace: Trace, *, rounded: bool) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(start, end, name) of every device-work row (a ``stream`` arg), in µs as HTA reads them."""
     c = trace.columns
-    with_args = [i for i in np.flatnonzero(c[S.ARGS_ROW] >= 0).tolist()
-                 if c[S.PH][i] == S.Phase.COMPLETE]
+    with_args = [
+        i for i in np.flatnonzero(c[S.ARGS_ROW] >= 0).tolist() if c[S.PH][i] == S.Phase.COMPLETE
+    ]
     rows = [i for i in with_args if V.ARG_STREAM in trace.args(i)]
-    steps = {trace.name(i): int(c[S.TS_NS][i]) for i in range(len(trace))
-             if "ProfilerStep" in trace.name(i)}
+    steps = {
+        trace.name(i): int(c[S.TS_NS][i])
+        for i in range(len(trace))
+        if "ProfilerStep" in trace.name(i)
+    }
     if len(steps) >= 2:  # HTA's last-step cut: work launched before the last step began
         last = max(steps.values())
-        launched = {trace.args(i)[V.ARG_CORRELATION] for i in with_args
-                    if c[S.TS_NS][i] < last and V.ARG_STREAM not in trace.args(i)
-                    and V.ARG_CORRELATION in trace.args(i)}
+        launched = {
+            trace.args(i)[V.ARG_CORRELATION]
+            for i in with_args
+            if c[S.TS_NS][i] < last
+            and V.ARG_STREAM not in trace.args(i)
+            and V.ARG_CORRELATION in trace.args(i)
+        }
         rows = [i for i in rows if trace.args(i).get(V.ARG_CORRELATION) in launched]
     first = int(c[S.TS_NS].min()) if len(trace) else 0
     start_ns = c[S.TS_NS][rows] - first  # small numbers: exact as floats
@@ -85,8 +92,9 @@ def check_with_hta(trace_dir: Path, *, rounded: bool = True) -> dict:
         assert math.isclose(busy, union_us(start, end), rel_tol=1e-3), (busy, union_us(start, end))
     idle = ta.get_idle_time_breakdown(visualize=False)[0]
     assert len(idle) > 0 and (idle["idle_time"] >= 0).all()
-    types, kernels = ta.get_gpu_kernel_breakdown(visualize=False, duration_ratio=1.0,
-                                                 num_kernels=10**6, image_renderer="")
+    types, kernels = ta.get_gpu_kernel_breakdown(
+        visualize=False, duration_ratio=1.0, num_kernels=10**6, image_renderer=""
+    )
     assert len(types) > 0 and len(kernels) > 0
     for rank, trace in ours.items():
         start, end, names = device_intervals_us(trace, rounded=rounded)
@@ -97,9 +105,14 @@ def check_with_hta(trace_dir: Path, *, rounded: bool = True) -> dict:
         got = kernels[kernels["rank"] == rank].groupby("kernel_type")["sum (us)"].sum()
         for kind, total in expected.items():
             assert math.isclose(got.get(kind, 0.0), total, rel_tol=1e-3, abs_tol=1.0), (
-                kind, got.get(kind), total)
-    return {"queue": ta.get_queue_length_summary(ranks=sorted(ours)),
-            "overlap": ta.get_comm_comp_overlap(visualize=False)}
+                kind,
+                got.get(kind),
+                total,
+            )
+    return {
+        "queue": ta.get_queue_length_summary(ranks=sorted(ours)),
+        "overlap": ta.get_comm_comp_overlap(visualize=False),
+    }
 
 
 def _rank_of(path: Path) -> int:

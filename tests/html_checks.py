@@ -22,15 +22,33 @@ LOADER = V.DATALOADER_PREFIX + "_SingleProcessDataLoaderIter" + V.DATALOADER_SUF
 
 
 def _fallback(b: Build, op: str, lo: int, hi: int, ext: int) -> None:
-    b.host(V.FALLBACK_PREFIX + op, lo, hi, kind=EventKind.FALLBACK, cat=V.CAT_RUNTIME,
-           args={V.ARG_EXTERNAL_ID: ext, V.ARG_IS_FALLBACK: True, V.ARG_OP: op,
-                 V.ARG_SHAPES: [[8]], V.ARG_DTYPES: ["int64"], V.ARG_FALLBACK_REASON: HOSTILE})
+    b.host(
+        V.FALLBACK_PREFIX + op,
+        lo,
+        hi,
+        kind=EventKind.FALLBACK,
+        cat=V.CAT_RUNTIME,
+        args={
+            V.ARG_EXTERNAL_ID: ext,
+            V.ARG_IS_FALLBACK: True,
+            V.ARG_OP: op,
+            V.ARG_SHAPES: [[8]],
+            V.ARG_DTYPES: ["int64"],
+            V.ARG_FALLBACK_REASON: HOSTILE,
+        },
+    )
 
 
 def _copy(b: Build, lo: int, hi: int, direction: str, ext: int) -> None:
-    b.kernel(lo, hi, launch_us=lo, kind=EventKind.MEMCPY, stream=2,
-             name=V.MEMCPY_NAMES[direction],
-             args={V.ARG_EXTERNAL_ID: ext, V.ARG_DIRECTION: direction, V.ARG_BYTES: 4000})
+    b.kernel(
+        lo,
+        hi,
+        launch_us=lo,
+        kind=EventKind.MEMCPY,
+        stream=2,
+        name=V.MEMCPY_NAMES[direction],
+        args={V.ARG_EXTERNAL_ID: ext, V.ARG_DIRECTION: direction, V.ARG_BYTES: 4000},
+    )
 
 
 def two_core_trace() -> Build:
@@ -51,10 +69,10 @@ def two_core_trace() -> Build:
     _copy(b, 1300, 1310, "d2h", 6)
     b.kernel(1700, 2000, launch_us=1700)
     b.kernel(0, 600, device=1, launch_us=0)
-    b.kernel(500, 800, device=1, launch_us=0, name=f"{V.COLLECTIVE_ENGINE}: all_reduce",
-             stream=3)
-    b.kernel(750, 900, device=1, launch_us=0, kind=EventKind.MEMCPY, stream=2,
-             name=V.MEMCPY_NAMES["d2d"])
+    b.kernel(500, 800, device=1, launch_us=0, name=f"{V.COLLECTIVE_ENGINE}: all_reduce", stream=3)
+    b.kernel(
+        750, 900, device=1, launch_us=0, kind=EventKind.MEMCPY, stream=2, name=V.MEMCPY_NAMES["d2d"]
+    )
     return b
 
 
@@ -77,8 +95,11 @@ class Page:
 
     def figures(self) -> dict[str, dict[str, Any]]:
         """Embedded figures by the id of the chart they draw."""
-        return {str(a["data-target"]): json.loads(body) for a, body in self.scripts
-                if a.get("type") == "application/json" and "figure" in (a.get("class") or "")}
+        return {
+            str(a["data-target"]): json.loads(body)
+            for a, body in self.scripts
+            if a.get("type") == "application/json" and "figure" in (a.get("class") or "")
+        }
 
     def table_after(self, header: tuple[str, ...]) -> list[list[str]]:
         """Rows (as text) of every table whose header row is ``header``, concatenated."""
@@ -168,8 +189,9 @@ def assert_matches_report(page: Page, report: Any, i: int = 0) -> None:
         for cause in ALL_CAUSES:
             want = [s[cause] for d in b.devices for s in idle[d.device].per_step_by_cause_ns]
             got = series.get(f"idle:{cause}")
-            assert (got is None and not any(want)) or [
-                round(v * 1e6) for v in got["y"]] == want, cause
+            assert (got is None and not any(want)) or [round(v * 1e6) for v in got["y"]] == want, (
+                cause
+            )
         stack = np.sum([t["y"] for t in series.values() if t["type"] == "bar"], axis=0)
         assert np.allclose(stack * 1e6, np.tile(b.wall_ns, len(b.devices)), atol=1)
     gaps = report.idle
@@ -184,7 +206,9 @@ def assert_matches_report(page: Page, report: Any, i: int = 0) -> None:
             # bars as long as the idle time they hold: the gaps, or each bin's share
             assert abs(sum(t["x"]) * 1e3 - d.by_cause_ns[cause]) <= 1, (d.device, cause)
             if t["meta"]["exact"]:  # one bar per gap, the whole gap
-                assert len(t["x"]) == t["meta"]["intervals"] and t["x"] == [n for _, n in t["customdata"]]
+                assert len(t["x"]) == t["meta"]["intervals"] and t["x"] == [
+                    n for _, n in t["customdata"]
+                ]
         assert got.tolist() == want.tolist(), d.device
     groups = sorted(report.findings.fallbacks, key=lambda g: -g.recoverable_ns)
     if not groups:

@@ -36,9 +36,11 @@ def _profile(path: Path, step: Callable[[], None]) -> None:
 
     from neuron_profiler import NEURON
 
-    with profile(activities=[ProfilerActivity.CPU, NEURON],
-                 schedule=schedule(wait=0, warmup=1, active=STEPS),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as p:
+    with profile(
+        activities=[ProfilerActivity.CPU, NEURON],
+        schedule=schedule(wait=0, warmup=1, active=STEPS),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ) as p:
         for _ in range(1 + STEPS):
             step()
             p.step()

@@ -69,8 +69,11 @@ def decode_and_check(path: Path) -> Decoded:
             assert packet.sequence_flags & NEEDS, f"packet {index} uses interning without NEEDS"
             assert cleared, f"packet {index} uses interned state before it was cleared"
         data = packet.interned_data
-        for table, entries in ((names, data.event_names), (cats, data.event_categories),
-                               (arg_names, data.debug_annotation_names)):
+        for table, entries in (
+            (names, data.event_names),
+            (cats, data.event_categories),
+            (arg_names, data.debug_annotation_names),
+        ):
             for entry in entries:
                 assert entry.iid > 0, "iid 0 is invalid"
                 table[entry.iid] = entry.name
@@ -88,8 +91,10 @@ def decode_and_check(path: Path) -> Decoded:
             name = names[ev.name_iid] if ev.name_iid else ""
             assert not ev.name_iid or ev.name_iid in names, "name iid used before declared"
             cat = ",".join(cats[c] for c in ev.category_iids)
-            args = {arg_names[a.name_iid]: _annotation_value(a, arg_strings)
-                    for a in ev.debug_annotations}
+            args = {
+                arg_names[a.name_iid]: _annotation_value(a, arg_strings)
+                for a in ev.debug_annotations
+            }
             events.append((packet.timestamp, index, ev, name, cat, args))
     assert len(seq_ids) == 1 and 0 not in seq_ids, f"sequence ids {seq_ids}"
     _check_events(out, sorted(events, key=lambda e: (e[0], e[1])))
@@ -102,8 +107,9 @@ def _check_events(out: Decoded, events: list) -> None:
     for ts, _, ev, name, cat, args in events:
         track = ev.track_uuid
         if ev.type == TrackEvent.TYPE_SLICE_BEGIN:
-            stacks[track].append((name, cat, ts, list(ev.flow_ids), list(ev.terminating_flow_ids),
-                                  args))
+            stacks[track].append(
+                (name, cat, ts, list(ev.flow_ids), list(ev.terminating_flow_ids), args)
+            )
         elif ev.type == TrackEvent.TYPE_SLICE_END:
             assert stacks[track], f"end without begin on track {track} at {ts}"
             b_name, b_cat, start, flow_ids, term_ids, args = stacks[track].pop()
@@ -111,8 +117,9 @@ def _check_events(out: Decoded, events: list) -> None:
             _record(out, (track, b_name, start), start, flow_ids, term_ids, args)
         elif ev.type == TrackEvent.TYPE_INSTANT:
             out.instants.append((track, name, cat, ts))
-            _record(out, (track, name, ts), ts, list(ev.flow_ids), list(ev.terminating_flow_ids),
-                    args)
+            _record(
+                out, (track, name, ts), ts, list(ev.flow_ids), list(ev.terminating_flow_ids), args
+            )
         elif ev.type == TrackEvent.TYPE_COUNTER:
             assert out.tracks[track].HasField("counter"), "counter value on a non-counter track"
             out.counters[track].append((ts, ev.double_counter_value))
@@ -125,8 +132,7 @@ def _check_events(out: Decoded, events: list) -> None:
         assert max(e[0] for e in ends) == terminating[0][0], f"flow {flow_id} ends early"
 
 
-def _record(out: Decoded, key: tuple, ts: int, flow_ids: list, term_ids: list,
-            args: dict) -> None:
+def _record(out: Decoded, key: tuple, ts: int, flow_ids: list, term_ids: list, args: dict) -> None:
     if args:
         out.args[key] = args
     if flow_ids or term_ids:

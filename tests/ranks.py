@@ -17,17 +17,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(worker: str, args_of: Callable[[int], list[str]], folder: Path, *,
-              world: int = 2, timeout: int = 600) -> None:
+def run_ranks(
+    worker: str,
+    args_of: Callable[[int], list[str]],
+    folder: Path,
+    *,
+    world: int = 2,
+    timeout: int = 600,
+) -> None:
     """Write ``worker`` to ``folder`` and run it once per rank with ``args_of(rank)``, in a
     clean environment (no NEURON_PROFILER_* settings of the caller); every rank must succeed."""
     script = folder / "worker.py"
     script.write_text(worker)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_PROFILER_")}
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
-    procs = [subprocess.Popen([sys.executable, str(script), *args_of(r)],
-                              env={**env, "RANK": str(r)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(world)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), *args_of(r)],
+            env={**env, "RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(world)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=timeout)
         assert p.returncode == 0, err[-3000:]

@@ -40,8 +40,12 @@ with profile(activities=[ProfilerActivity.CPU, NEURON], schedule=schedule(wait=0
 
 def make_emulator_trace(out_dir: Path) -> Path:
     """Run EMULATOR_SCRIPT (a subprocess: the emulator registers a device) into ``out_dir``."""
-    proc = subprocess.run([sys.executable, "-c", EMULATOR_SCRIPT, str(out_dir)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", EMULATOR_SCRIPT, str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (path,) = out_dir.glob("*.pt.trace.json")
     return path
@@ -73,8 +77,13 @@ def ids(client, run: str, worker: str, span: str | None = None) -> dict[str, str
 def cli_document(logdir: Path, rel: str) -> dict:
     """``neuron-prof analyze --json`` of one file (relative to ``logdir``), as a process."""
     exe = Path(sys.executable).with_name("neuron-prof")
-    proc = subprocess.run([str(exe), "analyze", "--json", rel], cwd=logdir,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(exe), "analyze", "--json", rel],
+        cwd=logdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)["traces"][0]
 
@@ -83,7 +92,12 @@ def cli_distributed(logdir: Path, *rels: str) -> dict:
     """The ``distributed`` section of ``neuron-prof analyze --json`` of these files (relative
     to ``logdir``), as a process; exit 2 (a file could not be analysed) still prints it."""
     exe = Path(sys.executable).with_name("neuron-prof")
-    proc = subprocess.run([str(exe), "analyze", "--json", *rels], cwd=logdir,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(exe), "analyze", "--json", *rels],
+        cwd=logdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode in (0, 2), proc.stderr[-2000:]
     return json.loads(proc.stdout)["distributed"]

@@ -21,33 +21,79 @@ class Build:
         self.corr = 0
 
     def step(self, n: int, start_us: int, end_us: int) -> Build:
-        self.b.add(name=f"ProfilerStep#{n}", ts_ns=start_us * US, dur_ns=(end_us - start_us) * US,
-                   kind=EventKind.USER_ANNOTATION, cat="user_annotation", pid=HOST_PID,
-                   tid=HOST_TID)
+        self.b.add(
+            name=f"ProfilerStep#{n}",
+            ts_ns=start_us * US,
+            dur_ns=(end_us - start_us) * US,
+            kind=EventKind.USER_ANNOTATION,
+            cat="user_annotation",
+            pid=HOST_PID,
+            tid=HOST_TID,
+        )
         return self
 
-    def host(self, name: str, start_us: int, end_us: int, kind: EventKind = EventKind.CPU_OP,
-             cat: str = "cpu_op", args: dict[str, Any] | None = None) -> Build:
-        self.b.add(name=name, ts_ns=start_us * US, dur_ns=(end_us - start_us) * US, kind=kind,
-                   cat=cat, pid=HOST_PID, tid=HOST_TID, args=args)
+    def host(
+        self,
+        name: str,
+        start_us: int,
+        end_us: int,
+        kind: EventKind = EventKind.CPU_OP,
+        cat: str = "cpu_op",
+        args: dict[str, Any] | None = None,
+    ) -> Build:
+        self.b.add(
+            name=name,
+            ts_ns=start_us * US,
+            dur_ns=(end_us - start_us) * US,
+            kind=kind,
+            cat=cat,
+            pid=HOST_PID,
+            tid=HOST_TID,
+            args=args,
+        )
         return self
 
-    def kernel(self, start_us: int, end_us: int, *, device: int = 0, launch_us: int | None = None,
-               kind: EventKind = EventKind.KERNEL, name: str = "TensorE: mm",
-               stream: int = 1, args: dict[str, Any] | None = None) -> Build:
+    def kernel(
+        self,
+        start_us: int,
+        end_us: int,
+        *,
+        device: int = 0,
+        launch_us: int | None = None,
+        kind: EventKind = EventKind.KERNEL,
+        name: str = "TensorE: mm",
+        stream: int = 1,
+        args: dict[str, Any] | None = None,
+    ) -> Build:
         self.corr += 1
-        args = {V.ARG_DEVICE: device, V.ARG_STREAM: stream, V.ARG_CORRELATION: self.corr,
-                **(args or {})}
+        args = {
+            V.ARG_DEVICE: device,
+            V.ARG_STREAM: stream,
+            V.ARG_CORRELATION: self.corr,
+            **(args or {}),
+        }
         if launch_us is not None:
-            self.b.add(name="nrt launch: mm", ts_ns=launch_us * US, dur_ns=2 * US,
-                       kind=EventKind.RUNTIME, cat=V.CAT_RUNTIME, pid=HOST_PID, tid=HOST_TID,
-                       args={V.ARG_CORRELATION: self.corr})
-        self.b.add(name=name, ts_ns=start_us * US, dur_ns=(end_us - start_us) * US, kind=kind,
-                   cat="kernel" if kind == EventKind.KERNEL else "gpu_memcpy", pid=device,
-                   tid=stream, args=args)
+            self.b.add(
+                name="nrt launch: mm",
+                ts_ns=launch_us * US,
+                dur_ns=2 * US,
+                kind=EventKind.RUNTIME,
+                cat=V.CAT_RUNTIME,
+                pid=HOST_PID,
+                tid=HOST_TID,
+                args={V.ARG_CORRELATION: self.corr},
+            )
+        self.b.add(
+            name=name,
+            ts_ns=start_us * US,
+            dur_ns=(end_us - start_us) * US,
+            kind=kind,
+            cat="kernel" if kind == EventKind.KERNEL else "gpu_memcpy",
+            pid=device,
+            tid=stream,
+            args=args,
+        )
         return self
 
     def report(self, min_gap_us: int = 50):
         return analyze(self.b.build(), Options(min_gap_ns=min_gap_us * US, top=50))
-
-

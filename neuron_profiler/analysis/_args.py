@@ -1,6 +1,6 @@
 """Decode a few args keys for many rows in one msgspec pass (no per-row ``trace.args`` calls).
 
-    values = arg_values(trace, rows, (V.ARG_FLOPS, V.ARG_DTYPE))   # {key: list per row}
+values = arg_values(trace, rows, (V.ARG_FLOPS, V.ARG_DTYPE))   # {key: list per row}
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ _BATCH = 200_000  # rows per decode: bounds the joined buffer
 
 @lru_cache(maxsize=32)
 def _decoder(keys: tuple[str, ...]) -> msgspec.json.Decoder:
-    struct = msgspec.defstruct("_Picked", [
-        (f"k{i}", Any, msgspec.field(name=key, default=None)) for i, key in enumerate(keys)])
+    struct = msgspec.defstruct(
+        "_Picked",
+        [(f"k{i}", Any, msgspec.field(name=key, default=None)) for i, key in enumerate(keys)],
+    )
     return msgspec.json.Decoder(list[struct])
 
 
@@ -35,7 +37,7 @@ def arg_values(trace: Trace, rows: np.ndarray, keys: Sequence[str]) -> dict[str,
     decode = _decoder(keys).decode
     raw = trace.raw_args
     for lo in range(0, len(have), _BATCH):
-        part = have[lo:lo + _BATCH]
+        part = have[lo : lo + _BATCH]
         decoded = decode(b"[" + b",".join(args_texts(raw, args_rows[part])) + b"]")
         for i, key in enumerate(keys):
             field = f"k{i}"

@@ -45,8 +45,9 @@ class DeviceWork:
 def work_rows(trace: Trace) -> np.ndarray:
     """Rows of device work (``schema.WORK_KINDS``, complete, not of negative length), in file
     order."""
-    return np.flatnonzero(trace.mask(kind=list(S.WORK_KINDS), ph=S.Phase.COMPLETE)
-                          & (trace.col(S.DUR_NS) >= 0))
+    return np.flatnonzero(
+        trace.mask(kind=list(S.WORK_KINDS), ph=S.Phase.COMPLETE) & (trace.col(S.DUR_NS) >= 0)
+    )
 
 
 def device_work(trace: Trace, collective_names: np.ndarray) -> DeviceWork:
@@ -58,15 +59,23 @@ def device_work(trace: Trace, collective_names: np.ndarray) -> DeviceWork:
     kind = c[S.KIND][rows]
     queue = np.full(len(rows), COMPUTE, dtype=np.uint8)
     queue[(kind == S.EventKind.MEMCPY) | (kind == S.EventKind.MEMSET)] = DMA
-    queue[(kind == S.EventKind.COLLECTIVE)
-          | ((kind == S.EventKind.KERNEL) & np.isin(c[S.NAME_ID][rows], collective_names))
-          ] = COLLECTIVE
+    queue[
+        (kind == S.EventKind.COLLECTIVE)
+        | ((kind == S.EventKind.KERNEL) & np.isin(c[S.NAME_ID][rows], collective_names))
+    ] = COLLECTIVE
     device = c[S.PID][rows]
     devices = tuple(np.unique(device).tolist())
     labels = {d: _label(trace.process_names.get(d, ""), d) for d in devices}
-    return DeviceWork(rows=rows, device=device, queue=queue, start=c[S.TS_NS][rows],
-                      end=c[S.TS_NS][rows] + c[S.DUR_NS][rows],
-                      launch=launch_starts(trace, rows), devices=devices, labels=labels)
+    return DeviceWork(
+        rows=rows,
+        device=device,
+        queue=queue,
+        start=c[S.TS_NS][rows],
+        end=c[S.TS_NS][rows] + c[S.DUR_NS][rows],
+        launch=launch_starts(trace, rows),
+        devices=devices,
+        labels=labels,
+    )
 
 
 def _label(process_name: str, pid: int) -> str:
@@ -78,8 +87,9 @@ def _label(process_name: str, pid: int) -> str:
 def launch_starts(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """Start of the runtime call sharing each row's correlation id (the earliest such call)."""
     c = trace.columns
-    calls = np.flatnonzero(trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE)
-                           & (c[S.CORRELATION] > 0))
+    calls = np.flatnonzero(
+        trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE) & (c[S.CORRELATION] > 0)
+    )
     out = np.full(len(rows), NO_LAUNCH, dtype=np.int64)
     if len(calls) == 0 or len(rows) == 0:
         return out

@@ -56,8 +56,9 @@ def _merge_sorted(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return s[first], reach[last]
 
 
-def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def union_by_group(
+    group: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The union within each group (a device, a queue): (group, start, end) of disjoint
     intervals sorted by (group, start). Empty and negative intervals add nothing, as in
     ``union``. The groups are laid end to end on one axis (each shifted past the previous
@@ -72,9 +73,11 @@ def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray
     codes, dense = np.unique(g, return_inverse=True)
     if len(codes) * width >= 2**62:  # absurd spans: one group at a time
         parts = [(c, union(s[dense == k], e[dense == k])) for k, c in enumerate(codes.tolist())]
-        return (np.concatenate([np.full(len(x), c, np.int64) for c, x in parts]),
-                np.concatenate([x.start for _, x in parts]),
-                np.concatenate([x.end for _, x in parts]))
+        return (
+            np.concatenate([np.full(len(x), c, np.int64) for c, x in parts]),
+            np.concatenate([x.start for _, x in parts]),
+            np.concatenate([x.end for _, x in parts]),
+        )
     offset = dense.astype(np.int64) * width - low
     order = _group_order(dense, s)
     ms, me = _merge_sorted((s + offset)[order], (e + offset)[order])
@@ -146,12 +149,15 @@ def _covered_up_to(x: Intervals, cum: np.ndarray, t: np.ndarray) -> np.ndarray:
     """ns of x before time t, per t."""
     k = np.searchsorted(x.start, t, side="right")  # intervals starting at or before t
     full = cum[np.maximum(k - 1, 0)]
-    inside = np.where(k > 0, np.minimum(t, x.end[np.maximum(k - 1, 0)]) - x.start[np.maximum(k - 1, 0)], 0)
+    inside = np.where(
+        k > 0, np.minimum(t, x.end[np.maximum(k - 1, 0)]) - x.start[np.maximum(k - 1, 0)], 0
+    )
     return np.where(k > 0, full + inside, 0)
 
 
-def any_overlap(span_start: np.ndarray, span_end: np.ndarray, starts: np.ndarray,
-                ends: np.ndarray) -> np.ndarray:
+def any_overlap(
+    span_start: np.ndarray, span_end: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> np.ndarray:
     """Per query window [starts[i], ends[i]): does any span [span_start, span_end) overlap it
     (open on both sides: touching is not overlapping)? Spans in any order."""
     if len(span_start) == 0:

@@ -36,8 +36,9 @@ class LaunchSites:
 def launch_sites(trace: Trace, rows: np.ndarray) -> LaunchSites:
     c = trace.columns
     n = len(rows)
-    out = LaunchSites(np.full(n, -1, np.int64), np.full(n, -1, np.int64),
-                      np.full(n, NO_LAUNCH, np.int64))
+    out = LaunchSites(
+        np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.full(n, NO_LAUNCH, np.int64)
+    )
     if n == 0:
         return out
     by_call = trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE) & (c[S.CORRELATION] > 0)
@@ -46,8 +47,9 @@ def launch_sites(trace: Trace, rows: np.ndarray) -> LaunchSites:
         todo = np.flatnonzero(~out.known)
         if len(todo) == 0:
             break
-        hit, source = _first_with_key(c[key_col], np.flatnonzero(mask), c[key_col][rows[todo]],
-                                      c[S.TS_NS])
+        hit, source = _first_with_key(
+            c[key_col], np.flatnonzero(mask), c[key_col][rows[todo]], c[S.TS_NS]
+        )
         at = todo[hit]
         out.pid[at] = c[S.PID][source]
         out.tid[at] = c[S.TID][source]
@@ -55,8 +57,9 @@ def launch_sites(trace: Trace, rows: np.ndarray) -> LaunchSites:
     return out
 
 
-def _first_with_key(key: np.ndarray, candidates: np.ndarray, wanted: np.ndarray,
-                    ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _first_with_key(
+    key: np.ndarray, candidates: np.ndarray, wanted: np.ndarray, ts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """For each wanted key: is there a candidate row with it, and the earliest such row."""
     if len(candidates) == 0:
         return np.zeros(len(wanted), bool), np.zeros(0, np.int64)

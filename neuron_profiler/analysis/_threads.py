@@ -54,8 +54,9 @@ class HostThreads:
         return self.launch[np.searchsorted(self.work, work_idx)]
 
 
-def _slices(pid: np.ndarray, tid: np.ndarray, *sort_keys: np.ndarray
-            ) -> dict[tuple[int, int], np.ndarray]:
+def _slices(
+    pid: np.ndarray, tid: np.ndarray, *sort_keys: np.ndarray
+) -> dict[tuple[int, int], np.ndarray]:
     """Indices per (pid, tid), each sorted by the keys (the first key first)."""
     order = np.lexsort((*reversed(sort_keys), tid, pid))
     p, t = pid[order], tid[order]

@@ -66,13 +66,23 @@ def step_breakdown(ctx: AnalysisContext) -> StepBreakdown:
         compute_ns = _per_step(sets[COMPUTE], steps)
         collective_only = I.subtract(sets[COLLECTIVE], sets[COMPUTE])
         dma_only = I.subtract(I.subtract(sets[DMA], sets[COMPUTE]), sets[COLLECTIVE])
-        devices.append(DeviceSteps(
-            device=device, label=work.labels[device], busy_ns=busy_ns, compute_ns=compute_ns,
-            dma_ns=_per_step(sets[DMA], steps), collective_ns=_per_step(sets[COLLECTIVE], steps),
-            overlap_ns=_per_step(I.intersect(sets[COMPUTE], sets[COLLECTIVE]), steps),
-            idle_ns=steps.wall_ns - busy_ns,
-            collective_only_ns=_per_step(collective_only, steps),
-            dma_only_ns=_per_step(dma_only, steps)))
-    return StepBreakdown(names=steps.names, wall_ns=steps.wall_ns,
-                         host_ns=_per_step(I.union(ctx.host.start, ctx.host.end), steps),
-                         devices=tuple(devices))
+        devices.append(
+            DeviceSteps(
+                device=device,
+                label=work.labels[device],
+                busy_ns=busy_ns,
+                compute_ns=compute_ns,
+                dma_ns=_per_step(sets[DMA], steps),
+                collective_ns=_per_step(sets[COLLECTIVE], steps),
+                overlap_ns=_per_step(I.intersect(sets[COMPUTE], sets[COLLECTIVE]), steps),
+                idle_ns=steps.wall_ns - busy_ns,
+                collective_only_ns=_per_step(collective_only, steps),
+                dma_only_ns=_per_step(dma_only, steps),
+            )
+        )
+    return StepBreakdown(
+        names=steps.names,
+        wall_ns=steps.wall_ns,
+        host_ns=_per_step(I.union(ctx.host.start, ctx.host.end), steps),
+        devices=tuple(devices),
+    )

@@ -30,9 +30,11 @@ from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
-_NOT_USER = re.compile(r"(^|[/\\])(torch|site-packages|dist-packages)[/\\]"
-                       r"|(^|[/\\])lib[/\\]python\d[\d.]*[/\\]"
-                       r"|(^|[/\\])neuron_profiler[/\\]emulator[/\\]|^<")
+_NOT_USER = re.compile(
+    r"(^|[/\\])(torch|site-packages|dist-packages)[/\\]"
+    r"|(^|[/\\])lib[/\\]python\d[\d.]*[/\\]"
+    r"|(^|[/\\])neuron_profiler[/\\]emulator[/\\]|^<"
+)
 
 
 def user_frame(text: str) -> str:
@@ -59,9 +61,12 @@ def _enclosing(trace: Trace, candidates: np.ndarray, row: int) -> np.ndarray:
     c = trace.columns
     t = c[S.TS_NS][row]
     start = c[S.TS_NS][candidates]
-    hit = candidates[(c[S.PID][candidates] == c[S.PID][row])
-                     & (c[S.TID][candidates] == c[S.TID][row]) & (start <= t)
-                     & (start + c[S.DUR_NS][candidates] >= t)]
+    hit = candidates[
+        (c[S.PID][candidates] == c[S.PID][row])
+        & (c[S.TID][candidates] == c[S.TID][row])
+        & (start <= t)
+        & (start + c[S.DUR_NS][candidates] >= t)
+    ]
     order = np.lexsort((c[S.DUR_NS][hit], -c[S.TS_NS][hit]))  # latest start, then shortest
     return hit[order]
 
@@ -71,8 +76,7 @@ def _from_python_rows(trace: Trace, rows: np.ndarray) -> list[str]:
     if len(py) == 0 or len(rows) == 0:
         return [""] * len(rows)
     frames = {int(i): user_frame(trace.strings[i]) for i in np.unique(trace.col(S.NAME_ID)[py])}
-    user = py[np.fromiter((bool(frames[int(n)]) for n in trace.col(S.NAME_ID)[py]), bool,
-                          len(py))]
+    user = py[np.fromiter((bool(frames[int(n)]) for n in trace.col(S.NAME_ID)[py]), bool, len(py))]
     out = []
     for row in rows.tolist():  # a few evidence rows per report
         around = _enclosing(trace, user, row)
@@ -87,6 +91,16 @@ def _from_call_stacks(trace: Trace, rows: np.ndarray) -> list[str]:
         around = _enclosing(trace, ops, row)
         chain = np.concatenate([[row], around[around != row]]).astype(np.int64)
         stacks = arg_values(trace, chain, (V.ARG_CALL_STACK,))[V.ARG_CALL_STACK]
-        out.append(next((site for stack in stacks if isinstance(stack, str)
-                         for site in map(user_frame, stack.split(";")) if site), ""))
+        out.append(
+            next(
+                (
+                    site
+                    for stack in stacks
+                    if isinstance(stack, str)
+                    for site in map(user_frame, stack.split(";"))
+                    if site
+                ),
+                "",
+            )
+        )
     return out

@@ -93,8 +93,10 @@ class Cause:
 
 class DataLoading(Cause):
     name = "data_loading"
-    advice = ("The device waits for input: use DataLoader(num_workers>0, pin_memory=True, "
-              "persistent_workers=True) or prefetch the next batch.")
+    advice = (
+        "The device waits for input: use DataLoader(num_workers>0, pin_memory=True, "
+        "persistent_workers=True) or prefetch the next batch."
+    )
 
     def applies(self, spans: HostSpans) -> bool:
         return len(spans.data_loading) > 0
@@ -105,8 +107,10 @@ class DataLoading(Cause):
 
 class CpuFallback(Cause):
     name, finding = "cpu_fallback", "groups"
-    advice = ("{op} runs on the host ({reason}): replace it by a supported op, move it out of "
-              "the step, or keep its inputs on the host.")
+    advice = (
+        "{op} runs on the host ({reason}): replace it by a supported op, move it out of "
+        "the step, or keep its inputs on the host."
+    )
 
     def applies(self, spans: HostSpans) -> bool:
         return len(spans.cpu_fallback) > 0
@@ -117,8 +121,10 @@ class CpuFallback(Cause):
 
 class HostSync(Cause):
     name, finding = "host_sync", "groups"
-    advice = ("The host waits for the device here, then the queue is empty: drop it from the "
-              "step (log every N steps, keep values on the device, non_blocking copies).")
+    advice = (
+        "The host waits for the device here, then the queue is empty: drop it from the "
+        "step (log every N steps, keep values on the device, non_blocking copies)."
+    )
 
     def applies(self, spans: HostSpans) -> bool:
         return len(spans.sync_start) > 0
@@ -130,8 +136,10 @@ class HostSync(Cause):
 
 class HostBoundLaunch(Cause):
     name = "host_bound_launch"
-    advice = ("The host launches work too slowly: fewer, larger ops per step (torch.compile, "
-              "fused ops, larger batches).")
+    advice = (
+        "The host launches work too slowly: fewer, larger ops per step (torch.compile, "
+        "fused ops, larger batches)."
+    )
 
     def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
         return gaps.launched_late
@@ -173,16 +181,20 @@ class ExposedCopies(Cause):
     (the copy is not hidden behind work), fallback copies left out."""
 
     name = "exposed_copies"
-    advice = ("Copies run while the compute queue waits: overlap them with compute "
-              "(non_blocking=True with pinned memory, prefetch earlier).")
+    advice = (
+        "Copies run while the compute queue waits: overlap them with compute "
+        "(non_blocking=True with pinned memory, prefetch earlier)."
+    )
 
 
 class CollectiveWait(Cause):
     """Busy time: a collective-wait (barrier) slice while no compute runs."""
 
     name = "collective_wait"
-    advice = ("Cores wait at collectives for their peers: balance the work across ranks and "
-              "look for a straggler.")
+    advice = (
+        "Cores wait at collectives for their peers: balance the work across ranks and "
+        "look for a straggler."
+    )
 
 
 DATA_LOADING, CPU_FALLBACK, HOST_SYNC = DataLoading(), CpuFallback(), HostSync()
@@ -190,8 +202,14 @@ HOST_BOUND_LAUNCH, PROFILER_OVERHEAD, OTHER = HostBoundLaunch(), ProfilerOverhea
 SHORT_GAPS = ShortGaps()
 EXPOSED_COPIES, COLLECTIVE_WAIT = ExposedCopies(), CollectiveWait()
 
-IDLE_RULES: tuple[Cause, ...] = (DATA_LOADING, CPU_FALLBACK, HOST_SYNC, HOST_BOUND_LAUNCH,
-                                 PROFILER_OVERHEAD, OTHER)
+IDLE_RULES: tuple[Cause, ...] = (
+    DATA_LOADING,
+    CPU_FALLBACK,
+    HOST_SYNC,
+    HOST_BOUND_LAUNCH,
+    PROFILER_OVERHEAD,
+    OTHER,
+)
 SHORT_RULES: tuple[Cause, ...] = (HOST_BOUND_LAUNCH, SHORT_GAPS)  # gaps under --min-gap
 IDLE_CAUSES: tuple[Cause, ...] = (*IDLE_RULES, SHORT_GAPS)
 ALL_CAUSES: tuple[str, ...] = tuple(c.name for c in IDLE_CAUSES)  # the idle causes' keys

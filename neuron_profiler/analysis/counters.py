@@ -75,9 +75,19 @@ class DeviceCounters:
         """Long table: pid, tid (-1 = whole device), name, unit, ts_ns, value."""
         import pandas as pd
 
-        frames = [pd.DataFrame({"pid": s.pid, "tid": -1 if s.tid is None else s.tid,
-                                "name": s.name, "unit": s.unit, "ts_ns": s.ts_ns,
-                                "value": s.values}) for s in self.series]
+        frames = [
+            pd.DataFrame(
+                {
+                    "pid": s.pid,
+                    "tid": -1 if s.tid is None else s.tid,
+                    "name": s.name,
+                    "unit": s.unit,
+                    "ts_ns": s.ts_ns,
+                    "value": s.values,
+                }
+            )
+            for s in self.series
+        ]
         columns = ["pid", "tid", "name", "unit", "ts_ns", "value"]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
@@ -92,8 +102,15 @@ def _nice_bin(span_ns: int, max_bins: int) -> int:
     return 10 * scale
 
 
-def _spread(group: np.ndarray, start: np.ndarray, end: np.ndarray, amount: np.ndarray,
-            n_groups: int, n_bins: int, bin_ns: int) -> np.ndarray:
+def _spread(
+    group: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    amount: np.ndarray,
+    n_groups: int,
+    n_bins: int,
+    bin_ns: int,
+) -> np.ndarray:
     """(n_groups, n_bins): each interval's amount spread evenly over the bins it covers.
 
     start/end are relative to the grid origin; a 0 ns interval puts its amount in one bin.
@@ -138,13 +155,15 @@ def _factorize(*keys: np.ndarray) -> tuple[np.ndarray, list[tuple[int, ...]]]:
     return dense.astype(np.int64), out
 
 
-def device_counters(trace: Trace, *, bin_ns: int | None = None,
-                    max_bins: int = DEFAULT_MAX_BINS) -> DeviceCounters:
+def device_counters(
+    trace: Trace, *, bin_ns: int | None = None, max_bins: int = DEFAULT_MAX_BINS
+) -> DeviceCounters:
     """Busy % (per device and queue) and DMA bandwidth (per device) over time."""
     rows = work_rows(trace)
     if len(rows) == 0:
-        return DeviceCounters(start_ns=0, bin_ns=bin_ns or MIN_BIN_NS, n_bins=0, busy=(),
-                              dma_bandwidth=())
+        return DeviceCounters(
+            start_ns=0, bin_ns=bin_ns or MIN_BIN_NS, n_bins=0, busy=(), dma_bandwidth=()
+        )
     start = trace.col(S.TS_NS)[rows]
     end = start + trace.col(S.DUR_NS)[rows]
     origin, stop = int(start.min()), int(end.max())
@@ -159,12 +178,19 @@ def device_counters(trace: Trace, *, bin_ns: int | None = None,
     s, e = start - origin, end - origin
     busy = _busy(pids, tids, s, e, grid, bin_ns)
     dma, missing = _dma(trace, rows, pids, s, e, grid, bin_ns)
-    return DeviceCounters(start_ns=origin, bin_ns=bin_ns, n_bins=n_bins, busy=busy,
-                          dma_bandwidth=dma, transfers_without_bytes=missing)
+    return DeviceCounters(
+        start_ns=origin,
+        bin_ns=bin_ns,
+        n_bins=n_bins,
+        busy=busy,
+        dma_bandwidth=dma,
+        transfers_without_bytes=missing,
+    )
 
 
-def _busy(pids: np.ndarray, tids: np.ndarray, s: np.ndarray, e: np.ndarray, grid: np.ndarray,
-          bin_ns: int) -> tuple[CounterSeries, ...]:
+def _busy(
+    pids: np.ndarray, tids: np.ndarray, s: np.ndarray, e: np.ndarray, grid: np.ndarray, bin_ns: int
+) -> tuple[CounterSeries, ...]:
     n_bins = len(grid)
     out: list[CounterSeries] = []
     for group, keys in (_factorize(pids), _factorize(pids, tids)):
@@ -172,23 +198,52 @@ def _busy(pids: np.ndarray, tids: np.ndarray, s: np.ndarray, e: np.ndarray, grid
         covered = _spread(g, us, ue, (ue - us).astype(np.float64), len(keys), n_bins, bin_ns)
         for i, key in enumerate(keys):
             pid, tid = key[0], (key[1] if len(key) > 1 else None)
-            out.append(CounterSeries(pid=pid, tid=tid, name="busy %", unit="%", ts_ns=grid,
-                                     values=covered[i] * (100.0 / bin_ns)))
+            out.append(
+                CounterSeries(
+                    pid=pid,
+                    tid=tid,
+                    name="busy %",
+                    unit="%",
+                    ts_ns=grid,
+                    values=covered[i] * (100.0 / bin_ns),
+                )
+            )
     return tuple(sorted(out, key=lambda c: (c.pid, c.tid is not None, c.tid or 0)))
 
 
-def _dma(trace: Trace, rows: np.ndarray, pids: np.ndarray, s: np.ndarray, e: np.ndarray,
-         grid: np.ndarray, bin_ns: int) -> tuple[tuple[CounterSeries, ...], int]:
+def _dma(
+    trace: Trace,
+    rows: np.ndarray,
+    pids: np.ndarray,
+    s: np.ndarray,
+    e: np.ndarray,
+    grid: np.ndarray,
+    bin_ns: int,
+) -> tuple[tuple[CounterSeries, ...], int]:
     is_copy = trace.col(S.KIND)[rows] == S.EventKind.MEMCPY
     if not is_copy.any():
         return (), 0
-    nbytes = first_number(arg_values(trace, rows[is_copy], V.ARG_BYTES_KEYS),
-                          V.ARG_BYTES_KEYS)
+    nbytes = first_number(arg_values(trace, rows[is_copy], V.ARG_BYTES_KEYS), V.ARG_BYTES_KEYS)
     known = ~np.isnan(nbytes)
     group, keys = _factorize(pids[is_copy])
-    moved = _spread(group[known], s[is_copy][known], e[is_copy][known], nbytes[known],
-                    len(keys), len(grid), bin_ns)
-    series = tuple(CounterSeries(pid=k[0], tid=None, name="DMA bandwidth", unit="GB/s",
-                                 ts_ns=grid, values=moved[i] / bin_ns)
-                   for i, k in enumerate(keys))
+    moved = _spread(
+        group[known],
+        s[is_copy][known],
+        e[is_copy][known],
+        nbytes[known],
+        len(keys),
+        len(grid),
+        bin_ns,
+    )
+    series = tuple(
+        CounterSeries(
+            pid=k[0],
+            tid=None,
+            name="DMA bandwidth",
+            unit="GB/s",
+            ts_ns=grid,
+            values=moved[i] / bin_ns,
+        )
+        for i, k in enumerate(keys)
+    )
     return series, int((~known).sum())

@@ -129,8 +129,9 @@ def group_spans(summaries: list[RankSummary]) -> list[list[RankSummary]]:
     for s in sorted(summaries, key=lambda s: (s.window_start_ns, s.rank, s.source)):
         for span in spans:
             if all(o.rank != s.rank for o in span) and any(
-                    o.window_start_ns < s.window_end_ns and s.window_start_ns < o.window_end_ns
-                    for o in span):
+                o.window_start_ns < s.window_end_ns and s.window_start_ns < o.window_end_ns
+                for o in span
+            ):
                 span.append(s)
                 break
         else:
@@ -178,12 +179,23 @@ class _Instances:
 def _span(index: int, span: list[RankSummary]) -> SpanAnalysis:
     ranks = [s.rank for s in span]
     assert all(r is not None for r in ranks)
-    base = dict(index=index, sources=tuple(s.source for s in span), ranks=tuple(ranks),
-                world_size=span[0].world_size, reference_rank=ranks[0])
+    base = dict(
+        index=index,
+        sources=tuple(s.source for s in span),
+        ranks=tuple(ranks),
+        world_size=span[0].world_size,
+        reference_rank=ranks[0],
+    )
     if len(span) < 2:
-        return SpanAnalysis(**base, reason=REASON_ONE_RANK.format(f"rank {ranks[0]}"),  # type: ignore[arg-type]
-                            rows=(), collectives=(), stragglers=(), unmatched=(),
-                            mismatched_names=0)
+        return SpanAnalysis(
+            **base,
+            reason=REASON_ONE_RANK.format(f"rank {ranks[0]}"),  # type: ignore[arg-type]
+            rows=(),
+            collectives=(),
+            stragglers=(),
+            unmatched=(),
+            mismatched_names=0,
+        )
     groups, unmatched, mismatched = _match(span)
     # a producer that records waits records them on every rank: a rank without any never waited
     recorded_known = any(s.recorded_waits for s in span)
@@ -208,34 +220,57 @@ def _span(index: int, span: list[RankSummary]) -> SpanAnalysis:
         np.add.at(recorded, p, inst.wait.sum(axis=1))
         np.add.at(compute_sum, p, inst.compute.sum(axis=1))
         np.add.at(compute_n, p, inst.compute.shape[1])
-        collectives.append(CollectiveSkew(
-            group=group, name=name, ranks=tuple(inst.ranks), calls=int(a.shape[1]),
-            mean_skew_ns=int(skew.mean()), max_skew_ns=int(skew.max()),
-            late_rank=inst.ranks[int(np.argmax(counts))], late_counts=tuple(counts.tolist()),
-            wait_skew_ns=tuple(waits.astype(int).tolist()),
-            wait_recorded_ns=tuple(int(w) if recorded_known else None
-                                   for w in inst.wait.sum(axis=1).tolist())))
+        collectives.append(
+            CollectiveSkew(
+                group=group,
+                name=name,
+                ranks=tuple(inst.ranks),
+                calls=int(a.shape[1]),
+                mean_skew_ns=int(skew.mean()),
+                max_skew_ns=int(skew.max()),
+                late_rank=inst.ranks[int(np.argmax(counts))],
+                late_counts=tuple(counts.tolist()),
+                wait_skew_ns=tuple(waits.astype(int).tolist()),
+                wait_recorded_ns=tuple(
+                    int(w) if recorded_known else None for w in inst.wait.sum(axis=1).tolist()
+                ),
+            )
+        )
     rows = []
     for i, s in enumerate(span):
         steps = max(len(s.step_wall_ns), 1)
-        rows.append(RankRow(
-            rank=ranks[i], source=s.source, steps=len(s.step_wall_ns),  # type: ignore[arg-type]
-            step_mean_ns=int(np.mean(s.step_wall_ns)) if s.step_wall_ns else 0,
-            compute_ns_per_step=s.compute_ns // steps,
-            collective_ns_per_step=s.collective_ns // steps,
-            compute_before_mean_ns=int(compute_sum[i] // compute_n[i]) if compute_n[i] else 0,
-            late_arrivals=int(late[i]),
-            wait_recorded_ns=int(recorded[i]) if recorded_known else None,
-            wait_skew_ns=int(skew_wait[i]), clock_offset_ns=int(offsets[ranks[i]]),  # type: ignore[index]
-            clock_aligned=bool(aligned[ranks[i]]),  # type: ignore[index]
-            orphan_waits=s.orphan_waits, orphan_wait_ns=s.orphan_wait_ns))
-    return SpanAnalysis(**base, reason=None, rows=tuple(rows),  # type: ignore[arg-type]
-                        collectives=tuple(collectives), stragglers=_stragglers(rows, compute_n),
-                        unmatched=tuple(unmatched), mismatched_names=mismatched)
+        rows.append(
+            RankRow(
+                rank=ranks[i],
+                source=s.source,
+                steps=len(s.step_wall_ns),  # type: ignore[arg-type]
+                step_mean_ns=int(np.mean(s.step_wall_ns)) if s.step_wall_ns else 0,
+                compute_ns_per_step=s.compute_ns // steps,
+                collective_ns_per_step=s.collective_ns // steps,
+                compute_before_mean_ns=int(compute_sum[i] // compute_n[i]) if compute_n[i] else 0,
+                late_arrivals=int(late[i]),
+                wait_recorded_ns=int(recorded[i]) if recorded_known else None,
+                wait_skew_ns=int(skew_wait[i]),
+                clock_offset_ns=int(offsets[ranks[i]]),  # type: ignore[index]
+                clock_aligned=bool(aligned[ranks[i]]),  # type: ignore[index]
+                orphan_waits=s.orphan_waits,
+                orphan_wait_ns=s.orphan_wait_ns,
+            )
+        )
+    return SpanAnalysis(
+        **base,
+        reason=None,
+        rows=tuple(rows),  # type: ignore[arg-type]
+        collectives=tuple(collectives),
+        stragglers=_stragglers(rows, compute_n),
+        unmatched=tuple(unmatched),
+        mismatched_names=mismatched,
+    )
 
 
-def _match(span: list[RankSummary]) -> tuple[dict[tuple[str, str], _Instances], list[Unmatched],
-                                              int]:
+def _match(
+    span: list[RankSummary],
+) -> tuple[dict[tuple[str, str], _Instances], list[Unmatched], int]:
     """Instances by (group, name of the lowest rank's call), matched by order in the group."""
     by_group: dict[str, dict[int, list[CollectiveCall]]] = defaultdict(dict)
     for s in span:
@@ -246,8 +281,11 @@ def _match(span: list[RankSummary]) -> tuple[dict[tuple[str, str], _Instances], 
     for group, per_rank in sorted(by_group.items()):
         ranks = sorted(per_rank)
         n = min(len(v) for v in per_rank.values()) if len(ranks) > 1 else 0
-        unmatched += [Unmatched(rank=r, group=group, calls=len(per_rank[r]) - n)
-                      for r in ranks if len(per_rank[r]) > n]
+        unmatched += [
+            Unmatched(rank=r, group=group, calls=len(per_rank[r]) - n)
+            for r in ranks
+            if len(per_rank[r]) > n
+        ]
         for k in range(n):
             calls = [per_rank[r][k] for r in ranks]
             mismatched += len({c.name for c in calls}) > 1
@@ -262,12 +300,14 @@ def _match(span: list[RankSummary]) -> tuple[dict[tuple[str, str], _Instances], 
             arrival=np.array([[c.arrival_ns for c in row] for row in grid], np.int64),
             end=np.array([[c.end_ns for c in row] for row in grid], np.int64),
             wait=np.array([[c.wait_ns for c in row] for row in grid], np.int64),
-            compute=np.array([[c.compute_before_ns for c in row] for row in grid], np.int64))
+            compute=np.array([[c.compute_before_ns for c in row] for row in grid], np.int64),
+        )
     return result, unmatched, mismatched
 
 
-def _clock_offsets(ranks: list[int], groups: dict[tuple[str, str], _Instances]
-                   ) -> tuple[dict[int, int], dict[int, bool]]:
+def _clock_offsets(
+    ranks: list[int], groups: dict[tuple[str, str], _Instances]
+) -> tuple[dict[int, int], dict[int, bool]]:
     """Each rank's clock minus the reference's, from collective ends (median over shared
     instances); ranks reached through already-aligned ranks when they share none with it."""
     diffs: dict[tuple[int, int], list[np.ndarray]] = defaultdict(list)
@@ -295,12 +335,18 @@ def _clock_offsets(ranks: list[int], groups: dict[tuple[str, str], _Instances]
 def _stragglers(rows: list[RankRow], compute_n: np.ndarray) -> tuple[Straggler, ...]:
     out = []
     for metric, values, usable in (
-            (METRIC_STEP, [r.step_mean_ns for r in rows], [r.steps > 0 for r in rows]),
-            (METRIC_COMPUTE, [r.compute_before_mean_ns for r in rows],
-             (compute_n > 0).tolist())):
+        (METRIC_STEP, [r.step_mean_ns for r in rows], [r.steps > 0 for r in rows]),
+        (METRIC_COMPUTE, [r.compute_before_mean_ns for r in rows], (compute_n > 0).tolist()),
+    ):
         for i, row in enumerate(rows):
             others = [v for j, v in enumerate(values) if j != i and usable[j]]
             if usable[i] and is_outlier(values[i], others):
-                out.append(Straggler(rank=row.rank, metric=metric, value_ns=values[i],
-                                     others_median_ns=int(np.median(others))))
+                out.append(
+                    Straggler(
+                        rank=row.rank,
+                        metric=metric,
+                        value_ns=values[i],
+                        others_median_ns=int(np.median(others)),
+                    )
+                )
     return tuple(out)

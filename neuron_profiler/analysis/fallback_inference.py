@@ -86,8 +86,14 @@ def infer_fallbacks(ctx: AnalysisContext) -> InferredFallbacks:
     listed = listed_fallback_ops(trace)
     names = set(listed)
     ids = [i for i, s in enumerate(trace.strings) if s in names] if names else []
-    rows = np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE)
-                          & np.isin(trace.col(S.NAME_ID), ids)) if ids else _EMPTY
+    rows = (
+        np.flatnonzero(
+            trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE)
+            & np.isin(trace.col(S.NAME_ID), ids)
+        )
+        if ids
+        else _EMPTY
+    )
     rows = rows[~_holds_fallback_row(trace, ctx.fallback_rows, rows)]
     copies = ctx.copies if len(rows) else None
     if copies is None or not (copies.direction != NONE).any():
@@ -103,13 +109,18 @@ def infer_fallbacks(ctx: AnalysisContext) -> InferredFallbacks:
     d2h = tuple(f[1] for f in found)
     h2d = tuple(f[2] for f in found)
     return InferredFallbacks(
-        listed=listed, rows=np.array([f[0] for f in found], np.int64),
+        listed=listed,
+        rows=np.array([f[0] for f in found], np.int64),
         span_start_ns=np.array([sites.start_ns[d].min() for d in d2h], np.int64),
-        span_end_ns=np.array([work.end[h].max() for h in h2d], np.int64), d2h=d2h, h2d=h2d)
+        span_end_ns=np.array([work.end[h].max() for h in h2d], np.int64),
+        d2h=d2h,
+        h2d=h2d,
+    )
 
 
-def _pattern(trace: Trace, row: int, threads: HostThreads, copies: CopyInfo, work: DeviceWork
-             ) -> tuple[np.ndarray, np.ndarray] | None:
+def _pattern(
+    trace: Trace, row: int, threads: HostThreads, copies: CopyInfo, work: DeviceWork
+) -> tuple[np.ndarray, np.ndarray] | None:
     """The D2H and H2D copies around a host op when rules 3 and 4 hold, else None."""
     c = trace.columns
     start = int(c[S.TS_NS][row])
@@ -143,8 +154,14 @@ def _run(idx: np.ndarray, direction: np.ndarray, want: int, order: range) -> np.
     return np.array(out, np.int64)
 
 
-def _linked(found: np.ndarray, trace: Trace, work: DeviceWork, threads: HostThreads,
-            own: set[int], inside: tuple[int, int]) -> np.ndarray:
+def _linked(
+    found: np.ndarray,
+    trace: Trace,
+    work: DeviceWork,
+    threads: HostThreads,
+    own: set[int],
+    inside: tuple[int, int],
+) -> np.ndarray:
     """The leading copies (nearest the op first) that are the op's own (rule 4)."""
     ext = trace.col(S.EXTERNAL_ID)[work.rows[found]]
     launch = threads.launch_of(found)
@@ -162,6 +179,9 @@ def _holds_fallback_row(trace: Trace, fb: np.ndarray, rows: np.ndarray) -> np.nd
     out = np.zeros(len(rows), bool)
     for j, r in enumerate(rows.tolist()):
         s, e = c[S.TS_NS][r], c[S.TS_NS][r] + c[S.DUR_NS][r]
-        out[j] = bool(((c[S.PID][fb] == c[S.PID][r]) & (c[S.TID][fb] == c[S.TID][r])
-                       & (fs < e) & (fe > s)).any())
+        out[j] = bool(
+            (
+                (c[S.PID][fb] == c[S.PID][r]) & (c[S.TID][fb] == c[S.TID][r]) & (fs < e) & (fe > s)
+            ).any()
+        )
     return out

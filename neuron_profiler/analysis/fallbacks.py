@@ -97,12 +97,18 @@ def fallback_groups(ctx: AnalysisContext) -> tuple[FallbackGroup, ...]:
         members.setdefault(key, []).append(i)
     spans = [I.union(calls.start[m], calls.end[m]) for m in map(np.asarray, members.values())]
     owned = _idle_per_group(idle, spans)
-    groups = [_group(key, np.asarray(m), calls, copies, work, span, int(owned[g]))
-              for g, ((key, m), span) in enumerate(zip(members.items(), spans, strict=True))]
-    longest = [int(calls.row[m[int(np.argmax(calls.end[m] - calls.start[m]))]])
-               for m in map(np.asarray, members.values())]
-    groups = [replace(g, call_site=site)
-              for g, site in zip(groups, call_sites(trace, longest), strict=True)]
+    groups = [
+        _group(key, np.asarray(m), calls, copies, work, span, int(owned[g]))
+        for g, ((key, m), span) in enumerate(zip(members.items(), spans, strict=True))
+    ]
+    longest = [
+        int(calls.row[m[int(np.argmax(calls.end[m] - calls.start[m]))]])
+        for m in map(np.asarray, members.values())
+    ]
+    groups = [
+        replace(g, call_site=site)
+        for g, site in zip(groups, call_sites(trace, longest), strict=True)
+    ]
     return tuple(sorted(groups, key=lambda g: -g.recoverable_ns))
 
 
@@ -129,36 +135,67 @@ def _idle_per_group(idle: IdleTime, spans: list[I.Intervals]) -> np.ndarray:
     gs, ge = idle.gap_start_ns[k], idle.gap_end_ns[k]
     cover = np.stack([I.overlap_per_window(x, gs, ge) for x in spans])  # groups x gaps
     owner, hit = cover.argmax(axis=0), cover.max(axis=0) > 0
-    return np.bincount(owner[hit], weights=idle.gap_idle_ns[k][hit],
-                       minlength=len(spans)).astype(np.int64)
+    return np.bincount(owner[hit], weights=idle.gap_idle_ns[k][hit], minlength=len(spans)).astype(
+        np.int64
+    )
 
 
-def _group(key: tuple[str, str, str, bool], m: np.ndarray, calls: _Calls, copies: CopyInfo,
-           work: DeviceWork, spans: I.Intervals, idle_ns: int) -> FallbackGroup:
+def _group(
+    key: tuple[str, str, str, bool],
+    m: np.ndarray,
+    calls: _Calls,
+    copies: CopyInfo,
+    work: DeviceWork,
+    spans: I.Intervals,
+    idle_ns: int,
+) -> FallbackGroup:
     op, shapes, dtypes, inferred = key
     mine = np.unique(np.concatenate([calls.copies[i] for i in m.tolist()])).astype(np.int64)
     figures = {}
     for name, code in (("d2h", D2H), ("h2d", H2D)):
         at = mine[copies.direction[mine] == code]
-        figures[name] = (len(at), int(copies.nbytes[at].sum()),
-                         int((work.end[at] - work.start[at]).sum()))
+        figures[name] = (
+            len(at),
+            int(copies.nbytes[at].sum()),
+            int((work.end[at] - work.start[at]).sum()),
+        )
     native = calls.native_ns[m]
     native_ns = None if np.isnan(native).any() else int(native.sum())
     measured = idle_ns + figures["d2h"][2] + figures["h2d"][2]
     return FallbackGroup(
-        op=op, shapes=shapes, dtypes=dtypes, reason=calls.reason[int(m[0])], calls=len(m),
-        host_ns=int(calls.host_ns[m].sum()), d2h_count=figures["d2h"][0],
-        d2h_bytes=figures["d2h"][1], d2h_ns=figures["d2h"][2], h2d_count=figures["h2d"][0],
-        h2d_bytes=figures["h2d"][1], h2d_ns=figures["h2d"][2], idle_ns=idle_ns,
-        native_ns=native_ns, recoverable_ns=max(0, measured - (native_ns or 0)),
-        spans_ns=I.longest(spans, EVIDENCE_RANGES), inferred=inferred)
+        op=op,
+        shapes=shapes,
+        dtypes=dtypes,
+        reason=calls.reason[int(m[0])],
+        calls=len(m),
+        host_ns=int(calls.host_ns[m].sum()),
+        d2h_count=figures["d2h"][0],
+        d2h_bytes=figures["d2h"][1],
+        d2h_ns=figures["d2h"][2],
+        h2d_count=figures["h2d"][0],
+        h2d_bytes=figures["h2d"][1],
+        h2d_ns=figures["h2d"][2],
+        idle_ns=idle_ns,
+        native_ns=native_ns,
+        recoverable_ns=max(0, measured - (native_ns or 0)),
+        spans_ns=I.longest(spans, EVIDENCE_RANGES),
+        inferred=inferred,
+    )
 
 
 def _fallback_rows(ctx: AnalysisContext, rows: np.ndarray) -> _Calls:
     """The fallback rows as calls; their copies: the DMA rows with their External id."""
     trace, work = ctx.trace, ctx.work
-    keys = (V.ARG_OP, V.ARG_SHAPES, V.ARG_DTYPES, V.ARG_FALLBACK_REASON, V.ARG_FLOPS,
-            V.ARG_BYTES, V.ARG_DTYPE, V.ARG_ENGINE)
+    keys = (
+        V.ARG_OP,
+        V.ARG_SHAPES,
+        V.ARG_DTYPES,
+        V.ARG_FALLBACK_REASON,
+        V.ARG_FLOPS,
+        V.ARG_BYTES,
+        V.ARG_DTYPE,
+        V.ARG_ENGINE,
+    )
     a = arg_values(trace, rows, keys)
     ts, dur, ext = (trace.col(c)[rows] for c in (S.TS_NS, S.DUR_NS, S.EXTERNAL_ID))
     dma = np.flatnonzero(work.queue == DMA)
@@ -167,33 +204,52 @@ def _fallback_rows(ctx: AnalysisContext, rows: np.ndarray) -> _Calls:
     flops, nbytes = as_float(a[V.ARG_FLOPS]), as_float(a[V.ARG_BYTES])
     key, reason, copies, native = [], [], [], []
     for i in range(len(rows)):  # one entry per fallback call (a few hundred at most)
-        op = a[V.ARG_OP][i] or trace.name(int(rows[i]))[len(V.FALLBACK_PREFIX):]
+        op = a[V.ARG_OP][i] or trace.name(int(rows[i]))[len(V.FALLBACK_PREFIX) :]
         key.append((str(op), _text(a[V.ARG_SHAPES][i]), _text(a[V.ARG_DTYPES][i]), False))
         reason.append(str(a[V.ARG_FALLBACK_REASON][i] or ""))
         copies.append(dma[dma_ext == ext[i]] if ext[i] > 0 else np.zeros(0, np.int64))
-        native.append(native_time(flops[i], nbytes[i], a[V.ARG_DTYPE][i], a[V.ARG_ENGINE][i],
-                                  props))
+        native.append(
+            native_time(flops[i], nbytes[i], a[V.ARG_DTYPE][i], a[V.ARG_ENGINE][i], props)
+        )
     return _Calls(key, reason, rows, dur, ts, ts + dur, copies, np.asarray(native, float))
 
 
 def _inferred_calls(trace: Trace, inferred: InferredFallbacks) -> _Calls:
     rows = inferred.rows
     a = arg_values(trace, rows, (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE))
-    dims = [next((x for x in values if x is not None), None)
-            for values in zip(*(a[k] for k in V.ARG_INPUT_DIMS_KEYS), strict=True)]
-    key = [(trace.name(int(r)), _text(d), _text(t), True)
-           for r, d, t in zip(rows.tolist(), dims, a[V.ARG_INPUT_TYPE], strict=True)]
+    dims = [
+        next((x for x in values if x is not None), None)
+        for values in zip(*(a[k] for k in V.ARG_INPUT_DIMS_KEYS), strict=True)
+    ]
+    key = [
+        (trace.name(int(r)), _text(d), _text(t), True)
+        for r, d, t in zip(rows.tolist(), dims, a[V.ARG_INPUT_TYPE], strict=True)
+    ]
     copies = [np.concatenate([d, h]) for d, h in zip(inferred.d2h, inferred.h2d, strict=True)]
-    return _Calls(key, [REASON] * len(rows), rows, trace.col(S.DUR_NS)[rows],
-                  inferred.span_start_ns, inferred.span_end_ns, copies,
-                  np.full(len(rows), np.nan))
+    return _Calls(
+        key,
+        [REASON] * len(rows),
+        rows,
+        trace.col(S.DUR_NS)[rows],
+        inferred.span_start_ns,
+        inferred.span_end_ns,
+        copies,
+        np.full(len(rows), np.nan),
+    )
 
 
 def _merge(a: _Calls, b: _Calls) -> _Calls:
     cat = lambda x, y: np.concatenate([x, y])  # noqa: E731
-    return _Calls(a.key + b.key, a.reason + b.reason, cat(a.row, b.row).astype(np.int64),
-                  cat(a.host_ns, b.host_ns).astype(np.int64), cat(a.start, b.start),
-                  cat(a.end, b.end), a.copies + b.copies, cat(a.native_ns, b.native_ns))
+    return _Calls(
+        a.key + b.key,
+        a.reason + b.reason,
+        cat(a.row, b.row).astype(np.int64),
+        cat(a.host_ns, b.host_ns).astype(np.int64),
+        cat(a.start, b.start),
+        cat(a.end, b.end),
+        a.copies + b.copies,
+        cat(a.native_ns, b.native_ns),
+    )
 
 
 def _text(value: object) -> str:

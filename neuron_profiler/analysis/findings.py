@@ -80,27 +80,62 @@ class Findings:
 def findings(ctx: AnalysisContext) -> Findings:
     fallback_list = ctx.result(fallback_groups)
     fallback = C.CPU_FALLBACK
-    found = [_finding(ctx, fallback, f"cpu_fallback:{g.op}", f"CPU fallback {g.op} {g.shapes} "
-                      f"{g.dtypes} ({g.calls} calls; {g.reason})", g.recoverable_ns, g.spans_ns,
-                      g.op, fallback.advice.format(op=g.op, reason=g.reason), g.call_site)
-             for g in fallback_list]
+    found = [
+        _finding(
+            ctx,
+            fallback,
+            f"cpu_fallback:{g.op}",
+            f"CPU fallback {g.op} {g.shapes} {g.dtypes} ({g.calls} calls; {g.reason})",
+            g.recoverable_ns,
+            g.spans_ns,
+            g.op,
+            fallback.advice.format(op=g.op, reason=g.reason),
+            g.call_site,
+        )
+        for g in fallback_list
+    ]
     syncs = ctx.result(sync_groups)
-    found += [_finding(ctx, C.HOST_SYNC, f"host_sync:{g.name}", f"host sync {g.name} "
-                       f"({g.calls} calls)", g.idle_ns, g.spans_ns, g.name, C.HOST_SYNC.advice,
-                       g.call_site) for g in syncs]
+    found += [
+        _finding(
+            ctx,
+            C.HOST_SYNC,
+            f"host_sync:{g.name}",
+            f"host sync {g.name} ({g.calls} calls)",
+            g.idle_ns,
+            g.spans_ns,
+            g.name,
+            C.HOST_SYNC.advice,
+            g.call_site,
+        )
+        for g in syncs
+    ]
     found += _idle_findings(ctx)
     work = ctx.work
-    for pattern, sets in ((C.EXPOSED_COPIES, _exposed_copies(ctx)),
-                          (C.COLLECTIVE_WAIT, _collective_waits(ctx))):
+    for pattern, sets in (
+        (C.EXPOSED_COPIES, _exposed_copies(ctx)),
+        (C.COLLECTIVE_WAIT, _collective_waits(ctx)),
+    ):
         if sets:
             device, x = max(sets.items(), key=lambda kv: kv[1].total)
             if x.total:
-                found.append(_finding(ctx, pattern, pattern.name,
-                                      f"{pattern.title} ({work.labels[device]})", x.total,
-                                      _longest_ranges(x), "", pattern.advice))
+                found.append(
+                    _finding(
+                        ctx,
+                        pattern,
+                        pattern.name,
+                        f"{pattern.title} ({work.labels[device]})",
+                        x.total,
+                        _longest_ranges(x),
+                        "",
+                        pattern.advice,
+                    )
+                )
     found.sort(key=lambda f: -f.recoverable_ns)
-    return Findings(findings=tuple(f for f in found if f.recoverable_ns > 0),
-                    fallbacks=fallback_list, syncs=syncs)
+    return Findings(
+        findings=tuple(f for f in found if f.recoverable_ns > 0),
+        fallbacks=fallback_list,
+        syncs=syncs,
+    )
 
 
 def _idle_findings(ctx: AnalysisContext) -> list[Finding]:
@@ -116,8 +151,18 @@ def _idle_findings(ctx: AnalysisContext) -> list[Finding]:
         ranges = _longest_ranges(gaps)
         what = "; ".join(host_activity(ctx, *ranges[0])) if ranges else ""
         evidence.append(_covering_row(ctx, *ranges[0]) if ranges else -1)
-        out.append(_finding(ctx, cause, f"idle:{cause.name}", f"device idle: {cause.title}",
-                            gaps.total, ranges, what, cause.advice))
+        out.append(
+            _finding(
+                ctx,
+                cause,
+                f"idle:{cause.name}",
+                f"device idle: {cause.title}",
+                gaps.total,
+                ranges,
+                what,
+                cause.advice,
+            )
+        )
     known = [r for r in evidence if r >= 0]
     sites = dict(zip(known, call_sites(ctx.trace, known), strict=True)) if known else {}
     return [replace(f, call_site=sites.get(r, "")) for f, r in zip(out, evidence, strict=True)]
@@ -130,16 +175,31 @@ def _covering_row(ctx: AnalysisContext, gs: int, ge: int) -> int:
     return int(ctx.host.rows[hit[0]]) if len(hit) else -1
 
 
-def _finding(ctx: AnalysisContext, cause: C.Cause, kind: str, title: str, total: int,
-             ranges: tuple[tuple[int, int], ...], host: str, suggestion: str,
-             call_site: str = "") -> Finding:
+def _finding(
+    ctx: AnalysisContext,
+    cause: C.Cause,
+    kind: str,
+    title: str,
+    total: int,
+    ranges: tuple[tuple[int, int], ...],
+    host: str,
+    suggestion: str,
+    call_site: str = "",
+) -> Finding:
     per_step = int(total // ctx.n_steps)
     mean_wall = ctx.mean_step_ns
-    return Finding(kind=kind, title=title, recoverable_ns=int(total),
-                   recoverable_ns_per_step=per_step,
-                   recoverable_pct=round(100 * per_step / mean_wall, 3) if mean_wall else 0.0,
-                   ranges_ns=ranges, host_op=host, suggestion=suggestion, call_site=call_site,
-                   docs=cause.docs)
+    return Finding(
+        kind=kind,
+        title=title,
+        recoverable_ns=int(total),
+        recoverable_ns_per_step=per_step,
+        recoverable_pct=round(100 * per_step / mean_wall, 3) if mean_wall else 0.0,
+        ranges_ns=ranges,
+        host_op=host,
+        suggestion=suggestion,
+        call_site=call_site,
+        docs=cause.docs,
+    )
 
 
 def _worst_device(idle: IdleTime, cause: str) -> int | None:
@@ -157,8 +217,9 @@ def _exposed_copies(ctx: AnalysisContext) -> dict[int, I.Intervals]:
     for device in work.devices:
         on = work.device == device
         dma = on & (work.queue == DMA) & ~skip
-        exposed = I.subtract(I.union(work.start[dma], work.end[dma]),
-                             ctx.busy(device, (COMPUTE, COLLECTIVE)))
+        exposed = I.subtract(
+            I.union(work.start[dma], work.end[dma]), ctx.busy(device, (COMPUTE, COLLECTIVE))
+        )
         out[device] = I.intersect(exposed, window)
     return out
 
@@ -166,8 +227,9 @@ def _exposed_copies(ctx: AnalysisContext) -> dict[int, I.Intervals]:
 def _collective_waits(ctx: AnalysisContext) -> dict[int, I.Intervals]:
     # "CC wait: barrier" (a real capture) or "CC wait: <collective>" (the emulator)
     work, window = ctx.work, ctx.steps.spans
-    is_wait = ((work.queue == COLLECTIVE)
-               & np.isin(ctx.trace.col(S.NAME_ID)[work.rows], ctx.names.collective_wait))
+    is_wait = (work.queue == COLLECTIVE) & np.isin(
+        ctx.trace.col(S.NAME_ID)[work.rows], ctx.names.collective_wait
+    )
     if not is_wait.any():
         return {}
     out = {}

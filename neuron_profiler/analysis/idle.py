@@ -120,8 +120,9 @@ class IdleTime:
         """The idle time of one cause (on one device), as an interval set: its gaps inside the
         steps, less the emulator overhead."""
         k = self.gap_index(cause, device)
-        return _counted(I.union(self.gap_start_ns[k], self.gap_end_ns[k]), self.window,
-                        self.emulator_overhead)
+        return _counted(
+            I.union(self.gap_start_ns[k], self.gap_end_ns[k]), self.window, self.emulator_overhead
+        )
 
     @property
     def emulator_overhead_ns(self) -> int:
@@ -142,10 +143,14 @@ def host_spans(ctx: AnalysisContext) -> HostSpans:
     sync = sel.spans_of(trace, ctx.sync_rows)
     return HostSpans(
         data_loading=union(sel.spans_of(trace, sel.dataloader_rows(trace, names))),
-        cpu_fallback=I.union(np.concatenate([fallback.start, inferred.span_start_ns]),
-                             np.concatenate([fallback.end, inferred.span_end_ns])),
-        sync_start=sync.start, sync_end=sync.end,
-        profiler_overhead=union(sel.spans_of(trace, sel.profiler_overhead_rows(trace, names))))
+        cpu_fallback=I.union(
+            np.concatenate([fallback.start, inferred.span_start_ns]),
+            np.concatenate([fallback.end, inferred.span_end_ns]),
+        ),
+        sync_start=sync.start,
+        sync_end=sync.end,
+        profiler_overhead=union(sel.spans_of(trace, sel.profiler_overhead_rows(trace, names))),
+    )
 
 
 def _next_launch(work: DeviceWork, on_device: np.ndarray, ge: np.ndarray) -> np.ndarray:
@@ -184,21 +189,36 @@ def idle_time(ctx: AnalysisContext) -> IdleTime:
         busy = I.intersect(busy_all, window)
         gap = _whole_gaps(window, busy_all)
         length_ns = (gap.end - gap.start) - I.overlap_per_window(ovh, gap.start, gap.end)
-        facts = Gaps(gap.start, gap.end, length_ns,
-                     _next_launch(work, work.device == device, gap.end), ovh)
+        facts = Gaps(
+            gap.start, gap.end, length_ns, _next_launch(work, work.device == device, gap.end), ovh
+        )
         cause = classify(facts, spans, options.min_gap_ns)
         idle_ns = I.overlap_per_window(counted, gap.start, gap.end)
-        devices.append(_device_idle(device, work.labels[device], window, busy, gap, cause,
-                                    steps, ovh))
+        devices.append(
+            _device_idle(device, work.labels[device], window, busy, gap, cause, steps, ovh)
+        )
         gaps.append((np.full(len(gap), device), gap.start, gap.end, cause, idle_ns))
     if not gaps:
-        return IdleTime(min_gap_ns=options.min_gap_ns, devices=(), longest=(),
-                        emulator_overhead=ovh, window=window)
+        return IdleTime(
+            min_gap_ns=options.min_gap_ns,
+            devices=(),
+            longest=(),
+            emulator_overhead=ovh,
+            window=window,
+        )
     device, gs, ge, cause, idle_ns = (np.concatenate(p) for p in zip(*gaps, strict=True))
-    return IdleTime(min_gap_ns=options.min_gap_ns, devices=tuple(devices),
-                    longest=_longest(ctx, (device, gs, ge, cause, idle_ns), options.top, ovh),
-                    gap_device=device, gap_start_ns=gs, gap_end_ns=ge, gap_cause=cause,
-                    gap_idle_ns=idle_ns, emulator_overhead=ovh, window=window)
+    return IdleTime(
+        min_gap_ns=options.min_gap_ns,
+        devices=tuple(devices),
+        longest=_longest(ctx, (device, gs, ge, cause, idle_ns), options.top, ovh),
+        gap_device=device,
+        gap_start_ns=gs,
+        gap_end_ns=ge,
+        gap_cause=cause,
+        gap_idle_ns=idle_ns,
+        emulator_overhead=ovh,
+        window=window,
+    )
 
 
 def _whole_gaps(window: I.Intervals, busy: I.Intervals) -> I.Intervals:
@@ -217,9 +237,16 @@ def _counted(x: I.Intervals, window: I.Intervals, discount: I.Intervals) -> I.In
     return I.subtract(I.intersect(x, window), discount)
 
 
-def _device_idle(device: int, label: str, window: I.Intervals, busy: I.Intervals,
-                 gap: I.Intervals, cause: np.ndarray, steps: Steps,
-                 discount: I.Intervals) -> DeviceIdle:
+def _device_idle(
+    device: int,
+    label: str,
+    window: I.Intervals,
+    busy: I.Intervals,
+    gap: I.Intervals,
+    cause: np.ndarray,
+    steps: Steps,
+    discount: I.Intervals,
+) -> DeviceIdle:
     """Per cause and step: the gaps of that cause less the emulator overhead inside them."""
     per_step = [dict.fromkeys(ALL_CAUSES, 0) for _ in range(len(steps))]
     by_cause = dict.fromkeys(ALL_CAUSES, 0)
@@ -233,28 +260,45 @@ def _device_idle(device: int, label: str, window: I.Intervals, busy: I.Intervals
             per_step[i][name] = int(ns)
     inside = I.intersect(gap, window)
     discounted = I.intersect(inside, discount)
-    return DeviceIdle(device=device, label=label, window_ns=window.total, busy_ns=busy.total,
-                      idle_ns=inside.total - discounted.total, by_cause_ns=by_cause,
-                      per_step_by_cause_ns=tuple(per_step), gaps=int(len(gap)),
-                      emulator_overhead_ns=discounted.total,
-                      per_step_emulator_overhead_ns=tuple(int(x) for x in I.overlap_per_window(
-                          discounted, steps.start_ns, steps.end_ns).tolist()))
+    return DeviceIdle(
+        device=device,
+        label=label,
+        window_ns=window.total,
+        busy_ns=busy.total,
+        idle_ns=inside.total - discounted.total,
+        by_cause_ns=by_cause,
+        per_step_by_cause_ns=tuple(per_step),
+        gaps=int(len(gap)),
+        emulator_overhead_ns=discounted.total,
+        per_step_emulator_overhead_ns=tuple(
+            int(x) for x in I.overlap_per_window(discounted, steps.start_ns, steps.end_ns).tolist()
+        ),
+    )
 
 
-def _longest(ctx: AnalysisContext, gaps: tuple[np.ndarray, ...], top: int,
-             overhead: I.Intervals) -> tuple[Gap, ...]:
+def _longest(
+    ctx: AnalysisContext, gaps: tuple[np.ndarray, ...], top: int, overhead: I.Intervals
+) -> tuple[Gap, ...]:
     device, gs, ge, cause, idle_ns = gaps
     steps = ctx.steps
     pick = np.argsort(-idle_ns, kind="stable")[:top]
     out = []
     for i in pick.tolist():
         step = int(np.searchsorted(steps.start_ns, gs[i], side="right") - 1)
-        out.append(Gap(device=int(device[i]), start_ns=int(gs[i]), end_ns=int(ge[i]),
-                       cause=ALL_CAUSES[int(cause[i])], step=max(step, 0),
-                       host_activity=host_activity(ctx, int(gs[i]), int(ge[i])),
-                       idle_ns=int(idle_ns[i]),
-                       emulator_overhead_ns=int(I.overlap_per_window(
-                           overhead, gs[i:i + 1], ge[i:i + 1])[0])))
+        out.append(
+            Gap(
+                device=int(device[i]),
+                start_ns=int(gs[i]),
+                end_ns=int(ge[i]),
+                cause=ALL_CAUSES[int(cause[i])],
+                step=max(step, 0),
+                host_activity=host_activity(ctx, int(gs[i]), int(ge[i])),
+                idle_ns=int(idle_ns[i]),
+                emulator_overhead_ns=int(
+                    I.overlap_per_window(overhead, gs[i : i + 1], ge[i : i + 1])[0]
+                ),
+            )
+        )
     return tuple(out)
 
 

@@ -26,11 +26,16 @@ from neuron_profiler.analysis.report import Report
 from neuron_profiler.errors import NeuronProfilerError
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt,
-    "==": operator.eq}
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "==": operator.eq,
+}
 _RULE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|>|<)\s*(-?[0-9]+(?:\.[0-9]*)?)\s*$")
 METRIC_NAMES = ("step_ms", "idle_pct", "idle_ms_per_step", "fallback_ms_per_step") + tuple(
-    f"{c}_ms_per_step" for c in ALL_CAUSES)
+    f"{c}_ms_per_step" for c in ALL_CAUSES
+)
 
 
 def metrics(report: Report) -> dict[str, float]:
@@ -38,12 +43,14 @@ def metrics(report: Report) -> dict[str, float]:
     wall = report.steps.wall_ns
     out = {"step_ms": float(wall.mean()) / 1e6 if len(wall) else 0.0}
     devices = report.idle.devices
-    out["idle_pct"] = max((100 * d.idle_ns / d.window_ns for d in devices if d.window_ns),
-                          default=0.0)
+    out["idle_pct"] = max(
+        (100 * d.idle_ns / d.window_ns for d in devices if d.window_ns), default=0.0
+    )
     out["idle_ms_per_step"] = max((d.idle_ns / 1e6 / steps for d in devices), default=0.0)
     for cause in ALL_CAUSES:
         out[f"{cause}_ms_per_step"] = max(
-            (d.by_cause_ns[cause] / 1e6 / steps for d in devices), default=0.0)
+            (d.by_cause_ns[cause] / 1e6 / steps for d in devices), default=0.0
+        )
     out["fallback_ms_per_step"] = out["cpu_fallback_ms_per_step"]
     return out
 
@@ -64,13 +71,15 @@ class Rule:
 def parse_rule(text: str) -> Rule:
     m = _RULE.match(text)
     if not m:
-        raise NeuronProfilerError(f"--fail-on {text!r}: expected METRIC OP NUMBER "
-                                  "(e.g. idle_pct>30)", exit_code=2)
+        raise NeuronProfilerError(
+            f"--fail-on {text!r}: expected METRIC OP NUMBER (e.g. idle_pct>30)", exit_code=2
+        )
     if m.group(1) not in METRIC_NAMES:
-        raise NeuronProfilerError(f"--fail-on {text!r}: unknown metric {m.group(1)!r} (known: "
-                                  f"{', '.join(METRIC_NAMES)})", exit_code=2)
-    return Rule(text=text.strip(), metric=m.group(1), op=m.group(2),
-                threshold=float(m.group(3)))
+        raise NeuronProfilerError(
+            f"--fail-on {text!r}: unknown metric {m.group(1)!r} (known: {', '.join(METRIC_NAMES)})",
+            exit_code=2,
+        )
+    return Rule(text=text.strip(), metric=m.group(1), op=m.group(2), threshold=float(m.group(3)))
 
 
 def worst(values: list[dict[str, float]], rule: Rule) -> float:

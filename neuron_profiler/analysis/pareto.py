@@ -31,5 +31,6 @@ def fallback_pareto(groups: tuple[FallbackGroup, ...]) -> FallbackPareto:
     ns = np.array([g.recoverable_ns for g in ordered], np.int64)
     total = int(ns.sum())
     cumulative = 100.0 * np.cumsum(ns) / total if total else np.zeros(len(ns))
-    return FallbackPareto(groups=ordered, recoverable_ns=ns, cumulative_pct=cumulative,
-                          total_ns=total)
+    return FallbackPareto(
+        groups=ordered, recoverable_ns=ns, cumulative_pct=cumulative, total_ns=total
+    )

@@ -28,8 +28,11 @@ _HALF_PRECISION = ("bfloat16", "float16")
 def peak_properties(trace: Trace) -> Mapping[str, Any] | None:
     """The ``deviceProperties`` of the first device that gives peak figures."""
     for p in trace.metadata.get("deviceProperties") or ():
-        if isinstance(p, dict) and p.get(V.PROP_PEAKS_KNOWN, True) is not False \
-                and _number(p.get(V.PROP_HBM_GBPS)):
+        if (
+            isinstance(p, dict)
+            and p.get(V.PROP_PEAKS_KNOWN, True) is not False
+            and _number(p.get(V.PROP_HBM_GBPS))
+        ):
             return p
     return None
 
@@ -46,8 +49,9 @@ def peak_tflops(props: Mapping[str, Any], dtype: object, engine: object) -> floa
     return _number(props.get(V.PROP_PEAK_FP32_TFLOPS))
 
 
-def native_time(flops: float, nbytes: float, dtype: object, engine: object,
-                props: Mapping[str, Any] | None) -> float:
+def native_time(
+    flops: float, nbytes: float, dtype: object, engine: object, props: Mapping[str, Any] | None
+) -> float:
     """Roofline ns of one call on the device; NaN when an input or a peak is unknown."""
     peak = None if props is None else peak_tflops(props, dtype, engine)
     hbm = hbm_gbps(props)
@@ -65,9 +69,9 @@ def bandwidth_gbps(props: Mapping[str, Any] | None, direction: object) -> float 
     h2d / d2h) the host link, a device-to-device copy the core's DMA engines, other work HBM."""
     if props is None:
         return None
-    key = {"h2d": V.PROP_HOST_LINK_GBPS, "d2h": V.PROP_HOST_LINK_GBPS,
-           "d2d": V.PROP_DMA_GBPS}.get(direction if isinstance(direction, str) else "",
-                                       V.PROP_HBM_GBPS)
+    key = {"h2d": V.PROP_HOST_LINK_GBPS, "d2h": V.PROP_HOST_LINK_GBPS, "d2d": V.PROP_DMA_GBPS}.get(
+        direction if isinstance(direction, str) else "", V.PROP_HBM_GBPS
+    )
     return _number(props.get(key))
 
 

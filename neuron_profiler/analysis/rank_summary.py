@@ -68,12 +68,16 @@ def rank_summary(ctx: AnalysisContext) -> RankSummary:
     trace, work, steps, b = ctx.trace, ctx.work, ctx.steps, ctx.result(step_breakdown)
     rank, world = distributed_info(trace)
     return RankSummary(
-        source=trace.source, rank=rank, world_size=world,
-        window_start_ns=int(steps.start_ns.min()), window_end_ns=int(steps.end_ns.max()),
+        source=trace.source,
+        rank=rank,
+        world_size=world,
+        window_start_ns=int(steps.start_ns.min()),
+        window_end_ns=int(steps.end_ns.max()),
         step_wall_ns=tuple(steps.wall_ns.tolist()),
         compute_ns=int(sum(d.compute_ns.sum() for d in b.devices)),
         collective_ns=int(sum(d.collective_ns.sum() for d in b.devices)),
-        **_calls(trace, work, steps))
+        **_calls(trace, work, steps),
+    )
 
 
 def distributed_info(trace: Trace) -> tuple[int | None, int | None]:
@@ -96,8 +100,13 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
     keys = (V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS, V.ARG_COLLECTIVE_WAIT)
     args = arg_values(trace, rows, keys)
     names = [trace.strings[i] for i in trace.col(S.NAME_ID)[rows].tolist()]
-    is_wait = np.array([n.startswith(V.COLLECTIVE_WAIT_PREFIX) or w is True
-                        for n, w in zip(names, args[V.ARG_COLLECTIVE_WAIT], strict=True)], bool)
+    is_wait = np.array(
+        [
+            n.startswith(V.COLLECTIVE_WAIT_PREFIX) or w is True
+            for n, w in zip(names, args[V.ARG_COLLECTIVE_WAIT], strict=True)
+        ],
+        bool,
+    )
     stream = trace.col(S.STREAM)[rows]
     device, start, end = work.device[on], work.start[on], work.end[on]
     coll = np.flatnonzero(~is_wait)
@@ -120,30 +129,48 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
     group_ranks, coll_names = args[V.ARG_GROUP_RANKS], args[V.ARG_COLLECTIVE]
     stream_of, device_of, end_of = stream.tolist(), device.tolist(), end.tolist()
     calls = []
-    for i, arrival, wait, before in zip(coll.tolist(), first_wait.tolist(), wait_of.tolist(),
-                                         compute.tolist(), strict=True):
+    for i, arrival, wait, before in zip(
+        coll.tolist(), first_wait.tolist(), wait_of.tolist(), compute.tolist(), strict=True
+    ):
         group = _group_label(group_ranks[i], stream_of[i], device_of[i], several)
         name = coll_names[i]
-        calls.append(CollectiveCall(
-            group=group, name=str(name) if name is not None else names[i],
-            arrival_ns=arrival, end_ns=end_of[i], wait_ns=wait, compute_before_ns=before))
+        calls.append(
+            CollectiveCall(
+                group=group,
+                name=str(name) if name is not None else names[i],
+                arrival_ns=arrival,
+                end_ns=end_of[i],
+                wait_ns=wait,
+                compute_before_ns=before,
+            )
+        )
     orphan = waits[~owned]
-    return {"recorded_waits": bool(len(waits)), "calls": tuple(calls),
-            "orphan_waits": len(orphan), "orphan_wait_ns": int((end - start)[orphan].sum())}
+    return {
+        "recorded_waits": bool(len(waits)),
+        "calls": tuple(calls),
+        "orphan_waits": len(orphan),
+        "orphan_wait_ns": int((end - start)[orphan].sum()),
+    }
 
 
 def _group_label(ranks: object, stream: int, device: int, several: bool) -> str:
     """A collective's process group: its ranks, else its stream, else its device (and the
     device too when several devices' calls are matched apart)."""
-    group = (f"ranks {','.join(str(r) for r in ranks)}" if isinstance(ranks, list) and ranks
-             else f"stream {stream}" if stream >= 0 else f"device {device}")
+    group = (
+        f"ranks {','.join(str(r) for r in ranks)}"
+        if isinstance(ranks, list) and ranks
+        else f"stream {stream}"
+        if stream >= 0
+        else f"device {device}"
+    )
     if several and not group.startswith("device"):
         group += f" on device {device}"
     return group
 
 
-def _compute_before(work: DeviceWork, device: np.ndarray, arrival: np.ndarray,
-                    end: np.ndarray, steps: Steps) -> np.ndarray:
+def _compute_before(
+    work: DeviceWork, device: np.ndarray, arrival: np.ndarray, end: np.ndarray, steps: Steps
+) -> np.ndarray:
     """Device compute time from the previous collective's end on the device (or the start of
     the step holding the arrival, whichever is later) to each arrival."""
     out = np.zeros(len(arrival), np.int64)

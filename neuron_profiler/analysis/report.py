@@ -33,11 +33,15 @@ __all__ = ["Options", "Report", "analyze", "summaries_of"]
 THREADED_ROWS = 200_000  # traces this large get the compatibility breakdowns in a second thread
 NOTE_NO_STEPS = "no ProfilerStep annotation: the whole trace is analysed as one step"
 NOTE_HOST_ONLY = "no device events: host-only report (no device idle time or breakdown)"
-NOTE_MODELLED = ("emulated device: device timings are modelled by the emulator, not measured "
-                 f"({V.META_MODELLED})")
-NOTE_EMULATOR_OVERHEAD = ("emulator overhead: {ms:.3f} ms of device time not busy was the "
-                          "emulator's own host work (absent on real hardware); discounted from "
-                          "idle time and from every cause")
+NOTE_MODELLED = (
+    "emulated device: device timings are modelled by the emulator, not measured "
+    f"({V.META_MODELLED})"
+)
+NOTE_EMULATOR_OVERHEAD = (
+    "emulator overhead: {ms:.3f} ms of device time not busy was the "
+    "emulator's own host work (absent on real hardware); discounted from "
+    "idle time and from every cause"
+)
 
 
 @dataclass(frozen=True)
@@ -88,8 +92,9 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
     from concurrent.futures import ThreadPoolExecutor  # (not at startup: small traces)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat") as pool:
-        return _analyze(AnalysisContext(trace, options),
-                        pool.submit(_compatibility, trace, options).result)
+        return _analyze(
+            AnalysisContext(trace, options), pool.submit(_compatibility, trace, options).result
+        )
 
 
 def _analyze(ctx: AnalysisContext, compatibility: Callable[[], Compatibility]) -> Report:
@@ -98,28 +103,44 @@ def _analyze(ctx: AnalysisContext, compatibility: Callable[[], Compatibility]) -
     last."""
     trace, options, steps = ctx.trace, ctx.options, ctx.steps
     idle = ctx.result(idle_time)
-    notes = ((NOTE_NO_STEPS,) * (not steps.from_profiler_steps)
-             + (NOTE_HOST_ONLY,) * (len(ctx.work) == 0)
-             + (NOTE_MODELLED,) * (trace.metadata.get(V.META_MODELLED) is True))
+    notes = (
+        (NOTE_NO_STEPS,) * (not steps.from_profiler_steps)
+        + (NOTE_HOST_ONLY,) * (len(ctx.work) == 0)
+        + (NOTE_MODELLED,) * (trace.metadata.get(V.META_MODELLED) is True)
+    )
     if idle.emulator_overhead_ns:
         notes += (NOTE_EMULATOR_OVERHEAD.format(ms=idle.emulator_overhead_ns / 1e6),)
     found = ctx.result(findings)
-    timeline = (None if options.timeline_segments is None
-                else ctx.result(device_timeline))
+    timeline = None if options.timeline_segments is None else ctx.result(device_timeline)
     ranks = ctx.result(rank_summary)
     hta_temporal, hta_idle, tb = compatibility()
     return Report(
-        source=trace.source, rank=ranks.rank if ranks.rank is not None else 0,
-        base_ns=file_base_ns(trace.metadata), has_device=len(ctx.work) > 0, steps=steps,
-        breakdown=ctx.result(step_breakdown), idle=idle, findings=found,
-        summary=ctx.result(op_kernel_summary), fallback_pareto=fallback_pareto(found.fallbacks),
-        hta_temporal=hta_temporal, hta_idle=hta_idle, tb_breakdown=tb, options=options,
-        notes=notes, load_warnings=trace.load_warnings(), timeline=timeline,
-        rank_summary=ranks)
+        source=trace.source,
+        rank=ranks.rank if ranks.rank is not None else 0,
+        base_ns=file_base_ns(trace.metadata),
+        has_device=len(ctx.work) > 0,
+        steps=steps,
+        breakdown=ctx.result(step_breakdown),
+        idle=idle,
+        findings=found,
+        summary=ctx.result(op_kernel_summary),
+        fallback_pareto=fallback_pareto(found.fallbacks),
+        hta_temporal=hta_temporal,
+        hta_idle=hta_idle,
+        tb_breakdown=tb,
+        options=options,
+        notes=notes,
+        load_warnings=trace.load_warnings(),
+        timeline=timeline,
+        rank_summary=ranks,
+    )
 
 
 def summaries_of(reports: Iterable[Report]) -> list[RankSummary]:
     """The reports' rank summaries (for ``distributed``), under the reports' own source names
     (a caller may rename a report, e.g. to a path relative to a log directory)."""
-    return [dataclasses.replace(r.rank_summary, source=r.source) for r in reports
-            if r.rank_summary is not None]
+    return [
+        dataclasses.replace(r.rank_summary, source=r.source)
+        for r in reports
+        if r.rank_summary is not None
+    ]

@@ -34,17 +34,27 @@ from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
-HOST_KINDS = (S.EventKind.CPU_OP, S.EventKind.USER_ANNOTATION, S.EventKind.PYTHON,
-              S.EventKind.RUNTIME, S.EventKind.FALLBACK, S.EventKind.DATALOADER)
+HOST_KINDS = (
+    S.EventKind.CPU_OP,
+    S.EventKind.USER_ANNOTATION,
+    S.EventKind.PYTHON,
+    S.EventKind.RUNTIME,
+    S.EventKind.FALLBACK,
+    S.EventKind.DATALOADER,
+)
 STEP_NAME = re.compile(re.escape(V.PROFILER_STEP_PREFIX) + r"(\d+)$")
-_COLLECTIVE_NAME = re.compile(rf"^({re.escape(V.COLLECTIVE_ENGINE)}: |"
-                              rf"{re.escape(V.COLLECTIVE_WAIT_PREFIX)}|nccl|rccl)", re.IGNORECASE)
+_COLLECTIVE_NAME = re.compile(
+    rf"^({re.escape(V.COLLECTIVE_ENGINE)}: |"
+    rf"{re.escape(V.COLLECTIVE_WAIT_PREFIX)}|nccl|rccl)",
+    re.IGNORECASE,
+)
 _EMPTY = np.zeros(0, np.int64)
 
 
 def is_dataloader_name(name: str) -> bool:
-    return ((name.startswith(V.DATALOADER_PREFIX) and name.endswith(V.DATALOADER_SUFFIX))
-            or name.startswith(V.DATAPIPE_PREFIX))
+    return (
+        name.startswith(V.DATALOADER_PREFIX) and name.endswith(V.DATALOADER_SUFFIX)
+    ) or name.startswith(V.DATAPIPE_PREFIX)
 
 
 def is_sync_name(name: str) -> bool:
@@ -68,9 +78,18 @@ class NameClasses:
 
     @classmethod
     def of(cls, trace: Trace) -> NameClasses:
-        found: dict[str, list[int]] = {f: [] for f in (
-            "profiler_steps", "dataloader", "sync", "emulator_overhead", "profiler_overhead",
-            "collective_kernel", "collective_wait")}
+        found: dict[str, list[int]] = {
+            f: []
+            for f in (
+                "profiler_steps",
+                "dataloader",
+                "sync",
+                "emulator_overhead",
+                "profiler_overhead",
+                "collective_kernel",
+                "collective_wait",
+            )
+        }
         numbers: dict[int, int] = {}
         for i, s in enumerate(trace.strings):
             if s.startswith(V.PROFILER_STEP_PREFIX):
@@ -89,8 +108,9 @@ class NameClasses:
                 found["collective_kernel"].append(i)
             if s.startswith(V.COLLECTIVE_WAIT_PREFIX):
                 found["collective_wait"].append(i)
-        return cls(step_numbers=numbers,
-                   **{k: np.asarray(v, dtype=np.int64) for k, v in found.items()})
+        return cls(
+            step_numbers=numbers, **{k: np.asarray(v, dtype=np.int64) for k, v in found.items()}
+        )
 
 
 @dataclass(frozen=True)
@@ -108,12 +128,18 @@ class HostRows:
 
 
 def host_rows(trace: Trace, names: NameClasses) -> HostRows:
-    mask = (trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
-            & ~np.isin(trace.col(S.NAME_ID), names.profiler_steps))
+    mask = trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE) & ~np.isin(
+        trace.col(S.NAME_ID), names.profiler_steps
+    )
     rows = np.flatnonzero(mask)
     start = trace.col(S.TS_NS)[rows]
-    return HostRows(rows=rows, start=start, end=start + trace.col(S.DUR_NS)[rows],
-                    name_id=trace.col(S.NAME_ID)[rows], kind=trace.col(S.KIND)[rows])
+    return HostRows(
+        rows=rows,
+        start=start,
+        end=start + trace.col(S.DUR_NS)[rows],
+        name_id=trace.col(S.NAME_ID)[rows],
+        kind=trace.col(S.KIND)[rows],
+    )
 
 
 def covering(host: HostRows, start: int, end: int) -> np.ndarray:
@@ -139,8 +165,10 @@ def spans_of(trace: Trace, rows: np.ndarray) -> Spans:
 
 def sync_rows(trace: Trace, names: NameClasses) -> np.ndarray:
     """Host rows of host syncs (idle rule 3's spans, the sync groups' calls)."""
-    return np.flatnonzero(trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
-                          & np.isin(trace.col(S.NAME_ID), names.sync))
+    return np.flatnonzero(
+        trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE)
+        & np.isin(trace.col(S.NAME_ID), names.sync)
+    )
 
 
 def dataloader_rows(trace: Trace, names: NameClasses) -> np.ndarray:
@@ -148,23 +176,28 @@ def dataloader_rows(trace: Trace, names: NameClasses) -> np.ndarray:
     complete = trace.col(S.PH) == S.Phase.COMPLETE
     kind = trace.col(S.KIND)
     host = complete & np.isin(kind, np.array(HOST_KINDS, np.uint8))
-    return np.flatnonzero((host & np.isin(trace.col(S.NAME_ID), names.dataloader))
-                          | (complete & (kind == S.EventKind.DATALOADER)))
+    return np.flatnonzero(
+        (host & np.isin(trace.col(S.NAME_ID), names.dataloader))
+        | (complete & (kind == S.EventKind.DATALOADER))
+    )
 
 
 def emulator_overhead_rows(trace: Trace, names: NameClasses) -> np.ndarray:
-    return np.flatnonzero(trace.mask(ph=S.Phase.COMPLETE)
-                          & np.isin(trace.col(S.NAME_ID), names.emulator_overhead))
+    return np.flatnonzero(
+        trace.mask(ph=S.Phase.COMPLETE) & np.isin(trace.col(S.NAME_ID), names.emulator_overhead)
+    )
 
 
 def profiler_overhead_rows(trace: Trace, names: NameClasses) -> np.ndarray:
     """Kineto's own host work: its overhead names, or ``overhead``-category rows that are not
     the emulator's (the emulator writes its overhead in that category too)."""
     name_id = trace.col(S.NAME_ID)
-    overhead = (np.isin(name_id, names.profiler_overhead)
-                | (trace.col(S.CAT_ID) == trace.string_id(V.CAT_OVERHEAD)))
-    return np.flatnonzero(trace.mask(ph=S.Phase.COMPLETE) & overhead
-                          & ~np.isin(name_id, names.emulator_overhead))
+    overhead = np.isin(name_id, names.profiler_overhead) | (
+        trace.col(S.CAT_ID) == trace.string_id(V.CAT_OVERHEAD)
+    )
+    return np.flatnonzero(
+        trace.mask(ph=S.Phase.COMPLETE) & overhead & ~np.isin(name_id, names.emulator_overhead)
+    )
 
 
 def fallback_rows(trace: Trace) -> np.ndarray:

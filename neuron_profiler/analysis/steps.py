@@ -29,9 +29,9 @@ STEP_KINDS = (S.EventKind.USER_ANNOTATION, S.EventKind.CPU_OP)
 @dataclass(frozen=True)
 class Steps:
     """Args:
-        names: step numbers as text ("5"), as torch and tb-profiler label them.
-        start_ns / end_ns: absolute ns per step, sorted by start.
-        from_profiler_steps: False when the trace has no ProfilerStep (then one step "0").
+    names: step numbers as text ("5"), as torch and tb-profiler label them.
+    start_ns / end_ns: absolute ns per step, sorted by start.
+    from_profiler_steps: False when the trace has no ProfilerStep (then one step "0").
     """
 
     names: tuple[str, ...]
@@ -59,8 +59,9 @@ def step_rows(trace: Trace, names: NameClasses) -> tuple[np.ndarray, np.ndarray]
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     name_id = trace.col(S.NAME_ID)
     keys = np.fromiter(ids, np.int64, len(ids))
-    rows = np.flatnonzero(trace.mask(kind=list(STEP_KINDS), ph=S.Phase.COMPLETE)
-                          & np.isin(name_id, keys))
+    rows = np.flatnonzero(
+        trace.mask(kind=list(STEP_KINDS), ph=S.Phase.COMPLETE) & np.isin(name_id, keys)
+    )
     order = np.argsort(keys)
     values = np.fromiter(ids.values(), np.int64, len(ids))[order]
     return rows, values[np.searchsorted(keys[order], name_id[rows])]
@@ -81,8 +82,12 @@ def find_steps(trace: Trace, work: DeviceWork, names: NameClasses) -> Steps:
     spill = work.end[(work.start >= start[-1]) & (work.start < end[-1])]
     if len(spill):
         end[-1] = max(end[-1], int(spill.max()))
-    return Steps(names=tuple(str(n) for n in uniq.tolist()), start_ns=start, end_ns=end,
-                 from_profiler_steps=True)
+    return Steps(
+        names=tuple(str(n) for n in uniq.tolist()),
+        start_ns=start,
+        end_ns=end,
+        from_profiler_steps=True,
+    )
 
 
 def _whole_trace(trace: Trace) -> Steps:
@@ -90,5 +95,6 @@ def _whole_trace(trace: Trace) -> Steps:
     ts = trace.col(S.TS_NS)[complete]
     end = ts + trace.col(S.DUR_NS)[complete]
     lo, hi = (int(ts.min()), int(end.max())) if len(ts) else (0, 0)
-    return Steps(names=("0",), start_ns=np.array([lo]), end_ns=np.array([hi]),
-                 from_profiler_steps=False)
+    return Steps(
+        names=("0",), start_ns=np.array([lo]), end_ns=np.array([hi]), from_profiler_steps=False
+    )

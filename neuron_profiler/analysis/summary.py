@@ -104,8 +104,9 @@ def _ops(ctx: AnalysisContext) -> tuple[OpRow, ...]:
     dev_self[parent[inner]] = dev_self[inner]  # the chain's head takes the innermost's launches
     dev_self[merged] = 0
     counted = (parent >= 0) & ~merged & ~dropped
-    child_dur = np.bincount(parent[counted], weights=dur[counted],
-                            minlength=len(rows)).astype(np.int64)
+    child_dur = np.bincount(parent[counted], weights=dur[counted], minlength=len(rows)).astype(
+        np.int64
+    )
     tree = np.where(merged | dropped, -1, parent)
     dev_total = subtree_sums(tree, dev_self)
     reported = np.flatnonzero(is_op & ~merged & _op_names(trace)[name_id])
@@ -115,21 +116,35 @@ def _ops(ctx: AnalysisContext) -> tuple[OpRow, ...]:
     dev_self, dev_total = dev_self[reported], dev_total[reported]
     name_id = name_id[reported]
     uniq, code = np.unique(name_id, return_inverse=True)
-    sums = {k: np.bincount(code, weights=v, minlength=len(uniq)).astype(np.int64)
-            for k, v in (("host", dur), ("self", dur - child_dur), ("dself", dev_self),
-                         ("dtotal", dev_total))}
+    sums = {
+        k: np.bincount(code, weights=v, minlength=len(uniq)).astype(np.int64)
+        for k, v in (
+            ("host", dur),
+            ("self", dur - child_dur),
+            ("dself", dev_self),
+            ("dtotal", dev_total),
+        )
+    }
     calls = np.bincount(code, minlength=len(uniq))
     ranked = np.lexsort((-sums["host"], -sums["dtotal"]))
     shapes = _shapes(trace, rows, code, ranked[:SHAPED_OPS])
-    return tuple(OpRow(name=trace.strings[int(uniq[k])], calls=int(calls[k]),
-                       host_total_ns=int(sums["host"][k]), host_self_ns=int(sums["self"][k]),
-                       device_self_ns=int(sums["dself"][k]),
-                       device_total_ns=int(sums["dtotal"][k]), input_shapes=shapes.get(k, ()))
-                 for k in ranked.tolist())
+    return tuple(
+        OpRow(
+            name=trace.strings[int(uniq[k])],
+            calls=int(calls[k]),
+            host_total_ns=int(sums["host"][k]),
+            host_self_ns=int(sums["self"][k]),
+            device_self_ns=int(sums["dself"][k]),
+            device_total_ns=int(sums["dtotal"][k]),
+            input_shapes=shapes.get(k, ()),
+        )
+        for k in ranked.tolist()
+    )
 
 
-def _merge_repeats(parent: np.ndarray, is_op: np.ndarray, name_id: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _merge_repeats(
+    parent: np.ndarray, is_op: np.ndarray, name_id: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Merge an op into its parent when it is the parent's only op child and has its name (an
     op re-dispatching to itself), as torch's ``EventList._remove_dup_nodes`` and
     torch-tb-profiler do: one call, whose children and runtime calls replace the parent's own.
@@ -156,8 +171,11 @@ def _op_names(trace: Trace) -> np.ndarray:
     """Per string id: False for the ranges 2021 Kineto recorded as ops that are annotations
     today (DataLoader ``__next__``, ``Optimizer.*``, ``nn.Module:``, DataParallel's forward):
     they stay tree nodes but are not operator rows, as in torch-tb-profiler."""
-    return np.fromiter((not n.startswith(V.ANNOTATION_OP_PREFIXES) for n in trace.strings),
-                       dtype=bool, count=len(trace.strings))
+    return np.fromiter(
+        (not n.startswith(V.ANNOTATION_OP_PREFIXES) for n in trace.strings),
+        dtype=bool,
+        count=len(trace.strings),
+    )
 
 
 def _device_self(trace: Trace, work: DeviceWork, op_ext: np.ndarray) -> np.ndarray:
@@ -174,10 +192,15 @@ def _device_self(trace: Trace, work: DeviceWork, op_ext: np.ndarray) -> np.ndarr
     return out
 
 
-def _shapes(trace: Trace, rows: np.ndarray, code: np.ndarray, top: np.ndarray
-            ) -> dict[int, tuple[str, ...]]:
-    pick = np.sort(np.concatenate([_spread(np.flatnonzero(code == k), SHAPE_SAMPLE_CALLS)
-                                   for k in top.tolist()] or [np.zeros(0, np.int64)]))
+def _shapes(
+    trace: Trace, rows: np.ndarray, code: np.ndarray, top: np.ndarray
+) -> dict[int, tuple[str, ...]]:
+    pick = np.sort(
+        np.concatenate(
+            [_spread(np.flatnonzero(code == k), SHAPE_SAMPLE_CALLS) for k in top.tolist()]
+            or [np.zeros(0, np.int64)]
+        )
+    )
     if len(pick) == 0:
         return {}
     a = arg_values(trace, rows[pick], SHAPE_KEYS)
@@ -224,13 +247,24 @@ def _kernels(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
         t = float(total[k])
         tflops = f_sum[k] / t / 1e3 if has_f[k] and f_sum[k] > 0 and t > 0 else None
         gbps = b_sum[k] / t if has_b[k] and b_sum[k] > 0 and t > 0 and tflops is None else None
-        pct = (100 * ideal_sum[k] / t
-               if (tflops is not None or gbps is not None) and has_ideal[k] else None)
-        out.append(KernelRow(name=trace.strings[int(uniq[k])], calls=int(calls[k]),
-                             total_ns=int(total[k]), mean_ns=int(total[k] // max(calls[k], 1)),
-                             min_ns=int(lo[k]), max_ns=int(hi[k]),
-                             achieved_tflops=_round(tflops, 4), achieved_gbps=_round(gbps, 4),
-                             pct_of_peak=_round(pct, 3)))
+        pct = (
+            100 * ideal_sum[k] / t
+            if (tflops is not None or gbps is not None) and has_ideal[k]
+            else None
+        )
+        out.append(
+            KernelRow(
+                name=trace.strings[int(uniq[k])],
+                calls=int(calls[k]),
+                total_ns=int(total[k]),
+                mean_ns=int(total[k] // max(calls[k], 1)),
+                min_ns=int(lo[k]),
+                max_ns=int(hi[k]),
+                achieved_tflops=_round(tflops, 4),
+                achieved_gbps=_round(gbps, 4),
+                pct_of_peak=_round(pct, 3),
+            )
+        )
     return tuple(out)
 
 
@@ -238,8 +272,11 @@ def _round(x: float | None, digits: int) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def _work_amounts(trace: Trace, work: DeviceWork, props: Mapping[str, Any] | None,
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _work_amounts(
+    trace: Trace,
+    work: DeviceWork,
+    props: Mapping[str, Any] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """flops and bytes args per device row, and its time at its peak (flops / the compute peak
     of its dtype and engine; a row without flops: bytes / its bandwidth; NaN where an arg or
     the peak is absent); only rows spelling them are decoded."""
@@ -248,11 +285,16 @@ def _work_amounts(trace: Trace, work: DeviceWork, props: Mapping[str, Any] | Non
     ideal = np.full(len(work), np.nan)
     args_rows = trace.col(S.ARGS_ROW)[work.rows]
     have = np.flatnonzero(args_rows >= 0)
-    spelled = have[args_spelling(trace.raw_args, args_rows[have], V.ARG_FLOPS)
-                   | args_spelling(trace.raw_args, args_rows[have], V.ARG_BYTES)]
+    spelled = have[
+        args_spelling(trace.raw_args, args_rows[have], V.ARG_FLOPS)
+        | args_spelling(trace.raw_args, args_rows[have], V.ARG_BYTES)
+    ]
     if len(spelled):
-        a = arg_values(trace, work.rows[spelled],
-                       (V.ARG_FLOPS, V.ARG_BYTES, V.ARG_DTYPE, V.ARG_ENGINE, V.ARG_DIRECTION))
+        a = arg_values(
+            trace,
+            work.rows[spelled],
+            (V.ARG_FLOPS, V.ARG_BYTES, V.ARG_DTYPE, V.ARG_ENGINE, V.ARG_DIRECTION),
+        )
         flops[spelled] = as_float(a[V.ARG_FLOPS])
         nbytes[spelled] = as_float(a[V.ARG_BYTES])
         if props is not None:  # one lookup per distinct (dtype, engine): a handful

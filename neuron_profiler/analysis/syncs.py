@@ -73,14 +73,24 @@ def sync_groups(ctx: AnalysisContext) -> tuple[SyncGroup, ...]:
         mine = np.flatnonzero(name_id == nid)
         got = np.isin(owner, mine)
         spans = I.Intervals(gap_start[got], gap_end[got])
-        first_gap = owner[got][np.argmax(gap_end[got] - gap_start[got])] if got.any() \
+        first_gap = (
+            owner[got][np.argmax(gap_end[got] - gap_start[got])]
+            if got.any()
             else mine[np.argmax(end[mine] - start[mine])]
+        )
         evidence.append(int(rows[first_gap]))
-        out.append(SyncGroup(
-            name=trace.strings[nid], calls=len(mine), host_ns=int((end - start)[mine].sum()),
-            idle_ns=int(gap_idle[got].sum()), spans_ns=I.longest(spans, EVIDENCE_RANGES),
-            d2h_count=int(d2h[0][mine].sum()), d2h_bytes=int(d2h[1][mine].sum()),
-            d2h_ns=int(d2h[2][mine].sum())))
+        out.append(
+            SyncGroup(
+                name=trace.strings[nid],
+                calls=len(mine),
+                host_ns=int((end - start)[mine].sum()),
+                idle_ns=int(gap_idle[got].sum()),
+                spans_ns=I.longest(spans, EVIDENCE_RANGES),
+                d2h_count=int(d2h[0][mine].sum()),
+                d2h_bytes=int(d2h[1][mine].sum()),
+                d2h_ns=int(d2h[2][mine].sum()),
+            )
+        )
     sites = call_sites(trace, evidence)
     out = [replace(g, call_site=s) for g, s in zip(out, sites, strict=True)]
     return tuple(sorted(out, key=lambda g: (-g.idle_ns, -g.host_ns, g.name)))
@@ -105,8 +115,9 @@ def _outermost(trace: Trace, rows: np.ndarray) -> np.ndarray:
     return out[np.argsort(c[S.TS_NS][out], kind="stable")]
 
 
-def _gap_owners(idle: IdleTime, start: np.ndarray, end: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _gap_owners(
+    idle: IdleTime, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The worst device's whole host_sync gaps (start, end: where the sync was; their counted
     idle, inside the steps and less emulator overhead) and, per gap, the sync (index into
     start/end) whose span holds its start (the earliest such; -1: none)."""
@@ -124,8 +135,9 @@ def _gap_owners(idle: IdleTime, start: np.ndarray, end: np.ndarray
     return gap_start, gap_end, gap_idle, owner
 
 
-def _d2h_per_call(ctx: AnalysisContext, rows: np.ndarray, skip: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _d2h_per_call(
+    ctx: AnalysisContext, rows: np.ndarray, skip: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(count, bytes, ns) of the D2H copies each call waited for (see the module docstring),
     the copies in ``skip`` (a mask over the device work) left out."""
     out = tuple(np.zeros(len(rows), np.int64) for _ in range(3))
@@ -151,8 +163,7 @@ def _d2h_per_call(ctx: AnalysisContext, rows: np.ndarray, skip: np.ndarray
             continue  # no D2H copy since the previous sync: no issuer to look up
         issuer = row if c[S.KIND][row] == S.EventKind.CPU_OP else threads.parent(trace, row)
         lo = max(int(c[S.TS_NS][issuer if issuer >= 0 else row]), lo)
-        at = idx[int(np.searchsorted(launch, lo, side="left")):end]
+        at = idx[int(np.searchsorted(launch, lo, side="left")) : end]
         out[0][i], out[1][i] = len(at), int(copies.nbytes[at].sum())
         out[2][i] = int((work.end[at] - work.start[at]).sum())
     return out
-

@@ -110,18 +110,38 @@ def device_timeline(ctx: AnalysisContext) -> DeviceTimeline:
     cut = np.searchsorted(group, np.arange(len(keys) + 1))
     queues = []
     for k, (device, queue) in enumerate(keys.tolist()):
-        busy = I.Intervals(start[cut[k]:cut[k + 1]], end[cut[k]:cut[k + 1]])
-        queues.append(QueueSeries(device, work.labels[device], queue,
-                                  trace.thread_names.get((device, queue))
-                                  or trace.tid_labels.get(queue, ""), busy.total,
-                                  downsample(busy, start_ns, end_ns, max_segments)))
+        busy = I.Intervals(start[cut[k] : cut[k + 1]], end[cut[k] : cut[k + 1]])
+        queues.append(
+            QueueSeries(
+                device,
+                work.labels[device],
+                queue,
+                trace.thread_names.get((device, queue)) or trace.tid_labels.get(queue, ""),
+                busy.total,
+                downsample(busy, start_ns, end_ns, max_segments),
+            )
+        )
     series = []
     for d in idle.devices:
         for cause in ALL_CAUSES:
             whole = len(idle.gap_index(cause, d.device))
             if whole:
                 gaps = idle.gaps_of(cause, d.device)
-                series.append(IdleSeries(d.device, d.label, cause, gaps.total,
-                                         downsample(gaps, start_ns, end_ns, max_segments), whole))
-    return DeviceTimeline(start_ns, end_ns, max_segments, (end_ns - start_ns) / max_segments,
-                          tuple(queues), tuple(series))
+                series.append(
+                    IdleSeries(
+                        d.device,
+                        d.label,
+                        cause,
+                        gaps.total,
+                        downsample(gaps, start_ns, end_ns, max_segments),
+                        whole,
+                    )
+                )
+    return DeviceTimeline(
+        start_ns,
+        end_ns,
+        max_segments,
+        (end_ns - start_ns) / max_segments,
+        tuple(queues),
+        tuple(series),
+    )

@@ -29,27 +29,68 @@ HTML_TIMELINE_SEGMENTS = 2000  # per idle series (device and cause) in --html's 
 
 @click.command()
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the report as JSON (schema: neuron_profiler/reports/report.schema.json).")
-@click.option("--top", default=10, show_default=True, type=click.IntRange(min=1),
-              help="Longest gaps and steps listed.")
-@click.option("--min-gap", "min_gap_us", default=50.0, show_default=True,
-              type=click.FloatRange(min=0), help="Shortest idle gap given a cause, in µs.")
-@click.option("--fail-on", "fail_on", multiple=True, metavar="RULE",
-              help="METRIC OP NUMBER, e.g. idle_pct>30 (repeatable; metrics: see "
-                   "neuron_profiler/analysis/metrics.py). Exit 1 when breached.")
-@click.option("--html", "html", type=click.Path(path_type=Path), default=None, metavar="FILE",
-              help="Also write the report as one self-contained HTML page (charts; works "
-                   "offline), every trace in it.")
-@click.option("--jobs", "-j", default=None, type=click.IntRange(min=1),
-              help="Processes analysing files at once (default: one per CPU, at most one per "
-                   "file).")
-@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
-              help="Analyse the files on this Dask cluster instead (needs the [dask] extra; "
-                   "the workers must see the files at the same paths).")
-def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float,
-            fail_on: tuple[str, ...], html: Path | None, jobs: int | None, scheduler: str | None,
-            ) -> None:
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the report as JSON (schema: neuron_profiler/reports/report.schema.json).",
+)
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Longest gaps and steps listed.",
+)
+@click.option(
+    "--min-gap",
+    "min_gap_us",
+    default=50.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Shortest idle gap given a cause, in µs.",
+)
+@click.option(
+    "--fail-on",
+    "fail_on",
+    multiple=True,
+    metavar="RULE",
+    help="METRIC OP NUMBER, e.g. idle_pct>30 (repeatable; metrics: see "
+    "neuron_profiler/analysis/metrics.py). Exit 1 when breached.",
+)
+@click.option(
+    "--html",
+    "html",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Also write the report as one self-contained HTML page (charts; works "
+    "offline), every trace in it.",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Processes analysing files at once (default: one per CPU, at most one per file).",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="tcp://HOST:PORT",
+    help="Analyse the files on this Dask cluster instead (needs the [dask] extra; "
+    "the workers must see the files at the same paths).",
+)
+def analyze(
+    inputs: tuple[Path, ...],
+    as_json: bool,
+    top: int,
+    min_gap_us: float,
+    fail_on: tuple[str, ...],
+    html: Path | None,
+    jobs: int | None,
+    scheduler: str | None,
+) -> None:
     """Rank what to fix first in each TRACE (or every trace under DIR); compare the ranks of a
     distributed run."""
     from neuron_profiler.analysis import Options
@@ -64,8 +105,11 @@ def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float
         from neuron_profiler.output import check_output
 
         check_output(html, inputs)  # before loading: an input is never overwritten
-    options = Options(min_gap_ns=round(min_gap_us * 1e3), top=top,
-                      timeline_segments=None if html is None else HTML_TIMELINE_SEGMENTS)
+    options = Options(
+        min_gap_ns=round(min_gap_us * 1e3),
+        top=top,
+        timeline_segments=None if html is None else HTML_TIMELINE_SEGMENTS,
+    )
     files, errors = _expand(inputs)
     reports = []
     for result in analyze_files(files, options, jobs=jobs, scheduler=scheduler):
@@ -85,16 +129,21 @@ def analyze(inputs: tuple[Path, ...], as_json: bool, top: int, min_gap_us: float
 
         write_html(reports, html, errors)  # atomic; OutputError
         n = len(reports)
-        click.echo(f"neuron-prof: wrote the HTML report ({n} trace{'s' * (n != 1)}) to {html}",
-                   err=True)
+        click.echo(
+            f"neuron-prof: wrote the HTML report ({n} trace{'s' * (n != 1)}) to {html}", err=True
+        )
     for path, problem in errors:
         click.echo(f"neuron-prof: error: {path}: {problem}", err=True)
     for b in breaches:
-        click.echo(f"neuron-prof: fail-on: {b['rule']} breached ({b['metric']} = "
-                   f"{b['value']:.3f})", err=True)
+        click.echo(
+            f"neuron-prof: fail-on: {b['rule']} breached ({b['metric']} = {b['value']:.3f})",
+            err=True,
+        )
     if errors:
-        raise NeuronProfilerError(f"{len(errors)} of {len(errors) + len(reports)} inputs could "
-                                  "not be analysed", exit_code=2)
+        raise NeuronProfilerError(
+            f"{len(errors)} of {len(errors) + len(reports)} inputs could not be analysed",
+            exit_code=2,
+        )
     if breaches:
         raise NeuronProfilerError(f"{len(breaches)} --fail-on rule(s) breached", exit_code=1)
 
@@ -105,8 +154,9 @@ def _expand(inputs: tuple[Path, ...]) -> tuple[list[tuple[Path, bool]], list[tup
     errors: list[tuple[str, str]] = []
     for p in inputs:
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(
-                TRACE_SUFFIXES))
+            found = sorted(
+                f for f in p.rglob("*") if f.is_file() and f.name.endswith(TRACE_SUFFIXES)
+            )
             if not found:
                 errors.append((str(p), "no *.json or *.json.gz file in this directory"))
             files += [(f, False) for f in found]

@@ -15,29 +15,63 @@ PERFETTO_NAME = "trace.pftrace"
 
 
 @click.command()
-@click.option("-o", "--out-dir", type=click.Path(path_type=Path), default=Path("runs/demo"),
-              show_default=True, help="Directory the trace is written to.")
-@click.option("--steps", type=click.IntRange(1, 50), default=3, show_default=True,
-              help="Profiled (active) training steps.")
-@click.option("--cores", type=click.IntRange(1, 8), default=1, show_default=True,
-              help="Emulated NeuronCores; with more than one, a model replica per core "
-                   "(data-parallel, gradients averaged over the cores).")
+@click.option(
+    "-o",
+    "--out-dir",
+    type=click.Path(path_type=Path),
+    default=Path("runs/demo"),
+    show_default=True,
+    help="Directory the trace is written to.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(1, 50),
+    default=3,
+    show_default=True,
+    help="Profiled (active) training steps.",
+)
+@click.option(
+    "--cores",
+    type=click.IntRange(1, 8),
+    default=1,
+    show_default=True,
+    help="Emulated NeuronCores; with more than one, a model replica per core "
+    "(data-parallel, gradients averaged over the cores).",
+)
 @click.option("--chip", type=click.Choice(["trn2", "trn3"]), default="trn2", show_default=True)
-@click.option("--speed-factor", type=click.FloatRange(min=0.001), default=1.0,
-              show_default=True, help="Divide modelled device durations by this factor.")
-@click.option("--numerics/--timing", default=False, show_default=True,
-              help="Compute results on the host (numerics mode, small model) or not (timing "
-                   "mode, a device-bound model: the Trainium-like profile).")
-def demo(out_dir: Path, steps: int, cores: int, chip: str, speed_factor: float,
-         numerics: bool) -> None:
+@click.option(
+    "--speed-factor",
+    type=click.FloatRange(min=0.001),
+    default=1.0,
+    show_default=True,
+    help="Divide modelled device durations by this factor.",
+)
+@click.option(
+    "--numerics/--timing",
+    default=False,
+    show_default=True,
+    help="Compute results on the host (numerics mode, small model) or not (timing "
+    "mode, a device-bound model: the Trainium-like profile).",
+)
+def demo(
+    out_dir: Path, steps: int, cores: int, chip: str, speed_factor: float, numerics: bool
+) -> None:
     """Train a small transformer on the emulated Neuron device under torch.profiler, with one
     CPU-fallback op and a deliberately slow DataLoader; write the trace, summarise it and end
     with the analyzer's report on it. Exits with one error line when the NEURON collector is
     unavailable."""
     from neuron_profiler.collectors.demo import DemoConfig, run_demo
 
-    result = run_demo(DemoConfig(out_dir=out_dir, steps=steps, cores=cores, chip=chip,
-                                 speed_factor=speed_factor, numerics=numerics))
+    result = run_demo(
+        DemoConfig(
+            out_dir=out_dir,
+            steps=steps,
+            cores=cores,
+            chip=chip,
+            speed_factor=speed_factor,
+            numerics=numerics,
+        )
+    )
     for line in result.summary_lines():
         click.echo(line)
     if not result.trace_path.is_file():
@@ -57,9 +91,10 @@ def open_commands(trace: Path) -> list[str]:
     t = shlex.quote(str(trace))
     html = shlex.quote(str(trace.parent / HTML_NAME))
     pftrace = shlex.quote(str(trace.parent / PERFETTO_NAME))
-    return ["open it:",
-            f"  neuron-prof analyze {t} --html {html}",
-            "      # the report below as one offline HTML page, with charts",
-            f"  neuron-prof export {t} -o {pftrace}",
-            "      # then open it in https://ui.perfetto.dev (the .json opens in chrome://tracing "
-            "too)"]
+    return [
+        "open it:",
+        f"  neuron-prof analyze {t} --html {html}",
+        "      # the report below as one offline HTML page, with charts",
+        f"  neuron-prof export {t} -o {pftrace}",
+        "      # then open it in https://ui.perfetto.dev (the .json opens in chrome://tracing too)",
+    ]

@@ -16,10 +16,20 @@ PROGRESS_MIN_EVENTS = 500_000  # smaller traces export in about a second: no bar
 
 @click.command()
 @click.argument("trace_path", type=click.Path(path_type=Path))
-@click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path),
-              help="Output file: .json or .json.gz (Chrome trace) or .pftrace (Perfetto).")
-@click.option("--no-args", "no_args", is_flag=True,
-              help=".pftrace only: leave event args out (smaller file, faster export).")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Output file: .json or .json.gz (Chrome trace) or .pftrace (Perfetto).",
+)
+@click.option(
+    "--no-args",
+    "no_args",
+    is_flag=True,
+    help=".pftrace only: leave event args out (smaller file, faster export).",
+)
 def export(trace_path: Path, output: Path, no_args: bool) -> None:
     """Load TRACE (any torch.profiler trace) and write it to OUTPUT."""
     writer_for(output)  # an unknown suffix: exit 2 before any work

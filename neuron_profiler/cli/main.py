@@ -56,13 +56,23 @@ def warn(message: str) -> None:
     click.echo(f"neuron-prof: warning: {' '.join(str(message).split())}", err=True)
 
 
-def _showwarning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                 file: Any = None, line: str | None = None) -> None:
+def _showwarning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
     warn(str(message))
 
 
-def load_reported(load: Callable[[], T], trace_of: Callable[[T], Trace] | None = None, *,
-                  say: Callable[[str], None] | None = None) -> T:
+def load_reported(
+    load: Callable[[], T],
+    trace_of: Callable[[T], Trace] | None = None,
+    *,
+    say: Callable[[str], None] | None = None,
+) -> T:
     """Run ``load`` and report what the loaded trace lost or had changed, so nothing is dropped
     silently: its Python warnings as single lines, then a truncated or damaged file (only if the
     loader did not already warn about it), mistyped events skipped, and each count of
@@ -82,10 +92,13 @@ def load_reported(load: Callable[[], T], trace_of: Callable[[T], Trace] | None =
     trace = trace_of(result) if trace_of else cast("Trace", result)
     report = trace.load_report
     if (trace.truncated or report.damage) and not any(
-            issubclass(w.category, TruncatedTraceWarning) for w in caught):
+        issubclass(w.category, TruncatedTraceWarning) for w in caught
+    ):
         what = report.damage or "file is truncated"
-        say(f"{trace.source}: {what}; only complete events before the "
-             f"{'damage' if report.damage else 'cut'} were kept")
+        say(
+            f"{trace.source}: {what}; only complete events before the "
+            f"{'damage' if report.damage else 'cut'} were kept"
+        )
     if trace.skipped_events:
         n = trace.skipped_events
         say(f"{trace.source}: {n} event{'s' * (n != 1)} skipped (mistyped fields)")

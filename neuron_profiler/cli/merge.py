@@ -18,8 +18,14 @@ from neuron_profiler.output import check_output
 @click.command()
 @click.argument("host_trace", type=click.Path(path_type=Path))
 @click.argument("device_events", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path),
-              help="Output file: .json or .json.gz (Chrome trace), .pftrace (Perfetto).")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Output file: .json or .json.gz (Chrome trace), .pftrace (Perfetto).",
+)
 def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> None:
     """Place DEVICE_EVENTS on HOST_TRACE's timeline and write the merged trace to OUTPUT."""
     from neuron_profiler.cli.main import load_reported, warn
@@ -30,20 +36,29 @@ def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> No
     result = load_reported(lambda: merge_files(host_trace, list(device_events)), lambda r: r.trace)
     files = ", ".join(map(str, device_events))
     if result.malformed:
-        warn(f"{files}: {result.malformed} device events malformed (mistyped, missing or "
-             "out-of-range fields: skipped, or kept without the bad field)")
+        warn(
+            f"{files}: {result.malformed} device events malformed (mistyped, missing or "
+            "out-of-range fields: skipped, or kept without the bad field)"
+        )
     if result.truncated:
-        warn(f"{files}: cut off; kept every complete event before the cut "
-             f"({result.truncated} envelope(s))")
+        warn(
+            f"{files}: cut off; kept every complete event before the cut "
+            f"({result.truncated} envelope(s))"
+        )
     write_trace(result.trace, output)  # atomic
     kinds = ", ".join(f"{n} {k.lower()}" for k, n in result.by_kind.items()) or "none"
-    click.echo(f"merged {result.activities} device activities ({kinds}) from "
-               f"{len(device_events)} file(s) onto {host_trace}")
-    click.echo(f"linked to host ops: {result.linked}, unlinked: {result.unlinked}; "
-               f"{result.flows} flows")
+    click.echo(
+        f"merged {result.activities} device activities ({kinds}) from "
+        f"{len(device_events)} file(s) onto {host_trace}"
+    )
+    click.echo(
+        f"linked to host ops: {result.linked}, unlinked: {result.unlinked}; {result.flows} flows"
+    )
     for core, pid in sorted(result.relocated_cores.items()):
         click.echo(f"NeuronCore {core} placed at pid {pid} (the host trace uses pid {core})")
     dropped = sum(result.dropped.values()) if result.drops_known else "unknown (not reported)"
-    click.echo(f"unpaired {result.unpaired}, malformed {result.malformed}, dropped by the "
-               f"runtime {dropped}, outside the host trace's span {result.outside_host_window}")
+    click.echo(
+        f"unpaired {result.unpaired}, malformed {result.malformed}, dropped by the "
+        f"runtime {dropped}, outside the host trace's span {result.outside_host_window}"
+    )
     click.echo(f"wrote {len(result.trace)} events to {output}")

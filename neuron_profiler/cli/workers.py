@@ -52,13 +52,19 @@ def analyze_file(path: str, named: bool, options: Options) -> FileResult:
     try:
         report = analyze(trace, options)
     except Exception as err:  # noqa: BLE001 -- one file's failure must not stop the others
-        return FileResult(path, named, None, f"analysis failed: {type(err).__name__}: {err}",
-                          tuple(lines))
+        return FileResult(
+            path, named, None, f"analysis failed: {type(err).__name__}: {err}", tuple(lines)
+        )
     return FileResult(path, named, report, "", tuple(lines))
 
 
-def analyze_files(files: list[tuple[Path, bool]], options: Options, *, jobs: int | None = None,
-                  scheduler: str | None = None) -> list[FileResult]:
+def analyze_files(
+    files: list[tuple[Path, bool]],
+    options: Options,
+    *,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+) -> list[FileResult]:
     args = [(str(p), named) for p, named in files]
     if scheduler:
         return _dask(args, options, scheduler)
@@ -102,14 +108,17 @@ def _dask(args: list[tuple[str, bool]], options: Options, address: str) -> list[
     try:
         from distributed import Client
     except ImportError:
-        raise NeuronProfilerError(f"--scheduler needs dask.distributed ({DASK_HINT})",
-                                  exit_code=2) from None
+        raise NeuronProfilerError(
+            f"--scheduler needs dask.distributed ({DASK_HINT})", exit_code=2
+        ) from None
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError) as err:
-        raise NeuronProfilerError(f"--scheduler {address}: cannot connect ({err})",
-                                  exit_code=2) from None
+        raise NeuronProfilerError(
+            f"--scheduler {address}: cannot connect ({err})", exit_code=2
+        ) from None
     with client:
-        futures = client.map(analyze_file, [p for p, _ in args], [n for _, n in args],
-                             options=options, pure=False)
+        futures = client.map(
+            analyze_file, [p for p, _ in args], [n for _, n in args], options=options, pure=False
+        )
         return [_result(f, p, named) for f, (p, named) in zip(futures, args, strict=True)]

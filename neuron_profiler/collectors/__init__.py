@@ -29,8 +29,16 @@ from typing import Any
 from neuron_profiler.errors import CollectorUnavailableError, NeuronProfilerError
 from neuron_profiler.trace import vocabulary as V
 
-__all__ = ["NEURON", "CollectorUnavailableWarning", "META_UNAVAILABLE", "last_session",
-           "register", "require", "set_source", "unavailable_reason"]
+__all__ = [
+    "NEURON",
+    "CollectorUnavailableWarning",
+    "META_UNAVAILABLE",
+    "last_session",
+    "register",
+    "require",
+    "set_source",
+    "unavailable_reason",
+]
 
 BACKEND_NAME = "neuron"
 # Top-level trace metadata key of a profile that asked for NEURON while the collector was
@@ -75,7 +83,8 @@ def register() -> Any:
         import torch
     except ImportError as err:
         raise CollectorUnavailableError(
-            "profiling with NEURON needs torch (pip install 'neuron-profiler[torch]')") from err
+            "profiling with NEURON needs torch (pip install 'neuron-profiler[torch]')"
+        ) from err
     from neuron_profiler.collectors._build import load_bridge
     from neuron_profiler.collectors.session import ARG_KEYS, Controller
 
@@ -123,8 +132,11 @@ def _user_stacklevel() -> int:
 
 
 def _warn_unavailable() -> None:
-    warnings.warn(f"neuron-profiler: NEURON device events unavailable, profiling CPU only: "
-                  f"{_error}", CollectorUnavailableWarning, stacklevel=_user_stacklevel())
+    warnings.warn(
+        f"neuron-profiler: NEURON device events unavailable, profiling CPU only: {_error}",
+        CollectorUnavailableWarning,
+        stacklevel=_user_stacklevel(),
+    )
 
 
 def _install_unavailable_hook() -> None:
@@ -147,6 +159,7 @@ def _install_unavailable_hook() -> None:
             if asks_neuron(self):
                 _warn_unavailable()
             original(self)
+
         return start
 
     def wrap_start_trace(original: Any) -> Any:
@@ -154,11 +167,14 @@ def _install_unavailable_hook() -> None:
             original(self)
             if asks_neuron(self):
                 self.add_metadata_json(META_UNAVAILABLE, json.dumps(str(_error)))
+
         return start_trace
 
-    for cls, method, wrap in ((profiler._KinetoProfile, "start", wrap_start),
-                              (profiler.profile, "start", wrap_start),
-                              (profiler._KinetoProfile, "start_trace", wrap_start_trace)):
+    for cls, method, wrap in (
+        (profiler._KinetoProfile, "start", wrap_start),
+        (profiler.profile, "start", wrap_start),
+        (profiler._KinetoProfile, "start_trace", wrap_start_trace),
+    ):
         original = cls.__dict__[method]
         if getattr(original, _HOOK_MARK, False):
             continue

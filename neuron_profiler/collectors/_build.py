@@ -36,8 +36,9 @@ EXTRA_CFLAGS = ["-O2", "-DUSE_KINETO", "-DFMT_HEADER_ONLY"]
 _NAME_PREFIX = "neuron_profiler_kineto"
 _TESTING_NAME_PREFIX = "neuron_profiler_kineto_testing"
 BUILDING_NOTICE = "neuron-profiler: building the NEURON Kineto bridge (first use, about 30 s)..."
-TESTING_NOTICE = ("neuron-profiler: building the Kineto bridge's test and bench module (first "
-                  "use, about 30 s)...")
+TESTING_NOTICE = (
+    "neuron-profiler: building the Kineto bridge's test and bench module (first use, about 30 s)..."
+)
 ERROR_LOG = "neuron_build_error.log"  # full compiler output of a failed build, in its directory
 _loaded: dict[bool, ModuleType] = {}  # testing? -> module
 
@@ -47,7 +48,8 @@ def _torch_paths() -> tuple[str, Path]:
         import torch
     except ImportError as err:
         raise CollectorUnavailableError(
-            "profiling with NEURON needs torch (pip install 'neuron-profiler[torch]')") from err
+            "profiling with NEURON needs torch (pip install 'neuron-profiler[torch]')"
+        ) from err
     return torch.__version__, Path(torch.__file__).resolve().parent / "include"
 
 
@@ -78,11 +80,15 @@ def build_directory(name: str) -> Path:
         return Path(_get_build_directory(name, verbose=False))
     except OSError as err:
         where = err.filename or os.environ.get("TORCH_EXTENSIONS_DIR", "the extension directory")
-        problem = ("not a directory" if isinstance(err, (NotADirectoryError, FileExistsError))
-                   else err.strerror or type(err).__name__)
+        problem = (
+            "not a directory"
+            if isinstance(err, (NotADirectoryError, FileExistsError))
+            else err.strerror or type(err).__name__
+        )
         raise CollectorUnavailableError(
             f"cannot build the NEURON Kineto collector: cannot create {where} ({problem}; "
-            "set TORCH_EXTENSIONS_DIR to a writable directory)") from err
+            "set TORCH_EXTENSIONS_DIR to a writable directory)"
+        ) from err
 
 
 def _cached_library(build_dir: Path, name: str) -> Path | None:
@@ -101,8 +107,9 @@ def _import_library(name: str, lib: Path) -> ModuleType:
     try:
         spec.loader.exec_module(module)
     except (ImportError, OSError) as err:
-        raise CollectorUnavailableError(f"{lib}: cached build does not load ({err}); delete it "
-                                        "to rebuild") from err
+        raise CollectorUnavailableError(
+            f"{lib}: cached build does not load ({err}); delete it to rebuild"
+        ) from err
     return module
 
 
@@ -116,8 +123,10 @@ def _compiler_problem(compiler: str) -> str | None:
     except (OSError, subprocess.SubprocessError) as err:
         return f"the C++ compiler '{compiler}' cannot be run ({err})"
     if done.returncode != 0:
-        return (f"the C++ compiler '{compiler}' does not work ('{compiler} --version' exited "
-                f"with status {done.returncode}; install g++ or set CXX)")
+        return (
+            f"the C++ compiler '{compiler}' does not work ('{compiler} --version' exited "
+            f"with status {done.returncode}; install g++ or set CXX)"
+        )
     return None
 
 
@@ -131,8 +140,10 @@ def missing_build_prerequisite(include: Path) -> str | None:
 
     if not is_ninja_available():
         return "ninja not found (pip install ninja)"
-    for header in (include / "kineto" / "IActivityProfiler.h",
-                   include / "torch/csrc/profiler/standalone/privateuse1_profiler.h"):
+    for header in (
+        include / "kineto" / "IActivityProfiler.h",
+        include / "torch/csrc/profiler/standalone/privateuse1_profiler.h",
+    ):
         if not header.is_file():
             return f"torch headers missing: {header} (needs torch >= 2.12 with Kineto headers)"
     return None
@@ -162,12 +173,19 @@ def _load(testing: bool) -> ModuleType:
     if lib is not None:
         module = _import_library(name, lib)
     else:
-        module = _build(name, TESTING_SOURCE if testing else SOURCE, build_dir, include,
-                        TESTING_NOTICE if testing else BUILDING_NOTICE)
+        module = _build(
+            name,
+            TESTING_SOURCE if testing else SOURCE,
+            build_dir,
+            include,
+            TESTING_NOTICE if testing else BUILDING_NOTICE,
+        )
     problem = layout_mismatch(module.record_dtype())
     if problem is not None:
-        raise CollectorUnavailableError(f"the NEURON Kineto bridge ({name}) does not match "
-                                        f"runtime_trace.records.RECORD: {problem}")
+        raise CollectorUnavailableError(
+            f"the NEURON Kineto bridge ({name}) does not match "
+            f"runtime_trace.records.RECORD: {problem}"
+        )
     _loaded[testing] = module
     return module
 
@@ -193,17 +211,24 @@ def layout_mismatch(bridge_dtype: Any) -> str | None:
 def _build(name: str, source: Path, build_dir: Path, include: Path, notice: str) -> ModuleType:
     problem = missing_build_prerequisite(include)
     if problem is None and not os.access(build_dir, os.W_OK | os.X_OK):
-        problem = (f"{build_dir} is not writable and holds no cached build (set "
-                   "TORCH_EXTENSIONS_DIR to a writable directory)")
+        problem = (
+            f"{build_dir} is not writable and holds no cached build (set "
+            "TORCH_EXTENSIONS_DIR to a writable directory)"
+        )
     if problem is not None:
         raise CollectorUnavailableError(f"cannot build the NEURON Kineto collector: {problem}")
     from torch.utils.cpp_extension import load
 
     print(notice, file=sys.stderr, flush=True)
     try:
-        return load(name=name, sources=[str(source)], extra_cflags=EXTRA_CFLAGS,
-                    extra_include_paths=[str(include / "kineto")],
-                    build_directory=str(build_dir), verbose=False)
+        return load(
+            name=name,
+            sources=[str(source)],
+            extra_cflags=EXTRA_CFLAGS,
+            extra_include_paths=[str(include / "kineto")],
+            build_directory=str(build_dir),
+            verbose=False,
+        )
     except Exception as err:  # whatever the build raises is reported in one line
         raise CollectorUnavailableError(
             f"building the NEURON Kineto collector failed: {build_failure(err, build_dir)}"

@@ -68,30 +68,45 @@ class DemoResult:
     metadata: dict[str, str] = field(default_factory=dict)
 
     def summary_lines(self) -> list[str]:
-        cores = ("1 NeuronCore" if self.cores == 1 else
-                 f"{self.cores} NeuronCores (one model replica each, gradients averaged)")
-        mode = ("mode: numerics (results computed on the host; device timings modelled)"
-                if self.numerics else
-                "mode: timing (results not computed; device timings modelled, Trainium-like)")
-        lines = [f"trace: {self.trace_path}", mode, f"ran on {cores}",
-                 f"device time {self.device_us / 1e3:.3f} ms (modelled) vs host op time "
-                 f"{self.cpu_us / 1e3:.3f} ms over the profiled steps",
-                 f"host data step (DataLoader): {self.data_step_us / 1e3:.3f} ms per step "
-                 "(the device waits for it: look for the gap on the NeuronCore rows)",
-                 f"CPU fallbacks: {self.fallbacks} (rows named 'CPU fallback: ...', with their "
-                 "DMA copies)", "top ops by device time:"]
-        lines += [f"  {o.name:<40} {o.calls:>5} calls {o.device_us:>10.1f} us device"
-                  for o in self.top]
+        cores = (
+            "1 NeuronCore"
+            if self.cores == 1
+            else f"{self.cores} NeuronCores (one model replica each, gradients averaged)"
+        )
+        mode = (
+            "mode: numerics (results computed on the host; device timings modelled)"
+            if self.numerics
+            else "mode: timing (results not computed; device timings modelled, Trainium-like)"
+        )
+        lines = [
+            f"trace: {self.trace_path}",
+            mode,
+            f"ran on {cores}",
+            f"device time {self.device_us / 1e3:.3f} ms (modelled) vs host op time "
+            f"{self.cpu_us / 1e3:.3f} ms over the profiled steps",
+            f"host data step (DataLoader): {self.data_step_us / 1e3:.3f} ms per step "
+            "(the device waits for it: look for the gap on the NeuronCore rows)",
+            f"CPU fallbacks: {self.fallbacks} (rows named 'CPU fallback: ...', with their "
+            "DMA copies)",
+            "top ops by device time:",
+        ]
+        lines += [
+            f"  {o.name:<40} {o.calls:>5} calls {o.device_us:>10.1f} us device" for o in self.top
+        ]
         return lines
 
 
 def _model(torch, vocab: int, dim: int):
-    layer = torch.nn.TransformerEncoderLayer(dim, nhead=4, dim_feedforward=2 * dim,
-                                             batch_first=True, dropout=0.0)
-    return torch.nn.ModuleDict({"emb": torch.nn.Embedding(vocab, dim),
-                                "enc": torch.nn.TransformerEncoder(layer, num_layers=2,
-                                                                   enable_nested_tensor=False),
-                                "head": torch.nn.Linear(dim, vocab)})
+    layer = torch.nn.TransformerEncoderLayer(
+        dim, nhead=4, dim_feedforward=2 * dim, batch_first=True, dropout=0.0
+    )
+    return torch.nn.ModuleDict(
+        {
+            "emb": torch.nn.Embedding(vocab, dim),
+            "enc": torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False),
+            "head": torch.nn.Linear(dim, vocab),
+        }
+    )
 
 
 def _dataset(torch: Any, items: int, seq: int, vocab: int, item_ms: float) -> Any:
@@ -128,8 +143,9 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     a demo without device events shows nothing."""
     from neuron_profiler import emulator
 
-    emulator.enable(cores=cfg.cores, chip=cfg.chip, speed_factor=cfg.speed_factor,
-                    numerics=cfg.numerics)
+    emulator.enable(
+        cores=cfg.cores, chip=cfg.chip, speed_factor=cfg.speed_factor, numerics=cfg.numerics
+    )
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -141,8 +157,9 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     devices = [torch.device("neuron", i) for i in range(cfg.cores)]
     # timing mode: a model whose step is device-bound on a NeuronCore (~0.5 TFLOP per step);
     # numerics mode: a small one (the host computes every result)
-    vocab, dim, seq, batch = ((256, 64, 32, max(8, cfg.cores)) if cfg.numerics
-                              else (8192, 1024, 512, max(16, cfg.cores)))
+    vocab, dim, seq, batch = (
+        (256, 64, 32, max(8, cfg.cores)) if cfg.numerics else (8192, 1024, 512, max(16, cfg.cores))
+    )
     model = _model(torch, vocab, dim)
     replicas = [copy.deepcopy(model).to(dev) for dev in devices]  # identical weights
     opts = [torch.optim.AdamW(r.parameters(), lr=1e-3) for r in replicas]
@@ -156,13 +173,14 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
 
     loader = torch.utils.data.DataLoader(  # deliberately slow: loads on the training thread
         _dataset(torch, (cfg.steps + 2) * batch, seq, vocab, cfg.slow_data_ms / batch),
-        batch_size=batch, num_workers=0)
+        batch_size=batch,
+        num_workers=0,
+    )
     batches = iter(loader)
 
     def step() -> None:
         tokens = next(batches)
-        shards = [s.to(dev) for s, dev in zip(tokens.tensor_split(cfg.cores), devices,
-                                              strict=True)]
+        shards = [s.to(dev) for s, dev in zip(tokens.tensor_split(cfg.cores), devices, strict=True)]
         for opt in opts:
             opt.zero_grad()
         outputs = [forward(r, tokens) for r, tokens in zip(replicas, shards, strict=True)]
@@ -178,17 +196,21 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
 
     sched = schedule(wait=1, warmup=1, active=cfg.steps, repeat=1)
     handler = torch.profiler.tensorboard_trace_handler(str(cfg.out_dir), worker_name="demo")
-    with profile(activities=[ProfilerActivity.CPU, neuron], schedule=sched,
-                 on_trace_ready=handler) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU, neuron], schedule=sched, on_trace_ready=handler
+    ) as prof:
         for _ in range(cfg.steps + 2):
             step()
             prof.step()
-    written = sorted(set(cfg.out_dir.glob("*.pt.trace.json*")) - before,
-                     key=lambda p: p.stat().st_mtime)
+    written = sorted(
+        set(cfg.out_dir.glob("*.pt.trace.json*")) - before, key=lambda p: p.stat().st_mtime
+    )
     events = prof.key_averages()
     cpu_ops = [e for e in events if e.device_type == DeviceType.CPU]
-    top = sorted((e for e in cpu_ops if e.self_device_time_total > 0 and "::" in e.key),
-                 key=lambda e: -e.self_device_time_total)[:8]
+    top = sorted(
+        (e for e in cpu_ops if e.self_device_time_total > 0 and "::" in e.key),
+        key=lambda e: -e.self_device_time_total,
+    )[:8]
     data = [e for e in cpu_ops if e.key.startswith(DATALOADER_PREFIX)]
     data_calls = sum(e.count for e in data)
     session = collectors.last_session()
@@ -200,6 +222,6 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
         fallbacks=sum(e.count for e in events if e.key.startswith("CPU fallback: ")),
         cores=cfg.cores,
         numerics=cfg.numerics,
-        top=[OpTime(e.key, e.count, e.self_device_time_total, e.self_cpu_time_total)
-             for e in top],
-        metadata=dict(session.metadata) if session is not None else {})
+        top=[OpTime(e.key, e.count, e.self_device_time_total, e.self_cpu_time_total) for e in top],
+        metadata=dict(session.metadata) if session is not None else {},
+    )

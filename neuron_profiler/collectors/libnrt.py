@@ -34,10 +34,14 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "nrt_sys_trace_config_free": (None, [_p]),
     "nrt_sys_trace_config_set_max_events_per_nc": (None, [_p, _u64]),
     "nrt_sys_trace_config_set_capture_enabled_for_nc": (None, [_p, _u32, _bool]),
-    "nrt_sys_trace_config_set_capture_enabled_for_event_type": (_status,
-                                                                [_p, ctypes.c_char_p, _bool]),
-    "nrt_sys_trace_get_event_types": (_status, [ctypes.POINTER(ctypes.POINTER(ctypes.c_char_p)),
-                                                ctypes.POINTER(_size)]),
+    "nrt_sys_trace_config_set_capture_enabled_for_event_type": (
+        _status,
+        [_p, ctypes.c_char_p, _bool],
+    ),
+    "nrt_sys_trace_get_event_types": (
+        _status,
+        [ctypes.POINTER(ctypes.POINTER(ctypes.c_char_p)), ctypes.POINTER(_size)],
+    ),
     "nrt_sys_trace_free_event_types": (None, [ctypes.POINTER(ctypes.c_char_p), _size]),
     "nrt_sys_trace_start": (_status, [_p]),
     "nrt_sys_trace_stop": (_status, []),
@@ -46,8 +50,10 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "nrt_sys_trace_fetch_options_free": (None, [_p]),
     "nrt_sys_trace_fetch_options_set_max_events_per_nc": (_status, [_p, _u64]),
     "nrt_sys_trace_fetch_options_set_nc_idx": (_status, [_p, _u64]),
-    "nrt_sys_trace_fetch_events": (_status, [ctypes.POINTER(ctypes.c_void_p),
-                                             ctypes.POINTER(_size), _p]),
+    "nrt_sys_trace_fetch_events": (
+        _status,
+        [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_size), _p],
+    ),
     "nrt_sys_trace_buffer_free": (None, [_p]),
 }
 
@@ -55,9 +61,14 @@ SIGNATURES: dict[str, tuple[object, list[object]]] = {
 class _Version(ctypes.Structure):
     """``nrt_version_t`` (nrt/nrt_version.h): four numbers, a detail and a git hash string."""
 
-    _fields_ = [("rt_major", _u64), ("rt_minor", _u64), ("rt_patch", _u64),
-                ("rt_maintenance", _u64), ("rt_detail", ctypes.c_char * 128),
-                ("git_hash", ctypes.c_char * 64)]
+    _fields_ = [
+        ("rt_major", _u64),
+        ("rt_minor", _u64),
+        ("rt_patch", _u64),
+        ("rt_maintenance", _u64),
+        ("rt_detail", ctypes.c_char * 128),
+        ("git_hash", ctypes.c_char * 64),
+    ]
 
 
 class LibnrtError(NeuronProfilerError):
@@ -84,8 +95,11 @@ class SysTrace:
     @classmethod
     def load(cls, path: str | None = None) -> SysTrace:
         """Load libnrt from ``path``, $NEURON_PROFILER_LIBNRT or the default names."""
-        candidates = [path] if path else ([os.environ[ENV_LIBRARY]]
-                                          if os.environ.get(ENV_LIBRARY) else list(DEFAULT_NAMES))
+        candidates = (
+            [path]
+            if path
+            else ([os.environ[ENV_LIBRARY]] if os.environ.get(ENV_LIBRARY) else list(DEFAULT_NAMES))
+        )
         errors = []
         for cand in candidates:
             try:
@@ -111,8 +125,12 @@ class SysTrace:
         finally:
             self._lib.nrt_sys_trace_free_event_types(arr, count)
 
-    def start(self, max_events_per_nc: int = 1_000_000, cores: Iterable[int] | None = None,
-              event_types: Iterable[str] | None = None) -> None:
+    def start(
+        self,
+        max_events_per_nc: int = 1_000_000,
+        cores: Iterable[int] | None = None,
+        event_types: Iterable[str] | None = None,
+    ) -> None:
         """Configure (buffer size, cores, event types) and start capture."""
         cfg = ctypes.c_void_p()
         self._call("nrt_sys_trace_config_allocate", ctypes.byref(cfg))
@@ -125,8 +143,12 @@ class SysTrace:
             if event_types is not None:
                 wanted = set(event_types)
                 for name in self.event_types():
-                    self._call("nrt_sys_trace_config_set_capture_enabled_for_event_type", cfg,
-                               name.encode(), name in wanted)
+                    self._call(
+                        "nrt_sys_trace_config_set_capture_enabled_for_event_type",
+                        cfg,
+                        name.encode(),
+                        name in wanted,
+                    )
             self._call("nrt_sys_trace_start", cfg)
         finally:
             self._lib.nrt_sys_trace_config_free(cfg)
@@ -141,10 +163,12 @@ class SysTrace:
             if nc_idx is not None:
                 self._call("nrt_sys_trace_fetch_options_set_nc_idx", opts, int(nc_idx))
             if max_events_per_nc is not None:
-                self._call("nrt_sys_trace_fetch_options_set_max_events_per_nc", opts,
-                           int(max_events_per_nc))
-            self._call("nrt_sys_trace_fetch_events", ctypes.byref(buf), ctypes.byref(written),
-                       opts)
+                self._call(
+                    "nrt_sys_trace_fetch_options_set_max_events_per_nc",
+                    opts,
+                    int(max_events_per_nc),
+                )
+            self._call("nrt_sys_trace_fetch_events", ctypes.byref(buf), ctypes.byref(written), opts)
             return ctypes.string_at(buf.value, written.value) if buf.value else b""
         finally:
             if buf.value:

@@ -43,10 +43,18 @@ from neuron_profiler.trace import vocabulary as V
 
 # Keys the bridge writes itself (set once at registration): the per-row numbers' args keys and
 # the metadata key of a session that failed.
-ARG_KEYS = {"exec_id": V.ARG_EXEC_ID, "flops": V.ARG_FLOPS, "bytes": V.ARG_BYTES,
-            "tflops": V.ARG_TFLOPS, "gbps": V.ARG_GBPS, "bandwidth": V.ARG_BANDWIDTH,
-            "device": V.ARG_DEVICE, "stream": V.ARG_STREAM, "correlation": V.ARG_CORRELATION,
-            "collector_error": V.META_COLLECTOR_ERROR}
+ARG_KEYS = {
+    "exec_id": V.ARG_EXEC_ID,
+    "flops": V.ARG_FLOPS,
+    "bytes": V.ARG_BYTES,
+    "tflops": V.ARG_TFLOPS,
+    "gbps": V.ARG_GBPS,
+    "bandwidth": V.ARG_BANDWIDTH,
+    "device": V.ARG_DEVICE,
+    "stream": V.ARG_STREAM,
+    "correlation": V.ARG_CORRELATION,
+    "collector_error": V.META_COLLECTOR_ERROR,
+}
 
 _enc = msgspec.json.encode
 _UNSAFE = str.maketrans({"\\": "/", '"': "'", **{chr(c): " " for c in range(32)}})
@@ -131,28 +139,57 @@ class SessionResult:
     placement: Placement | None = None
 
     def to_bridge(self) -> dict[str, Any]:
-        return {"records": self.records.to_dict(), "devices": self.devices,
-                "resources": self.resources, "device_properties": self.device_properties,
-                "metadata": self.metadata}
+        return {
+            "records": self.records.to_dict(),
+            "devices": self.devices,
+            "resources": self.resources,
+            "device_properties": self.device_properties,
+            "metadata": self.metadata,
+        }
 
 
-def build_session_result(payload: bytes, *, window: tuple[int, int], intervals: Intervals,
-                         host_pid: int, props: list[dict[str, Any]],
-                         source_name: str = "emulator", dropped: dict[int, int] | None = None,
-                         provenance: dict[str, Any] | None = None) -> SessionResult:
+def build_session_result(
+    payload: bytes,
+    *,
+    window: tuple[int, int],
+    intervals: Intervals,
+    host_pid: int,
+    props: list[dict[str, Any]],
+    source_name: str = "emulator",
+    dropped: dict[int, int] | None = None,
+    provenance: dict[str, Any] | None = None,
+) -> SessionResult:
     """Parse, link, apply the window and lay out one session's activities (pure function)."""
-    return build_from_activities(parse_system_trace(payload, dropped=dropped), window=window,
-                                 intervals=intervals, host_pid=host_pid, props=props,
-                                 source_name=source_name, provenance=provenance)
+    return build_from_activities(
+        parse_system_trace(payload, dropped=dropped),
+        window=window,
+        intervals=intervals,
+        host_pid=host_pid,
+        props=props,
+        source_name=source_name,
+        provenance=provenance,
+    )
 
 
-def build_from_activities(acts: DeviceActivities, *, window: tuple[int, int],
-                          intervals: Intervals, host_pid: int, props: list[dict[str, Any]],
-                          source_name: str = "emulator",
-                          provenance: dict[str, Any] | None = None) -> SessionResult:
+def build_from_activities(
+    acts: DeviceActivities,
+    *,
+    window: tuple[int, int],
+    intervals: Intervals,
+    host_pid: int,
+    props: list[dict[str, Any]],
+    source_name: str = "emulator",
+    provenance: dict[str, Any] | None = None,
+) -> SessionResult:
     """``build_session_result`` after the parse: placement, then the bridge's record buffer."""
-    placed = place(acts, host_ops=intervals.host_ops(), host_pid=host_pid, window=window,
-                   taken_pids=frozenset({host_pid}), props=props)
+    placed = place(
+        acts,
+        host_ops=intervals.host_ops(),
+        host_pid=host_pid,
+        window=window,
+        taken_pids=frozenset({host_pid}),
+        props=props,
+    )
     args = [[(k, _json(v)) for k, v in entry] for entry in placed.args]
     records = RecordBuffer(placed.records, placed.names, args)
     metadata = {V.META_SOURCE: _json(source_name), V.META_EXCLUDED: str(placed.excluded)}
@@ -162,17 +199,28 @@ def build_from_activities(acts: DeviceActivities, *, window: tuple[int, int],
     metadata.update({k: _json(v) for k, v in placed.metadata.items()})
     devices = [(p.pid, p.sort_index, p.name, p.label) for p in placed.processes]
     resources = [(t.tid, t.sort_index, t.pid, t.name) for t in placed.threads]
-    return SessionResult(records, devices, resources,
-                         ",".join(_json(p) for p in placed.device_properties), metadata,
-                         excluded=placed.excluded, source_count=len(acts),
-                         dropped={int(k): int(v) for k, v in acts.dropped.items()},
-                         placement=placed)
+    return SessionResult(
+        records,
+        devices,
+        resources,
+        ",".join(_json(p) for p in placed.device_properties),
+        metadata,
+        excluded=placed.excluded,
+        source_count=len(acts),
+        dropped={int(k): int(v) for k, v in acts.dropped.items()},
+        placement=placed,
+    )
 
 
 def empty_result(source_name: str, problem: str) -> SessionResult:
     """A session with no source: no device rows, the reason in the metadata."""
-    return SessionResult(RecordBuffer(np.zeros(0, dtype=RECORD), [], []), [], [], "",
-                         {V.META_SOURCE: _json(source_name), V.META_LINK_ERROR: _json(problem)})
+    return SessionResult(
+        RecordBuffer(np.zeros(0, dtype=RECORD), [], []),
+        [],
+        [],
+        "",
+        {V.META_SOURCE: _json(source_name), V.META_LINK_ERROR: _json(problem)},
+    )
 
 
 class Controller:
@@ -182,8 +230,9 @@ class Controller:
     ``CollectorUnavailableError`` when there is none).
     """
 
-    def __init__(self, source_factory: Callable[[], Any],
-                 correlation: Callable[[], int] | None) -> None:
+    def __init__(
+        self, source_factory: Callable[[], Any], correlation: Callable[[], int] | None
+    ) -> None:
         self._factory = source_factory
         self._correlation = correlation
         self._source: Any = None
@@ -205,8 +254,15 @@ class Controller:
             return
         self._source = source
 
-    def stop(self, start_ns: int, stop_ns: int, tid: np.ndarray, corr: np.ndarray,
-             push: np.ndarray, pop: np.ndarray) -> dict[str, Any]:
+    def stop(
+        self,
+        start_ns: int,
+        stop_ns: int,
+        tid: np.ndarray,
+        corr: np.ndarray,
+        push: np.ndarray,
+        pop: np.ndarray,
+    ) -> dict[str, Any]:
         result = self._stop(start_ns, stop_ns, tid, corr, push, pop)
         extra = fallback_ops_metadata()
         if extra:
@@ -214,28 +270,42 @@ class Controller:
         self.last_result = result
         return result.to_bridge()
 
-    def _stop(self, start_ns: int, stop_ns: int, tid: np.ndarray, corr: np.ndarray,
-              push: np.ndarray, pop: np.ndarray) -> SessionResult:
+    def _stop(
+        self,
+        start_ns: int,
+        stop_ns: int,
+        tid: np.ndarray,
+        corr: np.ndarray,
+        push: np.ndarray,
+        pop: np.ndarray,
+    ) -> SessionResult:
         src, self._source = self._source, None
         if src is None:
             return empty_result("none", self._problem or "no device source")
         payload = src.stop()
         try:
             result = build_session_result(
-                payload, window=(int(start_ns), int(stop_ns)),
-                intervals=Intervals(tid, corr, push, pop), host_pid=os.getpid(),
+                payload,
+                window=(int(start_ns), int(stop_ns)),
+                intervals=Intervals(tid, corr, push, pop),
+                host_pid=os.getpid(),
                 props=src.device_properties(),
-                source_name=src.name, provenance=getattr(src, "provenance", dict)())
+                source_name=src.name,
+                provenance=getattr(src, "provenance", dict)(),
+            )
         except msgspec.DecodeError as err:
-            raise TraceLoadError(f"{src.name} system-trace fetch output",
-                                 f"not a system-trace JSON envelope ({err})") from err
+            raise TraceLoadError(
+                f"{src.name} system-trace fetch output", f"not a system-trace JSON envelope ({err})"
+            ) from err
         dropped = sum(result.dropped.values())
         if dropped:  # the ring buffer overflowed: say so once, at the end of the session
             import warnings
 
-            warnings.warn(f"NEURON: {dropped} runtime events dropped (at most {dropped} "
-                          "activities); raise NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC",
-                          stacklevel=2)
+            warnings.warn(
+                f"NEURON: {dropped} runtime events dropped (at most {dropped} "
+                "activities); raise NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC",
+                stacklevel=2,
+            )
         return result
 
 

@@ -97,8 +97,11 @@ class LibnrtSource:
         return cls(SysTrace.load(path))
 
     def start(self, max_events_per_nc: int, correlation: Callable[[], int] | None) -> None:
-        types = None if tensor_events_wanted() else [
-            t for t in self._lib.event_types() if t not in TENSOR_EVENT_TYPES]
+        types = (
+            None
+            if tensor_events_wanted()
+            else [t for t in self._lib.event_types() if t not in TENSOR_EVENT_TYPES]
+        )
         self._lib.start(max_events_per_nc=max_events_per_nc, event_types=types)
 
     def stop(self) -> bytes:
@@ -111,8 +114,7 @@ class LibnrtSource:
         return payload if earlier is None else b"[" + earlier + b"," + payload + b"]"
 
     def device_properties(self) -> list[dict[str, Any]]:
-        return [{"id": c, "name": f"NeuronCore {c}", "emulated": False}
-                for c in self._lib.cores()]
+        return [{"id": c, "name": f"NeuronCore {c}", "emulated": False} for c in self._lib.cores()]
 
     def provenance(self) -> dict[str, Any]:
         """What the trace says about where its device rows came from."""

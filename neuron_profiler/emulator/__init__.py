@@ -25,12 +25,26 @@ from neuron_profiler.emulator.fallback import (
 
 ENV_EMULATE = "NEURON_PROFILER_EMULATE"
 
-__all__ = ["ENV_EMULATE", "add_fallback_ops", "enable", "fallback_ops", "get_fallback_ops",
-           "is_enabled", "remove_fallback_ops", "reset_fallback_ops"]
+__all__ = [
+    "ENV_EMULATE",
+    "add_fallback_ops",
+    "enable",
+    "fallback_ops",
+    "get_fallback_ops",
+    "is_enabled",
+    "remove_fallback_ops",
+    "reset_fallback_ops",
+]
 
 
-def enable(cores: int = 2, chip: str = "trn2", speed_factor: float = 1.0, *,
-           numerics: bool | None = None, queue_depth: int | None = None) -> None:
+def enable(
+    cores: int = 2,
+    chip: str = "trn2",
+    speed_factor: float = 1.0,
+    *,
+    numerics: bool | None = None,
+    queue_depth: int | None = None,
+) -> None:
     """Register the emulated "neuron" device (see ``device.enable``).
 
     ``numerics=False``: timing mode (outputs of the right shape, not computed: docs/emulator.md);
@@ -38,8 +52,13 @@ def enable(cores: int = 2, chip: str = "trn2", speed_factor: float = 1.0, *,
     per core (None: ``NEURON_PROFILER_EMULATE_QUEUE_DEPTH``, else the chip table's 63)."""
     from neuron_profiler.emulator.device import enable as _enable
 
-    _enable(cores=cores, chip=chip, speed_factor=speed_factor, numerics=numerics,
-            queue_depth=queue_depth)
+    _enable(
+        cores=cores,
+        chip=chip,
+        speed_factor=speed_factor,
+        numerics=numerics,
+        queue_depth=queue_depth,
+    )
 
 
 def is_enabled() -> bool:
@@ -51,9 +70,11 @@ def is_enabled() -> bool:
 
 def _enable_from_env() -> None:
     env = os.environ
-    enable(cores=int(env.get(ENV_EMULATE + "_CORES", "2")),
-           chip=env.get(ENV_EMULATE + "_CHIP", "trn2"),
-           speed_factor=float(env.get(ENV_EMULATE + "_SPEED_FACTOR", "1.0")))
+    enable(
+        cores=int(env.get(ENV_EMULATE + "_CORES", "2")),
+        chip=env.get(ENV_EMULATE + "_CHIP", "trn2"),
+        speed_factor=float(env.get(ENV_EMULATE + "_SPEED_FACTOR", "1.0")),
+    )
 
 
 if os.environ.get(ENV_EMULATE, "").strip().lower() in ("1", "true", "yes", "on"):

@@ -17,14 +17,34 @@ from typing import Any
 
 import torch
 
-LOWER_PRECISION = frozenset({
-    "aten::_addmm_activation", "aten::_convolution.deprecated", "aten::addbmm", "aten::addmm",
-    "aten::baddbmm", "aten::bmm", "aten::conv1d", "aten::conv1d.padding", "aten::conv2d",
-    "aten::conv2d.padding", "aten::conv3d", "aten::conv3d.padding", "aten::conv_tbc",
-    "aten::conv_transpose1d", "aten::conv_transpose2d.input", "aten::conv_transpose3d.input",
-    "aten::linalg_vecdot", "aten::linear", "aten::matmul", "aten::mkldnn_rnn_layer", "aten::mm",
-    "aten::prelu", "aten::scaled_dot_product_attention", "aten::_native_multi_head_attention",
-})
+LOWER_PRECISION = frozenset(
+    {
+        "aten::_addmm_activation",
+        "aten::_convolution.deprecated",
+        "aten::addbmm",
+        "aten::addmm",
+        "aten::baddbmm",
+        "aten::bmm",
+        "aten::conv1d",
+        "aten::conv1d.padding",
+        "aten::conv2d",
+        "aten::conv2d.padding",
+        "aten::conv3d",
+        "aten::conv3d.padding",
+        "aten::conv_tbc",
+        "aten::conv_transpose1d",
+        "aten::conv_transpose2d.input",
+        "aten::conv_transpose3d.input",
+        "aten::linalg_vecdot",
+        "aten::linear",
+        "aten::matmul",
+        "aten::mkldnn_rnn_layer",
+        "aten::mm",
+        "aten::prelu",
+        "aten::scaled_dot_product_attention",
+        "aten::_native_multi_head_attention",
+    }
+)
 PROMOTE = frozenset({"aten::cat", "aten::stack", "aten::index_copy"})
 _KEY = "AutocastPrivateUse1"
 _libraries: list[torch.library.Library] = []
@@ -43,7 +63,7 @@ def _cast(x: Any, to: torch.dtype, only: tuple[torch.dtype, ...]) -> Any:
 def _widest(args: tuple) -> torch.dtype:
     widest = None
     for x in args:
-        for t in (x if isinstance(x, (list, tuple)) else [x]):
+        for t in x if isinstance(x, (list, tuple)) else [x]:
             if isinstance(t, torch.Tensor) and t.is_floating_point():
                 widest = t.dtype if widest is None else torch.promote_types(widest, t.dtype)
     return widest or torch.float32
@@ -84,12 +104,20 @@ def register() -> None:
     fallthrough = torch.library.Library("_", "IMPL")
     fallthrough.fallback(torch.library.fallthrough_kernel, _KEY)
     lib = torch.library.Library("aten", "IMPL")
-    cpu_ops = [n for n in torch._C._dispatch_get_all_op_names()
-               if n.startswith("aten::")
-               and torch._C._dispatch_has_kernel_for_dispatch_key(n, "AutocastCPU")]
+    cpu_ops = [
+        n
+        for n in torch._C._dispatch_get_all_op_names()
+        if n.startswith("aten::")
+        and torch._C._dispatch_has_kernel_for_dispatch_key(n, "AutocastCPU")
+    ]
     for name in cpu_ops:
-        policy = ("lower" if name in LOWER_PRECISION
-                  else "promote" if name.split(".")[0] in PROMOTE else "fp32")
+        policy = (
+            "lower"
+            if name in LOWER_PRECISION
+            else "promote"
+            if name.split(".")[0] in PROMOTE
+            else "fp32"
+        )
         try:
             op = _op(name)
         except AttributeError:

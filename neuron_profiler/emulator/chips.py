@@ -87,16 +87,38 @@ CHIPS: dict[str, ChipSpec] = {
     # Trainium2: 8 NeuronCore-v3, 2 physical per logical by default; 667 BF16 / 1299 FP8 TFLOPS;
     # 96 GiB HBM at 2.9 TB/s; 16 DMA engines per core at ~27.2 GB/s (AWS Trn2 architecture page).
     # Vector engine 0.96 GHz: ASSUMPTION 128 lanes x 2 flops x 0.96 GHz x 2 physical ~ 492 GFLOPS.
-    "trn2": ChipSpec(name="trn2", logical_cores=4, physical_cores=8, bf16_tflops=667.0,
-                     fp8_tflops=1299.0, fp32_matrix_ratio=0.25, vector_gflops_per_core=492.0,
-                     hbm_gib=96.0, hbm_tbps=2.9, dma_engines_per_core=16,
-                     dma_gbps_per_engine=27.2, host_link_gbps=64.0, launch_latency_ns=15_000),
+    "trn2": ChipSpec(
+        name="trn2",
+        logical_cores=4,
+        physical_cores=8,
+        bf16_tflops=667.0,
+        fp8_tflops=1299.0,
+        fp32_matrix_ratio=0.25,
+        vector_gflops_per_core=492.0,
+        hbm_gib=96.0,
+        hbm_tbps=2.9,
+        dma_engines_per_core=16,
+        dma_gbps_per_engine=27.2,
+        host_link_gbps=64.0,
+        launch_latency_ns=15_000,
+    ),
     # Trainium3: 8 NeuronCore-v4 (one logical each); 671 BF16 / 2517 MXFP8 TFLOPS; 144 GiB at
     # 4.9 TB/s; ~38.4 GB/s per DMA engine (AWS Trn3 page). Vector 1.2 GHz: ASSUMPTION 128 x 2 x 1.2.
-    "trn3": ChipSpec(name="trn3", logical_cores=8, physical_cores=8, bf16_tflops=671.0,
-                     fp8_tflops=2517.0, fp32_matrix_ratio=0.25, vector_gflops_per_core=307.2,
-                     hbm_gib=144.0, hbm_tbps=4.9, dma_engines_per_core=16,
-                     dma_gbps_per_engine=38.4, host_link_gbps=64.0, launch_latency_ns=15_000),
+    "trn3": ChipSpec(
+        name="trn3",
+        logical_cores=8,
+        physical_cores=8,
+        bf16_tflops=671.0,
+        fp8_tflops=2517.0,
+        fp32_matrix_ratio=0.25,
+        vector_gflops_per_core=307.2,
+        hbm_gib=144.0,
+        hbm_tbps=4.9,
+        dma_engines_per_core=16,
+        dma_gbps_per_engine=38.4,
+        host_link_gbps=64.0,
+        launch_latency_ns=15_000,
+    ),
 }
 
 

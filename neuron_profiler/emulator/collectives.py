@@ -25,14 +25,25 @@ from neuron_profiler.emulator.dispatch import (
 )
 
 _NAMES = {
-    "allreduce_": "allreduce", "allreduce_coalesced_": "allreduce",
-    "allgather_": "allgather", "_allgather_base_": "allgather",
-    "allgather_into_tensor_coalesced_": "allgather", "allgather_coalesced_": "allgather",
-    "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter",
-    "reduce_scatter_tensor_coalesced_": "reduce_scatter", "broadcast_": "broadcast",
-    "reduce_": "reduce", "alltoall_": "alltoall", "alltoall_base_": "alltoall",
-    "gather_": "gather", "scatter_": "scatter", "barrier": "barrier", "send": "send",
-    "recv_": "recv", "recv_any_source_": "recv",
+    "allreduce_": "allreduce",
+    "allreduce_coalesced_": "allreduce",
+    "allgather_": "allgather",
+    "_allgather_base_": "allgather",
+    "allgather_into_tensor_coalesced_": "allgather",
+    "allgather_coalesced_": "allgather",
+    "reduce_scatter_": "reduce_scatter",
+    "_reduce_scatter_base_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "broadcast_": "broadcast",
+    "reduce_": "reduce",
+    "alltoall_": "alltoall",
+    "alltoall_base_": "alltoall",
+    "gather_": "gather",
+    "scatter_": "scatter",
+    "barrier": "barrier",
+    "send": "send",
+    "recv_": "recv",
+    "recv_any_source_": "recv",
 }
 
 
@@ -85,9 +96,16 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     ranks, group = _ranks(pg)
     name = _NAMES.get(info.name.split("::", 1)[1], info.name.split("::", 1)[1])
     couple = pg is not None and pg.size() > 1 and name not in _POINT_TO_POINT
-    end = tl.collective(core, info.name, collective=name, nbytes=nbytes, ranks=ranks,
-                        group=group, launch_ns=launch_ns,
-                        exchange=_arrival_exchange(pg) if couple else None)
+    end = tl.collective(
+        core,
+        info.name,
+        collective=name,
+        nbytes=nbytes,
+        ranks=ranks,
+        group=group,
+        launch_ns=launch_ns,
+        exchange=_arrival_exchange(pg) if couple else None,
+    )
     for t in device_elems:  # every buffer the collective touches is ready only at its end
         STATE.pending[t.untyped_storage().data_ptr()] = end
     _outstanding[core] = max(end, _outstanding.get(core, 0))
@@ -150,6 +168,7 @@ _POINT_TO_POINT = frozenset({"send", "recv"})
 def _arrival_exchange(pg: Any) -> Any:
     """Exchange arrival times over ``pg`` (an all-gather of one int64 per rank, on the host,
     next to the real collective): returns the latest arrival of the group."""
+
     def exchange(arrival_ns: int) -> int:
         mine = torch.tensor([arrival_ns], dtype=torch.int64)
         out = [torch.zeros(1, dtype=torch.int64) for _ in range(pg.size())]

@@ -46,7 +46,8 @@ from neuron_profiler.errors import EmulatorError
 BACKEND = "neuron"
 REDUCE_OVERHEAD_REFUSED = (
     "torch.compile(mode='reduce-overhead') records CUDA graphs, which the emulated neuron "
-    "device does not have; use the default mode (or mode='max-autotune-no-cudagraphs')")
+    "device does not have; use the default mode (or mode='max-autotune-no-cudagraphs')"
+)
 _graph_ids = itertools.count(1)
 _installed = False
 _OpOverload = torch._ops.OpOverload
@@ -76,8 +77,12 @@ class _GraphCost(NamedTuple):
 # -- fusion --------------------------------------------------------------------------------
 def _is_pointwise(node: torch.fx.Node) -> bool:
     t = node.target
-    return (node.op == "call_function" and isinstance(t, _OpOverload)
-            and torch.Tag.pointwise in t.tags and not t._schema.is_mutable)
+    return (
+        node.op == "call_function"
+        and isinstance(t, _OpOverload)
+        and torch.Tag.pointwise in t.tags
+        and not t._schema.is_mutable
+    )
 
 
 def fuse_groups(graph: torch.fx.Graph) -> dict[torch.fx.Node, torch.fx.Node]:
@@ -89,8 +94,7 @@ def fuse_groups(graph: torch.fx.Graph) -> dict[torch.fx.Node, torch.fx.Node]:
         if node.op != "call_function":
             continue
         users = list(node.users)
-        if (_is_pointwise(node) and len(users) == 1 and _is_pointwise(users[0])
-                and users[0] in root):
+        if _is_pointwise(node) and len(users) == 1 and _is_pointwise(users[0]) and users[0] in root:
             root[node] = root[users[0]]
         else:
             root[node] = node
@@ -196,19 +200,29 @@ class NeuronGraph:
         if tl is not None:
             inputs = [e for e in env.values() if isinstance(e, torch.Tensor)]
             cost = self._model(costs, env, tl)
-            kw = dict(launch_ns=time.time_ns(), overhead_from_ns=launch_ns) if numerics else \
-                dict(launch_ns=launch_ns)
-            tl.kernel(core, self.name, flops=cost.flops, bytes_moved=cost.bytes_moved,
-                      dtype=cost.dtype, matrix=cost.matrix, not_before_ns=D.wait_pending(inputs),
-                      graph=GraphExecution(self.graph_id, cost.duration_ns, cost.ops), **kw)
+            kw = (
+                dict(launch_ns=time.time_ns(), overhead_from_ns=launch_ns)
+                if numerics
+                else dict(launch_ns=launch_ns)
+            )
+            tl.kernel(
+                core,
+                self.name,
+                flops=cost.flops,
+                bytes_moved=cost.bytes_moved,
+                dtype=cost.dtype,
+                matrix=cost.matrix,
+                not_before_ns=D.wait_pending(inputs),
+                graph=GraphExecution(self.graph_id, cost.duration_ns, cost.ops),
+                **kw,
+            )
         return outputs
 
     @staticmethod
     def _run(func: Any, args: Any, kwargs: Any, numerics: bool) -> Any:
         if not numerics and isinstance(func, _OpOverload):
             info = D._INFO.get(func) or D._describe(func)
-            if info.kind is D.Kind.KERNEL or (info.kind is D.Kind.ALLOC
-                                              and not info.mutated_names):
+            if info.kind is D.Kind.KERNEL or (info.kind is D.Kind.ALLOC and not info.mutated_names):
                 inputs = [t for t in _tensors(list(args) + list(kwargs.values()))]
                 plan = output_plan(func, args, kwargs, inputs)
                 if plan is not None:
@@ -264,8 +278,7 @@ class NeuronGraph:
             if gmatrix or not matrix:
                 dtype = gdtype
             matrix = matrix or gmatrix
-            ns = model.roofline_ns(flops=gflops, bytes_moved=gbytes, dtype=gdtype,
-                                   matrix=gmatrix)
+            ns = model.roofline_ns(flops=gflops, bytes_moved=gbytes, dtype=gdtype, matrix=gmatrix)
             fl = [per_node[m].flops for m in members]
             for m, share in zip(members, _apportion(ns, fl), strict=True):
                 weights[m] = share
@@ -280,22 +293,37 @@ class NeuronGraph:
         for n, share in zip(listed, shares, strict=True):
             c = per_node[n]
             name = n.target._overloadpacket._qualified_op_name
-            ops.append(GraphOp(op=name, offset_ns=offset, duration_ns=share, flops=c.flops,
-                               bytes_moved=node_bytes.get(n, 0),
-                               engine=engine_for(name, c.matrix)))
+            ops.append(
+                GraphOp(
+                    op=name,
+                    offset_ns=offset,
+                    duration_ns=share,
+                    flops=c.flops,
+                    bytes_moved=node_bytes.get(n, 0),
+                    engine=engine_for(name, c.matrix),
+                )
+            )
             offset += share
-        return _GraphCost(flops=total_flops, bytes_moved=total_bytes, dtype=dtype, matrix=matrix,
-                          duration_ns=duration, ops=tuple(ops))
+        return _GraphCost(
+            flops=total_flops,
+            bytes_moved=total_bytes,
+            dtype=dtype,
+            matrix=matrix,
+            duration_ns=duration,
+            ops=tuple(ops),
+        )
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str = "forward",
-                  **_: Any) -> NeuronGraph:
+def compile_graph(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str = "forward", **_: Any
+) -> NeuronGraph:
     """AOTAutograd's / Inductor's inner compiler for neuron graphs."""
     return NeuronGraph(gm, kind)
 
 
-def inductor_inner_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                           **kwargs: Any) -> NeuronGraph:
+def inductor_inner_compile(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any
+) -> NeuronGraph:
     if kwargs.get("is_backward"):
         kind = "backward"
     elif kwargs.get("is_inference"):
@@ -305,8 +333,9 @@ def inductor_inner_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[An
     return NeuronGraph(gm, kind)
 
 
-def neuron_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any
-                   ) -> Callable[..., Any]:
+def neuron_backend(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any
+) -> Callable[..., Any]:
     """``torch.compile(model, backend="neuron")``."""
     from torch._dynamo.backends.common import aot_autograd
 
@@ -358,8 +387,9 @@ def install() -> None:
         patches = {**self.config, **(config_patches or {})}
         if patches.get("triton.cudagraphs"):
             raise EmulatorError(REDUCE_OVERHEAD_REFUSED)
-        return compile_fx(model_, inputs_, config_patches=patches,
-                          inner_compile=inductor_inner_compile)
+        return compile_fx(
+            model_, inputs_, config_patches=patches, inner_compile=inductor_inner_compile
+        )
 
     wrapper.__call__ = _call
     _installed = True

@@ -36,8 +36,16 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _move(src: int | None, dst: int | None, elem: torch.Tensor, launch_ns: int, op: str,
-          non_blocking: bool, inputs: list[torch.Tensor], overhead_from_ns: int = 0) -> None:
+def _move(
+    src: int | None,
+    dst: int | None,
+    elem: torch.Tensor,
+    launch_ns: int,
+    op: str,
+    non_blocking: bool,
+    inputs: list[torch.Tensor],
+    overhead_from_ns: int = 0,
+) -> None:
     """Record the transfer of ``elem``'s bytes from ``src`` to ``dst`` (None: host).
     ``overhead_from_ns``: a same-core copy whose data the host copied (numerics mode) from then
     until ``launch_ns``."""
@@ -47,15 +55,24 @@ def _move(src: int | None, dst: int | None, elem: torch.Tensor, launch_ns: int, 
     if src is None and dst is not None:
         tl.copy(dst, F.H2D, nbytes, launch_ns=launch_ns, op=op)
     elif src is not None and dst is None:
-        end = tl.copy(src, F.D2H, nbytes, launch_ns=launch_ns, op=op,
-                      not_before_ns=wait_pending(inputs))
+        end = tl.copy(
+            src, F.D2H, nbytes, launch_ns=launch_ns, op=op, not_before_ns=wait_pending(inputs)
+        )
         if not non_blocking:
             tl.host_sync([src], "cpu", op=op, until_ns=end)
     elif src is not None and dst is not None and src == dst:
         cost = op_cost(op, inputs=inputs, outputs=[elem], args=())
-        tl.kernel(dst, op, flops=cost.flops, bytes_moved=cost.bytes_moved, dtype=cost.dtype,
-                  matrix=False, launch_ns=launch_ns, not_before_ns=wait_pending(inputs),
-                  overhead_from_ns=overhead_from_ns)
+        tl.kernel(
+            dst,
+            op,
+            flops=cost.flops,
+            bytes_moved=cost.bytes_moved,
+            dtype=cost.dtype,
+            matrix=False,
+            launch_ns=launch_ns,
+            not_before_ns=wait_pending(inputs),
+            overhead_from_ns=overhead_from_ns,
+        )
     elif src is not None and dst is not None:
         ready = max(tl.cores[src].stream_ns, wait_pending(inputs))
         tl.copy(dst, F.D2D, nbytes, launch_ns=launch_ns, op=op, not_before_ns=ready)
@@ -70,16 +87,27 @@ def to_copy(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     kw = dict(kwargs, device=_CPU)
     kw.pop("pin_memory", None)
     cast = (elem, *args[1:])
-    plan = (output_plan(func, cast, kw, [elem])
-            if src is not None and dst is not None and not STATE.numerics else None)
+    plan = (
+        output_plan(func, cast, kw, [elem])
+        if src is not None and dst is not None and not STATE.numerics
+        else None
+    )
     if plan is not None:  # timing mode, device to device: the bytes are not copied
         out = materialise(plan, [elem])[0]
         _move(src, dst, out, launch_ns, info.name, bool(kwargs.get("non_blocking")), [elem])
     else:
         out = run_inner(func, cast, kw)
         on_core = src is not None and src == dst
-        _move(src, dst, out, time.time_ns() if on_core else launch_ns, info.name,
-              bool(kwargs.get("non_blocking")), [elem], launch_ns if on_core else 0)
+        _move(
+            src,
+            dst,
+            out,
+            time.time_ns() if on_core else launch_ns,
+            info.name,
+            bool(kwargs.get("non_blocking")),
+            [elem],
+            launch_ns if on_core else 0,
+        )
     return out if dst is None else new_device_tensor(out, dst, True)
 
 
@@ -115,8 +143,16 @@ def _copy_into(dst: Any, src: Any, non_blocking: bool, op: str, *, resize: bool)
         return dst
     run_inner(aten.copy_.default, (d_elem, s_elem), {})
     on_core = s is not None and s == d
-    _move(s, d, d_elem, time.time_ns() if on_core else launch_ns, op, non_blocking, [s_elem],
-          launch_ns if on_core else 0)
+    _move(
+        s,
+        d,
+        d_elem,
+        time.time_ns() if on_core else launch_ns,
+        op,
+        non_blocking,
+        [s_elem],
+        launch_ns if on_core else 0,
+    )
     return dst
 
 
@@ -126,8 +162,14 @@ def local_scalar_dense(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> An
     x = args[0]
     tl = STATE.timeline
     assert tl is not None
-    end = tl.copy(x._core, F.D2H, x._elem.element_size(), launch_ns=launch_ns, op=info.name,
-                  not_before_ns=wait_pending([x._elem]))
+    end = tl.copy(
+        x._core,
+        F.D2H,
+        x._elem.element_size(),
+        launch_ns=launch_ns,
+        op=info.name,
+        not_before_ns=wait_pending([x._elem]),
+    )
     tl.host_sync([x._core], "item", op=info.name, until_ns=end)
     return run_inner(func, (x._elem,), kwargs)
 

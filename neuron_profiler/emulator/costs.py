@@ -23,15 +23,33 @@ import torch
 # Flops per output-or-input element for vector-engine ops (default 1). Transcendentals and
 # normalisations cost more than an add; the figures are this project's estimates.
 _VECTOR_FACTOR = {
-    "aten::exp": 4, "aten::log": 4, "aten::tanh": 6, "aten::sigmoid": 5, "aten::gelu": 8,
-    "aten::gelu_backward": 12, "aten::silu": 6, "aten::erf": 6, "aten::pow": 4, "aten::sqrt": 2,
-    "aten::rsqrt": 2, "aten::div": 2, "aten::_softmax": 5, "aten::_softmax_backward_data": 4,
-    "aten::_log_softmax": 5, "aten::_log_softmax_backward_data": 4,
-    "aten::native_layer_norm": 8, "aten::native_layer_norm_backward": 12,
-    "aten::native_batch_norm": 8, "aten::_native_batch_norm_legit": 8,
-    "aten::_native_batch_norm_legit_no_training": 4, "aten::native_batch_norm_backward": 12,
-    "aten::_foreach_addcdiv_": 3, "aten::_foreach_addcmul_": 2, "aten::_foreach_sqrt": 2,
-    "aten::_foreach_lerp_": 3, "aten::_foreach_div_": 2,
+    "aten::exp": 4,
+    "aten::log": 4,
+    "aten::tanh": 6,
+    "aten::sigmoid": 5,
+    "aten::gelu": 8,
+    "aten::gelu_backward": 12,
+    "aten::silu": 6,
+    "aten::erf": 6,
+    "aten::pow": 4,
+    "aten::sqrt": 2,
+    "aten::rsqrt": 2,
+    "aten::div": 2,
+    "aten::_softmax": 5,
+    "aten::_softmax_backward_data": 4,
+    "aten::_log_softmax": 5,
+    "aten::_log_softmax_backward_data": 4,
+    "aten::native_layer_norm": 8,
+    "aten::native_layer_norm_backward": 12,
+    "aten::native_batch_norm": 8,
+    "aten::_native_batch_norm_legit": 8,
+    "aten::_native_batch_norm_legit_no_training": 4,
+    "aten::native_batch_norm_backward": 12,
+    "aten::_foreach_addcdiv_": 3,
+    "aten::_foreach_addcmul_": 2,
+    "aten::_foreach_sqrt": 2,
+    "aten::_foreach_lerp_": 3,
+    "aten::_foreach_div_": 2,
 }
 
 
@@ -49,8 +67,9 @@ def _mm_flops(a: torch.Tensor, b: torch.Tensor) -> int:
     return 2 * batch * a.shape[-2] * a.shape[-1] * b.shape[-1]
 
 
-def _conv_flops(inp: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, transposed: bool
-                ) -> int:
+def _conv_flops(
+    inp: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, transposed: bool
+) -> int:
     kernel = math.prod(weight.shape[2:])
     if transposed:  # weight (Cin, Cout/groups, k...): every input element scatters into k*Cout/g
         return 2 * inp.numel() * weight.shape[1] * kernel
@@ -88,28 +107,45 @@ def _linalg_flops(name: str, inputs: Sequence[torch.Tensor]) -> int | None:
     m, n = a.shape[-2], a.shape[-1]
     k, big = min(m, n), max(m, n)
     per_matrix = {
-        "aten::linalg_cholesky_ex": n ** 3 / 3,
-        "aten::_linalg_det": 2 * n ** 3 / 3,  # LU
-        "aten::linalg_inv_ex": 2 * n ** 3,  # LU, then the inverse from its factors
-        "aten::linalg_qr": 4 * big * k ** 2 - 4 * k ** 3 / 3,  # Householder R, then Q formed
-        "aten::_linalg_eigh": 9 * n ** 3,  # tridiagonal reduction + QR iteration, vectors
-        "aten::linalg_eigh": 9 * n ** 3,
-        "aten::_linalg_svd": 6 * big * k ** 2 + 11 * k ** 3,  # R-SVD, thin U and V
+        "aten::linalg_cholesky_ex": n**3 / 3,
+        "aten::_linalg_det": 2 * n**3 / 3,  # LU
+        "aten::linalg_inv_ex": 2 * n**3,  # LU, then the inverse from its factors
+        "aten::linalg_qr": 4 * big * k**2 - 4 * k**3 / 3,  # Householder R, then Q formed
+        "aten::_linalg_eigh": 9 * n**3,  # tridiagonal reduction + QR iteration, vectors
+        "aten::linalg_eigh": 9 * n**3,
+        "aten::_linalg_svd": 6 * big * k**2 + 11 * k**3,  # R-SVD, thin U and V
     }.get(name)
     return None if per_matrix is None else int(per_matrix * math.prod(a.shape[:-2]))
 
 
-_LINALG_OPS = frozenset({"aten::linalg_cholesky_ex", "aten::_linalg_det", "aten::linalg_inv_ex",
-                        "aten::linalg_qr", "aten::_linalg_eigh", "aten::linalg_eigh",
-                        "aten::_linalg_svd"})
-_MATRIX_OPS = frozenset({
-    "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::_addmm_activation",
-    "aten::addbmm", "aten::convolution", "aten::convolution_backward",
-})
+_LINALG_OPS = frozenset(
+    {
+        "aten::linalg_cholesky_ex",
+        "aten::_linalg_det",
+        "aten::linalg_inv_ex",
+        "aten::linalg_qr",
+        "aten::_linalg_eigh",
+        "aten::linalg_eigh",
+        "aten::_linalg_svd",
+    }
+)
+_MATRIX_OPS = frozenset(
+    {
+        "aten::mm",
+        "aten::bmm",
+        "aten::addmm",
+        "aten::baddbmm",
+        "aten::_addmm_activation",
+        "aten::addbmm",
+        "aten::convolution",
+        "aten::convolution_backward",
+    }
+)
 
 
-def op_cost(name: str, *, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
-            args: tuple) -> OpCost:
+def op_cost(
+    name: str, *, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], args: tuple
+) -> OpCost:
     """Cost of one op; ``inputs``/``outputs`` are the (CPU) tensors it reads and writes."""
     nbytes = elems = out_elems = 0
     dtype = None
@@ -148,12 +184,35 @@ def op_cost(name: str, *, inputs: Sequence[torch.Tensor], outputs: Sequence[torc
         elems = out_elems or elems
     else:
         elems = max(elems, out_elems)
-    return OpCost(flops=_VECTOR_FACTOR.get(name, 1) * elems, bytes_moved=nbytes, matrix=False,
-                  dtype=dtype_name)
+    return OpCost(
+        flops=_VECTOR_FACTOR.get(name, 1) * elems,
+        bytes_moved=nbytes,
+        matrix=False,
+        dtype=dtype_name,
+    )
 
 
-_DTYPE_NAMES = {d: str(d).removeprefix("torch.") for d in (
-    torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32,
-    torch.bool, torch.uint8, torch.int8)}
-_FLOATING = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.float64,
-                       torch.float8_e4m3fn, torch.float8_e5m2})
+_DTYPE_NAMES = {
+    d: str(d).removeprefix("torch.")
+    for d in (
+        torch.float32,
+        torch.bfloat16,
+        torch.float16,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+    )
+}
+_FLOATING = frozenset(
+    {
+        torch.float32,
+        torch.bfloat16,
+        torch.float16,
+        torch.float64,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+    }
+)

@@ -35,15 +35,19 @@ _libraries: list[torch.library.Library] = []
 def _check_no_real_backend() -> None:
     name = torch._C._get_privateuse1_backend_name()
     if "torch_neuronx" in sys.modules:
-        raise EmulatorError("a real Neuron backend (torch_neuronx) is loaded in this process; "
-                            "the emulated device is not needed and cannot be enabled")
+        raise EmulatorError(
+            "a real Neuron backend (torch_neuronx) is loaded in this process; "
+            "the emulated device is not needed and cannot be enabled"
+        )
     # Our collector may already have named PrivateUse1 "neuron" (it must, before profiling);
     # that is not a backend: a real one also installs the torch.neuron device module.
     named_by_collector = name == "neuron" and not hasattr(torch, "neuron")
     if name != "privateuseone" and not named_by_collector:
         what = "a real 'neuron' backend" if name == "neuron" else f"the '{name}' backend"
-        raise EmulatorError(f"PrivateUse1 is already registered to {what}; the emulated "
-                            "neuron device cannot be enabled in this process")
+        raise EmulatorError(
+            f"PrivateUse1 is already registered to {what}; the emulated "
+            "neuron device cannot be enabled in this process"
+        )
 
 
 def _device_index(device: Any) -> int:
@@ -89,24 +93,38 @@ def _make_module() -> types.ModuleType:
         return get_runtime().device_properties()[_device_index(device)]
 
     funcs = {
-        "is_available": lambda: True, "is_initialized": lambda: True,
-        "_is_in_bad_fork": lambda: False, "device_count": lambda: D.STATE.num_cores,
-        "current_device": lambda: D.STATE.current_core, "set_device": set_device,
-        "synchronize": synchronize, "device": _DeviceContext,
-        "manual_seed": lambda seed: None, "manual_seed_all": lambda seed: None,
-        "seed": lambda: None, "seed_all": lambda: None, "initial_seed": torch.initial_seed,
+        "is_available": lambda: True,
+        "is_initialized": lambda: True,
+        "_is_in_bad_fork": lambda: False,
+        "device_count": lambda: D.STATE.num_cores,
+        "current_device": lambda: D.STATE.current_core,
+        "set_device": set_device,
+        "synchronize": synchronize,
+        "device": _DeviceContext,
+        "manual_seed": lambda seed: None,
+        "manual_seed_all": lambda seed: None,
+        "seed": lambda: None,
+        "seed_all": lambda: None,
+        "initial_seed": torch.initial_seed,
         "get_rng_state": lambda device=None: torch.get_rng_state(),
         "set_rng_state": lambda state, device=None: torch.set_rng_state(state),
         "get_amp_supported_dtype": lambda: [torch.bfloat16, torch.float16],
         "is_bf16_supported": lambda including_emulation=True: True,
-        "get_device_name": lambda device=None: f"NeuronCore {_device_index(device)} "
-                                               f"(emulated {get_runtime().chip.name})",
+        "get_device_name": lambda device=None: (
+            f"NeuronCore {_device_index(device)} (emulated {get_runtime().chip.name})"
+        ),
         "get_device_properties": get_device_properties,
         "emulated": True,
     }
-    funcs.update({"Stream": streams.Stream, "Event": streams.Event, "stream": streams.stream,
-                  "current_stream": streams.current_stream,
-                  "default_stream": streams.default_stream})
+    funcs.update(
+        {
+            "Stream": streams.Stream,
+            "Event": streams.Event,
+            "stream": streams.stream,
+            "current_stream": streams.current_stream,
+            "default_stream": streams.default_stream,
+        }
+    )
     for k, v in funcs.items():
         setattr(mod, k, v)
     return mod
@@ -142,9 +160,12 @@ def _register_with_torch(cores: int) -> None:
     fallback_lib.fallback(_factory_fallback, "PrivateUse1")
     lib = torch.library.Library("aten", "IMPL")
     aten = torch.ops.aten
-    for name, op in (("_to_copy", aten._to_copy.default), ("copy_", aten.copy_.default),
-                     ("_copy_from", aten._copy_from.default),
-                     ("_copy_from_and_resize", aten._copy_from_and_resize.default)):
+    for name, op in (
+        ("_to_copy", aten._to_copy.default),
+        ("copy_", aten.copy_.default),
+        ("_copy_from", aten._copy_from.default),
+        ("_copy_from_and_resize", aten._copy_from_and_resize.default),
+    ):
         lib.impl(name, (lambda o: lambda *a, **k: D.execute(o, a, k))(op), "PrivateUse1")
     _libraries.extend([fallback_lib, lib, _pin_memory_override()])
     autocast.register()
@@ -177,8 +198,14 @@ def _env_queue_depth() -> int | None:
     return int(raw) if raw else None
 
 
-def enable(cores: int = 2, chip: str = "trn2", speed_factor: float = 1.0, *,
-           numerics: bool | None = None, queue_depth: int | None = None) -> None:
+def enable(
+    cores: int = 2,
+    chip: str = "trn2",
+    speed_factor: float = 1.0,
+    *,
+    numerics: bool | None = None,
+    queue_depth: int | None = None,
+) -> None:
     """Register the emulated neuron device (idempotent; later calls may change cores, chip,
     speed factor, numerics and queue depth; queue clocks carry over).
 
@@ -204,7 +231,7 @@ def enable(cores: int = 2, chip: str = "trn2", speed_factor: float = 1.0, *,
     old = D.STATE.timeline
     timeline = DeviceTimeline(rt, model, cores, queue_depth=queue_depth)
     if old is not None:  # keep the queues' clocks: work already in flight stays in flight
-        timeline.cores[:min(cores, len(old.cores))] = old.cores[:cores]
+        timeline.cores[: min(cores, len(old.cores))] = old.cores[:cores]
     D.STATE.num_cores = cores
     D.STATE.numerics = bool(numerics)
     D.STATE.current_core = min(D.STATE.current_core, cores - 1)

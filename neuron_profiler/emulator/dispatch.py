@@ -65,17 +65,40 @@ STATE = State()
 _INFO: dict[Any, OpInfo] = {}
 _SPECIAL: dict[Any, Callable[..., Any]] = {}
 _META_OPS = {
-    aten.sym_size.default, aten.sym_size.int, aten.sym_stride.default, aten.sym_stride.int,
-    aten.sym_numel.default, aten.dim.default, aten.sym_storage_offset.default,
-    aten.is_contiguous.default, aten.is_contiguous.memory_format,
-    aten.is_strides_like_format.default, aten.is_non_overlapping_and_dense.default,
-    aten.size.default, aten.size.int, aten.stride.default, aten.stride.int,
-    aten.storage_offset.default, aten.numel.default,
+    aten.sym_size.default,
+    aten.sym_size.int,
+    aten.sym_stride.default,
+    aten.sym_stride.int,
+    aten.sym_numel.default,
+    aten.dim.default,
+    aten.sym_storage_offset.default,
+    aten.is_contiguous.default,
+    aten.is_contiguous.memory_format,
+    aten.is_strides_like_format.default,
+    aten.is_non_overlapping_and_dense.default,
+    aten.size.default,
+    aten.size.int,
+    aten.stride.default,
+    aten.stride.int,
+    aten.storage_offset.default,
+    aten.numel.default,
 }
-_ALLOC_OPS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
-              "aten::new_empty_strided", "aten::resize_", "aten::resize_as_"}
-_NO_KERNEL_OPS = {"aten::_unsafe_view", "aten::lift_fresh", "aten::record_stream",
-                  "aten::_has_compatible_shallow_copy_type", "aten::set_"}
+_ALLOC_OPS = {
+    "aten::empty",
+    "aten::empty_strided",
+    "aten::empty_like",
+    "aten::new_empty",
+    "aten::new_empty_strided",
+    "aten::resize_",
+    "aten::resize_as_",
+}
+_NO_KERNEL_OPS = {
+    "aten::_unsafe_view",
+    "aten::lift_fresh",
+    "aten::record_stream",
+    "aten::_has_compatible_shallow_copy_type",
+    "aten::set_",
+}
 
 
 class _Allocation(msgspec.Struct, frozen=True, gc=False):
@@ -110,12 +133,19 @@ def _describe(func: Any) -> OpInfo:
     elif name in _ALLOC_OPS:
         kind = Kind.ALLOC
     elif ((func.is_view or name in _NO_KERNEL_OPS) and not positions) or (
-            torch.Tag.inplace_view in func.tags):  # t_, unsqueeze_, ...: metadata only
+        torch.Tag.inplace_view in func.tags
+    ):  # t_, unsqueeze_, ...: metadata only
         kind = Kind.VIEW
     else:
         kind = Kind.KERNEL
-    info = OpInfo(name, kind, tuple(positions), tuple(names), handler,
-                  kind is Kind.KERNEL and fb.is_fallback_op(name))
+    info = OpInfo(
+        name,
+        kind,
+        tuple(positions),
+        tuple(names),
+        handler,
+        kind is Kind.KERNEL and fb.is_fallback_op(name),
+    )
     _INFO[func] = info
     return info
 
@@ -145,8 +175,10 @@ class Unwrapped:
             if self.core is None:
                 self.core = x._core
             elif self.core != x._core:
-                raise RuntimeError("Expected all tensors to be on the same device, but found at "
-                                   f"least two devices, neuron:{self.core} and neuron:{x._core}!")
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at "
+                    f"least two devices, neuron:{self.core} and neuron:{x._core}!"
+                )
             self.inputs.append(elem)
             self.alias[id(elem)] = x
             return elem
@@ -166,8 +198,9 @@ def core_of(device: Any) -> int | None:
         return None
     idx = STATE.current_core if dev.index is None else dev.index
     if not 0 <= idx < STATE.num_cores:
-        raise RuntimeError(f"neuron:{idx} is not an emulated device "
-                           f"(enabled with {STATE.num_cores} cores)")
+        raise RuntimeError(
+            f"neuron:{idx} is not an emulated device (enabled with {STATE.num_cores} cores)"
+        )
     return idx
 
 
@@ -278,8 +311,9 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
     computed = True
     _set_record_function(False)  # run_inner, inlined on the hot path
     try:
-        if not STATE.numerics and (kind is Kind.KERNEL or (
-                kind is Kind.ALLOC and not info.mutated_names)):  # empty*: zeros, deterministic
+        if not STATE.numerics and (
+            kind is Kind.KERNEL or (kind is Kind.ALLOC and not info.mutated_names)
+        ):  # empty*: zeros, deterministic
             plan = output_plan(func, u.args, u.kwargs, u.inputs)
             if plan is not None:
                 out = materialise(plan, u.inputs)[0]
@@ -302,16 +336,30 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
     return result
 
 
-def _launch_kernel(info: OpInfo, u: Unwrapped, core: int, written: list[torch.Tensor],
-                   launch_ns: int, overhead_from_ns: int = 0) -> None:
+def _launch_kernel(
+    info: OpInfo,
+    u: Unwrapped,
+    core: int,
+    written: list[torch.Tensor],
+    launch_ns: int,
+    overhead_from_ns: int = 0,
+) -> None:
     tl = STATE.timeline
     if tl is None:
         return
     mutated = [t for t in u.inputs if id(t) in u.alias] if info.mutated_names else []
     cost = op_cost(info.name, inputs=u.inputs, outputs=written or mutated, args=u.args)
-    tl.kernel(core, info.name, flops=cost.flops, bytes_moved=cost.bytes_moved, dtype=cost.dtype,
-              matrix=cost.matrix, launch_ns=launch_ns, not_before_ns=wait_pending(u.inputs),
-              overhead_from_ns=overhead_from_ns)
+    tl.kernel(
+        core,
+        info.name,
+        flops=cost.flops,
+        bytes_moved=cost.bytes_moved,
+        dtype=cost.dtype,
+        matrix=cost.matrix,
+        launch_ns=launch_ns,
+        not_before_ns=wait_pending(u.inputs),
+        overhead_from_ns=overhead_from_ns,
+    )
     if STATE.pending:
         prune_pending(core)
 
@@ -338,8 +386,9 @@ def _mutated_elems(info: OpInfo, u: Unwrapped) -> list[torch.Tensor]:
     return [t for t in flat if isinstance(t, torch.Tensor) and id(t) in u.alias]
 
 
-def run_fallback(func: Any, info: OpInfo, u: Unwrapped, core: int, reason: str,
-                 launch_ns: int) -> Any:
+def run_fallback(
+    func: Any, info: OpInfo, u: Unwrapped, core: int, reason: str, launch_ns: int
+) -> Any:
     """TorchNeuron's cpu_fallback: inputs to host, run there, write mutated inputs back,
     outputs to device; each copy is a modelled DMA, the host compute is real time."""
     tl = STATE.timeline
@@ -348,8 +397,14 @@ def run_fallback(func: Any, info: OpInfo, u: Unwrapped, core: int, reason: str,
     device_inputs = [t for t in u.inputs if id(t) in u.alias]
     last = wait_pending(device_inputs)
     for t in device_inputs:
-        last = tl.copy(core, F.D2H, t.numel() * t.element_size(), launch_ns=time.time_ns(),
-                       op=info.name, not_before_ns=last)
+        last = tl.copy(
+            core,
+            F.D2H,
+            t.numel() * t.element_size(),
+            launch_ns=time.time_ns(),
+            op=info.name,
+            not_before_ns=last,
+        )
     tl.host_sync([core], "fallback", op=info.name, until_ns=last)
     host = {id(t): t.clone() for t in device_inputs}
     args = _swap(u.args, host)
@@ -362,18 +417,27 @@ def run_fallback(func: Any, info: OpInfo, u: Unwrapped, core: int, reason: str,
         if dev.shape != h.shape:
             dev.resize_(h.shape)
         dev.copy_(h)
-        tl.copy(core, F.H2D, h.numel() * h.element_size(), launch_ns=time.time_ns(),
-                op=info.name)
+        tl.copy(core, F.H2D, h.numel() * h.element_size(), launch_ns=time.time_ns(), op=info.name)
     result = _wrap_fallback(out, u, core, back, tl, info.name)
     # what the op would have cost on the device (the analyzer's native time): the kernel cost
     # rule on the host inputs and results, bytes = every tensor read plus every tensor written
     host_inputs = [_swap(t, host) for t in u.inputs]
-    cost = op_cost(info.name, inputs=host_inputs,
-                   outputs=_tensors(out) or [host_by_id[h] for h in back], args=args)
-    tl.fallback(core, info.name, reason=reason,
-                shapes=[list(t.shape) for t in device_inputs],
-                dtypes=[str(t.dtype).removeprefix("torch.") for t in device_inputs],
-                cost=cost, start_ns=launch_ns, stop_ns=time.time_ns())
+    cost = op_cost(
+        info.name,
+        inputs=host_inputs,
+        outputs=_tensors(out) or [host_by_id[h] for h in back],
+        args=args,
+    )
+    tl.fallback(
+        core,
+        info.name,
+        reason=reason,
+        shapes=[list(t.shape) for t in device_inputs],
+        dtypes=[str(t.dtype).removeprefix("torch.") for t in device_inputs],
+        cost=cost,
+        start_ns=launch_ns,
+        stop_ns=time.time_ns(),
+    )
     return result
 
 
@@ -393,8 +457,9 @@ def _swap(x: Any, host: dict[int, torch.Tensor]) -> Any:
     return x
 
 
-def _wrap_fallback(out: Any, u: Unwrapped, core: int, back: dict[int, torch.Tensor],
-                   tl: DeviceTimeline, op: str) -> Any:
+def _wrap_fallback(
+    out: Any, u: Unwrapped, core: int, back: dict[int, torch.Tensor], tl: DeviceTimeline, op: str
+) -> Any:
     if isinstance(out, torch.Tensor):
         dev = back.get(id(out))
         if dev is not None:  # the op returned a mutated input: hand back its device tensor

@@ -19,15 +19,29 @@ from collections.abc import Callable
 
 ENV_VAR = "NEURON_PROFILER_FALLBACK_OPS"
 
-DEFAULT_FALLBACK_OPS = frozenset({
-    # data-dependent output shape: a static-shape compiler cannot produce these on device
-    "aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::unique_dim",
-    "aten::unique_consecutive", "aten::bincount", "aten::histc",
-    # dense factorisations and order statistics
-    "aten::linalg_eigh", "aten::_linalg_eigh", "aten::linalg_qr", "aten::_linalg_svd",
-    "aten::linalg_inv_ex", "aten::_linalg_det", "aten::linalg_cholesky_ex", "aten::median",
-    "aten::nanmedian", "aten::kthvalue",
-})
+DEFAULT_FALLBACK_OPS = frozenset(
+    {
+        # data-dependent output shape: a static-shape compiler cannot produce these on device
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::bincount",
+        "aten::histc",
+        # dense factorisations and order statistics
+        "aten::linalg_eigh",
+        "aten::_linalg_eigh",
+        "aten::linalg_qr",
+        "aten::_linalg_svd",
+        "aten::linalg_inv_ex",
+        "aten::_linalg_det",
+        "aten::linalg_cholesky_ex",
+        "aten::median",
+        "aten::nanmedian",
+        "aten::kthvalue",
+    }
+)
 
 REASON_UNSUPPORTED = "op not supported on NeuronCore"
 REASON_FLOAT64 = "float64 not supported on NeuronCore"
@@ -85,7 +99,8 @@ def note_fallback(name: str) -> None:
 def is_fallback_op(packet_name: str) -> bool:
     """``aten::add`` in the set covers add, add.out and the in-place add_."""
     return packet_name in _configured or (
-        packet_name.endswith("_") and packet_name[:-1] in _configured)
+        packet_name.endswith("_") and packet_name[:-1] in _configured
+    )
 
 
 _listeners: list[Callable[[], None]] = []

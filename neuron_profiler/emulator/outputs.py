@@ -63,8 +63,7 @@ def _to_meta(x: Any, memo: dict[int, torch.Tensor]) -> Any:
     if isinstance(x, torch.Tensor):
         m = memo.get(id(x))
         if m is None:
-            m = memo[id(x)] = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
-                                                  device=_META)
+            m = memo[id(x)] = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=_META)
         return m
     t = type(x)
     if t is list or t is tuple:
@@ -91,8 +90,7 @@ def _plan_of(out: Any, index: dict[int, int]) -> Any:
     raise _Uncacheable  # ints, floats, bools: a host value the op computed
 
 
-def output_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor]
-                ) -> Plan | None:
+def output_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor]) -> Plan | None:
     """The cached plan of ``func`` on these (unwrapped, CPU) arguments; None: run it for real."""
     try:
         key = (func, _sig(args), _sig(tuple(kwargs.items())) if kwargs else ())
@@ -124,8 +122,9 @@ def _make_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor])
 def zeros(shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tensor:
     """A zero-filled tensor of this layout whose host cost does not grow with its size."""
     n = 0 if 0 in shape else 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=True))
-    itemsize = torch.empty((), dtype=dtype).element_size() if dtype not in _ITEMSIZE else \
-        _ITEMSIZE[dtype]
+    itemsize = (
+        torch.empty((), dtype=dtype).element_size() if dtype not in _ITEMSIZE else _ITEMSIZE[dtype]
+    )
     nbytes = n * itemsize
     if nbytes >= MMAP_MIN_BYTES:
         base = torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype, count=n)
@@ -136,9 +135,21 @@ def zeros(shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tensor:
     return base.as_strided(shape, stride)
 
 
-_ITEMSIZE = {d: torch.empty((), dtype=d).element_size() for d in (
-    torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32,
-    torch.bool, torch.uint8, torch.int8, torch.int16)}
+_ITEMSIZE = {
+    d: torch.empty((), dtype=d).element_size()
+    for d in (
+        torch.float32,
+        torch.bfloat16,
+        torch.float16,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+    )
+}
 
 
 def materialise(plan: Plan, inputs: list[torch.Tensor]) -> tuple[Any, list[torch.Tensor]]:

@@ -112,8 +112,9 @@ class EmulatedRuntime:
         self.configure(cores, chip_name, speed_factor)
 
     # -- configuration (the emulator calls this from enable()) ---------------------------------
-    def configure(self, cores: int, chip_name: str, speed_factor: float, *,
-                  numerics: bool = True) -> None:
+    def configure(
+        self, cores: int, chip_name: str, speed_factor: float, *, numerics: bool = True
+    ) -> None:
         if not (isinstance(cores, int) and cores >= 1):
             raise ValueError(f"cores must be a positive integer, got {cores!r}")
         self.chip: ChipSpec = chip(chip_name)
@@ -133,16 +134,27 @@ class EmulatedRuntime:
 
         c = self.chip
         peaks = RooflineModel(c, speed_factor=self.speed_factor).peaks()
-        return [{V.PROP_ID: i, V.PROP_NAME: f"NeuronCore {i}", V.PROP_CHIP: c.name,
-                 V.PROP_HBM_BYTES: int(c.hbm_gib * 2**30 / c.logical_cores),
-                 **peaks, V.PROP_EMULATED: True, V.PROP_SPEED_FACTOR: self.speed_factor,
-                 V.PROP_NUMERICS: self.numerics}
-                for i in range(self.num_cores)]
+        return [
+            {
+                V.PROP_ID: i,
+                V.PROP_NAME: f"NeuronCore {i}",
+                V.PROP_CHIP: c.name,
+                V.PROP_HBM_BYTES: int(c.hbm_gib * 2**30 / c.logical_cores),
+                **peaks,
+                V.PROP_EMULATED: True,
+                V.PROP_SPEED_FACTOR: self.speed_factor,
+                V.PROP_NUMERICS: self.numerics,
+            }
+            for i in range(self.num_cores)
+        ]
 
     # -- nrt_sys_trace_* ----------------------------------------------------------------------
-    def sys_trace_start(self, max_events_per_nc: int = DEFAULT_MAX_EVENTS_PER_NC,
-                        cores: set[int] | None = None, event_types: set[str] | None = None
-                        ) -> None:
+    def sys_trace_start(
+        self,
+        max_events_per_nc: int = DEFAULT_MAX_EVENTS_PER_NC,
+        cores: set[int] | None = None,
+        event_types: set[str] | None = None,
+    ) -> None:
         """Allocate fresh ring buffers and start capturing (libnrt: ``nrt_sys_trace_start``).
 
         ``cores``/``event_types`` None means all. Raises ``EmulatorError`` if already started.
@@ -150,12 +162,14 @@ class EmulatedRuntime:
         from neuron_profiler.errors import EmulatorError
 
         if not (isinstance(max_events_per_nc, int) and max_events_per_nc >= 1):
-            raise ValueError(f"max_events_per_nc must be a positive integer, "
-                             f"got {max_events_per_nc!r}")
+            raise ValueError(
+                f"max_events_per_nc must be a positive integer, got {max_events_per_nc!r}"
+            )
         with self._lock:
             if self.capturing:
-                raise EmulatorError("emulated runtime: system trace already started "
-                                    "(call sys_trace_stop first)")
+                raise EmulatorError(
+                    "emulated runtime: system trace already started (call sys_trace_stop first)"
+                )
             selected = range(self.num_cores) if cores is None else sorted(int(c) for c in cores)
             self._cores = frozenset(selected)
             self._types = None if event_types is None else frozenset(event_types)
@@ -195,10 +209,14 @@ class EmulatedRuntime:
                 if taken:
                     out.extend(self._sync_point(core, min(e.timestamp_ns for e in taken)))
                     out.extend(map(_out_event, taken))
-        ext = {F.X_DROPPED_EVENTS: dropped, "emulated": True, "chip": self.chip.name,
-               "speed_factor": self.speed_factor, F.X_NUMERICS: self.numerics,
-               F.X_DEVICE_PROPERTIES: [p for p in self.device_properties()
-                                       if p["id"] in cores]}
+        ext = {
+            F.X_DROPPED_EVENTS: dropped,
+            "emulated": True,
+            "chip": self.chip.name,
+            "speed_factor": self.speed_factor,
+            F.X_NUMERICS: self.numerics,
+            F.X_DEVICE_PROPERTIES: [p for p in self.device_properties() if p["id"] in cores],
+        }
         return _encode(_Envelope(out, F.DATA_VERSION, ext))
 
     def _take(self, core: int, max_events: int | None) -> list[RecordedEvent]:
@@ -215,93 +233,270 @@ class EmulatedRuntime:
             return ()
         nc = self.nc_timestamp_ns(first_ts_ns, core)
         data = {"exec_id": 0, "nc_timestamp_ns": nc, "cpu_timestamp_ns": first_ts_ns}
-        return (_OutEvent(event_type=F.TIMESTAMP_SYNC_POINT, phase=F.INSTANT, id=next(self._ids),
-                          tracking_id=next(self._tracking), nc_idx=core, nc_local_id=core,
-                          worker_gid=-1, thread_id=threading.get_native_id(), timestamp_ns=nc,
-                          data=data),)
+        return (
+            _OutEvent(
+                event_type=F.TIMESTAMP_SYNC_POINT,
+                phase=F.INSTANT,
+                id=next(self._ids),
+                tracking_id=next(self._tracking),
+                nc_idx=core,
+                nc_local_id=core,
+                worker_gid=-1,
+                thread_id=threading.get_native_id(),
+                timestamp_ns=nc,
+                data=data,
+            ),
+        )
 
     # -- recording (called by the emulated device) -------------------------------------------
     def wants(self, core: int, event_type: str) -> bool:
-        return self.capturing and core in self._cores and (
-            self._types is None or event_type in self._types)
+        return (
+            self.capturing
+            and core in self._cores
+            and (self._types is None or event_type in self._types)
+        )
 
     def new_tracking_id(self) -> int:
         return next(self._tracking)
 
-    def record(self, core: int, event_type: str, phase: str, tracking_id: int, thread_id: int,
-               timestamp_ns: int, data: dict[str, Any]) -> None:
+    def record(
+        self,
+        core: int,
+        event_type: str,
+        phase: str,
+        tracking_id: int,
+        thread_id: int,
+        timestamp_ns: int,
+        data: dict[str, Any],
+    ) -> None:
         """Append one event if capture wants it; a full ring drops its oldest event (counted)."""
         if self.wants(core, event_type):
             self._append(core, event_type, phase, tracking_id, thread_id, timestamp_ns, None, data)
 
-    def record_span(self, core: int, event_type: str, thread_id: int, start_ns: int, stop_ns: int,
-                    data: dict[str, Any], stop_data: dict[str, Any] | None = None) -> None:
+    def record_span(
+        self,
+        core: int,
+        event_type: str,
+        thread_id: int,
+        start_ns: int,
+        stop_ns: int,
+        data: dict[str, Any],
+        stop_data: dict[str, Any] | None = None,
+    ) -> None:
         """A start/stop pair sharing a fresh tracking id (``data`` on the start, ids on the stop)."""
         if not self.wants(core, event_type):
             return
         tracking = next(self._tracking)
         self._append(core, event_type, F.START, tracking, thread_id, start_ns, None, data)
-        self._append(core, event_type, F.STOP, tracking, thread_id, stop_ns, None,
-                     {} if stop_data is None else stop_data)
+        self._append(
+            core,
+            event_type,
+            F.STOP,
+            tracking,
+            thread_id,
+            stop_ns,
+            None,
+            {} if stop_data is None else stop_data,
+        )
 
-    def record_span_lazy(self, core: int, event_type: str, thread_id: int, start_ns: int,
-                         stop_ns: int, start_builder: DataBuilder, stop_builder: DataBuilder,
-                         payload: Any) -> None:
+    def record_span_lazy(
+        self,
+        core: int,
+        event_type: str,
+        thread_id: int,
+        start_ns: int,
+        stop_ns: int,
+        start_builder: DataBuilder,
+        stop_builder: DataBuilder,
+        payload: Any,
+    ) -> None:
         """``record_span`` whose data dicts are built at fetch from ``payload`` (hot path)."""
-        if not self.capturing or core not in self._cores or (
-                self._types is not None and event_type not in self._types):
+        if (
+            not self.capturing
+            or core not in self._cores
+            or (self._types is not None and event_type not in self._types)
+        ):
             return
         tracking = next(self._tracking)
         buf = self._buffers[core]
         ids, seq = self._ids, self._seq[core]
-        buf.append(RecordedEvent(next(ids), event_type, F.START, tracking, core, thread_id,
-                                 start_ns, start_builder, payload, next(seq)))
-        buf.append(RecordedEvent(next(ids), event_type, F.STOP, tracking, core, thread_id,
-                                 stop_ns, stop_builder, payload, next(seq)))
+        buf.append(
+            RecordedEvent(
+                next(ids),
+                event_type,
+                F.START,
+                tracking,
+                core,
+                thread_id,
+                start_ns,
+                start_builder,
+                payload,
+                next(seq),
+            )
+        )
+        buf.append(
+            RecordedEvent(
+                next(ids),
+                event_type,
+                F.STOP,
+                tracking,
+                core,
+                thread_id,
+                stop_ns,
+                stop_builder,
+                payload,
+                next(seq),
+            )
+        )
 
-    def record_launch(self, core: int, call_type: str, work_type: str, thread_id: int,
-                      call_ns: tuple[int, int], work_ns: tuple[int, int],
-                      builders: tuple[DataBuilder, DataBuilder, DataBuilder, DataBuilder],
-                      payload: Any) -> None:
+    def record_launch(
+        self,
+        core: int,
+        call_type: str,
+        work_type: str,
+        thread_id: int,
+        call_ns: tuple[int, int],
+        work_ns: tuple[int, int],
+        builders: tuple[DataBuilder, DataBuilder, DataBuilder, DataBuilder],
+        payload: Any,
+    ) -> None:
         """A host runtime call and the device work it launched: two spans, four events, one
         capture check (the per-op hot path while a trace runs)."""
         types = self._types
         call_start, call_stop, work_start, work_stop = builders
-        if not self.capturing or core not in self._cores or (types is not None and (
-                call_type not in types or work_type not in types)):
+        if (
+            not self.capturing
+            or core not in self._cores
+            or (types is not None and (call_type not in types or work_type not in types))
+        ):
             if types is not None:  # one of the two wanted: record it alone
                 for event_type, (start_ns, stop_ns), start_builder, stop_builder in (
-                        (call_type, call_ns, call_start, call_stop),
-                        (work_type, work_ns, work_start, work_stop)):
-                    self.record_span_lazy(core, event_type, thread_id, start_ns, stop_ns,
-                                          start_builder, stop_builder, payload)
+                    (call_type, call_ns, call_start, call_stop),
+                    (work_type, work_ns, work_start, work_stop),
+                ):
+                    self.record_span_lazy(
+                        core,
+                        event_type,
+                        thread_id,
+                        start_ns,
+                        stop_ns,
+                        start_builder,
+                        stop_builder,
+                        payload,
+                    )
             return
         buf, ids, seq, tracking = self._buffers[core], self._ids, self._seq[core], self._tracking
         t1, t2 = next(tracking), next(tracking)
         (call_start_ns, call_stop_ns), (work_start_ns, work_stop_ns) = call_ns, work_ns
-        buf.append(RecordedEvent(next(ids), call_type, F.START, t1, core, thread_id,
-                                 call_start_ns, call_start, payload, next(seq)))
-        buf.append(RecordedEvent(next(ids), call_type, F.STOP, t1, core, thread_id,
-                                 call_stop_ns, call_stop, payload, next(seq)))
-        buf.append(RecordedEvent(next(ids), work_type, F.START, t2, core, thread_id,
-                                 work_start_ns, work_start, payload, next(seq)))
-        buf.append(RecordedEvent(next(ids), work_type, F.STOP, t2, core, thread_id,
-                                 work_stop_ns, work_stop, payload, next(seq)))
+        buf.append(
+            RecordedEvent(
+                next(ids),
+                call_type,
+                F.START,
+                t1,
+                core,
+                thread_id,
+                call_start_ns,
+                call_start,
+                payload,
+                next(seq),
+            )
+        )
+        buf.append(
+            RecordedEvent(
+                next(ids),
+                call_type,
+                F.STOP,
+                t1,
+                core,
+                thread_id,
+                call_stop_ns,
+                call_stop,
+                payload,
+                next(seq),
+            )
+        )
+        buf.append(
+            RecordedEvent(
+                next(ids),
+                work_type,
+                F.START,
+                t2,
+                core,
+                thread_id,
+                work_start_ns,
+                work_start,
+                payload,
+                next(seq),
+            )
+        )
+        buf.append(
+            RecordedEvent(
+                next(ids),
+                work_type,
+                F.STOP,
+                t2,
+                core,
+                thread_id,
+                work_stop_ns,
+                work_stop,
+                payload,
+                next(seq),
+            )
+        )
 
-    def record_instant_lazy(self, core: int, event_type: str, thread_id: int, timestamp_ns: int,
-                            builder: DataBuilder, payload: Any) -> None:
+    def record_instant_lazy(
+        self,
+        core: int,
+        event_type: str,
+        thread_id: int,
+        timestamp_ns: int,
+        builder: DataBuilder,
+        payload: Any,
+    ) -> None:
         """One instant event whose data is built at fetch (allocation/free on the hot path)."""
-        if not self.capturing or core not in self._cores or (
-                self._types is not None and event_type not in self._types):
+        if (
+            not self.capturing
+            or core not in self._cores
+            or (self._types is not None and event_type not in self._types)
+        ):
             return
-        self._append(core, event_type, F.INSTANT, next(self._tracking), thread_id, timestamp_ns,
-                     builder, payload)
+        self._append(
+            core,
+            event_type,
+            F.INSTANT,
+            next(self._tracking),
+            thread_id,
+            timestamp_ns,
+            builder,
+            payload,
+        )
 
-    def _append(self, core: int, event_type: str, phase: str, tracking_id: int, thread_id: int,
-                timestamp_ns: int, builder: DataBuilder | None, payload: Any) -> None:
-        self._buffers[core].append(RecordedEvent(
-            next(self._ids), event_type, phase, tracking_id, core, thread_id, timestamp_ns,
-            builder, payload, next(self._seq[core])))
+    def _append(
+        self,
+        core: int,
+        event_type: str,
+        phase: str,
+        tracking_id: int,
+        thread_id: int,
+        timestamp_ns: int,
+        builder: DataBuilder | None,
+        payload: Any,
+    ) -> None:
+        self._buffers[core].append(
+            RecordedEvent(
+                next(self._ids),
+                event_type,
+                phase,
+                tracking_id,
+                core,
+                thread_id,
+                timestamp_ns,
+                builder,
+                payload,
+                next(self._seq[core]),
+            )
+        )
 
     def nc_epoch_of(self, core: int) -> int:
         """Host time at which ``core``'s clock reads 0: each core's clock has its own epoch,
@@ -317,11 +512,19 @@ def _out_event(e: RecordedEvent) -> _OutEvent:
     """One recorded event as fetch writes it: its data built now; device-side events carry
     the device clock in ``timestamp_ns``, as the real runtime's payload override does."""
     data = e.payload if e.builder is None else e.builder(e.payload)
-    stamp = (data.get("nc_timestamp_ns", e.timestamp_ns) if type(data) is dict
-             else e.timestamp_ns)
-    return _OutEvent(event_type=e.event_type, phase=e.phase, id=e.id, tracking_id=e.tracking_id,
-                     nc_idx=e.nc_idx, nc_local_id=e.nc_idx, worker_gid=-1,
-                     thread_id=e.thread_id, timestamp_ns=stamp, data=data)
+    stamp = data.get("nc_timestamp_ns", e.timestamp_ns) if type(data) is dict else e.timestamp_ns
+    return _OutEvent(
+        event_type=e.event_type,
+        phase=e.phase,
+        id=e.id,
+        tracking_id=e.tracking_id,
+        nc_idx=e.nc_idx,
+        nc_local_id=e.nc_idx,
+        worker_gid=-1,
+        thread_id=e.thread_id,
+        timestamp_ns=stamp,
+        data=data,
+    )
 
 
 _RUNTIME = EmulatedRuntime()

@@ -176,8 +176,13 @@ def wait_until(target_ns: int) -> int:
 class DeviceTimeline:
     """Schedules work on the emulated cores and records its events in the runtime."""
 
-    def __init__(self, runtime: EmulatedRuntime, model: RooflineModel, cores: int,
-                 queue_depth: int | None = None) -> None:
+    def __init__(
+        self,
+        runtime: EmulatedRuntime,
+        model: RooflineModel,
+        cores: int,
+        queue_depth: int | None = None,
+    ) -> None:
         self.rt = runtime
         self.model = model
         self.latency_ns = model.chip.launch_latency_ns
@@ -194,9 +199,20 @@ class DeviceTimeline:
         self.collectives_launched = 0
 
     # -- device work -----------------------------------------------------------------------
-    def kernel(self, core: int, op: str, *, flops: int, bytes_moved: int, dtype: str,
-               matrix: bool, launch_ns: int, not_before_ns: int = 0,
-               overhead_from_ns: int = 0, graph: GraphExecution | None = None) -> int:
+    def kernel(
+        self,
+        core: int,
+        op: str,
+        *,
+        flops: int,
+        bytes_moved: int,
+        dtype: str,
+        matrix: bool,
+        launch_ns: int,
+        not_before_ns: int = 0,
+        overhead_from_ns: int = 0,
+        graph: GraphExecution | None = None,
+    ) -> int:
         """One op on the compute queue; records its runtime call and device execution.
 
         ``overhead_from_ns`` (> 0): the host spent [overhead_from_ns, launch_ns] on the op's real
@@ -206,8 +222,9 @@ class DeviceTimeline:
         if overhead_from_ns:
             self.overhead(core, op, F.OVERHEAD_NUMERICS, overhead_from_ns, launch_ns)
         if graph is None:
-            dur = self.model.kernel_ns(flops=flops, bytes_moved=bytes_moved, dtype=dtype,
-                                       matrix=matrix)
+            dur = self.model.kernel_ns(
+                flops=flops, bytes_moved=bytes_moved, dtype=dtype, matrix=matrix
+            )
         else:
             dur = graph.duration_ns
         if len(self.cores[core].inflight) >= self.queue_depth:
@@ -227,36 +244,73 @@ class DeviceTimeline:
             heapq.heappush(q.inflight, end)
         if self.rt.capturing:
             engine = GRAPH_ENGINE if graph is not None else engine_for(op, matrix)
-            detail = KernelDetail(flops, bytes_moved, dtype, engine,
-                                  self.model.peak_flops_per_s(dtype, matrix), graph)
-            self._record_launch(core, F.NRT_MODEL_SUBMIT, F.NC_EXEC_RUNNING, op, launch_ns,
-                                start, end, detail)
+            detail = KernelDetail(
+                flops, bytes_moved, dtype, engine, self.model.peak_flops_per_s(dtype, matrix), graph
+            )
+            self._record_launch(
+                core, F.NRT_MODEL_SUBMIT, F.NC_EXEC_RUNNING, op, launch_ns, start, end, detail
+            )
         return end
 
-    def copy(self, core: int, direction: str, nbytes: int, *, launch_ns: int, op: str,
-             not_before_ns: int = 0) -> int:
+    def copy(
+        self,
+        core: int,
+        direction: str,
+        nbytes: int,
+        *,
+        launch_ns: int,
+        op: str,
+        not_before_ns: int = 0,
+    ) -> int:
         """A DMA transfer on the core's DMA queue (h2d / d2h over the host link, d2d on chip)."""
-        dur = (self.model.device_copy_ns(nbytes) if direction == F.D2D
-               else self.model.host_copy_ns(nbytes))
+        dur = (
+            self.model.device_copy_ns(nbytes)
+            if direction == F.D2D
+            else self.model.host_copy_ns(nbytes)
+        )
         if len(self.cores[core].inflight) >= self.queue_depth:
             launch_ns = self._admit(core, op, launch_ns)
         with self._lock:
             q = self.cores[core]
-            start, end = q.dma.schedule(launch_ns=launch_ns, duration_ns=dur,
-                                        latency_ns=self.latency_ns,
-                                        not_before_ns=max(q.stream_ns, not_before_ns))
+            start, end = q.dma.schedule(
+                launch_ns=launch_ns,
+                duration_ns=dur,
+                latency_ns=self.latency_ns,
+                not_before_ns=max(q.stream_ns, not_before_ns),
+            )
             q.stream_ns = end
             heapq.heappush(q.inflight, end)
         if self.rt.capturing:
-            link = (self.model.chip.dma_bytes_per_s() if direction == F.D2D
-                    else self.model.chip.host_link_bytes_per_s()) * self.model.speed_factor
-            self._record_launch(core, _COPY_CALL[direction], _COPY_EVENT[direction], op,
-                                launch_ns, start, end, CopyDetail(nbytes, direction, link))
+            link = (
+                self.model.chip.dma_bytes_per_s()
+                if direction == F.D2D
+                else self.model.chip.host_link_bytes_per_s()
+            ) * self.model.speed_factor
+            self._record_launch(
+                core,
+                _COPY_CALL[direction],
+                _COPY_EVENT[direction],
+                op,
+                launch_ns,
+                start,
+                end,
+                CopyDetail(nbytes, direction, link),
+            )
         return end
 
-    def collective(self, core: int, op: str, *, collective: str, nbytes: int, ranks: list[int],
-                   group: str, launch_ns: int, algorithm: str = "ring",
-                   exchange: Callable[[int], int] | None = None) -> int:
+    def collective(
+        self,
+        core: int,
+        op: str,
+        *,
+        collective: str,
+        nbytes: int,
+        ranks: list[int],
+        group: str,
+        launch_ns: int,
+        algorithm: str = "ring",
+        exchange: Callable[[int], int] | None = None,
+    ) -> int:
         """A collective on the collective queue: waits for the inputs (stream), not for later
         compute, so it overlaps whatever is launched after it.
 
@@ -276,27 +330,58 @@ class DeviceTimeline:
             group_start = max(arrival, exchange(arrival))
             self.overhead(core, op, F.OVERHEAD_COUPLING, call_end, time.time_ns())
         with self._lock:
-            start, end = q.collective.schedule(launch_ns=launch_ns, duration_ns=dur,
-                                               latency_ns=self.latency_ns,
-                                               not_before_ns=max(q.stream_ns, group_start))
+            start, end = q.collective.schedule(
+                launch_ns=launch_ns,
+                duration_ns=dur,
+                latency_ns=self.latency_ns,
+                not_before_ns=max(q.stream_ns, group_start),
+            )
             heapq.heappush(q.inflight, end)
         if self.rt.capturing:
             self.collectives_launched += 1
             if start > arrival:  # waiting for the group on the device
                 epoch = self.rt.nc_epoch_of(core)
                 self.rt.record_span_lazy(
-                    core, F.CC_EXEC_BARRIER, _native_tid(), arrival, start, _barrier_start,
-                    _barrier_stop, BarrierRecord(
-                        core=core, model_id=self._model_ids.get(op, 0), op=op,
-                        collective=collective, correlation_id=current_correlation_id(),
-                        launch_ns=launch_ns, nc_start_ns=arrival - epoch,
-                        nc_end_ns=start - epoch, ranks=tuple(ranks), group=group,
-                        algorithm=algorithm))
-            detail = CollectiveDetail(collective=collective, nbytes=nbytes, ranks=tuple(ranks),
-                                      algorithm=algorithm, group=group,
-                                      op_id=self.collectives_launched)
-            self._record_launch(core, F.NRT_MODEL_SUBMIT, F.CC_RUNNING, op, launch_ns, start,
-                                end, detail, call_end_ns=call_end)
+                    core,
+                    F.CC_EXEC_BARRIER,
+                    _native_tid(),
+                    arrival,
+                    start,
+                    _barrier_start,
+                    _barrier_stop,
+                    BarrierRecord(
+                        core=core,
+                        model_id=self._model_ids.get(op, 0),
+                        op=op,
+                        collective=collective,
+                        correlation_id=current_correlation_id(),
+                        launch_ns=launch_ns,
+                        nc_start_ns=arrival - epoch,
+                        nc_end_ns=start - epoch,
+                        ranks=tuple(ranks),
+                        group=group,
+                        algorithm=algorithm,
+                    ),
+                )
+            detail = CollectiveDetail(
+                collective=collective,
+                nbytes=nbytes,
+                ranks=tuple(ranks),
+                algorithm=algorithm,
+                group=group,
+                op_id=self.collectives_launched,
+            )
+            self._record_launch(
+                core,
+                F.NRT_MODEL_SUBMIT,
+                F.CC_RUNNING,
+                op,
+                launch_ns,
+                start,
+                end,
+                detail,
+                call_end_ns=call_end,
+            )
         return end
 
     def _admit(self, core: int, op: str, launch_ns: int) -> int:
@@ -317,9 +402,16 @@ class DeviceTimeline:
             return max(launch_ns, target)
         end = wait_until(target)
         if self.rt.capturing:
-            self.rt.record_span_lazy(core, F.EXT_HOST_SYNC, _native_tid(), now, end, _sync_start,
-                                     _empty, HostSyncRecord(F.SYNC_QUEUE_FULL, op, target,
-                                                            current_correlation_id()))
+            self.rt.record_span_lazy(
+                core,
+                F.EXT_HOST_SYNC,
+                _native_tid(),
+                now,
+                end,
+                _sync_start,
+                _empty,
+                HostSyncRecord(F.SYNC_QUEUE_FULL, op, target, current_correlation_id()),
+            )
         return max(launch_ns, end)
 
     def in_flight(self, core: int, at_ns: int) -> int:
@@ -331,32 +423,64 @@ class DeviceTimeline:
         """Host time the emulator spent on its own work (``what``: F.OVERHEAD_*), recorded as an
         emulator-overhead span so that it never reads as runtime launch cost."""
         if self.rt.capturing:
-            self.rt.record_span_lazy(core, F.EXT_EMULATOR_OVERHEAD, _native_tid(), start_ns,
-                                     stop_ns, _overhead_start, _empty,
-                                     OverheadRecord(what, op, current_correlation_id()))
+            self.rt.record_span_lazy(
+                core,
+                F.EXT_EMULATOR_OVERHEAD,
+                _native_tid(),
+                start_ns,
+                stop_ns,
+                _overhead_start,
+                _empty,
+                OverheadRecord(what, op, current_correlation_id()),
+            )
 
-    def _record_launch(self, core: int, call_type: str, work_type: str, op: str, launch_ns: int,
-                       start: int, end: int, detail: KernelDetail | CopyDetail | CollectiveDetail,
-                       call_end_ns: int | None = None) -> None:
+    def _record_launch(
+        self,
+        core: int,
+        call_type: str,
+        work_type: str,
+        op: str,
+        launch_ns: int,
+        start: int,
+        end: int,
+        detail: KernelDetail | CopyDetail | CollectiveDetail,
+        call_end_ns: int | None = None,
+    ) -> None:
         rt = self.rt
         exec_id = next(self._exec_ids)
         model_id = self._model_ids.get(op)
         if model_id is None:
             model_id = self._model_ids.setdefault(op, len(self._model_ids) + 1)
         epoch = rt.nc_epoch_of(core)
-        record = LaunchRecord(core, exec_id, model_id, op, current_correlation_id(), launch_ns,
-                              start - epoch, end - epoch, detail)
-        rt.record_launch(core, call_type, work_type, _native_tid(),
-                         (launch_ns, max(time.time_ns() if call_end_ns is None else call_end_ns,
-                                         launch_ns)), (start, end), _BUILDERS,
-                         record)
+        record = LaunchRecord(
+            core,
+            exec_id,
+            model_id,
+            op,
+            current_correlation_id(),
+            launch_ns,
+            start - epoch,
+            end - epoch,
+            detail,
+        )
+        rt.record_launch(
+            core,
+            call_type,
+            work_type,
+            _native_tid(),
+            (launch_ns, max(time.time_ns() if call_end_ns is None else call_end_ns, launch_ns)),
+            (start, end),
+            _BUILDERS,
+            record,
+        )
 
     # -- host side ---------------------------------------------------------------------------
     def busy_until_ns(self, cores: Iterable[int]) -> int:
         return max((self.cores[c].busy_until_ns() for c in cores), default=0)
 
-    def host_sync(self, cores: Iterable[int], reason: str, op: str = "",
-                  until_ns: int | None = None) -> int:
+    def host_sync(
+        self, cores: Iterable[int], reason: str, op: str = "", until_ns: int | None = None
+    ) -> int:
         """Really block the host until the cores (or ``until_ns``) are done; records the wait."""
         cores = list(cores)
         target = self.busy_until_ns(cores) if until_ns is None else until_ns
@@ -366,21 +490,40 @@ class DeviceTimeline:
             record = HostSyncRecord(reason, op, target, current_correlation_id())
             tid = _native_tid()
             for c in cores:
-                self.rt.record_span_lazy(c, F.EXT_HOST_SYNC, tid, begin, end, _sync_start,
-                                         _empty, record)
+                self.rt.record_span_lazy(
+                    c, F.EXT_HOST_SYNC, tid, begin, end, _sync_start, _empty, record
+                )
         return end
 
-    def fallback(self, core: int, op: str, *, reason: str, shapes: list[list[int]],
-                 dtypes: list[str], cost: OpCost, start_ns: int, stop_ns: int) -> None:
+    def fallback(
+        self,
+        core: int,
+        op: str,
+        *,
+        reason: str,
+        shapes: list[list[int]],
+        dtypes: list[str],
+        cost: OpCost,
+        start_ns: int,
+        stop_ns: int,
+    ) -> None:
         """The host-side span of an op run on the CPU (its copies are recorded by ``copy``),
         with the flops, bytes, dtype and engine the op would have cost on the device."""
         if self.rt.capturing:
-            ext = {F.X_OP: op, F.X_REASON: reason, F.X_SHAPES: shapes, F.X_DTYPES: dtypes,
-                   F.X_FLOPS: cost.flops, F.X_BYTES: cost.bytes_moved, F.X_DTYPE: cost.dtype,
-                   F.X_ENGINE: engine_for(op, cost.matrix),
-                   F.X_CORRELATION_ID: current_correlation_id()}
-            self.rt.record_span(core, F.EXT_FALLBACK, _native_tid(), start_ns,
-                                stop_ns, {F.EXT_KEY: ext})  # rare: built now
+            ext = {
+                F.X_OP: op,
+                F.X_REASON: reason,
+                F.X_SHAPES: shapes,
+                F.X_DTYPES: dtypes,
+                F.X_FLOPS: cost.flops,
+                F.X_BYTES: cost.bytes_moved,
+                F.X_DTYPE: cost.dtype,
+                F.X_ENGINE: engine_for(op, cost.matrix),
+                F.X_CORRELATION_ID: current_correlation_id(),
+            }
+            self.rt.record_span(
+                core, F.EXT_FALLBACK, _native_tid(), start_ns, stop_ns, {F.EXT_KEY: ext}
+            )  # rare: built now
 
     def allocate(self, core: int, nbytes: int) -> int:
         """A new device buffer: returns its tensor id (recorded as an allocation instant)."""
@@ -393,8 +536,14 @@ class DeviceTimeline:
 
     def _instant(self, core: int, event_type: str, tensor_id: int, nbytes: int) -> None:
         if self.rt.capturing:
-            self.rt.record_instant_lazy(core, event_type, _native_tid(), time.time_ns(),
-                                        _tensor_data, TensorRecord(tensor_id, nbytes))
+            self.rt.record_instant_lazy(
+                core,
+                event_type,
+                _native_tid(),
+                time.time_ns(),
+                _tensor_data,
+                TensorRecord(tensor_id, nbytes),
+            )
 
 
 _thread_ids = threading.local()
@@ -413,16 +562,20 @@ def _native_tid() -> int:
 
 
 # -- event data, built at fetch from the records the hot path stored ---------------------------
-_QUEUE_OF = {KernelDetail: F.QUEUE_COMPUTE, CopyDetail: F.QUEUE_DMA,
-             CollectiveDetail: F.QUEUE_COLLECTIVE}
+_QUEUE_OF = {
+    KernelDetail: F.QUEUE_COMPUTE,
+    CopyDetail: F.QUEUE_DMA,
+    CollectiveDetail: F.QUEUE_COLLECTIVE,
+}
 
 
 def _call_start(p: LaunchRecord) -> dict:
     """As the real runtime: the call carries ``model_id`` only. The exec id it launched (which
     the real runtime writes on kbl_exec_* stages the emulator does not record) is ours."""
-    return {"model_id": p.model_id,
-            F.EXT_KEY: {F.X_OP: p.op, F.X_CORRELATION_ID: p.correlation_id,
-                        F.X_EXEC_ID: p.exec_id}}
+    return {
+        "model_id": p.model_id,
+        F.EXT_KEY: {F.X_OP: p.op, F.X_CORRELATION_ID: p.correlation_id, F.X_EXEC_ID: p.exec_id},
+    }
 
 
 def _call_stop(p: LaunchRecord) -> dict:
@@ -432,29 +585,73 @@ def _call_stop(p: LaunchRecord) -> dict:
 def _work_start(p: LaunchRecord) -> dict:
     d = p.detail
     seconds = max(p.nc_end_ns - p.nc_start_ns, 1) * 1e-9
-    ext = {F.X_OP: p.op, F.X_QUEUE: _QUEUE_OF[type(d)], F.X_CORRELATION_ID: p.correlation_id,
-           F.X_LAUNCH_NS: p.launch_ns, F.X_MODELLED: True}
-    data: dict = {"device_core_idx": p.core, "exec_id": p.exec_id, "model_id": p.model_id,
-                  "nc_timestamp_ns": p.nc_start_ns}
+    ext = {
+        F.X_OP: p.op,
+        F.X_QUEUE: _QUEUE_OF[type(d)],
+        F.X_CORRELATION_ID: p.correlation_id,
+        F.X_LAUNCH_NS: p.launch_ns,
+        F.X_MODELLED: True,
+    }
+    data: dict = {
+        "device_core_idx": p.core,
+        "exec_id": p.exec_id,
+        "model_id": p.model_id,
+        "nc_timestamp_ns": p.nc_start_ns,
+    }
     if type(d) is KernelDetail:
-        ext.update({F.X_FLOPS: d.flops, F.X_BYTES: d.bytes_moved, F.X_DTYPE: d.dtype,
-                    F.X_ENGINE: d.engine,
-                    F.X_PCT_PEAK: round(100.0 * d.flops / seconds / d.peak_flops_per_s, 3)})
+        ext.update(
+            {
+                F.X_FLOPS: d.flops,
+                F.X_BYTES: d.bytes_moved,
+                F.X_DTYPE: d.dtype,
+                F.X_ENGINE: d.engine,
+                F.X_PCT_PEAK: round(100.0 * d.flops / seconds / d.peak_flops_per_s, 3),
+            }
+        )
         if d.graph is not None:  # one execution of a compiled graph: its id and its ops' shares
-            ext.update({F.X_GRAPH_ID: d.graph.graph_id, F.X_GRAPH_OPS: [
-                {F.X_OP: o.op, F.X_OFFSET_NS: o.offset_ns, F.X_DURATION_NS: o.duration_ns,
-                 F.X_FLOPS: o.flops, F.X_BYTES: o.bytes_moved, F.X_ENGINE: o.engine}
-                for o in d.graph.ops]})
+            ext.update(
+                {
+                    F.X_GRAPH_ID: d.graph.graph_id,
+                    F.X_GRAPH_OPS: [
+                        {
+                            F.X_OP: o.op,
+                            F.X_OFFSET_NS: o.offset_ns,
+                            F.X_DURATION_NS: o.duration_ns,
+                            F.X_FLOPS: o.flops,
+                            F.X_BYTES: o.bytes_moved,
+                            F.X_ENGINE: o.engine,
+                        }
+                        for o in d.graph.ops
+                    ],
+                }
+            )
     elif type(d) is CopyDetail:  # the real copy keys; its exec id and device stamp are ours
-        data = {"mem_type": "device", "mem_handle": f"0x{0x7f0000 + p.exec_id:x}", "offset": 0,
-                "size": d.nbytes, "nc_timestamp_ns": p.nc_start_ns}
+        data = {
+            "mem_type": "device",
+            "mem_handle": f"0x{0x7F0000 + p.exec_id:x}",
+            "offset": 0,
+            "size": d.nbytes,
+            "nc_timestamp_ns": p.nc_start_ns,
+        }
         ext.update({F.X_EXEC_ID: p.exec_id})
-        ext.update({F.X_BYTES: d.nbytes, F.X_DIRECTION: d.direction,
-                    F.X_PCT_PEAK: round(100.0 * d.nbytes / seconds / d.link_bytes_per_s, 3)})
+        ext.update(
+            {
+                F.X_BYTES: d.nbytes,
+                F.X_DIRECTION: d.direction,
+                F.X_PCT_PEAK: round(100.0 * d.nbytes / seconds / d.link_bytes_per_s, 3),
+            }
+        )
     else:
         data.update({"gid": 0, "op_id": d.op_id, "algorithm": d.algorithm})
-        ext.update({F.X_COLLECTIVE_OP: d.collective, F.X_BYTES: d.nbytes,
-                    F.X_RANKS: list(d.ranks), F.X_ALGORITHM: d.algorithm, F.X_GROUP: d.group})
+        ext.update(
+            {
+                F.X_COLLECTIVE_OP: d.collective,
+                F.X_BYTES: d.nbytes,
+                F.X_RANKS: list(d.ranks),
+                F.X_ALGORITHM: d.algorithm,
+                F.X_GROUP: d.group,
+            }
+        )
     data[F.EXT_KEY] = ext
     return data
 
@@ -467,17 +664,34 @@ _BUILDERS = (_call_start, _call_stop, _work_start, _work_stop)
 
 
 def _sync_start(p: HostSyncRecord) -> dict:
-    return {F.EXT_KEY: {F.X_SYNC_REASON: p.reason, F.X_OP: p.op,
-                        F.X_WAIT_UNTIL_NS: p.wait_until_ns, F.X_CORRELATION_ID: p.correlation_id}}
+    return {
+        F.EXT_KEY: {
+            F.X_SYNC_REASON: p.reason,
+            F.X_OP: p.op,
+            F.X_WAIT_UNTIL_NS: p.wait_until_ns,
+            F.X_CORRELATION_ID: p.correlation_id,
+        }
+    }
 
 
 def _barrier_start(p: BarrierRecord) -> dict:
-    return {"device_core_idx": p.core, "model_id": p.model_id, "nc_timestamp_ns": p.nc_start_ns,
-            F.EXT_KEY: {F.X_OP: p.op, F.X_COLLECTIVE_OP: p.collective,
-                        F.X_QUEUE: F.QUEUE_COLLECTIVE, F.X_CORRELATION_ID: p.correlation_id,
-                        F.X_LAUNCH_NS: p.launch_ns, F.X_MODELLED: True,
-                        F.X_COLLECTIVE_WAIT: True, F.X_RANKS: list(p.ranks), F.X_GROUP: p.group,
-                        F.X_ALGORITHM: p.algorithm}}
+    return {
+        "device_core_idx": p.core,
+        "model_id": p.model_id,
+        "nc_timestamp_ns": p.nc_start_ns,
+        F.EXT_KEY: {
+            F.X_OP: p.op,
+            F.X_COLLECTIVE_OP: p.collective,
+            F.X_QUEUE: F.QUEUE_COLLECTIVE,
+            F.X_CORRELATION_ID: p.correlation_id,
+            F.X_LAUNCH_NS: p.launch_ns,
+            F.X_MODELLED: True,
+            F.X_COLLECTIVE_WAIT: True,
+            F.X_RANKS: list(p.ranks),
+            F.X_GROUP: p.group,
+            F.X_ALGORITHM: p.algorithm,
+        },
+    }
 
 
 def _barrier_stop(p: BarrierRecord) -> dict:

@@ -71,8 +71,9 @@ class Stream:
 class Event:
     """A point on a core's device timeline (host-clock ns), as ``torch.cuda.Event``."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False,
-                 interprocess: bool = False) -> None:
+    def __init__(
+        self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
+    ) -> None:
         self.enable_timing = enable_timing
         self.core: int | None = None
         self.device_ns: int | None = None
@@ -89,8 +90,12 @@ class Event:
     def synchronize(self) -> None:
         tl = D.STATE.timeline
         if self.device_ns is not None and tl is not None and self.core is not None:
-            tl.host_sync([self.core], "event_synchronize", op="torch.neuron.Event.synchronize",
-                         until_ns=self.device_ns)
+            tl.host_sync(
+                [self.core],
+                "event_synchronize",
+                op="torch.neuron.Event.synchronize",
+                until_ns=self.device_ns,
+            )
 
     def wait(self, stream: Stream | None = None) -> None:
         """Already satisfied by stream order on one core."""

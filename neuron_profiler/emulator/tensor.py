@@ -16,8 +16,10 @@ _executor: Callable[[Any, tuple, dict], Any] | None = None
 _aten = torch.ops.aten
 _Base = torch._C.TensorBase
 _METADATA: dict[Any, Callable[[torch.Tensor], Any]] = {
-    _aten.sym_size.default: _Base.size, _aten.sym_stride.default: _Base.stride,
-    _aten.dim.default: _Base.dim, _aten.sym_numel.default: _Base.numel,
+    _aten.sym_size.default: _Base.size,
+    _aten.sym_stride.default: _Base.stride,
+    _aten.dim.default: _Base.dim,
+    _aten.sym_numel.default: _Base.numel,
     _aten.is_contiguous.default: _Base.is_contiguous,
     _aten.sym_storage_offset.default: _Base.storage_offset,
     _aten.is_non_overlapping_and_dense.default: _aten.is_non_overlapping_and_dense.default,
@@ -43,8 +45,14 @@ class NeuronTensor(torch.Tensor):
     def __new__(cls, elem: torch.Tensor, core: int) -> NeuronTensor:
         # Storage offset and layout are left at their defaults: under the "sizes" policy every
         # metadata query is answered from ``elem`` anyway (and this is the hot path).
-        t = _make_wrapper(cls, elem.shape, elem.stride(), dtype=elem.dtype,
-                          device=_devices[core], dispatch_sizes_strides_policy="sizes")
+        t = _make_wrapper(
+            cls,
+            elem.shape,
+            elem.stride(),
+            dtype=elem.dtype,
+            device=_devices[core],
+            dispatch_sizes_strides_policy="sizes",
+        )
         t._elem = elem
         t._core = core
         return t
@@ -52,8 +60,9 @@ class NeuronTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(
+        cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         # Size/stride queries (hundreds per training step under the "sizes" policy) are
         # answered here from the held tensor, skipping the execution point.
         fast = _METADATA.get(func)
@@ -79,8 +88,9 @@ class NeuronTensor(torch.Tensor):
         ``weights_only=True``) and ``load_state_dict`` copies them back onto the device."""
         return torch.Tensor.cpu(self).detach().__reduce_ex__(protocol)
 
-    def __coerce_same_metadata_as_tangent__(self, expected_metadata: Any = None,
-                                            expected_type: Any = None) -> NeuronTensor:
+    def __coerce_same_metadata_as_tangent__(
+        self, expected_metadata: Any = None, expected_type: Any = None
+    ) -> NeuronTensor:
         """torch.compile traces a device tensor as a dense tensor on ``neuron`` (compiled.py):
         AOTAutograd's backward expects that type for gradients, and this is it."""
         return self

@@ -18,17 +18,69 @@ from neuron_profiler.emulator.chips import ChipSpec
 # NeuronCore engines (docs/chips.md): TensorE does matrix work, ScalarE activation functions,
 # GpSimdE gathers and scatters, VectorE the rest. Which aten op runs where is this emulator's
 # assumption, made to name kernels the way the hardware's profile groups them.
-TENSOR_ENGINE, VECTOR_ENGINE, SCALAR_ENGINE, GPSIMD_ENGINE = "TensorE", "VectorE", "ScalarE", "GpSimdE"
+TENSOR_ENGINE, VECTOR_ENGINE, SCALAR_ENGINE, GPSIMD_ENGINE = (
+    "TensorE",
+    "VectorE",
+    "ScalarE",
+    "GpSimdE",
+)
 GRAPH_ENGINE = "NEFF"  # one execution of a compiled graph, all engines (compiled.py)
-_SCALAR_OPS = frozenset(f"aten::{op}" for op in (
-    "exp", "log", "tanh", "sigmoid", "gelu", "gelu_backward", "silu", "silu_backward", "erf",
-    "pow", "sqrt", "rsqrt", "sin", "cos", "relu", "threshold_backward", "tanh_backward",
-    "sigmoid_backward", "_softmax", "_softmax_backward_data", "_log_softmax",
-    "_log_softmax_backward_data", "softplus", "elu", "leaky_relu", "hardtanh"))
-_GPSIMD_OPS = frozenset(f"aten::{op}" for op in (
-    "embedding", "embedding_dense_backward", "index", "index_select", "index_put_", "index_add_",
-    "gather", "scatter", "scatter_add", "scatter_add_", "sort", "topk", "cumsum", "argmax",
-    "argmin", "nonzero", "masked_fill_", "masked_select", "embedding_backward", "take"))
+_SCALAR_OPS = frozenset(
+    f"aten::{op}"
+    for op in (
+        "exp",
+        "log",
+        "tanh",
+        "sigmoid",
+        "gelu",
+        "gelu_backward",
+        "silu",
+        "silu_backward",
+        "erf",
+        "pow",
+        "sqrt",
+        "rsqrt",
+        "sin",
+        "cos",
+        "relu",
+        "threshold_backward",
+        "tanh_backward",
+        "sigmoid_backward",
+        "_softmax",
+        "_softmax_backward_data",
+        "_log_softmax",
+        "_log_softmax_backward_data",
+        "softplus",
+        "elu",
+        "leaky_relu",
+        "hardtanh",
+    )
+)
+_GPSIMD_OPS = frozenset(
+    f"aten::{op}"
+    for op in (
+        "embedding",
+        "embedding_dense_backward",
+        "index",
+        "index_select",
+        "index_put_",
+        "index_add_",
+        "gather",
+        "scatter",
+        "scatter_add",
+        "scatter_add_",
+        "sort",
+        "topk",
+        "cumsum",
+        "argmax",
+        "argmin",
+        "nonzero",
+        "masked_fill_",
+        "masked_select",
+        "embedding_backward",
+        "take",
+    )
+)
 
 
 # dtypes the model distinguishes (fp8 at the FP8 rate, fp16 at the BF16 rate, anything else at
@@ -93,8 +145,14 @@ class RooflineModel:
         """``kernel_ns`` without the fixed kernel time: one fused group inside a compiled graph,
         whose execution pays the fixed time once."""
         peak = self.peak_flops_per_s(dtype, matrix) / self.speed_factor
-        return max(1, math.ceil(max(flops / peak, bytes_moved / self._hbm)  # type: ignore[attr-defined]
-                                * 1e9 / self.speed_factor))
+        return max(
+            1,
+            math.ceil(
+                max(flops / peak, bytes_moved / self._hbm)  # type: ignore[attr-defined]
+                * 1e9
+                / self.speed_factor
+            ),
+        )
 
     def peaks(self) -> dict:
         """Every peak the model uses, after the speed factor (deviceProperties): compute in
@@ -105,8 +163,12 @@ class RooflineModel:
         tensor = {d: self.chip.matrix_flops_per_s(d) * s / 1e12 for d in _MATRIX_DTYPES}
         vector = {d: self.chip.vector_flops_per_s() * s / 1e12 for d in _VECTOR_DTYPES}
         return {
-            V.PROP_PEAK_TFLOPS: {TENSOR_ENGINE: tensor, VECTOR_ENGINE: vector,
-                                 SCALAR_ENGINE: dict(vector), GPSIMD_ENGINE: dict(vector)},
+            V.PROP_PEAK_TFLOPS: {
+                TENSOR_ENGINE: tensor,
+                VECTOR_ENGINE: vector,
+                SCALAR_ENGINE: dict(vector),
+                GPSIMD_ENGINE: dict(vector),
+            },
             V.PROP_PEAK_BF16_TFLOPS: tensor["bfloat16"],
             V.PROP_PEAK_FP32_TFLOPS: tensor["float32"],
             V.PROP_HBM_GBPS: self.chip.hbm_bytes_per_s() * s / 1e9,
@@ -134,8 +196,9 @@ class RooflineModel:
             steps, volume = n - 1, (n - 1) / n * nbytes
         else:
             steps, volume = n - 1, float(nbytes)
-        seconds = (steps * self.chip.collective_step_latency_ns * 1e-9
-                   + volume / (self.chip.collective_gbps_per_core * 1e9))
+        seconds = steps * self.chip.collective_step_latency_ns * 1e-9 + volume / (
+            self.chip.collective_gbps_per_core * 1e9
+        )
         return self._ns(seconds)
 
 
@@ -145,8 +208,9 @@ class QueueClock:
     def __init__(self) -> None:
         self.free_at_ns = 0
 
-    def schedule(self, *, launch_ns: int, duration_ns: int, latency_ns: int = 0,
-                 not_before_ns: int = 0) -> tuple[int, int]:
+    def schedule(
+        self, *, launch_ns: int, duration_ns: int, latency_ns: int = 0, not_before_ns: int = 0
+    ) -> tuple[int, int]:
         """``not_before_ns``: a dependency (inputs produced on another queue) the work waits for."""
         start = max(launch_ns + latency_ns, self.free_at_ns, not_before_ns)
         end = start + duration_ns

@@ -91,8 +91,9 @@ class ArgsEncoder:
     def _int_head(self, key: str, size: int) -> bytes:
         """Annotation key and length, name iid and int tag of an int arg: all but its value."""
         prefix = _NAME_IID_TAG + W.encode_varint(self._name_iid(key)) + _INT_TAG
-        head = self.int_heads[(key, size)] = (_ANNOTATION_TAG
-                                              + W.encode_varint(len(prefix) + size) + prefix)
+        head = self.int_heads[(key, size)] = (
+            _ANNOTATION_TAG + W.encode_varint(len(prefix) + size) + prefix
+        )
         return head
 
     def _decode_one(self, raw: bytes) -> dict[str, msgspec.Raw]:

@@ -63,15 +63,14 @@ def thread_lookup(pid: np.ndarray, tid: np.ndarray, pairs: list[tuple[int, int]]
     return known_index.get_indexer(pd.MultiIndex.from_arrays([pid, tid])).astype(np.int64)
 
 
-def _shared_time_axis(a: np.ndarray, b: np.ndarray,
-                      groups: int) -> tuple[np.ndarray, np.ndarray]:
+def _shared_time_axis(a: np.ndarray, b: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
     """Times relative to the earliest, or their dense ranks when group * time would overflow."""
     lo = min(int(a.min()), int(b.min()))
     span = max(int(a.max()), int(b.max())) - lo + 1
     if groups * span < 2**62:
         return a - lo, b - lo
     _, ranks = np.unique(np.concatenate([a, b]), return_inverse=True)
-    return ranks[: len(a)].astype(np.int64), ranks[len(a):].astype(np.int64)
+    return ranks[: len(a)].astype(np.int64), ranks[len(a) :].astype(np.int64)
 
 
 def _time_order(ts: np.ndarray) -> np.ndarray | None:
@@ -89,8 +88,9 @@ def _then_by_thread(thread: np.ndarray, order: np.ndarray | None) -> np.ndarray:
     return order if by is None else order[by]
 
 
-def _start_order(key: np.ndarray, thread: np.ndarray, start: np.ndarray,
-                 end: np.ndarray) -> np.ndarray:
+def _start_order(
+    key: np.ndarray, thread: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> np.ndarray:
     """Candidates by (thread, start, longer first); key = thread * width + time."""
     by_time = _time_order(start)
     s, e = (start, end) if by_time is None else (start[by_time], end[by_time])
@@ -103,8 +103,13 @@ def _start_order(key: np.ndarray, thread: np.ndarray, start: np.ndarray,
     return order
 
 
-def bind_flows(trace: Trace, flow_rows: np.ndarray, cand: np.ndarray, c_thread: np.ndarray,
-               pairs: list[tuple[int, int]]) -> Flows:
+def bind_flows(
+    trace: Trace,
+    flow_rows: np.ndarray,
+    cand: np.ndarray,
+    c_thread: np.ndarray,
+    pairs: list[tuple[int, int]],
+) -> Flows:
     """Attach each flow event to the innermost candidate (slice or instant row) enclosing it on
     the same thread; ``c_thread`` indexes ``pairs`` per candidate."""
     empty = np.zeros(0, dtype=np.int64)
@@ -150,8 +155,11 @@ def _chain(trace: Trace, flow_rows: np.ndarray, bound: np.ndarray, f_ts: np.ndar
     uid = uid.astype(np.int64)
     orphan = np.bincount(uid)[uid] == 1  # the other end is not in the trace at all
     keep = np.flatnonzero(bound >= 0)
-    keep = keep[_flow_order(uid[keep], (f_ts[keep] - int(f_ts.min())) * 8
-                            + trace.col(S.PH)[flow_rows][keep])]
+    keep = keep[
+        _flow_order(
+            uid[keep], (f_ts[keep] - int(f_ts.min())) * 8 + trace.col(S.PH)[flow_rows][keep]
+        )
+    ]
     k_uid, k_cand = uid[keep], bound[keep]
     same = np.zeros(len(keep), dtype=bool)  # consecutive ends of one flow on one slice
     same[1:] = (k_uid[1:] == k_uid[:-1]) & (k_cand[1:] == k_cand[:-1])
@@ -160,9 +168,14 @@ def _chain(trace: Trace, flow_rows: np.ndarray, bound: np.ndarray, f_ts: np.ndar
     k_uid, k_cand = k_uid[enough], k_cand[enough]
     last = np.ones(len(k_uid), dtype=bool)
     last[:-1] = k_uid[1:] != k_uid[:-1]
-    return Flows(candidate=k_cand, flow_uid=k_uid + 1, terminating=last, flows=int(last.sum()),
-                 orphans=int(orphan.sum()),
-                 unbound=int(len(flow_rows) - len(k_uid) - orphan.sum()))
+    return Flows(
+        candidate=k_cand,
+        flow_uid=k_uid + 1,
+        terminating=last,
+        flows=int(last.sum()),
+        orphans=int(orphan.sum()),
+        unbound=int(len(flow_rows) - len(k_uid) - orphan.sum()),
+    )
 
 
 def _flow_order(uid: np.ndarray, rel_ts: np.ndarray) -> np.ndarray:

@@ -88,8 +88,9 @@ def _endpoints(start: np.ndarray, end: np.ndarray) -> _Endpoints:
     is_begin = ((keys >> bits) & 1).astype(bool)
     rank = np.where(is_begin, low, (n - 1) - low)
     t = keys >> (bits + 1)
-    return _Endpoints(border=border, rank=rank, is_begin=is_begin,
-                      ts=t + lo if uniq is None else uniq[t])
+    return _Endpoints(
+        border=border, rank=rank, is_begin=is_begin, ts=t + lo if uniq is None else uniq[t]
+    )
 
 
 def _narrow(values: np.ndarray, top: int) -> np.ndarray:
@@ -155,8 +156,9 @@ def _greedy(group: np.ndarray, start: np.ndarray, end: np.ndarray, first_lane: i
     return lanes
 
 
-def _spill(group: np.ndarray, start: np.ndarray, end: np.ndarray,
-           crossing: np.ndarray) -> np.ndarray:
+def _spill(
+    group: np.ndarray, start: np.ndarray, end: np.ndarray, crossing: np.ndarray
+) -> np.ndarray:
     """Lane per slice for groups that have crossings (``crossing``: the first pass's)."""
     lane = np.zeros(len(start), dtype=np.int64)
     todo = np.arange(len(start))
@@ -165,8 +167,9 @@ def _spill(group: np.ndarray, start: np.ndarray, end: np.ndarray,
     while len(todo) and current < MAX_VECTOR_LANES:
         members, spilled = todo, []
         for _ in range(MAX_PASSES_PER_LANE):
-            crossing = (_crossings(group[members], start[members], end[members])
-                        if first is None else first)
+            crossing = (
+                _crossings(group[members], start[members], end[members]) if first is None else first
+            )
             first = None
             if not crossing.any():
                 break
@@ -190,8 +193,9 @@ def assign_lanes(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> Nesti
     n = len(start)
     lane = np.zeros(n, dtype=np.int64)
     if n == 0:
-        return Nesting(lane=lane, slice=lane, is_begin=np.zeros(0, dtype=bool), ts=lane,
-                       begin_at=lane)
+        return Nesting(
+            lane=lane, slice=lane, is_begin=np.zeros(0, dtype=bool), ts=lane, begin_at=lane
+        )
     ep = _endpoints(start, end)
     crossing = _crossing(group, ep)
     if crossing.any():
@@ -205,5 +209,6 @@ def assign_lanes(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> Nesti
     begin_at = np.flatnonzero(ep.is_begin)
     if ep.border is not None:
         begin_at[ep.border] = begin_at.copy()
-    return Nesting(lane=lane, slice=ep.slices(ep.rank), is_begin=ep.is_begin, ts=ep.ts,
-                   begin_at=begin_at)
+    return Nesting(
+        lane=lane, slice=ep.slices(ep.rank), is_begin=ep.is_begin, ts=ep.ts, begin_at=begin_at
+    )

@@ -64,9 +64,11 @@ def varint_sizes(values: np.ndarray) -> np.ndarray:
 _U64 = np.uint64
 # spread the low 56 bits of a uint64 into eight 7-bit groups, one per byte (a pdep in numpy):
 # 28-bit halves to 32-bit lanes, 14-bit quarters to 16-bit lanes, 7-bit groups to bytes
-_SPREAD = [(_U64(0x000000000FFFFFFF), _U64(0x00FFFFFFF0000000), _U64(4)),
-           (_U64(0x00003FFF00003FFF), _U64(0x0FFFC0000FFFC000), _U64(2)),
-           (_U64(0x007F007F007F007F), _U64(0x3F803F803F803F80), _U64(1))]
+_SPREAD = [
+    (_U64(0x000000000FFFFFFF), _U64(0x00FFFFFFF0000000), _U64(4)),
+    (_U64(0x00003FFF00003FFF), _U64(0x0FFFC0000FFFC000), _U64(2)),
+    (_U64(0x007F007F007F007F), _U64(0x3F803F803F803F80), _U64(1)),
+]
 _LOW56 = _U64((1 << 56) - 1)
 _CONTINUATION = _U64(0x8080808080808080)
 
@@ -186,13 +188,13 @@ class FixedRows:
         for block in self.blocks:
             size = len(block) if isinstance(block, bytes) else block.shape[1]
             if isinstance(block, bytes):
-                template[at:at + size] = np.frombuffer(block, dtype=np.uint8)
+                template[at : at + size] = np.frombuffer(block, dtype=np.uint8)
             else:
                 varying.append((at, block))
             at += size
         out = _repeated(template, self.n)
         for at, block in varying:
-            out[:, at:at + block.shape[1]] = block
+            out[:, at : at + block.shape[1]] = block
         return out
 
 
@@ -205,7 +207,7 @@ def _repeated(row: np.ndarray, n: int) -> np.ndarray:
         done = width
         while done < len(flat):
             step = min(done, len(flat) - done)
-            flat[done:done + step] = flat[:step]
+            flat[done : done + step] = flat[:step]
             done += step
     return flat.reshape(n, width)
 
@@ -226,8 +228,7 @@ def scatter_rows(out: np.ndarray, starts: np.ndarray, matrix: np.ndarray) -> Non
     _void_rows(out, width)[starts] = items
 
 
-def scatter_blobs(out: np.ndarray, starts: np.ndarray, data: np.ndarray,
-                  sizes: np.ndarray) -> None:
+def scatter_blobs(out: np.ndarray, starts: np.ndarray, data: np.ndarray, sizes: np.ndarray) -> None:
     """Copy blob i (``sizes[i]`` bytes of ``data``, in order) to ``out[starts[i]:]``."""
     if len(data) == 0:
         return
@@ -235,8 +236,11 @@ def scatter_blobs(out: np.ndarray, starts: np.ndarray, data: np.ndarray,
     out[np.repeat(starts - before, sizes) + np.arange(len(data))] = data
 
 
-def interleave(rows: list[tuple[np.ndarray, np.ndarray]], n: int,
-               tails: tuple[np.ndarray, list[bytes]] | None = None) -> bytes:
+def interleave(
+    rows: list[tuple[np.ndarray, np.ndarray]],
+    n: int,
+    tails: tuple[np.ndarray, list[bytes]] | None = None,
+) -> bytes:
     """Join row matrices of different widths into one stream in row order.
 
     ``rows``: (row indices, (len, width) matrix) per layout; ``tails``: (rows ascending, blobs)

@@ -77,8 +77,10 @@ class _Spelling:
 
 def _meta_line(m: MetaEvent, trace: Trace, base_ns: int) -> bytes:
     line = b'{"ph":"M","name":%s,"pid":%s,"tid":%s' % (
-        _encode(m.name), _ident(m.pid, trace.pid_labels, bool(m.form & _F.PID_TEXT)),
-        _ident(m.tid, trace.tid_labels, bool(m.form & _F.TID_TEXT)))
+        _encode(m.name),
+        _ident(m.pid, trace.pid_labels, bool(m.form & _F.PID_TEXT)),
+        _ident(m.tid, trace.tid_labels, bool(m.form & _F.TID_TEXT)),
+    )
     if m.ts_ns is not None:
         line += b',"ts":' + _us(m.ts_ns - base_ns)
     if m.cat is not None:
@@ -90,9 +92,11 @@ def _metadata_events(trace: Trace, base_ns: int) -> list[bytes]:
     """The trace's ``M`` events as loaded (those whose dict entry a producer removed left out),
     then one per name or sort index the dicts add or change."""
     views: dict[str, dict[Any, Any]] = {
-        "process_names": trace.process_names, "thread_names": trace.thread_names,
+        "process_names": trace.process_names,
+        "thread_names": trace.thread_names,
         "process_sort_index": trace.process_sort_index,
-        "thread_sort_index": trace.thread_sort_index}
+        "thread_sort_index": trace.thread_sort_index,
+    }
     written: dict[str, dict[Any, Any]] = {view: {} for view in views}
     out = []
     for m in trace.meta_events:
@@ -109,8 +113,11 @@ def _metadata_events(trace: Trace, base_ns: int) -> list[bytes]:
             if key in written[view] and written[view][key] == value:
                 continue
             pid, tid = (key, 0) if view.startswith("process") else key
-            out.append(_meta_line(MetaEvent(name=name, pid=pid, tid=tid, args={field: value}),
-                                  trace, base_ns))
+            out.append(
+                _meta_line(
+                    MetaEvent(name=name, pid=pid, tid=tid, args={field: value}), trace, base_ns
+                )
+            )
     return out
 
 
@@ -122,8 +129,21 @@ def _event_lines(trace: Trace, base_ns: int) -> Iterator[bytes]:
     c = trace.columns
     for lo in range(0, len(trace), CHUNK_ROWS):
         hi = min(lo + CHUNK_ROWS, len(trace))
-        cols = [c[k][lo:hi].tolist() for k in (S.PH, S.FORM, S.CAT_ID, S.NAME_ID, S.PID, S.TID,
-                                                S.TS_NS, S.DUR_NS, S.FLOW_ID, S.ARGS_ROW)]
+        cols = [
+            c[k][lo:hi].tolist()
+            for k in (
+                S.PH,
+                S.FORM,
+                S.CAT_ID,
+                S.NAME_ID,
+                S.PID,
+                S.TID,
+                S.TS_NS,
+                S.DUR_NS,
+                S.FLOW_ID,
+                S.ARGS_ROW,
+            )
+        ]
         parts = []
         for ph, form, cat, name, pid, tid, ts, dur, flow, args in zip(*cols, strict=True):
             key = ph << 8 | form
@@ -134,8 +154,11 @@ def _event_lines(trace: Trace, base_ns: int) -> Iterator[bytes]:
             if sp.cat:
                 line += b',"cat":' + strings[cat]
             line += b',"name":%s,"pid":%s,"tid":%s,"ts":%s' % (
-                strings[name], _ident(pid, pid_labels, sp.pid_text),
-                _ident(tid, tid_labels, sp.tid_text), _us(ts - base_ns))
+                strings[name],
+                _ident(pid, pid_labels, sp.pid_text),
+                _ident(tid, tid_labels, sp.tid_text),
+                _us(ts - base_ns),
+            )
             if sp.dur or dur:
                 line += b',"dur":' + _us(dur)
             if flow >= 0:
@@ -147,15 +170,17 @@ def _event_lines(trace: Trace, base_ns: int) -> Iterator[bytes]:
         yield b",\n".join(parts)
 
 
-def write_chrome_trace(trace: Trace, path: str | Path,
-                       progress: Callable[[int], None] | None = None) -> Path:
+def write_chrome_trace(
+    trace: Trace, path: str | Path, progress: Callable[[int], None] | None = None
+) -> Path:
     """Write ``trace`` as Kineto-style Chrome trace JSON; ``progress(rows_done)`` per chunk."""
     path = Path(path)
     base_ns = file_base_ns(trace.metadata)
     header = {k: v for k, v in trace.metadata.items() if k != "traceEvents"}
     with _open(path) as out:
-        out.write(b"{" + b"".join(_encode(k) + b":" + _encode(v) + b",\n"
-                                  for k, v in header.items()))
+        out.write(
+            b"{" + b"".join(_encode(k) + b":" + _encode(v) + b",\n" for k, v in header.items())
+        )
         out.write(b'"traceEvents":[\n')
         meta = _metadata_events(trace, base_ns)
         out.write(b",\n".join(meta))

@@ -166,9 +166,13 @@ def _select(trace: Trace) -> _Selection:
         slices=np.flatnonzero(complete & (dur > 0)),
         instants=np.flatnonzero(instants),
         flows=np.flatnonzero(flow_phase & flow_id_ok),
-        counters=(np.flatnonzero(ph == S.Phase.COUNTER) if per_phase[S.Phase.COUNTER]
-                  else np.zeros(0, dtype=np.int64)),
-        skipped={k: v for k, v in skipped.items() if v})
+        counters=(
+            np.flatnonzero(ph == S.Phase.COUNTER)
+            if per_phase[S.Phase.COUNTER]
+            else np.zeros(0, dtype=np.int64)
+        ),
+        skipped={k: v for k, v in skipped.items() if v},
+    )
 
 
 def _label(value: int, labels: dict[int, str]) -> str:
@@ -204,8 +208,9 @@ def _device_pids(trace: Trace, counters: DeviceCounters) -> set[int]:
     return pids | {s.pid for s in counters.series}
 
 
-def _process_tracks(trace: Trace, pids: list[int], devices: set[int],
-                    ids: _Ids) -> tuple[dict[int, int], dict[int, int]]:
+def _process_tracks(
+    trace: Trace, pids: list[int], devices: set[int], ids: _Ids
+) -> tuple[dict[int, int], dict[int, int]]:
     """pid -> process track uuid, pid -> the pid written (synthetic for devices)."""
     uuid_of, out_pid = {}, {}
     synthetic = 0
@@ -217,10 +222,13 @@ def _process_tracks(trace: Trace, pids: list[int], devices: set[int],
             written = SYNTHETIC_PID_BASE + synthetic
             synthetic += 1
         name = trace.process_names.get(pid) or _unnamed(
-            pid, trace.pid_labels, "device" if pid in devices else "process")
-        desc = ids.add(process=pb.ProcessDescriptor(pid=written, process_name=name),
-                       description=f"Chrome trace pid {label}",
-                       child_ordering=pb.TrackDescriptor.EXPLICIT)
+            pid, trace.pid_labels, "device" if pid in devices else "process"
+        )
+        desc = ids.add(
+            process=pb.ProcessDescriptor(pid=written, process_name=name),
+            description=f"Chrome trace pid {label}",
+            child_ordering=pb.TrackDescriptor.EXPLICIT,
+        )
         uuid_of[pid], out_pid[pid] = desc.uuid, written
     return uuid_of, out_pid
 
@@ -264,12 +272,17 @@ def _threads(trace: Trace, sel: _Selection) -> _Threads:
 
 def _nest(trace: Trace, sel: _Selection, threads: _Threads) -> Nesting:
     start = trace.col(S.TS_NS)[sel.slices]
-    return assign_lanes(threads.thread[:len(sel.slices)], start,
-                        start + trace.col(S.DUR_NS)[sel.slices])
+    return assign_lanes(
+        threads.thread[: len(sel.slices)], start, start + trace.col(S.DUR_NS)[sel.slices]
+    )
 
 
-def _plan(trace: Trace, sel: _Selection, counters: DeviceCounters | None,
-          pool: ThreadPoolExecutor | None = None) -> tuple[_Tracks, Flows]:
+def _plan(
+    trace: Trace,
+    sel: _Selection,
+    counters: DeviceCounters | None,
+    pool: ThreadPoolExecutor | None = None,
+) -> tuple[_Tracks, Flows]:
     """Tracks (with nesting and counters) and flows; with a ``pool`` (more than 2 cores) the
     independent parts run side by side, else one after the other."""
     threads = _threads(trace, sel)
@@ -285,15 +298,17 @@ def _plan(trace: Trace, sel: _Selection, counters: DeviceCounters | None,
     return _tracks(trace, sel, counters, threads, nest_f.result()), flows_f.result()
 
 
-def _tracks(trace: Trace, sel: _Selection, counters: DeviceCounters, threads: _Threads,
-            nest: Nesting) -> _Tracks:
+def _tracks(
+    trace: Trace, sel: _Selection, counters: DeviceCounters, threads: _Threads, nest: Nesting
+) -> _Tracks:
     ids = _Ids()
     devices = _device_pids(trace, counters)
     thread, pairs = threads.thread, threads.pairs
     n_slices = len(sel.slices)
     chrome_counters, skipped_c = _chrome_counters(trace, sel.counters)
-    pids = sorted({p for p, _ in pairs} | {s.pid for s in counters.series}
-                  | {p for p, *_ in chrome_counters})
+    pids = sorted(
+        {p for p, _ in pairs} | {s.pid for s in counters.series} | {p for p, *_ in chrome_counters}
+    )
     proc_uuid, out_pid = _process_tracks(trace, pids, devices, ids)
     rank: dict[int, int] = {}
 
@@ -303,17 +318,20 @@ def _tracks(trace: Trace, sel: _Selection, counters: DeviceCounters, threads: _T
 
     lanes = int(nest.lane.max()) + 1 if n_slices else 1
     track_uuid = np.zeros(len(pairs) * lanes, dtype=np.int64)
-    used_lanes = set(np.flatnonzero(np.bincount(thread[:n_slices] * lanes + nest.lane,
-                                                minlength=1)).tolist())
-    order = sorted(range(len(pairs)), key=lambda i: (
-        trace.thread_sort_index.get(pairs[i], 0), pairs[i][1]))
+    used_lanes = set(
+        np.flatnonzero(np.bincount(thread[:n_slices] * lanes + nest.lane, minlength=1)).tolist()
+    )
+    order = sorted(
+        range(len(pairs)), key=lambda i: (trace.thread_sort_index.get(pairs[i], 0), pairs[i][1])
+    )
     for i in order:
         pid, tid = pairs[i]
         device = pid in devices
         name = _thread_name(trace, pid, tid, device)
         if not device and 0 < out_pid[pid] < SYNTHETIC_PID_BASE and tid > 0:
-            desc = child(pid, thread=pb.ThreadDescriptor(pid=out_pid[pid], tid=tid,
-                                                         thread_name=name))
+            desc = child(
+                pid, thread=pb.ThreadDescriptor(pid=out_pid[pid], tid=tid, thread_name=name)
+            )
         else:
             desc = child(pid, name=name)
         track_uuid[i * lanes] = desc.uuid
@@ -322,11 +340,15 @@ def _tracks(trace: Trace, sel: _Selection, counters: DeviceCounters, threads: _T
                 track_uuid[i * lanes + lane] = child(pid, name=f"{name} (overlap {lane})").uuid
     counter_uuids = []
     for series in counters.series:
-        where = ("" if series.tid is None else
-                 _thread_name(trace, series.pid, series.tid, True) + " ")
+        where = (
+            "" if series.tid is None else _thread_name(trace, series.pid, series.tid, True) + " "
+        )
         unit = "" if series.name.endswith(series.unit) else f" ({series.unit})"
-        desc = child(series.pid, name=f"{where}{series.name}{unit}",
-                     counter=pb.CounterDescriptor(unit_name=series.unit))
+        desc = child(
+            series.pid,
+            name=f"{where}{series.name}{unit}",
+            counter=pb.CounterDescriptor(unit_name=series.unit),
+        )
         counter_uuids.append((desc.uuid, series))
     chrome = []
     for pid, name, ts, values in chrome_counters:
@@ -336,9 +358,12 @@ def _tracks(trace: Trace, sel: _Selection, counters: DeviceCounters, threads: _T
         descriptors=ids.descriptors,
         slice_uuid=track_uuid[thread[:n_slices] * lanes + nest.lane],
         instant_uuid=track_uuid[thread[n_slices:] * lanes],
-        nest=nest, counter_uuids=counter_uuids, chrome_counters=chrome,
+        nest=nest,
+        counter_uuids=counter_uuids,
+        chrome_counters=chrome,
         overlap_tracks=len([k for k in used_lanes if k % lanes]),
-        chrome_counter_skipped=skipped_c)
+        chrome_counter_skipped=skipped_c,
+    )
 
 
 def _chrome_counters(trace: Trace, rows: np.ndarray) -> tuple[list[Any], int]:
@@ -347,16 +372,25 @@ def _chrome_counters(trace: Trace, rows: np.ndarray) -> tuple[list[Any], int]:
     skipped = 0
     for row in rows.tolist():
         name, pid, ts = trace.name(row), int(trace.col(S.PID)[row]), int(trace.col(S.TS_NS)[row])
-        numeric = {k: v for k, v in trace.args(row).items()
-                   if isinstance(v, int | float) and not isinstance(v, bool)}
+        numeric = {
+            k: v
+            for k, v in trace.args(row).items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
         if not numeric:
             skipped += 1
         for key, value in numeric.items():
             track = name if key in (name, "value") else f"{name} {key}"
             points.setdefault((pid, track), []).append((ts, float(value)))
-    out = [(pid, track, np.array([p[0] for p in pts], dtype=np.int64),
-            np.array([p[1] for p in pts], dtype=np.float64))
-           for (pid, track), pts in points.items()]
+    out = [
+        (
+            pid,
+            track,
+            np.array([p[0] for p in pts], dtype=np.int64),
+            np.array([p[1] for p in pts], dtype=np.float64),
+        )
+        for (pid, track), pts in points.items()
+    ]
     return out, skipped
 
 
@@ -413,19 +447,29 @@ class _Events:
             from_slices[at] = False
             others = slice(o_lo, o_hi)
             ts, kind, track, row, value = (
-                _merged(mine, theirs[others], from_slices, at) for mine, theirs in (
-                    (ts, self.other_ts), (kind, self.other_type), (track, self.other_track),
-                    (row, self.other_row), (value, self.other_value)))
+                _merged(mine, theirs[others], from_slices, at)
+                for mine, theirs in (
+                    (ts, self.other_ts),
+                    (kind, self.other_type),
+                    (track, self.other_track),
+                    (row, self.other_row),
+                    (value, self.other_value),
+                )
+            )
         named = (kind == BEGIN) | (kind == INSTANT)
         safe = np.where(named, row, 0)
-        return _Chunk(ts=ts, type=kind, track=track,
-                      name_iid=np.where(named, self.name_iid[safe], 0),
-                      cat_iid=np.where(named, self.cat_iid[safe], 0),
-                      value=value, row=np.where(named, row, -1))
+        return _Chunk(
+            ts=ts,
+            type=kind,
+            track=track,
+            name_iid=np.where(named, self.name_iid[safe], 0),
+            cat_iid=np.where(named, self.cat_iid[safe], 0),
+            value=value,
+            row=np.where(named, row, -1),
+        )
 
 
-def _merged(mine: np.ndarray, theirs: np.ndarray, mask: np.ndarray,
-            at: np.ndarray) -> np.ndarray:
+def _merged(mine: np.ndarray, theirs: np.ndarray, mask: np.ndarray, at: np.ndarray) -> np.ndarray:
     """A chunk column: the slices' values where ``mask``, the others' at ``at``."""
     out = np.empty(len(mask), dtype=np.result_type(mine, theirs))
     out[mask] = mine
@@ -450,17 +494,24 @@ def _events(trace: Trace, sel: _Selection, tracks: _Tracks, flows: Flows) -> _Ev
     # by packet: flows, then ends (nearly sorted already: flows come by first appearance)
     att_order = np.argsort(att * 2 + flows.terminating, kind="stable")
     return _Events(
-        nest=nest, slice_rows=sel.slices, slice_track=tracks.slice_uuid,
+        nest=nest,
+        slice_rows=sel.slices,
+        slice_track=tracks.slice_uuid,
         other_ts=o_ts,
-        other_type=np.concatenate([np.full(m, INSTANT, np.uint8),
-                                   np.full(k, COUNTER, np.uint8)])[o_order],
+        other_type=np.concatenate([np.full(m, INSTANT, np.uint8), np.full(k, COUNTER, np.uint8)])[
+            o_order
+        ],
         other_track=np.concatenate([tracks.instant_uuid, c_track])[o_order],
         other_row=np.concatenate([sel.instants, np.full(k, -1)])[o_order],
-        other_value=np.concatenate([np.zeros(m), c_value])[o_order], other_packet=o_packet,
+        other_value=np.concatenate([np.zeros(m), c_value])[o_order],
+        other_packet=o_packet,
         name_iid=trace.col(S.NAME_ID).astype(np.int64) + 1,
         cat_iid=trace.col(S.CAT_ID).astype(np.int64) + 1,
-        flow_packet=att[att_order], flow_uid=flows.flow_uid[att_order],
-        flow_terminating=flows.terminating[att_order], counter_points=k)
+        flow_packet=att[att_order],
+        flow_uid=flows.flow_uid[att_order],
+        flow_terminating=flows.terminating[att_order],
+        counter_points=k,
+    )
 
 
 def _counter_points(tracks: _Tracks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -499,32 +550,50 @@ def _used(ids: np.ndarray, n_strings: int) -> list[int]:
     return np.unique(ids).tolist()
 
 
-def _header(trace: Trace, sel: _Selection, tracks: _Tracks,
-            first_ts: int) -> Iterator[tuple[bytes, int]]:
+def _header(
+    trace: Trace, sel: _Selection, tracks: _Tracks, first_ts: int
+) -> Iterator[tuple[bytes, int]]:
     """First packet (clears incremental state), interned names/categories, track descriptors:
     (framed bytes, packets in them)."""
     named = np.concatenate([sel.slices, sel.instants])
     names, cats = (_used(trace.col(c)[named], len(trace.strings)) for c in (S.NAME_ID, S.CAT_ID))
     first = True
     for lo in range(0, max(len(names), len(cats), 1), INTERNED_PACKET_NAMES):
-        packet = pb.TracePacket(trusted_packet_sequence_id=SEQUENCE_ID,
-                                sequence_flags=(CLEARED | NEEDS_STATE) if first else NEEDS_STATE)
+        packet = pb.TracePacket(
+            trusted_packet_sequence_id=SEQUENCE_ID,
+            sequence_flags=(CLEARED | NEEDS_STATE) if first else NEEDS_STATE,
+        )
         if first:
             packet.first_packet_on_sequence = True
-        for i in names[lo:lo + INTERNED_PACKET_NAMES]:
+        for i in names[lo : lo + INTERNED_PACKET_NAMES]:
             packet.interned_data.event_names.add(iid=i + 1, name=trace.strings[i])
-        for i in cats[lo:lo + INTERNED_PACKET_NAMES]:
+        for i in cats[lo : lo + INTERNED_PACKET_NAMES]:
             packet.interned_data.event_categories.add(iid=i + 1, name=trace.strings[i])
         first = False
         yield _framed([packet]), 1
     for lo in range(0, len(tracks.descriptors), 1000):
-        batch = tracks.descriptors[lo:lo + 1000]
-        yield _framed([pb.TracePacket(timestamp=first_ts, trusted_packet_sequence_id=SEQUENCE_ID,
-                                      track_descriptor=d) for d in batch]), len(batch)
+        batch = tracks.descriptors[lo : lo + 1000]
+        yield (
+            _framed(
+                [
+                    pb.TracePacket(
+                        timestamp=first_ts,
+                        trusted_packet_sequence_id=SEQUENCE_ID,
+                        track_descriptor=d,
+                    )
+                    for d in batch
+                ]
+            ),
+            len(batch),
+        )
 
 
-_PACKET_CONSTANTS = (W.tag(_F.SEQUENCE, W.WIRE_VARINT) + W.encode_varint(SEQUENCE_ID)
-                     + W.tag(_F.FLAGS, W.WIRE_VARINT) + W.encode_varint(NEEDS_STATE))
+_PACKET_CONSTANTS = (
+    W.tag(_F.SEQUENCE, W.WIRE_VARINT)
+    + W.encode_varint(SEQUENCE_ID)
+    + W.tag(_F.FLAGS, W.WIRE_VARINT)
+    + W.encode_varint(NEEDS_STATE)
+)
 
 
 _FLOW_TAGS = (W.tag(_F.FLOW, W.WIRE_FIXED64), W.tag(_F.TERMINATING_FLOW, W.WIRE_FIXED64))
@@ -532,8 +601,9 @@ _FLOW_WIDTH = len(_FLOW_TAGS[0]) + 8  # one flow id: key + fixed64
 assert len(_FLOW_TAGS[1]) + 8 == _FLOW_WIDTH
 
 
-def _encode_packets(ev: _Events, lo: int, hi: int, ch: _Chunk,
-                    tails: tuple[np.ndarray, list[bytes], np.ndarray]) -> np.ndarray:
+def _encode_packets(
+    ev: _Events, lo: int, hi: int, ch: _Chunk, tails: tuple[np.ndarray, list[bytes], np.ndarray]
+) -> np.ndarray:
     """Packets lo..hi (gathered in ``ch``, args already encoded in ``tails``) as wire bytes.
 
     Every packet starts with the same layout (framing, timestamp, sequence, TrackEvent type and
@@ -545,8 +615,7 @@ def _encode_packets(ev: _Events, lo: int, hi: int, ch: _Chunk,
     m = hi - lo
     kind = ch.type
     a, b = np.searchsorted(ev.flow_packet, [lo, hi])
-    f_packet, f_term, f_uid = (ev.flow_packet[a:b] - lo, ev.flow_terminating[a:b],
-                               ev.flow_uid[a:b])
+    f_packet, f_term, f_uid = (ev.flow_packet[a:b] - lo, ev.flow_terminating[a:b], ev.flow_uid[a:b])
     named = np.flatnonzero((kind == BEGIN) | (kind == INSTANT))
     counter = np.flatnonzero(kind == COUNTER)
     names = W.FixedRows(len(named))
@@ -580,16 +649,24 @@ def _encode_packets(ev: _Events, lo: int, hi: int, ch: _Chunk,
     W.scatter_rows(out, offsets[counter] + common, values.matrix())
     if len(f_packet):  # flow ids in order: each packet's flows, then its terminating flows
         first = np.cumsum(n_flows) - n_flows
-        at = (offsets[f_packet] + common + optional[f_packet]
-              + _FLOW_WIDTH * (np.arange(len(f_packet)) - first[f_packet]))
+        at = (
+            offsets[f_packet]
+            + common
+            + optional[f_packet]
+            + _FLOW_WIDTH * (np.arange(len(f_packet)) - first[f_packet])
+        )
         for terminating, field_number in ((False, _F.FLOW), (True, _F.TERMINATING_FLOW)):
             which = np.flatnonzero(f_term == terminating)
             ids = W.FixedRows(len(which))
             ids.fixed64(field_number, f_uid[which])
             W.scatter_rows(out, at[which], ids.matrix())
     if len(tail_rows):
-        W.scatter_blobs(out, ends[tail_rows] - tail_sizes[tail_rows],
-                        np.frombuffer(b"".join(blobs), dtype=np.uint8), tail_sizes[tail_rows])
+        W.scatter_blobs(
+            out,
+            ends[tail_rows] - tail_sizes[tail_rows],
+            np.frombuffer(b"".join(blobs), dtype=np.uint8),
+            tail_sizes[tail_rows],
+        )
     return out
 
 
@@ -606,10 +683,15 @@ def _chunk_args(ch: _Chunk, args: ArgsEncoder | None) -> tuple[np.ndarray, list[
     return have, blobs, sizes
 
 
-def write_perfetto_trace(trace: Trace, path: str | Path, *,
-                         progress: Callable[[int], None] | None = None,
-                         counters: DeviceCounters | None = None, args: bool = True,
-                         chunk_packets: int = CHUNK_PACKETS) -> PerfettoExport:
+def write_perfetto_trace(
+    trace: Trace,
+    path: str | Path,
+    *,
+    progress: Callable[[int], None] | None = None,
+    counters: DeviceCounters | None = None,
+    args: bool = True,
+    chunk_packets: int = CHUNK_PACKETS,
+) -> PerfettoExport:
     """Write ``trace`` as a Perfetto protobuf trace; ``progress(rows_done)`` after each chunk.
 
     ``counters`` defaults to ``analysis.counters.device_counters(trace)``; ``args=False`` leaves
@@ -643,9 +725,19 @@ def write_perfetto_trace(trace: Trace, path: str | Path, *,
             tails = _chunk_args(ch, encoder)  # Python, in order: interning is sequential
             interned = encoder.take_interned() if encoder else None
             # names this chunk introduced are declared right before its events
-            declared = b"" if interned is None else _framed([pb.TracePacket(
-                trusted_packet_sequence_id=SEQUENCE_ID, sequence_flags=NEEDS_STATE,
-                interned_data=interned)])
+            declared = (
+                b""
+                if interned is None
+                else _framed(
+                    [
+                        pb.TracePacket(
+                            trusted_packet_sequence_id=SEQUENCE_ID,
+                            sequence_flags=NEEDS_STATE,
+                            interned_data=interned,
+                        )
+                    ]
+                )
+            )
             pending.append((pool.submit(_encode_packets, ev, lo, hi, ch, tails), declared, hi))
             packets += hi - lo + (interned is not None)
             flush(ENCODE_THREADS)
@@ -654,9 +746,16 @@ def write_perfetto_trace(trace: Trace, path: str | Path, *,
     if tracks.chrome_counter_skipped:
         skipped["counter without numeric value"] = tracks.chrome_counter_skipped
     return PerfettoExport(
-        path=path, bytes_written=written, packets=packets, tracks=len(tracks.descriptors),
-        slices=len(sel.slices), instants=len(sel.instants),
-        counter_points=ev.counter_points, flows=flows.flows,
-        overlap_tracks=tracks.overlap_tracks, unbound_flow_endpoints=flows.unbound,
+        path=path,
+        bytes_written=written,
+        packets=packets,
+        tracks=len(tracks.descriptors),
+        slices=len(sel.slices),
+        instants=len(sel.instants),
+        counter_points=ev.counter_points,
+        flows=flows.flows,
+        overlap_tracks=tracks.overlap_tracks,
+        unbound_flow_endpoints=flows.unbound,
         orphan_flow_endpoints=flows.orphans,
-        skipped=skipped)
+        skipped=skipped,
+    )

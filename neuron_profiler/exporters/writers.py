@@ -63,24 +63,44 @@ def _perfetto(trace: Trace, path: Path, progress: Progress | None, args: bool) -
     r = write_perfetto_trace(trace, path, progress=progress, args=args)
     left_out = sum(r.skipped.values()) + r.unbound_flow_endpoints + r.orphan_flow_endpoints
     details = ", ".join(f"{n} {why}" for why, n in r.skipped.items())
-    summary = (f"wrote {r.slices} slices, {r.instants} instants, {r.flows} flows, "
-               f"{r.counter_points} counter points to {path} ({r.overlap_tracks} overlap "
-               f"tracks; left out: {left_out} events"
-               + (f": {details}" if details else "")
-               + (f", {r.unbound_flow_endpoints} unbound flow endpoints"
-                  if r.unbound_flow_endpoints else "")
-               + (f", {r.orphan_flow_endpoints} flow endpoints without their other end"
-                  if r.orphan_flow_endpoints else "") + ")")
+    summary = (
+        f"wrote {r.slices} slices, {r.instants} instants, {r.flows} flows, "
+        f"{r.counter_points} counter points to {path} ({r.overlap_tracks} overlap "
+        f"tracks; left out: {left_out} events"
+        + (f": {details}" if details else "")
+        + (
+            f", {r.unbound_flow_endpoints} unbound flow endpoints"
+            if r.unbound_flow_endpoints
+            else ""
+        )
+        + (
+            f", {r.orphan_flow_endpoints} flow endpoints without their other end"
+            if r.orphan_flow_endpoints
+            else ""
+        )
+        + ")"
+    )
     return Written(r.path, summary, r)
 
 
 WRITERS = (
-    TraceWriter("Chrome trace JSON", (".json",), binary=False, media_type="application/json",
-                write=_chrome),
-    TraceWriter("Chrome trace JSON, gzip-compressed", (".json.gz",), binary=True,
-                media_type="application/gzip", write=_chrome),
-    TraceWriter("Perfetto protobuf", (".pftrace",), binary=True,
-                media_type="application/octet-stream", write=_perfetto),
+    TraceWriter(
+        "Chrome trace JSON", (".json",), binary=False, media_type="application/json", write=_chrome
+    ),
+    TraceWriter(
+        "Chrome trace JSON, gzip-compressed",
+        (".json.gz",),
+        binary=True,
+        media_type="application/gzip",
+        write=_chrome,
+    ),
+    TraceWriter(
+        "Perfetto protobuf",
+        (".pftrace",),
+        binary=True,
+        media_type="application/octet-stream",
+        write=_perfetto,
+    ),
 )
 SUFFIXES = tuple(s for w in WRITERS for s in w.suffixes)
 
@@ -91,12 +111,14 @@ def writer_for(path: str | Path) -> TraceWriter:
     for writer in WRITERS:
         if name.endswith(writer.suffixes):
             return writer
-    raise NeuronProfilerError(f"{path}: unsupported output format (use one of "
-                              f"{', '.join(SUFFIXES)})", exit_code=2)
+    raise NeuronProfilerError(
+        f"{path}: unsupported output format (use one of {', '.join(SUFFIXES)})", exit_code=2
+    )
 
 
-def write_trace(trace: Trace, path: str | Path, *, progress: Progress | None = None,
-                args: bool = True) -> Written:
+def write_trace(
+    trace: Trace, path: str | Path, *, progress: Progress | None = None, args: bool = True
+) -> Written:
     """Write ``trace`` to ``path`` in the format its suffix names (``WRITERS``), atomically;
     ``progress(rows_done)`` after each chunk; ``args=False``: .pftrace without event args."""
     path = Path(path)

@@ -26,18 +26,31 @@ from typing import Any
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.report import Report
 
-CAUSE_COLOURS = {"data_loading": "#d62728", "cpu_fallback": "#ff7f0e", "host_sync": "#9467bd",
-                 "host_bound_launch": "#e377c2", "profiler_overhead": "#8c564b",
-                 "other": "#bcbd22", "short_gaps": "#c7c7c7"}
-BUSY_SERIES = (("compute_ns", "compute", "#1f77b4"),
-               ("collective_only_ns", "collective (no compute)", "#17becf"),
-               ("dma_only_ns", "DMA (no compute or collective)", "#2ca02c"))
+CAUSE_COLOURS = {
+    "data_loading": "#d62728",
+    "cpu_fallback": "#ff7f0e",
+    "host_sync": "#9467bd",
+    "host_bound_launch": "#e377c2",
+    "profiler_overhead": "#8c564b",
+    "other": "#bcbd22",
+    "short_gaps": "#c7c7c7",
+}
+BUSY_SERIES = (
+    ("compute_ns", "compute", "#1f77b4"),
+    ("collective_only_ns", "collective (no compute)", "#17becf"),
+    ("dma_only_ns", "DMA (no compute or collective)", "#2ca02c"),
+)
 # plotly.js spells two CDN URLs (geo maps' topojson, map icons): traces this page never draws.
 # They are replaced so that nothing in the page names a network location.
 CDN_PREFIX = "https://cdn"
 OFFLINE_PREFIX = "data:,offline-cdn"
-_JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
-                 "\u2029": "\\u2029"}
+_JSON_ESCAPES = {
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
 BOOT = """
 document.querySelectorAll("script.figure").forEach(function (s) {
   var fig = JSON.parse(s.textContent);
@@ -55,8 +68,9 @@ section.trace { border-top: 3px solid #444; margin-top: 2em; }
 """
 
 
-def write_html(reports: Sequence[Report], path: Path,
-               errors: Sequence[tuple[str, str]] = ()) -> None:
+def write_html(
+    reports: Sequence[Report], path: Path, errors: Sequence[tuple[str, str]] = ()
+) -> None:
     """Write the page atomically (a failed write leaves an existing file as it was)."""
     from neuron_profiler.output import atomic_output
 
@@ -68,17 +82,21 @@ def write_html(reports: Sequence[Report], path: Path,
 def render_html(reports: Sequence[Report], errors: Sequence[tuple[str, str]] = ()) -> str:
     from neuron_profiler import __version__
 
-    nav = "".join(f'<li><a href="#trace-{i}">{_e(r.source)} (rank {r.rank})</a></li>'
-                  for i, r in enumerate(reports))
+    nav = "".join(
+        f'<li><a href="#trace-{i}">{_e(r.source)} (rank {r.rank})</a></li>'
+        for i, r in enumerate(reports)
+    )
     body = "".join(_section(i, r) for i, r in enumerate(reports))
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>neuron-prof analyze: {len(reports)} trace{'s' * (len(reports) != 1)}</title>"
-            f"<style>{STYLE}</style>\n<script>{plotly_js()}</script></head><body>"
-            f"<h1>neuron-prof analyze</h1><p>neuron-profiler {_e(__version__)}: "
-            f"{len(reports)} trace{'s' * (len(reports) != 1)}, one section each; times in ms, "
-            "positions in each trace's own µs (as Perfetto shows them). Definitions: "
-            "docs/analysis.md.</p>"
-            f"<ul>{nav}</ul>{_errors(errors)}{body}<script>{BOOT}</script></body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>neuron-prof analyze: {len(reports)} trace{'s' * (len(reports) != 1)}</title>"
+        f"<style>{STYLE}</style>\n<script>{plotly_js()}</script></head><body>"
+        f"<h1>neuron-prof analyze</h1><p>neuron-profiler {_e(__version__)}: "
+        f"{len(reports)} trace{'s' * (len(reports) != 1)}, one section each; times in ms, "
+        "positions in each trace's own µs (as Perfetto shows them). Definitions: "
+        "docs/analysis.md.</p>"
+        f"<ul>{nav}</ul>{_errors(errors)}{body}<script>{BOOT}</script></body></html>\n"
+    )
 
 
 def plotly_js() -> str:
@@ -104,20 +122,31 @@ def _json(obj: Any) -> str:
 
 
 def _figure(tag: str, figure: dict[str, Any]) -> str:
-    return (f'<div id="{tag}" class="chart"></div><script type="application/json" '
-            f'class="figure" id="{tag}-data" data-target="{tag}">{_json(figure)}</script>')
+    return (
+        f'<div id="{tag}" class="chart"></div><script type="application/json" '
+        f'class="figure" id="{tag}-data" data-target="{tag}">{_json(figure)}</script>'
+    )
 
 
 def _empty(message: str) -> str:
     return f'<p class="empty">{_e(message)}</p>'
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequence[int] = (),
-           ) -> str:
+def _table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    numeric: Sequence[int] = (),
+) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(
-        f'<td class="n">{_e(v)}</td>' if j in numeric else f"<td>{_e(v)}</td>"
-        for j, v in enumerate(row)) + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="n">{_e(v)}</td>' if j in numeric else f"<td>{_e(v)}</td>"
+            for j, v in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -129,28 +158,49 @@ def _errors(errors: Sequence[tuple[str, str]]) -> str:
 
 def _section(i: int, r: Report) -> str:
     steps = len(r.steps)
-    head = (f'<section class="trace" id="trace-{i}"><h2>{_e(r.source)}</h2>'
-            f"<p>rank {r.rank} · {steps} step{'s' * (steps != 1)} · mean step "
-            f"{_ms(float(r.steps.wall_ns.mean())):,.3f} ms · min gap "
-            f"{r.options.min_gap_ns / 1e3:g} µs</p>")
+    head = (
+        f'<section class="trace" id="trace-{i}"><h2>{_e(r.source)}</h2>'
+        f"<p>rank {r.rank} · {steps} step{'s' * (steps != 1)} · mean step "
+        f"{_ms(float(r.steps.wall_ns.mean())):,.3f} ms · min gap "
+        f"{r.options.min_gap_ns / 1e3:g} µs</p>"
+    )
     notes = "".join(f'<li class="note">note: {_e(n)}</li>' for n in r.notes) + "".join(
-        f'<li class="note">loading: {_e(w)}</li>' for w in r.load_warnings)
-    return (head + (f"<ul>{notes}</ul>" if notes else "")
-            + "<h3>What to fix first</h3>" + _findings(r)
-            + "<h3>Step breakdown</h3>" + _breakdown(i, r)
-            + "<h3>Idle timeline per device</h3>" + _timeline(i, r)
-            + "<h3>CPU fallbacks (Pareto)</h3>" + _pareto(i, r) + "</section>")
+        f'<li class="note">loading: {_e(w)}</li>' for w in r.load_warnings
+    )
+    return (
+        head
+        + (f"<ul>{notes}</ul>" if notes else "")
+        + "<h3>What to fix first</h3>"
+        + _findings(r)
+        + "<h3>Step breakdown</h3>"
+        + _breakdown(i, r)
+        + "<h3>Idle timeline per device</h3>"
+        + _timeline(i, r)
+        + "<h3>CPU fallbacks (Pareto)</h3>"
+        + _pareto(i, r)
+        + "</section>"
+    )
 
 
 def _findings(r: Report) -> str:
     if not r.findings.findings:
         return _empty("No findings: no recoverable time was found in this trace.")
-    rows = [(n, f.title + (f" ({f.host_op})" if f.host_op else ""),
-             f"{_ms(f.recoverable_ns_per_step):,.3f}", f"{f.recoverable_pct:.1f}",
-             f"{r.to_trace_us(f.ranges_ns[0][0]):,.3f}" if f.ranges_ns else "-", f.suggestion)
-            for n, f in enumerate(r.findings.findings, start=1)]
-    return _table(("#", "finding", "ms/step", "% step", "longest at (µs)", "what to do"), rows,
-                  numeric=(0, 2, 3, 4))
+    rows = [
+        (
+            n,
+            f.title + (f" ({f.host_op})" if f.host_op else ""),
+            f"{_ms(f.recoverable_ns_per_step):,.3f}",
+            f"{f.recoverable_pct:.1f}",
+            f"{r.to_trace_us(f.ranges_ns[0][0]):,.3f}" if f.ranges_ns else "-",
+            f.suggestion,
+        )
+        for n, f in enumerate(r.findings.findings, start=1)
+    ]
+    return _table(
+        ("#", "finding", "ms/step", "% step", "longest at (µs)", "what to do"),
+        rows,
+        numeric=(0, 2, 3, 4),
+    )
 
 
 def _breakdown(i: int, r: Report) -> str:
@@ -158,35 +208,63 @@ def _breakdown(i: int, r: Report) -> str:
     if not b.devices:
         return _empty("No device events in this trace: no step breakdown (host-only report).")
     idle = {d.device: d for d in r.idle.devices}
-    x: Any = ([[_e(n) for d in b.devices for n in b.names],
-               [_e(d.label) for d in b.devices for _ in b.names]]
-              if len(b.devices) > 1 else [_e(n) for n in b.names])
-    data = [_bar(x, name, colour, [_ms(v) for d in b.devices for v in getattr(d, key).tolist()],
-                 key) for key, name, colour in BUSY_SERIES]
+    x: Any = (
+        [
+            [_e(n) for d in b.devices for n in b.names],
+            [_e(d.label) for d in b.devices for _ in b.names],
+        ]
+        if len(b.devices) > 1
+        else [_e(n) for n in b.names]
+    )
+    data = [
+        _bar(x, name, colour, [_ms(v) for d in b.devices for v in getattr(d, key).tolist()], key)
+        for key, name, colour in BUSY_SERIES
+    ]
     for cause in ALL_CAUSES:
         values = [_ms(s[cause]) for d in b.devices for s in idle[d.device].per_step_by_cause_ns]
         if any(values):
             data.append(_bar(x, f"idle: {cause}", CAUSE_COLOURS[cause], values, f"idle:{cause}"))
-    data.append({"type": "scatter", "mode": "markers", "name": "host busy", "x": x,
-                 "y": [_ms(v) for _ in b.devices for v in b.host_ns.tolist()],
-                 "meta": "host_ns", "marker": {"color": "#000", "symbol": "line-ew-open",
-                                               "size": 14, "line": {"width": 2}},
-                 "hovertemplate": "host busy %{y:,.3f} ms<extra></extra>"})
-    layout = {"barmode": "stack", "height": 440, "margin": {"t": 30},
-              "xaxis": {"title": {"text": "step" + (" / device" if len(b.devices) > 1 else "")},
-                        "type": "multicategory" if len(b.devices) > 1 else "category"},
-              "yaxis": {"title": {"text": "ms"}},
-              "legend": {"orientation": "h", "y": -0.25, "traceorder": "normal"}}
-    caption = ("Per step and device the bars add up to the step's wall time: device busy "
-               "(compute, then collectives and copies not under compute) and idle by cause; "
-               "the markers give the host's busy time.")
-    return f"<p>{caption}</p>" + _figure(f"chart-{i}-breakdown",
-                                          {"data": data, "layout": layout})
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "host busy",
+            "x": x,
+            "y": [_ms(v) for _ in b.devices for v in b.host_ns.tolist()],
+            "meta": "host_ns",
+            "marker": {"color": "#000", "symbol": "line-ew-open", "size": 14, "line": {"width": 2}},
+            "hovertemplate": "host busy %{y:,.3f} ms<extra></extra>",
+        }
+    )
+    layout = {
+        "barmode": "stack",
+        "height": 440,
+        "margin": {"t": 30},
+        "xaxis": {
+            "title": {"text": "step" + (" / device" if len(b.devices) > 1 else "")},
+            "type": "multicategory" if len(b.devices) > 1 else "category",
+        },
+        "yaxis": {"title": {"text": "ms"}},
+        "legend": {"orientation": "h", "y": -0.25, "traceorder": "normal"},
+    }
+    caption = (
+        "Per step and device the bars add up to the step's wall time: device busy "
+        "(compute, then collectives and copies not under compute) and idle by cause; "
+        "the markers give the host's busy time."
+    )
+    return f"<p>{caption}</p>" + _figure(f"chart-{i}-breakdown", {"data": data, "layout": layout})
 
 
 def _bar(x: Any, name: str, colour: str, values: list[float], meta: str) -> dict[str, Any]:
-    return {"type": "bar", "name": name, "x": x, "y": values, "meta": meta,
-            "marker": {"color": colour}, "hovertemplate": f"{name} %{{y:,.3f}} ms<extra></extra>"}
+    return {
+        "type": "bar",
+        "name": name,
+        "x": x,
+        "y": values,
+        "meta": meta,
+        "marker": {"color": colour},
+        "hovertemplate": f"{name} %{{y:,.3f}} ms<extra></extra>",
+    }
 
 
 def _timeline(i: int, r: Report) -> str:
@@ -194,47 +272,79 @@ def _timeline(i: int, r: Report) -> str:
     if tl is None:
         return _empty("No timeline: the report was made without one (Options.timeline_segments).")
     if not tl.idle:
-        return _empty("No device idle gaps inside the steps." if r.has_device else
-                      "No device events in this trace: no idle timeline.")
+        return _empty(
+            "No device idle gaps inside the steps."
+            if r.has_device
+            else "No device events in this trace: no idle timeline."
+        )
     data, in_legend = [], set()
     for s in tl.idle:  # one trace per device and cause (its counts in "meta"), legend by cause
         seg = s.segments
         start_us = r.to_trace_us(seg.start_ns).tolist()
-        hover = (f"{s.cause}<br>from %{{customdata[0]:,.3f}} µs, %{{x:,.3f}} µs" if seg.exact
-                 else f"{s.cause}: %{{x:,.3f}} µs idle in the bin<br>from "
-                 "%{customdata[0]:,.3f} µs, %{customdata[1]:,.3f} µs long")
-        data.append({  # a bar as long as the idle time it holds: the whole gap, or a bin's
-            "type": "bar", "orientation": "h", "name": s.cause, "legendgroup": s.cause,
-            "showlegend": s.cause not in in_legend,
-            "meta": {"cause": s.cause, "device": s.device, "gaps": s.gaps,
-                     "intervals": seg.intervals,
-                     "exact": seg.exact, "idle_ns": s.idle_ns},
-            "y": [_e(s.label)] * len(start_us), "base": start_us,
-            "x": (seg.busy_ns / 1e3).tolist(),
-            "customdata": list(zip(start_us, ((seg.end_ns - seg.start_ns) / 1e3).tolist(),
-                                   strict=True)),
-            "marker": {"color": CAUSE_COLOURS[s.cause]},
-            "hovertemplate": hover + "<extra></extra>"})
+        hover = (
+            f"{s.cause}<br>from %{{customdata[0]:,.3f}} µs, %{{x:,.3f}} µs"
+            if seg.exact
+            else f"{s.cause}: %{{x:,.3f}} µs idle in the bin<br>from "
+            "%{customdata[0]:,.3f} µs, %{customdata[1]:,.3f} µs long"
+        )
+        data.append(
+            {  # a bar as long as the idle time it holds: the whole gap, or a bin's
+                "type": "bar",
+                "orientation": "h",
+                "name": s.cause,
+                "legendgroup": s.cause,
+                "showlegend": s.cause not in in_legend,
+                "meta": {
+                    "cause": s.cause,
+                    "device": s.device,
+                    "gaps": s.gaps,
+                    "intervals": seg.intervals,
+                    "exact": seg.exact,
+                    "idle_ns": s.idle_ns,
+                },
+                "y": [_e(s.label)] * len(start_us),
+                "base": start_us,
+                "x": (seg.busy_ns / 1e3).tolist(),
+                "customdata": list(
+                    zip(start_us, ((seg.end_ns - seg.start_ns) / 1e3).tolist(), strict=True)
+                ),
+                "marker": {"color": CAUSE_COLOURS[s.cause]},
+                "hovertemplate": hover + "<extra></extra>",
+            }
+        )
         in_legend.add(s.cause)
-    layout = {"barmode": "overlay", "height": 160 + 40 * len({s.device for s in tl.idle}),
-              "margin": {"t": 30},
-              "xaxis": {"title": {"text": "trace time (µs, as Perfetto shows it)"},
-                        "tickformat": ",.0f"},
-              "yaxis": {"type": "category", "autorange": "reversed", "automargin": True},
-              "legend": {"orientation": "h", "y": -0.3}}
+    layout = {
+        "barmode": "overlay",
+        "height": 160 + 40 * len({s.device for s in tl.idle}),
+        "margin": {"t": 30},
+        "xaxis": {"title": {"text": "trace time (µs, as Perfetto shows it)"}, "tickformat": ",.0f"},
+        "yaxis": {"type": "category", "autorange": "reversed", "automargin": True},
+        "legend": {"orientation": "h", "y": -0.3},
+    }
     binned = [s for s in tl.idle if not s.segments.exact]
-    caption = ("Every gap is drawn." if not binned else
-               f"{len(binned)} of {len(tl.idle)} series (device and cause) have more than "
-               f"{tl.max_segments:,} gaps: those are drawn by bins of {tl.bin_ns / 1e3:,.3f} µs, "
-               "a bar at the start of each bin as long as that cause's idle time inside it "
-               "(the totals are exact); the table counts every gap.")
-    rows = [(s.label, s.cause, s.gaps, f"{_ms(s.idle_ns):,.3f}",
-             "each gap" if s.segments.exact else f"{len(s.segments.start_ns):,} bins")
-            for s in tl.idle]
-    return (f"<p>{_e(caption)}</p>" + _figure(f"chart-{i}-timeline",
-                                              {"data": data, "layout": layout})
-            + _table(("device", "cause", "gaps", "idle ms", "drawn as"), rows,
-                     numeric=(2, 3)))
+    caption = (
+        "Every gap is drawn."
+        if not binned
+        else f"{len(binned)} of {len(tl.idle)} series (device and cause) have more than "
+        f"{tl.max_segments:,} gaps: those are drawn by bins of {tl.bin_ns / 1e3:,.3f} µs, "
+        "a bar at the start of each bin as long as that cause's idle time inside it "
+        "(the totals are exact); the table counts every gap."
+    )
+    rows = [
+        (
+            s.label,
+            s.cause,
+            s.gaps,
+            f"{_ms(s.idle_ns):,.3f}",
+            "each gap" if s.segments.exact else f"{len(s.segments.start_ns):,} bins",
+        )
+        for s in tl.idle
+    ]
+    return (
+        f"<p>{_e(caption)}</p>"
+        + _figure(f"chart-{i}-timeline", {"data": data, "layout": layout})
+        + _table(("device", "cause", "gaps", "idle ms", "drawn as"), rows, numeric=(2, 3))
+    )
 
 
 def _pareto(i: int, r: Report) -> str:
@@ -242,24 +352,73 @@ def _pareto(i: int, r: Report) -> str:
     if not p.groups:
         return _empty("No CPU fallbacks in this trace: nothing to chart.")
     x = [_e(f"{g.op} {g.shapes} {g.dtypes}".strip()) for g in p.groups]
-    data = [{"type": "bar", "name": "recoverable (ms)", "x": x, "meta": "recoverable_ns",
-             "y": [_ms(v) for v in p.recoverable_ns.tolist()], "marker": {"color": "#ff7f0e"},
-             "hovertemplate": "%{x}<br>%{y:,.3f} ms<extra></extra>"},
-            {"type": "scatter", "mode": "lines+markers", "name": "cumulative %", "x": x,
-             "y": p.cumulative_pct.tolist(), "yaxis": "y2", "meta": "cumulative_pct",
-             "marker": {"color": "#333"}, "hovertemplate": "%{y:.1f}%<extra></extra>"}]
-    layout = {"height": 420, "margin": {"t": 30}, "xaxis": {"type": "category"},
-              "yaxis": {"title": {"text": "recoverable ms (over the trace)"}},
-              "yaxis2": {"title": {"text": "cumulative %"}, "overlaying": "y", "side": "right",
-                         "range": [0, 105], "tickvals": [0, 20, 40, 60, 80, 100],
-                         "ticksuffix": "%"},
-              "legend": {"orientation": "h", "y": -0.3}}
-    rows = [(g.op, g.shapes, g.dtypes, g.reason, g.calls, f"{_ms(g.host_ns):,.3f}",
-             f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns):,.3f}",
-             f"{g.h2d_count}/{g.h2d_bytes / 1e6:.1f}/{_ms(g.h2d_ns):,.3f}",
-             f"{_ms(g.idle_ns):,.3f}", "?" if g.native_ns is None else f"{_ms(g.native_ns):,.3f}",
-             f"{_ms(g.recoverable_ns):,.3f}") for g in p.groups]
-    return (_figure(f"chart-{i}-pareto", {"data": data, "layout": layout})
-            + _table(("op", "shapes", "dtypes", "reason", "calls", "host ms", "D2H n/MB/ms",
-                      "H2D n/MB/ms", "idle ms", "native ms", "recoverable ms"), rows,
-                     numeric=tuple(range(4, 11))))
+    data = [
+        {
+            "type": "bar",
+            "name": "recoverable (ms)",
+            "x": x,
+            "meta": "recoverable_ns",
+            "y": [_ms(v) for v in p.recoverable_ns.tolist()],
+            "marker": {"color": "#ff7f0e"},
+            "hovertemplate": "%{x}<br>%{y:,.3f} ms<extra></extra>",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": "cumulative %",
+            "x": x,
+            "y": p.cumulative_pct.tolist(),
+            "yaxis": "y2",
+            "meta": "cumulative_pct",
+            "marker": {"color": "#333"},
+            "hovertemplate": "%{y:.1f}%<extra></extra>",
+        },
+    ]
+    layout = {
+        "height": 420,
+        "margin": {"t": 30},
+        "xaxis": {"type": "category"},
+        "yaxis": {"title": {"text": "recoverable ms (over the trace)"}},
+        "yaxis2": {
+            "title": {"text": "cumulative %"},
+            "overlaying": "y",
+            "side": "right",
+            "range": [0, 105],
+            "tickvals": [0, 20, 40, 60, 80, 100],
+            "ticksuffix": "%",
+        },
+        "legend": {"orientation": "h", "y": -0.3},
+    }
+    rows = [
+        (
+            g.op,
+            g.shapes,
+            g.dtypes,
+            g.reason,
+            g.calls,
+            f"{_ms(g.host_ns):,.3f}",
+            f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns):,.3f}",
+            f"{g.h2d_count}/{g.h2d_bytes / 1e6:.1f}/{_ms(g.h2d_ns):,.3f}",
+            f"{_ms(g.idle_ns):,.3f}",
+            "?" if g.native_ns is None else f"{_ms(g.native_ns):,.3f}",
+            f"{_ms(g.recoverable_ns):,.3f}",
+        )
+        for g in p.groups
+    ]
+    return _figure(f"chart-{i}-pareto", {"data": data, "layout": layout}) + _table(
+        (
+            "op",
+            "shapes",
+            "dtypes",
+            "reason",
+            "calls",
+            "host ms",
+            "D2H n/MB/ms",
+            "H2D n/MB/ms",
+            "idle ms",
+            "native ms",
+            "recoverable ms",
+        ),
+        rows,
+        numeric=tuple(range(4, 11)),
+    )

@@ -43,71 +43,126 @@ def _pct(part: float, whole: float) -> float:
     return round(100.0 * part / whole, 3) if whole else 0.0
 
 
-def to_document(reports: list[Report], errors: list[tuple[str, str]] = (),  # type: ignore[assignment]
-                breaches: list[dict[str, Any]] = (),  # type: ignore[assignment]
-                cross: Distributed | None = None) -> dict[str, Any]:
+def to_document(
+    reports: list[Report],
+    errors: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    breaches: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    cross: Distributed | None = None,
+) -> dict[str, Any]:
     """``cross``: the cross-rank analysis of these reports (``analysis.distributed``), reduced
     from their rank summaries when not given."""
     from neuron_profiler import __version__
 
     if cross is None:
         cross = distributed(summaries_of(reports))
-    return {"schema_version": SCHEMA_VERSION, "tool": f"neuron-profiler {__version__}",
-            "traces": [trace_document(r) for r in reports],
-            "errors": [{"path": p, "error": e} for p, e in errors],
-            "fail_on": list(breaches), "distributed": distributed_document(cross)}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": f"neuron-profiler {__version__}",
+        "traces": [trace_document(r) for r in reports],
+        "errors": [{"path": p, "error": e} for p, e in errors],
+        "fail_on": list(breaches),
+        "distributed": distributed_document(cross),
+    }
 
 
 def distributed_document(d: Distributed) -> dict[str, Any]:
     """The cross-rank analysis; ``available: false`` with a ``reason`` when there is none."""
     rule = {"rel_pct": 100 * OUTLIER_REL, "abs_us": OUTLIER_ABS_NS / 1e3}
-    return {"available": d.available, "reason": d.reason,
-            "files_without_rank": list(d.without_rank), "outlier_rule": rule,
-            "spans": [_span(s) for s in d.spans]}
+    return {
+        "available": d.available,
+        "reason": d.reason,
+        "files_without_rank": list(d.without_rank),
+        "outlier_rule": rule,
+        "spans": [_span(s) for s in d.spans],
+    }
 
 
 def _span(s) -> dict[str, Any]:  # noqa: ANN001
     late = {x.rank for x in s.stragglers}
     return {
-        "span": s.index, "sources": list(s.sources), "ranks": list(s.ranks),
-        "world_size": s.world_size, "reason": s.reason, "reference_rank": s.reference_rank,
+        "span": s.index,
+        "sources": list(s.sources),
+        "ranks": list(s.ranks),
+        "world_size": s.world_size,
+        "reason": s.reason,
+        "reference_rank": s.reference_rank,
         "ranks_summary": [
-            {"rank": r.rank, "source": r.source, "steps": r.steps,
-             "step_mean_ms": _ms(r.step_mean_ns), "compute_ms_per_step": _ms(r.compute_ns_per_step),
-             "collective_ms_per_step": _ms(r.collective_ns_per_step),
-             "compute_before_collective_ms": _ms(r.compute_before_mean_ns),
-             "late_arrivals": r.late_arrivals,
-             "wait_recorded_ms": None if r.wait_recorded_ns is None else _ms(r.wait_recorded_ns),
-             "wait_skew_ms": _ms(r.wait_skew_ns), "clock_offset_us": r.clock_offset_ns / 1e3,
-             "clock_aligned": r.clock_aligned, "straggler": r.rank in late,
-             "orphan_waits": r.orphan_waits, "orphan_wait_ms": _ms(r.orphan_wait_ns)}
-            for r in s.rows],
-        "stragglers": [{"rank": x.rank, "metric": x.metric, "value_ms": _ms(x.value_ns),
-                        "others_median_ms": _ms(x.others_median_ns)} for x in s.stragglers],
+            {
+                "rank": r.rank,
+                "source": r.source,
+                "steps": r.steps,
+                "step_mean_ms": _ms(r.step_mean_ns),
+                "compute_ms_per_step": _ms(r.compute_ns_per_step),
+                "collective_ms_per_step": _ms(r.collective_ns_per_step),
+                "compute_before_collective_ms": _ms(r.compute_before_mean_ns),
+                "late_arrivals": r.late_arrivals,
+                "wait_recorded_ms": None if r.wait_recorded_ns is None else _ms(r.wait_recorded_ns),
+                "wait_skew_ms": _ms(r.wait_skew_ns),
+                "clock_offset_us": r.clock_offset_ns / 1e3,
+                "clock_aligned": r.clock_aligned,
+                "straggler": r.rank in late,
+                "orphan_waits": r.orphan_waits,
+                "orphan_wait_ms": _ms(r.orphan_wait_ns),
+            }
+            for r in s.rows
+        ],
+        "stragglers": [
+            {
+                "rank": x.rank,
+                "metric": x.metric,
+                "value_ms": _ms(x.value_ns),
+                "others_median_ms": _ms(x.others_median_ns),
+            }
+            for x in s.stragglers
+        ],
         "collectives": [
-            {"group": c.group, "name": c.name, "calls": c.calls,
-             "mean_skew_ms": _ms(c.mean_skew_ns), "max_skew_ms": _ms(c.max_skew_ns),
-             "late_rank": c.late_rank,
-             "per_rank": [{"rank": r, "late": n, "wait_skew_ms": _ms(w),
-                           "wait_recorded_ms": None if rec is None else _ms(rec)}
-                          for r, n, w, rec in zip(c.ranks, c.late_counts, c.wait_skew_ns,
-                                                  c.wait_recorded_ns, strict=True)]}
-            for c in s.collectives],
+            {
+                "group": c.group,
+                "name": c.name,
+                "calls": c.calls,
+                "mean_skew_ms": _ms(c.mean_skew_ns),
+                "max_skew_ms": _ms(c.max_skew_ns),
+                "late_rank": c.late_rank,
+                "per_rank": [
+                    {
+                        "rank": r,
+                        "late": n,
+                        "wait_skew_ms": _ms(w),
+                        "wait_recorded_ms": None if rec is None else _ms(rec),
+                    }
+                    for r, n, w, rec in zip(
+                        c.ranks, c.late_counts, c.wait_skew_ns, c.wait_recorded_ns, strict=True
+                    )
+                ],
+            }
+            for c in s.collectives
+        ],
         "unmatched": [{"rank": u.rank, "group": u.group, "calls": u.calls} for u in s.unmatched],
-        "mismatched_names": s.mismatched_names}
+        "mismatched_names": s.mismatched_names,
+    }
 
 
 def trace_document(r: Report) -> dict[str, Any]:
-    return {"source": r.source, "rank": r.rank, "has_device": r.has_device,
-            "notes": list(r.notes), "load_warnings": list(r.load_warnings),
-            "time_base_ns": r.base_ns,
-            "options": {"min_gap_us": r.options.min_gap_ns / 1e3, "top": r.options.top},
-            "metrics": {k: round(v, 6) for k, v in metrics(r).items()},
-            "findings": _findings(r), "fallbacks": _fallbacks(r), "syncs": _syncs(r),
-            "ops": _ops(r), "kernels": _kernels(r),
-            "steps": _steps(r), "step_breakdown": _breakdown(r), "idle": _idle(r),
-            "hta": _hta(r),
-            "tb_profiler_breakdown": r.tb_breakdown.rows() if r.tb_breakdown else None}
+    return {
+        "source": r.source,
+        "rank": r.rank,
+        "has_device": r.has_device,
+        "notes": list(r.notes),
+        "load_warnings": list(r.load_warnings),
+        "time_base_ns": r.base_ns,
+        "options": {"min_gap_us": r.options.min_gap_ns / 1e3, "top": r.options.top},
+        "metrics": {k: round(v, 6) for k, v in metrics(r).items()},
+        "findings": _findings(r),
+        "fallbacks": _fallbacks(r),
+        "syncs": _syncs(r),
+        "ops": _ops(r),
+        "kernels": _kernels(r),
+        "steps": _steps(r),
+        "step_breakdown": _breakdown(r),
+        "idle": _idle(r),
+        "hta": _hta(r),
+        "tb_profiler_breakdown": r.tb_breakdown.rows() if r.tb_breakdown else None,
+    }
 
 
 def _ranges(r: Report, ranges: tuple[tuple[int, int], ...]) -> list[dict[str, float]]:
@@ -115,52 +170,103 @@ def _ranges(r: Report, ranges: tuple[tuple[int, int], ...]) -> list[dict[str, fl
 
 
 def _findings(r: Report) -> list[dict[str, Any]]:
-    return [{"kind": f.kind, "title": f.title, "recoverable_ms": _ms(f.recoverable_ns),
-             "recoverable_ms_per_step": _ms(f.recoverable_ns_per_step),
-             "recoverable_pct": f.recoverable_pct, "ranges": _ranges(r, f.ranges_ns),
-             "host_op": f.host_op, "call_site": f.call_site, "suggestion": f.suggestion,
-             "docs": f.docs}
-            for f in r.findings.findings]
+    return [
+        {
+            "kind": f.kind,
+            "title": f.title,
+            "recoverable_ms": _ms(f.recoverable_ns),
+            "recoverable_ms_per_step": _ms(f.recoverable_ns_per_step),
+            "recoverable_pct": f.recoverable_pct,
+            "ranges": _ranges(r, f.ranges_ns),
+            "host_op": f.host_op,
+            "call_site": f.call_site,
+            "suggestion": f.suggestion,
+            "docs": f.docs,
+        }
+        for f in r.findings.findings
+    ]
 
 
 def _fallbacks(r: Report) -> list[dict[str, Any]]:
-    return [{"op": g.op, "shapes": g.shapes, "dtypes": g.dtypes, "reason": g.reason,
-             "calls": g.calls, "host_ms": _ms(g.host_ns),
-             "d2h": {"count": g.d2h_count, "bytes": g.d2h_bytes, "ms": _ms(g.d2h_ns)},
-             "h2d": {"count": g.h2d_count, "bytes": g.h2d_bytes, "ms": _ms(g.h2d_ns)},
-             "idle_ms": _ms(g.idle_ns),
-             "native_ms": None if g.native_ns is None else _ms(g.native_ns),
-             "recoverable_ms": _ms(g.recoverable_ns), "inferred": g.inferred,
-             "call_site": g.call_site, "ranges": _ranges(r, g.spans_ns)}
-            for g in r.findings.fallbacks]
+    return [
+        {
+            "op": g.op,
+            "shapes": g.shapes,
+            "dtypes": g.dtypes,
+            "reason": g.reason,
+            "calls": g.calls,
+            "host_ms": _ms(g.host_ns),
+            "d2h": {"count": g.d2h_count, "bytes": g.d2h_bytes, "ms": _ms(g.d2h_ns)},
+            "h2d": {"count": g.h2d_count, "bytes": g.h2d_bytes, "ms": _ms(g.h2d_ns)},
+            "idle_ms": _ms(g.idle_ns),
+            "native_ms": None if g.native_ns is None else _ms(g.native_ns),
+            "recoverable_ms": _ms(g.recoverable_ns),
+            "inferred": g.inferred,
+            "call_site": g.call_site,
+            "ranges": _ranges(r, g.spans_ns),
+        }
+        for g in r.findings.fallbacks
+    ]
 
 
 def _syncs(r: Report) -> list[dict[str, Any]]:
-    return [{"name": g.name, "calls": g.calls, "host_ms": _ms(g.host_ns),
-             "d2h": {"count": g.d2h_count, "bytes": g.d2h_bytes, "ms": _ms(g.d2h_ns)},
-             "idle_ms": _ms(g.idle_ns), "call_site": g.call_site,
-             "ranges": _ranges(r, g.spans_ns)} for g in r.findings.syncs]
+    return [
+        {
+            "name": g.name,
+            "calls": g.calls,
+            "host_ms": _ms(g.host_ns),
+            "d2h": {"count": g.d2h_count, "bytes": g.d2h_bytes, "ms": _ms(g.d2h_ns)},
+            "idle_ms": _ms(g.idle_ns),
+            "call_site": g.call_site,
+            "ranges": _ranges(r, g.spans_ns),
+        }
+        for g in r.findings.syncs
+    ]
 
 
 def _ops(r: Report) -> list[dict[str, Any]]:
-    return [{"name": o.name, "calls": o.calls, "host_total_ms": _ms(o.host_total_ns),
-             "host_self_ms": _ms(o.host_self_ns), "device_self_ms": _ms(o.device_self_ns),
-             "device_total_ms": _ms(o.device_total_ns), "input_shapes": list(o.input_shapes)}
-            for o in r.summary.ops[:SUMMARY_ROWS]]
+    return [
+        {
+            "name": o.name,
+            "calls": o.calls,
+            "host_total_ms": _ms(o.host_total_ns),
+            "host_self_ms": _ms(o.host_self_ns),
+            "device_self_ms": _ms(o.device_self_ns),
+            "device_total_ms": _ms(o.device_total_ns),
+            "input_shapes": list(o.input_shapes),
+        }
+        for o in r.summary.ops[:SUMMARY_ROWS]
+    ]
 
 
 def _kernels(r: Report) -> list[dict[str, Any]]:
-    return [{"name": k.name, "calls": k.calls, "total_ms": _ms(k.total_ns),
-             "mean_us": k.mean_ns / 1e3, "min_us": k.min_ns / 1e3, "max_us": k.max_ns / 1e3,
-             "achieved_tflops": k.achieved_tflops, "achieved_gbps": k.achieved_gbps,
-             "pct_of_peak": k.pct_of_peak} for k in r.summary.kernels[:SUMMARY_ROWS]]
+    return [
+        {
+            "name": k.name,
+            "calls": k.calls,
+            "total_ms": _ms(k.total_ns),
+            "mean_us": k.mean_ns / 1e3,
+            "min_us": k.min_ns / 1e3,
+            "max_us": k.max_ns / 1e3,
+            "achieved_tflops": k.achieved_tflops,
+            "achieved_gbps": k.achieved_gbps,
+            "pct_of_peak": k.pct_of_peak,
+        }
+        for k in r.summary.kernels[:SUMMARY_ROWS]
+    ]
 
 
 def _steps(r: Report) -> list[dict[str, Any]]:
     s = r.steps
-    return [{"step": name, "start_us": r.to_trace_us(int(a)), "end_us": r.to_trace_us(int(b)),
-             "wall_ms": _ms(b - a)}
-            for name, a, b in zip(s.names, s.start_ns.tolist(), s.end_ns.tolist(), strict=True)]
+    return [
+        {
+            "step": name,
+            "start_us": r.to_trace_us(int(a)),
+            "end_us": r.to_trace_us(int(b)),
+            "wall_ms": _ms(b - a),
+        }
+        for name, a, b in zip(s.names, s.start_ns.tolist(), s.end_ns.tolist(), strict=True)
+    ]
 
 
 def _breakdown(r: Report) -> list[dict[str, Any]]:
@@ -168,14 +274,28 @@ def _breakdown(r: Report) -> list[dict[str, Any]]:
     out = []
     for i, name in enumerate(b.names):
         wall = int(b.wall_ns[i])
-        out.append({"step": name, "wall_ms": _ms(wall), "host_ms": _ms(b.host_ns[i]),
-                    "devices": [{"device": d.device, "label": d.label,
-                                 "busy_ms": _ms(d.busy_ns[i]),
-                                 "busy_pct": _pct(d.busy_ns[i], wall), "compute_ms": _ms(d.compute_ns[i]),
-                                 "dma_ms": _ms(d.dma_ns[i]),
-                                 "collective_ms": _ms(d.collective_ns[i]),
-                                 "overlap_ms": _ms(d.overlap_ns[i]), "idle_ms": _ms(d.idle_ns[i]),
-                                 "idle_pct": _pct(d.idle_ns[i], wall)} for d in b.devices]})
+        out.append(
+            {
+                "step": name,
+                "wall_ms": _ms(wall),
+                "host_ms": _ms(b.host_ns[i]),
+                "devices": [
+                    {
+                        "device": d.device,
+                        "label": d.label,
+                        "busy_ms": _ms(d.busy_ns[i]),
+                        "busy_pct": _pct(d.busy_ns[i], wall),
+                        "compute_ms": _ms(d.compute_ns[i]),
+                        "dma_ms": _ms(d.dma_ns[i]),
+                        "collective_ms": _ms(d.collective_ns[i]),
+                        "overlap_ms": _ms(d.overlap_ns[i]),
+                        "idle_ms": _ms(d.idle_ns[i]),
+                        "idle_pct": _pct(d.idle_ns[i], wall),
+                    }
+                    for d in b.devices
+                ],
+            }
+        )
     return out
 
 
@@ -185,24 +305,49 @@ def _idle(r: Report) -> dict[str, Any]:
         "min_gap_us": idle.min_gap_ns / 1e3,
         "by_cause_ms": {c: _ms(v) for c, v in idle.by_cause_ns.items()},
         "emulator_overhead_ms": _ms(idle.emulator_overhead_ns),
-        "devices": [{"device": d.device, "label": d.label, "window_ms": _ms(d.window_ns),
-                     "busy_ms": _ms(d.busy_ns), "busy_pct": _pct(d.busy_ns, d.window_ns),
-                     "idle_ms": _ms(d.idle_ns),
-                     "idle_pct": _pct(d.idle_ns, d.window_ns), "gaps": d.gaps,
-                     "emulator_overhead_ms": _ms(d.emulator_overhead_ns),
-                     "by_cause_ms": {c: _ms(d.by_cause_ns[c]) for c in ALL_CAUSES},
-                     "per_step": [{"step": name, **{c: _ms(s[c]) for c in ALL_CAUSES},
-                                   "emulator_overhead_ms": _ms(o)}
-                                  for name, s, o in zip(r.steps.names, d.per_step_by_cause_ns,
-                                                        d.per_step_emulator_overhead_ns,
-                                                        strict=True)]}
-                    for d in idle.devices],
-        "longest_gaps": [{"device": g.device, "start_us": r.to_trace_us(g.start_ns),
-                          "end_us": r.to_trace_us(g.end_ns), "dur_ms": _ms(g.dur_ns),
-                          "idle_ms": _ms(g.idle_ns),
-                          "emulator_overhead_ms": _ms(g.emulator_overhead_ns),
-                          "cause": g.cause, "step": r.steps.names[g.step],
-                          "host_activity": list(g.host_activity)} for g in idle.longest]}
+        "devices": [
+            {
+                "device": d.device,
+                "label": d.label,
+                "window_ms": _ms(d.window_ns),
+                "busy_ms": _ms(d.busy_ns),
+                "busy_pct": _pct(d.busy_ns, d.window_ns),
+                "idle_ms": _ms(d.idle_ns),
+                "idle_pct": _pct(d.idle_ns, d.window_ns),
+                "gaps": d.gaps,
+                "emulator_overhead_ms": _ms(d.emulator_overhead_ns),
+                "by_cause_ms": {c: _ms(d.by_cause_ns[c]) for c in ALL_CAUSES},
+                "per_step": [
+                    {
+                        "step": name,
+                        **{c: _ms(s[c]) for c in ALL_CAUSES},
+                        "emulator_overhead_ms": _ms(o),
+                    }
+                    for name, s, o in zip(
+                        r.steps.names,
+                        d.per_step_by_cause_ns,
+                        d.per_step_emulator_overhead_ns,
+                        strict=True,
+                    )
+                ],
+            }
+            for d in idle.devices
+        ],
+        "longest_gaps": [
+            {
+                "device": g.device,
+                "start_us": r.to_trace_us(g.start_ns),
+                "end_us": r.to_trace_us(g.end_ns),
+                "dur_ms": _ms(g.dur_ns),
+                "idle_ms": _ms(g.idle_ns),
+                "emulator_overhead_ms": _ms(g.emulator_overhead_ns),
+                "cause": g.cause,
+                "step": r.steps.names[g.step],
+                "host_activity": list(g.host_activity),
+            }
+            for g in idle.longest
+        ],
+    }
 
 
 def _finite(x: float) -> float | None:
@@ -213,13 +358,25 @@ def _hta(r: Report) -> dict[str, Any] | None:
     t, i = r.hta_temporal, r.hta_idle
     if t is None:
         return None
-    return {"rank": t.rank,
-            "temporal": {"idle_time_us": t.idle_ns / 1e3, "compute_time_us": t.compute_ns / 1e3,
-                         "non_compute_time_us": t.non_compute_ns / 1e3,
-                         "kernel_time_us": t.kernel_ns / 1e3,
-                         "idle_time_pctg": _finite(t.pct(t.idle_ns)),
-                         "compute_time_pctg": _finite(t.pct(t.compute_ns)),
-                         "non_compute_time_pctg": _finite(t.pct(t.non_compute_ns))},
-            "idle": [{"stream": s.stream, "host_wait_us": s.host_wait_ns / 1e3,
-                      "kernel_wait_us": s.kernel_wait_ns / 1e3, "other_us": s.other_ns / 1e3,
-                      "categories": list(s.categories)} for s in (i.streams if i else ())]}
+    return {
+        "rank": t.rank,
+        "temporal": {
+            "idle_time_us": t.idle_ns / 1e3,
+            "compute_time_us": t.compute_ns / 1e3,
+            "non_compute_time_us": t.non_compute_ns / 1e3,
+            "kernel_time_us": t.kernel_ns / 1e3,
+            "idle_time_pctg": _finite(t.pct(t.idle_ns)),
+            "compute_time_pctg": _finite(t.pct(t.compute_ns)),
+            "non_compute_time_pctg": _finite(t.pct(t.non_compute_ns)),
+        },
+        "idle": [
+            {
+                "stream": s.stream,
+                "host_wait_us": s.host_wait_ns / 1e3,
+                "kernel_wait_us": s.kernel_wait_ns / 1e3,
+                "other_us": s.other_ns / 1e3,
+                "categories": list(s.categories),
+            }
+            for s in (i.streams if i else ())
+        ],
+    }

@@ -33,8 +33,9 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}" if whole else "-"
 
 
-def render_terminal(reports: list[Report], *, console: Console, top: int = 10,
-                    cross: Distributed | None = None) -> None:
+def render_terminal(
+    reports: list[Report], *, console: Console, top: int = 10, cross: Distributed | None = None
+) -> None:
     """Each report, then the cross-rank analysis when given (``cross``)."""
     for report in reports:
         _header(report, console)
@@ -64,81 +65,137 @@ def render_terminal(reports: list[Report], *, console: Console, top: int = 10,
 def render_distributed(d: Distributed, *, console: Console, top: int = 10) -> None:
     console.rule("[bold]Multi-rank[/] (docs/analysis.md)", characters="=")
     if d.without_rank:
-        console.print(f"[yellow]note:[/] {len(d.without_rank)} file(s) without a rank in "
-                      "distributedInfo take no part")
+        console.print(
+            f"[yellow]note:[/] {len(d.without_rank)} file(s) without a rank in "
+            "distributedInfo take no part"
+        )
     if d.reason:
         console.print(f"no cross-rank analysis: {d.reason}")
     for span in d.spans:
         if span.reason is None:
             _span(span, console, top)
         elif d.reason is None:
-            console.print(f"span {span.index} ({', '.join(span.sources)}): {span.reason}",
-                          overflow="fold", highlight=False)
+            console.print(
+                f"span {span.index} ({', '.join(span.sources)}): {span.reason}",
+                overflow="fold",
+                highlight=False,
+            )
 
 
 def _span(s: SpanAnalysis, console: Console, top: int) -> None:
     world = f" of {s.world_size}" if s.world_size else ""
-    console.print(f"[bold]span {s.index}[/]: ranks {_ranks(s.ranks)}{world} · clocks aligned on "
-                  f"collective ends (reference rank {s.reference_rank})", highlight=False)
+    console.print(
+        f"[bold]span {s.index}[/]: ranks {_ranks(s.ranks)}{world} · clocks aligned on "
+        f"collective ends (reference rank {s.reference_rank})",
+        highlight=False,
+    )
     for x in s.stragglers:
         what = "step time" if x.metric == "step_time" else "compute before collectives"
-        console.print(f"[red]straggler:[/] rank {x.rank}: {what} {_ms(x.value_ns)} ms vs "
-                      f"{_ms(x.others_median_ns)} ms (median of the others)", highlight=False)
+        console.print(
+            f"[red]straggler:[/] rank {x.rank}: {what} {_ms(x.value_ns)} ms vs "
+            f"{_ms(x.others_median_ns)} ms (median of the others)",
+            highlight=False,
+        )
     if not s.stragglers:
-        console.print(f"no straggler (rule: > {100 * OUTLIER_REL:g}% and >= "
-                      f"{OUTLIER_ABS_NS / 1e3:g} µs over the other ranks' median)")
+        console.print(
+            f"no straggler (rule: > {100 * OUTLIER_REL:g}% and >= "
+            f"{OUTLIER_ABS_NS / 1e3:g} µs over the other ranks' median)"
+        )
     late = {x.rank for x in s.stragglers}
-    t = _table("Per rank (ms; per step, or per collective for \"before\"; waits over the span)",
-               "rank", "step", "compute", "coll.", "before", "late", "wait rec.",
-               "wait skew", "clock µs")
+    t = _table(
+        'Per rank (ms; per step, or per collective for "before"; waits over the span)',
+        "rank",
+        "step",
+        "compute",
+        "coll.",
+        "before",
+        "late",
+        "wait rec.",
+        "wait skew",
+        "clock µs",
+    )
     rows = sorted(s.rows, key=lambda r: (r.rank not in late, r.rank))
     for r in rows[:top]:
-        t.add_row(f"{r.rank}{' *' * (r.rank in late)}", _ms(r.step_mean_ns),
-                  _ms(r.compute_ns_per_step), _ms(r.collective_ns_per_step),
-                  _ms(r.compute_before_mean_ns), str(r.late_arrivals),
-                  "-" if r.wait_recorded_ns is None else _ms(r.wait_recorded_ns),
-                  _ms(r.wait_skew_ns),
-                  f"{r.clock_offset_ns / 1e3:,.1f}" if r.clock_aligned else "n/a")
-    t.caption = ("* straggler; before = compute before a collective; late = times it arrived "
-                 "last; wait rec. = collective-wait slices; wait skew = from arrival skew"
-                 + (f"; first {top} of {len(rows)} ranks (--top)" if len(rows) > top else ""))
+        t.add_row(
+            f"{r.rank}{' *' * (r.rank in late)}",
+            _ms(r.step_mean_ns),
+            _ms(r.compute_ns_per_step),
+            _ms(r.collective_ns_per_step),
+            _ms(r.compute_before_mean_ns),
+            str(r.late_arrivals),
+            "-" if r.wait_recorded_ns is None else _ms(r.wait_recorded_ns),
+            _ms(r.wait_skew_ns),
+            f"{r.clock_offset_ns / 1e3:,.1f}" if r.clock_aligned else "n/a",
+        )
+    t.caption = (
+        "* straggler; before = compute before a collective; late = times it arrived "
+        "last; wait rec. = collective-wait slices; wait skew = from arrival skew"
+        + (f"; first {top} of {len(rows)} ranks (--top)" if len(rows) > top else "")
+    )
     console.print(t)
     if s.collectives:
-        c = _table("Collective wait skew (ms; matched by order in each process group)",
-                   "group", "collective", "calls", "mean skew", "max skew", "late rank",
-                   "longest waits (rank: ms)", wrap=("group", "collective",
-                                                     "longest waits (rank: ms)"))
+        c = _table(
+            "Collective wait skew (ms; matched by order in each process group)",
+            "group",
+            "collective",
+            "calls",
+            "mean skew",
+            "max skew",
+            "late rank",
+            "longest waits (rank: ms)",
+            wrap=("group", "collective", "longest waits (rank: ms)"),
+        )
         for x in sorted(s.collectives, key=lambda x: -x.mean_skew_ns * x.calls)[:top]:
             waits = sorted(zip(x.ranks, x.wait_skew_ns, strict=True), key=lambda p: -p[1])
-            c.add_row(x.group, x.name, str(x.calls), _ms(x.mean_skew_ns), _ms(x.max_skew_ns),
-                      f"{x.late_rank} ({x.late_counts[x.ranks.index(x.late_rank)]}/{x.calls})",
-                      ", ".join(f"{r}: {_ms(w)}" for r, w in waits[:3]))
+            c.add_row(
+                x.group,
+                x.name,
+                str(x.calls),
+                _ms(x.mean_skew_ns),
+                _ms(x.max_skew_ns),
+                f"{x.late_rank} ({x.late_counts[x.ranks.index(x.late_rank)]}/{x.calls})",
+                ", ".join(f"{r}: {_ms(w)}" for r, w in waits[:3]),
+            )
         console.print(c)
     for u in s.unmatched[:top]:
-        console.print(f"[yellow]note:[/] rank {u.rank}: {u.calls} call(s) of {u.group} have no "
-                      "match on every rank of the group (not compared)", highlight=False)
+        console.print(
+            f"[yellow]note:[/] rank {u.rank}: {u.calls} call(s) of {u.group} have no "
+            "match on every rank of the group (not compared)",
+            highlight=False,
+        )
     for r in s.rows:
         if r.orphan_waits:
-            console.print(f"[yellow]note:[/] rank {r.rank}: {r.orphan_waits} collective-wait "
-                          f"slice(s) ({_ms(r.orphan_wait_ns)} ms) with no collective after them "
-                          "(the profile ended mid-wait): in no wait figure", highlight=False)
+            console.print(
+                f"[yellow]note:[/] rank {r.rank}: {r.orphan_waits} collective-wait "
+                f"slice(s) ({_ms(r.orphan_wait_ns)} ms) with no collective after them "
+                "(the profile ended mid-wait): in no wait figure",
+                highlight=False,
+            )
     if s.mismatched_names:
-        console.print(f"[yellow]note:[/] {s.mismatched_names} matched instance(s) name "
-                      "different collectives on different ranks", highlight=False)
+        console.print(
+            f"[yellow]note:[/] {s.mismatched_names} matched instance(s) name "
+            "different collectives on different ranks",
+            highlight=False,
+        )
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:
-    return ", ".join(map(str, ranks)) if len(ranks) <= 8 else (
-        f"{', '.join(map(str, ranks[:4]))}, ... ({len(ranks)} ranks)")
+    return (
+        ", ".join(map(str, ranks))
+        if len(ranks) <= 8
+        else (f"{', '.join(map(str, ranks[:4]))}, ... ({len(ranks)} ranks)")
+    )
 
 
 def _header(r: Report, console: Console) -> None:
     console.rule(characters="=")
     console.print(f"[bold]{r.source}[/]", overflow="fold", highlight=False)
     steps = len(r.steps)
-    console.print(f"rank {r.rank} · {steps} step{'s' * (steps != 1)} · mean step "
-                  f"{_ms(float(r.steps.wall_ns.mean()))} ms · min gap "
-                  f"{r.options.min_gap_ns / 1e3:g} µs")
+    console.print(
+        f"rank {r.rank} · {steps} step{'s' * (steps != 1)} · mean step "
+        f"{_ms(float(r.steps.wall_ns.mean()))} ms · min gap "
+        f"{r.options.min_gap_ns / 1e3:g} µs"
+    )
     for note in r.notes:
         console.print(f"[yellow]note:[/] {note}")
 
@@ -147,45 +204,88 @@ def _table(title: str, *columns: str, wrap: tuple[str, ...] = ()) -> Table:
     """Numbers never wrap; the columns named in ``wrap`` (free text) fold."""
     table = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
     for i, c in enumerate(columns):
-        table.add_column(c, justify="left" if i == 0 or c in wrap else "right",
-                         overflow="fold", no_wrap=c not in wrap,
-                         min_width=8 if c in wrap else None)
+        table.add_column(
+            c,
+            justify="left" if i == 0 or c in wrap else "right",
+            overflow="fold",
+            no_wrap=c not in wrap,
+            min_width=8 if c in wrap else None,
+        )
     return table
 
 
 def _findings_table(r: Report, top: int) -> Table:
-    t = _table("What to fix first (recoverable time per step; docs/analysis.md)", "#", "finding",
-               "ms/step", "% step", "longest at (µs)", "what to do",
-               wrap=("finding", "what to do"))
+    t = _table(
+        "What to fix first (recoverable time per step; docs/analysis.md)",
+        "#",
+        "finding",
+        "ms/step",
+        "% step",
+        "longest at (µs)",
+        "what to do",
+        wrap=("finding", "what to do"),
+    )
     for i, f in enumerate(r.findings.findings[:top], start=1):
         where = f"{r.to_trace_us(f.ranges_ns[0][0]):,.0f}" if f.ranges_ns else "-"
-        t.add_row(str(i), escape(f.title) + (f" [dim]({escape(f.host_op)})[/]" if f.host_op
-                                             else "") + _at(f.call_site),
-                  _ms(f.recoverable_ns_per_step), f"{f.recoverable_pct:.1f}", where,
-                  f.suggestion)
+        t.add_row(
+            str(i),
+            escape(f.title)
+            + (f" [dim]({escape(f.host_op)})[/]" if f.host_op else "")
+            + _at(f.call_site),
+            _ms(f.recoverable_ns_per_step),
+            f"{f.recoverable_pct:.1f}",
+            where,
+            f.suggestion,
+        )
     return t
 
 
 def _fallback_table(r: Report, top: int) -> Table:
-    t = _table("CPU fallbacks (by op and input signature)", "op", "calls", "host ms",
-               "D2H n/MB/ms", "H2D n/MB/ms", "idle ms", "native ms", "recov. ms",
-               wrap=("op",))
+    t = _table(
+        "CPU fallbacks (by op and input signature)",
+        "op",
+        "calls",
+        "host ms",
+        "D2H n/MB/ms",
+        "H2D n/MB/ms",
+        "idle ms",
+        "native ms",
+        "recov. ms",
+        wrap=("op",),
+    )
     for g in r.findings.fallbacks[:top]:
         inferred = " [yellow](inferred)[/]" if g.inferred else ""
-        t.add_row(escape(f"{g.op} {g.shapes} {g.dtypes}") + inferred + _at(g.call_site),
-                  str(g.calls), _ms(g.host_ns),
-                  f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns)}",
-                  f"{g.h2d_count}/{g.h2d_bytes / 1e6:.1f}/{_ms(g.h2d_ns)}", _ms(g.idle_ns),
-                  "?" if g.native_ns is None else _ms(g.native_ns), _ms(g.recoverable_ns))
+        t.add_row(
+            escape(f"{g.op} {g.shapes} {g.dtypes}") + inferred + _at(g.call_site),
+            str(g.calls),
+            _ms(g.host_ns),
+            f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns)}",
+            f"{g.h2d_count}/{g.h2d_bytes / 1e6:.1f}/{_ms(g.h2d_ns)}",
+            _ms(g.idle_ns),
+            "?" if g.native_ns is None else _ms(g.native_ns),
+            _ms(g.recoverable_ns),
+        )
     return t
 
 
 def _sync_table(r: Report, top: int) -> Table:
-    t = _table("Host syncs (outermost call on its thread)", "sync", "calls", "host ms",
-               "D2H n/MB/ms", "idle ms", wrap=("sync",))
+    t = _table(
+        "Host syncs (outermost call on its thread)",
+        "sync",
+        "calls",
+        "host ms",
+        "D2H n/MB/ms",
+        "idle ms",
+        wrap=("sync",),
+    )
     for g in r.findings.syncs[:top]:
-        t.add_row(escape(g.name) + _at(g.call_site), str(g.calls), _ms(g.host_ns),
-                  f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns)}", _ms(g.idle_ns))
+        t.add_row(
+            escape(g.name) + _at(g.call_site),
+            str(g.calls),
+            _ms(g.host_ns),
+            f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns)}",
+            _ms(g.idle_ns),
+        )
     return t
 
 
@@ -196,14 +296,37 @@ def _at(call_site: str) -> str:
 
 def _breakdown_table(r: Report, top: int) -> Table:
     b = r.breakdown
-    t = _table("Step breakdown (ms; per device, busy = any queue; coll. = collectives, "
-               "ovl. = compute and collectives at once)", "step", "device", "wall", "host",
-               "busy", "compute", "DMA", "coll.", "ovl.", "idle", "idle %", wrap=("device",))
+    t = _table(
+        "Step breakdown (ms; per device, busy = any queue; coll. = collectives, "
+        "ovl. = compute and collectives at once)",
+        "step",
+        "device",
+        "wall",
+        "host",
+        "busy",
+        "compute",
+        "DMA",
+        "coll.",
+        "ovl.",
+        "idle",
+        "idle %",
+        wrap=("device",),
+    )
     for i, name in enumerate(b.names[:top]):
         for d in b.devices:
-            t.add_row(name, d.label, _ms(b.wall_ns[i]), _ms(b.host_ns[i]), _ms(d.busy_ns[i]),
-                      _ms(d.compute_ns[i]), _ms(d.dma_ns[i]), _ms(d.collective_ns[i]),
-                      _ms(d.overlap_ns[i]), _ms(d.idle_ns[i]), _pct(d.idle_ns[i], b.wall_ns[i]))
+            t.add_row(
+                name,
+                d.label,
+                _ms(b.wall_ns[i]),
+                _ms(b.host_ns[i]),
+                _ms(d.busy_ns[i]),
+                _ms(d.compute_ns[i]),
+                _ms(d.dma_ns[i]),
+                _ms(d.collective_ns[i]),
+                _ms(d.overlap_ns[i]),
+                _ms(d.idle_ns[i]),
+                _pct(d.idle_ns[i], b.wall_ns[i]),
+            )
     if len(b.names) > top:
         t.caption = f"first {top} of {len(b.names)} steps (--top)"
     return t
@@ -211,69 +334,143 @@ def _breakdown_table(r: Report, top: int) -> Table:
 
 def _idle_table(r: Report) -> Table:
     steps = max(len(r.steps), 1)
-    t = _table("Device idle time by cause (ms)", "cause", *[d.label for d in r.idle.devices],
-               "per step", "% of idle", wrap=tuple(d.label for d in r.idle.devices))
+    t = _table(
+        "Device idle time by cause (ms)",
+        "cause",
+        *[d.label for d in r.idle.devices],
+        "per step",
+        "% of idle",
+        wrap=tuple(d.label for d in r.idle.devices),
+    )
     total_idle = sum(d.idle_ns for d in r.idle.devices)
     for cause in ALL_CAUSES:
         values = [d.by_cause_ns[cause] for d in r.idle.devices]
         if not any(values):
             continue
-        t.add_row(cause, *[_ms(v) for v in values], _ms(sum(values) / steps),
-                  _pct(sum(values), total_idle))
-    t.add_row("[bold]idle[/]", *[f"{_ms(d.idle_ns)} ({_pct(d.idle_ns, d.window_ns)}%)"
-                                  for d in r.idle.devices], _ms(total_idle / steps), "100.0")
+        t.add_row(
+            cause,
+            *[_ms(v) for v in values],
+            _ms(sum(values) / steps),
+            _pct(sum(values), total_idle),
+        )
+    t.add_row(
+        "[bold]idle[/]",
+        *[f"{_ms(d.idle_ns)} ({_pct(d.idle_ns, d.window_ns)}%)" for d in r.idle.devices],
+        _ms(total_idle / steps),
+        "100.0",
+    )
     discounted = [d.emulator_overhead_ns for d in r.idle.devices]
     if any(discounted):
-        t.add_row("[dim]emulator overhead[/]", *[_ms(v) for v in discounted],
-                  _ms(sum(discounted) / steps), "-")
-        t.caption = ("emulator overhead: the emulator's own host work, absent on real hardware; "
-                     "not idle time, in no cause")
+        t.add_row(
+            "[dim]emulator overhead[/]",
+            *[_ms(v) for v in discounted],
+            _ms(sum(discounted) / steps),
+            "-",
+        )
+        t.caption = (
+            "emulator overhead: the emulator's own host work, absent on real hardware; "
+            "not idle time, in no cause"
+        )
     return t
 
 
 def _gaps_table(r: Report, top: int) -> Table:
-    t = _table("Longest idle gaps (start in the trace's µs; ms: idle time)", "device",
-               "start µs", "ms",
-               "cause", "step", "host was running", wrap=("device", "host was running"))
+    t = _table(
+        "Longest idle gaps (start in the trace's µs; ms: idle time)",
+        "device",
+        "start µs",
+        "ms",
+        "cause",
+        "step",
+        "host was running",
+        wrap=("device", "host was running"),
+    )
     labels = {d.device: d.label for d in r.idle.devices}
     for g in r.idle.longest[:top]:
-        t.add_row(labels.get(g.device, str(g.device)), f"{r.to_trace_us(g.start_ns):,.3f}",
-                  _ms(g.idle_ns), g.cause, r.steps.names[g.step], "; ".join(g.host_activity))
+        t.add_row(
+            labels.get(g.device, str(g.device)),
+            f"{r.to_trace_us(g.start_ns):,.3f}",
+            _ms(g.idle_ns),
+            g.cause,
+            r.steps.names[g.step],
+            "; ".join(g.host_activity),
+        )
     return t
 
 
 def _ops_table(r: Report, top: int) -> Table:
-    t = _table("Operators (ms; device time of the work each launched)", "op", "calls",
-               "host total", "host self", "device self", "device total", wrap=("op",))
+    t = _table(
+        "Operators (ms; device time of the work each launched)",
+        "op",
+        "calls",
+        "host total",
+        "host self",
+        "device self",
+        "device total",
+        wrap=("op",),
+    )
     for o in r.summary.ops[:top]:
-        t.add_row(o.name, str(o.calls), _ms(o.host_total_ns), _ms(o.host_self_ns),
-                  _ms(o.device_self_ns), _ms(o.device_total_ns))
+        t.add_row(
+            o.name,
+            str(o.calls),
+            _ms(o.host_total_ns),
+            _ms(o.host_self_ns),
+            _ms(o.device_self_ns),
+            _ms(o.device_total_ns),
+        )
     return t
 
 
 def _kernels_table(r: Report, top: int) -> Table:
-    t = _table("Kernels (device time)", "kernel", "calls", "total ms", "mean µs", "TFLOPS",
-               "GB/s", "% peak", wrap=("kernel",))
+    t = _table(
+        "Kernels (device time)",
+        "kernel",
+        "calls",
+        "total ms",
+        "mean µs",
+        "TFLOPS",
+        "GB/s",
+        "% peak",
+        wrap=("kernel",),
+    )
 
     def opt(x: float | None) -> str:
         return "-" if x is None else f"{x:,.2f}"
 
     for k in r.summary.kernels[:top]:
-        t.add_row(k.name, str(k.calls), _ms(k.total_ns), f"{k.mean_ns / 1e3:,.1f}",
-                  opt(k.achieved_tflops), opt(k.achieved_gbps), opt(k.pct_of_peak))
+        t.add_row(
+            k.name,
+            str(k.calls),
+            _ms(k.total_ns),
+            f"{k.mean_ns / 1e3:,.1f}",
+            opt(k.achieved_tflops),
+            opt(k.achieved_gbps),
+            opt(k.pct_of_peak),
+        )
     return t
 
 
 def _hta_table(r: Report) -> Table:
     tp = r.hta_temporal
     assert tp is not None
-    t = _table("HTA-compatible idle time per stream (HTA 0.5.0 conventions)", "stream",
-               "host_wait µs", "kernel_wait µs", "other µs")
-    t.caption = (f"temporal: kernel time {tp.kernel_ns / 1e3:,.0f} µs, idle {tp.pct(tp.idle_ns)}%,"
-                 f" compute {tp.pct(tp.compute_ns)}%, non-compute {tp.pct(tp.non_compute_ns)}%")
+    t = _table(
+        "HTA-compatible idle time per stream (HTA 0.5.0 conventions)",
+        "stream",
+        "host_wait µs",
+        "kernel_wait µs",
+        "other µs",
+    )
+    t.caption = (
+        f"temporal: kernel time {tp.kernel_ns / 1e3:,.0f} µs, idle {tp.pct(tp.idle_ns)}%,"
+        f" compute {tp.pct(tp.compute_ns)}%, non-compute {tp.pct(tp.non_compute_ns)}%"
+    )
     for s in r.hta_idle.streams if r.hta_idle else ():
-        t.add_row(str(s.stream), f"{s.host_wait_ns / 1e3:,.0f}", f"{s.kernel_wait_ns / 1e3:,.0f}",
-                  f"{s.other_ns / 1e3:,.0f}")
+        t.add_row(
+            str(s.stream),
+            f"{s.host_wait_ns / 1e3:,.0f}",
+            f"{s.kernel_wait_ns / 1e3:,.0f}",
+            f"{s.other_ns / 1e3:,.0f}",
+        )
     return t
 
 
@@ -281,9 +478,13 @@ def _tb_table(r: Report, top: int) -> Table:
     tb = r.tb_breakdown
     assert tb is not None
     short = {"Communication": "Comm.", "DataLoader": "Data", "CPU Exec": "CPU"}
-    t = _table("tb-profiler step breakdown (µs, torch-tb-profiler 0.4.3 rules; Comm. = "
-               "Communication, Data = DataLoader, CPU = CPU Exec)", "step",
-               *[short.get(c, c) for c in tb.columns], "Total")
+    t = _table(
+        "tb-profiler step breakdown (µs, torch-tb-profiler 0.4.3 rules; Comm. = "
+        "Communication, Data = DataLoader, CPU = CPU Exec)",
+        "step",
+        *[short.get(c, c) for c in tb.columns],
+        "Total",
+    )
     for row in tb.rows()[:top]:
         t.add_row(str(row["step"]), *[f"{row[c]:,.0f}" for c in (*tb.columns, "Total")])
     return t

@@ -19,25 +19,57 @@ from neuron_profiler.analysis.timeline import Segments
 
 def _segments(r: Report, s: Segments) -> dict[str, list[float]]:
     dur = s.end_ns - s.start_ns
-    return {"start_us": [r.to_trace_us(int(t)) for t in s.start_ns.tolist()],
-            "dur_us": (dur / 1e3).tolist(), "busy_us": (s.busy_ns / 1e3).tolist(),
-            "busy_pct": (100.0 * s.busy_ns / dur.clip(min=1)).round(3).tolist()}
+    return {
+        "start_us": [r.to_trace_us(int(t)) for t in s.start_ns.tolist()],
+        "dur_us": (dur / 1e3).tolist(),
+        "busy_us": (s.busy_ns / 1e3).tolist(),
+        "busy_pct": (100.0 * s.busy_ns / dur.clip(min=1)).round(3).tolist(),
+    }
 
 
 def timeline_document(r: Report) -> dict[str, Any]:
     """The report's timeline (``Options.timeline_segments`` set); empty series otherwise."""
     tl = r.timeline
     if tl is None or not (tl.queues or tl.idle):
-        return {"start_us": None, "end_us": None, "max_segments": tl.max_segments if tl else 0,
-                "bin_us": 0.0, "downsampled": False, "queues": [], "idle": []}
-    return {"start_us": r.to_trace_us(tl.start_ns), "end_us": r.to_trace_us(tl.end_ns),
-            "max_segments": tl.max_segments, "bin_us": round(tl.bin_ns / 1e3, 3),
-            "downsampled": tl.downsampled,
-            "queues": [{"device": q.device, "label": q.label, "queue": q.queue, "name": q.name,
-                        "busy_ms": q.busy_ns / 1e6, "exact": q.segments.exact,
-                        "intervals": q.segments.intervals,
-                        "segments": _segments(r, q.segments)} for q in tl.queues],
-            "idle": [{"device": s.device, "label": s.label, "cause": s.cause,
-                      "idle_ms": s.idle_ns / 1e6, "exact": s.segments.exact,
-                      "intervals": s.segments.intervals, "gaps": s.gaps,
-                      "segments": _segments(r, s.segments)} for s in tl.idle]}
+        return {
+            "start_us": None,
+            "end_us": None,
+            "max_segments": tl.max_segments if tl else 0,
+            "bin_us": 0.0,
+            "downsampled": False,
+            "queues": [],
+            "idle": [],
+        }
+    return {
+        "start_us": r.to_trace_us(tl.start_ns),
+        "end_us": r.to_trace_us(tl.end_ns),
+        "max_segments": tl.max_segments,
+        "bin_us": round(tl.bin_ns / 1e3, 3),
+        "downsampled": tl.downsampled,
+        "queues": [
+            {
+                "device": q.device,
+                "label": q.label,
+                "queue": q.queue,
+                "name": q.name,
+                "busy_ms": q.busy_ns / 1e6,
+                "exact": q.segments.exact,
+                "intervals": q.segments.intervals,
+                "segments": _segments(r, q.segments),
+            }
+            for q in tl.queues
+        ],
+        "idle": [
+            {
+                "device": s.device,
+                "label": s.label,
+                "cause": s.cause,
+                "idle_ms": s.idle_ns / 1e6,
+                "exact": s.segments.exact,
+                "intervals": s.segments.intervals,
+                "gaps": s.gaps,
+                "segments": _segments(r, s.segments),
+            }
+            for s in tl.idle
+        ],
+    }

@@ -58,8 +58,12 @@ class Extension(msgspec.Struct, gc=False, frozen=True):
 def _derived(name: str, fields: Iterable[msgspec.structs.FieldInfo], loose: bool) -> Any:
     fields = list(fields)
     return msgspec.defstruct(
-        name, [(f.name, Any, None) if loose else (f.name, f.type, f.default) for f in fields],
-        rename={f.name: f.encode_name for f in fields}, gc=False, frozen=True)
+        name,
+        [(f.name, Any, None) if loose else (f.name, f.type, f.default) for f in fields],
+        rename={f.name: f.encode_name for f in fields},
+        gc=False,
+        frozen=True,
+    )
 
 
 def projection(struct: Any, keys: Iterable[str], name: str) -> Any:

@@ -47,19 +47,34 @@ EXT_FALLBACK = EXT_EVENT_PREFIX + "cpu_fallback"  # op run on the host (start/st
 # numerics mode, the arrival exchange of coupled collectives (start/stop, host thread).
 EXT_EMULATOR_OVERHEAD = EXT_EVENT_PREFIX + "emulator_overhead"
 
-HOST_CALL_TYPES = frozenset({NRT_MODEL_SUBMIT, NRT_EXECUTE, NRTA_EXECUTE_SCHEDULE,
-                             NRT_TENSOR_WRITE, NRT_TENSOR_READ})
+HOST_CALL_TYPES = frozenset(
+    {NRT_MODEL_SUBMIT, NRT_EXECUTE, NRTA_EXECUTE_SCHEDULE, NRT_TENSOR_WRITE, NRT_TENSOR_READ}
+)
 DEVICE_EXEC_TYPES = frozenset({NC_EXEC_RUNNING})
 DMA_TYPES = frozenset({DMEM_BUF_COPYIN, DMEM_BUF_COPYOUT, EXT_DMA_D2D})
 COLLECTIVE_TYPES = frozenset({CC_RUNNING})
 COLLECTIVE_WAIT_TYPES = frozenset({CC_EXEC_BARRIER})
 EXEC_STAGE_TYPES = frozenset({KBL_EXEC_PRE, KBL_EXEC_CORE, KBL_EXEC_WAIT, KBL_EXEC_POST})
 TENSOR_EVENT_TYPES = frozenset({NRT_TENSOR_ALLOCATE, NRT_TENSOR_FREE})
-EMULATED_EVENT_TYPES = frozenset({  # every type the emulator records
-    NC_EXEC_RUNNING, CC_RUNNING, CC_EXEC_BARRIER, TIMESTAMP_SYNC_POINT, DMEM_BUF_COPYIN,
-    DMEM_BUF_COPYOUT,
-    NRT_TENSOR_ALLOCATE, NRT_TENSOR_FREE, NRT_MODEL_SUBMIT, NRT_TENSOR_WRITE, NRT_TENSOR_READ,
-    EXT_DMA_D2D, EXT_HOST_SYNC, EXT_FALLBACK, EXT_EMULATOR_OVERHEAD})
+EMULATED_EVENT_TYPES = frozenset(
+    {  # every type the emulator records
+        NC_EXEC_RUNNING,
+        CC_RUNNING,
+        CC_EXEC_BARRIER,
+        TIMESTAMP_SYNC_POINT,
+        DMEM_BUF_COPYIN,
+        DMEM_BUF_COPYOUT,
+        NRT_TENSOR_ALLOCATE,
+        NRT_TENSOR_FREE,
+        NRT_MODEL_SUBMIT,
+        NRT_TENSOR_WRITE,
+        NRT_TENSOR_READ,
+        EXT_DMA_D2D,
+        EXT_HOST_SYNC,
+        EXT_FALLBACK,
+        EXT_EMULATOR_OVERHEAD,
+    }
+)
 
 # Keys of the real runtime's data object that the parser and the placement read.
 DATA_EXEC_ID = "exec_id"  # the execution a device event or kbl_exec_* stage belongs to

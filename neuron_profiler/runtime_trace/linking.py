@@ -25,8 +25,9 @@ import numpy as np
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
 
 
-def _count_le(groups: list[np.ndarray], key: np.ndarray, groups_q: list[np.ndarray],
-              key_q: np.ndarray) -> np.ndarray:
+def _count_le(
+    groups: list[np.ndarray], key: np.ndarray, groups_q: list[np.ndarray], key_q: np.ndarray
+) -> np.ndarray:
     """For each query, how many elements are <= it in (groups..., key) order: ``searchsorted``
     (side='right') on composite keys, done as one merge sort of elements and queries."""
     n, m = len(key), len(key_q)
@@ -40,8 +41,13 @@ def _count_le(groups: list[np.ndarray], key: np.ndarray, groups_q: list[np.ndarr
     return out
 
 
-def innermost_containing(op_tid: np.ndarray, op_start_ns: np.ndarray, op_end_ns: np.ndarray,
-                          q_tid: np.ndarray, q_ns: np.ndarray) -> np.ndarray:
+def innermost_containing(
+    op_tid: np.ndarray,
+    op_start_ns: np.ndarray,
+    op_end_ns: np.ndarray,
+    q_tid: np.ndarray,
+    q_ns: np.ndarray,
+) -> np.ndarray:
     """Index of the innermost op on the query's thread with start <= q <= end, else -1.
 
     Ops sorted by (thread, start, -end): the answer is the last op at or before the query's
@@ -101,11 +107,20 @@ def match_runtime_calls(acts: DeviceActivities) -> np.ndarray:
         key = core | (acts.exec_id & mask)
         out[rest] = _fifo(exec_calls, key[exec_calls], rest, key[rest], acts)
     # Copies the runtime records as host spans carry no id: the call around them on their thread.
-    copies = work[(out[work] < 0) & (acts.kind[work] == ActivityKind.DMA)
-                  & (acts.exec_id[work] < 0) & (acts.seq_id[work] < 0)]
+    copies = work[
+        (out[work] < 0)
+        & (acts.kind[work] == ActivityKind.DMA)
+        & (acts.exec_id[work] < 0)
+        & (acts.seq_id[work] < 0)
+    ]
     if len(copies):
-        at = innermost_containing(acts.thread_id[calls], acts.start_ns[calls], acts.end_ns[calls],
-                                  acts.thread_id[copies], acts.start_ns[copies])
+        at = innermost_containing(
+            acts.thread_id[calls],
+            acts.start_ns[calls],
+            acts.end_ns[calls],
+            acts.thread_id[copies],
+            acts.start_ns[copies],
+        )
         out[copies] = np.where(at >= 0, calls[np.clip(at, 0, None)], -1)
     return out
 
@@ -118,8 +133,13 @@ def with_stage_exec_ids(acts: DeviceActivities) -> DeviceActivities:
     stages = np.flatnonzero((acts.kind == ActivityKind.EXEC_STAGE) & (acts.exec_id >= 0))
     if len(calls) == 0 or len(stages) == 0:
         return acts
-    at = innermost_containing(acts.thread_id[calls], acts.start_ns[calls], acts.end_ns[calls],
-                              acts.thread_id[stages], acts.start_ns[stages])
+    at = innermost_containing(
+        acts.thread_id[calls],
+        acts.start_ns[calls],
+        acts.end_ns[calls],
+        acts.thread_id[stages],
+        acts.start_ns[stages],
+    )
     hit = np.flatnonzero(at >= 0)
     if len(hit) == 0:
         return acts
@@ -129,8 +149,13 @@ def with_stage_exec_ids(acts: DeviceActivities) -> DeviceActivities:
     return dataclasses.replace(acts, exec_id=exec_id)
 
 
-def _fifo(calls: np.ndarray, call_key: np.ndarray, work: np.ndarray, work_key: np.ndarray,
-          acts: DeviceActivities) -> np.ndarray:
+def _fifo(
+    calls: np.ndarray,
+    call_key: np.ndarray,
+    work: np.ndarray,
+    work_key: np.ndarray,
+    acts: DeviceActivities,
+) -> np.ndarray:
     """The call paired with each work row: calls ranked by start within their key, work ranked
     by start within (key, queue); equal ranks pair (-1 where the key has too few calls)."""
     order = np.lexsort((calls, acts.start_ns[calls], call_key))
@@ -149,8 +174,13 @@ def _fifo(calls: np.ndarray, call_key: np.ndarray, work: np.ndarray, work_key: n
     return out
 
 
-def link_by_containment(acts: DeviceActivities, op_tid: np.ndarray, op_start_ns: np.ndarray,
-                        op_end_ns: np.ndarray, op_correlation: np.ndarray) -> DeviceActivities:
+def link_by_containment(
+    acts: DeviceActivities,
+    op_tid: np.ndarray,
+    op_start_ns: np.ndarray,
+    op_end_ns: np.ndarray,
+    op_correlation: np.ndarray,
+) -> DeviceActivities:
     """Fill correlation ids that are 0 (see the module docstring); returns a new object."""
     corr = acts.correlation_id.copy()
     op_tid = np.asarray(op_tid, dtype=np.int64)
@@ -159,8 +189,9 @@ def link_by_containment(acts: DeviceActivities, op_tid: np.ndarray, op_start_ns:
     op_corr = np.asarray(op_correlation, dtype=np.int64)
     host = np.flatnonzero((acts.queue == Queue.HOST) & (corr == 0))
     if len(host):
-        op = innermost_containing(op_tid, op_start, op_end, acts.thread_id[host],
-                                   acts.start_ns[host])
+        op = innermost_containing(
+            op_tid, op_start, op_end, acts.thread_id[host], acts.start_ns[host]
+        )
         corr[host] = np.where(op >= 0, op_corr[np.clip(op, 0, None)] if len(op_corr) else 0, 0)
     caller = match_runtime_calls(acts)
     inherit = np.flatnonzero((acts.correlation_id == 0) & (caller >= 0))

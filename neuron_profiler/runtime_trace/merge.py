@@ -94,8 +94,7 @@ def read_device_events(path: str | Path) -> bytes:
         if problem:
             if not raw.strip():
                 raise TraceLoadError(path, problem)
-            warnings.warn(f"{path}: {problem}; kept the {len(raw)} bytes before it",
-                          stacklevel=2)
+            warnings.warn(f"{path}: {problem}; kept the {len(raw)} bytes before it", stacklevel=2)
     if not raw.strip():
         raise TraceLoadError(path, EMPTY_FILE)
     return raw
@@ -135,11 +134,13 @@ def merge_files(host_path: str | Path, device_paths: Sequence[str | Path]) -> Me
     return merge_device_events(host, payloads, sources=[str(p) for p in device_paths])
 
 
-def merge_device_events(host: Trace, payloads: Sequence[bytes],
-                        sources: Sequence[str] | None = None) -> MergeResult:
+def merge_device_events(
+    host: Trace, payloads: Sequence[bytes], sources: Sequence[str] | None = None
+) -> MergeResult:
     """Place the device events of ``payloads`` (system-trace JSON) on ``host``."""
-    sources = list(sources) if sources is not None else [f"payload {i}"
-                                                         for i in range(len(payloads))]
+    sources = (
+        list(sources) if sources is not None else [f"payload {i}" for i in range(len(payloads))]
+    )
     exts: list[dict[str, Any]] = []
     for payload, source in zip(payloads, sources, strict=True):
         exts += _checked_extensions(payload, source)
@@ -147,22 +148,34 @@ def merge_device_events(host: Trace, payloads: Sequence[bytes],
         acts = parse_system_traces(payloads)
     except msgspec.DecodeError as err:  # which file: parse them one by one for the message
         raise _which_payload(payloads, sources, err) from None
-    placed = place(acts, host_ops=HostOps.from_trace(host), host_pid=_host_pid_lookup(host),
-                   taken_pids=_taken_pids(host), props=device_properties_from_extensions(exts),
-                   flow_id_base=_first_free_flow_id(host))
+    placed = place(
+        acts,
+        host_ops=HostOps.from_trace(host),
+        host_pid=_host_pid_lookup(host),
+        taken_pids=_taken_pids(host),
+        props=device_properties_from_extensions(exts),
+        flow_id_base=_first_free_flow_id(host),
+    )
     span = _host_span(host)
     outside = int(((placed.start_ns < span[0]) | (placed.start_ns > span[1])).sum())
     trace = _merged_trace(host, placed, sources, outside)
     linked = int((placed.external_id != 0).sum())
     kinds = np.bincount(placed.kind, minlength=len(ActivityKind))
     return MergeResult(
-        trace=trace, activities=len(placed),
-        by_kind={k.name: int(kinds[k]) for k in ActivityKind if kinds[k]}, flows=placed.flows,
-        linked=linked, unlinked=len(placed) - linked,
-        malformed=int(placed.metadata[V.META_MALFORMED]), truncated=int(acts.truncated),
+        trace=trace,
+        activities=len(placed),
+        by_kind={k.name: int(kinds[k]) for k in ActivityKind if kinds[k]},
+        flows=placed.flows,
+        linked=linked,
+        unlinked=len(placed) - linked,
+        malformed=int(placed.metadata[V.META_MALFORMED]),
+        truncated=int(acts.truncated),
         drops_known=acts.drops_known,
-        unpaired=acts.unpaired, dropped=dict(acts.dropped), outside_host_window=outside,
-        relocated_cores={p.core: p.pid for p in placed.processes if p.core != p.pid})
+        unpaired=acts.unpaired,
+        dropped=dict(acts.dropped),
+        outside_host_window=outside,
+        relocated_cores={p.core: p.pid for p in placed.processes if p.core != p.pid},
+    )
 
 
 def _checked_extensions(payload: bytes, source: str) -> list[dict[str, Any]]:
@@ -172,8 +185,9 @@ def _checked_extensions(payload: bytes, source: str) -> list[dict[str, Any]]:
         raise TraceLoadError(source, f"invalid JSON ({err})") from None
 
 
-def _which_payload(payloads: Sequence[bytes], sources: Sequence[str], err: Exception
-                   ) -> TraceLoadError:
+def _which_payload(
+    payloads: Sequence[bytes], sources: Sequence[str], err: Exception
+) -> TraceLoadError:
     for payload, source in zip(payloads, sources, strict=True):
         try:
             parse_system_traces([payload])
@@ -217,8 +231,7 @@ def _taken_pids(host: Trace) -> frozenset[int]:
     """Pids the host trace uses for something other than the NeuronCore of the same number
     (a trace merged before keeps its cores where they are)."""
     used = set(np.unique(host.col(S.PID)).tolist()) | set(host.process_names)
-    return frozenset(p for p in used
-                     if host.process_names.get(p) != V.core_process_name(p))
+    return frozenset(p for p in used if host.process_names.get(p) != V.core_process_name(p))
 
 
 def _first_free_flow_id(host: Trace) -> int:
@@ -249,8 +262,7 @@ def _row_args(placed: Placement, raw_args: list[bytes]) -> tuple[np.ndarray, np.
     return out, stream
 
 
-def _merged_trace(host: Trace, placed: Placement, sources: Sequence[str],
-                  outside: int) -> Trace:
+def _merged_trace(host: Trace, placed: Placement, sources: Sequence[str], outside: int) -> Trace:
     n = len(placed)
     strings = {s: i for i, s in enumerate(host.strings)}
     intern = lambda text: strings.setdefault(text, len(strings))  # noqa: E731
@@ -260,17 +272,27 @@ def _merged_trace(host: Trace, placed: Placement, sources: Sequence[str],
     raw_args = list(host.raw_args)
     args_row, stream = _row_args(placed, raw_args)
     # A fallback has the runtime category (as Kineto writes it) but its own kind.
-    kinds = np.where(placed.kind == ActivityKind.FALLBACK, np.uint8(S.EventKind.FALLBACK),
-                     kind_of_cat[placed.category]).astype(np.uint8)
+    kinds = np.where(
+        placed.kind == ActivityKind.FALLBACK,
+        np.uint8(S.EventKind.FALLBACK),
+        kind_of_cat[placed.category],
+    ).astype(np.uint8)
     device = {
-        S.TS_NS: placed.start_ns, S.DUR_NS: placed.end_ns - placed.start_ns,
-        S.PH: np.full(n, S.Phase.COMPLETE, dtype=np.uint8), S.KIND: kinds,
-        S.NAME_ID: name_id[placed.name_id] if n else name_id, S.CAT_ID: cat_of[placed.category],
-        S.PID: placed.pid, S.TID: placed.tid,
+        S.TS_NS: placed.start_ns,
+        S.DUR_NS: placed.end_ns - placed.start_ns,
+        S.PH: np.full(n, S.Phase.COMPLETE, dtype=np.uint8),
+        S.KIND: kinds,
+        S.NAME_ID: name_id[placed.name_id] if n else name_id,
+        S.CAT_ID: cat_of[placed.category],
+        S.PID: placed.pid,
+        S.TID: placed.tid,
         S.EXTERNAL_ID: np.where(placed.external_id != 0, placed.external_id, -1),
-        S.CORRELATION: placed.correlation, S.STREAM: stream,
+        S.CORRELATION: placed.correlation,
+        S.STREAM: stream,
         S.FLOW_ID: np.full(n, -1, dtype=np.int64),
-        S.ARGS_ROW: args_row, S.FORM: S.default_column(S.FORM, n)}
+        S.ARGS_ROW: args_row,
+        S.FORM: S.default_column(S.FORM, n),
+    }
     ends = np.flatnonzero((placed.flow_id > 0) & ~placed.flow_start)
     starts = np.flatnonzero(placed.flow_start)
     starts = starts[np.argsort(placed.flow_id[starts], kind="stable")]
@@ -279,42 +301,67 @@ def _merged_trace(host: Trace, placed: Placement, sources: Sequence[str],
     m = len(flow_rows)
     flow_cat = intern(V.CAT_FLOW)
     flow = {
-        S.TS_NS: placed.start_ns[flow_rows], S.DUR_NS: np.zeros(m, dtype=np.int64),
-        S.PH: np.repeat(np.array([S.Phase.FLOW_START, S.Phase.FLOW_END], dtype=np.uint8),
-                        [len(starts), len(ends)]),
+        S.TS_NS: placed.start_ns[flow_rows],
+        S.DUR_NS: np.zeros(m, dtype=np.int64),
+        S.PH: np.repeat(
+            np.array([S.Phase.FLOW_START, S.Phase.FLOW_END], dtype=np.uint8),
+            [len(starts), len(ends)],
+        ),
         S.KIND: np.full(m, kind_of(V.CAT_FLOW), dtype=np.uint8),
         S.NAME_ID: np.full(m, flow_cat, dtype=np.int32),
         S.CAT_ID: np.full(m, flow_cat, dtype=np.int32),
-        S.PID: placed.pid[flow_rows], S.TID: placed.tid[flow_rows],
+        S.PID: placed.pid[flow_rows],
+        S.TID: placed.tid[flow_rows],
         S.EXTERNAL_ID: np.full(m, -1, dtype=np.int64),
-        S.CORRELATION: np.full(m, -1, dtype=np.int64), S.STREAM: np.full(m, -1, dtype=np.int64),
+        S.CORRELATION: np.full(m, -1, dtype=np.int64),
+        S.STREAM: np.full(m, -1, dtype=np.int64),
         S.FLOW_ID: placed.flow_id[flow_rows],
-        S.ARGS_ROW: np.full(m, -1, dtype=np.int64), S.FORM: S.default_column(S.FORM, m)}
-    columns = {k: np.concatenate([host.columns[k], device[k].astype(host.columns[k].dtype),
-                                  flow[k].astype(host.columns[k].dtype)])
-               for k in S.EVENT_COLUMNS}
+        S.ARGS_ROW: np.full(m, -1, dtype=np.int64),
+        S.FORM: S.default_column(S.FORM, m),
+    }
+    columns = {
+        k: np.concatenate(
+            [
+                host.columns[k],
+                device[k].astype(host.columns[k].dtype),
+                flow[k].astype(host.columns[k].dtype),
+            ]
+        )
+        for k in S.EVENT_COLUMNS
+    }
     order = np.argsort(columns[S.TS_NS], kind="stable")
     columns = {k: v[order] for k, v in columns.items()}
     threads = {(t.pid, t.tid): t.name for t in placed.threads}
     return dataclasses.replace(
-        host, columns=columns, strings=list(strings), raw_args=raw_args,
+        host,
+        columns=columns,
+        strings=list(strings),
+        raw_args=raw_args,
         metadata=_metadata(host, placed, sources, outside),
         process_names={**host.process_names, **{p.pid: p.name for p in placed.processes}},
-        process_sort_index={**host.process_sort_index,
-                            **{p.pid: p.sort_index for p in placed.processes}},
+        process_sort_index={
+            **host.process_sort_index,
+            **{p.pid: p.sort_index for p in placed.processes},
+        },
         thread_names={**host.thread_names, **threads},
-        thread_sort_index={**host.thread_sort_index,
-                           **{(t.pid, t.tid): t.sort_index for t in placed.threads}})
+        thread_sort_index={
+            **host.thread_sort_index,
+            **{(t.pid, t.tid): t.sort_index for t in placed.threads},
+        },
+    )
 
 
-def _metadata(host: Trace, placed: Placement, sources: Sequence[str],
-              outside: int) -> dict[str, Any]:
+def _metadata(
+    host: Trace, placed: Placement, sources: Sequence[str], outside: int
+) -> dict[str, Any]:
     meta = dict(host.metadata)
     existing = list(meta.get("deviceProperties") or [])
     names = {p.get("name") for p in existing if isinstance(p, dict)}
-    meta["deviceProperties"] = existing + [p for p in placed.device_properties
-                                           if p.get(V.PROP_NAME) not in names]
+    meta["deviceProperties"] = existing + [
+        p for p in placed.device_properties if p.get(V.PROP_NAME) not in names
+    ]
     meta.update(placed.metadata)
-    meta.update({V.META_SOURCE: "merge", V.META_OUTSIDE: outside,
-                 V.META_MERGED_FROM: list(sources)})
+    meta.update(
+        {V.META_SOURCE: "merge", V.META_OUTSIDE: outside, V.META_MERGED_FROM: list(sources)}
+    )
     return meta

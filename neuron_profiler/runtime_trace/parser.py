@@ -93,8 +93,9 @@ class _Phase(enum.Enum):
 
 
 # The few extension keys the parser needs (all others stay in the row's raw data, for placement).
-_Ext = projection(Extension, (F.X_OP, F.X_COLLECTIVE_OP, F.X_CORRELATION_ID, F.X_MODELLED,
-                              F.X_EXEC_ID), "_Ext")
+_Ext = projection(
+    Extension, (F.X_OP, F.X_COLLECTIVE_OP, F.X_CORRELATION_ID, F.X_MODELLED, F.X_EXEC_ID), "_Ext"
+)
 _NO_EXT = _Ext()
 
 
@@ -159,8 +160,14 @@ _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _CHUNK = 4096  # events per validation chunk on the slow (malformed input) path
 
 # Every event's stream columns, in one C-level pass.
-_STREAM = ("timestamp_ns", "tracking_id", "nc_idx", "data.exec_id", "data.nc_timestamp_ns",
-           "phase.code")
+_STREAM = (
+    "timestamp_ns",
+    "tracking_id",
+    "nc_idx",
+    "data.exec_id",
+    "data.nc_timestamp_ns",
+    "phase.code",
+)
 
 _KIND_BY_TYPE = {
     **{t: ActivityKind.KERNEL for t in F.DEVICE_EXEC_TYPES},
@@ -169,16 +176,22 @@ _KIND_BY_TYPE = {
     **{t: ActivityKind.RUNTIME_CALL for t in F.HOST_CALL_TYPES},
     **{t: ActivityKind.COLLECTIVE_WAIT for t in F.COLLECTIVE_WAIT_TYPES},
     **{t: ActivityKind.EXEC_STAGE for t in F.EXEC_STAGE_TYPES},
-    F.EXT_HOST_SYNC: ActivityKind.HOST_SYNC, F.EXT_FALLBACK: ActivityKind.FALLBACK,
+    F.EXT_HOST_SYNC: ActivityKind.HOST_SYNC,
+    F.EXT_FALLBACK: ActivityKind.FALLBACK,
     F.EXT_EMULATOR_OVERHEAD: ActivityKind.OVERHEAD,
 }
 _QUEUE_BY_KIND = np.full(len(ActivityKind), Queue.OTHER, dtype=np.uint8)
-for _kind, _queue in ((ActivityKind.KERNEL, Queue.COMPUTE), (ActivityKind.DMA, Queue.DMA),
-                      (ActivityKind.COLLECTIVE, Queue.COLLECTIVE),
-                      (ActivityKind.COLLECTIVE_WAIT, Queue.COLLECTIVE),
-                      (ActivityKind.EXEC_STAGE, Queue.HOST),
-                      (ActivityKind.RUNTIME_CALL, Queue.HOST), (ActivityKind.HOST_SYNC, Queue.HOST),
-                      (ActivityKind.FALLBACK, Queue.HOST), (ActivityKind.OVERHEAD, Queue.HOST)):
+for _kind, _queue in (
+    (ActivityKind.KERNEL, Queue.COMPUTE),
+    (ActivityKind.DMA, Queue.DMA),
+    (ActivityKind.COLLECTIVE, Queue.COLLECTIVE),
+    (ActivityKind.COLLECTIVE_WAIT, Queue.COLLECTIVE),
+    (ActivityKind.EXEC_STAGE, Queue.HOST),
+    (ActivityKind.RUNTIME_CALL, Queue.HOST),
+    (ActivityKind.HOST_SYNC, Queue.HOST),
+    (ActivityKind.FALLBACK, Queue.HOST),
+    (ActivityKind.OVERHEAD, Queue.HOST),
+):
     _QUEUE_BY_KIND[_kind] = _queue
 
 
@@ -212,7 +225,7 @@ def _envelopes(payload: bytes | str) -> Iterator[_Part]:
     when the payload is cut off or damaged before its first complete event)."""
     buf = payload.encode() if isinstance(payload, str) else bytes(payload)
     if buf.startswith(_BOM):  # some Windows tools write one: dropped
-        buf = buf[len(_BOM):]
+        buf = buf[len(_BOM) :]
     fast = _utf8(buf)  # msgspec does not check the text it skips: bad bytes take the slow path
     view = memoryview(buf)
     if bytes(view[:64]).lstrip().startswith(b"["):
@@ -278,7 +291,7 @@ def _utf8(buf: bytes, block: int = 1 << 20) -> bool:
     view = memoryview(buf)
     try:
         for lo in range(0, len(buf), block):
-            decoder.decode(view[lo:lo + block])
+            decoder.decode(view[lo : lo + block])
         decoder.decode(b"", final=True)
     except UnicodeDecodeError:
         return False
@@ -304,8 +317,9 @@ def sanitized(raw: bytes) -> tuple[bytes, int] | None:
     return fixed, int(bool(how & COUNTED))
 
 
-def _salvaged(buf: bytes, pos: int, limit: Callable[[], int], first: bool
-              ) -> tuple[_Part, int | None]:
+def _salvaged(
+    buf: bytes, pos: int, limit: Callable[[], int], first: bool
+) -> tuple[_Part, int | None]:
     """The envelope at ``pos`` that msgspec refuses, read by the repair policy: its events array
     split into elements without decoding them, each one msgspec refuses repaired (``REPAIR``,
     counted in ``malformed``), the complete events before a cut or damage kept (``truncated``).
@@ -316,7 +330,7 @@ def _salvaged(buf: bytes, pos: int, limit: Callable[[], int], first: bool
     texts, repaired, close = [], 0, None
     for kind, start, end in split_elements(buf, found.end()):
         if kind == ELEMENT or (kind == INCOMPLETE and buf[start:].strip()):  # (cut right after?)
-            got = _checked(buf[start:end if kind == ELEMENT else None].strip(), limit)
+            got = _checked(buf[start : end if kind == ELEMENT else None].strip(), limit)
             if got is not None:
                 texts.append(got[0])
                 repaired += bool(got[1] & COUNTED)
@@ -328,13 +342,18 @@ def _salvaged(buf: bytes, pos: int, limit: Callable[[], int], first: bool
     tail, used = b"}", None  # the envelope's keys after the array; where it ends
     end = close_of(buf, 2, close) if close is not None else None
     if end is not None:
-        tail, used = buf[close + 1:end], end
+        tail, used = buf[close + 1 : end], end
     elif first and not texts:
         raise Unusable(NOTHING_COMPLETE)
-    keys, bad_keys = _keys_of(buf[pos:found.start()] + b'"events":[]' + tail, limit)
+    keys, bad_keys = _keys_of(buf[pos : found.start()] + b'"events":[]' + tail, limit)
     ext = keys.get(F.EXT_KEY)
-    part = _events_of(b'{"events":[' + b",".join(texts) + b"]"
-                      + (_EXT_MEMBER + bytes(ext) if ext is not None else b"") + b"}")
+    part = _events_of(
+        b'{"events":['
+        + b",".join(texts)
+        + b"]"
+        + (_EXT_MEMBER + bytes(ext) if ext is not None else b"")
+        + b"}"
+    )
     part.malformed += repaired + bad_keys
     part.truncated = used is None
     return part, used
@@ -400,7 +419,7 @@ def _events_of(part: Any) -> _Part:
     malformed = 0
     items = env_raw.events
     for lo in range(0, len(items), _CHUNK):
-        chunk = items[lo:lo + _CHUNK]
+        chunk = items[lo : lo + _CHUNK]
         try:
             good = list(zip(_decode_events(b"[" + b",".join(chunk) + b"]"), chunk, strict=True))
         except msgspec.ValidationError:
@@ -431,8 +450,7 @@ class RowData(Sequence[bytes]):
 
     def __init__(self, parts: list[_Part], rows: np.ndarray) -> None:
         # Only the envelopes' bytes (or slow-path raws) are kept, not the decoded events.
-        self._parts: list[tuple[Any, list[Any] | None]] | None = [(p.source, p.raws)
-                                                                   for p in parts]
+        self._parts: list[tuple[Any, list[Any] | None]] | None = [(p.source, p.raws) for p in parts]
         self._rows = rows
         self._list: list[bytes] | None = None
 
@@ -440,8 +458,11 @@ class RowData(Sequence[bytes]):
         if self._list is None:
             raws: list[Any] = []
             for source, part_raws in self._parts or ():
-                raws.extend(part_raws if part_raws is not None
-                            else map(_get_data, _decode_raw_data(source).events))
+                raws.extend(
+                    part_raws
+                    if part_raws is not None
+                    else map(_get_data, _decode_raw_data(source).events)
+                )
             self._list = list(map(bytes, take(raws, self._rows)))
             self._parts = None  # the payload can go
         return self._list
@@ -483,8 +504,11 @@ class RowData(Sequence[bytes]):
 def _wrapped(row_type: type) -> Any:
     """Decoder of an envelope whose events' data are ``row_type`` (absent data: ``{}``)."""
     empty = msgspec.json.Decoder(row_type).decode
-    event = msgspec.defstruct("_RowEvent", [
-        ("data", row_type, msgspec.field(default_factory=lambda: empty(b"{}")))], gc=False)
+    event = msgspec.defstruct(
+        "_RowEvent",
+        [("data", row_type, msgspec.field(default_factory=lambda: empty(b"{}")))],
+        gc=False,
+    )
     envelope = msgspec.defstruct("_RowEnvelope", [("events", list[event])], gc=False)
     return msgspec.json.Decoder(envelope).decode
 
@@ -518,8 +542,10 @@ def _matrix(objs: list[Any], names: Sequence[str]) -> np.ndarray:
     try:
         flat = np.fromiter(chain.from_iterable(map(get, objs)), dtype=np.int64, count=n * width)
     except TypeError:  # explicit JSON nulls
-        flat = np.array([_ABSENT if v is None else v for v in chain.from_iterable(map(get, objs))],
-                        dtype=np.int64)
+        flat = np.array(
+            [_ABSENT if v is None else v for v in chain.from_iterable(map(get, objs))],
+            dtype=np.int64,
+        )
     return flat.reshape(n, width)
 
 
@@ -531,14 +557,14 @@ def _present(col: np.ndarray, missing: int) -> tuple[np.ndarray, np.ndarray]:
     return col, present
 
 
-def _nearest(group: list[np.ndarray], order: np.ndarray, is_sync: np.ndarray, backward: bool
-             ) -> np.ndarray:
+def _nearest(
+    group: list[np.ndarray], order: np.ndarray, is_sync: np.ndarray, backward: bool
+) -> np.ndarray:
     """For each element, the position of the sync point of its group at or before it (or the
     first after it when ``backward``) in ``order``; -1 when there is none."""
     n = len(order)
     pos = np.where(is_sync[order], np.arange(n), -1 if not backward else n)
-    found = (np.maximum.accumulate(pos) if not backward
-             else np.minimum.accumulate(pos[::-1])[::-1])
+    found = np.maximum.accumulate(pos) if not backward else np.minimum.accumulate(pos[::-1])[::-1]
     valid = (found >= 0) & (found < n)
     safe = np.clip(found, 0, n - 1)
     for key in group:
@@ -549,9 +575,16 @@ def _nearest(group: list[np.ndarray], order: np.ndarray, is_sync: np.ndarray, ba
     return out
 
 
-def _map_clock(core: np.ndarray, exec_id: np.ndarray, has_exec: np.ndarray, nc_ts: np.ndarray,
-               ts: np.ndarray, device: np.ndarray, is_sync: np.ndarray, sync_cpu: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
+def _map_clock(
+    core: np.ndarray,
+    exec_id: np.ndarray,
+    has_exec: np.ndarray,
+    nc_ts: np.ndarray,
+    ts: np.ndarray,
+    device: np.ndarray,
+    is_sync: np.ndarray,
+    sync_cpu: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """(host-clock ns of every event, mapped) for ``device`` rows, through their core's sync
     points only: the one of the same (core, exec_id) when there is one (the latest at or before
     in device time, else the earliest after), else interpolated between the core's sync points
@@ -594,9 +627,14 @@ def _map_clock(core: np.ndarray, exec_id: np.ndarray, has_exec: np.ndarray, nc_t
     return host, mapped
 
 
-def _pair(type_code: np.ndarray, phase: np.ndarray, tracking: np.ndarray,
-          pairable: np.ndarray, ts: np.ndarray, ts_sorted: bool
-          ) -> tuple[np.ndarray, np.ndarray, int]:
+def _pair(
+    type_code: np.ndarray,
+    phase: np.ndarray,
+    tracking: np.ndarray,
+    pairable: np.ndarray,
+    ts: np.ndarray,
+    ts_sorted: bool,
+) -> tuple[np.ndarray, np.ndarray, int]:
     """(start rows, their stop rows, unpaired count) among pairable events: sorted by (type,
     tracking id, ts, row), a start pairs with the next row when that is its stop."""
     rows = np.flatnonzero(pairable)
@@ -606,8 +644,12 @@ def _pair(type_code: np.ndarray, phase: np.ndarray, tracking: np.ndarray,
     if len(order) < 2:
         return order[:0], order[:0], len(order)
     a, b = order[:-1], order[1:]
-    is_pair = ((phase[a] == _START) & (phase[b] == _STOP) & (type_code[a] == type_code[b])
-               & (tracking[a] == tracking[b]))
+    is_pair = (
+        (phase[a] == _START)
+        & (phase[b] == _STOP)
+        & (type_code[a] == type_code[b])
+        & (tracking[a] == tracking[b])
+    )
     starts, stops = a[is_pair], b[is_pair]
     return starts, stops, len(order) - 2 * len(starts)
 
@@ -631,34 +673,41 @@ class _Columns:
 
 def _select_sync(cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(sync-point rows, usable sync point, its cpu stamps, malformed sync points) per event."""
-    code = cols.type_names.index(F.TIMESTAMP_SYNC_POINT) if (
-        F.TIMESTAMP_SYNC_POINT in cols.type_names) else -1
+    code = (
+        cols.type_names.index(F.TIMESTAMP_SYNC_POINT)
+        if (F.TIMESTAMP_SYNC_POINT in cols.type_names)
+        else -1
+    )
     is_sync_type = cols.type_code == code
     cpu = np.zeros(len(cols.ts), dtype=np.int64)
     rows = np.flatnonzero(is_sync_type)
-    values, has_cpu = _present(_matrix(take(cols.events, rows), ("data.cpu_timestamp_ns",))[:, 0],
-                               -1)
+    values, has_cpu = _present(
+        _matrix(take(cols.events, rows), ("data.cpu_timestamp_ns",))[:, 0], -1
+    )
     cpu[rows] = values
     usable = is_sync_type.copy()
     usable[rows] = has_cpu & cols.has_nc[rows]
     return is_sync_type, usable, cpu, int(is_sync_type.sum() - usable.sum())
 
 
-def _activities(cols: _Columns, parts: list[_Part], malformed: int, dropped: dict[int, int],
-                drops_known: bool) -> DeviceActivities:
+def _activities(
+    cols: _Columns, parts: list[_Part], malformed: int, dropped: dict[int, int], drops_known: bool
+) -> DeviceActivities:
     odd_core = (cols.core < 0) | (cols.core >= MAX_CORES)  # kept without it (core 0), counted
     if odd_core.any():
         cols.core = np.where(odd_core, 0, cols.core)
         malformed += int(odd_core.sum())
     consumed, is_sync, sync_cpu, bad_sync = _select_sync(cols)
     device = cols.has_nc & ~consumed  # events whose timestamp is the device clock
-    host, mapped = _map_clock(cols.core, cols.exec_id, cols.has_exec, cols.nc_ts, cols.ts, device,
-                              is_sync, sync_cpu)
+    host, mapped = _map_clock(
+        cols.core, cols.exec_id, cols.has_exec, cols.nc_ts, cols.ts, device, is_sync, sync_cpu
+    )
     unmapped = int((~mapped).sum())
     consumed = consumed | ~mapped
     pairable = ~consumed & cols.has_tracking & (cols.phase <= _STOP)
-    starts, stops, unpaired = _pair(cols.type_code, cols.phase, cols.tracking, pairable, cols.ts,
-                                    cols.ts_sorted)
+    starts, stops, unpaired = _pair(
+        cols.type_code, cols.phase, cols.tracking, pairable, cols.ts, cols.ts_sorted
+    )
     single = ~consumed
     single[starts] = False
     single[stops] = False
@@ -676,9 +725,14 @@ def _activities(cols: _Columns, parts: list[_Part], malformed: int, dropped: dic
     shown[stops] = True
     hidden = np.bincount(cols.type_code[~shown], minlength=len(cols.type_names))
     return dataclasses.replace(
-        acts, drops_known=drops_known, unmapped=unmapped, host_timed=host_timed,
-        hidden_types={t: int(n) for t, n in zip(cols.type_names, hidden.tolist(), strict=True)
-                      if n})
+        acts,
+        drops_known=drops_known,
+        unmapped=unmapped,
+        host_timed=host_timed,
+        hidden_types={
+            t: int(n) for t, n in zip(cols.type_names, hidden.tolist(), strict=True) if n
+        },
+    )
 
 
 def _row_exts(events: list[_Event]) -> list[_Ext] | None:
@@ -691,8 +745,9 @@ def _row_exts(events: list[_Event]) -> list[_Ext] | None:
     return exts
 
 
-def _row_columns(events: list[_Event], exts: list[_Ext] | None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _row_columns(
+    events: list[_Event], exts: list[_Ext] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """thread, seq, correlation and modelled columns of the kept rows."""
     m = _matrix(events, ("thread_id", "nrta_seq_id"))
     n = len(events)
@@ -704,8 +759,9 @@ def _row_columns(events: list[_Event], exts: list[_Ext] | None
     return np.ascontiguousarray(m[:, 0]), _present(m[:, 1], -1)[0], corr, modelled
 
 
-def _labels(cols: _Columns, exts: list[_Ext] | None, type_code: np.ndarray
-            ) -> tuple[list[str], np.ndarray]:
+def _labels(
+    cols: _Columns, exts: list[_Ext] | None, type_code: np.ndarray
+) -> tuple[list[str], np.ndarray]:
     """Row names: the extension's op, else its collective, else the event type."""
     table: defaultdict[str, int] = defaultdict(count().__next__)
     label = np.full(len(type_code), -1, dtype=np.int64)
@@ -716,8 +772,9 @@ def _labels(cols: _Columns, exts: list[_Ext] | None, type_code: np.ndarray
         if len(need):
             sub = take(exts, need)
             coll_names, coll_code = codes(map(_get_collective, sub), len(sub))
-            label[need] = np.array([table[c] if c else -1 for c in coll_names],
-                                   dtype=np.int64)[coll_code]
+            label[need] = np.array([table[c] if c else -1 for c in coll_names], dtype=np.int64)[
+                coll_code
+            ]
     need = np.flatnonzero(label < 0)
     if len(need):
         by_type = np.array([table[t] for t in cols.type_names], dtype=np.int64)
@@ -729,15 +786,23 @@ def _labels(cols: _Columns, exts: list[_Ext] | None, type_code: np.ndarray
     return [s for s, u in zip(names, used.tolist(), strict=True) if u], remap[label]
 
 
-def _build(cols: _Columns, rows: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray,
-           parts: list[_Part], malformed: int, unpaired: int, dropped: dict[int, int]
-           ) -> DeviceActivities:
+def _build(
+    cols: _Columns,
+    rows: np.ndarray,
+    start_ns: np.ndarray,
+    end_ns: np.ndarray,
+    parts: list[_Part],
+    malformed: int,
+    unpaired: int,
+    dropped: dict[int, int],
+) -> DeviceActivities:
     kind_of_code = np.array([_KIND_BY_TYPE.get(t, -1) for t in cols.type_names], dtype=np.int16)
     type_code = cols.type_code[rows]
     kind = kind_of_code[type_code] if len(rows) else np.zeros(0, np.int16)
     unknown = kind < 0
-    kind[unknown] = np.where(cols.phase[rows][unknown] == _INSTANT, ActivityKind.INSTANT,
-                             ActivityKind.GENERIC)
+    kind[unknown] = np.where(
+        cols.phase[rows][unknown] == _INSTANT, ActivityKind.INSTANT, ActivityKind.GENERIC
+    )
     kind = kind.astype(np.uint8)
     events = take(cols.events, rows)
     exts = _row_exts(events)
@@ -748,15 +813,28 @@ def _build(cols: _Columns, rows: np.ndarray, start_ns: np.ndarray, end_ns: np.nd
         ext_exec = _present(_matrix(exts, ("exec_id",))[:, 0], -1)[0]
         exec_id = np.where(exec_id >= 0, exec_id, ext_exec)
     return DeviceActivities(
-        start_ns=start_ns, end_ns=end_ns, kind=kind, queue=_QUEUE_BY_KIND[kind],
-        core=cols.core[rows], thread_id=thread, correlation_id=corr,
-        exec_id=exec_id, seq_id=seq, name_id=name_id.astype(np.int32),
-        modelled=modelled, names=names, data=RowData(parts, rows),
-        malformed=malformed, unpaired=unpaired, dropped=dropped)
+        start_ns=start_ns,
+        end_ns=end_ns,
+        kind=kind,
+        queue=_QUEUE_BY_KIND[kind],
+        core=cols.core[rows],
+        thread_id=thread,
+        correlation_id=corr,
+        exec_id=exec_id,
+        seq_id=seq,
+        name_id=name_id.astype(np.int32),
+        modelled=modelled,
+        names=names,
+        data=RowData(parts, rows),
+        malformed=malformed,
+        unpaired=unpaired,
+        dropped=dropped,
+    )
 
 
-def parse_system_traces(payloads: Iterable[bytes | str], dropped: dict[int, int] | None = None
-                        ) -> DeviceActivities:
+def parse_system_traces(
+    payloads: Iterable[bytes | str], dropped: dict[int, int] | None = None
+) -> DeviceActivities:
     """Parse several fetch outputs as one stream (a start and its stop may be in different ones).
 
     ``dropped``: per-core counts the source reports outside the JSON (e.g. libnrt); when given it
@@ -774,11 +852,15 @@ def parse_system_traces(payloads: Iterable[bytes | str], dropped: dict[int, int]
                 malformed += part.malformed + bad_ext
                 for core, n in counts.items():
                     reported[core] = reported.get(core, 0) + n
-        events = parts[0].events if len(parts) == 1 else list(
-            chain.from_iterable(p.events for p in parts))
+        events = (
+            parts[0].events
+            if len(parts) == 1
+            else list(chain.from_iterable(p.events for p in parts))
+        )
         drops = dict(reported if dropped is None else dropped)
-        known = dropped is not None or any(len(p.ext) and _DROPPED_KEY in bytes(p.ext)
-                                           for p in parts)
+        known = dropped is not None or any(
+            len(p.ext) and _DROPPED_KEY in bytes(p.ext) for p in parts
+        )
         acts = _activities(_Columns(events), parts, malformed, drops, known)
         cut = sum(p.truncated for p in parts)
         return dataclasses.replace(acts, truncated=cut) if cut else acts
@@ -820,7 +902,7 @@ class SyncPoints:
                 if probe.event_type == F.TIMESTAMP_SYNC_POINT:
                     kept = self._by_core.setdefault(probe.nc_idx, [])
                     kept.append(bytes(raw))
-                    del kept[:-self._per_core]
+                    del kept[: -self._per_core]
 
     def envelope(self) -> bytes | None:
         """An envelope of every kept sync point (None when there is none)."""
@@ -833,7 +915,7 @@ class SyncPoints:
 def _envelopes_raw(payload: bytes) -> list[Any]:
     """The whole envelopes of a payload as raw JSON, without decoding their events; a part
     msgspec cannot read (cut off, NaN tokens) ends the list: the parse reads it the slow way."""
-    view = memoryview(payload)[len(_BOM) if payload.startswith(_BOM) else 0:]
+    view = memoryview(payload)[len(_BOM) if payload.startswith(_BOM) else 0 :]
     if bytes(view[:64]).lstrip().startswith(b"["):
         try:
             return msgspec.json.decode(view, type=list[msgspec.Raw])
@@ -874,11 +956,17 @@ def envelope_extensions(payload: bytes | str) -> list[dict[str, Any]]:
     return out
 
 
-def parse_system_trace(payload: bytes | str, dropped: dict[int, int] | None = None
-                       ) -> DeviceActivities:
+def parse_system_trace(
+    payload: bytes | str, dropped: dict[int, int] | None = None
+) -> DeviceActivities:
     """Parse one fetch output (see ``parse_system_traces``)."""
     return parse_system_traces([payload], dropped)
 
 
-__all__: Sequence[str] = ("SyncPoints", "decode_rows", "envelope_extensions",
-                          "parse_system_trace", "parse_system_traces")
+__all__: Sequence[str] = (
+    "SyncPoints",
+    "decode_rows",
+    "envelope_extensions",
+    "parse_system_trace",
+    "parse_system_traces",
+)

@@ -64,24 +64,43 @@ from neuron_profiler.trace import vocabulary as V
 _CAT_BY_KIND = np.full(len(ActivityKind), 3, dtype=np.uint8)
 _CAT_BY_KIND[[ActivityKind.KERNEL, ActivityKind.COLLECTIVE, ActivityKind.COLLECTIVE_WAIT]] = 0
 _CAT_BY_KIND[ActivityKind.DMA] = 1
-_CAT_BY_KIND[[ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC, ActivityKind.FALLBACK,
-              ActivityKind.EXEC_STAGE]] = 2
+_CAT_BY_KIND[
+    [
+        ActivityKind.RUNTIME_CALL,
+        ActivityKind.HOST_SYNC,
+        ActivityKind.FALLBACK,
+        ActivityKind.EXEC_STAGE,
+    ]
+] = 2
 _CAT_BY_KIND[ActivityKind.OVERHEAD] = 4
 _CAT_BY_KIND[ActivityKind.GRAPH_OP] = 5
 
-ON_HOST_THREAD = np.array([ActivityKind.RUNTIME_CALL, ActivityKind.HOST_SYNC,
-                           ActivityKind.FALLBACK, ActivityKind.EXEC_STAGE, ActivityKind.OVERHEAD],
-                          dtype=np.uint8)
-DEVICE_WORK = np.array([ActivityKind.KERNEL, ActivityKind.DMA, ActivityKind.COLLECTIVE,
-                        ActivityKind.COLLECTIVE_WAIT], dtype=np.uint8)
+ON_HOST_THREAD = np.array(
+    [
+        ActivityKind.RUNTIME_CALL,
+        ActivityKind.HOST_SYNC,
+        ActivityKind.FALLBACK,
+        ActivityKind.EXEC_STAGE,
+        ActivityKind.OVERHEAD,
+    ],
+    dtype=np.uint8,
+)
+DEVICE_WORK = np.array(
+    [ActivityKind.KERNEL, ActivityKind.DMA, ActivityKind.COLLECTIVE, ActivityKind.COLLECTIVE_WAIT],
+    dtype=np.uint8,
+)
 # Rows launched by nobody but themselves (the window reads their own start).
 _SELF_LAUNCHED = np.array([*ON_HOST_THREAD, ActivityKind.INSTANT], dtype=np.uint8)
 # Queue index (vocabulary.QUEUE_NAMES order) of each Queue code; HOST never reaches a core.
 _QUEUE_INDEX = np.array([0, 1, 2, 3, 3], dtype=np.int64)
 # Unknown event types and instants keep their whole runtime data as an arg.
 RAW_DATA_KINDS = frozenset({int(ActivityKind.GENERIC), int(ActivityKind.INSTANT)})
-_SIMPLE_KINDS = (ActivityKind.KERNEL, ActivityKind.RUNTIME_CALL, ActivityKind.DMA,
-                 ActivityKind.OVERHEAD)
+_SIMPLE_KINDS = (
+    ActivityKind.KERNEL,
+    ActivityKind.RUNTIME_CALL,
+    ActivityKind.DMA,
+    ActivityKind.OVERHEAD,
+)
 _TYPE_DIRECTION = {F.DMEM_BUF_COPYIN: F.H2D, F.DMEM_BUF_COPYOUT: F.D2H, F.EXT_DMA_D2D: F.D2D}
 DISPATCH_FRAMES = frozenset({"PythonSubclass", "PythonDispatchMode"})
 # First ac2g flow id (= ``correlation`` arg). CUPTI's correlation ids are large; tools size their
@@ -147,16 +166,31 @@ def _decode_datas(data: Sequence[bytes]) -> tuple[list[_Data], int]:
         ext = None
         if e is not None:
             numbers = [_int_or_missing(v) for v in (e.flops, e.bytes, e.launch_ns)]
-            odd += sum(v is not None and n < 0 for v, n in zip(
-                (e.flops, e.bytes, e.launch_ns), numbers, strict=True))
-            ext = _Ext(op=_text(e.op), engine=_text(e.engine), dtype=_text(e.dtype),
-                       flops=numbers[0], bytes=numbers[1], direction=_text(e.direction),
-                       launch_ns=numbers[2], collective=e.collective, ranks=e.ranks,
-                       algorithm=e.algorithm, reason=e.reason, shapes=e.shapes, dtypes=e.dtypes,
-                       sync=e.sync, overhead=_text(e.overhead),
-                       pct_of_peak=e.pct_of_peak if isinstance(e.pct_of_peak, int | float)
-                       else None, collective_wait=e.collective_wait is True,
-                       graph_id=e.graph_id, graph_ops=e.graph_ops)
+            odd += sum(
+                v is not None and n < 0
+                for v, n in zip((e.flops, e.bytes, e.launch_ns), numbers, strict=True)
+            )
+            ext = _Ext(
+                op=_text(e.op),
+                engine=_text(e.engine),
+                dtype=_text(e.dtype),
+                flops=numbers[0],
+                bytes=numbers[1],
+                direction=_text(e.direction),
+                launch_ns=numbers[2],
+                collective=e.collective,
+                ranks=e.ranks,
+                algorithm=e.algorithm,
+                reason=e.reason,
+                shapes=e.shapes,
+                dtypes=e.dtypes,
+                sync=e.sync,
+                overhead=_text(e.overhead),
+                pct_of_peak=e.pct_of_peak if isinstance(e.pct_of_peak, int | float) else None,
+                collective_wait=e.collective_wait is True,
+                graph_id=e.graph_id,
+                graph_ops=e.graph_ops,
+            )
         out.append(_Data(ext, d.algorithm, d.size))
     return out, odd
 
@@ -197,8 +231,7 @@ class HostOps:
 
             at = innermost_containing(tid, start, end, c[S.TID][is_frame], c[S.TS_NS][is_frame])
             parent = np.where(at >= 0, corr[np.clip(at, 0, None)] if len(corr) else 0, 0)
-            parents = dict(zip(c[S.EXTERNAL_ID][is_frame].tolist(), parent.tolist(),
-                               strict=True))
+            parents = dict(zip(c[S.EXTERNAL_ID][is_frame].tolist(), parent.tolist(), strict=True))
         return cls(tid, start, end, corr, parents)
 
 
@@ -266,8 +299,12 @@ def numeric_args(record: Mapping[str, Any]) -> dict[str, Any]:
     """The per-row numeric args of one ``RECORD`` row (its fields by name: a dict, or a row of
     the array), exactly as the C++ bridge renders them."""
     out: dict[str, Any] = {}
-    for key, field_name in ((V.ARG_DEVICE, "device"), (V.ARG_STREAM, "stream"),
-                            (V.ARG_CORRELATION, "correlation"), (V.ARG_EXEC_ID, "exec_id")):
+    for key, field_name in (
+        (V.ARG_DEVICE, "device"),
+        (V.ARG_STREAM, "stream"),
+        (V.ARG_CORRELATION, "correlation"),
+        (V.ARG_EXEC_ID, "exec_id"),
+    ):
         if record[field_name] >= 0:
             out[key] = int(record[field_name])
     dur = max(int(record["end_ns"] - record["start_ns"]), 1)
@@ -290,10 +327,16 @@ def _filled(records: np.ndarray, **fields: Any) -> np.ndarray:
     return records
 
 
-def place(acts: DeviceActivities, *, host_ops: HostOps,
-          host_pid: int | Callable[[np.ndarray], np.ndarray],
-          window: tuple[int, int] | None = None, taken_pids: frozenset[int] = frozenset(),
-          props: Sequence[dict[str, Any]] = (), flow_id_base: int = FIRST_FLOW_ID) -> Placement:
+def place(
+    acts: DeviceActivities,
+    *,
+    host_ops: HostOps,
+    host_pid: int | Callable[[np.ndarray], np.ndarray],
+    window: tuple[int, int] | None = None,
+    taken_pids: frozenset[int] = frozenset(),
+    props: Sequence[dict[str, Any]] = (),
+    flow_id_base: int = FIRST_FLOW_ID,
+) -> Placement:
     """Lay out ``acts`` as trace rows (see the module docstring).
 
     Args:
@@ -308,15 +351,17 @@ def place(acts: DeviceActivities, *, host_ops: HostOps,
     datas, odd_values = _decode_datas(acts.data)
     exts = [d.neuron_profiler or _NO_EXT for d in datas]
     n = len(acts)
-    flops, nbytes, ext_launch = (np.fromiter(map(attrgetter(k), exts), dtype=np.int64, count=n)
-                                 for k in ("flops", "bytes", "launch_ns"))
+    flops, nbytes, ext_launch = (
+        np.fromiter(map(attrgetter(k), exts), dtype=np.int64, count=n)
+        for k in ("flops", "bytes", "launch_ns")
+    )
     nbytes = _copy_sizes(acts, datas, nbytes)
-    host_timed = (acts.host_timed if len(acts.host_timed) == n
-                  else np.zeros(n, dtype=bool))
+    host_timed = acts.host_timed if len(acts.host_timed) == n else np.zeros(n, dtype=bool)
     caller = match_runtime_calls(acts)
     launch = _launch_ns(acts, caller, ext_launch)
-    keep = (np.ones(n, dtype=bool) if window is None
-            else (launch >= window[0]) & (launch <= window[1]))
+    keep = (
+        np.ones(n, dtype=bool) if window is None else (launch >= window[0]) & (launch <= window[1])
+    )
     rows = np.flatnonzero(keep)
     kind = acts.kind[rows]
     on_host = np.isin(kind, ON_HOST_THREAD)
@@ -324,14 +369,19 @@ def place(acts: DeviceActivities, *, host_ops: HostOps,
     cores = sorted(set(acts.core[rows][~on_host].tolist()) | {int(p["id"]) for p in props})
     core_pid = _core_pids(cores, taken_pids)
     queue_index = _QUEUE_INDEX[acts.queue[rows].astype(np.intp)]
-    stream = np.array([V.queue_stream(c, 0) for c in range(max(cores, default=-1) + 1)],
-                      dtype=np.int64)
+    stream = np.array(
+        [V.queue_stream(c, 0) for c in range(max(cores, default=-1) + 1)], dtype=np.int64
+    )
     core_stream = stream[acts.core[rows]] + queue_index if len(stream) else queue_index
-    pid_of_core = np.array([core_pid.get(c, c) for c in range(max(cores, default=-1) + 1)],
-                           dtype=np.int64)
+    pid_of_core = np.array(
+        [core_pid.get(c, c) for c in range(max(cores, default=-1) + 1)], dtype=np.int64
+    )
     thread = acts.thread_id[rows]
-    host = (np.full(len(rows), host_pid, dtype=np.int64) if isinstance(host_pid, int)
-            else np.asarray(host_pid(thread), dtype=np.int64))
+    host = (
+        np.full(len(rows), host_pid, dtype=np.int64)
+        if isinstance(host_pid, int)
+        else np.asarray(host_pid(thread), dtype=np.int64)
+    )
     device_side_pid = pid_of_core[acts.core[rows]] if len(pid_of_core) else thread
     flow_id, flow_start, correlation = _flows(acts, caller, keep, rows, flow_id_base)
     name_id, names = _names(acts, rows, exts)
@@ -339,19 +389,41 @@ def place(acts: DeviceActivities, *, host_ops: HostOps,
     placed_core = np.where(work, acts.core[rows], -1).astype(np.int64)
     fallback = kind == ActivityKind.FALLBACK  # their flops and bytes are args (_row_args)
     records = _filled(
-        np.zeros(len(rows), dtype=RECORD), activity=rows, start_ns=acts.start_ns[rows],
-        end_ns=acts.end_ns[rows], kind=kind, category=_CAT_BY_KIND[kind],
-        pid=np.where(on_host, host, device_side_pid), tid=np.where(on_host, thread, core_stream),
-        name_id=name_id, external_id=acts.correlation_id[rows], exec_id=acts.exec_id[rows],
-        flops=np.where(fallback, -1, flops[rows]), bytes=np.where(fallback, -1, nbytes[rows]),
-        device=placed_core, stream=np.where(work, core_stream, -1), correlation=correlation,
-        flow_id=flow_id, flow_start=flow_start, args_id=args_id)
-    return _with_graph_ops(exts, acts.modelled[rows], Placement(
-        records=records, names=names, args=args, processes=_processes(cores, core_pid, props),
-        threads=_threads(cores, core_pid, used_other=bool((~on_host & ~work).any())),
-        device_properties=complete_properties(cores, props),
-        metadata=_metadata(acts, rows, props, core_pid, odd_values),
-        excluded=int(n - len(rows)), flows=int(flow_start.sum())))
+        np.zeros(len(rows), dtype=RECORD),
+        activity=rows,
+        start_ns=acts.start_ns[rows],
+        end_ns=acts.end_ns[rows],
+        kind=kind,
+        category=_CAT_BY_KIND[kind],
+        pid=np.where(on_host, host, device_side_pid),
+        tid=np.where(on_host, thread, core_stream),
+        name_id=name_id,
+        external_id=acts.correlation_id[rows],
+        exec_id=acts.exec_id[rows],
+        flops=np.where(fallback, -1, flops[rows]),
+        bytes=np.where(fallback, -1, nbytes[rows]),
+        device=placed_core,
+        stream=np.where(work, core_stream, -1),
+        correlation=correlation,
+        flow_id=flow_id,
+        flow_start=flow_start,
+        args_id=args_id,
+    )
+    return _with_graph_ops(
+        exts,
+        acts.modelled[rows],
+        Placement(
+            records=records,
+            names=names,
+            args=args,
+            processes=_processes(cores, core_pid, props),
+            threads=_threads(cores, core_pid, used_other=bool((~on_host & ~work).any())),
+            device_properties=complete_properties(cores, props),
+            metadata=_metadata(acts, rows, props, core_pid, odd_values),
+            excluded=int(n - len(rows)),
+            flows=int(flow_start.sum()),
+        ),
+    )
 
 
 def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -> Placement:
@@ -373,8 +445,10 @@ def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -
     if not ops:
         return placed
     p = np.asarray(parents, dtype=np.int64)
-    number = lambda key: np.array([_int_or_missing(o.get(key)) for o in ops],  # noqa: E731
-                                  dtype=np.int64)
+
+    def number(key: str) -> np.ndarray:
+        return np.array([_int_or_missing(o.get(key)) for o in ops], dtype=np.int64)
+
     offset, dur = np.maximum(number("offset_ns"), 0), np.maximum(number("duration_ns"), 0)
     # the shares fill their execution exactly: the last op of each takes what rounding left
     total = np.bincount(p, weights=dur, minlength=len(placed)).astype(np.int64)
@@ -384,28 +458,53 @@ def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -
     start = placed.start_ns[p] + offset
     names = list(placed.names)
     table = {name: k for k, name in enumerate(names)}
-    name_id = np.array([table.setdefault(V.kernel_name(_text(o.get("engine")),
-                                                       str(o.get("op", "op"))), len(table))
-                        for o in ops], dtype=np.int32)
+    name_id = np.array(
+        [
+            table.setdefault(
+                V.kernel_name(_text(o.get("engine")), str(o.get("op", "op"))), len(table)
+            )
+            for o in ops
+        ],
+        dtype=np.int32,
+    )
     names = list(table)
     args = list(placed.args)
     graph_id = [exts[placed.activity[j]].graph_id for j in parents]
     arg_ids = np.empty(len(ops), dtype=np.int32)
     for k, (o, g) in enumerate(zip(ops, graph_id, strict=True)):
-        entry = tuple((key, value) for key, value in (
-            (V.ARG_EMULATED, True if modelled[parents[k]] else None),
-            (V.ARG_OP, o.get("op")), (V.ARG_ENGINE, o.get("engine")), (V.ARG_GRAPH_ID, g))
-            if value is not None)
+        entry = tuple(
+            (key, value)
+            for key, value in (
+                (V.ARG_EMULATED, True if modelled[parents[k]] else None),
+                (V.ARG_OP, o.get("op")),
+                (V.ARG_ENGINE, o.get("engine")),
+                (V.ARG_GRAPH_ID, g),
+            )
+            if value is not None
+        )
         arg_ids[k] = len(args)
         args.append(entry)
     # each op starts as its execution's row (activity, pid, tid, External id), then is itself
-    ops_rows = _filled(placed.records[p], start_ns=start, end_ns=start + dur,
-                       kind=ActivityKind.GRAPH_OP, category=CATEGORIES.index(V.CAT_GRAPH_OP),
-                       name_id=name_id, args_id=arg_ids, flops=number("flops"),
-                       bytes=number("bytes"), exec_id=-1, device=-1, stream=-1, correlation=-1,
-                       flow_id=0, flow_start=0)
-    return dataclasses.replace(placed, records=np.concatenate([placed.records, ops_rows]),
-                               names=names, args=args)
+    ops_rows = _filled(
+        placed.records[p],
+        start_ns=start,
+        end_ns=start + dur,
+        kind=ActivityKind.GRAPH_OP,
+        category=CATEGORIES.index(V.CAT_GRAPH_OP),
+        name_id=name_id,
+        args_id=arg_ids,
+        flops=number("flops"),
+        bytes=number("bytes"),
+        exec_id=-1,
+        device=-1,
+        stream=-1,
+        correlation=-1,
+        flow_id=0,
+        flow_start=0,
+    )
+    return dataclasses.replace(
+        placed, records=np.concatenate([placed.records, ops_rows]), names=names, args=args
+    )
 
 
 def _linked(acts: DeviceActivities, ops: HostOps) -> DeviceActivities:
@@ -413,8 +512,9 @@ def _linked(acts: DeviceActivities, ops: HostOps) -> DeviceActivities:
     give them the enclosing op's id and count its device time twice), dispatch frames resolved
     to the op around them."""
     queue = np.where(acts.kind == ActivityKind.INSTANT, np.uint8(Queue.HOST), acts.queue)
-    linked = link_by_containment(dataclasses.replace(acts, queue=queue), ops.tid, ops.start_ns,
-                                 ops.end_ns, ops.correlation)
+    linked = link_by_containment(
+        dataclasses.replace(acts, queue=queue), ops.tid, ops.start_ns, ops.end_ns, ops.correlation
+    )
     corr = linked.correlation_id
     if ops.frame_parent:
         keys = np.fromiter(ops.frame_parent, dtype=np.int64)
@@ -427,8 +527,7 @@ def _linked(acts: DeviceActivities, ops: HostOps) -> DeviceActivities:
     return dataclasses.replace(linked, queue=acts.queue, correlation_id=corr)
 
 
-def _launch_ns(acts: DeviceActivities, caller: np.ndarray, ext_launch: np.ndarray
-               ) -> np.ndarray:
+def _launch_ns(acts: DeviceActivities, caller: np.ndarray, ext_launch: np.ndarray) -> np.ndarray:
     """When the host launched each row: its runtime call's start, else the source's launch
     time, else its own start; host-side rows and instants are their own launch."""
     launch = np.where(ext_launch >= 0, ext_launch, acts.start_ns)
@@ -439,8 +538,9 @@ def _launch_ns(acts: DeviceActivities, caller: np.ndarray, ext_launch: np.ndarra
     return launch
 
 
-def _flows(acts: DeviceActivities, caller: np.ndarray, keep: np.ndarray, rows: np.ndarray,
-           base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _flows(
+    acts: DeviceActivities, caller: np.ndarray, keep: np.ndarray, rows: np.ndarray, base: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per kept row: ac2g flow id, flow-start flag, and the ``correlation`` arg (the flow id on a
     call and all its work; 0 on device work that no kept call launched; -1 elsewhere)."""
     n = len(acts)
@@ -481,32 +581,41 @@ def _core_pids(cores: list[int], taken: frozenset[int]) -> dict[int, int]:
     return out
 
 
-def _processes(cores: list[int], core_pid: dict[int, int], props: Sequence[dict[str, Any]]
-               ) -> list[CoreProcess]:
+def _processes(
+    cores: list[int], core_pid: dict[int, int], props: Sequence[dict[str, Any]]
+) -> list[CoreProcess]:
     chip = {int(p["id"]): str(p.get(V.PROP_CHIP, "NeuronCore")) for p in props}
-    return [CoreProcess(c, core_pid[c], V.core_process_name(c), V.core_sort_index(c),
-                        chip.get(c, "NeuronCore")) for c in cores]
+    return [
+        CoreProcess(
+            c, core_pid[c], V.core_process_name(c), V.core_sort_index(c), chip.get(c, "NeuronCore")
+        )
+        for c in cores
+    ]
 
 
-def _threads(cores: list[int], core_pid: dict[int, int], *, used_other: bool
-             ) -> list[QueueThread]:
+def _threads(cores: list[int], core_pid: dict[int, int], *, used_other: bool) -> list[QueueThread]:
     queues = range(len(V.QUEUE_NAMES) if used_other else len(V.QUEUE_NAMES) - 1)
-    return [QueueThread(core_pid[c], V.queue_stream(c, q), V.QUEUE_NAMES[q], q)
-            for c in cores for q in queues]
+    return [
+        QueueThread(core_pid[c], V.queue_stream(c, q), V.QUEUE_NAMES[q], q)
+        for c in cores
+        for q in queues
+    ]
 
 
 _PEAK_KEYS = (V.PROP_PEAK_BF16_TFLOPS, V.PROP_HBM_GBPS, V.PROP_PEAK_TFLOPS)
 
 
-def complete_properties(cores: list[int], props: Sequence[dict[str, Any]]
-                        ) -> list[dict[str, Any]]:
+def complete_properties(cores: list[int], props: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """deviceProperties per core: the source's entry, else id and name only; an entry with no
     peak figure says so (``peaks_known: false``) rather than inventing one."""
     by_core = {int(p["id"]): dict(p) for p in props}
     out = []
     for core in cores:
-        p = by_core.get(core) or {V.PROP_ID: core, V.PROP_NAME: V.core_process_name(core),
-                                  V.PROP_EMULATED: False}
+        p = by_core.get(core) or {
+            V.PROP_ID: core,
+            V.PROP_NAME: V.core_process_name(core),
+            V.PROP_EMULATED: False,
+        }
         p.setdefault(V.PROP_PEAKS_KNOWN, any(k in p for k in _PEAK_KEYS))
         out.append(p)
     return out
@@ -524,19 +633,31 @@ def device_properties_from_extensions(exts: Sequence[dict[str, Any]]) -> list[di
     return [out[k] for k in sorted(out)]
 
 
-def _metadata(acts: DeviceActivities, rows: np.ndarray, props: Sequence[dict[str, Any]],
-              core_pid: dict[int, int], odd_values: int) -> dict[str, Any]:
+def _metadata(
+    acts: DeviceActivities,
+    rows: np.ndarray,
+    props: Sequence[dict[str, Any]],
+    core_pid: dict[int, int],
+    odd_values: int,
+) -> dict[str, Any]:
     modelled = bool(acts.modelled.any())
     peaks = "modelled" if any(k in p for p in props for k in _PEAK_KEYS) else "unknown"
     calls = rows[acts.kind[rows] == ActivityKind.RUNTIME_CALL]
     meta: dict[str, Any] = {
-        V.META_DROPPED: ({str(k): int(v) for k, v in sorted(acts.dropped.items())}
-                         if acts.drops_known else V.DROPS_UNKNOWN),
-        V.META_MALFORMED: int(acts.malformed + odd_values), V.META_UNPAIRED: int(acts.unpaired),
-        V.META_UNMAPPED: int(acts.unmapped), V.META_ACTIVITIES: len(rows),
-        V.META_MODELLED: modelled, V.META_PEAKS: peaks,
+        V.META_DROPPED: (
+            {str(k): int(v) for k, v in sorted(acts.dropped.items())}
+            if acts.drops_known
+            else V.DROPS_UNKNOWN
+        ),
+        V.META_MALFORMED: int(acts.malformed + odd_values),
+        V.META_UNPAIRED: int(acts.unpaired),
+        V.META_UNMAPPED: int(acts.unmapped),
+        V.META_ACTIVITIES: len(rows),
+        V.META_MODELLED: modelled,
+        V.META_PEAKS: peaks,
         V.META_UNLINKED_CALLS: int((acts.correlation_id[calls] == 0).sum()),
-        V.META_HIDDEN_TYPES: sorted(acts.hidden_types)}
+        V.META_HIDDEN_TYPES: sorted(acts.hidden_types),
+    }
     numerics = sorted({str(p[V.PROP_NUMERICS]) for p in props if V.PROP_NUMERICS in p})
     if numerics:  # the emulator says whether results were computed (timing mode: skipped)
         meta[V.META_NUMERICS] = numerics[0] if len(numerics) == 1 else "mixed"
@@ -568,8 +689,11 @@ def _row_name(kind: int, base: str, e: _Ext) -> str:
         label = e.collective if e.collective is not None else (e.op or base)
         return f"{V.COLLECTIVE_ENGINE}: {label}"
     if kind == ActivityKind.COLLECTIVE_WAIT:  # named for its collective when the source knows it
-        return (V.COLLECTIVE_WAIT_PREFIX + str(e.collective) if e.collective is not None
-                else V.COLLECTIVE_WAIT_NAME)
+        return (
+            V.COLLECTIVE_WAIT_PREFIX + str(e.collective)
+            if e.collective is not None
+            else V.COLLECTIVE_WAIT_NAME
+        )
     if kind == ActivityKind.DMA:
         direction = e.direction or _TYPE_DIRECTION.get(base)
         return V.MEMCPY_NAMES.get(direction or "", V.MEMCPY_UNKNOWN)
@@ -584,29 +708,39 @@ def _row_name(kind: int, base: str, e: _Ext) -> str:
     return base
 
 
-def _names(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext]
-           ) -> tuple[np.ndarray, list[str]]:
+def _names(
+    acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext]
+) -> tuple[np.ndarray, list[str]]:
     """Name per kept row, rendered once per distinct (kind, label, extension names)."""
     if len(rows) == 0:
         return np.zeros(0, dtype=np.int32), []
     sub = take(exts, rows)
     _, ext_code = codes(map(attrgetter("op", "engine", "direction", "overhead"), sub), len(sub))
     # collectives, their waits and syncs name themselves from values of any type: row by row
-    own = np.flatnonzero(np.isin(acts.kind[rows], [ActivityKind.COLLECTIVE,
-                                                    ActivityKind.COLLECTIVE_WAIT,
-                                                    ActivityKind.HOST_SYNC]))
+    own = np.flatnonzero(
+        np.isin(
+            acts.kind[rows],
+            [ActivityKind.COLLECTIVE, ActivityKind.COLLECTIVE_WAIT, ActivityKind.HOST_SYNC],
+        )
+    )
     ext_code[own] = len(sub) + np.arange(len(own))
     key = (ext_code * len(acts.names) + acts.name_id[rows]) * len(ActivityKind) + acts.kind[rows]
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     table: dict[str, int] = {}
-    ids = [table.setdefault(_row_name(int(acts.kind[rows[j]]), acts.names[acts.name_id[rows[j]]],
-                                      sub[j]), len(table)) for j in first.tolist()]
+    ids = [
+        table.setdefault(
+            _row_name(int(acts.kind[rows[j]]), acts.names[acts.name_id[rows[j]]], sub[j]),
+            len(table),
+        )
+        for j in first.tolist()
+    ]
     return np.asarray(ids, dtype=np.int32)[inverse.reshape(-1)], list(table)
 
 
 # -- args -----------------------------------------------------------------------------------------
-def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: bool,
-              host_timed: bool = False) -> tuple[tuple[str, Any], ...]:
+def _row_args(
+    kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: bool, host_timed: bool = False
+) -> tuple[tuple[str, Any], ...]:
     """The args of one row besides the per-row numbers."""
     out: list[tuple[str, Any]] = []
     if modelled:
@@ -614,11 +748,17 @@ def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: boo
     if host_timed:
         out.append((V.ARG_HOST_TIMED, True))
     if kind == ActivityKind.KERNEL:
-        out += [(key, value) for key, value in ((V.ARG_OP, e.op), (V.ARG_ENGINE, e.engine),
-                                                 (V.ARG_GRAPH_ID, e.graph_id),
-                                                 (V.ARG_DTYPE, e.dtype),
-                                                 (V.ARG_PCT_PEAK, e.pct_of_peak))
-                if value is not None]
+        out += [
+            (key, value)
+            for key, value in (
+                (V.ARG_OP, e.op),
+                (V.ARG_ENGINE, e.engine),
+                (V.ARG_GRAPH_ID, e.graph_id),
+                (V.ARG_DTYPE, e.dtype),
+                (V.ARG_PCT_PEAK, e.pct_of_peak),
+            )
+            if value is not None
+        ]
     elif kind == ActivityKind.RUNTIME_CALL and e.op is not None:
         out.append((V.ARG_OP, e.op))
     elif kind == ActivityKind.DMA and e.direction is not None:
@@ -628,39 +768,62 @@ def _row_args(kind: int, e: _Ext, real_algorithm: Any, raw: bytes, modelled: boo
     elif kind == ActivityKind.COLLECTIVE:
         ranks = e.ranks if isinstance(e.ranks, list) else []
         algorithm = e.algorithm if e.algorithm is not None else real_algorithm
-        out += [(V.ARG_IS_COLLECTIVE, True), (V.ARG_COLLECTIVE, str(e.collective)),
-                (V.ARG_GROUP_RANKS, ranks), (V.ARG_GROUP_SIZE, len(ranks))]
+        out += [
+            (V.ARG_IS_COLLECTIVE, True),
+            (V.ARG_COLLECTIVE, str(e.collective)),
+            (V.ARG_GROUP_RANKS, ranks),
+            (V.ARG_GROUP_SIZE, len(ranks)),
+        ]
         if e.op is not None:
             out.append((V.ARG_OP, e.op))
         if algorithm is not None:
             out.append((V.ARG_ALGORITHM, str(algorithm)))
     elif kind == ActivityKind.FALLBACK:  # flops/bytes: the op's cost on the device (args, so
         # that no "achieved" rate of host time is derived from them)
-        out += [(V.ARG_IS_FALLBACK, True), (V.ARG_OP, str(e.op)),
-                (V.ARG_FALLBACK_REASON, str(e.reason)), (V.ARG_SHAPES, e.shapes),
-                (V.ARG_DTYPES, e.dtypes)]
-        out += [(key, value) for key, value in ((V.ARG_FLOPS, e.flops), (V.ARG_BYTES, e.bytes))
-                if value >= 0]
-        out += [(key, value) for key, value in ((V.ARG_DTYPE, e.dtype), (V.ARG_ENGINE, e.engine))
-                if value is not None]
+        out += [
+            (V.ARG_IS_FALLBACK, True),
+            (V.ARG_OP, str(e.op)),
+            (V.ARG_FALLBACK_REASON, str(e.reason)),
+            (V.ARG_SHAPES, e.shapes),
+            (V.ARG_DTYPES, e.dtypes),
+        ]
+        out += [
+            (key, value)
+            for key, value in ((V.ARG_FLOPS, e.flops), (V.ARG_BYTES, e.bytes))
+            if value >= 0
+        ]
+        out += [
+            (key, value)
+            for key, value in ((V.ARG_DTYPE, e.dtype), (V.ARG_ENGINE, e.engine))
+            if value is not None
+        ]
     elif kind == ActivityKind.HOST_SYNC and e.sync is not None:
         out.append((V.ARG_SYNC, str(e.sync)))
     elif kind == ActivityKind.COLLECTIVE_WAIT:
         out.append((V.ARG_COLLECTIVE_WAIT, True))
         if e.collective is not None:  # the emulator knows which collective it waits for
             ranks = e.ranks if isinstance(e.ranks, list) else []
-            out += [(V.ARG_COLLECTIVE, str(e.collective)), (V.ARG_GROUP_RANKS, ranks),
-                    (V.ARG_GROUP_SIZE, len(ranks))]
+            out += [
+                (V.ARG_COLLECTIVE, str(e.collective)),
+                (V.ARG_GROUP_RANKS, ranks),
+                (V.ARG_GROUP_SIZE, len(ranks)),
+            ]
     elif kind == ActivityKind.OVERHEAD:
         out += [(V.ARG_OVERHEAD, str(e.overhead)), (V.ARG_HIDDEN, 1)] + (
-            [(V.ARG_OP, e.op)] if e.op else [])
+            [(V.ARG_OP, e.op)] if e.op else []
+        )
     elif kind in RAW_DATA_KINDS:
         out.append((V.ARG_DATA, msgspec.Raw(raw)))
     return tuple(out)
 
 
-def _args(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas: list[_Data],
-          host_timed: np.ndarray) -> tuple[np.ndarray, list[tuple[tuple[str, Any], ...]]]:
+def _args(
+    acts: DeviceActivities,
+    rows: np.ndarray,
+    exts: list[_Ext],
+    datas: list[_Data],
+    host_timed: np.ndarray,
+) -> tuple[np.ndarray, list[tuple[tuple[str, Any], ...]]]:
     """Per kept row an index into a table of distinct arg tuples (-1: none). Kernels, launches
     and DMA depend only on (kind, modelled, extension names): rendered once per distinct key;
     the rare other kinds row by row."""
@@ -682,13 +845,20 @@ def _args(acts: DeviceActivities, rows: np.ndarray, exts: list[_Ext], datas: lis
     at = np.flatnonzero(simple)
     if len(at):
         sub = take(exts, rows[at])
-        _, label = codes(map(attrgetter("op", "engine", "dtype", "direction", "overhead",
-                                        "pct_of_peak"), sub), len(sub))
+        _, label = codes(
+            map(attrgetter("op", "engine", "dtype", "direction", "overhead", "pct_of_peak"), sub),
+            len(sub),
+        )
         key = ((label * len(ActivityKind) + kind[at]) * 2 + modelled[at]) * 2 + timed[at]
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        distinct = [intern(_row_args(int(kind[at[j]]), sub[j], None, b"",
-                                     bool(modelled[at[j]]), bool(timed[at[j]])))
-                    for j in first.tolist()]
+        distinct = [
+            intern(
+                _row_args(
+                    int(kind[at[j]]), sub[j], None, b"", bool(modelled[at[j]]), bool(timed[at[j]])
+                )
+            )
+            for j in first.tolist()
+        ]
         ids[at] = np.asarray(distinct, dtype=np.int32)[inverse.reshape(-1)]
     for j in np.flatnonzero(~simple).tolist():
         i, k = int(rows[j]), int(kind[j])

@@ -22,24 +22,48 @@ KINETO_GPU_USER_ANNOTATION = 2
 
 # Trace category of each placed row (the ``category`` field indexes it), and the Kineto activity
 # type the bridge gives it (Kineto names the category from the type).
-CATEGORIES = (V.CAT_KERNEL, V.CAT_MEMCPY, V.CAT_RUNTIME, V.CAT_DRIVER, V.CAT_OVERHEAD,
-              V.CAT_GRAPH_OP)
-KINETO_TYPES = np.array([KINETO_KERNEL, KINETO_MEMCPY, KINETO_RUNTIME, KINETO_DRIVER,
-                         KINETO_OVERHEAD, KINETO_GPU_USER_ANNOTATION], dtype=np.int32)
+CATEGORIES = (
+    V.CAT_KERNEL,
+    V.CAT_MEMCPY,
+    V.CAT_RUNTIME,
+    V.CAT_DRIVER,
+    V.CAT_OVERHEAD,
+    V.CAT_GRAPH_OP,
+)
+KINETO_TYPES = np.array(
+    [
+        KINETO_KERNEL,
+        KINETO_MEMCPY,
+        KINETO_RUNTIME,
+        KINETO_DRIVER,
+        KINETO_OVERHEAD,
+        KINETO_GPU_USER_ANNOTATION,
+    ],
+    dtype=np.int32,
+)
 
-RECORD = np.dtype([
-    ("start_ns", np.int64), ("end_ns", np.int64),  # host clock
-    ("pid", np.int64), ("tid", np.int64),  # where the row goes (Kineto: device, resource/thread)
-    ("external_id", np.int64),  # the launching aten op's correlation id (0: none)
-    # per-row numbers rendered as args (-1: absent); device/stream/correlation are CUDA's keys
-    ("exec_id", np.int64), ("flops", np.int64), ("bytes", np.int64), ("device", np.int64),
-    ("stream", np.int64), ("correlation", np.int64),
-    ("flow_id", np.int64),  # ac2g flow id (0: none)
-    ("activity", np.int64),  # index of the row's activity in the placed DeviceActivities
-    ("name_id", np.int32),  # index into the names
-    ("args_id", np.int32),  # index into the table of further args (-1: none)
-    ("kineto_type", np.int32),  # KINETO_TYPES[category]
-    ("kind", np.uint8),  # ActivityKind code
-    ("category", np.uint8),  # index into CATEGORIES
-    ("flow_start", np.bool_),  # the row starts its flow
-], align=True)
+RECORD = np.dtype(
+    [
+        ("start_ns", np.int64),
+        ("end_ns", np.int64),  # host clock
+        ("pid", np.int64),
+        ("tid", np.int64),  # where the row goes (Kineto: device, resource/thread)
+        ("external_id", np.int64),  # the launching aten op's correlation id (0: none)
+        # per-row numbers rendered as args (-1: absent); device/stream/correlation are CUDA's keys
+        ("exec_id", np.int64),
+        ("flops", np.int64),
+        ("bytes", np.int64),
+        ("device", np.int64),
+        ("stream", np.int64),
+        ("correlation", np.int64),
+        ("flow_id", np.int64),  # ac2g flow id (0: none)
+        ("activity", np.int64),  # index of the row's activity in the placed DeviceActivities
+        ("name_id", np.int32),  # index into the names
+        ("args_id", np.int32),  # index into the table of further args (-1: none)
+        ("kineto_type", np.int32),  # KINETO_TYPES[category]
+        ("kind", np.uint8),  # ActivityKind code
+        ("category", np.uint8),  # index into CATEGORIES
+        ("flow_start", np.bool_),  # the row starts its flow
+    ],
+    align=True,
+)

@@ -100,9 +100,21 @@ def scan(logdir: str | Path) -> list[Run]:
         workers = []
         for worker in sorted(runs[run]):
             spans = sorted(runs[run][worker], key=lambda s: (len(s[0]), s[0]))
-            workers.append(Worker(make_id(worker), worker, tuple(
-                Span(make_id(span, p.name), span or "1", p.resolve(),
-                     p.relative_to(root).as_posix()) for span, p in spans)))
+            workers.append(
+                Worker(
+                    make_id(worker),
+                    worker,
+                    tuple(
+                        Span(
+                            make_id(span, p.name),
+                            span or "1",
+                            p.resolve(),
+                            p.relative_to(root).as_posix(),
+                        )
+                        for span, p in spans
+                    ),
+                )
+            )
         out.append(Run(make_id(run), run, tuple(workers)))
     return out
 

@@ -84,12 +84,16 @@ def analyze_span(span: discovery.Span, progress: Progress = lambda phase: None) 
         return dict.fromkeys(ROUTES, _error(422, f"{span.rel}: {err.problem}"))
     except Exception as err:  # noqa: BLE001 - one bad trace must not take the others down
         _log.exception("analysis of %s failed", span.path)
-        return dict.fromkeys(ROUTES, _error(
-            500, f"{span.rel}: analysis failed: {type(err).__name__}: {err}"))
+        return dict.fromkeys(
+            ROUTES, _error(500, f"{span.rel}: analysis failed: {type(err).__name__}: {err}")
+        )
     report = dataclasses.replace(report, source=span.rel)
     summary = next(iter(summaries_of([report])), None)
-    return {"report": (200, to_document([report])), "timeline": (200, timeline_document(report)),
-            SUMMARY: (200, {"rank_summary": summary})}
+    return {
+        "report": (200, to_document([report])),
+        "timeline": (200, timeline_document(report)),
+        SUMMARY: (200, {"rank_summary": summary}),
+    }
 
 
 @dataclasses.dataclass
@@ -104,8 +108,11 @@ class _Job:
 
     def progress(self) -> dict[str, Any]:
         """The 202 body: what the page shows while it asks again."""
-        return {"status": "analysing", "phase": self.phase,
-                "elapsed_s": round(time.monotonic() - self.started, 1)}
+        return {
+            "status": "analysing",
+            "phase": self.phase,
+            "elapsed_s": round(time.monotonic() - self.started, 1),
+        }
 
 
 class ReportCache:
@@ -117,9 +124,13 @@ class ReportCache:
     small) so that the cross-rank view of a run larger than ``entries`` analyses each trace
     once."""
 
-    def __init__(self, compute: Callable[[discovery.Span, Progress], Bundle],
-                 entries: int = CACHE_ENTRIES, wait_s: float = WAIT_S,
-                 summary_entries: int = SUMMARY_ENTRIES) -> None:
+    def __init__(
+        self,
+        compute: Callable[[discovery.Span, Progress], Bundle],
+        entries: int = CACHE_ENTRIES,
+        wait_s: float = WAIT_S,
+        summary_entries: int = SUMMARY_ENTRIES,
+    ) -> None:
         self.compute = compute
         self.entries = entries
         self.summary_entries = summary_entries
@@ -177,8 +188,12 @@ class ReportCache:
             job = self._jobs.get(key)
             if job is None:
                 job = self._jobs[key] = _Job(size=st.st_size)
-                threading.Thread(target=self._run, args=(key, span, job), daemon=True,
-                                 name=f"neuron-prof-tb {span.rel}").start()
+                threading.Thread(
+                    target=self._run,
+                    args=(key, span, job),
+                    daemon=True,
+                    name=f"neuron-prof-tb {span.rel}",
+                ).start()
             return job
 
     def _run(self, key: tuple[str, int, int], span: discovery.Span, job: _Job) -> None:
@@ -237,12 +252,12 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
         return self._active()
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
-        return base_plugin.FrontendMetadata(es_module_path="/index.js",
-                                            tab_name="Neuron Profiler")
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Neuron Profiler")
 
     def get_plugin_apps(self) -> dict[str, Callable]:
-        apps: dict[str, Callable] = {route: self._static(name, ctype)
-                                     for route, (name, ctype) in STATIC.items()}
+        apps: dict[str, Callable] = {
+            route: self._static(name, ctype) for route, (name, ctype) in STATIC.items()
+        }
         apps["/plotly.min.js"] = self._serve_plotly
         apps["/runs"] = self._serve_runs
         apps["/report"] = self._serve_report
@@ -272,11 +287,21 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
     # --- data ---------------------------------------------------------------------------
     @wrappers.Request.application
     def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
-        runs = [{"id": r.id, "name": r.name,
-                 "workers": [{"id": w.id, "name": w.name,
-                              "spans": [{"id": s.id, "name": s.name} for s in w.spans]}
-                             for w in r.workers]}
-                for r in discovery.scan(self.logdir)]
+        runs = [
+            {
+                "id": r.id,
+                "name": r.name,
+                "workers": [
+                    {
+                        "id": w.id,
+                        "name": w.name,
+                        "spans": [{"id": s.id, "name": s.name} for s in w.spans],
+                    }
+                    for w in r.workers
+                ],
+            }
+            for r in discovery.scan(self.logdir)
+        ]
         return _json(request, (200, {"runs": runs}))
 
     def _span(self, request: wrappers.Request) -> discovery.Span | Result:
@@ -316,8 +341,9 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
         files = [(w, s) for w in run.workers for s in w.spans] if run is not None else []
         selected = next((s for _, s in files if s.id == ids[1]), None)
         if run is None or selected is None:
-            return _json(request, _error(404, "no such run or trace (moved or deleted? reload "
-                                              "the page)"))
+            return _json(
+                request, _error(404, "no such run or trace (moved or deleted? reload the page)")
+            )
         results = self.cache.get_many([s for _, s in files], SUMMARY)
         return _json(request, ranks.cross_rank_answer(run, selected, files, results))
 
@@ -334,8 +360,12 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
             return _json(request, body)
         stem = span.path.name.split(".pt.trace.json")[0]
         name = f"{_safe_filename(stem)}.{'pt.trace.json.gz' if fmt == 'json.gz' else fmt}"
-        return http_util.Respond(request, body, DOWNLOADS[fmt], headers=[
-            ("Content-Disposition", f'attachment; filename="{name}"')])
+        return http_util.Respond(
+            request,
+            body,
+            DOWNLOADS[fmt],
+            headers=[("Content-Disposition", f'attachment; filename="{name}"')],
+        )
 
 
 def _export(span: discovery.Span, fmt: str) -> bytes | Result:

@@ -19,9 +19,12 @@ from neuron_profiler.tensorboard import discovery
 Result = tuple[int, dict[str, Any]]
 
 
-def cross_rank_answer(run: discovery.Run, selected: discovery.Span,
-                      files: list[tuple[discovery.Worker, discovery.Span]],
-                      results: list[Result]) -> Result:
+def cross_rank_answer(
+    run: discovery.Run,
+    selected: discovery.Span,
+    files: list[tuple[discovery.Worker, discovery.Span]],
+    results: list[Result],
+) -> Result:
     """``results``: each file's summary answer (as ``ReportCache.get_many`` gives them, in the
     order of ``files``). 202 while any is being analysed; the chosen trace's own error when it
     cannot be analysed; else 200 with the failed traces listed under ``errors``."""
@@ -31,25 +34,39 @@ def cross_rank_answer(run: discovery.Run, selected: discovery.Span,
     pending = [body for status, body in results if status == 202]
     if pending:
         done = len(results) - len(pending)
-        return 202, {"status": "analysing",
-                     "phase": f"{done} of {len(results)} traces of the run analysed; "
-                              f"{pending[0]['phase']}",
-                     "elapsed_s": max(b["elapsed_s"] for b in pending)}
+        return 202, {
+            "status": "analysing",
+            "phase": f"{done} of {len(results)} traces of the run analysed; {pending[0]['phase']}",
+            "elapsed_s": max(b["elapsed_s"] for b in pending),
+        }
     summaries, errors = {}, []
     for (worker, span), (status, body) in zip(files, results, strict=True):
         if status != 200:
             if span.id == selected.id:
                 return status, body
-            errors.append({"worker": worker.name, "span": span.name, "source": span.rel,
-                           "error": body.get("error", str(status))})
+            errors.append(
+                {
+                    "worker": worker.name,
+                    "span": span.name,
+                    "source": span.rel,
+                    "error": body.get("error", str(status)),
+                }
+            )
         elif body["rank_summary"] is not None:
             summaries[span.rel] = body["rank_summary"]
     mine = summaries.get(selected.rel)
     spans = group_spans([s for s in summaries.values() if s.rank is not None])
-    index, together = next(((i, g) for i, g in enumerate(spans)
-                            if any(s.source == selected.rel for s in g)),
-                           (None, [mine] if mine is not None else []))
-    return 200, {"run": run.name, "selected": selected.rel, "run_traces": len(files),
-                 "run_spans": len(spans), "span_in_run": index,
-                 "sources": [s.source for s in together], "errors": errors,
-                 "distributed": distributed_document(distributed(together))}
+    index, together = next(
+        ((i, g) for i, g in enumerate(spans) if any(s.source == selected.rel for s in g)),
+        (None, [mine] if mine is not None else []),
+    )
+    return 200, {
+        "run": run.name,
+        "selected": selected.rel,
+        "run_traces": len(files),
+        "run_spans": len(spans),
+        "span_in_run": index,
+        "sources": [s.source for s in together],
+        "errors": errors,
+        "distributed": distributed_document(distributed(together)),
+    }

@@ -76,8 +76,9 @@ class _Times(msgspec.Struct, gc=False):
 
 class _ArgIds(msgspec.Struct, gc=False):
     external_id: int | float | str | None = msgspec.field(name=V.ARG_EXTERNAL_ID, default=-1)
-    external_id_2021: int | float | str | None = msgspec.field(name=V.ARG_EXTERNAL_ID_2021,
-                                                               default=-1)
+    external_id_2021: int | float | str | None = msgspec.field(
+        name=V.ARG_EXTERNAL_ID_2021, default=-1
+    )
     correlation: int | float | str | None = msgspec.field(name=V.ARG_CORRELATION, default=-1)
     stream: Any = msgspec.field(name=V.ARG_STREAM, default=None)  # any value: int() decides
 
@@ -144,11 +145,13 @@ def _scope_codes(scopes: list[Any]) -> np.ndarray | int:
     if isinstance(first, str) and scopes.count(first) == len(scopes):  # usual: one scope
         return _SCOPE_CODES.get(first, 0)
     try:
-        return np.fromiter(map(_SCOPE_CODES.get, scopes, repeat(0)), dtype=np.uint8,
-                           count=len(scopes))
+        return np.fromiter(
+            map(_SCOPE_CODES.get, scopes, repeat(0)), dtype=np.uint8, count=len(scopes)
+        )
     except TypeError:  # an unhashable value (a list, an object): not a scope
-        return np.array([_SCOPE_CODES.get(v, 0) if isinstance(v, str) else 0 for v in scopes],
-                        dtype=np.uint8)
+        return np.array(
+            [_SCOPE_CODES.get(v, 0) if isinstance(v, str) else 0 for v in scopes], dtype=np.uint8
+        )
 
 
 class ColumnSink:
@@ -165,11 +168,19 @@ class ColumnSink:
         self.process_sort: dict[int, int] = {}
         self.thread_sort: dict[tuple[int, int], int] = {}
         self._views: dict[str, dict[Any, Any]] = {
-            "process_names": self.process_names, "thread_names": self.thread_names,
-            "process_sort_index": self.process_sort, "thread_sort_index": self.thread_sort}
+            "process_names": self.process_names,
+            "thread_names": self.thread_names,
+            "process_sort_index": self.process_sort,
+            "thread_sort_index": self.thread_sort,
+        }
         self.skipped = 0
-        self.repairs = {"replaced_text": 0, "replaced_values": 0, "replaced_nesting": 0,
-                        "dropped_ids": 0, "relabelled_ids": 0}  # LoadReport fields
+        self.repairs = {
+            "replaced_text": 0,
+            "replaced_values": 0,
+            "replaced_nesting": 0,
+            "dropped_ids": 0,
+            "relabelled_ids": 0,
+        }  # LoadReport fields
         self._relabelled: set[int] = set()  # label ids given to pids/tids beyond int64
         self.rows = 0
         self.seen = 0  # events decoded, whatever became of them
@@ -216,8 +227,9 @@ class ColumnSink:
         self.repairs["replaced_values"] += 1
         return event, fixed
 
-    def _decode_leniently(self, text: bytes, err: msgspec.ValidationError
-                          ) -> tuple[list[Event], list[msgspec.Raw | bytes]]:
+    def _decode_leniently(
+        self, text: bytes, err: msgspec.ValidationError
+    ) -> tuple[list[Event], list[msgspec.Raw | bytes]]:
         """Skip (and count) the mistyped events of a piece, keeping the rest; an event whose
         only fault is a number beyond float range is kept with that number as text."""
         raws: list[msgspec.Raw] = with_headroom(_decode_raws, text)
@@ -232,8 +244,7 @@ class ColumnSink:
                         events.append(_decode_event(raw))
                         kept.append(raw)
                     except msgspec.ValidationError as bad:
-                        repaired = self._repaired_event(raw) if _OUT_OF_RANGE in str(bad) \
-                            else None
+                        repaired = self._repaired_event(raw) if _OUT_OF_RANGE in str(bad) else None
                         if repaired is None:
                             self.skipped += 1
                         else:
@@ -260,8 +271,7 @@ class ColumnSink:
                     err = again
         return events, kept
 
-    def _add_events(self, events: list[Event], text: bytes, raws: list[msgspec.Raw] | None
-                    ) -> None:
+    def _add_events(self, events: list[Event], text: bytes, raws: list[msgspec.Raw] | None) -> None:
         codes = self._codes([e.ph for e in events])
         keep: np.ndarray | None = None
         if (codes == _META).any():
@@ -300,35 +310,42 @@ class ColumnSink:
         self.rows += len(cols[S.TS_NS])
         self._pieces.append(cols)
 
-    def _phase_details(self, events: list[Event], codes: np.ndarray, form: np.ndarray,
-                       cols: dict[str, np.ndarray]) -> None:
+    def _phase_details(
+        self, events: list[Event], codes: np.ndarray, form: np.ndarray, cols: dict[str, np.ndarray]
+    ) -> None:
         """Instants' scope; flows' ``bp`` and ``id``; the ``id`` of other phases (async
         events). Attributes are read only on the rows of those phases."""
         n = len(events)
         instants = np.flatnonzero(codes == S.Phase.INSTANT)
         if len(instants):
-            form[instants] |= _scope_codes([e.s for e in events] if len(instants) == n else
-                                           [events[i].s for i in instants.tolist()])
+            form[instants] |= _scope_codes(
+                [e.s for e in events]
+                if len(instants) == n
+                else [events[i].s for i in instants.tolist()]
+            )
         flows = (codes >= S.Phase.FLOW_START) & (codes <= S.Phase.FLOW_END)
         id_rows = np.flatnonzero(flows | (codes == S.Phase.OTHER))
         cols[S.FLOW_ID] = np.full(n, -1, dtype=np.int64)
         if len(id_rows):
             everything = len(id_rows) == n
-            ids = [e.id for e in events] if everything else \
-                [events[i].id for i in id_rows.tolist()]
+            ids = [e.id for e in events] if everything else [events[i].id for i in id_rows.tolist()]
             cols[S.FLOW_ID][id_rows], dropped = _id_column(ids)
             self.repairs["dropped_ids"] += dropped
-        for rows, kineto in ((np.flatnonzero(codes == S.Phase.FLOW_END), "e"),
-                             (np.flatnonzero(flows & (codes != S.Phase.FLOW_END)), "")):
+        for rows, kineto in (
+            (np.flatnonzero(codes == S.Phase.FLOW_END), "e"),
+            (np.flatnonzero(flows & (codes != S.Phase.FLOW_END)), ""),
+        ):
             if len(rows):  # Kineto writes "bp":"e" on f events only: mark the exceptions
                 bps = [events[i].bp for i in rows.tolist()]
                 if bps.count(kineto) != len(bps):
-                    usual = np.fromiter(map(operator.eq, bps, repeat(kineto)), dtype=bool,
-                                        count=len(bps))
+                    usual = np.fromiter(
+                        map(operator.eq, bps, repeat(kineto)), dtype=bool, count=len(bps)
+                    )
                     form[rows[~usual]] |= S.Form.BP_FLIPPED
 
-    def _add_metas(self, metas: list[Event], text: bytes, raws: list[msgspec.Raw] | None,
-                   where: np.ndarray) -> None:
+    def _add_metas(
+        self, metas: list[Event], text: bytes, raws: list[msgspec.Raw] | None, where: np.ndarray
+    ) -> None:
         """Keep every ``M`` event (``where``: their rows in the piece) and fill the name and
         sort-index dicts; ts converted like event times (None when absent)."""
         valid = np.ones(len(metas), dtype=bool)
@@ -341,18 +358,27 @@ class ColumnSink:
                 self.skipped += 1
 
     # ---- columns --------------------------------------------------------------------------
-    def _times(self, events: list[Event], text: bytes, raws: list[msgspec.Raw] | None,
-               keep: np.ndarray | None, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _times(
+        self,
+        events: list[Event],
+        text: bytes,
+        raws: list[msgspec.Raw] | None,
+        keep: np.ndarray | None,
+        valid: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
         ts, ts_exact = _us_to_ns([e.ts for e in events], valid, required=True)
         dur, dur_exact = _us_to_ns([e.dur for e in events], valid, required=False)
-        self._exact_times(((ts, ts_exact, "ts"), (dur, dur_exact, "dur")), text, raws, keep,
-                          valid)
+        self._exact_times(((ts, ts_exact, "ts"), (dur, dur_exact, "dur")), text, raws, keep, valid)
         return ts, dur
 
     @staticmethod
-    def _exact_times(columns: tuple[tuple[np.ndarray, np.ndarray, str], ...], text: bytes,
-                     raws: list[msgspec.Raw] | None, keep: np.ndarray | None,
-                     valid: np.ndarray) -> None:
+    def _exact_times(
+        columns: tuple[tuple[np.ndarray, np.ndarray, str], ...],
+        text: bytes,
+        raws: list[msgspec.Raw] | None,
+        keep: np.ndarray | None,
+        valid: np.ndarray,
+    ) -> None:
         """Large floats: the ns digits come from the JSON text of the rows that need it."""
         if not any(need.any() for _, need, _ in columns):
             return
@@ -380,8 +406,7 @@ class ColumnSink:
         stored. Names pass ``self.strings``, so a name spelled like the marker is a name."""
         lookup = self._lookup if lookup is None else lookup
         try:  # usual case after the first pieces: every string is known already
-            return np.fromiter(map(lookup.__getitem__, values), dtype=np.int32,
-                               count=len(values))
+            return np.fromiter(map(lookup.__getitem__, values), dtype=np.int32, count=len(values))
         except KeyError:
             pass
         strings = self.strings
@@ -417,8 +442,12 @@ class ColumnSink:
                 number = None
         if number is None or str(number) != value or not _INT64[0] <= number < _INT64[1]:
             label = LABEL_ID_BASE + self.labels.setdefault(value, len(self.labels))
-            if number is not None and not _INT64[0] <= number < _INT64[1] \
-                    or number is None and _beyond_int64(value):
+            if (
+                number is not None
+                and not _INT64[0] <= number < _INT64[1]
+                or number is None
+                and _beyond_int64(value)
+            ):
                 self._relabelled.add(label)
             return label
         return number
@@ -427,7 +456,8 @@ class ColumnSink:
         """pids/tids beyond int64 that became labels (checked only once there are any)."""
         if self._relabelled:
             self.repairs["relabelled_ids"] += int(
-                np.isin(ids, np.fromiter(self._relabelled, dtype=np.int64)).sum())
+                np.isin(ids, np.fromiter(self._relabelled, dtype=np.int64)).sum()
+            )
 
     def _is_label(self, ident: int) -> bool:
         return LABEL_ID_BASE <= ident < LABEL_ID_BASE + len(self.labels)
@@ -462,8 +492,9 @@ class ColumnSink:
             return ids, None
         return ids, np.fromiter(map(texts.__contains__, values), dtype=bool, count=len(values))
 
-    def _args_columns(self, args: list[msgspec.Raw], cols: dict[str, np.ndarray],
-                      valid: np.ndarray) -> None:
+    def _args_columns(
+        self, args: list[msgspec.Raw], cols: dict[str, np.ndarray], valid: np.ndarray
+    ) -> None:
         n = len(args)
         lengths = np.fromiter(map(len, args), dtype=np.int64, count=n)
         has = lengths > 2  # b"" (absent) and b"{}" carry nothing
@@ -485,29 +516,33 @@ class ColumnSink:
                 for i, raw in enumerate(chosen):
                     chosen[i], bad = fix_utf8(bytes(raw))
                     self.repairs["replaced_text"] += bad
-                buffer, sizes = _args_buffer(chosen, np.fromiter(
-                    map(len, chosen), dtype=np.int64, count=len(chosen)))
+                buffer, sizes = _args_buffer(
+                    chosen, np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
+                )
             try:
                 ids = _decode_arg_ids(buffer)
             except msgspec.ValidationError:  # an args value that is not an object, or 1e400
                 ids, fixed = self._arg_ids_one_by_one(chosen, rows, valid)
                 if fixed:
-                    buffer, sizes = _args_buffer(chosen, np.fromiter(
-                        map(len, chosen), dtype=np.int64, count=len(chosen)))
+                    buffer, sizes = _args_buffer(
+                        chosen, np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
+                    )
             starts = np.cumsum(sizes + 1) - sizes
             args_row[rows] = self._args.add(buffer, starts, sizes) + np.arange(len(rows))
             # "External id", else 2021 Kineto's "external id" (inline: a call per row costs)
-            for column, values in ((ext, [a.external_id if a.external_id != -1
-                                          else a.external_id_2021 for a in ids]),
-                                   (corr, [a.correlation for a in ids])):
+            for column, values in (
+                (ext, [a.external_id if a.external_id != -1 else a.external_id_2021 for a in ids]),
+                (corr, [a.correlation for a in ids]),
+            ):
                 column[rows], dropped = _id_column(values)
                 self.repairs["dropped_ids"] += dropped
             stream[rows] = python_int_column([a.stream for a in ids])
         cols[S.EXTERNAL_ID], cols[S.CORRELATION], cols[S.ARGS_ROW] = ext, corr, args_row
         cols[S.STREAM] = stream
 
-    def _arg_ids_one_by_one(self, chosen: list[msgspec.Raw | bytes], rows: np.ndarray,
-                            valid: np.ndarray) -> tuple[list[_ArgIds], bool]:
+    def _arg_ids_one_by_one(
+        self, chosen: list[msgspec.Raw | bytes], rows: np.ndarray, valid: np.ndarray
+    ) -> tuple[list[_ArgIds], bool]:
         """Ids of each args object; mistyped args make their event invalid; a number beyond
         float range (``1e400``) is rewritten as text in ``chosen`` (True if any was)."""
         ids: list[_ArgIds] = []
@@ -537,10 +572,18 @@ class ColumnSink:
             return
         pid, tid = self._ident(event.pid), self._ident(event.tid)
         self._count_relabelled(np.array([pid, tid], dtype=np.int64))
-        form = ((S.Form.PID_TEXT if type(event.pid) is str and not self._is_label(pid) else 0)
-                | (S.Form.TID_TEXT if type(event.tid) is str and not self._is_label(tid) else 0))
-        meta = MetaEvent(name=event.name, pid=pid, tid=tid, args=args, ts_ns=ts_ns,
-                         cat=None if event.cat is _NO_CAT else event.cat, form=form)
+        form = (S.Form.PID_TEXT if type(event.pid) is str and not self._is_label(pid) else 0) | (
+            S.Form.TID_TEXT if type(event.tid) is str and not self._is_label(tid) else 0
+        )
+        meta = MetaEvent(
+            name=event.name,
+            pid=pid,
+            tid=tid,
+            args=args,
+            ts_ns=ts_ns,
+            cat=None if event.cat is _NO_CAT else event.cat,
+            form=form,
+        )
         self.meta_events.append(meta)
         entry = meta.entry()
         if entry is not None:
@@ -574,8 +617,11 @@ class ColumnSink:
         for name in S.EVENT_COLUMNS:
             dtype = S.COLUMN_DTYPES.get(name, np.int64)
             parts = [p.pop(name) for p in pieces]
-            out[name] = np.concatenate(parts).astype(dtype, copy=False) if parts else \
-                np.zeros(0, dtype=dtype)
+            out[name] = (
+                np.concatenate(parts).astype(dtype, copy=False)
+                if parts
+                else np.zeros(0, dtype=dtype)
+            )
         return out
 
     def raw_args(self) -> RawArgs:
@@ -590,8 +636,7 @@ def _utf8(text: bytes) -> bool:
         return False
 
 
-def _args_buffer(chosen: list[msgspec.Raw | bytes], sizes: np.ndarray
-                 ) -> tuple[bytes, np.ndarray]:
+def _args_buffer(chosen: list[msgspec.Raw | bytes], sizes: np.ndarray) -> tuple[bytes, np.ndarray]:
     """``[a,b,...]`` of the args texts, built with one copy (stored as is and decoded)."""
     first, last = chosen[0], chosen[-1]
     chosen[0] = b"[" + bytes(first)
@@ -601,8 +646,9 @@ def _args_buffer(chosen: list[msgspec.Raw | bytes], sizes: np.ndarray
     return buffer, sizes
 
 
-def _us_to_ns(values: list[Any], valid: np.ndarray, *, required: bool
-              ) -> tuple[np.ndarray, np.ndarray]:
+def _us_to_ns(
+    values: list[Any], valid: np.ndarray, *, required: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """ns from µs values (int / float / numeric str) and the rows whose float is too large to
     carry the ns digit (the caller parses their text instead). Unusable values clear ``valid``."""
     n = len(values)

@@ -79,7 +79,7 @@ def _convert_batch(texts: Sequence[bytes | msgspec.Raw]) -> tuple[np.ndarray, np
     status = np.where(missing, MISSING, np.where(regular, OK, INVALID)).astype(np.uint8)
     total = np.where(status == OK, total, 0)
     for i in np.flatnonzero(status == INVALID).tolist():  # rare: exponents, epoch µs, junk
-        parsed = _fallback(bytes(joined[starts[i]:ends[i]]))
+        parsed = _fallback(bytes(joined[starts[i] : ends[i]]))
         if parsed is not None and -(2**63) <= parsed < 2**63:
             total[i], status[i] = parsed, OK
     return total, status
@@ -125,5 +125,6 @@ def python_int_column(values: list[object], default: int = -1) -> np.ndarray:
         memo = {v: python_int(v, default) for v in set(values)}
         return np.fromiter(map(memo.__getitem__, values), dtype=np.int64, count=len(values))
     except (TypeError, KeyError):  # unhashable, or NaN (never equal to itself)
-        return np.fromiter((python_int(v, default) for v in values), dtype=np.int64,
-                           count=len(values))
+        return np.fromiter(
+            (python_int(v, default) for v in values), dtype=np.int64, count=len(values)
+        )

@@ -27,8 +27,9 @@ def pair_begin_end(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     b_rows: list[int] = []
     e_rows: list[int] = []
     is_begin = (ph[rows] == S.Phase.BEGIN).tolist()
-    for row, pid, tid, begin in zip(rows.tolist(), cols[S.PID][rows].tolist(),
-                                    cols[S.TID][rows].tolist(), is_begin, strict=True):
+    for row, pid, tid, begin in zip(
+        rows.tolist(), cols[S.PID][rows].tolist(), cols[S.TID][rows].tolist(), is_begin, strict=True
+    ):
         stack = open_rows.setdefault((pid, tid), [])
         if begin:
             stack.append(row)

@@ -22,8 +22,9 @@ class RawArgs(Sequence[bytes]):
 
     __slots__ = ("_buffers", "_first", "_starts", "_lengths")
 
-    def __init__(self, buffers: list[bytes], first: list[int], starts: np.ndarray,
-                 lengths: np.ndarray) -> None:
+    def __init__(
+        self, buffers: list[bytes], first: list[int], starts: np.ndarray, lengths: np.ndarray
+    ) -> None:
         self._buffers = buffers
         self._first = first  # global index of each buffer's first entry
         self._starts = starts
@@ -48,7 +49,7 @@ class RawArgs(Sequence[bytes]):
             raise IndexError("args row out of range")
         start = int(self._starts[i])
         buffer = self._buffers[bisect.bisect_right(self._first, i) - 1]
-        return buffer[start:start + int(self._lengths[i])]
+        return buffer[start : start + int(self._lengths[i])]
 
     def __iter__(self) -> Iterator[bytes]:
         bounds = [*self._first, len(self)]

@@ -90,7 +90,7 @@ class BlockSource:
         if not out:
             self.done = True
         elif self._delivered == 0 and out.startswith(_BOM):  # some Windows tools write one
-            out = out[len(_BOM):]
+            out = out[len(_BOM) :]
         self._delivered += len(out)
         if out and self._reads_ahead():
             self._ahead = _Ahead(self._produce, BLOCK_BYTES)
@@ -124,7 +124,7 @@ class BlockSource:
                     self._cut = True
                 break
             if self._inflater.eof:  # a multi-member gzip file: the next member starts here
-                if len(raw) < 2 and raw == _GZIP_MAGIC[:len(raw)]:
+                if len(raw) < 2 and raw == _GZIP_MAGIC[: len(raw)]:
                     raw += self._fh.read(_GZIP_IN)
                 if not raw.startswith(_GZIP_MAGIC):  # not a member: trailing bytes, ignored
                     self._trailing = len(raw) + self._drain()
@@ -148,7 +148,7 @@ class BlockSource:
         from a copy taken before it.)"""
         parts: list[bytes] = []
         for start in range(0, len(raw), _SALVAGE_STEP):
-            step = raw[start:start + _SALVAGE_STEP]
+            step = raw[start : start + _SALVAGE_STEP]
             before = inflater.copy()
             try:
                 parts.append(inflater.decompress(step))
@@ -157,13 +157,14 @@ class BlockSource:
                 inflater = before
             for i in range(len(step)):  # the failing step again, a byte at a time
                 try:
-                    parts.append(inflater.decompress(step[i:i + 1]))
+                    parts.append(inflater.decompress(step[i : i + 1]))
                 except zlib.error:
                     break
             break
         out = b"".join(parts)
-        self._damage = f"damaged gzip data ({str(err).split(': ', 1)[-1]}) after " \
-                      f"{offset + len(out)} bytes"
+        self._damage = (
+            f"damaged gzip data ({str(err).split(': ', 1)[-1]}) after {offset + len(out)} bytes"
+        )
         self._tail = b""
         self._stopped = True
         return out
@@ -193,8 +194,9 @@ class _Ahead:
     def __init__(self, produce: Callable[[int], bytes], size: int) -> None:
         self._out: bytes = b""
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(produce, size), daemon=True,
-                                        name="trace-read-ahead")
+        self._thread = threading.Thread(
+            target=self._run, args=(produce, size), daemon=True, name="trace-read-ahead"
+        )
         self._thread.start()
 
     def _run(self, produce: Callable[[int], bytes], size: int) -> None:
@@ -234,8 +236,9 @@ class Cut(NamedTuple):
     trouble: bool = False
 
 
-def leading_events(add_piece: Callable[[bytes], None], data: bytes, *, need_comma: bool,
-                   tries: int = MAX_CUT_TRIES) -> Cut:
+def leading_events(
+    add_piece: Callable[[bytes], None], data: bytes, *, need_comma: bool, tries: int = MAX_CUT_TRIES
+) -> Cut:
     """Feed ``add_piece`` the longest run of complete events at the start of ``data`` (the body
     of an events array); returns where that run ends.
 
@@ -247,12 +250,12 @@ def leading_events(add_piece: Callable[[bytes], None], data: bytes, *, need_comm
         pos = data.rfind(b"}", 0, limit)
         if pos < 0:
             return Cut(None, trouble)
-        if need_comma and data[pos + 1:pos + 65].lstrip(_WS)[:1] != b",":
+        if need_comma and data[pos + 1 : pos + 65].lstrip(_WS)[:1] != b",":
             limit = pos
             continue
         tries -= 1
         try:
-            add_piece(b"".join((b"[", view[:pos + 1], b"]")))  # one copy
+            add_piece(b"".join((b"[", view[: pos + 1], b"]")))  # one copy
             return Cut(pos + 1)
         except RecursionError:  # somewhere in the piece: the repair path finds it
             return Cut(None, True)

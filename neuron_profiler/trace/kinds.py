@@ -8,17 +8,26 @@ from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.schema import EventKind
 
 CATEGORY_KINDS: dict[str, EventKind] = {
-    "cpu_op": EventKind.CPU_OP, "operator": EventKind.CPU_OP,
+    "cpu_op": EventKind.CPU_OP,
+    "operator": EventKind.CPU_OP,
     "user_annotation": EventKind.USER_ANNOTATION,
     "gpu_user_annotation": EventKind.GPU_USER_ANNOTATION,
-    "cuda_runtime": EventKind.RUNTIME, "cuda_driver": EventKind.RUNTIME,
-    "runtime": EventKind.RUNTIME, "mtia_runtime": EventKind.RUNTIME,
-    "privateuse1_runtime": EventKind.RUNTIME, "privateuse1_driver": EventKind.RUNTIME,
-    "kernel": EventKind.KERNEL, "mtia_ccp_events": EventKind.KERNEL,
-    "gpu_memcpy": EventKind.MEMCPY, "memcpy": EventKind.MEMCPY,
-    "gpu_memset": EventKind.MEMSET, "memset": EventKind.MEMSET,
+    "cuda_runtime": EventKind.RUNTIME,
+    "cuda_driver": EventKind.RUNTIME,
+    "runtime": EventKind.RUNTIME,
+    "mtia_runtime": EventKind.RUNTIME,
+    "privateuse1_runtime": EventKind.RUNTIME,
+    "privateuse1_driver": EventKind.RUNTIME,
+    "kernel": EventKind.KERNEL,
+    "mtia_ccp_events": EventKind.KERNEL,
+    "gpu_memcpy": EventKind.MEMCPY,
+    "memcpy": EventKind.MEMCPY,
+    "gpu_memset": EventKind.MEMSET,
+    "memset": EventKind.MEMSET,
     "python_function": EventKind.PYTHON,
-    "ac2g": EventKind.FLOW, "async": EventKind.FLOW, "async_cpu_to_gpu": EventKind.FLOW,
+    "ac2g": EventKind.FLOW,
+    "async": EventKind.FLOW,
+    "async_cpu_to_gpu": EventKind.FLOW,
     "fwdbwd": EventKind.FLOW,
     "trace": EventKind.TRACE_META,
     "cpu_instant_event": EventKind.CPU_INSTANT,
@@ -41,5 +50,7 @@ def refine_kinds(kind: np.ndarray, name_id: np.ndarray, strings: list[str]) -> n
     fallback_ids = [i for i, text in enumerate(strings) if text.startswith(FALLBACK_NAME_PREFIX)]
     if not fallback_ids:
         return kind
-    hit = (kind == EventKind.RUNTIME) & np.isin(name_id, np.asarray(fallback_ids, dtype=name_id.dtype))
+    hit = (kind == EventKind.RUNTIME) & np.isin(
+        name_id, np.asarray(fallback_ids, dtype=name_id.dtype)
+    )
     return np.where(hit, np.uint8(EventKind.FALLBACK), kind).astype(kind.dtype)

@@ -117,11 +117,17 @@ def load_trace(path: str | Path) -> Trace:
     if trace.truncated:
         what = report.damage or "file is truncated"
         where = "damage" if report.damage else "cut"
-        warnings.warn(f"{path}: {what}; kept {len(trace)} complete events before the {where}",
-                      TruncatedTraceWarning, stacklevel=2)
+        warnings.warn(
+            f"{path}: {what}; kept {len(trace)} complete events before the {where}",
+            TruncatedTraceWarning,
+            stacklevel=2,
+        )
     elif report.damage:
-        warnings.warn(f"{path}: {report.damage}; every event was read, but some may be damaged",
-                      TruncatedTraceWarning, stacklevel=2)
+        warnings.warn(
+            f"{path}: {report.damage}; every event was read, but some may be damaged",
+            TruncatedTraceWarning,
+            stacklevel=2,
+        )
     return trace
 
 
@@ -155,8 +161,9 @@ class _Load:
         self.trailing += self.source.trailing
         if self.truncated and self.sink.seen == 0:
             problem = self.damage or NOTHING_COMPLETE
-            raise TraceLoadError(self.path, problem + ("" if not self.damage else
-                                                       " (no complete event before it)"))
+            raise TraceLoadError(
+                self.path, problem + ("" if not self.damage else " (no complete event before it)")
+            )
 
     def _events_start(self) -> bytes | None:
         """Bytes right after ``"traceEvents": [`` with the keys before it decoded, or None
@@ -174,7 +181,7 @@ class _Load:
                 top = self._decode_object(self._head[:key] + b'"traceEvents":[]}')
                 if top is not None:
                     self._keep_metadata(top)
-                    pending, self._head = self._head[match.end():], b""
+                    pending, self._head = self._head[match.end() :], b""
                     return pending
             key = self._head.find(_KEY, key + 1)
         return None
@@ -192,15 +199,16 @@ class _Load:
     def _stream_events(self, pending: bytes) -> None:
         retry_at = 0
         while True:
-            if not self.source.done and (len(pending) < self.source.block_bytes
-                                         or len(pending) < retry_at):
+            if not self.source.done and (
+                len(pending) < self.source.block_bytes or len(pending) < retry_at
+            ):
                 pending = self._read_until(pending, retry_at)
                 continue
             if self.source.done:
                 break
             cut = leading_events(self.sink.add_piece, pending, need_comma=True)
             if cut.end is not None:
-                pending, retry_at = skip_separator(pending[cut.end:]), 0
+                pending, retry_at = skip_separator(pending[cut.end :]), 0
                 continue
             if cut.trouble:  # the first element needs repair (or the array ends here)
                 reached, status = self._walk(pending, final=False)
@@ -254,7 +262,7 @@ class _Load:
                 continue
             if last >= 0:
                 try:
-                    self.sink.add_piece(b"".join((b"[", memoryview(pending)[:last + 1], b"]")))
+                    self.sink.add_piece(b"".join((b"[", memoryview(pending)[: last + 1], b"]")))
                 except (msgspec.DecodeError, RecursionError):
                     return False  # damaged events: the general path salvages them
             rest.pop("traceEvents", None)
@@ -359,15 +367,15 @@ class _Load:
         except (msgspec.DecodeError, RecursionError) as err:
             top = self._decode_object(data)
             if top is None:
-                problem = NOTHING_COMPLETE if _KEY in data else \
-                    f"invalid JSON ({err})"
+                problem = NOTHING_COMPLETE if _KEY in data else f"invalid JSON ({err})"
                 raise TraceLoadError(self.path, problem) from None
         events = top.pop("traceEvents", None)
         if events is None:
             raise TraceLoadError(self.path, "not a torch.profiler trace (no traceEvents)")
         if bytes(events)[:1] != b"[":
-            raise TraceLoadError(self.path, "not a torch.profiler trace (traceEvents is not "
-                                 "an array)")
+            raise TraceLoadError(
+                self.path, "not a torch.profiler trace (traceEvents is not an array)"
+            )
         try:
             self.sink.add_piece(bytes(events))
         except (msgspec.DecodeError, RecursionError):
@@ -436,14 +444,30 @@ def _build(load: _Load, source: str) -> Trace:
     strings = list(sink.strings)
     columns[S.KIND] = refine_kinds(columns[S.KIND], columns[S.NAME_ID], strings)
     labels = {LABEL_ID_BASE + i: text for text, i in sink.labels.items()}
-    meta_events = tuple(m if m.ts_ns is None or not base_ns else
-                        dataclasses.replace(m, ts_ns=m.ts_ns + base_ns) for m in sink.meta_events)
-    report = LoadReport(**sink.repairs, trailing_bytes=load.trailing, damage=load.damage,
-                        ignored_base_time=ignored_base)
-    return Trace(columns=columns, strings=strings, raw_args=sink.raw_args(),
-                 metadata=metadata, process_names=sink.process_names,
-                 thread_names=sink.thread_names, process_sort_index=sink.process_sort,
-                 thread_sort_index=sink.thread_sort, pid_labels=labels, tid_labels=labels,
-                 source=source, skipped_events=sink.skipped, truncated=load.truncated,
-                 meta_events=meta_events, load_report=report)
-
+    meta_events = tuple(
+        m if m.ts_ns is None or not base_ns else dataclasses.replace(m, ts_ns=m.ts_ns + base_ns)
+        for m in sink.meta_events
+    )
+    report = LoadReport(
+        **sink.repairs,
+        trailing_bytes=load.trailing,
+        damage=load.damage,
+        ignored_base_time=ignored_base,
+    )
+    return Trace(
+        columns=columns,
+        strings=strings,
+        raw_args=sink.raw_args(),
+        metadata=metadata,
+        process_names=sink.process_names,
+        thread_names=sink.thread_names,
+        process_sort_index=sink.process_sort,
+        thread_sort_index=sink.thread_sort,
+        pid_labels=labels,
+        tid_labels=labels,
+        source=source,
+        skipped_events=sink.skipped,
+        truncated=load.truncated,
+        meta_events=meta_events,
+        load_report=report,
+    )

@@ -61,9 +61,12 @@ class MetaEvent:
 
 
 # M event name -> the Trace dict it fills
-META_VIEWS = {"process_name": "process_names", "thread_name": "thread_names",
-              "process_sort_index": "process_sort_index",
-              "thread_sort_index": "thread_sort_index"}
+META_VIEWS = {
+    "process_name": "process_names",
+    "thread_name": "thread_names",
+    "process_sort_index": "process_sort_index",
+    "thread_sort_index": "thread_sort_index",
+}
 
 
 def int_or(value: Any, default: int) -> int:
@@ -129,30 +132,39 @@ class LoadReport:
 
     def messages(self) -> list[str]:
         """``lines`` without the file name (for a page that names the file elsewhere)."""
+
         def n(count: int, what: str) -> str:
             return f"{count} {what}{'s' * (count != 1)}"
 
         out = []
         if self.replaced_text:
-            out.append(f"{n(self.replaced_text, 'event')} with invalid UTF-8 or lone "
-                       "surrogates: replaced by U+FFFD")
+            out.append(
+                f"{n(self.replaced_text, 'event')} with invalid UTF-8 or lone "
+                "surrogates: replaced by U+FFFD"
+            )
         if self.replaced_values:
-            out.append(f"{n(self.replaced_values, 'event')} with NaN, Infinity or numbers "
-                       "beyond float range: kept as text")
+            out.append(
+                f"{n(self.replaced_values, 'event')} with NaN, Infinity or numbers "
+                "beyond float range: kept as text"
+            )
         if self.replaced_nesting:
-            out.append(f"{n(self.replaced_nesting, 'value')} nested too deeply: replaced by "
-                       "a marker")
+            out.append(
+                f"{n(self.replaced_nesting, 'value')} nested too deeply: replaced by a marker"
+            )
         if self.dropped_ids:
-            out.append(f"{n(self.dropped_ids, 'id')} beyond 64 bits dropped (External id, "
-                       "correlation, flow id)")
+            out.append(
+                f"{n(self.dropped_ids, 'id')} beyond 64 bits dropped (External id, "
+                "correlation, flow id)"
+            )
         if self.relabelled_ids:
             out.append(f"{n(self.relabelled_ids, 'pid/tid')} beyond 64 bits mapped to labels")
         if self.trailing_bytes:
-            out.append(f"{n(self.trailing_bytes, 'byte')} of trailing data after the trace "
-                       "ignored")
+            out.append(f"{n(self.trailing_bytes, 'byte')} of trailing data after the trace ignored")
         if self.ignored_base_time:
-            out.append(f"baseTimeNanoseconds {self.ignored_base_time} is not a number: "
-                       "ignored (ts taken as absolute µs)")
+            out.append(
+                f"baseTimeNanoseconds {self.ignored_base_time} is not a number: "
+                "ignored (ts taken as absolute µs)"
+            )
         return out
 
 
@@ -198,8 +210,9 @@ class Trace:
         missing = [c for c in S.EVENT_COLUMNS if c not in self.columns]
         if missing:  # a producer written before a column existed: its "nothing here" value
             rows = len(next(iter(self.columns.values()))) if self.columns else 0
-            object.__setattr__(self, "columns", {**self.columns, **{
-                c: S.default_column(c, rows) for c in missing}})
+            object.__setattr__(
+                self, "columns", {**self.columns, **{c: S.default_column(c, rows) for c in missing}}
+            )
 
     def __len__(self) -> int:
         return len(self.columns[S.TS_NS])
@@ -211,8 +224,10 @@ class Trace:
         out = []
         damage = self.load_report.damage
         if self.truncated:
-            out.append(f"{damage or 'file is truncated'}; kept {len(self)} complete events "
-                       f"before the {'damage' if damage else 'cut'}")
+            out.append(
+                f"{damage or 'file is truncated'}; kept {len(self)} complete events "
+                f"before the {'damage' if damage else 'cut'}"
+            )
         elif damage:
             out.append(f"{damage}; every event was read, but some may be damaged")
         if self.skipped_events:
@@ -254,8 +269,9 @@ class Trace:
         except ValueError:
             return -1
 
-    def mask(self, *, kind: S.EventKind | Sequence[S.EventKind] | None = None,
-             ph: S.Phase | None = None) -> np.ndarray:
+    def mask(
+        self, *, kind: S.EventKind | Sequence[S.EventKind] | None = None, ph: S.Phase | None = None
+    ) -> np.ndarray:
         """Boolean row mask by kind(s) and/or phase."""
         keep = np.ones(len(self), dtype=bool)
         if kind is not None:
@@ -307,21 +323,40 @@ class TraceBuilder:
     def intern(self, text: str) -> int:
         return self._strings.setdefault(text, len(self._strings))
 
-    def add(self, *, name: str, ts_ns: int, dur_ns: int = 0, ph: S.Phase = S.Phase.COMPLETE,
-            kind: S.EventKind = S.EventKind.OTHER, cat: str = "", pid: int = 0, tid: int = 0,
-            args: dict[str, Any] | None = None, flow_id: int = -1, form: int = 0) -> int:
+    def add(
+        self,
+        *,
+        name: str,
+        ts_ns: int,
+        dur_ns: int = 0,
+        ph: S.Phase = S.Phase.COMPLETE,
+        kind: S.EventKind = S.EventKind.OTHER,
+        cat: str = "",
+        pid: int = 0,
+        tid: int = 0,
+        args: dict[str, Any] | None = None,
+        flow_id: int = -1,
+        form: int = 0,
+    ) -> int:
         """Append one event; returns its row (before the final sort by time). ``form``:
         ``schema.Form`` bits, 0 for Kineto's usual spelling."""
         args = args or {}
         row = len(self._rows[S.TS_NS])
         values = {
-            S.TS_NS: int(ts_ns), S.DUR_NS: int(dur_ns), S.PH: int(ph), S.KIND: int(kind),
-            S.NAME_ID: self.intern(name), S.CAT_ID: self.intern(cat), S.PID: int(pid),
+            S.TS_NS: int(ts_ns),
+            S.DUR_NS: int(dur_ns),
+            S.PH: int(ph),
+            S.KIND: int(kind),
+            S.NAME_ID: self.intern(name),
+            S.CAT_ID: self.intern(cat),
+            S.PID: int(pid),
             S.TID: int(tid),
             S.EXTERNAL_ID: int(args.get(V.ARG_EXTERNAL_ID, args.get(V.ARG_EXTERNAL_ID_2021, -1))),
             S.CORRELATION: int(args.get(V.ARG_CORRELATION, -1)),
-            S.STREAM: S.python_int(args.get(V.ARG_STREAM)), S.FLOW_ID: int(flow_id),
-            S.ARGS_ROW: len(self._raw_args) if args else -1, S.FORM: int(form),
+            S.STREAM: S.python_int(args.get(V.ARG_STREAM)),
+            S.FLOW_ID: int(flow_id),
+            S.ARGS_ROW: len(self._raw_args) if args else -1,
+            S.FORM: int(form),
         }
         if args:
             self._raw_args.append(msgspec.json.encode(args))
@@ -330,11 +365,20 @@ class TraceBuilder:
         return row
 
     def build(self, **extra: Any) -> Trace:
-        cols = {k: np.asarray(v, dtype=S.COLUMN_DTYPES.get(k, np.int64))
-                for k, v in self._rows.items()}
+        cols = {
+            k: np.asarray(v, dtype=S.COLUMN_DTYPES.get(k, np.int64)) for k, v in self._rows.items()
+        }
         order = np.argsort(cols[S.TS_NS], kind="stable")
         cols = {k: v[order] for k, v in cols.items()}
-        return Trace(columns=cols, strings=list(self._strings), raw_args=self._raw_args,
-                     metadata=self.metadata, process_names=self.process_names,
-                     thread_names=self.thread_names, process_sort_index=self.process_sort_index,
-                     thread_sort_index=self.thread_sort_index, source=self.source, **extra)
+        return Trace(
+            columns=cols,
+            strings=list(self._strings),
+            raw_args=self._raw_args,
+            metadata=self.metadata,
+            process_names=self.process_names,
+            thread_names=self.thread_names,
+            process_sort_index=self.process_sort_index,
+            thread_sort_index=self.thread_sort_index,
+            source=self.source,
+            **extra,
+        )

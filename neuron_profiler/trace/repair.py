@@ -60,13 +60,16 @@ _DEEP_HINT = 64  # a container this deep makes the repair measure what the decod
 # strings (possibly unterminated: a lone quote), brackets and commas: enough to split elements
 _STRUCT = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},"]', re.S)
 # every token of one element, for the rewrite
-_TOKEN = re.compile(rb"""
+_TOKEN = re.compile(
+    rb"""
     (?P<str>"[^"\\]*(?:\\.[^"\\]*)*")
   | (?P<open>[\[{]) | (?P<close>[\]}]) | (?P<comma>,) | (?P<colon>:) | (?P<ws>[ \t\r\n]+)
   | (?P<num>-?[0-9.][0-9A-Za-z.+\-]*)
   | (?P<word>-?[A-Za-z_$][A-Za-z0-9_$]*)
   | (?P<other>.)
-""", re.S | re.X)
+""",
+    re.S | re.X,
+)
 _NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
 _ESCAPE = re.compile(rb'\\(?:u([0-9a-fA-F]{4})|(["\\/bfnrt])|(.)|\Z)', re.S)
 _CONTROL = re.compile(rb"[\x00-\x1f]")
@@ -152,6 +155,7 @@ def with_headroom(fn: Callable[[Any], T], arg: Any, frames: int = HEADROOM) -> T
 def depth_limit() -> int:
     """The deepest nesting msgspec decodes from here (with the loader's headroom), less a
     safety margin: values deeper than this are replaced by the repair."""
+
     def fits(depth: int) -> bool:
         try:
             with_headroom(msgspec.json.decode, b"[" * depth + b"]" * depth, HEADROOM + 2)
@@ -192,13 +196,13 @@ def split_elements(data: bytes, start: int = 0) -> Iterator[tuple[str, int, int]
                 if char == 0x7D:  # }
                     yield DAMAGE, match.start(), match.start()
                     return
-                if data[segment:match.start()].strip():
+                if data[segment : match.start()].strip():
                     yield ELEMENT, segment, match.start()
                 yield END, match.start(), match.start()
                 return
             depth -= 1
         elif depth == 0:  # a comma between elements
-            if data[segment:match.start()].strip():
+            if data[segment : match.start()].strip():
                 yield ELEMENT, segment, match.start()
             segment = match.end()
     yield INCOMPLETE, segment, segment
@@ -224,6 +228,7 @@ def close_of(data: bytes, depth: int, start: int = 0) -> int | None:
 
 # ---- rewriting one value ----------------------------------------------------------------------
 
+
 def fix_utf8(text: bytes) -> tuple[bytes, bool]:
     """``text`` with bytes that are not UTF-8 replaced by U+FFFD; True if any were."""
     if text.isascii():
@@ -235,8 +240,9 @@ def fix_utf8(text: bytes) -> tuple[bytes, bool]:
         return text.decode("utf-8", "replace").encode("utf-8"), True
 
 
-def repair_value(text: bytes, limit: int | None = None, policy: Policy = TRACE_FILES
-                 ) -> tuple[bytes, Repair]:
+def repair_value(
+    text: bytes, limit: int | None = None, policy: Policy = TRACE_FILES
+) -> tuple[bytes, Repair]:
     """One complete JSON value (an event, args, a top-level object) rewritten so that msgspec
     decodes it, as ``policy`` says. ``limit``: the deepest nesting kept (values of the value's own
     members that go deeper are replaced by ``policy.marker``); None measures it (``depth_limit``)
@@ -280,8 +286,11 @@ def repair_value(text: bytes, limit: int | None = None, policy: Policy = TRACE_F
                 edits.append((match.start(), match.end(), fixed))
                 how |= Repair.TEXT
         elif kind == "num":
-            if not _NUMBER.match(token) or _beyond_float(token) or (
-                    policy.int_bits is not None and _beyond_int(token, policy.int_bits)):
+            if (
+                not _NUMBER.match(token)
+                or _beyond_float(token)
+                or (policy.int_bits is not None and _beyond_int(token, policy.int_bits))
+            ):
                 edits.append((match.start(), match.end(), _odd(token, policy)))
                 how |= Repair.VALUES
         elif kind == "word":
@@ -327,8 +336,9 @@ def _quoted(token: bytes) -> bytes:
 _decode_raw = msgspec.json.Decoder(msgspec.Raw).decode
 
 
-def checked(element: bytes, limit: Callable[[], int], policy: Policy = TRACE_FILES
-            ) -> tuple[bytes, Repair] | None:
+def checked(
+    element: bytes, limit: Callable[[], int], policy: Policy = TRACE_FILES
+) -> tuple[bytes, Repair] | None:
     """``element`` as it is if msgspec decodes it (with the loader's headroom), else its repair,
     else None (not JSON even then: damage). ``limit()`` gives the depth limit (called only when
     a repair is needed, so a reader can measure it once)."""
@@ -364,7 +374,7 @@ def _fix_string(token: bytes) -> bytes:
     for match in _ESCAPE.finditer(body):
         if match.start() > pos:
             unpaired()
-            out.append(_escape_controls(body[pos:match.start()]))
+            out.append(_escape_controls(body[pos : match.start()]))
         pos = match.end()
         hexa = match.group(1)
         code = int(hexa, 16) if hexa is not None else -1

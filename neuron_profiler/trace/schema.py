@@ -26,10 +26,29 @@ FLOW_ID = "flow_id"  # int64, "id" of s/t/f flows and of other phases (async b/n
 ARGS_ROW = "args_row"  # int64 index into Trace.raw_args, -1 if the event has no args
 FORM = "form"  # uint8, how the event was spelled in Chrome JSON (Form bits), 0 = Kineto's way
 
-EVENT_COLUMNS = (TS_NS, DUR_NS, PH, KIND, NAME_ID, CAT_ID, PID, TID, EXTERNAL_ID, CORRELATION,
-                 STREAM, FLOW_ID, ARGS_ROW, FORM)
-COLUMN_DTYPES = {PH: np.uint8, KIND: np.uint8, NAME_ID: np.int32, CAT_ID: np.int32,
-                 FORM: np.uint8}  # every other column is int64
+EVENT_COLUMNS = (
+    TS_NS,
+    DUR_NS,
+    PH,
+    KIND,
+    NAME_ID,
+    CAT_ID,
+    PID,
+    TID,
+    EXTERNAL_ID,
+    CORRELATION,
+    STREAM,
+    FLOW_ID,
+    ARGS_ROW,
+    FORM,
+)
+COLUMN_DTYPES = {
+    PH: np.uint8,
+    KIND: np.uint8,
+    NAME_ID: np.int32,
+    CAT_ID: np.int32,
+    FORM: np.uint8,
+}  # every other column is int64
 COLUMN_FILL = {EXTERNAL_ID: -1, CORRELATION: -1, STREAM: -1, FLOW_ID: -1, ARGS_ROW: -1}  # others: 0
 
 
@@ -69,8 +88,26 @@ class Form:
 SCOPES = ("", "g", "p", "t")
 # Trace Event Format phases the model keeps as Phase.OTHER; index 0: a letter outside the format
 # (written back as "?")
-OTHER_PHASES = ("?", "b", "n", "e", "S", "T", "p", "F", "P", "N", "O", "D", "R", "c", "(", ")",
-                "V", "v")
+OTHER_PHASES = (
+    "?",
+    "b",
+    "n",
+    "e",
+    "S",
+    "T",
+    "p",
+    "F",
+    "P",
+    "N",
+    "O",
+    "D",
+    "R",
+    "c",
+    "(",
+    ")",
+    "V",
+    "v",
+)
 
 
 class Phase(enum.IntEnum):
@@ -87,11 +124,27 @@ class Phase(enum.IntEnum):
     OTHER = 9  # anything else (kept, never dropped)
 
 
-PH_CODES = {"X": Phase.COMPLETE, "i": Phase.INSTANT, "I": Phase.INSTANT, "C": Phase.COUNTER,
-            "s": Phase.FLOW_START, "t": Phase.FLOW_STEP, "f": Phase.FLOW_END, "B": Phase.BEGIN,
-            "E": Phase.END}
-PH_LETTERS = {Phase.COMPLETE: "X", Phase.INSTANT: "i", Phase.COUNTER: "C", Phase.FLOW_START: "s",
-              Phase.FLOW_STEP: "t", Phase.FLOW_END: "f", Phase.BEGIN: "B", Phase.END: "E"}
+PH_CODES = {
+    "X": Phase.COMPLETE,
+    "i": Phase.INSTANT,
+    "I": Phase.INSTANT,
+    "C": Phase.COUNTER,
+    "s": Phase.FLOW_START,
+    "t": Phase.FLOW_STEP,
+    "f": Phase.FLOW_END,
+    "B": Phase.BEGIN,
+    "E": Phase.END,
+}
+PH_LETTERS = {
+    Phase.COMPLETE: "X",
+    Phase.INSTANT: "i",
+    Phase.COUNTER: "C",
+    Phase.FLOW_START: "s",
+    Phase.FLOW_STEP: "t",
+    Phase.FLOW_END: "f",
+    Phase.BEGIN: "B",
+    Phase.END: "E",
+}
 
 
 class EventKind(enum.IntEnum):

@@ -86,9 +86,11 @@ SYNC_PREFIX = "host sync: "
 # times): never runtime launch cost. One row name per kind of work, not per op.
 OVERHEAD_PREFIX = "emulator overhead: "
 # DMA rows are named as CUDA names its copies, so tools that classify by name see copies.
-MEMCPY_NAMES = {"h2d": "Memcpy HtoD (Host -> NeuronCore)",
-                "d2h": "Memcpy DtoH (NeuronCore -> Host)",
-                "d2d": "Memcpy DtoD (NeuronCore -> NeuronCore)"}
+MEMCPY_NAMES = {
+    "h2d": "Memcpy HtoD (Host -> NeuronCore)",
+    "d2h": "Memcpy DtoH (NeuronCore -> Host)",
+    "d2d": "Memcpy DtoD (NeuronCore -> NeuronCore)",
+}
 MEMCPY_UNKNOWN = "Memcpy (NeuronCore)"
 COLLECTIVE_ENGINE = "CC"  # collectives: "CC: allreduce"
 COLLECTIVE_WAIT_PREFIX = "CC wait: "  # cc_exec_barrier before a collective: "CC wait: allreduce"
@@ -178,13 +180,32 @@ DATALOADER_PREFIX = "enumerate(DataLoader)#"  # "enumerate(DataLoader)#_...Iter.
 DATALOADER_SUFFIX = ".__next__"
 DATAPIPE_PREFIX = "enumerate(DataPipe)#"
 # ranges that 2021 Kineto recorded as ops ("Operator") and current torch as annotations
-ANNOTATION_OP_PREFIXES = (DATALOADER_PREFIX, DATAPIPE_PREFIX, "Optimizer.", "nn.Module: ",
-                          "DataParallel.forward", "DistributedDataParallel.forward")
+ANNOTATION_OP_PREFIXES = (
+    DATALOADER_PREFIX,
+    DATAPIPE_PREFIX,
+    "Optimizer.",
+    "nn.Module: ",
+    "DataParallel.forward",
+    "DistributedDataParallel.forward",
+)
 # host calls that block until the device has caught up (a drained queue behind them)
-HOST_SYNC_NAMES = frozenset({
-    "aten::item", "aten::_local_scalar_dense", "aten::nonzero",
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
-    "synchronize", "synchronizeStream", "synchronizeDevice"})
+HOST_SYNC_NAMES = frozenset(
+    {
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::nonzero",
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "hipDeviceSynchronize",
+        "hipStreamSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "synchronize",
+        "synchronizeStream",
+        "synchronizeDevice",
+    }
+)
 # the profiler's own work on the host (CUPTI buffer handling, the emulator's bookkeeping)
 PROFILER_OVERHEAD_NAMES = frozenset({"Activity Buffer Request", "Profiler overhead"})

@@ -58,8 +58,9 @@ with profile(activities=[ProfilerActivity.CPU, NEURON],
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     path = tmp_path_factory.mktemp("emu") / "trace.json"
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(path)], capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(path)], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return analyze(load_trace(path))
 
@@ -69,8 +70,10 @@ def trace_file(report) -> Path:  # noqa: ANN001
     return Path(report.source)
 
 
-def test_kernel_pct_of_peak_agrees_with_each_kernels_own_arg(report, trace_file: Path,
-                                                             ) -> None:  # noqa: ANN001
+def test_kernel_pct_of_peak_agrees_with_each_kernels_own_arg(
+    report,
+    trace_file: Path,
+) -> None:  # noqa: ANN001
     """The summary's % of peak per kernel name = the duration-weighted mean of the emulator's
     per-event "% of peak" (each against its own dtype and engine), read from the file."""
     events = json.loads(trace_file.read_text())["traceEvents"]
@@ -109,8 +112,9 @@ def test_longest_gaps_name_what_the_host_ran(report) -> None:  # noqa: ANN001
     for gap in report.idle.longest:
         by_cause.setdefault(gap.cause, gap)
     assert any("DataLoader" in h for h in by_cause["data_loading"].host_activity)
-    assert any(h.startswith("CPU fallback: aten::bincount")
-               for h in by_cause["cpu_fallback"].host_activity)
+    assert any(
+        h.startswith("CPU fallback: aten::bincount") for h in by_cause["cpu_fallback"].host_activity
+    )
 
 
 def test_fallbacks_found_with_exact_counts(report) -> None:  # noqa: ANN001

@@ -58,33 +58,42 @@ def compare(path: Path, tmp_path: Path, rounding: bool | None) -> None:
         return
     ours = hta_temporal_breakdown(trace, rounding=rounding)
     assert ours is not None
-    for column, value_ns in (("idle_time(us)", ours.idle_ns), ("compute_time(us)", ours.compute_ns),
-                             ("non_compute_time(us)", ours.non_compute_ns),
-                             ("kernel_time(us)", ours.kernel_ns)):
+    for column, value_ns in (
+        ("idle_time(us)", ours.idle_ns),
+        ("compute_time(us)", ours.compute_ns),
+        ("non_compute_time(us)", ours.non_compute_ns),
+        ("kernel_time(us)", ours.kernel_ns),
+    ):
         assert close(temporal[column], value_ns / 1e3), (column, temporal[column], value_ns)
     said = {(int(r.stream), r.idle_category): float(r.idle_time) for r in idle.itertuples()}
     ours_idle = hta_idle_time_breakdown(trace, rounding=rounding)
     assert ours_idle is not None and ours_idle.rank == int(temporal["rank"])
-    mine = {(s.stream, c): getattr(s, f"{c}_ns") / 1e3 for s in ours_idle.streams
-            for c in s.categories}
+    mine = {
+        (s.stream, c): getattr(s, f"{c}_ns") / 1e3 for s in ours_idle.streams for c in s.categories
+    }
     assert sorted(mine) == sorted(said)
     for key, value in said.items():
         assert close(value, mine[key]), (key, value, mine[key])
 
 
 @pytest.mark.parametrize("path", _shared(), ids=lambda p: p.name)
-def test_hta_compatible_mode_matches_hta(path: Path, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hta_compatible_mode_matches_hta(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if not path.exists():
         shared_traces_dir()
     monkeypatch.delenv("HTA_DISABLE_NS_ROUNDING", raising=False)
     compare(path, tmp_path, rounding=None)
 
 
-def test_hta_compatible_mode_without_ns_rounding(shared_traces: Path, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hta_compatible_mode_without_ns_rounding(
+    shared_traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """HTA_DISABLE_NS_ROUNDING=1 on a ns-resolution trace: ours with rounding=False agrees."""
     monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
     assert os.environ["HTA_DISABLE_NS_ROUNDING"] == "1"
-    compare(shared_traces / "hta/tests/data/nccl_parser_config/nccl_data.json.gz", tmp_path,
-            rounding=False)
+    compare(
+        shared_traces / "hta/tests/data/nccl_parser_config/nccl_data.json.gz",
+        tmp_path,
+        rounding=False,
+    )

@@ -43,8 +43,12 @@ SLACK = 0.5  # see the module docstring
 def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("injected")
     for mode in ("timing", "numerics"):
-        proc = subprocess.run([sys.executable, str(SCRIPT), mode, str(out)], capture_output=True,
-                              text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, str(SCRIPT), mode, str(out)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
     return {name: out / f"{name}.json" for name in (*W.WORKLOADS, "numerics")}
 
@@ -90,7 +94,9 @@ def test_fallbacks_found_with_exact_call_counts(reports: dict[str, Report]) -> N
     kinds = [f.kind for f in r.findings.findings]
     assert kinds[0] == "cpu_fallback:aten::bincount"
     assert {k for k in kinds if k.startswith("cpu_fallback")} == {
-        "cpu_fallback:aten::bincount", "cpu_fallback:aten::cumsum"}
+        "cpu_fallback:aten::bincount",
+        "cpu_fallback:aten::cumsum",
+    }
     device = r.idle.devices[0]
     assert all(s["cpu_fallback"] > 0 for s in device.per_step_by_cause_ns)
     # no idle instant in two groups (the part of a gap outside every fallback span is in none)
@@ -98,14 +104,16 @@ def test_fallbacks_found_with_exact_call_counts(reports: dict[str, Report]) -> N
     assert 0 < sum(g.idle_ns for g in r.findings.fallbacks) == device.by_cause_ns["cpu_fallback"]
 
 
-def test_dataloader_stall_is_data_loading(reports: dict[str, Report],
-                                          traces: dict[str, Path]) -> None:
+def test_dataloader_stall_is_data_loading(
+    reports: dict[str, Report], traces: dict[str, Path]
+) -> None:
     """Per step: data-loading idle at least the injected sleep and at least that step's
     DataLoader ``__next__`` span (read from the file), within the slack; the top finding."""
     r = reports["dataloader"]
     injected_ns = W.ITEM_SLEEP_S * W.ITEMS_PER_BATCH * 1e9
-    nexts = sorted(_ns(e) for e in _events(traces["dataloader"])
-                   if e["name"].startswith(V.DATALOADER_PREFIX))
+    nexts = sorted(
+        _ns(e) for e in _events(traces["dataloader"]) if e["name"].startswith(V.DATALOADER_PREFIX)
+    )
     assert len(nexts) == W.STEPS
     loading = _per_step(r, "data_loading")
     assert _within(loading, injected_ns), (loading, injected_ns)
@@ -122,7 +130,8 @@ def test_dataloader_stall_is_data_loading(reports: dict[str, Report],
 
 
 def test_final_sync_into_next_steps_data_stall_is_data_loading(
-        reports: dict[str, Report], traces: dict[str, Path]) -> None:
+    reports: dict[str, Report], traces: dict[str, Path]
+) -> None:
     """Each step ends in ``.item()``; the next begins in the DataLoader. The gap between them
     begins inside the ``.item()`` (the sync rule holds too) and crosses the step boundary: it
     is data loading (rule 1 before rule 3), its part before the boundary counted in step N."""
@@ -134,9 +143,12 @@ def test_final_sync_into_next_steps_data_stall_is_data_loading(
     k = idle.gap_index("data_loading")
     gs, ge = idle.gap_start_ns[k] - base_ns, idle.gap_end_ns[k] - base_ns
     starts = r.steps.start_ns - base_ns
-    crossing = [(int(s), int(e)) for s, e in zip(gs, ge, strict=True)
-                if any(a <= s < b for a, b in zip(starts, starts[1:], strict=False))
-                and np.any((starts > s) & (starts < e))]
+    crossing = [
+        (int(s), int(e))
+        for s, e in zip(gs, ge, strict=True)
+        if any(a <= s < b for a, b in zip(starts, starts[1:], strict=False))
+        and np.any((starts > s) & (starts < e))
+    ]
     assert len(crossing) == W.STEPS - 1  # steps 1->2 and 2->3
     ends = r.steps.end_ns - base_ns
     for n, (s, _) in enumerate(crossing):
@@ -160,7 +172,9 @@ def test_item_and_synchronize_are_host_sync(reports: dict[str, Report]) -> None:
     assert item.idle_ns >= W.AFTER_ITEM_S * 1e9 * W.STEPS
     assert synchronize.idle_ns >= W.AFTER_SYNCHRONIZE_S * 1e9 * W.STEPS
     assert [f.kind for f in r.findings.findings[:2]] == [
-        "host_sync:aten::item", "host_sync:" + V.SYNC_PREFIX + "torch.neuron.synchronize"]
+        "host_sync:aten::item",
+        "host_sync:" + V.SYNC_PREFIX + "torch.neuron.synchronize",
+    ]
 
 
 def test_tiny_op_loop_is_host_bound(reports: dict[str, Report]) -> None:
@@ -218,7 +232,8 @@ def _subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[
 
 
 def test_numerics_emulator_overhead_is_discounted_never_a_cause(
-        reports: dict[str, Report], traces: dict[str, Path]) -> None:
+    reports: dict[str, Report], traces: dict[str, Path]
+) -> None:
     """Numerics mode: the host computes every op (``emulator overhead: numerics`` spans). The
     discounted time equals the overlap of those spans with the device's gaps, both computed
     here from the file by plain interval arithmetic; idle + busy + discounted = window; no
@@ -252,6 +267,7 @@ def test_numerics_emulator_overhead_is_discounted_never_a_cause(
     (jdev,) = doc["traces"][0]["idle"]["devices"]
     assert jdev["emulator_overhead_ms"] == round(device.emulator_overhead_ns / 1e6, 6)
     assert [s["emulator_overhead_ms"] for s in jdev["per_step"]] == [
-        round(ns / 1e6, 6) for ns in device.per_step_emulator_overhead_ns]
+        round(ns / 1e6, 6) for ns in device.per_step_emulator_overhead_ns
+    ]
     for ns in _per_step(r, "host_sync"):
         assert ns >= W.AFTER_ITEM_S * 1e9

@@ -22,7 +22,7 @@ from neuron_profiler.emulator.timing import RooflineModel  # noqa: E402
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 N, BASE, EXTRA, STEPS = 4096, 4, 6, 4
 
-WORKER = r'''
+WORKER = r"""
 import os, sys
 import torch, torch.distributed as dist
 import neuron_profiler.emulator as emu
@@ -53,14 +53,17 @@ with profile(activities=[ProfilerActivity.CPU, NEURON],
         step()
         prof.step()
 dist.destroy_process_group()
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def rank_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     tmp = tmp_path_factory.mktemp("straggler")
-    run_ranks(WORKER, lambda r: [str(tmp / f"rank{r}.pt.trace.json"), str(N), str(BASE),
-                                 str(EXTRA), str(STEPS)], tmp)
+    run_ranks(
+        WORKER,
+        lambda r: [str(tmp / f"rank{r}.pt.trace.json"), str(N), str(BASE), str(EXTRA), str(STEPS)],
+        tmp,
+    )
     return [tmp / f"rank{r}.pt.trace.json" for r in range(2)]
 
 
@@ -72,14 +75,15 @@ def last_compute_before_collectives(path: Path) -> list[float]:
     return [max(t for t in mm_ends if t <= start + 1e-3) for start in cc]
 
 
-def test_late_rank_and_wait_equal_the_injected_compute(rank_files: list[Path],
-                                                       capsys: pytest.CaptureFixture[str]
-                                                       ) -> None:
+def test_late_rank_and_wait_equal_the_injected_compute(
+    rank_files: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     from neuron_profiler.cli.main import main
     from neuron_profiler.reports.json_report import schema_text
 
     mm_ns = RooflineModel(chip("trn2"), speed_factor=1.0).kernel_ns(
-        flops=2 * N**3, bytes_moved=3 * N * N * 4, dtype="float32", matrix=True)
+        flops=2 * N**3, bytes_moved=3 * N * N * 4, dtype="float32", matrix=True
+    )
     injected_ms = EXTRA * mm_ns / 1e6
     assert main(["analyze", "--json", *map(str, rank_files)]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -105,9 +109,11 @@ def test_late_rank_and_wait_equal_the_injected_compute(rank_files: list[Path],
     assert per_rank[0]["wait_skew_ms"] == pytest.approx(expect_ms, abs=0.01)
     rows = {r["rank"]: r for r in span["ranks_summary"]}
     # compute before the all_reduce is modelled device time: the difference is the injection
-    assert rows[1]["compute_before_collective_ms"] - rows[0]["compute_before_collective_ms"] \
-        == pytest.approx(injected_ms, rel=0.01)
+    assert rows[1]["compute_before_collective_ms"] - rows[0][
+        "compute_before_collective_ms"
+    ] == pytest.approx(injected_ms, rel=0.01)
     assert [(s["rank"], s["metric"]) for s in span["stragglers"]] == [
-        (1, "compute_before_collective")]
+        (1, "compute_before_collective")
+    ]
     assert rows[1]["straggler"] and not rows[0]["straggler"]
     assert abs(rows[1]["clock_offset_us"]) < 50  # one host clock: aligned ends agree

@@ -33,11 +33,16 @@ def raw_facts(path: Path) -> dict:
         if e.get("ph") == "X" and e.get("cat") == "kernel" and e["name"].startswith("nccl"):
             start = int(e["ts"] * 1000)
             streams.setdefault(e["args"]["stream"], []).append(
-                (start, start + int(e["dur"] * 1000)))
-    steps = sum(e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")
-                for e in doc["traceEvents"])
-    return {"rank": doc["distributedInfo"]["rank"], "steps": steps,
-            "streams": {s: sorted(v) for s, v in streams.items()}}
+                (start, start + int(e["dur"] * 1000))
+            )
+    steps = sum(
+        e.get("ph") == "X" and e["name"].startswith("ProfilerStep#") for e in doc["traceEvents"]
+    )
+    return {
+        "rank": doc["distributedInfo"]["rank"],
+        "steps": steps,
+        "streams": {s: sorted(v) for s, v in streams.items()},
+    }
 
 
 def analyze_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
@@ -47,8 +52,9 @@ def analyze_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
     return doc
 
 
-def test_sampled_pair_matches_collectives_by_order(pair: list[Path],
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_sampled_pair_matches_collectives_by_order(
+    pair: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     facts = [raw_facts(p) for p in pair]
     assert [f["rank"] for f in facts] == [0, 1]
     doc = analyze_json([str(p) for p in pair], capsys)
@@ -60,8 +66,9 @@ def test_sampled_pair_matches_collectives_by_order(pair: list[Path],
     assert [rows[r]["steps"] for r in (0, 1)] == [f["steps"] for f in facts]
     # clocks: rank 1's offset is the median over every matched pair of (its end - rank 0's)
     streams = sorted(set(facts[0]["streams"]) & set(facts[1]["streams"]))
-    pairs = {s: list(zip(facts[0]["streams"][s], facts[1]["streams"][s], strict=False))
-             for s in streams}  # by order; the longer list's tail is unmatched
+    pairs = {
+        s: list(zip(facts[0]["streams"][s], facts[1]["streams"][s], strict=False)) for s in streams
+    }  # by order; the longer list's tail is unmatched
     ends = [b[1] - a[1] for s in streams for a, b in pairs[s]]
     offset = int(np.median(ends))
     assert rows[1]["clock_offset_us"] == pytest.approx(offset / 1e3, abs=1e-3)
@@ -86,38 +93,40 @@ def test_sampled_pair_matches_collectives_by_order(pair: list[Path],
             assert per_rank[r]["wait_skew_ms"] == pytest.approx(wait / 1e6, abs=1e-6)
             assert per_rank[r]["wait_recorded_ms"] is None  # NCCL records no wait slices
     assert {r: rows[r]["late_arrivals"] for r in (0, 1)} == late_total
-    unmatched = sum(abs(len(facts[0]["streams"][s]) - len(facts[1]["streams"][s]))
-                    for s in streams)
+    unmatched = sum(abs(len(facts[0]["streams"][s]) - len(facts[1]["streams"][s])) for s in streams)
     assert sum(u["calls"] for u in span["unmatched"]) == unmatched
     assert len(doc["traces"]) == 2 and doc["errors"] == []
 
 
 @pytest.mark.slow
-def test_process_pool_and_dask_give_equal_json(pair: list[Path],
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_process_pool_and_dask_give_equal_json(
+    pair: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     distributed = pytest.importorskip("distributed")
     files = [str(p) for p in pair]
     serial = analyze_json(["--jobs", "1", *files], capsys)
     pooled = analyze_json(["--jobs", "2", *files], capsys)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
         dask = analyze_json(["--scheduler", cluster.scheduler_address, *files], capsys)
     assert pooled == serial
     assert dask == serial
     assert serial["distributed"]["available"]
 
 
-def test_unreachable_scheduler_is_one_error_line(pair: list[Path],
-                                                 capsys: pytest.CaptureFixture[str],
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_scheduler_is_one_error_line(
+    pair: list[Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("distributed")
     from ranks import free_port
 
     from neuron_profiler.cli import workers
 
     monkeypatch.setattr(workers, "CONNECT_TIMEOUT_S", 2)
-    code = main(["analyze", "--json", "--scheduler", f"tcp://127.0.0.1:{free_port()}",
-                 *map(str, pair)])
+    code = main(
+        ["analyze", "--json", "--scheduler", f"tcp://127.0.0.1:{free_port()}", *map(str, pair)]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("neuron-prof: error:") == 1 and "cannot connect" in err

@@ -17,8 +17,9 @@ from neuron_profiler.reports.json_report import schema_text
 from neuron_profiler.trace import load_trace
 
 
-def test_analyze_every_shared_trace(shared_traces: Path, capsys: pytest.CaptureFixture[str]
-                                    ) -> None:
+def test_analyze_every_shared_trace(
+    shared_traces: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["analyze", "--json", str(shared_traces)]) == 0
     doc = json.loads(capsys.readouterr().out)
     jsonschema.validate(doc, json.loads(schema_text()))
@@ -26,8 +27,9 @@ def test_analyze_every_shared_trace(shared_traces: Path, capsys: pytest.CaptureF
     assert sorted(t["source"] for t in doc["traces"]) == sorted(map(str, files))
     for t in doc["traces"]:
         assert t["has_device"] == bool(t["idle"]["devices"])
-        assert ("no device events: host-only report (no device idle time or breakdown)"
-                in t["notes"]) == (not t["has_device"])
+        assert (
+            "no device events: host-only report (no device idle time or breakdown)" in t["notes"]
+        ) == (not t["has_device"])
         rows = tb_profiler_breakdown(load_trace(t["source"])).rows()
         assert t["tb_profiler_breakdown"] == json.loads(json.dumps(rows))
     assert main(["analyze", str(shared_traces)]) == 0
@@ -35,14 +37,16 @@ def test_analyze_every_shared_trace(shared_traces: Path, capsys: pytest.CaptureF
     assert max(len(line) for line in out.splitlines()) <= 100
 
 
-def test_threaded_analysis_equals_the_serial_one(shared_traces: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_threaded_analysis_equals_the_serial_one(
+    shared_traces: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Large traces get the compatibility breakdowns in a second thread: the same report."""
     from neuron_profiler.analysis import report as R
     from neuron_profiler.reports.json_report import to_document
 
-    trace = load_trace(next(p for p in all_shared_trace_files(shared_traces)
-                            if p.name.startswith("nccl_data")))
+    trace = load_trace(
+        next(p for p in all_shared_trace_files(shared_traces) if p.name.startswith("nccl_data"))
+    )
     monkeypatch.setattr(R, "THREADED_ROWS", len(trace) + 1)
     serial = to_document([R.analyze(trace)])
     monkeypatch.setattr(R, "THREADED_ROWS", 0)

@@ -15,10 +15,12 @@ from neuron_profiler.analysis import analyze
 from neuron_profiler.trace import load_trace
 from neuron_profiler.trace import vocabulary as V
 
-TRACES = ["hta/tests/data/critical_path/cuda_event_sync/event_sync_trace.json.gz",
-          "hta/tests/data/trace_filter/sampled_rank-0.json.gz",
-          "hta/tests/data/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
-          "kineto/tb_plugin/test/gpu_metrics_input.json"]
+TRACES = [
+    "hta/tests/data/critical_path/cuda_event_sync/event_sync_trace.json.gz",
+    "hta/tests/data/trace_filter/sampled_rank-0.json.gz",
+    "hta/tests/data/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+    "kineto/tb_plugin/test/gpu_metrics_input.json",
+]
 RESNET = "kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 HOST_CATS = {"cpu_op", "Operator", "cuda_runtime", "cuda_driver", "Runtime", "user_annotation"}
 
@@ -42,17 +44,25 @@ def _expected(path: Path) -> dict[str, tuple[int, int, int, int, int]]:
     call's thread between the start of the call (of the cpu_op around it, for a runtime sync)
     and its end, after the previous call on the thread."""
     ev = _events(path)
-    syncs = [(i, e) for i, e in enumerate(ev) if e.get("cat") in HOST_CATS
-             and (e["name"] in V.HOST_SYNC_NAMES or e["name"].startswith(V.SYNC_PREFIX))]
+    syncs = [
+        (i, e)
+        for i, e in enumerate(ev)
+        if e.get("cat") in HOST_CATS
+        and (e["name"] in V.HOST_SYNC_NAMES or e["name"].startswith(V.SYNC_PREFIX))
+    ]
 
     def thread(e: dict) -> tuple:
         return e["pid"], e["tid"]
 
     def outer(i: int, e: dict) -> bool:
-        return not any(thread(f) == thread(e) and f["start"] <= e["start"]
-                       and f["end"] >= e["end"]
-                       and ((f["start"], f["end"]) != (e["start"], e["end"]) or j < i)
-                       for j, f in syncs if j != i)
+        return not any(
+            thread(f) == thread(e)
+            and f["start"] <= e["start"]
+            and f["end"] >= e["end"]
+            and ((f["start"], f["end"]) != (e["start"], e["end"]) or j < i)
+            for j, f in syncs
+            if j != i
+        )
 
     calls = sorted((e for i, e in syncs if outer(i, e)), key=lambda e: e["start"])
     ops = [e for e in ev if e.get("cat") in ("cpu_op", "Operator")]
@@ -60,14 +70,20 @@ def _expected(path: Path) -> dict[str, tuple[int, int, int, int, int]]:
     for e in calls:
         issuer = e
         if e.get("cat") not in ("cpu_op", "Operator"):
-            around = [o for o in ops if thread(o) == thread(e) and o["start"] <= e["start"]
-                      and o["end"] >= e["end"]]
+            around = [
+                o
+                for o in ops
+                if thread(o) == thread(e) and o["start"] <= e["start"] and o["end"] >= e["end"]
+            ]
             issuer = max(around, key=lambda o: (o["start"], -o["end"]), default=e)
         lo = max(issuer["start"], last_end.get(thread(e), -1))
         windows.append((thread(e), lo, e["end"]))
         last_end[thread(e)] = e["end"] + 1
-    runtime = {e["args"]["correlation"]: e for e in ev
-               if e.get("cat") in HOST_CATS and "correlation" in e.get("args", {})}
+    runtime = {
+        e["args"]["correlation"]: e
+        for e in ev
+        if e.get("cat") in HOST_CATS and "correlation" in e.get("args", {})
+    }
     got = {e["name"]: [0, 0, 0, 0, 0] for e in calls}
     for e in calls:
         got[e["name"]][0] += 1
@@ -90,8 +106,10 @@ def _expected(path: Path) -> dict[str, tuple[int, int, int, int, int]]:
 def test_sync_groups_match_the_raw_trace(shared_traces: Path, name: str) -> None:
     path = shared_traces / name
     report = analyze(load_trace(path))
-    got = {g.name: (g.calls, g.host_ns, g.d2h_count, g.d2h_bytes, g.d2h_ns)
-           for g in report.findings.syncs}
+    got = {
+        g.name: (g.calls, g.host_ns, g.d2h_count, g.d2h_bytes, g.d2h_ns)
+        for g in report.findings.syncs
+    }
     assert got == _expected(path)
     worst = max(d.by_cause_ns["host_sync"] for d in report.idle.devices)
     assert sum(g.idle_ns for g in report.findings.syncs) == worst
@@ -114,14 +132,20 @@ def test_call_site_from_call_stacks_of_a_2021_trace(shared_traces: Path) -> None
     ops = [e for e in ev if e.get("cat") == "Operator" and e.get("args", {}).get("Call stack")]
     frames = set()
     for sync in (e for e in ev if e["name"] == "cudaStreamSynchronize"):
-        around = [o for o in ops if (o["pid"], o["tid"]) == (sync["pid"], sync["tid"])
-                  and o["start"] <= sync["start"] and o["end"] >= sync["end"]]
+        around = [
+            o
+            for o in ops
+            if (o["pid"], o["tid"]) == (sync["pid"], sync["tid"])
+            and o["start"] <= sync["start"]
+            and o["end"] >= sync["end"]
+        ]
         for o in around:
             user = [f for f in o["args"]["Call stack"].split(";") if "torch/" not in f]
             file, _, rest = user[0].partition("(")
             line, _, func = rest.partition("): ")
             frames.add(f"{file}:{line} {func}")
     report = analyze(load_trace(path))
-    (finding,) = [f for f in report.findings.findings
-                  if f.kind == "host_sync:cudaStreamSynchronize"]
+    (finding,) = [
+        f for f in report.findings.findings if f.kind == "host_sync:cudaStreamSynchronize"
+    ]
     assert frames and finding.call_site in frames

@@ -44,14 +44,21 @@ def run_tb(path: Path, cache: Path) -> tuple[list[str], list[dict[str, float]]]:
     from torch_tb_profiler.profiler.data import RunProfileData
     from torch_tb_profiler.profiler.event_parser import ProfileRole
 
-    names = {"Kernel": ProfileRole.Kernel, "Memcpy": ProfileRole.Memcpy,
-             "Memset": ProfileRole.Memset, "Communication": ProfileRole.Communication,
-             "Runtime": ProfileRole.Runtime, "DataLoader": ProfileRole.DataLoader,
-             "CPU Exec": ProfileRole.CpuOp, "Other": ProfileRole.Other,
-             "Total": ProfileRole.Total}
+    names = {
+        "Kernel": ProfileRole.Kernel,
+        "Memcpy": ProfileRole.Memcpy,
+        "Memset": ProfileRole.Memset,
+        "Communication": ProfileRole.Communication,
+        "Runtime": ProfileRole.Runtime,
+        "DataLoader": ProfileRole.DataLoader,
+        "CPU Exec": ProfileRole.CpuOp,
+        "Other": ProfileRole.Other,
+        "Total": ProfileRole.Total,
+    }
     data = RunProfileData.parse("worker0", "1", str(path), str(cache))
-    return list(data.steps_names), [{k: s.costs[r] for k, r in names.items()}
-                                    for s in data.steps_costs]
+    return list(data.steps_names), [
+        {k: s.costs[r] for k, r in names.items()} for s in data.steps_costs
+    ]
 
 
 def assert_agrees(ours: TbBreakdown, steps: list[str], costs: list[dict[str, float]]) -> None:

@@ -92,13 +92,23 @@ def model_events(trace: Trace) -> Counter:
     out: Counter = Counter()
     for row in range(len(trace)):
         args = c[S.ARGS_ROW][row]
-        out[(
-            c[S.PH][row], c[S.FORM][row], c[S.KIND][row], c[S.TS_NS][row], c[S.DUR_NS][row],
-            trace.strings[c[S.NAME_ID][row]], trace.strings[c[S.CAT_ID][row]],
-            _resolve(trace, c[S.PID][row]), _resolve(trace, c[S.TID][row]),
-            c[S.EXTERNAL_ID][row], c[S.CORRELATION][row], c[S.FLOW_ID][row],
-            b"{}" if args < 0 else _args_text(trace.raw_args[args]),
-        )] += 1
+        out[
+            (
+                c[S.PH][row],
+                c[S.FORM][row],
+                c[S.KIND][row],
+                c[S.TS_NS][row],
+                c[S.DUR_NS][row],
+                trace.strings[c[S.NAME_ID][row]],
+                trace.strings[c[S.CAT_ID][row]],
+                _resolve(trace, c[S.PID][row]),
+                _resolve(trace, c[S.TID][row]),
+                c[S.EXTERNAL_ID][row],
+                c[S.CORRELATION][row],
+                c[S.FLOW_ID][row],
+                b"{}" if args < 0 else _args_text(trace.raw_args[args]),
+            )
+        ] += 1
     return out
 
 
@@ -109,13 +119,15 @@ def model_meta(trace: Trace) -> dict[str, Any]:
         "metadata": trace.metadata,
         "meta_events": Counter(
             (m.name, r(m.pid), r(m.tid), m.ts_ns, m.cat, m.form, _canonical(m.args))
-            for m in trace.meta_events),
+            for m in trace.meta_events
+        ),
         "process_names": {r(p): v for p, v in trace.process_names.items()},
         "thread_names": {(r(p), r(t)): v for (p, t), v in trace.thread_names.items()},
         "process_sort_index": {r(p): v for p, v in trace.process_sort_index.items()},
         "thread_sort_index": {(r(p), r(t)): v for (p, t), v in trace.thread_sort_index.items()},
         "labels": sorted(set(trace.pid_labels.values()) | set(trace.tid_labels.values())),
-        "skipped": trace.skipped_events, "truncated": trace.truncated,
+        "skipped": trace.skipped_events,
+        "truncated": trace.truncated,
     }
 
 
@@ -128,8 +140,9 @@ def check_round_trip(path: Path, out: Path, *, files: bool = True) -> None:
         source, exported = _read_json(path), _read_json(out)
         assert file_top_level(exported) == file_top_level(source)
         want, got = file_events(source), file_events(exported)
-        assert got == want, (f"lost: {list((want - got).elements())[:3]}\n"
-                             f"added: {list((got - want).elements())[:3]}")
+        assert got == want, (
+            f"lost: {list((want - got).elements())[:3]}\nadded: {list((got - want).elements())[:3]}"
+        )
     # the models: equal, whatever the interned ids and args' byte layout
     assert len(again) == len(original)
     assert model_events(again) == model_events(original)
@@ -191,8 +204,12 @@ print("done")
 def collector_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
     path = tmp_path_factory.mktemp("collector") / "trace.json"
-    proc = subprocess.run([sys.executable, "-c", COLLECTOR_SCRIPT, str(path)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", COLLECTOR_SCRIPT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("done"), proc.stderr[-3000:]
     return path
 

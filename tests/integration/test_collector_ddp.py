@@ -17,7 +17,7 @@ pytest.importorskip("torch.distributed")
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
-WORKER = r'''
+WORKER = r"""
 import json, os, sys
 import torch, torch.distributed as dist
 import neuron_profiler.emulator as emu
@@ -45,7 +45,7 @@ dev = {e.key: e.device_time_total for e in prof.key_averages()
        if e.device_type == DeviceType.CPU and e.device_time_total > 0}
 json.dump(dev, open(out + ".dev.json", "w"))
 dist.destroy_process_group()
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +58,18 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 def test_collectives_on_both_ranks_with_args_and_device_time(ranks: list[Path]) -> None:
     for base in ranks:
         trace = json.loads(Path(str(base) + ".json").read_text())
-        ops = {e["args"]["External id"]: e["name"] for e in trace["traceEvents"]
-               if e.get("cat") == "cpu_op"}
-        cc = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"
-              and e["args"].get("neuron collective")]
+        ops = {
+            e["args"]["External id"]: e["name"]
+            for e in trace["traceEvents"]
+            if e.get("cat") == "cpu_op"
+        }
+        cc = [
+            e
+            for e in trace["traceEvents"]
+            if e.get("ph") == "X"
+            and e.get("cat") == "kernel"
+            and e["args"].get("neuron collective")
+        ]
         assert cc, "no collectives in the trace"
         for e in cc:
             a = e["args"]
@@ -82,6 +90,7 @@ def test_hta_reads_both_ranks_as_device_work(ranks: list[Path], tmp_path: Path) 
 
     for base in ranks:
         (tmp_path / Path(str(base) + ".json").name).write_bytes(
-            Path(str(base) + ".json").read_bytes())
+            Path(str(base) + ".json").read_bytes()
+        )
     said = check_with_hta(tmp_path)
     assert said["overlap"]["comp_comm_overlap_pctg"].isna().all()

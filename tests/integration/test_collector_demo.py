@@ -26,8 +26,13 @@ LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 def _demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     out_dir = tmp_path / "runs"
-    proc = subprocess.run([*CLI, "demo", "-o", str(out_dir), *args], capture_output=True,
-                          text=True, timeout=600, cwd=tmp_path)
+    proc = subprocess.run(
+        [*CLI, "demo", "-o", str(out_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     traces = list(out_dir.glob("*.pt.trace.json*"))
     assert len(traces) == 1 and f"trace: {traces[0]}" in proc.stdout
@@ -37,8 +42,9 @@ def _demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str],
 def _busy(trace: dict[str, Any]) -> list[float]:
     """Per ProfilerStep: the union of device rows inside it over its duration."""
     x = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    device = sorted((e["ts"], e["ts"] + e["dur"]) for e in x
-                    if e.get("cat") in ("kernel", "gpu_memcpy"))
+    device = sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in x if e.get("cat") in ("kernel", "gpu_memcpy")
+    )
     out = []
     for s in (e for e in x if e["name"].startswith("ProfilerStep#")):
         a, b = s["ts"], s["ts"] + s["dur"]
@@ -57,8 +63,11 @@ def test_demo_writes_a_trace_with_fallback_and_slow_data_step(tmp_path: Path) ->
     assert "mode: timing (results not computed; device timings modelled" in proc.stdout
     busy = _busy(trace)
     assert len(busy) == 2 and min(busy) >= 0.5, busy
-    names = {e["args"]["name"] for e in trace["traceEvents"]
-             if e.get("ph") == "M" and e["name"] == "process_name"}
+    names = {
+        e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e.get("ph") == "M" and e["name"] == "process_name"
+    }
     assert "NeuronCore 0" in names
     x = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     fallbacks = [e for e in x if e["name"] == "CPU fallback: aten::bincount"]
@@ -76,8 +85,9 @@ def test_demo_writes_a_trace_with_fallback_and_slow_data_step(tmp_path: Path) ->
 def test_demo_ends_with_the_analyzers_report_and_its_commands_work(tmp_path: Path) -> None:
     proc, _ = _demo(tmp_path, "--steps", "2")
     (path,) = (tmp_path / "runs").glob("*.pt.trace.json*")
-    alone = subprocess.run([*CLI, "analyze", str(path)], capture_output=True, text=True,
-                           timeout=300, cwd=tmp_path)
+    alone = subprocess.run(
+        [*CLI, "analyze", str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert alone.returncode == 0 and "rank 0 · 2 steps" in alone.stdout
     assert proc.stdout.endswith(alone.stdout)  # exactly what `neuron-prof analyze` prints
     # the causes put there on purpose are findings: the DataLoader stall, the fallback
@@ -90,12 +100,14 @@ def test_demo_ends_with_the_analyzers_report_and_its_commands_work(tmp_path: Pat
     assert "CPU fallback" in alone.stdout and "aten::bincount" in alone.stdout
     assert "modelled by the emulator" in alone.stdout
     # every command it names runs as printed
-    commands = [shlex.split(line) for line in proc.stdout.splitlines()
-                if line.startswith("  neuron-prof ")]
+    commands = [
+        shlex.split(line) for line in proc.stdout.splitlines() if line.startswith("  neuron-prof ")
+    ]
     assert [c[1] for c in commands] == ["analyze", "export"], commands
     for command in commands:
-        ran = subprocess.run([*CLI, *command[1:]], capture_output=True, text=True,
-                             timeout=300, cwd=tmp_path)
+        ran = subprocess.run(
+            [*CLI, *command[1:]], capture_output=True, text=True, timeout=300, cwd=tmp_path
+        )
         assert ran.returncode == 0, ran.stderr[-2000:]
     html = Path(commands[0][commands[0].index("--html") + 1])
     page = parse(html.read_text(encoding="utf-8"))
@@ -116,13 +128,17 @@ def test_demo_numerics_mode_says_so(tmp_path: Path) -> None:
 def test_demo_on_two_cores_puts_device_work_on_both(tmp_path: Path) -> None:
     proc, trace = _demo(tmp_path, "--steps", "1", "--cores", "2")
     assert "ran on 2 NeuronCores" in proc.stdout
-    pids = {e["args"]["name"]: e["pid"] for e in trace["traceEvents"]
-            if e.get("ph") == "M" and e["name"] == "process_name"}
+    pids = {
+        e["args"]["name"]: e["pid"]
+        for e in trace["traceEvents"]
+        if e.get("ph") == "M" and e["name"] == "process_name"
+    }
     x = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     for core in ("NeuronCore 0", "NeuronCore 1"):
         on_core = [e for e in x if e["pid"] == pids[core]]
         kernels = {e["args"].get("op") for e in on_core if e.get("cat") == "kernel"}
         assert {"aten::mm", "aten::bmm"} <= kernels, (core, sorted(kernels)[:20])
         # gradients averaged across the cores: device-to-device copies land on both
-        assert any(e.get("cat") == "gpu_memcpy" and e["args"].get("direction") == "d2d"
-                   for e in on_core), core
+        assert any(
+            e.get("cat") == "gpu_memcpy" and e["args"].get("direction") == "d2d" for e in on_core
+        ), core

@@ -88,16 +88,20 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"emulator not importable: {err}")
     if not hasattr(emu, "enable"):
         pytest.skip("emulator has no enable() yet")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(out)], capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(out)], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().endswith("done 2")
     return out
 
 
 def _device(trace: dict) -> list[dict]:
-    return [e for e in trace["traceEvents"] if e.get("ph") == "X"
-            and e.get("cat") in ("kernel", "gpu_memcpy")]
+    return [
+        e
+        for e in trace["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy")
+    ]
 
 
 def test_each_cycle_has_exactly_the_source_activities(run: Path) -> None:
@@ -106,8 +110,9 @@ def test_each_cycle_has_exactly_the_source_activities(run: Path) -> None:
         acts = parse_system_trace((run / f"payload{cycle}.json").read_bytes())
         work = [int(k) for k in (ActivityKind.KERNEL, ActivityKind.DMA, ActivityKind.COLLECTIVE)]
         mask = [int(k) in work for k in acts.kind]
-        want = Counter((int(c), int(e)) for c, e, m in
-                       zip(acts.core, acts.exec_id, mask, strict=True) if m)
+        want = Counter(
+            (int(c), int(e)) for c, e, m in zip(acts.core, acts.exec_id, mask, strict=True) if m
+        )
         got = Counter((e["pid"], e["args"]["exec_id"]) for e in _device(trace))
         assert got == want and len(want) > 0 and set(got.values()) == {1}
         assert trace["neuron_excluded_outside_window"] == 0
@@ -118,26 +123,36 @@ def test_layout_links_and_properties(run: Path) -> None:
     device = _device(trace)
     assert {e["pid"] for e in device} == {0, 1}  # both cores used
     assert all("External id" in e["args"] and e["args"]["emulated"] for e in device)
-    ops = {e["args"]["External id"]: e["name"] for e in trace["traceEvents"]
-           if e.get("cat") == "cpu_op"}
+    ops = {
+        e["args"]["External id"]: e["name"]
+        for e in trace["traceEvents"]
+        if e.get("cat") == "cpu_op"
+    }
     assert all(ops[e["args"]["External id"]].startswith("aten::") for e in device)
     props = trace["deviceProperties"]
     assert [p["name"] for p in props] == ["NeuronCore 0", "NeuronCore 1"]
-    assert all(p["chip"] == "trn2" and p["emulated"] is True and p["hbm_bytes"] > 0
-               for p in props)
+    assert all(p["chip"] == "trn2" and p["emulated"] is True and p["hbm_bytes"] > 0 for p in props)
     assert trace["neuron_dropped_events"] == {"0": 0, "1": 0}
     assert trace["neuron_timing_modelled"] is True
 
 
 def test_fallback_with_copies_and_device_time_table(run: Path) -> None:
     trace = json.loads((run / "trace0.json").read_text())
-    fb = [e for e in trace["traceEvents"] if e.get("ph") == "X"
-          and e.get("name", "").startswith("CPU fallback: ")]
-    assert fb and all(e["args"]["cpu fallback"] is True and "float64" in
-                      e["args"]["fallback reason"] for e in fb)
+    fb = [
+        e
+        for e in trace["traceEvents"]
+        if e.get("ph") == "X" and e.get("name", "").startswith("CPU fallback: ")
+    ]
+    assert fb and all(
+        e["args"]["cpu fallback"] is True and "float64" in e["args"]["fallback reason"] for e in fb
+    )
     for f in fb:
-        copies = [e for e in trace["traceEvents"] if e.get("cat") == "gpu_memcpy"
-                  and e["args"].get("External id") == f["args"]["External id"]]
+        copies = [
+            e
+            for e in trace["traceEvents"]
+            if e.get("cat") == "gpu_memcpy"
+            and e["args"].get("External id") == f["args"]["External id"]
+        ]
         assert {c["args"]["direction"] for c in copies} >= {"d2h"}
     table = (run / "table0.txt").read_text()
     assert "Self NEURON" in table and "aten::addmm" in table

@@ -59,32 +59,62 @@ class FakeDevice:
     def stop(self) -> bytes:
         self.on = False
         out, self.pending = self.pending, []
-        return json.dumps({"events": out, "data_version": 2,
-                           "neuron_profiler": {"dropped_events": {"0": 0}}}).encode()
+        return json.dumps(
+            {"events": out, "data_version": 2, "neuron_profiler": {"dropped_events": {"0": 0}}}
+        ).encode()
 
     def device_properties(self) -> list[dict]:
-        return [{"id": 0, "name": "NeuronCore 0", "chip": "fake", "hbm_bytes": 1 << 30,
-                 "peak_bf16_tflops": 1.0, "emulated": True}]
+        return [
+            {
+                "id": 0,
+                "name": "NeuronCore 0",
+                "chip": "fake",
+                "hbm_bytes": 1 << 30,
+                "peak_bf16_tflops": 1.0,
+                "emulated": True,
+            }
+        ]
 
     # the fake device
     def _span(self, etype: str, start: int, stop: int, data: dict, tid: int) -> None:
         self.tracking += 1
         base = {"event_type": etype, "tracking_id": self.tracking, "nc_idx": 0, "thread_id": tid}
-        self.pending += [{**base, "phase": "start", "timestamp_ns": start, "data": data},
-                         {**base, "phase": "stop", "timestamp_ns": stop, "data": {}}]
+        self.pending += [
+            {**base, "phase": "start", "timestamp_ns": start, "data": data},
+            {**base, "phase": "stop", "timestamp_ns": stop, "data": {}},
+        ]
 
-    def _device(self, etype: str, queue: int, op: str, corr: int, t: int, tid: int,
-                ext: dict) -> None:
+    def _device(
+        self, etype: str, queue: int, op: str, corr: int, t: int, tid: int, ext: dict
+    ) -> None:
         self.exec_id += 1
         e = self.exec_id
-        self._span("nrt_model_submit", t, t + 200, {"exec_id": e, "neuron_profiler": {
-            "op": op, "correlation_id": corr}}, tid)
+        self._span(
+            "nrt_model_submit",
+            t,
+            t + 200,
+            {"exec_id": e, "neuron_profiler": {"op": op, "correlation_id": corr}},
+            tid,
+        )
         start = max(t + LAUNCH_NS, self.queue_free[queue])
         self.queue_free[queue] = start + KERNEL_NS
-        self._span(etype, start, start + KERNEL_NS, {"exec_id": e, "neuron_profiler": {
-            **ext, "op": op, "correlation_id": corr, "launch_ns": t, "modelled": True}}, tid)
-        self.emitted.append({"exec_id": e, "op": op, "step": self.step, "type": etype,
-                             "tid": tid})
+        self._span(
+            etype,
+            start,
+            start + KERNEL_NS,
+            {
+                "exec_id": e,
+                "neuron_profiler": {
+                    **ext,
+                    "op": op,
+                    "correlation_id": corr,
+                    "launch_ns": t,
+                    "modelled": True,
+                },
+            },
+            tid,
+        )
+        self.emitted.append({"exec_id": e, "op": op, "step": self.step, "type": etype, "tid": tid})
 
     def launch(self, op: str, numel: int) -> None:
         if not (self.on or self.always):
@@ -92,21 +122,53 @@ class FakeDevice:
         corr = self.correlation() if self.on else 0
         t, tid = time.time_ns(), threading.get_native_id()
         if op == "aten::cumsum":  # a CPU fallback with its two copies
-            self._device("dmem_buf_copyout", 1, op, corr, t, tid,
-                         {"bytes": numel * 4, "direction": "d2h"})
-            self._span("neuron_profiler.cpu_fallback", t + 300, t + 800, {"neuron_profiler": {
-                "op": op, "reason": "not supported", "correlation_id": corr,
-                "shapes": [[numel]], "dtypes": ["torch.float32"]}}, tid)
+            self._device(
+                "dmem_buf_copyout", 1, op, corr, t, tid, {"bytes": numel * 4, "direction": "d2h"}
+            )
+            self._span(
+                "neuron_profiler.cpu_fallback",
+                t + 300,
+                t + 800,
+                {
+                    "neuron_profiler": {
+                        "op": op,
+                        "reason": "not supported",
+                        "correlation_id": corr,
+                        "shapes": [[numel]],
+                        "dtypes": ["torch.float32"],
+                    }
+                },
+                tid,
+            )
             self.fallbacks.append(self.step)
-            self._device("dmem_buf_copyin", 1, op, corr, t + 900, tid,
-                         {"bytes": numel * 4, "direction": "h2d"})
+            self._device(
+                "dmem_buf_copyin",
+                1,
+                op,
+                corr,
+                t + 900,
+                tid,
+                {"bytes": numel * 4, "direction": "h2d"},
+            )
         elif op == "aten::sum":  # stands in for a collective
-            self._device("cc_running", 2, op, corr, t, tid,
-                         {"collective": "allreduce", "bytes": numel * 4, "ranks": [0, 1],
-                          "algorithm": "ring"})
+            self._device(
+                "cc_running",
+                2,
+                op,
+                corr,
+                t,
+                tid,
+                {
+                    "collective": "allreduce",
+                    "bytes": numel * 4,
+                    "ranks": [0, 1],
+                    "algorithm": "ring",
+                },
+            )
         else:
-            self._device("nc_exec_running", 0, op, corr, t, tid,
-                         {"flops": 2 * numel, "bytes": 8 * numel})
+            self._device(
+                "nc_exec_running", 0, op, corr, t, tid, {"flops": 2 * numel, "bytes": 8 * numel}
+            )
 
 
 class FakeMode(TorchDispatchMode):
@@ -170,10 +232,10 @@ def test_processes_and_threads_named_and_ordered(traced) -> None:
     psort = {e["pid"]: e["args"]["sort_index"] for e in meta if e["name"] == "process_sort_index"}
     assert pname[0] == "NeuronCore 0"
     assert psort[0] > psort[os.getpid()]  # after the host
-    tname = {e["tid"]: e["args"]["name"] for e in meta
-             if e["name"] == "thread_name" and e["pid"] == 0}
-    assert [tname[L.queue_stream(0, q)] for q in (0, 1, 2)
-            ] == ["compute", "DMA", "collectives"]
+    tname = {
+        e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name" and e["pid"] == 0
+    }
+    assert [tname[L.queue_stream(0, q)] for q in (0, 1, 2)] == ["compute", "DMA", "collectives"]
 
 
 def test_every_emitted_activity_appears_once_with_args(traced) -> None:
@@ -186,19 +248,25 @@ def test_every_emitted_activity_appears_once_with_args(traced) -> None:
         assert e["args"]["correlation"] >= 0
     for k in (e for e in _events(trace, "kernel") if e["tid"] == L.queue_stream(0, 0)):
         a = k["args"]
-        assert a["flops"] > 0 and a["bytes"] > 0 and L.kernel_name(a.get("engine"), a["op"]) == k["name"]
+        assert (
+            a["flops"] > 0
+            and a["bytes"] > 0
+            and L.kernel_name(a.get("engine"), a["op"]) == k["name"]
+        )
         assert k["name"] != a["op"]  # never the aten op's own name
         assert a["achieved TFLOPS"] == pytest.approx(a["flops"] / (k["dur"] * 1e3) / 1e3, rel=1e-3)
         assert a["achieved GB/s"] == pytest.approx(a["bytes"] / (k["dur"] * 1e3), rel=1e-3)
     for d in _events(trace, "gpu_memcpy"):
         assert d["args"]["direction"] in ("d2h", "h2d") and d["tid"] == L.queue_stream(0, 1)
         assert d["name"] == L.MEMCPY_NAMES[d["args"]["direction"]]
-        assert d["args"][L.ARG_BANDWIDTH] == pytest.approx(d["args"]["bytes"] / (d["dur"] * 1e3),
-                                                           rel=1e-3)
+        assert d["args"][L.ARG_BANDWIDTH] == pytest.approx(
+            d["args"]["bytes"] / (d["dur"] * 1e3), rel=1e-3
+        )
     cc = [e for e in _events(trace, "kernel") if e["tid"] == L.queue_stream(0, 2)]
     assert len(cc) == 2 and all(e["args"][L.ARG_COLLECTIVE] == "allreduce" for e in cc)
-    assert all(e["args"][L.ARG_GROUP_RANKS] == [0, 1] and e["args"]["algorithm"] == "ring"
-               for e in cc)
+    assert all(
+        e["args"][L.ARG_GROUP_RANKS] == [0, 1] and e["args"]["algorithm"] == "ring" for e in cc
+    )
 
 
 def test_device_work_linked_to_launching_aten_op(traced) -> None:
@@ -236,12 +304,18 @@ def test_runtime_calls_on_launching_thread_with_flows(traced) -> None:
 
 def test_fallback_recognisable_with_its_copies(traced) -> None:
     _, trace, _ = traced
-    fb = [e for e in _events(trace, "privateuse1_runtime")
-          if e["name"] == L.FALLBACK_PREFIX + "aten::cumsum"]
+    fb = [
+        e
+        for e in _events(trace, "privateuse1_runtime")
+        if e["name"] == L.FALLBACK_PREFIX + "aten::cumsum"
+    ]
     assert len(fb) == 2 and all(e["args"]["fallback reason"] == "not supported" for e in fb)
     for f in fb:
-        copies = [d for d in _events(trace, "gpu_memcpy")
-                  if d["args"]["External id"] == f["args"]["External id"]]
+        copies = [
+            d
+            for d in _events(trace, "gpu_memcpy")
+            if d["args"]["External id"] == f["args"]["External id"]
+        ]
         assert sorted(d["args"]["direction"] for d in copies) == ["d2h", "h2d"]
 
 
@@ -259,9 +333,12 @@ def test_key_averages_counts_device_time(traced) -> None:
     assert "NEURON" in table
     from torch.autograd import DeviceType
 
-    (op,) = [e for e in prof.key_averages() if e.key == "aten::sum"
-             and e.device_type == DeviceType.CPU]
-    kernel_us = sum(e["dur"] for e in _events(trace, "kernel") if e["args"].get("op") == "aten::sum")
+    (op,) = [
+        e for e in prof.key_averages() if e.key == "aten::sum" and e.device_type == DeviceType.CPU
+    ]
+    kernel_us = sum(
+        e["dur"] for e in _events(trace, "kernel") if e["args"].get("op") == "aten::sum"
+    )
     assert kernel_us > 0 and op.device_time_total == pytest.approx(kernel_us, rel=0.01)
     assert op.self_cpu_time_total < op.cpu_time_total + kernel_us  # not counted as CPU time
 
@@ -280,8 +357,11 @@ def test_key_averages_one_row_per_name_kernels_hold_self_device_time(traced) -> 
     assert device_us > 0
     assert sum(e.self_device_time_total for e in kernel_rows) == pytest.approx(device_us, rel=0.01)
     table = averages.table(sort_by="self_device_time_total", row_limit=-1)
-    rows = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines()
-            if line.strip() and not line.startswith("-")]
+    rows = [
+        re.split(r"\s{2,}", line.strip())
+        for line in table.splitlines()
+        if line.strip() and not line.startswith("-")
+    ]
     col = rows[0].index("Self NEURON %")
     percent = {r[0]: float(r[col].rstrip("%")) for r in rows[1:] if len(r) == len(rows[0])}
     shown = sum(percent[k] for k in device_names)
@@ -315,8 +395,9 @@ def test_schedule_cycles_each_complete_nothing_lost_or_duplicated(tmp_path: Path
     x = torch.randn(8, 8)
     sched = schedule(wait=1, warmup=1, active=2, repeat=2)
     try:
-        with profile(activities=[ProfilerActivity.CPU, NEURON], schedule=sched,
-                     on_trace_ready=ready) as prof:
+        with profile(
+            activities=[ProfilerActivity.CPU, NEURON], schedule=sched, on_trace_ready=ready
+        ) as prof:
             with FakeMode(dev):
                 for step in range(9):
                     dev.step = step
@@ -333,10 +414,14 @@ def test_schedule_cycles_each_complete_nothing_lost_or_duplicated(tmp_path: Path
         want = [d["exec_id"] for d in dev.emitted if d["step"] in steps]
         assert sorted(got) == sorted(want) and set(got.values()) == {1}
         # everything emitted since the previous fetch but outside the window was counted
-        outside = [d for d in dev.emitted if previous_fetch_end < d["step"] <= max(steps)
-                   and d["step"] not in steps]
-        fallbacks = [s for s in dev.fallbacks if previous_fetch_end < s <= max(steps)
-                     and s not in steps]
+        outside = [
+            d
+            for d in dev.emitted
+            if previous_fetch_end < d["step"] <= max(steps) and d["step"] not in steps
+        ]
+        fallbacks = [
+            s for s in dev.fallbacks if previous_fetch_end < s <= max(steps) and s not in steps
+        ]
         # each device activity comes with its runtime call; fallbacks are one host span
         assert trace[L.META_EXCLUDED] == 2 * len(outside) + len(fallbacks) > 0
         assert {p["name"] for p in trace["deviceProperties"]} == {"NeuronCore 0"}
@@ -347,15 +432,18 @@ def test_tensorboard_handler_writes_same_structure(dev: FakeDevice, tmp_path: Pa
     from torch.profiler import tensorboard_trace_handler
 
     x = torch.randn(8, 8)
-    with profile(activities=[ProfilerActivity.CPU, NEURON],
-                 on_trace_ready=tensorboard_trace_handler(str(tmp_path), worker_name="w0")):
+    with profile(
+        activities=[ProfilerActivity.CPU, NEURON],
+        on_trace_ready=tensorboard_trace_handler(str(tmp_path), worker_name="w0"),
+    ):
         with FakeMode(dev):
             _work(x)
     files = list(tmp_path.glob("w0*.pt.trace.json*"))
     assert len(files) == 1
     trace = _load(files[0])
-    got = Counter(e["args"]["exec_id"] for e in _events(trace, "kernel")
-                  + _events(trace, "gpu_memcpy"))
+    got = Counter(
+        e["args"]["exec_id"] for e in _events(trace, "kernel") + _events(trace, "gpu_memcpy")
+    )
     assert sorted(got) == [d["exec_id"] for d in dev.emitted] and set(got.values()) == {1}
 
 

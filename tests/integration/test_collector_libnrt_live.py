@@ -52,8 +52,15 @@ class RuntimeMode(TorchDispatchMode):
         self.ctl, self.exec_id, self.ops = ctl, 0, {}
 
     def _rec(self, etype: str, phase: str, tracking: int, ts: int, data: dict) -> None:
-        ev = {"event_type": etype, "phase": phase, "tracking_id": tracking, "nc_idx": 0,
-              "thread_id": threading.get_native_id(), "timestamp_ns": ts, "data": data}
+        ev = {
+            "event_type": etype,
+            "phase": phase,
+            "tracking_id": tracking,
+            "nc_idx": 0,
+            "thread_id": threading.get_native_id(),
+            "timestamp_ns": ts,
+            "data": data,
+        }
         self.ctl.fake_nrt_record(0, etype.encode(), json.dumps(ev).encode())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -84,8 +91,11 @@ def test_device_work_linked_by_containment(lib_path: Path, tmp_path: Path) -> No
     path = tmp_path / "t.json"
     prof.export_chrome_trace(str(path))
     trace = json.loads(path.read_text())
-    ops = {e["args"]["External id"]: e["name"] for e in trace["traceEvents"]
-           if e.get("cat") == "cpu_op"}
+    ops = {
+        e["args"]["External id"]: e["name"]
+        for e in trace["traceEvents"]
+        if e.get("cat") == "cpu_op"
+    }
     kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
     calls = [e for e in trace["traceEvents"] if e.get("cat") == "privateuse1_runtime"]
     assert sorted(k["args"]["exec_id"] for k in kernels) == sorted(mode.ops)

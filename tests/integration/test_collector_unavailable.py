@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.torch]
 
 NOBODY = 65534
 
-PROFILE = r'''
+PROFILE = r"""
 import json, sys, warnings
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
@@ -65,7 +65,7 @@ ours = [w for w in caught if issubclass(w.category, CollectorUnavailableWarning)
 print(json.dumps({"reason": unavailable_reason(),
                   "warnings": [[str(w.message), w.filename] for w in ours],
                   "cycles": len(cycles)}))
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,11 @@ class Case:
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("NEURON_PROFILER_", "TORCH_EXTENSIONS_DIR", "CXX"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("NEURON_PROFILER_", "TORCH_EXTENSIONS_DIR", "CXX"))
+    }
     return {**env, **extra}
 
 
@@ -112,12 +115,16 @@ def _make_case(name: str, tmp: Path) -> Case:
     ext = tmp / "ext"
     if name == "no-compiler":
         ext.mkdir()
-        return Case({"TORCH_EXTENSIONS_DIR": str(ext), "CXX": str(tmp / "no-such-c++")},
-                    "no C++ compiler: '" + str(tmp / "no-such-c++") + "' not found")
+        return Case(
+            {"TORCH_EXTENSIONS_DIR": str(ext), "CXX": str(tmp / "no-such-c++")},
+            "no C++ compiler: '" + str(tmp / "no-such-c++") + "' not found",
+        )
     if name == "compiler-fails":
         ext.mkdir()
-        return Case({"TORCH_EXTENSIONS_DIR": str(ext), "CXX": "/bin/false"},
-                    "'/bin/false --version' exited with status 1")
+        return Case(
+            {"TORCH_EXTENSIONS_DIR": str(ext), "CXX": "/bin/false"},
+            "'/bin/false --version' exited with status 1",
+        )
     if name == "source-fails":
         real = shutil.which("c++") or shutil.which("g++")
         if real is None:
@@ -125,21 +132,30 @@ def _make_case(name: str, tmp: Path) -> Case:
         ext.mkdir()
         (tmp / "broken.h").write_text("#error simulated failure in the bridge source\n")
         wrapper = tmp / "failing-g++"  # a real compiler; every compile hits the #error
-        wrapper.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = "-c" ] && exec {real} '
-                           f'-include {tmp / "broken.h"} "$@"; done\nexec {real} "$@"\n')
+        wrapper.write_text(
+            f'#!/bin/sh\nfor a in "$@"; do [ "$a" = "-c" ] && exec {real} '
+            f'-include {tmp / "broken.h"} "$@"; done\nexec {real} "$@"\n'
+        )
         wrapper.chmod(0o755)
-        return Case({"TORCH_EXTENSIONS_DIR": str(ext), "CXX": str(wrapper)},
-                    "error: #error simulated failure in the bridge source")
+        return Case(
+            {"TORCH_EXTENSIONS_DIR": str(ext), "CXX": str(wrapper)},
+            "error: #error simulated failure in the bridge source",
+        )
     if name == "read-only-dir":
         ext.mkdir()
-        ext.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH
-                  | stat.S_IXOTH)
-        return Case({"TORCH_EXTENSIONS_DIR": str(ext)},
-                    f"cannot create {ext}/neuron_profiler_kineto_", unprivileged=True)
+        ext.chmod(
+            stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
+        )
+        return Case(
+            {"TORCH_EXTENSIONS_DIR": str(ext)},
+            f"cannot create {ext}/neuron_profiler_kineto_",
+            unprivileged=True,
+        )
     if name == "dir-is-a-file":
         ext.write_text("not a directory\n")
-        return Case({"TORCH_EXTENSIONS_DIR": str(ext)},
-                    f"cannot create {ext}/neuron_profiler_kineto_")
+        return Case(
+            {"TORCH_EXTENSIONS_DIR": str(ext)}, f"cannot create {ext}/neuron_profiler_kineto_"
+        )
     raise AssertionError(name)
 
 
@@ -167,16 +183,23 @@ def _check_premise(case: Case, tmp: Path) -> None:
     extension directory (a root that kept its privileges would prove nothing)."""
     if not case.unprivileged:
         return
-    check = _run(case, ["-c", "import os, sys, torch; print(os.access(sys.argv[1], os.W_OK))",
-                        case.env["TORCH_EXTENSIONS_DIR"]], tmp)
-    assert check.returncode == 0, f"the unprivileged user cannot run {sys.executable}: " \
-                                  f"{check.stderr[-500:]}"
+    check = _run(
+        case,
+        [
+            "-c",
+            "import os, sys, torch; print(os.access(sys.argv[1], os.W_OK))",
+            case.env["TORCH_EXTENSIONS_DIR"],
+        ],
+        tmp,
+    )
+    assert check.returncode == 0, (
+        f"the unprivileged user cannot run {sys.executable}: {check.stderr[-500:]}"
+    )
     assert check.stdout.strip() == "False", "extension directory writable: privileges kept"
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_profile_warns_once_per_start_and_the_trace_says_why(name: str,
-                                                             shared_tmp: Path) -> None:
+def test_profile_warns_once_per_start_and_the_trace_says_why(name: str, shared_tmp: Path) -> None:
     case = _make_case(name, shared_tmp)
     out = _writable_dir(shared_tmp / "out")
     _writable_dir(shared_tmp / "home")
@@ -210,8 +233,11 @@ def test_demo_exits_with_one_error_line(name: str, shared_tmp: Path) -> None:
     _writable_dir(shared_tmp / "home")
     _check_premise(case, shared_tmp)
     out_dir = shared_tmp / "home" / "demo"
-    proc = _run(case, ["-m", "neuron_profiler.cli.main", "demo", "-o", str(out_dir),
-                       "--steps", "1"], shared_tmp)
+    proc = _run(
+        case,
+        ["-m", "neuron_profiler.cli.main", "demo", "-o", str(out_dir), "--steps", "1"],
+        shared_tmp,
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("neuron-prof: error: ")]

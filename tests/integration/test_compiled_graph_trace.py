@@ -45,21 +45,26 @@ rows = {e.key: [e.device_time_total, e.self_device_time_total, bool(e.is_user_an
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("compiled")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(out)], capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(out)], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
 
 def test_graph_ops_are_nested_in_their_execution(profiled: Path) -> None:
     events = json.loads((profiled / "trace.json").read_text())["traceEvents"]
-    graphs = [e for e in events if e.get("cat") == V.CAT_KERNEL and e.get("ph") == "X"
-              and V.ARG_GRAPH_ID in e.get("args", {})]
+    graphs = [
+        e
+        for e in events
+        if e.get("cat") == V.CAT_KERNEL
+        and e.get("ph") == "X"
+        and V.ARG_GRAPH_ID in e.get("args", {})
+    ]
     assert len(graphs) == 1
     g = graphs[0]
     ops = [e for e in events if e.get("cat") == V.CAT_GRAPH_OP and e.get("ph") == "X"]
-    assert [o["args"][V.ARG_OP] for o in ops] == ["aten::mm", "aten::sin", "aten::cos",
-                                                  "aten::exp"]
+    assert [o["args"][V.ARG_OP] for o in ops] == ["aten::mm", "aten::sin", "aten::cos", "aten::exp"]
     for o in ops:
         assert (o["pid"], o["tid"]) == (g["pid"], g["tid"])
         assert o["args"][V.ARG_GRAPH_ID] == g["args"][V.ARG_GRAPH_ID]
@@ -73,8 +78,9 @@ def test_graph_ops_are_nested_in_their_execution(profiled: Path) -> None:
 def test_key_averages_counts_the_execution_once(profiled: Path) -> None:
     rows = json.loads((profiled / "averages.json").read_text())
     events = json.loads((profiled / "trace.json").read_text())["traceEvents"]
-    graph = next(e for e in events if e.get("cat") == V.CAT_KERNEL
-                 and V.ARG_GRAPH_ID in e.get("args", {}))
+    graph = next(
+        e for e in events if e.get("cat") == V.CAT_KERNEL and V.ARG_GRAPH_ID in e.get("args", {})
+    )
     total, self_time, annotation = rows[graph["name"]]
     assert self_time == pytest.approx(graph["dur"], rel=0.01) and not annotation
     nested = [k for k, v in rows.items() if v[2]]  # the ops inside: user annotations

@@ -22,7 +22,7 @@ from neuron_profiler.runtime_trace import format as F  # noqa: E402
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 STEPS, NUMEL = 4, 1024
 
-WORKER = r'''
+WORKER = r"""
 import json, os, sys, time
 import torch, torch.distributed as dist
 import neuron_profiler.emulator as emu
@@ -67,12 +67,15 @@ rt.sys_trace_stop()
 events = json.loads(rt.sys_trace_fetch())["events"]
 json.dump({"bounds": bounds, "events": events, "epoch": rt.nc_epoch_ns}, open(sys.argv[1], "w"))
 dist.destroy_process_group()
-'''
+"""
 
 
 def _run(tmp_path, variant: str) -> list[dict]:
-    run_ranks(WORKER, lambda r: [str(tmp_path / f"{variant}{r}.json"), variant, str(STEPS),
-                                 str(NUMEL)], tmp_path)
+    run_ranks(
+        WORKER,
+        lambda r: [str(tmp_path / f"{variant}{r}.json"), variant, str(STEPS), str(NUMEL)],
+        tmp_path,
+    )
     return [json.loads((tmp_path / f"{variant}{r}.json").read_text()) for r in range(2)]
 
 
@@ -98,9 +101,11 @@ def _spans(run: dict, event_type: str) -> list[tuple[int, int, dict]]:
 def _per_step(run: dict, event_type: str) -> list[float]:
     """Milliseconds of this span type per step (spans launched inside the step)."""
     spans = _spans(run, event_type)
-    return [sum(b - a for a, b, d in spans
-                if lo <= d.get(F.EXT_KEY, {}).get(F.X_LAUNCH_NS, a) <= hi) / 1e6
-            for lo, hi in run["bounds"]]
+    return [
+        sum(b - a for a, b, d in spans if lo <= d.get(F.EXT_KEY, {}).get(F.X_LAUNCH_NS, a) <= hi)
+        / 1e6
+        for lo, hi in run["bounds"]
+    ]
 
 
 @pytest.mark.parametrize("variant", ["host_bound", "device_bound"])
@@ -133,8 +138,14 @@ def test_early_rank_waits_on_the_device_late_rank_does_not(tmp_path, variant: st
     if variant == "device_bound":
         for run in ranks:
             device = _per_step(run, F.NC_EXEC_RUNNING)
-            waits = [s + o for s, o in zip(_per_step(run, F.EXT_HOST_SYNC),
-                                           _per_step(run, F.EXT_EMULATOR_OVERHEAD), strict=True)]
+            waits = [
+                s + o
+                for s, o in zip(
+                    _per_step(run, F.EXT_HOST_SYNC),
+                    _per_step(run, F.EXT_EMULATOR_OVERHEAD),
+                    strict=True,
+                )
+            ]
             host = [(hi - lo) / 1e6 - w for (lo, hi), w in zip(run["bounds"], waits, strict=True)]
             assert all(d >= 2 * h for d, h in zip(device, host, strict=True)), (device, host)
 

@@ -75,7 +75,10 @@ def test_every_backend_runs_with_eager_results_and_device_activity(backend) -> N
     assert cap.executions(), "no device activity recorded"
     if backend in ("eager", "aot_eager"):  # the graph's ops run one by one: one execution each
         assert [e["data"]["neuron_profiler"]["op"] for e in cap.executions()] == [
-            "aten::addmm", "aten::relu", "aten::addmm"]
+            "aten::addmm",
+            "aten::relu",
+            "aten::addmm",
+        ]
     else:  # one execution of the compiled (inference) graph
         assert len(cap.executions()) == 1 and len(cap.graph_executions()) == 1
 
@@ -107,8 +110,11 @@ def test_one_execution_per_forward_and_backward_call(backend) -> None:
     ids = {e["data"]["neuron_profiler"]["graph_id"] for e in graphs}
     assert len(ids) == 2
     # each execution is launched by one runtime call
-    calls = [c for c in cap.starts("nrt_model_submit")
-             if c["data"]["neuron_profiler"]["exec_id"] in {e["data"]["exec_id"] for e in graphs}]
+    calls = [
+        c
+        for c in cap.starts("nrt_model_submit")
+        if c["data"]["neuron_profiler"]["exec_id"] in {e["data"]["exec_id"] for e in graphs}
+    ]
     assert len(calls) == len(graphs)
     # gradients equal eager's
     ref_model(x).sum().backward()
@@ -132,8 +138,13 @@ def test_pointwise_chain_is_charged_one_read_and_one_write() -> None:
     rt = _rt()
     hbm, vector = rt.chip.hbm_bytes_per_s(), rt.chip.vector_flops_per_s()
     assert ext["flops"] == 6 * n * n
-    stop = next(e for e in cap.events if e["event_type"] == "nc_exec_running"
-                and e["phase"] == "stop" and e["tracking_id"] == ex["tracking_id"])
+    stop = next(
+        e
+        for e in cap.events
+        if e["event_type"] == "nc_exec_running"
+        and e["phase"] == "stop"
+        and e["tracking_id"] == ex["tracking_id"]
+    )
     dur = stop["data"]["nc_timestamp_ns"] - ex["data"]["nc_timestamp_ns"]
     expected = max(6 * n * n / vector, 2 * n * n * 4 / hbm) * 1e9 + rt.chip.kernel_fixed_ns
     assert dur == pytest.approx(expected, abs=5)
@@ -150,16 +161,20 @@ def test_op_shares_add_up_exactly_to_the_execution() -> None:
     fast(x).sum().backward()
     with _Capture() as cap:
         fast(x).sum().backward()
-    stops = {e["tracking_id"]: e for e in cap.events
-             if e["event_type"] == "nc_exec_running" and e["phase"] == "stop"}
+    stops = {
+        e["tracking_id"]: e
+        for e in cap.events
+        if e["event_type"] == "nc_exec_running" and e["phase"] == "stop"
+    }
     for ex in cap.graph_executions():
         ops = ex["data"]["neuron_profiler"]["graph_ops"]
         dur = stops[ex["tracking_id"]]["data"]["nc_timestamp_ns"] - ex["data"]["nc_timestamp_ns"]
         assert ops and sum(o["duration_ns"] for o in ops) == dur
         offsets = [o["offset_ns"] for o in ops]
         assert offsets == sorted(offsets) and offsets[0] == 0
-        assert {o["op"] for o in ops} >= ({"aten::mm"} if "backward" in
-                                          ex["data"]["neuron_profiler"]["op"] else {"aten::addmm"})
+        assert {o["op"] for o in ops} >= (
+            {"aten::mm"} if "backward" in ex["data"]["neuron_profiler"]["op"] else {"aten::addmm"}
+        )
 
 
 def test_compile_time_is_host_time_not_device_time() -> None:
@@ -169,10 +184,10 @@ def test_compile_time_is_host_time_not_device_time() -> None:
     with _Capture() as cap:
         fast(x)  # compiles (seconds of host time), then one execution
     (ex,) = cap.executions()
-    stop = next(e for e in cap.events if e["event_type"] == "nc_exec_running"
-                and e["phase"] == "stop")
+    stop = next(
+        e for e in cap.events if e["event_type"] == "nc_exec_running" and e["phase"] == "stop"
+    )
     assert stop["data"]["nc_timestamp_ns"] - ex["data"]["nc_timestamp_ns"] < 100_000
-
 
 
 # -- correct results inside graphs -------------------------------------------------------------
@@ -185,19 +200,22 @@ class _CausalBlock(torch.nn.Module):
         self.heads, self.p = heads, p
         self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
         self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(),
-                                       torch.nn.Linear(4 * d, d))
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d)
+        )
         self.drop = torch.nn.Dropout(p)
         self.register_buffer("calls", torch.zeros((), dtype=torch.long))
         self.register_buffer("k_cache", torch.zeros(2, heads, max_len, d // heads))
 
     def forward(self, x):
         b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(
-            2, 0, 3, 1, 4)
+        q, k, v = (
+            self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        )
         self.k_cache[:b, :, :t].copy_(k.detach())  # KV-cache update in place
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           dropout_p=self.p if self.training else 0.0)
+        a = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.p if self.training else 0.0
+        )
         x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, t, d)))
         pos = torch.arange(t, device=x.device, dtype=x.dtype)[None, :, None]
         x = x + torch.full((1,), 0.01, device=x.device) * pos
@@ -294,11 +312,18 @@ def test_graph_breaks_stay_visible_as_eager_ops_between_graphs() -> None:
     assert any(n.startswith("Torch-Compiled Region") for n in names)
 
 
-
 def test_hugging_face_causal_lm_training_step_equals_eager() -> None:
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=4,
-                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = transformers.GPT2Config(
+        vocab_size=96,
+        n_positions=32,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     torch.manual_seed(0)
     ref = transformers.GPT2LMHeadModel(cfg)
     dev = copy.deepcopy(ref).to("neuron")
@@ -318,8 +343,7 @@ def test_hugging_face_causal_lm_training_step_equals_eager() -> None:
         opt_dev.step()
         opt_dev.zero_grad()
         assert loss.item() == pytest.approx(loss_ref.item(), rel=1e-5)
-        kinds = [e["data"]["neuron_profiler"]["op"].split(" ")[1]
-                 for e in cap.graph_executions()]
+        kinds = [e["data"]["neuron_profiler"]["op"].split(" ")[1] for e in cap.graph_executions()]
         assert kinds.count("(forward)") >= 1 and kinds.count("(backward)") >= 1
     for p, q in zip(dev.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5)

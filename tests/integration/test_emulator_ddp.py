@@ -16,7 +16,7 @@ from neuron_profiler.runtime_trace import format as F  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
-WORKER = r'''
+WORKER = r"""
 import os, sys
 import torch, torch.distributed as dist
 import neuron_profiler.emulator as emu
@@ -47,7 +47,7 @@ open(out + ".events.json", "wb").write(rt.sys_trace_fetch())
 torch.save({"params": [p.detach().cpu() for p in model.parameters()], "sum": t.cpu()},
            out + ".pt")
 dist.destroy_process_group()
-'''
+"""
 
 
 def _reference() -> list:
@@ -91,7 +91,11 @@ def test_both_ranks_emit_collective_events(ranks: list[Path]) -> None:
         allreduce = [x for x in ext if x[F.X_COLLECTIVE_OP] == "allreduce"]
         assert [x[F.X_BYTES] for x in allreduce] == [param_bytes] * 3 + [12]  # 3 buckets + t
         assert all(x[F.X_ALGORITHM] == "ring" and x[F.X_MODELLED] for x in ext)
-        waits = [e for e in events if e["event_type"] == F.EXT_HOST_SYNC
-                 and e["phase"] == F.START
-                 and e["data"][F.EXT_KEY][F.X_SYNC_REASON] == "collective_wait"]
+        waits = [
+            e
+            for e in events
+            if e["event_type"] == F.EXT_HOST_SYNC
+            and e["phase"] == F.START
+            and e["data"][F.EXT_KEY][F.X_SYNC_REASON] == "collective_wait"
+        ]
         assert len(waits) == 1

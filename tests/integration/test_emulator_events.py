@@ -28,8 +28,9 @@ def _train_steps(speed_factor: float) -> bytes:
     emu.enable(cores=2, speed_factor=speed_factor)
     emu.add_fallback_ops("aten::median")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
-                                torch.nn.Linear(64, 8)).to("neuron")
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)
+    ).to("neuron")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = torch.randn(16, 32), torch.randn(16, 8)
     ids = itertools.count(100)
@@ -76,8 +77,9 @@ def test_every_start_has_a_stop_and_the_parser_agrees(payload: bytes) -> None:
     pairs = _pairs(events)
     assert all(stop["timestamp_ns"] >= start["timestamp_ns"] for start, stop in pairs)
     acts = parse_system_trace(payload)
-    instants = sum(e["phase"] == F.INSTANT and e["event_type"] != F.TIMESTAMP_SYNC_POINT
-                   for e in events)
+    instants = sum(
+        e["phase"] == F.INSTANT and e["event_type"] != F.TIMESTAMP_SYNC_POINT for e in events
+    )
     assert acts.unpaired == 0 and acts.malformed == 0 and len(acts) == len(pairs) + instants
     kinds = Counter(ActivityKind(k).name for k in acts.kind)
     assert kinds["KERNEL"] > 0 and kinds["DMA"] > 0 and kinds["HOST_SYNC"] > 0
@@ -107,8 +109,9 @@ def test_no_overlap_within_a_queue_and_device_starts_after_launch(payload: bytes
         if start["event_type"] not in DEVICE_TYPES:
             continue
         ext = start["data"][F.EXT_KEY]
-        queues[(start["nc_idx"], ext[F.X_QUEUE])].append((start["timestamp_ns"],
-                                                           stop["timestamp_ns"]))
+        queues[(start["nc_idx"], ext[F.X_QUEUE])].append(
+            (start["timestamp_ns"], stop["timestamp_ns"])
+        )
         call = calls[_exec(start)]
         assert start["timestamp_ns"] >= ext[F.X_LAUNCH_NS] == call["timestamp_ns"]
         assert call["thread_id"] == start["thread_id"] and call["nc_idx"] == start["nc_idx"]
@@ -121,14 +124,23 @@ def test_no_overlap_within_a_queue_and_device_starts_after_launch(payload: bytes
 
 def test_host_sync_ends_after_the_work_it_waits_for(payload: bytes) -> None:
     pairs = _pairs(_on_host_clock(json.loads(payload)["events"]))
-    device = [(s["nc_idx"], s["data"][F.EXT_KEY][F.X_LAUNCH_NS], e["timestamp_ns"])
-              for s, e in pairs if s["event_type"] in DEVICE_TYPES]
+    device = [
+        (s["nc_idx"], s["data"][F.EXT_KEY][F.X_LAUNCH_NS], e["timestamp_ns"])
+        for s, e in pairs
+        if s["event_type"] in DEVICE_TYPES
+    ]
     syncs = [(s, e) for s, e in pairs if s["event_type"] == F.EXT_HOST_SYNC]
     assert {s["data"][F.EXT_KEY][F.X_SYNC_REASON] for s, _ in syncs} >= {
-        "item", "fallback", "synchronize"}
+        "item",
+        "fallback",
+        "synchronize",
+    }
     for start, stop in syncs:
-        launched_before = [end for core, launch, end in device
-                           if core == start["nc_idx"] and launch <= start["timestamp_ns"]]
+        launched_before = [
+            end
+            for core, launch, end in device
+            if core == start["nc_idx"] and launch <= start["timestamp_ns"]
+        ]
         assert stop["timestamp_ns"] >= max(launched_before, default=0)
 
 
@@ -137,19 +149,25 @@ def test_correlation_ids_link_runtime_calls_to_device_work(payload: bytes) -> No
     calls = acts.kind == ActivityKind.RUNTIME_CALL
     work = np.isin(acts.kind, [ActivityKind.KERNEL, ActivityKind.DMA])
     assert (acts.correlation_id[calls | work] >= 100).all()
-    by_exec = dict(zip(acts.exec_id[calls].tolist(), acts.correlation_id[calls].tolist(),
-                       strict=True))
-    assert [by_exec[x] for x in acts.exec_id[work].tolist()] == \
-        acts.correlation_id[work].tolist()
+    by_exec = dict(
+        zip(acts.exec_id[calls].tolist(), acts.correlation_id[calls].tolist(), strict=True)
+    )
+    assert [by_exec[x] for x in acts.exec_id[work].tolist()] == acts.correlation_id[work].tolist()
     assert len(set(by_exec.values())) > 10  # distinct ops got distinct ids
 
 
 def test_allocations_and_frees_carry_sizes(payload: bytes) -> None:
     events = json.loads(payload)["events"]
-    allocs = {e["data"]["tensor_id"]: e["data"]["size"] for e in events
-              if e["event_type"] == F.NRT_TENSOR_ALLOCATE}
-    frees = {e["data"]["tensor_id"]: e["data"]["size"] for e in events
-             if e["event_type"] == F.NRT_TENSOR_FREE}
+    allocs = {
+        e["data"]["tensor_id"]: e["data"]["size"]
+        for e in events
+        if e["event_type"] == F.NRT_TENSOR_ALLOCATE
+    }
+    frees = {
+        e["data"]["tensor_id"]: e["data"]["size"]
+        for e in events
+        if e["event_type"] == F.NRT_TENSOR_FREE
+    }
     assert allocs and frees and set(frees) <= set(allocs)
     assert all(allocs[t] == size > 0 for t, size in frees.items())
     assert 16 * 32 * 4 in allocs.values()  # the input batch copied to the device

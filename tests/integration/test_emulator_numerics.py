@@ -36,8 +36,13 @@ def _train(model, device, x, y, loss_fn, steps=4, opt_factory=None):
 
 def _mlp():
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32),
-                               torch.nn.GELU(), torch.nn.Linear(32, 4))
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32),
+        torch.nn.ReLU(),
+        torch.nn.Linear(32, 32),
+        torch.nn.GELU(),
+        torch.nn.Linear(32, 4),
+    )
 
 
 def test_mlp_adamw_equals_cpu_on_both_cores() -> None:
@@ -46,8 +51,9 @@ def test_mlp_adamw_equals_cpu_on_both_cores() -> None:
     ref_losses, ref_params, _ = _train(_mlp(), "cpu", x, y, F.mse_loss)
     for device in ("neuron", "neuron:1"):
         losses, params, model = _train(_mlp(), device, x, y, F.mse_loss)
-        assert next(model.parameters()).device == torch.device(device if ":" in device
-                                                               else "neuron:0")
+        assert next(model.parameters()).device == torch.device(
+            device if ":" in device else "neuron:0"
+        )
         assert losses == pytest.approx(ref_losses, rel=1e-6)
         for p, q in zip(params, ref_params, strict=True):
             torch.testing.assert_close(p, q)
@@ -56,9 +62,15 @@ def test_mlp_adamw_equals_cpu_on_both_cores() -> None:
 def test_conv_net_adamw_equals_cpu() -> None:
     torch.manual_seed(0)
     net = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 10))
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 4 * 4, 10),
+    )
     g = torch.Generator().manual_seed(2)
     x, y = torch.randn(6, 3, 8, 8, generator=g), torch.randint(0, 10, (6,), generator=g)
     ref_losses, ref_params, ref_model = _train(net, "cpu", x, y, F.cross_entropy)
@@ -100,10 +112,17 @@ def test_bf16_autocast_equals_cpu_autocast() -> None:
             out = m(x.to(device))
             loss = F.mse_loss(out, y.to(device))  # float32 under CPU's policy
         loss.backward()
-        results[device] = (out.dtype, loss.dtype, out.detach().cpu(), loss.item(),
-                           [p.grad.cpu() for p in m.parameters()])
-    (od, ld, out_n, loss_n, grads_n), (od_c, ld_c, out_c, loss_c, grads_c) = \
-        results["neuron"], results["cpu"]
+        results[device] = (
+            out.dtype,
+            loss.dtype,
+            out.detach().cpu(),
+            loss.item(),
+            [p.grad.cpu() for p in m.parameters()],
+        )
+    (od, ld, out_n, loss_n, grads_n), (od_c, ld_c, out_c, loss_c, grads_c) = (
+        results["neuron"],
+        results["cpu"],
+    )
     assert (od, ld) == (od_c, ld_c) == (torch.bfloat16, torch.float32)
     assert torch.equal(out_n, out_c) and loss_n == loss_c
     for a, b in zip(grads_n, grads_c, strict=True):

@@ -67,10 +67,18 @@ def _steps(trace: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for s in sorted((e for e in x if e["name"] == "step"), key=lambda e: e["ts"]):
         a, b = s["ts"], s["ts"] + s["dur"]
-        inside = [(max(e["ts"], a), min(e["ts"] + e["dur"], b)) for e in device
-                  if e["ts"] < b and e["ts"] + e["dur"] > a]
-        out.append({"wall_us": s["dur"], "busy": _union(inside) / s["dur"],
-                    "device_us": sum(e["dur"] for e in device if a <= e["ts"] < b)})
+        inside = [
+            (max(e["ts"], a), min(e["ts"] + e["dur"], b))
+            for e in device
+            if e["ts"] < b and e["ts"] + e["dur"] > a
+        ]
+        out.append(
+            {
+                "wall_us": s["dur"],
+                "busy": _union(inside) / s["dur"],
+                "device_us": sum(e["dur"] for e in device if a <= e["ts"] < b),
+            }
+        )
     return out
 
 
@@ -81,17 +89,24 @@ def test_timing_mode_outputs_have_cpu_shapes_dtypes_and_are_not_computed() -> No
     a, b = torch.randn(8, 16, generator=g), torch.randn(16, 4, generator=g)
     idx = torch.tensor([3, 0, 7])
     cases = [
-        lambda a, b, i: a @ b, lambda a, b, i: (a.t() @ a).sum(0),
-        lambda a, b, i: torch.softmax(a, -1), lambda a, b, i: torch.cat([a, a], 1),
-        lambda a, b, i: a.index_select(0, i), lambda a, b, i: a.to(torch.bfloat16),
+        lambda a, b, i: a @ b,
+        lambda a, b, i: (a.t() @ a).sum(0),
+        lambda a, b, i: torch.softmax(a, -1),
+        lambda a, b, i: torch.cat([a, a], 1),
+        lambda a, b, i: a.index_select(0, i),
+        lambda a, b, i: a.to(torch.bfloat16),
         lambda a, b, i: torch.nn.functional.gelu(a).transpose(0, 1).contiguous(),
-        lambda a, b, i: a.max(dim=1), lambda a, b, i: torch.zeros(3, 5, device=a.device),
+        lambda a, b, i: a.max(dim=1),
+        lambda a, b, i: torch.zeros(3, 5, device=a.device),
     ]
     for fn in cases:
         want = fn(a, b, idx)
         got = fn(a.to("neuron"), b.to("neuron"), idx.to("neuron"))
-        for w, o in zip(want if isinstance(want, tuple) else [want],
-                        got if isinstance(got, tuple) else [got], strict=True):
+        for w, o in zip(
+            want if isinstance(want, tuple) else [want],
+            got if isinstance(got, tuple) else [got],
+            strict=True,
+        ):
             assert o.device.type == "neuron"
             assert (o.shape, o.dtype, o.stride()) == (w.shape, w.dtype, w.stride())
             host = o.cpu()
@@ -151,12 +166,14 @@ def test_numerics_state_in_properties_and_trace(tmp_path: Path) -> None:
 
 
 def test_env_var_selects_timing_mode() -> None:
-    code = ("import neuron_profiler.emulator, torch; "
-            "print(torch.neuron.get_device_properties(0)['numerics'])")
-    env = {**os.environ, "NEURON_PROFILER_EMULATE": "1",
-           "NEURON_PROFILER_EMULATE_NUMERICS": "0"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=300)
+    code = (
+        "import neuron_profiler.emulator, torch; "
+        "print(torch.neuron.get_device_properties(0)['numerics'])"
+    )
+    env = {**os.environ, "NEURON_PROFILER_EMULATE": "1", "NEURON_PROFILER_EMULATE_NUMERICS": "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == V.NUMERICS_SKIPPED
 
@@ -198,10 +215,16 @@ def test_tiny_op_loop_stays_host_bound_at_speed_factor_1(tmp_path: Path) -> None
 # -- launch rows show only the launch --------------------------------------------------------------
 def _pairs(trace: dict[str, Any]) -> list[tuple[dict, dict]]:
     x = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    calls = {e["args"]["correlation"]: e for e in x if e.get("cat") == V.CAT_RUNTIME
-             and e["name"].startswith(V.RUNTIME_PREFIX)}
-    return [(calls[e["args"]["correlation"]], e) for e in x
-            if e.get("cat") in _DEVICE_CATS and e["args"].get("correlation") in calls]
+    calls = {
+        e["args"]["correlation"]: e
+        for e in x
+        if e.get("cat") == V.CAT_RUNTIME and e["name"].startswith(V.RUNTIME_PREFIX)
+    }
+    return [
+        (calls[e["args"]["correlation"]], e)
+        for e in x
+        if e.get("cat") in _DEVICE_CATS and e["args"].get("correlation") in calls
+    ]
 
 
 @pytest.mark.parametrize("numerics", [True, False])
@@ -264,8 +287,9 @@ def test_overhead_span_is_in_the_trace_but_adds_no_key_averages_row(tmp_path: Pa
 
 # -- bounded launch queue --------------------------------------------------------------------------
 @pytest.mark.parametrize("numerics", [False, True])
-def test_launch_queue_is_bounded_and_the_host_blocks_as_queue_full(tmp_path: Path,
-                                                                   numerics: bool) -> None:
+def test_launch_queue_is_bounded_and_the_host_blocks_as_queue_full(
+    tmp_path: Path, numerics: bool
+) -> None:
     depth, launches, n = 64, 200, 2048
     emu.enable(cores=1, numerics=numerics, queue_depth=depth)
     a = torch.ones(n, n).to("neuron")
@@ -282,8 +306,9 @@ def test_launch_queue_is_bounded_and_the_host_blocks_as_queue_full(tmp_path: Pat
     assert len(pairs) >= launches
     for call, _ in pairs:
         t = call["ts"]
-        in_flight = sum(1 for c, w in pairs
-                        if c["ts"] <= t + 1e-3 and w["ts"] + w["dur"] > t + 1e-3)
+        in_flight = sum(
+            1 for c, w in pairs if c["ts"] <= t + 1e-3 and w["ts"] + w["dur"] > t + 1e-3
+        )
         assert in_flight <= depth, (t, in_flight)
     x = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     full = [e for e in x if e.get("args", {}).get(V.ARG_SYNC) == "queue_full"]
@@ -296,9 +321,17 @@ def test_launch_queue_is_bounded_and_the_host_blocks_as_queue_full(tmp_path: Pat
         # 0.6: the host's per-launch cost is measured on the first `depth` launches, and a
         # launch right after a wake from a block runs cold (slower), more so on a loaded machine
         assert blocked >= 0.6 * expected, (blocked, expected, per_op_us, host_us)
-        assert max(sum(1 for c, w in pairs if c["ts"] <= call["ts"] + 1e-3
-                       and w["ts"] + w["dur"] > call["ts"] + 1e-3)
-                   for call, _ in pairs) == depth  # the bound is reached, then held
+        assert (
+            max(
+                sum(
+                    1
+                    for c, w in pairs
+                    if c["ts"] <= call["ts"] + 1e-3 and w["ts"] + w["dur"] > call["ts"] + 1e-3
+                )
+                for call, _ in pairs
+            )
+            == depth
+        )  # the bound is reached, then held
 
 
 # -- efficiency figures ----------------------------------------------------------------------------
@@ -317,7 +350,8 @@ def test_peaks_after_speed_factor_and_percent_of_peak_per_row(tmp_path: Path) ->
     (props,) = trace["deviceProperties"]
     spec = chip("trn2")
     assert props[V.PROP_PEAK_FP32_TFLOPS] == pytest.approx(
-        spec.bf16_tflops / spec.logical_cores * spec.fp32_matrix_ratio * speed)
+        spec.bf16_tflops / spec.logical_cores * spec.fp32_matrix_ratio * speed
+    )
     assert props[V.PROP_HBM_GBPS] == pytest.approx(spec.hbm_tbps * 1e3 / spec.logical_cores * speed)
     x = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     kernels = [e for e in x if e.get("cat") == V.CAT_KERNEL]

@@ -59,8 +59,9 @@ def workload(out: str) -> None:
 @pytest.fixture(scope="module")
 def trace_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("native") / "trace.json"
-    proc = subprocess.run([sys.executable, HERE, str(path)], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, HERE, str(path)], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return path
 
@@ -80,10 +81,12 @@ def test_native_time_is_the_roofline_of_the_ops_shapes(report, trace_path: Path)
     # bincount: one flop per input element, int64 in and out, a vector op (no int64 figure:
     # the engine's float32 one); linalg_inv_ex: LU + inverse, 2 n^3, float32 on TensorE, reads
     # the matrix, writes the inverse and an int32 info scalar
-    want = {"aten::bincount": _roofline_ns(N_IDX, (N_IDX + BINS) * 8,
-                                           peaks["VectorE"]["float32"], hbm),
-            "aten::linalg_inv_ex": _roofline_ns(2 * M ** 3, 2 * M * M * 4 + 4,
-                                                peaks["TensorE"]["float32"], hbm)}
+    want = {
+        "aten::bincount": _roofline_ns(N_IDX, (N_IDX + BINS) * 8, peaks["VectorE"]["float32"], hbm),
+        "aten::linalg_inv_ex": _roofline_ns(
+            2 * M**3, 2 * M * M * 4 + 4, peaks["TensorE"]["float32"], hbm
+        ),
+    }
     groups = {g.op: g for g in report.findings.fallbacks}
     assert set(groups) == set(want)
     for op, per_call in want.items():
@@ -98,8 +101,11 @@ def _is_site_of(call_site: str, fn) -> bool:  # noqa: ANN001
     """``call_site`` names this file (as the profiler spells the script: its path or a tail of
     it) and ``fn`` at its first line (what python_function rows record)."""
     file, _, rest = call_site.rpartition(":")
-    return bool(file) and HERE.endswith(file) and rest == (
-        f"{fn.__code__.co_firstlineno} {fn.__name__}")
+    return (
+        bool(file)
+        and HERE.endswith(file)
+        and rest == (f"{fn.__code__.co_firstlineno} {fn.__name__}")
+    )
 
 
 def test_findings_name_the_python_call_site(report) -> None:  # noqa: ANN001

@@ -60,8 +60,9 @@ p.export_chrome_trace(str(out / "host.json"))
 @pytest.fixture(scope="module")
 def produced(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("hta")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(out)], capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(out)], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     merged = out / "merged"
     merged.mkdir()
@@ -72,8 +73,9 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("rounded", [True, False], ids=["hta-default", "ns-rounding-off"])
 @pytest.mark.parametrize("which", ["one", "two", "merged"])
-def test_hta_breakdowns_agree_with_our_device_rows(produced: Path, which: str,
-                                                   rounded: bool) -> None:
+def test_hta_breakdowns_agree_with_our_device_rows(
+    produced: Path, which: str, rounded: bool
+) -> None:
     said = check_with_hta(produced / which, rounded=rounded)
     # CUDA-only views, as documented in docs/collector.md: HTA finds launches by CUDA runtime
     # names (no queue-length summary) and communication by NCCL kernel names (no overlap).

@@ -27,9 +27,21 @@ def test_charts_draw_offline_and_names_stay_text(tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     write_html([html_report(two_core_trace())], page)
     dom = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
-         "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={tmp_path / 'profile'}",
-         "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=10000",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     assert dom.count('class="plot-container plotly"') == 3, dom[-2000:]
     tags = parse(dom).tags  # the document after the scripts ran
     assert not [t for t, attrs in tags if t == "img" or "onerror" in attrs]

@@ -31,14 +31,16 @@ def test_loads_with_every_event_accounted_for(path: Path | None) -> None:
     non_meta = [e for e in events if e.get("ph") != "M"]
     assert len(trace) + trace.skipped_events == len(non_meta)
     assert trace.skipped_events == 0
-    kernels = sum(1 for e in non_meta
-                  if str(e.get("cat", "")).lower() in ("kernel", "mtia_ccp_events"))
+    kernels = sum(
+        1 for e in non_meta if str(e.get("cat", "")).lower() in ("kernel", "mtia_ccp_events")
+    )
     assert len(trace.select(kind=EventKind.KERNEL)) == kernels
     ts = trace.col(S.TS_NS)
     assert (ts[1:] >= ts[:-1]).all()
     # "External id", or 2021 Kineto's lowercase "external id" (the loader reads both)
-    with_ext = sum(1 for e in non_meta
-                   if {"External id", "external id"} & (e.get("args") or {}).keys())
+    with_ext = sum(
+        1 for e in non_meta if {"External id", "external id"} & (e.get("args") or {}).keys()
+    )
     assert int((trace.col(S.EXTERNAL_ID) >= 0).sum()) == with_ext
 
 
@@ -62,16 +64,32 @@ def test_times_names_and_threads_match_exact_decimal_reading(path: Path | None) 
     def label(value: object, labels: dict[int, str]) -> str:
         return labels.get(value, str(value)) if isinstance(value, int) else str(value)
 
-    want = sorted((_exact_ns(e["ts"]) + base, _exact_ns(e.get("dur", 0)), e.get("name", ""),
-                   str(e.get("pid", 0)), str(e.get("tid", 0))) for e in events)
-    got = sorted(zip(trace.col(S.TS_NS).tolist(), trace.col(S.DUR_NS).tolist(),
-                     [trace.name(i) for i in range(len(trace))],
-                     [label(p, trace.pid_labels) for p in trace.col(S.PID).tolist()],
-                     [label(t, trace.tid_labels) for t in trace.col(S.TID).tolist()],
-                     strict=True))
+    want = sorted(
+        (
+            _exact_ns(e["ts"]) + base,
+            _exact_ns(e.get("dur", 0)),
+            e.get("name", ""),
+            str(e.get("pid", 0)),
+            str(e.get("tid", 0)),
+        )
+        for e in events
+    )
+    got = sorted(
+        zip(
+            trace.col(S.TS_NS).tolist(),
+            trace.col(S.DUR_NS).tolist(),
+            [trace.name(i) for i in range(len(trace))],
+            [label(p, trace.pid_labels) for p in trace.col(S.PID).tolist()],
+            [label(t, trace.tid_labels) for t in trace.col(S.TID).tolist()],
+            strict=True,
+        )
+    )
     assert got == want
-    names = {e["args"]["name"] for e in doc["traceEvents"]
-             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    names = {
+        e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e.get("ph") == "M" and e.get("name") == "process_name"
+    }
     assert set(trace.process_names.values()) == names
 
 
@@ -94,5 +112,6 @@ def test_generated_trace_matches_stdlib(tmp_path: Path) -> None:
     flows = sorted(e["id"] for e in events if e["ph"] in ("s", "f"))
     assert sorted(trace.col(S.FLOW_ID)[trace.col(S.FLOW_ID) >= 0].tolist()) == flows
     assert len(trace.select(kind=EventKind.FLOW)) == len(flows)
-    assert set(trace.thread_names.values()) == {e["args"]["name"] for e in doc["traceEvents"]
-                                                if e.get("name") == "thread_name"}
+    assert set(trace.thread_names.values()) == {
+        e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"
+    }

@@ -20,8 +20,10 @@ from neuron_profiler.trace import load_trace
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as L
 
-HOST_FILES = ["hta/_history/tests/data/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
-              "hta/tests/data/rank_non_gpu/rank_non_gpu.json.gz"]
+HOST_FILES = [
+    "hta/_history/tests/data/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    "hta/tests/data/rank_non_gpu/rank_non_gpu.json.gz",
+]
 UNKNOWN_TID = 999_999_999  # a launching thread the host trace never saw
 CLOCK_OFFSETS = (5_000, -7_200_000_000_000)  # per core: nc = host - offset, hours apart ...
 CLOCK_DRIFT = (50e-6, -30e-6)  # ... and drifting (per ns of host time)
@@ -39,8 +41,9 @@ def _expected_op(tids, starts, ends, ext, tid: int, t: int) -> int:
 
 def _device_events(host, rng: np.random.Generator) -> tuple[list[dict], dict[int, dict]]:
     c = host.columns
-    ops = np.flatnonzero(host.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE)
-                         & (c[S.EXTERNAL_ID] >= 0))
+    ops = np.flatnonzero(
+        host.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE) & (c[S.EXTERNAL_ID] >= 0)
+    )
     tids, starts = c[S.TID][ops], c[S.TS_NS][ops]
     ends, ext = starts + c[S.DUR_NS][ops], c[S.EXTERNAL_ID][ops]
     t_first, t_last = int(starts.min()), int(ends.max())
@@ -52,11 +55,17 @@ def _device_events(host, rng: np.random.Generator) -> tuple[list[dict], dict[int
     events = []
     for core in (0, 1):
         for at in (t_first - 1_000, drift_at):
-            events.append({"event_type": F.TIMESTAMP_SYNC_POINT, "phase": F.INSTANT,
-                           "tracking_id": 0, "nc_idx": core, "thread_id": 0,
-                           "timestamp_ns": nc(core, at),  # device stamps: the device clock
-                           "data": {"exec_id": 0, "nc_timestamp_ns": nc(core, at),
-                                    "cpu_timestamp_ns": at}})
+            events.append(
+                {
+                    "event_type": F.TIMESTAMP_SYNC_POINT,
+                    "phase": F.INSTANT,
+                    "tracking_id": 0,
+                    "nc_idx": core,
+                    "thread_id": 0,
+                    "timestamp_ns": nc(core, at),  # device stamps: the device clock
+                    "data": {"exec_id": 0, "nc_timestamp_ns": nc(core, at), "cpu_timestamp_ns": at},
+                }
+            )
     expect: dict[int, dict] = {}
     picks = rng.choice(len(ops), size=min(300, len(ops)), replace=False)
     for k, i in enumerate(picks.tolist()):
@@ -68,18 +77,47 @@ def _device_events(host, rng: np.random.Generator) -> tuple[list[dict], dict[int
         d1 = d0 + 1_000 + k
         base = {"nc_idx": core, "thread_id": tid}
         events += [
-            {**base, "event_type": F.NRT_EXECUTE, "phase": F.START, "tracking_id": 2 * k,
-             "timestamp_ns": t, "data": {"exec_id": exec_id, "model_id": 3}},
-            {**base, "event_type": F.NRT_EXECUTE, "phase": F.STOP, "tracking_id": 2 * k,
-             "timestamp_ns": call_end, "data": {"exec_id": exec_id}}]
+            {
+                **base,
+                "event_type": F.NRT_EXECUTE,
+                "phase": F.START,
+                "tracking_id": 2 * k,
+                "timestamp_ns": t,
+                "data": {"exec_id": exec_id, "model_id": 3},
+            },
+            {
+                **base,
+                "event_type": F.NRT_EXECUTE,
+                "phase": F.STOP,
+                "tracking_id": 2 * k,
+                "timestamp_ns": call_end,
+                "data": {"exec_id": exec_id},
+            },
+        ]
         for stamp, phase in ((d0, F.START), (d1, F.STOP)):
-            events.append({**base, "event_type": F.NC_EXEC_RUNNING, "phase": phase,
-                           "tracking_id": 2 * k + 1, "timestamp_ns": nc(core, stamp),
-                           "data": {"device_core_idx": core, "exec_id": exec_id, "model_id": 3,
-                                    "nc_timestamp_ns": nc(core, stamp)}})
+            events.append(
+                {
+                    **base,
+                    "event_type": F.NC_EXEC_RUNNING,
+                    "phase": phase,
+                    "tracking_id": 2 * k + 1,
+                    "timestamp_ns": nc(core, stamp),
+                    "data": {
+                        "device_core_idx": core,
+                        "exec_id": exec_id,
+                        "model_id": 3,
+                        "nc_timestamp_ns": nc(core, stamp),
+                    },
+                }
+            )
         linked = _expected_op(tids, starts, ends, ext, tid, t) if tid != UNKNOWN_TID else 0
-        expect[exec_id] = {"core": core, "tid": tid, "call": (t, call_end), "work": (d0, d1),
-                           "op": linked}
+        expect[exec_id] = {
+            "core": core,
+            "tid": tid,
+            "call": (t, call_end),
+            "work": (d0, d1),
+            "op": linked,
+        }
     return events, expect
 
 
@@ -96,16 +134,28 @@ def _write_fetches(events: list[dict], tmp: Path, rng: np.random.Generator) -> l
 
 
 @pytest.mark.parametrize("rel", HOST_FILES)
-def test_merge_links_by_containment_on_real_host_traces(shared_traces: Path, tmp_path: Path,
-                                                        rel: str) -> None:
+def test_merge_links_by_containment_on_real_host_traces(
+    shared_traces: Path, tmp_path: Path, rel: str
+) -> None:
     host_path = shared_traces / rel
     host = load_trace(host_path)
     rng = np.random.default_rng(11)
     events, expect = _device_events(host, rng)
     out = tmp_path / "merged.json.gz"
-    res = subprocess.run([sys.executable, "-m", "neuron_profiler.cli.main", "merge",
-                          str(host_path), *map(str, _write_fetches(events, tmp_path, rng)),
-                          "-o", str(out)], capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neuron_profiler.cli.main",
+            "merge",
+            str(host_path),
+            *map(str, _write_fetches(events, tmp_path, rng)),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     merged = load_trace(out)
     c = merged.columns
@@ -128,9 +178,13 @@ def test_merge_links_by_containment_on_real_host_traces(shared_traces: Path, tmp
     linked = sum(1 for e in expect.values() if e["op"])
     assert 0 < linked < len(expect)  # unknown threads stay unlinked
     assert f"linked to host ops: {2 * linked}," in res.stdout
+
     def ac2g_starts(t) -> int:
-        return int(((t.col(S.PH) == S.Phase.FLOW_START)
-                    & (t.col(S.CAT_ID) == t.string_id(L.CAT_FLOW))).sum())
+        return int(
+            (
+                (t.col(S.PH) == S.Phase.FLOW_START) & (t.col(S.CAT_ID) == t.string_id(L.CAT_FLOW))
+            ).sum()
+        )
 
     assert ac2g_starts(merged) - ac2g_starts(host) == len(expect)  # one arrow per call
     # the host trace itself is untouched: same cpu ops at the same times

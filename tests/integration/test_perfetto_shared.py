@@ -30,21 +30,36 @@ def test_shared_trace_exports_and_decodes(path: Path | None, tmp_path: Path) -> 
     complete = ph == Phase.COMPLETE
     names = np.asarray(trace.strings, dtype=object)[trace.col(S.NAME_ID)]
     start = trace.col(S.TS_NS)
-    expected = Counter(zip(names[complete & (dur > 0)].tolist(),
-                           start[complete & (dur > 0)].tolist(),
-                           (start + dur)[complete & (dur > 0)].tolist(), strict=True))
+    expected = Counter(
+        zip(
+            names[complete & (dur > 0)].tolist(),
+            start[complete & (dur > 0)].tolist(),
+            (start + dur)[complete & (dur > 0)].tolist(),
+            strict=True,
+        )
+    )
     assert Counter((n, s, e) for _, n, _, s, e in d.slices) == expected
     instants = (complete & (dur == 0)) | (ph == Phase.INSTANT)
     assert len(d.instants) == int(instants.sum())
     flow_events = int(np.isin(ph, FLOW_PHASES).sum())
     written_ends = sum(len(ends) for ends in d.flows.values())
     assert len(d.flows) == result.flows
-    assert written_ends + result.unbound_flow_endpoints + result.orphan_flow_endpoints \
-        + result.skipped.get("flow without id", 0) == flow_events
-    accounted = (len(d.slices) + len(d.instants) + flow_events
-                 + result.skipped.get("negative duration", 0)
-                 + result.skipped.get("unpaired begin/end", 0)
-                 + result.skipped.get("unknown phase", 0) + int((ph == Phase.COUNTER).sum()))
+    assert (
+        written_ends
+        + result.unbound_flow_endpoints
+        + result.orphan_flow_endpoints
+        + result.skipped.get("flow without id", 0)
+        == flow_events
+    )
+    accounted = (
+        len(d.slices)
+        + len(d.instants)
+        + flow_events
+        + result.skipped.get("negative duration", 0)
+        + result.skipped.get("unpaired begin/end", 0)
+        + result.skipped.get("unknown phase", 0)
+        + int((ph == Phase.COUNTER).sum())
+    )
     assert accounted == len(trace) - result.skipped.get("negative timestamp", 0)
     processes = {t.process.process_name for t in d.tracks.values() if t.HasField("process")}
     for pid, name in trace.process_names.items():

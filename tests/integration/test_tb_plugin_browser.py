@@ -42,6 +42,7 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 TIMEOUT_S = 120
 DISTRIBUTED_EMPTY = "no cross-rank analysis: "
 
+
 def _browser_parts() -> None:
     """Skip (fail under CI=true) when Chromium, chromedriver or selenium is missing."""
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
@@ -50,8 +51,10 @@ def _browser_parts() -> None:
     except ImportError:
         missing.append("the selenium package")
     if missing:
-        reason = (f"browser test needs {', '.join(missing)} (apt-get install chromium "
-                  "chromium-driver; pip install -e .[test])")
+        reason = (
+            f"browser test needs {', '.join(missing)} (apt-get install chromium "
+            "chromium-driver; pip install -e .[test])"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)
@@ -59,22 +62,46 @@ def _browser_parts() -> None:
 
 # --- the logdir ----------------------------------------------------------------------------
 
+
 def _hostile_trace(path: Path) -> None:
     from neuron_profiler.exporters.chrome import write_chrome_trace
     from neuron_profiler.trace import EventKind, TraceBuilder
     from neuron_profiler.trace import vocabulary as V
 
     b = TraceBuilder()
-    b.add(name="ProfilerStep#1", ts_ns=0, dur_ns=1_000_000, kind=EventKind.USER_ANNOTATION,
-          cat="user_annotation", pid=9, tid=9)
+    b.add(
+        name="ProfilerStep#1",
+        ts_ns=0,
+        dur_ns=1_000_000,
+        kind=EventKind.USER_ANNOTATION,
+        cat="user_annotation",
+        pid=9,
+        tid=9,
+    )
     for corr, lo in enumerate((0, 400_000), start=1):
-        b.add(name=HOSTILE, ts_ns=lo, dur_ns=20_000, kind=EventKind.CPU_OP, cat="cpu_op",
-              pid=9, tid=9)
-        b.add(name="nrt launch", ts_ns=lo + 1000, dur_ns=5000, kind=EventKind.RUNTIME,
-              cat=V.CAT_RUNTIME, pid=9, tid=9, args={V.ARG_CORRELATION: corr})
-        b.add(name=HOSTILE, ts_ns=lo + 30_000, dur_ns=200_000, kind=EventKind.KERNEL,
-              cat=V.CAT_KERNEL, pid=0, tid=1,
-              args={V.ARG_DEVICE: 0, V.ARG_STREAM: 1, V.ARG_CORRELATION: corr})
+        b.add(
+            name=HOSTILE, ts_ns=lo, dur_ns=20_000, kind=EventKind.CPU_OP, cat="cpu_op", pid=9, tid=9
+        )
+        b.add(
+            name="nrt launch",
+            ts_ns=lo + 1000,
+            dur_ns=5000,
+            kind=EventKind.RUNTIME,
+            cat=V.CAT_RUNTIME,
+            pid=9,
+            tid=9,
+            args={V.ARG_CORRELATION: corr},
+        )
+        b.add(
+            name=HOSTILE,
+            ts_ns=lo + 30_000,
+            dur_ns=200_000,
+            kind=EventKind.KERNEL,
+            cat=V.CAT_KERNEL,
+            pid=0,
+            tid=1,
+            args={V.ARG_DEVICE: 0, V.ARG_STREAM: 1, V.ARG_CORRELATION: corr},
+        )
     b.process_names[0] = V.core_process_name(0)
     b.thread_names[(0, 1)] = HOSTILE
     path.parent.mkdir(parents=True)
@@ -88,16 +115,31 @@ def logdir(tmp_path_factory: pytest.TempPathFactory, shared_traces: Path) -> Pat
     root = tmp_path_factory.mktemp("tb_logdir")
     emu = make_emulator_trace(root / "emulator")
     (root / "cuda").mkdir()
-    shutil.copy(shared_traces / "kineto" / "tb_plugin" / "samples" / "resnet50_num_workers_0"
-                / "worker0.1623143089861.pt.trace.json.gz", root / "cuda")
+    shutil.copy(
+        shared_traces
+        / "kineto"
+        / "tb_plugin"
+        / "samples"
+        / "resnet50_num_workers_0"
+        / "worker0.1623143089861.pt.trace.json.gz",
+        root / "cuda",
+    )
     (root / "two_ranks").mkdir()
     for rank in (0, 1):
-        shutil.copy(shared_traces / "hta" / "tests" / "data" / "trace_filter"
-                    / f"sampled_rank-{rank}.json.gz",
-                    root / "two_ranks" / f"rank{rank}.1.pt.trace.json.gz")
+        shutil.copy(
+            shared_traces
+            / "hta"
+            / "tests"
+            / "data"
+            / "trace_filter"
+            / f"sampled_rank-{rank}.json.gz",
+            root / "two_ranks" / f"rank{rank}.1.pt.trace.json.gz",
+        )
     (root / "one_rank").mkdir()
-    shutil.copy(shared_traces / "hta" / "tests" / "data" / "trace_filter" / "sampled_rank-0.json.gz",
-                root / "one_rank" / "rank0.1.pt.trace.json.gz")
+    shutil.copy(
+        shared_traces / "hta" / "tests" / "data" / "trace_filter" / "sampled_rank-0.json.gz",
+        root / "one_rank" / "rank0.1.pt.trace.json.gz",
+    )
     (root / "damaged").mkdir()
     data = emu.read_bytes()
     (root / "damaged" / "cut.1.pt.trace.json").write_bytes(data[: len(data) * 2 // 3])
@@ -106,6 +148,7 @@ def logdir(tmp_path_factory: pytest.TempPathFactory, shared_traces: Path) -> Pat
 
 
 # --- the server and the browser ------------------------------------------------------------
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -118,8 +161,11 @@ def server(logdir: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN
     port = _free_port()
     log = (tmp_path_factory.mktemp("tb_server") / "tensorboard.log").open("w")
     exe = Path(sys.executable).with_name("tensorboard")
-    proc = subprocess.Popen([str(exe), "--logdir", str(logdir), "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(exe), "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + TIMEOUT_S
@@ -159,8 +205,12 @@ def browser(server: str):  # noqa: ANN201
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                "--window-size=1400,1000"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
@@ -176,7 +226,8 @@ def _wait(driver, what: str, condition, timeout: float = TIMEOUT_S):  # noqa: AN
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(driver, timeout, poll_frequency=0.2).until(
-        lambda d: condition(d), message=what)
+        lambda d: condition(d), message=what
+    )
 
 
 def enter_plugin_frame(driver) -> None:  # noqa: ANN001
@@ -184,12 +235,20 @@ def enter_plugin_frame(driver) -> None:  # noqa: ANN001
     from selenium.webdriver.common.by import By
 
     driver.switch_to.default_content()
-    frame = _wait(driver, "the plugin's iframe", lambda d: d.find_elements(
-        By.CSS_SELECTOR, "iframe[src*='neuron_profiler']"))[0]
+    frame = _wait(
+        driver,
+        "the plugin's iframe",
+        lambda d: d.find_elements(By.CSS_SELECTOR, "iframe[src*='neuron_profiler']"),
+    )[0]
     driver.switch_to.frame(frame)
-    _wait(driver, "index.html in the frame", lambda d: d.execute_script(
-        "return location.pathname.endsWith('/neuron_profiler/index.html') && "
-        "!!document.getElementById('run') && document.getElementById('run').options.length > 0"))
+    _wait(
+        driver,
+        "index.html in the frame",
+        lambda d: d.execute_script(
+            "return location.pathname.endsWith('/neuron_profiler/index.html') && "
+            "!!document.getElementById('run') && document.getElementById('run').options.length > 0"
+        ),
+    )
 
 
 def choose(driver, run: str, worker: str | None = None) -> None:  # noqa: ANN001
@@ -199,11 +258,17 @@ def choose(driver, run: str, worker: str | None = None) -> None:  # noqa: ANN001
     Select(driver.find_element(By.ID, "run")).select_by_visible_text(run)
     if worker is not None:
         Select(driver.find_element(By.ID, "worker")).select_by_visible_text(worker)
-    _wait(driver, f"the report of {run}", lambda d: d.execute_script(
-        "const v = document.getElementById('view');"
-        "return v.dataset.state === 'ready' || v.dataset.state === 'error';"))
-    assert driver.execute_script("return document.getElementById('view').dataset.state") == \
-        "ready", driver.find_element(By.ID, "view").text
+    _wait(
+        driver,
+        f"the report of {run}",
+        lambda d: d.execute_script(
+            "const v = document.getElementById('view');"
+            "return v.dataset.state === 'ready' || v.dataset.state === 'error';"
+        ),
+    )
+    assert (
+        driver.execute_script("return document.getElementById('view').dataset.state") == "ready"
+    ), driver.find_element(By.ID, "view").text
 
 
 def show(driver, view: str) -> dict:  # noqa: ANN001
@@ -212,10 +277,15 @@ def show(driver, view: str) -> dict:  # noqa: ANN001
     from selenium.webdriver.common.by import By
 
     driver.find_element(By.CSS_SELECTOR, f"#tabs button[data-view='{view}']").click()
-    _wait(driver, f"view {view}", lambda d: d.execute_script(
-        "const v = document.getElementById('view');"
-        f"return v.dataset.state === 'ready' && v.dataset.view === '{view}' && "
-        "[...v.querySelectorAll('.chart')].every(c => c.querySelector('svg.main-svg g.trace'))"))
+    _wait(
+        driver,
+        f"view {view}",
+        lambda d: d.execute_script(
+            "const v = document.getElementById('view');"
+            f"return v.dataset.state === 'ready' && v.dataset.view === '{view}' && "
+            "[...v.querySelectorAll('.chart')].every(c => c.querySelector('svg.main-svg g.trace'))"
+        ),
+    )
     return driver.execute_script("""
         const v = document.getElementById('view');
         return {
@@ -270,45 +340,71 @@ def assert_tables_match(shown: dict, doc: dict) -> int:
                 else:
                     places = int(digits) if digits else 3
                     assert len(cell.split(".")[1]) == places, (t["name"], key, cell)
-                    assert abs(float(cell) - value) <= 0.5 * 10 ** -places + 1e-9, \
-                        (t["name"], key, cell, value)
+                    assert abs(float(cell) - value) <= 0.5 * 10**-places + 1e-9, (
+                        t["name"],
+                        key,
+                        cell,
+                        value,
+                    )
     return compared
 
 
 def plugin_errors(driver) -> list[dict]:  # noqa: ANN001
     """Browser log entries at SEVERE level coming from the plugin's frame or routes."""
-    return [e for e in driver.get_log("browser")
-            if e["level"] == "SEVERE" and ("neuron_profiler" in e["message"]
-                                           or "app.js" in e["message"])]
+    return [
+        e
+        for e in driver.get_log("browser")
+        if e["level"] == "SEVERE"
+        and ("neuron_profiler" in e["message"] or "app.js" in e["message"])
+    ]
 
 
 # --- the tests -----------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def _route(server: str, driver, route: str) -> dict:  # noqa: ANN001
     """A plugin route's JSON for the trace the page shows (its run/worker/span ids)."""
-    query = driver.execute_script("return new URLSearchParams({run: run.value, "
-                                  "worker: worker.value, span: span.value}).toString()")
+    query = driver.execute_script(
+        "return new URLSearchParams({run: run.value, "
+        "worker: worker.value, span: span.value}).toString()"
+    )
     with urllib.request.urlopen(f"{server}/data/plugin/neuron_profiler/{route}?{query}") as r:
         return json.load(r)
 
 
-def test_views_match_the_cli(browser, server: str, logdir: Path,  # noqa: ANN001
-                             artefacts: Path) -> None:
+def test_views_match_the_cli(
+    browser,
+    server: str,
+    logdir: Path,  # noqa: ANN001
+    artefacts: Path,
+) -> None:
     from selenium.webdriver.common.by import By
 
     browser.switch_to.default_content()
-    _wait(browser, "the Neuron Profiler tab", lambda d: "neuron profiler" in d.find_element(
-        By.TAG_NAME, "body").text.lower())
+    _wait(
+        browser,
+        "the Neuron Profiler tab",
+        lambda d: "neuron profiler" in d.find_element(By.TAG_NAME, "body").text.lower(),
+    )
     enter_plugin_frame(browser)
     browser.execute_script("window.__alerts = []; window.alert = (m) => window.__alerts.push(m);")
-    runs = {"emulator": None, "cuda": None, "two_ranks": "rank0", "one_rank": None,
-            "damaged": None, "hostile": None}
+    runs = {
+        "emulator": None,
+        "cuda": None,
+        "two_ranks": "rank0",
+        "one_rank": None,
+        "damaged": None,
+        "hostile": None,
+    }
     report = {}
     for run, worker in runs.items():
         choose(browser, run, worker)
-        rel = next(p for p in logdir.joinpath(run).iterdir()
-                   if worker is None or p.name.startswith(worker + "."))
+        rel = next(
+            p
+            for p in logdir.joinpath(run).iterdir()
+            if worker is None or p.name.startswith(worker + ".")
+        )
         doc = cli_document(logdir, rel.relative_to(logdir).as_posix())
         # the Distributed view against the CLI's cross-rank section of the run's files
         files = sorted(p.relative_to(logdir).as_posix() for p in logdir.joinpath(run).iterdir())
@@ -317,8 +413,11 @@ def test_views_match_the_cli(browser, server: str, logdir: Path,  # noqa: ANN001
         for view in VIEWS:
             shown = show(browser, view)
             browser.save_screenshot(str(artefacts / f"{run}-{view.lower()}.png"))
-            assert shown["tables"] or shown["charts"] or shown["empty"] or view == "Trace", \
-                (run, view, shown["text"][:300])
+            assert shown["tables"] or shown["charts"] or shown["empty"] or view == "Trace", (
+                run,
+                view,
+                shown["text"][:300],
+            )
             compared += assert_tables_match(shown, doc_all if view == "Distributed" else doc)
             # load warnings: shown on every view, exactly the document's
             assert shown["warnings"] == [f"load warning: {w}" for w in doc["load_warnings"]]
@@ -327,8 +426,9 @@ def test_views_match_the_cli(browser, server: str, logdir: Path,  # noqa: ANN001
                 assert any(t["name"] == "idle.devices" for t in shown["tables"])
             if view == "Fallbacks":
                 if run == "emulator":  # injected: bincount runs on the host
-                    assert [r[0] for r in shown["tables"][0]["rows"]] == \
-                        [f["op"] for f in doc["fallbacks"]] and doc["fallbacks"]
+                    assert [r[0] for r in shown["tables"][0]["rows"]] == [
+                        f["op"] for f in doc["fallbacks"]
+                    ] and doc["fallbacks"]
                 elif run == "cuda":
                     assert shown["empty"] and not shown["tables"]
             if view == "Idle" and run in ("emulator", "cuda"):
@@ -338,8 +438,9 @@ def test_views_match_the_cli(browser, server: str, logdir: Path,  # noqa: ANN001
                 assert shown["bars"][1] == [s["segments"]["busy_us"] for s in idle]
                 if run == "cuda":  # resnet50: binned short gaps, far shorter than their bins
                     binned = [s for s in idle if not s["exact"]]
-                    assert binned and sum(sum(s["segments"]["busy_us"]) for s in binned) < \
-                        0.5 * sum(sum(s["segments"]["dur_us"]) for s in binned)
+                    assert binned and sum(
+                        sum(s["segments"]["busy_us"]) for s in binned
+                    ) < 0.5 * sum(sum(s["segments"]["dur_us"]) for s in binned)
             if view == "Trace":
                 assert browser.find_elements(By.ID, "open-perfetto")
                 if doc["has_device"]:
@@ -350,11 +451,14 @@ def test_views_match_the_cli(browser, server: str, logdir: Path,  # noqa: ANN001
                     assert cross["available"]
                     span = cross["spans"][0]
                     assert {t["name"] for t in shown["tables"]} >= {
-                        f"distributed.spans.0.{k}" for k in ("ranks_summary", "collectives")}
-                    assert shown["charts"] == 1 and shown["bars"][0][0] == \
-                        [r["wait_skew_ms"] for r in span["ranks_summary"]]
-                    assert shown["straggler_rows"] == \
-                        sum(r["straggler"] for r in span["ranks_summary"]) + len(span["stragglers"])
+                        f"distributed.spans.0.{k}" for k in ("ranks_summary", "collectives")
+                    }
+                    assert shown["charts"] == 1 and shown["bars"][0][0] == [
+                        r["wait_skew_ms"] for r in span["ranks_summary"]
+                    ]
+                    assert shown["straggler_rows"] == sum(
+                        r["straggler"] for r in span["ranks_summary"]
+                    ) + len(span["stragglers"])
                     report["distributed"] = sum(len(t["rows"]) for t in shown["tables"])
                 else:  # the analyzer's reason, as an explicit empty state
                     assert not cross["available"] and not shown["tables"]
@@ -393,11 +497,16 @@ def test_perfetto_button_posts_the_trace(browser, server: str) -> None:  # noqa:
           },
         });""")
     browser.find_element(By.ID, "open-perfetto").click()
-    posted = _wait(browser, "the trace posted to Perfetto", lambda d: d.execute_script(
-        "return window.__posted.length ? window.__posted : null"), timeout=60)
+    posted = _wait(
+        browser,
+        "the trace posted to Perfetto",
+        lambda d: d.execute_script("return window.__posted.length ? window.__posted : null"),
+        timeout=60,
+    )
     query = browser.execute_script(
         "return new URLSearchParams(Object.assign({run: run.value, worker: worker.value, "
-        "span: span.value}, {format: 'pftrace'})).toString()")
+        "span: span.value}, {format: 'pftrace'})).toString()"
+    )
     with urllib.request.urlopen(f"{server}/data/plugin/neuron_profiler/trace?{query}") as r:
         body = r.read()
     assert len(posted) == 1 and posted[0]["origin"] == "https://ui.perfetto.dev"

@@ -20,8 +20,9 @@ from neuron_profiler.analysis import analyze
 from neuron_profiler.trace import EventKind, load_trace
 from neuron_profiler.trace import schema as S
 
-EXPECTED = json.loads((REPO_ROOT / "tests" / "fixtures" / "tb_plugin_result_check.json")
-                      .read_text())
+EXPECTED = json.loads(
+    (REPO_ROOT / "tests" / "fixtures" / "tb_plugin_result_check.json").read_text()
+)
 
 
 def _us(ns: float) -> int:
@@ -40,16 +41,25 @@ def test_step_breakdown_equals_the_plugins(run: tuple) -> None:
     rows = report.tb_breakdown.rows()
     assert [r["step"] for r in rows] == [s["step"] for s in expected["steps"]]
     for ours, theirs in zip(rows, expected["steps"], strict=True):
-        assert {k: round(v) for k, v in ours.items() if k != "step"} == \
-            {k: v for k, v in theirs.items() if k != "step"}, theirs["step"]
+        assert {k: round(v) for k, v in ours.items() if k != "step"} == {
+            k: v for k, v in theirs.items() if k != "step"
+        }, theirs["step"]
     average = {k: round(sum(r[k] for r in rows) / len(rows)) for k in expected["average_step"]}
     assert average == expected["average_step"]
 
 
 def test_operator_table_equals_the_plugins(run: tuple) -> None:
     expected, _, report = run
-    ours = {o.name: (o.calls, _us(o.device_self_ns), _us(o.device_total_ns),
-                     _us(o.host_self_ns), _us(o.host_total_ns)) for o in report.summary.ops}
+    ours = {
+        o.name: (
+            o.calls,
+            _us(o.device_self_ns),
+            _us(o.device_total_ns),
+            _us(o.host_self_ns),
+            _us(o.host_total_ns),
+        )
+        for o in report.summary.ops
+    }
     theirs = {r[0]: tuple(r[1:]) for r in expected["operators"]["rows"]}
     assert set(ours) == set(theirs)
     assert {n: v for n, v in ours.items() if v != theirs[n]} == {}
@@ -57,13 +67,20 @@ def test_operator_table_equals_the_plugins(run: tuple) -> None:
 
 def test_kernel_table_equals_the_plugins(run: tuple) -> None:
     expected, trace, report = run
-    kernel_names = {trace.strings[i] for i in
-                    trace.col(S.NAME_ID)[trace.mask(kind=EventKind.KERNEL)].tolist()}
-    ours = {k.name: (k.calls, _us(k.total_ns), _us(k.mean_ns), _us(k.max_ns), _us(k.min_ns))
-            for k in report.summary.kernels if k.name in kernel_names}
+    kernel_names = {
+        trace.strings[i] for i in trace.col(S.NAME_ID)[trace.mask(kind=EventKind.KERNEL)].tolist()
+    }
+    ours = {
+        k.name: (k.calls, _us(k.total_ns), _us(k.mean_ns), _us(k.max_ns), _us(k.min_ns))
+        for k in report.summary.kernels
+        if k.name in kernel_names
+    }
     theirs = {r[0]: tuple(r[1:]) for r in expected["kernels"]["rows"]}
     assert set(ours) == set(theirs)
     assert {n: v for n, v in ours.items() if v != theirs[n]} == {}
     # the rows left out are copies and memsets: the plugin's kernel table has kernels only
-    assert all(k.name.startswith(("Memcpy", "Memset")) for k in report.summary.kernels
-               if k.name not in kernel_names)
+    assert all(
+        k.name.startswith(("Memcpy", "Memset"))
+        for k in report.summary.kernels
+        if k.name not in kernel_names
+    )

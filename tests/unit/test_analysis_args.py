@@ -34,8 +34,18 @@ def many_buffers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Trace:
             args["flops\\"] = 1
         elif pick == 4:
             args = {}
-        events.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7,
-                       "ts": i, "dur": 1, **({"args": args} if args else {})})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"k{i}",
+                "pid": 0,
+                "tid": 7,
+                "ts": i,
+                "dur": 1,
+                **({"args": args} if args else {}),
+            }
+        )
     path = tmp_path / "a.json"
     path.write_text(json.dumps({"traceEvents": events}))
     trace = load_trace(path)

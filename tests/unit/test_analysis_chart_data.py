@@ -23,14 +23,32 @@ def test_busy_split_adds_up_to_busy_without_counting_twice() -> None:
         b.kernel(lo, hi, kind=EventKind.MEMCPY, stream=2, name=V.MEMCPY_NAMES["d2d"])
     (d,) = b.report().breakdown.devices
     assert (d.compute_ns[0], d.collective_only_ns[0], d.dma_only_ns[0]) == (
-        400 * US, 200 * US, 200 * US)
+        400 * US,
+        200 * US,
+        200 * US,
+    )
     assert d.compute_ns[0] + d.collective_only_ns[0] + d.dma_only_ns[0] == d.busy_ns[0]
 
 
 def _group(op: str, ns: int) -> FallbackGroup:
-    return FallbackGroup(op=op, shapes="", dtypes="", reason="", calls=1, host_ns=ns,
-                         d2h_count=0, d2h_bytes=0, d2h_ns=0, h2d_count=0, h2d_bytes=0, h2d_ns=0,
-                         idle_ns=ns, native_ns=None, recoverable_ns=ns, spans_ns=())
+    return FallbackGroup(
+        op=op,
+        shapes="",
+        dtypes="",
+        reason="",
+        calls=1,
+        host_ns=ns,
+        d2h_count=0,
+        d2h_bytes=0,
+        d2h_ns=0,
+        h2d_count=0,
+        h2d_bytes=0,
+        h2d_ns=0,
+        idle_ns=ns,
+        native_ns=None,
+        recoverable_ns=ns,
+        spans_ns=(),
+    )
 
 
 def test_pareto_orders_by_recoverable_time_with_the_running_share() -> None:

@@ -17,18 +17,37 @@ def fallback_trace() -> Build:
     """Step 0-1000 µs: a kernel, then a fallback (host 100-400) whose D2H copy runs 100-120
     and H2D copy 380-400; the device idles 120-380; a kernel 400-1000."""
     b = Build().step(1, 0, 1000)
-    b.b.metadata["deviceProperties"] = [{V.PROP_ID: 0, V.PROP_PEAK_BF16_TFLOPS: PEAK_TFLOPS,
-                                         V.PROP_HBM_GBPS: HBM_GBPS}]
+    b.b.metadata["deviceProperties"] = [
+        {V.PROP_ID: 0, V.PROP_PEAK_BF16_TFLOPS: PEAK_TFLOPS, V.PROP_HBM_GBPS: HBM_GBPS}
+    ]
     b.kernel(0, 100, launch_us=0)
-    b.host(V.FALLBACK_PREFIX + "aten::unique", 100, 400, kind=EventKind.FALLBACK,
-           cat=V.CAT_RUNTIME, args={V.ARG_EXTERNAL_ID: 5, V.ARG_IS_FALLBACK: True,
-                                    V.ARG_OP: "aten::unique", V.ARG_SHAPES: [[1000]],
-                                    V.ARG_DTYPES: ["float32"], V.ARG_FALLBACK_REASON: "why",
-                                    V.ARG_FLOPS: 1e9, V.ARG_BYTES: 1e6})
+    b.host(
+        V.FALLBACK_PREFIX + "aten::unique",
+        100,
+        400,
+        kind=EventKind.FALLBACK,
+        cat=V.CAT_RUNTIME,
+        args={
+            V.ARG_EXTERNAL_ID: 5,
+            V.ARG_IS_FALLBACK: True,
+            V.ARG_OP: "aten::unique",
+            V.ARG_SHAPES: [[1000]],
+            V.ARG_DTYPES: ["float32"],
+            V.ARG_FALLBACK_REASON: "why",
+            V.ARG_FLOPS: 1e9,
+            V.ARG_BYTES: 1e6,
+        },
+    )
     for lo, hi, direction in ((100, 120, "d2h"), (380, 400, "h2d")):
-        b.kernel(lo, hi, launch_us=lo, kind=EventKind.MEMCPY, stream=2,
-                 name=V.MEMCPY_NAMES[direction],
-                 args={V.ARG_EXTERNAL_ID: 5, V.ARG_DIRECTION: direction, V.ARG_BYTES: 4000})
+        b.kernel(
+            lo,
+            hi,
+            launch_us=lo,
+            kind=EventKind.MEMCPY,
+            stream=2,
+            name=V.MEMCPY_NAMES[direction],
+            args={V.ARG_EXTERNAL_ID: 5, V.ARG_DIRECTION: direction, V.ARG_BYTES: 4000},
+        )
     b.kernel(400, 1000, launch_us=390)
     return b
 
@@ -36,8 +55,13 @@ def fallback_trace() -> Build:
 def test_fallback_group_with_native_time() -> None:
     r = fallback_trace().report()
     (g,) = r.findings.fallbacks
-    assert (g.op, g.shapes, g.dtypes, g.reason, g.calls) == ("aten::unique", "[[1000]]",
-                                                             "['float32']", "why", 1)
+    assert (g.op, g.shapes, g.dtypes, g.reason, g.calls) == (
+        "aten::unique",
+        "[[1000]]",
+        "['float32']",
+        "why",
+        1,
+    )
     assert (g.d2h_count, g.d2h_bytes, g.d2h_ns) == (1, 4000, 20 * US)
     assert (g.h2d_count, g.h2d_bytes, g.h2d_ns) == (1, 4000, 20 * US)
     assert g.host_ns == 300 * US and g.idle_ns == 260 * US
@@ -48,7 +72,8 @@ def test_fallback_group_with_native_time() -> None:
     assert kinds[0] == "cpu_fallback:aten::unique"
     assert "exposed_copies" not in kinds  # a fallback's copies belong to the fallback
     assert r.findings.findings[0].recoverable_pct == pytest.approx(
-        100 * g.recoverable_ns / (1000 * US), abs=0.01)
+        100 * g.recoverable_ns / (1000 * US), abs=0.01
+    )
 
 
 def test_native_time_unknown_without_peaks() -> None:
@@ -78,9 +103,9 @@ def test_sync_points_grouped_by_the_outermost_sync() -> None:
     b.kernel(0, 100, launch_us=0)
     b.host("aten::item", 50, 130)
     b.host("cudaStreamSynchronize", 60, 110, kind=EventKind.RUNTIME, cat="cuda_runtime")
-    b.kernel(300, 400, launch_us=290)                  # gap 100-300 begins inside aten::item
+    b.kernel(300, 400, launch_us=290)  # gap 100-300 begins inside aten::item
     b.host("cudaDeviceSynchronize", 380, 410, kind=EventKind.RUNTIME, cat="cuda_runtime")
-    b.kernel(600, 1000, launch_us=590)                 # gap 400-600
+    b.kernel(600, 1000, launch_us=590)  # gap 400-600
     r = b.report()
     got = {g.name: (g.calls, g.idle_ns // US) for g in r.findings.syncs}
     assert got == {"aten::item": (1, 200), "cudaDeviceSynchronize": (1, 200)}
@@ -98,18 +123,28 @@ def test_no_idle_time_counted_twice(seed: int) -> None:
     for _ in range(30):
         s = int(rng.integers(0, 6000))
         b.kernel(s, s + int(rng.integers(1, 150)), launch_us=max(0, s - int(rng.integers(0, 300))))
-    names = [("enumerate(DataLoader)#It.__next__", EventKind.USER_ANNOTATION),
-             (V.SYNC_PREFIX + "item", EventKind.RUNTIME),
-             (V.FALLBACK_PREFIX + "aten::nonzero", EventKind.FALLBACK)]
+    names = [
+        ("enumerate(DataLoader)#It.__next__", EventKind.USER_ANNOTATION),
+        (V.SYNC_PREFIX + "item", EventKind.RUNTIME),
+        (V.FALLBACK_PREFIX + "aten::nonzero", EventKind.FALLBACK),
+    ]
     for _ in range(12):
         s = int(rng.integers(0, 6000))
         name, kind = names[int(rng.integers(3))]
-        b.host(name, s, s + int(rng.integers(10, 400)), kind=kind, cat=V.CAT_RUNTIME,
-               args={V.ARG_EXTERNAL_ID: int(rng.integers(1, 1000)), V.ARG_OP: "aten::nonzero"}
-               if kind == EventKind.FALLBACK else None)
+        b.host(
+            name,
+            s,
+            s + int(rng.integers(10, 400)),
+            kind=kind,
+            cat=V.CAT_RUNTIME,
+            args={V.ARG_EXTERNAL_ID: int(rng.integers(1, 1000)), V.ARG_OP: "aten::nonzero"}
+            if kind == EventKind.FALLBACK
+            else None,
+        )
     r = b.report(min_gap_us=int(rng.integers(1, 60)))
-    idle = sum(f.recoverable_ns for f in r.findings.findings
-               if f.kind.startswith(("idle:", "host_sync:")))
+    idle = sum(
+        f.recoverable_ns for f in r.findings.findings if f.kind.startswith(("idle:", "host_sync:"))
+    )
     idle += sum(g.idle_ns for g in r.findings.fallbacks)
     assert idle <= max(d.idle_ns for d in r.idle.devices)
 
@@ -133,18 +168,40 @@ def test_any_mix_of_rows_is_analysed(seed: int) -> None:
     rng = np.random.default_rng(seed)
     b = TraceBuilder("random")
     kinds = list(EventKind)
-    names = ["ProfilerStep#1", "ProfilerStep#2", "aten::mm", V.FALLBACK_PREFIX + "aten::x",
-             V.SYNC_PREFIX + "item", "enumerate(DataLoader)#A.__next__", "TensorE: mm",
-             V.COLLECTIVE_WAIT_NAME, V.MEMCPY_NAMES["d2h"], "Activity Buffer Request"]
+    names = [
+        "ProfilerStep#1",
+        "ProfilerStep#2",
+        "aten::mm",
+        V.FALLBACK_PREFIX + "aten::x",
+        V.SYNC_PREFIX + "item",
+        "enumerate(DataLoader)#A.__next__",
+        "TensorE: mm",
+        V.COLLECTIVE_WAIT_NAME,
+        V.MEMCPY_NAMES["d2h"],
+        "Activity Buffer Request",
+    ]
     for _ in range(int(rng.integers(0, 60))):
-        args = rng.choice([None, {V.ARG_STREAM: int(rng.integers(-2, 4)),
-                                  V.ARG_CORRELATION: int(rng.integers(-1, 5))},
-                           {V.ARG_STREAM: "x", V.ARG_BYTES: "many", V.ARG_FLOPS: None},
-                           {V.ARG_EXTERNAL_ID: int(rng.integers(0, 4)), V.ARG_OP: 3}])
-        b.add(name=str(rng.choice(names)), ts_ns=int(rng.integers(0, 10**6)),
-              dur_ns=int(rng.choice([0, 1, 999, 10**5, 10**9])), kind=kinds[rng.integers(len(kinds))],
-              cat=str(rng.choice(["kernel", "cpu_op", "user_annotation", "cuda_runtime", ""])),
-              pid=int(rng.integers(0, 3)), tid=int(rng.integers(0, 3)), args=args)
+        args = rng.choice(
+            [
+                None,
+                {
+                    V.ARG_STREAM: int(rng.integers(-2, 4)),
+                    V.ARG_CORRELATION: int(rng.integers(-1, 5)),
+                },
+                {V.ARG_STREAM: "x", V.ARG_BYTES: "many", V.ARG_FLOPS: None},
+                {V.ARG_EXTERNAL_ID: int(rng.integers(0, 4)), V.ARG_OP: 3},
+            ]
+        )
+        b.add(
+            name=str(rng.choice(names)),
+            ts_ns=int(rng.integers(0, 10**6)),
+            dur_ns=int(rng.choice([0, 1, 999, 10**5, 10**9])),
+            kind=kinds[rng.integers(len(kinds))],
+            cat=str(rng.choice(["kernel", "cpu_op", "user_annotation", "cuda_runtime", ""])),
+            pid=int(rng.integers(0, 3)),
+            tid=int(rng.integers(0, 3)),
+            args=args,
+        )
     b.metadata["deviceProperties"] = [{V.PROP_PEAK_BF16_TFLOPS: 1.0, V.PROP_HBM_GBPS: 1.0}]
     report = analyze(b.build())
     jsonschema.validate(json.loads(json.dumps(to_document([report]))), json.loads(schema_text()))

@@ -23,20 +23,32 @@ def _causes(report) -> dict[str, int]:  # noqa: ANN001
 def test_each_cause_rule() -> None:
     b = Build().step(1, 0, 1000)
     b.kernel(0, 100, launch_us=0)
-    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 120, 180,
-           kind=EventKind.USER_ANNOTATION, cat="user_annotation")
-    b.kernel(200, 300, launch_us=190)                      # gap 100-200: data loading
-    b.host(V.FALLBACK_PREFIX + "aten::bincount", 320, 380, kind=EventKind.FALLBACK,
-           cat=V.CAT_RUNTIME)
-    b.kernel(400, 500, launch_us=390)                      # gap 300-400: CPU fallback
+    b.host(
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+        120,
+        180,
+        kind=EventKind.USER_ANNOTATION,
+        cat="user_annotation",
+    )
+    b.kernel(200, 300, launch_us=190)  # gap 100-200: data loading
+    b.host(
+        V.FALLBACK_PREFIX + "aten::bincount", 320, 380, kind=EventKind.FALLBACK, cat=V.CAT_RUNTIME
+    )
+    b.kernel(400, 500, launch_us=390)  # gap 300-400: CPU fallback
     b.host(V.SYNC_PREFIX + "item", 450, 520, kind=EventKind.RUNTIME, cat=V.CAT_RUNTIME)
-    b.kernel(600, 650, launch_us=590)                      # gap 500-600: host sync
-    b.kernel(700, 750, launch_us=680)                      # gap 650-700: host-bound launch
-    b.kernel(800, 850, launch_us=600)                      # gap 750-800: other (queued early)
-    b.kernel(870, 1000, launch_us=600)                     # gap 850-870: short
+    b.kernel(600, 650, launch_us=590)  # gap 500-600: host sync
+    b.kernel(700, 750, launch_us=680)  # gap 650-700: host-bound launch
+    b.kernel(800, 850, launch_us=600)  # gap 750-800: other (queued early)
+    b.kernel(870, 1000, launch_us=600)  # gap 850-870: short
     r = b.report()
-    assert _causes(r) == {"data_loading": 100, "cpu_fallback": 100, "host_sync": 100,
-                          "host_bound_launch": 50, "other": 50, "short_gaps": 20}
+    assert _causes(r) == {
+        "data_loading": 100,
+        "cpu_fallback": 100,
+        "host_sync": 100,
+        "host_bound_launch": 50,
+        "other": 50,
+        "short_gaps": 20,
+    }
     assert r.notes == ()
     longest = {(g.start_ns // US, g.cause) for g in r.idle.longest}
     assert (100, "data_loading") in longest and (750, "other") in longest
@@ -49,8 +61,13 @@ def test_final_sync_then_next_steps_data_stall_is_data_loading() -> None:
     b = Build().step(1, 0, 400).step(2, 400, 1000)
     b.kernel(0, 300, launch_us=0)
     b.host(V.SYNC_PREFIX + "item", 100, 310, kind=EventKind.RUNTIME, cat=V.CAT_RUNTIME)
-    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 400, 650,
-           kind=EventKind.USER_ANNOTATION, cat="user_annotation")
+    b.host(
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+        400,
+        650,
+        kind=EventKind.USER_ANNOTATION,
+        cat="user_annotation",
+    )
     b.kernel(700, 1000, launch_us=690)
     r = b.report()
     device = r.idle.devices[0]
@@ -72,8 +89,13 @@ def test_gap_kept_whole_across_the_host_time_between_two_steps() -> None:
     b = Build().step(1, 0, 400).step(2, 450, 1000)
     b.kernel(0, 300, launch_us=0)
     b.host(V.SYNC_PREFIX + "item", 100, 310, kind=EventKind.RUNTIME, cat=V.CAT_RUNTIME)
-    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 450, 650,
-           kind=EventKind.USER_ANNOTATION, cat="user_annotation")
+    b.host(
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+        450,
+        650,
+        kind=EventKind.USER_ANNOTATION,
+        cat="user_annotation",
+    )
     b.kernel(700, 1000, launch_us=690)
     device = b.report().idle.devices[0]
     assert _causes_of(device) == {"data_loading": 350}
@@ -96,11 +118,16 @@ def test_emulator_overhead_is_discounted_and_kineto_overhead_stays_a_cause() -> 
     b.kernel(0, 100, launch_us=0)
     ovh = dict(kind=EventKind.OTHER, cat=V.CAT_OVERHEAD)
     b.host(V.OVERHEAD_PREFIX + "numerics", 110, 290, **ovh)
-    b.kernel(300, 400, launch_us=295)   # gap 100-300: 20 µs left, launched late
-    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 400, 480,
-           kind=EventKind.USER_ANNOTATION, cat="user_annotation")
+    b.kernel(300, 400, launch_us=295)  # gap 100-300: 20 µs left, launched late
+    b.host(
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+        400,
+        480,
+        kind=EventKind.USER_ANNOTATION,
+        cat="user_annotation",
+    )
     b.host(V.OVERHEAD_PREFIX + "numerics", 480, 580, **ovh)
-    b.kernel(600, 700, launch_us=390)   # gap 400-600: the DataLoader covers 80 of 100 left
+    b.kernel(600, 700, launch_us=390)  # gap 400-600: the DataLoader covers 80 of 100 left
     b.host("Activity Buffer Request", 700, 890, **ovh)
     b.kernel(900, 1000, launch_us=650)  # gap 700-900: Kineto's own overhead
     r = b.report()
@@ -112,8 +139,11 @@ def test_emulator_overhead_is_discounted_and_kineto_overhead_stays_a_cause() -> 
     assert all("overhead" not in f.kind for f in r.findings.findings)
     assert any(n.startswith("emulator overhead") for n in r.notes)
     gap = next(g for g in r.idle.longest if g.start_ns == 400 * US)
-    assert (gap.cause, gap.idle_ns, gap.emulator_overhead_ns) == ("data_loading", 100 * US,
-                                                                  100 * US)
+    assert (gap.cause, gap.idle_ns, gap.emulator_overhead_ns) == (
+        "data_loading",
+        100 * US,
+        100 * US,
+    )
 
 
 def _causes_of(device) -> dict[str, int]:  # noqa: ANN001
@@ -156,16 +186,27 @@ def test_breakdown_and_idle_against_brute_force(seed: int) -> None:
             queue = int(rng.integers(3))
             s = int(rng.integers(0, horizon + 100))
             e = s + int(rng.integers(0, 60))
-            kind, name = [(EventKind.KERNEL, "TensorE: mm"), (EventKind.MEMCPY, "Memcpy HtoD"),
-                          (EventKind.KERNEL, "CC: allreduce")][queue]
-            b.kernel(s, e, device=device, launch_us=max(0, s - int(rng.integers(0, 80))),
-                     kind=kind, name=name, stream=1 + queue)
+            kind, name = [
+                (EventKind.KERNEL, "TensorE: mm"),
+                (EventKind.MEMCPY, "Memcpy HtoD"),
+                (EventKind.KERNEL, "CC: allreduce"),
+            ][queue]
+            b.kernel(
+                s,
+                e,
+                device=device,
+                launch_us=max(0, s - int(rng.integers(0, 80))),
+                kind=kind,
+                name=name,
+                stream=1 + queue,
+            )
             grid[queue, s:e] = True
         grids[device] = grid
     r = b.report(min_gap_us=int(rng.integers(1, 100)))
     last_end = r.steps.end_ns[-1] // US
-    spans = list(zip((r.steps.start_ns // US).tolist(), (r.steps.end_ns // US).tolist(),
-                     strict=True))
+    spans = list(
+        zip((r.steps.start_ns // US).tolist(), (r.steps.end_ns // US).tolist(), strict=True)
+    )
     assert spans[:-1] == list(zip(edges[:-2], edges[1:-1], strict=True))
     assert last_end >= horizon
     for dev in r.breakdown.devices:
@@ -189,16 +230,19 @@ def test_breakdown_and_idle_against_brute_force(seed: int) -> None:
 def _runs(grid: np.ndarray) -> list[tuple[int, int]]:
     """The canonical interval set of a boolean grid: maximal runs of True, in order."""
     edges = np.diff(np.concatenate([[0], grid.astype(np.int8), [0]]))
-    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist(),
-                    strict=True))
+    return list(
+        zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist(), strict=True)
+    )
 
 
 def _pairs_of(x: I.Intervals) -> list[tuple[int, int]]:
     return list(zip(x.start.tolist(), x.end.tolist(), strict=True))
 
 
-@pytest.mark.parametrize(("seed", "count", "longest"), [(s, 30, 40) for s in range(5)]
-                         + [(s, 200, 6) for s in range(5, 10)])
+@pytest.mark.parametrize(
+    ("seed", "count", "longest"),
+    [(s, 30, 40) for s in range(5)] + [(s, 200, 6) for s in range(5, 10)],
+)
 def test_interval_operations_against_grid(seed: int, count: int, longest: int) -> None:
     """Every operation gives exactly the grid's runs: sorted, disjoint, touching pieces merged
     (short intervals on a dense range make many shared and touching boundaries)."""
@@ -209,7 +253,7 @@ def test_interval_operations_against_grid(seed: int, count: int, longest: int) -
         e = s + rng.integers(-5, longest, count)
         grid = np.zeros(600, bool)
         for lo, hi in zip(s.tolist(), e.tolist(), strict=True):
-            grid[lo:max(lo, hi)] = True
+            grid[lo : max(lo, hi)] = True
         return I.union(s, e), grid
 
     (a, ga), (b, gb) = random_set(), random_set()

@@ -34,13 +34,13 @@ def _busy_trace():
     b.host("aten::item", 600, 700)
     b.kernel(900, 950, launch_us=880)
     b.kernel(1000, 1800, launch_us=990)
-    b.kernel(1850, 1900, launch_us=1840, kind=EventKind.MEMCPY,
-             name="Memcpy DtoH (Device -> Host)")
+    b.kernel(1850, 1900, launch_us=1840, kind=EventKind.MEMCPY, name="Memcpy DtoH (Device -> Host)")
     return b.b.build()
 
 
-def test_each_shared_selection_is_computed_once_per_analyze(monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
+def test_each_shared_selection_is_computed_once_per_analyze(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The string-table scan, the host rows, the device work, the steps and the copies are
     selected once per analyze, however many analyses read them."""
     calls: Counter[str] = Counter()
@@ -49,10 +49,12 @@ def test_each_shared_selection_is_computed_once_per_analyze(monkeypatch: pytest.
         def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
             calls[name] += 1
             return fn(*args, **kwargs)
+
         return wrapper
 
-    monkeypatch.setattr(sel.NameClasses, "of", classmethod(
-        counted("names", sel.NameClasses.of.__func__)))
+    monkeypatch.setattr(
+        sel.NameClasses, "of", classmethod(counted("names", sel.NameClasses.of.__func__))
+    )
     for name in ("host_rows", "sync_rows", "dataloader_rows", "profiler_overhead_rows"):
         monkeypatch.setattr(sel, name, counted(name, getattr(sel, name)))
     for name in ("device_work", "find_steps", "copy_info", "launch_sites"):
@@ -85,7 +87,11 @@ def test_busy_union_per_device_and_queue_classes() -> None:
     ctx = AnalysisContext(_busy_trace())
     every = ctx.busy(0)
     assert list(zip(every.start.tolist(), every.end.tolist(), strict=True)) == [
-        (450_000, 600_000), (900_000, 950_000), (1_000_000, 1_800_000), (1_850_000, 1_900_000)]
+        (450_000, 600_000),
+        (900_000, 950_000),
+        (1_000_000, 1_800_000),
+        (1_850_000, 1_900_000),
+    ]
     assert ctx.busy(0, (1,)).total == 50_000  # the DMA queue: the one copy
     assert ctx.busy(0) is every
 
@@ -108,7 +114,7 @@ def test_grouped_union_equals_the_union_of_each_group(seed: int) -> None:
         assert e[got].tolist() == expect.end.tolist()
         grid = np.zeros(600, bool)
         for a, b in zip(start[mine].tolist(), end[mine].tolist(), strict=True):
-            grid[a + 50:max(b, a) + 50] = True
+            grid[a + 50 : max(b, a) + 50] = True
         assert int(grid.sum()) == int((e[got] - s[got]).sum())
     assert (np.diff(g) >= 0).all()  # sorted by group
 
@@ -125,16 +131,25 @@ def test_every_cause_is_one_record_with_its_docs_anchor() -> None:
     """Each cause's docs anchor is a heading of docs/analysis.md; the idle causes' keys are the
     records' names, in rule order; a finding carries its cause's anchor and advice."""
     doc = (ROOT / "docs" / "analysis.md").read_text()
-    headings = {re.sub(r"[^a-z0-9_ -]", "", h.strip().lower()).replace(" ", "-")
-                for h in re.findall(r"^#+ (.+)$", doc, flags=re.M)}
+    headings = {
+        re.sub(r"[^a-z0-9_ -]", "", h.strip().lower()).replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", doc, flags=re.M)
+    }
     records = (*C.IDLE_CAUSES, *C.BUSY_PATTERNS)
     assert len({c.name for c in records}) == len(records)
     for cause in records:
         assert cause.docs == f"docs/analysis.md#{cause.name}"
         assert cause.name in headings, cause.name
         assert cause.advice and cause.title
-    assert C.ALL_CAUSES == ("data_loading", "cpu_fallback", "host_sync", "host_bound_launch",
-                            "profiler_overhead", "other", "short_gaps")
+    assert C.ALL_CAUSES == (
+        "data_loading",
+        "cpu_fallback",
+        "host_sync",
+        "host_bound_launch",
+        "profiler_overhead",
+        "other",
+        "short_gaps",
+    )
     from neuron_profiler.analysis import Options, analyze
 
     found = analyze(_busy_trace(), Options(min_gap_ns=10_000)).findings.findings
@@ -149,11 +164,11 @@ def test_a_rule_whose_precondition_fails_is_not_tried() -> None:
     overhead fills entirely (0 ns of idle) is not called data loading."""
     empty = I.EMPTY
     spans = C.HostSpans(empty, empty, np.zeros(0, np.int64), np.zeros(0, np.int64), empty)
-    gaps = C.Gaps(np.array([0]), np.array([100]), np.array([0]), np.array([50]),
-                  I.window(0, 100))
+    gaps = C.Gaps(np.array([0]), np.array([100]), np.array([0]), np.array([50]), I.window(0, 100))
     assert C.ALL_CAUSES[int(C.classify(gaps, spans, 0)[0])] == "host_bound_launch"
-    loading = C.HostSpans(I.window(0, 100), empty, np.zeros(0, np.int64),
-                          np.zeros(0, np.int64), empty)
+    loading = C.HostSpans(
+        I.window(0, 100), empty, np.zeros(0, np.int64), np.zeros(0, np.int64), empty
+    )
     assert C.ALL_CAUSES[int(C.classify(gaps, loading, 0)[0])] == "data_loading"
 
 
@@ -184,7 +199,8 @@ def test_no_import_cycle_in_the_package() -> None:
         state[module] = 1
         for other in sorted(graph[module]):
             assert state.get(other) != 1, "import cycle: " + " -> ".join(
-                [*path[path.index(other):], module, other] if other in path else [module, other])
+                [*path[path.index(other) :], module, other] if other in path else [module, other]
+            )
             if other not in state:
                 visit(other, [*path, module])
         state[module] = 2
@@ -213,6 +229,8 @@ def test_host_rows_leave_out_profiler_steps_only() -> None:
     got = sorted(trace.strings[i] for i in host.name_id.tolist())
     assert "ProfilerStep#1" not in got and "aten::item" in got
     assert got.count("nrt launch: mm") == 4
-    assert names.step_numbers == {trace.string_id("ProfilerStep#1"): 1,
-                                  trace.string_id("ProfilerStep#2"): 2}
+    assert names.step_numbers == {
+        trace.string_id("ProfilerStep#1"): 1,
+        trace.string_id("ProfilerStep#2"): 2,
+    }
     assert trace.string_id(V.PROFILER_STEP_PREFIX + "1") in names.profiler_steps.tolist()

@@ -24,14 +24,18 @@ def test_ops_and_kernels() -> None:
     b.kernel(460, 470, launch_us=410, name="VectorE: relu", args={V.ARG_EXTERNAL_ID: 3})
     s = b.report().summary
     ops = {o.name: o for o in s.ops}
-    assert (ops["aten::linear"].host_total_ns, ops["aten::linear"].host_self_ns) == (300 * US,
-                                                                                    100 * US)
+    assert (ops["aten::linear"].host_total_ns, ops["aten::linear"].host_self_ns) == (
+        300 * US,
+        100 * US,
+    )
     assert ops["aten::linear"].device_self_ns == 0
     assert ops["aten::linear"].device_total_ns == 100 * US
     assert ops["aten::addmm"].calls == 2
     # its two launches (2 µs each, at 60 and 510) are runtime children: not host self time
-    assert (ops["aten::addmm"].host_total_ns, ops["aten::addmm"].host_self_ns) == (220 * US,
-                                                                                  216 * US)
+    assert (ops["aten::addmm"].host_total_ns, ops["aten::addmm"].host_self_ns) == (
+        220 * US,
+        216 * US,
+    )
     assert ops["aten::addmm"].device_self_ns == ops["aten::addmm"].device_total_ns == 200 * US
     assert [o.name for o in s.ops][:2] == ["aten::addmm", "aten::linear"]
     assert not any(o.name.startswith("ProfilerStep") for o in s.ops)
@@ -79,19 +83,42 @@ def test_pct_of_peak_uses_each_rows_dtype_engine_and_link() -> None:
     worked out by hand from the properties written here."""
     b = Build().step(1, 0, 10_000)
     table = {"TensorE": {"float32": 40.0, "bfloat16": 160.0}, "VectorE": {"float32": 0.5}}
-    b.b.metadata["deviceProperties"] = [{
-        V.PROP_PEAK_TFLOPS: table, V.PROP_PEAK_BF16_TFLOPS: 160.0, V.PROP_PEAK_FP32_TFLOPS: 40.0,
-        V.PROP_HBM_GBPS: 1000.0, V.PROP_HOST_LINK_GBPS: 20.0, V.PROP_DMA_GBPS: 200.0}]
+    b.b.metadata["deviceProperties"] = [
+        {
+            V.PROP_PEAK_TFLOPS: table,
+            V.PROP_PEAK_BF16_TFLOPS: 160.0,
+            V.PROP_PEAK_FP32_TFLOPS: 40.0,
+            V.PROP_HBM_GBPS: 1000.0,
+            V.PROP_HOST_LINK_GBPS: 20.0,
+            V.PROP_DMA_GBPS: 200.0,
+        }
+    ]
     mm = {V.ARG_ENGINE: "TensorE"}
     b.kernel(0, 100, args={**mm, V.ARG_DTYPE: "float32", V.ARG_FLOPS: 2e9})  # 50 µs at peak
     b.kernel(200, 300, args={**mm, V.ARG_DTYPE: "bfloat16", V.ARG_FLOPS: 8e9})  # 50 µs
-    b.kernel(400, 500, name="VectorE: bincount",
-             args={V.ARG_ENGINE: "VectorE", V.ARG_DTYPE: "int64", V.ARG_FLOPS: 1e7})  # 20 µs
+    b.kernel(
+        400,
+        500,
+        name="VectorE: bincount",
+        args={V.ARG_ENGINE: "VectorE", V.ARG_DTYPE: "int64", V.ARG_FLOPS: 1e7},
+    )  # 20 µs
     copy = {V.ARG_BYTES: 1e6}
-    b.kernel(600, 700, name="Memcpy HtoD (Host -> NeuronCore)", kind=EventKind.MEMCPY,
-             stream=2, args={**copy, V.ARG_DIRECTION: "h2d"})  # 50 µs at 20 GB/s
-    b.kernel(800, 900, name="Memcpy DtoD (NeuronCore -> NeuronCore)", kind=EventKind.MEMCPY,
-             stream=2, args={**copy, V.ARG_DIRECTION: "d2d"})  # 5 µs at 200 GB/s
+    b.kernel(
+        600,
+        700,
+        name="Memcpy HtoD (Host -> NeuronCore)",
+        kind=EventKind.MEMCPY,
+        stream=2,
+        args={**copy, V.ARG_DIRECTION: "h2d"},
+    )  # 50 µs at 20 GB/s
+    b.kernel(
+        800,
+        900,
+        name="Memcpy DtoD (NeuronCore -> NeuronCore)",
+        kind=EventKind.MEMCPY,
+        stream=2,
+        args={**copy, V.ARG_DIRECTION: "d2d"},
+    )  # 5 µs at 200 GB/s
     k = {x.name: x for x in b.report().summary.kernels}
     assert k["TensorE: mm"].pct_of_peak == pytest.approx(100 * (50 + 50) / 200)
     assert k["TensorE: mm"].achieved_tflops == pytest.approx(10e9 / 200e-6 / 1e12)

@@ -34,8 +34,10 @@ def naive_sums(parent: list[int], values: list[int]) -> list[int]:
     return total
 
 
-intervals = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 30),
-                               st.integers(0, 1000)), max_size=120)
+intervals = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 30), st.integers(0, 1000)),
+    max_size=120,
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -25,15 +25,36 @@ def small_trace(path: Path, *, steps: bool = True) -> Path:
     b = TraceBuilder()
     if steps:
         for n, (lo, hi) in enumerate(((0, 500), (500, 1000))):
-            b.add(name=f"ProfilerStep#{n + 1}", ts_ns=lo * US, dur_ns=(hi - lo) * US,
-                  kind=EventKind.USER_ANNOTATION, cat="user_annotation", pid=9, tid=9)
+            b.add(
+                name=f"ProfilerStep#{n + 1}",
+                ts_ns=lo * US,
+                dur_ns=(hi - lo) * US,
+                kind=EventKind.USER_ANNOTATION,
+                cat="user_annotation",
+                pid=9,
+                tid=9,
+            )
     for corr, (lo, hi) in enumerate(((0, 100), (300, 400), (800, 950)), start=1):
-        b.add(name="nrt launch: mm", ts_ns=(lo - 10) * US if lo else 0, dur_ns=5 * US,
-              kind=EventKind.RUNTIME, cat=V.CAT_RUNTIME, pid=9, tid=9,
-              args={V.ARG_CORRELATION: corr})
-        b.add(name="TensorE: mm", ts_ns=lo * US, dur_ns=(hi - lo) * US, kind=EventKind.KERNEL,
-              cat=V.CAT_KERNEL, pid=0, tid=1,
-              args={V.ARG_DEVICE: 0, V.ARG_STREAM: 1, V.ARG_CORRELATION: corr})
+        b.add(
+            name="nrt launch: mm",
+            ts_ns=(lo - 10) * US if lo else 0,
+            dur_ns=5 * US,
+            kind=EventKind.RUNTIME,
+            cat=V.CAT_RUNTIME,
+            pid=9,
+            tid=9,
+            args={V.ARG_CORRELATION: corr},
+        )
+        b.add(
+            name="TensorE: mm",
+            ts_ns=lo * US,
+            dur_ns=(hi - lo) * US,
+            kind=EventKind.KERNEL,
+            cat=V.CAT_KERNEL,
+            pid=0,
+            tid=1,
+            args={V.ARG_DEVICE: 0, V.ARG_STREAM: 1, V.ARG_CORRELATION: corr},
+        )
     b.process_names[0] = V.core_process_name(0)
     write_chrome_trace(b.build(), path)
     return path
@@ -45,8 +66,9 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, out.out, out.err
 
 
-def test_json_validates_against_the_shipped_schema(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_validates_against_the_shipped_schema(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run(["analyze", "--json", str(small_trace(tmp_path / "a.json"))], capsys)
     assert code == 0
     doc = json.loads(out)
@@ -61,9 +83,11 @@ def test_json_validates_against_the_shipped_schema(tmp_path: Path,
 
 def test_json_never_imports_pandas(tmp_path: Path) -> None:
     path = small_trace(tmp_path / "a.json")
-    code = ("import sys\nfrom neuron_profiler.cli.main import main\n"
-            f"rc = main(['analyze', '--json', {str(path)!r}])\n"
-            "print('pandas' in sys.modules, 'torch' in sys.modules, rc)")
+    code = (
+        "import sys\nfrom neuron_profiler.cli.main import main\n"
+        f"rc = main(['analyze', '--json', {str(path)!r}])\n"
+        "print('pandas' in sys.modules, 'torch' in sys.modules, rc)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False False 0"
 
@@ -78,8 +102,9 @@ def test_bad_and_good_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     good = small_trace(tmp_path / "good.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    code, out, err = run(["analyze", "--json", str(good), str(bad),
-                          str(tmp_path / "missing.json")], capsys)
+    code, out, err = run(
+        ["analyze", "--json", str(good), str(bad), str(tmp_path / "missing.json")], capsys
+    )
     assert code == 2
     doc = json.loads(out)
     assert len(doc["traces"]) == 1 and len(doc["errors"]) == 2
@@ -87,8 +112,9 @@ def test_bad_and_good_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert len(named) == 2 and str(bad) in named[0]
 
 
-def test_directory_skips_files_that_are_not_traces(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_directory_skips_files_that_are_not_traces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     small_trace(tmp_path / "w.pt.trace.json")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "config.json").write_text('{"lr": 0.1}')

@@ -11,13 +11,16 @@ from neuron_profiler.trace import load_trace
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "neuron_profiler.cli.main", *args],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "neuron_profiler.cli.main", *args], capture_output=True, text=True
+    )
 
 
 def test_export_writes_reloadable_trace(tmp_path: Path) -> None:
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 2, "ts": i * 10,
-               "dur": 5} for i in range(20)]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 2, "ts": i * 10, "dur": 5}
+        for i in range(20)
+    ]
     src = tmp_path / "in.json"
     src.write_text(json.dumps({"baseTimeNanoseconds": 10**18, "traceEvents": events}))
     result = _run("export", str(src), "-o", str(tmp_path / "out.json.gz"))

@@ -32,8 +32,19 @@ NOBODY = 65534
 
 
 def host_events(n: int) -> list[dict]:
-    return [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": HOST_PID, "tid": TID,
-             "ts": 1000 + i * 10, "dur": 5, "args": {"External id": i + 1}} for i in range(n)]
+    return [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i}",
+            "pid": HOST_PID,
+            "tid": TID,
+            "ts": 1000 + i * 10,
+            "dur": 5,
+            "args": {"External id": i + 1},
+        }
+        for i in range(n)
+    ]
 
 
 def write_host(path: Path, n: int = 20) -> Path:
@@ -44,9 +55,18 @@ def write_host(path: Path, n: int = 20) -> Path:
 def write_device(path: Path) -> Path:
     """One device execution inside the host span (system-trace JSON, as fetched)."""
     t = 10**18 + 1_000_000 + 20_000
-    events = [{"event_type": F.NC_EXEC_RUNNING, "phase": phase, "tracking_id": 1, "nc_idx": 0,
-               "thread_id": TID, "timestamp_ns": ts, "data": {}}
-              for phase, ts in (("start", t), ("stop", t + 3_000))]
+    events = [
+        {
+            "event_type": F.NC_EXEC_RUNNING,
+            "phase": phase,
+            "tracking_id": 1,
+            "nc_idx": 0,
+            "thread_id": TID,
+            "timestamp_ns": ts,
+            "data": {},
+        }
+        for phase, ts in (("start", t), ("stop", t + 3_000))
+    ]
     path.write_text(json.dumps({"events": events}))
     return path
 
@@ -74,8 +94,9 @@ def inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]
     return write_host(tmp_path / "h.json"), write_device(tmp_path / "d.json")
 
 
-def test_the_fixtures_merge_and_export(inputs: tuple[Path, Path],
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_fixtures_merge_and_export(
+    inputs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     host, dev = inputs
     code, out, err = run_main(capsys, "merge", "h.json", "d.json", "-o", "m.json")
     assert code == 0 and err == "" and "merged 1 device activities" in out
@@ -84,10 +105,13 @@ def test_the_fixtures_merge_and_export(inputs: tuple[Path, Path],
     assert sorted(os.listdir()) == ["d.json", "h.json", "m.json", "m.pftrace"]
 
 
-@pytest.mark.parametrize("output", ["h.json", "./h.json", "ABSOLUTE", "soft.json", "hard.json",
-                                    "sub/../h.json", "same.pftrace"])
-def test_export_refuses_to_overwrite_its_input(inputs: tuple[Path, Path], output: str,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "output",
+    ["h.json", "./h.json", "ABSOLUTE", "soft.json", "hard.json", "sub/../h.json", "same.pftrace"],
+)
+def test_export_refuses_to_overwrite_its_input(
+    inputs: tuple[Path, Path], output: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     host, _ = inputs
     Path("sub").mkdir()
     Path("soft.json").symlink_to(host.name)
@@ -104,8 +128,7 @@ def test_export_refuses_to_overwrite_its_input(inputs: tuple[Path, Path], output
     assert snapshot(host, Path(source)) == before
 
 
-def test_export_refuses_before_loading(tmp_path: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_refuses_before_loading(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A broken input would fail to load: the refusal comes first, so loading never ran."""
     src = tmp_path / "broken.json"
     src.write_bytes(b"{not json")
@@ -116,15 +139,20 @@ def test_export_refuses_before_loading(tmp_path: Path,
 
 @pytest.mark.parametrize("which", ["host", "device", "second device", "device via link"])
 @pytest.mark.parametrize("ext", [".json", ".json.gz"])
-def test_merge_refuses_to_overwrite_an_input(inputs: tuple[Path, Path], which: str, ext: str,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_merge_refuses_to_overwrite_an_input(
+    inputs: tuple[Path, Path], which: str, ext: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     host, dev = inputs
     host = host.rename("h" + ext)
     dev = dev.rename("d" + ext)
     dev2 = write_device(Path("d2" + ext))
     Path("link" + ext).symlink_to(dev.name)
-    output = {"host": host.name, "device": dev.name, "second device": dev2.name,
-              "device via link": "link" + ext}[which]
+    output = {
+        "host": host.name,
+        "device": dev.name,
+        "second device": dev2.name,
+        "device via link": "link" + ext,
+    }[which]
     before = snapshot(host, dev, dev2)
     code, out, err = run_main(capsys, "merge", host.name, dev.name, dev2.name, "-o", output)
     line = one_error_line(err)
@@ -134,15 +162,22 @@ def test_merge_refuses_to_overwrite_an_input(inputs: tuple[Path, Path], which: s
 
 
 @pytest.mark.parametrize("command", ["export", "merge"])
-@pytest.mark.parametrize("output, problem", [
-    ("missing/out.json", "no such directory: missing"),
-    ("adir", "is a directory"),
-    ("adir.json", "is a directory"),
-    ("h.json/out.json", "not a directory: h.json"),
-])
-def test_unwritable_output_is_one_line_exit_2(inputs: tuple[Path, Path], command: str,
-                                              output: str, problem: str,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "output, problem",
+    [
+        ("missing/out.json", "no such directory: missing"),
+        ("adir", "is a directory"),
+        ("adir.json", "is a directory"),
+        ("h.json/out.json", "not a directory: h.json"),
+    ],
+)
+def test_unwritable_output_is_one_line_exit_2(
+    inputs: tuple[Path, Path],
+    command: str,
+    output: str,
+    problem: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     Path("adir").mkdir()
     Path("adir.json").mkdir()
     args = ["h.json"] + (["d.json"] if command == "merge" else [])
@@ -166,7 +201,7 @@ class FullDisk:
     def write(self, data: object) -> int:
         view = memoryview(data).cast("B")
         if len(view) > self.room:
-            self.real.write(view[:self.room])
+            self.real.write(view[: self.room])
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         self.room -= len(view)
         return self.real.write(view)
@@ -183,18 +218,22 @@ class FullDisk:
 
 @pytest.mark.parametrize("command", ["export", "merge"])
 @pytest.mark.parametrize("name", ["out.json", "out.json.gz", "out.pftrace"])
-def test_full_disk_keeps_the_old_output(inputs: tuple[Path, Path], command: str, name: str,
-                                        capsys: pytest.CaptureFixture[str],
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_full_disk_keeps_the_old_output(
+    inputs: tuple[Path, Path],
+    command: str,
+    name: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     Path(name).write_bytes(OLD)
     before = sorted(os.listdir())
-    monkeypatch.setattr(_output, "open", lambda fd, mode: FullDisk(builtins.open(fd, mode), 100),
-                        raising=False)
+    monkeypatch.setattr(
+        _output, "open", lambda fd, mode: FullDisk(builtins.open(fd, mode), 100), raising=False
+    )
     args = ["h.json"] + (["d.json"] if command == "merge" else [])
     code, out, err = run_main(capsys, command, *args, "-o", name)
     assert code == 2
-    assert one_error_line(err) == f"neuron-prof: error: {name}: no space left on device " \
-                                  "(disk full)"
+    assert one_error_line(err) == f"neuron-prof: error: {name}: no space left on device (disk full)"
     assert Path(name).read_bytes() == OLD and sorted(os.listdir()) == before
 
 
@@ -207,8 +246,15 @@ def _fsize_limit(limit: int) -> None:
 
 def _cli(*args: str, cwd: Path, **kwargs: object) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run([sys.executable, "-m", "neuron_profiler.cli.main", *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=120, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "neuron_profiler.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize("command", ["export", "merge"])
@@ -222,8 +268,10 @@ def test_file_size_limit_keeps_the_old_output(tmp_path: Path, command: str, name
     args = ["h.json"] + (["d.json"] if command == "merge" else [])
     res = _cli(command, *args, "-o", name, cwd=tmp_path, preexec_fn=lambda: _fsize_limit(4096))
     assert res.returncode == 2, res.stderr
-    assert one_error_line(res.stderr) == f"neuron-prof: error: {name}: file too large (the " \
-                                         "file size limit was reached)"
+    assert (
+        one_error_line(res.stderr) == f"neuron-prof: error: {name}: file too large (the "
+        "file size limit was reached)"
+    )
     assert (tmp_path / name).read_bytes() == OLD and sorted(os.listdir(tmp_path)) == before
     ok = _cli(command, *args, "-o", name, cwd=tmp_path)  # no limit: the same command works
     assert ok.returncode == 0, ok.stderr
@@ -231,6 +279,7 @@ def test_file_size_limit_keeps_the_old_output(tmp_path: Path, command: str, name
 
 
 # --- as an unprivileged user: root ignores file permissions, so chmod alone proves nothing ---
+
 
 def _setpriv() -> list[str]:
     tool = shutil.which("setpriv")
@@ -260,8 +309,14 @@ def shared_dir() -> Iterator[Path]:
 
 def _as_nobody(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(cwd)}
-    return subprocess.run([*_setpriv(), sys.executable, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [*_setpriv(), sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _check_unprivileged(path: Path) -> None:
@@ -269,8 +324,10 @@ def _check_unprivileged(path: Path) -> None:
     changes nothing if it could)."""
     probe = _as_nobody("-c", f"open({str(path)!r}, 'a')", cwd=path.parent.parent)
     if "PermissionError" not in probe.stderr:
-        pytest.fail(f"the unprivileged user could write {path} or could not run Python: "
-                    f"{probe.stderr.strip()[-300:]}")
+        pytest.fail(
+            f"the unprivileged user could write {path} or could not run Python: "
+            f"{probe.stderr.strip()[-300:]}"
+        )
 
 
 @pytest.mark.parametrize("command", ["export", "merge"])
@@ -286,11 +343,14 @@ def test_read_only_directory(shared_dir: Path, command: str, name: str) -> None:
     args = ["h.json"] + (["d.json"] if command == "merge" else [])
     for target in (f"ro/{name}", "ro/old.json"):
         before = sorted(os.listdir(ro))
-        res = _as_nobody("-m", "neuron_profiler.cli.main", command, *args, "-o", target,
-                         cwd=shared_dir)
+        res = _as_nobody(
+            "-m", "neuron_profiler.cli.main", command, *args, "-o", target, cwd=shared_dir
+        )
         assert res.returncode == 2, res.stderr
-        assert one_error_line(res.stderr) == f"neuron-prof: error: {target}: permission " \
-                                             "denied (cannot create files in ro)"
+        assert (
+            one_error_line(res.stderr) == f"neuron-prof: error: {target}: permission "
+            "denied (cannot create files in ro)"
+        )
         assert sorted(os.listdir(ro)) == before and (ro / "old.json").read_bytes() == OLD
 
 
@@ -306,10 +366,13 @@ def test_read_only_output_file_is_not_replaced(shared_dir: Path, command: str) -
     rw.chmod(0o777)
     _check_unprivileged(rw / "old.json")
     args = ["h.json"] + (["d.json"] if command == "merge" else [])
-    res = _as_nobody("-m", "neuron_profiler.cli.main", command, *args, "-o", "rw/old.json",
-                     cwd=shared_dir)
+    res = _as_nobody(
+        "-m", "neuron_profiler.cli.main", command, *args, "-o", "rw/old.json", cwd=shared_dir
+    )
     assert res.returncode == 2, res.stderr
-    assert one_error_line(res.stderr) == "neuron-prof: error: rw/old.json: permission denied " \
-                                         "(the existing file is not writable)"
+    assert (
+        one_error_line(res.stderr) == "neuron-prof: error: rw/old.json: permission denied "
+        "(the existing file is not writable)"
+    )
     assert os.listdir(rw) == ["old.json"] and (rw / "old.json").read_bytes() == OLD
     assert stat.S_IMODE((rw / "old.json").stat().st_mode) == 0o444

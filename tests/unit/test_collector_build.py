@@ -32,8 +32,9 @@ print("OK")
 
 def _run(env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **env_extra}
-    return subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_no_compiler_import_succeeds_and_names_the_problem(tmp_path: Path) -> None:
@@ -63,7 +64,8 @@ def test_build_key_ignores_python_patch_version(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_build_key_follows_python_minor_version_and_implementation(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     name = _build.module_name()
     major, minor = sys.version_info[:2]
     monkeypatch.setattr(sys, "version_info", (major, minor + 1, 0, "final", 0))

@@ -44,11 +44,21 @@ def st(fake_lib_path: Path):
         pass
 
 
-def _event(nc: int, etype: str, phase: str, tracking: int, ts: int, tid: int = 7,
-           data: dict | None = None) -> bytes:
-    return json.dumps({"event_type": etype, "phase": phase, "id": tracking * 2 + (phase == "stop"),
-                       "tracking_id": tracking, "nc_idx": nc, "thread_id": tid,
-                       "timestamp_ns": ts, "data": data or {}}).encode()
+def _event(
+    nc: int, etype: str, phase: str, tracking: int, ts: int, tid: int = 7, data: dict | None = None
+) -> bytes:
+    return json.dumps(
+        {
+            "event_type": etype,
+            "phase": phase,
+            "id": tracking * 2 + (phase == "stop"),
+            "tracking_id": tracking,
+            "nc_idx": nc,
+            "thread_id": tid,
+            "timestamp_ns": ts,
+            "data": data or {},
+        }
+    ).encode()
 
 
 def _record(ctl, nc: int, etype: str, *args, **kw) -> int:
@@ -137,19 +147,29 @@ def test_source_links_runtime_calls_by_containment(st) -> None:
     for k, base in enumerate([t0, t0 + 2000]):
         _record(ctl, 0, "nrt_execute", "start", 100 + k, base + 100, data={"exec_id": k + 1})
         _record(ctl, 0, "nrt_execute", "stop", 100 + k, base + 400)
-        _record(ctl, 0, "nc_exec_running", "start", 200 + k, base + 500,
-                data={"exec_id": k + 1})
+        _record(ctl, 0, "nc_exec_running", "start", 200 + k, base + 500, data={"exec_id": k + 1})
         _record(ctl, 0, "nc_exec_running", "stop", 200 + k, base + 900)
     payload = src.stop()
-    iv = Intervals(np.array([7, 7]), np.array([11, 12]), np.array([t0, t0 + 2000]),
-                   np.array([t0 + 1000, t0 + 3000]))
-    res = build_session_result(payload, window=(t0, t0 + 10_000), intervals=iv, host_pid=1,
-                               props=src.device_properties(),
-                               source_name=src.name)
+    iv = Intervals(
+        np.array([7, 7]),
+        np.array([11, 12]),
+        np.array([t0, t0 + 2000]),
+        np.array([t0 + 1000, t0 + 3000]),
+    )
+    res = build_session_result(
+        payload,
+        window=(t0, t0 + 10_000),
+        intervals=iv,
+        host_pid=1,
+        props=src.device_properties(),
+        source_name=src.name,
+    )
     cols = res.records.rows
     kinds = {5: "kernel", 24: "runtime"}
-    got = sorted((kinds[int(t)], int(c), int(e)) for t, c, e in
-                 zip(cols["kineto_type"], cols["external_id"], cols["exec_id"], strict=True))
+    got = sorted(
+        (kinds[int(t)], int(c), int(e))
+        for t, c, e in zip(cols["kineto_type"], cols["external_id"], cols["exec_id"], strict=True)
+    )
     assert got == [("kernel", 11, 1), ("kernel", 12, 2), ("runtime", 11, 1), ("runtime", 12, 2)]
     assert res.metadata["neuron_source"] == '"libnrt"'
     assert res.source_count == 4
@@ -205,17 +225,28 @@ def test_real_shaped_sessions_map_with_sync_points_kept_across_fetches(st, fake_
             cap.sync(0, t)
             cap.sync(1, t)
         _record_capture(ctl, cap.fetch())
-        results.append(build_session_result(
-            src.stop(), window=(0, 2**62), intervals=Intervals.empty(), host_pid=1,
-            props=src.device_properties(), source_name=src.name,
-            provenance=src.provenance()))
+        results.append(
+            build_session_result(
+                src.stop(),
+                window=(0, 2**62),
+                intervals=Intervals.empty(),
+                host_pid=1,
+                props=src.device_properties(),
+                source_name=src.name,
+                provenance=src.provenance(),
+            )
+        )
         t += 1_500_000_000  # 1.5 s later: 120 µs of drift at 80 ppm
     second = results[1].placement
     kernels = second.kind == 1
-    got = sorted(zip(second.device[kernels].tolist(), second.start_ns[kernels].tolist(),
-                     strict=True))
-    truth = sorted((core, span[0]) for (etype, core, _), span in cap.truth.device.items()
-                   if etype == "nc_exec_running" and span[0] >= second_start)
+    got = sorted(
+        zip(second.device[kernels].tolist(), second.start_ns[kernels].tolist(), strict=True)
+    )
+    truth = sorted(
+        (core, span[0])
+        for (etype, core, _), span in cap.truth.device.items()
+        if etype == "nc_exec_running" and span[0] >= second_start
+    )
     assert len(got) == 6 and [c for c, _ in got] == [c for c, _ in sorted(truth)]
     for (_, s), (_, ts) in zip(got, sorted(truth), strict=True):
         assert abs(s - ts) <= 1_000
@@ -227,6 +258,8 @@ def test_runtime_version_is_optional(tmp_path: Path) -> None:
     if shutil.which("gcc") is None:
         pytest.skip("gcc not found: cannot build tests/fake_libnrt")
     out = tmp_path / "libnrt_old.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-DFAKE_NO_VERSION", "-o", str(out),
-                    str(FAKE_SRC)], check=True)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O1", "-DFAKE_NO_VERSION", "-o", str(out), str(FAKE_SRC)],
+        check=True,
+    )
     assert SysTrace.load(str(out)).version() is None

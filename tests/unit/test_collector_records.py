@@ -31,23 +31,37 @@ def test_bridge_and_testing_module_lay_records_out_as_RECORD() -> None:
 
 def test_a_different_layout_is_named_in_one_line() -> None:
     names = list(RECORD.names)
-    swapped = np.dtype([(n, RECORD.fields[n][0]) for n in [names[1], names[0], *names[2:]]],
-                       align=True)
+    swapped = np.dtype(
+        [(n, RECORD.fields[n][0]) for n in [names[1], names[0], *names[2:]]], align=True
+    )
     assert _build.layout_mismatch(swapped) == (
-        "the bridge has end_ns at 0 (int64) where RECORD has start_ns at 0 (int64)")
+        "the bridge has end_ns at 0 (int64) where RECORD has start_ns at 0 (int64)"
+    )
     shorter = np.dtype([(n, RECORD.fields[n][0]) for n in names[:-1]], align=True)
     assert _build.layout_mismatch(shorter) == (
-        "the bridge has nothing where RECORD has flow_start at 118 (bool)")
-    padded = np.dtype({"names": names, "formats": [RECORD.fields[n][0] for n in names],
-                       "offsets": [RECORD.fields[n][1] for n in names], "itemsize": 128})
+        "the bridge has nothing where RECORD has flow_start at 118 (bool)"
+    )
+    padded = np.dtype(
+        {
+            "names": names,
+            "formats": [RECORD.fields[n][0] for n in names],
+            "offsets": [RECORD.fields[n][1] for n in names],
+            "itemsize": 128,
+        }
+    )
     assert _build.layout_mismatch(padded) == "the bridge's records are 128 bytes, RECORD's 120"
 
 
 def test_a_module_whose_layout_differs_does_not_load(monkeypatch: pytest.MonkeyPatch) -> None:
     _build.load_bridge()  # built (or cached) with the real layout
     names = list(RECORD.names)
-    monkeypatch.setattr(records, "RECORD", np.dtype(
-        [(n, RECORD.fields[n][0]) for n in [*names[:-2], names[-1], names[-2]]], align=True))
+    monkeypatch.setattr(
+        records,
+        "RECORD",
+        np.dtype(
+            [(n, RECORD.fields[n][0]) for n in [*names[:-2], names[-1], names[-2]]], align=True
+        ),
+    )
     monkeypatch.setattr(_build, "_loaded", {})
     with pytest.raises(CollectorUnavailableError) as err:
         _build.load_bridge()
@@ -68,9 +82,11 @@ def test_bridge_takes_only_contiguous_RECORD_arrays() -> None:
     testing = _build.load_testing_bridge()
     _, count, rows = testing.convert_records(_buffer(4))
     assert count == 4 and [r[1] for r in rows] == ["TensorE: mm"] * 4
-    bad = [{**_buffer(4), "rows": np.zeros(4, dtype=np.int64)},  # not records at all
-           {**_buffer(4), "rows": _buffer(8)["rows"][::2]},  # not contiguous
-           {**_buffer(4), "rows": _buffer(4)["rows"].tolist()}]  # not an array
+    bad = [
+        {**_buffer(4), "rows": np.zeros(4, dtype=np.int64)},  # not records at all
+        {**_buffer(4), "rows": _buffer(8)["rows"][::2]},  # not contiguous
+        {**_buffer(4), "rows": _buffer(4)["rows"].tolist()},
+    ]  # not an array
     for buffer in bad:
         with pytest.raises(RuntimeError, match="not a contiguous array of records.RECORD rows"):
             testing.convert_records(buffer)

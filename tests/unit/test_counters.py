@@ -18,14 +18,31 @@ def _small_trace():
     b.add(name="k1", ts_ns=T0 + 0, dur_ns=30, kind=k, cat="kernel", pid=0, tid=0)
     b.add(name="k2", ts_ns=T0 + 20, dur_ns=30, kind=k, cat="kernel", pid=0, tid=0)  # overlaps k1
     b.add(name="k3", ts_ns=T0 + 120, dur_ns=30, kind=k, cat="kernel", pid=0, tid=0)
-    b.add(name="copy", ts_ns=T0, dur_ns=100, kind=m, cat="gpu_memcpy", pid=0, tid=1,
-          args={"bytes": 1000})
-    b.add(name="copy0", ts_ns=T0 + 150, dur_ns=0, kind=m, cat="gpu_memcpy", pid=0, tid=1,
-          args={"bytes": 500})
+    b.add(
+        name="copy",
+        ts_ns=T0,
+        dur_ns=100,
+        kind=m,
+        cat="gpu_memcpy",
+        pid=0,
+        tid=1,
+        args={"bytes": 1000},
+    )
+    b.add(
+        name="copy0",
+        ts_ns=T0 + 150,
+        dur_ns=0,
+        kind=m,
+        cat="gpu_memcpy",
+        pid=0,
+        tid=1,
+        args={"bytes": 500},
+    )
     b.add(name="nobytes", ts_ns=T0 + 160, dur_ns=10, kind=m, cat="gpu_memcpy", pid=0, tid=1)
     # host work overlapping everything: never counted as device time
-    b.add(name="aten::mm", ts_ns=T0, dur_ns=200, kind=EventKind.CPU_OP, cat="cpu_op", pid=77,
-          tid=77)
+    b.add(
+        name="aten::mm", ts_ns=T0, dur_ns=200, kind=EventKind.CPU_OP, cat="cpu_op", pid=77, tid=77
+    )
     return b.build()
 
 
@@ -46,8 +63,16 @@ def test_busy_and_bandwidth_by_hand() -> None:
 
 def test_transfer_spread_over_bins() -> None:
     b = TraceBuilder()
-    b.add(name="copy", ts_ns=T0 + 50, dur_ns=300, kind=EventKind.MEMCPY, cat="gpu_memcpy",
-          pid=3, tid=1, args={"bytes": 3000})
+    b.add(
+        name="copy",
+        ts_ns=T0 + 50,
+        dur_ns=300,
+        kind=EventKind.MEMCPY,
+        cat="gpu_memcpy",
+        pid=3,
+        tid=1,
+        args={"bytes": 3000},
+    )
     b.add(name="k", ts_ns=T0, dur_ns=1, kind=EventKind.KERNEL, cat="kernel", pid=3, tid=0)
     c = device_counters(b.build(), bin_ns=100)
     # 10 bytes/ns over [50, 350): 500, 1000, 1000, 500 bytes per 100 ns bin
@@ -58,12 +83,19 @@ def test_transfer_spread_over_bins() -> None:
 
 def test_cuda_style_device_pids_and_collectives() -> None:
     b = TraceBuilder()
-    b.add(name="nccl", ts_ns=T0, dur_ns=1000, kind=EventKind.COLLECTIVE, cat="kernel", pid=1,
-          tid=7)
-    b.add(name="gemm", ts_ns=T0 + 500, dur_ns=1000, kind=EventKind.KERNEL, cat="kernel", pid=1,
-          tid=8)
-    b.add(name="anno", ts_ns=T0, dur_ns=5000, kind=EventKind.GPU_USER_ANNOTATION,
-          cat="gpu_user_annotation", pid=1, tid=7)  # annotation, not work
+    b.add(name="nccl", ts_ns=T0, dur_ns=1000, kind=EventKind.COLLECTIVE, cat="kernel", pid=1, tid=7)
+    b.add(
+        name="gemm", ts_ns=T0 + 500, dur_ns=1000, kind=EventKind.KERNEL, cat="kernel", pid=1, tid=8
+    )
+    b.add(
+        name="anno",
+        ts_ns=T0,
+        dur_ns=5000,
+        kind=EventKind.GPU_USER_ANNOTATION,
+        cat="gpu_user_annotation",
+        pid=1,
+        tid=7,
+    )  # annotation, not work
     c = device_counters(b.build(), bin_ns=1000)
     busy = {(s.pid, s.tid): s.values.tolist() for s in c.busy}
     assert busy[(1, 7)] == pytest.approx([100.0, 0.0])
@@ -80,8 +112,16 @@ def test_against_per_nanosecond_reference() -> None:
         pid, tid = int(rng.integers(0, 2)), int(rng.integers(0, 3))
         start, dur = int(rng.integers(0, 5000)), int(rng.integers(0, 400))
         kind = EventKind.MEMCPY if tid == 1 else EventKind.KERNEL
-        b.add(name="w", ts_ns=T0 + start, dur_ns=dur, kind=kind, cat="kernel", pid=pid, tid=tid,
-              args={"bytes": dur * 3} if kind == EventKind.MEMCPY else None)
+        b.add(
+            name="w",
+            ts_ns=T0 + start,
+            dur_ns=dur,
+            kind=kind,
+            cat="kernel",
+            pid=pid,
+            tid=tid,
+            args={"bytes": dur * 3} if kind == EventKind.MEMCPY else None,
+        )
         spans.append((pid, tid, start, dur))
     c = device_counters(b.build(), bin_ns=250)
     origin = min(s for _, _, s, _ in spans)
@@ -90,14 +130,14 @@ def test_against_per_nanosecond_reference() -> None:
         covered = np.zeros(length, dtype=bool)
         for pid, tid, start, dur in spans:
             if pid == series.pid and series.tid in (None, tid):
-                covered[start - origin:start - origin + dur] = True
+                covered[start - origin : start - origin + dur] = True
         expected = covered.reshape(-1, 250).mean(axis=1) * 100
         assert series.values == pytest.approx(expected), (series.pid, series.tid)
     for series in c.dma_bandwidth:
         per_ns = np.zeros(length)
         for pid, tid, start, dur in spans:
             if pid == series.pid and tid == 1 and dur:
-                per_ns[start - origin:start - origin + dur] += 3.0  # bytes = 3 * dur
+                per_ns[start - origin : start - origin + dur] += 3.0  # bytes = 3 * dur
         expected = per_ns.reshape(-1, 250).sum(axis=1) / 250
         assert series.values == pytest.approx(expected)
 
@@ -122,8 +162,9 @@ def test_absurd_span_still_counts_and_too_fine_bins_refused() -> None:
     b = TraceBuilder()
     b.add(name="early", ts_ns=10, dur_ns=100, kind=EventKind.KERNEL, cat="kernel", pid=0, tid=0)
     b.add(name="late", ts_ns=T0, dur_ns=100, kind=EventKind.KERNEL, cat="kernel", pid=0, tid=1)
-    b.add(name="later", ts_ns=T0 + 50, dur_ns=100, kind=EventKind.KERNEL, cat="kernel", pid=0,
-          tid=2)  # three queues x a 1.7e18 ns span: past one int64 axis
+    b.add(
+        name="later", ts_ns=T0 + 50, dur_ns=100, kind=EventKind.KERNEL, cat="kernel", pid=0, tid=2
+    )  # three queues x a 1.7e18 ns span: past one int64 axis
     trace = b.build()
     c = device_counters(trace, max_bins=4)
     busy_ns = {s.tid: float(s.values.sum()) * c.bin_ns / 100 for s in c.busy}

@@ -22,11 +22,17 @@ T0 = 1_700_000_000_000_000_000
 def _events(n: int, core: int = 0, start: int = 0) -> list[dict]:
     out = []
     for i in range(start, start + n):
-        base = {"event_type": "nc_exec_running", "id": i, "nc_idx": core, "tracking_id": i,
-                "thread_id": 5}
-        out += [{**base, "phase": "start", "timestamp_ns": T0 + 1000 * i,
-                 "data": {"exec_id": i}},
-                {**base, "phase": "stop", "timestamp_ns": T0 + 1000 * i + 500, "data": {}}]
+        base = {
+            "event_type": "nc_exec_running",
+            "id": i,
+            "nc_idx": core,
+            "tracking_id": i,
+            "thread_id": 5,
+        }
+        out += [
+            {**base, "phase": "start", "timestamp_ns": T0 + 1000 * i, "data": {"exec_id": i}},
+            {**base, "phase": "stop", "timestamp_ns": T0 + 1000 * i + 500, "data": {}},
+        ]
     return out
 
 
@@ -64,8 +70,12 @@ def test_cut_off_capture_keeps_every_complete_event(form: str, fraction: float) 
     cut = int(len(data) * fraction)
     acts = parse_system_traces([data[:cut]])
     pieces = data[:cut].split(b"\n") if form == "concatenated" else [data[:cut]]
-    want = sum(_complete_events_before(p, len(p)) if form != "list" else
-               _complete_events_before(p[1:], len(p) - 1) for p in pieces)
+    want = sum(
+        _complete_events_before(p, len(p))
+        if form != "list"
+        else _complete_events_before(p[1:], len(p) - 1)
+        for p in pieces
+    )
     halves = len(acts) * 2 - acts.unpaired  # each paired row holds two events
     assert halves == want and acts.truncated == 1
 
@@ -77,8 +87,16 @@ def test_odd_values_are_kept_without_the_bad_field_and_counted() -> None:
     events[4]["data"]["neuron_profiler"] = {"flops": -3, "bytes": 2**70, "op": "aten::mm"}
     data = _env(events).replace(b"123456789", b"1e400")  # out of float range: JSON, no number
     b = TraceBuilder("host.json")
-    b.add(name="aten::x", ts_ns=T0, dur_ns=10, kind=S.EventKind.CPU_OP, cat="cpu_op", pid=42,
-          tid=5, args={"External id": 1})
+    b.add(
+        name="aten::x",
+        ts_ns=T0,
+        dur_ns=10,
+        kind=S.EventKind.CPU_OP,
+        cat="cpu_op",
+        pid=42,
+        tid=5,
+        args={"External id": 1},
+    )
     result = merge_device_events(b.build(), [data])
     assert result.activities == 3  # nothing dropped
     assert result.malformed == 2 + 4  # the two halves' nc_idx, four numbers
@@ -91,8 +109,16 @@ def test_odd_values_are_kept_without_the_bad_field_and_counted() -> None:
 
 def test_merge_cli_warns_about_a_cut_off_capture(tmp_path: Path, capsys) -> None:
     b = TraceBuilder("host.json")
-    b.add(name="aten::x", ts_ns=T0, dur_ns=10, kind=S.EventKind.CPU_OP, cat="cpu_op", pid=42,
-          tid=5, args={"External id": 1})
+    b.add(
+        name="aten::x",
+        ts_ns=T0,
+        dur_ns=10,
+        kind=S.EventKind.CPU_OP,
+        cat="cpu_op",
+        pid=42,
+        tid=5,
+        args={"External id": 1},
+    )
     host = tmp_path / "host.json"
     write_chrome_trace(b.build(), host)
     data = _env(_events(10))
@@ -100,8 +126,10 @@ def test_merge_cli_warns_about_a_cut_off_capture(tmp_path: Path, capsys) -> None
     dev.write_bytes(data[: len(data) // 2])
     assert main(["merge", str(host), str(dev), "-o", str(tmp_path / "out.json")]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"neuron-prof: warning: {dev}: cut off; kept every complete event before the "
-                   "cut (1 envelope(s))"]
+    assert err == [
+        f"neuron-prof: warning: {dev}: cut off; kept every complete event before the "
+        "cut (1 envelope(s))"
+    ]
 
 
 def _doc(n: int = 200) -> bytes:
@@ -118,10 +146,12 @@ def test_gzip_damage_keeps_everything_before_it(tmp_path: Path) -> None:
 
     data = _doc()
     g = gzip.compress(data)
-    cases = {"crc.json.gz": (g[:-8] + bytes([g[-8] ^ 1]) + g[-7:], data, "incorrect data check"),
-             "len.json.gz": (g[:-1] + bytes([g[-1] ^ 1]), data, "corrupt gzip"),
-             "tail.json.gz": (g + b"junk", data, "4 trailing bytes"),
-             "two.json.gz": (g + gzip.compress(b" "), data + b" ", None)}
+    cases = {
+        "crc.json.gz": (g[:-8] + bytes([g[-8] ^ 1]) + g[-7:], data, "incorrect data check"),
+        "len.json.gz": (g[:-1] + bytes([g[-1] ^ 1]), data, "corrupt gzip"),
+        "tail.json.gz": (g + b"junk", data, "4 trailing bytes"),
+        "two.json.gz": (g + gzip.compress(b" "), data + b" ", None),
+    }
     for name, (raw, want, problem) in cases.items():
         path = tmp_path / name
         path.write_bytes(raw)
@@ -129,8 +159,11 @@ def test_gzip_damage_keeps_everything_before_it(tmp_path: Path) -> None:
             warnings.simplefilter("always")
             assert read_device_events(path) == want, name
         messages = [str(w.message) for w in caught]
-        assert (messages == []) if problem is None else (
-            len(messages) == 1 and str(path) in messages[0] and problem in messages[0]), messages
+        assert (
+            (messages == [])
+            if problem is None
+            else (len(messages) == 1 and str(path) in messages[0] and problem in messages[0])
+        ), messages
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(g[: len(g) // 2])
     with warnings.catch_warnings(record=True):
@@ -145,8 +178,11 @@ def test_lone_surrogates_and_deep_nesting_keep_the_event() -> None:
     events = _events(3)
     events[0]["data"]["note"] = "SURROGATE"
     events[2]["data"]["deep"] = "DEEP"
-    raw = _env(events).replace(b'"SURROGATE"', b'"\\ud800"').replace(
-        b'"DEEP"', b"[" * 1500 + b"]" * 1500)
+    raw = (
+        _env(events)
+        .replace(b'"SURROGATE"', b'"\\ud800"')
+        .replace(b'"DEEP"', b"[" * 1500 + b"]" * 1500)
+    )
     acts = parse_system_traces([raw])
     assert len(acts) == 3 and acts.malformed == 2 and acts.truncated == 0
     datas = [json.loads(bytes(d)) for d in acts.data]

@@ -37,8 +37,15 @@ def _spans(events: list[dict]) -> list[dict]:
         elif e["phase"] == F.STOP:
             start = opened.pop(key)
             ext = start["data"].get(F.EXT_KEY, {})
-            out.append({"type": e["event_type"], "start": start["timestamp_ns"],
-                        "end": e["timestamp_ns"], "op": ext.get(F.X_OP), "ext": ext})
+            out.append(
+                {
+                    "type": e["event_type"],
+                    "start": start["timestamp_ns"],
+                    "end": e["timestamp_ns"],
+                    "op": ext.get(F.X_OP),
+                    "ext": ext,
+                }
+            )
     return out
 
 
@@ -65,6 +72,9 @@ def test_collective_overlaps_compute_and_gates_its_consumers(group) -> None:
     mm, mul = kernels["aten::mm"], kernels["aten::mul"]
     assert mm["start"] < cc["end"]  # compute overlapped the collective
     assert mul["start"] >= cc["end"]  # the consumer waited for it
-    waits = [s for s in spans if s["type"] == F.EXT_HOST_SYNC
-             and s["ext"][F.X_SYNC_REASON] == "collective_wait"]
+    waits = [
+        s
+        for s in spans
+        if s["type"] == F.EXT_HOST_SYNC and s["ext"][F.X_SYNC_REASON] == "collective_wait"
+    ]
     assert len(waits) == 1 and waits[0]["end"] >= cc["end"]

@@ -80,10 +80,15 @@ def test_copies_are_dma_events_with_bytes_and_direction() -> None:
 
     events = _capture(work)
     starts = [e for e in events if e["phase"] == F.START]
-    by_type = {t: [e for e in starts if e["event_type"] == t]
-               for t in (F.DMEM_BUF_COPYIN, F.EXT_DMA_D2D, F.DMEM_BUF_COPYOUT)}
-    for event_type, direction, core in ((F.DMEM_BUF_COPYIN, F.H2D, 0), (F.EXT_DMA_D2D, F.D2D, 1),
-                                        (F.DMEM_BUF_COPYOUT, F.D2H, 1)):
+    by_type = {
+        t: [e for e in starts if e["event_type"] == t]
+        for t in (F.DMEM_BUF_COPYIN, F.EXT_DMA_D2D, F.DMEM_BUF_COPYOUT)
+    }
+    for event_type, direction, core in (
+        (F.DMEM_BUF_COPYIN, F.H2D, 0),
+        (F.EXT_DMA_D2D, F.D2D, 1),
+        (F.DMEM_BUF_COPYOUT, F.D2H, 1),
+    ):
         (ev,) = by_type[event_type]
         ext = ev["data"][F.EXT_KEY]
         assert ext[F.X_BYTES] == 4000 and ext[F.X_DIRECTION] == direction
@@ -100,8 +105,10 @@ def test_host_really_waits_for_modelled_device_time() -> None:
     torch.neuron.synchronize()
     spec = chip("trn2")
     # fp32 matmul: 2n^3 flops at the fp32 matrix rate of one logical core, plus the fixed cost
-    kernel_s = (2 * n**3 / (spec.bf16_tflops * 1e12 / spec.logical_cores * 0.25)
-                + spec.kernel_fixed_ns * 1e-9) / speed
+    kernel_s = (
+        2 * n**3 / (spec.bf16_tflops * 1e12 / spec.logical_cores * 0.25)
+        + spec.kernel_fixed_ns * 1e-9
+    ) / speed
     launch = time.perf_counter()
     b = a @ a
     returned = time.perf_counter()
@@ -128,8 +135,12 @@ def test_device_durations_are_deterministic() -> None:
                     opened[key] = e
                 else:
                     start = opened.pop(key)
-                    out.append((start["data"][F.EXT_KEY][F.X_OP],
-                                e["timestamp_ns"] - start["timestamp_ns"]))
+                    out.append(
+                        (
+                            start["data"][F.EXT_KEY][F.X_OP],
+                            e["timestamp_ns"] - start["timestamp_ns"],
+                        )
+                    )
         return out
 
     first, second = durations(_capture(program)), durations(_capture(program))
@@ -137,25 +148,41 @@ def test_device_durations_are_deterministic() -> None:
 
 
 def test_refuses_when_a_real_neuron_backend_is_registered() -> None:
-    code = ("import torch, types\n"
-            "torch.utils.rename_privateuse1_backend('neuron')\n"
-            "torch._register_device_module('neuron', types.ModuleType('torch_neuronx_like'))\n"
-            "import neuron_profiler.emulator as emu\n"
-            "from neuron_profiler.errors import EmulatorError\n"
-            "try:\n    emu.enable()\nexcept EmulatorError as e:\n    print('refused:', e)\n")
+    code = (
+        "import torch, types\n"
+        "torch.utils.rename_privateuse1_backend('neuron')\n"
+        "torch._register_device_module('neuron', types.ModuleType('torch_neuronx_like'))\n"
+        "import neuron_profiler.emulator as emu\n"
+        "from neuron_profiler.errors import EmulatorError\n"
+        "try:\n    emu.enable()\nexcept EmulatorError as e:\n    print('refused:', e)\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != emu.ENV_EMULATE}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=120,
+    )
     assert "refused:" in out.stdout and "real 'neuron' backend" in out.stdout
 
 
 def test_env_var_enables_at_import() -> None:
-    code = ("import neuron_profiler.emulator, torch\n"
-            "x = torch.ones(3, device='neuron') * 2\n"
-            "print(torch.neuron.device_count(), x.cpu().tolist())\n")
+    code = (
+        "import neuron_profiler.emulator, torch\n"
+        "x = torch.ones(3, device='neuron') * 2\n"
+        "print(torch.neuron.device_count(), x.cpu().tolist())\n"
+    )
     env = dict(os.environ, **{emu.ENV_EMULATE: "1"})
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=120,
+    )
     assert out.stdout.split("\n")[0] == "2 [2.0, 2.0, 2.0]"
 
 
@@ -163,8 +190,9 @@ def test_pin_memory_and_dataloader_pinning_work() -> None:
     x = torch.randn(4, 2)
     pinned = x.pin_memory()
     assert torch.equal(pinned, x) and pinned.data_ptr() != x.data_ptr()
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=2,
-                                         pin_memory=True)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x), batch_size=2, pin_memory=True
+    )
     batches = [b.to("neuron", non_blocking=True) for (b,) in loader]
     assert torch.equal(torch.cat([b.cpu() for b in batches]), x)
 
@@ -207,9 +235,13 @@ def test_events_time_modelled_device_work_like_cuda_events() -> None:
     assert end.query() and torch.neuron.current_stream().query()
     spec = chip("trn2")
     # three bandwidth-bound elementwise kernels: read + write 64 KiB each, plus the fixed cost
-    per_kernel_s = max(128 * 128 / (spec.vector_gflops_per_core * 1e9),
-                       2 * 128 * 128 * 4 / (spec.hbm_tbps * 1e12 / spec.logical_cores)) \
+    per_kernel_s = (
+        max(
+            128 * 128 / (spec.vector_gflops_per_core * 1e9),
+            2 * 128 * 128 * 4 / (spec.hbm_tbps * 1e12 / spec.logical_cores),
+        )
         + spec.kernel_fixed_ns * 1e-9
+    )
     # launch latency and host gaps can only add to the span, never shorten it
     assert start.elapsed_time(end) >= 3 * per_kernel_s / speed * 1e3 * 0.999
     with pytest.raises(RuntimeError, match="enable_timing"):
@@ -222,12 +254,20 @@ def test_events_time_modelled_device_work_like_cuda_events() -> None:
 
 def test_accepts_the_name_given_by_our_collector() -> None:
     """Getting NEURON names PrivateUse1 "neuron" (no device module): enabling must still work."""
-    code = ("import torch\n"
-            "torch.utils.rename_privateuse1_backend('neuron')\n"
-            "import neuron_profiler.emulator as emu\n"
-            "emu.enable(cores=1)\n"
-            "print('sum', torch.ones(3, device='neuron').sum().item())\n")
+    code = (
+        "import torch\n"
+        "torch.utils.rename_privateuse1_backend('neuron')\n"
+        "import neuron_profiler.emulator as emu\n"
+        "emu.enable(cores=1)\n"
+        "print('sum', torch.ones(3, device='neuron').sum().item())\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != emu.ENV_EMULATE}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=120,
+    )
     assert "sum 3.0" in out.stdout

@@ -95,12 +95,20 @@ def test_in_place_out_and_view_writes_come_back() -> None:
 
 
 def test_env_var_extends_the_set() -> None:
-    code = ("import torch, neuron_profiler.emulator as emu\n"
-            "emu.enable(cores=1)\n"
-            "x = torch.arange(5.0, device='neuron').cumsum(0)\n"
-            "print(sorted(emu.get_fallback_ops()), x.cpu().tolist())\n")
+    code = (
+        "import torch, neuron_profiler.emulator as emu\n"
+        "emu.enable(cores=1)\n"
+        "x = torch.arange(5.0, device='neuron').cumsum(0)\n"
+        "print(sorted(emu.get_fallback_ops()), x.cpu().tolist())\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != emu.ENV_EMULATE}
     env[fallback.ENV_VAR] = "cumsum, aten::flip"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=120,
+    )
     assert out.stdout.strip() == "['aten::cumsum'] [0.0, 1.0, 3.0, 6.0, 10.0]"

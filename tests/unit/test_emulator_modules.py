@@ -39,8 +39,9 @@ def _train(model: Tied, opt: torch.optim.Optimizer, device: str, steps: int = 4)
     for _ in range(steps):
         x = torch.randint(0, 32, (8, 5), generator=g)
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x.to(device)).reshape(-1, 32),
-                                                 x.reshape(-1).to(device))
+        loss = torch.nn.functional.cross_entropy(
+            model(x.to(device)).reshape(-1, 32), x.reshape(-1).to(device)
+        )
         loss.backward()
         opt.step()
         losses.append(loss.item())

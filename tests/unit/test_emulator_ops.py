@@ -32,8 +32,13 @@ def _indexing(x):
     out = x.clone()
     out.masked_fill_(mask, -1.0)
     out.index_add_(0, idx, x[idx])
-    return torch.stack([out.gather(1, idx[None].expand(3, -1)).sum(1), x[idx].amax(1),
-                        torch.where(mask, x, x * 3).mean(1)])
+    return torch.stack(
+        [
+            out.gather(1, idx[None].expand(3, -1)).sum(1),
+            x[idx].amax(1),
+            torch.where(mask, x, x * 3).mean(1),
+        ]
+    )
 
 
 def _nn_bits(x):
@@ -41,8 +46,9 @@ def _nn_bits(x):
     logits = torch.nn.functional.layer_norm(emb, (4,)).reshape(4, 4)
     target = torch.tensor([0, 3, 1, 2], device=x.device)
     loss = torch.nn.functional.cross_entropy(logits, target, label_smoothing=0.1)
-    return torch.cat([logits.softmax(-1).flatten(), loss.reshape(1),
-                      torch.nn.functional.gelu(x).flatten()])
+    return torch.cat(
+        [logits.softmax(-1).flatten(), loss.reshape(1), torch.nn.functional.gelu(x).flatten()]
+    )
 
 
 def _rng(x):
@@ -55,12 +61,20 @@ def _rng(x):
 def _casts(x):
     h = x.to(torch.bfloat16) @ x.t().to(torch.bfloat16)
     i = (x * 10).to(torch.int64) // 3
-    return torch.cat([h.float().flatten(), i.float().flatten(), x.cumsum(1).flatten(),
-                      x.sort(1).values.flatten(), x.topk(2, 1).values.flatten()])
+    return torch.cat(
+        [
+            h.float().flatten(),
+            i.float().flatten(),
+            x.cumsum(1).flatten(),
+            x.sort(1).values.flatten(),
+            x.topk(2, 1).values.flatten(),
+        ]
+    )
 
 
-@pytest.mark.parametrize("fn", [_views_and_inplace, _indexing, _nn_bits, _rng, _casts],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "fn", [_views_and_inplace, _indexing, _nn_bits, _rng, _casts], ids=lambda f: f.__name__
+)
 def test_matches_cpu(fn) -> None:
     g = torch.Generator().manual_seed(11)
     x = torch.randn(3, 4, generator=g)
@@ -114,7 +128,10 @@ def test_views_launch_no_kernel_but_copies_do() -> None:
         c = v.contiguous()  # a real copy kernel
     finally:
         rt.sys_trace_stop()
-    kernels = [e["data"][F.EXT_KEY][F.X_OP] for e in json.loads(rt.sys_trace_fetch())["events"]
-               if e["event_type"] == F.NC_EXEC_RUNNING and e["phase"] == F.START]
+    kernels = [
+        e["data"][F.EXT_KEY][F.X_OP]
+        for e in json.loads(rt.sys_trace_fetch())["events"]
+        if e["event_type"] == F.NC_EXEC_RUNNING and e["phase"] == F.START
+    ]
     assert kernels == ["aten::clone"]
     assert v.shape == (1, 6, 4) and len(parts) == 2 and torch.equal(c.cpu()[0], a.cpu().t())

@@ -16,8 +16,17 @@ import neuron_profiler.emulator as emu  # noqa: E402
 pytestmark = pytest.mark.torch
 # Size/dim queries that the "sizes" dispatch policy routes through the dispatcher, and PyTorch's
 # own marker for Python-subclass dispatch: neither is an op the emulator runs.
-NOT_OPS = {"PythonSubclass", "aten::dim", "aten::sym_numel", "aten::sym_size", "aten::sym_stride",
-           "aten::is_contiguous", "aten::sym_storage_offset", "aten::size", "aten::stride"}
+NOT_OPS = {
+    "PythonSubclass",
+    "aten::dim",
+    "aten::sym_numel",
+    "aten::sym_size",
+    "aten::sym_stride",
+    "aten::is_contiguous",
+    "aten::sym_storage_offset",
+    "aten::size",
+    "aten::stride",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -66,6 +75,9 @@ def test_training_step_records_no_op_more_often_than_cpu() -> None:
     on_device = {k: v for k, v in counts["neuron"].items() if k not in NOT_OPS}
     assert on_device["aten::addmm"] == counts["cpu"]["aten::addmm"] == 2
     assert on_device["aten::gelu_backward"] == counts["cpu"]["aten::gelu_backward"] == 1
-    extra = {k: (v, counts["cpu"].get(k, 0)) for k, v in on_device.items()
-             if k.startswith("aten::") and v > counts["cpu"].get(k, 0)}
+    extra = {
+        k: (v, counts["cpu"].get(k, 0))
+        for k, v in on_device.items()
+        if k.startswith("aten::") and v > counts["cpu"].get(k, 0)
+    }
     assert extra == {}

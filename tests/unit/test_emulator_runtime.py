@@ -27,8 +27,15 @@ T0 = 1_750_000_000_000_000_000
 
 def _instants(rt: EmulatedRuntime, core: int, n: int, first: int = 0) -> None:
     for i in range(first, first + n):
-        rt.record(core, F.NRT_TENSOR_ALLOCATE, F.INSTANT, rt.new_tracking_id(), 7, T0 + i,
-                  {"tensor_id": i, "size": 4 * i})
+        rt.record(
+            core,
+            F.NRT_TENSOR_ALLOCATE,
+            F.INSTANT,
+            rt.new_tracking_id(),
+            7,
+            T0 + i,
+            {"tensor_id": i, "size": 4 * i},
+        )
 
 
 def _events(payload: bytes) -> tuple[list[dict], dict]:
@@ -58,7 +65,9 @@ def test_fetch_once_per_core_and_max_events() -> None:
     _instants(rt, 0, 6)
     _instants(rt, 1, 4, first=100)
     one, ext = _events(rt.sys_trace_fetch(nc_idx=1))
-    assert {e["nc_idx"] for e in one} == {1} and len(one) == 4 and set(ext["dropped_events"]) == {"1"}
+    assert (
+        {e["nc_idx"] for e in one} == {1} and len(one) == 4 and set(ext["dropped_events"]) == {"1"}
+    )
     first, _ = _events(rt.sys_trace_fetch(nc_idx=0, max_events=4))
     assert [e["data"]["tensor_id"] for e in first] == [0, 1, 2, 3]  # oldest first
     _instants(rt, 0, 1, first=6)
@@ -92,9 +101,15 @@ def test_device_clock_maps_back_through_sync_point_and_parses() -> None:
     launch, start, stop = T0 + 1_000, T0 + 16_000, T0 + 50_000
     ext = {F.EXT_KEY: {F.X_OP: "aten::mm", F.X_CORRELATION_ID: 9, F.X_MODELLED: True}}
     rt.record_span(1, F.NRT_MODEL_SUBMIT, 5, launch, launch + 800, {"exec_id": 3, **ext})
-    rt.record_span(1, F.NC_EXEC_RUNNING, 5, start, stop,
-                   {"exec_id": 3, "nc_timestamp_ns": rt.nc_timestamp_ns(start, 1), **ext},
-                   {"nc_timestamp_ns": rt.nc_timestamp_ns(stop, 1)})
+    rt.record_span(
+        1,
+        F.NC_EXEC_RUNNING,
+        5,
+        start,
+        stop,
+        {"exec_id": 3, "nc_timestamp_ns": rt.nc_timestamp_ns(start, 1), **ext},
+        {"nc_timestamp_ns": rt.nc_timestamp_ns(stop, 1)},
+    )
     payload = rt.sys_trace_fetch()
     doc = json.loads(payload)
     syncs = [e for e in doc["events"] if e["event_type"] == F.TIMESTAMP_SYNC_POINT]
@@ -106,7 +121,9 @@ def test_device_clock_maps_back_through_sync_point_and_parses() -> None:
         if "nc_timestamp_ns" in e["data"]:  # the real runtime's override: device clock
             assert e["timestamp_ns"] == e["data"]["nc_timestamp_ns"]
         if "nc_timestamp_ns" in e["data"] and e is not syncs[0]:
-            mapped = sync["cpu_timestamp_ns"] + e["data"]["nc_timestamp_ns"] - sync["nc_timestamp_ns"]
+            mapped = (
+                sync["cpu_timestamp_ns"] + e["data"]["nc_timestamp_ns"] - sync["nc_timestamp_ns"]
+            )
             assert mapped in (start, stop)
     acts = parse_system_trace(payload)
     assert len(acts) == 2 and acts.unpaired == 0 and acts.malformed == 0
@@ -194,28 +211,45 @@ def test_bad_arguments_raise() -> None:
 
 def test_runtime_imports_without_torch() -> None:
     env = {k: v for k, v in os.environ.items() if k != "NEURON_PROFILER_EMULATE"}
-    code = ("import sys; import neuron_profiler.emulator.runtime as r; r.get_runtime()"
-            ".sys_trace_fetch(); import neuron_profiler.emulator.scheduler, "
-            "neuron_profiler.emulator.fallback, neuron_profiler.emulator; "
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=env)
+    code = (
+        "import sys; import neuron_profiler.emulator.runtime as r; r.get_runtime()"
+        ".sys_trace_fetch(); import neuron_profiler.emulator.scheduler, "
+        "neuron_profiler.emulator.fallback, neuron_profiler.emulator; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
     assert out.stdout.strip() == "False"
 
 
 def test_record_launch_respects_type_filter_and_ring() -> None:
     def launch(rt: EmulatedRuntime, exec_id: int) -> None:
-        builders = (lambda p: {"exec_id": p[0], "who": "call"}, lambda p: {"exec_id": p[0]},
-                    lambda p: {"exec_id": p[0], "who": "work"}, lambda p: {"exec_id": p[0]})
-        rt.record_launch(0, F.NRT_MODEL_SUBMIT, F.NC_EXEC_RUNNING, 9, (T0, T0 + 5),
-                         (T0 + 10, T0 + 20), builders, (exec_id,))
+        builders = (
+            lambda p: {"exec_id": p[0], "who": "call"},
+            lambda p: {"exec_id": p[0]},
+            lambda p: {"exec_id": p[0], "who": "work"},
+            lambda p: {"exec_id": p[0]},
+        )
+        rt.record_launch(
+            0,
+            F.NRT_MODEL_SUBMIT,
+            F.NC_EXEC_RUNNING,
+            9,
+            (T0, T0 + 5),
+            (T0 + 10, T0 + 20),
+            builders,
+            (exec_id,),
+        )
 
     rt = EmulatedRuntime(cores=1)
     rt.sys_trace_start(event_types={F.NC_EXEC_RUNNING})
     launch(rt, 1)
     events, _ = _events(rt.sys_trace_fetch())
     assert [(e["event_type"], e["phase"]) for e in events] == [
-        (F.NC_EXEC_RUNNING, F.START), (F.NC_EXEC_RUNNING, F.STOP)]
+        (F.NC_EXEC_RUNNING, F.START),
+        (F.NC_EXEC_RUNNING, F.STOP),
+    ]
     assert events[0]["data"] == {"exec_id": 1, "who": "work"}
     rt.sys_trace_stop()
     rt.sys_trace_start(max_events_per_nc=6)

@@ -23,19 +23,37 @@ def test_compute_and_dma_are_stream_ordered_collectives_overlap() -> None:
     lat = chip("trn2").launch_latency_ns
     t0 = time.time_ns() + 10_000_000
     copy_end = tl.copy(0, F.H2D, 64 << 20, launch_ns=t0, op="aten::copy_")
-    k_end = tl.kernel(0, "aten::add", flops=10, bytes_moved=10, dtype="float32", matrix=False,
-                      launch_ns=t0 + 1)
+    k_end = tl.kernel(
+        0, "aten::add", flops=10, bytes_moved=10, dtype="float32", matrix=False, launch_ns=t0 + 1
+    )
     assert copy_end - (t0 + lat) == tl.model.host_copy_ns(64 << 20)
-    assert k_end == copy_end + tl.model.kernel_ns(flops=10, bytes_moved=10, dtype="float32",
-                                                  matrix=False)
-    cc_end = tl.collective(0, "c10d::allreduce_", collective="allreduce", nbytes=1 << 30,
-                           ranks=[0, 1], group="0", launch_ns=t0 + 2)
-    k2_end = tl.kernel(0, "aten::mul", flops=10, bytes_moved=10, dtype="float32", matrix=False,
-                       launch_ns=t0 + 3)
+    assert k_end == copy_end + tl.model.kernel_ns(
+        flops=10, bytes_moved=10, dtype="float32", matrix=False
+    )
+    cc_end = tl.collective(
+        0,
+        "c10d::allreduce_",
+        collective="allreduce",
+        nbytes=1 << 30,
+        ranks=[0, 1],
+        group="0",
+        launch_ns=t0 + 2,
+    )
+    k2_end = tl.kernel(
+        0, "aten::mul", flops=10, bytes_moved=10, dtype="float32", matrix=False, launch_ns=t0 + 3
+    )
     assert cc_end > k2_end > k_end  # compute after the collective did not wait for it
     assert tl.busy_until_ns([0]) == cc_end and tl.busy_until_ns([1]) == 0
-    k3_end = tl.kernel(0, "aten::mul", flops=10, bytes_moved=10, dtype="float32", matrix=False,
-                       launch_ns=t0 + 4, not_before_ns=cc_end)  # reads the collective's output
+    k3_end = tl.kernel(
+        0,
+        "aten::mul",
+        flops=10,
+        bytes_moved=10,
+        dtype="float32",
+        matrix=False,
+        launch_ns=t0 + 4,
+        not_before_ns=cc_end,
+    )  # reads the collective's output
     assert k3_end > cc_end
 
 
@@ -44,16 +62,26 @@ def test_host_sync_really_waits_and_launches_record_linked_pairs() -> None:
     rt = tl.rt
     rt.sys_trace_start()
     launch = time.time_ns()
-    end = tl.kernel(1, "aten::mm", flops=2 * 64**3, bytes_moved=3 * 64 * 64 * 4, dtype="float32",
-                    matrix=True, launch_ns=launch)
+    end = tl.kernel(
+        1,
+        "aten::mm",
+        flops=2 * 64**3,
+        bytes_moved=3 * 64 * 64 * 4,
+        dtype="float32",
+        matrix=True,
+        launch_ns=launch,
+    )
     assert end - launch > 10_000_000  # > 10 ms of modelled device time at this speed
     returned = tl.host_sync([1], "synchronize")
     assert returned >= end and time.time_ns() >= end
     rt.sys_trace_stop()
     events = json.loads(rt.sys_trace_fetch())["events"]
     starts = {e["event_type"]: e for e in events if e["phase"] == F.START}
-    call, work, sync = starts[F.NRT_MODEL_SUBMIT], starts[F.NC_EXEC_RUNNING], \
-        starts[F.EXT_HOST_SYNC]
+    call, work, sync = (
+        starts[F.NRT_MODEL_SUBMIT],
+        starts[F.NC_EXEC_RUNNING],
+        starts[F.EXT_HOST_SYNC],
+    )
     assert _exec(call) == _exec(work)
     assert call["timestamp_ns"] == launch == work["data"][F.EXT_KEY][F.X_LAUNCH_NS]
     assert work["timestamp_ns"] == work["data"]["nc_timestamp_ns"]  # the device clock ...
@@ -87,29 +115,70 @@ def test_recorded_events_are_named_records_outside_the_garbage_collector() -> No
     tl = _timeline()
     tl.rt.sys_trace_start()
     t0 = time.time_ns()
-    tl.kernel(0, "aten::mm", flops=2 << 20, bytes_moved=3 << 12, dtype="float32", matrix=True,
-              launch_ns=t0, overhead_from_ns=t0 - 1_000)
+    tl.kernel(
+        0,
+        "aten::mm",
+        flops=2 << 20,
+        bytes_moved=3 << 12,
+        dtype="float32",
+        matrix=True,
+        launch_ns=t0,
+        overhead_from_ns=t0 - 1_000,
+    )
     graph = GraphExecution(7, 5_000, (GraphOp("aten::sin", 0, 5_000, 10, 20, "ScalarE"),))
-    tl.kernel(0, "neuron_graph_7 (forward)", flops=10, bytes_moved=20, dtype="float32",
-              matrix=False, launch_ns=t0, graph=graph)
+    tl.kernel(
+        0,
+        "neuron_graph_7 (forward)",
+        flops=10,
+        bytes_moved=20,
+        dtype="float32",
+        matrix=False,
+        launch_ns=t0,
+        graph=graph,
+    )
     tl.copy(0, F.H2D, 1024, launch_ns=t0, op="aten::_to_copy")
-    tl.collective(0, "c10d::allreduce_", collective="allreduce", nbytes=1024, ranks=[0, 1],
-                  group="0", launch_ns=t0, exchange=lambda arrival: arrival + 50_000)
+    tl.collective(
+        0,
+        "c10d::allreduce_",
+        collective="allreduce",
+        nbytes=1024,
+        ranks=[0, 1],
+        group="0",
+        launch_ns=t0,
+        exchange=lambda arrival: arrival + 50_000,
+    )
     tl.host_sync([0], "item", until_ns=time.time_ns())
     tl.free(0, tl.allocate(0, 64), 64)
     events = list(tl.rt._buffers[0])
     assert all(type(e) is RecordedEvent for e in events)
     payloads = [e.payload for e in events]
     kinds = Counter(type(p).__name__ for p in payloads)
-    assert kinds == {"LaunchRecord": 16,  # 4 launches x (call start/stop, work start/stop)
-                     "OverheadRecord": 4,  # numerics and collective coupling spans
-                     "BarrierRecord": 2, "HostSyncRecord": 2, "TensorRecord": 2}, kinds
+    assert kinds == {
+        "LaunchRecord": 16,  # 4 launches x (call start/stop, work start/stop)
+        "OverheadRecord": 4,  # numerics and collective coupling spans
+        "BarrierRecord": 2,
+        "HostSyncRecord": 2,
+        "TensorRecord": 2,
+    }, kinds
     assert {type(p.detail).__name__ for p in payloads if type(p) is LaunchRecord} == {
-        "KernelDetail", "CopyDetail", "CollectiveDetail"}
+        "KernelDetail",
+        "CopyDetail",
+        "CollectiveDetail",
+    }
     assert not any(gc.is_tracked(x) for x in events + payloads), "records tracked by the GC"
     body = json.loads(tl.rt.sys_trace_fetch())
-    graph_ext = next(e["data"][F.EXT_KEY] for e in body["events"]
-                     if e["data"].get(F.EXT_KEY, {}).get(F.X_GRAPH_ID) == 7)
-    assert graph_ext[F.X_GRAPH_OPS] == [{F.X_OP: "aten::sin", F.X_OFFSET_NS: 0,
-                                         F.X_DURATION_NS: 5_000, F.X_FLOPS: 10, F.X_BYTES: 20,
-                                         F.X_ENGINE: "ScalarE"}]
+    graph_ext = next(
+        e["data"][F.EXT_KEY]
+        for e in body["events"]
+        if e["data"].get(F.EXT_KEY, {}).get(F.X_GRAPH_ID) == 7
+    )
+    assert graph_ext[F.X_GRAPH_OPS] == [
+        {
+            F.X_OP: "aten::sin",
+            F.X_OFFSET_NS: 0,
+            F.X_DURATION_NS: 5_000,
+            F.X_FLOPS: 10,
+            F.X_BYTES: 20,
+            F.X_ENGINE: "ScalarE",
+        }
+    ]

@@ -16,8 +16,9 @@ def test_bf16_matmul_is_compute_bound_at_published_peak() -> None:
     fixed_s = chip("trn2").kernel_fixed_ns * 1e-9  # the model's documented per-kernel constant
     expected_s = flops / (667e12 / 4) + fixed_s  # 667 TFLOPS BF16 per chip, 4 logical cores
     assert flops / (667e12 / 4) > nbytes / (2.9e12 / 4)  # really compute bound
-    assert trn2.kernel_ns(flops=flops, bytes_moved=nbytes, dtype="bfloat16", matrix=True) == \
-        pytest.approx(expected_s * 1e9, rel=1e-6)
+    assert trn2.kernel_ns(
+        flops=flops, bytes_moved=nbytes, dtype="bfloat16", matrix=True
+    ) == pytest.approx(expected_s * 1e9, rel=1e-6)
 
 
 def test_elementwise_is_bandwidth_bound_and_fp32_matrix_slower() -> None:
@@ -32,11 +33,13 @@ def test_elementwise_is_bandwidth_bound_and_fp32_matrix_slower() -> None:
 
 def test_speed_factor_scales_and_trn3_differs() -> None:
     base = RooflineModel(chip("trn2")).host_copy_ns(1 << 30)
-    assert RooflineModel(chip("trn2"), speed_factor=0.1).host_copy_ns(1 << 30) == \
-        pytest.approx(base * 10, rel=1e-6)
+    assert RooflineModel(chip("trn2"), speed_factor=0.1).host_copy_ns(1 << 30) == pytest.approx(
+        base * 10, rel=1e-6
+    )
     assert set(CHIPS) >= {"trn2", "trn3"}
-    assert RooflineModel(chip("trn3")).device_copy_ns(1 << 30) != \
-        RooflineModel(chip("trn2")).device_copy_ns(1 << 30)
+    assert RooflineModel(chip("trn3")).device_copy_ns(1 << 30) != RooflineModel(
+        chip("trn2")
+    ).device_copy_ns(1 << 30)
     with pytest.raises(ValueError, match="speed_factor"):
         RooflineModel(chip("trn2"), speed_factor=0)
     with pytest.raises(ValueError, match="unknown chip"):
@@ -59,9 +62,13 @@ def test_ring_collective_follows_the_ring_formula() -> None:
     step = spec.collective_step_latency_ns * 1e-9
     allreduce_s = 2 * (n - 1) * step + 2 * (n - 1) / n * nbytes / link
     allgather_s = (n - 1) * step + (n - 1) / n * nbytes / link
-    assert model.collective_ns(nbytes=nbytes, world=n, collective="allreduce") == \
-        pytest.approx(allreduce_s * 1e9, abs=1)  # ns, rounded up
-    assert model.collective_ns(nbytes=nbytes, world=n, collective="allgather") == \
-        pytest.approx(allgather_s * 1e9, abs=1)
-    assert model.collective_ns(nbytes=nbytes, world=1, collective="allreduce") == \
-        spec.collective_step_latency_ns
+    assert model.collective_ns(nbytes=nbytes, world=n, collective="allreduce") == pytest.approx(
+        allreduce_s * 1e9, abs=1
+    )  # ns, rounded up
+    assert model.collective_ns(nbytes=nbytes, world=n, collective="allgather") == pytest.approx(
+        allgather_s * 1e9, abs=1
+    )
+    assert (
+        model.collective_ns(nbytes=nbytes, world=1, collective="allreduce")
+        == spec.collective_step_latency_ns
+    )

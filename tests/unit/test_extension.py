@@ -25,17 +25,31 @@ def test_readers_use_the_one_declaration() -> None:
     assert placement._Ext is Extension and placement._LooseExt is LooseExtension
     fields = {f.encode_name: f for f in msgspec.structs.fields(Extension)}
     for f in msgspec.structs.fields(parser._Ext):  # same name, type and default
-        assert (f.name, f.type, f.default) == (fields[f.encode_name].name,
-                                               fields[f.encode_name].type,
-                                               fields[f.encode_name].default)
+        assert (f.name, f.type, f.default) == (
+            fields[f.encode_name].name,
+            fields[f.encode_name].type,
+            fields[f.encode_name].default,
+        )
 
 
 def test_typed_loose_and_projected_decoding() -> None:
-    raw = msgspec.json.encode({F.X_OP: "aten::mm", F.X_FLOPS: 12, F.X_CORRELATION_ID: 7,
-                               F.X_RANKS: [0, 1], "unknown": {"k": 1}})
+    raw = msgspec.json.encode(
+        {
+            F.X_OP: "aten::mm",
+            F.X_FLOPS: 12,
+            F.X_CORRELATION_ID: 7,
+            F.X_RANKS: [0, 1],
+            "unknown": {"k": 1},
+        }
+    )
     ext = msgspec.json.decode(raw, type=Extension)
-    assert (ext.op, ext.flops, ext.bytes, ext.correlation_id, ext.ranks) == ("aten::mm", 12, -1,
-                                                                             7, [0, 1])
+    assert (ext.op, ext.flops, ext.bytes, ext.correlation_id, ext.ranks) == (
+        "aten::mm",
+        12,
+        -1,
+        7,
+        [0, 1],
+    )
     odd = raw.replace(b"12", b"1.5")
     with pytest.raises(msgspec.ValidationError):
         msgspec.json.decode(odd, type=Extension)

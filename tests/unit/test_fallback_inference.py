@@ -44,8 +44,16 @@ class Workload:
 
     def op(self, name: str, start_us: int, dur_us: int, tid: int = TID) -> tuple[int, int]:
         o = self.cap.host_op(tid, self.t0 + start_us * US, dur_us * US)
-        self.host.add(name=name, ts_ns=o.start, dur_ns=o.end - o.start, kind=EventKind.CPU_OP,
-                      cat="cpu_op", pid=HOST_PID, tid=tid, args={V.ARG_EXTERNAL_ID: o.corr})
+        self.host.add(
+            name=name,
+            ts_ns=o.start,
+            dur_ns=o.end - o.start,
+            kind=EventKind.CPU_OP,
+            cat="cpu_op",
+            pid=HOST_PID,
+            tid=tid,
+            args={V.ARG_EXTERNAL_ID: o.corr},
+        )
         return start_us, start_us + dur_us
 
     def kernel(self, name: str, start_us: int) -> None:
@@ -55,12 +63,26 @@ class Workload:
     def copy(self, direction: str, at_us: int, size: int, dur_us: int = 20) -> tuple[int, int]:
         """A copy launched at ``at_us`` inside a host op; its device span (µs), as the capture
         records it (host-timed, 4 µs after its call starts)."""
-        self.cap.copy(tid=TID, core=0, start=self.t0 + at_us * US, direction=direction,
-                      size=size, dur=dur_us * US)
+        self.cap.copy(
+            tid=TID,
+            core=0,
+            start=self.t0 + at_us * US,
+            direction=direction,
+            size=size,
+            dur=dur_us * US,
+        )
         return at_us + 4, at_us + 4 + dur_us
 
-    def fallback(self, name: str, start_us: int, inputs: list[int], output: int,
-                 inner_us: int, *, launches_kernel: bool = False) -> int:
+    def fallback(
+        self,
+        name: str,
+        start_us: int,
+        inputs: list[int],
+        output: int,
+        inner_us: int,
+        *,
+        launches_kernel: bool = False,
+    ) -> int:
         """cpu_fallback's shape: <name> holding one copy_ per input (D2H), the CPU kernel
         <name>, then a copy_ of the output (H2D) or, for a decoy, an op launching a kernel."""
         t, spans = start_us + 10, []
@@ -94,16 +116,27 @@ class Workload:
 
     def step(self, n: int, t0: int) -> None:
         self.t0 = t0
-        self.host.add(name=f"ProfilerStep#{n}", ts_ns=t0, dur_ns=STEP_US * US,
-                      kind=EventKind.USER_ANNOTATION, cat="user_annotation", pid=HOST_PID,
-                      tid=TID)
+        self.host.add(
+            name=f"ProfilerStep#{n}",
+            ts_ns=t0,
+            dur_ns=STEP_US * US,
+            kind=EventKind.USER_ANNOTATION,
+            cat="user_annotation",
+            pid=HOST_PID,
+            tid=TID,
+        )
         self.kernel("aten::mm", 0)
         self.fallback("aten::nonzero", 305, [4096], 512, 500)
         # another thread launches between nonzero's D2H and its CPU kernel (its kernel runs
         # after the fallback): only the fallback's own thread counts
         self.op("aten::mm", 330, 70, tid=OTHER_TID)
-        self.cap.execute(tid=OTHER_TID, core=0, start=self.t0 + 335 * US, device_dur=100 * US,
-                         queue_free=self.t0 + 980 * US)
+        self.cap.execute(
+            tid=OTHER_TID,
+            core=0,
+            start=self.t0 + 335 * US,
+            device_dur=100 * US,
+            queue_free=self.t0 + 980 * US,
+        )
         self.kernel("aten::mm", 1210)
         self.fallback("aten::median", 1515, [8192, 64], 4, 300)
         self.kernel("aten::mm", 2165)
@@ -139,21 +172,25 @@ def report(workload: Workload):  # noqa: ANN201
 
 
 def test_inferred_groups_equal_what_was_injected(report, workload: Workload) -> None:  # noqa: ANN001
-    got = {g.op: (g.calls, g.d2h_count, g.d2h_bytes, g.h2d_count, g.h2d_bytes, g.host_ns,
-                  g.inferred) for g in report.findings.fallbacks}
-    want = {op: (t.calls, len(t.d2h), sum(t.d2h), len(t.h2d), sum(t.h2d), t.host_ns, True)
-            for op, t in workload.truth.items()}
+    got = {
+        g.op: (g.calls, g.d2h_count, g.d2h_bytes, g.h2d_count, g.h2d_bytes, g.host_ns, g.inferred)
+        for g in report.findings.fallbacks
+    }
+    want = {
+        op: (t.calls, len(t.d2h), sum(t.d2h), len(t.h2d), sum(t.h2d), t.host_ns, True)
+        for op, t in workload.truth.items()
+    }
     assert got == want and set(want) == {"aten::nonzero", "aten::median"}
 
 
-def test_inferred_fallbacks_own_the_idle_between_their_copies(report, workload: Workload
-                                                             ) -> None:  # noqa: ANN001
+def test_inferred_fallbacks_own_the_idle_between_their_copies(report, workload: Workload) -> None:  # noqa: ANN001
     """The device idles between a call's copies while the host computes: that idle is the
     fallback's (rule 2), all of it, and nothing else is."""
     for g in report.findings.fallbacks:
         assert g.idle_ns == workload.truth[g.op].idle_ns
-    assert report.idle.by_cause_ns["cpu_fallback"] == sum(t.idle_ns
-                                                          for t in workload.truth.values())
+    assert report.idle.by_cause_ns["cpu_fallback"] == sum(
+        t.idle_ns for t in workload.truth.values()
+    )
     assert all(g.native_ns is None and g.reason for g in report.findings.fallbacks)
     kinds = {f.kind for f in report.findings.findings}
     assert {"cpu_fallback:aten::nonzero", "cpu_fallback:aten::median"} <= kinds
@@ -166,8 +203,7 @@ def test_decoys_copies_stay_exposed(report, workload: Workload) -> None:  # noqa
     assert exposed.recoverable_ns == workload.decoy_copy_ns
 
 
-def _layout_b(listed: list[str] | None, *, kernel_between: bool = False,
-              ext: int = 5) -> Build:
+def _layout_b(listed: list[str] | None, *, kernel_between: bool = False, ext: int = 5) -> Build:
     """A step: kernel; D2H copy; host op aten::nonzero (External id 5); H2D copy; kernel. The
     copies carry External id ``ext``; no op encloses the host op."""
     b = Build().step(1, 0, 1000)
@@ -175,32 +211,58 @@ def _layout_b(listed: list[str] | None, *, kernel_between: bool = False,
         b.b.metadata[V.META_FALLBACK_OPS] = listed
     b.kernel(0, 100, launch_us=0)
     copy = {V.ARG_EXTERNAL_ID: ext}
-    b.kernel(110, 130, launch_us=105, kind=EventKind.MEMCPY, stream=2,
-             name=V.MEMCPY_NAMES["d2h"], args={**copy, V.ARG_BYTES: 800})
+    b.kernel(
+        110,
+        130,
+        launch_us=105,
+        kind=EventKind.MEMCPY,
+        stream=2,
+        name=V.MEMCPY_NAMES["d2h"],
+        args={**copy, V.ARG_BYTES: 800},
+    )
     if kernel_between:
         b.kernel(135, 140, launch_us=135)
-    b.host("aten::nonzero", 150, 600, args={V.ARG_EXTERNAL_ID: 5,
-                                            V.ARG_INPUT_DIMS_KEYS[0]: [[100]], V.ARG_INPUT_TYPE: ["float"]})
-    b.kernel(620, 640, launch_us=610, kind=EventKind.MEMCPY, stream=2,
-             name=V.MEMCPY_NAMES["h2d"], args={**copy, V.ARG_BYTES: 80})
+    b.host(
+        "aten::nonzero",
+        150,
+        600,
+        args={V.ARG_EXTERNAL_ID: 5, V.ARG_INPUT_DIMS_KEYS[0]: [[100]], V.ARG_INPUT_TYPE: ["float"]},
+    )
+    b.kernel(
+        620,
+        640,
+        launch_us=610,
+        kind=EventKind.MEMCPY,
+        stream=2,
+        name=V.MEMCPY_NAMES["h2d"],
+        args={**copy, V.ARG_BYTES: 80},
+    )
     b.kernel(700, 1000, launch_us=690)
     return b
 
 
 def test_linked_by_external_id_without_a_parent() -> None:
     (g,) = _layout_b(["aten::nonzero.out"]).report().findings.fallbacks
-    assert (g.op, g.shapes, g.dtypes, g.inferred, g.calls) == ("aten::nonzero", "[[100]]",
-                                                               "['float']", True, 1)
+    assert (g.op, g.shapes, g.dtypes, g.inferred, g.calls) == (
+        "aten::nonzero",
+        "[[100]]",
+        "['float']",
+        True,
+        1,
+    )
     assert (g.d2h_count, g.d2h_bytes, g.h2d_count, g.h2d_bytes) == (1, 800, 1, 80)
     assert g.idle_ns == (620 - 130) * US and g.host_ns == 450 * US
 
 
-@pytest.mark.parametrize(("listed", "kernel_between", "ext"), [
-    (None, False, 5),              # no set in the metadata
-    (["aten::cumsum"], False, 5),  # the pattern, but the op is not listed
-    (["nonzero"], True, 5),        # work launched between the D2H and the op
-    (["nonzero"], False, 9),       # copies of another op, and no parent op holds them
-])
+@pytest.mark.parametrize(
+    ("listed", "kernel_between", "ext"),
+    [
+        (None, False, 5),  # no set in the metadata
+        (["aten::cumsum"], False, 5),  # the pattern, but the op is not listed
+        (["nonzero"], True, 5),  # work launched between the D2H and the op
+        (["nonzero"], False, 9),  # copies of another op, and no parent op holds them
+    ],
+)
 def test_not_inferred(listed: list[str] | None, kernel_between: bool, ext: int) -> None:
     r = _layout_b(listed, kernel_between=kernel_between, ext=ext).report()
     assert r.findings.fallbacks == ()
@@ -210,8 +272,14 @@ def test_not_inferred(listed: list[str] | None, kernel_between: bool, ext: int) 
 def test_fallback_rows_are_not_inferred_twice() -> None:
     """With fallback rows (the emulator's) the listed op holding one is not inferred again."""
     b = _layout_b(["nonzero"])
-    b.host(V.FALLBACK_PREFIX + "aten::nonzero", 150, 600, kind=EventKind.FALLBACK,
-           cat=V.CAT_RUNTIME, args={V.ARG_EXTERNAL_ID: 5, V.ARG_OP: "aten::nonzero"})
+    b.host(
+        V.FALLBACK_PREFIX + "aten::nonzero",
+        150,
+        600,
+        kind=EventKind.FALLBACK,
+        cat=V.CAT_RUNTIME,
+        args={V.ARG_EXTERNAL_ID: 5, V.ARG_OP: "aten::nonzero"},
+    )
     (g,) = b.report().findings.fallbacks
     assert not g.inferred and (g.calls, g.d2h_count, g.h2d_count) == (1, 1, 1)
 

@@ -16,14 +16,24 @@ from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.trace import load_trace
 from neuron_profiler.trace import schema as S
 
-RUNS = [pytest.param(case, command, id=f"{case.name}-{command.name}", marks=[
-    pytest.mark.xfail(reason=case.known_failure, strict=True)] if case.known_failure else [])
-    for case in CASES for command in commands_for(case)]
+RUNS = [
+    pytest.param(
+        case,
+        command,
+        id=f"{case.name}-{command.name}",
+        marks=[pytest.mark.xfail(reason=case.known_failure, strict=True)]
+        if case.known_failure
+        else [],
+    )
+    for case in CASES
+    for command in commands_for(case)
+]
 
 
 @pytest.mark.parametrize("case, command", RUNS)
-def test_every_command_on_every_case(case: Case, command: Command, tmp_path: Path,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_command_on_every_case(
+    case: Case, command: Command, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = case.write(tmp_path)
     before = path.read_bytes()
     argv, out = command.argv(path, tmp_path)
@@ -31,8 +41,9 @@ def test_every_command_on_every_case(case: Case, command: Command, tmp_path: Pat
     _, err = capsys.readouterr()
     lines = err.splitlines()
     assert "Traceback" not in err
-    assert all(line.startswith(("neuron-prof: warning: ", "neuron-prof: error: "))
-               for line in lines), err
+    assert all(
+        line.startswith(("neuron-prof: warning: ", "neuron-prof: error: ")) for line in lines
+    ), err
     assert path.read_bytes() == before
     expected = case.expected
     assert code == expected.exit_code, err
@@ -73,8 +84,11 @@ def test_api_result_holds_the_counts(case: Case, tmp_path: Path) -> None:
         trace = load_trace(path)
     report = trace.load_report
     for field, value in case.expected.report.items():
-        got = getattr(trace, field) if field in ("truncated", "skipped_events") else \
-            getattr(report, field)
+        got = (
+            getattr(trace, field)
+            if field in ("truncated", "skipped_events")
+            else getattr(report, field)
+        )
         assert got == value, field
     assert Counter(trace.name(i) for i in range(len(trace))) == Counter(case.expected.names)
     for row in range(len(trace)):  # every kept event's args decode
@@ -91,9 +105,20 @@ def test_as_a_process_each_warning_is_one_line(name: str, tmp_path: Path) -> Non
 
     case = next(c for c in CASES if c.name == name)
     path = case.write(tmp_path)
-    res = subprocess.run([sys.executable, "-m", "neuron_profiler.cli.main", "export", str(path),
-                          "-o", str(tmp_path / "o.json")], capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neuron_profiler.cli.main",
+            "export",
+            str(path),
+            "-o",
+            str(tmp_path / "o.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     lines = res.stderr.splitlines()
     assert lines and all(line.startswith(f"neuron-prof: warning: {path}: ") for line in lines)
@@ -101,8 +126,9 @@ def test_as_a_process_each_warning_is_one_line(name: str, tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("case", TRACE_CASES, ids=lambda c: c.name)
-def test_analyze_on_every_case(case: Case, tmp_path: Path,
-                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_analyze_on_every_case(
+    case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``analyze --json`` takes the same hostile files: no traceback, the case's exit status,
     one line per warning or error, a report that is JSON, the input untouched."""
     import json
@@ -112,8 +138,10 @@ def test_analyze_on_every_case(case: Case, tmp_path: Path,
     code = main(["analyze", "--json", str(path)])
     out, err = capsys.readouterr()
     assert "Traceback" not in err and path.read_bytes() == before
-    assert all(line.startswith(("neuron-prof: warning: ", "neuron-prof: error: "))
-               for line in err.splitlines()), err
+    assert all(
+        line.startswith(("neuron-prof: warning: ", "neuron-prof: error: "))
+        for line in err.splitlines()
+    ), err
     assert code == case.expected.exit_code, err
     if code == 0:
         json.loads(out)

@@ -106,10 +106,10 @@ def test_pareto_is_the_fallback_groups_by_recoverable_time(two_core) -> None:  #
 
 def test_findings_table_lists_every_finding(two_core) -> None:  # noqa: ANN001
     report, page = two_core
-    rows = page.table_after(("#", "finding", "ms/step", "% step", "longest at (µs)",
-                             "what to do"))
-    assert [r[1].split(" (")[0] for r in rows] == [f.title.split(" (")[0]
-                                                   for f in report.findings.findings]
+    rows = page.table_after(("#", "finding", "ms/step", "% step", "longest at (µs)", "what to do"))
+    assert [r[1].split(" (")[0] for r in rows] == [
+        f.title.split(" (")[0] for f in report.findings.findings
+    ]
     assert any(HOSTILE in r[1] for r in rows)  # shown as text, the markup escaped
 
 
@@ -137,8 +137,9 @@ def test_page_is_offline(two_core) -> None:  # noqa: ANN001
 
 def test_empty_states_say_so() -> None:
     host_only = html_report(Build().step(1, 0, 100).host("aten::add", 10, 20))
-    no_fallback = html_report(Build().step(1, 0, 100).kernel(0, 40, launch_us=0).kernel(
-        60, 100, launch_us=60))
+    no_fallback = html_report(
+        Build().step(1, 0, 100).kernel(0, 40, launch_us=0).kernel(60, 100, launch_us=60)
+    )
     no_steps = html_report(Build().kernel(0, 40, launch_us=0))
     page = parse(render_html([host_only, no_fallback, no_steps]))
     text = " ".join(page.text)
@@ -158,16 +159,31 @@ def many_gaps_trace(n: int) -> TraceBuilder:
     gaps = 1 + (np.arange(n) * 7919) % 997
     starts = np.concatenate([[0], np.cumsum(gaps[:-1] + 10)]) * US
     for s in starts.tolist():
-        b.add(name="TensorE: mm", ts_ns=s, dur_ns=10 * US, kind=EventKind.KERNEL, cat="kernel",
-              pid=0, tid=1)
-    b.add(name="ProfilerStep#1", ts_ns=0, dur_ns=int(starts[-1]) + 10 * US,
-          kind=EventKind.USER_ANNOTATION, cat="user_annotation", pid=100, tid=100)
+        b.add(
+            name="TensorE: mm",
+            ts_ns=s,
+            dur_ns=10 * US,
+            kind=EventKind.KERNEL,
+            cat="kernel",
+            pid=0,
+            tid=1,
+        )
+    b.add(
+        name="ProfilerStep#1",
+        ts_ns=0,
+        dur_ns=int(starts[-1]) + 10 * US,
+        kind=EventKind.USER_ANNOTATION,
+        cat="user_annotation",
+        pid=100,
+        tid=100,
+    )
     return b
 
 
 def test_a_trace_with_100k_gaps_is_drawn_in_bins_and_counts_every_gap() -> None:
-    report = analyze(many_gaps_trace(100_001).build(),
-                     Options(hta=False, tb=False, timeline_segments=2000))
+    report = analyze(
+        many_gaps_trace(100_001).build(), Options(hta=False, tb=False, timeline_segments=2000)
+    )
     idle = report.idle
     assert len(idle.gap_cause) == 100_000
     page = parse(render_html([report]))
@@ -185,8 +201,9 @@ def test_a_trace_with_100k_gaps_is_drawn_in_bins_and_counts_every_gap() -> None:
         assert all(x <= n for x, (_, n) in zip(t["x"], t["customdata"], strict=True))
         assert float(row[3].replace(",", "")) == pytest.approx(idle_ns / 1e6, abs=1e-3)
     assert sum(len(t["x"]) for t in traces) <= 4000 < len(idle.gap_cause)
-    assert ("2 of 2 series (device and cause) have more than 2,000 gaps: those are drawn by "
-            "bins of") in " ".join(page.text)
+    assert (
+        "2 of 2 series (device and cause) have more than 2,000 gaps: those are drawn by bins of"
+    ) in " ".join(page.text)
 
 
 def _write_trace(tmp_path: Path, name: str, b: Build) -> Path:
@@ -236,12 +253,12 @@ class _FullDisk:
         self.real.close()
 
 
-def test_a_failed_write_keeps_the_old_page(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_write_keeps_the_old_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "report.html"
     out.write_text("old page")
-    monkeypatch.setattr(_output, "open", lambda fd, mode: _FullDisk(builtins.open(fd, mode)),
-                        raising=False)
+    monkeypatch.setattr(
+        _output, "open", lambda fd, mode: _FullDisk(builtins.open(fd, mode)), raising=False
+    )
     with pytest.raises(OutputError, match="disk full"):
         write_html([html_report(two_core_trace())], out)
     assert out.read_text() == "old page" and os.listdir(tmp_path) == ["report.html"]

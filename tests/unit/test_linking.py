@@ -7,25 +7,39 @@ import numpy as np
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
 from neuron_profiler.runtime_trace.linking import link_by_containment, match_runtime_calls
 
-_QUEUE = {ActivityKind.KERNEL: Queue.COMPUTE, ActivityKind.DMA: Queue.DMA,
-          ActivityKind.COLLECTIVE: Queue.COLLECTIVE, ActivityKind.RUNTIME_CALL: Queue.HOST,
-          ActivityKind.HOST_SYNC: Queue.HOST, ActivityKind.FALLBACK: Queue.HOST,
-          ActivityKind.GENERIC: Queue.OTHER}
+_QUEUE = {
+    ActivityKind.KERNEL: Queue.COMPUTE,
+    ActivityKind.DMA: Queue.DMA,
+    ActivityKind.COLLECTIVE: Queue.COLLECTIVE,
+    ActivityKind.RUNTIME_CALL: Queue.HOST,
+    ActivityKind.HOST_SYNC: Queue.HOST,
+    ActivityKind.FALLBACK: Queue.HOST,
+    ActivityKind.GENERIC: Queue.OTHER,
+}
 
 
 def make_acts(rows: list[dict]) -> DeviceActivities:
     """rows: dicts with kind, start, end and optional tid, core, corr, exec, seq."""
-    col = lambda key, default: np.array([r.get(key, default) for r in rows],  # noqa: E731
-                                        dtype=np.int64)
+
+    def col(key: str, default: int) -> np.ndarray:
+        return np.array([r.get(key, default) for r in rows], dtype=np.int64)
+
     kinds = [r["kind"] for r in rows]
     return DeviceActivities(
-        start_ns=col("start", 0), end_ns=col("end", 0),
+        start_ns=col("start", 0),
+        end_ns=col("end", 0),
         kind=np.array(kinds, dtype=np.uint8),
         queue=np.array([_QUEUE[k] for k in kinds], dtype=np.uint8),
-        core=col("core", 0), thread_id=col("tid", 1), correlation_id=col("corr", 0),
-        exec_id=col("exec", -1), seq_id=col("seq", -1),
-        name_id=np.zeros(len(rows), dtype=np.int32), modelled=np.zeros(len(rows), dtype=bool),
-        names=["x"], data=[b"{}"] * len(rows))
+        core=col("core", 0),
+        thread_id=col("tid", 1),
+        correlation_id=col("corr", 0),
+        exec_id=col("exec", -1),
+        seq_id=col("seq", -1),
+        name_id=np.zeros(len(rows), dtype=np.int32),
+        modelled=np.zeros(len(rows), dtype=bool),
+        names=["x"],
+        data=[b"{}"] * len(rows),
+    )
 
 
 def brute_innermost(tids, starts, ends, tid: int, t: int) -> int:
@@ -59,12 +73,17 @@ def test_runtime_calls_get_innermost_containing_op() -> None:
     ops += [(11, s, s + int(rng.integers(0, 3000))) for s in rng.integers(0, 100_000, 40)]
     tids, starts, ends = (np.array(c, dtype=np.int64) for c in zip(*ops, strict=True))
     corr = np.arange(len(ops), dtype=np.int64) + 1000
-    queries = [(int(rng.choice([11, 22, 33])), int(rng.integers(-10, 100_010)))
-               for _ in range(2000)]
+    queries = [
+        (int(rng.choice([11, 22, 33])), int(rng.integers(-10, 100_010))) for _ in range(2000)
+    ]
     queries += [(int(tids[i]), int(starts[i])) for i in range(0, len(ops), 3)]  # on boundaries
     queries += [(int(tids[i]), int(ends[i])) for i in range(1, len(ops), 3)]
-    acts = make_acts([{"kind": ActivityKind.RUNTIME_CALL, "tid": q, "start": t, "end": t + 1}
-                      for q, t in queries])
+    acts = make_acts(
+        [
+            {"kind": ActivityKind.RUNTIME_CALL, "tid": q, "start": t, "end": t + 1}
+            for q, t in queries
+        ]
+    )
     linked = link_by_containment(acts, tids, starts, ends, corr)
     expected = []
     for q, t in queries:
@@ -104,22 +123,34 @@ def test_repeated_exec_id_pairs_first_in_first_out() -> None:
     """Two calls share an exec_id and each launches one kernel; the queue is backed up, so the
     first kernel starts after the second call: each kernel still belongs to its own call."""
     R, K = ActivityKind.RUNTIME_CALL, ActivityKind.KERNEL
-    acts = make_acts([{"kind": R, "tid": 5, "start": 100, "end": 110, "exec": 7},
-                      {"kind": R, "tid": 5, "start": 200, "end": 210, "exec": 7},
-                      {"kind": K, "start": 400, "end": 500, "exec": 7},
-                      {"kind": K, "start": 500, "end": 600, "exec": 7},
-                      {"kind": K, "start": 700, "end": 800, "exec": 7}])  # a third: no call
+    acts = make_acts(
+        [
+            {"kind": R, "tid": 5, "start": 100, "end": 110, "exec": 7},
+            {"kind": R, "tid": 5, "start": 200, "end": 210, "exec": 7},
+            {"kind": K, "start": 400, "end": 500, "exec": 7},
+            {"kind": K, "start": 500, "end": 600, "exec": 7},
+            {"kind": K, "start": 700, "end": 800, "exec": 7},
+        ]
+    )  # a third: no call
     assert match_runtime_calls(acts).tolist() == [-1, -1, 0, 1, -1]
-    seq = make_acts([{"kind": R, "tid": 5, "start": 100, "end": 110, "exec": 7, "seq": 2},
-                     {"kind": R, "tid": 5, "start": 200, "end": 210, "exec": 7, "seq": 1},
-                     {"kind": K, "start": 400, "end": 500, "exec": 7, "seq": 1},
-                     {"kind": K, "start": 500, "end": 600, "exec": 7, "seq": 2}])
+    seq = make_acts(
+        [
+            {"kind": R, "tid": 5, "start": 100, "end": 110, "exec": 7, "seq": 2},
+            {"kind": R, "tid": 5, "start": 200, "end": 210, "exec": 7, "seq": 1},
+            {"kind": K, "start": 400, "end": 500, "exec": 7, "seq": 1},
+            {"kind": K, "start": 500, "end": 600, "exec": 7, "seq": 2},
+        ]
+    )
     assert match_runtime_calls(seq).tolist() == [-1, -1, 1, 0]  # nrta_seq_id decides
 
 
 def test_no_ops_or_no_calls_leaves_everything_unlinked() -> None:
-    acts = make_acts([{"kind": ActivityKind.KERNEL, "start": 1, "end": 2, "exec": 1},
-                      {"kind": ActivityKind.RUNTIME_CALL, "start": 0, "end": 1, "exec": 1}])
+    acts = make_acts(
+        [
+            {"kind": ActivityKind.KERNEL, "start": 1, "end": 2, "exec": 1},
+            {"kind": ActivityKind.RUNTIME_CALL, "start": 0, "end": 1, "exec": 1},
+        ]
+    )
     empty = np.zeros(0, dtype=np.int64)
     assert link_by_containment(acts, empty, empty, empty, empty).correlation_id.tolist() == [0, 0]
     only_work = make_acts([{"kind": ActivityKind.KERNEL, "start": 1, "end": 2, "exec": 1}])

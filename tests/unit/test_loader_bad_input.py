@@ -16,18 +16,32 @@ from neuron_profiler.trace.loader import TruncatedTraceWarning
 
 
 def _trace_text(n: int) -> str:
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1,
-               "ts": 1000 + i, "dur": 1, "args": {"External id": i}} for i in range(n)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i}",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000 + i,
+            "dur": 1,
+            "args": {"External id": i},
+        }
+        for i in range(n)
+    ]
     return json.dumps({"baseTimeNanoseconds": 10**18, "traceEvents": events})
 
 
-@pytest.mark.parametrize("content, problem", [
-    (b"{not json", "invalid JSON"),
-    (b"[1, 2, 3]", "not a torch.profiler trace"),
-    (b'{"traceEvents": 5}', "not a torch.profiler trace"),
-    (b'{"traceEvents": [{"ph": "X", "na', "truncated, no complete event"),
-    (b"", "empty file"),
-])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"{not json", "invalid JSON"),
+        (b"[1, 2, 3]", "not a torch.profiler trace"),
+        (b'{"traceEvents": 5}', "not a torch.profiler trace"),
+        (b'{"traceEvents": [{"ph": "X", "na', "truncated, no complete event"),
+        (b"", "empty file"),
+    ],
+)
 def test_unusable_files_raise_one_line_error(tmp_path: Path, content: bytes, problem: str) -> None:
     path = tmp_path / "bad.json"
     path.write_bytes(content)
@@ -76,8 +90,17 @@ def test_mistyped_event_is_skipped_and_counted(tmp_path: Path) -> None:
 
 
 def test_string_timestamps_and_absolute_us(tmp_path: Path) -> None:
-    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": "stream 7",
-               "ts": "1700000000000000.5", "dur": "2.25"}]
+    events = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "k",
+            "pid": 0,
+            "tid": "stream 7",
+            "ts": "1700000000000000.5",
+            "dur": "2.25",
+        }
+    ]
     path = tmp_path / "strings.json"
     path.write_text(json.dumps({"traceEvents": events}))
     trace = load_trace(path)

@@ -25,18 +25,28 @@ def _ns(value: object) -> int:
 def _expected(name: str) -> tuple[list[tuple[int, int, str]], dict]:
     doc = json.loads((FIXTURES / name).read_text(), parse_float=Decimal)
     base = int(doc.get("baseTimeNanoseconds", 0))
-    rows = [(_ns(e["ts"]) + base, _ns(e.get("dur", 0)), e.get("name", ""))
-            for e in doc["traceEvents"] if e["ph"] != "M"]
+    rows = [
+        (_ns(e["ts"]) + base, _ns(e.get("dur", 0)), e.get("name", ""))
+        for e in doc["traceEvents"]
+        if e["ph"] != "M"
+    ]
     return sorted(rows), doc
 
 
 def _rows(trace) -> list[tuple[int, int, str]]:
-    return sorted(zip(trace.col(S.TS_NS).tolist(), trace.col(S.DUR_NS).tolist(),
-                      [trace.name(i) for i in range(len(trace))], strict=True))
+    return sorted(
+        zip(
+            trace.col(S.TS_NS).tolist(),
+            trace.col(S.DUR_NS).tolist(),
+            [trace.name(i) for i in range(len(trace))],
+            strict=True,
+        )
+    )
 
 
-@pytest.mark.parametrize("name", ["string_timestamps.json", "ns_resolution.json",
-                                  "absolute_us.json"])
+@pytest.mark.parametrize(
+    "name", ["string_timestamps.json", "ns_resolution.json", "absolute_us.json"]
+)
 def test_timestamps_are_exact_ns(name: str) -> None:
     expected, _ = _expected(name)
     trace = load_trace(FIXTURES / name)
@@ -75,10 +85,17 @@ def test_begin_end_pairs_nest_per_thread() -> None:
     trace = load_trace(FIXTURES / "begin_end.json")
     base = 10**18
     by_name = {trace.name(i): i for i in range(len(trace))}
-    complete = {(trace.name(i), int(trace.col(S.TS_NS)[i]) - base, int(trace.col(S.DUR_NS)[i]))
-                for i in range(len(trace)) if trace.col(S.PH)[i] == Phase.COMPLETE}
-    assert complete == {("outer", 10_000, 20_000), ("inner", 12_000, 3_000),
-                        ("other thread", 11_000, 9_500), ("aten::mm", 13_000, 1_000)}
+    complete = {
+        (trace.name(i), int(trace.col(S.TS_NS)[i]) - base, int(trace.col(S.DUR_NS)[i]))
+        for i in range(len(trace))
+        if trace.col(S.PH)[i] == Phase.COMPLETE
+    }
+    assert complete == {
+        ("outer", 10_000, 20_000),
+        ("inner", 12_000, 3_000),
+        ("other thread", 11_000, 9_500),
+        ("aten::mm", 13_000, 1_000),
+    }
     assert trace.col(S.EXTERNAL_ID)[by_name["inner"]] == 5  # B's own args
     assert trace.col(S.EXTERNAL_ID)[by_name["other thread"]] == 6  # E's args when B has none
     assert trace.col(S.PH)[by_name["never closed"]] == Phase.BEGIN  # unmatched B kept

@@ -31,23 +31,35 @@ def _events(n: int, seed: int = 1) -> list[dict]:
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        event = {"ph": "X", "cat": rng.choice(["cpu_op", "kernel", "cuda_runtime"]),
-                 "name": rng.choice(NASTY_NAMES) + str(i % 7), "pid": rng.choice([1, 2]),
-                 "tid": rng.choice([5, "stream 7"]), "ts": round(rng.uniform(0, 5e12), 3),
-                 "dur": round(rng.uniform(0, 100), 3)}
+        event = {
+            "ph": "X",
+            "cat": rng.choice(["cpu_op", "kernel", "cuda_runtime"]),
+            "name": rng.choice(NASTY_NAMES) + str(i % 7),
+            "pid": rng.choice([1, 2]),
+            "tid": rng.choice([5, "stream 7"]),
+            "ts": round(rng.uniform(0, 5e12), 3),
+            "dur": round(rng.uniform(0, 100), 3),
+        }
         if i % 3:
-            event["args"] = {"External id": i, "nested": {"k": [{"v": i}, "},"]},
-                             "pad": "p" * rng.randrange(0, 300)}
+            event["args"] = {
+                "External id": i,
+                "nested": {"k": [{"v": i}, "},"]},
+                "pad": "p" * rng.randrange(0, 300),
+            }
         if i % 50 == 7:
             event["args"] = {"huge": "z" * 5000, "correlation": i}
         out.append(event)
     return out
 
 
-def _write(path: Path, events: list[dict], *, indent: int | None, gz: bool = False,
-           tail_keys: bool = True) -> bytes:
-    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "dev ]}"}],
-           "traceEvents": events}
+def _write(
+    path: Path, events: list[dict], *, indent: int | None, gz: bool = False, tail_keys: bool = True
+) -> bytes:
+    doc = {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "dev ]}"}],
+        "traceEvents": events,
+    }
     if tail_keys:
         doc.update({"INFO": ["cpp:976] Enabling [tracing]"], "baseTimeNanoseconds": 10**18})
     text = json.dumps(doc, indent=indent, separators=None if indent else (",", ":")).encode()
@@ -67,8 +79,9 @@ def tiny_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("indent", [None, 2])
 @pytest.mark.parametrize("gz", [False, True])
-def test_many_pieces_match_stdlib(tmp_path: Path, tiny_blocks: None, indent: int | None,
-                                  gz: bool) -> None:
+def test_many_pieces_match_stdlib(
+    tmp_path: Path, tiny_blocks: None, indent: int | None, gz: bool
+) -> None:
     events = _events(400)
     path = tmp_path / ("t.json.gz" if gz else "t.json")
     _write(path, events, indent=indent, gz=gz)
@@ -77,10 +90,14 @@ def test_many_pieces_match_stdlib(tmp_path: Path, tiny_blocks: None, indent: int
     assert trace.metadata["INFO"] == ["cpp:976] Enabling [tracing]"]
     assert trace.metadata["deviceProperties"] == [{"id": 0, "name": "dev ]}"}]
     assert trace.col(S.TS_NS).tolist() == _expected_ts(events, 10**18)
-    got = sorted((trace.name(i), int(trace.col(S.EXTERNAL_ID)[i]), json.dumps(trace.args(i)))
-                 for i in range(len(trace)))
-    want = sorted((e["name"], e.get("args", {}).get("External id", -1), json.dumps(e.get("args",
-                   {}))) for e in events)
+    got = sorted(
+        (trace.name(i), int(trace.col(S.EXTERNAL_ID)[i]), json.dumps(trace.args(i)))
+        for i in range(len(trace))
+    )
+    want = sorted(
+        (e["name"], e.get("args", {}).get("External id", -1), json.dumps(e.get("args", {})))
+        for e in events
+    )
     assert got == want
     assert gc.isenabled()
 
@@ -116,11 +133,13 @@ def _inflatable(data: bytes) -> int:
 
 
 @pytest.mark.parametrize("gz", [False, True])
-def test_cut_at_many_offsets_keeps_exactly_the_complete_events(tmp_path: Path, tiny_blocks: None,
-                                                              gz: bool) -> None:
+def test_cut_at_many_offsets_keeps_exactly_the_complete_events(
+    tmp_path: Path, tiny_blocks: None, gz: bool
+) -> None:
     events = _events(120)
-    text = json.dumps({"baseTimeNanoseconds": 5, "traceEvents": events},
-                      separators=(",", ":")).encode()
+    text = json.dumps(
+        {"baseTimeNanoseconds": 5, "traceEvents": events}, separators=(",", ":")
+    ).encode()
     start = text.index(b"[", text.index(b'"traceEvents"')) + 1
     ends, pos = [], start  # offset just after each event's closing brace
     for event in events:
@@ -152,14 +171,14 @@ def test_multi_member_gzip(tmp_path: Path, tiny_blocks: None) -> None:
     events = _events(200)
     text = json.dumps({"traceEvents": events}).encode()
     path = tmp_path / "multi.json.gz"
-    path.write_bytes(b"".join(gzip.compress(text[i:i + 3000]) for i in range(0, len(text), 3000)))
+    path.write_bytes(b"".join(gzip.compress(text[i : i + 3000]) for i in range(0, len(text), 3000)))
     trace = load_trace(path)
     assert len(trace) == 200 and not trace.truncated
 
 
 def test_corrupt_gzip_keeps_the_events_before_the_damage(tmp_path: Path) -> None:
     data = bytearray(gzip.compress(json.dumps({"traceEvents": _events(500)}).encode()))
-    data[len(data) // 2: len(data) // 2 + 64] = b"\x00" * 64
+    data[len(data) // 2 : len(data) // 2 + 64] = b"\x00" * 64
     path = tmp_path / "bad.json.gz"
     path.write_bytes(bytes(data))
     with warnings.catch_warnings(record=True) as caught:
@@ -205,8 +224,11 @@ def test_empty_events_and_no_trailing_keys(tmp_path: Path, tiny_blocks: None) ->
 
 def test_us_text_conversion_is_exact() -> None:
     rng = random.Random(3)
-    values = [f"{rng.choice('-+'[:1] + ' ')}{rng.randrange(10**rng.randrange(1, 16))}"
-              f".{rng.randrange(1000):03d}".strip() for _ in range(5000)]
+    values = [
+        f"{rng.choice('-+'[:1] + ' ')}{rng.randrange(10 ** rng.randrange(1, 16))}"
+        f".{rng.randrange(1000):03d}".strip()
+        for _ in range(5000)
+    ]
     texts = [v.encode() if i % 2 else f'"{v}"'.encode() for i, v in enumerate(values)]
     ns, status = us_texts_to_ns(texts)
     assert (status == OK).all()
@@ -232,8 +254,11 @@ def test_raw_args_sequence() -> None:
 def test_key_text_inside_a_string_before_the_array(tmp_path: Path) -> None:
     path = tmp_path / "k.json"
     events = _events(20)
-    path.write_text(json.dumps({"traceName": "traceEvents", "note": 'x "traceEvents": [ y',
-                                "traceEvents": events}))
+    path.write_text(
+        json.dumps(
+            {"traceName": "traceEvents", "note": 'x "traceEvents": [ y', "traceEvents": events}
+        )
+    )
     trace = load_trace(path)
     assert len(trace) == 20 and trace.metadata["traceName"] == "traceEvents"
 
@@ -272,13 +297,14 @@ def _gzip_variants(tmp_path: Path) -> dict[str, Path]:
     text = json.dumps({"traceEvents": _events(400)}).encode()
     whole = gzip.compress(text)
     damaged = bytearray(whole)
-    damaged[len(damaged) // 2: len(damaged) // 2 + 64] = b"\x00" * 64
+    damaged[len(damaged) // 2 : len(damaged) // 2 + 64] = b"\x00" * 64
     variants = {
         "whole": whole,
-        "members": b"".join(gzip.compress(text[i:i + 2500]) for i in range(0, len(text), 2500))
+        "members": b"".join(gzip.compress(text[i : i + 2500]) for i in range(0, len(text), 2500))
         + b"junk after the last member",
         "cut": whole[: len(whole) * 2 // 3],
-        "damaged": bytes(damaged)}
+        "damaged": bytes(damaged),
+    }
     out = {}
     for name, data in variants.items():
         out[name] = tmp_path / f"{name}.json.gz"
@@ -287,9 +313,9 @@ def _gzip_variants(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("name", ["whole", "members", "cut", "damaged"])
-def test_gzip_read_ahead_equals_reading_in_turn(tmp_path: Path, tiny_blocks: None,
-                                                monkeypatch: pytest.MonkeyPatch,
-                                                name: str) -> None:
+def test_gzip_read_ahead_equals_reading_in_turn(
+    tmp_path: Path, tiny_blocks: None, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
     """Inflating the next block in a worker thread changes nothing: the same events, and the
     same cut, damage and trailing-bytes facts."""
     path = _gzip_variants(tmp_path)[name]
@@ -299,12 +325,20 @@ def test_gzip_read_ahead_equals_reading_in_turn(tmp_path: Path, tiny_blocks: Non
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             t = load_trace(path)
-        return (t.col(S.TS_NS).tolist(), [t.name(i) for i in range(len(t))], t.truncated,
-                t.load_report.damage, t.load_report.trailing_bytes)
+        return (
+            t.col(S.TS_NS).tolist(),
+            [t.name(i) for i in range(len(t))],
+            t.truncated,
+            t.load_report.damage,
+            t.load_report.trailing_bytes,
+        )
 
     ahead, in_turn = load(True), load(False)
     assert ahead == in_turn
     assert len(ahead[0]) > 0
     assert (ahead[2], bool(ahead[3]), ahead[4] > 0) == {
-        "whole": (False, False, False), "members": (False, False, True),
-        "cut": (True, False, False), "damaged": (True, True, False)}[name]
+        "whole": (False, False, False),
+        "members": (False, False, True),
+        "cut": (True, False, False),
+        "damaged": (True, True, False),
+    }[name]

@@ -23,17 +23,37 @@ from neuron_profiler.trace.model import Trace, TraceBuilder
 
 HOST_PID, TID = 4321, 777
 T0 = 1_800_000_000_000_000_000
-OPS = [("aten::mm", 11), ("aten::copy_", 12), ("c10d::allreduce_", 13), ("aten::nonzero", 14),
-       ("aten::item", 15)]
+OPS = [
+    ("aten::mm", 11),
+    ("aten::copy_", 12),
+    ("c10d::allreduce_", 13),
+    ("aten::nonzero", 14),
+    ("aten::item", 15),
+]
 
 
 def host_trace() -> Trace:
     b = TraceBuilder("host.json")
-    b.add(name="ProfilerStep#1", ts_ns=T0, dur_ns=1_000_000, kind=S.EventKind.USER_ANNOTATION,
-          cat="user_annotation", pid=HOST_PID, tid=TID)
+    b.add(
+        name="ProfilerStep#1",
+        ts_ns=T0,
+        dur_ns=1_000_000,
+        kind=S.EventKind.USER_ANNOTATION,
+        cat="user_annotation",
+        pid=HOST_PID,
+        tid=TID,
+    )
     for i, (name, ext) in enumerate(OPS):
-        b.add(name=name, ts_ns=T0 + i * 100_000, dur_ns=50_000, kind=S.EventKind.CPU_OP,
-              cat="cpu_op", pid=HOST_PID, tid=TID, args={"External id": ext})
+        b.add(
+            name=name,
+            ts_ns=T0 + i * 100_000,
+            dur_ns=50_000,
+            kind=S.EventKind.CPU_OP,
+            cat="cpu_op",
+            pid=HOST_PID,
+            tid=TID,
+            args={"External id": ext},
+        )
     b.process_names[HOST_PID] = "python"
     return b.build()
 
@@ -44,27 +64,64 @@ def emulated_payload(rt: EmulatedRuntime) -> bytes:
     X = F.EXT_KEY
     for i, (name, corr) in enumerate(OPS[:3]):
         t = T0 + i * 100_000 + 1_000
-        rt.record_span(0, F.NRT_MODEL_SUBMIT, TID, t, t + 2_000,
-                       {"exec_id": i + 1, "model_id": 1, X: {F.X_OP: name, F.X_CORRELATION_ID: corr}})
+        rt.record_span(
+            0,
+            F.NRT_MODEL_SUBMIT,
+            TID,
+            t,
+            t + 2_000,
+            {"exec_id": i + 1, "model_id": 1, X: {F.X_OP: name, F.X_CORRELATION_ID: corr}},
+        )
         d0, d1 = t + 5_000, t + 5_000 + 4_000 * (i + 1)
         ext = {F.X_OP: name, F.X_CORRELATION_ID: corr, F.X_MODELLED: True, F.X_LAUNCH_NS: t}
         if i == 0:
-            etype, ext = F.NC_EXEC_RUNNING, {**ext, F.X_FLOPS: 8_000_000, F.X_BYTES: 48_000,
-                                             F.X_QUEUE: F.QUEUE_COMPUTE}
+            etype, ext = (
+                F.NC_EXEC_RUNNING,
+                {**ext, F.X_FLOPS: 8_000_000, F.X_BYTES: 48_000, F.X_QUEUE: F.QUEUE_COMPUTE},
+            )
         elif i == 1:
-            etype, ext = F.DMEM_BUF_COPYIN, {**ext, F.X_BYTES: 1 << 20, F.X_DIRECTION: F.H2D,
-                                             F.X_QUEUE: F.QUEUE_DMA}
+            etype, ext = (
+                F.DMEM_BUF_COPYIN,
+                {**ext, F.X_BYTES: 1 << 20, F.X_DIRECTION: F.H2D, F.X_QUEUE: F.QUEUE_DMA},
+            )
         else:
-            etype, ext = F.CC_RUNNING, {**ext, F.X_BYTES: 4096, F.X_COLLECTIVE_OP: "allreduce",
-                                        F.X_RANKS: [0, 1], F.X_ALGORITHM: "ring",
-                                        F.X_QUEUE: F.QUEUE_COLLECTIVE}
-        rt.record_span(0, etype, TID, d0, d1,
-                       {"exec_id": i + 1, "nc_timestamp_ns": rt.nc_timestamp_ns(d0), X: ext},
-                       {"exec_id": i + 1, "nc_timestamp_ns": rt.nc_timestamp_ns(d1)})
+            etype, ext = (
+                F.CC_RUNNING,
+                {
+                    **ext,
+                    F.X_BYTES: 4096,
+                    F.X_COLLECTIVE_OP: "allreduce",
+                    F.X_RANKS: [0, 1],
+                    F.X_ALGORITHM: "ring",
+                    F.X_QUEUE: F.QUEUE_COLLECTIVE,
+                },
+            )
+        rt.record_span(
+            0,
+            etype,
+            TID,
+            d0,
+            d1,
+            {"exec_id": i + 1, "nc_timestamp_ns": rt.nc_timestamp_ns(d0), X: ext},
+            {"exec_id": i + 1, "nc_timestamp_ns": rt.nc_timestamp_ns(d1)},
+        )
     t = T0 + 3 * 100_000 + 1_000
-    rt.record_span(1, F.EXT_FALLBACK, TID, t, t + 9_000,
-                   {X: {F.X_OP: "aten::nonzero", F.X_REASON: "unsupported op",
-                        F.X_SHAPES: [[4, 4]], F.X_DTYPES: ["float32"], F.X_CORRELATION_ID: 14}})
+    rt.record_span(
+        1,
+        F.EXT_FALLBACK,
+        TID,
+        t,
+        t + 9_000,
+        {
+            X: {
+                F.X_OP: "aten::nonzero",
+                F.X_REASON: "unsupported op",
+                F.X_SHAPES: [[4, 4]],
+                F.X_DTYPES: ["float32"],
+                F.X_CORRELATION_ID: 14,
+            }
+        },
+    )
     t = T0 + 4 * 100_000 + 1_000
     rt.record_span(1, F.EXT_HOST_SYNC, TID, t, t + 3_000, {X: {F.X_SYNC_REASON: "item"}})
     payload = rt.sys_trace_fetch()
@@ -143,17 +200,20 @@ def test_host_side_rows_flows_and_metadata(runtime: EmulatedRuntime) -> None:
     assert tr.process_sort_index[0] > HOST_PID
     assert tr.thread_names[(0, L.queue_stream(0, 1))] == "DMA"
     assert tr.metadata["deviceProperties"] == [  # cores 0 and 1 seen, from the envelope
-        {**p, "peaks_known": True} for p in runtime.device_properties()]
+        {**p, "peaks_known": True} for p in runtime.device_properties()
+    ]
     assert tr.metadata["neuron_peaks"] == "modelled"
     assert tr.metadata["neuron_dropped_events"] == {"0": 0, "1": 0}
     assert tr.metadata["neuron_timing_modelled"] is True
-    host_rows = sum(1 for i in range(len(tr)) if c[S.PID][i] == HOST_PID
-                    and tr.category(i) in ("cpu_op", "user_annotation"))
+    host_rows = sum(
+        1
+        for i in range(len(tr))
+        if c[S.PID][i] == HOST_PID and tr.category(i) in ("cpu_op", "user_annotation")
+    )
     assert host_rows == len(host_trace())  # host events kept, none duplicated
 
 
-def test_chrome_export_reloads_to_the_same_events(runtime: EmulatedRuntime,
-                                                  tmp_path: Path) -> None:
+def test_chrome_export_reloads_to_the_same_events(runtime: EmulatedRuntime, tmp_path: Path) -> None:
     merged = merge_device_events(host_trace(), [emulated_payload(runtime)]).trace
     back = load_trace(write_chrome_trace(merged, tmp_path / "m.json.gz"))
     assert len(back) == len(merged)
@@ -169,9 +229,15 @@ def test_ring_buffer_drops_and_split_fetches(tmp_path: Path) -> None:
     rt.sys_trace_start(max_events_per_nc=4)
     for i in range(4):  # 8 events into a ring of 4: the 4 oldest are dropped
         t = T0 + i * 100_000 + 1_000
-        rt.record_span(0, F.NC_EXEC_RUNNING, TID, t, t + 500,
-                       {"exec_id": i, "nc_timestamp_ns": rt.nc_timestamp_ns(t)},
-                       {"exec_id": i, "nc_timestamp_ns": rt.nc_timestamp_ns(t + 500)})
+        rt.record_span(
+            0,
+            F.NC_EXEC_RUNNING,
+            TID,
+            t,
+            t + 500,
+            {"exec_id": i, "nc_timestamp_ns": rt.nc_timestamp_ns(t)},
+            {"exec_id": i, "nc_timestamp_ns": rt.nc_timestamp_ns(t + 500)},
+        )
     first = rt.sys_trace_fetch(max_events=3)  # the last pair is split across two fetches
     second = rt.sys_trace_fetch()
     rt.sys_trace_stop()
@@ -188,8 +254,12 @@ def test_ring_buffer_drops_and_split_fetches(tmp_path: Path) -> None:
 def test_bad_device_input_names_the_file(tmp_path: Path) -> None:
     host = tmp_path / "host.json"
     write_chrome_trace(host_trace(), host)
-    cases = {"missing.json": None, "bad.json": b"{nope", "other.json": b'{"traceEvents": []}',
-             "empty.json": b"  \n"}
+    cases = {
+        "missing.json": None,
+        "bad.json": b"{nope",
+        "other.json": b'{"traceEvents": []}',
+        "empty.json": b"  \n",
+    }
     for name, content in cases.items():
         path = tmp_path / name
         if content is not None:
@@ -204,11 +274,30 @@ def test_core_whose_pid_the_host_uses_moves_to_a_free_pid() -> None:
     "NeuronCore 0"; a real capture (no extension) says its peaks are unknown."""
     b = TraceBuilder("gpu.json")
     b.add(name="k", ts_ns=T0, dur_ns=10, kind=S.EventKind.KERNEL, cat="kernel", pid=0, tid=7)
-    payload = json.dumps({"events": [
-        {"event_type": F.NC_EXEC_RUNNING, "phase": "start", "tracking_id": 1, "nc_idx": 0,
-         "thread_id": 1, "timestamp_ns": T0, "data": {}},
-        {"event_type": F.NC_EXEC_RUNNING, "phase": "stop", "tracking_id": 1, "nc_idx": 0,
-         "thread_id": 1, "timestamp_ns": T0 + 5, "data": {}}]}).encode()
+    payload = json.dumps(
+        {
+            "events": [
+                {
+                    "event_type": F.NC_EXEC_RUNNING,
+                    "phase": "start",
+                    "tracking_id": 1,
+                    "nc_idx": 0,
+                    "thread_id": 1,
+                    "timestamp_ns": T0,
+                    "data": {},
+                },
+                {
+                    "event_type": F.NC_EXEC_RUNNING,
+                    "phase": "stop",
+                    "tracking_id": 1,
+                    "nc_idx": 0,
+                    "thread_id": 1,
+                    "timestamp_ns": T0 + 5,
+                    "data": {},
+                },
+            ]
+        }
+    ).encode()
     result = merge_device_events(b.build(), [payload])
     tr, c = result.trace, result.trace.columns
     assert result.relocated_cores == {0: 2**20}
@@ -217,17 +306,25 @@ def test_core_whose_pid_the_host_uses_moves_to_a_free_pid() -> None:
     assert tr.process_names[2**20] == "NeuronCore 0"
     assert tr.metadata[L.META_RELOCATED_CORES] == {"0": 2**20}
     assert tr.metadata[L.META_PEAKS] == "unknown"
-    assert tr.metadata["deviceProperties"][-1] == {"id": 0, "name": "NeuronCore 0",
-                                                   "emulated": False, "peaks_known": False}
+    assert tr.metadata["deviceProperties"][-1] == {
+        "id": 0,
+        "name": "NeuronCore 0",
+        "emulated": False,
+        "peaks_known": False,
+    }
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "neuron_profiler.cli.main", "merge", *args],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "neuron_profiler.cli.main", "merge", *args],
+        capture_output=True,
+        text=True,
+    )
 
 
-def test_cli_merges_and_bad_input_is_one_line_exit_2(runtime: EmulatedRuntime,
-                                                     tmp_path: Path) -> None:
+def test_cli_merges_and_bad_input_is_one_line_exit_2(
+    runtime: EmulatedRuntime, tmp_path: Path
+) -> None:
     host = tmp_path / "host.json"
     write_chrome_trace(host_trace(), host)
     dev = tmp_path / "dev.json"

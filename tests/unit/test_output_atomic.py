@@ -30,8 +30,16 @@ OLD = b"previous output: must survive a failed write\n"
 def small_trace(n: int = 200) -> Trace:
     b = TraceBuilder("in.json")
     for i in range(n):
-        b.add(name=f"op{i}", ts_ns=T0 + i * 1000, dur_ns=500, kind=S.EventKind.CPU_OP,
-              cat="cpu_op", pid=1, tid=2, args={"External id": i, "pad": "x" * 40})
+        b.add(
+            name=f"op{i}",
+            ts_ns=T0 + i * 1000,
+            dur_ns=500,
+            kind=S.EventKind.CPU_OP,
+            cat="cpu_op",
+            pid=1,
+            tid=2,
+            args={"External id": i, "pad": "x" * 40},
+        )
     return b.build()
 
 
@@ -51,7 +59,7 @@ class FullDisk:
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         if len(view) > self.room:
-            self.real.write(view[:self.room])
+            self.real.write(view[: self.room])
             self.room = 0
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         self.room -= len(view)
@@ -69,16 +77,18 @@ class FullDisk:
 
 def disk_with_room(monkeypatch: pytest.MonkeyPatch, room: int) -> None:
     """Every output file opened by ``_output`` from now on sits on a nearly full disk."""
-    monkeypatch.setattr(_output, "open", lambda fd, mode: FullDisk(builtins.open(fd, mode), room),
-                        raising=False)
+    monkeypatch.setattr(
+        _output, "open", lambda fd, mode: FullDisk(builtins.open(fd, mode), room), raising=False
+    )
 
 
 FORMATS = ["out.json", "out.json.gz", "out.pftrace"]
 
 
 @pytest.mark.parametrize("name", FORMATS)
-def test_full_disk_leaves_the_old_output_and_no_temp_file(tmp_path: Path, name: str,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_full_disk_leaves_the_old_output_and_no_temp_file(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / name
     out.write_bytes(OLD)
     before = out.stat()
@@ -93,16 +103,18 @@ def test_full_disk_leaves_the_old_output_and_no_temp_file(tmp_path: Path, name: 
 
 
 @pytest.mark.parametrize("name", FORMATS)
-def test_full_disk_with_no_old_output_leaves_nothing(tmp_path: Path, name: str,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_full_disk_with_no_old_output_leaves_nothing(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     disk_with_room(monkeypatch, 0)
     with pytest.raises(OutputError, match="disk full"):
         write(small_trace(), tmp_path / name)
     assert os.listdir(tmp_path) == []
 
 
-def test_error_mid_perfetto_export_keeps_the_old_file(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_error_mid_perfetto_export_keeps_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Not an OS error: it propagates unchanged, and the old .pftrace is not truncated."""
     out = tmp_path / "out.pftrace"
     out.write_bytes(OLD)
@@ -169,13 +181,17 @@ def test_a_symlinked_output_stays_a_link(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["link.json", "real.json"]
 
 
-@pytest.mark.parametrize("setup, problem", [
-    (lambda d: d / "missing" / "out.json", "no such directory"),
-    (lambda d: (d / "out.json").mkdir() or d / "out.json", "is a directory"),
-    (lambda d: (d / "file").write_bytes(b"x") and d / "file" / "out.json", "not a directory"),
-])
-def test_unwritable_targets_fail_before_writing(tmp_path: Path, setup: Callable[[Path], Path],
-                                                problem: str) -> None:
+@pytest.mark.parametrize(
+    "setup, problem",
+    [
+        (lambda d: d / "missing" / "out.json", "no such directory"),
+        (lambda d: (d / "out.json").mkdir() or d / "out.json", "is a directory"),
+        (lambda d: (d / "file").write_bytes(b"x") and d / "file" / "out.json", "not a directory"),
+    ],
+)
+def test_unwritable_targets_fail_before_writing(
+    tmp_path: Path, setup: Callable[[Path], Path], problem: str
+) -> None:
     path = setup(tmp_path)
     before = sorted(os.listdir(tmp_path))
     with pytest.raises(OutputError) as info:
@@ -185,16 +201,22 @@ def test_unwritable_targets_fail_before_writing(tmp_path: Path, setup: Callable[
     assert sorted(os.listdir(tmp_path)) == before
 
 
-@pytest.mark.parametrize("code, words", [(errno.EFBIG, "file too large"),
-                                         (errno.EROFS, "read-only file system"),
-                                         (errno.EACCES, "permission denied"),
-                                         (errno.EIO, "cannot write: Input/output error")])
+@pytest.mark.parametrize(
+    "code, words",
+    [
+        (errno.EFBIG, "file too large"),
+        (errno.EROFS, "read-only file system"),
+        (errno.EACCES, "permission denied"),
+        (errno.EIO, "cannot write: Input/output error"),
+    ],
+)
 def test_problem_names_the_cause(code: int, words: str) -> None:
     assert _output.problem(OSError(code, os.strerror(code))).startswith(words)
 
 
-def test_check_output_refuses_an_input_by_any_name(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_output_refuses_an_input_by_any_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = tmp_path / "a.json"
     src.write_bytes(OLD)
     (tmp_path / "hard.json").hardlink_to(src)

@@ -5,24 +5,34 @@ from __future__ import annotations
 import subprocess
 import sys
 
-TORCH_FREE_MODULES = ["neuron_profiler", "neuron_profiler.trace", "neuron_profiler.cli.main",
-                      "neuron_profiler.runtime_trace.format"]
+TORCH_FREE_MODULES = [
+    "neuron_profiler",
+    "neuron_profiler.trace",
+    "neuron_profiler.cli.main",
+    "neuron_profiler.runtime_trace.format",
+]
 
 
 def test_torch_free_imports() -> None:
     from neuron_profiler.cli.main import SUBCOMMANDS
 
     modules = TORCH_FREE_MODULES + [t.split(":")[0] for t in SUBCOMMANDS.values()]
-    code = ("import importlib, sys\n"
-            f"for m in {modules!r}: importlib.import_module(m)\n"
-            "print('torch' in sys.modules)")
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_cli_help_lists_subcommands() -> None:
-    out = subprocess.run([sys.executable, "-m", "neuron_profiler.cli.main", "--help"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "neuron_profiler.cli.main", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     from neuron_profiler.cli.main import SUBCOMMANDS
 
     for name in SUBCOMMANDS:
@@ -36,14 +46,22 @@ def test_layers_import_only_downwards() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "neuron_profiler"
-    forbidden = ("neuron_profiler.runtime_trace", "neuron_profiler.collectors",
-                 "neuron_profiler.emulator")
+    forbidden = (
+        "neuron_profiler.runtime_trace",
+        "neuron_profiler.collectors",
+        "neuron_profiler.emulator",
+    )
     offenders = []
     for package in ("analysis", "trace", "exporters", "reports"):
         for path in (root / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
-                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else []
+                )
                 offenders += [f"{path.name}: {n}" for n in names if n.startswith(forbidden)]
     assert offenders == []
 
@@ -57,20 +75,38 @@ def test_trace_keys_spelled_once() -> None:
     from neuron_profiler.trace import vocabulary as V
 
     root = Path(__file__).resolve().parents[2] / "neuron_profiler"
-    distinctive = lambda v: (" " in v or v != v.lower()  # noqa: E731 - plain words like
-                             or v.startswith(("neuron_", "privateuse1_")))  # "bytes" are not keys
-    keys = {v for k, v in vars(V).items() if k.startswith(("ARG_", "META_", "CAT_"))
-            and isinstance(v, str) and distinctive(v)}
+
+    def distinctive(v: str) -> bool:  # plain words like "bytes" are not keys
+        return " " in v or v != v.lower() or v.startswith(("neuron_", "privateuse1_"))
+
+    keys = {
+        v
+        for k, v in vars(V).items()
+        if k.startswith(("ARG_", "META_", "CAT_")) and isinstance(v, str) and distinctive(v)
+    }
     assert len(keys) > 25
-    users = [root / "collectors" / "session.py", root / "runtime_trace" / "merge.py",
-             root / "runtime_trace" / "placement.py", *(root / "exporters").glob("*.py"),
-             *(root / "analysis").rglob("*.py"), *(root / "reports").glob("*.py")]
+    users = [
+        root / "collectors" / "session.py",
+        root / "runtime_trace" / "merge.py",
+        root / "runtime_trace" / "placement.py",
+        *(root / "exporters").glob("*.py"),
+        *(root / "analysis").rglob("*.py"),
+        *(root / "reports").glob("*.py"),
+    ]
     found = []
     for path in users:
         tree = ast.parse(path.read_text())
-        docs = {id(n.body[0].value) for n in ast.walk(tree)
-                if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef) and n.body
-                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-        found += [(path.name, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant)
-                  and n.value in keys and id(n) not in docs]
+        docs = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef)
+            and n.body
+            and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)
+        }
+        found += [
+            (path.name, n.value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and n.value in keys and id(n) not in docs
+        ]
     assert found == []

@@ -30,32 +30,103 @@ def _training_step() -> TraceBuilder:
     b = TraceBuilder()
     b.process_names.update({HOST: "python", 0: "NeuronCore 0"})
     b.thread_names.update({(HOST, HOST): "main", (0, 0): "compute", (0, 1): "DMA"})
-    b.add(name="ProfilerStep#1", ts_ns=T0, dur_ns=10_000, kind=EventKind.USER_ANNOTATION,
-          cat="user_annotation", pid=HOST, tid=HOST)
-    b.add(name="aten::mm", ts_ns=T0 + 100, dur_ns=2_000, kind=EventKind.CPU_OP, cat="cpu_op",
-          pid=HOST, tid=HOST, args={"External id": 5, "Input Dims": [[4, 8], [8, 2]],
-                                    "Input type": ["float", "float"], "Sequence number": 3})
-    b.add(name="nrt_execute", ts_ns=T0 + 200, dur_ns=500, kind=EventKind.RUNTIME,
-          cat="privateuse1_runtime", pid=HOST, tid=HOST, args={"correlation": 11})
-    b.add(name="ac2g", ts_ns=T0 + 200, ph=Phase.FLOW_START, kind=EventKind.FLOW, cat="ac2g",
-          pid=HOST, tid=HOST, flow_id=11)
-    b.add(name="mm_kernel", ts_ns=T0 + 3_000, dur_ns=4_000, kind=EventKind.KERNEL,
-          cat="kernel", pid=0, tid=0, args={"correlation": 11, "flops": 128, "emulated": True,
-                                            "achieved TFLOPS": 0.5})
-    b.add(name="ac2g", ts_ns=T0 + 3_000, ph=Phase.FLOW_END, kind=EventKind.FLOW, cat="ac2g",
-          pid=0, tid=0, flow_id=11)
-    b.add(name="copy", ts_ns=T0 + 1_000, dur_ns=1_000, kind=EventKind.MEMCPY, cat="gpu_memcpy",
-          pid=0, tid=1, args={"bytes": 4096, "direction": "HtoD"})
-    b.add(name="marker", ts_ns=T0 + 500, ph=Phase.INSTANT, kind=EventKind.CPU_INSTANT,
-          cat="cpu_instant_event", pid=HOST, tid=HOST)
+    b.add(
+        name="ProfilerStep#1",
+        ts_ns=T0,
+        dur_ns=10_000,
+        kind=EventKind.USER_ANNOTATION,
+        cat="user_annotation",
+        pid=HOST,
+        tid=HOST,
+    )
+    b.add(
+        name="aten::mm",
+        ts_ns=T0 + 100,
+        dur_ns=2_000,
+        kind=EventKind.CPU_OP,
+        cat="cpu_op",
+        pid=HOST,
+        tid=HOST,
+        args={
+            "External id": 5,
+            "Input Dims": [[4, 8], [8, 2]],
+            "Input type": ["float", "float"],
+            "Sequence number": 3,
+        },
+    )
+    b.add(
+        name="nrt_execute",
+        ts_ns=T0 + 200,
+        dur_ns=500,
+        kind=EventKind.RUNTIME,
+        cat="privateuse1_runtime",
+        pid=HOST,
+        tid=HOST,
+        args={"correlation": 11},
+    )
+    b.add(
+        name="ac2g",
+        ts_ns=T0 + 200,
+        ph=Phase.FLOW_START,
+        kind=EventKind.FLOW,
+        cat="ac2g",
+        pid=HOST,
+        tid=HOST,
+        flow_id=11,
+    )
+    b.add(
+        name="mm_kernel",
+        ts_ns=T0 + 3_000,
+        dur_ns=4_000,
+        kind=EventKind.KERNEL,
+        cat="kernel",
+        pid=0,
+        tid=0,
+        args={"correlation": 11, "flops": 128, "emulated": True, "achieved TFLOPS": 0.5},
+    )
+    b.add(
+        name="ac2g",
+        ts_ns=T0 + 3_000,
+        ph=Phase.FLOW_END,
+        kind=EventKind.FLOW,
+        cat="ac2g",
+        pid=0,
+        tid=0,
+        flow_id=11,
+    )
+    b.add(
+        name="copy",
+        ts_ns=T0 + 1_000,
+        dur_ns=1_000,
+        kind=EventKind.MEMCPY,
+        cat="gpu_memcpy",
+        pid=0,
+        tid=1,
+        args={"bytes": 4096, "direction": "HtoD"},
+    )
+    b.add(
+        name="marker",
+        ts_ns=T0 + 500,
+        ph=Phase.INSTANT,
+        kind=EventKind.CPU_INSTANT,
+        cat="cpu_instant_event",
+        pid=HOST,
+        tid=HOST,
+    )
     return b
 
 
 def _complete_events(trace) -> Counter:
     rows = trace.select(ph=Phase.COMPLETE)
-    return Counter((trace.name(r), int(trace.col("ts_ns")[r]),
-                    int(trace.col("ts_ns")[r] + trace.col("dur_ns")[r]))
-                   for r in rows if trace.col("dur_ns")[r] > 0)
+    return Counter(
+        (
+            trace.name(r),
+            int(trace.col("ts_ns")[r]),
+            int(trace.col("ts_ns")[r] + trace.col("dur_ns")[r]),
+        )
+        for r in rows
+        if trace.col("dur_ns")[r] > 0
+    )
 
 
 def test_training_step_round_trip(tmp_path: Path) -> None:
@@ -76,16 +147,20 @@ def test_training_step_round_trip(tmp_path: Path) -> None:
     assert d.track_named("compute").parent_uuid == core.uuid
     assert d.track_named("DMA").parent_uuid == core.uuid
     # categories travel interned with the names
-    assert {(n, c) for _, n, c, _, _ in d.slices} >= {("aten::mm", "cpu_op"),
-                                                      ("mm_kernel", "kernel")}
+    assert {(n, c) for _, n, c, _, _ in d.slices} >= {
+        ("aten::mm", "cpu_op"),
+        ("mm_kernel", "kernel"),
+    }
 
 
 def test_flow_from_runtime_call_to_kernel(tmp_path: Path) -> None:
     trace = _training_step().build()
     d = decode_and_check(write_perfetto_trace(trace, tmp_path / "t.pftrace").path)
     ((flow_id, ends),) = d.flows.items()
-    assert sorted((name, term) for _, name, term in ends) == [("mm_kernel", True),
-                                                              ("nrt_execute", False)]
+    assert sorted((name, term) for _, name, term in ends) == [
+        ("mm_kernel", True),
+        ("nrt_execute", False),
+    ]
 
 
 def test_args_become_annotations(tmp_path: Path) -> None:
@@ -104,8 +179,9 @@ def test_counter_tracks_equal_hand_computation(tmp_path: Path) -> None:
     b = _training_step()
     trace = b.build()
     counters = device_counters(trace, bin_ns=2_000)
-    d = decode_and_check(write_perfetto_trace(trace, tmp_path / "t.pftrace",
-                                              counters=counters).path)
+    d = decode_and_check(
+        write_perfetto_trace(trace, tmp_path / "t.pftrace", counters=counters).path
+    )
     by_name = {d.tracks[u].name: pts for u, pts in d.counters.items()}
     # device work: copy [1000, 2000) on DMA, kernel [3000, 7000) on compute: the grid starts
     # at T0+1000 with 3 bins of 2000 ns; a counter is written where its value changes, and 0
@@ -122,10 +198,23 @@ def test_counter_tracks_equal_hand_computation(tmp_path: Path) -> None:
 def test_overlapping_work_goes_to_sibling_tracks(tmp_path: Path) -> None:
     b = TraceBuilder()
     b.thread_names[(HOST, 9)] = "worker"
-    for name, start, dur in (("a", 0, 100), ("b", 50, 100), ("c", 60, 20), ("d", 120, 10),
-                             ("e", 0, 100), ("z", 100, 50)):
-        b.add(name=name, ts_ns=T0 + start, dur_ns=dur, kind=EventKind.CPU_OP, cat="cpu_op",
-              pid=HOST, tid=9)
+    for name, start, dur in (
+        ("a", 0, 100),
+        ("b", 50, 100),
+        ("c", 60, 20),
+        ("d", 120, 10),
+        ("e", 0, 100),
+        ("z", 100, 50),
+    ):
+        b.add(
+            name=name,
+            ts_ns=T0 + start,
+            dur_ns=dur,
+            kind=EventKind.CPU_OP,
+            cat="cpu_op",
+            pid=HOST,
+            tid=9,
+        )
     trace = b.build()
     result = write_perfetto_trace(trace, tmp_path / "o.pftrace")
     d = decode_and_check(result.path)  # asserts every begin/end nests on its track
@@ -143,8 +232,15 @@ def test_pathological_overlap_staircase(tmp_path: Path) -> None:
     """300 slices each crossing the next: many sibling tracks, still well nested."""
     b = TraceBuilder()
     for i in range(300):
-        b.add(name=f"s{i}", ts_ns=T0 + i * 10, dur_ns=1_000, kind=EventKind.KERNEL, cat="kernel",
-              pid=0, tid=3)
+        b.add(
+            name=f"s{i}",
+            ts_ns=T0 + i * 10,
+            dur_ns=1_000,
+            kind=EventKind.KERNEL,
+            cat="kernel",
+            pid=0,
+            tid=3,
+        )
     trace = b.build()
     result = write_perfetto_trace(trace, tmp_path / "s.pftrace")
     d = decode_and_check(result.path)
@@ -160,8 +256,9 @@ def test_random_overlaps_many_chunks(tmp_path: Path) -> None:
         pid, tid = (HOST, int(rng.integers(1, 4))) if i % 3 else (int(rng.integers(0, 2)), 7)
         start, dur = int(rng.integers(0, 200_000)), int(rng.integers(0, 3_000))
         kind = EventKind.CPU_OP if pid == HOST else EventKind.KERNEL
-        b.add(name=f"op{i % 50}", ts_ns=T0 + start, dur_ns=dur, kind=kind, cat="x", pid=pid,
-              tid=tid)
+        b.add(
+            name=f"op{i % 50}", ts_ns=T0 + start, dur_ns=dur, kind=kind, cat="x", pid=pid, tid=tid
+        )
         if dur:
             expected[(f"op{i % 50}", T0 + start, T0 + start + dur)] += 1
     trace = b.build()
@@ -171,20 +268,28 @@ def test_random_overlaps_many_chunks(tmp_path: Path) -> None:
     assert len(d.slices) + len(d.instants) == len(trace) == result.slices + result.instants
 
 
-def test_same_bytes_with_one_or_two_encoder_threads(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_same_bytes_with_one_or_two_encoder_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from neuron_profiler.exporters import perfetto
 
     b = _training_step()
     for i in range(3000):  # enough packets for several chunks
-        b.add(name=f"op{i % 7}", ts_ns=T0 + 20_000 + i * 10, dur_ns=5, kind=EventKind.CPU_OP,
-              cat="cpu_op", pid=HOST, tid=HOST, args={"i": i, "s": f"x{i % 5}"})
+        b.add(
+            name=f"op{i % 7}",
+            ts_ns=T0 + 20_000 + i * 10,
+            dur_ns=5,
+            kind=EventKind.CPU_OP,
+            cat="cpu_op",
+            pid=HOST,
+            tid=HOST,
+            args={"i": i, "s": f"x{i % 5}"},
+        )
     trace = b.build()
     outputs = []
     for threads in (1, 2):
         monkeypatch.setattr(perfetto, "ENCODE_THREADS", threads)
-        path = write_perfetto_trace(trace, tmp_path / f"{threads}.pftrace",
-                                    chunk_packets=500).path
+        path = write_perfetto_trace(trace, tmp_path / f"{threads}.pftrace", chunk_packets=500).path
         outputs.append(path.read_bytes())
     assert outputs[0] == outputs[1]
     assert len(decode_and_check(tmp_path / "2.pftrace").args) == 3000 + 4
@@ -208,12 +313,9 @@ def test_skipped_events_are_counted(tmp_path: Path) -> None:
     b.add(name="ok", ts_ns=T0, dur_ns=10, pid=HOST, tid=1)
     b.add(name="neg", ts_ns=T0, dur_ns=-5, pid=HOST, tid=1)
     b.add(name="open", ts_ns=T0, ph=Phase.BEGIN, pid=HOST, tid=1)
-    b.add(name="orphan", ts_ns=T0 + 2, ph=Phase.FLOW_START, cat="ac2g", pid=HOST, tid=1,
-          flow_id=99)
-    b.add(name="lost", ts_ns=T0 + 50, ph=Phase.FLOW_START, cat="ac2g", pid=HOST, tid=1,
-          flow_id=5)
-    b.add(name="lost", ts_ns=T0 + 60, ph=Phase.FLOW_END, cat="ac2g", pid=HOST, tid=2,
-          flow_id=5)
+    b.add(name="orphan", ts_ns=T0 + 2, ph=Phase.FLOW_START, cat="ac2g", pid=HOST, tid=1, flow_id=99)
+    b.add(name="lost", ts_ns=T0 + 50, ph=Phase.FLOW_START, cat="ac2g", pid=HOST, tid=1, flow_id=5)
+    b.add(name="lost", ts_ns=T0 + 60, ph=Phase.FLOW_END, cat="ac2g", pid=HOST, tid=2, flow_id=5)
     result = write_perfetto_trace(b.build(), tmp_path / "s.pftrace")
     assert result.skipped == {"negative duration": 1, "unpaired begin/end": 1}
     assert result.orphan_flow_endpoints == 1  # id 99 has no other end in the trace
@@ -226,10 +328,24 @@ def test_absurd_time_span(tmp_path: Path) -> None:
     """A stray event near the epoch next to real ones (seen in broken traces) still exports."""
     b = TraceBuilder()
     for tid in range(3):
-        b.add(name="early", ts_ns=10 + tid, dur_ns=100, kind=EventKind.KERNEL, cat="kernel",
-              pid=0, tid=tid)
-        b.add(name="late", ts_ns=T0 + tid, dur_ns=100, kind=EventKind.KERNEL, cat="kernel",
-              pid=0, tid=tid)
+        b.add(
+            name="early",
+            ts_ns=10 + tid,
+            dur_ns=100,
+            kind=EventKind.KERNEL,
+            cat="kernel",
+            pid=0,
+            tid=tid,
+        )
+        b.add(
+            name="late",
+            ts_ns=T0 + tid,
+            dur_ns=100,
+            kind=EventKind.KERNEL,
+            cat="kernel",
+            pid=0,
+            tid=tid,
+        )
     b.add(name="ac2g", ts_ns=T0 + 1, ph=Phase.FLOW_START, cat="ac2g", pid=0, tid=1, flow_id=1)
     b.add(name="ac2g", ts_ns=T0 + 2, ph=Phase.FLOW_END, cat="ac2g", pid=0, tid=2, flow_id=1)
     trace = b.build()
@@ -249,31 +365,55 @@ def test_string_pids_and_tids_name_their_tracks(tmp_path: Path) -> None:
     """Kineto's string pids/tids ("Spans", "Traces", "") name their tracks when no M event
     does; numbers without a name keep "process N" / "thread N"; M names still win."""
     events = [
-        {"ph": "X", "cat": "user_annotation", "name": "PyTorch Profiler (0)", "pid": "Spans",
-         "tid": "PyTorch Profiler", "ts": 1, "dur": 50},
-        {"ph": "i", "s": "g", "name": "Iteration Start", "pid": "Traces",
-         "tid": "Trace PyTorch Profiler", "ts": 1},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "PyTorch Profiler (0)",
+            "pid": "Spans",
+            "tid": "PyTorch Profiler",
+            "ts": 1,
+            "dur": 50,
+        },
+        {
+            "ph": "i",
+            "s": "g",
+            "name": "Iteration Start",
+            "pid": "Traces",
+            "tid": "Trace PyTorch Profiler",
+            "ts": 1,
+        },
         {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 60},
         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 9, "tid": 3, "ts": 2, "dur": 5},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 8, "tid": "w", "ts": 2,
-         "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 8, "tid": "w", "ts": 2, "dur": 5},
         {"ph": "M", "name": "process_name", "pid": 8, "tid": 0, "args": {"name": "named"}},
-        {"ph": "M", "name": "thread_name", "pid": 8, "tid": "w", "args": {"name": "worker"}}]
+        {"ph": "M", "name": "thread_name", "pid": 8, "tid": "w", "args": {"name": "worker"}},
+    ]
     src = tmp_path / "in.json"
     src.write_text(json.dumps({"baseTimeNanoseconds": 10**18, "traceEvents": events}))
     d = decode_and_check(write_perfetto_trace(load_trace(src), tmp_path / "o.pftrace").path)
     processes = {t.process.process_name: t for t in d.tracks.values() if t.HasField("process")}
     assert set(processes) == {"Spans", "Traces", '""', "process 9", "named"}
     assert processes["Spans"].description == 'Chrome trace pid "Spans"'
-    children = {(d.tracks[t.parent_uuid].process.process_name,
-                 t.thread.thread_name if t.HasField("thread") else t.name)
-                for t in d.tracks.values() if t.parent_uuid}
-    assert children == {("Spans", "PyTorch Profiler"), ("Traces", "Trace PyTorch Profiler"),
-                        ('""', '""'), ("process 9", "thread 3"), ("named", "worker")}
+    children = {
+        (
+            d.tracks[t.parent_uuid].process.process_name,
+            t.thread.thread_name if t.HasField("thread") else t.name,
+        )
+        for t in d.tracks.values()
+        if t.parent_uuid
+    }
+    assert children == {
+        ("Spans", "PyTorch Profiler"),
+        ("Traces", "Trace PyTorch Profiler"),
+        ('""', '""'),
+        ("process 9", "thread 3"),
+        ("named", "worker"),
+    }
 
 
-@pytest.mark.parametrize("values", [[0, 1, 127, 128, 300, 2**32, 2**63 - 1, 2**64 - 1],
-                                    [-1, -(2**63), 5, -300]])
+@pytest.mark.parametrize(
+    "values", [[0, 1, 127, 128, 300, 2**32, 2**63 - 1, 2**64 - 1], [-1, -(2**63), 5, -300]]
+)
 def test_wire_encoder_matches_protobuf(values: list[int]) -> None:
     """Two layouts (with / without a flow id), padded varints, a tail blob, interleaved back."""
     n = len(values)
@@ -323,13 +463,16 @@ def test_padded_varints_decode_to_their_values() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "neuron_profiler.cli.main", *args],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "neuron_profiler.cli.main", *args], capture_output=True, text=True
+    )
 
 
 def test_cli_export_pftrace(tmp_path: Path) -> None:
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 2, "ts": i * 10,
-               "dur": 5} for i in range(20)]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 2, "ts": i * 10, "dur": 5}
+        for i in range(20)
+    ]
     src = tmp_path / "in.json"
     src.write_text(json.dumps({"baseTimeNanoseconds": 10**18, "traceEvents": events}))
     out = tmp_path / "out.pftrace"
@@ -354,8 +497,10 @@ def test_cli_progress_bar_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     from neuron_profiler.cli import export as export_cli
 
     monkeypatch.setattr(export_cli, "PROGRESS_MIN_EVENTS", 0)  # show the bar even here
-    events = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 2, "ts": i * 10,
-               "dur": 5} for i in range(50)]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 2, "ts": i * 10, "dur": 5}
+        for i in range(50)
+    ]
     src = tmp_path / "in.json"
     src.write_text(json.dumps({"traceEvents": events}))
     for out in (tmp_path / "o.pftrace", tmp_path / "o.json.gz"):
@@ -365,8 +510,9 @@ def test_cli_progress_bar_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert len(decode_and_check(tmp_path / "o.pftrace").slices) == 50
     src.write_text(json.dumps({"traceEvents": [dict(e, args={"n": 1}) for e in events]}))
     for name, flags in (("with.pftrace", []), ("bare.pftrace", ["--no-args"])):
-        result = CliRunner().invoke(export_cli.export, [str(src), "-o", str(tmp_path / name),
-                                                        *flags])
+        result = CliRunner().invoke(
+            export_cli.export, [str(src), "-o", str(tmp_path / name), *flags]
+        )
         assert result.exit_code == 0, result.output
     assert len(decode_and_check(tmp_path / "with.pftrace").args) == 50
     assert decode_and_check(tmp_path / "bare.pftrace").args == {}

@@ -80,8 +80,9 @@ def test_well_nested_work_stays_on_its_track(seed: int) -> None:
     rows = []
     for g in range(4):
         rows += [(g, s, e) for s, e in _laminar(rng, 300, 0, 10_000)]
-    order = rng.permutation(len(rows)) if seed % 2 else np.argsort([r[1] for r in rows],
-                                                                   kind="stable")
+    order = (
+        rng.permutation(len(rows)) if seed % 2 else np.argsort([r[1] for r in rows], kind="stable")
+    )
     group, start, end = (np.array([rows[i][k] for i in order], dtype=np.int64) for k in range(3))
     nest = assign_lanes(group, start, end)
     assert (nest.lane == 0).all()
@@ -112,8 +113,9 @@ def test_scatter_rows_and_blobs_against_bytes() -> None:
         matrix = np.array([list(prefixes[i]) for i in rows], dtype=np.uint8).reshape(-1, w)
         W.scatter_rows(out, offsets[rows], matrix)
     blob_sizes = np.array([len(b) for b in blobs])
-    W.scatter_blobs(out, offsets + widths, np.frombuffer(b"".join(blobs), dtype=np.uint8),
-                    blob_sizes)
+    W.scatter_blobs(
+        out, offsets + widths, np.frombuffer(b"".join(blobs), dtype=np.uint8), blob_sizes
+    )
     assert out.tobytes() == expected
 
 
@@ -126,8 +128,10 @@ def test_padded_varints_of_every_width(width: int) -> None:
     low = 1 << (7 * (width - 1)) if width > 1 else 0
     for span in (1, 2**7, 2**20, top - low):
         base = int(rng.integers(low, max(low + 1, top - span), dtype=np.uint64))
-        values = np.array([base, base + span, base + span // 2, top if span == top - low
-                           else base + 1], dtype=np.uint64)
+        values = np.array(
+            [base, base + span, base + span // 2, top if span == top - low else base + 1],
+            dtype=np.uint64,
+        )
         rows = W.FixedRows(len(values))
         rows.varint(11, values)  # TrackEvent.track_uuid
         decoded = [TrackEvent.FromString(r.tobytes()).track_uuid for r in rows.matrix()]
@@ -150,16 +154,31 @@ def _nested_trace(seed: int):
     slices = []
     for tid in (1, 2, 3):
         for s, e in _laminar(rng, 200, 0, 50_000):
-            b.add(name="op", ts_ns=T0 + s, dur_ns=e - s, kind=EventKind.CPU_OP, cat="cpu_op",
-                  pid=7, tid=tid)
+            b.add(
+                name="op",
+                ts_ns=T0 + s,
+                dur_ns=e - s,
+                kind=EventKind.CPU_OP,
+                cat="cpu_op",
+                pid=7,
+                tid=tid,
+            )
             slices.append((tid, s, e))
     for i in range(300):  # flows at slice starts (always bound) and at random times, some on
         tid, ts = int(rng.integers(1, 5)), int(rng.integers(0, 50_000))  # a thread with none
         if i % 4 < 2:
             tid, ts, _ = slices[int(rng.integers(0, len(slices)))]
         ph = Phase.FLOW_START if i % 2 == 0 else Phase.FLOW_END
-        b.add(name="ac2g", ts_ns=T0 + ts, ph=ph, kind=EventKind.FLOW, cat="ac2g", pid=7,
-              tid=tid, flow_id=i // 2)
+        b.add(
+            name="ac2g",
+            ts_ns=T0 + ts,
+            ph=ph,
+            kind=EventKind.FLOW,
+            cat="ac2g",
+            pid=7,
+            tid=tid,
+            flow_id=i // 2,
+        )
     return b.build()
 
 
@@ -207,8 +226,14 @@ def test_flow_binding_against_a_reference(seed: int) -> None:
     pairs = sorted({(7, int(t)) for t in tid[cand]})
     c_thread = np.array([pairs.index((7, int(t))) for t in tid[cand]])
     flows = bind_flows(trace, flow_rows, cand, c_thread, pairs)
-    ours = list(zip(flows.candidate.tolist(), flows.flow_uid.tolist(),
-                    flows.terminating.tolist(), strict=True))
+    ours = list(
+        zip(
+            flows.candidate.tolist(),
+            flows.flow_uid.tolist(),
+            flows.terminating.tolist(),
+            strict=True,
+        )
+    )
     expected = _reference_flows(trace, flow_rows, cand, STEP_BACK)
     assert ours == expected
     assert flows.flows == sum(1 for _, _, last in expected if last) > 0
@@ -222,27 +247,69 @@ def _mixed_trace():
     b.process_names.update({1: "python", 0: "NeuronCore 0"})
     for i in range(400):
         t = int(rng.integers(0, 400_000))
-        b.add(name=f"op{i % 9}", ts_ns=T0 + t, dur_ns=int(rng.integers(0, 3_000)),
-              kind=EventKind.CPU_OP, cat="cpu_op", pid=1, tid=int(rng.integers(1, 3)),
-              args={"i": i, "shape": f"[{i % 4}, 8]"} if i % 3 else None)
-        b.add(name="k", ts_ns=T0 + t + 500, dur_ns=int(rng.integers(1, 5_000)),
-              kind=EventKind.KERNEL if i % 4 else EventKind.MEMCPY, cat="kernel", pid=0,
-              tid=i % 2, args={"bytes": 4096 * (i + 1)} if i % 4 == 0 else None)
-        b.add(name="ac2g", ts_ns=T0 + t + 1, ph=Phase.FLOW_START, kind=EventKind.FLOW,
-              cat="ac2g", pid=1, tid=1, flow_id=i)
-        b.add(name="ac2g", ts_ns=T0 + t + 501, ph=Phase.FLOW_END, kind=EventKind.FLOW,
-              cat="ac2g", pid=0, tid=i % 2, flow_id=i)
+        b.add(
+            name=f"op{i % 9}",
+            ts_ns=T0 + t,
+            dur_ns=int(rng.integers(0, 3_000)),
+            kind=EventKind.CPU_OP,
+            cat="cpu_op",
+            pid=1,
+            tid=int(rng.integers(1, 3)),
+            args={"i": i, "shape": f"[{i % 4}, 8]"} if i % 3 else None,
+        )
+        b.add(
+            name="k",
+            ts_ns=T0 + t + 500,
+            dur_ns=int(rng.integers(1, 5_000)),
+            kind=EventKind.KERNEL if i % 4 else EventKind.MEMCPY,
+            cat="kernel",
+            pid=0,
+            tid=i % 2,
+            args={"bytes": 4096 * (i + 1)} if i % 4 == 0 else None,
+        )
+        b.add(
+            name="ac2g",
+            ts_ns=T0 + t + 1,
+            ph=Phase.FLOW_START,
+            kind=EventKind.FLOW,
+            cat="ac2g",
+            pid=1,
+            tid=1,
+            flow_id=i,
+        )
+        b.add(
+            name="ac2g",
+            ts_ns=T0 + t + 501,
+            ph=Phase.FLOW_END,
+            kind=EventKind.FLOW,
+            cat="ac2g",
+            pid=0,
+            tid=i % 2,
+            flow_id=i,
+        )
         if i % 10 == 0:
-            b.add(name="mem", ts_ns=T0 + t, ph=Phase.COUNTER, pid=1, tid=1,
-                  args={"allocated": float(i)})
-            b.add(name="mark", ts_ns=T0 + t, ph=Phase.INSTANT, kind=EventKind.CPU_INSTANT,
-                  cat="cpu_instant_event", pid=1, tid=1)
+            b.add(
+                name="mem",
+                ts_ns=T0 + t,
+                ph=Phase.COUNTER,
+                pid=1,
+                tid=1,
+                args={"allocated": float(i)},
+            )
+            b.add(
+                name="mark",
+                ts_ns=T0 + t,
+                ph=Phase.INSTANT,
+                kind=EventKind.CPU_INSTANT,
+                cat="cpu_instant_event",
+                pid=1,
+                tid=1,
+            )
     return b.build()
 
 
 def _track_events(path: Path) -> list:
-    return [p for p in PbTrace.FromString(path.read_bytes()).packet
-            if p.HasField("track_event")]
+    return [p for p in PbTrace.FromString(path.read_bytes()).packet if p.HasField("track_event")]
 
 
 def test_packets_do_not_depend_on_chunking(tmp_path: Path) -> None:

@@ -16,21 +16,44 @@ T0 = 1_700_000_000_000_000_000
 def _payload(shares: list[int], duration: int) -> bytes:
     ops, offset = [], 0
     for k, share in enumerate(shares):
-        ops.append({"op": f"aten::op{k}", "offset_ns": offset, "duration_ns": share,
-                    "engine": "VectorE", "flops": 10, "bytes": 100})
+        ops.append(
+            {
+                "op": f"aten::op{k}",
+                "offset_ns": offset,
+                "duration_ns": share,
+                "engine": "VectorE",
+                "flops": 10,
+                "bytes": 100,
+            }
+        )
         offset += share
-    ext = {"op": "neuron_graph_3 (forward)", "engine": "NEFF", "graph_id": 3, "graph_ops": ops,
-           "modelled": True}
+    ext = {
+        "op": "neuron_graph_3 (forward)",
+        "engine": "NEFF",
+        "graph_id": 3,
+        "graph_ops": ops,
+        "modelled": True,
+    }
     base = {"event_type": "nc_exec_running", "tracking_id": 1, "nc_idx": 0, "thread_id": 5}
-    return json.dumps({"events": [
-        {**base, "phase": "start", "timestamp_ns": T0, "data": {"exec_id": 1,
-                                                                "neuron_profiler": ext}},
-        {**base, "phase": "stop", "timestamp_ns": T0 + duration, "data": {}}]}).encode()
+    return json.dumps(
+        {
+            "events": [
+                {
+                    **base,
+                    "phase": "start",
+                    "timestamp_ns": T0,
+                    "data": {"exec_id": 1, "neuron_profiler": ext},
+                },
+                {**base, "phase": "stop", "timestamp_ns": T0 + duration, "data": {}},
+            ]
+        }
+    ).encode()
 
 
 def test_ops_fill_their_execution_exactly_on_its_stream() -> None:
-    placed = place(parse_system_trace(_payload([400, 250, 349], 1000)), host_ops=HostOps.empty(),
-                   host_pid=1)
+    placed = place(
+        parse_system_trace(_payload([400, 250, 349], 1000)), host_ops=HostOps.empty(), host_pid=1
+    )
     graph = [i for i in range(len(placed)) if placed.kind[i] == ActivityKind.KERNEL]
     ops = [i for i in range(len(placed)) if placed.kind[i] == ActivityKind.GRAPH_OP]
     assert len(graph) == 1 and len(ops) == 3
@@ -44,4 +67,7 @@ def test_ops_fill_their_execution_exactly_on_its_stream() -> None:
         args = dict(placed.args[placed.args_id[i]])
         assert args[V.ARG_GRAPH_ID] == 3 and args[V.ARG_ENGINE] == "VectorE"
     assert [placed.names[placed.name_id[i]] for i in ops] == [
-        "VectorE: op0", "VectorE: op1", "VectorE: op2"]
+        "VectorE: op0",
+        "VectorE: op1",
+        "VectorE: op2",
+    ]

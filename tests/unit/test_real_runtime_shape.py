@@ -19,8 +19,11 @@ from neuron_profiler.trace import vocabulary as V
 
 PROFILED, UNPROFILED = 11, 99
 HOST_PID = 4242
-_KIND_TYPES = {ActivityKind.KERNEL: "nc_exec_running", ActivityKind.COLLECTIVE: "cc_running",
-               ActivityKind.COLLECTIVE_WAIT: "cc_exec_barrier"}
+_KIND_TYPES = {
+    ActivityKind.KERNEL: "nc_exec_running",
+    ActivityKind.COLLECTIVE: "cc_running",
+    ActivityKind.COLLECTIVE_WAIT: "cc_exec_barrier",
+}
 
 
 def _workload(cap: Capture, t: int, *, seq0: int) -> int:
@@ -29,24 +32,45 @@ def _workload(cap: Capture, t: int, *, seq0: int) -> int:
     op = cap.host_op(PROFILED, t, 300_000)
     free[0] = cap.execute(tid=PROFILED, core=0, start=t + 10_000, device_dur=40_000)  # eager op
     op = cap.host_op(PROFILED, op.end + 5_000, 300_000)
-    free[0] = cap.execute(tid=PROFILED, core=0, start=op.start + 10_000, device_dur=30_000,
-                          api="nrta_execute_schedule", seq=seq0, queue_free=free[0])
+    free[0] = cap.execute(
+        tid=PROFILED,
+        core=0,
+        start=op.start + 10_000,
+        device_dur=30_000,
+        api="nrta_execute_schedule",
+        seq=seq0,
+        queue_free=free[0],
+    )
     op = cap.host_op(PROFILED, op.end + 5_000, 300_000)
-    free[1] = cap.execute(tid=PROFILED, core=1, start=op.start + 10_000, device_dur=30_000,
-                          api="nrta_execute_schedule", seq=seq0 + 1, device_seq=False)
+    free[1] = cap.execute(
+        tid=PROFILED,
+        core=1,
+        start=op.start + 10_000,
+        device_dur=30_000,
+        api="nrta_execute_schedule",
+        seq=seq0 + 1,
+        device_seq=False,
+    )
     op = cap.host_op(PROFILED, op.end + 5_000, 900_000)  # a compiled graph: one long execution
-    free[0] = cap.execute(tid=PROFILED, core=0, start=op.start + 10_000, device_dur=700_000,
-                          model_id=7, queue_free=free[0])
+    free[0] = cap.execute(
+        tid=PROFILED,
+        core=0,
+        start=op.start + 10_000,
+        device_dur=700_000,
+        model_id=7,
+        queue_free=free[0],
+    )
     op = cap.host_op(PROFILED, op.end + 5_000, 200_000)
-    cap.copy(tid=PROFILED, core=1, start=op.start + 10_000, direction="h2d", size=1 << 20,
-             dur=80_000)
+    cap.copy(
+        tid=PROFILED, core=1, start=op.start + 10_000, direction="h2d", size=1 << 20, dur=80_000
+    )
     op = cap.host_op(PROFILED, op.end + 5_000, 200_000)
-    cap.copy(tid=PROFILED, core=0, start=op.start + 10_000, direction="d2h", size=4096,
-             dur=20_000)
+    cap.copy(tid=PROFILED, core=0, start=op.start + 10_000, direction="d2h", size=4096, dur=20_000)
     op = cap.host_op(PROFILED, op.end + 5_000, 400_000)
     cap.collective(tid=PROFILED, core=0, start=op.start + 10_000, wait=150_000, dur=60_000)
-    cap.collective(tid=PROFILED, core=1, start=op.start + 20_000, wait=5_000, dur=60_000,
-                   algorithm=None)
+    cap.collective(
+        tid=PROFILED, core=1, start=op.start + 20_000, wait=5_000, dur=60_000, algorithm=None
+    )
     cap.tensor_events(tid=PROFILED, core=1, t=op.start + 300_000, size=512)
     cap.execute(tid=UNPROFILED, core=1, start=op.end + 10_000, device_dur=20_000)
     op = cap.host_op(PROFILED, op.end + 100_000, 200_000)
@@ -103,35 +127,54 @@ def test_device_times_map_through_sync_points_to_the_truth(captured) -> None:
             assert abs(s - ts) <= 1_000 and abs(e - te) <= 1_000, (key, s - ts, e - te)
     # the test has teeth: one offset per core, without following the drift, is off by far more
     last = max(cap.truth.device.values())[0]
-    assert abs(cap.device_ns(1, last) - cap.device_ns(1, cap.ops[0].start)
-               - (last - cap.ops[0].start)) > 50_000
+    assert (
+        abs(cap.device_ns(1, last) - cap.device_ns(1, cap.ops[0].start) - (last - cap.ops[0].start))
+        > 50_000
+    )
 
 
 def _placed(cap: Capture, payloads: list[bytes]) -> CS.SessionResult:
     joined = b"[" + b",".join(payloads) + b"]"
-    return CS.build_session_result(joined, window=(0, 2**62), intervals=_intervals(cap),
-                                   host_pid=HOST_PID, props=[], source_name="libnrt",
-                                   provenance={"runtime_version": "2.31.22.0"})
+    return CS.build_session_result(
+        joined,
+        window=(0, 2**62),
+        intervals=_intervals(cap),
+        host_pid=HOST_PID,
+        props=[],
+        source_name="libnrt",
+        provenance={"runtime_version": "2.31.22.0"},
+    )
 
 
 def _rows(result: CS.SessionResult) -> list[dict]:
     c, p = result.records.rows, result.placement
-    return [{"name": result.records.names[c["name_id"][i]], "pid": int(c["pid"][i]),
-             "tid": int(c["tid"][i]), "start": int(c["start_ns"][i]),
-             "end": int(c["end_ns"][i]), "ext": int(c["external_id"][i]),
-             "corr": int(c["correlation"][i]), "kind": int(p.kind[i]),
-             "flow": int(c["flow_id"][i]), "flow_start": bool(c["flow_start"][i]),
-             "bytes": int(c["bytes"][i]), "core": int(p.device[i]),
-             "args": dict(result.records.args[c["args_id"][i]]) if c["args_id"][i] >= 0 else {}}
-            for i in range(len(result.records))]
+    return [
+        {
+            "name": result.records.names[c["name_id"][i]],
+            "pid": int(c["pid"][i]),
+            "tid": int(c["tid"][i]),
+            "start": int(c["start_ns"][i]),
+            "end": int(c["end_ns"][i]),
+            "ext": int(c["external_id"][i]),
+            "corr": int(c["correlation"][i]),
+            "kind": int(p.kind[i]),
+            "flow": int(c["flow_id"][i]),
+            "flow_start": bool(c["flow_start"][i]),
+            "bytes": int(c["bytes"][i]),
+            "core": int(p.device[i]),
+            "args": dict(result.records.args[c["args_id"][i]]) if c["args_id"][i] >= 0 else {},
+        }
+        for i in range(len(result.records))
+    ]
 
 
 def test_calls_link_through_kbl_stages_and_seq_ids_to_their_ops(captured) -> None:
     cap, payloads = captured
     result = _placed(cap, payloads)
     rows = _rows(result)
-    calls = sorted((r for r in rows if r["kind"] == ActivityKind.RUNTIME_CALL),
-                   key=lambda r: r["start"])
+    calls = sorted(
+        (r for r in rows if r["kind"] == ActivityKind.RUNTIME_CALL), key=lambda r: r["start"]
+    )
     want = [cap.truth.call_op[t] for t in sorted(cap.truth.call_op)]
     assert [r["ext"] for r in calls] == want
     unlinked = sum(1 for x in want if x == 0)
@@ -139,8 +182,11 @@ def test_calls_link_through_kbl_stages_and_seq_ids_to_their_ops(captured) -> Non
     assert json.loads(result.metadata[V.META_UNLINKED_CALLS]) == unlinked
     # every piece of device work carries its call's correlation, and the same External id
     call_by_corr = {r["corr"]: r for r in calls if r["corr"] >= 0}
-    work = [r for r in rows if r["kind"] in (ActivityKind.KERNEL, ActivityKind.COLLECTIVE,
-                                             ActivityKind.DMA)]
+    work = [
+        r
+        for r in rows
+        if r["kind"] in (ActivityKind.KERNEL, ActivityKind.COLLECTIVE, ActivityKind.DMA)
+    ]
     assert len(work) == len(cap.truth.work_call)
     for w in work:
         call = call_by_corr[w["corr"]]
@@ -157,7 +203,8 @@ def test_copies_are_host_timed_dma_rows_with_their_bytes_counted_once(captured) 
     dma = sorted((r for r in rows if r["kind"] == ActivityKind.DMA), key=lambda r: r["start"])
     want = [cap.truth.copies[t] for t in sorted(cap.truth.copies)]
     assert [(r["args"].get(V.ARG_DIRECTION) or r["name"], r["bytes"]) for r in dma] == [
-        (V.MEMCPY_NAMES[d], size) for d, size in want]
+        (V.MEMCPY_NAMES[d], size) for d, size in want
+    ]
     for r in dma:
         assert r["args"][V.ARG_HOST_TIMED] == "true" and r["tid"] == V.queue_stream(r["core"], 1)
     calls = [r for r in rows if r["name"] in ("nrt_tensor_write", "nrt_tensor_read")]
@@ -171,7 +218,8 @@ def test_collective_barriers_are_wait_slices_on_the_collective_thread(captured) 
     truth = [v for k, v in cap.truth.device.items() if k[0] == "cc_exec_barrier"]
     assert len(waits) == len(truth) == 4
     assert sorted(r["end"] - r["start"] for r in waits) == pytest.approx(
-        sorted(e - s for s, e in truth), abs=2_000)
+        sorted(e - s for s, e in truth), abs=2_000
+    )
     for r in waits:
         assert r["name"] == V.COLLECTIVE_WAIT_NAME
         assert r["args"][V.ARG_COLLECTIVE_WAIT] == "true"
@@ -184,10 +232,21 @@ def test_unknown_types_kept_empty_payloads_not_malformed_provenance(captured) ->
     cap, payloads = captured
     result = _placed(cap, payloads)
     names = Counter(r["name"] for r in _rows(result))
-    for etype in ("hw_notify", "notification_consume_errors", "nrt_dma_mem_alloc",
-                  "tensor_block", "nrt_tensor_allocate", "nrt_tensor_free", "kbl_exec_pre",
-                  "kbl_exec_core", "nrt_model_submit", "numerical_err", "nrt_model_switch",
-                  "nrt_dma_mem_dealloc", "nrt_profile_add_node_info"):
+    for etype in (
+        "hw_notify",
+        "notification_consume_errors",
+        "nrt_dma_mem_alloc",
+        "tensor_block",
+        "nrt_tensor_allocate",
+        "nrt_tensor_free",
+        "kbl_exec_pre",
+        "kbl_exec_core",
+        "nrt_model_submit",
+        "numerical_err",
+        "nrt_model_switch",
+        "nrt_dma_mem_dealloc",
+        "nrt_profile_add_node_info",
+    ):
         assert names[etype] > 0, etype
     meta = {k: json.loads(v) for k, v in result.metadata.items()}
     assert meta[V.META_MALFORMED] == 0 and meta[V.META_UNPAIRED] == 0
@@ -213,8 +272,14 @@ def test_ring_buffer_drops_are_unknown_and_lone_halves_counted() -> None:
         if e["phase"] in ("start", "stop") and e["event_type"] != "timestamp_sync_point":
             halves[(e["event_type"], e["tracking_id"])] += 1
     lone = sum(1 for n in halves.values() if n == 1)
-    result = CS.build_session_result(payload, window=(0, 2**62), intervals=CS.Intervals.empty(),
-                                     host_pid=HOST_PID, props=[], source_name="libnrt")
+    result = CS.build_session_result(
+        payload,
+        window=(0, 2**62),
+        intervals=CS.Intervals.empty(),
+        host_pid=HOST_PID,
+        props=[],
+        source_name="libnrt",
+    )
     meta = {k: json.loads(v) for k, v in result.metadata.items()}
     assert lone > 0 and meta[V.META_UNPAIRED] == lone
     assert meta[V.META_DROPPED] == V.DROPS_UNKNOWN  # never "0 dropped"

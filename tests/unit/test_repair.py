@@ -24,6 +24,7 @@ from neuron_profiler.trace.repair import (
 
 def _reference(text: bytes) -> object:
     """What Python's json reads, with NaN/Infinity as their words and surrogates as U+FFFD."""
+
     def fix(value: object) -> object:
         if isinstance(value, float) and (value != value or abs(value) == float("inf")):
             return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
@@ -34,16 +35,22 @@ def _reference(text: bytes) -> object:
         if isinstance(value, dict):
             return {fix(k): fix(v) for k, v in value.items()}
         return value
+
     return fix(json.loads(text))
 
 
-@pytest.mark.parametrize("text, how", [
-    (b'{"v": NaN, "w": Infinity, "x": -Infinity, "y": 1}', Repair.VALUES),
-    (b'{"a": "\\ud800", "b": "x\\udc00", "c": "\\ud83d\\ude00", "d": "\\ud800\\ud800\\udc00"}',
-     Repair.TEXT),
-    (b'{"a": "\\ud83d"}', Repair.TEXT),
-    (b'[1, "two", {"three": [3.5, null, true]}]', Repair.NONE),
-])
+@pytest.mark.parametrize(
+    "text, how",
+    [
+        (b'{"v": NaN, "w": Infinity, "x": -Infinity, "y": 1}', Repair.VALUES),
+        (
+            b'{"a": "\\ud800", "b": "x\\udc00", "c": "\\ud83d\\ude00", "d": "\\ud800\\ud800\\udc00"}',
+            Repair.TEXT,
+        ),
+        (b'{"a": "\\ud83d"}', Repair.TEXT),
+        (b'[1, "two", {"three": [3.5, null, true]}]', Repair.NONE),
+    ],
+)
 def test_repaired_text_means_what_python_reads(text: bytes, how: Repair) -> None:
     fixed, got = repair_value(text, 50)
     assert got == how
@@ -53,25 +60,27 @@ def test_repaired_text_means_what_python_reads(text: bytes, how: Repair) -> None
 def test_numbers_beyond_float_and_bad_bytes() -> None:
     fixed, how = repair_value(b'{"n": 1e400, "m": -2E+999, "k": 12, "s": "caf\xe9"}', 50)
     assert how == Repair.VALUES | Repair.TEXT
-    assert msgspec.json.decode(fixed) == {"n": "1e400", "m": "-2E+999", "k": 12,
-                                          "s": "caf\ufffd"}
+    assert msgspec.json.decode(fixed) == {"n": "1e400", "m": "-2E+999", "k": 12, "s": "caf\ufffd"}
 
 
 def test_a_member_nested_too_deeply_becomes_the_marker() -> None:
     deep = b"[" * 30 + b"]" * 30
     fixed, how = repair_value(b'{"name": "x", "args": {"d": ' + deep + b'}, "ts": 1}', 10)
     assert how == Repair.NESTING
-    assert msgspec.json.decode(fixed) == {"name": "x", "ts": 1, "args": {
-        V.ARG_REPLACED: "nested deeper than 10 levels"}}
+    assert msgspec.json.decode(fixed) == {
+        "name": "x",
+        "ts": 1,
+        "args": {V.ARG_REPLACED: "nested deeper than 10 levels"},
+    }
 
 
 def test_split_elements_agrees_with_json() -> None:
-    items = [{"a": "],}{[\"", "b": [1, {"c": "}"}]}, [1, [2]], 3, "x,y", {"e": {}}]
+    items = [{"a": '],}{["', "b": [1, {"c": "}"}]}, [1, [2]], 3, "x,y", {"e": {}}]
     body = json.dumps(items).encode()[1:] + b', "k": 1}'
     spans = list(split_elements(body))
     assert [k for k, _, _ in spans] == [ELEMENT] * len(items) + [END]
     assert [json.loads(body[s:e]) for k, s, e in spans if k == ELEMENT] == items
     end = spans[-1][1]
-    assert body[end:end + 1] == b"]" and close_of(body[end:], 2) == len(body) - end
+    assert body[end : end + 1] == b"]" and close_of(body[end:], 2) == len(body) - end
     assert [k for k, _, _ in split_elements(b'{"a": 1}, {"b": "un')][-1] == INCOMPLETE
     assert list(split_elements(b'{"a": 1}}'))[-1] == (DAMAGE, 8, 8)

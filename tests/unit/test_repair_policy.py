@@ -29,14 +29,14 @@ BAD = {  # what goes where the placeholder "BAD" is, and what it is
 }
 
 
-def _device(n: int = 3, first: dict | None = None, ext: dict | None = None, start: int = 0
-            ) -> dict:
+def _device(n: int = 3, first: dict | None = None, ext: dict | None = None, start: int = 0) -> dict:
     events = []
     for i in range(start, start + n):
         base = {"event_type": F.NC_EXEC_RUNNING, "tracking_id": i, "nc_idx": 0, "thread_id": 5}
-        events += [{**base, "phase": "start", "timestamp_ns": T0 + 1000 * i,
-                    "data": {"exec_id": i}},
-                   {**base, "phase": "stop", "timestamp_ns": T0 + 1000 * i + 500, "data": {}}]
+        events += [
+            {**base, "phase": "start", "timestamp_ns": T0 + 1000 * i, "data": {"exec_id": i}},
+            {**base, "phase": "stop", "timestamp_ns": T0 + 1000 * i + 500, "data": {}},
+        ]
     if first:
         events[0]["data"].update(first)
     envelope = {"events": events, "data_version": 2}
@@ -46,8 +46,19 @@ def _device(n: int = 3, first: dict | None = None, ext: dict | None = None, star
 
 
 def _trace(first_args: dict) -> bytes:
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 2, "ts": i * 10,
-               "dur": 5, "args": {"n": i}} for i in range(3)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i}",
+            "pid": 1,
+            "tid": 2,
+            "ts": i * 10,
+            "dur": 5,
+            "args": {"n": i},
+        }
+        for i in range(3)
+    ]
     events[0]["args"].update(first_args)
     return json.dumps({"traceEvents": events, "baseTimeNanoseconds": 10**18}).encode()
 
@@ -75,8 +86,9 @@ def test_a_trailing_comma_is_dropped_and_an_integer_beyond_64_bits_left_out() ->
     text = json.dumps(_device(first={"note": "x"})).encode()
     acts = parse_system_traces([text.replace(b'"note": "x"}', b'"note": "x",}', 1)])
     assert len(acts) == 3 and acts.malformed == 0
-    big = json.dumps(_device()).encode().replace(b'"tracking_id": 2', b'"tracking_id": %d'
-                                                 % 2**70, 1)
+    big = (
+        json.dumps(_device()).encode().replace(b'"tracking_id": 2', b'"tracking_id": %d' % 2**70, 1)
+    )
     acts = parse_system_traces([big])
     assert acts.malformed == 1 and len(acts) == 4  # kept without its tracking id: a point
     assert acts.unpaired == 1  # (its stop)
@@ -105,9 +117,9 @@ def test_a_list_cut_between_envelopes_keeps_the_complete_ones() -> None:
 
 
 @pytest.mark.parametrize("cut", [14, 40, 100])
-def test_nothing_complete_is_one_error_in_both_readers(cut: int, tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]
-                                                       ) -> None:
+def test_nothing_complete_is_one_error_in_both_readers(
+    cut: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     device = json.dumps(_device()).encode()[:cut]
     for payload in (device, b"[" + device):
         with pytest.raises(Unusable, match=NOTHING_COMPLETE):

@@ -21,8 +21,14 @@ HOST0 = 1_700_000_000_000_000_000
 
 
 def _ev(event_type: str, phase: str, ts: int, tracking: int | None = None, **data) -> dict:
-    ev = {"event_type": event_type, "phase": phase, "timestamp_ns": ts, "nc_idx": 1,
-          "thread_id": 77, "data": data}
+    ev = {
+        "event_type": event_type,
+        "phase": phase,
+        "timestamp_ns": ts,
+        "nc_idx": 1,
+        "thread_id": 77,
+        "data": data,
+    }
     if tracking is not None:
         ev["tracking_id"] = tracking
     return ev
@@ -33,11 +39,18 @@ def _payload(events: list) -> bytes:
 
 
 def test_pairs_maps_device_clock_and_keeps_extension() -> None:
-    ext = {F.EXT_KEY: {F.X_OP: "aten::mm", F.X_FLOPS: 10, F.X_CORRELATION_ID: 5,
-                       F.X_MODELLED: True}}
+    ext = {
+        F.EXT_KEY: {F.X_OP: "aten::mm", F.X_FLOPS: 10, F.X_CORRELATION_ID: 5, F.X_MODELLED: True}
+    }
     events = [
-        _ev(F.TIMESTAMP_SYNC_POINT, F.INSTANT, HOST0, exec_id=1, nc_timestamp_ns=1000,
-            cpu_timestamp_ns=HOST0),
+        _ev(
+            F.TIMESTAMP_SYNC_POINT,
+            F.INSTANT,
+            HOST0,
+            exec_id=1,
+            nc_timestamp_ns=1000,
+            cpu_timestamp_ns=HOST0,
+        ),
         _ev(F.NC_EXEC_RUNNING, F.STOP, HOST0 + 999, 9, nc_timestamp_ns=1600, exec_id=1),
         _ev(F.NC_EXEC_RUNNING, F.START, HOST0 + 1, 9, nc_timestamp_ns=1500, exec_id=1, **ext),
     ]
@@ -64,8 +77,9 @@ def test_unknown_types_kept_malformed_and_unpaired_counted() -> None:
     assert acts.malformed == 2 and acts.unpaired == 2
     assert len(acts) == 4  # nothing usable dropped: instant, generic pair, two halves
     kinds = sorted(int(k) for k in acts.kind)
-    assert kinds == sorted([ActivityKind.INSTANT, ActivityKind.GENERIC, ActivityKind.COLLECTIVE,
-                            ActivityKind.DMA])
+    assert kinds == sorted(
+        [ActivityKind.INSTANT, ActivityKind.GENERIC, ActivityKind.COLLECTIVE, ActivityKind.DMA]
+    )
     generic = list(acts.kind).index(ActivityKind.GENERIC)
     assert acts.end_ns[generic] - acts.start_ns[generic] == 10
 
@@ -74,26 +88,37 @@ def test_unknown_types_kept_malformed_and_unpaired_counted() -> None:
 # host_ns = sync.cpu_timestamp_ns + (event.nc_timestamp_ns - sync.nc_timestamp_ns), with the sync
 # point of the same core and exec_id when there is one, else the core's latest one at or before.
 
+
 def _sync(ts: int, core: int, exec_id: int, nc: int, cpu: int) -> dict:
-    ev = _ev(F.TIMESTAMP_SYNC_POINT, F.INSTANT, ts, exec_id=exec_id, nc_timestamp_ns=nc,
-             cpu_timestamp_ns=cpu)
+    ev = _ev(
+        F.TIMESTAMP_SYNC_POINT,
+        F.INSTANT,
+        ts,
+        exec_id=exec_id,
+        nc_timestamp_ns=nc,
+        cpu_timestamp_ns=cpu,
+    )
     ev["nc_idx"] = core
     return ev
 
 
-def _kernel(ts: int, tracking: int, core: int, exec_id: int, nc_start: int, nc_stop: int
-            ) -> list[dict]:
-    out = [_ev(F.NC_EXEC_RUNNING, F.START, ts, tracking, exec_id=exec_id, nc_timestamp_ns=nc_start),
-           _ev(F.NC_EXEC_RUNNING, F.STOP, ts + 1, tracking, exec_id=exec_id,
-               nc_timestamp_ns=nc_stop)]
+def _kernel(
+    ts: int, tracking: int, core: int, exec_id: int, nc_start: int, nc_stop: int
+) -> list[dict]:
+    out = [
+        _ev(F.NC_EXEC_RUNNING, F.START, ts, tracking, exec_id=exec_id, nc_timestamp_ns=nc_start),
+        _ev(F.NC_EXEC_RUNNING, F.STOP, ts + 1, tracking, exec_id=exec_id, nc_timestamp_ns=nc_stop),
+    ]
     for ev in out:
         ev["nc_idx"] = core
     return out
 
 
 def _by_exec(acts) -> dict[int, tuple[int, int]]:
-    return {int(e): (int(s), int(t)) for e, s, t in zip(acts.exec_id, acts.start_ns, acts.end_ns,
-                                                          strict=True)}
+    return {
+        int(e): (int(s), int(t))
+        for e, s, t in zip(acts.exec_id, acts.start_ns, acts.end_ns, strict=True)
+    }
 
 
 def test_sync_point_of_same_exec_id_wins_over_latest() -> None:
@@ -127,8 +152,10 @@ def test_sync_points_are_per_core_and_need_both_stamps() -> None:
     events[1]["data"].pop("cpu_timestamp_ns")
     acts = parse_system_trace(_payload(events))
     assert acts.malformed == 1 and len(acts) == 1
-    rows = {int(c): (int(s), int(e)) for c, s, e in zip(acts.core, acts.start_ns, acts.end_ns,
-                                                          strict=True)}
+    rows = {
+        int(c): (int(s), int(e))
+        for c, s, e in zip(acts.core, acts.start_ns, acts.end_ns, strict=True)
+    }
     assert rows[0] == (HOST0 + 123_456 + 40, HOST0 + 123_456 + 70)
     assert acts.unmapped == 2  # core 1: never placed on its raw device stamps
 
@@ -149,6 +176,7 @@ def test_a_drifting_clock_is_interpolated_between_sync_points() -> None:
 
 # --- envelopes, several fetches, drops -----------------------------------------------------------
 
+
 def _env(events: list, dropped: dict | None = None) -> dict:
     env = {"events": events, "data_version": 2}
     if dropped is not None:
@@ -158,8 +186,10 @@ def _env(events: list, dropped: dict | None = None) -> dict:
 
 def test_concatenated_and_listed_envelopes_pair_across_fetches() -> None:
     first = _env([_ev(F.CC_RUNNING, F.START, HOST0 + 10, 5)], {"1": 2})
-    second = _env([_ev(F.CC_RUNNING, F.STOP, HOST0 + 30, 5),
-                   _ev("hw_notify", F.INSTANT, HOST0 + 40)], {"1": 3, "0": 1})
+    second = _env(
+        [_ev(F.CC_RUNNING, F.STOP, HOST0 + 30, 5), _ev("hw_notify", F.INSTANT, HOST0 + 40)],
+        {"1": 3, "0": 1},
+    )
     concatenated = (json.dumps(first) + "\n" + json.dumps(second)).encode()
     listed = json.dumps([first, second]).encode()
     for payload in (concatenated, listed):
@@ -190,19 +220,26 @@ def test_pairing_edge_cases_keep_and_count_every_half() -> None:
     ]
     acts = parse_system_trace(_payload(events))
     assert acts.unpaired == 3 and len(acts) == 5
-    spans = sorted((int(s - HOST0), int(e - HOST0)) for s, e in zip(acts.start_ns, acts.end_ns,
-                                                                     strict=True))
+    spans = sorted(
+        (int(s - HOST0), int(e - HOST0)) for s, e in zip(acts.start_ns, acts.end_ns, strict=True)
+    )
     assert spans == [(1, 1), (2, 5), (6, 6), (7, 7), (8, 8)]
 
 
 def test_mistyped_events_in_a_large_payload_are_counted_exactly() -> None:
     good = []
     for i in range(6000):
-        good += [_ev(F.NC_EXEC_RUNNING, F.START, HOST0 + 10 * i, i, exec_id=i),
-                 _ev(F.NC_EXEC_RUNNING, F.STOP, HOST0 + 10 * i + 5, i, exec_id=i)]
-    bad = [{"event_type": F.NC_EXEC_RUNNING, "timestamp_ns": 1.5},
-           {"event_type": 7, "timestamp_ns": 1}, {"event_type": "x", "timestamp_ns": 2**70},
-           {"event_type": "x", "timestamp_ns": 1, "data": [1]}, "not an object"]
+        good += [
+            _ev(F.NC_EXEC_RUNNING, F.START, HOST0 + 10 * i, i, exec_id=i),
+            _ev(F.NC_EXEC_RUNNING, F.STOP, HOST0 + 10 * i + 5, i, exec_id=i),
+        ]
+    bad = [
+        {"event_type": F.NC_EXEC_RUNNING, "timestamp_ns": 1.5},
+        {"event_type": 7, "timestamp_ns": 1},
+        {"event_type": "x", "timestamp_ns": 2**70},
+        {"event_type": "x", "timestamp_ns": 1, "data": [1]},
+        "not an object",
+    ]
     mixed = list(good)
     for j, ev in enumerate(bad):
         mixed.insert(1 + 2500 * j, ev)
@@ -224,8 +261,11 @@ def _reference(events: list[dict]) -> list[tuple]:
         if nc is None:
             return e["timestamp_ns"]
         core = [(j, s["data"]) for j, s in syncs if s["nc_idx"] == e["nc_idx"]]
-        same = [(j, s) for j, s in core
-                if "exec_id" in e["data"] and s["exec_id"] == e["data"]["exec_id"]]
+        same = [
+            (j, s)
+            for j, s in core
+            if "exec_id" in e["data"] and s["exec_id"] == e["data"]["exec_id"]
+        ]
         before = sorted((s["nc_timestamp_ns"], j, s) for j, s in same if s["nc_timestamp_ns"] <= nc)
         after = sorted((s["nc_timestamp_ns"], j, s) for j, s in same if s["nc_timestamp_ns"] > nc)
         if before or after:
@@ -260,16 +300,27 @@ def _reference(events: list[dict]) -> list[tuple]:
         else:
             rows.append((t, t, e))
     rows += [(st, st, e) for e, st in open_.values()]
-    return sorted((s, t, e["event_type"], e["nc_idx"], e["data"].get("exec_id", -1),
-                   json.dumps(e["data"], sort_keys=True)) for s, t, e in rows)
+    return sorted(
+        (
+            s,
+            t,
+            e["event_type"],
+            e["nc_idx"],
+            e["data"].get("exec_id", -1),
+            json.dumps(e["data"], sort_keys=True),
+        )
+        for s, t, e in rows
+    )
 
 
 # Phases other than start/stop (the runtime's "instant", a future value, a different case, none
 # at all) are points; a mistyped event is dropped and counted, and sends the parser down its
 # slow (event-by-event) path, whose row data must match the fast path's.
 _ODD_PHASES = (F.INSTANT, "begin", "", "Stop", None)
-_MISTYPED = ({"event_type": F.NC_EXEC_RUNNING, "timestamp_ns": "soon"},
-             {"event_type": "x", "phase": 3, "timestamp_ns": 1})
+_MISTYPED = (
+    {"event_type": F.NC_EXEC_RUNNING, "timestamp_ns": "soon"},
+    {"event_type": "x", "phase": 3, "timestamp_ns": 1},
+)
 
 
 def test_random_streams_match_the_documented_rules() -> None:
@@ -299,16 +350,26 @@ def test_random_streams_match_the_documented_rules() -> None:
         acts = parse_system_trace(_payload(events))
         assert acts.malformed == malformed
         good = [e for e in events if isinstance(e.get("data"), dict)]
-        got = sorted((int(s), int(e), _type_of(acts, i), int(c), int(x),
-                      json.dumps(json.loads(acts.data[i]), sort_keys=True))
-                     for i, (s, e, c, x) in enumerate(zip(acts.start_ns, acts.end_ns, acts.core,
-                                                          acts.exec_id, strict=True)))
+        got = sorted(
+            (
+                int(s),
+                int(e),
+                _type_of(acts, i),
+                int(c),
+                int(x),
+                json.dumps(json.loads(acts.data[i]), sort_keys=True),
+            )
+            for i, (s, e, c, x) in enumerate(
+                zip(acts.start_ns, acts.end_ns, acts.core, acts.exec_id, strict=True)
+            )
+        )
         assert got == _reference(good)
 
 
 def test_row_data_is_read_on_first_use_and_behaves_as_a_sequence() -> None:
-    events = [_ev("x_new", F.INSTANT, HOST0 + i, note=f"row {i}", nested={"k": [i]})
-              for i in range(5)]
+    events = [
+        _ev("x_new", F.INSTANT, HOST0 + i, note=f"row {i}", nested={"k": [i]}) for i in range(5)
+    ]
     for payload in (_payload(events), _payload([*events, _MISTYPED[0]])):  # fast, slow path
         acts = parse_system_trace(payload)
         assert "not read yet" in repr(acts.data) and len(acts.data) == 5
@@ -330,8 +391,9 @@ class _RowNote(msgspec.Struct):
 
 
 def test_decode_rows_matches_decoding_each_rows_bytes() -> None:
-    events = [_ev("x_new", F.INSTANT, HOST0 + i, note=f"row {i}", nested={"k": [i]})
-              for i in range(4)]
+    events = [
+        _ev("x_new", F.INSTANT, HOST0 + i, note=f"row {i}", nested={"k": [i]}) for i in range(4)
+    ]
     events.append({"event_type": "x_new", "phase": F.INSTANT, "timestamp_ns": HOST0 + 9})  # no data
     sync = _sync(HOST0 + 2, 1, 0, nc=5, cpu=HOST0)  # consumed: not a row
     odd_sync = _sync(HOST0 + 2, 1, 0, nc=5, cpu=HOST0)

@@ -33,17 +33,45 @@ def small_trace(path: Path) -> Path:
     """Two steps, three device kernels, and an op whose name is HTML."""
     b = TraceBuilder()
     for n, (lo, hi) in enumerate(((0, 500), (500, 1000))):
-        b.add(name=f"ProfilerStep#{n + 1}", ts_ns=lo * US, dur_ns=(hi - lo) * US,
-              kind=EventKind.USER_ANNOTATION, cat="user_annotation", pid=9, tid=9)
+        b.add(
+            name=f"ProfilerStep#{n + 1}",
+            ts_ns=lo * US,
+            dur_ns=(hi - lo) * US,
+            kind=EventKind.USER_ANNOTATION,
+            cat="user_annotation",
+            pid=9,
+            tid=9,
+        )
     for corr, (lo, hi) in enumerate(((0, 100), (300, 400), (800, 950)), start=1):
-        b.add(name=HOSTILE, ts_ns=max(lo - 20, 0) * US, dur_ns=15 * US, kind=EventKind.CPU_OP,
-              cat="cpu_op", pid=9, tid=9)
-        b.add(name="nrt launch: mm", ts_ns=max(lo - 10, 0) * US, dur_ns=5 * US,
-              kind=EventKind.RUNTIME, cat=V.CAT_RUNTIME, pid=9, tid=9,
-              args={V.ARG_CORRELATION: corr})
-        b.add(name="TensorE: mm", ts_ns=lo * US, dur_ns=(hi - lo) * US, kind=EventKind.KERNEL,
-              cat=V.CAT_KERNEL, pid=0, tid=1,
-              args={V.ARG_DEVICE: 0, V.ARG_STREAM: 1, V.ARG_CORRELATION: corr})
+        b.add(
+            name=HOSTILE,
+            ts_ns=max(lo - 20, 0) * US,
+            dur_ns=15 * US,
+            kind=EventKind.CPU_OP,
+            cat="cpu_op",
+            pid=9,
+            tid=9,
+        )
+        b.add(
+            name="nrt launch: mm",
+            ts_ns=max(lo - 10, 0) * US,
+            dur_ns=5 * US,
+            kind=EventKind.RUNTIME,
+            cat=V.CAT_RUNTIME,
+            pid=9,
+            tid=9,
+            args={V.ARG_CORRELATION: corr},
+        )
+        b.add(
+            name="TensorE: mm",
+            ts_ns=lo * US,
+            dur_ns=(hi - lo) * US,
+            kind=EventKind.KERNEL,
+            cat=V.CAT_KERNEL,
+            pid=0,
+            tid=1,
+            args={V.ARG_DEVICE: 0, V.ARG_STREAM: 1, V.ARG_CORRELATION: corr},
+        )
     b.process_names[0] = V.core_process_name(0)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_chrome_trace(b.build(), path)
@@ -52,22 +80,35 @@ def small_trace(path: Path) -> Path:
 
 # --- discovery -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("worker0.1623143089861.pt.trace.json.gz", ("worker0", "1623143089861")),
-    ("ip-10-0-0-1.ec2.internal_4242.1700000000123.pt.trace.json",
-     ("ip-10-0-0-1.ec2.internal_4242", "1700000000123")),
-    ("rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", ("rank-34.Jul_15_10_52_41", "1074")),
-    ("host.a1b.pt.trace.json", ("host.a1b", "")),  # no numeric last part: a single span
-    ("trace.pt.trace.json", ("trace", "")),
-    ("trace.json", None), ("x.pt.trace.json.bak", None), (".pt.trace.json", None),
-])
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("worker0.1623143089861.pt.trace.json.gz", ("worker0", "1623143089861")),
+        (
+            "ip-10-0-0-1.ec2.internal_4242.1700000000123.pt.trace.json",
+            ("ip-10-0-0-1.ec2.internal_4242", "1700000000123"),
+        ),
+        ("rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", ("rank-34.Jul_15_10_52_41", "1074")),
+        ("host.a1b.pt.trace.json", ("host.a1b", "")),  # no numeric last part: a single span
+        ("trace.pt.trace.json", ("trace", "")),
+        ("trace.json", None),
+        ("x.pt.trace.json.bak", None),
+        (".pt.trace.json", None),
+    ],
+)
 def test_split_name(name: str, expected: tuple[str, str] | None) -> None:
     assert discovery.split_name(name) == expected
 
 
 def test_scan_groups_runs_workers_spans(tmp_path: Path) -> None:
-    for rel in ("a/b/h.x_1.200.pt.trace.json", "a/b/h.x_1.1000.pt.trace.json",
-                "a/b/h.x_2.300.pt.trace.json", "top.pt.trace.json", "a/notes.json"):
+    for rel in (
+        "a/b/h.x_1.200.pt.trace.json",
+        "a/b/h.x_1.1000.pt.trace.json",
+        "a/b/h.x_2.300.pt.trace.json",
+        "top.pt.trace.json",
+        "a/notes.json",
+    ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("{}")
     runs = discovery.scan(tmp_path)
@@ -102,6 +143,7 @@ def test_is_active_stops_at_first_trace(tmp_path: Path, monkeypatch: pytest.Monk
 
 # --- routes: ids, never paths ----------------------------------------------------------------
 
+
 def test_plugin_is_listed_with_its_entry(tmp_path: Path) -> None:
     small_trace(tmp_path / "run1" / "w.1.pt.trace.json")
     _, client = make_plugin(tmp_path)
@@ -117,12 +159,15 @@ def test_entry_point_registered() -> None:
     assert eps and eps[0].load() is NeuronProfilerLoader
 
 
-@pytest.mark.parametrize("query", [
-    {"run": "../../etc", "worker": "x", "span": "y"},
-    {"run": "/etc/passwd", "worker": "0" * 16, "span": "0" * 16},
-    {"run": "run1", "worker": "w", "span": "1"},
-    {},
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"run": "../../etc", "worker": "x", "span": "y"},
+        {"run": "/etc/passwd", "worker": "0" * 16, "span": "0" * 16},
+        {"run": "run1", "worker": "w", "span": "1"},
+        {},
+    ],
+)
 def test_paths_and_names_are_rejected(tmp_path: Path, query: dict[str, str]) -> None:
     small_trace(tmp_path / "run1" / "w.1.pt.trace.json")
     _, client = make_plugin(tmp_path)
@@ -150,16 +195,21 @@ def test_symlinks_out_of_the_logdir_are_not_served(tmp_path: Path) -> None:
     assert [r["name"] for r in runs] == ["run1"]
     assert [w["name"] for w in runs[0]["workers"]] == ["inside", "w"]
     # the id a link out would have had (ids are names' hashes): still not found
-    q = {"run": discovery.make_id("run1"), "worker": discovery.make_id("leak"),
-         "span": discovery.make_id("1", "leak.1.pt.trace.json")}
+    q = {
+        "run": discovery.make_id("run1"),
+        "worker": discovery.make_id("leak"),
+        "span": discovery.make_id("1", "leak.1.pt.trace.json"),
+    }
     assert client.get(f"{ROUTE}/report", query_string=q).status_code == 404
     assert "secret" not in json.dumps(runs)
 
 
 # --- report, cache, errors -----------------------------------------------------------------
 
-def test_report_equals_cli_json_and_is_cached(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+
+def test_report_equals_cli_json_and_is_cached(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     small_trace(tmp_path / "run1" / "w.1.pt.trace.json")
     plugin, client = make_plugin(tmp_path)
     q = ids(client, "run1", "w")
@@ -209,6 +259,7 @@ def test_corrupt_trace_is_isolated(tmp_path: Path) -> None:
 
 # --- downloads and static files ------------------------------------------------------------
 
+
 def test_downloads(tmp_path: Path) -> None:
     small_trace(tmp_path / "run1" / "h.x_7.42.pt.trace.json")
     _, client = make_plugin(tmp_path)
@@ -239,6 +290,7 @@ def test_static_files_no_inline_script(tmp_path: Path) -> None:
 
 # --- CUDA traces from ../shared/traces -----------------------------------------------------
 
+
 def test_cuda_traces_in_a_logdir(tmp_path: Path, shared_traces: Path) -> None:
     samples = shared_traces / "kineto" / "tb_plugin" / "samples"
     for run in ("resnet50_num_workers_0", "resnet50_num_workers_4"):
@@ -254,15 +306,19 @@ def test_cuda_traces_in_a_logdir(tmp_path: Path, shared_traces: Path) -> None:
     doc = r.get_json()["traces"][0]
     assert doc["has_device"] and doc["kernels"] and doc["ops"] and doc["fallbacks"] == []
     assert len(doc["tb_profiler_breakdown"]) > 0
-    bad = client.get(f"{ROUTE}/report",
-                     query_string=ids(client, "resnet50_num_workers_0", "corrupt"))
+    bad = client.get(
+        f"{ROUTE}/report", query_string=ids(client, "resnet50_num_workers_0", "corrupt")
+    )
     assert 400 <= bad.status_code < 600
-    r4 = client.get(f"{ROUTE}/report", query_string=ids(client, "resnet50_num_workers_4", "worker0"))
+    r4 = client.get(
+        f"{ROUTE}/report", query_string=ids(client, "resnet50_num_workers_4", "worker0")
+    )
     assert r4.status_code == 200
     assert time.monotonic() - t0 < 120
 
 
 # --- progress while a first analysis runs ----------------------------------------------------
+
 
 def test_slow_analysis_answers_202_with_its_phase(tmp_path: Path) -> None:
     """An injected delay: the route answers 202 with the phase, then 200 with the report;
@@ -308,6 +364,7 @@ def test_page_polls_while_analysing() -> None:
 
 
 # --- load warnings ---------------------------------------------------------------------------
+
 
 def test_load_warnings_reach_the_report(tmp_path: Path) -> None:
     """A cut file: its report names what was lost, as the CLI warns (without server paths)."""

@@ -52,8 +52,10 @@ def test_two_ranks_equal_the_cli_from_either_worker(logdir: Path) -> None:
         assert body["distributed"] == expected
     # the report route reuses the same analyses: two traces, two analyses in all
     for worker in ("host_1", "host_2"):
-        assert client.get(f"{ROUTE}/report", query_string=ids(client, "job", worker)
-                          ).status_code == 200
+        assert (
+            client.get(f"{ROUTE}/report", query_string=ids(client, "job", worker)).status_code
+            == 200
+        )
     assert plugin.cache.misses == 2
 
 
@@ -70,13 +72,15 @@ def test_corrupt_worker_is_an_error_the_others_analysed(logdir: Path) -> None:
     _, client = make_plugin(logdir)
     status, body = _get(client, "broken", "host_1")
     assert status == 200, body
-    assert [(e["worker"], e["source"]) for e in body["errors"]] == \
-        [("host_3", "broken/host_3.1700000000002.pt.trace.json")]
+    assert [(e["worker"], e["source"]) for e in body["errors"]] == [
+        ("host_3", "broken/host_3.1700000000002.pt.trace.json")
+    ]
     assert body["errors"][0]["error"].startswith("broken/host_3.")
     assert body["run_traces"] == 3 and body["sources"] == [f"broken/{n}" for n in NAMES]
     assert body["distributed"]["available"]
     assert body["distributed"] == cli_distributed(
-        logdir, *body["sources"], "broken/host_3.1700000000002.pt.trace.json")
+        logdir, *body["sources"], "broken/host_3.1700000000002.pt.trace.json"
+    )
     status, body = _get(client, "broken", "host_3")  # the corrupt one chosen: its own error
     assert status == 422 and "host_3" in body["error"]
 
@@ -86,11 +90,11 @@ def test_ids_only(logdir: Path) -> None:
     job = ids(client, "job", "host_1")
     other = ids(client, "broken", "host_3")
     for query, status in (
-            ({"run": "job", "span": job["span"]}, 400),
-            ({"run": job["run"], "span": "../../etc/passwd"}, 400),
-            ({"run": job["run"]}, 400),
-            ({"run": "0" * 16, "span": job["span"]}, 404),
-            ({"run": job["run"], "span": other["span"]}, 404),  # a span of another run
+        ({"run": "job", "span": job["span"]}, 400),
+        ({"run": job["run"], "span": "../../etc/passwd"}, 400),
+        ({"run": job["run"]}, 400),
+        ({"run": "0" * 16, "span": job["span"]}, 404),
+        ({"run": job["run"], "span": other["span"]}, 404),  # a span of another run
     ):
         r = client.get(f"{ROUTE}/distributed", query_string=query)
         assert r.status_code == status, (query, r.get_json())
@@ -119,8 +123,9 @@ def test_progress_while_the_run_is_analysed(logdir: Path) -> None:
     plugin.cache.compute = slow
     status, body = _get(client, "job", "host_1")
     assert status == 202, body
-    assert body["phase"] == "0 of 2 traces of the run analysed; held by the test" or \
-        body["phase"].startswith("0 of 2 traces of the run analysed; queued")
+    assert body["phase"] == "0 of 2 traces of the run analysed; held by the test" or body[
+        "phase"
+    ].startswith("0 of 2 traces of the run analysed; queued")
     gate.set()
     deadline = time.monotonic() + 60
     while status == 202 and time.monotonic() < deadline:

@@ -20,12 +20,15 @@ TOLERANCE_US = 1e-3
 
 def brute_bins(starts: list[int], ends: list[int], edges: list[int]) -> list[int]:
     """ns of the intervals inside each bin, one interval and one bin at a time."""
-    return [sum(max(0, min(e, hi) - max(s, lo)) for s, e in zip(starts, ends, strict=True))
-            for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+    return [
+        sum(max(0, min(e, hi) - max(s, lo)) for s, e in zip(starts, ends, strict=True))
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+    ]
 
 
-@pytest.mark.parametrize(("n", "max_segments"), [(0, 5), (3, 5), (5, 5), (6, 5), (1000, 7),
-                                                  (50_000, 2000), (200_000, 1)])
+@pytest.mark.parametrize(
+    ("n", "max_segments"), [(0, 5), (3, 5), (5, 5), (6, 5), (1000, 7), (50_000, 2000), (200_000, 1)]
+)
 def test_downsample_bound_and_total(n: int, max_segments: int) -> None:
     rng = np.random.default_rng(n)
     start = np.sort(rng.integers(0, 10**9, n))
@@ -60,8 +63,14 @@ def test_timeline_route_on_a_cuda_trace(tmp_path: Path, shared_traces: Path) -> 
     from neuron_profiler.trace import EventKind, load_trace
     from neuron_profiler.trace import schema as S
 
-    src = (shared_traces / "kineto" / "tb_plugin" / "samples" / "resnet50_num_workers_0"
-           / "worker0.1623143089861.pt.trace.json.gz")
+    src = (
+        shared_traces
+        / "kineto"
+        / "tb_plugin"
+        / "samples"
+        / "resnet50_num_workers_0"
+        / "worker0.1623143089861.pt.trace.json.gz"
+    )
     (tmp_path / "cuda").mkdir()
     shutil.copy(src, tmp_path / "cuda")
     _, client = make_plugin(tmp_path)
@@ -72,14 +81,16 @@ def test_timeline_route_on_a_cuda_trace(tmp_path: Path, shared_traces: Path) -> 
     # second computation: union per (pid, tid) of the device rows, merged in plain Python
     trace = load_trace(src)
     c = trace.columns
-    work = np.isin(c[S.KIND], [EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET,
-                               EventKind.COLLECTIVE]) & (c[S.PH] == S.Phase.COMPLETE)
+    work = np.isin(
+        c[S.KIND], [EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET, EventKind.COLLECTIVE]
+    ) & (c[S.PH] == S.Phase.COMPLETE)
     expected = {}
     for pid, tid in set(zip(c[S.PID][work].tolist(), c[S.TID][work].tolist(), strict=True)):
         on = work & (c[S.PID] == pid) & (c[S.TID] == tid)
         total, reach = 0, None
-        for s, e in sorted(zip(c[S.TS_NS][on].tolist(),
-                               (c[S.TS_NS][on] + c[S.DUR_NS][on]).tolist(), strict=True)):
+        for s, e in sorted(
+            zip(c[S.TS_NS][on].tolist(), (c[S.TS_NS][on] + c[S.DUR_NS][on]).tolist(), strict=True)
+        ):
             if reach is None or s > reach:
                 total, reach = total + (e - s), e
             elif e > reach:

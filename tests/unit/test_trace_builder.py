@@ -24,8 +24,11 @@ def test_builder_sorts_by_time_and_keeps_args() -> None:
 def test_producers_without_the_form_column_still_build_a_trace() -> None:
     """A column added later (FORM) gets its "nothing here" value for producers that predate
     it, so exporters never meet a missing column."""
-    cols = {c: np.zeros(3, dtype=S.COLUMN_DTYPES.get(c, np.int64)) for c in S.EVENT_COLUMNS
-            if c != S.FORM}
+    cols = {
+        c: np.zeros(3, dtype=S.COLUMN_DTYPES.get(c, np.int64))
+        for c in S.EVENT_COLUMNS
+        if c != S.FORM
+    }
     t = Trace(columns=cols, strings=[""], raw_args=[])
     assert t.col(S.FORM).dtype == np.uint8 and t.col(S.FORM).tolist() == [0, 0, 0]
     assert S.default_column(S.FLOW_ID, 2).tolist() == [-1, -1]

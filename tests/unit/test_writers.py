@@ -20,8 +20,16 @@ from neuron_profiler.trace.model import Trace, TraceBuilder
 def _trace(n: int = 5) -> Trace:
     b = TraceBuilder("in.json")
     for i in range(n):
-        b.add(name=f"op{i}", ts_ns=10**18 + i * 1000, dur_ns=500, kind=S.EventKind.CPU_OP,
-              cat="cpu_op", pid=1, tid=2, args={"External id": i + 1})
+        b.add(
+            name=f"op{i}",
+            ts_ns=10**18 + i * 1000,
+            dur_ns=500,
+            kind=S.EventKind.CPU_OP,
+            cat="cpu_op",
+            pid=1,
+            tid=2,
+            args={"External id": i + 1},
+        )
     return b.build()
 
 

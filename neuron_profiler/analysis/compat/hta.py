@@ -33,8 +33,15 @@ from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace, file_base_ns
 
-HTA_KERNEL_CATEGORIES = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy",
-                         "mtia_ccp_events")
+HTA_KERNEL_CATEGORIES = (
+    "kernel",
+    "Kernel",
+    "gpu_memset",
+    "Memset",
+    "gpu_memcpy",
+    "Memcpy",
+    "mtia_ccp_events",
+)
 CONSECUTIVE_KERNEL_DELAY_NS = 30_000  # HTA's default 30, compared in trace units (µs)
 SYNC_NAMES = ("Event Sync", "Context Sync")
 _COMM = re.compile(r"^nccl.*Kernel")
@@ -117,14 +124,18 @@ def hta_rounds(trace: Trace) -> bool:
     rel = trace.col(S.TS_NS) - file_base_ns(trace.metadata)
     return bool((rel % 1000 != 0).any()) or any(
         m.ts_ns is None or (m.ts_ns - file_base_ns(trace.metadata)) % 1000
-        for m in trace.meta_events)
+        for m in trace.meta_events
+    )
 
 
 def _hta_rows(trace: Trace, rounding: bool | None) -> _HtaRows:
     c = trace.columns
     trace_cat = trace.string_id("Trace")
-    keep = ((c[S.PH] == S.Phase.COMPLETE) & ((c[S.FORM] & S.Form.NO_CAT) == 0)
-            & (c[S.CAT_ID] != trace_cat))
+    keep = (
+        (c[S.PH] == S.Phase.COMPLETE)
+        & ((c[S.FORM] & S.Form.NO_CAT) == 0)
+        & (c[S.CAT_ID] != trace_cat)
+    )
     rows = np.flatnonzero(keep)
     base = file_base_ns(trace.metadata)
     start = c[S.TS_NS][rows] - base
@@ -147,9 +158,17 @@ def _hta_rows(trace: Trace, rounding: bool | None) -> _HtaRows:
         pick = np.repeat(np.arange(len(repeat)), repeat)
         del repeat
         name_id, cat_id, start, end, stream, launch = (
-            a[pick] for a in (name_id, cat_id, start, end, stream, launch))
-    return _HtaRows(name_id=name_id, cat_id=cat_id, start=start, end=end, stream=stream,
-                    launch=launch, rank=rank_of(trace))
+            a[pick] for a in (name_id, cat_id, start, end, stream, launch)
+        )
+    return _HtaRows(
+        name_id=name_id,
+        cat_id=cat_id,
+        start=start,
+        end=end,
+        stream=stream,
+        launch=launch,
+        rank=rank_of(trace),
+    )
 
 
 def _launch_starts(corr: np.ndarray, start: np.ndarray, gpu: np.ndarray) -> np.ndarray:
@@ -167,12 +186,14 @@ def _launch_starts(corr: np.ndarray, start: np.ndarray, gpu: np.ndarray) -> np.n
     return out
 
 
-def _last_step_cut(trace: Trace, name_id: np.ndarray, start: np.ndarray, corr: np.ndarray,
-                   gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray, int | None]:
+def _last_step_cut(
+    trace: Trace, name_id: np.ndarray, start: np.ndarray, corr: np.ndarray, gpu: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int | None]:
     """(host rows kept, times each device row is kept, where host rows are cut from), by HTA's
     last-step rule."""
-    step_ids = np.unique(name_id[np.isin(name_id, [i for i, s in enumerate(trace.strings)
-                                                   if "ProfilerStep" in s])])
+    step_ids = np.unique(
+        name_id[np.isin(name_id, [i for i, s in enumerate(trace.strings) if "ProfilerStep" in s])]
+    )
     if len(step_ids) < 2:
         return ~gpu, gpu.astype(np.int64), None
     is_step = ~gpu & np.isin(name_id, step_ids)
@@ -198,9 +219,12 @@ def _hta_merge(start: np.ndarray, end: np.ndarray) -> tuple[int, int]:
     return int((g_end - g_start).sum()), int(g_end[-1] - g_start[0])
 
 
-def hta_breakdowns(trace: Trace, *, rounding: bool | None = None,
-                   consecutive_kernel_delay_ns: int = CONSECUTIVE_KERNEL_DELAY_NS
-                   ) -> tuple[HtaTemporal | None, HtaIdle | None]:
+def hta_breakdowns(
+    trace: Trace,
+    *,
+    rounding: bool | None = None,
+    consecutive_kernel_delay_ns: int = CONSECUTIVE_KERNEL_DELAY_NS,
+) -> tuple[HtaTemporal | None, HtaIdle | None]:
     """Both breakdowns from one reading of the trace (what ``analyze`` uses)."""
     r = _hta_rows(trace, rounding)
     return _temporal(trace, r), _idle(trace, r, consecutive_kernel_delay_ns)
@@ -223,13 +247,21 @@ def _temporal(trace: Trace, r: _HtaRows) -> HtaTemporal | None:
     comp = kernel & np.isin(r.name_id, compute_ids)
     compute = _hta_merge(r.start[comp], r.end[comp])[0] if comp.any() else 0
     idle = span - busy
-    return HtaTemporal(rank=r.rank, idle_ns=idle, compute_ns=compute,
-                       non_compute_ns=span - compute - idle, kernel_ns=span)
+    return HtaTemporal(
+        rank=r.rank,
+        idle_ns=idle,
+        compute_ns=compute,
+        non_compute_ns=span - compute - idle,
+        kernel_ns=span,
+    )
 
 
-def hta_idle_time_breakdown(trace: Trace, *, rounding: bool | None = None,
-                            consecutive_kernel_delay_ns: int = CONSECUTIVE_KERNEL_DELAY_NS
-                            ) -> HtaIdle | None:
+def hta_idle_time_breakdown(
+    trace: Trace,
+    *,
+    rounding: bool | None = None,
+    consecutive_kernel_delay_ns: int = CONSECUTIVE_KERNEL_DELAY_NS,
+) -> HtaIdle | None:
     """HTA's ``get_idle_time_breakdown`` for this trace's rank, every stream; None where HTA
     finds no kernel."""
     return _idle(trace, _hta_rows(trace, rounding), consecutive_kernel_delay_ns)
@@ -252,9 +284,18 @@ def _idle(trace: Trace, r: _HtaRows, consecutive_kernel_delay_ns: int) -> HtaIdl
     out = []
     for s in np.unique(stream).tolist():  # one iteration per stream (a handful)
         m = stream == s
-        present = ("host_wait",) * bool((host_wait & m).any()) + (
-            "kernel_wait",) * bool((kernel_wait & m).any()) + ("other",)
-        out.append(HtaStreamIdle(stream=s, host_wait_ns=int(gap[host_wait & m].sum()),
-                                 kernel_wait_ns=int(gap[kernel_wait & m].sum()),
-                                 other_ns=int(gap[other & m].sum()), categories=present))
+        present = (
+            ("host_wait",) * bool((host_wait & m).any())
+            + ("kernel_wait",) * bool((kernel_wait & m).any())
+            + ("other",)
+        )
+        out.append(
+            HtaStreamIdle(
+                stream=s,
+                host_wait_ns=int(gap[host_wait & m].sum()),
+                kernel_wait_ns=int(gap[kernel_wait & m].sum()),
+                other_ns=int(gap[other & m].sum()),
+                categories=present,
+            )
+        )
     return HtaIdle(rank=r.rank, streams=tuple(out))

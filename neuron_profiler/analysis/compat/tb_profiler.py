@@ -34,16 +34,27 @@ from neuron_profiler.trace.model import Trace
 
 ROLES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CPU Exec")
 OTHER = "Other"
-COMM_OPS = frozenset(f"{lib}:{op}" for lib in ("nccl", "gloo") for op in (
-    "broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter"))
+COMM_OPS = frozenset(
+    f"{lib}:{op}"
+    for lib in ("nccl", "gloo")
+    for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")
+)
 LEGACY_RUNTIME = frozenset({"runtime"})
 TAIL_RATIO = 0.8  # a last step with fewer device events than this share of the previous: cut
 # event types, from cat.lower() as 0.4.3 maps them
 _T_NONE, _T_OP, _T_PY, _T_ANNOT, _T_STEP, _T_RUNTIME, _T_KERNEL, _T_MEMCPY, _T_MEMSET = range(9)
-_CAT_TYPES = {"cpu_op": _T_OP, "operator": _T_OP, "python": _T_PY, "kernel": _T_KERNEL,
-              "memcpy": _T_MEMCPY, "gpu_memcpy": _T_MEMCPY, "memset": _T_MEMSET,
-              "gpu_memset": _T_MEMSET, "user_annotation": _T_ANNOT,
-              "gpu_user_annotation": _T_ANNOT}
+_CAT_TYPES = {
+    "cpu_op": _T_OP,
+    "operator": _T_OP,
+    "python": _T_PY,
+    "kernel": _T_KERNEL,
+    "memcpy": _T_MEMCPY,
+    "gpu_memcpy": _T_MEMCPY,
+    "memset": _T_MEMSET,
+    "gpu_memset": _T_MEMSET,
+    "user_annotation": _T_ANNOT,
+    "gpu_user_annotation": _T_ANNOT,
+}
 
 
 @dataclass(frozen=True)
@@ -72,14 +83,23 @@ class TbBreakdown:
 
     def rows(self) -> list[dict[str, float | str]]:
         """``[{"step": "5", "<category>": µs, ..., "Total": µs}]`` as in the Overview table."""
-        return [{"step": s.step, **{c: s.values_ns[c] / 1e3 for c in self.columns},
-                 "Total": s.total_ns / 1e3} for s in self.steps]
+        return [
+            {
+                "step": s.step,
+                **{c: s.values_ns[c] / 1e3 for c in self.columns},
+                "Total": s.total_ns / 1e3,
+            }
+            for s in self.steps
+        ]
 
 
 def _types(trace: Trace, legacy: bool) -> np.ndarray:
     """0.4.3's event type per string id of the category (names refine it below)."""
-    runtime = (LEGACY_RUNTIME if legacy else
-               LEGACY_RUNTIME | {c for c, k in _kind_table().items() if k == S.EventKind.RUNTIME})
+    runtime = (
+        LEGACY_RUNTIME
+        if legacy
+        else LEGACY_RUNTIME | {c for c, k in _kind_table().items() if k == S.EventKind.RUNTIME}
+    )
     table = np.full(len(trace.strings), _T_NONE, dtype=np.int8)
     for i, s in enumerate(trace.strings):
         low = s.lower()
@@ -102,14 +122,21 @@ def tb_profiler_breakdown(trace: Trace, *, legacy: bool = False) -> TbBreakdown:
     start = c[S.TS_NS][rows]
     end = start + c[S.DUR_NS][rows]
     roles = _role_ranges(typ, flags[:, name_id], start, end, c[S.EXTERNAL_ID][rows])
-    steps_s, steps_e, labels, matched = _steps(typ, trace.strings, name_id, start, end,
-                                               c[S.CORRELATION][rows])
+    steps_s, steps_e, labels, matched = _steps(
+        typ, trace.strings, name_id, start, end, c[S.CORRELATION][rows]
+    )
     steps_s, steps_e, labels = _trim(steps_s, steps_e, labels, matched)
     values = _assign(roles, steps_s, steps_e)
     columns = _columns(roles)
-    steps = tuple(TbStep(step=labels[i], start_ns=int(steps_s[i]), end_ns=int(steps_e[i]),
-                         values_ns={k: int(values[k][i]) for k in columns})
-                  for i in range(len(labels)))
+    steps = tuple(
+        TbStep(
+            step=labels[i],
+            start_ns=int(steps_s[i]),
+            end_ns=int(steps_e[i]),
+            values_ns={k: int(values[k][i]) for k in columns},
+        )
+        for i in range(len(labels))
+    )
     return TbBreakdown(steps=steps, columns=columns, legacy=legacy)
 
 
@@ -135,22 +162,34 @@ def _refine(typ: np.ndarray, flags: np.ndarray) -> np.ndarray:
     return typ
 
 
-def _role_ranges(typ: np.ndarray, flags: np.ndarray, start: np.ndarray, end: np.ndarray,
-                 ext: np.ndarray) -> dict[str, I.Intervals]:
+def _role_ranges(
+    typ: np.ndarray, flags: np.ndarray, start: np.ndarray, end: np.ndarray, ext: np.ndarray
+) -> dict[str, I.Intervals]:
     hostish = np.isin(typ, [_T_OP, _T_PY, _T_ANNOT])
     comm_op = hostish & flags[_COMM]
     loader = np.isin(typ, [_T_OP, _T_ANNOT]) & flags[_LOADER]
     kernel = typ == _T_KERNEL
     comm_kernel = kernel & np.isin(ext, ext[comm_op])
-    masks = {"Kernel": kernel & ~comm_kernel, "Memcpy": typ == _T_MEMCPY,
-             "Memset": typ == _T_MEMSET, "Communication": comm_kernel | comm_op,
-             "Runtime": typ == _T_RUNTIME, "DataLoader": loader,
-             "CPU Exec": hostish & ~comm_op & ~loader}
+    masks = {
+        "Kernel": kernel & ~comm_kernel,
+        "Memcpy": typ == _T_MEMCPY,
+        "Memset": typ == _T_MEMSET,
+        "Communication": comm_kernel | comm_op,
+        "Runtime": typ == _T_RUNTIME,
+        "DataLoader": loader,
+        "CPU Exec": hostish & ~comm_op & ~loader,
+    }
     return {k: I.union(start[m], end[m]) for k, m in masks.items()}
 
 
-def _steps(typ: np.ndarray, strings: list[str], name_id: np.ndarray, start: np.ndarray,
-           end: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+def _steps(
+    typ: np.ndarray,
+    strings: list[str],
+    name_id: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    corr: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """Host steps adjusted to the device work their runtime calls launched (0.4.3's
     _find_device_steps / _update_steps_duration); also each step's matched device events."""
     is_step = typ == _T_STEP
@@ -185,8 +224,15 @@ def _steps(typ: np.ndarray, strings: list[str], name_id: np.ndarray, start: np.n
     return s, e, labels, matched
 
 
-def _device_step(typ: np.ndarray, start: np.ndarray, end: np.ndarray, corr: np.ndarray,
-                 device: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+def _device_step(
+    typ: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    corr: np.ndarray,
+    device: np.ndarray,
+    s: np.ndarray,
+    e: np.ndarray,
+) -> np.ndarray:
     """Per device event, the step whose host span wholly holds the runtime call sharing its
     correlation id (-1 when none does)."""
     rt = np.flatnonzero((typ == _T_RUNTIME) & (corr != -1))
@@ -233,15 +279,16 @@ def _first_above(x: np.ndarray, start: int, bound: int) -> int:
     """Index of the first x[k] > bound with k >= start (len(x) if none), in growing chunks."""
     size = 64
     while start < len(x):
-        hit = np.flatnonzero(x[start:start + size] > bound)
+        hit = np.flatnonzero(x[start : start + size] > bound)
         if len(hit):
             return start + int(hit[0])
         start, size = start + size, size * 2
     return len(x)
 
 
-def _trim(s: np.ndarray, e: np.ndarray, labels: list[str], matched: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _trim(
+    s: np.ndarray, e: np.ndarray, labels: list[str], matched: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Drop trailing steps without device events, then a last step with under 80% of the
     previous step's (only when some step has device work and there are several)."""
     if matched.sum() == 0 or len(s) <= 1:
@@ -253,8 +300,7 @@ def _trim(s: np.ndarray, e: np.ndarray, labels: list[str], matched: np.ndarray
     return s[:keep], e[:keep], labels[:keep]
 
 
-def _assign(roles: dict[str, I.Intervals], s: np.ndarray, e: np.ndarray
-            ) -> dict[str, np.ndarray]:
+def _assign(roles: dict[str, I.Intervals], s: np.ndarray, e: np.ndarray) -> dict[str, np.ndarray]:
     """Each role takes what the roles before it left of the steps (0.4.3's quirk included: when
     nothing is left, the next role is taken whole and the steps are free again)."""
     all_steps = I.union(s, e)
@@ -274,6 +320,9 @@ def _assign(roles: dict[str, I.Intervals], s: np.ndarray, e: np.ndarray
 
 def _columns(roles: dict[str, I.Intervals]) -> tuple[str, ...]:
     gpu = any(len(roles[k]) for k in ("Kernel", "Memcpy", "Memset", "Runtime"))
-    cols = ("Kernel", "Memcpy", "Memset") * gpu + ("Communication",) * bool(
-        len(roles["Communication"])) + ("Runtime",) * gpu
+    cols = (
+        ("Kernel", "Memcpy", "Memset") * gpu
+        + ("Communication",) * bool(len(roles["Communication"]))
+        + ("Runtime",) * gpu
+    )
     return cols + ("DataLoader", "CPU Exec", OTHER)

@@ -6,8 +6,15 @@ import numpy as np
 
 class Controller(Protocol):
     def start(self) -> None: ...
-    def stop(self, start_ns: int, stop_ns: int, tid: np.ndarray, corr: np.ndarray,
-             push: np.ndarray, pop: np.ndarray) -> dict[str, Any]: ...
+    def stop(
+        self,
+        start_ns: int,
+        stop_ns: int,
+        tid: np.ndarray,
+        corr: np.ndarray,
+        push: np.ndarray,
+        pop: np.ndarray,
+    ) -> dict[str, Any]: ...
 
 def register_profiler(controller: Controller, keys: dict[str, str]) -> None:
     """Register the IActivityProfiler factory (once), the Python controller it calls and the

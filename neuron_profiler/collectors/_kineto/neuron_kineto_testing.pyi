@@ -11,8 +11,9 @@ def set_keys(keys: dict[str, str]) -> None:
 def record_dtype() -> np.dtype:
     """``struct Record`` as a numpy dtype (fields, offsets, size): runtime_trace.records.RECORD."""
 
-def convert_records(records: dict[str, Any], render: bool = True
-                    ) -> tuple[float, int, list[tuple[Any, ...]]]:
+def convert_records(
+    records: dict[str, Any], render: bool = True
+) -> tuple[float, int, list[tuple[Any, ...]]]:
     """Convert a record buffer (RecordBuffer.to_dict()) without Kineto: (seconds, count,
     rendered rows (type, name, pid, tid, ts, dur, id, flow id, flow start, args JSON) if
     render)."""
