@@ -108,7 +108,6 @@ class EmulatedRuntime:
         self._expected: dict[int, int] = {}  # per core: seq of the next event not handed out
         self._cores: frozenset[int] = frozenset()
         self._types: frozenset[str] | None = None
-        self._max_per_nc = DEFAULT_MAX_EVENTS_PER_NC
         self.configure(cores, chip_name, speed_factor)
 
     # -- configuration (the emulator calls this from enable()) ---------------------------------
@@ -173,7 +172,6 @@ class EmulatedRuntime:
             selected = range(self.num_cores) if cores is None else sorted(int(c) for c in cores)
             self._cores = frozenset(selected)
             self._types = None if event_types is None else frozenset(event_types)
-            self._max_per_nc = max_events_per_nc
             self._buffers = {c: deque(maxlen=max_events_per_nc) for c in self._cores}
             self._seq = {c: itertools.count() for c in self._cores}
             self._expected = dict.fromkeys(self._cores, 0)

@@ -414,11 +414,6 @@ class DeviceTimeline:
             )
         return max(launch_ns, end)
 
-    def in_flight(self, core: int, at_ns: int) -> int:
-        """Operations launched on ``core`` and unfinished at host time ``at_ns``."""
-        with self._lock:
-            return sum(1 for end in self.cores[core].inflight if end > at_ns)
-
     def overhead(self, core: int, op: str, what: str, start_ns: int, stop_ns: int) -> None:
         """Host time the emulator spent on its own work (``what``: F.OVERHEAD_*), recorded as an
         emulator-overhead span so that it never reads as runtime launch cost."""

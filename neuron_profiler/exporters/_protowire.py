@@ -84,21 +84,13 @@ def _varint_groups(values: np.ndarray, k: int) -> np.ndarray:
     return x.astype("<u8", copy=False).view(np.uint8).reshape(len(values), 8)[:, :k]
 
 
-def _padded_varint_block(values: np.ndarray) -> np.ndarray:
-    """(n, k) bytes: every value as a k-byte varint, k = the widest value's size.
+def _padded_varint_parts(values: np.ndarray) -> tuple[np.ndarray, bytes]:
+    """Every value as a k-byte varint, k = the widest value's size, split into its varying low
+    bytes (an (n, j) block) and the bytes every row shares.
 
     Smaller values carry redundant 0x80 groups: a valid, non-canonical varint every protobuf
     parser reads (protozero and upb included), which gives every row the same layout.
     """
-    block, shared = _padded_varint_parts(values)
-    if not shared:
-        return block
-    const = np.broadcast_to(np.frombuffer(shared, dtype=np.uint8), (len(values), len(shared)))
-    return np.concatenate([block, const], axis=1)
-
-
-def _padded_varint_parts(values: np.ndarray) -> tuple[np.ndarray, bytes]:
-    """``_padded_varint_block`` as its varying low bytes and the bytes every row shares."""
     top = int(values.max()) if len(values) else 0
     width = int(varint_sizes(np.array([top], dtype=np.uint64))[0])
     if width == 1:

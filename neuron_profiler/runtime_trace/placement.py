@@ -449,7 +449,7 @@ def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -
     def number(key: str) -> np.ndarray:
         return np.array([_int_or_missing(o.get(key)) for o in ops], dtype=np.int64)
 
-    offset, dur = np.maximum(number("offset_ns"), 0), np.maximum(number("duration_ns"), 0)
+    offset, dur = np.maximum(number(F.X_OFFSET_NS), 0), np.maximum(number(F.X_DURATION_NS), 0)
     # the shares fill their execution exactly: the last op of each takes what rounding left
     total = np.bincount(p, weights=dur, minlength=len(placed)).astype(np.int64)
     last = np.flatnonzero(np.append(p[1:] != p[:-1], True))
@@ -461,7 +461,7 @@ def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -
     name_id = np.array(
         [
             table.setdefault(
-                V.kernel_name(_text(o.get("engine")), str(o.get("op", "op"))), len(table)
+                V.kernel_name(_text(o.get(F.X_ENGINE)), str(o.get(F.X_OP, "op"))), len(table)
             )
             for o in ops
         ],
@@ -476,8 +476,8 @@ def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -
             (key, value)
             for key, value in (
                 (V.ARG_EMULATED, True if modelled[parents[k]] else None),
-                (V.ARG_OP, o.get("op")),
-                (V.ARG_ENGINE, o.get("engine")),
+                (V.ARG_OP, o.get(F.X_OP)),
+                (V.ARG_ENGINE, o.get(F.X_ENGINE)),
                 (V.ARG_GRAPH_ID, g),
             )
             if value is not None
@@ -493,8 +493,8 @@ def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -
         category=CATEGORIES.index(V.CAT_GRAPH_OP),
         name_id=name_id,
         args_id=arg_ids,
-        flops=number("flops"),
-        bytes=number("bytes"),
+        flops=number(F.X_FLOPS),
+        bytes=number(F.X_BYTES),
         exec_id=-1,
         device=-1,
         stream=-1,
@@ -626,7 +626,7 @@ def device_properties_from_extensions(exts: Sequence[dict[str, Any]]) -> list[di
     envelope that names a core wins); real captures have none."""
     out: dict[int, dict[str, Any]] = {}
     for ext in exts:
-        entries = ext.get("device_properties") if isinstance(ext, dict) else None
+        entries = ext.get(F.X_DEVICE_PROPERTIES) if isinstance(ext, dict) else None
         for p in entries if isinstance(entries, list) else ():
             if isinstance(p, dict) and isinstance(p.get(V.PROP_ID), int):
                 out.setdefault(p[V.PROP_ID], p)

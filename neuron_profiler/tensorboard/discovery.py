@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
-ROOT_RUN = "."
 _HANDLER_NAME = re.compile(r"^(?P<worker>.+)\.(?P<span>\d+)$")
 ID_PATTERN = re.compile(r"^[0-9a-f]{16}$")
 
