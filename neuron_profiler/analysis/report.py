@@ -14,6 +14,8 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from neuron_profiler.analysis.breakdown import StepBreakdown, step_breakdown
 from neuron_profiler.analysis.compat.hta import HtaIdle, HtaTemporal, hta_breakdowns
 from neuron_profiler.analysis.compat.tb_profiler import TbBreakdown, tb_profiler_breakdown
@@ -73,6 +75,30 @@ class Report:
     def to_trace_us(self, ns: int) -> float:
         """An absolute ns time as the trace file writes it (µs, relative to its base)."""
         return (ns - self.base_ns) / 1e3
+
+    def position(self, ns: int) -> Position:
+        """Where an absolute ns time lies for a reader: the step it falls in (the last step
+        starting at or before it) and how far into that step, e.g. step "7" +12.3 ms. Before
+        the first step: the first step, with a negative offset."""
+        starts = self.steps.start_ns
+        if len(starts) == 0:
+            return Position(step="", offset_ns=int(ns - self.base_ns))
+        k = max(int(np.searchsorted(starts, ns, side="right")) - 1, 0)
+        return Position(step=self.steps.names[k], offset_ns=int(ns - starts[k]))
+
+
+@dataclass(frozen=True)
+class Position:
+    """A time as a reader finds it: ``step`` (its name, "" when the trace has no step) and
+    ``offset_ns`` from that step's start (from the trace's base when there is no step)."""
+
+    step: str
+    offset_ns: int
+
+    def text(self) -> str:
+        """``"step 7 +12.3 ms"``."""
+        where = f"step {self.step} " if self.step else ""
+        return f"{where}{self.offset_ns / 1e6:+.1f} ms"
 
 
 Compatibility = tuple[HtaTemporal | None, HtaIdle | None, TbBreakdown | None]
