@@ -34,7 +34,8 @@ class HostSpans:
     ``sync``: the sync calls themselves, for rule 3's "begins in one")."""
 
     data_loading: I.Intervals
-    cpu_fallback: I.Intervals
+    cpu_fallback: I.Intervals  # the calls with their copies on the device (rule: covers)
+    cpu_fallback_host: I.Intervals  # the calls on the host (rule: the gap begins in one)
     sync_start: np.ndarray
     sync_end: np.ndarray
     profiler_overhead: I.Intervals
@@ -57,6 +58,11 @@ class Gaps:
         the gap there)?"""
         covered = I.overlap_per_window(I.subtract(spans, self.discount), self.start, self.end)
         return 2 * covered >= self.idle_ns
+
+    def begins_in(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Does each gap begin inside one of the host spans [start, end] (one that began at or
+        before the gap and ended at or after its start)?"""
+        return I.any_overlap(start, end, self.start - 1, self.start + 1)
 
     @property
     def launched_late(self) -> np.ndarray:
@@ -116,7 +122,10 @@ class CpuFallback(Cause):
         return len(spans.cpu_fallback) > 0
 
     def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
-        return gaps.covered_by(spans.cpu_fallback)
+        # the gap begins while the host is in a fallback call (its copies, its wait for them,
+        # releasing them: the idle lasts up to the next launch), or fallback calls cover it
+        host = spans.cpu_fallback_host
+        return gaps.begins_in(host.start, host.end) | gaps.covered_by(spans.cpu_fallback)
 
 
 class HostSync(Cause):
@@ -130,8 +139,7 @@ class HostSync(Cause):
         return len(spans.sync_start) > 0
 
     def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
-        # the gap begins in a sync: one that began at or before it and ended at or after it
-        return I.any_overlap(spans.sync_start, spans.sync_end, gaps.start - 1, gaps.start + 1)
+        return gaps.begins_in(spans.sync_start, spans.sync_end)
 
 
 class HostBoundLaunch(Cause):

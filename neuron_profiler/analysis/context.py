@@ -104,8 +104,8 @@ class AnalysisContext:
         return sel.fallback_rows(self.trace)
 
     @cached_property
-    def sync_rows(self) -> np.ndarray:
-        """Host sync calls (the host-sync rule's spans, the sync groups' calls)."""
+    def sync_candidates(self) -> np.ndarray:
+        """Host rows that may be syncs by name (``sync_calls`` keeps those that waited)."""
         return sel.sync_rows(self.trace, self.names)
 
     @cached_property

@@ -185,3 +185,89 @@ def _holds_fallback_row(trace: Trace, fb: np.ndarray, rows: np.ndarray) -> np.nd
             ).any()
         )
     return out
+
+
+@dataclass(frozen=True)
+class FallbackCalls:
+    """Every CPU-fallback call of the trace, one entry each: the fallback rows (the emulator's
+    ``CPU fallback: <op>``), then the inferred calls. ``row``: the host row naming the call;
+    ``pid`` / ``tid``: its thread.
+
+    ``host_start`` / ``host_end``: the call on the host, i.e. the op that dispatched it (the
+    outermost enclosing ``cpu_op`` reached through dispatch frames and ops of the same name;
+    an inferred call's host op) joined with its copies' launches. Whatever the host does in it
+    (its copies, its wait for them, releasing them) is the fallback's, and so is device idle
+    that begins in it. ``start`` / ``end``: the same, joined with the copies on the device
+    (to the last H2D copy's end): the span whose cover of a gap makes it the fallback's."""
+
+    row: np.ndarray = field(default_factory=lambda: _EMPTY)
+    pid: np.ndarray = field(default_factory=lambda: _EMPTY)
+    tid: np.ndarray = field(default_factory=lambda: _EMPTY)
+    host_start: np.ndarray = field(default_factory=lambda: _EMPTY)
+    host_end: np.ndarray = field(default_factory=lambda: _EMPTY)
+    start: np.ndarray = field(default_factory=lambda: _EMPTY)
+    end: np.ndarray = field(default_factory=lambda: _EMPTY)
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def holding(
+        self, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray
+    ) -> np.ndarray:
+        """Which of the given host spans overlap a call on the host, on their thread (a few
+        hundred calls: one vectorised test per call)."""
+        out = np.zeros(len(start), bool)
+        calls = (self.pid, self.tid, self.host_start, self.host_end)
+        for p, t, s, e in zip(*(a.tolist() for a in calls), strict=True):
+            out |= (pid == p) & (tid == t) & (start <= e) & (end >= s)
+        return out
+
+
+def fallback_calls(ctx: AnalysisContext) -> FallbackCalls:
+    trace, rows = ctx.trace, ctx.fallback_rows
+    inferred = ctx.result(infer_fallbacks)
+    if len(rows) == 0 and len(inferred) == 0:
+        return FallbackCalls()
+    c = trace.columns
+    every = np.concatenate([rows, inferred.rows]).astype(np.int64)
+    host_start = c[S.TS_NS][every].copy()
+    host_end = host_start + c[S.DUR_NS][every]
+    for j, row in enumerate(every.tolist()):  # a few hundred calls
+        outer = _dispatching_op(ctx, row)
+        host_start[j] = min(host_start[j], c[S.TS_NS][outer])
+        host_end[j] = max(host_end[j], c[S.TS_NS][outer] + c[S.DUR_NS][outer])
+    start, end = host_start.copy(), host_end.copy()
+    k = len(rows)
+    if len(inferred):
+        last_h2d_launch = [int(ctx.threads.launch_of(h).max()) for h in inferred.h2d]
+        host_start[k:] = np.minimum(host_start[k:], inferred.span_start_ns)
+        host_end[k:] = np.maximum(host_end[k:], last_h2d_launch)
+        start[k:] = np.minimum(host_start[k:], inferred.span_start_ns)
+        end[k:] = np.maximum(host_end[k:], inferred.span_end_ns)
+    return FallbackCalls(
+        row=every,
+        pid=c[S.PID][every],
+        tid=c[S.TID][every],
+        host_start=host_start,
+        host_end=host_end,
+        start=start,
+        end=end,
+    )
+
+
+def _dispatching_op(ctx: AnalysisContext, row: int) -> int:
+    """The op that dispatched a fallback call (a fallback row, or an inferred call's host op):
+    climb the enclosing ``cpu_op`` rows through dispatch frames and ops named like the call's
+    op; the outermost such op (the row itself when none encloses it)."""
+    trace, frames = ctx.trace, ctx.names.dispatch_frames
+    name = trace.name(row)
+    op = name[len(V.FALLBACK_PREFIX) :] if name.startswith(V.FALLBACK_PREFIX) else name
+    found, at = row, ctx.threads.parent(trace, row)
+    while at >= 0:
+        name_id = int(trace.col(S.NAME_ID)[at])
+        if trace.strings[name_id] == op:
+            found = at
+        elif name_id not in frames:
+            break
+        at = ctx.threads.parent(trace, at)
+    return found

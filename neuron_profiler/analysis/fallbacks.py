@@ -33,7 +33,12 @@ from neuron_profiler.analysis._copies import D2H, H2D, CopyInfo
 from neuron_profiler.analysis._device import DMA, DeviceWork
 from neuron_profiler.analysis.callsites import call_sites
 from neuron_profiler.analysis.context import AnalysisContext
-from neuron_profiler.analysis.fallback_inference import REASON, InferredFallbacks, infer_fallbacks
+from neuron_profiler.analysis.fallback_inference import (
+    REASON,
+    InferredFallbacks,
+    fallback_calls,
+    infer_fallbacks,
+)
 from neuron_profiler.analysis.idle import IdleTime, idle_time
 from neuron_profiler.analysis.peaks import native_time
 from neuron_profiler.trace import schema as S
@@ -92,11 +97,16 @@ def fallback_groups(ctx: AnalysisContext) -> tuple[FallbackGroup, ...]:
         return ()
     idle, copies = ctx.result(idle_time), ctx.copies
     calls = _merge(_fallback_rows(ctx, rows), _inferred_calls(trace, inferred))
+    whole = ctx.result(fallback_calls)  # the same calls in the same order, as whole ops
+    calls = replace(calls, start=whole.start, end=whole.end)
     members: dict[tuple[str, str, str, bool], list[int]] = {}
     for i, key in enumerate(calls.key):
         members.setdefault(key, []).append(i)
     spans = [I.union(calls.start[m], calls.end[m]) for m in map(np.asarray, members.values())]
-    owned = _idle_per_group(idle, spans)
+    on_host = [
+        I.union(whole.host_start[m], whole.host_end[m]) for m in map(np.asarray, members.values())
+    ]
+    owned = _idle_per_group(idle, spans, on_host)
     groups = [
         _group(key, np.asarray(m), calls, copies, work, span, int(owned[g]))
         for g, ((key, m), span) in enumerate(zip(members.items(), spans, strict=True))
@@ -123,9 +133,12 @@ def fallback_copies(ctx: AnalysisContext) -> np.ndarray:
     return out
 
 
-def _idle_per_group(idle: IdleTime, spans: list[I.Intervals]) -> np.ndarray:
+def _idle_per_group(
+    idle: IdleTime, spans: list[I.Intervals], on_host: list[I.Intervals]
+) -> np.ndarray:
     """Counted idle of the worst device's cpu_fallback gaps per group: each whole gap to the
-    group covering most of it (rule 2 made it a fallback gap, so some group covers it)."""
+    group whose call it began in, else to the group covering most of it (the fallback rule
+    made it a fallback gap, so one of the two holds)."""
     out = np.zeros(len(spans), np.int64)
     devices = [d for d in idle.devices if d.by_cause_ns["cpu_fallback"] > 0]
     if not devices or not spans:
@@ -134,7 +147,9 @@ def _idle_per_group(idle: IdleTime, spans: list[I.Intervals]) -> np.ndarray:
     k = idle.gap_index("cpu_fallback", worst)
     gs, ge = idle.gap_start_ns[k], idle.gap_end_ns[k]
     cover = np.stack([I.overlap_per_window(x, gs, ge) for x in spans])  # groups x gaps
-    owner, hit = cover.argmax(axis=0), cover.max(axis=0) > 0
+    began = np.stack([I.any_overlap(x.start, x.end, gs - 1, gs + 1) for x in on_host])
+    owner = np.where(began.any(axis=0), began.argmax(axis=0), cover.argmax(axis=0))
+    hit = began.any(axis=0) | (cover.max(axis=0) > 0)
     return np.bincount(owner[hit], weights=idle.gap_idle_ns[k][hit], minlength=len(spans)).astype(
         np.int64
     )

@@ -41,8 +41,9 @@ from neuron_profiler.analysis import selections as sel
 from neuron_profiler.analysis._device import NO_LAUNCH, DeviceWork
 from neuron_profiler.analysis.causes import ALL_CAUSES, Gaps, HostSpans, classify
 from neuron_profiler.analysis.context import AnalysisContext
-from neuron_profiler.analysis.fallback_inference import infer_fallbacks
+from neuron_profiler.analysis.fallback_inference import fallback_calls
 from neuron_profiler.analysis.steps import Steps
+from neuron_profiler.analysis.sync_calls import sync_calls
 
 HOST_ACTIVITY_NAMES = 3  # host ops listed per long gap
 
@@ -134,22 +135,22 @@ class IdleTime:
 
 
 def host_spans(ctx: AnalysisContext) -> HostSpans:
-    """The host spans the idle rules test, as selected once per trace (``selections``): CPU
-    fallbacks are the fallback rows and the calls inferred from host ops and their copies."""
+    """The host spans the idle rules test, as selected once per trace: DataLoader spans, the
+    CPU-fallback calls (``fallback_inference.fallback_calls``: fallback rows and inferred calls,
+    each as the whole op that dispatched it), the syncs that really waited (``sync_calls``) and
+    the profiler's own work."""
     trace, names = ctx.trace, ctx.names
-    union = lambda s: I.union(s.start, s.end)  # noqa: E731
-    inferred = ctx.result(infer_fallbacks)
-    fallback = sel.spans_of(trace, ctx.fallback_rows)
-    sync = sel.spans_of(trace, ctx.sync_rows)
+    loading = sel.spans_of(trace, sel.dataloader_rows(trace, names))
+    calls = ctx.result(fallback_calls)
+    sync = sel.spans_of(trace, ctx.result(sync_calls))
+    overhead = sel.spans_of(trace, sel.profiler_overhead_rows(trace, names))
     return HostSpans(
-        data_loading=union(sel.spans_of(trace, sel.dataloader_rows(trace, names))),
-        cpu_fallback=I.union(
-            np.concatenate([fallback.start, inferred.span_start_ns]),
-            np.concatenate([fallback.end, inferred.span_end_ns]),
-        ),
+        data_loading=I.union(loading.start, loading.end),
+        cpu_fallback=I.union(calls.start, calls.end),
+        cpu_fallback_host=I.union(calls.host_start, calls.host_end),
         sync_start=sync.start,
         sync_end=sync.end,
-        profiler_overhead=union(sel.spans_of(trace, sel.profiler_overhead_rows(trace, names))),
+        profiler_overhead=I.union(overhead.start, overhead.end),
     )
 
 

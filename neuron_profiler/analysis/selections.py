@@ -11,13 +11,21 @@ Name rules (the names themselves are in ``trace/vocabulary.py``):
   is a number (``steps.py``). No ProfilerStep row is host work.
 - **DataLoader**: ``enumerate(DataLoader)#...__next__`` or ``enumerate(DataPipe)#...`` (and rows
   of the ``dataloader`` category).
-- **Host sync**: the names in ``HOST_SYNC_NAMES`` (``aten::item``, stream/device/event
-  synchronize, synchronous copies, ...) and our ``host sync: ...`` rows.
+- **Host sync candidates**: runtime waits (``HOST_WAIT_NAMES``: stream/device/event
+  synchronize, synchronous copies; our ``host sync: ...`` rows) and ops that may sync
+  (``SYNC_OP_NAMES``: ``aten::item``, ``_local_scalar_dense``, ``nonzero``). Which of them
+  really waited is ``sync_calls``' rule.
 - **Emulator overhead**: ``emulator overhead: ...`` rows (the emulated device's own host work).
 - **Profiler overhead**: Kineto's own rows (``Activity Buffer Request``, ``Profiler overhead``)
   and ``overhead``-category rows that are not the emulator's.
 - **Collective kernels**: ``CC: ...`` and ``CC wait: ...`` rows (ours), NCCL / RCCL kernels.
 - **Collective waits**: ``CC wait: ...`` rows (a real capture's barrier, the emulator's wait).
+- **Profiler frames**: Python frames of torch's profiler (``torch/profiler/...``,
+  ``torch/autograd/profiler...``): its ``__enter__`` / ``__exit__`` / ``step`` work.
+
+User rows are the ops and annotations the user's code ran: complete ``cpu_op`` and
+``user_annotation`` rows that are no ProfilerStep and do not start inside a profiler frame on
+their thread.
 
 Host rows are complete rows of the host kinds (``HOST_KINDS``: ops, annotations, Python
 functions, runtime calls, CPU-fallback and DataLoader rows), ProfilerStep annotations left out.
@@ -30,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -48,6 +57,7 @@ _COLLECTIVE_NAME = re.compile(
     rf"{re.escape(V.COLLECTIVE_WAIT_PREFIX)}|nccl|rccl)",
     re.IGNORECASE,
 )
+_PROFILER_FRAME = re.compile(r"(^|[/\\])torch[/\\](autograd[/\\])?profiler")
 _EMPTY = np.zeros(0, np.int64)
 
 
@@ -57,8 +67,14 @@ def is_dataloader_name(name: str) -> bool:
     ) or name.startswith(V.DATAPIPE_PREFIX)
 
 
+def is_wait_name(name: str) -> bool:
+    """A runtime wait: it blocks the host until device work is done, by itself."""
+    return name in V.HOST_WAIT_NAMES or name.startswith(V.SYNC_PREFIX)
+
+
 def is_sync_name(name: str) -> bool:
-    return name in V.HOST_SYNC_NAMES or name.startswith(V.SYNC_PREFIX)
+    """A runtime wait or an op that may sync (a sync when it really waited)."""
+    return name in V.SYNC_OP_NAMES or is_wait_name(name)
 
 
 @dataclass(frozen=True)
@@ -71,10 +87,13 @@ class NameClasses:
     step_numbers: dict[int, int]
     dataloader: np.ndarray
     sync: np.ndarray
+    wait: np.ndarray
+    dispatch_frames: np.ndarray
     emulator_overhead: np.ndarray
     profiler_overhead: np.ndarray
     collective_kernel: np.ndarray
     collective_wait: np.ndarray
+    profiler_frames: np.ndarray
 
     @classmethod
     def of(cls, trace: Trace) -> NameClasses:
@@ -84,10 +103,13 @@ class NameClasses:
                 "profiler_steps",
                 "dataloader",
                 "sync",
+                "wait",
+                "dispatch_frames",
                 "emulator_overhead",
                 "profiler_overhead",
                 "collective_kernel",
                 "collective_wait",
+                "profiler_frames",
             )
         }
         numbers: dict[int, int] = {}
@@ -100,6 +122,10 @@ class NameClasses:
                 found["dataloader"].append(i)
             if is_sync_name(s):
                 found["sync"].append(i)
+                if is_wait_name(s):
+                    found["wait"].append(i)
+            if s in V.DISPATCH_FRAMES:
+                found["dispatch_frames"].append(i)
             if s.startswith(V.OVERHEAD_PREFIX):
                 found["emulator_overhead"].append(i)
             if s in V.PROFILER_OVERHEAD_NAMES:
@@ -108,6 +134,8 @@ class NameClasses:
                 found["collective_kernel"].append(i)
             if s.startswith(V.COLLECTIVE_WAIT_PREFIX):
                 found["collective_wait"].append(i)
+            if _PROFILER_FRAME.search(s):
+                found["profiler_frames"].append(i)
         return cls(
             step_numbers=numbers, **{k: np.asarray(v, dtype=np.int64) for k, v in found.items()}
         )
@@ -203,3 +231,27 @@ def profiler_overhead_rows(trace: Trace, names: NameClasses) -> np.ndarray:
 def fallback_rows(trace: Trace) -> np.ndarray:
     """Complete CPU-fallback rows (``CPU fallback: <op>``)."""
     return trace.select(kind=S.EventKind.FALLBACK, ph=S.Phase.COMPLETE)
+
+
+def user_rows(trace: Trace, names: NameClasses) -> np.ndarray:
+    """The user's ops and annotations (see the module docstring), in file order."""
+    c = trace.columns
+    kinds = [S.EventKind.CPU_OP, S.EventKind.USER_ANNOTATION]
+    rows = np.flatnonzero(
+        trace.mask(kind=kinds, ph=S.Phase.COMPLETE) & ~np.isin(c[S.NAME_ID], names.profiler_steps)
+    )
+    frames = np.flatnonzero(
+        trace.mask(kind=S.EventKind.PYTHON, ph=S.Phase.COMPLETE)
+        & np.isin(c[S.NAME_ID], names.profiler_frames)
+    )
+    if len(frames) == 0 or len(rows) == 0:
+        return rows
+    inside = np.zeros(len(rows), bool)
+    threads = set(zip(c[S.PID][frames].tolist(), c[S.TID][frames].tolist(), strict=True))
+    for pid, tid in threads:  # the threads that ran the profiler: one or two
+        f = frames[(c[S.PID][frames] == pid) & (c[S.TID][frames] == tid)]
+        spans = I.union(c[S.TS_NS][f], c[S.TS_NS][f] + c[S.DUR_NS][f] + 1)
+        mine = (c[S.PID][rows] == pid) & (c[S.TID][rows] == tid)
+        at = c[S.TS_NS][rows[mine]]
+        inside[mine] = I.overlap_per_window(spans, at, at + 1) > 0
+    return rows[~inside]

@@ -8,7 +8,8 @@ A step is the host span of its annotation (the earliest start and latest end whe
 threads carry the same step). The last step is stretched to the end of the device work that
 started inside it, so work it launched is not cut off; earlier steps need no stretching, since
 the next step's span covers their spill-over. Without any annotation the trace is one step
-"0" from its first event to its last.
+"0" over the user's activity: from the first to the last of the user's ops (never the
+profiler's own start and stop work), stretched in the same way.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_profiler.analysis._device import DeviceWork
+from neuron_profiler.analysis._device import NO_LAUNCH, DeviceWork
 from neuron_profiler.analysis._intervals import Intervals, union
-from neuron_profiler.analysis.selections import NameClasses
+from neuron_profiler.analysis.selections import NameClasses, user_rows
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
@@ -71,7 +72,7 @@ def find_steps(trace: Trace, work: DeviceWork, names: NameClasses) -> Steps:
     rows, numbers = step_rows(trace, names)
     ts, dur = trace.col(S.TS_NS), trace.col(S.DUR_NS)
     if len(rows) == 0:
-        return _whole_trace(trace)
+        return _whole_trace(trace, work, names)
     uniq, code = np.unique(numbers, return_inverse=True)
     start = np.full(len(uniq), np.iinfo(np.int64).max)
     end = np.full(len(uniq), np.iinfo(np.int64).min)
@@ -90,11 +91,26 @@ def find_steps(trace: Trace, work: DeviceWork, names: NameClasses) -> Steps:
     )
 
 
-def _whole_trace(trace: Trace) -> Steps:
-    complete = trace.mask(ph=S.Phase.COMPLETE)
-    ts = trace.col(S.TS_NS)[complete]
-    end = ts + trace.col(S.DUR_NS)[complete]
-    lo, hi = (int(ts.min()), int(end.max())) if len(ts) else (0, 0)
+def _whole_trace(trace: Trace, work: DeviceWork, names: NameClasses) -> Steps:
+    """One step "0" over the user's activity: from the first to the last of the user's ops
+    (``selections.user_rows``: not the profiler's own start and stop work) and launches of
+    device work, stretched to the end of the device work launched or started in it; the whole
+    trace when it has no op at all."""
+    rows = user_rows(trace, names)
+    if len(rows) == 0:
+        rows = trace.select(ph=S.Phase.COMPLETE)
+    if len(rows) == 0:
+        return Steps(
+            names=("0",), start_ns=np.array([0]), end_ns=np.array([0]), from_profiler_steps=False
+        )
+    ts = trace.col(S.TS_NS)[rows]
+    lo, hi = int(ts.min()), int((ts + trace.col(S.DUR_NS)[rows]).max())
+    launched = work.launch != NO_LAUNCH
+    if launched.any():  # launching device work is the user's activity too
+        hi = max(hi, int(work.launch[launched].max()))
+    mine = ((work.start >= lo) & (work.start < hi)) | (launched & (work.launch >= lo))
+    if mine.any():
+        hi = max(hi, int(work.end[mine].max()))
     return Steps(
         names=("0",), start_ns=np.array([lo]), end_ns=np.array([hi]), from_profiler_steps=False
     )

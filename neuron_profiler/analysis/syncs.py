@@ -3,10 +3,12 @@
     groups = sync_groups(ctx)
     g = groups[0]; g.name, g.calls, g.host_ns, g.d2h_count, g.d2h_bytes, g.idle_ns
 
-Syncs are the rows ``selections.sync_rows`` picks (``.item()``, ``_local_scalar_dense``, ``nonzero``,
-stream/device/event synchronize, synchronous memcpy, our ``host sync: ...`` rows). A call counts
-for the outermost sync around it on its thread (``aten::item``, not the
-``cudaStreamSynchronize`` inside it), so no host time is counted twice. Per name:
+Syncs are the calls that really waited for the device, inside the analysed steps and not part
+of a CPU fallback (``sync_calls``: runtime waits, and ``.item()`` / ``_local_scalar_dense`` /
+``nonzero`` when a wait or a D2H copy launch lies inside them). A call counts for the outermost
+sync around it on its thread (``aten::item``, not the ``cudaStreamSynchronize`` inside it), so no
+host time is counted twice. Groups are named after the call, our runtime's ``host sync: `` prefix
+left out (``torch.neuron.synchronize``). Per name:
 
 - ``calls``, ``host_ns``: the outermost calls and their summed duration;
 - ``d2h_*``: the device-to-host copies the calls waited for: D2H copies launched on the call's
@@ -31,7 +33,9 @@ from neuron_profiler.analysis.callsites import call_sites
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.fallbacks import fallback_copies
 from neuron_profiler.analysis.idle import IdleTime, idle_time
+from neuron_profiler.analysis.sync_calls import sync_calls
 from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 EVIDENCE_RANGES = 5
@@ -59,7 +63,7 @@ def sync_groups(ctx: AnalysisContext) -> tuple[SyncGroup, ...]:
     """A CPU fallback's copies are left to it (its own ``host sync: <op>`` row waits for
     them)."""
     trace = ctx.trace
-    rows = _outermost(trace, ctx.sync_rows)
+    rows = _outermost(trace, ctx.result(sync_calls))
     if len(ctx.work) == 0 or len(rows) == 0:
         return ()
     c = trace.columns
@@ -67,10 +71,10 @@ def sync_groups(ctx: AnalysisContext) -> tuple[SyncGroup, ...]:
     end = start + c[S.DUR_NS][rows]
     gap_start, gap_end, gap_idle, owner = _gap_owners(ctx.result(idle_time), start, end)
     d2h = _d2h_per_call(ctx, rows, ctx.result(fallback_copies))
-    name_id = c[S.NAME_ID][rows]
+    names = np.array([sync_name(trace.strings[n]) for n in c[S.NAME_ID][rows].tolist()], object)
     out, evidence = [], []
-    for nid in np.unique(name_id).tolist():
-        mine = np.flatnonzero(name_id == nid)
+    for name in sorted(set(names.tolist())):
+        mine = np.flatnonzero(names == name)
         got = np.isin(owner, mine)
         spans = I.Intervals(gap_start[got], gap_end[got])
         first_gap = (
@@ -81,7 +85,7 @@ def sync_groups(ctx: AnalysisContext) -> tuple[SyncGroup, ...]:
         evidence.append(int(rows[first_gap]))
         out.append(
             SyncGroup(
-                name=trace.strings[nid],
+                name=name,
                 calls=len(mine),
                 host_ns=int((end - start)[mine].sum()),
                 idle_ns=int(gap_idle[got].sum()),
@@ -94,6 +98,11 @@ def sync_groups(ctx: AnalysisContext) -> tuple[SyncGroup, ...]:
     sites = call_sites(trace, evidence)
     out = [replace(g, call_site=s) for g, s in zip(out, sites, strict=True)]
     return tuple(sorted(out, key=lambda g: (-g.idle_ns, -g.host_ns, g.name)))
+
+
+def sync_name(name: str) -> str:
+    """A sync call's name as reports show it: our runtime's ``host sync: `` prefix left out."""
+    return name[len(V.SYNC_PREFIX) :] if name.startswith(V.SYNC_PREFIX) else name
 
 
 def _outermost(trace: Trace, rows: np.ndarray) -> np.ndarray:

@@ -102,7 +102,7 @@ _SIMPLE_KINDS = (
     ActivityKind.OVERHEAD,
 )
 _TYPE_DIRECTION = {F.DMEM_BUF_COPYIN: F.H2D, F.DMEM_BUF_COPYOUT: F.D2H, F.EXT_DMA_D2D: F.D2D}
-DISPATCH_FRAMES = frozenset({"PythonSubclass", "PythonDispatchMode"})
+DISPATCH_FRAMES = V.DISPATCH_FRAMES
 # First ac2g flow id (= ``correlation`` arg). CUPTI's correlation ids are large; tools size their
 # columns from the values they see: HTA 0.5.0 on pandas >= 2 fails to store row indices in a
 # correlation column that small ids made int8. Starting at 2**30 keeps it int32, and below

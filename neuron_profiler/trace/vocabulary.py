@@ -189,11 +189,12 @@ ANNOTATION_OP_PREFIXES = (
     "DistributedDataParallel.forward",
 )
 # host calls that block until the device has caught up (a drained queue behind them)
-HOST_SYNC_NAMES = frozenset(
+# Host syncs (docs/analysis.md#host_sync): a runtime wait blocks the host until device work is
+# done, by itself; an op that may sync (``.item()``, ``nonzero``) is a sync only when it really
+# waited: when a runtime wait or a device-to-host copy's launch lies inside it (``.item()`` of a
+# host tensor does neither). Our runtime's waits are the ``host sync: ...`` rows.
+HOST_WAIT_NAMES = frozenset(
     {
-        "aten::item",
-        "aten::_local_scalar_dense",
-        "aten::nonzero",
         "cudaDeviceSynchronize",
         "cudaStreamSynchronize",
         "cudaEventSynchronize",
@@ -207,5 +208,10 @@ HOST_SYNC_NAMES = frozenset(
         "synchronizeDevice",
     }
 )
+SYNC_OP_NAMES = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero"})
+# Record functions of the Python dispatch machinery (a device's tensor subclass or mode): what
+# runs under them belongs to the aten op around them.
+DISPATCH_FRAMES = frozenset({"PythonSubclass", "PythonDispatchMode"})
+HOST_SYNC_NAMES = HOST_WAIT_NAMES | SYNC_OP_NAMES
 # the profiler's own work on the host (CUPTI buffer handling, the emulator's bookkeeping)
 PROFILER_OVERHEAD_NAMES = frozenset({"Activity Buffer Request", "Profiler overhead"})

@@ -1,6 +1,11 @@
 """Host sync points on real CUDA traces (aten::item with its D2H copy, stream, event and device
 synchronize): per sync name, the calls, host time and D2H copies the analyzer reports equal a
-plain-Python count over the raw JSON, and the groups' idle adds up to the host_sync idle."""
+plain-Python count over the raw JSON, and the groups' idle adds up to the host_sync idle.
+
+The count applies the sync rule on its own (docs/analysis.md#host_sync): a runtime wait is a
+sync; ``.item()`` / ``_local_scalar_dense`` / ``nonzero`` are syncs only when a wait or a D2H
+copy's launch lies inside them on their thread; only calls beginning inside a ProfilerStep
+(or, without any, between the first and the last op) count."""
 
 from __future__ import annotations
 
@@ -44,15 +49,46 @@ def _expected(path: Path) -> dict[str, tuple[int, int, int, int, int]]:
     call's thread between the start of the call (of the cpu_op around it, for a runtime sync)
     and its end, after the previous call on the thread."""
     ev = _events(path)
-    syncs = [
-        (i, e)
-        for i, e in enumerate(ev)
-        if e.get("cat") in HOST_CATS
-        and (e["name"] in V.HOST_SYNC_NAMES or e["name"].startswith(V.SYNC_PREFIX))
-    ]
 
     def thread(e: dict) -> tuple:
         return e["pid"], e["tid"]
+
+    def is_wait(e: dict) -> bool:
+        return e["name"] in V.HOST_WAIT_NAMES or e["name"].startswith(V.SYNC_PREFIX)
+
+    runtime = {
+        e["args"]["correlation"]: e
+        for e in ev
+        if e.get("cat") in HOST_CATS and "correlation" in e.get("args", {})
+    }
+    d2h_launches = [
+        runtime[c["args"]["correlation"]]
+        for c in ev
+        if "DtoH" in c["name"]
+        and c.get("cat") == "gpu_memcpy"
+        and c.get("args", {}).get("correlation") in runtime
+    ]
+    candidates = [
+        e for e in ev if e.get("cat") in HOST_CATS and (is_wait(e) or e["name"] in V.SYNC_OP_NAMES)
+    ]
+    points = [(thread(w), w["start"]) for w in candidates if is_wait(w)]
+    points += [(thread(w), w["start"]) for w in d2h_launches]
+
+    def waited(e: dict) -> bool:
+        return is_wait(e) or any(
+            t == thread(e) and e["start"] <= at <= e["end"] for t, at in points
+        )
+
+    steps = [e for e in ev if e["name"].startswith("ProfilerStep#")]
+    if not steps:  # the whole trace as one step: from the first to the last op
+        ops_ = [e for e in ev if e.get("cat") in ("cpu_op", "Operator", "user_annotation")]
+        steps = [{"start": min(o["start"] for o in ops_), "end": max(o["end"] for o in ops_)}]
+
+    def in_steps(e: dict) -> bool:
+        return any(s["start"] <= e["start"] <= s["end"] for s in steps)
+
+    chosen = {id(e) for e in candidates if waited(e) and in_steps(e)}
+    syncs = [(i, e) for i, e in enumerate(ev) if id(e) in chosen]
 
     def outer(i: int, e: dict) -> bool:
         return not any(
@@ -79,11 +115,6 @@ def _expected(path: Path) -> dict[str, tuple[int, int, int, int, int]]:
         lo = max(issuer["start"], last_end.get(thread(e), -1))
         windows.append((thread(e), lo, e["end"]))
         last_end[thread(e)] = e["end"] + 1
-    runtime = {
-        e["args"]["correlation"]: e
-        for e in ev
-        if e.get("cat") in HOST_CATS and "correlation" in e.get("args", {})
-    }
     got = {e["name"]: [0, 0, 0, 0, 0] for e in calls}
     for e in calls:
         got[e["name"]][0] += 1

@@ -32,6 +32,7 @@ def _busy_trace():
     b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 400)
     b.kernel(450, 600, launch_us=420)
     b.host("aten::item", 600, 700)
+    b.host("cudaStreamSynchronize", 610, 690, kind=EventKind.RUNTIME, cat="cuda_runtime")
     b.kernel(900, 950, launch_us=880)
     b.kernel(1000, 1800, launch_us=990)
     b.kernel(1850, 1900, launch_us=1840, kind=EventKind.MEMCPY, name="Memcpy DtoH (Device -> Host)")
@@ -163,11 +164,11 @@ def test_a_rule_whose_precondition_fails_is_not_tried() -> None:
     """Without DataLoader spans the data-loading rule is skipped, so a gap the emulator's
     overhead fills entirely (0 ns of idle) is not called data loading."""
     empty = I.EMPTY
-    spans = C.HostSpans(empty, empty, np.zeros(0, np.int64), np.zeros(0, np.int64), empty)
+    spans = C.HostSpans(empty, empty, empty, np.zeros(0, np.int64), np.zeros(0, np.int64), empty)
     gaps = C.Gaps(np.array([0]), np.array([100]), np.array([0]), np.array([50]), I.window(0, 100))
     assert C.ALL_CAUSES[int(C.classify(gaps, spans, 0)[0])] == "host_bound_launch"
     loading = C.HostSpans(
-        I.window(0, 100), empty, np.zeros(0, np.int64), np.zeros(0, np.int64), empty
+        I.window(0, 100), empty, empty, np.zeros(0, np.int64), np.zeros(0, np.int64), empty
     )
     assert C.ALL_CAUSES[int(C.classify(gaps, loading, 0)[0])] == "data_loading"
 

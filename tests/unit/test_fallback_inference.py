@@ -32,6 +32,9 @@ class Injected:
     h2d: list[int] = field(default_factory=list)
     host_ns: int = 0
     idle_ns: int = 0
+    # per call: (its H2D copy's end, its dispatching op's end), absolute ns: the idle after the
+    # copy, up to the next device work, is the fallback's when it begins inside the op
+    after: list[tuple[int, int]] = field(default_factory=list)
 
 
 class Workload:
@@ -110,6 +113,7 @@ class Workload:
             got.h2d.append(output)
             got.host_ns += inner_us * US
             got.idle_ns += sum(b[0] - a[1] for a, b in zip(spans[:-1], spans[1:], strict=True)) * US
+            got.after.append((self.t0 + spans[-1][1] * US, self.t0 + (t + 10) * US))
         else:
             self.decoy_copy_ns += sum(e - s for s, e in spans) * US
         return t + 10
@@ -166,9 +170,26 @@ def workload() -> Workload:
 
 
 @pytest.fixture(scope="module")
-def report(workload: Workload):  # noqa: ANN201
-    merged = merge_device_events(workload.host.build(), [workload.cap.fetch()])
-    return analyze(merged.trace, Options(min_gap_ns=50 * US))
+def merged(workload: Workload):  # noqa: ANN201
+    return merge_device_events(workload.host.build(), [workload.cap.fetch()]).trace
+
+
+@pytest.fixture(scope="module")
+def report(merged):  # noqa: ANN001, ANN201
+    return analyze(merged, Options(min_gap_ns=50 * US))
+
+
+def _idle_after(merged, truth: Injected) -> int:  # noqa: ANN001
+    """The device idle after each call's H2D copy up to the next device work, when it begins
+    inside the call's op and is a gap of at least --min-gap (shorter ones are launch gaps)."""
+    device = merged.mask(kind=[EventKind.KERNEL, EventKind.MEMCPY])
+    starts = sorted(merged.col("ts_ns")[device].tolist())
+    total = 0
+    for copy_end, op_end in truth.after:
+        nxt = next(s for s in starts if s >= copy_end)
+        if copy_end <= op_end and nxt - copy_end >= 50 * US:
+            total += nxt - copy_end
+    return total
 
 
 def test_inferred_groups_equal_what_was_injected(report, workload: Workload) -> None:  # noqa: ANN001
@@ -183,14 +204,19 @@ def test_inferred_groups_equal_what_was_injected(report, workload: Workload) -> 
     assert got == want and set(want) == {"aten::nonzero", "aten::median"}
 
 
-def test_inferred_fallbacks_own_the_idle_between_their_copies(report, workload: Workload) -> None:  # noqa: ANN001
-    """The device idles between a call's copies while the host computes: that idle is the
+def test_inferred_fallbacks_own_the_idle_between_their_copies(
+    report,  # noqa: ANN001
+    merged,  # noqa: ANN001
+    workload: Workload,
+) -> None:
+    """The device idles between a call's copies while the host computes, and after its last
+    copy while the host is still in the op (up to the next device work): that idle is the
     fallback's (rule 2), all of it, and nothing else is."""
+    want = {op: t.idle_ns + _idle_after(merged, t) for op, t in workload.truth.items()}
+    assert want["aten::median"] > workload.truth["aten::median"].idle_ns  # the layout has some
     for g in report.findings.fallbacks:
-        assert g.idle_ns == workload.truth[g.op].idle_ns
-    assert report.idle.by_cause_ns["cpu_fallback"] == sum(
-        t.idle_ns for t in workload.truth.values()
-    )
+        assert g.idle_ns == want[g.op]
+    assert report.idle.by_cause_ns["cpu_fallback"] == sum(want.values())
     assert all(g.native_ns is None and g.reason for g in report.findings.fallbacks)
     kinds = {f.kind for f in report.findings.findings}
     assert {"cpu_fallback:aten::nonzero", "cpu_fallback:aten::median"} <= kinds
