@@ -4,9 +4,11 @@ when its launch call began::
     work = device_work(trace, names.collective_kernel)   # (AnalysisContext.work)
     work.device, work.queue, work.start, work.end, work.launch   # one entry per device row
 
-Device = the row's process (a NeuronCore, a GPU); a device is busy when any of its queues is.
-Queue classes: compute (kernels), DMA (memcpy, memset), collective (collective kernels: our
-``CC: ...`` rows and their barrier waits, NCCL/RCCL kernels: ``selections``' name rule).
+Device = the row's process (a NeuronCore, a GPU); a device is busy when any of its queues runs
+work. Queue classes: compute (kernels), DMA (memcpy, memset), collective (collective kernels:
+our ``CC: ...`` rows and their barrier waits, NCCL/RCCL kernels: ``selections``' name rule).
+``wait``: the collective-wait slices (``CC wait: ...``, or a row whose ``collective wait`` arg is
+true): the device waiting for its peers is not busy (docs/analysis.md#collective_wait).
 ``launch`` is the start of the host runtime call with the same correlation id (NO_LAUNCH when
 the trace has none).
 """
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -37,6 +40,7 @@ class DeviceWork:
     launch: np.ndarray
     devices: tuple[int, ...]
     labels: dict[int, str]
+    wait: np.ndarray  # collective-wait slices: the device waits for its peers, no work
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -50,9 +54,10 @@ def work_rows(trace: Trace) -> np.ndarray:
     )
 
 
-def device_work(trace: Trace, collective_names: np.ndarray) -> DeviceWork:
-    """``collective_names``: string ids of collective kernel names
-    (``selections.NameClasses.collective_kernel``)."""
+def device_work(trace: Trace, collective_names: np.ndarray, wait_names: np.ndarray) -> DeviceWork:
+    """``collective_names`` / ``wait_names``: string ids of collective kernel names and of
+    collective-wait names (``selections.NameClasses``). A collective-queue row is a wait when
+    its name says so (``CC wait: ...``) or its ``collective wait`` arg is true."""
     c = trace.columns
     rows = work_rows(trace)
     rows = rows[np.argsort(c[S.TS_NS][rows], kind="stable")]
@@ -63,6 +68,12 @@ def device_work(trace: Trace, collective_names: np.ndarray) -> DeviceWork:
         (kind == S.EventKind.COLLECTIVE)
         | ((kind == S.EventKind.KERNEL) & np.isin(c[S.NAME_ID][rows], collective_names))
     ] = COLLECTIVE
+    collective = np.flatnonzero(queue == COLLECTIVE)
+    wait = np.zeros(len(rows), bool)
+    wait[collective] = np.isin(c[S.NAME_ID][rows[collective]], wait_names)
+    if len(collective):  # (collective rows: a few per step)
+        flagged = arg_values(trace, rows[collective], (V.ARG_COLLECTIVE_WAIT,))
+        wait[collective] |= np.array([v is True for v in flagged[V.ARG_COLLECTIVE_WAIT]], bool)
     device = c[S.PID][rows]
     devices = tuple(np.unique(device).tolist())
     labels = {d: _label(trace.process_names.get(d, ""), d) for d in devices}
@@ -73,6 +84,7 @@ def device_work(trace: Trace, collective_names: np.ndarray) -> DeviceWork:
         start=c[S.TS_NS][rows],
         end=c[S.TS_NS][rows] + c[S.DUR_NS][rows],
         launch=launch_starts(trace, rows),
+        wait=wait,
         devices=devices,
         labels=labels,
     )

@@ -6,7 +6,9 @@
 
 Per device and step (every figure is a union, clipped to the step, so overlapping work on
 several queues counts once): busy = any queue busy; compute / DMA / collective = that queue
-class busy; idle = wall - busy; overlap = compute and collective at once (the communication
+class busy (collective: the collectives' own transfer); collective wait = the device waiting at
+a collective for its peers, which is not busy time (docs/analysis.md#collective_wait); idle =
+wall - busy (the waits included); overlap = compute and collective at once (the communication
 hidden behind computation). Host time is the union of host ops on all host threads
 (ProfilerStep annotations left out).
 
@@ -38,6 +40,7 @@ class DeviceSteps:
     compute_ns: np.ndarray
     dma_ns: np.ndarray
     collective_ns: np.ndarray
+    collective_wait_ns: np.ndarray
     overlap_ns: np.ndarray
     idle_ns: np.ndarray
     collective_only_ns: np.ndarray
@@ -74,6 +77,7 @@ def step_breakdown(ctx: AnalysisContext) -> StepBreakdown:
                 compute_ns=compute_ns,
                 dma_ns=_per_step(sets[DMA], steps),
                 collective_ns=_per_step(sets[COLLECTIVE], steps),
+                collective_wait_ns=_per_step(ctx.waits(device), steps),
                 overlap_ns=_per_step(I.intersect(sets[COMPUTE], sets[COLLECTIVE]), steps),
                 idle_ns=steps.wall_ns - busy_ns,
                 collective_only_ns=_per_step(collective_only, steps),

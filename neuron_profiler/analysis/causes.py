@@ -7,8 +7,9 @@ precondition together (as torch.profiler's pattern matcher keeps one class per a
     cause("host_sync").advice, cause("host_sync").docs
 
 Idle causes (``IDLE_RULES``, then ``SHORT_GAPS``) classify the device's idle gaps
-(``idle.py``); the busy-time patterns (``EXPOSED_COPIES``, ``COLLECTIVE_WAIT``) are findings
-about time the device was busy waiting (``findings.py``). How each cause reaches the findings
+(``idle.py``), a collective wait first (waiting for a peer is idle time, never busy); the
+busy-time pattern ``EXPOSED_COPIES`` is a finding about copies nothing hides
+(``findings.py``). How each cause reaches the findings
 is its ``finding``: one ``idle:<name>`` finding, per-op / per-name groups (CPU fallbacks,
 host syncs), or none (profiler overhead is the profiler's, not the user's). The rules are
 stated with a worked example in docs/analysis.md, each under a heading named after the cause.
@@ -43,15 +44,17 @@ class HostSpans:
 
 @dataclass(frozen=True)
 class Gaps:
-    """The gaps being classified, one entry each. ``idle_ns``: the gap less the emulator
-    overhead in it; ``next_launch``: when the launch call of the work ending it began
-    (NO_LAUNCH: unknown); ``discount``: the emulator overhead."""
+    """The gaps of one device being classified, one entry each. ``idle_ns``: the gap less the
+    emulator overhead in it; ``next_launch``: when the launch call of the work ending it began
+    (NO_LAUNCH: unknown); ``discount``: the emulator overhead; ``waits``: when the device waited
+    at a collective for its peers."""
 
     start: np.ndarray
     end: np.ndarray
     idle_ns: np.ndarray
     next_launch: np.ndarray
     discount: I.Intervals
+    waits: I.Intervals = I.EMPTY  # the device's collective waits
 
     def covered_by(self, spans: I.Intervals) -> np.ndarray:
         """Do the spans cover at least half of each gap's idle time (the host spent most of
@@ -196,21 +199,29 @@ class ExposedCopies(Cause):
 
 
 class CollectiveWait(Cause):
-    """Busy time: a collective-wait (barrier) slice while no compute runs."""
+    """Rule 0: the device's collective-wait slices (``CC wait: ...``, a barrier) cover the gap:
+    it waits at a collective for a peer that arrives later. Waiting is not work: the time is
+    idle, the peer's (see the cross-rank analysis for who arrived last and why)."""
 
     name = "collective_wait"
     advice = (
-        "Cores wait at collectives for their peers: balance the work across ranks and "
-        "look for a straggler."
+        "The device waits at collectives for a peer that arrives later: see the straggler in "
+        "the cross-rank analysis (analyze every rank's trace) and balance the work or fix "
+        "what delays it."
     )
 
+    def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
+        return gaps.covered_by(gaps.waits) if len(gaps.waits) else np.zeros(len(gaps.start), bool)
 
+
+COLLECTIVE_WAIT = CollectiveWait()
 DATA_LOADING, CPU_FALLBACK, HOST_SYNC = DataLoading(), CpuFallback(), HostSync()
 HOST_BOUND_LAUNCH, PROFILER_OVERHEAD, OTHER = HostBoundLaunch(), ProfilerOverhead(), Other()
 SHORT_GAPS = ShortGaps()
-EXPOSED_COPIES, COLLECTIVE_WAIT = ExposedCopies(), CollectiveWait()
+EXPOSED_COPIES = ExposedCopies()
 
 IDLE_RULES: tuple[Cause, ...] = (
+    COLLECTIVE_WAIT,
     DATA_LOADING,
     CPU_FALLBACK,
     HOST_SYNC,
@@ -221,7 +232,7 @@ IDLE_RULES: tuple[Cause, ...] = (
 SHORT_RULES: tuple[Cause, ...] = (HOST_BOUND_LAUNCH, SHORT_GAPS)  # gaps under --min-gap
 IDLE_CAUSES: tuple[Cause, ...] = (*IDLE_RULES, SHORT_GAPS)
 ALL_CAUSES: tuple[str, ...] = tuple(c.name for c in IDLE_CAUSES)  # the idle causes' keys
-BUSY_PATTERNS: tuple[Cause, ...] = (EXPOSED_COPIES, COLLECTIVE_WAIT)
+BUSY_PATTERNS: tuple[Cause, ...] = (EXPOSED_COPIES,)
 _BY_NAME = {c.name: c for c in (*IDLE_CAUSES, *BUSY_PATTERNS)}
 
 

@@ -73,7 +73,7 @@ class AnalysisContext:
 
     @cached_property
     def work(self) -> DeviceWork:
-        return device_work(self.trace, self.names.collective_kernel)
+        return device_work(self.trace, self.names.collective_kernel, self.names.collective_wait)
 
     @cached_property
     def steps(self) -> Steps:
@@ -114,6 +114,16 @@ class AnalysisContext:
         s = sel.spans_of(self.trace, sel.emulator_overhead_rows(self.trace, self.names))
         return I.union(s.start, s.end)
 
+    def waits(self, device: int) -> I.Intervals:
+        """When ``device`` waited at a collective for its peers (its collective-wait slices,
+        less any time it had work), as one union over all time."""
+        key = (device, (-1,))
+        if key not in self._busy:
+            w = self.work
+            on = (w.device == device) & w.wait
+            self._busy[key] = I.subtract(I.union(w.start[on], w.end[on]), self.busy(device))
+        return self._busy[key]
+
     @property
     def n_steps(self) -> int:
         return max(len(self.steps), 1)
@@ -124,11 +134,11 @@ class AnalysisContext:
 
     def busy(self, device: int, queues: tuple[int, ...] | None = None) -> I.Intervals:
         """When ``device`` had work on any of ``queues`` (queue classes; None: any queue), as
-        one union over all time; kept per (device, queues)."""
+        one union over all time; kept per (device, queues). Collective waits are not work."""
         key = (device, queues)
         if key not in self._busy:
             w = self.work
-            on = w.device == device
+            on = (w.device == device) & ~w.wait
             if queues is not None:
                 on &= np.isin(w.queue, queues)
             self._busy[key] = I.union(w.start[on], w.end[on])

@@ -13,28 +13,26 @@ Recoverable time, per kind (per step = total / number of steps; % = of the mean 
   bound);
 - ``host_sync:<name>`` (``syncs.py``): the ``host_sync`` idle time of the gaps that began in
   that sync;
-- ``idle:<cause>`` (the causes whose record says ``finding = "idle"``: data_loading,
-  host_bound_launch, other, short_gaps): that cause's idle time (``cpu_fallback`` and
-  ``host_sync`` idle belong to their groups' findings; profiler overhead is never a finding;
-  emulator overhead is discounted from idle time, in no cause);
+- ``idle:<cause>`` (the causes whose record says ``finding = "idle"``: collective_wait,
+  data_loading, host_bound_launch, other, short_gaps): that cause's idle time (``cpu_fallback``
+  and ``host_sync`` idle belong to their groups' findings; profiler overhead is never a
+  finding; emulator overhead is discounted from idle time, in no cause);
 - ``exposed_copies``: time when a device's DMA queue is busy and none of its compute or
-  collective queues is (the copy is not hidden behind work), fallback copies left out;
-- ``collective_wait``: time in collective-wait (barrier) slices while no compute runs.
+  collective queues is (the copy is not hidden behind work), fallback copies left out.
 
 Each finding carries its evidence: the longest occurrences, the host op and, when the trace
 recorded stacks, the host op's Python call site (``callsites.py``). Its advice and docs anchor
 come from its cause's record (``causes.py``).
 
 Over several devices the worst device counts. No time is counted twice: idle time belongs to
-one cause (and cpu_fallback idle only to fallback findings), exposed copies and collective waits
-are busy time, never idle, and fallback copies are not exposed copies.
+one cause (and cpu_fallback idle only to fallback findings; waiting for a peer at a collective is
+idle, never busy), exposed copies are busy time, never idle, and fallback copies are not
+exposed copies.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-
-import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis import causes as C
@@ -45,7 +43,6 @@ from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.fallbacks import FallbackGroup, fallback_copies, fallback_groups
 from neuron_profiler.analysis.idle import IdleTime, host_activity, idle_time
 from neuron_profiler.analysis.syncs import SyncGroup, sync_groups
-from neuron_profiler.trace import schema as S
 
 __all__ = ["FallbackGroup", "Finding", "Findings", "SyncGroup", "findings"]
 
@@ -111,10 +108,7 @@ def findings(ctx: AnalysisContext) -> Findings:
     ]
     found += _idle_findings(ctx)
     work = ctx.work
-    for pattern, sets in (
-        (C.EXPOSED_COPIES, _exposed_copies(ctx)),
-        (C.COLLECTIVE_WAIT, _collective_waits(ctx)),
-    ):
+    for pattern, sets in ((C.EXPOSED_COPIES, _exposed_copies(ctx)),):
         if sets:
             device, x = max(sets.items(), key=lambda kv: kv[1].total)
             if x.total:
@@ -221,20 +215,4 @@ def _exposed_copies(ctx: AnalysisContext) -> dict[int, I.Intervals]:
             I.union(work.start[dma], work.end[dma]), ctx.busy(device, (COMPUTE, COLLECTIVE))
         )
         out[device] = I.intersect(exposed, window)
-    return out
-
-
-def _collective_waits(ctx: AnalysisContext) -> dict[int, I.Intervals]:
-    # "CC wait: barrier" (a real capture) or "CC wait: <collective>" (the emulator)
-    work, window = ctx.work, ctx.steps.spans
-    is_wait = (work.queue == COLLECTIVE) & np.isin(
-        ctx.trace.col(S.NAME_ID)[work.rows], ctx.names.collective_wait
-    )
-    if not is_wait.any():
-        return {}
-    out = {}
-    for device in work.devices:
-        w = (work.device == device) & is_wait
-        waits = I.subtract(I.union(work.start[w], work.end[w]), ctx.busy(device, (COMPUTE,)))
-        out[device] = I.intersect(waits, window)
     return out

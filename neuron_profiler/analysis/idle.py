@@ -96,8 +96,9 @@ class DeviceIdle:
 class IdleTime:
     """Args: devices: per device totals; longest: the longest gaps (by idle time) with host
     activity; gap_*: every gap (all devices), columnar: device pid, start, end, index into
-    ALL_CAUSES, idle ns (emulator overhead left out); emulator_overhead: the emulator's own host
-    spans (discounted from every gap)."""
+    ALL_CAUSES, idle ns (emulator overhead left out); discount: per device, the emulator's own
+    host spans discounted from its gaps (the emulator overhead, less the device's collective
+    waits: a wait for a peer is the device's idle time, never the emulator's)."""
 
     min_gap_ns: int
     devices: tuple[DeviceIdle, ...]
@@ -107,7 +108,7 @@ class IdleTime:
     gap_end_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     gap_cause: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     gap_idle_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    emulator_overhead: I.Intervals = field(default_factory=lambda: I.EMPTY)
+    discount: dict[int, I.Intervals] = field(default_factory=dict)
     window: I.Intervals = field(default_factory=lambda: I.EMPTY)
 
     def gap_index(self, cause: str, device: int | None = None) -> np.ndarray:
@@ -117,12 +118,14 @@ class IdleTime:
             m &= self.gap_device == device
         return np.flatnonzero(m)
 
-    def gaps_of(self, cause: str, device: int | None = None) -> I.Intervals:
-        """The idle time of one cause (on one device), as an interval set: its gaps inside the
+    def gaps_of(self, cause: str, device: int) -> I.Intervals:
+        """The idle time of one cause on one device, as an interval set: its gaps inside the
         steps, less the emulator overhead."""
         k = self.gap_index(cause, device)
         return _counted(
-            I.union(self.gap_start_ns[k], self.gap_end_ns[k]), self.window, self.emulator_overhead
+            I.union(self.gap_start_ns[k], self.gap_end_ns[k]),
+            self.window,
+            self.discount.get(device, I.EMPTY),
         )
 
     @property
@@ -182,17 +185,18 @@ def _min_by_start(start: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np
 def idle_time(ctx: AnalysisContext) -> IdleTime:
     work, steps, options = ctx.work, ctx.steps, ctx.options
     spans = host_spans(ctx)
-    window, ovh = steps.spans, ctx.emulator_overhead
-    counted = _counted(window, window, ovh)
-    devices, gaps = [], []
+    window = steps.spans
+    devices, gaps, discount = [], [], {}
     for device in work.devices:  # a handful of devices: the work per device is vectorised
+        waits = ctx.waits(device)
+        ovh = discount[device] = I.subtract(ctx.emulator_overhead, waits)
+        counted = _counted(window, window, ovh)
         busy_all = ctx.busy(device)
         busy = I.intersect(busy_all, window)
         gap = _whole_gaps(window, busy_all)
         length_ns = (gap.end - gap.start) - I.overlap_per_window(ovh, gap.start, gap.end)
-        facts = Gaps(
-            gap.start, gap.end, length_ns, _next_launch(work, work.device == device, gap.end), ovh
-        )
+        next_launch = _next_launch(work, (work.device == device) & ~work.wait, gap.end)
+        facts = Gaps(gap.start, gap.end, length_ns, next_launch, ovh, waits)
         cause = classify(facts, spans, options.min_gap_ns)
         idle_ns = I.overlap_per_window(counted, gap.start, gap.end)
         devices.append(
@@ -204,20 +208,19 @@ def idle_time(ctx: AnalysisContext) -> IdleTime:
             min_gap_ns=options.min_gap_ns,
             devices=(),
             longest=(),
-            emulator_overhead=ovh,
             window=window,
         )
     device, gs, ge, cause, idle_ns = (np.concatenate(p) for p in zip(*gaps, strict=True))
     return IdleTime(
         min_gap_ns=options.min_gap_ns,
         devices=tuple(devices),
-        longest=_longest(ctx, (device, gs, ge, cause, idle_ns), options.top, ovh),
+        longest=_longest(ctx, (device, gs, ge, cause, idle_ns), options.top, discount),
         gap_device=device,
         gap_start_ns=gs,
         gap_end_ns=ge,
         gap_cause=cause,
         gap_idle_ns=idle_ns,
-        emulator_overhead=ovh,
+        discount=discount,
         window=window,
     )
 
@@ -278,7 +281,10 @@ def _device_idle(
 
 
 def _longest(
-    ctx: AnalysisContext, gaps: tuple[np.ndarray, ...], top: int, overhead: I.Intervals
+    ctx: AnalysisContext,
+    gaps: tuple[np.ndarray, ...],
+    top: int,
+    discount: dict[int, I.Intervals],
 ) -> tuple[Gap, ...]:
     device, gs, ge, cause, idle_ns = gaps
     steps = ctx.steps
@@ -296,7 +302,7 @@ def _longest(
                 host_activity=host_activity(ctx, int(gs[i]), int(ge[i])),
                 idle_ns=int(idle_ns[i]),
                 emulator_overhead_ns=int(
-                    I.overlap_per_window(overhead, gs[i : i + 1], ge[i : i + 1])[0]
+                    I.overlap_per_window(discount[int(device[i])], gs[i : i + 1], ge[i : i + 1])[0]
                 ),
             )
         )

@@ -27,6 +27,7 @@ from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.report import Report
 
 CAUSE_COLOURS = {
+    "collective_wait": "#393b79",
     "data_loading": "#d62728",
     "cpu_fallback": "#ff7f0e",
     "host_sync": "#9467bd",

@@ -288,6 +288,7 @@ def _breakdown(r: Report) -> list[dict[str, Any]]:
                         "compute_ms": _ms(d.compute_ns[i]),
                         "dma_ms": _ms(d.dma_ns[i]),
                         "collective_ms": _ms(d.collective_ns[i]),
+                        "collective_wait_ms": _ms(d.collective_wait_ns[i]),
                         "overlap_ms": _ms(d.overlap_ns[i]),
                         "idle_ms": _ms(d.idle_ns[i]),
                         "idle_pct": _pct(d.idle_ns[i], wall),

@@ -92,8 +92,13 @@ def test_exposed_copies_and_collective_waits() -> None:
     r = b.report()
     got = {f.kind: f.recoverable_ns for f in r.findings.findings}
     assert got["exposed_copies"] == 100 * US  # 200-300: DMA alone
-    assert got["collective_wait"] == 100 * US  # 300-400: waiting, no compute
-    assert r.idle.devices[0].idle_ns == 0
+    # 300-400: waiting for a peer, no work: idle (the wait's 400-420 is under compute)
+    assert got["idle:collective_wait"] == 100 * US
+    assert r.idle.devices[0].idle_ns == 100 * US
+    assert r.idle.by_cause_ns["collective_wait"] == 100 * US
+    (d,) = r.breakdown.devices
+    assert d.busy_ns.tolist() == [900 * US] and d.collective_wait_ns.tolist() == [100 * US]
+    assert d.collective_ns.tolist() == [0]  # a wait is no transfer
 
 
 def test_sync_points_grouped_by_the_outermost_sync() -> None:

@@ -143,6 +143,7 @@ def test_every_cause_is_one_record_with_its_docs_anchor() -> None:
         assert cause.name in headings, cause.name
         assert cause.advice and cause.title
     assert C.ALL_CAUSES == (
+        "collective_wait",
         "data_loading",
         "cpu_fallback",
         "host_sync",

@@ -9,7 +9,7 @@ const PERFETTO = "https://ui.perfetto.dev";
 const VIEWS = ["Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed", "Trace"];
 const POLL_MS = 500; // while the first analysis of a trace runs (the route answers 202)
 const CAUSE_COLORS = {
-  data_loading: "#1f77b4", cpu_fallback: "#d62728", host_sync: "#ff7f0e",
+  collective_wait: "#393b79", data_loading: "#1f77b4", cpu_fallback: "#d62728", host_sync: "#ff7f0e",
   host_bound_launch: "#9467bd", profiler_overhead: "#8c564b", other: "#7f7f7f",
   short_gaps: "#c7c7c7",
 };
