@@ -40,6 +40,7 @@ class Build:
         kind: EventKind = EventKind.CPU_OP,
         cat: str = "cpu_op",
         args: dict[str, Any] | None = None,
+        tid: int = HOST_TID,
     ) -> Build:
         self.b.add(
             name=name,
@@ -48,7 +49,7 @@ class Build:
             kind=kind,
             cat=cat,
             pid=HOST_PID,
-            tid=HOST_TID,
+            tid=tid,
             args=args,
         )
         return self

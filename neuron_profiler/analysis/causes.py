@@ -24,6 +24,7 @@ import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis._device import NO_LAUNCH
+from neuron_profiler.analysis.selections import NameClasses
 
 DOCS = "docs/analysis.md"
 Reported = Literal["idle", "groups", "none"]
@@ -95,6 +96,11 @@ class Cause:
         tried.)"""
         return True
 
+    def advice_for(self, shows: NameClasses) -> str:
+        """The advice for a trace that shows this set-up (compiled graphs, DataLoader workers,
+        pinned memory: ``selections.NameClasses``): never what it already does."""
+        return self.advice
+
     def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
         """Which gaps this rule holds for."""
         raise NotImplementedError
@@ -106,6 +112,19 @@ class DataLoading(Cause):
         "The device waits for input: use DataLoader(num_workers>0, pin_memory=True, "
         "persistent_workers=True) or prefetch the next batch."
     )
+
+    def advice_for(self, shows: NameClasses) -> str:
+        if not len(shows.worker_loader):
+            pinned = "" if len(shows.pinned) else ", pin_memory=True"
+            return (
+                f"The device waits for input: use DataLoader(num_workers>0{pinned}, "
+                "persistent_workers=True) or prefetch the next batch."
+            )
+        return (
+            "The device waits for input although the DataLoader has worker processes: raise "
+            "num_workers or prefetch_factor, make __getitem__ and collate cheaper, or keep the "
+            "data in memory."
+        )
 
     def applies(self, spans: HostSpans) -> bool:
         return len(spans.data_loading) > 0
@@ -152,6 +171,14 @@ class HostBoundLaunch(Cause):
         "fused ops, larger batches)."
     )
 
+    def advice_for(self, shows: NameClasses) -> str:
+        if not len(shows.compiled):
+            return self.advice
+        return (
+            "The host launches work too slowly, compiled graphs included: fewer graph breaks "
+            "and larger compiled regions, fewer host-side ops between them, larger batches."
+        )
+
     def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
         return gaps.launched_late
 
@@ -196,6 +223,14 @@ class ExposedCopies(Cause):
         "Copies run while the compute queue waits: overlap them with compute "
         "(non_blocking=True with pinned memory, prefetch earlier)."
     )
+
+    def advice_for(self, shows: NameClasses) -> str:
+        if not len(shows.pinned):
+            return self.advice
+        return (
+            "Copies run while the compute queue waits: start them earlier (prefetch the next "
+            "batch with non_blocking=True) so that compute hides them."
+        )
 
 
 class CollectiveWait(Cause):

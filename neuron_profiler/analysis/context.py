@@ -30,6 +30,7 @@ from neuron_profiler.analysis._launches import LaunchSites, launch_sites
 from neuron_profiler.analysis._threads import HostThreads
 from neuron_profiler.analysis.peaks import peak_properties
 from neuron_profiler.analysis.steps import Steps, find_steps
+from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
 DEFAULT_MIN_GAP_NS = 50_000
@@ -60,6 +61,7 @@ class AnalysisContext:
         self.options = options or Options()
         self._results: dict[Callable[..., Any], Any] = {}
         self._busy: dict[tuple[int, tuple[int, ...] | None], I.Intervals] = {}
+        self._host_of: dict[int, sel.HostRows] = {}
 
     def result(self, analysis: Callable[[AnalysisContext], R]) -> R:
         """``analysis(self)``, computed once per context."""
@@ -113,6 +115,26 @@ class AnalysisContext:
         """The emulator's own host work, as one interval set (discounted from idle time)."""
         s = sel.spans_of(self.trace, sel.emulator_overhead_rows(self.trace, self.names))
         return I.union(s.start, s.end)
+
+    def host_of(self, device: int) -> sel.HostRows:
+        """The host rows of the threads that launched ``device``'s work (the host activity a
+        gap on that device can be blamed on: not a monitor thread asleep beside it); every
+        host row when the trace links no launch to that device's work."""
+        if device not in self._host_of:
+            w, sites = self.work, self.launch_sites
+            on = (w.device == device) & sites.known
+            threads = np.unique(np.stack([sites.pid[on], sites.tid[on]], axis=1), axis=0)
+            host = self.host
+            if len(threads) == 0:
+                self._host_of[device] = host
+            else:
+                c = self.trace.columns
+                pid, tid = c[S.PID][host.rows], c[S.TID][host.rows]
+                mine = np.zeros(len(host), bool)
+                for p, t in threads.tolist():  # the launching threads: one or a few
+                    mine |= (pid == p) & (tid == t)
+                self._host_of[device] = host.subset(mine)
+        return self._host_of[device]
 
     def waits(self, device: int) -> I.Intervals:
         """When ``device`` waited at a collective for its peers (its collective-wait slices,

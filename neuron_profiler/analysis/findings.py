@@ -101,7 +101,7 @@ def findings(ctx: AnalysisContext) -> Findings:
             g.idle_ns,
             g.spans_ns,
             g.name,
-            C.HOST_SYNC.advice,
+            C.HOST_SYNC.advice_for(ctx.names),
             g.call_site,
         )
         for g in syncs
@@ -121,7 +121,7 @@ def findings(ctx: AnalysisContext) -> Findings:
                         x.total,
                         _longest_ranges(x),
                         "",
-                        pattern.advice,
+                        pattern.advice_for(ctx.names),
                     )
                 )
     found.sort(key=lambda f: -f.recoverable_ns)
@@ -143,8 +143,8 @@ def _idle_findings(ctx: AnalysisContext) -> list[Finding]:
             continue
         gaps = idle.gaps_of(cause.name, worst)
         ranges = _longest_ranges(gaps)
-        what = "; ".join(host_activity(ctx, *ranges[0])) if ranges else ""
-        evidence.append(_covering_row(ctx, *ranges[0]) if ranges else -1)
+        what = "; ".join(host_activity(ctx, *ranges[0], worst)) if ranges else ""
+        evidence.append(_covering_row(ctx, *ranges[0], worst) if ranges else -1)
         out.append(
             _finding(
                 ctx,
@@ -154,7 +154,7 @@ def _idle_findings(ctx: AnalysisContext) -> list[Finding]:
                 gaps.total,
                 ranges,
                 what,
-                cause.advice,
+                cause.advice_for(ctx.names),
             )
         )
     known = [r for r in evidence if r >= 0]
@@ -162,11 +162,12 @@ def _idle_findings(ctx: AnalysisContext) -> list[Finding]:
     return [replace(f, call_site=sites.get(r, "")) for f, r in zip(out, evidence, strict=True)]
 
 
-def _covering_row(ctx: AnalysisContext, gs: int, ge: int) -> int:
-    """The host row covering most of [gs, ge) (the innermost among equals), the one
-    ``idle.host_activity`` names first; -1: none."""
-    hit = sel.covering(ctx.host, gs, ge)
-    return int(ctx.host.rows[hit[0]]) if len(hit) else -1
+def _covering_row(ctx: AnalysisContext, gs: int, ge: int, device: int) -> int:
+    """The host row covering most of [gs, ge) on the device's launching threads (the innermost
+    among equals), the one ``idle.host_activity`` names first; -1: none."""
+    host = ctx.host_of(device)
+    hit = sel.covering(host, gs, ge)
+    return int(host.rows[hit[0]]) if len(hit) else -1
 
 
 def _finding(

@@ -299,7 +299,7 @@ def _longest(
                 end_ns=int(ge[i]),
                 cause=ALL_CAUSES[int(cause[i])],
                 step=max(step, 0),
-                host_activity=host_activity(ctx, int(gs[i]), int(ge[i])),
+                host_activity=host_activity(ctx, int(gs[i]), int(ge[i]), int(device[i])),
                 idle_ns=int(idle_ns[i]),
                 emulator_overhead_ns=int(
                     I.overlap_per_window(discount[int(device[i])], gs[i : i + 1], ge[i : i + 1])[0]
@@ -309,10 +309,12 @@ def _longest(
     return tuple(out)
 
 
-def host_activity(ctx: AnalysisContext, gs: int, ge: int) -> tuple[str, ...]:
-    """Names of the host ops covering most of [gs, ge); among equals, the innermost."""
+def host_activity(ctx: AnalysisContext, gs: int, ge: int, device: int) -> tuple[str, ...]:
+    """Names of the host ops covering most of [gs, ge) on the threads that launch the device's
+    work (``ctx.host_of``); among equals, the innermost."""
+    host = ctx.host_of(device)
     names: list[str] = []
-    for n in ctx.host.name_id[sel.covering(ctx.host, gs, ge)].tolist():
+    for n in host.name_id[sel.covering(host, gs, ge)].tolist():
         text = ctx.trace.strings[n]
         if text not in names:
             names.append(text)

@@ -22,6 +22,10 @@ Name rules (the names themselves are in ``trace/vocabulary.py``):
 - **Collective waits**: ``CC wait: ...`` rows (a real capture's barrier, the emulator's wait).
 - **Profiler frames**: Python frames of torch's profiler (``torch/profiler/...``,
   ``torch/autograd/profiler...``): its ``__enter__`` / ``__exit__`` / ``step`` work.
+- **Set-up the trace shows** (the advice depends on it): compiled graphs (``Torch-Compiled
+  Region``, ``CompiledFunction``), a DataLoader with worker processes
+  (``_MultiProcessingDataLoaderIter``), pinned host memory (``aten::pin_memory``, CUDA's
+  ``Pinned -> Device`` copies).
 
 User rows are the ops and annotations the user's code ran: complete ``cpu_op`` and
 ``user_annotation`` rows that are no ProfilerStep and do not start inside a profiler frame on
@@ -58,6 +62,11 @@ _COLLECTIVE_NAME = re.compile(
     re.IGNORECASE,
 )
 _PROFILER_FRAME = re.compile(r"(^|[/\\])torch[/\\](autograd[/\\])?profiler")
+# what the trace shows of the user's set-up (the advice depends on it, causes.py): compiled
+# graphs (torch.compile's regions, our compiled executions' ops), DataLoader worker processes,
+# pinned host memory (pinning ops, CUDA's "Memcpy HtoD (Pinned -> Device)")
+_COMPILED_PREFIXES = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFx")
+_PIN_OPS = frozenset({"aten::pin_memory", "aten::_pin_memory"})
 _EMPTY = np.zeros(0, np.int64)
 
 
@@ -94,6 +103,9 @@ class NameClasses:
     collective_kernel: np.ndarray
     collective_wait: np.ndarray
     profiler_frames: np.ndarray
+    compiled: np.ndarray
+    worker_loader: np.ndarray
+    pinned: np.ndarray
 
     @classmethod
     def of(cls, trace: Trace) -> NameClasses:
@@ -110,6 +122,9 @@ class NameClasses:
                 "collective_kernel",
                 "collective_wait",
                 "profiler_frames",
+                "compiled",
+                "worker_loader",
+                "pinned",
             )
         }
         numbers: dict[int, int] = {}
@@ -136,6 +151,12 @@ class NameClasses:
                 found["collective_wait"].append(i)
             if _PROFILER_FRAME.search(s):
                 found["profiler_frames"].append(i)
+            if s.startswith(_COMPILED_PREFIXES) or "CompiledFxGraph" in s:
+                found["compiled"].append(i)
+            if s.startswith(V.DATALOADER_PREFIX) and "MultiProcessing" in s:
+                found["worker_loader"].append(i)
+            if s in _PIN_OPS or "(Pinned ->" in s:
+                found["pinned"].append(i)
         return cls(
             step_numbers=numbers, **{k: np.asarray(v, dtype=np.int64) for k, v in found.items()}
         )
@@ -153,6 +174,11 @@ class HostRows:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def subset(self, keep: np.ndarray) -> HostRows:
+        return HostRows(
+            self.rows[keep], self.start[keep], self.end[keep], self.name_id[keep], self.kind[keep]
+        )
 
 
 def host_rows(trace: Trace, names: NameClasses) -> HostRows:

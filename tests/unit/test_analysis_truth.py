@@ -1,0 +1,202 @@
+"""Every finding is a cause the user can act on, counted once (issue: analyzer truth). Small
+synthetic traces, one per rule, with the expected figures worked out by hand (µs)."""
+
+from __future__ import annotations
+
+from trace_factory import US, Build
+
+from neuron_profiler.trace import EventKind
+from neuron_profiler.trace import vocabulary as V
+
+RUNTIME = {"kind": EventKind.RUNTIME, "cat": V.CAT_RUNTIME}
+
+
+def _d2h(b: Build, start: int, end: int, launch: int) -> Build:
+    return b.kernel(
+        start, end, launch_us=launch, kind=EventKind.MEMCPY, stream=2, name=V.MEMCPY_NAMES["d2h"]
+    )
+
+
+def test_item_of_a_host_tensor_is_no_sync() -> None:
+    """An optimizer's step counter: aten::item with nothing inside waits on nothing; the gap
+    that begins in it is the host's late launch, not a sync."""
+    b = Build().step(1, 0, 1000).kernel(0, 100, launch_us=0)
+    b.host("aten::item", 90, 300)
+    b.host("aten::_local_scalar_dense", 95, 295)
+    b.kernel(400, 1000, launch_us=390)
+    r = b.report()
+    assert r.findings.syncs == ()
+    assert r.idle.by_cause_ns["host_sync"] == 0
+    assert r.idle.by_cause_ns["host_bound_launch"] == 300 * US
+
+
+def test_item_that_copies_from_the_device_is_a_sync() -> None:
+    """The same .item() holding a D2H copy's launch (CUDA: cudaMemcpyAsync, ours: a launch)
+    waited for the device: one sync call, its copy and the idle after it."""
+    b = Build().step(1, 0, 1000).kernel(0, 100, launch_us=0)
+    b.host("aten::item", 90, 300)
+    _d2h(b, 100, 110, launch=95)
+    b.kernel(400, 1000, launch_us=390)
+    r = b.report()
+    (g,) = r.findings.syncs
+    assert (g.name, g.calls, g.d2h_count, g.idle_ns) == ("aten::item", 1, 1, 290 * US)
+
+
+def test_a_sync_outside_the_steps_never_counts() -> None:
+    """The profiler's synchronize when it stops, after the last step: no sync group."""
+    b = Build().step(1, 0, 1000).kernel(0, 900, launch_us=0)
+    b.host(V.SYNC_PREFIX + "torch.neuron.synchronize", 1500, 1510, **RUNTIME)
+    b.host(V.SYNC_PREFIX + "torch.neuron.synchronize", 950, 960, **RUNTIME)
+    r = b.report()
+    assert [(g.name, g.calls) for g in r.findings.syncs] == [("torch.neuron.synchronize", 1)]
+
+
+def test_sync_labels_carry_no_runtime_prefix() -> None:
+    b = Build().step(1, 0, 1000).kernel(0, 100, launch_us=0)
+    b.host(V.SYNC_PREFIX + "torch.neuron.synchronize", 50, 300, **RUNTIME)
+    b.kernel(400, 1000, launch_us=390)
+    r = b.report()
+    (f,) = [f for f in r.findings.findings if f.kind.startswith("host_sync")]
+    assert f.kind == "host_sync:torch.neuron.synchronize"
+    assert f.title == "host sync torch.neuron.synchronize (1 calls)"
+    assert f.host_op == "torch.neuron.synchronize"
+
+
+def _fallback(b: Build, start: int, end: int, op: str = "aten::nonzero") -> Build:
+    """A fallback as the emulator records it: the op, its dispatch frame, the fallback row,
+    its wait for the input copy (a host sync row) and its copies."""
+    b.host(op, start, end)
+    b.host("PythonSubclass", start + 2, end - 2)
+    b.host(
+        V.FALLBACK_PREFIX + op,
+        start + 5,
+        end - 60,
+        kind=EventKind.FALLBACK,
+        cat=V.CAT_RUNTIME,
+        args={V.ARG_EXTERNAL_ID: 77, V.ARG_OP: op},
+    )
+    b.host(V.SYNC_PREFIX + op, start + 20, start + 40, **RUNTIME)
+    for lo, hi, direction in ((start + 10, start + 20, "d2h"), (end - 80, end - 70, "h2d")):
+        b.kernel(
+            lo,
+            hi,
+            launch_us=lo - 2,
+            kind=EventKind.MEMCPY,
+            stream=2,
+            name=V.MEMCPY_NAMES[direction],
+            args={V.ARG_EXTERNAL_ID: 77, V.ARG_DIRECTION: direction},
+        )
+    return b
+
+
+def test_a_fallbacks_own_wait_is_the_fallbacks_and_counted_once() -> None:
+    """aten::nonzero falls back: its wait for its copy and the op itself are no sync; the
+    idle is the fallback group's alone."""
+    b = Build().step(1, 0, 1000).kernel(0, 100, launch_us=0)
+    _fallback(b, 100, 600)
+    b.kernel(700, 1000, launch_us=690)
+    r = b.report()
+    assert r.findings.syncs == ()
+    (g,) = r.findings.fallbacks
+    assert g.op == "aten::nonzero" and g.calls == 1
+    kinds = [f.kind for f in r.findings.findings]
+    assert kinds.count("cpu_fallback:aten::nonzero") == 1
+    assert not any(k.startswith("host_sync") for k in kinds)
+
+
+def test_idle_after_a_fallback_up_to_the_next_launch_is_the_fallbacks() -> None:
+    """The H2D copy ends at 530 while the host is still in the op (releasing its buffers)
+    until 600; the next launch is at 690: the gap 530-700 is the fallback's, not a late
+    launch (so is 120-520, between its copies). Recoverable time plus busy time stay within
+    the step. (The 10 µs before its D2H copy is a launch gap: shorter than --min-gap.)"""
+    b = Build().step(1, 0, 1000).kernel(0, 100, launch_us=0)
+    _fallback(b, 100, 600)
+    b.kernel(700, 1000, launch_us=690)
+    r = b.report()
+    assert r.idle.by_cause_ns["host_bound_launch"] == 10 * US
+    assert r.idle.by_cause_ns["cpu_fallback"] == (520 - 120 + 700 - 530) * US
+    (g,) = r.findings.fallbacks
+    assert g.idle_ns == r.idle.by_cause_ns["cpu_fallback"]
+    (d,) = r.breakdown.devices
+    copies = g.d2h_ns + g.h2d_ns
+    owned = sum(f.recoverable_ns for f in r.findings.findings)
+    assert owned + (d.busy_ns.sum() - copies) <= r.steps.wall_ns.sum()
+
+
+def test_without_steps_the_window_is_the_users_activity() -> None:
+    """No ProfilerStep, stacks recorded: the profiler's __enter__ before the first op and its
+    stop (its frames, its synchronize) after the last are outside the analysed window."""
+    b = Build()
+    b.host(
+        "torch/profiler/profiler.py(760): __enter__",
+        0,
+        400,
+        kind=EventKind.PYTHON,
+        cat="python_function",
+    )
+    b.host("aten::empty", 10, 20)  # the profiler's own op, inside its frame
+    b.host("aten::mm", 500, 520)
+    b.kernel(530, 900, launch_us=510)
+    b.host("aten::add", 905, 915)
+    b.kernel(920, 1000, launch_us=910)
+    b.host(
+        "torch/profiler/profiler.py(790): __exit__",
+        1100,
+        3000,
+        kind=EventKind.PYTHON,
+        cat="python_function",
+    )
+    b.host(V.SYNC_PREFIX + "torch.neuron.synchronize", 1200, 2900, **RUNTIME)
+    r = b.report(min_gap_us=10)
+    assert (r.steps.start_ns.tolist(), r.steps.end_ns.tolist()) == ([500 * US], [1000 * US])
+    assert r.findings.syncs == ()
+    # what is left: the two late launches inside the window (500-530, 900-920)
+    assert [(f.kind, f.recoverable_ns) for f in r.findings.findings] == [
+        ("idle:host_bound_launch", 50 * US)
+    ]
+
+
+def test_host_activity_is_the_launching_threads() -> None:
+    """A monitor thread waits in threading.wait over the whole gap; the launching thread runs
+    the op that was late: that op is what the host was running."""
+    b = Build().step(1, 0, 1000).kernel(0, 100, launch_us=0)
+    b.host(
+        "threading.py(320): wait", 50, 950, kind=EventKind.PYTHON, cat="python_function", tid=999
+    )
+    b.host("aten::slow_host_op", 120, 380)
+    b.kernel(400, 1000, launch_us=390)
+    r = b.report()
+    (gap,) = [g for g in r.idle.longest if g.cause == "host_bound_launch"]
+    assert gap.host_activity[0] == "aten::slow_host_op"
+    assert all("threading" not in name for name in gap.host_activity)
+    (f,) = [f for f in r.findings.findings if f.kind == "idle:host_bound_launch"]
+    assert f.host_op.startswith("aten::slow_host_op")
+
+
+def test_advice_follows_what_the_trace_already_does() -> None:
+    def late(*extra: str) -> str:
+        b = Build().step(1, 0, 1000).kernel(0, 100, launch_us=0)
+        for name in extra:
+            b.host(name, 100, 110, kind=EventKind.USER_ANNOTATION, cat="user_annotation")
+        b.host("aten::slow", 120, 380)
+        b.kernel(400, 1000, launch_us=390)
+        (f,) = [f for f in b.report().findings.findings if f.kind == "idle:host_bound_launch"]
+        return f.suggestion
+
+    assert "torch.compile" in late()
+    assert "torch.compile" not in late("Torch-Compiled Region: 0/0")
+
+    def loading(*extra: str) -> str:
+        b = Build().step(1, 0, 1000).kernel(0, 100, launch_us=0)
+        b.host(V.DATALOADER_PREFIX + extra[0] + V.DATALOADER_SUFFIX, 100, 390)
+        for name in extra[1:]:
+            b.host(name, 100, 110)
+        b.kernel(400, 1000, launch_us=395)
+        (f,) = [f for f in b.report().findings.findings if f.kind == "idle:data_loading"]
+        return f.suggestion
+
+    assert "num_workers>0" in loading("_SingleProcessDataLoaderIter")
+    assert "pin_memory=True" in loading("_SingleProcessDataLoaderIter")
+    assert "pin_memory" not in loading("_SingleProcessDataLoaderIter", "aten::pin_memory")
+    many = loading("_MultiProcessingDataLoaderIter")
+    assert "num_workers>0" not in many and "raise num_workers" in many
