@@ -17,18 +17,24 @@ from collections.abc import Callable
 from pathlib import Path
 
 STEPS = 3
-# fallback: bincount (default fallback set) twice per step, cumsum (added) once per step
-BINCOUNT_PER_STEP, CUMSUM_PER_STEP, BINCOUNT_N = 2, 1, 50_000
-# data loading: each item sleeps, a batch is ITEMS_PER_BATCH items; each step ends in .item()
-ITEM_SLEEP_S, ITEMS_PER_BATCH = 0.004, 4
-# host syncs: host work right after a .item() and after a torch.neuron.synchronize(), each step
-# (a sleep, not a busy wait: on a loaded machine a busy wait gets the process descheduled after)
-AFTER_ITEM_S, AFTER_SYNCHRONIZE_S, SYNC_N = 0.006, 0.004, 2048
+# device-bound work between the injected causes: CHUNK matmuls of N x N float32 (~0.41 ms each
+# modelled on trn2), queued back to back: the device, not the host, sets the pace
+CHUNK, N = 8, 2048
+# fallback: bincount (default fallback set) twice per step, cumsum (added) once per step, on
+# inputs large enough that their host work dominates the step's idle time
+BINCOUNT_PER_STEP, CUMSUM_PER_STEP, BINCOUNT_N, CUMSUM_N = 2, 1, 4_000_000, 2_000_000
+# data loading: each item of the stalled batches sleeps; the other batches load at once; each
+# step ends in .item()
+ITEM_SLEEP_S, ITEMS_PER_BATCH, STALLED_STEPS = 0.005, 4, (2,)  # profiled step numbers, 1-based
+# host syncs: host work right after a mid-step .item() and after a torch.neuron.synchronize(),
+# each once a step (a sleep, not a busy wait: on a loaded machine a busy wait gets the process
+# descheduled after)
+AFTER_ITEM_S, AFTER_SYNCHRONIZE_S = 0.010, 0.008
 # host-bound: a loop of tiny ops per step (16x16 adds: the host launches slower than they run)
 TINY_OPS = 60
 # device-bound control: large matmuls queued back to back, one sync at the end of each step
 CONTROL_MATMULS, CONTROL_N = 192, 2048  # ~80 ms of modelled device time per step
-WORKLOADS = ("fallback", "dataloader", "sync", "tiny", "control")
+WORKLOADS = ("fallback", "dataloader", "sync", "tiny", "control", "nostep")
 
 
 def _profile(path: Path, step: Callable[[], None]) -> None:
@@ -46,6 +52,14 @@ def _profile(path: Path, step: Callable[[], None]) -> None:
             p.step()
 
 
+def _chunk(a):  # noqa: ANN001, ANN202 - torch tensors
+    """CHUNK matmuls queued on the device (~3.3 ms modelled)."""
+    y = a
+    for _ in range(CHUNK):
+        y = y @ a
+    return y
+
+
 def fallback(path: Path) -> None:
     import torch
 
@@ -53,15 +67,18 @@ def fallback(path: Path) -> None:
 
     fb.add_fallback_ops("cumsum")
     dev = torch.device("neuron:0")
+    a = torch.randn(N, N).to(dev)
     idx = torch.randint(0, 64, (BINCOUNT_N,)).to(dev)
-    x = torch.randn(256).to(dev)
+    x = torch.randn(CUMSUM_N).to(dev)
 
     def step() -> None:
+        _chunk(a)
         for _ in range(BINCOUNT_PER_STEP):
             torch.bincount(idx)
+        _chunk(a)
         for _ in range(CUMSUM_PER_STEP):
             torch.cumsum(x, 0)
-        (x * 2).sum().item()
+        _chunk(a).sum().item()
 
     _profile(path, step)
     fb.reset_fallback_ops()
@@ -70,23 +87,25 @@ def fallback(path: Path) -> None:
 def dataloader(path: Path) -> None:
     import torch
 
+    stalled = set(STALLED_STEPS)  # batch k feeds profiled step k (batch 0: the warm-up)
+
     class Slow(torch.utils.data.Dataset):
         def __len__(self) -> int:
             return 1024
 
         def __getitem__(self, i: int) -> torch.Tensor:
-            time.sleep(ITEM_SLEEP_S)
-            return torch.randn(128)
+            if i // ITEMS_PER_BATCH in stalled:
+                time.sleep(ITEM_SLEEP_S)
+            return torch.randn(N)
 
     dev = torch.device("neuron:0")
-    w = torch.randn(512, 128).to(dev)
+    a = torch.randn(N, N).to(dev)
     batches = iter(torch.utils.data.DataLoader(Slow(), batch_size=ITEMS_PER_BATCH))
 
     def step() -> None:
         x = next(batches).to(dev)
-        for _ in range(3):
-            x = torch.relu(x @ w.T) @ w
-        x.sum().item()  # the step's final sync: the device idles into the next step's stall
+        y = _chunk(a)
+        (x @ y).sum().item()  # the step's final sync: the device idles into the next step's stall
 
     _profile(path, step)
 
@@ -95,14 +114,15 @@ def sync(path: Path) -> None:
     import torch
 
     dev = torch.device("neuron:0")
-    w = torch.randn(SYNC_N, SYNC_N).to(dev)
+    a = torch.randn(N, N).to(dev)
 
-    def step() -> None:  # each sync finds the device busy (a matmul of ~0.3 ms) and waits
-        (w @ w).sum().item()
+    def step() -> None:  # each sync finds the device busy (a chunk of matmuls) and waits
+        _chunk(a).sum().item()
         time.sleep(AFTER_ITEM_S)  # host work: the queue is empty meanwhile
-        _ = w @ w
+        _chunk(a)
         torch.neuron.synchronize()
         time.sleep(AFTER_SYNCHRONIZE_S)
+        _chunk(a)
 
     _profile(path, step)
 
@@ -135,6 +155,32 @@ def control(path: Path) -> None:
         torch.neuron.synchronize()
 
     _profile(path, step)
+
+
+def nostep(path: Path) -> None:
+    """No schedule (one "step": the whole profile), stacks recorded, and a monitor thread
+    waiting beside the training thread (as tqdm's does): the analysed window is the user's
+    activity, the profiler's own start and stop are no finding, and the host activity of a gap
+    is the training thread's."""
+    import threading
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuron_profiler import NEURON
+
+    dev = torch.device("neuron:0")
+    a = torch.randn(N, N).to(dev)
+    stop = threading.Event()
+    monitor = threading.Thread(target=lambda: stop.wait(60), daemon=True)
+    monitor.start()
+    with profile(activities=[ProfilerActivity.CPU, NEURON], with_stack=True) as p:
+        _chunk(a)
+        _chunk(a).sum().item()
+        time.sleep(AFTER_ITEM_S)
+        _chunk(a).sum().item()
+    stop.set()
+    p.export_chrome_trace(str(path))
 
 
 def numerics(path: Path) -> None:

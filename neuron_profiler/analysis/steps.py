@@ -33,12 +33,17 @@ class Steps:
     names: step numbers as text ("5"), as torch and tb-profiler label them.
     start_ns / end_ns: absolute ns per step, sorted by start.
     from_profiler_steps: False when the trace has no ProfilerStep (then one step "0").
+    host_end_ns: where each step ends on the host (``end_ns`` before the last step is
+        stretched over its device work): a host call counts for the steps when it begins
+        inside these spans (the profiler's synchronize at stop, while the last step's work
+        still runs, does not).
     """
 
     names: tuple[str, ...]
     start_ns: np.ndarray
     end_ns: np.ndarray
     from_profiler_steps: bool
+    host_end_ns: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -50,6 +55,11 @@ class Steps:
     @property
     def spans(self) -> Intervals:
         return union(self.start_ns, self.end_ns)
+
+    @property
+    def host_spans(self) -> Intervals:
+        end = self.end_ns if self.host_end_ns is None else self.host_end_ns
+        return union(self.start_ns, end)
 
 
 def step_rows(trace: Trace, names: NameClasses) -> tuple[np.ndarray, np.ndarray]:
@@ -80,6 +90,7 @@ def find_steps(trace: Trace, work: DeviceWork, names: NameClasses) -> Steps:
     np.maximum.at(end, code, ts[rows] + dur[rows])
     order = np.argsort(start, kind="stable")
     start, end, uniq = start[order], end[order], uniq[order]
+    host_end = end.copy()
     spill = work.end[(work.start >= start[-1]) & (work.start < end[-1])]
     if len(spill):
         end[-1] = max(end[-1], int(spill.max()))
@@ -88,6 +99,7 @@ def find_steps(trace: Trace, work: DeviceWork, names: NameClasses) -> Steps:
         start_ns=start,
         end_ns=end,
         from_profiler_steps=True,
+        host_end_ns=host_end,
     )
 
 
@@ -108,9 +120,14 @@ def _whole_trace(trace: Trace, work: DeviceWork, names: NameClasses) -> Steps:
     launched = work.launch != NO_LAUNCH
     if launched.any():  # launching device work is the user's activity too
         hi = max(hi, int(work.launch[launched].max()))
+    host_hi = hi
     mine = ((work.start >= lo) & (work.start < hi)) | (launched & (work.launch >= lo))
     if mine.any():
         hi = max(hi, int(work.end[mine].max()))
     return Steps(
-        names=("0",), start_ns=np.array([lo]), end_ns=np.array([hi]), from_profiler_steps=False
+        names=("0",),
+        start_ns=np.array([lo]),
+        end_ns=np.array([hi]),
+        from_profiler_steps=False,
+        host_end_ns=np.array([host_hi]),
     )

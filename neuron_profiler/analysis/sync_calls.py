@@ -6,13 +6,15 @@ groups count (docs/analysis.md#host_sync)::
 A sync is a host call that blocked until device work was done:
 
 - a **runtime wait** (``selections.is_wait_name``: stream / device / event synchronize, a
-  synchronous copy, our runtime's ``host sync: ...`` rows) is one by itself;
+  synchronous copy, our runtime's ``host sync: ...`` rows) is one by itself, except our
+  runtime's waits for room in its full launch queue (backpressure from a busy device);
 - an **op that may sync** (``aten::item``, ``_local_scalar_dense``, ``nonzero``) is one only
   when it really waited: a runtime wait, or the launch of a device-to-host copy, lies inside it
   on its thread. ``.item()`` of a host tensor (an optimizer's step counter) does neither.
 
-A sync counts only inside the analysed steps (the profiler's own synchronize when it stops, or
-anything else outside them, never does), and never when it is part of a CPU fallback call (a
+A sync counts only when it begins inside the analysed steps on the host (the profiler's own
+synchronize when it stops never does, even while the last step's device work still runs), and
+never when it is part of a CPU fallback call (a
 fallback's wait for its copies is the fallback's: ``fallback_inference.fallback_calls``).
 """
 
@@ -21,11 +23,14 @@ from __future__ import annotations
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis._copies import D2H
 from neuron_profiler.analysis._launches import launch_sites
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.fallback_inference import fallback_calls
 from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.model import Trace
 
 
 def sync_calls(ctx: AnalysisContext) -> np.ndarray:
@@ -37,14 +42,29 @@ def sync_calls(ctx: AnalysisContext) -> np.ndarray:
     start = c[S.TS_NS][rows]
     end = start + c[S.DUR_NS][rows]
     pid, tid = c[S.PID][rows], c[S.TID][rows]
-    is_wait = np.isin(c[S.NAME_ID][rows], ctx.names.wait)
+    is_wait = np.isin(c[S.NAME_ID][rows], ctx.names.wait) & ~_backpressure(trace, rows)
     really = is_wait | _holds(pid, tid, start, end, *_waits_and_d2h_launches(ctx, rows, is_wait))
-    window = ctx.steps.spans
+    window = ctx.steps.host_spans  # the steps on the host: not the last one's device spill-over
     inside = I.overlap_per_window(window, start, start + 1) > 0  # begins inside a step
     calls = ctx.result(fallback_calls)
     theirs = calls.holding(pid, tid, start, end) if len(calls) else np.zeros(len(rows), bool)
     keep = really & inside & ~theirs
     return rows[keep][np.argsort(start[keep], kind="stable")]
+
+
+def _backpressure(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Our runtime's waits because its launch queue was full (``sync`` arg ``queue_full``):
+    the host got ahead of a busy device, which is no sync."""
+    ours = np.flatnonzero(np.char.startswith(_names(trace, rows), V.SYNC_PREFIX))
+    out = np.zeros(len(rows), bool)
+    if len(ours):
+        why = arg_values(trace, rows[ours], (V.ARG_SYNC,))[V.ARG_SYNC]
+        out[ours] = np.array([w == V.SYNC_QUEUE_FULL for w in why], bool)
+    return out
+
+
+def _names(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    return np.array([trace.strings[n] for n in trace.col(S.NAME_ID)[rows].tolist()], dtype=str)
 
 
 def _waits_and_d2h_launches(

@@ -13,6 +13,8 @@ the prose version of this module.
 
 from __future__ import annotations
 
+from neuron_profiler.trace import vocabulary as V
+
 DATA_VERSION = 2
 EXT_KEY = "neuron_profiler"  # data["neuron_profiler"] = {...}: this project's extension fields
 EXT_EVENT_PREFIX = "neuron_profiler."  # event types the real runtime does not emit
@@ -123,7 +125,7 @@ OVERHEAD_NUMERICS = "numerics"  # the op's real math (numerics mode)
 OVERHEAD_COUPLING = "collective_coupling"  # exchanging collective arrival times across ranks
 X_NUMERICS = "numerics"  # envelope / device properties: NUMERICS_COMPUTED or NUMERICS_SKIPPED
 NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
-SYNC_QUEUE_FULL = "queue_full"  # host_sync reason: the bounded launch queue was full
+SYNC_QUEUE_FULL = V.SYNC_QUEUE_FULL  # host_sync reason: the bounded launch queue was full
 # One execution of a compiled graph (torch.compile on the emulated device; a NEFF on Trainium):
 X_GRAPH_ID = "graph_id"  # nc_exec_running / its call: the compiled graph's id (int)
 X_GRAPH_OPS = "graph_ops"  # nc_exec_running: the graph's ops in order, each a dict with X_OP,

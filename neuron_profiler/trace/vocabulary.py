@@ -59,6 +59,9 @@ ARG_FALLBACK_REASON = "fallback reason"
 ARG_SHAPES = "input shapes"
 ARG_DTYPES = "input dtypes"
 ARG_SYNC = "sync"  # host sync: why the host waited (item, cpu, synchronize, fallback, ...)
+# ... or because the bounded launch queue was full: the host got ahead of a busy device
+# (backpressure, never a sync the user wrote)
+SYNC_QUEUE_FULL = "queue_full"
 ARG_OVERHEAD = "emulator overhead"  # what the emulator did on the host: numerics, ...
 # 1 on the emulator-overhead span: torch (>= 2.8) skips a Kineto activity whose metadata "hidden"
 # is 1 when it builds key_averages() (pytorch#155213), so the span stays in the trace only.

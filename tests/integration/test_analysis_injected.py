@@ -1,17 +1,15 @@
 """The analyzer against emulator workloads with one known injected cause each
-(tests/injected_workloads.py: timing mode, speed factor 1, one NeuronCore, 3 profiled steps):
-each cause is found with the injected amount, the top finding names it, a device-bound control
-has no false finding, and in numerics mode the emulator's own host work is discounted, never a
-cause.
+(tests/injected_workloads.py: timing mode, speed factor 1, one NeuronCore, 3 profiled steps,
+device-bound between the injected causes): each cause is the top finding with the injected ms
+per step (within 25%) and exact counts per step, a device-bound control has no false finding,
+the profiler's own start and stop are never a finding, and in numerics mode the emulator's own
+host work is discounted, never a cause.
 
-Tolerances: the injected host work is a ``time.sleep`` (never returns early, may overshoot), so
-in every step the attributed idle time is at least the injected time. Above it a gap also holds
-the few Python statements around it (the batch's collate and ``.to()``, the next op's dispatch:
-~0.1-0.6 ms measured on an idle machine, up to ~1.5 ms on the shared 2-core test machine under
-load), so the upper bound is the injected time + 50% (5-8 ms at these sizes). It is checked on
-the cleanest step (the smallest): the OS can deschedule the process for several ms in any step,
-which only ever adds host time, whereas double counting or a wrong split would inflate every
-step.
+Tolerances: the injected host work is a ``time.sleep`` (never returns early, may overshoot) and
+each gap also holds the few Python statements around it (the next op's dispatch: ~0.1-0.6 ms on
+an idle machine, up to ~1.5 ms on the shared 2-core test machine under load), so the attributed
+time is at least ~95% of the injected time and at most 25% above it: the injected amounts
+(8-20 ms) are chosen large enough for that.
 """
 
 from __future__ import annotations
@@ -36,7 +34,12 @@ from neuron_profiler.trace import load_trace  # noqa: E402
 from neuron_profiler.trace import vocabulary as V  # noqa: E402
 
 SCRIPT = Path(W.__file__)
-SLACK = 0.5  # see the module docstring
+TOLERANCE = 0.25  # see the module docstring
+
+
+def _close(measured_ns: float, injected_ns: float) -> bool:
+    """Within the tolerance: at least 95% of the injected time, at most 25% above it."""
+    return 0.95 * injected_ns <= measured_ns <= (1 + TOLERANCE) * injected_ns
 
 
 @pytest.fixture(scope="module")
@@ -72,75 +75,94 @@ def _per_step(report: Report, cause: str) -> list[int]:
     return [s[cause] for s in device.per_step_by_cause_ns]
 
 
-def _within(values: list[int], injected: float) -> bool:
-    """Every step at least the injected time, the cleanest within the slack above it."""
-    return min(values) >= injected and min(values) <= injected * (1 + SLACK)
-
-
-def test_fallbacks_found_with_exact_call_counts(reports: dict[str, Report]) -> None:
-    """bincount (default set) twice a step, cumsum (added with add_fallback_ops) once: exact
-    calls, one D2H copy of the input and one H2D copy of the output per call, nothing else."""
-    r = reports["fallback"]
-    calls: dict[str, list[int]] = {}
-    for g in r.findings.fallbacks:
-        c = calls.setdefault(g.op, [0, 0, 0])
-        c[0] += g.calls
-        c[1] += g.d2h_count
-        c[2] += g.h2d_count
-    n_bin, n_cum = W.BINCOUNT_PER_STEP * W.STEPS, W.CUMSUM_PER_STEP * W.STEPS
-    assert calls == {"aten::bincount": [n_bin] * 3, "aten::cumsum": [n_cum] * 3}
-    bincount = [g for g in r.findings.fallbacks if g.op == "aten::bincount"]
-    assert sum(g.d2h_bytes for g in bincount) == n_bin * W.BINCOUNT_N * 8  # int64 input
-    kinds = [f.kind for f in r.findings.findings]
-    assert kinds[0] == "cpu_fallback:aten::bincount"
-    assert {k for k in kinds if k.startswith("cpu_fallback")} == {
-        "cpu_fallback:aten::bincount",
-        "cpu_fallback:aten::cumsum",
+def _fallback_truth(path: Path) -> dict[str, float]:
+    """Per op, what its fallback calls cost the device, read from the file: from the end of
+    the call's wait for its input copy (before it the device was still busy with the queued
+    work) to the end of the call, plus the input copy itself (ns)."""
+    events = _events(path)
+    waits = [e for e in events if e["name"].startswith(V.SYNC_PREFIX + "aten::")]
+    copies = {
+        e["args"][V.ARG_EXTERNAL_ID]: e
+        for e in events
+        if e["name"] == V.MEMCPY_NAMES["d2h"] and V.ARG_EXTERNAL_ID in e.get("args", {})
     }
-    device = r.idle.devices[0]
-    assert all(s["cpu_fallback"] > 0 for s in device.per_step_by_cause_ns)
-    # no idle instant in two groups (the part of a gap outside every fallback span is in none)
-    # every cpu_fallback gap goes whole to one group: the groups add up to the cause
-    assert 0 < sum(g.idle_ns for g in r.findings.fallbacks) == device.by_cause_ns["cpu_fallback"]
+    out: dict[str, float] = {}
+    for call in (e for e in events if e["name"].startswith(V.FALLBACK_PREFIX)):
+        s, e = _ns(call)
+        op = call["name"][len(V.FALLBACK_PREFIX) :]
+        wait_end = max(_ns(w)[1] for w in waits if s <= _ns(w)[0] <= e)
+        d2h = _ns(copies[call["args"][V.ARG_EXTERNAL_ID]])
+        out[op] = out.get(op, 0) + (e - wait_end) + (d2h[1] - d2h[0])
+    return out
 
 
-def test_dataloader_stall_is_data_loading(
+def test_fallbacks_found_with_exact_call_counts(
     reports: dict[str, Report], traces: dict[str, Path]
 ) -> None:
-    """Per step: data-loading idle at least the injected sleep and at least that step's
-    DataLoader ``__next__`` span (read from the file), within the slack; the top finding."""
+    """bincount (default set) twice a step, cumsum (added with add_fallback_ops) once: exact
+    calls and one D2H / one H2D copy per call in every step, what each costs the device within
+    25% of what its calls took (read from the file), the top finding, nothing counted twice."""
+    r = reports["fallback"]
+    groups = {g.op: g for g in r.findings.fallbacks}
+    assert set(groups) == {"aten::bincount", "aten::cumsum"}
+    for op, per_step in (("aten::bincount", W.BINCOUNT_PER_STEP), ("aten::cumsum", 1)):
+        g = groups[op]
+        assert (g.calls, g.d2h_count, g.h2d_count) == (per_step * W.STEPS,) * 3
+    assert groups["aten::bincount"].d2h_bytes == 2 * W.STEPS * W.BINCOUNT_N * 8  # int64 input
+    truth = _fallback_truth(traces["fallback"])
+    for op, g in groups.items():
+        assert _close(g.idle_ns + g.d2h_ns + g.h2d_ns, truth[op]), (op, g, truth[op])
+    assert r.findings.findings[0].kind == "cpu_fallback:aten::bincount"
+    assert r.findings.syncs == () or all(s.name == "aten::item" for s in r.findings.syncs)
+    (device,) = r.idle.devices
+    assert all(s["cpu_fallback"] > 0 for s in device.per_step_by_cause_ns)
+    # every cpu_fallback gap goes whole to one group: the groups add up to the cause, and the
+    # findings with the device's busy time not theirs (the fallbacks' copies) fit in the steps
+    assert sum(g.idle_ns for g in groups.values()) == device.by_cause_ns["cpu_fallback"]
+    (b,) = r.breakdown.devices
+    copies = sum(g.d2h_ns + g.h2d_ns for g in groups.values())
+    owned = sum(f.recoverable_ns for f in r.findings.findings)
+    assert owned + (b.busy_ns.sum() - copies) <= r.steps.wall_ns.sum()
+
+
+def test_dataloader_stall_in_the_stalled_step_only(
+    reports: dict[str, Report], traces: dict[str, Path]
+) -> None:
+    """The stalled step's data-loading idle is the injected sleep within 25% and covers its
+    DataLoader ``__next__`` span (read from the file); the other steps have none to speak of;
+    the top finding is data loading."""
     r = reports["dataloader"]
     injected_ns = W.ITEM_SLEEP_S * W.ITEMS_PER_BATCH * 1e9
+    loading = _per_step(r, "data_loading")
     nexts = sorted(
         _ns(e) for e in _events(traces["dataloader"]) if e["name"].startswith(V.DATALOADER_PREFIX)
     )
     assert len(nexts) == W.STEPS
-    loading = _per_step(r, "data_loading")
-    assert _within(loading, injected_ns), (loading, injected_ns)
-    for ns, (s, e) in zip(loading, nexts, strict=True):
-        assert ns >= e - s - 1_000  # the whole __next__ is idle time (1 µs: trace rounding)
-    # the gaps after each .item() are the next step's data stall; only the last step's, with no
-    # next step, is the sync's: the host's return from the step (~20 µs; 1 ms bound for load)
-    sync = _per_step(r, "host_sync")
-    assert sync[:-1] == [0] * (W.STEPS - 1) and sync[-1] < 1e6
+    for step, ns in enumerate(loading, start=1):
+        if step in W.STALLED_STEPS:
+            assert _close(ns, injected_ns), (loading, injected_ns)
+            s, e = nexts[step - 1]
+            assert ns >= e - s - 1_000  # the whole __next__ is idle (1 µs: trace rounding)
+        else:
+            assert ns < 0.1 * injected_ns, loading
     assert r.findings.findings[0].kind == "idle:data_loading"
     assert not any(f.kind.startswith("cpu_fallback") for f in r.findings.findings)
-    (device,) = r.idle.devices  # the rest: the batch's .to() and the small model's launches
-    assert device.by_cause_ns["data_loading"] >= 0.75 * device.idle_ns
 
 
 def test_final_sync_into_next_steps_data_stall_is_data_loading(
     reports: dict[str, Report], traces: dict[str, Path]
 ) -> None:
-    """Each step ends in ``.item()``; the next begins in the DataLoader. The gap between them
-    begins inside the ``.item()`` (the sync rule holds too) and crosses the step boundary: it
-    is data loading (rule 1 before rule 3), its part before the boundary counted in step N."""
+    """Each step ends in ``.item()``; the stalled step begins in the DataLoader. The gap
+    between them begins inside the ``.item()`` (the sync rule holds too) and crosses the step
+    boundary: it is data loading (rule 1 before rule 3), its part before the boundary counted in
+    the step before."""
     r = reports["dataloader"]
     events = _events(traces["dataloader"])
     base_ns = round(r.base_ns)
     items = [_ns(e) for e in events if e["name"] == "aten::item"]
     idle = r.idle
-    k = idle.gap_index("data_loading")
+    (device,) = idle.devices
+    k = idle.gap_index("data_loading", device.device)
     gs, ge = idle.gap_start_ns[k] - base_ns, idle.gap_end_ns[k] - base_ns
     starts = r.steps.start_ns - base_ns
     crossing = [
@@ -148,32 +170,33 @@ def test_final_sync_into_next_steps_data_stall_is_data_loading(
         for s, e in zip(gs, ge, strict=True)
         if any(a <= s < b for a, b in zip(starts, starts[1:], strict=False))
         and np.any((starts > s) & (starts < e))
+        and e - s > 1e6
     ]
-    assert len(crossing) == W.STEPS - 1  # steps 1->2 and 2->3
+    assert len(crossing) == len(W.STALLED_STEPS)  # into each stalled step
     ends = r.steps.end_ns - base_ns
-    for n, (s, _) in enumerate(crossing):
+    for s, _ in crossing:
         assert any(a - 1_000 <= s <= b + 1_000 for a, b in items), "gap begins in .item()"
+        n = int(np.searchsorted(starts, s, side="right")) - 1
         before = int(ends[n]) - s
         assert _per_step(r, "data_loading")[n] >= before > 0
 
 
-def test_item_and_synchronize_are_host_sync(reports: dict[str, Report]) -> None:
-    """Host work after a ``.item()`` and after a ``torch.neuron.synchronize()`` that waited:
-    sync idle per step = the injected work within the slack, one finding per sync op, the
-    ``.item()`` first (the longer)."""
+def test_item_and_synchronize_are_host_syncs_once_per_step(reports: dict[str, Report]) -> None:
+    """A mid-step ``.item()`` and a ``torch.neuron.synchronize()``, each once a step with host
+    work after it: exactly STEPS calls each (the profiler's own synchronize when it stops is
+    not one), each one's idle per step the injected work within 25%, the two top findings."""
     r = reports["sync"]
-    injected_ns = (W.AFTER_ITEM_S + W.AFTER_SYNCHRONIZE_S) * 1e9
-    assert _within(_per_step(r, "host_sync"), injected_ns), _per_step(r, "host_sync")
     syncs = {g.name: g for g in r.findings.syncs}
-    item, synchronize = syncs["aten::item"], syncs[V.SYNC_PREFIX + "torch.neuron.synchronize"]
-    assert item.calls == W.STEPS
+    assert set(syncs) == {"aten::item", "torch.neuron.synchronize"}
+    item, synchronize = syncs["aten::item"], syncs["torch.neuron.synchronize"]
+    assert (item.calls, synchronize.calls) == (W.STEPS, W.STEPS)
+    assert _close(item.idle_ns / W.STEPS, W.AFTER_ITEM_S * 1e9), item
+    assert _close(synchronize.idle_ns / W.STEPS, W.AFTER_SYNCHRONIZE_S * 1e9), synchronize
     # each sync gap in exactly one group: the groups add up to the cause
     assert sum(g.idle_ns for g in r.findings.syncs) == r.idle.devices[0].by_cause_ns["host_sync"]
-    assert item.idle_ns >= W.AFTER_ITEM_S * 1e9 * W.STEPS
-    assert synchronize.idle_ns >= W.AFTER_SYNCHRONIZE_S * 1e9 * W.STEPS
     assert [f.kind for f in r.findings.findings[:2]] == [
         "host_sync:aten::item",
-        "host_sync:" + V.SYNC_PREFIX + "torch.neuron.synchronize",
+        "host_sync:torch.neuron.synchronize",
     ]
 
 
@@ -188,18 +211,43 @@ def test_tiny_op_loop_is_host_bound(reports: dict[str, Report]) -> None:
 
 
 def test_device_bound_control_has_no_false_finding(reports: dict[str, Report]) -> None:
-    """Large matmuls queued back to back, one sync per step: the only idle time is the step
-    boundary (sync returns, profiler step, next launch: ~0.1-0.3 ms of a ~80 ms step, under
-    1%). Thresholds: the cleanest step under 2% idle; over the run under 5% idle and no finding
-    recovering 5% (room for the sync waking a few ms late in each step under load, as seen on
-    the shared 2-core machine: 2.7-3.6 ms)."""
+    """Large matmuls queued back to back, one sync per step: at least 80% busy in every step
+    (~99% on an idle machine: the step boundary costs ~0.1-0.3 ms of ~80 ms) and no finding
+    worth 5% of a step (room for the sync waking a few ms late under load); the launch queue's
+    backpressure (the host waiting for room) is no sync."""
     r = reports["control"]
-    (device,) = r.idle.devices
-    per_step_idle = [sum(s.values()) for s in device.per_step_by_cause_ns]
-    assert min(100 * i / w for i, w in zip(per_step_idle, r.steps.wall_ns, strict=True)) < 2
-    assert 100 * device.idle_ns / device.window_ns < 5
+    (device,) = r.breakdown.devices
+    assert all(device.busy_ns / r.steps.wall_ns >= 0.8), device.busy_ns / r.steps.wall_ns
     assert all(f.recoverable_pct < 5 for f in r.findings.findings), r.findings.findings
-    assert r.findings.fallbacks == () and device.emulator_overhead_ns == 0
+    assert r.findings.fallbacks == () and r.idle.devices[0].emulator_overhead_ns == 0
+    assert [g.name for g in r.findings.syncs] == ["torch.neuron.synchronize"]
+
+
+def test_no_schedule_the_window_is_the_users_code(
+    reports: dict[str, Report], traces: dict[str, Path]
+) -> None:
+    """No schedule, stacks recorded, a monitor thread waiting beside: the analysed window runs
+    from the user's first op to the end of the device work of the last (never into the
+    profiler's own stop, whose synchronize is no sync), the one injected cause is the top
+    finding, and the host activity of a gap is the training thread's."""
+    r = reports["nostep"]
+    events = _events(traces["nostep"])
+    user = [_ns(e) for e in events if e.get("cat") == "cpu_op" and e["name"].startswith("aten::")]
+    work = [_ns(e) for e in events if e.get("cat") == V.CAT_KERNEL]
+    assert len(r.steps) == 1 and not r.steps.from_profiler_steps
+    last = max(e for _, e in [*user, *work])  # the last op's or its device work's end
+    assert r.steps.end_ns[0] - r.base_ns <= last + 1_000
+    assert r.steps.start_ns[0] - r.base_ns >= min(s for s, _ in user) - 1_000
+    stop = [_ns(e) for e in events if e["name"] == V.SYNC_PREFIX + "torch.neuron.synchronize"]
+    assert stop and all(s >= max(e for _, e in user) for s, _ in stop)  # after the user's code
+    assert [g.name for g in r.findings.syncs] == ["aten::item"]
+    top = r.findings.findings[0]
+    assert top.kind == "host_sync:aten::item"
+    assert _close(top.recoverable_ns, W.AFTER_ITEM_S * 1e9), top
+    for f in r.findings.findings:
+        assert "profiler" not in (f.host_op + f.call_site).lower(), f
+    for gap in r.idle.longest:
+        assert not any("threading" in name for name in gap.host_activity), gap
 
 
 def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -155,6 +155,17 @@ def test_item_with_its_copy_is_found(shared_traces: Path) -> None:
     assert names[TRACES[2]]["cudaStreamSynchronize"][0] == 16
 
 
+def test_item_of_a_host_tensor_is_no_sync(shared_traces: Path) -> None:
+    """gpu_metrics_input's aten::item reads a host tensor (no D2H copy, no wait inside it):
+    not a sync, where the old name-only rule counted it; sampled_rank-0's hold their copies."""
+    path = shared_traces / TRACES[3]
+    assert sum(e["name"] == "aten::item" for e in _events(path)) == 1
+    report = analyze(load_trace(path))
+    assert "aten::item" not in {g.name for g in report.findings.syncs}
+    report = analyze(load_trace(shared_traces / TRACES[1]))
+    assert {g.name: g.calls for g in report.findings.syncs}["aten::item"] == 3
+
+
 def test_call_site_from_call_stacks_of_a_2021_trace(shared_traces: Path) -> None:
     """The 2021 resnet50 sample carries "Call stack" args: the stream-sync finding names a user
     frame (the first frame outside torch) of an op around one of its syncs."""

@@ -68,6 +68,7 @@ def test_sync_finding_carries_the_call_site() -> None:
     b = Build().step(1, 0, 1000)
     b.kernel(0, 100, launch_us=0)
     b.host("aten::item", 50, 130, args={V.ARG_CALL_STACK: "loop.py(12): log_loss"})
+    b.host("cudaStreamSynchronize", 60, 120, kind=EventKind.RUNTIME, cat="cuda_runtime")
     b.kernel(300, 1000, launch_us=290)  # gap 100-300 begins inside aten::item
     r = b.report()
     (sync,) = r.findings.syncs
