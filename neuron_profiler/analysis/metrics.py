@@ -8,9 +8,9 @@ Metrics (over several devices the worst device counts; over several traces, the 
 - ``step_ms``: mean step wall time;
 - ``idle_pct``: device idle time, % of the step spans (emulator overhead is not idle time);
 - ``idle_ms_per_step``: device idle time per step;
-- ``<cause>_ms_per_step``: idle time given that cause per step (``data_loading``,
-  ``cpu_fallback``, ``host_sync``, ``host_bound_launch``, ``profiler_overhead``, ``other``,
-  ``short_gaps``);
+- ``<cause>_ms_per_step``: idle time given that cause per step (``collective_wait``,
+  ``data_loading``, ``cpu_fallback``, ``host_sync``, ``host_bound_launch``,
+  ``profiler_overhead``, ``other``, ``short_gaps``: ``causes.ALL_CAUSES``);
 - ``fallback_ms_per_step``: an alias of ``cpu_fallback_ms_per_step``.
 """
 
