@@ -138,22 +138,30 @@ STEP = 10 * MS
 
 
 def summary(
-    rank: int, arrivals: list[int], *, idle_ns: int = 0, first_step_ns: int = 0
+    rank: int,
+    arrivals: list[int],
+    *,
+    idle_ns: int = 0,
+    compute_ns: int = 0,
+    first_step_ns: int = 0,
+    step_ns: int = STEP,
 ) -> RankSummary:
-    """A rank of one all_reduce per step (steps of STEP ns, the k-th from k * STEP): it reaches
-    the k-th all_reduce at ``arrivals[k]``, every rank leaves it at the same time, and it spent
-    ``idle_ns`` of host data loading (device idle) before each arrival."""
+    """A rank of one all_reduce per step (steps of ``step_ns``, the k-th from k * step_ns, the
+    first ``first_step_ns`` longer): it reaches the k-th all_reduce at ``arrivals[k]``, every
+    rank leaves it at 90% of the step, and before each arrival its device computed
+    ``compute_ns`` and idled ``idle_ns`` while its host loaded data."""
     steps = len(arrivals)
     before = [0] * len(ACTIVITIES)
     before[ACTIVITIES.index(IDLE_PREFIX + "data_loading")] = idle_ns
+    before[ACTIVITIES.index(ACT_COMPUTE)] = compute_ns
     return RankSummary(
         source=f"r{rank}.json",
         rank=rank,
         world_size=None,
         window_start_ns=-first_step_ns,
-        window_end_ns=steps * STEP,
-        step_wall_ns=(STEP + first_step_ns,) + (STEP,) * (steps - 1),
-        compute_ns=0,
+        window_end_ns=steps * step_ns,
+        step_wall_ns=(step_ns + first_step_ns,) + (step_ns,) * (steps - 1),
+        compute_ns=compute_ns * steps,
         collective_ns=0,
         recorded_waits=False,
         calls=tuple(
@@ -161,14 +169,47 @@ def summary(
                 group="ranks 0,1",
                 name="allreduce",
                 arrival_ns=a,
-                end_ns=k * STEP + 9 * MS,
+                end_ns=k * step_ns + step_ns * 9 // 10,
                 wait_ns=0,
-                compute_before_ns=0,
+                compute_before_ns=compute_ns,
                 before_ns=tuple(before),
             )
             for k, a in enumerate(arrivals)
         ),
     )
+
+
+def test_the_docs_worked_example() -> None:
+    """docs/analysis.md, "Straggler": steps of 100 ms; rank 1 loads data 20 ms then computes
+    40 ms, ranks 0 and 2 compute 40 and 45 ms; rank 0's profiling began 30 ms earlier."""
+    step = 100 * MS
+    start = [k * step for k in range(4)]
+    span = distributed(
+        [
+            summary(
+                0,
+                [t + 40 * MS for t in start],
+                compute_ns=40 * MS,
+                first_step_ns=30 * MS,
+                step_ns=step,
+            ),
+            summary(
+                1, [t + 60 * MS for t in start], compute_ns=40 * MS, idle_ns=20 * MS, step_ns=step
+            ),
+            summary(2, [t + 45 * MS for t in start], compute_ns=45 * MS, step_ns=step),
+        ]
+    ).spans[0]
+    (x,) = span.stragglers
+    assert (x.rank, x.late_arrivals, x.instances, x.lateness_ns) == (1, 4, 4, 15 * MS)
+    assert x.cost_per_rank == ((0, 20 * MS), (2, 15 * MS)) and x.cost_ns_per_step == 17.5 * MS
+    assert x.doing == IDLE_PREFIX + "data_loading"
+    assert [(a.name, a.ns, a.others_ns) for a in x.before] == [
+        (IDLE_PREFIX + "data_loading", 20 * MS, 0),
+        (ACT_COMPUTE, 40 * MS, 42.5 * MS),
+    ]
+    # rank 0's mean step is longer (its profiling began earlier): not what decides
+    rows = {r.rank: r for r in span.rows}
+    assert rows[0].step_mean_ns == step + 30 * MS // 4 > rows[1].step_mean_ns
 
 
 def test_the_rank_that_arrives_last_is_named_with_its_cost_per_step() -> None:
