@@ -18,9 +18,15 @@ Report) and only the summaries meet here, so no process needs every rank's trace
 - **Clocks**: aligned on collective ends (every rank leaves a collective together): a rank's
   offset is the median over shared instances of (its end - the reference rank's end), the
   reference being the lowest rank (ranks sharing no instance with it go through aligned ones).
-- **Skew**: per instance, the last rank to arrive (aligned arrival) is late; every other rank's
-  skew wait is the late arrival minus its own.
-- **Stragglers**: see ``is_outlier``.
+- **Skew**: per instance, the rank whose aligned arrival is latest, by any margin and alone, is
+  late (a tie: no rank is); every other rank's skew wait is the latest arrival minus its own.
+- **Straggler**: the rank late in the most instances of the span (alone: a tie names none), when
+  the waits its late arrivals cause cost the ranks that wait for it, on average, at least
+  ``STRAGGLER_REL`` of their mean step and ``STRAGGLER_ABS_NS`` per step. Step times never
+  decide (a rank whose profiled steps began earlier has longer steps and still waits). What it
+  was doing before its late arrivals: its device's activity in the window before each
+  (``rank_summary.ACTIVITIES``: compute, copies, other collectives, idle time by cause) against
+  the other ranks' before the same instances; the one with the most extra time (``_doing``).
 """
 
 from __future__ import annotations
@@ -30,20 +36,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_profiler.analysis.rank_summary import CollectiveCall, RankSummary
+from neuron_profiler.analysis.rank_summary import IDLE_PREFIX, CollectiveCall, RankSummary
 
-OUTLIER_REL = 0.05  # a straggler is over 5% slower than the median of the other ranks ...
-OUTLIER_ABS_NS = 50_000  # ... and by at least 50 µs (the idle-gap threshold: noise below it)
-METRIC_STEP = "step_time"
-METRIC_COMPUTE = "compute_before_collective"
+STRAGGLER_REL = 0.05  # a straggler costs the ranks waiting for it >= 5% of their mean step ...
+STRAGGLER_ABS_NS = 50_000  # ... and >= 50 µs per step (the idle-gap threshold: noise below it)
 REASON_NO_RANK = "no trace has a rank in distributedInfo (not a torch.distributed run)"
 REASON_ONE_RANK = "only one rank ({}): cross-rank analysis needs two or more ranks"
 REASON_NO_SHARED = "no span holds two or more ranks (their profiling windows do not overlap)"
+NO_MATCH = "no collective matched across the ranks"
+NO_LATE = "no rank arrived last alone at any matched collective (the ranks arrive together)"
+TIE = "ranks {} arrived last equally often ({} times each): no single straggler"
+UNDER_RULE = (
+    "rank {} arrived last most often ({} of {} instances) but costs the ranks waiting for it "
+    "{:.3f} ms per step ({:.1f}% of their step): under the rule ({:g}% and {:g} µs)"
+)
 
 
 @dataclass(frozen=True)
 class RankRow:
-    """Per rank of a span. Means are per matched collective instance or per step."""
+    """Per rank of a span; every time is per step of that rank (``steps``, at least 1)."""
 
     rank: int
     source: str
@@ -51,14 +62,15 @@ class RankRow:
     step_mean_ns: int
     compute_ns_per_step: int
     collective_ns_per_step: int
-    compute_before_mean_ns: int
-    late_arrivals: int
-    wait_recorded_ns: int | None  # None: the trace records no collective waits
-    wait_skew_ns: int
+    compute_before_ns_per_step: int  # device compute before its matched collectives
+    instances: int  # matched collective instances it took part in
+    late_arrivals: int  # instances it arrived last (alone)
+    wait_recorded_ns_per_step: int | None  # None: the trace records no collective waits
+    wait_skew_ns_per_step: int
     clock_offset_ns: int
     clock_aligned: bool
     orphan_waits: int = 0  # wait rows with no collective after them (not in any wait figure)
-    orphan_wait_ns: int = 0
+    orphan_wait_ns: int = 0  # over the span
 
 
 @dataclass(frozen=True)
@@ -71,18 +83,38 @@ class CollectiveSkew:
     calls: int
     mean_skew_ns: int
     max_skew_ns: int
-    late_rank: int  # the rank that arrived last most often
-    late_counts: tuple[int, ...]  # per rank in ``ranks``: instances it arrived last
+    late_rank: int | None  # the rank that arrived last most often (None: no rank ever alone)
+    late_counts: tuple[int, ...]  # per rank in ``ranks``: instances it arrived last (alone)
     wait_skew_ns: tuple[int, ...]  # per rank: Σ (late arrival - its arrival)
     wait_recorded_ns: tuple[int | None, ...]  # per rank: Σ its collective-wait rows
 
 
 @dataclass(frozen=True)
+class Activity:
+    """What the straggler's device did before its late arrivals (``rank_summary.ACTIVITIES``):
+    mean ns per late arrival, and the other ranks' mean before the same instances."""
+
+    name: str
+    ns: int
+    others_ns: int
+
+    @property
+    def excess_ns(self) -> int:
+        return self.ns - self.others_ns
+
+
+@dataclass(frozen=True)
 class Straggler:
+    """The rank that arrives last (docs/analysis.md, "Multi-rank")."""
+
     rank: int
-    metric: str  # METRIC_STEP or METRIC_COMPUTE
-    value_ns: int
-    others_median_ns: int
+    late_arrivals: int  # instances it arrived last (alone)
+    instances: int  # matched instances it took part in
+    cost_ns_per_step: int  # mean over the ranks that waited for it
+    cost_per_rank: tuple[tuple[int, int], ...]  # (rank, its wait for this one, ns per step)
+    lateness_ns: int  # mean over its late arrivals: its arrival - the next latest arrival
+    before: tuple[Activity, ...]  # the most extra time first
+    doing: str  # what it was doing while the others waited (``_doing``)
 
 
 @dataclass(frozen=True)
@@ -104,9 +136,10 @@ class SpanAnalysis:
     reference_rank: int
     rows: tuple[RankRow, ...]
     collectives: tuple[CollectiveSkew, ...]
-    stragglers: tuple[Straggler, ...]
+    stragglers: tuple[Straggler, ...]  # at most one
     unmatched: tuple[Unmatched, ...]
     mismatched_names: int  # matched instances whose ranks name different collectives
+    straggler_note: str | None = None  # why no rank is named (None when one is, or no analysis)
 
 
 @dataclass(frozen=True)
@@ -140,16 +173,6 @@ def group_spans(summaries: list[RankSummary]) -> list[list[RankSummary]]:
 
 
 # -- across ranks -----------------------------------------------------------------------------
-def is_outlier(value: float, others: list[float]) -> bool:
-    """A rank's value is an outlier when it exceeds the median of the *other* ranks by more
-    than OUTLIER_REL of that median and by at least OUTLIER_ABS_NS (the median of the others,
-    not of all, so that two ranks can be told apart)."""
-    if not others:
-        return False
-    m = float(np.median(others))
-    return value > m * (1 + OUTLIER_REL) and value - m >= OUTLIER_ABS_NS
-
-
 def distributed(summaries: list[RankSummary]) -> Distributed:
     ranked = [s for s in summaries if s.rank is not None]
     without = tuple(s.source for s in summaries if s.rank is None)
@@ -167,13 +190,61 @@ def distributed(summaries: list[RankSummary]) -> Distributed:
 
 @dataclass
 class _Instances:
-    """Matched instances of one (group): arrays [rank position, instance]."""
+    """Matched instances of one (group): arrays [rank position, instance] (``before``: [rank
+    position, instance, activity])."""
 
     ranks: list[int]
     arrival: np.ndarray
     end: np.ndarray
     wait: np.ndarray
     compute: np.ndarray
+    before: np.ndarray
+
+
+@dataclass
+class _Late:
+    """Sums over a span's instances, per rank position (``cost[r, j]``: Σ over r's late
+    instances of r's arrival - j's; ``own`` / ``others``: Σ over r's late instances of its
+    activity before arriving, and of the mean of the other ranks')."""
+
+    count: np.ndarray
+    instances: np.ndarray
+    cost: np.ndarray
+    lateness: np.ndarray
+    own: np.ndarray
+    others: np.ndarray
+
+    @classmethod
+    def zeros(cls, n: int, activities: int) -> _Late:
+        return cls(
+            count=np.zeros(n, np.int64),
+            instances=np.zeros(n, np.int64),
+            cost=np.zeros((n, n), np.int64),
+            lateness=np.zeros(n, np.int64),
+            own=np.zeros((n, activities), np.int64),
+            others=np.zeros((n, activities), np.float64),
+        )
+
+    def add(self, p: np.ndarray, a: np.ndarray, before: np.ndarray) -> np.ndarray:
+        """Add one group's instances (``p``: their ranks' positions, ``a``: aligned arrivals
+        [rank, instance]); returns each instance's late rank (index into p; -1: a tie)."""
+        n_ranks, n_inst = a.shape
+        order = np.sort(a, axis=0)
+        latest = order[-1]
+        second = order[-2] if n_ranks > 1 else latest
+        last = np.where(latest > second, np.argmax(a, axis=0), -1)
+        self.instances[p] += n_inst
+        for i in range(n_ranks):
+            mine = np.flatnonzero(last == i)
+            if not len(mine):
+                continue
+            self.count[p[i]] += len(mine)
+            np.add.at(self.cost[p[i]], p, (a[i, mine][None, :] - a[:, mine]).sum(axis=1))
+            self.lateness[p[i]] += int((latest[mine] - second[mine]).sum())
+            self.own[p[i]] += before[i, mine].sum(axis=0)
+            rest = np.delete(before[:, mine], i, axis=0)  # [other rank, instance, activity]
+            self.others[p[i]] += rest.mean(axis=0).sum(axis=0)
+        return last
 
 
 def _span(index: int, span: list[RankSummary]) -> SpanAnalysis:
@@ -196,30 +267,28 @@ def _span(index: int, span: list[RankSummary]) -> SpanAnalysis:
             unmatched=(),
             mismatched_names=0,
         )
-    groups, unmatched, mismatched = _match(span)
+    activities = _activities(span)
+    groups, unmatched, mismatched = _match(span, activities)
     # a producer that records waits records them on every rank: a rank without any never waited
     recorded_known = any(s.recorded_waits for s in span)
     offsets, aligned = _clock_offsets(ranks, groups)  # type: ignore[arg-type]
     pos = {r: i for i, r in enumerate(ranks)}
     n = len(ranks)
-    late = np.zeros(n, np.int64)
+    late = _Late.zeros(n, len(activities))
     skew_wait = np.zeros(n, np.int64)
     recorded = np.zeros(n, np.int64)
     compute_sum = np.zeros(n, np.int64)
-    compute_n = np.zeros(n, np.int64)
     collectives = []
     for (group, name), inst in sorted(groups.items()):
         p = np.array([pos[r] for r in inst.ranks])
         a = inst.arrival - np.array([offsets[r] for r in inst.ranks])[:, None]
-        last = np.argmax(a, axis=0)
+        last = late.add(p, a, inst.before)
         skew = a.max(axis=0) - a.min(axis=0)
         waits = (a.max(axis=0)[None, :] - a).sum(axis=1)
-        counts = np.bincount(last, minlength=len(p))
-        np.add.at(late, p, counts)
+        counts = np.bincount(last[last >= 0], minlength=len(p))
         np.add.at(skew_wait, p, waits)
         np.add.at(recorded, p, inst.wait.sum(axis=1))
         np.add.at(compute_sum, p, inst.compute.sum(axis=1))
-        np.add.at(compute_n, p, inst.compute.shape[1])
         collectives.append(
             CollectiveSkew(
                 group=group,
@@ -228,7 +297,7 @@ def _span(index: int, span: list[RankSummary]) -> SpanAnalysis:
                 calls=int(a.shape[1]),
                 mean_skew_ns=int(skew.mean()),
                 max_skew_ns=int(skew.max()),
-                late_rank=inst.ranks[int(np.argmax(counts))],
+                late_rank=inst.ranks[int(np.argmax(counts))] if counts.any() else None,
                 late_counts=tuple(counts.tolist()),
                 wait_skew_ns=tuple(waits.astype(int).tolist()),
                 wait_recorded_ns=tuple(
@@ -238,42 +307,127 @@ def _span(index: int, span: list[RankSummary]) -> SpanAnalysis:
         )
     rows = []
     for i, s in enumerate(span):
-        steps = max(len(s.step_wall_ns), 1)
+        steps = _steps(s)
         rows.append(
             RankRow(
-                rank=ranks[i],
+                rank=ranks[i],  # type: ignore[arg-type]
                 source=s.source,
-                steps=len(s.step_wall_ns),  # type: ignore[arg-type]
+                steps=len(s.step_wall_ns),
                 step_mean_ns=int(np.mean(s.step_wall_ns)) if s.step_wall_ns else 0,
                 compute_ns_per_step=s.compute_ns // steps,
                 collective_ns_per_step=s.collective_ns // steps,
-                compute_before_mean_ns=int(compute_sum[i] // compute_n[i]) if compute_n[i] else 0,
-                late_arrivals=int(late[i]),
-                wait_recorded_ns=int(recorded[i]) if recorded_known else None,
-                wait_skew_ns=int(skew_wait[i]),
+                compute_before_ns_per_step=int(compute_sum[i]) // steps,
+                instances=int(late.instances[i]),
+                late_arrivals=int(late.count[i]),
+                wait_recorded_ns_per_step=int(recorded[i]) // steps if recorded_known else None,
+                wait_skew_ns_per_step=int(skew_wait[i]) // steps,
                 clock_offset_ns=int(offsets[ranks[i]]),  # type: ignore[index]
                 clock_aligned=bool(aligned[ranks[i]]),  # type: ignore[index]
                 orphan_waits=s.orphan_waits,
                 orphan_wait_ns=s.orphan_wait_ns,
             )
         )
+    straggler, note = _straggler(rows, late, activities)
     return SpanAnalysis(
         **base,
         reason=None,
         rows=tuple(rows),  # type: ignore[arg-type]
         collectives=tuple(collectives),
-        stragglers=_stragglers(rows, compute_n),
+        stragglers=(straggler,) if straggler else (),
         unmatched=tuple(unmatched),
         mismatched_names=mismatched,
+        straggler_note=note,
     )
 
 
+def _steps(s: RankSummary) -> int:
+    """The per-step denominator of a rank: its step count (a trace without steps: 1)."""
+    return max(len(s.step_wall_ns), 1)
+
+
+def _activities(span: list[RankSummary]) -> list[str]:
+    """Every activity label the span's summaries use, in order of first appearance."""
+    out: list[str] = []
+    for s in span:
+        out += [a for a in s.activities if a not in out]
+    return out
+
+
+def _straggler(
+    rows: list[RankRow], late: _Late, activities: list[str]
+) -> tuple[Straggler | None, str | None]:
+    """The rank late most often, alone, whose lateness costs the ranks waiting for it at least
+    STRAGGLER_REL of their mean step and STRAGGLER_ABS_NS per step; else None and why not."""
+    if not late.instances.any():
+        return None, NO_MATCH
+    top = int(late.count.max())
+    if top == 0:
+        return None, NO_LATE
+    tied = np.flatnonzero(late.count == top)
+    if len(tied) > 1:
+        return None, TIE.format(" and ".join(str(rows[i].rank) for i in tied), top)
+    r = int(tied[0])
+    waiting = [j for j in range(len(rows)) if j != r and late.cost[r, j] > 0]
+    cost = {rows[j].rank: int(late.cost[r, j]) // max(rows[j].steps, 1) for j in waiting}
+    mean_cost = float(np.mean(list(cost.values()))) if cost else 0.0
+    step = float(np.mean([rows[j].step_mean_ns for j in waiting])) if waiting else 0.0
+    pct = 100 * mean_cost / step if step else 0.0
+    if mean_cost < STRAGGLER_ABS_NS or mean_cost < STRAGGLER_REL * step:
+        return None, UNDER_RULE.format(
+            rows[r].rank,
+            top,
+            int(late.instances[r]),
+            mean_cost / 1e6,
+            pct,
+            100 * STRAGGLER_REL,
+            STRAGGLER_ABS_NS / 1e3,
+        )
+    before = sorted(
+        (
+            Activity(name=name, ns=int(own) // top, others_ns=int(round(others / top)))
+            for name, own, others in zip(
+                activities, late.own[r].tolist(), late.others[r].tolist(), strict=True
+            )
+            if own or others
+        ),
+        key=lambda x: (-x.excess_ns, -x.ns),
+    )
+    return (
+        Straggler(
+            rank=rows[r].rank,
+            late_arrivals=top,
+            instances=int(late.instances[r]),
+            cost_ns_per_step=int(round(mean_cost)),
+            cost_per_rank=tuple(cost.items()),
+            lateness_ns=int(late.lateness[r]) // top,
+            before=tuple(before),
+            doing=_doing(before),
+        ),
+        None,
+    )
+
+
+def _doing(before: list[Activity]) -> str:
+    """What the straggler was doing while the others waited: of its device's busy activities
+    and its idle time (all causes together), the one with the most extra time over the other
+    ranks'; idle time is named by its cause with the most extra time."""
+    if not before:
+        return ""
+    idle = [a for a in before if a.name.startswith(IDLE_PREFIX)]
+    kinds = [(a.excess_ns, a.name) for a in before if a not in idle]
+    if idle:
+        kinds.append((sum(a.excess_ns for a in idle), idle[0].name))  # idle: sorted by excess
+    return max(kinds, key=lambda k: k[0])[1]
+
+
 def _match(
-    span: list[RankSummary],
+    span: list[RankSummary], activities: list[str]
 ) -> tuple[dict[tuple[str, str], _Instances], list[Unmatched], int]:
     """Instances by (group, name of the lowest rank's call), matched by order in the group."""
     by_group: dict[str, dict[int, list[CollectiveCall]]] = defaultdict(dict)
+    columns: dict[int, list[int]] = {}  # per rank: its activities' columns in ``activities``
     for s in span:
+        columns[s.rank] = [activities.index(a) for a in s.activities]  # type: ignore[index]
         for c in s.calls:
             by_group[c.group].setdefault(s.rank, []).append(c)  # type: ignore[arg-type]
     out: dict[tuple[str, str], list] = defaultdict(list)
@@ -301,8 +455,22 @@ def _match(
             end=np.array([[c.end_ns for c in row] for row in grid], np.int64),
             wait=np.array([[c.wait_ns for c in row] for row in grid], np.int64),
             compute=np.array([[c.compute_before_ns for c in row] for row in grid], np.int64),
+            before=np.stack(
+                [
+                    _before_grid(row, columns[r], len(activities))
+                    for r, row in zip(ranks, grid, strict=True)
+                ]
+            ),
         )
     return result, unmatched, mismatched
+
+
+def _before_grid(calls: list[CollectiveCall], columns: list[int], n: int) -> np.ndarray:
+    """[instance, activity] ns before each of one rank's calls (zeros where a call has none)."""
+    out = np.zeros((len(calls), n), np.int64)
+    for k, c in enumerate(calls):
+        out[k, columns[: len(c.before_ns)]] = c.before_ns[: len(columns)]
+    return out
 
 
 def _clock_offsets(
@@ -330,23 +498,3 @@ def _clock_offsets(
                 changed = True
     aligned = {r: r in offsets for r in ranks}
     return {r: offsets.get(r, 0) for r in ranks}, aligned
-
-
-def _stragglers(rows: list[RankRow], compute_n: np.ndarray) -> tuple[Straggler, ...]:
-    out = []
-    for metric, values, usable in (
-        (METRIC_STEP, [r.step_mean_ns for r in rows], [r.steps > 0 for r in rows]),
-        (METRIC_COMPUTE, [r.compute_before_mean_ns for r in rows], (compute_n > 0).tolist()),
-    ):
-        for i, row in enumerate(rows):
-            others = [v for j, v in enumerate(values) if j != i and usable[j]]
-            if usable[i] and is_outlier(values[i], others):
-                out.append(
-                    Straggler(
-                        rank=row.rank,
-                        metric=metric,
-                        value_ns=values[i],
-                        others_median_ns=int(np.median(others)),
-                    )
-                )
-    return tuple(out)

@@ -9,10 +9,16 @@ enough (kilobytes, whatever the trace size) for a worker process to return besid
 - **Collective calls**: collective-queue device rows (``_device``), one call per collective row;
   collective-wait rows (named ``CC wait: ...`` or carrying the ``collective wait`` arg) before
   it on its device are its recorded wait, and its **arrival** is the start of the first of them
-  (else the collective's own start). Process group: ``Process Group Ranks`` when the row names
-  them, else the device stream (NCCL runs one communicator per stream), else the device.
-- **Compute before** a call: device compute from the previous collective's end on the device
-  (or the start of the step holding the arrival, whichever is later) to the arrival.
+  (else the collective's own start), or the start of its launch call when that is later (a
+  device cannot reach work its host has not launched yet). Process group: ``Process Group
+  Ranks`` when the row names them, else the device stream (NCCL runs one communicator per
+  stream), else the device.
+- **Before** a call: its window runs from the previous collective's end on the device (or the
+  start of the step holding the arrival, whichever is later) to the arrival; the call keeps what
+  the device did there, per activity (``ACTIVITIES``, disjoint): compute, copies while no
+  compute runs, other collectives while neither runs, and idle time per idle cause
+  (``idle.py``: the gaps inside the steps, less the emulator overhead). **Compute before** is
+  the first of them.
 """
 
 from __future__ import annotations
@@ -23,13 +29,26 @@ import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis._args import arg_values
-from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DeviceWork
+from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA, NO_LAUNCH, DeviceWork
 from neuron_profiler.analysis.breakdown import step_breakdown
+from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.context import AnalysisContext
+from neuron_profiler.analysis.idle import IdleTime, idle_time
 from neuron_profiler.analysis.steps import Steps
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
+
+ACT_COMPUTE, ACT_COPIES, ACT_COLLECTIVES = "compute", "copies", "other collectives"
+IDLE_PREFIX = "idle: "  # + an idle cause (causes.ALL_CAUSES)
+# what a device did before reaching a collective, disjoint: its busy queues, then its idle time
+# by cause; emulator overhead and time outside the steps are in none
+ACTIVITIES: tuple[str, ...] = (
+    ACT_COMPUTE,
+    ACT_COPIES,
+    ACT_COLLECTIVES,
+    *(IDLE_PREFIX + c for c in ALL_CAUSES),
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +61,8 @@ class CollectiveCall:
     end_ns: int
     wait_ns: int  # recorded: its collective-wait rows (0 when the trace has none)
     compute_before_ns: int  # device compute since the previous collective (or step start)
+    # ns per activity in that window (RankSummary.activities' order; compute first)
+    before_ns: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,6 +83,7 @@ class RankSummary:
     # mid-wait): in no call's wait, counted here so nothing is dropped silently
     orphan_waits: int = 0
     orphan_wait_ns: int = 0
+    activities: tuple[str, ...] = ACTIVITIES  # the labels of each call's ``before_ns``
 
 
 def rank_summary(ctx: AnalysisContext) -> RankSummary:
@@ -76,7 +98,7 @@ def rank_summary(ctx: AnalysisContext) -> RankSummary:
         step_wall_ns=tuple(steps.wall_ns.tolist()),
         compute_ns=int(sum(d.compute_ns.sum() for d in b.devices)),
         collective_ns=int(sum(d.collective_ns.sum() for d in b.devices)),
-        **_calls(trace, work, steps),
+        **_calls(trace, work, steps, ctx),
     )
 
 
@@ -92,7 +114,7 @@ def _int_or_none(x: object) -> int | None:
     return x if type(x) is int else (int(x) if isinstance(x, str) and x.isdigit() else None)
 
 
-def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
+def _calls(trace: Trace, work: DeviceWork, steps: Steps, ctx: AnalysisContext) -> dict:
     on = np.flatnonzero(work.queue == COLLECTIVE)
     if len(on) == 0:
         return {"recorded_waits": False, "calls": (), "orphan_waits": 0, "orphan_wait_ns": 0}
@@ -124,13 +146,16 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
         pos = np.flatnonzero(device[coll] == d)[k[ok]]
         np.add.at(wait_of, pos, end[w[ok]] - start[w[ok]])
         np.minimum.at(first_wait, pos, start[w[ok]])
-    compute = _compute_before(work, device[coll], first_wait, end[coll], steps)
+    # a device cannot reach a collective before its host launched it
+    launch = work.launch[on][coll]
+    arrival = np.where(launch != NO_LAUNCH, np.maximum(first_wait, launch), first_wait)
+    before = _before(ctx, device[coll], arrival, end[coll], steps)
     several = len(np.unique(device[coll])) > 1  # then each device's calls are matched apart
     group_ranks, coll_names = args[V.ARG_GROUP_RANKS], args[V.ARG_COLLECTIVE]
     stream_of, device_of, end_of = stream.tolist(), device.tolist(), end.tolist()
     calls = []
-    for i, arrival, wait, before in zip(
-        coll.tolist(), first_wait.tolist(), wait_of.tolist(), compute.tolist(), strict=True
+    for i, arrived, wait, did in zip(
+        coll.tolist(), arrival.tolist(), wait_of.tolist(), before.tolist(), strict=True
     ):
         group = _group_label(group_ranks[i], stream_of[i], device_of[i], several)
         name = coll_names[i]
@@ -138,10 +163,11 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps) -> dict:
             CollectiveCall(
                 group=group,
                 name=str(name) if name is not None else names[i],
-                arrival_ns=arrival,
+                arrival_ns=arrived,
                 end_ns=end_of[i],
                 wait_ns=wait,
-                compute_before_ns=before,
+                compute_before_ns=did[0],
+                before_ns=tuple(did),
             )
         )
     orphan = waits[~owned]
@@ -168,19 +194,24 @@ def _group_label(ranks: object, stream: int, device: int, several: bool) -> str:
     return group
 
 
-def _compute_before(
-    work: DeviceWork, device: np.ndarray, arrival: np.ndarray, end: np.ndarray, steps: Steps
+def _before(
+    ctx: AnalysisContext, device: np.ndarray, arrival: np.ndarray, end: np.ndarray, steps: Steps
 ) -> np.ndarray:
-    """Device compute time from the previous collective's end on the device (or the start of
-    the step holding the arrival, whichever is later) to each arrival."""
-    out = np.zeros(len(arrival), np.int64)
+    """[call, activity] ns: what each call's device did from the previous collective's end on
+    the device (or the start of the step holding the arrival, whichever is later) to the
+    arrival, per ``ACTIVITIES`` (disjoint)."""
+    out = np.zeros((len(arrival), len(ACTIVITIES)), np.int64)
     k = np.clip(np.searchsorted(steps.start_ns, arrival, side="right") - 1, 0, len(steps) - 1)
     step_start = steps.start_ns[k]
+    idle: IdleTime = ctx.result(idle_time)
     for d in np.unique(device).tolist():
         pick = np.flatnonzero(device == d)
         prev_end = np.concatenate([[np.iinfo(np.int64).min], end[pick][:-1]])
         lo = np.minimum(np.maximum(prev_end, step_start[pick]), arrival[pick])
-        on = (work.device == d) & (work.queue == COMPUTE)
-        busy = I.union(work.start[on], work.end[on])
-        out[pick] = I.overlap_per_window(busy, lo, arrival[pick]).astype(np.int64)
+        compute = ctx.busy(d, (COMPUTE,))
+        copies = I.subtract(ctx.busy(d, (DMA,)), compute)
+        others = I.subtract(ctx.busy(d, (COLLECTIVE,)), ctx.busy(d, (COMPUTE, DMA)))
+        parts = [compute, copies, others] + [idle.gaps_of(c, d) for c in ALL_CAUSES]
+        for j, part in enumerate(parts):
+            out[pick, j] = I.overlap_per_window(part, lo, arrival[pick]).astype(np.int64)
     return out

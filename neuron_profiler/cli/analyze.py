@@ -127,7 +127,7 @@ def analyze(
     if html is not None:
         from neuron_profiler.reports.html_report import write_html
 
-        write_html(reports, html, errors)  # atomic; OutputError
+        write_html(reports, html, errors, cross)  # atomic; OutputError
         n = len(reports)
         click.echo(
             f"neuron-prof: wrote the HTML report ({n} trace{'s' * (n != 1)}) to {html}", err=True

@@ -1,9 +1,10 @@
 """The HTML report: one self-contained page (plotly.js inlined, nothing fetched) holding, per
 trace, the findings, a step breakdown chart, an idle timeline per device and a CPU-fallback
-Pareto chart::
+Pareto chart; and, over several traces or ranks, the cross-rank analysis (``cross``: the
+straggler, the per-rank table, waits per rank, collective skew)::
 
     write_html([report], Path("report.html"), errors=[("bad.json", "not JSON")])
-    page = render_html([report])             # the same page as text
+    page = render_html([report], cross=distributed(summaries_of([report])))
 
 It formats ``analysis.Report`` objects and computes nothing: every figure comes from the report
 (``breakdown``, ``idle``, ``timeline``, ``fallback_pareto``, ``findings``); converting ns
@@ -24,6 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from neuron_profiler.analysis.causes import ALL_CAUSES
+from neuron_profiler.analysis.distributed import (
+    STRAGGLER_ABS_NS,
+    STRAGGLER_REL,
+    Distributed,
+    SpanAnalysis,
+)
 from neuron_profiler.analysis.report import Report
 
 CAUSE_COLOURS = {
@@ -70,17 +77,26 @@ section.trace { border-top: 3px solid #444; margin-top: 2em; }
 
 
 def write_html(
-    reports: Sequence[Report], path: Path, errors: Sequence[tuple[str, str]] = ()
+    reports: Sequence[Report],
+    path: Path,
+    errors: Sequence[tuple[str, str]] = (),
+    cross: Distributed | None = None,
 ) -> None:
     """Write the page atomically (a failed write leaves an existing file as it was)."""
     from neuron_profiler.output import atomic_output
 
-    page = render_html(reports, errors).encode("utf-8")
+    page = render_html(reports, errors, cross).encode("utf-8")
     with atomic_output(path) as out:
         out.write(page)
 
 
-def render_html(reports: Sequence[Report], errors: Sequence[tuple[str, str]] = ()) -> str:
+def render_html(
+    reports: Sequence[Report],
+    errors: Sequence[tuple[str, str]] = (),
+    cross: Distributed | None = None,
+) -> str:
+    """``cross``: the cross-rank analysis of these reports; its section follows the traces'
+    when there are several traces or it is available (as in the terminal report)."""
     from neuron_profiler import __version__
 
     nav = "".join(
@@ -88,6 +104,9 @@ def render_html(reports: Sequence[Report], errors: Sequence[tuple[str, str]] = (
         for i, r in enumerate(reports)
     )
     body = "".join(_section(i, r) for i, r in enumerate(reports))
+    if cross is not None and (len(reports) > 1 or cross.available):
+        nav += '<li><a href="#multi-rank">Multi-rank</a></li>'
+        body += _cross_rank(cross)
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>neuron-prof analyze: {len(reports)} trace{'s' * (len(reports) != 1)}</title>"
@@ -423,3 +442,193 @@ def _pareto(i: int, r: Report) -> str:
         rows,
         numeric=tuple(range(4, 11)),
     )
+
+
+# -- the cross-rank section -------------------------------------------------------------------
+def _cross_rank(d: Distributed) -> str:
+    """The cross-rank analysis (``analysis.distributed``), a part per span analysed."""
+    out = [
+        '<section class="trace" id="multi-rank"><h2>Multi-rank</h2>',
+        f"<p>{_e(_STRAGGLER_RULE)}</p>",
+    ]
+    if d.without_rank:
+        out.append(
+            f'<p class="note">note: {len(d.without_rank)} file(s) without a rank in '
+            "distributedInfo take no part</p>"
+        )
+    if d.reason:
+        out.append(_empty(f"no cross-rank analysis: {d.reason}"))
+    for s in d.spans:
+        if s.reason is None:
+            out.append(_cross_span(s))
+        elif d.reason is None:
+            out.append(f'<p class="note">span {s.index} ({_e(", ".join(s.sources))}): ')
+            out.append(f"{_e(s.reason)}</p>")
+    return "".join(out) + "</section>"
+
+
+_STRAGGLER_RULE = (
+    "The straggler is the rank that arrived last (alone, clocks aligned on collective ends) at "
+    "the most matched collectives, when the waits it causes cost the ranks waiting for it at "
+    f"least {100 * STRAGGLER_REL:g}% of their mean step and {STRAGGLER_ABS_NS / 1e3:g} µs per "
+    "step; step times alone never decide (docs/analysis.md, Multi-rank)."
+)
+
+
+def _cross_ms(ns: float) -> str:
+    return f"{_ms(ns):,.3f}"
+
+
+def _cross_span(s: SpanAnalysis) -> str:
+    late = {x.rank for x in s.stragglers}
+    world = f" of {s.world_size}" if s.world_size else ""
+    out = [
+        f'<h3 id="multi-rank-span-{s.index}">span {s.index}: ranks '
+        f"{_e(', '.join(map(str, s.ranks)))}{world}</h3>",
+        f"<p>clocks aligned on collective ends (reference rank {s.reference_rank})</p>",
+    ]
+    for x in s.stragglers:
+        out.append(
+            f'<p class="straggler"><b>straggler: rank {x.rank}</b>, last at {x.late_arrivals} '
+            f"of {x.instances} collectives ({_cross_ms(x.lateness_ns)} ms after the next rank, on "
+            f"average); costs the ranks waiting for it {_cross_ms(x.cost_ns_per_step)} ms per step; "
+            f"before arriving it was doing: <b>{_e(x.doing or '-')}</b></p>"
+        )
+        out.append(
+            _table(
+                ("rank waiting", "its wait for this rank, ms/step"),
+                [(r, _cross_ms(ns)) for r, ns in x.cost_per_rank],
+                numeric=(0, 1),
+            )
+        )
+        out.append(
+            _table(
+                (
+                    "before its late arrivals",
+                    f"rank {x.rank} ms (per late arrival)",
+                    "the others ms (before the same collectives)",
+                    "extra ms",
+                ),
+                [
+                    (a.name, _cross_ms(a.ns), _cross_ms(a.others_ns), _cross_ms(a.excess_ns))
+                    for a in x.before
+                ],
+                numeric=(1, 2, 3),
+            )
+        )
+    if not s.stragglers:
+        out.append(_empty(f"no straggler: {s.straggler_note}"))
+    out.append("<h4>Per rank (every time per step of that rank)</h4>")
+    rows = [
+        (
+            f"{r.rank}{' (straggler)' * (r.rank in late)}",
+            r.source,
+            r.steps,
+            _cross_ms(r.step_mean_ns),
+            _cross_ms(r.compute_ns_per_step),
+            _cross_ms(r.collective_ns_per_step),
+            _cross_ms(r.compute_before_ns_per_step),
+            f"{r.late_arrivals}/{r.instances}",
+            "-" if r.wait_recorded_ns_per_step is None else _cross_ms(r.wait_recorded_ns_per_step),
+            _cross_ms(r.wait_skew_ns_per_step),
+            f"{r.clock_offset_ns / 1e3:,.1f}" if r.clock_aligned else "not aligned",
+        )
+        for r in s.rows
+    ]
+    out.append(
+        _table(
+            (
+                "rank",
+                "trace",
+                "steps",
+                "step ms",
+                "compute ms/step",
+                "collective ms/step",
+                "compute before collectives ms/step",
+                "late arrivals / collectives",
+                "recorded wait ms/step",
+                "skew wait ms/step",
+                "clock offset µs",
+            ),
+            rows,
+            numeric=tuple(range(2, 11)),
+        )
+    )
+    out.append("<h4>Waits per rank (ms per step)</h4>" + _cross_waits(s))
+    if s.collectives:
+        out.append("<h4>Collective skew (ms; matched by order in each process group)</h4>")
+        out.append(
+            _table(
+                ("group", "collective", "calls", "mean skew ms", "max skew ms", "late rank"),
+                [
+                    (
+                        c.group,
+                        c.name,
+                        c.calls,
+                        _cross_ms(c.mean_skew_ns),
+                        _cross_ms(c.max_skew_ns),
+                        "-"
+                        if c.late_rank is None
+                        else f"{c.late_rank} ({c.late_counts[c.ranks.index(c.late_rank)]}/"
+                        f"{c.calls})",
+                    )
+                    for c in s.collectives
+                ],
+                numeric=(2, 3, 4),
+            )
+        )
+    notes = [
+        f"rank {u.rank}: {u.calls} call(s) of {u.group} have no match on every rank of the "
+        "group (not compared)"
+        for u in s.unmatched
+    ] + [
+        f"rank {r.rank}: {r.orphan_waits} collective-wait slice(s) ({_cross_ms(r.orphan_wait_ns)} ms) "
+        "with no collective after them (the profile ended mid-wait): in no wait figure"
+        for r in s.rows
+        if r.orphan_waits
+    ]
+    if s.mismatched_names:
+        notes.append(
+            f"{s.mismatched_names} matched instance(s) name different collectives on "
+            "different ranks"
+        )
+    out += [f'<p class="note">note: {_e(n)}</p>' for n in notes]
+    return "".join(out)
+
+
+def _cross_waits(s: SpanAnalysis) -> str:
+    """Waits per rank and step: the skew wait (latest arrival - own) and, when the traces
+    record them, the collective-wait slices."""
+    x = [f"rank {r.rank}" for r in s.rows]
+    data = [
+        {
+            "type": "bar",
+            "name": "skew wait (last arrival - own arrival)",
+            "x": x,
+            "y": [_ms(r.wait_skew_ns_per_step) for r in s.rows],
+            "meta": "wait_skew_ns_per_step",
+            "marker": {"color": "#1f77b4"},
+            "hovertemplate": "%{x}: %{y:,.3f} ms per step<extra></extra>",
+        }
+    ]
+    if any(r.wait_recorded_ns_per_step is not None for r in s.rows):
+        data.append(
+            {
+                "type": "bar",
+                "name": "recorded collective wait",
+                "x": x,
+                "y": [_ms(r.wait_recorded_ns_per_step or 0) for r in s.rows],
+                "meta": "wait_recorded_ns_per_step",
+                "marker": {"color": "#ff7f0e"},
+                "hovertemplate": "%{x}: %{y:,.3f} ms per step<extra></extra>",
+            }
+        )
+    layout = {
+        "barmode": "group",
+        "height": 320,
+        "margin": {"t": 30},
+        "xaxis": {"type": "category"},
+        "yaxis": {"title": {"text": "ms per step"}},
+        "legend": {"orientation": "h", "y": -0.25},
+    }
+    return _figure(f"chart-multi-rank-{s.index}-waits", {"data": data, "layout": layout})

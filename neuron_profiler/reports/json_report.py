@@ -16,15 +16,15 @@ from typing import Any
 
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.distributed import (
-    OUTLIER_ABS_NS,
-    OUTLIER_REL,
+    STRAGGLER_ABS_NS,
+    STRAGGLER_REL,
     Distributed,
     distributed,
 )
 from neuron_profiler.analysis.metrics import metrics
 from neuron_profiler.analysis.report import Report, summaries_of
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 SCHEMA_FILE = "report.schema.json"
 SUMMARY_ROWS = 50  # ops and kernels listed (the largest first): keeps the document bounded
 
@@ -67,12 +67,12 @@ def to_document(
 
 def distributed_document(d: Distributed) -> dict[str, Any]:
     """The cross-rank analysis; ``available: false`` with a ``reason`` when there is none."""
-    rule = {"rel_pct": 100 * OUTLIER_REL, "abs_us": OUTLIER_ABS_NS / 1e3}
+    rule = {"rel_pct": 100 * STRAGGLER_REL, "abs_us": STRAGGLER_ABS_NS / 1e3}
     return {
         "available": d.available,
         "reason": d.reason,
         "files_without_rank": list(d.without_rank),
-        "outlier_rule": rule,
+        "straggler_rule": rule,
         "spans": [_span(s) for s in d.spans],
     }
 
@@ -94,10 +94,13 @@ def _span(s) -> dict[str, Any]:  # noqa: ANN001
                 "step_mean_ms": _ms(r.step_mean_ns),
                 "compute_ms_per_step": _ms(r.compute_ns_per_step),
                 "collective_ms_per_step": _ms(r.collective_ns_per_step),
-                "compute_before_collective_ms": _ms(r.compute_before_mean_ns),
+                "compute_before_collective_ms_per_step": _ms(r.compute_before_ns_per_step),
+                "instances": r.instances,
                 "late_arrivals": r.late_arrivals,
-                "wait_recorded_ms": None if r.wait_recorded_ns is None else _ms(r.wait_recorded_ns),
-                "wait_skew_ms": _ms(r.wait_skew_ns),
+                "wait_recorded_ms_per_step": None
+                if r.wait_recorded_ns_per_step is None
+                else _ms(r.wait_recorded_ns_per_step),
+                "wait_skew_ms_per_step": _ms(r.wait_skew_ns_per_step),
                 "clock_offset_us": r.clock_offset_ns / 1e3,
                 "clock_aligned": r.clock_aligned,
                 "straggler": r.rank in late,
@@ -109,12 +112,25 @@ def _span(s) -> dict[str, Any]:  # noqa: ANN001
         "stragglers": [
             {
                 "rank": x.rank,
-                "metric": x.metric,
-                "value_ms": _ms(x.value_ns),
-                "others_median_ms": _ms(x.others_median_ns),
+                "late_arrivals": x.late_arrivals,
+                "instances": x.instances,
+                "wait_cost_ms_per_step": _ms(x.cost_ns_per_step),
+                "per_rank": [{"rank": r, "wait_ms_per_step": _ms(ns)} for r, ns in x.cost_per_rank],
+                "lateness_ms": _ms(x.lateness_ns),
+                "doing": x.doing,
+                "before_arrival": [
+                    {
+                        "activity": a.name,
+                        "ms": _ms(a.ns),
+                        "others_ms": _ms(a.others_ns),
+                        "excess_ms": _ms(a.excess_ns),
+                    }
+                    for a in x.before
+                ],
             }
             for x in s.stragglers
         ],
+        "straggler_note": s.straggler_note,
         "collectives": [
             {
                 "group": c.group,

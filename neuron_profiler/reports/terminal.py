@@ -14,8 +14,8 @@ from rich.table import Table
 
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.distributed import (
-    OUTLIER_ABS_NS,
-    OUTLIER_REL,
+    STRAGGLER_ABS_NS,
+    STRAGGLER_REL,
     Distributed,
     SpanAnalysis,
 )
@@ -89,30 +89,45 @@ def _span(s: SpanAnalysis, console: Console, top: int) -> None:
         f"collective ends (reference rank {s.reference_rank})",
         highlight=False,
     )
+    rule = (
+        f"rule: the rank last most often, costing the ranks waiting for it >= "
+        f"{100 * STRAGGLER_REL:g}% of their step and >= {STRAGGLER_ABS_NS / 1e3:g} µs per step"
+    )
     for x in s.stragglers:
-        what = "step time" if x.metric == "step_time" else "compute before collectives"
         console.print(
-            f"[red]straggler:[/] rank {x.rank}: {what} {_ms(x.value_ns)} ms vs "
-            f"{_ms(x.others_median_ns)} ms (median of the others)",
+            f"[red]straggler:[/] rank {x.rank}, last at {x.late_arrivals} of {x.instances} "
+            f"collectives ({_ms(x.lateness_ns)} ms after the next rank, on average)",
+            highlight=False,
+        )
+        console.print(
+            f"  costs the ranks waiting for it {_ms(x.cost_ns_per_step)} ms per step: "
+            + ", ".join(f"rank {r}: {_ms(ns)}" for r, ns in x.cost_per_rank[:top])
+            + (", ..." if len(x.cost_per_rank) > top else ""),
+            highlight=False,
+        )
+        console.print(
+            f"  before arriving it was doing: [bold]{escape(x.doing or '-')}[/] (ms per late "
+            f"arrival, rank {x.rank} vs the others: "
+            + ", ".join(
+                f"{escape(a.name)} {_ms(a.ns)} vs {_ms(a.others_ns)}" for a in x.before[:top]
+            )
+            + ")",
             highlight=False,
         )
     if not s.stragglers:
-        console.print(
-            f"no straggler (rule: > {100 * OUTLIER_REL:g}% and >= "
-            f"{OUTLIER_ABS_NS / 1e3:g} µs over the other ranks' median)"
-        )
+        console.print(f"no straggler: {s.straggler_note} ({rule})", highlight=False)
     late = {x.rank for x in s.stragglers}
     t = _table(
-        'Per rank (ms; per step, or per collective for "before"; waits over the span)',
+        "Per rank (every time per step; late = collectives it arrived last at, of its own)",
         "rank",
-        "step",
-        "compute",
-        "coll.",
-        "before",
+        "step\nms",
+        "compute\nms/step",
+        "coll.\nms/step",
+        "before\nms/step",
         "late",
-        "wait rec.",
-        "wait skew",
-        "clock µs",
+        "wait rec.\nms/step",
+        "wait skew\nms/step",
+        "clock\nµs",
     )
     rows = sorted(s.rows, key=lambda r: (r.rank not in late, r.rank))
     for r in rows[:top]:
@@ -121,15 +136,16 @@ def _span(s: SpanAnalysis, console: Console, top: int) -> None:
             _ms(r.step_mean_ns),
             _ms(r.compute_ns_per_step),
             _ms(r.collective_ns_per_step),
-            _ms(r.compute_before_mean_ns),
-            str(r.late_arrivals),
-            "-" if r.wait_recorded_ns is None else _ms(r.wait_recorded_ns),
-            _ms(r.wait_skew_ns),
+            _ms(r.compute_before_ns_per_step),
+            f"{r.late_arrivals}/{r.instances}",
+            "-" if r.wait_recorded_ns_per_step is None else _ms(r.wait_recorded_ns_per_step),
+            _ms(r.wait_skew_ns_per_step),
             f"{r.clock_offset_ns / 1e3:,.1f}" if r.clock_aligned else "n/a",
         )
     t.caption = (
-        "* straggler; before = compute before a collective; late = times it arrived "
-        "last; wait rec. = collective-wait slices; wait skew = from arrival skew"
+        "* straggler; before = device compute before collectives; wait rec. = "
+        "collective-wait slices; wait skew = last arrival - own arrival; clock = offset to "
+        "the reference rank"
         + (f"; first {top} of {len(rows)} ranks (--top)" if len(rows) > top else "")
     )
     console.print(t)
@@ -153,7 +169,9 @@ def _span(s: SpanAnalysis, console: Console, top: int) -> None:
                 str(x.calls),
                 _ms(x.mean_skew_ns),
                 _ms(x.max_skew_ns),
-                f"{x.late_rank} ({x.late_counts[x.ranks.index(x.late_rank)]}/{x.calls})",
+                "-"
+                if x.late_rank is None
+                else f"{x.late_rank} ({x.late_counts[x.ranks.index(x.late_rank)]}/{x.calls})",
                 ", ".join(f"{r}: {_ms(w)}" for r, w in waits[:3]),
             )
         console.print(c)

@@ -2,13 +2,17 @@
 
 ``tensorboard_trace_handler`` writes ``{worker}.{time_ns}.pt.trace.json[.gz]``: the worker
 (``hostname_pid``) may contain dots, so the span is the last numeric part only. Any other
-``*.pt.trace.json[.gz]`` is one span of its own. A run is the folder holding the files,
+``*.pt.trace.json[.gz]`` is one span of its own. A span's label (what the Span selector shows)
+is its place among the worker's spans and, when its number is a Unix time (ns, µs, ms or s:
+older torch wrote milliseconds), when the file was written, in UTC: ``span 2 · 2023-11-14
+22:13:20.001 UTC``. A run is the folder holding the files,
 relative to the logdir. Ids are short hashes of names, so routes never take a path and an id
 stays valid while new traces appear; the logdir is rescanned on each request.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import re
@@ -46,6 +50,22 @@ class Span:
     name: str
     path: Path  # absolute, resolved, inside the logdir
     rel: str  # relative to the logdir, "/"-separated: what reports name as the source
+    label: str = ""  # what the page shows: ``span_label``
+
+
+# digits of a Unix time in ns, µs, ms or s (years 2001-2286): ms = int(digits) * m // d
+_TO_MS = {19: (1, 10**6), 16: (1, 10**3), 13: (1, 1), 10: (1000, 1)}
+
+
+def span_label(index: int, span: str) -> str:
+    """``span {index}``, with when the file was written (UTC, ms) when ``span`` is a Unix time
+    (the ``{time_ns}`` of ``tensorboard_trace_handler``), else with the raw number."""
+    to_ms = _TO_MS.get(len(span)) if span.isdigit() and not span.startswith("0") else None
+    if to_ms is None:
+        return f"span {index}" + (f" ({span})" if span and span != str(index) else "")
+    ms = int(span) * to_ms[0] // to_ms[1]
+    when = datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.timezone.utc)
+    return f"span {index} · {when:%Y-%m-%d %H:%M:%S}.{ms % 1000:03d} UTC"
 
 
 @dataclass(frozen=True)
@@ -109,8 +129,9 @@ def scan(logdir: str | Path) -> list[Run]:
                             span or "1",
                             p.resolve(),
                             p.relative_to(root).as_posix(),
+                            span_label(i, span),
                         )
-                        for span, p in spans
+                        for i, (span, p) in enumerate(spans, start=1)
                     ),
                 )
             )

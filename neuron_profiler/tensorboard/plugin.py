@@ -295,7 +295,7 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
                     {
                         "id": w.id,
                         "name": w.name,
-                        "spans": [{"id": s.id, "name": s.name} for s in w.spans],
+                        "spans": [{"id": s.id, "name": s.name, "label": s.label} for s in w.spans],
                     }
                     for w in r.workers
                 ],

@@ -47,7 +47,7 @@ def cross_rank_answer(
             errors.append(
                 {
                     "worker": worker.name,
-                    "span": span.name,
+                    "span": span.label or span.name,
                     "source": span.rel,
                     "error": body.get("error", str(status)),
                 }

@@ -46,3 +46,47 @@ def test_charts_draw_offline_and_names_stay_text(tmp_path: Path) -> None:
     tags = parse(dom).tags  # the document after the scripts ran
     assert not [t for t, attrs in tags if t == "img" or "onerror" in attrs]
     assert sum(t == "script" for t, _ in tags) == 5  # plotly.js, 3 figures, the boot script
+
+
+def test_cross_rank_waits_chart_draws(tmp_path: Path) -> None:
+    """A page with the cross-rank section (three synthetic ranks): its waits chart is drawn
+    offline too, and the straggler is named in the page."""
+    from rank_traces import MS, rank_trace
+
+    from neuron_profiler.analysis.distributed import distributed
+    from neuron_profiler.analysis.report import analyze, summaries_of
+    from neuron_profiler.trace import load_trace
+
+    browser = next((b for b in map(shutil.which, BROWSERS) if b), None)
+    if browser is None:
+        reason = f"no headless browser ({', '.join(BROWSERS)}) installed (scripts/browser.sh)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    compute = {0: 5 * MS, 1: 12 * MS, 2: 5 * MS}
+    reports = [
+        analyze(load_trace(rank_trace(tmp_path / f"r{r}.json", r, compute, world=3)))
+        for r in compute
+    ]
+    page = tmp_path / "ranks.html"
+    write_html(reports, page, cross=distributed(summaries_of(reports)))
+    dom = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=10000",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    tags = parse(dom).tags
+    waits = [a for t, a in tags if t == "div" and a.get("id") == "chart-multi-rank-0-waits"]
+    assert waits and "js-plotly-plot" in (waits[0].get("class") or ""), dom[-2000:]
+    assert "straggler: rank 1" in dom

@@ -41,6 +41,7 @@ VIEWS = ("Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed",
 HOSTILE = "<img src=x onerror=alert(1)>"
 TIMEOUT_S = 120
 DISTRIBUTED_EMPTY = "no cross-rank analysis: "
+HANDLER_MS = 1_700_000_000_000  # 2023-11-14 22:13:20.000 UTC
 
 
 def _browser_parts() -> None:
@@ -133,7 +134,8 @@ def logdir(tmp_path_factory: pytest.TempPathFactory, shared_traces: Path) -> Pat
             / "data"
             / "trace_filter"
             / f"sampled_rank-{rank}.json.gz",
-            root / "two_ranks" / f"rank{rank}.1.pt.trace.json.gz",
+            # tensorboard_trace_handler names: {worker}.{time_ns}; here ms, as older torch wrote
+            root / "two_ranks" / f"rank{rank}.{HANDLER_MS + rank}.pt.trace.json.gz",
         )
     (root / "one_rank").mkdir()
     shutil.copy(
@@ -292,6 +294,7 @@ def show(driver, view: str) -> dict:  # noqa: ANN001
           tables: [...v.querySelectorAll('table')].map(t => ({
             name: t.dataset.table || '',
             keys: [...t.tHead.rows[0].cells].map(c => c.dataset.key || ''),
+            labels: [...t.tHead.rows[0].cells].map(c => c.textContent),
             digits: [...t.tHead.rows[0].cells].map(c => c.dataset.digits || ''),
             rows: [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent)),
           })),
@@ -454,11 +457,38 @@ def test_views_match_the_cli(
                         f"distributed.spans.0.{k}" for k in ("ranks_summary", "collectives")
                     }
                     assert shown["charts"] == 1 and shown["bars"][0][0] == [
-                        r["wait_skew_ms"] for r in span["ranks_summary"]
+                        r["wait_skew_ms_per_step"] for r in span["ranks_summary"]
                     ]
                     assert shown["straggler_rows"] == sum(
                         r["straggler"] for r in span["ranks_summary"]
                     ) + len(span["stragglers"])
+                    # the clock and straggler columns say so for every rank
+                    (per_rank,) = [
+                        t
+                        for t in shown["tables"]
+                        if t["name"] == "distributed.spans.0.ranks_summary"
+                    ]
+                    clock = per_rank["labels"].index("clock")
+                    straggler = per_rank["labels"].index("straggler")
+                    assert [row[clock] for row in per_rank["rows"]] == [
+                        "aligned" if r["clock_aligned"] else "not aligned"
+                        for r in span["ranks_summary"]
+                    ]
+                    assert [row[straggler] for row in per_rank["rows"]] == [
+                        "yes" if r["straggler"] else "no" for r in span["ranks_summary"]
+                    ]
+                    # the straggler (HTA's pair: rank 1), what it costs, what it was doing
+                    assert [x["rank"] for x in span["stragglers"]] == [1]
+                    assert {t["name"] for t in shown["tables"]} >= {
+                        f"distributed.spans.0.stragglers{k}"
+                        for k in ("", ".0.per_rank", ".0.before_arrival")
+                    }
+                    assert span["stragglers"][0]["doing"] in shown["text"]
+                    # the Span selector: its place and when the file was written, not raw ns
+                    labels = browser.execute_script(
+                        "return [...span.options].map(o => o.textContent)"
+                    )
+                    assert labels == ["span 1 · 2023-11-14 22:13:20.000 UTC"], labels
                     report["distributed"] = sum(len(t["rows"]) for t in shown["tables"])
                 else:  # the analyzer's reason, as an explicit empty state
                     assert not cross["available"] and not shown["tables"]

@@ -1,22 +1,36 @@
 """Cross-rank analysis on synthetic ranks with known causes: a rank that computes longer before
-each all_reduce (the others' wait = the difference), clocks shifted by a known offset (recovered
-from collective ends), two profiling windows per rank (two spans), a bad file among good ranks
-(one error line, exit 2), ``--fail-on`` over ranks (the worst rank counts), single-rank input
-(an explicit empty state), the terminal section within 100 columns."""
+each all_reduce (the others' wait = the difference), a rank whose host is late (data loading)
+while the waiting rank's steps began earlier and are longer, clocks shifted by a known offset
+(recovered from collective ends), two profiling windows per rank (two spans), a bad file among
+good ranks (one error line, exit 2), ``--fail-on`` over ranks (the worst rank counts),
+single-rank input (an explicit empty state), the terminal section within 100 columns; and the
+straggler rule on rank summaries with injected arrivals (who is named, what it costs each other
+rank per step, ties, no lateness, the thresholds)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import jsonschema
 import pytest
+from rank_traces import COLL_NS, MS, STEP_NS, rank_trace
 
 from neuron_profiler.analysis.distributed import (
-    METRIC_COMPUTE,
+    NO_LATE,
+    NO_MATCH,
     REASON_NO_RANK,
+    STRAGGLER_ABS_NS,
+    STRAGGLER_REL,
     distributed,
-    is_outlier,
+)
+from neuron_profiler.analysis.rank_summary import (
+    ACT_COMPUTE,
+    ACTIVITIES,
+    IDLE_PREFIX,
+    CollectiveCall,
+    RankSummary,
 )
 from neuron_profiler.analysis.report import analyze
 from neuron_profiler.cli.main import main
@@ -26,84 +40,6 @@ from neuron_profiler.reports.json_report import schema_text
 from neuron_profiler.trace import EventKind, TraceBuilder, load_trace
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
-
-MS = 1_000_000
-STEP_NS, COLL_NS = 20 * MS, 1 * MS
-
-
-def rank_trace(
-    path: Path,
-    rank: int,
-    compute_ns: dict[int, int],
-    *,
-    shift_ns: int = 0,
-    t0_ns: int = 10**12,
-    steps: int = 3,
-    world: int | None = 2,
-    waits: str = "rows",
-) -> Path:
-    """One rank of an all_reduce loop: compute, then the collective, which ends on every rank
-    ``COLL_NS`` after the slowest rank's compute is done. ``waits``: "rows", the early ranks
-    wait in ``CC wait:`` rows (the emulator); "kernel", the collective kernel starts at the
-    rank's arrival and spins until all have arrived (NCCL); "none", the device idles until the
-    collective starts (the wait is not recorded). Every time on this rank is written
-    ``shift_ns`` later (its clock)."""
-    b = TraceBuilder()
-    if world is not None:
-        b.metadata["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": world}
-    group = list(range(len(compute_ns)))
-    cc_args = {
-        V.ARG_COLLECTIVE: "allreduce",
-        V.ARG_GROUP_RANKS: group,
-        V.ARG_GROUP_SIZE: len(group),
-    }
-    for k in range(steps):
-        s = t0_ns + k * STEP_NS
-        meet = s + max(compute_ns.values())
-        b.add(
-            name=f"ProfilerStep#{k}",
-            ts_ns=s + shift_ns,
-            dur_ns=STEP_NS,
-            kind=EventKind.USER_ANNOTATION,
-            cat="user_annotation",
-            pid=9,
-            tid=9,
-        )
-        b.add(
-            name="TensorE: mm",
-            ts_ns=s + shift_ns,
-            dur_ns=compute_ns[rank],
-            kind=EventKind.KERNEL,
-            cat=V.CAT_KERNEL,
-            pid=0,
-            tid=1,
-            args={V.ARG_DEVICE: 0, V.ARG_STREAM: 1},
-        )
-        if waits == "rows" and meet > s + compute_ns[rank]:
-            b.add(
-                name=V.COLLECTIVE_WAIT_PREFIX + "allreduce",
-                ts_ns=s + compute_ns[rank] + shift_ns,
-                dur_ns=meet - s - compute_ns[rank],
-                kind=EventKind.KERNEL,
-                cat=V.CAT_KERNEL,
-                pid=0,
-                tid=3,
-                args={V.ARG_DEVICE: 0, V.ARG_STREAM: 3, V.ARG_COLLECTIVE_WAIT: True, **cc_args},
-            )
-        begin = s + compute_ns[rank] if waits == "kernel" else meet
-        b.add(
-            name="CC: allreduce",
-            ts_ns=begin + shift_ns,
-            dur_ns=meet + COLL_NS - begin,
-            kind=EventKind.KERNEL,
-            cat=V.CAT_KERNEL,
-            pid=0,
-            tid=3,
-            args={V.ARG_DEVICE: 0, V.ARG_STREAM: 3, V.ARG_IS_COLLECTIVE: True, **cc_args},
-        )
-    b.process_names[0] = V.core_process_name(0)
-    write_chrome_trace(b.build(), path)
-    return path
 
 
 def summaries(paths: list[Path]):  # noqa: ANN201
@@ -144,22 +80,203 @@ def test_late_rank_named_and_the_others_wait_the_extra_compute(tmp_path: Path, w
         1: 0,
         2: 3 * extra,
     }
-    expect_recorded = (
-        {0: 3 * extra, 1: 0, 2: 3 * extra} if waits == "rows" else {0: None, 1: None, 2: None}
-    )
-    assert {r: rows[r].wait_recorded_ns for r in rows} == expect_recorded
+    # every per-rank time is per step (3 steps, one all_reduce each)
+    expect_recorded = {0: extra, 1: 0, 2: extra} if waits == "rows" else dict.fromkeys(COMPUTE)
+    assert {r: rows[r].wait_recorded_ns_per_step for r in rows} == expect_recorded
+    assert {r: rows[r].wait_skew_ns_per_step for r in rows} == {0: extra, 1: 0, 2: extra}
     assert rows[1].late_arrivals == 3 and rows[0].late_arrivals == rows[2].late_arrivals == 0
-    assert {r: rows[r].compute_before_mean_ns for r in rows} == COMPUTE
-    assert [(s.rank, s.metric) for s in span.stragglers] == [(1, METRIC_COMPUTE)]
+    assert all(rows[r].instances == 3 for r in rows)
+    assert {r: rows[r].compute_before_ns_per_step for r in rows} == COMPUTE
+    (x,) = span.stragglers
+    assert (x.rank, x.late_arrivals, x.instances) == (1, 3, 3)
+    assert dict(x.cost_per_rank) == {0: extra, 2: extra} and x.cost_ns_per_step == extra
+    assert x.lateness_ns == extra
+    # before arriving it computed: 12 ms per late arrival against the others' 5 ms
+    assert x.doing == ACT_COMPUTE
+    assert (x.before[0].name, x.before[0].ns, x.before[0].others_ns) == (
+        ACT_COMPUTE,
+        COMPUTE[1],
+        COMPUTE[0],
+    )
+    assert span.straggler_note is None
     assert span.unmatched == () and span.mismatched_names == 0
 
 
-def test_outlier_rule() -> None:
-    assert is_outlier(1.06e6, [1e6])  # 6% and 60 µs over the others' median
-    assert not is_outlier(1.04e6, [1e6])  # under 5%
-    assert not is_outlier(1.1e5, [1e5])  # 10% but only 10 µs
-    assert not is_outlier(5e6, [])
-    assert is_outlier(2e6, [1e6, 1e6, 9e6])  # the median resists one slow other
+def test_host_side_straggler_named_not_the_rank_whose_steps_are_longer(tmp_path: Path) -> None:
+    """Rank 1's host spends DELAY in the DataLoader before each step's compute (equal compute on
+    both ranks): its device arrives DELAY late at every all_reduce. Rank 0's profiling began
+    earlier (its first step is LEAD longer, so its mean step is LEAD/3 longer: over 5%), yet it
+    is the rank that waits: rank 1 is named, with rank 0's wait per step = DELAY, and data
+    loading as what it was doing."""
+    delay, lead, same = 10 * MS, 6 * MS, {0: 5 * MS, 1: 5 * MS}
+    paths = [
+        rank_trace(
+            tmp_path / f"r{r}.json",
+            r,
+            same,
+            host_delay_ns={1: delay},
+            step_lead_ns=lead if r == 0 else 0,
+        )
+        for r in same
+    ]
+    span = distributed(summaries(paths)).spans[0]
+    rows = {r.rank: r for r in span.rows}
+    assert rows[0].step_mean_ns - rows[1].step_mean_ns == lead // 3
+    assert rows[0].step_mean_ns > (1 + STRAGGLER_REL) * rows[1].step_mean_ns
+    (x,) = span.stragglers
+    assert (x.rank, x.late_arrivals, x.instances) == (1, 3, 3)
+    assert x.cost_per_rank == ((0, delay),) and x.cost_ns_per_step == delay
+    assert x.doing == IDLE_PREFIX + "data_loading"
+    loading = {a.name: a for a in x.before}[IDLE_PREFIX + "data_loading"]
+    assert (loading.ns, loading.others_ns) == (delay, 0)
+    assert {a.name: a for a in x.before}[ACT_COMPUTE].excess_ns == 0
+    assert rows[0].wait_skew_ns_per_step == delay and rows[1].wait_skew_ns_per_step == 0
+
+
+# -- the straggler rule on rank summaries with injected arrivals ---------------------------------
+STEP = 10 * MS
+
+
+def summary(
+    rank: int,
+    arrivals: list[int],
+    *,
+    idle_ns: int = 0,
+    compute_ns: int = 0,
+    first_step_ns: int = 0,
+    step_ns: int = STEP,
+) -> RankSummary:
+    """A rank of one all_reduce per step (steps of ``step_ns``, the k-th from k * step_ns, the
+    first ``first_step_ns`` longer): it reaches the k-th all_reduce at ``arrivals[k]``, every
+    rank leaves it at 90% of the step, and before each arrival its device computed
+    ``compute_ns`` and idled ``idle_ns`` while its host loaded data."""
+    steps = len(arrivals)
+    before = [0] * len(ACTIVITIES)
+    before[ACTIVITIES.index(IDLE_PREFIX + "data_loading")] = idle_ns
+    before[ACTIVITIES.index(ACT_COMPUTE)] = compute_ns
+    return RankSummary(
+        source=f"r{rank}.json",
+        rank=rank,
+        world_size=None,
+        window_start_ns=-first_step_ns,
+        window_end_ns=steps * step_ns,
+        step_wall_ns=(step_ns + first_step_ns,) + (step_ns,) * (steps - 1),
+        compute_ns=compute_ns * steps,
+        collective_ns=0,
+        recorded_waits=False,
+        calls=tuple(
+            CollectiveCall(
+                group="ranks 0,1",
+                name="allreduce",
+                arrival_ns=a,
+                end_ns=k * step_ns + step_ns * 9 // 10,
+                wait_ns=0,
+                compute_before_ns=compute_ns,
+                before_ns=tuple(before),
+            )
+            for k, a in enumerate(arrivals)
+        ),
+    )
+
+
+def test_the_docs_worked_example() -> None:
+    """docs/analysis.md, "Straggler": steps of 100 ms; rank 1 loads data 20 ms then computes
+    40 ms, ranks 0 and 2 compute 40 and 45 ms; rank 0's profiling began 30 ms earlier."""
+    step = 100 * MS
+    start = [k * step for k in range(4)]
+    span = distributed(
+        [
+            summary(
+                0,
+                [t + 40 * MS for t in start],
+                compute_ns=40 * MS,
+                first_step_ns=30 * MS,
+                step_ns=step,
+            ),
+            summary(
+                1, [t + 60 * MS for t in start], compute_ns=40 * MS, idle_ns=20 * MS, step_ns=step
+            ),
+            summary(2, [t + 45 * MS for t in start], compute_ns=45 * MS, step_ns=step),
+        ]
+    ).spans[0]
+    (x,) = span.stragglers
+    assert (x.rank, x.late_arrivals, x.instances, x.lateness_ns) == (1, 4, 4, 15 * MS)
+    assert x.cost_per_rank == ((0, 20 * MS), (2, 15 * MS)) and x.cost_ns_per_step == 17.5 * MS
+    assert x.doing == IDLE_PREFIX + "data_loading"
+    assert [(a.name, a.ns, a.others_ns) for a in x.before] == [
+        (IDLE_PREFIX + "data_loading", 20 * MS, 0),
+        (ACT_COMPUTE, 40 * MS, 42.5 * MS),
+    ]
+    # rank 0's mean step is longer (its profiling began earlier): not what decides
+    rows = {r.rank: r for r in span.rows}
+    assert rows[0].step_mean_ns == step + 30 * MS // 4 > rows[1].step_mean_ns
+
+
+def test_the_rank_that_arrives_last_is_named_with_its_cost_per_step() -> None:
+    late = [k * STEP + 4 * MS for k in range(4)]
+    early = [k * STEP + 1 * MS for k in range(4)]
+    span = distributed(
+        [summary(0, early), summary(1, late, idle_ns=3 * MS), summary(2, [a + MS for a in early])]
+    ).spans[0]
+    (x,) = span.stragglers
+    assert x.rank == 1 and (x.late_arrivals, x.instances) == (4, 4)
+    # rank 0 arrives 3 ms before it, rank 2 2 ms before: per step (one all_reduce per step)
+    assert x.cost_per_rank == ((0, 3 * MS), (2, 2 * MS))
+    assert x.cost_ns_per_step == 2.5 * MS
+    assert x.lateness_ns == 2 * MS  # after the next latest rank (rank 2)
+    assert x.doing == IDLE_PREFIX + "data_loading"
+    assert {r.rank: r.late_arrivals for r in span.rows} == {0: 0, 1: 4, 2: 0}
+
+
+def test_longer_steps_that_began_earlier_never_name_the_rank_that_arrives_first() -> None:
+    """Rank 0's first step began 8 ms earlier (its mean step is 20% longer) but it reaches every
+    all_reduce 2 ms before rank 1: rank 1 is named."""
+    early = [k * STEP + 1 * MS for k in range(4)]
+    late = [a + 2 * MS for a in early]
+    span = distributed([summary(0, early, first_step_ns=8 * MS), summary(1, late)]).spans[0]
+    rows = {r.rank: r for r in span.rows}
+    assert rows[0].step_mean_ns == 1.2 * STEP and rows[1].step_mean_ns == STEP
+    assert [x.rank for x in span.stragglers] == [1]
+    assert span.stragglers[0].cost_per_rank == ((0, 2 * MS),)
+
+
+def test_no_straggler_on_ties_or_without_lateness() -> None:
+    at = [k * STEP + MS for k in range(4)]
+    together = distributed([summary(0, at), summary(1, at)]).spans[0]
+    assert together.stragglers == () and together.straggler_note == NO_LATE
+    assert together.collectives[0].late_rank is None
+    assert {r.rank: r.late_arrivals for r in together.rows} == {0: 0, 1: 0}
+    # each rank last twice, by 2 ms: nobody is consistently last
+    a = [at[0], at[1] + 2 * MS, at[2], at[3] + 2 * MS]
+    b = [at[0] + 2 * MS, at[1], at[2] + 2 * MS, at[3]]
+    tie = distributed([summary(0, a), summary(1, b)]).spans[0]
+    assert tie.stragglers == () and tie.straggler_note.startswith("ranks 0 and 1 arrived last")
+    # a three-rank instance whose two latest ranks tie has no late rank
+    three = distributed(
+        [summary(0, at), summary(1, [t + MS for t in at]), summary(2, [t + MS for t in at])]
+    ).spans[0]
+    assert three.stragglers == () and three.straggler_note == NO_LATE
+    # no collective at all
+    none = [dataclasses.replace(summary(r, at), calls=()) for r in (0, 1)]
+    assert distributed(none).spans[0].straggler_note == NO_MATCH
+
+
+@pytest.mark.parametrize(
+    ("late_ns", "named"),
+    [
+        (STRAGGLER_ABS_NS - 1_000, False),  # under 50 µs per step (and under 5% of 10 ms)
+        (int(STRAGGLER_REL * STEP) - 1_000, False),  # 490 µs: over 50 µs, under 5% of the step
+        (int(STRAGGLER_REL * STEP), True),  # 5% of the step
+        (2 * MS, True),
+    ],
+)
+def test_straggler_threshold(late_ns: int, named: bool) -> None:
+    at = [k * STEP + MS for k in range(4)]
+    span = distributed([summary(0, at), summary(1, [t + late_ns for t in at])]).spans[0]
+    assert [x.rank for x in span.stragglers] == ([1] if named else [])
+    if not named:
+        assert span.straggler_note.startswith("rank 1 arrived last most often (4 of 4")
+    assert {r.rank: r.late_arrivals for r in span.rows} == {0: 0, 1: 4}  # late either way
 
 
 def test_two_windows_of_each_rank_are_two_spans(
@@ -282,7 +399,11 @@ def test_terminal_section_fits_100_columns(
     assert code == 0
     assert max(len(line) for line in out.splitlines()) <= 100
     section = out[out.index("Multi-rank") :]
-    assert "straggler: rank 1: compute before collectives 12.000 ms vs 5.000 ms" in section
+    assert "straggler: rank 1, last at 3 of 3 collectives (7.000 ms after the next rank" in section
+    assert "costs the ranks waiting for it 7.000 ms per step: rank 0: 7.000, rank 2: 7.000" in (
+        section
+    )
+    assert "before arriving it was doing: compute (ms per late arrival, rank 1 vs the " in section
     assert "1 (3/3)" in section  # the late rank of the all_reduce, 3 of 3 calls
 
 
@@ -318,5 +439,58 @@ def test_a_wait_cut_by_the_window_end_is_counted_not_dropped(tmp_path: Path) -> 
     rows0 = {r.rank: r for r in d.spans[0].rows}[0]
     assert (rows0.orphan_waits, rows0.orphan_wait_ns) == (1, wait_ns)
     extra = COMPUTE[1] - COMPUTE[0]
-    assert rows0.wait_recorded_ns == 2 * extra  # the two waits that have their collective
+    # the two waits that have their collective, per step (3 steps)
+    assert rows0.wait_recorded_ns_per_step == 2 * extra // 3
     assert all(r.orphan_waits == 0 for r in d.spans[0].rows if r.rank != 0)
+
+
+@pytest.mark.parametrize(("launch_after_ns", "arrival_after_ns"), [(-MS, 0), (2 * MS, 2 * MS)])
+def test_arrival_is_never_before_the_collectives_launch(
+    tmp_path: Path, launch_after_ns: int, arrival_after_ns: int
+) -> None:
+    """NCCL-style: the collective kernel starts at the rank's arrival. When its launch call (the
+    runtime call with its correlation id) began later than that, the later time is the arrival:
+    a device cannot reach work its host has not launched."""
+    b = TraceBuilder()
+    b.metadata["distributedInfo"] = {"backend": "nccl", "rank": 0, "world_size": 2}
+    t0 = 10**12
+    b.add(
+        name="ProfilerStep#0",
+        ts_ns=t0,
+        dur_ns=STEP_NS,
+        kind=EventKind.USER_ANNOTATION,
+        cat="user_annotation",
+        pid=9,
+        tid=9,
+    )
+    b.add(
+        name="nrt launch",
+        ts_ns=t0 + 5 * MS + launch_after_ns,
+        dur_ns=10_000,
+        kind=EventKind.RUNTIME,
+        cat=V.CAT_RUNTIME,
+        pid=9,
+        tid=9,
+        args={V.ARG_CORRELATION: 7},
+    )
+    b.add(
+        name="CC: allreduce",
+        ts_ns=t0 + 5 * MS,
+        dur_ns=4 * MS,
+        kind=EventKind.KERNEL,
+        cat=V.CAT_KERNEL,
+        pid=0,
+        tid=3,
+        args={
+            V.ARG_DEVICE: 0,
+            V.ARG_STREAM: 3,
+            V.ARG_IS_COLLECTIVE: True,
+            V.ARG_COLLECTIVE: "allreduce",
+            V.ARG_CORRELATION: 7,
+        },
+    )
+    b.process_names[0] = V.core_process_name(0)
+    path = tmp_path / "r0.json"
+    write_chrome_trace(b.build(), path)
+    (call,) = analyze(load_trace(path)).rank_summary.calls
+    assert call.arrival_ns == t0 + 5 * MS + arrival_after_ns

@@ -133,3 +133,43 @@ def test_progress_while_the_run_is_analysed(logdir: Path) -> None:
         status, body = _get(client, "job", "host_1")
     assert status == 200 and body["distributed"]["available"]
     assert plugin.cache.misses == 2
+
+
+def test_span_selector_labels_are_readable(logdir: Path) -> None:
+    """The runs route labels each span by its place among the worker's spans and, from the
+    ``{time}`` of a tensorboard_trace_handler name, when it was written (UTC), never raw ns;
+    an error row of the distributed route names the span the same way."""
+    _, client = make_plugin(logdir)
+    runs = {r["name"]: r for r in client.get(f"{ROUTE}/runs").get_json()["runs"]}
+    labels = {
+        (run, w["name"]): [s["label"] for s in w["spans"]]
+        for run in ("job", "broken")
+        for w in runs[run]["workers"]
+    }
+    assert labels == {
+        ("job", "host_1"): ["span 1 · 2023-11-14 22:13:20.000 UTC"],
+        ("job", "host_2"): ["span 1 · 2023-11-14 22:13:20.001 UTC"],
+        ("broken", "host_1"): ["span 1 · 2023-11-14 22:13:20.000 UTC"],
+        ("broken", "host_2"): ["span 1 · 2023-11-14 22:13:20.001 UTC"],
+        ("broken", "host_3"): ["span 1 · 2023-11-14 22:13:20.002 UTC"],
+    }
+    _, body = _get(client, "broken", "host_1")
+    assert [e["span"] for e in body["errors"]] == ["span 1 · 2023-11-14 22:13:20.002 UTC"]
+
+
+@pytest.mark.parametrize(
+    ("index", "span", "label"),
+    [
+        (1, "1764883533123456789", "span 1 · 2025-12-04 21:25:33.123 UTC"),  # time_ns
+        (2, "1764883533123456", "span 2 · 2025-12-04 21:25:33.123 UTC"),  # µs
+        (1, "1764883533123", "span 1 · 2025-12-04 21:25:33.123 UTC"),  # ms (older torch)
+        (3, "1764883533", "span 3 · 2025-12-04 21:25:33.000 UTC"),  # s
+        (1, "", "span 1"),  # a file of one span
+        (1, "1", "span 1"),
+        (2, "7", "span 2 (7)"),  # a number that is no time: kept beside the place
+    ],
+)
+def test_span_label(index: int, span: str, label: str) -> None:
+    from neuron_profiler.tensorboard.discovery import span_label
+
+    assert span_label(index, span) == label

@@ -94,9 +94,10 @@ function selected() {
   return { run: $("run").value, worker: $("worker").value, span: $("span").value };
 }
 
+// items: {id, name} (a span also has a label: its place and when it was written, not raw ns)
 function fill(select, items) {
   const keep = select.value;
-  select.replaceChildren(...items.map((i) => { const o = el("option", i.name); o.value = i.id; return o; }));
+  select.replaceChildren(...items.map((i) => { const o = el("option", i.label || i.name); o.value = i.id; return o; }));
   if (items.some((i) => i.id === keep)) select.value = keep;
 }
 
@@ -216,39 +217,51 @@ function renderDistributed(answer) {
   out.push(el("p", span.ranks.length + " ranks (world size " + fmt(span.world_size) + ") in this span; " +
     answer.run_spans + " span(s) over the run's " + answer.run_traces + " trace(s); clocks aligned on rank " +
     span.reference_rank, "note"), ...failed);
-  out.push(el("h3", "Per rank"));
+  out.push(el("h3", "Per rank (every time per step of that rank)"));
   out.push(table([["rank", "rank"], ["source", "trace"], ["steps", "steps"],
     ["step_mean_ms", "step mean ms"], ["compute_ms_per_step", "compute ms/step"],
     ["collective_ms_per_step", "collective ms/step"],
-    ["compute_before_collective_ms", "compute before collective ms"],
-    ["late_arrivals", "late arrivals"], ["wait_skew_ms", "skew wait ms"],
-    ["wait_recorded_ms", "recorded wait ms"], ["clock_offset_us", "clock offset µs"],
-    [(r) => (r.clock_aligned ? "" : "not aligned"), "clock"],
-    [(r) => (r.straggler ? "straggler" : ""), "straggler"],
+    ["compute_before_collective_ms_per_step", "compute before collectives ms/step"],
+    ["late_arrivals", "late arrivals"], ["instances", "of collectives"],
+    ["wait_skew_ms_per_step", "skew wait ms/step"], ["wait_recorded_ms_per_step", "recorded wait ms/step"],
+    ["clock_offset_us", "clock offset µs"],
+    [(r) => (r.clock_aligned ? "aligned" : "not aligned"), "clock"],
+    [(r) => (r.straggler ? "yes" : "no"), "straggler"],
     // wait rows after the last collective (profile ended mid-wait): in no wait figure above
     ...(span.ranks_summary.some((r) => r.orphan_waits) ? [["orphan_waits", "waits without a collective"],
       ["orphan_wait_ms", "their ms"]] : [])],
   span.ranks_summary, at + "ranks_summary", (r) => (r.straggler ? "straggler" : "")));
-  out.push(el("h3", "Stragglers"));
-  const rule = d.outlier_rule;
-  out.push(el("p", "A rank is a straggler when its mean step time, or its mean compute before a " +
-    "collective, exceeds the median of the other ranks by more than " + fmt(rule.rel_pct) + "% and by at least " +
-    fmt(rule.abs_us) + " µs.", "note"));
-  out.push(span.stragglers.length ? table([["rank", "rank"], ["metric", "metric"],
-    ["value_ms", "value ms"], ["others_median_ms", "others' median ms"]], span.stragglers, at + "stragglers",
-  () => "straggler") : empty("no straggler: no rank is slower than the rule above"));
-  out.push(el("h3", "Waits per rank (ms)"));
+  out.push(el("h3", "Straggler"));
+  const rule = d.straggler_rule;
+  out.push(el("p", "The straggler is the rank that arrived last (alone, clocks aligned) at the most " +
+    "matched collectives, when the waits it causes cost the ranks waiting for it at least " + fmt(rule.rel_pct) +
+    "% of their mean step and " + fmt(rule.abs_us) + " µs per step. Step times alone never decide.", "note"));
+  if (span.stragglers.length) {
+    out.push(table([["rank", "rank"], ["late_arrivals", "late arrivals"], ["instances", "of collectives"],
+      ["wait_cost_ms_per_step", "costs the others ms/step"], ["lateness_ms", "after the next rank ms"],
+      ["doing", "before arriving it was doing"]], span.stragglers, at + "stragglers", () => "straggler"));
+    const st = span.stragglers[0];
+    out.push(el("h4", "What rank " + st.rank + " costs each rank waiting for it"));
+    out.push(table([["rank", "rank"], ["wait_ms_per_step", "wait ms/step"]], st.per_rank,
+      at + "stragglers.0.per_rank"));
+    out.push(el("h4", "Before its late arrivals (ms per late arrival; the others before the same collectives)"));
+    out.push(table([["activity", "activity"], ["ms", "rank " + st.rank + " ms"], ["others_ms", "others ms"],
+      ["excess_ms", "extra ms"]], st.before_arrival, at + "stragglers.0.before_arrival"));
+  } else {
+    out.push(empty("no straggler: " + span.straggler_note));
+  }
+  out.push(el("h3", "Waits per rank (ms per step)"));
   const x = span.ranks_summary.map((r) => "rank " + r.rank);
   const bars = [{ type: "bar", name: "skew wait (last arrival − own arrival)", x,
-    y: span.ranks_summary.map((r) => r.wait_skew_ms) }];
-  if (span.ranks_summary.some((r) => r.wait_recorded_ms !== null)) {
+    y: span.ranks_summary.map((r) => r.wait_skew_ms_per_step) }];
+  if (span.ranks_summary.some((r) => r.wait_recorded_ms_per_step !== null)) {
     bars.push({ type: "bar", name: "recorded collective wait", x,
-      y: span.ranks_summary.map((r) => r.wait_recorded_ms) });
+      y: span.ranks_summary.map((r) => r.wait_recorded_ms_per_step) });
   }
-  out.push(chart(bars, { barmode: "group", height: 300, xaxis: { type: "category" }, yaxis: { title: "ms" } }));
+  out.push(chart(bars, { barmode: "group", height: 300, xaxis: { type: "category" }, yaxis: { title: "ms per step" } }));
   out.push(el("h3", "Collective skew"));
   out.push(span.collectives.length ? table([["group", "group"], ["name", "collective"], ["calls", "calls"],
-    ["mean_skew_ms", "mean skew ms"], ["max_skew_ms", "max skew ms"], ["late_rank", "late rank (most often)"],
+    ["mean_skew_ms", "mean skew ms"], ["max_skew_ms", "max skew ms"], ["late_rank", "late rank (most often; none: never alone)"],
     [(c) => c.per_rank.map((p) => "rank " + p.rank + ": " + p.late).join(", "), "late arrivals"]],
   span.collectives, at + "collectives") : empty("no collective matched across the ranks"));
   if (span.unmatched.length) {
