@@ -119,16 +119,9 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps, ctx: AnalysisContext) -
     if len(on) == 0:
         return {"recorded_waits": False, "calls": (), "orphan_waits": 0, "orphan_wait_ns": 0}
     rows = work.rows[on]
-    keys = (V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS, V.ARG_COLLECTIVE_WAIT)
-    args = arg_values(trace, rows, keys)
+    args = arg_values(trace, rows, (V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS))
     names = [trace.strings[i] for i in trace.col(S.NAME_ID)[rows].tolist()]
-    is_wait = np.array(
-        [
-            n.startswith(V.COLLECTIVE_WAIT_PREFIX) or w is True
-            for n, w in zip(names, args[V.ARG_COLLECTIVE_WAIT], strict=True)
-        ],
-        bool,
-    )
+    is_wait = work.wait[on]  # the collective-wait slices (``_device``'s one rule)
     stream = trace.col(S.STREAM)[rows]
     device, start, end = work.device[on], work.start[on], work.end[on]
     coll = np.flatnonzero(~is_wait)
