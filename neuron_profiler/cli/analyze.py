@@ -11,7 +11,8 @@ cluster, ``--scheduler tcp://HOST:PORT``); the ranks of a torch.distributed run 
 rank in ``distributedInfo``) are then compared (``analysis.distributed``: stragglers, collective
 waits), from small per-file summaries.
 ``--html FILE`` also writes one self-contained HTML page holding every trace analysed (a
-section each) and the inputs that could not be.
+section each) and the inputs that could not be; when no trace could be analysed it writes
+nothing (an existing FILE is left as it was).
 """
 
 from __future__ import annotations
@@ -124,7 +125,12 @@ def analyze(
     cross = distributed(summaries_of(reports))
     breaches = _breaches(rules, reports)
     _output(reports, errors, breaches, cross, as_json=as_json, top=top)
-    if html is not None:
+    if html is not None and not reports:  # a page of nothing must not replace a good one
+        click.echo(
+            f"neuron-prof: no trace could be analysed: {html} not written (left as it was)",
+            err=True,
+        )
+    elif html is not None:
         from neuron_profiler.reports.html_report import write_html
 
         write_html(reports, html, errors)  # atomic; OutputError

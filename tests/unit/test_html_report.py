@@ -262,3 +262,42 @@ def test_a_failed_write_keeps_the_old_page(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(OutputError, match="disk full"):
         write_html([html_report(two_core_trace())], out)
     assert out.read_text() == "old page" and os.listdir(tmp_path) == ["report.html"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"\x00\xff garbage \x1f\x8b", b'{"lr": 0.1}'],
+    ids=["empty", "garbage", "config"],
+)
+def test_no_analysable_input_leaves_the_old_page(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes,  # noqa: ANN001
+) -> None:
+    """Issue 23, 12: an empty, garbage or non-trace file is an error (exit 2) and the page
+    that was there stays; none is created where there was none."""
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    out = tmp_path / "r.html"
+    out.write_text("a good report")
+    assert main(["analyze", str(bad), "--html", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert out.read_text() == "a good report"
+    assert sorted(os.listdir(tmp_path)) == ["bad.json", "r.html"]  # no temp file left either
+    assert f"{out} not written" in err and "wrote the HTML report" not in err
+    out.unlink()
+    assert main(["analyze", str(bad), "--html", str(out)]) == 2
+    assert os.listdir(tmp_path) == ["bad.json"]
+
+
+def test_a_directory_without_traces_writes_no_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its files that are not traces are skipped (exit 0, as before): still nothing to show."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "config.json").write_text('{"lr": 0.1}')
+    out = tmp_path / "r.html"
+    out.write_text("a good report")
+    assert main(["analyze", str(tmp_path / "runs"), "--html", str(out)]) == 0
+    assert out.read_text() == "a good report"
+    assert f"{out} not written" in capsys.readouterr().err
