@@ -193,8 +193,8 @@ def _output(reports, errors, breaches, cross, *, as_json: bool, top: int) -> Non
         return
     from rich.console import Console
 
-    from neuron_profiler.reports.terminal import MAX_WIDTH, render_terminal
+    from neuron_profiler.reports.terminal import render_terminal, report_width
 
-    probe = Console()  # a terminal's own width, up to 100; a pipe or file gets 100 columns
-    console = Console(width=min(probe.width, MAX_WIDTH) if probe.is_terminal else MAX_WIDTH)
+    # COLUMNS, else the terminal's own width; a pipe or a file gets PIPED_WIDTH columns
+    console = Console(width=report_width(Console()))
     render_terminal(reports, console=console, top=top, cross=cross)

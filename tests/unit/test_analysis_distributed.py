@@ -2,7 +2,7 @@
 each all_reduce (the others' wait = the difference), clocks shifted by a known offset (recovered
 from collective ends), two profiling windows per rank (two spans), a bad file among good ranks
 (one error line, exit 2), ``--fail-on`` over ranks (the worst rank counts), single-rank input
-(an explicit empty state), the terminal section within 100 columns."""
+(an explicit empty state), the terminal section within the piped width (120 columns)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from neuron_profiler.cli.main import main
 from neuron_profiler.cli.workers import analyze_file as real_analyze_file
 from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.reports.json_report import schema_text
+from neuron_profiler.reports.terminal import PIPED_WIDTH
 from neuron_profiler.trace import EventKind, TraceBuilder, load_trace
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
@@ -271,16 +272,17 @@ def test_fail_on_counts_the_worst_rank(tmp_path: Path, capsys: pytest.CaptureFix
         assert code == 0, err
 
 
-def test_terminal_section_fits_100_columns(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_terminal_section_fits_the_piped_width(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
     paths = [
         rank_trace(tmp_path / f"rank-{r}-with-a-long-name.json", r, COMPUTE, world=3)
         for r in COMPUTE
     ]
     code, out, _ = run(["analyze", *map(str, paths)], capsys)
     assert code == 0
-    assert max(len(line) for line in out.splitlines()) <= 100
+    assert max(len(line) for line in out.splitlines()) <= PIPED_WIDTH
     section = out[out.index("Multi-rank") :]
     assert "straggler: rank 1: compute before collectives 12.000 ms vs 5.000 ms" in section
     assert "1 (3/3)" in section  # the late rank of the all_reduce, 3 of 3 calls
