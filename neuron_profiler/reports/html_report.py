@@ -232,7 +232,13 @@ def _breakdown(i: int, r: Report) -> str:
     emulator = [_ms(v) for d in b.devices for v in idle[d.device].per_step_emulator_overhead_ns]
     if any(emulator):  # not idle time, in no cause: the rest of wall - busy
         data.append(
-            _bar(x, "emulator overhead", EMULATOR_OVERHEAD_COLOUR, emulator, "emulator_overhead")
+            _bar(
+                x,
+                "emulator overhead (not idle)",
+                EMULATOR_OVERHEAD_COLOUR,
+                emulator,
+                "emulator_overhead",
+            )
         )
     data.append(
         {
