@@ -195,6 +195,6 @@ def _output(reports, errors, breaches, cross, *, as_json: bool, top: int) -> Non
 
     from neuron_profiler.reports.terminal import render_terminal, report_width
 
-    # COLUMNS, else the terminal's own width; a pipe or a file gets PIPED_WIDTH columns
+    # the terminal's own width (COLUMNS there); a pipe or a file gets PIPED_WIDTH columns
     console = Console(width=report_width(Console()))
     render_terminal(reports, console=console, top=top, cross=cross)

@@ -1,5 +1,5 @@
-"""The terminal report (rich), as wide as the terminal (``report_width``: ``COLUMNS`` when
-set, else the terminal's own width, else ``PIPED_WIDTH`` columns for a pipe or a file)::
+"""The terminal report (rich), as wide as the terminal (``report_width``: the terminal's own
+width, ``COLUMNS`` when set; ``PIPED_WIDTH`` columns for a pipe or a file)::
 
     render_terminal([report], console=Console(width=report_width(Console())), top=10)
 
@@ -12,7 +12,6 @@ trace is shortened by ``reports.text.shorten`` and breaks across lines at the pl
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 from rich.cells import cell_len
@@ -37,16 +36,15 @@ from neuron_profiler.reports.text import (
     shorten,
 )
 
-PIPED_WIDTH = 120  # columns when the output is no terminal (a pipe, a file) and COLUMNS is unset
+PIPED_WIDTH = 120  # columns when the output is no terminal (a pipe, a file)
 NARROWEST_PIECE = 20  # a name's column may be narrower than its longest unbreakable piece
 
 
 def report_width(console: Console) -> int:
-    """The report's width: ``COLUMNS`` when set, else the terminal's own width when
-    ``console`` writes to a terminal, else ``PIPED_WIDTH``."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+    """The report's width: the terminal's own when ``console`` writes to a terminal (rich's
+    width: ``COLUMNS`` when set, else the terminal's size), else ``PIPED_WIDTH`` whatever
+    ``COLUMNS`` says: a parent process that loaded GNU readline (pytest, an interactive
+    Python) exports ``COLUMNS=80`` to its children, which says nothing about a pipe."""
     return console.width if console.is_terminal else PIPED_WIDTH
 
 
@@ -103,7 +101,7 @@ def render_terminal(
     for report in reports:
         _header(report, console)
         if report.findings.findings:
-            console.print(_findings_table(report, top))
+            console.print(_findings_table(report, top, console.width))
         if report.findings.fallbacks:
             console.print(_fallback_table(report, top))
         if report.findings.syncs:
@@ -277,36 +275,63 @@ def _table(title: str, *columns: str, wrap: tuple[str, ...] = ()) -> Table:
     return table
 
 
-def _findings_table(r: Report, top: int) -> Table:
-    """The numbers never wrap; the finding and what to do share the rest of the width, one
-    part to two, so that the advice (the longer text) wraps least."""
+def _findings_table(r: Report, top: int, width: int) -> Table:
+    """The numbers never wrap; the finding and what to do share the rest of ``width``, split
+    where the table takes the fewest lines (among equals, where the advice wraps least)."""
+    rows = []
+    for i, f in enumerate(r.findings.findings[:top], start=1):
+        finding = Text.assemble(
+            _name(f.title),
+            _name(f" ({f.host_op})", "dim") if f.host_op else "",
+            _at(f.call_site),
+        )
+        where = r.position(f.ranges_ns[0][0]).text() if f.ranges_ns else "-"
+        fixed = (str(i), _ms(f.recoverable_ns_per_step), f"{f.recoverable_pct:.1f}", where)
+        rows.append((fixed, finding, _name(f.suggestion, limit=TEXT_LIMIT)))
+    headers = ("#", "ms/step", "% step", "longest at")
+    fixed_widths = [
+        max(cell_len(h), *(cell_len(row[0][k]) for row in rows)) for k, h in enumerate(headers)
+    ]
+    # 6 columns: 7 borders, and a space either side of each cell but the outer two
+    rest = width - sum(fixed_widths) - 7 - (2 * 6 - 2)
+    finding_width, advice_width = _split(
+        rest, [row[1].plain for row in rows], [row[2].plain for row in rows]
+    )
     t = Table(
         title="What to fix first (recoverable time per step; docs/analysis.md)",
         title_justify="left",
         header_style="bold",
         pad_edge=False,
-        expand=True,
     )
     t.add_column("#", no_wrap=True)
-    t.add_column("finding", ratio=1, min_width=12)
+    t.add_column("finding", width=finding_width)
     t.add_column("ms/step", justify="right", no_wrap=True)
     t.add_column("% step", justify="right", no_wrap=True)
     t.add_column("longest at", no_wrap=True)
-    t.add_column("what to do", ratio=2, min_width=12)
-    for i, f in enumerate(r.findings.findings[:top], start=1):
-        t.add_row(
-            str(i),
-            _cell(
-                _name(f.title),
-                _name(f" ({f.host_op})", "dim") if f.host_op else "",
-                _at(f.call_site),
-            ),
-            _ms(f.recoverable_ns_per_step),
-            f"{f.recoverable_pct:.1f}",
-            r.position(f.ranges_ns[0][0]).text() if f.ranges_ns else "-",
-            _cell(_name(f.suggestion, limit=TEXT_LIMIT)),
-        )
+    t.add_column("what to do", width=advice_width)
+    for (number, ms, pct, where), finding, advice in rows:
+        t.add_row(number, Breaking(finding), ms, pct, where, Breaking(advice))
     return t
+
+
+def _lines(text: str, width: int) -> int:
+    """How many lines ``Breaking`` gives ``text`` in ``width`` cells."""
+    return sum(1 + len(line_breaks(line, width)) for line in text.split("\n"))
+
+
+def _split(rest: int, findings: list[str], advice: list[str]) -> tuple[int, int]:
+    """The finding column's width and the advice's, adding up to ``rest``: the split with the
+    fewest lines in all (a row is as tall as its taller cell), then the fewest advice lines."""
+    narrowest = 12
+    if rest < 2 * narrowest:
+        return max(rest // 2, 1), max(rest - rest // 2, 1)
+
+    def cost(w: int) -> tuple[int, int]:
+        a = [_lines(x, rest - w) for x in advice]
+        return sum(max(_lines(f, w), n) for f, n in zip(findings, a, strict=True)), sum(a)
+
+    best = min(range(narrowest, rest - narrowest + 1), key=cost)
+    return best, rest - best
 
 
 def _fallback_table(r: Report, top: int) -> Table:

@@ -1,6 +1,7 @@
 """``neuron-prof analyze`` on every shared trace: one run over the directory, a JSON document
 valid against the shipped schema, a report per trace (host-only ones say so), the terminal
-report within the piped width (120 columns), and each trace's tb_profiler_breakdown equal to the analysis'."""
+report within the piped width (120 columns), and each trace's tb_profiler_breakdown equal to
+the analysis'."""
 
 from __future__ import annotations
 
@@ -19,9 +20,8 @@ from neuron_profiler.trace import load_trace
 
 
 def test_analyze_every_shared_trace(
-    shared_traces: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    shared_traces: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv("COLUMNS", raising=False)
     assert main(["analyze", "--json", str(shared_traces)]) == 0
     doc = json.loads(capsys.readouterr().out)
     jsonschema.validate(doc, json.loads(schema_text()))

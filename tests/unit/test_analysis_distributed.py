@@ -273,9 +273,8 @@ def test_fail_on_counts_the_worst_rank(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_terminal_section_fits_the_piped_width(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv("COLUMNS", raising=False)
     paths = [
         rank_trace(tmp_path / f"rank-{r}-with-a-long-name.json", r, COMPUTE, world=3)
         for r in COMPUTE

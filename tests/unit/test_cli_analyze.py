@@ -93,10 +93,7 @@ def test_json_never_imports_pandas(tmp_path: Path) -> None:
     assert out.stdout.strip().splitlines()[-1] == "False False 0"
 
 
-def test_no_steps_is_reported(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("COLUMNS", raising=False)
+def test_no_steps_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["analyze", str(small_trace(tmp_path / "a.json", steps=False))], capsys)
     assert code == 0 and "no ProfilerStep" in out
     assert max(len(line) for line in out.splitlines()) <= PIPED_WIDTH

@@ -57,10 +57,7 @@ def huge(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_terminal_report_is_bounded(
-    huge: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("COLUMNS", raising=False)
+def test_terminal_report_is_bounded(huge: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", str(huge)]) == 0
     out = capsys.readouterr().out
     assert len(out) < BOUND, len(out)
