@@ -38,6 +38,7 @@ from neuron_profiler.reports.text import (
 
 PIPED_WIDTH = 120  # columns when the output is no terminal (a pipe, a file)
 NARROWEST_PIECE = 20  # a name's column may be narrower than its longest unbreakable piece
+LAYOUT_ROWS = 20  # the findings table's split is chosen for its first rows (a long --top)
 
 
 def report_width(console: Console) -> int:
@@ -295,7 +296,9 @@ def _findings_table(r: Report, top: int, width: int) -> Table:
     # 6 columns: 7 borders, and a space either side of each cell but the outer two
     rest = width - sum(fixed_widths) - 7 - (2 * 6 - 2)
     finding_width, advice_width = _split(
-        rest, [row[1].plain for row in rows], [row[2].plain for row in rows]
+        rest,
+        [row[1].plain for row in rows[:LAYOUT_ROWS]],
+        [row[2].plain for row in rows[:LAYOUT_ROWS]],
     )
     t = Table(
         title="What to fix first (recoverable time per step; docs/analysis.md)",

@@ -17,6 +17,7 @@ name is 200 characters on the screen.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 NAME_LIMIT = 200  # characters of a name shown (op, kernel, device, thread, call site, file)
 TEXT_LIMIT = 1000  # characters of prose that embeds names (advice, notes, load warnings)
@@ -60,8 +61,7 @@ def line_breaks(text: str, width: int) -> list[int]:
     out: list[int] = []
     used = 0  # cells on the current line
     start = 0  # offset of the current piece
-    for piece in pieces(text):
-        size = cell_len(piece.rstrip())
+    for piece, size, full in _sized_pieces(text):
         if used and used + size > width:
             out.append(start)
             used = 0
@@ -73,18 +73,27 @@ def line_breaks(text: str, width: int) -> list[int]:
                 used += cell_len(part)
                 start += len(part)
             continue
-        used += cell_len(piece)
+        used += full
         start += len(piece)
     return out
 
 
+@lru_cache(maxsize=4096)
+def _sized_pieces(text: str) -> tuple[tuple[str, int, int], ...]:
+    """The pieces of one line, each with its width in cells without and with the whitespace
+    that ends it (a table's layout asks for the same texts at many widths)."""
+    from rich.cells import cell_len
+
+    return tuple((p, cell_len(p.rstrip()), cell_len(p)) for p in pieces(text))
+
+
 def _split_long(piece: str, width: int) -> list[str]:
-    from rich.cells import chop_cells
+    from rich.cells import cell_len, chop_cells
 
     cuts = [m.start() for m in _WEAK_BREAK.finditer(piece)]
     out: list[str] = []
     for part in (piece[a:b] for a, b in zip([0, *cuts], [*cuts, len(piece)], strict=True)):
-        out += chop_cells(part, width) if len(part) > width else [part]
+        out += chop_cells(part, width) if cell_len(part) > width else [part]
     return [p for p in out if p]
 
 
