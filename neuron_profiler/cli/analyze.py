@@ -11,7 +11,8 @@ cluster, ``--scheduler tcp://HOST:PORT``); the ranks of a torch.distributed run 
 rank in ``distributedInfo``) are then compared (``analysis.distributed``: stragglers, collective
 waits), from small per-file summaries.
 ``--html FILE`` also writes one self-contained HTML page holding every trace analysed (a
-section each) and the inputs that could not be.
+section each) and the inputs that could not be; when no trace could be analysed it writes
+nothing (an existing FILE is left as it was).
 """
 
 from __future__ import annotations
@@ -124,7 +125,12 @@ def analyze(
     cross = distributed(summaries_of(reports))
     breaches = _breaches(rules, reports)
     _output(reports, errors, breaches, cross, as_json=as_json, top=top)
-    if html is not None:
+    if html is not None and not reports:  # a page of nothing must not replace a good one
+        click.echo(
+            f"neuron-prof: no trace could be analysed: {html} not written (left as it was)",
+            err=True,
+        )
+    elif html is not None:
         from neuron_profiler.reports.html_report import write_html
 
         write_html(reports, html, errors, cross)  # atomic; OutputError
@@ -187,8 +193,8 @@ def _output(reports, errors, breaches, cross, *, as_json: bool, top: int) -> Non
         return
     from rich.console import Console
 
-    from neuron_profiler.reports.terminal import MAX_WIDTH, render_terminal
+    from neuron_profiler.reports.terminal import render_terminal, report_width
 
-    probe = Console()  # a terminal's own width, up to 100; a pipe or file gets 100 columns
-    console = Console(width=min(probe.width, MAX_WIDTH) if probe.is_terminal else MAX_WIDTH)
+    # the terminal's own width (COLUMNS there); a pipe or a file gets PIPED_WIDTH columns
+    console = Console(width=report_width(Console()))
     render_terminal(reports, console=console, top=top, cross=cross)

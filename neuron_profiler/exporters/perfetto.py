@@ -180,12 +180,13 @@ def _label(value: int, labels: dict[int, str]) -> str:
     return json.dumps(labels[value]) if value in labels else str(value)
 
 
-def _unnamed(value: int, labels: dict[int, str], numbered: str) -> str:
+def _unnamed(value: int, labels: dict[int, str], numbered: str, key: str) -> str:
     """Track name of a pid/tid without an ``M`` name: a string pid/tid is its own name (Kineto's
-    "Spans", "Traces", "PyTorch Profiler"; '""' for the empty one), a number gets ``numbered``
-    ("process 7", "stream 7")."""
+    "Spans", "Traces", "PyTorch Profiler"); the empty one, which Kineto writes for its
+    "Record Window End" marker, is named for what it is (``(unnamed process, pid "")``); a
+    number gets ``numbered`` ("process 7", "stream 7")."""
     if value in labels:
-        return labels[value] or '""'
+        return labels[value] or f'(unnamed {numbered}, {key} "")'
     return f"{numbered} {value}"
 
 
@@ -222,7 +223,7 @@ def _process_tracks(
             written = SYNTHETIC_PID_BASE + synthetic
             synthetic += 1
         name = trace.process_names.get(pid) or _unnamed(
-            pid, trace.pid_labels, "device" if pid in devices else "process"
+            pid, trace.pid_labels, "device" if pid in devices else "process", "pid"
         )
         desc = ids.add(
             process=pb.ProcessDescriptor(pid=written, process_name=name),
@@ -253,7 +254,7 @@ def _thread_name(trace: Trace, pid: int, tid: int, device: bool) -> str:
     name = trace.thread_names.get((pid, tid))
     if name:
         return name
-    return _unnamed(tid, trace.tid_labels, "stream" if device else "thread")
+    return _unnamed(tid, trace.tid_labels, "stream" if device else "thread", "tid")
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,13 @@ It formats ``analysis.Report`` objects and computes nothing: every figure comes 
 (``breakdown``, ``idle``, ``timeline``, ``fallback_pareto``, ``findings``); converting ns
 to ms or to the trace's µs is its only arithmetic. Each chart is a plotly figure embedded as
 JSON in a ``<script type="application/json" class="figure">`` block, drawn by a few lines of
-script at the end of the page. Every text from a trace is escaped: HTML-escaped in the page and
-in the figures (plotly reads entities back), and ``<``, ``>``, ``&`` written as ``\\u`` escapes
-in the JSON, so no trace text can close a script block.
+script at the end of the page. Every text from a trace is shortened (``reports.text.shorten``)
+and escaped: HTML-escaped in the page and in the figures (plotly reads entities back), and
+``<``, ``>``, ``&`` written as ``\\u`` escapes in the JSON, so no trace text can close a script
+block. The idle causes' colours are ``reports.palette.CAUSE_COLOURS``, the ones the
+TensorBoard page draws with. A time in the trace is shown as the step it lies in and how far
+into it (``Report.position``: ``step 7 +12.3 ms``); the idle timeline's axis is the trace's
+own µs, as Perfetto shows it.
 """
 
 from __future__ import annotations
@@ -32,17 +36,10 @@ from neuron_profiler.analysis.distributed import (
     SpanAnalysis,
 )
 from neuron_profiler.analysis.report import Report
+from neuron_profiler.reports.palette import CAUSE_COLOURS, EMULATOR_OVERHEAD_COLOUR
+from neuron_profiler.reports.text import NAME_LIMIT, TEXT_LIMIT, shorten
 
-CAUSE_COLOURS = {
-    "collective_wait": "#393b79",
-    "data_loading": "#d62728",
-    "cpu_fallback": "#ff7f0e",
-    "host_sync": "#9467bd",
-    "host_bound_launch": "#e377c2",
-    "profiler_overhead": "#8c564b",
-    "other": "#bcbd22",
-    "short_gaps": "#c7c7c7",
-}
+__all__ = ["CAUSE_COLOURS", "render_html", "write_html"]
 BUSY_SERIES = (
     ("compute_ns", "compute", "#1f77b4"),
     ("collective_only_ns", "collective (no compute)", "#17becf"),
@@ -100,7 +97,7 @@ def render_html(
     from neuron_profiler import __version__
 
     nav = "".join(
-        f'<li><a href="#trace-{i}">{_e(r.source)} (rank {r.rank})</a></li>'
+        f'<li><a href="#trace-{i}">{_n(r.source)} (rank {r.rank})</a></li>'
         for i, r in enumerate(reports)
     )
     body = "".join(_section(i, r) for i, r in enumerate(reports))
@@ -113,7 +110,8 @@ def render_html(
         f"<style>{STYLE}</style>\n<script>{plotly_js()}</script></head><body>"
         f"<h1>neuron-prof analyze</h1><p>neuron-profiler {_e(__version__)}: "
         f"{len(reports)} trace{'s' * (len(reports) != 1)}, one section each; times in ms, "
-        "positions in each trace's own µs (as Perfetto shows them). Definitions: "
+        "positions as the step they lie in and how far into it (step 7 +12.3 ms); the idle "
+        "timeline in each trace's own µs (as Perfetto shows them). Definitions: "
         "docs/analysis.md.</p>"
         f"<ul>{nav}</ul>{_errors(errors)}{body}<script>{BOOT}</script></body></html>\n"
     )
@@ -130,6 +128,11 @@ def plotly_js() -> str:
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+def _n(text: str, limit: int = NAME_LIMIT) -> str:
+    """A text from the trace, shortened (``reports.text.shorten``) and escaped."""
+    return _e(shorten(text, limit))
 
 
 def _ms(ns: float) -> float:
@@ -173,19 +176,20 @@ def _table(
 def _errors(errors: Sequence[tuple[str, str]]) -> str:
     if not errors:
         return ""
-    return "<h2>Inputs not analysed</h2>" + _table(("input", "problem"), list(errors))
+    rows = [(shorten(path), shorten(problem, TEXT_LIMIT)) for path, problem in errors]
+    return "<h2>Inputs not analysed</h2>" + _table(("input", "problem"), rows)
 
 
 def _section(i: int, r: Report) -> str:
     steps = len(r.steps)
     head = (
-        f'<section class="trace" id="trace-{i}"><h2>{_e(r.source)}</h2>'
+        f'<section class="trace" id="trace-{i}"><h2>{_n(r.source)}</h2>'
         f"<p>rank {r.rank} · {steps} step{'s' * (steps != 1)} · mean step "
         f"{_ms(float(r.steps.wall_ns.mean())):,.3f} ms · min gap "
         f"{r.options.min_gap_ns / 1e3:g} µs</p>"
     )
-    notes = "".join(f'<li class="note">note: {_e(n)}</li>' for n in r.notes) + "".join(
-        f'<li class="note">loading: {_e(w)}</li>' for w in r.load_warnings
+    notes = "".join(f'<li class="note">note: {_n(n, TEXT_LIMIT)}</li>' for n in r.notes) + "".join(
+        f'<li class="note">loading: {_n(w, TEXT_LIMIT)}</li>' for w in r.load_warnings
     )
     return (
         head
@@ -208,18 +212,18 @@ def _findings(r: Report) -> str:
     rows = [
         (
             n,
-            f.title + (f" ({f.host_op})" if f.host_op else ""),
+            shorten(f.title) + (f" ({shorten(f.host_op)})" if f.host_op else ""),
             f"{_ms(f.recoverable_ns_per_step):,.3f}",
             f"{f.recoverable_pct:.1f}",
-            f"{r.to_trace_us(f.ranges_ns[0][0]):,.3f}" if f.ranges_ns else "-",
-            f.suggestion,
+            r.position(f.ranges_ns[0][0]).text() if f.ranges_ns else "-",
+            shorten(f.suggestion, TEXT_LIMIT),
         )
         for n, f in enumerate(r.findings.findings, start=1)
     ]
     return _table(
-        ("#", "finding", "ms/step", "% step", "longest at (µs)", "what to do"),
+        ("#", "finding", "ms/step", "% step", "longest at", "what to do"),
         rows,
-        numeric=(0, 2, 3, 4),
+        numeric=(0, 2, 3),
     )
 
 
@@ -230,11 +234,11 @@ def _breakdown(i: int, r: Report) -> str:
     idle = {d.device: d for d in r.idle.devices}
     x: Any = (
         [
-            [_e(n) for d in b.devices for n in b.names],
-            [_e(d.label) for d in b.devices for _ in b.names],
+            [_n(n) for d in b.devices for n in b.names],
+            [_n(d.label) for d in b.devices for _ in b.names],
         ]
         if len(b.devices) > 1
-        else [_e(n) for n in b.names]
+        else [_n(n) for n in b.names]
     )
     data = [
         _bar(x, name, colour, [_ms(v) for d in b.devices for v in getattr(d, key).tolist()], key)
@@ -244,6 +248,17 @@ def _breakdown(i: int, r: Report) -> str:
         values = [_ms(s[cause]) for d in b.devices for s in idle[d.device].per_step_by_cause_ns]
         if any(values):
             data.append(_bar(x, f"idle: {cause}", CAUSE_COLOURS[cause], values, f"idle:{cause}"))
+    emulator = [_ms(v) for d in b.devices for v in idle[d.device].per_step_emulator_overhead_ns]
+    if any(emulator):  # not idle time, in no cause: the rest of wall - busy
+        data.append(
+            _bar(
+                x,
+                "emulator overhead (not idle)",
+                EMULATOR_OVERHEAD_COLOUR,
+                emulator,
+                "emulator_overhead",
+            )
+        )
     data.append(
         {
             "type": "scatter",
@@ -269,8 +284,14 @@ def _breakdown(i: int, r: Report) -> str:
     }
     caption = (
         "Per step and device the bars add up to the step's wall time: device busy "
-        "(compute, then collectives and copies not under compute) and idle by cause; "
-        "the markers give the host's busy time."
+        "(compute, then collectives and copies not under compute) and idle by cause"
+        + (
+            ", then the emulator overhead (the emulator's own host work, absent on real "
+            "hardware: not idle time, in no cause)"
+            if any(emulator)
+            else ""
+        )
+        + "; the markers give the host's busy time."
     )
     return f"<p>{caption}</p>" + _figure(f"chart-{i}-breakdown", {"data": data, "layout": layout})
 
@@ -322,7 +343,7 @@ def _timeline(i: int, r: Report) -> str:
                     "exact": seg.exact,
                     "idle_ns": s.idle_ns,
                 },
-                "y": [_e(s.label)] * len(start_us),
+                "y": [_n(s.label)] * len(start_us),
                 "base": start_us,
                 "x": (seg.busy_ns / 1e3).tolist(),
                 "customdata": list(
@@ -352,7 +373,7 @@ def _timeline(i: int, r: Report) -> str:
     )
     rows = [
         (
-            s.label,
+            shorten(s.label),
             s.cause,
             s.gaps,
             f"{_ms(s.idle_ns):,.3f}",
@@ -371,7 +392,7 @@ def _pareto(i: int, r: Report) -> str:
     p = r.fallback_pareto
     if not p.groups:
         return _empty("No CPU fallbacks in this trace: nothing to chart.")
-    x = [_e(f"{g.op} {g.shapes} {g.dtypes}".strip()) for g in p.groups]
+    x = [_n(f"{shorten(g.op)} {shorten(g.shapes)} {shorten(g.dtypes)}".strip()) for g in p.groups]
     data = [
         {
             "type": "bar",
@@ -411,10 +432,10 @@ def _pareto(i: int, r: Report) -> str:
     }
     rows = [
         (
-            g.op,
-            g.shapes,
-            g.dtypes,
-            g.reason,
+            shorten(g.op),
+            shorten(g.shapes),
+            shorten(g.dtypes),
+            shorten(g.reason),
             g.calls,
             f"{_ms(g.host_ns):,.3f}",
             f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns):,.3f}",

@@ -1,16 +1,24 @@
-"""The terminal report (rich), at most 100 columns wide::
+"""The terminal report (rich), as wide as the terminal (``report_width``: the terminal's own
+width, ``COLUMNS`` when set; ``PIPED_WIDTH`` columns for a pipe or a file)::
 
-    render_terminal([report], console=Console(width=100), top=10)
+    render_terminal([report], console=Console(width=report_width(Console())), top=10)
 
 It formats ``analysis.Report`` objects and computes nothing: every figure comes from the
-report or from ``analysis.metrics``.
+report or from ``analysis.metrics``. Times in the trace are shown where a reader finds them,
+``step 7 +12.3 ms`` (``Report.position``; the trace's own µs are in ``--json``). Text from a
+trace is shortened by ``reports.text.shorten`` and breaks across lines at the places
+``reports.text.line_breaks`` gives (after "::", ", ", ...), not in the middle of a word.
 """
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.markup import escape
+from collections.abc import Iterable
+
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.distributed import (
@@ -20,8 +28,62 @@ from neuron_profiler.analysis.distributed import (
     SpanAnalysis,
 )
 from neuron_profiler.analysis.report import Report
+from neuron_profiler.reports.text import (
+    NAME_LIMIT,
+    TEXT_LIMIT,
+    line_breaks,
+    min_piece_width,
+    shorten,
+)
 
-MAX_WIDTH = 100
+PIPED_WIDTH = 120  # columns when the output is no terminal (a pipe, a file)
+NARROWEST_PIECE = 20  # a name's column may be narrower than its longest unbreakable piece
+LAYOUT_ROWS = 20  # the findings table's split is chosen for its first rows (a long --top)
+
+
+def report_width(console: Console) -> int:
+    """The report's width: the terminal's own when ``console`` writes to a terminal (rich's
+    width: ``COLUMNS`` when set, else the terminal's size), else ``PIPED_WIDTH`` whatever
+    ``COLUMNS`` says: a parent process that loaded GNU readline (pytest, an interactive
+    Python) exports ``COLUMNS=80`` to its children, which says nothing about a pipe."""
+    return console.width if console.is_terminal else PIPED_WIDTH
+
+
+class Breaking:
+    """A table cell whose lines break where ``reports.text.line_breaks`` says (after "::",
+    ", ", ...; a word longer than the column after "_", and only then anywhere), styles
+    kept."""
+
+    def __init__(self, text: Text) -> None:
+        self.text = text
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        plain = self.text.plain
+        widest = max(cell_len(line) for line in plain.split("\n"))
+        least = min(min_piece_width(plain, NARROWEST_PIECE), widest)
+        return Measurement(least, widest).with_maximum(options.max_width)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines: list[Text] = []
+        for line in self.text.split("\n", allow_blank=True):
+            for part in line.divide(line_breaks(line.plain, options.max_width)):
+                part.rstrip()
+                lines.append(part)
+        yield Text("\n").join(lines)
+
+
+def _name(text: str, style: str = "", limit: int = NAME_LIMIT) -> Text:
+    """A text from the trace, shortened (``reports.text.shorten``), as rich text."""
+    return Text(shorten(text, limit), style=style)
+
+
+def _cell(*parts: Text | str) -> Breaking:
+    """One table cell made of ``parts`` (plain strings are taken as they are, no markup)."""
+    return Breaking(Text.assemble(*parts))
+
+
+def _names(names: Iterable[str], sep: str = "; ") -> str:
+    return sep.join(shorten(n) for n in names)
 
 
 def _ms(ns: float) -> str:
@@ -40,7 +102,7 @@ def render_terminal(
     for report in reports:
         _header(report, console)
         if report.findings.findings:
-            console.print(_findings_table(report, top))
+            console.print(_findings_table(report, top, console.width))
         if report.findings.fallbacks:
             console.print(_fallback_table(report, top))
         if report.findings.syncs:
@@ -207,7 +269,7 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 
 def _header(r: Report, console: Console) -> None:
     console.rule(characters="=")
-    console.print(f"[bold]{r.source}[/]", overflow="fold", highlight=False)
+    console.print(_name(r.source, "bold"), overflow="fold")
     steps = len(r.steps)
     console.print(
         f"rank {r.rank} · {steps} step{'s' * (steps != 1)} · mean step "
@@ -215,7 +277,7 @@ def _header(r: Report, console: Console) -> None:
         f"{r.options.min_gap_ns / 1e3:g} µs"
     )
     for note in r.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(Text.assemble(("note:", "yellow"), " ", _name(note, limit=TEXT_LIMIT)))
 
 
 def _table(title: str, *columns: str, wrap: tuple[str, ...] = ()) -> Table:
@@ -232,30 +294,65 @@ def _table(title: str, *columns: str, wrap: tuple[str, ...] = ()) -> Table:
     return table
 
 
-def _findings_table(r: Report, top: int) -> Table:
-    t = _table(
-        "What to fix first (recoverable time per step; docs/analysis.md)",
-        "#",
-        "finding",
-        "ms/step",
-        "% step",
-        "longest at (µs)",
-        "what to do",
-        wrap=("finding", "what to do"),
-    )
+def _findings_table(r: Report, top: int, width: int) -> Table:
+    """The numbers never wrap; the finding and what to do share the rest of ``width``, split
+    where the table takes the fewest lines (among equals, where the advice wraps least)."""
+    rows = []
     for i, f in enumerate(r.findings.findings[:top], start=1):
-        where = f"{r.to_trace_us(f.ranges_ns[0][0]):,.0f}" if f.ranges_ns else "-"
-        t.add_row(
-            str(i),
-            escape(f.title)
-            + (f" [dim]({escape(f.host_op)})[/]" if f.host_op else "")
-            + _at(f.call_site),
-            _ms(f.recoverable_ns_per_step),
-            f"{f.recoverable_pct:.1f}",
-            where,
-            f.suggestion,
+        finding = Text.assemble(
+            _name(f.title),
+            _name(f" ({f.host_op})", "dim") if f.host_op else "",
+            _at(f.call_site),
         )
+        where = r.position(f.ranges_ns[0][0]).text() if f.ranges_ns else "-"
+        fixed = (str(i), _ms(f.recoverable_ns_per_step), f"{f.recoverable_pct:.1f}", where)
+        rows.append((fixed, finding, _name(f.suggestion, limit=TEXT_LIMIT)))
+    headers = ("#", "ms/step", "% step", "longest at")
+    fixed_widths = [
+        max(cell_len(h), *(cell_len(row[0][k]) for row in rows)) for k, h in enumerate(headers)
+    ]
+    # 6 columns: 7 borders, and a space either side of each cell but the outer two
+    rest = width - sum(fixed_widths) - 7 - (2 * 6 - 2)
+    finding_width, advice_width = _split(
+        rest,
+        [row[1].plain for row in rows[:LAYOUT_ROWS]],
+        [row[2].plain for row in rows[:LAYOUT_ROWS]],
+    )
+    t = Table(
+        title="What to fix first (recoverable time per step; docs/analysis.md)",
+        title_justify="left",
+        header_style="bold",
+        pad_edge=False,
+    )
+    t.add_column("#", no_wrap=True)
+    t.add_column("finding", width=finding_width)
+    t.add_column("ms/step", justify="right", no_wrap=True)
+    t.add_column("% step", justify="right", no_wrap=True)
+    t.add_column("longest at", no_wrap=True)
+    t.add_column("what to do", width=advice_width)
+    for (number, ms, pct, where), finding, advice in rows:
+        t.add_row(number, Breaking(finding), ms, pct, where, Breaking(advice))
     return t
+
+
+def _lines(text: str, width: int) -> int:
+    """How many lines ``Breaking`` gives ``text`` in ``width`` cells."""
+    return sum(1 + len(line_breaks(line, width)) for line in text.split("\n"))
+
+
+def _split(rest: int, findings: list[str], advice: list[str]) -> tuple[int, int]:
+    """The finding column's width and the advice's, adding up to ``rest``: the split with the
+    fewest lines in all (a row is as tall as its taller cell), then the fewest advice lines."""
+    narrowest = 12
+    if rest < 2 * narrowest:
+        return max(rest // 2, 1), max(rest - rest // 2, 1)
+
+    def cost(w: int) -> tuple[int, int]:
+        a = [_lines(x, rest - w) for x in advice]
+        return sum(max(_lines(f, w), n) for f, n in zip(findings, a, strict=True)), sum(a)
+
+    best = min(range(narrowest, rest - narrowest + 1), key=cost)
+    return best, rest - best
 
 
 def _fallback_table(r: Report, top: int) -> Table:
@@ -272,9 +369,16 @@ def _fallback_table(r: Report, top: int) -> Table:
         wrap=("op",),
     )
     for g in r.findings.fallbacks[:top]:
-        inferred = " [yellow](inferred)[/]" if g.inferred else ""
         t.add_row(
-            escape(f"{g.op} {g.shapes} {g.dtypes}") + inferred + _at(g.call_site),
+            _cell(
+                _name(g.op),
+                " ",
+                _name(g.shapes),
+                " ",
+                _name(g.dtypes),
+                (" (inferred)", "yellow") if g.inferred else "",
+                _at(g.call_site),
+            ),
             str(g.calls),
             _ms(g.host_ns),
             f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns)}",
@@ -298,7 +402,7 @@ def _sync_table(r: Report, top: int) -> Table:
     )
     for g in r.findings.syncs[:top]:
         t.add_row(
-            escape(g.name) + _at(g.call_site),
+            _cell(_name(g.name), _at(g.call_site)),
             str(g.calls),
             _ms(g.host_ns),
             f"{g.d2h_count}/{g.d2h_bytes / 1e6:.1f}/{_ms(g.d2h_ns)}",
@@ -307,13 +411,19 @@ def _sync_table(r: Report, top: int) -> Table:
     return t
 
 
-def _at(call_site: str) -> str:
+def _at(call_site: str) -> Text | str:
     """The Python call site under a row's text, when the trace has stacks."""
-    return f"\n[dim]at {escape(call_site)}[/]" if call_site else ""
+    return Text.assemble("\n", _name(f"at {call_site}", "dim")) if call_site else ""
 
 
 def _breakdown_table(r: Report, top: int) -> Table:
+    """Per step and device. ``idle`` = wall - busy: with emulator overhead in the trace, that
+    holds the emulator's own host work too, so the columns say so ("idle+emu.") and give the
+    overhead apart ("emu."): the idle-by-cause table counts idle without it."""
     b = r.breakdown
+    overhead = {d.device: d.per_step_emulator_overhead_ns for d in r.idle.devices}
+    emulated = any(d.emulator_overhead_ns for d in r.idle.devices)
+    idle = "idle+emu." if emulated else "idle"
     t = _table(
         "Step breakdown (ms; per device, busy = any queue; coll. = collectives, "
         "ovl. = compute and collectives at once)",
@@ -326,15 +436,17 @@ def _breakdown_table(r: Report, top: int) -> Table:
         "DMA",
         "coll.",
         "ovl.",
-        "idle",
-        "idle %",
+        idle,
+        f"{idle} %",
+        *(("emu.",) if emulated else ()),
         wrap=("device",),
     )
     for i, name in enumerate(b.names[:top]):
         for d in b.devices:
+            emu = overhead.get(d.device, ())
             t.add_row(
-                name,
-                d.label,
+                _cell(_name(name)),
+                _cell(_name(d.label)),
                 _ms(b.wall_ns[i]),
                 _ms(b.host_ns[i]),
                 _ms(d.busy_ns[i]),
@@ -344,21 +456,32 @@ def _breakdown_table(r: Report, top: int) -> Table:
                 _ms(d.overlap_ns[i]),
                 _ms(d.idle_ns[i]),
                 _pct(d.idle_ns[i], b.wall_ns[i]),
+                *((_ms(emu[i]) if i < len(emu) else "-",) if emulated else ()),
             )
+    notes = (
+        [
+            f"{idle} = wall − busy: idle time plus the emulator's own host work (emu., absent "
+            "on real hardware); the idle-by-cause table counts idle without it"
+        ]
+        if emulated
+        else ["idle = wall − busy"]
+    )
     if len(b.names) > top:
-        t.caption = f"first {top} of {len(b.names)} steps (--top)"
+        notes.append(f"first {top} of {len(b.names)} steps (--top)")
+    t.caption, t.caption_justify = "; ".join(notes), "left"
     return t
 
 
 def _idle_table(r: Report) -> Table:
     steps = max(len(r.steps), 1)
+    labels = [shorten(d.label) for d in r.idle.devices]
     t = _table(
         "Device idle time by cause (ms)",
         "cause",
-        *[d.label for d in r.idle.devices],
+        *labels,
         "per step",
         "% of idle",
-        wrap=tuple(d.label for d in r.idle.devices),
+        wrap=tuple(labels),
     )
     total_idle = sum(d.idle_ns for d in r.idle.devices)
     for cause in ALL_CAUSES:
@@ -377,41 +500,45 @@ def _idle_table(r: Report) -> Table:
         _ms(total_idle / steps),
         "100.0",
     )
+    t.caption_justify = "left"
+    t.caption = "(%): of the device's time in the steps"
     discounted = [d.emulator_overhead_ns for d in r.idle.devices]
     if any(discounted):
         t.add_row(
             "[dim]emulator overhead[/]",
-            *[_ms(v) for v in discounted],
+            *[
+                f"{_ms(d.emulator_overhead_ns)} ({_pct(d.emulator_overhead_ns, d.window_ns)}%)"
+                for d in r.idle.devices
+            ],
             _ms(sum(discounted) / steps),
             "-",
         )
         t.caption = (
-            "emulator overhead: the emulator's own host work, absent on real hardware; "
-            "not idle time, in no cause"
+            "idle: without the emulator overhead (the emulator's own host work, absent on "
+            "real hardware: not idle time, in no cause); (%): of the device's time in the "
+            "steps (busy + idle + emulator overhead)"
         )
     return t
 
 
 def _gaps_table(r: Report, top: int) -> Table:
     t = _table(
-        "Longest idle gaps (start in the trace's µs; ms: idle time)",
+        "Longest idle gaps (at: the step the gap starts in and how far into it; ms: idle time)",
         "device",
-        "start µs",
+        "at",
         "ms",
         "cause",
-        "step",
         "host was running",
         wrap=("device", "host was running"),
     )
     labels = {d.device: d.label for d in r.idle.devices}
     for g in r.idle.longest[:top]:
         t.add_row(
-            labels.get(g.device, str(g.device)),
-            f"{r.to_trace_us(g.start_ns):,.3f}",
+            _cell(_name(labels.get(g.device, str(g.device)))),
+            r.position(g.start_ns).text(),
             _ms(g.idle_ns),
             g.cause,
-            r.steps.names[g.step],
-            "; ".join(g.host_activity),
+            _cell(_names(g.host_activity)),
         )
     return t
 
@@ -429,7 +556,7 @@ def _ops_table(r: Report, top: int) -> Table:
     )
     for o in r.summary.ops[:top]:
         t.add_row(
-            o.name,
+            _cell(_name(o.name)),
             str(o.calls),
             _ms(o.host_total_ns),
             _ms(o.host_self_ns),
@@ -457,7 +584,7 @@ def _kernels_table(r: Report, top: int) -> Table:
 
     for k in r.summary.kernels[:top]:
         t.add_row(
-            k.name,
+            _cell(_name(k.name)),
             str(k.calls),
             _ms(k.total_ns),
             f"{k.mean_ns / 1e3:,.1f}",

@@ -7,6 +7,8 @@ Nothing here computes a number: the report is ``reports.json_report.to_document`
 ``reports.timeline_json`` of the same analysis, cached per file and modification time so that
 each trace is analysed once, in the background (202 and the phase while it runs). The
 ``distributed`` route reduces the cached rank summaries of a run's traces (``tensorboard.ranks``).
+The ``style`` route serves ``reports.palette.style_document()``: the idle causes' colours (the
+HTML report's) and the text limits the page shortens names with (``reports.text``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from neuron_profiler.exporters.writers import write_trace, writer_for
+from neuron_profiler.reports.palette import style_document
 from neuron_profiler.tensorboard import discovery, ranks
 
 PLUGIN_NAME = "neuron_profiler"
@@ -260,6 +263,7 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
         }
         apps["/plotly.min.js"] = self._serve_plotly
         apps["/runs"] = self._serve_runs
+        apps["/style"] = self._serve_style
         apps["/report"] = self._serve_report
         apps["/timeline"] = self._serve_timeline
         apps["/trace"] = self._serve_trace
@@ -283,6 +287,11 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
         if body is None:
             return _json(request, _error(404, "plotly.min.js not found: install plotly"))
         return http_util.Respond(request, body, "application/javascript", expires=3600)
+
+    @wrappers.Request.application
+    def _serve_style(self, request: wrappers.Request) -> wrappers.Response:
+        """The palette and text limits the page draws with (the HTML report's)."""
+        return _json(request, (200, style_document()))
 
     # --- data ---------------------------------------------------------------------------
     @wrappers.Request.application

@@ -1,6 +1,7 @@
 """``neuron-prof analyze`` on every shared trace: one run over the directory, a JSON document
 valid against the shipped schema, a report per trace (host-only ones say so), the terminal
-report within 100 columns, and each trace's tb_profiler_breakdown equal to the analysis'."""
+report within the piped width (120 columns), and each trace's tb_profiler_breakdown equal to
+the analysis'."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from conftest import all_shared_trace_files
 from neuron_profiler.analysis.compat.tb_profiler import tb_profiler_breakdown
 from neuron_profiler.cli.main import main
 from neuron_profiler.reports.json_report import schema_text
+from neuron_profiler.reports.terminal import PIPED_WIDTH
 from neuron_profiler.trace import load_trace
 
 
@@ -34,7 +36,7 @@ def test_analyze_every_shared_trace(
         assert t["tb_profiler_breakdown"] == json.loads(json.dumps(rows))
     assert main(["analyze", str(shared_traces)]) == 0
     out = capsys.readouterr().out
-    assert max(len(line) for line in out.splitlines()) <= 100
+    assert max(len(line) for line in out.splitlines()) <= PIPED_WIDTH
 
 
 def test_threaded_analysis_equals_the_serial_one(

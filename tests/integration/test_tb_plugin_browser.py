@@ -296,6 +296,7 @@ def show(driver, view: str) -> dict:  # noqa: ANN001
             keys: [...t.tHead.rows[0].cells].map(c => c.dataset.key || ''),
             labels: [...t.tHead.rows[0].cells].map(c => c.textContent),
             digits: [...t.tHead.rows[0].cells].map(c => c.dataset.digits || ''),
+            limits: [...t.tHead.rows[0].cells].map(c => c.dataset.limit || ''),
             rows: [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent)),
           })),
           charts: v.querySelectorAll('.chart').length,
@@ -318,8 +319,11 @@ def _section(doc: dict, name: str) -> list[dict]:
 
 
 def assert_tables_match(shown: dict, doc: dict) -> int:
-    """Every cell of a plain-key column equals the document's value at the shown rounding;
-    returns how many cells were compared."""
+    """Every cell of a plain-key column equals the document's value at the shown rounding (a
+    text: shortened by ``reports.text.shorten`` to the column's limit, default the name
+    limit); returns how many cells were compared."""
+    from neuron_profiler.reports.text import NAME_LIMIT, shorten
+
     compared = 0
     for t in shown["tables"]:
         if not t["name"]:
@@ -327,7 +331,8 @@ def assert_tables_match(shown: dict, doc: dict) -> int:
         rows = _section(doc, t["name"])
         assert len(t["rows"]) == len(rows), t["name"]
         for cells, row in zip(t["rows"], rows, strict=True):
-            for key, digits, cell in zip(t["keys"], t["digits"], cells, strict=True):
+            columns = zip(t["keys"], t["digits"], t["limits"], cells, strict=True)
+            for key, digits, limit, cell in columns:
                 if not key:
                     continue
                 value = row[key]
@@ -337,7 +342,7 @@ def assert_tables_match(shown: dict, doc: dict) -> int:
                 if value is None:
                     assert cell == "", (t["name"], key)
                 elif isinstance(value, str):
-                    assert cell == value, (t["name"], key)
+                    assert cell == shorten(value, int(limit or NAME_LIMIT)), (t["name"], key)
                 elif isinstance(value, int) or float(value).is_integer():
                     assert cell == str(int(value)), (t["name"], key, cell, value)
                 else:

@@ -3,7 +3,8 @@ each all_reduce (the others' wait = the difference), a rank whose host is late (
 while the waiting rank's steps began earlier and are longer, clocks shifted by a known offset
 (recovered from collective ends), two profiling windows per rank (two spans), a bad file among
 good ranks (one error line, exit 2), ``--fail-on`` over ranks (the worst rank counts),
-single-rank input (an explicit empty state), the terminal section within 100 columns; and the
+single-rank input (an explicit empty state), the terminal section within the piped width (120
+columns); and the
 straggler rule on rank summaries with injected arrivals (who is named, what it costs each other
 rank per step, ties, no lateness, the thresholds)."""
 
@@ -37,6 +38,7 @@ from neuron_profiler.cli.main import main
 from neuron_profiler.cli.workers import analyze_file as real_analyze_file
 from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.reports.json_report import schema_text
+from neuron_profiler.reports.terminal import PIPED_WIDTH
 from neuron_profiler.trace import EventKind, TraceBuilder, load_trace
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
@@ -388,7 +390,7 @@ def test_fail_on_counts_the_worst_rank(tmp_path: Path, capsys: pytest.CaptureFix
         assert code == 0, err
 
 
-def test_terminal_section_fits_100_columns(
+def test_terminal_section_fits_the_piped_width(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     paths = [
@@ -397,7 +399,7 @@ def test_terminal_section_fits_100_columns(
     ]
     code, out, _ = run(["analyze", *map(str, paths)], capsys)
     assert code == 0
-    assert max(len(line) for line in out.splitlines()) <= 100
+    assert max(len(line) for line in out.splitlines()) <= PIPED_WIDTH
     section = out[out.index("Multi-rank") :]
     assert "straggler: rank 1, last at 3 of 3 collectives (7.000 ms after the next rank" in section
     assert "costs the ranks waiting for it 7.000 ms per step: rank 0: 7.000, rank 2: 7.000" in (

@@ -1,6 +1,6 @@
 """``neuron-prof analyze``: JSON valid against the shipped schema (and produced without pandas),
-the terminal report within 100 columns, exit codes 0 / 1 (--fail-on) / 2 (bad input, good
-inputs still analysed), directories with files that are not traces."""
+the terminal report within the piped width (120 columns), exit codes 0 / 1 (--fail-on) / 2
+(bad input, good inputs still analysed), directories with files that are not traces."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from neuron_profiler.cli.main import main
 from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.reports.json_report import SCHEMA_VERSION, schema_text
+from neuron_profiler.reports.terminal import PIPED_WIDTH
 from neuron_profiler.trace import EventKind, TraceBuilder
 from neuron_profiler.trace import vocabulary as V
 
@@ -95,7 +96,7 @@ def test_json_never_imports_pandas(tmp_path: Path) -> None:
 def test_no_steps_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["analyze", str(small_trace(tmp_path / "a.json", steps=False))], capsys)
     assert code == 0 and "no ProfilerStep" in out
-    assert max(len(line) for line in out.splitlines()) <= 100
+    assert max(len(line) for line in out.splitlines()) <= PIPED_WIDTH
 
 
 def test_bad_and_good_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,7 +32,9 @@ from neuron_profiler.cli.main import main
 from neuron_profiler.errors import OutputError
 from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.reports.html_report import render_html, write_html
+from neuron_profiler.reports.palette import CAUSE_COLOURS, EMULATOR_OVERHEAD_COLOUR
 from neuron_profiler.trace import EventKind, TraceBuilder
+from neuron_profiler.trace import vocabulary as V
 
 
 @pytest.fixture(scope="module")
@@ -106,11 +108,60 @@ def test_pareto_is_the_fallback_groups_by_recoverable_time(two_core) -> None:  #
 
 def test_findings_table_lists_every_finding(two_core) -> None:  # noqa: ANN001
     report, page = two_core
-    rows = page.table_after(("#", "finding", "ms/step", "% step", "longest at (µs)", "what to do"))
+    rows = page.table_after(("#", "finding", "ms/step", "% step", "longest at", "what to do"))
     assert [r[1].split(" (")[0] for r in rows] == [
         f.title.split(" (")[0] for f in report.findings.findings
     ]
     assert any(HOSTILE in r[1] for r in rows)  # shown as text, the markup escaped
+
+
+def test_findings_say_where_as_step_and_offset() -> None:
+    """Issue 23, 7: the longest occurrence is "step N +x ms", not the trace's absolute µs.
+    Steps at 5,552,829,762 µs (a host clock); core 0 idles from step 2 +0.27 ms."""
+    t = 5_552_829_762
+    b = Build().step(1, t, t + 1000).step(2, t + 1000, t + 2000)
+    b.kernel(t, t + 1270, launch_us=t).kernel(t + 1700, t + 2000, launch_us=t + 5)
+    page = parse(render_html([html_report(b)]))
+    (row,) = page.table_after(("#", "finding", "ms/step", "% step", "longest at", "what to do"))
+    assert row[4] == "step 2 +0.3 ms"
+    assert f"{t:,}"[:9] not in " ".join(page.text)
+
+
+def test_emulator_overhead_is_its_own_bar() -> None:
+    """Issue 23, 14: with the emulator's own host work in the trace, the step breakdown's bars
+    still add up to the wall time: the emulator overhead is a series of its own (the report's
+    per-step figure), never idle of a cause. One 1 ms step: compute 0-100 and 900-1000 µs,
+    emulator work 110-890 µs, 20 µs idle."""
+    b = Build().step(1, 0, 1000)
+    b.kernel(0, 100, launch_us=0)
+    b.host(V.OVERHEAD_PREFIX + "numerics", 110, 890, kind=EventKind.OTHER, cat=V.CAT_OVERHEAD)
+    b.kernel(900, 1000, launch_us=0)
+    report = html_report(b)
+    page = parse(render_html([report]))
+    assert_matches_report(page, report)  # the stack is the wall time
+    series = _series(page.figures()["chart-0-breakdown"])
+    assert series["emulator_overhead"]["y"] == [0.78]
+    assert series["emulator_overhead"]["marker"]["color"] == EMULATOR_OVERHEAD_COLOUR
+    assert sum(series[k]["y"][0] for k in series if k.startswith("idle:")) == pytest.approx(0.02)
+    assert "then the emulator overhead" in " ".join(page.text)
+
+
+def test_cause_colours_are_the_one_palette(two_core) -> None:  # noqa: ANN001
+    """Issue 23, 14: every idle cause has one colour, the palette's (the TensorBoard page draws
+    with the same one, served by its ``style`` route: tests/unit/test_tb_plugin.py), in the
+    breakdown and in the timeline."""
+    _, page = two_core
+    assert set(CAUSE_COLOURS) == set(ALL_CAUSES)
+    assert len(set(CAUSE_COLOURS.values())) == len(ALL_CAUSES)
+    drawn = 0
+    for fig in ("chart-0-breakdown", "chart-0-timeline"):
+        for t in page.figures()[fig]["data"]:
+            meta = t["meta"]
+            name = meta["cause"] if isinstance(meta, dict) else meta.removeprefix("idle:")
+            if name in ALL_CAUSES:
+                assert t["marker"]["color"] == CAUSE_COLOURS[name], (fig, name)
+                drawn += 1
+    assert drawn >= 6  # 3 causes in each chart
 
 
 def test_trace_text_is_escaped_everywhere(two_core) -> None:  # noqa: ANN001
@@ -262,3 +313,42 @@ def test_a_failed_write_keeps_the_old_page(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(OutputError, match="disk full"):
         write_html([html_report(two_core_trace())], out)
     assert out.read_text() == "old page" and os.listdir(tmp_path) == ["report.html"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"\x00\xff garbage \x1f\x8b", b'{"lr": 0.1}'],
+    ids=["empty", "garbage", "config"],
+)
+def test_no_analysable_input_leaves_the_old_page(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes,  # noqa: ANN001
+) -> None:
+    """Issue 23, 12: an empty, garbage or non-trace file is an error (exit 2) and the page
+    that was there stays; none is created where there was none."""
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    out = tmp_path / "r.html"
+    out.write_text("a good report")
+    assert main(["analyze", str(bad), "--html", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert out.read_text() == "a good report"
+    assert sorted(os.listdir(tmp_path)) == ["bad.json", "r.html"]  # no temp file left either
+    assert f"{out} not written" in err and "wrote the HTML report" not in err
+    out.unlink()
+    assert main(["analyze", str(bad), "--html", str(out)]) == 2
+    assert os.listdir(tmp_path) == ["bad.json"]
+
+
+def test_a_directory_without_traces_writes_no_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its files that are not traces are skipped (exit 0, as before): still nothing to show."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "config.json").write_text('{"lr": 0.1}')
+    out = tmp_path / "r.html"
+    out.write_text("a good report")
+    assert main(["analyze", str(tmp_path / "runs"), "--html", str(out)]) == 0
+    assert out.read_text() == "a good report"
+    assert f"{out} not written" in capsys.readouterr().err

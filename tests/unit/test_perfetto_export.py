@@ -18,6 +18,7 @@ from perfetto_checks import decode_and_check
 
 from neuron_profiler.analysis.counters import device_counters
 from neuron_profiler.exporters import _protowire as W
+from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.exporters.perfetto import SYNTHETIC_PID_BASE, write_perfetto_trace
 from neuron_profiler.trace import EventKind, Phase, TraceBuilder, load_trace
 
@@ -362,8 +363,9 @@ def test_empty_trace(tmp_path: Path) -> None:
 
 
 def test_string_pids_and_tids_name_their_tracks(tmp_path: Path) -> None:
-    """Kineto's string pids/tids ("Spans", "Traces", "") name their tracks when no M event
-    does; numbers without a name keep "process N" / "thread N"; M names still win."""
+    """Kineto's string pids/tids ("Spans", "Traces") name their tracks when no M event does,
+    the empty one ("") says what it is; numbers without a name keep "process N" / "thread N";
+    M names still win."""
     events = [
         {
             "ph": "X",
@@ -392,7 +394,7 @@ def test_string_pids_and_tids_name_their_tracks(tmp_path: Path) -> None:
     src.write_text(json.dumps({"baseTimeNanoseconds": 10**18, "traceEvents": events}))
     d = decode_and_check(write_perfetto_trace(load_trace(src), tmp_path / "o.pftrace").path)
     processes = {t.process.process_name: t for t in d.tracks.values() if t.HasField("process")}
-    assert set(processes) == {"Spans", "Traces", '""', "process 9", "named"}
+    assert set(processes) == {"Spans", "Traces", UNNAMED_PROCESS, "process 9", "named"}
     assert processes["Spans"].description == 'Chrome trace pid "Spans"'
     children = {
         (
@@ -405,10 +407,42 @@ def test_string_pids_and_tids_name_their_tracks(tmp_path: Path) -> None:
     assert children == {
         ("Spans", "PyTorch Profiler"),
         ("Traces", "Trace PyTorch Profiler"),
-        ('""', '""'),
+        (UNNAMED_PROCESS, UNNAMED_THREAD),
         ("process 9", "thread 3"),
         ("named", "worker"),
     }
+
+
+UNNAMED_PROCESS = '(unnamed process, pid "")'
+UNNAMED_THREAD = '(unnamed thread, tid "")'
+
+
+def test_the_empty_string_pid_is_a_named_process_and_stays_in_chrome_json(
+    tmp_path: Path,
+) -> None:
+    """Kineto writes its "Record Window End" marker with ``"pid": "", "tid": ""`` (every
+    shared CUDA trace has one): the .pftrace names that process and thread for what they are,
+    not ``""``, keeps the marker on them, and the Chrome JSON export keeps the row as it was."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 9, "tid": 3, "ts": 2, "dur": 5},
+        {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 60},
+    ]
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps({"baseTimeNanoseconds": 10**18, "traceEvents": events}))
+    trace = load_trace(src)
+    d = decode_and_check(write_perfetto_trace(trace, tmp_path / "o.pftrace").path)
+    processes = [t for t in d.tracks.values() if t.HasField("process")]
+    names = sorted(t.process.process_name for t in processes)
+    assert names == [UNNAMED_PROCESS, "process 9"]
+    assert all(t.process.process_name.strip('"') for t in processes)  # no name is only quotes
+    (empty,) = [t for t in processes if t.process.process_name == UNNAMED_PROCESS]
+    assert empty.description == 'Chrome trace pid ""'
+    (thread,) = [t for t in d.tracks.values() if t.parent_uuid == empty.uuid]
+    assert thread.name == UNNAMED_THREAD  # a string tid: a named track, not a ThreadDescriptor
+    assert [(t, n) for t, n, *_ in d.instants] == [(thread.uuid, "Record Window End")]
+    rows = json.loads(write_chrome_trace(trace, tmp_path / "o.json").read_text())
+    (marker,) = [e for e in rows["traceEvents"] if e.get("name") == "Record Window End"]
+    assert marker["pid"] == "" and marker["tid"] == "" and marker["ph"] == "i"
 
 
 @pytest.mark.parametrize(

@@ -379,3 +379,33 @@ def test_load_warnings_reach_the_report(tmp_path: Path) -> None:
     assert clean.exists()
     doc = client.get(f"{ROUTE}/report", query_string=ids(client, "run2", "w")).get_json()
     assert doc["traces"][0]["load_warnings"] == []
+
+
+# --- one palette and one text rule with the HTML report --------------------------------------
+
+
+def test_style_route_serves_the_html_reports_palette(tmp_path: Path) -> None:
+    """Issue 23, 14: the page colours idle causes with what the ``style`` route serves, which
+    is the HTML report's palette, one colour per cause; app.js spells no cause colour of its
+    own (the browser test checks the drawn colours: test_tb_frontend_browser.py)."""
+    import re
+    from importlib import resources
+
+    from neuron_profiler.analysis.causes import ALL_CAUSES
+    from neuron_profiler.reports import html_report
+    from neuron_profiler.reports.text import ELLIPSIS, NAME_LIMIT, TEXT_LIMIT
+
+    _, client = make_plugin(tmp_path)
+    style = client.get(f"{ROUTE}/style").get_json()
+    assert list(style["cause_colours"]) == list(ALL_CAUSES)
+    for cause in ALL_CAUSES:
+        assert style["cause_colours"][cause] == html_report.CAUSE_COLOURS[cause], cause
+    assert (style["name_limit"], style["text_limit"], style["ellipsis"]) == (
+        NAME_LIMIT,
+        TEXT_LIMIT,
+        ELLIPSIS,
+    )
+    app = resources.files("neuron_profiler.tensorboard").joinpath("static", "app.js").read_text()
+    causes = "|".join(ALL_CAUSES)
+    assert not re.search(rf"\b({causes})\s*:\s*\"#", app)  # no palette of its own
+    assert 'api("style")' in app and "STYLE.cause_colours" in app

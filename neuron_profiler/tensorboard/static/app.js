@@ -2,19 +2,41 @@
 // device timeline (route "timeline") for the chosen run / worker / span, and the cross-rank
 // analysis of the run's traces that belong with it (route "distributed", fetched when the
 // Distributed view opens). It computes nothing (every figure comes from those documents);
-// every name from a trace is set with textContent.
+// every name from a trace is set with textContent, shortened (shorten below). Colours of the
+// idle causes and the text limits come from route "style" (reports/palette.py: the HTML
+// report's), fetched first.
 "use strict";
 
 const PERFETTO = "https://ui.perfetto.dev";
 const VIEWS = ["Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed", "Trace"];
 const POLL_MS = 500; // while the first analysis of a trace runs (the route answers 202)
-const CAUSE_COLORS = {
-  collective_wait: "#393b79", data_loading: "#1f77b4", cpu_fallback: "#d62728", host_sync: "#ff7f0e",
-  host_bound_launch: "#9467bd", profiler_overhead: "#8c564b", other: "#7f7f7f",
-  short_gaps: "#c7c7c7",
-};
+// route "style": {cause_colours, emulator_overhead_colour, name_limit, text_limit, ellipsis}
+let STYLE = { cause_colours: {}, name_limit: 200, text_limit: 1000, ellipsis: "\u2026" };
 const state = { runs: [], doc: null, timeline: null, cross: null, error: null, view: "Overview", load: 0 };
 const $ = (id) => document.getElementById(id);
+
+// reports/text.py's shorten, in the browser (the documents keep every text whole): a text of
+// more than `limit` characters (code points; default the name limit) is its first
+// ceil((limit - 1) / 2) and last floor((limit - 1) / 2) around the ellipsis. Only the kept
+// characters are visited, so a 50 MB name costs no more than a short one.
+function shorten(text, limit) {
+  const s = String(text);
+  const max = limit ?? STYLE.name_limit;
+  if (s.length <= max) return s; // UTF-16 units: never fewer than code points
+  const step = (i) => (s.codePointAt(i) > 0xffff ? 2 : 1);
+  let n = 0;
+  for (let i = 0; i < s.length && n <= max; n++) i += step(i);
+  if (n <= max) return s;
+  const keep = max - 1, tail = Math.floor(keep / 2), head = keep - tail;
+  let a = 0;
+  for (let k = 0; k < head; k++) a += step(a);
+  let b = s.length;
+  for (let k = 0; k < tail; k++) {
+    const low = s.charCodeAt(b - 1), high = s.charCodeAt(b - 2);
+    b -= b >= 2 && low >= 0xdc00 && low <= 0xdfff && high >= 0xd800 && high <= 0xdbff ? 2 : 1;
+  }
+  return s.slice(0, a) + STYLE.ellipsis + s.slice(b);
+}
 
 function el(tag, text, cls) {
   const e = document.createElement(tag);
@@ -23,33 +45,39 @@ function el(tag, text, cls) {
   return e;
 }
 
-function fmt(v, digits) {
+// A cell's text: numbers at `digits`, texts shortened to `limit` (default the name limit).
+function fmt(v, digits, limit) {
   if (v === null || v === undefined) return "";
   if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(digits ?? 3);
-  if (Array.isArray(v)) return v.map((x) => (Array.isArray(x) ? "[" + x.join(", ") + "]" : String(x))).join("; ");
-  return String(v);
+  if (Array.isArray(v)) {
+    return shorten(v.map((x) => (Array.isArray(x) ? "[" + x.join(", ") + "]" : shorten(x, limit))).join("; "),
+      STYLE.text_limit);
+  }
+  return shorten(v, limit);
 }
 
-// columns: [[key or function, label, digits]]; name: the document section the rows come from
-// (data-table; each th of a plain key carries it as data-key), so a test can read it back;
+// columns: [[key or function, label, digits, limit]] (limit: of a text cell, default the name
+// limit); name: the document section the rows come from (data-table; each th of a plain key
+// carries it as data-key, and its digits and limit), so a test can read it back;
 // rowClass(row): a class for the row (e.g. a straggler's).
 function table(columns, rows, name, rowClass) {
   const t = el("table");
   if (name) t.dataset.table = name;
   const head = t.createTHead().insertRow();
-  for (const [key, label, digits] of columns) {
+  for (const [key, label, digits, limit] of columns) {
     const th = el("th", label);
     if (typeof key === "string") th.dataset.key = key;
     if (digits !== undefined) th.dataset.digits = String(digits);
+    if (limit !== undefined) th.dataset.limit = String(limit);
     head.appendChild(th);
   }
   const body = t.createTBody();
   for (const row of rows) {
     const tr = body.insertRow();
     if (rowClass && rowClass(row)) tr.className = rowClass(row);
-    for (const [key, , digits] of columns) {
+    for (const [key, , digits, limit] of columns) {
       const v = typeof key === "function" ? key(row) : row[key];
-      tr.appendChild(el("td", fmt(v, digits), typeof v === "number" ? "num" : ""));
+      tr.appendChild(el("td", fmt(v, digits, limit), typeof v === "number" ? "num" : ""));
     }
   }
   return t;
@@ -167,7 +195,7 @@ function timelineChart(series, rowName, color, what) {
   const idle = what === "idle";
   const traces = series.map((s) => {
     const seg = s.segments;
-    const row = rowName(s);
+    const row = shorten(rowName(s));
     return {
       type: "bar", orientation: "h", name: row, base: seg.start_us, x: idle ? seg.busy_us : seg.dur_us,
       y: seg.start_us.map(() => row), showlegend: false,
@@ -277,15 +305,18 @@ function renderDistributed(answer) {
 const views = {
   Overview(d) {
     const out = [];
-    for (const n of d.notes) out.push(el("p", n, "empty"));
+    for (const n of d.notes) out.push(el("p", shorten(n, STYLE.text_limit), "empty"));
     const steps = d.step_breakdown;
     if (steps.length && d.has_device) {
       out.push(el("h3", "Step time breakdown (ms)"));
-      const x = steps.map((s) => s.step);
+      const x = steps.map((s) => shorten(s.step));
       const traces = [{ type: "bar", name: "host", x, y: steps.map((s) => s.host_ms) }];
+      // idle here is wall - busy: on an emulator trace it holds the emulator's own host work,
+      // which the Idle view's causes leave out, so its name says so
+      const idle = d.idle.emulator_overhead_ms > 0 ? "idle+emu. (wall − busy)" : "idle";
       steps[0].devices.forEach((dev, i) => {
         for (const part of ["compute", "dma", "collective", "idle"]) {
-          traces.push({ type: "bar", name: dev.label + " " + part, x,
+          traces.push({ type: "bar", name: shorten(dev.label) + " " + (part === "idle" ? idle : part), x,
             y: steps.map((s) => s.devices[i][part + "_ms"]), offsetgroup: String(i + 1) });
         }
       });
@@ -302,12 +333,13 @@ const views = {
     }
     out.push(el("h3", "Device utilization (busy % of the profiled steps)"));
     if (d.idle.devices.length) {
-      out.push(chart([{ type: "bar", x: d.idle.devices.map((r) => r.label),
+      out.push(chart([{ type: "bar", x: d.idle.devices.map((r) => shorten(r.label)),
         y: d.idle.devices.map((r) => r.busy_pct), name: "busy %" }],
       { height: 260, yaxis: { title: "busy %", range: [0, 100] }, xaxis: { type: "category" } }));
       if (steps.length > 1) {
         out.push(chart(steps[0].devices.map((dev, i) => ({ type: "scatter", mode: "lines+markers",
-          name: dev.label, x: steps.map((s) => s.step), y: steps.map((s) => s.devices[i].busy_pct) })),
+          name: shorten(dev.label), x: steps.map((s) => shorten(s.step)),
+          y: steps.map((s) => s.devices[i].busy_pct) })),
         { height: 260, yaxis: { title: "busy % per step", range: [0, 100] }, xaxis: { type: "category" } }));
       }
       out.push(table([["label", "device"], ["window_ms", "window ms"], ["busy_ms", "busy ms"],
@@ -318,7 +350,8 @@ const views = {
     out.push(el("h3", "Top findings"));
     out.push(d.findings.length
       ? table([["title", "finding"], ["recoverable_ms", "recoverable ms"],
-        ["recoverable_pct", "recoverable %", 1], ["suggestion", "suggestion"]], d.findings, "findings")
+        ["recoverable_pct", "recoverable %", 1], ["suggestion", "suggestion", undefined, STYLE.text_limit]],
+      d.findings, "findings")
       : empty("the analyzer found nothing to fix in this trace"));
     return out;
   },
@@ -340,7 +373,7 @@ const views = {
       return [empty(d.has_device ? "no CPU fallback: every op ran on the device"
         : "no device events: fallbacks to the CPU cannot be told apart (a CUDA or host-only trace has none)")];
     }
-    return [table([["op", "op"], ["calls", "calls"], ["reason", "reason"], ["shapes", "shapes"],
+    return [table([["op", "op"], ["calls", "calls"], ["reason", "reason", undefined, STYLE.text_limit], ["shapes", "shapes"],
       ["host_ms", "host ms"], [(r) => r.d2h.count, "D2H copies"], [(r) => r.h2d.count, "H2D copies"],
       ["idle_ms", "device idle ms"], ["native_ms", "native ms (what-if)"],
       ["recoverable_ms", "recoverable ms"]], d.fallbacks, "fallbacks")];
@@ -350,20 +383,20 @@ const views = {
     const out = [el("h3", "Idle time by cause (ms)")];
     const causes = Object.keys(d.idle.by_cause_ms);
     out.push(chart([{ type: "bar", x: causes, y: causes.map((c) => d.idle.by_cause_ms[c]),
-      marker: { color: causes.map((c) => CAUSE_COLORS[c]) } }], { height: 300 }));
+      marker: { color: causes.map((c) => STYLE.cause_colours[c]) } }], { height: 300 }));
     out.push(el("h3", "Idle gaps over time, by cause"));
     if (tl.idle.length) {
       const legend = el("p", null, "legend");
-      for (const c of Object.keys(CAUSE_COLORS)) {
+      for (const c of Object.keys(STYLE.cause_colours)) {
         const key = el("span", c, "swatch");
-        key.style.borderColor = CAUSE_COLORS[c];
+        key.style.borderColor = STYLE.cause_colours[c];
         legend.appendChild(key);
       }
       out.push(legend, downsampledNote(tl, tl.idle,
         "a bar at the start of each bin as long as the idle time inside it, faded by the idle share of the bin" +
         " (a bar under a pixel is drawn 1 px wide: zoom in for exact lengths)"));
       out.push(timelineChart(tl.idle, (s) => s.label + " · " + s.cause,
-        (s) => ({ color: CAUSE_COLORS[s.cause] }), "idle"));
+        (s) => ({ color: STYLE.cause_colours[s.cause] }), "idle"));
     } else {
       out.push(empty("no idle gap inside the profiled steps"));
     }
@@ -443,7 +476,9 @@ function render() {
   view.dataset.state = "ready";
   view.dataset.view = state.view;
   const warnings = state.doc.load_warnings.length ? [el("div", null, "warnings")] : [];
-  for (const w of state.doc.load_warnings) warnings[0].appendChild(el("p", "load warning: " + w));
+  for (const w of state.doc.load_warnings) {
+    warnings[0].appendChild(el("p", "load warning: " + shorten(w, STYLE.text_limit)));
+  }
   view.replaceChildren(...warnings, ...views[state.view](state.doc, state.timeline));
 }
 
@@ -452,6 +487,7 @@ async function main() {
   $("worker").addEventListener("change", () => { syncSelectors(); loadReport(); });
   $("span").addEventListener("change", loadReport);
   try {
+    STYLE = (await api("style")).body;
     await loadRuns();
   } catch (err) {
     state.error = err.message;
