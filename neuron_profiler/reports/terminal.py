@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -138,7 +139,7 @@ def render_distributed(d: Distributed, *, console: Console, top: int = 10) -> No
             _span(span, console, top)
         elif d.reason is None:
             console.print(
-                f"span {span.index} ({', '.join(span.sources)}): {span.reason}",
+                f"span {span.index} ({_names(span.sources, ', ')}): {span.reason}",
                 overflow="fold",
                 highlight=False,
             )
@@ -168,10 +169,11 @@ def _span(s: SpanAnalysis, console: Console, top: int) -> None:
             highlight=False,
         )
         console.print(
-            f"  before arriving it was doing: [bold]{escape(x.doing or '-')}[/] (ms per late "
-            f"arrival, rank {x.rank} vs the others: "
+            f"  before arriving it was doing: [bold]{escape(shorten(x.doing or '-'))}[/] (ms per "
+            f"late arrival, rank {x.rank} vs the others: "
             + ", ".join(
-                f"{escape(a.name)} {_ms(a.ns)} vs {_ms(a.others_ns)}" for a in x.before[:top]
+                f"{escape(shorten(a.name))} {_ms(a.ns)} vs {_ms(a.others_ns)}"
+                for a in x.before[:top]
             )
             + ")",
             highlight=False,
@@ -226,8 +228,8 @@ def _span(s: SpanAnalysis, console: Console, top: int) -> None:
         for x in sorted(s.collectives, key=lambda x: -x.mean_skew_ns * x.calls)[:top]:
             waits = sorted(zip(x.ranks, x.wait_skew_ns, strict=True), key=lambda p: -p[1])
             c.add_row(
-                x.group,
-                x.name,
+                _name(x.group),
+                _name(x.name),
                 str(x.calls),
                 _ms(x.mean_skew_ns),
                 _ms(x.max_skew_ns),
@@ -239,7 +241,7 @@ def _span(s: SpanAnalysis, console: Console, top: int) -> None:
         console.print(c)
     for u in s.unmatched[:top]:
         console.print(
-            f"[yellow]note:[/] rank {u.rank}: {u.calls} call(s) of {u.group} have no "
+            f"[yellow]note:[/] rank {u.rank}: {u.calls} call(s) of {escape(shorten(u.group))} have no "
             "match on every rank of the group (not compared)",
             highlight=False,
         )
