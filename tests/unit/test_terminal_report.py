@@ -59,6 +59,7 @@ def sync_trace() -> Build:
     b = Build().step(1, T, T + 1000).step(2, T + 1000, T + 2000)
     b.kernel(T, T + 1270, launch_us=T)
     b.host("aten::item", T + 1200, T + 1300)
+    b.host("cudaStreamSynchronize", T + 1210, T + 1290, kind=EventKind.RUNTIME, cat="cuda_runtime")
     b.host("aten::_local_scalar_dense", T + 1210, T + 1290)
     b.kernel(T + 1700, T + 2000, launch_us=T + 5)
     return b
