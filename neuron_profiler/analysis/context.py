@@ -60,8 +60,9 @@ class AnalysisContext:
         self.trace = trace
         self.options = options or Options()
         self._results: dict[Callable[..., Any], Any] = {}
-        self._busy: dict[tuple[int, tuple[int, ...] | None], I.Intervals] = {}
-        self._host_of: dict[int, sel.HostRows] = {}
+        self._busy: dict[int, I.Intervals] = {}
+        self._waits: dict[int, I.Intervals] = {}
+        self._launch_threads: dict[int, np.ndarray] = {}
 
     def result(self, analysis: Callable[[AnalysisContext], R]) -> R:
         """``analysis(self)``, computed once per context."""
@@ -116,35 +117,42 @@ class AnalysisContext:
         s = sel.spans_of(self.trace, sel.emulator_overhead_rows(self.trace, self.names))
         return I.union(s.start, s.end)
 
-    def host_of(self, device: int) -> sel.HostRows:
-        """The host rows of the threads that launched ``device``'s work (the host activity a
-        gap on that device can be blamed on: not a monitor thread asleep beside it); every
-        host row when the trace links no launch to that device's work."""
-        if device not in self._host_of:
-            w, sites = self.work, self.launch_sites
-            on = (w.device == device) & sites.known
-            threads = np.unique(np.stack([sites.pid[on], sites.tid[on]], axis=1), axis=0)
-            host = self.host
-            if len(threads) == 0:
-                self._host_of[device] = host
-            else:
-                c = self.trace.columns
-                pid, tid = c[S.PID][host.rows], c[S.TID][host.rows]
-                mine = np.zeros(len(host), bool)
-                for p, t in threads.tolist():  # the launching threads: one or a few
-                    mine |= (pid == p) & (tid == t)
-                self._host_of[device] = host.subset(mine)
-        return self._host_of[device]
+    def launch_threads(self, device: int) -> np.ndarray:
+        """(pid, tid) of the host threads whose runtime calls launched ``device``'s work (the
+        host activity a gap on that device can be blamed on: not a monitor thread asleep
+        beside it); empty when the trace links no launch to that device's work."""
+        if device not in self._launch_threads:
+            w, c = self.work, self.trace.columns
+            corr = c[S.CORRELATION][w.rows[w.device == device]]
+            calls = np.flatnonzero(
+                self.trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE)
+                & np.isin(c[S.CORRELATION], np.unique(corr[corr > 0]))
+            )
+            pairs = np.stack([c[S.PID][calls], c[S.TID][calls]], axis=1)
+            self._launch_threads[device] = np.unique(pairs, axis=0)
+        return self._launch_threads[device]
+
+    def on_launch_threads(self, device: int, rows: np.ndarray) -> np.ndarray:
+        """Which of these host rows ran on a thread that launched ``device``'s work (all of
+        them when the trace links no launch to it)."""
+        threads = self.launch_threads(device)
+        if len(threads) == 0:
+            return np.ones(len(rows), bool)
+        c = self.trace.columns
+        pid, tid = c[S.PID][rows], c[S.TID][rows]
+        out = np.zeros(len(rows), bool)
+        for p, t in threads.tolist():  # the launching threads: one or a few
+            out |= (pid == p) & (tid == t)
+        return out
 
     def waits(self, device: int) -> I.Intervals:
         """When ``device`` waited at a collective for its peers (its collective-wait slices,
         less any time it had work), as one union over all time."""
-        key = (device, (-1,))
-        if key not in self._busy:
+        if device not in self._waits:
             w = self.work
             on = (w.device == device) & w.wait
-            self._busy[key] = I.subtract(I.union(w.start[on], w.end[on]), self.busy(device))
-        return self._busy[key]
+            self._waits[device] = I.subtract(I.union(w.start[on], w.end[on]), self.busy(device))
+        return self._waits[device]
 
     @property
     def n_steps(self) -> int:
@@ -156,12 +164,16 @@ class AnalysisContext:
 
     def busy(self, device: int, queues: tuple[int, ...] | None = None) -> I.Intervals:
         """When ``device`` had work on any of ``queues`` (queue classes; None: any queue), as
-        one union over all time; kept per (device, queues). Collective waits are not work."""
-        key = (device, queues)
-        if key not in self._busy:
-            w = self.work
-            on = (w.device == device) & ~w.wait
-            if queues is not None:
-                on &= np.isin(w.queue, queues)
-            self._busy[key] = I.union(w.start[on], w.end[on])
-        return self._busy[key]
+        one union over all time. Collective waits are not work. The whole device's union,
+        which several analyses read, is kept; a union of some queue classes is computed for
+        the one analysis that asks (they can be as large as the trace's work)."""
+        if queues is None and device in self._busy:
+            return self._busy[device]
+        w = self.work
+        on = (w.device == device) & ~w.wait
+        if queues is not None:
+            on &= np.isin(w.queue, queues)
+        union = I.union(w.start[on], w.end[on])
+        if queues is None:
+            self._busy[device] = union
+        return union

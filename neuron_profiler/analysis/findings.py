@@ -165,9 +165,9 @@ def _idle_findings(ctx: AnalysisContext) -> list[Finding]:
 def _covering_row(ctx: AnalysisContext, gs: int, ge: int, device: int) -> int:
     """The host row covering most of [gs, ge) on the device's launching threads (the innermost
     among equals), the one ``idle.host_activity`` names first; -1: none."""
-    host = ctx.host_of(device)
-    hit = sel.covering(host, gs, ge)
-    return int(host.rows[hit[0]]) if len(hit) else -1
+    rows = ctx.host.rows[sel.covering(ctx.host, gs, ge)]
+    rows = rows[ctx.on_launch_threads(device, rows)]
+    return int(rows[0]) if len(rows) else -1
 
 
 def _finding(

@@ -311,10 +311,12 @@ def _longest(
 
 def host_activity(ctx: AnalysisContext, gs: int, ge: int, device: int) -> tuple[str, ...]:
     """Names of the host ops covering most of [gs, ge) on the threads that launch the device's
-    work (``ctx.host_of``); among equals, the innermost."""
-    host = ctx.host_of(device)
+    work (``ctx.launch_threads``); among equals, the innermost."""
+    host = ctx.host
+    hit = sel.covering(host, gs, ge)
+    hit = hit[ctx.on_launch_threads(device, host.rows[hit])]
     names: list[str] = []
-    for n in host.name_id[sel.covering(host, gs, ge)].tolist():
+    for n in host.name_id[hit].tolist():
         text = ctx.trace.strings[n]
         if text not in names:
             names.append(text)

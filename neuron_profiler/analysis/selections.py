@@ -175,11 +175,6 @@ class HostRows:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def subset(self, keep: np.ndarray) -> HostRows:
-        return HostRows(
-            self.rows[keep], self.start[keep], self.end[keep], self.name_id[keep], self.kind[keep]
-        )
-
 
 def host_rows(trace: Trace, names: NameClasses) -> HostRows:
     mask = trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE) & ~np.isin(

@@ -88,17 +88,24 @@ def _ops(ctx: AnalysisContext) -> tuple[OpRow, ...]:
     ops[host.rows[host.kind == S.EventKind.CPU_OP]] = True
     if not ops.any():
         return ()
+    # (arrays as long as the trace's ops are released as soon as they are used: a 5M-event
+    # trace's peak memory is set here)
     start, dur = c[S.TS_NS][rows], c[S.DUR_NS][rows]
     order = np.lexsort((-(start + dur), start, c[S.TID][rows], c[S.PID][rows]))
     rows, start, dur = rows[order], start[order], dur[order]
+    del order, tree_rows
     pid, tid = c[S.PID][rows], c[S.TID][rows]
     thread = np.cumsum(np.r_[False, (np.diff(pid) != 0) | (np.diff(tid) != 0)])
+    del pid, tid
     is_op = ops[rows]
+    del ops
     name_id = c[S.NAME_ID][rows]
     direct = parents(thread, start, start + dur)
+    del thread, start
     parent, merged, absorbing = _merge_repeats(direct, is_op, name_id)
     # runtime calls of an op that merged a child are replaced by the child's
     dropped = ~is_op & (direct >= 0) & absorbing[np.maximum(direct, 0)]
+    del direct
     dev_self = np.where(is_op, _device_self(trace, work, c[S.EXTERNAL_ID][rows]), 0)
     inner = np.flatnonzero(merged & ~absorbing)  # the last op of each chain of repeats
     dev_self[parent[inner]] = dev_self[inner]  # the chain's head takes the innermost's launches
@@ -107,8 +114,11 @@ def _ops(ctx: AnalysisContext) -> tuple[OpRow, ...]:
     child_dur = np.bincount(parent[counted], weights=dur[counted], minlength=len(rows)).astype(
         np.int64
     )
+    del counted, inner, absorbing
     tree = np.where(merged | dropped, -1, parent)
+    del parent, dropped
     dev_total = subtree_sums(tree, dev_self)
+    del tree
     reported = np.flatnonzero(is_op & ~merged & _op_names(trace)[name_id])
     if len(reported) == 0:
         return ()
