@@ -354,6 +354,7 @@ def _idle(r: Report) -> dict[str, Any]:
             {
                 "device": g.device,
                 "start_us": r.to_trace_us(g.start_ns),
+                "at": r.position(g.start_ns).text(),
                 "end_us": r.to_trace_us(g.end_ns),
                 "dur_ms": _ms(g.dur_ns),
                 "idle_ms": _ms(g.idle_ns),

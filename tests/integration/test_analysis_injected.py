@@ -129,7 +129,8 @@ def test_dataloader_stall_in_the_stalled_step_only(
     reports: dict[str, Report], traces: dict[str, Path]
 ) -> None:
     """The stalled step's data-loading idle is the injected sleep within 25% and covers its
-    DataLoader ``__next__`` span (read from the file); the other steps have none to speak of;
+    DataLoader ``__next__`` span (read from the file); the other steps have none to speak of
+    (under a quarter of it: their batch loads at once);
     the top finding is data loading."""
     r = reports["dataloader"]
     injected_ns = W.ITEM_SLEEP_S * W.ITEMS_PER_BATCH * 1e9
@@ -143,8 +144,8 @@ def test_dataloader_stall_in_the_stalled_step_only(
             assert _close(ns, injected_ns), (loading, injected_ns)
             s, e = nexts[step - 1]
             assert ns >= e - s - 1_000  # the whole __next__ is idle (1 µs: trace rounding)
-        else:
-            assert ns < 0.1 * injected_ns, loading
+        else:  # a batch that loads at once: its collate and copy, ~0.3 ms (more under load)
+            assert ns < 0.25 * injected_ns, loading
     assert r.findings.findings[0].kind == "idle:data_loading"
     assert not any(f.kind.startswith("cpu_fallback") for f in r.findings.findings)
 

@@ -401,8 +401,8 @@ const views = {
       out.push(empty("no idle gap inside the profiled steps"));
     }
     out.push(el("h3", "Longest gaps"));
-    out.push(d.idle.longest_gaps.length ? table([["device", "device"], ["step", "step"],
-      ["start_us", "start µs"], ["dur_ms", "duration ms"], ["cause", "cause"],
+    out.push(d.idle.longest_gaps.length ? table([["device", "device"], ["at", "at"],
+      ["dur_ms", "duration ms"], ["cause", "cause"],
       ["host_activity", "host activity"]], d.idle.longest_gaps, "idle.longest_gaps")
       : empty("no gap longer than " + d.idle.min_gap_us + " µs"));
     return out;
