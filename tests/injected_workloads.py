@@ -29,7 +29,7 @@ ITEM_SLEEP_S, ITEMS_PER_BATCH, STALLED_STEPS = 0.005, 4, (2,)  # profiled step n
 # host syncs: host work right after a mid-step .item() and after a torch.neuron.synchronize(),
 # each once a step (a sleep, not a busy wait: on a loaded machine a busy wait gets the process
 # descheduled after)
-AFTER_ITEM_S, AFTER_SYNCHRONIZE_S = 0.010, 0.008
+AFTER_ITEM_S, AFTER_SYNCHRONIZE_S = 0.020, 0.016
 # host-bound: a loop of tiny ops per step (16x16 adds: the host launches slower than they run)
 TINY_OPS = 60
 # device-bound control: large matmuls queued back to back, one sync at the end of each step

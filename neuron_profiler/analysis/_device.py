@@ -26,6 +26,7 @@ from neuron_profiler.trace.model import Trace
 
 COMPUTE, DMA, COLLECTIVE = 0, 1, 2
 NO_LAUNCH = np.iinfo(np.int64).min
+_NONE = np.zeros(0, np.int64)
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,15 @@ class DeviceWork:
     devices: tuple[int, ...]
     labels: dict[int, str]
     wait: np.ndarray  # collective-wait slices: the device waits for its peers, no work
+    by_device: dict[int, np.ndarray]  # each device's entries (indices, in start order)
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def of(self, device: int) -> np.ndarray:
+        """Indices of one device's work, in start order: per-device work in O(its rows), not a
+        mask over every row (a trace may have tens of thousands of device processes)."""
+        return self.by_device.get(device, _NONE)
 
 
 def work_rows(trace: Trace) -> np.ndarray:
@@ -75,7 +82,11 @@ def device_work(trace: Trace, collective_names: np.ndarray, wait_names: np.ndarr
         flagged = arg_values(trace, rows[collective], (V.ARG_COLLECTIVE_WAIT,))
         wait[collective] |= np.array([v is True for v in flagged[V.ARG_COLLECTIVE_WAIT]], bool)
     device = c[S.PID][rows]
-    devices = tuple(np.unique(device).tolist())
+    codes, dense = np.unique(device, return_inverse=True)
+    devices = tuple(codes.tolist())
+    order = np.argsort(dense, kind="stable")  # by device, start order kept within each
+    cut = np.flatnonzero(np.diff(dense[order])) + 1
+    by_device = dict(zip(devices, np.split(order, cut), strict=True)) if len(rows) else {}
     labels = {d: _label(trace.process_names.get(d, ""), d) for d in devices}
     return DeviceWork(
         rows=rows,
@@ -85,6 +96,7 @@ def device_work(trace: Trace, collective_names: np.ndarray, wait_names: np.ndarr
         end=c[S.TS_NS][rows] + c[S.DUR_NS][rows],
         launch=launch_starts(trace, rows),
         wait=wait,
+        by_device=by_device,
         devices=devices,
         labels=labels,
     )

@@ -123,7 +123,7 @@ class AnalysisContext:
         beside it); empty when the trace links no launch to that device's work."""
         if device not in self._launch_threads:
             w, c = self.work, self.trace.columns
-            corr = c[S.CORRELATION][w.rows[w.device == device]]
+            corr = c[S.CORRELATION][w.rows[w.of(device)]]
             calls = np.flatnonzero(
                 self.trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE)
                 & np.isin(c[S.CORRELATION], np.unique(corr[corr > 0]))
@@ -150,7 +150,8 @@ class AnalysisContext:
         less any time it had work), as one union over all time."""
         if device not in self._waits:
             w = self.work
-            on = (w.device == device) & w.wait
+            on = w.of(device)
+            on = on[w.wait[on]]
             self._waits[device] = I.subtract(I.union(w.start[on], w.end[on]), self.busy(device))
         return self._waits[device]
 
@@ -170,9 +171,11 @@ class AnalysisContext:
         if queues is None and device in self._busy:
             return self._busy[device]
         w = self.work
-        on = (w.device == device) & ~w.wait
+        on = w.of(device)
+        keep = ~w.wait[on]
         if queues is not None:
-            on &= np.isin(w.queue, queues)
+            keep &= np.isin(w.queue[on], queues)
+        on = on[keep]
         union = I.union(w.start[on], w.end[on])
         if queues is None:
             self._busy[device] = union

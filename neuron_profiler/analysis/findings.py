@@ -210,8 +210,10 @@ def _exposed_copies(ctx: AnalysisContext) -> dict[int, I.Intervals]:
     work, skip, window = ctx.work, ctx.result(fallback_copies), ctx.steps.spans
     out = {}
     for device in work.devices:
-        on = work.device == device
-        dma = on & (work.queue == DMA) & ~skip
+        on = work.of(device)
+        dma = on[(work.queue[on] == DMA) & ~skip[on]]
+        if len(dma) == 0:
+            continue
         exposed = I.subtract(
             I.union(work.start[dma], work.end[dma]), ctx.busy(device, (COMPUTE, COLLECTIVE))
         )
