@@ -19,6 +19,7 @@ from __future__ import annotations
 import operator
 import re
 from array import array
+from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import Any
 
@@ -30,7 +31,7 @@ from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace._numtext import OK, python_int_column, us_texts_to_ns, value_to_ns
 from neuron_profiler.trace._rawargs import RawArgs, RawArgsBuilder
 from neuron_profiler.trace.kinds import kind_of
-from neuron_profiler.trace.model import MetaEvent
+from neuron_profiler.trace.model import META_VIEWS, MetaTable, view_by_process, view_value
 from neuron_profiler.trace.repair import fix_utf8, repair_value, with_headroom
 
 _NONE = msgspec.Raw(b"")
@@ -162,7 +163,7 @@ class ColumnSink:
         self._lookup: dict[str, int] = {_NO_CAT: -1}  # strings plus the no-cat marker
         self.labels: dict[str, int] = {}
         self._packed_idents: dict[int | str, int] = {}  # pid/tid -> id * 2 + text flag
-        self.meta_events: list[MetaEvent] = []  # ts_ns relative to baseTimeNanoseconds
+        self._metas: list[_MetaChunk] = []  # per piece; ts_ns relative to baseTimeNanoseconds
         self.process_names: dict[int, str] = {}
         self.thread_names: dict[tuple[int, int], str] = {}
         self.process_sort: dict[int, int] = {}
@@ -347,15 +348,91 @@ class ColumnSink:
         self, metas: list[Event], text: bytes, raws: list[msgspec.Raw] | None, where: np.ndarray
     ) -> None:
         """Keep every ``M`` event (``where``: their rows in the piece) and fill the name and
-        sort-index dicts; ts converted like event times (None when absent)."""
+        sort-index dicts, in bulk: one decode of all their args, ids and flags as columns, each
+        dict updated in one pass (in file order, so the last event of a key wins)."""
         valid = np.ones(len(metas), dtype=bool)
         ts, exact = _us_to_ns([e.ts for e in metas], valid, required=False)
         self._exact_times(((ts, exact, "ts"),), text, raws, where, valid)
-        for event, ok, ts_ns in zip(metas, valid.tolist(), ts.tolist(), strict=True):
-            if ok:
-                self._add_meta(event, None if event.ts is None else ts_ns)
-            else:
-                self.skipped += 1
+        args = self._metas_args(metas)
+        valid &= np.fromiter(map(_is_dict, args), dtype=bool, count=len(args))
+        self.skipped += int((~valid).sum())
+        keep = np.flatnonzero(valid)
+        if len(keep) == 0:
+            return
+        if len(keep) < len(metas):
+            metas, args = [metas[i] for i in keep.tolist()], [args[i] for i in keep.tolist()]
+            ts = ts[keep]
+        pid, pid_text = self._idents([e.pid for e in metas])
+        tid, tid_text = self._idents([e.tid for e in metas])
+        self._count_relabelled(np.concatenate([pid, tid]))
+        form = np.zeros(len(metas), dtype=np.uint8)
+        if pid_text is not None:
+            form[pid_text] |= S.Form.PID_TEXT
+        if tid_text is not None:
+            form[tid_text] |= S.Form.TID_TEXT
+        chunk = _MetaChunk(
+            name=[e.name for e in metas],
+            pid=pid,
+            tid=tid,
+            args=args,
+            ts_ns=ts,
+            has_ts=np.fromiter((e.ts is not None for e in metas), dtype=bool, count=len(metas)),
+            cat=[None if e.cat is _NO_CAT else e.cat for e in metas],
+            form=form,
+        )
+        self._metas.append(chunk)
+        self._apply_views(chunk)
+
+    def _metas_args(self, metas: list[Event]) -> list[Any]:
+        """Every M event's decoded args ({} when absent) from one decode of all of them; the
+        rare piece the decoder refuses is decoded event by event (``_meta_args``' repairs)."""
+        texts = [bytes(e.args) for e in metas]
+        present = [i for i, t in enumerate(texts) if t]
+        out: list[Any] = [{}] * len(metas)
+        try:
+            decoded = msgspec.json.decode(b"[" + b",".join(texts[i] for i in present) + b"]")
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            decoded = [self._meta_args(texts[i]) for i in present]
+        for i, value in zip(present, decoded, strict=True):
+            out[i] = value
+        return out
+
+    def _apply_views(self, chunk: _MetaChunk) -> None:
+        """The name and sort-index dicts, by ``MetaEvent.entry``'s rule (``view_by_process``,
+        ``view_value``), one update per dict."""
+        names = np.array(chunk.name, dtype=object)
+        pid, tid = chunk.pid.tolist(), chunk.tid.tolist()
+        for name, view in META_VIEWS.items():
+            at = np.flatnonzero(names == name).tolist()
+            if not at:
+                continue
+            keys = [pid[i] if view_by_process(view) else (pid[i], tid[i]) for i in at]
+            values = [view_value(view, chunk.args[i]) for i in at]
+            self._views[view].update(zip(keys, values, strict=True))
+
+    def meta_table(self, base_ns: int) -> MetaTable:
+        """Every kept M event, ts made absolute with the file's base (known at the end)."""
+        chunks, self._metas = self._metas, []
+        ts = np.concatenate([c.ts_ns for c in chunks]) if chunks else np.zeros(0, np.int64)
+        has_ts = np.concatenate([c.has_ts for c in chunks]) if chunks else np.zeros(0, bool)
+        if base_ns:
+            ts = np.where(has_ts, ts + base_ns, ts)
+        cat = lambda key: [v for c in chunks for v in getattr(c, key)]  # noqa: E731
+        arr = lambda key, dtype: (  # noqa: E731
+            np.concatenate([getattr(c, key) for c in chunks]).astype(dtype, copy=False)
+            if chunks
+            else np.zeros(0, dtype)
+        )
+        return MetaTable(
+            name=cat("name"),
+            pid=arr("pid", np.int64),
+            tid=arr("tid", np.int64),
+            args=cat("args"),
+            ts_ns=ts,
+            has_ts=has_ts,
+            cat=cat("cat"),
+            form=arr("form", np.uint8),
+        )
 
     # ---- columns --------------------------------------------------------------------------
     def _times(
@@ -565,31 +642,6 @@ class ColumnSink:
             ids.append(_ArgIds())
         return ids, fixed
 
-    def _add_meta(self, event: Event, ts_ns: int | None) -> None:
-        args = self._meta_args(bytes(event.args)) if len(event.args) else {}
-        if not isinstance(args, dict):
-            self.skipped += 1
-            return
-        pid, tid = self._ident(event.pid), self._ident(event.tid)
-        self._count_relabelled(np.array([pid, tid], dtype=np.int64))
-        form = (S.Form.PID_TEXT if type(event.pid) is str and not self._is_label(pid) else 0) | (
-            S.Form.TID_TEXT if type(event.tid) is str and not self._is_label(tid) else 0
-        )
-        meta = MetaEvent(
-            name=event.name,
-            pid=pid,
-            tid=tid,
-            args=args,
-            ts_ns=ts_ns,
-            cat=None if event.cat is _NO_CAT else event.cat,
-            form=form,
-        )
-        self.meta_events.append(meta)
-        entry = meta.entry()
-        if entry is not None:
-            view, key, value = entry
-            self._views[view][key] = value
-
     def _meta_args(self, text: bytes) -> Any:
         """Decoded args of an ``M`` event; a number beyond float range is kept as text."""
         try:
@@ -626,6 +678,24 @@ class ColumnSink:
 
     def raw_args(self) -> RawArgs:
         return self._args.build()
+
+
+@dataclass
+class _MetaChunk:
+    """One piece's M events as columns (``MetaTable``'s fields, ts relative to the base)."""
+
+    name: list[str]
+    pid: np.ndarray
+    tid: np.ndarray
+    args: list[Any]
+    ts_ns: np.ndarray
+    has_ts: np.ndarray
+    cat: list[str | None]
+    form: np.ndarray
+
+
+def _is_dict(value: Any) -> bool:
+    return isinstance(value, dict)
 
 
 def _utf8(text: bytes) -> bool:

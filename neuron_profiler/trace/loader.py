@@ -21,7 +21,6 @@ Detection rules (docs/trace-model.md):
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import re
 import warnings
@@ -444,10 +443,7 @@ def _build(load: _Load, source: str) -> Trace:
     strings = list(sink.strings)
     columns[S.KIND] = refine_kinds(columns[S.KIND], columns[S.NAME_ID], strings)
     labels = {LABEL_ID_BASE + i: text for text, i in sink.labels.items()}
-    meta_events = tuple(
-        m if m.ts_ns is None or not base_ns else dataclasses.replace(m, ts_ns=m.ts_ns + base_ns)
-        for m in sink.meta_events
-    )
+    meta_events = sink.meta_table(base_ns)
     report = LoadReport(
         **sink.repairs,
         trailing_bytes=load.trailing,

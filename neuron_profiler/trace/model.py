@@ -54,10 +54,45 @@ class MetaEvent:
         view = META_VIEWS.get(self.name)
         if view is None:
             return None
-        key = self.pid if view.startswith("process") else (self.pid, self.tid)
-        if view.endswith("names"):
-            return view, key, str(self.args.get("name", ""))
-        return view, key, int_or(self.args.get("sort_index"), 0)
+        key = self.pid if view_by_process(view) else (self.pid, self.tid)
+        return view, key, view_value(view, self.args)
+
+
+@dataclass(frozen=True)
+class MetaTable(Sequence[MetaEvent]):
+    """Every ``M`` event as columns (what the loader builds: a metadata-heavy trace holds
+    hundreds of thousands, one per process and thread name); reads as a sequence of
+    ``MetaEvent``, each made when asked for.
+
+    Args: name / args / cat: per event (args decoded, {} when absent; cat None when absent);
+    pid / tid: int64 ids as in the event columns; ts_ns: int64 absolute ns, ``has_ts`` False
+    where the event had no ``ts``; form: uint8 ``schema.Form`` bits.
+    """
+
+    name: list[str]
+    pid: np.ndarray
+    tid: np.ndarray
+    args: list[dict[str, Any]]
+    ts_ns: np.ndarray
+    has_ts: np.ndarray
+    cat: list[str | None]
+    form: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    def __getitem__(self, i: int) -> MetaEvent:  # type: ignore[override]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return MetaEvent(
+            name=self.name[i],
+            pid=int(self.pid[i]),
+            tid=int(self.tid[i]),
+            args=self.args[i],
+            ts_ns=int(self.ts_ns[i]) if self.has_ts[i] else None,
+            cat=self.cat[i],
+            form=int(self.form[i]),
+        )
 
 
 # M event name -> the Trace dict it fills
@@ -67,6 +102,18 @@ META_VIEWS = {
     "process_sort_index": "process_sort_index",
     "thread_sort_index": "thread_sort_index",
 }
+
+
+def view_by_process(view: str) -> bool:
+    """Is the ``Trace`` dict keyed by pid (else by (pid, tid))?"""
+    return view.startswith("process")
+
+
+def view_value(view: str, args: dict[str, Any]) -> Any:
+    """What an M event's args put in that dict: the name, else the sort index (0 when odd)."""
+    if view.endswith("names"):
+        return str(args.get("name", ""))
+    return int_or(args.get("sort_index"), 0)
 
 
 def int_or(value: Any, default: int) -> int:
@@ -203,7 +250,7 @@ class Trace:
     source: str = ""
     skipped_events: int = 0
     truncated: bool = False
-    meta_events: tuple[MetaEvent, ...] = ()
+    meta_events: Sequence[MetaEvent] = ()  # a tuple, or the loader's MetaTable
     load_report: LoadReport = LoadReport()
 
     def __post_init__(self) -> None:

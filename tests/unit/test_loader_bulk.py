@@ -1,0 +1,110 @@
+"""Metadata-heavy traces load in bulk: no per-event Python path over the ``M`` events (a guard
+that counts calls, not time), with every name, label and sort index kept as a plain reading of
+the JSON gives them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from neuron_profiler.trace import _columns, load_trace
+from neuron_profiler.trace import model as M
+
+PROCESSES = 2000  # x 5 M events + 2 kernels each: 14,000 events
+
+
+def _metadata_heavy(path: Path) -> dict:
+    events = []
+    for p in range(PROCESSES):
+        pid = 1000 + p
+        events += [
+            {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"Queue {p}"}},
+            {"ph": "M", "name": "process_labels", "pid": pid, "args": {"labels": f"q{p}"}},
+            {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": p}},
+            {"ph": "M", "name": "thread_name", "pid": pid, "tid": 7, "args": {"name": "s7"}},
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": pid,
+                "tid": 7,
+                "ts": 5.5,
+                "args": {"sort_index": 7},
+            },
+        ]
+        events += [
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k",
+                "pid": pid,
+                "tid": 7,
+                "ts": 10.0 + k,
+                "dur": 1.0,
+                "args": {"stream": 7},
+            }
+            for k in range(2)
+        ]
+    doc = {"traceEvents": events}
+    path.write_text(json.dumps(doc))
+    return doc
+
+
+def test_metadata_is_loaded_without_a_per_event_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = _metadata_heavy(tmp_path / "t.json")
+    calls = {"MetaEvent": 0, "meta_args": 0, "ident": 0}
+    real_init = M.MetaEvent.__init__
+    real_args = _columns.ColumnSink._meta_args
+    real_ident = _columns.ColumnSink._ident
+
+    def counted(name, fn):  # noqa: ANN001, ANN202
+        def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(M.MetaEvent, "__init__", counted("MetaEvent", real_init))
+    monkeypatch.setattr(_columns.ColumnSink, "_meta_args", counted("meta_args", real_args))
+    monkeypatch.setattr(_columns.ColumnSink, "_ident", counted("ident", real_ident))
+    trace = load_trace(tmp_path / "t.json")
+    assert calls == {"MetaEvent": 0, "meta_args": 0, "ident": 0}, calls
+    metas = [e for e in doc["traceEvents"] if e["ph"] == "M"]
+    assert len(trace.meta_events) == len(metas)
+    monkeypatch.undo()
+    # the same as a plain reading of the JSON, in file order
+    got = [(m.name, m.pid, m.tid, m.args, m.ts_ns) for m in trace.meta_events]
+    want = [
+        (
+            e["name"],
+            e["pid"],
+            e.get("tid", 0),
+            e["args"],
+            None if "ts" not in e else round(e["ts"] * 1000),
+        )
+        for e in metas
+    ]
+    assert got == want
+    assert trace.process_names == {1000 + p: f"Queue {p}" for p in range(PROCESSES)}
+    assert trace.process_sort_index == {1000 + p: p for p in range(PROCESSES)}
+    assert trace.thread_names == {(1000 + p, 7): "s7" for p in range(PROCESSES)}
+    assert trace.thread_sort_index == {(1000 + p, 7): 7 for p in range(PROCESSES)}
+
+
+def test_odd_metadata_args_are_repaired_or_skipped_as_before(tmp_path: Path) -> None:
+    """The bulk decode falls back to one event at a time for a piece it refuses: a number
+    beyond float range kept as text, a non-object args skipped (counted)."""
+    (tmp_path / "t.json").write_text(
+        '{"traceEvents": ['
+        '{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "a", "x": 1e400}},'
+        '{"ph": "M", "name": "process_name", "pid": 2, "args": [1, 2]},'
+        '{"ph": "M", "name": "thread_name", "pid": 1, "tid": 3, "args": {"name": "t"}},'
+        '{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 3, "ts": 1, "dur": 1}]}'
+    )
+    trace = load_trace(tmp_path / "t.json")
+    assert trace.process_names == {1: "a"} and trace.thread_names == {(1, 3): "t"}
+    assert trace.skipped_events == 1 and len(trace.meta_events) == 2
+    assert trace.load_report.replaced_values == 1
