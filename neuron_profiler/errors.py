@@ -32,7 +32,8 @@ class CollectorUnavailableError(NeuronProfilerError):
 
 
 class EmulatorError(NeuronProfilerError):
-    """The emulated device cannot be enabled (e.g. a real neuron backend is registered)."""
+    """The emulated device cannot be enabled (a real neuron backend is registered) or cannot do
+    what was asked of it (CUDA graphs, NCCL)."""
 
     exit_code = 3
 

@@ -23,6 +23,7 @@ from neuron_profiler.emulator.dispatch import (
     run_inner,
     wrap,
 )
+from neuron_profiler.emulator.process_groups import host_backend
 
 _NAMES = {
     "allreduce_": "allreduce",
@@ -78,6 +79,8 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     u = Unwrapped()
     u.args = tuple(u.take(a) for a in args)
     u.kwargs = {k: u.take(v) for k, v in kwargs.items()}
+    pg = _group(args)
+    host_backend(pg)  # the exchange runs on the host memory: a CPU collective of the group
     out = run_inner(func, u.args, u.kwargs)
     if u.core is None:  # no device tensor involved (e.g. a CPU barrier)
         return out
@@ -92,7 +95,6 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     first = first if isinstance(first, (list, tuple)) else [first]
     sent = [t for t in _flat(first) if isinstance(t, torch.Tensor)]
     nbytes = sum(t.numel() * t.element_size() for t in (sent or device_elems))
-    pg = _group(args)
     ranks, group = _ranks(pg)
     name = _NAMES.get(info.name.split("::", 1)[1], info.name.split("::", 1)[1])
     couple = pg is not None and pg.size() > 1 and name not in _POINT_TO_POINT

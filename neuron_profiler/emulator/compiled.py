@@ -20,8 +20,9 @@ What ``install()`` (called by ``enable``) sets up:
   modelled time a roofline over the graph's ops with pointwise fusion (``fuse_groups``).
 - The default backend (Inductor): for graphs on neuron tensors, Inductor's ``compile_fx`` runs
   with ``inner_compile`` = ``NeuronGraph`` (Inductor's decompositions, joint-graph passes and
-  partitioner; no code generation: the device's compiler is not Inductor). Other graphs are
-  untouched. ``mode="reduce-overhead"`` (CUDA graphs) is refused with ``EmulatorError``.
+  partitioner; no code generation: the device's compiler is not Inductor) and
+  ``INDUCTOR_DEFAULTS`` (random ops draw as eager's do). Other graphs are untouched.
+  ``mode="reduce-overhead"`` (CUDA graphs) is refused with ``EmulatorError``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ REDUCE_OVERHEAD_REFUSED = (
     "torch.compile(mode='reduce-overhead') records CUDA graphs, which the emulated neuron "
     "device does not have; use the default mode (or mode='max-autotune-no-cudagraphs')"
 )
+# Inductor settings for neuron graphs, below the user's ``options=``. ``fallback_random``: random
+# ops (dropout, rand) stay aten ops drawing from the host generator, as eager's do, instead of
+# Inductor's own seeded RNG, whose draws differ from eager's for the same seed; Inductor
+# generates no code here, so its RNG would gain nothing.
+INDUCTOR_DEFAULTS: dict[str, Any] = {"fallback_random": True}
 _graph_ids = itertools.count(1)
 _installed = False
 _OpOverload = torch._ops.OpOverload
@@ -141,9 +147,13 @@ class NeuronGraph:
     outputs of the right shape without computing them) and launches one device execution whose
     duration is the roofline of its fused groups plus one fixed kernel time."""
 
-    _boxed_call = True
-
     def __init__(self, gm: torch.fx.GraphModule, kind: str) -> None:
+        # AOTAutograd calls a compiled graph with one list when it has ``_boxed_call``. Set on
+        # the instance, not the class: the backward graph reaches AOTAutograd wrapped in
+        # ``torch._dynamo.disable``, whose ``functools.wraps`` copies the instance's
+        # ``__dict__`` only; a class attribute is lost there and AOTAutograd then warns
+        # ("doesn't take boxed arguments") on every backward call.
+        self._boxed_call = True
         self.graph_id = next(_graph_ids)
         self.kind = kind
         self.name = f"neuron_graph_{self.graph_id} ({kind})"
@@ -384,7 +394,7 @@ def install() -> None:
             return call(self, model_, inputs_, config_patches=config_patches)
         from torch._inductor.compile_fx import compile_fx
 
-        patches = {**self.config, **(config_patches or {})}
+        patches = {**INDUCTOR_DEFAULTS, **self.config, **(config_patches or {})}
         if patches.get("triton.cudagraphs"):
             raise EmulatorError(REDUCE_OVERHEAD_REFUSED)
         return compile_fx(

@@ -20,7 +20,14 @@ from typing import Any
 
 import torch
 
-from neuron_profiler.emulator import autocast, collectives, compiled, copies, streams
+from neuron_profiler.emulator import (
+    autocast,
+    collectives,
+    compiled,
+    copies,
+    process_groups,
+    streams,
+)
 from neuron_profiler.emulator import dispatch as D
 from neuron_profiler.emulator import tensor as T
 from neuron_profiler.emulator.runtime import get_runtime
@@ -156,6 +163,7 @@ def _register_with_torch(cores: int) -> None:
     T.set_executor(D.execute, cores)
     copies.register()
     collectives.register()
+    process_groups.install()  # init_process_group(): gloo by default, NCCL refused
     fallback_lib = torch.library.Library("_", "IMPL")
     fallback_lib.fallback(_factory_fallback, "PrivateUse1")
     lib = torch.library.Library("aten", "IMPL")

@@ -429,7 +429,10 @@ def place(
 def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -> Placement:
     """Each compiled graph's ops as rows nested in its execution, on the same stream: from the
     op's offset for its modelled share (the shares add up to the execution). Their category is
-    CUDA's for ranges on a device stream, so no tool counts their time twice."""
+    CUDA's for ranges on a device stream, and they carry no External id: torch's
+    ``key_averages()`` gives an op the device time of every activity linked to it, so linked
+    ops would charge the launching op (``CompiledFunction``) their execution's time a second
+    time. The execution keeps the link, so the analysis (which reads kernels) is unchanged."""
     kernels = np.flatnonzero(placed.kind == ActivityKind.KERNEL)
     graphs = list(map(_get_graph_ops, take(exts, placed.activity[kernels])))
     found = np.fromiter(map(is_not, graphs, repeat(None)), dtype=bool, count=len(graphs))
@@ -484,7 +487,7 @@ def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -
         )
         arg_ids[k] = len(args)
         args.append(entry)
-    # each op starts as its execution's row (activity, pid, tid, External id), then is itself
+    # each op starts as its execution's row (activity, pid, tid), then is itself, unlinked
     ops_rows = _filled(
         placed.records[p],
         start_ns=start,
@@ -493,6 +496,7 @@ def _with_graph_ops(exts: list[_Ext], modelled: np.ndarray, placed: Placement) -
         category=CATEGORIES.index(V.CAT_GRAPH_OP),
         name_id=name_id,
         args_id=arg_ids,
+        external_id=0,
         flops=number(F.X_FLOPS),
         bytes=number(F.X_BYTES),
         exec_id=-1,

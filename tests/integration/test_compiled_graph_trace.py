@@ -1,6 +1,7 @@
 """A compiled graph in a torch.profiler trace: one device execution, its ops nested in it on the
 compute stream with shares that add up to it, and key_averages giving the compiled region the
-execution's device time without counting the nested ops a second time."""
+execution's device time without counting the nested ops a second time (with the project's
+backend and with the default Inductor one, forward and backward)."""
 
 from __future__ import annotations
 
@@ -86,4 +87,85 @@ def test_key_averages_counts_the_execution_once(profiled: Path) -> None:
     nested = [k for k, v in rows.items() if v[2]]  # the ops inside: user annotations
     assert len(nested) == 4
     region = [k for k in rows if "Compiled" in k and rows[k][0] > 0]
-    assert region and max(rows[k][0] for k in region) >= graph["dur"] * 0.99
+    assert region and max(rows[k][0] for k in region) == pytest.approx(graph["dur"], rel=0.01)
+
+
+TRAIN = r"""
+import json, sys
+from pathlib import Path
+import torch
+from neuron_profiler import emulator
+emulator.enable(cores=1, numerics=False)
+from neuron_profiler import NEURON
+from torch.profiler import ProfilerActivity, profile, schedule
+out, backend = Path(sys.argv[1]), sys.argv[2]
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256)
+).to("neuron")
+fast = torch.compile(model, **({} if backend == "inductor" else {"backend": backend}))
+x = torch.randn(128, 256).to("neuron")
+
+def step():
+    fast(x).square().mean().backward()
+    torch.neuron.synchronize()
+
+step()  # compile outside the profile
+
+def ready(p):
+    p.export_chrome_trace(str(out / "trace.json"))
+    rows = [
+        {"key": e.key, "self": e.self_device_time_total,
+         "op": e.device_type == torch.autograd.DeviceType.CPU,
+         "annotation": bool(e.is_user_annotation)}
+        for e in p.key_averages()
+    ]
+    (out / "averages.json").write_text(json.dumps(rows))
+
+with profile(
+    activities=[ProfilerActivity.CPU, NEURON],
+    schedule=schedule(wait=0, warmup=1, active=STEPS, repeat=1),
+    on_trace_ready=ready,
+) as p:
+    for _ in range(1 + STEPS):
+        step()
+        p.step()
+"""
+STEPS = 2
+
+
+@pytest.fixture(scope="module", params=["neuron", "inductor"])
+def trained(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two profiled training steps (forward and backward graphs) compiled with one backend."""
+    out = tmp_path_factory.mktemp(f"train-{request.param}")
+    script = TRAIN.replace("STEPS", str(STEPS))
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(out), request.param],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def test_self_device_time_counts_each_device_microsecond_once(trained: Path) -> None:
+    """Summed over the ops, Self NEURON equals the device work in the trace, and each compiled
+    function's equals its graph's executions (it was twice that with the nested ops linked)."""
+    rows = json.loads((trained / "averages.json").read_text())
+    events = json.loads((trained / "trace.json").read_text())["traceEvents"]
+    work = [
+        e for e in events if e.get("ph") == "X" and e.get("cat") in (V.CAT_KERNEL, V.CAT_MEMCPY)
+    ]
+    graphs = [e for e in work if V.ARG_GRAPH_ID in e["args"]]
+    assert len(graphs) == 2 * STEPS  # a forward and a backward execution per step
+    rounding = 1e-3 * len(work)  # the trace's durations are rounded to the ns
+    per_step = sum(e["dur"] for e in work) / STEPS
+    ops_self = sum(r["self"] for r in rows if r["op"]) / STEPS
+    assert ops_self == pytest.approx(per_step, abs=rounding)
+    device_self = sum(r["self"] for r in rows if not r["op"] and not r["annotation"]) / STEPS
+    assert device_self == pytest.approx(per_step, abs=rounding)
+    by_key = {r["key"]: r["self"] for r in rows}
+    for kind, fn in (("(forward)", "CompiledFunction"), ("(backward)", "CompiledFunctionBackward")):
+        truth = sum(e["dur"] for e in graphs if e["name"].endswith(kind))
+        assert truth > 0 and by_key[fn] == pytest.approx(truth, abs=rounding)

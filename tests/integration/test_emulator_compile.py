@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 
 import pytest
 
@@ -247,11 +248,13 @@ def test_causal_block_forward_backward_and_buffers_equal_eager(backend) -> None:
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_dropout_model_equals_eager_with_the_same_seed() -> None:
+@pytest.mark.parametrize("backend", ["neuron", None])
+def test_dropout_model_equals_eager_with_the_same_seed(backend) -> None:
     """Dropout inside a compiled graph draws from the same host generator as eager (the device
-    memory is host memory)."""
+    memory is host memory); with the default backend too (Inductor's ``fallback_random``, set
+    for neuron graphs)."""
     ref, dev = _pair(lambda: _CausalBlock(p=0.25))
-    fast = torch.compile(dev, backend="neuron")
+    fast = torch.compile(dev, **({} if backend is None else {"backend": backend}))
     x = torch.randn(2, 10, 32)
     torch.manual_seed(123)
     out_ref = ref(x)
@@ -262,6 +265,35 @@ def test_dropout_model_equals_eager_with_the_same_seed() -> None:
     torch.testing.assert_close(out.cpu(), out_ref, rtol=1e-5, atol=1e-5)
     for p, q in zip(dev.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_inductor_rng_when_asked_for_differs_from_eager() -> None:
+    """``options={"fallback_random": False}`` wins over the emulator's setting: Inductor's own
+    seeded RNG, whose masks differ from eager's for the same seed (as documented)."""
+    torch.manual_seed(0)
+    x = torch.ones(64, 64)
+    fast = torch.compile(lambda t: F.dropout(t, 0.5), options={"fallback_random": False})
+    torch.manual_seed(123)
+    ref = F.dropout(x, 0.5)
+    torch.manual_seed(123)
+    out = fast(x.to("neuron")).cpu()
+    assert out.shape == ref.shape and not torch.equal(out, ref)
+    assert 0.3 < (out == 0).float().mean().item() < 0.7  # still a dropout at p = 0.5
+
+
+@pytest.mark.parametrize("backend", ["neuron", None])
+def test_compiling_and_running_emits_no_boxed_arguments_warning(backend) -> None:
+    """The graphs the emulator hands AOTAutograd take boxed arguments, the backward one too
+    (it reaches AOTAutograd wrapped in ``torch._dynamo.disable``)."""
+    model = _mlp().to("neuron")
+    fast = torch.compile(model, **({} if backend is None else {"backend": backend}))
+    x = torch.randn(8, 16).to("neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            fast(x).sum().backward()
+    boxed = [str(w.message) for w in caught if "boxed arguments" in str(w.message)]
+    assert boxed == []
 
 
 class _Decoder(torch.nn.Module):

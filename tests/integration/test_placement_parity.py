@@ -4,8 +4,9 @@ Two ways in:
 - a synthetic system-trace payload in the real runtime's shape (no correlation ids: linked by
   containment in the host ops), through ``build_session_result`` + the C++ bridge's conversion
   on one side and ``merge_device_events`` on a host trace holding the same ops on the other;
-- a real profile on the emulated device: the live trace's device rows against the merge of the
-  same run's payload onto the live trace with its device rows taken out.
+- a real profile on the emulated device (eager ops on two cores and a compiled graph): the live
+  trace's device rows against the merge of the same run's payload onto the live trace with its
+  device rows taken out.
 Core pids never collide with host pids here (that case is the merge's own test).
 """
 
@@ -313,11 +314,14 @@ model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.L
 model = model.to("neuron:0")
 x = torch.randn(16, 32)
 w = torch.randn(8, 8, device="neuron:1")
+graph = torch.compile(lambda t: (t @ t).sin().relu(), backend="neuron")
+graph(w)  # compiled outside the profile
 with profile(activities=[ProfilerActivity.CPU, NEURON]) as p:
     for _ in range(2):
         y = model(x.to("neuron:0")).sum()
         y.backward()
         (w @ w).relu()
+        graph(w)
         torch.randn(4, 4, dtype=torch.float64).to("neuron:0").exp().cpu()
         y.item()
 p.export_chrome_trace(str(out / "live.json"))
@@ -357,6 +361,13 @@ def test_live_profile_and_merge_of_its_capture_agree(tmp_path: Path) -> None:
     merged_rows, merged_flows = _trace_rows(merged)
     kinds = Counter(json.loads(r)["cat"] for r in live_rows)
     assert kinds[V.CAT_KERNEL] > 20 and kinds[V.CAT_MEMCPY] >= 4 and kinds[V.CAT_RUNTIME] > 20
+    assert kinds[V.CAT_GRAPH_OP] == 2 * 3  # the compiled graph's mm, sin, relu per call
+    # the graph's execution is linked to its op; the ops nested in it are not (key_averages
+    # would count the execution's device time twice)
+    rows = [json.loads(r) for r in live_rows]
+    graphs = [r for r in rows if V.ARG_GRAPH_ID in r["args"] and r["cat"] == V.CAT_KERNEL]
+    assert len(graphs) == 2 and all(V.ARG_EXTERNAL_ID in g["args"] for g in graphs)
+    assert not any(V.ARG_EXTERNAL_ID in r["args"] for r in rows if r["cat"] == V.CAT_GRAPH_OP)
     assert live_rows == merged_rows
     assert live_flows == merged_flows
     assert merged.metadata["deviceProperties"] == live.metadata["deviceProperties"]

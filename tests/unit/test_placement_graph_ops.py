@@ -1,5 +1,6 @@
 """A compiled graph's execution carries its ops' shares: placement nests them in it, filling it
-exactly, as gpu_user_annotation rows without a stream (not device work of their own)."""
+exactly, as gpu_user_annotation rows without a stream (not device work of their own) and without
+the execution's External id (torch would give the launching op their time a second time)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from neuron_profiler.trace import vocabulary as V
 T0 = 1_700_000_000_000_000_000
 
 
-def _payload(shares: list[int], duration: int) -> bytes:
+def _payload(shares: list[int], duration: int, correlation: int = 0) -> bytes:
     ops, offset = [], 0
     for k, share in enumerate(shares):
         ops.append(
@@ -33,6 +34,7 @@ def _payload(shares: list[int], duration: int) -> bytes:
         "graph_id": 3,
         "graph_ops": ops,
         "modelled": True,
+        "correlation_id": correlation,
     }
     base = {"event_type": "nc_exec_running", "tracking_id": 1, "nc_idx": 0, "thread_id": 5}
     return json.dumps(
@@ -71,3 +73,16 @@ def test_ops_fill_their_execution_exactly_on_its_stream() -> None:
         "VectorE: op1",
         "VectorE: op2",
     ]
+
+
+def test_only_the_execution_is_linked_to_the_launching_op() -> None:
+    placed = place(
+        parse_system_trace(_payload([600, 400], 1000, correlation=77)),
+        host_ops=HostOps.empty(),
+        host_pid=1,
+    )
+    kind = placed.kind.tolist()
+    (g,) = [i for i, k in enumerate(kind) if k == ActivityKind.KERNEL]
+    ops = [i for i, k in enumerate(kind) if k == ActivityKind.GRAPH_OP]
+    assert int(placed.external_id[g]) == 77
+    assert len(ops) == 2 and [int(placed.external_id[i]) for i in ops] == [0, 0]
