@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._axis import DeviceAxis, device_axes
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA
 from neuron_profiler.analysis.context import AnalysisContext
-from neuron_profiler.analysis.steps import Steps
 
 
 @dataclass(frozen=True)
@@ -55,38 +55,61 @@ class StepBreakdown:
     devices: tuple[DeviceSteps, ...]
 
 
-def _per_step(x: I.Intervals, steps: Steps) -> np.ndarray:
-    return I.overlap_per_window(x, steps.start_ns, steps.end_ns).astype(np.int64)
-
-
 def step_breakdown(ctx: AnalysisContext) -> StepBreakdown:
+    """Every device at once, laid end to end on one time axis (``_axis``)."""
     work, steps = ctx.work, ctx.steps
-    devices = []
-    for device in work.devices:
-        sets = {q: ctx.busy(device, (q,)) for q in (COMPUTE, DMA, COLLECTIVE)}
-        busy = ctx.busy(device)
-        busy_ns = _per_step(busy, steps)
-        compute_ns = _per_step(sets[COMPUTE], steps)
-        collective_only = I.subtract(sets[COLLECTIVE], sets[COMPUTE])
-        dma_only = I.subtract(I.subtract(sets[DMA], sets[COMPUTE]), sets[COLLECTIVE])
-        devices.append(
-            DeviceSteps(
-                device=device,
-                label=work.labels[device],
-                busy_ns=busy_ns,
-                compute_ns=compute_ns,
-                dma_ns=_per_step(sets[DMA], steps),
-                collective_ns=_per_step(sets[COLLECTIVE], steps),
-                collective_wait_ns=_per_step(ctx.waits(device), steps),
-                overlap_ns=_per_step(I.intersect(sets[COMPUTE], sets[COLLECTIVE]), steps),
-                idle_ns=steps.wall_ns - busy_ns,
-                collective_only_ns=_per_step(collective_only, steps),
-                dma_only_ns=_per_step(dma_only, steps),
-            )
-        )
+    devices: list[DeviceSteps] = []
+    if len(work) and len(steps):
+        lo = min(int(work.start.min()), int(steps.start_ns.min()))
+        hi = max(int(work.end.max()), int(steps.end_ns.max()))
+        for axis, group in device_axes(work, lo, hi):
+            devices += _on_axis(ctx, axis, group)
     return StepBreakdown(
         names=steps.names,
         wall_ns=steps.wall_ns,
-        host_ns=_per_step(I.union(ctx.host.start, ctx.host.end), steps),
+        host_ns=I.overlap_per_window(
+            I.union(ctx.host.start, ctx.host.end), steps.start_ns, steps.end_ns
+        ).astype(np.int64),
         devices=tuple(devices),
     )
+
+
+def _on_axis(ctx: AnalysisContext, axis: DeviceAxis, group: np.ndarray) -> list[DeviceSteps]:
+    """The breakdown of an axis' devices: each figure one interval operation for all of them,
+    then cut per device and step."""
+    work, steps = ctx.work, ctx.steps
+    mine = group >= 0
+
+    def union(keep: np.ndarray) -> I.Intervals:
+        entries = np.flatnonzero(keep)
+        return axis.union(work, entries, group[entries])
+
+    runs = mine & ~work.wait
+    busy = union(runs)
+    sets = {q: union(runs & (work.queue == q)) for q in (COMPUTE, DMA, COLLECTIVE)}
+    waits = I.subtract(union(mine & work.wait), busy)
+    ws, we = (w.ravel() for w in axis.windows(steps.start_ns, steps.end_ns))
+
+    def per_step(x: I.Intervals) -> np.ndarray:
+        return I.overlap_per_window(x, ws, we).astype(np.int64).reshape(len(axis), len(steps))
+
+    busy_ns = per_step(busy)
+    figures = {
+        "compute_ns": per_step(sets[COMPUTE]),
+        "dma_ns": per_step(sets[DMA]),
+        "collective_ns": per_step(sets[COLLECTIVE]),
+        "collective_wait_ns": per_step(waits),
+        "overlap_ns": per_step(I.intersect(sets[COMPUTE], sets[COLLECTIVE])),
+        "collective_only_ns": per_step(I.subtract(sets[COLLECTIVE], sets[COMPUTE])),
+        "dma_only_ns": per_step(I.subtract(I.subtract(sets[DMA], sets[COMPUTE]), sets[COLLECTIVE])),
+    }
+    return [
+        DeviceSteps(
+            device=device,
+            label=work.labels[device],
+            busy_ns=busy_ns[g],
+            idle_ns=steps.wall_ns - busy_ns[g],
+            **{name: values[g] for name, values in figures.items()},
+        )
+        for g, device in enumerate(axis.devices)
+    ]

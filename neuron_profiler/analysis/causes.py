@@ -23,6 +23,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._axis import DeviceAxis
 from neuron_profiler.analysis._device import NO_LAUNCH
 from neuron_profiler.analysis.selections import NameClasses
 
@@ -45,23 +46,38 @@ class HostSpans:
 
 @dataclass(frozen=True)
 class Gaps:
-    """The gaps of one device being classified, one entry each. ``idle_ns``: the gap less the
-    emulator overhead in it; ``next_launch``: when the launch call of the work ending it began
-    (NO_LAUNCH: unknown); ``discount``: the emulator overhead; ``waits``: when the device waited
-    at a collective for its peers."""
+    """The gaps being classified, one entry each, of every device of a device axis
+    (``_axis``). ``start`` / ``end``: real times; ``idle_ns``: the gap less the emulator
+    overhead in it; ``next_launch``: when the launch call of the work ending it began
+    (NO_LAUNCH: unknown). On the axis, where each device's own sets live: ``axis_start`` /
+    ``axis_end`` (the gaps), ``waits`` (when the devices waited at a collective for their
+    peers); ``overhead``: the emulator's own host work (real time, discounted from every gap
+    except where its device waited)."""
 
     start: np.ndarray
     end: np.ndarray
     idle_ns: np.ndarray
     next_launch: np.ndarray
-    discount: I.Intervals
-    waits: I.Intervals = I.EMPTY  # the device's collective waits
+    axis: DeviceAxis
+    axis_start: np.ndarray
+    axis_end: np.ndarray
+    overhead: I.Intervals = I.EMPTY
+    waits: I.Intervals = I.EMPTY
 
     def covered_by(self, spans: I.Intervals) -> np.ndarray:
-        """Do the spans cover at least half of each gap's idle time (the host spent most of
-        the gap there)?"""
-        covered = I.overlap_per_window(I.subtract(spans, self.discount), self.start, self.end)
+        """Do the host spans cover at least half of each gap's idle time (the host spent most
+        of the gap there)? The part of them in the emulator's overhead (less the device's
+        waits) is discounted like the gap's own."""
+        covered = I.overlap_per_window(spans, self.start, self.end)
+        both = I.intersect(spans, self.overhead)
+        if len(both):
+            discounted = I.subtract(self.axis.replicate(both), self.waits)
+            covered = covered - I.overlap_per_window(discounted, self.axis_start, self.axis_end)
         return 2 * covered >= self.idle_ns
+
+    def waited(self) -> np.ndarray:
+        """Did the gap's device wait at a collective for at least half of its idle time?"""
+        return 2 * I.overlap_per_window(self.waits, self.axis_start, self.axis_end) >= self.idle_ns
 
     def begins_in(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """Does each gap begin inside one of the host spans [start, end] (one that began at or
@@ -246,7 +262,7 @@ class CollectiveWait(Cause):
     )
 
     def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
-        return gaps.covered_by(gaps.waits) if len(gaps.waits) else np.zeros(len(gaps.start), bool)
+        return gaps.waited() if len(gaps.waits) else np.zeros(len(gaps.start), bool)
 
 
 COLLECTIVE_WAIT = CollectiveWait()

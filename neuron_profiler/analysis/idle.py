@@ -38,11 +38,11 @@ import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis import selections as sel
-from neuron_profiler.analysis._device import NO_LAUNCH, DeviceWork
+from neuron_profiler.analysis._axis import DeviceAxis, device_axes
+from neuron_profiler.analysis._device import NO_LAUNCH
 from neuron_profiler.analysis.causes import ALL_CAUSES, Gaps, HostSpans, classify
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.fallback_inference import fallback_calls
-from neuron_profiler.analysis.steps import Steps
 from neuron_profiler.analysis.sync_calls import sync_calls
 
 HOST_ACTIVITY_NAMES = 3  # host ops listed per long gap
@@ -157,64 +157,50 @@ def host_spans(ctx: AnalysisContext) -> HostSpans:
     )
 
 
-def _next_launch(work: DeviceWork, on_device: np.ndarray, ge: np.ndarray) -> np.ndarray:
-    """Launch start of the device's first work starting at or after each gap end (earliest
-    launch among ties)."""
-    start, launch = work.start[on_device], work.launch[on_device]
-    if len(start) == 0:
-        return np.full(len(ge), NO_LAUNCH, np.int64)
-    k = np.searchsorted(start, ge, side="left")
-    ok = k < len(start)
-    out = np.full(len(ge), NO_LAUNCH, np.int64)
-    at = start[np.minimum(k, len(start) - 1)]
-    # among the rows starting exactly there, the earliest launch that is known
+def _next_launch(
+    axis: DeviceAxis, axis_start: np.ndarray, launch: np.ndarray, gap_end: np.ndarray
+) -> np.ndarray:
+    """Per gap: the launch start of its device's first work starting at or after the gap's
+    end (earliest launch among ties; NO_LAUNCH when none is known). ``axis_start`` /
+    ``launch``: the devices' work on the axis, sorted by axis start."""
+    out = np.full(len(gap_end), NO_LAUNCH, np.int64)
+    if len(axis_start) == 0:
+        return out
     known = np.where(launch == NO_LAUNCH, np.iinfo(np.int64).max, launch)
-    uniq, first_known = _min_by_start(start, known)
-    out[ok] = first_known[np.searchsorted(uniq, at[ok])]
+    starts, first_known = _min_by_start(axis_start, known)
+    k = np.searchsorted(starts, gap_end, side="left")
+    ok = k < len(starts)
+    ok[ok] = axis.group_of(starts[k[ok]]) == axis.group_of(gap_end[ok] - 1)  # same device
+    out[ok] = first_known[k[ok]]
     out[out == np.iinfo(np.int64).max] = NO_LAUNCH
     return out
 
 
 def _min_by_start(start: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct starts and the least value among the rows of each; ``start`` is sorted (device
-    work is), so each start's rows are one run (no hashing or sorting)."""
+    """Distinct starts and the least value among the rows of each; ``start`` is sorted, so
+    each start's rows are one run (no hashing or sorting)."""
     first = np.flatnonzero(np.r_[True, start[1:] != start[:-1]])
     return start[first], np.minimum.reduceat(values, first)
 
 
 def idle_time(ctx: AnalysisContext) -> IdleTime:
+    """Every device at once, laid end to end on one time axis (``_axis``): each interval
+    operation runs once, whatever the number of devices."""
     work, steps, options = ctx.work, ctx.steps, ctx.options
-    spans = host_spans(ctx)
     window = steps.spans
-    devices, gaps, discount = [], [], {}
-    for device in work.devices:  # a handful of devices: the work per device is vectorised
-        waits = ctx.waits(device)
-        ovh = discount[device] = I.subtract(ctx.emulator_overhead, waits)
-        counted = _counted(window, window, ovh)
-        busy_all = ctx.busy(device)
-        busy = I.intersect(busy_all, window)
-        gap = _whole_gaps(window, busy_all)
-        length_ns = (gap.end - gap.start) - I.overlap_per_window(ovh, gap.start, gap.end)
-        on = work.of(device)
-        next_launch = _next_launch(work, on[~work.wait[on]], gap.end)
-        facts = Gaps(gap.start, gap.end, length_ns, next_launch, ovh, waits)
-        cause = classify(facts, spans, options.min_gap_ns)
-        idle_ns = I.overlap_per_window(counted, gap.start, gap.end)
-        devices.append(
-            _device_idle(device, work.labels[device], window, busy, gap, cause, steps, ovh)
-        )
-        gaps.append((np.full(len(gap), device), gap.start, gap.end, cause, idle_ns))
-    if not gaps:
-        return IdleTime(
-            min_gap_ns=options.min_gap_ns,
-            devices=(),
-            longest=(),
-            window=window,
-        )
-    device, gs, ge, cause, idle_ns = (np.concatenate(p) for p in zip(*gaps, strict=True))
+    if len(work) == 0 or len(window) == 0:
+        return IdleTime(min_gap_ns=options.min_gap_ns, devices=(), longest=(), window=window)
+    spans = host_spans(ctx)
+    lo = min(int(work.start.min()), int(window.start[0]))
+    hi = max(int(work.end.max()), int(window.end[-1]))
+    parts = [_on_axis(ctx, axis, group, spans) for axis, group in device_axes(work, lo, hi)]
+    devices = tuple(d for part in parts for d in part.devices)
+    discount = {k: v for part in parts for k, v in part.discount.items()}
+    columns = [np.concatenate([getattr(p, k) for p in parts]) for k in _GAP_COLUMNS]
+    device, gs, ge, cause, idle_ns = columns
     return IdleTime(
         min_gap_ns=options.min_gap_ns,
-        devices=tuple(devices),
+        devices=devices,
         longest=_longest(ctx, (device, gs, ge, cause, idle_ns), options.top, discount),
         gap_device=device,
         gap_start_ns=gs,
@@ -226,15 +212,69 @@ def idle_time(ctx: AnalysisContext) -> IdleTime:
     )
 
 
-def _whole_gaps(window: I.Intervals, busy: I.Intervals) -> I.Intervals:
-    """The gaps in the device's work from the first step's start to the last step's end, those
-    that reach into a step: whole, so that a gap is not cut at the host time between two
-    ProfilerStep spans (its time is counted only inside them)."""
-    if len(window) == 0:
-        return window
-    gap = I.subtract(I.window(int(window.start[0]), int(window.end[-1])), busy)
-    keep = I.overlap_per_window(window, gap.start, gap.end) > 0
-    return I.Intervals(gap.start[keep], gap.end[keep])
+_GAP_COLUMNS = ("gap_device", "gap_start_ns", "gap_end_ns", "gap_cause", "gap_idle_ns")
+
+
+@dataclass(frozen=True)
+class _AxisIdle:
+    """One axis' share of ``IdleTime`` (its devices, its gaps, its non-empty discounts)."""
+
+    devices: tuple[DeviceIdle, ...]
+    discount: dict[int, I.Intervals]
+    gap_device: np.ndarray
+    gap_start_ns: np.ndarray
+    gap_end_ns: np.ndarray
+    gap_cause: np.ndarray
+    gap_idle_ns: np.ndarray
+
+
+def _on_axis(
+    ctx: AnalysisContext, axis: DeviceAxis, group: np.ndarray, spans: HostSpans
+) -> _AxisIdle:
+    """The idle time of an axis' devices. Per device: the gaps in its work from the first
+    step's start to the last step's end that reach into a step, kept whole (a gap is not cut
+    at the host time between two ProfilerStep spans; its time counts only inside them), the
+    emulator overhead in them discounted (less the device's collective waits), one cause
+    each."""
+    work, window = ctx.work, ctx.steps.spans
+    runs = np.flatnonzero((group >= 0) & ~work.wait)
+    busy = axis.union(work, runs, group[runs])
+    waited = np.flatnonzero((group >= 0) & work.wait)
+    waits = I.subtract(axis.union(work, waited, group[waited]), busy)
+    inside = axis.replicate(window)
+    discount = I.subtract(axis.replicate(ctx.emulator_overhead), waits)
+    counted = I.subtract(inside, discount)
+    gap = I.subtract(axis.replicate(I.window(int(window.start[0]), int(window.end[-1]))), busy)
+    keep = I.overlap_per_window(inside, gap.start, gap.end) > 0
+    gap = I.Intervals(gap.start[keep], gap.end[keep])
+    g = axis.group_of(gap.start)
+    shift = axis.shift(g)
+    order = np.argsort(work.start[runs] + axis.shift(group[runs]), kind="stable")
+    axis_start = (work.start[runs] + axis.shift(group[runs]))[order]
+    facts = Gaps(
+        start=gap.start - shift,
+        end=gap.end - shift,
+        idle_ns=(gap.end - gap.start) - I.overlap_per_window(discount, gap.start, gap.end),
+        next_launch=_next_launch(axis, axis_start, work.launch[runs][order], gap.end),
+        axis=axis,
+        axis_start=gap.start,
+        axis_end=gap.end,
+        overhead=ctx.emulator_overhead,
+        waits=waits,
+    )
+    cause = classify(facts, spans, ctx.options.min_gap_ns)
+    devices = _device_idle(ctx, axis, gap, cause, busy, inside, discount)
+    split = axis.split(discount) if len(discount) else [I.EMPTY] * len(axis)
+    pid = np.asarray(axis.devices, dtype=np.int64)
+    return _AxisIdle(
+        devices=devices,
+        discount={d: x for d, x in zip(axis.devices, split, strict=True) if len(x)},
+        gap_device=pid[g],
+        gap_start_ns=facts.start,
+        gap_end_ns=facts.end,
+        gap_cause=cause,
+        gap_idle_ns=I.overlap_per_window(counted, gap.start, gap.end),
+    )
 
 
 def _counted(x: I.Intervals, window: I.Intervals, discount: I.Intervals) -> I.Intervals:
@@ -243,41 +283,66 @@ def _counted(x: I.Intervals, window: I.Intervals, discount: I.Intervals) -> I.In
 
 
 def _device_idle(
-    device: int,
-    label: str,
-    window: I.Intervals,
-    busy: I.Intervals,
+    ctx: AnalysisContext,
+    axis: DeviceAxis,
     gap: I.Intervals,
     cause: np.ndarray,
-    steps: Steps,
+    busy: I.Intervals,
+    inside: I.Intervals,
     discount: I.Intervals,
-) -> DeviceIdle:
-    """Per cause and step: the gaps of that cause less the emulator overhead inside them."""
-    per_step = [dict.fromkeys(ALL_CAUSES, 0) for _ in range(len(steps))]
-    by_cause = dict.fromkeys(ALL_CAUSES, 0)
+) -> tuple[DeviceIdle, ...]:
+    """Per device, cause and step: the gaps of that cause less the emulator overhead inside
+    them; all on the axis, then one ``DeviceIdle`` per device."""
+    steps, n = ctx.steps, len(axis)
+    ws, we = (w.ravel() for w in axis.windows(steps.start_ns, steps.end_ns))
+    per_step = {}  # cause -> (devices x steps) ns
     for code, name in enumerate(ALL_CAUSES):
         mine = cause == code
-        if not mine.any():
-            continue
-        part = _counted(I.Intervals(gap.start[mine], gap.end[mine]), window, discount)
-        by_cause[name] = part.total
-        for i, ns in enumerate(I.overlap_per_window(part, steps.start_ns, steps.end_ns).tolist()):
-            per_step[i][name] = int(ns)
-    inside = I.intersect(gap, window)
-    discounted = I.intersect(inside, discount)
-    return DeviceIdle(
-        device=device,
-        label=label,
-        window_ns=window.total,
-        busy_ns=busy.total,
-        idle_ns=inside.total - discounted.total,
-        by_cause_ns=by_cause,
-        per_step_by_cause_ns=tuple(per_step),
-        gaps=int(len(gap)),
-        emulator_overhead_ns=discounted.total,
-        per_step_emulator_overhead_ns=tuple(
-            int(x) for x in I.overlap_per_window(discounted, steps.start_ns, steps.end_ns).tolist()
-        ),
+        part = _counted(I.Intervals(gap.start[mine], gap.end[mine]), inside, discount)
+        per_step[name] = I.overlap_per_window(part, ws, we).reshape(n, len(steps))
+    totals = {
+        name: _per_device(
+            axis,
+            _counted(
+                I.Intervals(gap.start[cause == code], gap.end[cause == code]), inside, discount
+            ),
+        )
+        for code, name in enumerate(ALL_CAUSES)
+    }
+    in_steps = I.intersect(gap, inside)
+    hidden = I.intersect(in_steps, discount)
+    overhead = I.overlap_per_window(hidden, ws, we).reshape(n, len(steps))
+    idle_ns = _per_device(axis, in_steps) - _per_device(axis, hidden)
+    hidden_ns = _per_device(axis, hidden)
+    busy_ns = _per_device(axis, I.intersect(busy, inside))
+    gaps = np.bincount(axis.group_of(gap.start), minlength=n)
+    window_ns = inside.total // max(n, 1)
+    out = []
+    for g, device in enumerate(axis.devices):
+        steps_of = [
+            {name: int(per_step[name][g, i]) for name in ALL_CAUSES} for i in range(len(steps))
+        ]
+        out.append(
+            DeviceIdle(
+                device=device,
+                label=ctx.work.labels[device],
+                window_ns=int(window_ns),
+                busy_ns=int(busy_ns[g]),
+                idle_ns=int(idle_ns[g]),
+                by_cause_ns={name: int(totals[name][g]) for name in ALL_CAUSES},
+                per_step_by_cause_ns=tuple(steps_of),
+                gaps=int(gaps[g]),
+                emulator_overhead_ns=int(hidden_ns[g]),
+                per_step_emulator_overhead_ns=tuple(int(x) for x in overhead[g].tolist()),
+            )
+        )
+    return tuple(out)
+
+
+def _per_device(axis: DeviceAxis, x: I.Intervals) -> np.ndarray:
+    """Total ns of an axis set per device."""
+    return np.bincount(axis.group_of(x.start), weights=x.end - x.start, minlength=len(axis)).astype(
+        np.int64
     )
 
 
@@ -303,7 +368,9 @@ def _longest(
                 host_activity=host_activity(ctx, int(gs[i]), int(ge[i]), int(device[i])),
                 idle_ns=int(idle_ns[i]),
                 emulator_overhead_ns=int(
-                    I.overlap_per_window(discount[int(device[i])], gs[i : i + 1], ge[i : i + 1])[0]
+                    I.overlap_per_window(
+                        discount.get(int(device[i]), I.EMPTY), gs[i : i + 1], ge[i : i + 1]
+                    )[0]
                 ),
             )
         )

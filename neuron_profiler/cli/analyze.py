@@ -17,7 +17,6 @@ nothing (an existing FILE is left as it was).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -187,9 +186,9 @@ def _breaches(rules, reports) -> list[dict]:  # noqa: ANN001
 
 def _output(reports, errors, breaches, cross, *, as_json: bool, top: int) -> None:  # noqa: ANN001
     if as_json:
-        from neuron_profiler.reports.json_report import to_document
+        from neuron_profiler.reports.json_report import document_text, to_document
 
-        click.echo(json.dumps(to_document(reports, errors, breaches, cross), indent=1))
+        click.echo(document_text(to_document(reports, errors, breaches, cross)))
         return
     from rich.console import Console
 

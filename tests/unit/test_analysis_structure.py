@@ -17,6 +17,7 @@ from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis import causes as C
 from neuron_profiler.analysis import context as ctx_module
 from neuron_profiler.analysis import selections as sel
+from neuron_profiler.analysis._axis import DeviceAxis
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.idle import idle_time
 from neuron_profiler.trace import EventKind
@@ -166,7 +167,17 @@ def test_a_rule_whose_precondition_fails_is_not_tried() -> None:
     overhead fills entirely (0 ns of idle) is not called data loading."""
     empty = I.EMPTY
     spans = C.HostSpans(empty, empty, empty, np.zeros(0, np.int64), np.zeros(0, np.int64), empty)
-    gaps = C.Gaps(np.array([0]), np.array([100]), np.array([0]), np.array([50]), I.window(0, 100))
+    axis = DeviceAxis(devices=(0,), index=np.array([0]), base=0, width=1000)
+    gaps = C.Gaps(
+        start=np.array([0]),
+        end=np.array([100]),
+        idle_ns=np.array([0]),
+        next_launch=np.array([50]),
+        axis=axis,
+        axis_start=np.array([0]),
+        axis_end=np.array([100]),
+        overhead=I.window(0, 100),
+    )
     assert C.ALL_CAUSES[int(C.classify(gaps, spans, 0)[0])] == "host_bound_launch"
     loading = C.HostSpans(
         I.window(0, 100), empty, empty, np.zeros(0, np.int64), np.zeros(0, np.int64), empty
@@ -236,3 +247,78 @@ def test_host_rows_leave_out_profiler_steps_only() -> None:
         trace.string_id("ProfilerStep#2"): 2,
     }
     assert trace.string_id(V.PROFILER_STEP_PREFIX + "1") in names.profiler_steps.tolist()
+
+
+def _many_devices(devices: list[int], seed: int = 3) -> Build:
+    """Two steps; random kernels and copies on each device, launched from the host thread."""
+    rng = np.random.default_rng(seed)
+    b = Build().step(1, 0, 2000).step(2, 2000, 4000)
+    b.host("aten::item", 900, 1100)
+    b.host(
+        V.SYNC_PREFIX + "torch.neuron.synchronize",
+        950,
+        1050,
+        kind=EventKind.RUNTIME,
+        cat=V.CAT_RUNTIME,
+    )
+    for d in devices:
+        t = int(rng.integers(0, 200))
+        while t < 3800:
+            dur = int(rng.integers(5, 300))
+            kind = EventKind.MEMCPY if rng.random() < 0.2 else EventKind.KERNEL
+            b.kernel(
+                t,
+                t + dur,
+                device=d,
+                launch_us=max(0, t - int(rng.integers(0, 80))),
+                kind=kind,
+                stream=2 if kind == EventKind.MEMCPY else 1,
+            )
+            t += dur + int(rng.integers(0, 250))
+    return b
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_every_device_is_analysed_as_if_alone(monkeypatch: pytest.MonkeyPatch, split: bool) -> None:
+    """Devices laid end to end on one axis (or, when the span is too large, several axes): each
+    device's idle time by cause and step, its gaps and its breakdown equal those of the same
+    trace holding that device alone."""
+    from neuron_profiler.analysis import _axis
+
+    axes = []
+    real = _axis.device_axes
+
+    def counted(*args):  # noqa: ANN002, ANN202
+        for axis, group in real(*args):
+            axes.append(len(axis))
+            yield axis, group
+
+    monkeypatch.setattr(_axis, "device_axes", counted)
+    monkeypatch.setattr("neuron_profiler.analysis.idle.device_axes", counted)
+    if split:  # as for a huge span: two devices an axis (the trace spans ~4 ms)
+        monkeypatch.setattr(_axis, "_LIMIT", 9_000_000)
+    devices = [0, 3, 7, 11, 12]
+    built = _many_devices(devices)
+    together = built.report(min_gap_us=20)
+    assert axes == ([2, 2, 1] if split else [5])
+    trace = built.b.build()
+    device_row = np.isin(trace.col("kind"), [EventKind.KERNEL, EventKind.MEMCPY])
+    for d in devices:
+        solo = _filtered_report(trace, (trace.col("pid") == d) | ~device_row)
+        assert next(x for x in together.idle.devices if x.device == d) == solo.idle.devices[0]
+        mine = next(x for x in together.breakdown.devices if x.device == d)
+        for name in ("busy_ns", "compute_ns", "dma_ns", "idle_ns", "dma_only_ns"):
+            assert getattr(mine, name).tolist() == getattr(solo.breakdown.devices[0], name).tolist()
+        k = together.idle.gap_device == d
+        assert together.idle.gap_start_ns[k].tolist() == solo.idle.gap_start_ns.tolist()
+        assert together.idle.gap_cause[k].tolist() == solo.idle.gap_cause.tolist()
+        assert together.idle.gap_idle_ns[k].tolist() == solo.idle.gap_idle_ns.tolist()
+
+
+def _filtered_report(trace, keep: np.ndarray):  # noqa: ANN001, ANN202
+    from dataclasses import replace
+
+    from neuron_profiler.analysis import Options, analyze
+
+    columns = {k: v[keep] for k, v in trace.columns.items()}
+    return analyze(replace(trace, columns=columns), Options(min_gap_ns=20_000, top=50))
