@@ -72,13 +72,23 @@ class DeviceAxis:
         shift = self.shift(np.arange(len(self), dtype=np.int64))[:, None]
         return start[None, :] + shift, end[None, :] + shift
 
-    def split(self, x: I.Intervals) -> list[I.Intervals]:
-        """``x`` cut per device, back in real time (one interval set per device, in order)."""
+    def split(self, x: I.Intervals) -> dict[int, I.Intervals]:
+        """``x`` cut per device, back in real time: {device: its part} for the devices whose
+        part is not empty (in device order; the others cost nothing)."""
         group = self.group_of(x.start)
-        cut = np.searchsorted(group, np.arange(len(self) + 1))
         shift = self.shift(group)
         start, end = x.start - shift, x.end - shift
-        return [I.Intervals(start[a:b], end[a:b]) for a, b in zip(cut[:-1], cut[1:], strict=True)]
+        first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else group
+        bounds = np.r_[first, len(group)].tolist()
+        return {
+            self.devices[int(group[a])]: I.Intervals(start[a:b], end[a:b])
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        }
+
+    def total_per_device(self, x: I.Intervals) -> np.ndarray:
+        """ns of an axis set per device (one entry per device, in order)."""
+        group = self.group_of(x.start)
+        return np.bincount(group, weights=x.end - x.start, minlength=len(self)).astype(np.int64)
 
 
 def device_axes(work: DeviceWork, lo: int, hi: int) -> Iterator[tuple[DeviceAxis, np.ndarray]]:

@@ -15,6 +15,7 @@ the trace has none).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +43,8 @@ class DeviceWork:
     devices: tuple[int, ...]
     labels: dict[int, str]
     wait: np.ndarray  # collective-wait slices: the device waits for its peers, no work
-    by_device: dict[int, np.ndarray]  # each device's entries (indices, in start order)
+    by_device: np.ndarray  # entries grouped by device (in ``devices`` order), in start order
+    bounds: list[int]  # device k's entries: by_device[bounds[k] : bounds[k + 1]]
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -50,7 +52,10 @@ class DeviceWork:
     def of(self, device: int) -> np.ndarray:
         """Indices of one device's work, in start order: per-device work in O(its rows), not a
         mask over every row (a trace may have tens of thousands of device processes)."""
-        return self.by_device.get(device, _NONE)
+        k = bisect_left(self.devices, device)  # (devices: sorted)
+        if k == len(self.devices) or self.devices[k] != device:
+            return _NONE
+        return self.by_device[self.bounds[k] : self.bounds[k + 1]]
 
 
 def work_rows(trace: Trace) -> np.ndarray:
@@ -85,8 +90,7 @@ def device_work(trace: Trace, collective_names: np.ndarray, wait_names: np.ndarr
     codes, dense = np.unique(device, return_inverse=True)
     devices = tuple(codes.tolist())
     order = np.argsort(dense, kind="stable")  # by device, start order kept within each
-    cut = np.flatnonzero(np.diff(dense[order])) + 1
-    by_device = dict(zip(devices, np.split(order, cut), strict=True)) if len(rows) else {}
+    bounds = np.searchsorted(dense[order], np.arange(len(devices) + 1)).tolist()
     labels = {d: _label(trace.process_names.get(d, ""), d) for d in devices}
     return DeviceWork(
         rows=rows,
@@ -96,7 +100,8 @@ def device_work(trace: Trace, collective_names: np.ndarray, wait_names: np.ndarr
         end=c[S.TS_NS][rows] + c[S.DUR_NS][rows],
         launch=launch_starts(trace, rows),
         wait=wait,
-        by_device=by_device,
+        by_device=order,
+        bounds=bounds,
         devices=devices,
         labels=labels,
     )

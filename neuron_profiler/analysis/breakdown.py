@@ -1,7 +1,7 @@
 """Step breakdown: per step and device, where the wall time went::
 
     b = step_breakdown(ctx)
-    b.devices[0].busy_ns[i], b.devices[0].idle_ns[i]    # step i on the first device
+    b.busy_ns[0, i], b.idle_ns[0, i]     # step i on the first device (b.device[0])
     b.host_ns[i]                                         # host ops busy in step i
 
 Per device and step (every figure is a union, clipped to the step, so overlapping work on
@@ -20,6 +20,7 @@ compute nor collectives run) = busy, so with idle they add up to the wall time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -47,36 +48,79 @@ class DeviceSteps:
     dma_only_ns: np.ndarray
 
 
+FIGURES = (
+    "busy_ns",
+    "compute_ns",
+    "dma_ns",
+    "collective_ns",
+    "collective_wait_ns",
+    "overlap_ns",
+    "idle_ns",
+    "collective_only_ns",
+    "dma_only_ns",
+)  # DeviceSteps' arrays, each a (devices x steps) column of StepBreakdown
+
+
 @dataclass(frozen=True)
 class StepBreakdown:
+    """Per step: ``wall_ns``, ``host_ns``. Per device g and step i: ``busy_ns[g, i]`` and the
+    other ``FIGURES``, device ``device[g]`` (``devices``: the same as one ``DeviceSteps`` per
+    device, built on first use; a trace of 60,000 device queues needs no object per device)."""
+
     names: tuple[str, ...]
     wall_ns: np.ndarray
     host_ns: np.ndarray
-    devices: tuple[DeviceSteps, ...]
+    device: np.ndarray
+    labels: tuple[str, ...]
+    busy_ns: np.ndarray
+    compute_ns: np.ndarray
+    dma_ns: np.ndarray
+    collective_ns: np.ndarray
+    collective_wait_ns: np.ndarray
+    overlap_ns: np.ndarray
+    idle_ns: np.ndarray
+    collective_only_ns: np.ndarray
+    dma_only_ns: np.ndarray
+
+    @cached_property
+    def devices(self) -> tuple[DeviceSteps, ...]:
+        return tuple(
+            DeviceSteps(
+                device=device,
+                label=label,
+                **{name: getattr(self, name)[g] for name in FIGURES},
+            )
+            for g, (device, label) in enumerate(zip(self.device.tolist(), self.labels, strict=True))
+        )
 
 
 def step_breakdown(ctx: AnalysisContext) -> StepBreakdown:
     """Every device at once, laid end to end on one time axis (``_axis``)."""
     work, steps = ctx.work, ctx.steps
-    devices: list[DeviceSteps] = []
+    parts: list[dict[str, np.ndarray]] = []
+    devices: list[int] = []
     if len(work) and len(steps):
         lo = min(int(work.start.min()), int(steps.start_ns.min()))
         hi = max(int(work.end.max()), int(steps.end_ns.max()))
         for axis, group in device_axes(work, lo, hi):
-            devices += _on_axis(ctx, axis, group)
+            parts.append(_on_axis(ctx, axis, group))
+            devices += axis.devices
+    none = np.zeros((0, len(steps)), np.int64)
     return StepBreakdown(
         names=steps.names,
         wall_ns=steps.wall_ns,
         host_ns=I.overlap_per_window(
             I.union(ctx.host.start, ctx.host.end), steps.start_ns, steps.end_ns
         ).astype(np.int64),
-        devices=tuple(devices),
+        device=np.asarray(devices, dtype=np.int64),
+        labels=tuple(work.labels[d] for d in devices),
+        **{name: np.concatenate([p[name] for p in parts]) if parts else none for name in FIGURES},
     )
 
 
-def _on_axis(ctx: AnalysisContext, axis: DeviceAxis, group: np.ndarray) -> list[DeviceSteps]:
+def _on_axis(ctx: AnalysisContext, axis: DeviceAxis, group: np.ndarray) -> dict[str, np.ndarray]:
     """The breakdown of an axis' devices: each figure one interval operation for all of them,
-    then cut per device and step."""
+    cut per device and step (one row per device)."""
     work, steps = ctx.work, ctx.steps
     mine = group >= 0
 
@@ -94,22 +138,14 @@ def _on_axis(ctx: AnalysisContext, axis: DeviceAxis, group: np.ndarray) -> list[
         return I.overlap_per_window(x, ws, we).astype(np.int64).reshape(len(axis), len(steps))
 
     busy_ns = per_step(busy)
-    figures = {
+    return {
+        "busy_ns": busy_ns,
         "compute_ns": per_step(sets[COMPUTE]),
         "dma_ns": per_step(sets[DMA]),
         "collective_ns": per_step(sets[COLLECTIVE]),
         "collective_wait_ns": per_step(waits),
         "overlap_ns": per_step(I.intersect(sets[COMPUTE], sets[COLLECTIVE])),
+        "idle_ns": steps.wall_ns[np.newaxis, :] - busy_ns,
         "collective_only_ns": per_step(I.subtract(sets[COLLECTIVE], sets[COMPUTE])),
         "dma_only_ns": per_step(I.subtract(I.subtract(sets[DMA], sets[COMPUTE]), sets[COLLECTIVE])),
     }
-    return [
-        DeviceSteps(
-            device=device,
-            label=work.labels[device],
-            busy_ns=busy_ns[g],
-            idle_ns=steps.wall_ns - busy_ns[g],
-            **{name: values[g] for name, values in figures.items()},
-        )
-        for g, device in enumerate(axis.devices)
-    ]

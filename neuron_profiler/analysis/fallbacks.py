@@ -140,10 +140,9 @@ def _idle_per_group(
     group whose call it began in, else to the group covering most of it (the fallback rule
     made it a fallback gap, so one of the two holds)."""
     out = np.zeros(len(spans), np.int64)
-    devices = [d for d in idle.devices if d.by_cause_ns["cpu_fallback"] > 0]
-    if not devices or not spans:
+    worst = idle.worst_device("cpu_fallback")
+    if worst is None or not spans:
         return out
-    worst = max(devices, key=lambda d: d.by_cause_ns["cpu_fallback"]).device
     k = idle.gap_index("cpu_fallback", worst)
     gs, ge = idle.gap_start_ns[k], idle.gap_end_ns[k]
     cover = np.stack([I.overlap_per_window(x, gs, ge) for x in spans])  # groups x gaps

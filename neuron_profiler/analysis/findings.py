@@ -34,14 +34,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis import causes as C
 from neuron_profiler.analysis import selections as sel
+from neuron_profiler.analysis._axis import device_axes
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA
 from neuron_profiler.analysis.callsites import call_sites
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.fallbacks import FallbackGroup, fallback_copies, fallback_groups
-from neuron_profiler.analysis.idle import IdleTime, host_activity, idle_time
+from neuron_profiler.analysis.idle import host_activity, idle_time
 from neuron_profiler.analysis.syncs import SyncGroup, sync_groups
 
 __all__ = ["FallbackGroup", "Finding", "Findings", "SyncGroup", "findings"]
@@ -108,22 +111,21 @@ def findings(ctx: AnalysisContext) -> Findings:
     ]
     found += _idle_findings(ctx)
     work = ctx.work
-    for pattern, sets in ((C.EXPOSED_COPIES, _exposed_copies(ctx)),):
-        if sets:
-            device, x = max(sets.items(), key=lambda kv: kv[1].total)
-            if x.total:
-                found.append(
-                    _finding(
-                        ctx,
-                        pattern,
-                        pattern.name,
-                        f"{pattern.title} ({work.labels[device]})",
-                        x.total,
-                        _longest_ranges(x),
-                        "",
-                        pattern.advice_for(ctx.names),
-                    )
+    for pattern, worst in ((C.EXPOSED_COPIES, _most_exposed_copies(ctx)),):
+        if worst is not None:
+            device, x = worst
+            found.append(
+                _finding(
+                    ctx,
+                    pattern,
+                    pattern.name,
+                    f"{pattern.title} ({work.labels[device]})",
+                    x.total,
+                    _longest_ranges(x),
+                    "",
+                    pattern.advice_for(ctx.names),
                 )
+            )
     found.sort(key=lambda f: -f.recoverable_ns)
     return Findings(
         findings=tuple(f for f in found if f.recoverable_ns > 0),
@@ -138,7 +140,7 @@ def _idle_findings(ctx: AnalysisContext) -> list[Finding]:
     idle = ctx.result(idle_time)
     out, evidence = [], []
     for cause in (c for c in C.IDLE_CAUSES if c.finding == "idle"):
-        worst = _worst_device(idle, cause.name)
+        worst = idle.worst_device(cause.name)
         if worst is None:
             continue
         gaps = idle.gaps_of(cause.name, worst)
@@ -197,25 +199,36 @@ def _finding(
     )
 
 
-def _worst_device(idle: IdleTime, cause: str) -> int | None:
-    best = max(idle.devices, key=lambda d: d.by_cause_ns[cause], default=None)
-    return best.device if best is not None and best.by_cause_ns[cause] > 0 else None
-
-
 def _longest_ranges(x: I.Intervals) -> tuple[tuple[int, int], ...]:
     return I.longest(x, EVIDENCE_RANGES)
 
 
-def _exposed_copies(ctx: AnalysisContext) -> dict[int, I.Intervals]:
+def _most_exposed_copies(ctx: AnalysisContext) -> tuple[int, I.Intervals] | None:
+    """The device whose copies (a fallback's own copies left out) ran longest while it had
+    no compute or collective to hide them, inside the steps, and that exposed time (the first
+    such device among equals); None when no copy was exposed. Totals for every device at once
+    on the device axis, the intervals for that one device."""
     work, skip, window = ctx.work, ctx.result(fallback_copies), ctx.steps.spans
-    out = {}
-    for device in work.devices:
-        on = work.of(device)
-        dma = on[(work.queue[on] == DMA) & ~skip[on]]
-        if len(dma) == 0:
-            continue
-        exposed = I.subtract(
-            I.union(work.start[dma], work.end[dma]), ctx.busy(device, (COMPUTE, COLLECTIVE))
-        )
-        out[device] = I.intersect(exposed, window)
-    return out
+    copies = (work.queue == DMA) & ~skip
+    if not copies.any() or len(window) == 0:
+        return None
+    hiding = ~work.wait & ((work.queue == COMPUTE) | (work.queue == COLLECTIVE))
+    lo = min(int(work.start.min()), int(window.start[0]))
+    hi = max(int(work.end.max()), int(window.end[-1]))
+    best, best_ns = None, 0
+    for axis, group in device_axes(work, lo, hi):
+        on = group >= 0
+        dma, busy = np.flatnonzero(on & copies), np.flatnonzero(on & hiding)
+        exposed = I.subtract(axis.union(work, dma, group[dma]), axis.union(work, busy, group[busy]))
+        totals = axis.total_per_device(I.intersect(exposed, axis.replicate(window)))
+        g = int(np.argmax(totals))
+        if totals[g] > best_ns:
+            best, best_ns = axis.devices[g], int(totals[g])
+    if best is None:
+        return None
+    on = work.of(best)
+    dma = on[copies[on]]
+    exposed = I.subtract(
+        I.union(work.start[dma], work.end[dma]), ctx.busy(best, (COMPUTE, COLLECTIVE))
+    )
+    return best, I.intersect(exposed, window)

@@ -33,6 +33,7 @@ steps N and N+1 at the boundary.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -93,15 +94,87 @@ class DeviceIdle:
 
 
 @dataclass(frozen=True)
+class DeviceIdleColumns:
+    """Every device's ``DeviceIdle`` figures as columns, row g for device ``device[g]``: a
+    trace of 60,000 device queues is analysed and rendered without a Python object per device.
+    ``by_cause_ns[g, c]``: cause ``ALL_CAUSES[c]``; ``per_step_*[g, i]``: step i."""
+
+    device: np.ndarray
+    labels: tuple[str, ...]
+    window_ns: np.ndarray
+    busy_ns: np.ndarray
+    idle_ns: np.ndarray
+    by_cause_ns: np.ndarray
+    per_step_by_cause_ns: np.ndarray
+    gaps: np.ndarray
+    emulator_overhead_ns: np.ndarray
+    per_step_emulator_overhead_ns: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.device)
+
+    def cause_ns(self, cause: str) -> np.ndarray:
+        """One cause's idle ns, per device."""
+        return self.by_cause_ns[:, ALL_CAUSES.index(cause)]
+
+    def row(self, g: int) -> DeviceIdle:
+        steps = self.per_step_by_cause_ns[g].tolist()
+        return DeviceIdle(
+            device=int(self.device[g]),
+            label=self.labels[g],
+            window_ns=int(self.window_ns[g]),
+            busy_ns=int(self.busy_ns[g]),
+            idle_ns=int(self.idle_ns[g]),
+            by_cause_ns=dict(zip(ALL_CAUSES, self.by_cause_ns[g].tolist(), strict=True)),
+            per_step_by_cause_ns=tuple(dict(zip(ALL_CAUSES, s, strict=True)) for s in steps),
+            gaps=int(self.gaps[g]),
+            emulator_overhead_ns=int(self.emulator_overhead_ns[g]),
+            per_step_emulator_overhead_ns=tuple(self.per_step_emulator_overhead_ns[g].tolist()),
+        )
+
+    @classmethod
+    def concat(cls, parts: list[DeviceIdleColumns], steps: int) -> DeviceIdleColumns:
+        if not parts:
+            return cls.empty(steps)
+        return cls(
+            labels=tuple(x for p in parts for x in p.labels),
+            **{
+                k: np.concatenate([getattr(p, k) for p in parts])
+                for k in cls.__dataclass_fields__
+                if k != "labels"
+            },
+        )
+
+    @classmethod
+    def empty(cls, steps: int) -> DeviceIdleColumns:
+        none = np.zeros(0, np.int64)
+        causes = len(ALL_CAUSES)
+        return cls(
+            device=none,
+            labels=(),
+            window_ns=none,
+            busy_ns=none,
+            idle_ns=none,
+            by_cause_ns=np.zeros((0, causes), np.int64),
+            per_step_by_cause_ns=np.zeros((0, steps, causes), np.int64),
+            gaps=none,
+            emulator_overhead_ns=none,
+            per_step_emulator_overhead_ns=np.zeros((0, steps), np.int64),
+        )
+
+
+@dataclass(frozen=True)
 class IdleTime:
-    """Args: devices: per device totals; longest: the longest gaps (by idle time) with host
-    activity; gap_*: every gap (all devices), columnar: device pid, start, end, index into
-    ALL_CAUSES, idle ns (emulator overhead left out); discount: per device, the emulator's own
-    host spans discounted from its gaps (the emulator overhead, less the device's collective
-    waits: a wait for a peer is the device's idle time, never the emulator's)."""
+    """Args: per_device: every device's totals, as columns (``devices``: the same as one
+    ``DeviceIdle`` per device, built on first use); longest: the longest gaps (by idle time)
+    with host activity; gap_*: every gap (all devices), columnar: device pid, start, end,
+    index into ALL_CAUSES, idle ns (emulator overhead left out); discount: per device, the
+    emulator's own host spans discounted from its gaps (the emulator overhead, less the
+    device's collective waits: a wait for a peer is the device's idle time, never the
+    emulator's)."""
 
     min_gap_ns: int
-    devices: tuple[DeviceIdle, ...]
+    per_device: DeviceIdleColumns
     longest: tuple[Gap, ...]
     gap_device: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     gap_start_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -121,20 +194,53 @@ class IdleTime:
     def gaps_of(self, cause: str, device: int) -> I.Intervals:
         """The idle time of one cause on one device, as an interval set: its gaps inside the
         steps, less the emulator overhead."""
-        k = self.gap_index(cause, device)
+        return self.counted(self.gap_index(cause, device), device)
+
+    def counted(self, k: np.ndarray, device: int) -> I.Intervals:
+        """The idle time of gaps ``k`` (all on ``device``) as an interval set."""
         return _counted(
             I.union(self.gap_start_ns[k], self.gap_end_ns[k]),
             self.window,
             self.discount.get(device, I.EMPTY),
         )
 
+    def gap_groups(self) -> list[tuple[int, str, np.ndarray]]:
+        """(device, cause, gap indices) for every device and cause with gaps: devices in
+        ``per_device`` order, causes in ALL_CAUSES order, each group's gaps as ``gap_index``
+        gives them; one sort, not one scan of every gap per group."""
+        if len(self.gap_device) == 0:
+            return []
+        by_pid = np.argsort(self.per_device.device, kind="stable")
+        row = by_pid[np.searchsorted(self.per_device.device, self.gap_device, sorter=by_pid)]
+        key = row * len(ALL_CAUSES) + self.gap_cause
+        order = np.argsort(key, kind="stable")
+        cut = np.flatnonzero(np.diff(key[order])) + 1
+        return [
+            (int(self.gap_device[k[0]]), ALL_CAUSES[int(self.gap_cause[k[0]])], k)
+            for k in np.split(order, cut)
+            if len(k)
+        ]
+
+    @cached_property
+    def devices(self) -> tuple[DeviceIdle, ...]:
+        return tuple(self.per_device.row(g) for g in range(len(self.per_device)))
+
     @property
     def emulator_overhead_ns(self) -> int:
-        return sum(d.emulator_overhead_ns for d in self.devices)
+        return int(self.per_device.emulator_overhead_ns.sum())
 
     @property
     def by_cause_ns(self) -> dict[str, int]:
-        return {c: sum(d.by_cause_ns[c] for d in self.devices) for c in ALL_CAUSES}
+        totals = self.per_device.by_cause_ns.sum(axis=0).tolist()
+        return dict(zip(ALL_CAUSES, totals, strict=True))
+
+    def worst_device(self, cause: str) -> int | None:
+        """The device with the most idle time of a cause (the first among equals); None
+        when no device has any."""
+        values = self.per_device.cause_ns(cause)
+        if len(values) == 0 or values.max() <= 0:
+            return None
+        return int(self.per_device.device[int(np.argmax(values))])
 
 
 def host_spans(ctx: AnalysisContext) -> HostSpans:
@@ -189,18 +295,19 @@ def idle_time(ctx: AnalysisContext) -> IdleTime:
     work, steps, options = ctx.work, ctx.steps, ctx.options
     window = steps.spans
     if len(work) == 0 or len(window) == 0:
-        return IdleTime(min_gap_ns=options.min_gap_ns, devices=(), longest=(), window=window)
+        empty = DeviceIdleColumns.empty(len(steps))
+        return IdleTime(min_gap_ns=options.min_gap_ns, per_device=empty, longest=(), window=window)
     spans = host_spans(ctx)
     lo = min(int(work.start.min()), int(window.start[0]))
     hi = max(int(work.end.max()), int(window.end[-1]))
     parts = [_on_axis(ctx, axis, group, spans) for axis, group in device_axes(work, lo, hi)]
-    devices = tuple(d for part in parts for d in part.devices)
+    per_device = DeviceIdleColumns.concat([part.devices for part in parts], len(steps))
     discount = {k: v for part in parts for k, v in part.discount.items()}
     columns = [np.concatenate([getattr(p, k) for p in parts]) for k in _GAP_COLUMNS]
     device, gs, ge, cause, idle_ns = columns
     return IdleTime(
         min_gap_ns=options.min_gap_ns,
-        devices=devices,
+        per_device=per_device,
         longest=_longest(ctx, (device, gs, ge, cause, idle_ns), options.top, discount),
         gap_device=device,
         gap_start_ns=gs,
@@ -219,7 +326,7 @@ _GAP_COLUMNS = ("gap_device", "gap_start_ns", "gap_end_ns", "gap_cause", "gap_id
 class _AxisIdle:
     """One axis' share of ``IdleTime`` (its devices, its gaps, its non-empty discounts)."""
 
-    devices: tuple[DeviceIdle, ...]
+    devices: DeviceIdleColumns
     discount: dict[int, I.Intervals]
     gap_device: np.ndarray
     gap_start_ns: np.ndarray
@@ -264,11 +371,10 @@ def _on_axis(
     )
     cause = classify(facts, spans, ctx.options.min_gap_ns)
     devices = _device_idle(ctx, axis, gap, cause, busy, inside, discount)
-    split = axis.split(discount) if len(discount) else [I.EMPTY] * len(axis)
     pid = np.asarray(axis.devices, dtype=np.int64)
     return _AxisIdle(
         devices=devices,
-        discount={d: x for d, x in zip(axis.devices, split, strict=True) if len(x)},
+        discount=axis.split(discount),
         gap_device=pid[g],
         gap_start_ns=facts.start,
         gap_end_ns=facts.end,
@@ -290,59 +396,35 @@ def _device_idle(
     busy: I.Intervals,
     inside: I.Intervals,
     discount: I.Intervals,
-) -> tuple[DeviceIdle, ...]:
+) -> DeviceIdleColumns:
     """Per device, cause and step: the gaps of that cause less the emulator overhead inside
-    them; all on the axis, then one ``DeviceIdle`` per device."""
+    them; all on the axis, each figure one column for the axis' devices."""
     steps, n = ctx.steps, len(axis)
     ws, we = (w.ravel() for w in axis.windows(steps.start_ns, steps.end_ns))
-    per_step = {}  # cause -> (devices x steps) ns
-    for code, name in enumerate(ALL_CAUSES):
+    per_step, totals = [], []  # per cause: (devices x steps), (devices)
+    for code in range(len(ALL_CAUSES)):
         mine = cause == code
         part = _counted(I.Intervals(gap.start[mine], gap.end[mine]), inside, discount)
-        per_step[name] = I.overlap_per_window(part, ws, we).reshape(n, len(steps))
-    totals = {
-        name: _per_device(
-            axis,
-            _counted(
-                I.Intervals(gap.start[cause == code], gap.end[cause == code]), inside, discount
-            ),
-        )
-        for code, name in enumerate(ALL_CAUSES)
-    }
+        per_step.append(I.overlap_per_window(part, ws, we).reshape(n, len(steps)))
+        totals.append(axis.total_per_device(part))
     in_steps = I.intersect(gap, inside)
     hidden = I.intersect(in_steps, discount)
-    overhead = I.overlap_per_window(hidden, ws, we).reshape(n, len(steps))
-    idle_ns = _per_device(axis, in_steps) - _per_device(axis, hidden)
-    hidden_ns = _per_device(axis, hidden)
-    busy_ns = _per_device(axis, I.intersect(busy, inside))
-    gaps = np.bincount(axis.group_of(gap.start), minlength=n)
-    window_ns = inside.total // max(n, 1)
-    out = []
-    for g, device in enumerate(axis.devices):
-        steps_of = [
-            {name: int(per_step[name][g, i]) for name in ALL_CAUSES} for i in range(len(steps))
-        ]
-        out.append(
-            DeviceIdle(
-                device=device,
-                label=ctx.work.labels[device],
-                window_ns=int(window_ns),
-                busy_ns=int(busy_ns[g]),
-                idle_ns=int(idle_ns[g]),
-                by_cause_ns={name: int(totals[name][g]) for name in ALL_CAUSES},
-                per_step_by_cause_ns=tuple(steps_of),
-                gaps=int(gaps[g]),
-                emulator_overhead_ns=int(hidden_ns[g]),
-                per_step_emulator_overhead_ns=tuple(int(x) for x in overhead[g].tolist()),
-            )
-        )
-    return tuple(out)
-
-
-def _per_device(axis: DeviceAxis, x: I.Intervals) -> np.ndarray:
-    """Total ns of an axis set per device."""
-    return np.bincount(axis.group_of(x.start), weights=x.end - x.start, minlength=len(axis)).astype(
-        np.int64
+    hidden_ns = axis.total_per_device(hidden)
+    return DeviceIdleColumns(
+        device=np.asarray(axis.devices, dtype=np.int64),
+        labels=tuple(ctx.work.labels[d] for d in axis.devices),
+        window_ns=np.full(n, inside.total // max(n, 1), np.int64),
+        busy_ns=axis.total_per_device(I.intersect(busy, inside)),
+        idle_ns=axis.total_per_device(in_steps) - hidden_ns,
+        by_cause_ns=np.stack(totals, axis=-1).reshape(n, len(ALL_CAUSES)),
+        per_step_by_cause_ns=np.stack(per_step, axis=-1)
+        .astype(np.int64)
+        .reshape(n, len(steps), len(ALL_CAUSES)),
+        gaps=np.bincount(axis.group_of(gap.start), minlength=n).astype(np.int64),
+        emulator_overhead_ns=hidden_ns,
+        per_step_emulator_overhead_ns=I.overlap_per_window(hidden, ws, we)
+        .astype(np.int64)
+        .reshape(n, len(steps)),
     )
 
 

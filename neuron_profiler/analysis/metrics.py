@@ -21,6 +21,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.report import Report
 from neuron_profiler.errors import NeuronProfilerError
@@ -42,17 +44,19 @@ def metrics(report: Report) -> dict[str, float]:
     steps = max(len(report.steps), 1)
     wall = report.steps.wall_ns
     out = {"step_ms": float(wall.mean()) / 1e6 if len(wall) else 0.0}
-    devices = report.idle.devices
-    out["idle_pct"] = max(
-        (100 * d.idle_ns / d.window_ns for d in devices if d.window_ns), default=0.0
-    )
-    out["idle_ms_per_step"] = max((d.idle_ns / 1e6 / steps for d in devices), default=0.0)
+    devices = report.idle.per_device
+    timed = devices.window_ns > 0
+    out["idle_pct"] = _max(100 * devices.idle_ns[timed] / devices.window_ns[timed])
+    out["idle_ms_per_step"] = _max(devices.idle_ns / 1e6 / steps)
     for cause in ALL_CAUSES:
-        out[f"{cause}_ms_per_step"] = max(
-            (d.by_cause_ns[cause] / 1e6 / steps for d in devices), default=0.0
-        )
+        out[f"{cause}_ms_per_step"] = _max(devices.cause_ns(cause) / 1e6 / steps)
     out["fallback_ms_per_step"] = out["cpu_fallback_ms_per_step"]
     return out
+
+
+def _max(values: np.ndarray) -> float:
+    """The largest, 0.0 when there is none (as the per-device figures are worded)."""
+    return float(values.max()) if len(values) else 0.0
 
 
 @dataclass(frozen=True)

@@ -96,8 +96,8 @@ def rank_summary(ctx: AnalysisContext) -> RankSummary:
         window_start_ns=int(steps.start_ns.min()),
         window_end_ns=int(steps.end_ns.max()),
         step_wall_ns=tuple(steps.wall_ns.tolist()),
-        compute_ns=int(sum(d.compute_ns.sum() for d in b.devices)),
-        collective_ns=int(sum(d.collective_ns.sum() for d in b.devices)),
+        compute_ns=int(b.compute_ns.sum()),
+        collective_ns=int(b.collective_ns.sum()),
         **_calls(trace, work, steps, ctx),
     )
 

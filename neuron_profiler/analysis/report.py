@@ -27,6 +27,7 @@ from neuron_profiler.analysis.rank_summary import RankSummary, rank_summary
 from neuron_profiler.analysis.steps import Steps
 from neuron_profiler.analysis.summary import OpKernelSummary, op_kernel_summary
 from neuron_profiler.analysis.timeline import DeviceTimeline, device_timeline
+from neuron_profiler.gc_pause import gc_paused
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace, file_base_ns
 
@@ -114,10 +115,11 @@ def _compatibility(trace: Trace, options: Options) -> Compatibility:
 def analyze(trace: Trace, options: Options | None = None) -> Report:
     options = options or Options()
     if len(trace) < THREADED_ROWS:
-        return _analyze(AnalysisContext(trace, options), lambda: _compatibility(trace, options))
+        with gc_paused():
+            return _analyze(AnalysisContext(trace, options), lambda: _compatibility(trace, options))
     from concurrent.futures import ThreadPoolExecutor  # (not at startup: small traces)
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat") as pool:
+    with gc_paused(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat") as pool:
         return _analyze(
             AnalysisContext(trace, options), pool.submit(_compatibility, trace, options).result
         )

@@ -130,11 +130,10 @@ def _gap_owners(
     """The worst device's whole host_sync gaps (start, end: where the sync was; their counted
     idle, inside the steps and less emulator overhead) and, per gap, the sync (index into
     start/end) whose span holds its start (the earliest such; -1: none)."""
-    devices = [d for d in idle.devices if d.by_cause_ns["host_sync"] > 0]
-    if not devices:
+    worst = idle.worst_device("host_sync")
+    if worst is None:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty, empty
-    worst = max(devices, key=lambda d: d.by_cause_ns["host_sync"]).device
     k = idle.gap_index("host_sync", worst)
     gap_start, gap_end, gap_idle = idle.gap_start_ns[k], idle.gap_end_ns[k], idle.gap_idle_ns[k]
     owner = np.full(len(k), -1, np.int64)

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
-from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.idle import idle_time
 from neuron_profiler.trace import schema as S
@@ -122,21 +121,19 @@ def device_timeline(ctx: AnalysisContext) -> DeviceTimeline:
             )
         )
     series = []
-    for d in idle.devices:
-        for cause in ALL_CAUSES:
-            whole = len(idle.gap_index(cause, d.device))
-            if whole:
-                gaps = idle.gaps_of(cause, d.device)
-                series.append(
-                    IdleSeries(
-                        d.device,
-                        d.label,
-                        cause,
-                        gaps.total,
-                        downsample(gaps, start_ns, end_ns, max_segments),
-                        whole,
-                    )
-                )
+    labels = dict(zip(idle.per_device.device.tolist(), idle.per_device.labels, strict=True))
+    for device, cause, k in idle.gap_groups():
+        gaps = idle.counted(k, device)
+        series.append(
+            IdleSeries(
+                device,
+                labels[device],
+                cause,
+                gaps.total,
+                downsample(gaps, start_ns, end_ns, max_segments),
+                len(k),
+            )
+        )
     return DeviceTimeline(
         start_ns,
         end_ns,

@@ -27,6 +27,7 @@ from neuron_profiler.analysis.distributed import (
 )
 from neuron_profiler.analysis.metrics import metrics
 from neuron_profiler.analysis.report import Report, summaries_of
+from neuron_profiler.gc_pause import gc_paused
 
 SCHEMA_VERSION = "2"
 SCHEMA_FILE = "report.schema.json"
@@ -39,8 +40,9 @@ def document_text(doc: dict[str, Any]) -> str:
     62,000 devices in 0.2 s instead of 3.2 s; a small number may be spelled ``8e-6`` where the
     standard library writes ``8e-06``). A document holding other characters (names from the
     trace) is written by the standard library, which escapes them."""
-    data = msgspec.json.format(_encode(doc), indent=1)
-    return data.decode() if data.isascii() else json.dumps(doc, indent=1)
+    with gc_paused():
+        data = msgspec.json.format(_encode(doc), indent=1)
+        return data.decode() if data.isascii() else json.dumps(doc, indent=1)
 
 
 def _numpy_scalar(value: Any) -> Any:
@@ -67,6 +69,49 @@ def _pct(part: float, whole: float) -> float:
     return round(100.0 * part / whole, 3) if whole else 0.0
 
 
+# Whole columns at once, each entry the very number the scalar rule above writes (a trace of
+# 60,000 devices has millions of them).
+_EXACT_NS = 2**53  # int ns below this convert to float exactly
+
+
+def _ms_column(ns: np.ndarray) -> list[Any]:
+    """``_ms`` of every entry of an int ns array (nested lists for 2-D and up): ns / 1e6 is
+    already what ``round(.., 6)`` gives (a whole number of ns has at most 6 decimals in ms)."""
+    ns = np.asarray(ns)
+    if ns.size and int(np.abs(ns).max()) >= _EXACT_NS:
+        return np.vectorize(_ms, otypes=[object])(ns).tolist()
+    return (ns.astype(np.int64) / 1e6).tolist()
+
+
+def _pct_column(part: np.ndarray, whole: np.ndarray) -> list[float]:
+    """``_pct`` of int columns: Python's ``round(x, 3)`` (the double nearest the correctly
+    rounded decimal) is ``rint(1000 x) / 1000`` except where ``1000 x`` lies within rounding
+    error of a half: those few are rounded by ``round`` itself."""
+    part, whole = np.asarray(part, np.float64), np.asarray(whole, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        value = 100.0 * part / whole
+        scaled = value * 1000.0
+        fraction = np.abs(scaled - np.trunc(scaled))
+        halfway = np.abs(fraction - 0.5) < 1e-9 * np.maximum(1.0, np.abs(scaled))
+    values = (np.rint(scaled) / 1000.0).tolist()
+    exact = halfway | ~np.isfinite(scaled)
+    for k in np.flatnonzero(exact).tolist():
+        values[k] = round(float(value[k]), 3)
+    for k in np.flatnonzero(whole == 0).tolist():
+        values[k] = 0.0
+    return values
+
+
+def _np_pct_column(part: np.ndarray, wall: np.ndarray) -> list[list[float]]:
+    """``_pct`` of a (steps x devices) int column and each step's wall time, as the scalar
+    rule gives it for a numpy part (``round`` of a numpy float is numpy's: ``rint(1000 x) /
+    1000`` everywhere); rows of steps with no wall time are 0.0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = np.round(100.0 * np.asarray(part, np.float64) / wall[:, np.newaxis], 3)
+    value[wall == 0] = 0.0
+    return value.tolist()
+
+
 def to_document(
     reports: list[Report],
     errors: list[tuple[str, str]] = (),  # type: ignore[assignment]
@@ -79,10 +124,12 @@ def to_document(
 
     if cross is None:
         cross = distributed(summaries_of(reports))
+    with gc_paused():  # millions of dicts for many devices, no cycles
+        traces = [trace_document(r) for r in reports]
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": f"neuron-profiler {__version__}",
-        "traces": [trace_document(r) for r in reports],
+        "traces": traces,
         "errors": [{"path": p, "error": e} for p, e in errors],
         "fail_on": list(breaches),
         "distributed": distributed_document(cross),
@@ -311,6 +358,9 @@ def _steps(r: Report) -> list[dict[str, Any]]:
 
 def _breakdown(r: Report) -> list[dict[str, Any]]:
     b = r.breakdown
+    ms = {k: _ms_column(getattr(b, k).T) for k in _BREAKDOWN_MS}  # [step][device]
+    pct = {k: _np_pct_column(getattr(b, k).T, b.wall_ns) for k in ("busy_ns", "idle_ns")}
+    ids, labels = b.device.tolist(), b.labels
     out = []
     for i, name in enumerate(b.names):
         wall = int(b.wall_ns[i])
@@ -321,58 +371,109 @@ def _breakdown(r: Report) -> list[dict[str, Any]]:
                 "host_ms": _ms(b.host_ns[i]),
                 "devices": [
                     {
-                        "device": d.device,
-                        "label": d.label,
-                        "busy_ms": _ms(d.busy_ns[i]),
-                        "busy_pct": _pct(d.busy_ns[i], wall),
-                        "compute_ms": _ms(d.compute_ns[i]),
-                        "dma_ms": _ms(d.dma_ns[i]),
-                        "collective_ms": _ms(d.collective_ns[i]),
-                        "collective_wait_ms": _ms(d.collective_wait_ns[i]),
-                        "overlap_ms": _ms(d.overlap_ns[i]),
-                        "idle_ms": _ms(d.idle_ns[i]),
-                        "idle_pct": _pct(d.idle_ns[i], wall),
+                        "device": device,
+                        "label": label,
+                        "busy_ms": busy,
+                        "busy_pct": busy_pct,
+                        "compute_ms": compute,
+                        "dma_ms": dma,
+                        "collective_ms": collective,
+                        "collective_wait_ms": wait,
+                        "overlap_ms": overlap,
+                        "idle_ms": idle,
+                        "idle_pct": idle_pct,
                     }
-                    for d in b.devices
+                    for device, label, busy, busy_pct, compute, dma, collective, wait, overlap, idle, idle_pct in zip(  # noqa: E501
+                        ids,
+                        labels,
+                        ms["busy_ns"][i],
+                        pct["busy_ns"][i],
+                        ms["compute_ns"][i],
+                        ms["dma_ns"][i],
+                        ms["collective_ns"][i],
+                        ms["collective_wait_ns"][i],
+                        ms["overlap_ns"][i],
+                        ms["idle_ns"][i],
+                        pct["idle_ns"][i],
+                        strict=True,
+                    )
                 ],
             }
         )
     return out
 
 
+_BREAKDOWN_MS = (
+    "busy_ns",
+    "compute_ns",
+    "dma_ns",
+    "collective_ns",
+    "collective_wait_ns",
+    "overlap_ns",
+    "idle_ns",
+)
+
+
 def _idle(r: Report) -> dict[str, Any]:
-    idle = r.idle
+    idle, cols = r.idle, r.idle.per_device
+    window, busy, idle_ns, overhead = (
+        _ms_column(x)
+        for x in (cols.window_ns, cols.busy_ns, cols.idle_ns, cols.emulator_overhead_ns)
+    )
+    columns = zip(
+        cols.device.tolist(),
+        cols.labels,
+        window,
+        busy,
+        _pct_column(cols.busy_ns, cols.window_ns),
+        idle_ns,
+        _pct_column(cols.idle_ns, cols.window_ns),
+        cols.gaps.tolist(),
+        overhead,
+        _ms_column(cols.by_cause_ns),
+        _ms_column(cols.per_step_by_cause_ns),
+        _ms_column(cols.per_step_emulator_overhead_ns),
+        strict=True,
+    )
     return {
         "min_gap_us": idle.min_gap_ns / 1e3,
         "by_cause_ms": {c: _ms(v) for c, v in idle.by_cause_ns.items()},
         "emulator_overhead_ms": _ms(idle.emulator_overhead_ns),
         "devices": [
             {
-                "device": d.device,
-                "label": d.label,
-                "window_ms": _ms(d.window_ns),
-                "busy_ms": _ms(d.busy_ns),
-                "busy_pct": _pct(d.busy_ns, d.window_ns),
-                "idle_ms": _ms(d.idle_ns),
-                "idle_pct": _pct(d.idle_ns, d.window_ns),
-                "gaps": d.gaps,
-                "emulator_overhead_ms": _ms(d.emulator_overhead_ns),
-                "by_cause_ms": {c: _ms(d.by_cause_ns[c]) for c in ALL_CAUSES},
+                "device": device,
+                "label": label,
+                "window_ms": window_ms,
+                "busy_ms": busy_ms,
+                "busy_pct": busy_pct,
+                "idle_ms": idle_ms,
+                "idle_pct": idle_pct,
+                "gaps": gaps,
+                "emulator_overhead_ms": overhead_ms,
+                "by_cause_ms": dict(zip(ALL_CAUSES, by_cause, strict=True)),
                 "per_step": [
                     {
                         "step": name,
-                        **{c: _ms(s[c]) for c in ALL_CAUSES},
-                        "emulator_overhead_ms": _ms(o),
+                        **dict(zip(ALL_CAUSES, s, strict=True)),
+                        "emulator_overhead_ms": o,
                     }
-                    for name, s, o in zip(
-                        r.steps.names,
-                        d.per_step_by_cause_ns,
-                        d.per_step_emulator_overhead_ns,
-                        strict=True,
-                    )
+                    for name, s, o in zip(r.steps.names, per_step, step_overhead, strict=True)
                 ],
             }
-            for d in idle.devices
+            for (
+                device,
+                label,
+                window_ms,
+                busy_ms,
+                busy_pct,
+                idle_ms,
+                idle_pct,
+                gaps,
+                overhead_ms,
+                by_cause,
+                per_step,
+                step_overhead,
+            ) in columns
         ],
         "longest_gaps": [
             {

@@ -34,11 +34,9 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import enum
-import gc
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from functools import cache
 from itertools import chain, count, repeat
 from operator import attrgetter, is_
@@ -47,6 +45,7 @@ from typing import Any, TypeVar
 import msgspec
 import numpy as np
 
+from neuron_profiler.gc_pause import gc_paused
 from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.runtime_trace._pylists import codes, take
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
@@ -193,18 +192,6 @@ for _kind, _queue in (
     (ActivityKind.OVERHEAD, Queue.HOST),
 ):
     _QUEUE_BY_KIND[_kind] = _queue
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Millions of short-lived containers would trigger repeated full collections for nothing."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 class _Part(msgspec.Struct, gc=False):
@@ -841,7 +828,7 @@ def parse_system_traces(
     replaces the envelopes' own counts. Raises ``msgspec.DecodeError`` when a payload is not JSON
     or not a system-trace envelope.
     """
-    with _gc_paused():
+    with gc_paused():
         parts: list[_Part] = []
         malformed = 0
         reported: dict[int, int] = {}

@@ -20,7 +20,7 @@ import operator
 import re
 from array import array
 from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from typing import Any
 
 import msgspec
@@ -31,7 +31,7 @@ from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace._numtext import OK, python_int_column, us_texts_to_ns, value_to_ns
 from neuron_profiler.trace._rawargs import RawArgs, RawArgsBuilder
 from neuron_profiler.trace.kinds import kind_of
-from neuron_profiler.trace.model import META_VIEWS, MetaTable, view_by_process, view_value
+from neuron_profiler.trace.model import META_VIEWS, MetaTable, view_by_process, view_values
 from neuron_profiler.trace.repair import fix_utf8, repair_value, with_headroom
 
 _NONE = msgspec.Raw(b"")
@@ -351,17 +351,22 @@ class ColumnSink:
         sort-index dicts, in bulk: one decode of all their args, ids and flags as columns, each
         dict updated in one pass (in file order, so the last event of a key wins)."""
         valid = np.ones(len(metas), dtype=bool)
-        ts, exact = _us_to_ns([e.ts for e in metas], valid, required=False)
+        times = [e.ts for e in metas]
+        ts, exact = _us_to_ns(times, valid, required=False)
         self._exact_times(((ts, exact, "ts"),), text, raws, where, valid)
+        has_ts = np.fromiter(
+            map(operator.is_not, times, repeat(None)), dtype=bool, count=len(metas)
+        )
         args = self._metas_args(metas)
-        valid &= np.fromiter(map(_is_dict, args), dtype=bool, count=len(args))
+        if set(map(type, args)) != {dict}:
+            valid &= np.fromiter(map(_is_dict, args), dtype=bool, count=len(args))
         self.skipped += int((~valid).sum())
         keep = np.flatnonzero(valid)
         if len(keep) == 0:
             return
         if len(keep) < len(metas):
             metas, args = [metas[i] for i in keep.tolist()], [args[i] for i in keep.tolist()]
-            ts = ts[keep]
+            ts, has_ts = ts[keep], has_ts[keep]
         pid, pid_text = self._idents([e.pid for e in metas])
         tid, tid_text = self._idents([e.tid for e in metas])
         self._count_relabelled(np.concatenate([pid, tid]))
@@ -376,7 +381,7 @@ class ColumnSink:
             tid=tid,
             args=args,
             ts_ns=ts,
-            has_ts=np.fromiter((e.ts is not None for e in metas), dtype=bool, count=len(metas)),
+            has_ts=has_ts,
             cat=[None if e.cat is _NO_CAT else e.cat for e in metas],
             form=form,
         )
@@ -386,16 +391,17 @@ class ColumnSink:
     def _metas_args(self, metas: list[Event]) -> list[Any]:
         """Every M event's decoded args ({} when absent) from one decode of all of them; the
         rare piece the decoder refuses is decoded event by event (``_meta_args``' repairs)."""
-        texts = [bytes(e.args) for e in metas]
-        present = [i for i, t in enumerate(texts) if t]
-        out: list[Any] = [{}] * len(metas)
+        texts = [e.args for e in metas]
+        absent = [i for i, t in enumerate(texts) if not t]
+        for i in absent:
+            texts[i] = b"{}"  # decodes to the {} an event without args has
         try:
-            decoded = msgspec.json.decode(b"[" + b",".join(texts[i] for i in present) + b"]")
+            return msgspec.json.decode(b"[" + b",".join(texts) + b"]")
         except (msgspec.ValidationError, msgspec.DecodeError):
-            decoded = [self._meta_args(texts[i]) for i in present]
-        for i, value in zip(present, decoded, strict=True):
-            out[i] = value
-        return out
+            out = [self._meta_args(bytes(t)) for t in texts]
+            for i in absent:
+                out[i] = {}
+            return out
 
     def _apply_views(self, chunk: _MetaChunk) -> None:
         """The name and sort-index dicts, by ``MetaEvent.entry``'s rule (``view_by_process``,
@@ -406,8 +412,9 @@ class ColumnSink:
             at = np.flatnonzero(names == name).tolist()
             if not at:
                 continue
-            keys = [pid[i] if view_by_process(view) else (pid[i], tid[i]) for i in at]
-            values = [view_value(view, chunk.args[i]) for i in at]
+            pick = operator.itemgetter(*at) if len(at) > 1 else _one(at[0])
+            keys = pick(pid) if view_by_process(view) else zip(pick(pid), pick(tid), strict=True)
+            values = view_values(view, pick(chunk.args))
             self._views[view].update(zip(keys, values, strict=True))
 
     def meta_table(self, base_ns: int) -> MetaTable:
@@ -417,7 +424,7 @@ class ColumnSink:
         has_ts = np.concatenate([c.has_ts for c in chunks]) if chunks else np.zeros(0, bool)
         if base_ns:
             ts = np.where(has_ts, ts + base_ns, ts)
-        cat = lambda key: [v for c in chunks for v in getattr(c, key)]  # noqa: E731
+        cat = lambda key: list(chain.from_iterable(getattr(c, key) for c in chunks))  # noqa: E731
         arr = lambda key, dtype: (  # noqa: E731
             np.concatenate([getattr(c, key) for c in chunks]).astype(dtype, copy=False)
             if chunks
@@ -694,6 +701,11 @@ class _MetaChunk:
     form: np.ndarray
 
 
+def _one(i: int) -> Any:
+    """``itemgetter(i)``, but giving a 1-tuple like ``itemgetter(i, j, ...)`` gives tuples."""
+    return lambda values: (values[i],)
+
+
 def _is_dict(value: Any) -> bool:
     return isinstance(value, dict)
 
@@ -723,6 +735,10 @@ def _us_to_ns(
     carry the ns digit (the caller parses their text instead). Unusable values clear ``valid``."""
     n = len(values)
     types = set(map(type, values))
+    if types == {type(None)}:  # no value at all (metadata events often have no ts)
+        if required:
+            valid[:] = False
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
     if types <= {int, float}:
         us = np.fromiter(values, dtype=np.float64, count=n)
         if int not in types or (np.abs(us) < 2.0**53).all():

@@ -21,11 +21,8 @@ Detection rules (docs/trace-model.md):
 
 from __future__ import annotations
 
-import gc
 import re
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +30,7 @@ import msgspec
 import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
+from neuron_profiler.gc_pause import gc_paused
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace._columns import LABEL_ID_BASE, ColumnSink
@@ -71,18 +69,6 @@ class TruncatedTraceWarning(UserWarning):
     """The file was cut off or damaged; complete events before the cut were kept."""
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The loader allocates millions of short-lived objects and no cycles: skip GC passes."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _return_freed_heap() -> None:
     """Hand the heap pages of the freed piece objects back to the OS (glibc's ``malloc_trim``).
 
@@ -102,7 +88,7 @@ def _return_freed_heap() -> None:
 def load_trace(path: str | Path) -> Trace:
     """Load one trace file; raises ``TraceLoadError`` (exit code 2) when nothing is usable."""
     path = Path(path)
-    with _gc_paused():
+    with gc_paused():
         source = BlockSource(path)
         try:
             load = _Load(path, source)

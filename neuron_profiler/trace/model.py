@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from operator import methodcaller
 from typing import Any
 
 import msgspec
@@ -55,7 +56,7 @@ class MetaEvent:
         if view is None:
             return None
         key = self.pid if view_by_process(view) else (self.pid, self.tid)
-        return view, key, view_value(view, self.args)
+        return view, key, view_values(view, [self.args])[0]
 
 
 @dataclass(frozen=True)
@@ -109,11 +110,14 @@ def view_by_process(view: str) -> bool:
     return view.startswith("process")
 
 
-def view_value(view: str, args: dict[str, Any]) -> Any:
-    """What an M event's args put in that dict: the name, else the sort index (0 when odd)."""
+def view_values(view: str, args: Sequence[dict[str, Any]]) -> list[Any]:
+    """What each M event's args put in that dict: the name, else the sort index (0 when
+    odd). For a list of events at once: the loader applies 300,000 of them in bulk."""
     if view.endswith("names"):
-        return str(args.get("name", ""))
-    return int_or(args.get("sort_index"), 0)
+        names = map(methodcaller("get", "name", ""), args)
+        return [n if type(n) is str else str(n) for n in names]
+    indices = map(methodcaller("get", "sort_index"), args)
+    return [i if type(i) is int else int_or(i, 0) for i in indices]
 
 
 def int_or(value: Any, default: int) -> int:

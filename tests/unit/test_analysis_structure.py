@@ -322,3 +322,36 @@ def _filtered_report(trace, keep: np.ndarray):  # noqa: ANN001, ANN202
 
     columns = {k: v[keep] for k, v in trace.columns.items()}
     return analyze(replace(trace, columns=columns), Options(min_gap_ns=20_000, top=50))
+
+
+def test_gap_groups_are_every_device_and_cause_with_gaps() -> None:
+    """``IdleTime.gap_groups`` (one sort) gives what one scan per device and cause gives:
+    devices in the result's order, causes in ALL_CAUSES order, each group's gaps in order; the
+    device timeline's idle series are those groups' counted gaps."""
+    from neuron_profiler.analysis import Options, analyze
+
+    devices = [11, 0, 7, 3]
+    trace = _many_devices(devices, seed=5).b.build()
+    report = analyze(trace, Options(min_gap_ns=20_000, top=50, timeline_segments=10_000))
+    idle = report.idle
+    naive = [
+        (d.device, cause, idle.gap_index(cause, d.device))
+        for d in idle.devices
+        for cause in C.ALL_CAUSES
+        if len(idle.gap_index(cause, d.device))
+    ]
+    got = idle.gap_groups()
+    assert len({cause for _, cause, _ in got}) > 1  # the check sees several causes
+    assert [(d, c, k.tolist()) for d, c, k in got] == [(d, c, k.tolist()) for d, c, k in naive]
+    series = report.timeline.idle
+    assert [(s.device, s.cause, s.gaps) for s in series] == [(d, c, len(k)) for d, c, k in naive]
+    assert [s.idle_ns for s in series] == [idle.gaps_of(c, d).total for d, c, _ in naive]
+
+
+def test_worst_device_is_the_first_with_the_most_idle_of_a_cause() -> None:
+    report = _many_devices([4, 9, 2], seed=7).report(min_gap_us=20)
+    idle = report.idle
+    for cause in C.ALL_CAUSES:
+        values = [d.by_cause_ns[cause] for d in idle.devices]
+        want = idle.devices[values.index(max(values))].device if max(values) > 0 else None
+        assert idle.worst_device(cause) == want

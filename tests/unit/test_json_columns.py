@@ -1,0 +1,49 @@
+"""The ``--json`` document's per-device figures are formatted a whole column at a time; each
+number must be the very one the scalar rule (``_ms``, ``_pct``) writes, including the values
+that sit on a rounding half, where a naive ``rint(1000 x) / 1000`` and Python's correctly
+rounded ``round(x, 3)`` disagree."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neuron_profiler.reports import json_report as J
+
+
+def test_ms_column_is_ms_of_each_entry() -> None:
+    rng = np.random.default_rng(0)
+    ns = np.concatenate(
+        [rng.integers(0, 10**13, 50_000), np.arange(-500, 5000), [2**53 - 1, 2**53, 2**60]]
+    )
+    assert J._ms_column(ns) == [J._ms(int(x)) for x in ns]
+    grid = ns[:6000].reshape(20, 30, 10)
+    assert J._ms_column(grid) == [[[J._ms(int(x)) for x in r] for r in p] for p in grid]
+
+
+def test_pct_column_is_pythons_round_even_on_halves() -> None:
+    rng = np.random.default_rng(1)
+    part = rng.integers(0, 10**9, 100_000)
+    whole = rng.integers(1, 10**9, 100_000)
+    whole[::97] = 0
+    k = rng.integers(0, 100_000, 20_000)  # 100 (2k+1) / 200000 = (k + 0.5) / 1000: halves
+    part = np.concatenate([part, 2 * k + 1, [7, 0]])
+    whole = np.concatenate([whole, np.full(20_000, 200_000), [0, 0]])
+    want = [J._pct(int(a), int(b)) for a, b in zip(part, whole, strict=True)]
+    scaled = [
+        1000 * 100.0 * a / b for a, b in zip(part[-20_002:-2], whole[-20_002:-2], strict=True)
+    ]
+    naive = [float(np.rint(x)) / 1000 for x in scaled]
+    assert naive != want[-20_002:-2]  # the halves do tell the two roundings apart
+    assert J._pct_column(part, whole) == want
+
+
+def test_numpy_pct_column_is_the_scalar_rule_on_numpy_numbers() -> None:
+    """The breakdown's parts are numpy integers, whose ``round`` is numpy's."""
+    rng = np.random.default_rng(2)
+    part = rng.integers(0, 10**9, (40, 500))
+    wall = rng.integers(1, 10**9, 40)
+    wall[3] = 0
+    part[:, :100] = 2 * rng.integers(0, 100_000, (40, 100)) + 1
+    wall[5] = 200_000
+    want = [[J._pct(part[i, g], int(wall[i])) for g in range(500)] for i in range(40)]
+    assert J._np_pct_column(part, wall) == want
