@@ -12,11 +12,17 @@ imports (VmHWM reset through /proc/self/clear_refs after imports, read after the
 shared trace is loaded ``--repeat`` times per tool (best time, median memory), the same for both.
 Generated traces (bench/gen_trace.py, shaped like the shared A100 trace) are cached under
 runs/bench/traces/. Results: a table with ratios on stdout and JSON under runs/bench/.
+
+The decode floor (``decode_floor``, worker tool ``floor``): the least any loader of these files
+could take in Python: gunzip (if gzipped) and one typed msgspec decode of the same bytes into a
+list of structs holding the Chrome-trace event fields (ph, name, cat, pid, tid, ts, dur, id,
+bp, s, args left raw), no columns built; bench_analyze.py's ``--shapes`` compares the load with it.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -24,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import msgspec
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "traces"
@@ -33,7 +41,10 @@ DEFAULT_HTA = Path("/work/venv-hta/bin/python")
 _WORKER = r"""
 import json, os, resource, sys, time
 tool, path, trace_dir = sys.argv[1], sys.argv[2], sys.argv[3]
-if tool == "ours":
+if tool == "floor":
+    from bench_load import decode_floor
+    load = lambda: decode_floor(path)
+elif tool == "ours":
     import warnings
     warnings.simplefilter("ignore")
     from neuron_profiler.trace import load_trace
@@ -65,7 +76,10 @@ cpu0, t0 = time.process_time(), time.perf_counter()
 result = load()
 wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
 after = status()
-events = len(result) if tool == "ours" else sum(len(df) for df in result.t.traces.values())
+if tool == "hta":
+    events = sum(len(df) for df in result.t.traces.values())
+else:
+    events = result if tool == "floor" else len(result)
 print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_after_imports_kb": before["VmRSS"],
                   "peak_kb": after["VmHWM"], "growth_kb": after["VmHWM"] - before["VmRSS"],
                   "hwm_reset": reset, "rows": events,
@@ -77,7 +91,7 @@ def _measure(python: str, tool: str, trace: Path, timeout: float) -> dict:
     """One load in a fresh interpreter; HTA gets a folder holding only this trace."""
     with tempfile.TemporaryDirectory(prefix="bench-load-") as folder:
         (Path(folder) / trace.name).symlink_to(trace.resolve())
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(REPO), str(REPO / "bench"))))
         try:
             proc = subprocess.run(
                 [python, "-c", _WORKER, tool, str(trace), folder],
@@ -92,6 +106,36 @@ def _measure(python: str, tool: str, trace: Path, timeout: float) -> dict:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
         return {"error": f"exit {proc.returncode}: {tail[:200]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+class FloorEvent(msgspec.Struct):
+    """The Chrome-trace event fields a loader reads, typed as Kineto writes them (``ts`` /
+    ``dur`` as numbers: integer µs in 2021 files, µs with a ns fraction since); ``args`` left
+    undecoded, as our loader keeps it."""
+
+    ph: str = ""
+    name: str = ""
+    cat: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    id: int | str | None = None
+    bp: str = ""
+    s: str = ""
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+class _FloorDocument(msgspec.Struct):
+    traceEvents: list[FloorEvent]  # noqa: N815 - the file's key
+
+
+def decode_floor(path: Path | str) -> int:
+    """Gunzip (if gzipped) and decode ``path`` into ``FloorEvent`` s; returns the event count."""
+    data = Path(path).read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return len(msgspec.json.decode(data, type=_FloorDocument).traceEvents)
 
 
 def _best(python: str, tool: str, trace: Path, timeout: float, repeat: int) -> dict:
