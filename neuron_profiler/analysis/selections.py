@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -175,6 +176,39 @@ class HostRows:
     def __len__(self) -> int:
         return len(self.rows)
 
+    @cached_property
+    def by_start(self) -> _StartIndex:
+        return _StartIndex.of(self.start, self.end)
+
+
+_LONG_QUANTILE = 0.99  # rows longer than this share of rows are scanned apart (few, by design)
+
+
+@dataclass(frozen=True)
+class _StartIndex:
+    """Rows that may overlap a window, without a pass over every row: the short rows (at most
+    ``longest_short`` ns) sorted by start, so those overlapping [s, e) start in
+    (s - longest_short, e), one ``searchsorted``; the long rows (1%) always candidates."""
+
+    short: np.ndarray  # indices of the short rows, by start
+    short_start: np.ndarray
+    longest_short: int
+    long: np.ndarray  # indices of the long rows
+
+    @classmethod
+    def of(cls, start: np.ndarray, end: np.ndarray) -> _StartIndex:
+        dur = end - start
+        bound = int(np.quantile(dur, _LONG_QUANTILE, method="higher")) if len(dur) else 0
+        order = np.argsort(start, kind="stable")
+        short = order[dur[order] <= bound]
+        return cls(short, start[short], bound, np.flatnonzero(dur > bound))
+
+    def candidates(self, start: int, end: int) -> np.ndarray:
+        """Indices (ascending) of every row that may overlap [start, end), and a few more."""
+        a = np.searchsorted(self.short_start, start - self.longest_short, side="left")
+        b = np.searchsorted(self.short_start, end, side="left")
+        return np.sort(np.concatenate([self.short[a:b], self.long]))
+
 
 def host_rows(trace: Trace, names: NameClasses) -> HostRows:
     mask = trace.mask(kind=list(HOST_KINDS), ph=S.Phase.COMPLETE) & ~np.isin(
@@ -194,9 +228,11 @@ def host_rows(trace: Trace, names: NameClasses) -> HostRows:
 def covering(host: HostRows, start: int, end: int) -> np.ndarray:
     """Indices into ``host`` of the rows overlapping [start, end), those covering most of it
     first (the innermost, i.e. shortest, among equals): what the host was doing there."""
-    cover = np.minimum(host.end, end) - np.maximum(host.start, start)
-    hit = np.flatnonzero(cover > 0)
-    return hit[np.lexsort((host.end[hit] - host.start[hit], -cover[hit]))]
+    near = host.by_start.candidates(start, end)
+    cover = np.minimum(host.end[near], end) - np.maximum(host.start[near], start)
+    hit = near[cover > 0]
+    cover = cover[cover > 0]
+    return hit[np.lexsort((host.end[hit] - host.start[hit], -cover))]
 
 
 @dataclass(frozen=True)

@@ -355,3 +355,24 @@ def test_worst_device_is_the_first_with_the_most_idle_of_a_cause() -> None:
         values = [d.by_cause_ns[cause] for d in idle.devices]
         want = idle.devices[values.index(max(values))].device if max(values) > 0 else None
         assert idle.worst_device(cause) == want
+
+
+def test_covering_reads_only_nearby_rows_and_finds_every_overlap() -> None:
+    """``covering`` through the start index equals a scan of every row: random nested and
+    overlapping spans, a few very long ones, zero and negative lengths, windows anywhere."""
+    rng = np.random.default_rng(11)
+    n = 5000
+    start = np.sort(rng.integers(0, 1_000_000, n))
+    dur = rng.integers(0, 400, n)
+    dur[rng.choice(n, 60, replace=False)] = rng.integers(50_000, 900_000, 60)  # long ones
+    dur[:5] = -3
+    host = sel.HostRows(
+        rows=np.arange(n), start=start, end=start + dur, name_id=np.zeros(n), kind=np.zeros(n)
+    )
+    assert 0 < len(host.by_start.long) < n // 50
+    for s in rng.integers(-1000, 1_001_000, 300).tolist():
+        e = s + int(rng.integers(1, 3000))
+        cover = np.minimum(host.end, e) - np.maximum(host.start, s)
+        hit = np.flatnonzero(cover > 0)
+        want = hit[np.lexsort((host.end[hit] - host.start[hit], -cover[hit]))]
+        assert sel.covering(host, s, e).tolist() == want.tolist()

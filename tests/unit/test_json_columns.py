@@ -47,3 +47,17 @@ def test_numpy_pct_column_is_the_scalar_rule_on_numpy_numbers() -> None:
     wall[5] = 200_000
     want = [[J._pct(part[i, g], int(wall[i])) for g in range(500)] for i in range(40)]
     assert J._np_pct_column(part, wall) == want
+
+
+def test_document_text_escapes_as_the_standard_library() -> None:
+    """Names from a trace may hold any character: the text is ASCII, escaped exactly as
+    ``json.dumps(doc, indent=1)`` escapes it (BMP, DEL, controls, pairs beyond the BMP), and a
+    lone surrogate (which UTF-8 cannot carry) still gives the standard library's text."""
+    import json
+
+    names = ["µs", "\x7f", "tab\there\n", "\u2028", "emoji 😀 𝔘", "plain", 'quote " \\ /']
+    doc = {"names": names, "nested": [{"k µ": 1, "v": 2.5, "n": None, "b": True}], "i": -3}
+    assert J.document_text(doc) == json.dumps(doc, indent=1)
+    assert J.document_text(doc).isascii()
+    lone = {"name": "bad \ud800 surrogate", "x": [1, 2]}
+    assert J.document_text(lone) == json.dumps(lone, indent=1)
