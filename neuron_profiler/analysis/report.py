@@ -27,7 +27,7 @@ from neuron_profiler.analysis.rank_summary import RankSummary, rank_summary
 from neuron_profiler.analysis.steps import Steps
 from neuron_profiler.analysis.summary import OpKernelSummary, op_kernel_summary
 from neuron_profiler.analysis.timeline import DeviceTimeline, device_timeline
-from neuron_profiler.gc_pause import gc_paused
+from neuron_profiler.heap import TRIM_ROWS, gc_paused, return_freed_heap
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace, file_base_ns
 
@@ -120,9 +120,12 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
     from concurrent.futures import ThreadPoolExecutor  # (not at startup: small traces)
 
     with gc_paused(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat") as pool:
-        return _analyze(
+        report = _analyze(
             AnalysisContext(trace, options), pool.submit(_compatibility, trace, options).result
         )
+    if len(trace) >= TRIM_ROWS:
+        return_freed_heap()
+    return report
 
 
 def _analyze(ctx: AnalysisContext, compatibility: Callable[[], Compatibility]) -> Report:

@@ -186,9 +186,12 @@ def _breaches(rules, reports) -> list[dict]:  # noqa: ANN001
 
 def _output(reports, errors, breaches, cross, *, as_json: bool, top: int) -> None:  # noqa: ANN001
     if as_json:
-        from neuron_profiler.reports.json_report import document_text, to_document
+        from neuron_profiler.reports.json_report import document_bytes
 
-        click.echo(document_text(to_document(reports, errors, breaches, cross)))
+        out = click.get_binary_stream("stdout")
+        out.write(document_bytes(reports, errors, breaches, cross))  # (no copy to add the \n)
+        out.write(b"\n")
+        out.flush()
         return
     from rich.console import Console
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -28,7 +29,7 @@ from neuron_profiler.analysis.distributed import (
 )
 from neuron_profiler.analysis.metrics import metrics
 from neuron_profiler.analysis.report import Report, summaries_of
-from neuron_profiler.gc_pause import gc_paused
+from neuron_profiler.heap import gc_paused
 
 SCHEMA_VERSION = "2"
 SCHEMA_FILE = "report.schema.json"
@@ -45,11 +46,35 @@ def document_text(doc: dict[str, Any]) -> str:
     library."""
     with gc_paused():
         try:
-            data = msgspec.json.format(_encode(doc), indent=1)
+            compact = _encode(doc)
         except UnicodeEncodeError:
             return json.dumps(doc, indent=1)
-        text = data.decode()
-        return text if data.isascii() and "\x7f" not in text else _ESCAPED.sub(_escape, text)
+        return _indented(compact).decode()
+
+
+def document_bytes(
+    reports: list[Report],
+    errors: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    breaches: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    cross: Distributed | None = None,
+) -> bytes:
+    """``document_text(to_document(...))`` as ASCII bytes, for the CLI: each section is
+    encoded as soon as it is built, so only one section's objects exist at a time (a report of
+    60,000 devices holds ~250 MB of them, its text ~110 MB), and the text is never a str."""
+    with gc_paused():
+        try:
+            compact = _encode(_document(reports, errors, breaches, cross, _encoded))
+        except UnicodeEncodeError:
+            return json.dumps(to_document(reports, errors, breaches, cross), indent=1).encode()
+        return _indented(compact)
+
+
+def _indented(compact: bytes) -> bytes:
+    """msgspec's compact JSON indented by one space, other characters than ASCII escaped."""
+    data = msgspec.json.format(compact, indent=1)
+    if data.isascii() and b"\x7f" not in data:
+        return data
+    return _ESCAPED.sub(_escape, data.decode()).encode()
 
 
 _ESCAPED = re.compile("[\x7f-\U0010ffff]")  # what json.dumps(ensure_ascii=True) escapes
@@ -138,12 +163,32 @@ def to_document(
 ) -> dict[str, Any]:
     """``cross``: the cross-rank analysis of these reports (``analysis.distributed``), reduced
     from their rank summaries when not given."""
+    return _document(reports, errors, breaches, cross, _as_is)
+
+
+def _as_is(section: Any) -> Any:
+    return section
+
+
+def _encoded(section: Any) -> msgspec.Raw:
+    return msgspec.Raw(_encode(section))
+
+
+def _document(
+    reports: list[Report],
+    errors: list[tuple[str, str]],
+    breaches: list[dict[str, Any]],
+    cross: Distributed | None,
+    keep: Callable[[Any], Any],
+) -> dict[str, Any]:
+    """The document, each trace's sections passed through ``keep`` as they are built (as they
+    are, or encoded at once so that only one section's objects exist at a time)."""
     from neuron_profiler import __version__
 
     if cross is None:
         cross = distributed(summaries_of(reports))
     with gc_paused():  # millions of dicts for many devices, no cycles
-        traces = [trace_document(r) for r in reports]
+        traces = [{key: keep(part(r)) for key, part in _TRACE_SECTIONS} for r in reports]
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": f"neuron-profiler {__version__}",
@@ -248,26 +293,7 @@ def _span(s) -> dict[str, Any]:  # noqa: ANN001
 
 
 def trace_document(r: Report) -> dict[str, Any]:
-    return {
-        "source": r.source,
-        "rank": r.rank,
-        "has_device": r.has_device,
-        "notes": list(r.notes),
-        "load_warnings": list(r.load_warnings),
-        "time_base_ns": r.base_ns,
-        "options": {"min_gap_us": r.options.min_gap_ns / 1e3, "top": r.options.top},
-        "metrics": {k: round(v, 6) for k, v in metrics(r).items()},
-        "findings": _findings(r),
-        "fallbacks": _fallbacks(r),
-        "syncs": _syncs(r),
-        "ops": _ops(r),
-        "kernels": _kernels(r),
-        "steps": _steps(r),
-        "step_breakdown": _breakdown(r),
-        "idle": _idle(r),
-        "hta": _hta(r),
-        "tb_profiler_breakdown": r.tb_breakdown.rows() if r.tb_breakdown else None,
-    }
+    return {key: part(r) for key, part in _TRACE_SECTIONS}
 
 
 def _ranges(r: Report, ranges: tuple[tuple[int, int], ...]) -> list[dict[str, float]]:
@@ -541,3 +567,37 @@ def _hta(r: Report) -> dict[str, Any] | None:
             for s in (i.streams if i else ())
         ],
     }
+
+
+def _options(r: Report) -> dict[str, Any]:
+    return {"min_gap_us": r.options.min_gap_ns / 1e3, "top": r.options.top}
+
+
+def _metrics(r: Report) -> dict[str, float]:
+    return {k: round(v, 6) for k, v in metrics(r).items()}
+
+
+def _tb(r: Report) -> Any:
+    return r.tb_breakdown.rows() if r.tb_breakdown else None
+
+
+_TRACE_SECTIONS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
+    ("source", lambda r: r.source),
+    ("rank", lambda r: r.rank),
+    ("has_device", lambda r: r.has_device),
+    ("notes", lambda r: list(r.notes)),
+    ("load_warnings", lambda r: list(r.load_warnings)),
+    ("time_base_ns", lambda r: r.base_ns),
+    ("options", _options),
+    ("metrics", _metrics),
+    ("findings", _findings),
+    ("fallbacks", _fallbacks),
+    ("syncs", _syncs),
+    ("ops", _ops),
+    ("kernels", _kernels),
+    ("steps", _steps),
+    ("step_breakdown", _breakdown),
+    ("idle", _idle),
+    ("hta", _hta),
+    ("tb_profiler_breakdown", _tb),
+)  # one trace's document, in key order

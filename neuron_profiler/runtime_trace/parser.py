@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 import msgspec
 import numpy as np
 
-from neuron_profiler.gc_pause import gc_paused
+from neuron_profiler.heap import gc_paused
 from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.runtime_trace._pylists import codes, take
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue

@@ -30,7 +30,7 @@ import msgspec
 import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
-from neuron_profiler.gc_pause import gc_paused
+from neuron_profiler.heap import TRIM_ROWS, gc_paused, return_freed_heap
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace._columns import LABEL_ID_BASE, ColumnSink
@@ -62,27 +62,10 @@ _TAIL_TRIES = 32
 _WHITESPACE = b" \t\r\n"
 _CLOSE_BRACE = ord("}")
 _MAX_HEAD_BYTES = 64 << 20  # no "traceEvents" key this far in: decode the whole document
-_TRIM_ROWS = 200_000  # traces this large return their freed heap after loading (~ms to do)
 
 
 class TruncatedTraceWarning(UserWarning):
     """The file was cut off or damaged; complete events before the cut were kept."""
-
-
-def _return_freed_heap() -> None:
-    """Hand the heap pages of the freed piece objects back to the OS (glibc's ``malloc_trim``).
-
-    Each piece's decoded events are freed before the next is read, but the args buffer kept
-    from each piece sits between them on the heap, so glibc keeps those pages: about 0.5 GB per
-    5M events that the process no longer uses, and that numpy (which maps large arrays afresh)
-    never reuses. A no-op where the C library has no ``malloc_trim`` (macOS, musl)."""
-    import ctypes  # (only large loads get here: not at startup)
-
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError, TypeError):  # (Windows: no CDLL(None))
-        return
-    trim(0)
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -96,8 +79,8 @@ def load_trace(path: str | Path) -> Trace:
         finally:
             source.close()
         trace = _build(load, str(path))
-    if len(trace) >= _TRIM_ROWS:
-        _return_freed_heap()
+    if len(trace) >= TRIM_ROWS:
+        return_freed_heap()
     report = trace.load_report
     if trace.truncated:
         what = report.damage or "file is truncated"

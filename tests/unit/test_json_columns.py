@@ -61,3 +61,18 @@ def test_document_text_escapes_as_the_standard_library() -> None:
     assert J.document_text(doc).isascii()
     lone = {"name": "bad \ud800 surrogate", "x": [1, 2]}
     assert J.document_text(lone) == json.dumps(lone, indent=1)
+
+
+def test_document_bytes_is_the_document_text() -> None:
+    from trace_factory import Build
+
+    from neuron_profiler.analysis import Options, analyze
+
+    b = Build().step(1, 0, 2000)
+    b.host("aten::mm µ", 100, 400)
+    b.kernel(150, 900, device=3, launch_us=120)
+    report = analyze(b.b.build(), Options(min_gap_ns=20_000, top=5))
+    errors = [("bad µ.json", "not JSON")]
+    want = J.document_text(J.to_document([report], errors)).encode()
+    assert J.document_bytes([report], errors) == want
+    assert want.isascii() and b"\\u00b5" in want
