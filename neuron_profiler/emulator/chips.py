@@ -25,6 +25,10 @@ class ChipSpec:
         hbm_gib / hbm_tbps: HBM capacity and bandwidth per chip.
         dma_engines_per_core / dma_gbps_per_engine: DMA engines per physical core, GB/s each.
         host_link_gbps: host <-> device copy bandwidth per chip (ASSUMPTION: PCIe Gen5 x16 ~ 64).
+        host_staging_gbps: how fast the host copies pageable memory into the runtime's pinned
+            staging buffer before a host -> device DMA, and out of it after a device -> host one
+            (ASSUMPTION: 10 GB/s, one host thread's memcpy; host time, not scaled by the speed
+            factor). Pinned host memory needs no staging: the DMA reads or writes it directly.
         launch_latency_ns: fixed per-launch device latency (ASSUMPTION: 15 µs, runtime dispatch).
         collective_gbps_per_core: ring link bandwidth per logical core for collectives
             (ASSUMPTION: 100 GB/s; AWS publishes NeuronLink per-chip totals, not a per-core ring
@@ -59,6 +63,7 @@ class ChipSpec:
     kernel_fixed_ns: int = 1_000
     dma_fixed_ns: int = 2_000
     launch_queue_depth: int = 63
+    host_staging_gbps: float = 10.0
 
     def matrix_flops_per_s(self, dtype: str) -> float:
         """Per-logical-core matrix throughput for a dtype name ("bfloat16", "float32", ...)."""
@@ -81,6 +86,11 @@ class ChipSpec:
 
     def host_link_bytes_per_s(self) -> float:
         return self.host_link_gbps * 1e9 / self.logical_cores
+
+    def host_staging_bytes_per_s(self) -> float:
+        """One host thread's copy rate between pageable memory and the staging buffer (host
+        work, so per process, not divided among cores)."""
+        return self.host_staging_gbps * 1e9
 
 
 CHIPS: dict[str, ChipSpec] = {

@@ -1,15 +1,33 @@
 """Copies and host reads on the emulated device: ``.to``, ``copy_``, ``.cpu()``, ``.item()``.
 
-Host -> device and device -> device copies are DMA transfers that the host does not wait for
-(stream-ordered on the core, as in eager CUDA). Device -> host copies and ``.item()`` make the host
-really wait until the DMA (and everything before it on that core) is done, unless
-``non_blocking=True``; that wait is recorded as a host sync.
+Host <-> device copies follow what the runtime does with host memory (CUDA documents the same
+for its copies, docs/emulator.md "Copies"):
+
+- **host -> device from pageable memory**: the host first copies the data into the runtime's
+  pinned staging buffer (``DeviceTimeline.stage``: at least ``bytes / host staging bandwidth``,
+  inside the runtime call), then the DMA is submitted: it cannot end before the data was staged.
+  The host does not wait for the DMA (stream-ordered on the core, as in eager CUDA);
+- **host -> device from pinned memory** (``pin_memory()``, ``pinned.py``): the DMA reads the host
+  buffer itself; with ``non_blocking=True`` the call returns after the launch and the DMA
+  overlaps what the host does next, otherwise the host waits for the DMA (a host sync, ``h2d``);
+- **device -> host into pageable memory** (``.cpu()``, ``copy_`` into an ordinary host tensor,
+  ``non_blocking`` or not): the DMA fills the staging buffer, the host waits for it (a host sync,
+  ``cpu``) and then copies the data out (at least the staging time);
+- **device -> host into pinned memory** (``.to("cpu", non_blocking=True)``, whose result is
+  pinned as PyTorch makes it, or ``copy_`` into a pinned tensor): the DMA writes the buffer
+  itself; ``non_blocking=True`` returns after the launch, otherwise the host waits for the DMA.
+
+The emulator copies the data for real in every case (device memory is host memory). Where the
+hardware's host would not touch the data (pinned memory) that copy is emulator overhead: an
+``emulator overhead: pinned_copy`` span before the launch, as for numerics mode's math.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
@@ -26,41 +44,97 @@ from neuron_profiler.emulator.dispatch import (
     wait_pending,
 )
 from neuron_profiler.emulator.outputs import materialise, output_plan
+from neuron_profiler.emulator.pinned import is_pinned, pin
 from neuron_profiler.runtime_trace import format as F
 
 aten = torch.ops.aten
 _CPU = torch.device("cpu")
+SYNC_H2D = "h2d"  # host sync reason: a blocking copy from pinned memory waits for its DMA
+SYNC_CPU = "cpu"  # host sync reason: a copy to the host waits for its DMA
+T = TypeVar("T")
 
 
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _move(
-    src: int | None,
-    dst: int | None,
+def _to_host_device(
+    core: int,
+    host: torch.Tensor,
+    nbytes: int,
+    non_blocking: bool,
+    op: str,
+    launch_ns: int,
+    copy: Callable[[], T],
+) -> T:
+    """Host -> device: ``copy()`` puts the data in device memory. From pageable memory that copy
+    stands for the host's staging (the call lasts at least the modelled staging time) and the
+    DMA is submitted after it; from pinned memory it is emulator overhead and the DMA is
+    launched after it, the host waiting for the DMA unless ``non_blocking``."""
+    tl = STATE.timeline
+    assert tl is not None
+    pinned = is_pinned(host)
+    out = copy()
+    if not pinned:
+        staged = tl.stage(nbytes, since_ns=launch_ns)
+        tl.copy(core, F.H2D, nbytes, launch_ns=launch_ns, op=op, staged_ns=staged)
+        return out
+    launch = time.time_ns()
+    tl.overhead(core, op, F.OVERHEAD_PINNED_COPY, launch_ns, launch)
+    end = tl.copy(core, F.H2D, nbytes, launch_ns=launch, op=op)
+    if not non_blocking:
+        tl.host_sync([core], SYNC_H2D, op=op, until_ns=end)
+    return out
+
+
+def _to_host(
+    core: int,
+    device_memory: torch.Tensor,
+    nbytes: int,
+    pinned: bool,
+    non_blocking: bool,
+    op: str,
+    launch_ns: int,
+    copy: Callable[[], T],
+) -> T:
+    """Device -> host: ``copy()`` puts the data in host memory. Into pageable memory the host
+    waits for the DMA (into the staging buffer), then that copy stands for copying the data out
+    (at least the modelled staging time), ``non_blocking`` or not; into ``pinned`` memory it is
+    emulator overhead, the DMA is launched after it, and the host waits for the DMA unless
+    ``non_blocking``."""
+    tl = STATE.timeline
+    assert tl is not None
+    ready = wait_pending([device_memory])
+    if pinned:
+        out = copy()
+        launch = time.time_ns()
+        tl.overhead(core, op, F.OVERHEAD_PINNED_COPY, launch_ns, launch)
+        end = tl.copy(core, F.D2H, nbytes, launch_ns=launch, op=op, not_before_ns=ready)
+        if not non_blocking:
+            tl.host_sync([core], SYNC_CPU, op=op, until_ns=end)
+        return out
+    end = tl.copy(core, F.D2H, nbytes, launch_ns=launch_ns, op=op, not_before_ns=ready)
+    staging = tl.host_sync([core], SYNC_CPU, op=op, until_ns=end)
+    out = copy()
+    tl.stage(nbytes, since_ns=staging)
+    return out
+
+
+def _on_device(
+    src: int,
+    dst: int,
     elem: torch.Tensor,
     launch_ns: int,
     op: str,
-    non_blocking: bool,
     inputs: list[torch.Tensor],
     overhead_from_ns: int = 0,
 ) -> None:
-    """Record the transfer of ``elem``'s bytes from ``src`` to ``dst`` (None: host).
-    ``overhead_from_ns``: a same-core copy whose data the host copied (numerics mode) from then
-    until ``launch_ns``."""
+    """Record a copy between device tensors: a kernel on one core (a cast or a strided copy),
+    a DMA between cores. ``overhead_from_ns``: a same-core copy whose data the host copied
+    (numerics mode) from then until ``launch_ns``."""
     tl = STATE.timeline
     assert tl is not None
-    nbytes = _nbytes(elem)
-    if src is None and dst is not None:
-        tl.copy(dst, F.H2D, nbytes, launch_ns=launch_ns, op=op)
-    elif src is not None and dst is None:
-        end = tl.copy(
-            src, F.D2H, nbytes, launch_ns=launch_ns, op=op, not_before_ns=wait_pending(inputs)
-        )
-        if not non_blocking:
-            tl.host_sync([src], "cpu", op=op, until_ns=end)
-    elif src is not None and dst is not None and src == dst:
+    if src == dst:
         cost = op_cost(op, inputs=inputs, outputs=[elem], args=())
         tl.kernel(
             dst,
@@ -73,9 +147,20 @@ def _move(
             not_before_ns=wait_pending(inputs),
             overhead_from_ns=overhead_from_ns,
         )
-    elif src is not None and dst is not None:
+    else:
         ready = max(tl.cores[src].stream_ns, wait_pending(inputs))
-        tl.copy(dst, F.D2D, nbytes, launch_ns=launch_ns, op=op, not_before_ns=ready)
+        tl.copy(dst, F.D2D, _nbytes(elem), launch_ns=launch_ns, op=op, not_before_ns=ready)
+
+
+def _pinned_result(func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    """``_to_copy`` to the host into pinned memory (``non_blocking=True`` or ``pin_memory=True``:
+    PyTorch pins the result of an asynchronous copy from an accelerator). Both copies run with
+    record-function off: emulator overhead, not ops of the program."""
+    return run_inner(_copy_pinned, (func, args, kwargs), {})
+
+
+def _copy_pinned(func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    return pin(func(*args, **kwargs))
 
 
 def to_copy(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
@@ -84,31 +169,37 @@ def to_copy(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     src = x._core if isinstance(x, NeuronTensor) else None
     elem = x._elem if src is not None else x
     dst = core_of(kwargs["device"]) if kwargs.get("device") is not None else src
+    non_blocking = bool(kwargs.get("non_blocking"))
     kw = dict(kwargs, device=_CPU)
-    kw.pop("pin_memory", None)
+    pin_result = bool(kw.pop("pin_memory", None)) or non_blocking
     cast = (elem, *args[1:])
-    plan = (
-        output_plan(func, cast, kw, [elem])
-        if src is not None and dst is not None and not STATE.numerics
-        else None
-    )
+    nbytes = elem.numel() * (kw.get("dtype") or elem.dtype).itemsize
+    if src is None and dst is not None:
+        copy = functools.partial(run_inner, func, cast, kw)
+        out = _to_host_device(dst, x, nbytes, non_blocking, info.name, launch_ns, copy)
+        return new_device_tensor(out, dst, True)
+    if src is not None and dst is None:
+        copy = functools.partial(_pinned_result if pin_result else run_inner, func, cast, kw)
+        return _to_host(src, elem, nbytes, pin_result, non_blocking, info.name, launch_ns, copy)
+    if src is None or dst is None:  # host to host: nothing on the device
+        return run_inner(func, cast, kw)
+    plan = output_plan(func, cast, kw, [elem]) if not STATE.numerics else None
     if plan is not None:  # timing mode, device to device: the bytes are not copied
         out = materialise(plan, [elem])[0]
-        _move(src, dst, out, launch_ns, info.name, bool(kwargs.get("non_blocking")), [elem])
+        _on_device(src, dst, out, launch_ns, info.name, [elem])
     else:
         out = run_inner(func, cast, kw)
-        on_core = src is not None and src == dst
-        _move(
+        on_core = src == dst
+        _on_device(
             src,
             dst,
             out,
             time.time_ns() if on_core else launch_ns,
             info.name,
-            bool(kwargs.get("non_blocking")),
             [elem],
             launch_ns if on_core else 0,
         )
-    return out if dst is None else new_device_tensor(out, dst, True)
+    return new_device_tensor(out, dst, True)
 
 
 def copy_(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
@@ -138,18 +229,28 @@ def _copy_into(dst: Any, src: Any, non_blocking: bool, op: str, *, resize: bool)
             return dst
     if resize and d_elem.shape != s_elem.shape:
         d_elem.resize_(s_elem.shape)
-    if d is not None and s is not None and not STATE.numerics:  # timing mode: bytes not copied
-        _move(s, d, d_elem, launch_ns, op, non_blocking, [s_elem])
+    copy = functools.partial(run_inner, aten.copy_.default, (d_elem, s_elem), {})
+    if s is None and d is not None:
+        _to_host_device(d, s_elem, _nbytes(d_elem), non_blocking, op, launch_ns, copy)
         return dst
-    run_inner(aten.copy_.default, (d_elem, s_elem), {})
-    on_core = s is not None and s == d
-    _move(
+    if s is not None and d is None:
+        pinned = is_pinned(d_elem)
+        _to_host(s, s_elem, _nbytes(d_elem), pinned, non_blocking, op, launch_ns, copy)
+        return dst
+    if s is None or d is None:  # host to host: nothing on the device
+        copy()
+        return dst
+    if not STATE.numerics:  # timing mode: the bytes are not copied
+        _on_device(s, d, d_elem, launch_ns, op, [s_elem])
+        return dst
+    copy()
+    on_core = s == d
+    _on_device(
         s,
         d,
         d_elem,
         time.time_ns() if on_core else launch_ns,
         op,
-        non_blocking,
         [s_elem],
         launch_ns if on_core else 0,
     )

@@ -25,6 +25,7 @@ from neuron_profiler.emulator import (
     collectives,
     compiled,
     copies,
+    pinned,
     process_groups,
     streams,
 )
@@ -141,19 +142,6 @@ def _factory_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     return D.execute(op, args, kwargs)
 
 
-def _pin_memory_override() -> torch.library.Library:
-    """``pin_memory()`` (e.g. ``DataLoader(pin_memory=True)``) asks the PrivateUse1 hooks for a
-    pinned allocator, which cannot be registered from Python: hand back an ordinary copy (the
-    emulator models every host copy over the host link anyway)."""
-    import warnings
-
-    lib = torch.library.Library("aten", "IMPL")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-        lib.impl("_pin_memory", lambda self, device=None: self.clone(), "CPU")
-    return lib
-
-
 def _register_with_torch(cores: int) -> None:
     global _registered
     _check_no_real_backend()
@@ -175,7 +163,7 @@ def _register_with_torch(cores: int) -> None:
         ("_copy_from_and_resize", aten._copy_from_and_resize.default),
     ):
         lib.impl(name, (lambda o: lambda *a, **k: D.execute(o, a, k))(op), "PrivateUse1")
-    _libraries.extend([fallback_lib, lib, _pin_memory_override()])
+    _libraries.extend([fallback_lib, lib, pinned.register()])
     autocast.register()
     compiled.install()  # torch.compile: Dynamo skips the emulator; the "neuron" backend
     from torch.optim import optimizer

@@ -261,19 +261,28 @@ class DeviceTimeline:
         launch_ns: int,
         op: str,
         not_before_ns: int = 0,
+        staged_ns: int = 0,
     ) -> int:
-        """A DMA transfer on the core's DMA queue (h2d / d2h over the host link, d2d on chip)."""
+        """A DMA transfer on the core's DMA queue (h2d / d2h over the host link, d2d on chip).
+
+        ``staged_ns`` (> 0): a host -> device copy from pageable memory, which the host staged
+        (``stage``) from ``launch_ns`` until then inside the runtime call: the DMA is submitted
+        at the staging's end, so it cannot end before the host has the data in the staging
+        buffer. The call's row spans the staging: from ``launch_ns`` to the submission."""
         dur = (
             self.model.device_copy_ns(nbytes)
             if direction == F.D2D
             else self.model.host_copy_ns(nbytes)
         )
+        submit_ns = max(launch_ns, staged_ns)
         if len(self.cores[core].inflight) >= self.queue_depth:
-            launch_ns = self._admit(core, op, launch_ns)
+            submit_ns = self._admit(core, op, submit_ns)
+            if not staged_ns:  # as for kernels: the call starts once the queue had room
+                launch_ns = submit_ns
         with self._lock:
             q = self.cores[core]
             start, end = q.dma.schedule(
-                launch_ns=launch_ns,
+                launch_ns=submit_ns,
                 duration_ns=dur,
                 latency_ns=self.latency_ns,
                 not_before_ns=max(q.stream_ns, not_before_ns),
@@ -295,6 +304,7 @@ class DeviceTimeline:
                 start,
                 end,
                 CopyDetail(nbytes, direction, link),
+                call_end_ns=submit_ns if staged_ns else None,
             )
         return end
 
@@ -470,6 +480,13 @@ class DeviceTimeline:
         )
 
     # -- host side ---------------------------------------------------------------------------
+    def stage(self, nbytes: int, since_ns: int) -> int:
+        """The host copying ``nbytes`` between pageable memory and the runtime's pinned staging
+        buffer, from ``since_ns``: it lasts at least the modelled staging time (really waiting
+        when the emulator's own copy of the data, which stands for it, was faster). Returns
+        when the staging is done. Part of the copy's runtime call: no event of its own."""
+        return wait_until(since_ns + self.model.host_staging_ns(nbytes))
+
     def busy_until_ns(self, cores: Iterable[int]) -> int:
         return max((self.cores[c].busy_until_ns() for c in cores), default=0)
 

@@ -181,6 +181,11 @@ class RooflineModel:
     def host_copy_ns(self, nbytes: int) -> int:
         return self._ns(nbytes / self.chip.host_link_bytes_per_s() + self.chip.dma_fixed_ns * 1e-9)
 
+    def host_staging_ns(self, nbytes: int) -> int:
+        """Host time to copy ``nbytes`` between pageable memory and the runtime's pinned staging
+        buffer. Host work: not divided by the speed factor (which scales the device)."""
+        return math.ceil(nbytes / self.chip.host_staging_bytes_per_s() * 1e9)
+
     def device_copy_ns(self, nbytes: int) -> int:
         return self._ns(nbytes / self.chip.dma_bytes_per_s() + self.chip.dma_fixed_ns * 1e-9)
 

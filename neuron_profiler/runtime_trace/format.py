@@ -123,6 +123,7 @@ X_PCT_PEAK = "pct_of_peak"  # kernel: % of the compute peak of its engine and dt
 X_OVERHEAD = "overhead"  # emulator_overhead: what the host did (one of OVERHEAD_*)
 OVERHEAD_NUMERICS = "numerics"  # the op's real math (numerics mode)
 OVERHEAD_COUPLING = "collective_coupling"  # exchanging collective arrival times across ranks
+OVERHEAD_PINNED_COPY = "pinned_copy"  # the data of a pinned-memory copy (the DMA reads it)
 X_NUMERICS = "numerics"  # envelope / device properties: NUMERICS_COMPUTED or NUMERICS_SKIPPED
 NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
 SYNC_QUEUE_FULL = V.SYNC_QUEUE_FULL  # host_sync reason: the bounded launch queue was full

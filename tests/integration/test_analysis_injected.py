@@ -150,6 +150,32 @@ def test_dataloader_stall_in_the_stalled_step_only(
     assert not any(f.kind.startswith("cpu_fallback") for f in r.findings.findings)
 
 
+def test_dataloader_batches_are_staged_before_their_copies(traces: dict[str, Path]) -> None:
+    """Each step's ``next(batches).to(dev)`` copies 4 x 2048 float32 (32,768 bytes) from
+    pageable memory: its runtime call lasts at least the host's staging (3.2768 µs at the
+    assumed 10 GB/s), and the DMA starts at the call's end plus the 15 µs launch latency and
+    lasts 4.048 µs (32,768 B at 16 GB/s per trn2 logical core, plus the fixed 2 µs), figures
+    from docs/chips.md: the device cannot have the batch before the host staged it."""
+    events = _events(traces["dataloader"])
+    calls = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") == V.CAT_RUNTIME and e["name"] == V.RUNTIME_PREFIX + "aten::_to_copy"
+    }
+    batch_bytes = W.ITEMS_PER_BATCH * W.N * 4
+    copies = [
+        e
+        for e in events
+        if e["name"] == V.MEMCPY_NAMES["h2d"] and e["args"][V.ARG_BYTES] == batch_bytes
+    ]
+    assert len(copies) == W.STEPS
+    for dma in copies:
+        call = calls[dma["args"]["correlation"]]
+        assert call["dur"] >= 3.2768 - 0.002  # the trace's µs carry three decimals
+        assert dma["ts"] == pytest.approx(call["ts"] + call["dur"] + 15.0, abs=0.002)
+        assert dma["dur"] == pytest.approx(4.048, abs=0.002)
+
+
 def test_final_sync_into_next_steps_data_stall_is_data_loading(
     reports: dict[str, Report], traces: dict[str, Path]
 ) -> None:

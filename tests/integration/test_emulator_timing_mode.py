@@ -5,11 +5,13 @@ copies, collectives) inside a step's ``record_function`` span, over that span.""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +145,111 @@ def test_timing_mode_output_cost_does_not_grow_with_size() -> None:
     small, large = best(16), best(4096)
     assert large <= 1e-4, f"4096x4096 mm output took {large * 1e6:.0f} us"
     assert large < 3 * small + 50e-6  # not proportional to the 65,536x larger output
+
+
+def _freed_at_last_reference(use: Any) -> bool:
+    """Whether a device tensor used by ``use`` frees its device memory as soon as its last
+    reference goes, with the garbage collector off (what a cycle would delay to a collection)."""
+    x = torch.randn(64, 64).to("neuron")
+    memory = weakref.ref(x._elem)
+    use(x)
+    del x
+    return memory() is None
+
+
+def test_timing_mode_ops_free_inputs_at_their_last_reference() -> None:
+    """Issue 24: ``aten::t`` on a 12288x12288 weight stalled the host 34-48 ms in about half the
+    steps. The cause was no view op: every timing-mode kernel's inputs sat in a reference cycle
+    (the output builder's recursive closure held them), so a batch's device copy lived until the
+    next garbage collection, which freed its touched host memory inside whichever op triggered
+    it. Each use below kept ``x`` alive before the fix."""
+    emu.enable(cores=1, numerics=False)
+    w = torch.randn(64, 64).to("neuron")
+    uses = {
+        "kernel": lambda x: x @ w,
+        "reduction": lambda x: x.sum(),
+        "in place": lambda x: w.add_(x),
+        "out=": lambda x: torch.mul(x, 2, out=torch.empty(64, 64, device="neuron")),
+        "foreach": lambda x: torch._foreach_mul([x, w], 0.5),
+        "cast on the device": lambda x: x.to(torch.bfloat16),
+        "linear": lambda x: torch.nn.functional.linear(x, w),
+        "view then kernel": lambda x: (x.t() @ w).relu(),
+    }
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        kept = [name for name, use in uses.items() if not _freed_at_last_reference(use)]
+    finally:
+        if enabled:
+            gc.enable()
+    assert kept == []
+
+
+def test_timing_mode_training_step_leaves_no_tensor_to_the_garbage_collector() -> None:
+    """Forward, backward, AdamW, autocast, copies both ways and ``.item()`` under the profiler
+    with NEURON: nothing the steps made waits for a collection (which would free device memory
+    at a moment of its choosing, inside some later op)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuron_profiler import NEURON
+
+    emu.enable(cores=1, numerics=False)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)
+    ).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        x, y = torch.randn(32, 64).to("neuron"), torch.randint(0, 8, (32,)).to("neuron")
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        with torch.autocast("neuron"):
+            model(x).float().sum().cpu()
+        model(x).sum().item()
+
+    step()  # warm: output plans, optimizer state
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds stays in gc.garbage
+    try:
+        with profile(activities=[ProfilerActivity.CPU, NEURON]):
+            for _ in range(3):
+                step()
+            gc.collect()
+        cycles = [
+            (tuple(o.shape), o.device.type) for o in gc.garbage if isinstance(o, torch.Tensor)
+        ]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if enabled:
+            gc.enable()
+    assert cycles == []
+
+
+def test_view_op_host_cost_does_not_grow_with_size() -> None:
+    """``w.t()`` (and the views ``linear`` takes) on a 12288x12288 float32 weight costs the host
+    what it costs on a 16x16 one: a view is metadata. Best of warm calls, the calling thread's
+    CPU time (other processes on the cores do not count), as the launch test above."""
+    calls = 40
+    emu.enable(cores=1, numerics=False)
+
+    def best(n: int) -> float:
+        w = torch.empty(n, n, device="neuron")  # timing mode: no host memory touched
+        times = []
+        for _ in range(calls):
+            t0 = time.thread_time()
+            v = w.t()
+            times.append(time.thread_time() - t0)
+        assert v.shape == (n, n) and v.stride() == (1, n)
+        return min(times)
+
+    small, large = best(16), best(12288)
+    assert large <= 1e-4, f"12288x12288 view took {large * 1e6:.0f} us"
+    assert large < 3 * small + 20e-6  # not proportional to the 589,824x larger tensor
 
 
 def test_fallback_ops_still_run_for_real_in_timing_mode() -> None:

@@ -190,11 +190,30 @@ def test_pin_memory_and_dataloader_pinning_work() -> None:
     x = torch.randn(4, 2)
     pinned = x.pin_memory()
     assert torch.equal(pinned, x) and pinned.data_ptr() != x.data_ptr()
+    assert pinned.is_pinned() and pinned[1:].t().is_pinned() and not x.is_pinned()
+    assert pinned.pin_memory() is pinned  # already pinned: no second copy, as on CUDA
     loader = torch.utils.data.DataLoader(
         torch.utils.data.TensorDataset(x), batch_size=2, pin_memory=True
     )
-    batches = [b.to("neuron", non_blocking=True) for (b,) in loader]
+    host = [b for (b,) in loader]
+    assert all(b.is_pinned() for b in host)
+    batches = [b.to("neuron", non_blocking=True) for b in host]
     assert torch.equal(torch.cat([b.cpu() for b in batches]), x)
+
+
+def test_pinned_memory_is_forgotten_when_its_storage_is_freed() -> None:
+    """The registry holds a pinned storage while any tensor on it lives, then forgets it (an
+    address reused by a later allocation is not pinned by mistake)."""
+    from neuron_profiler.emulator import pinned as P
+
+    before = set(P._PINNED)
+    p = torch.randn(1000).pin_memory()
+    view = p[10:]
+    address = p.untyped_storage().data_ptr()
+    del p
+    assert set(P._PINNED) - before == {address} and view.is_pinned()
+    del view
+    assert set(P._PINNED) == before - {address}
 
 
 def test_chip_choice_changes_modelled_durations_and_is_labelled() -> None:

@@ -90,6 +90,33 @@ def test_host_sync_really_waits_and_launches_record_linked_pairs() -> None:
     assert sync["data"][F.EXT_KEY][F.X_WAIT_UNTIL_NS] == end
 
 
+def test_a_pageable_copy_is_submitted_when_the_host_has_staged_it() -> None:
+    """Host -> device from pageable memory: the host stages 8 MiB for at least 838,861 ns
+    (8,388,608 B at 10 GB/s, really waited), the runtime call's row spans the staging, and the
+    DMA starts at the staging's end plus the launch latency and lasts 526,288 ns (8 MiB at the
+    16 GB/s host link per trn2 logical core, plus the 2 µs fixed DMA time)."""
+    tl = _timeline()
+    rt = tl.rt
+    rt.sys_trace_start()
+    nbytes, lat = 8 << 20, chip("trn2").launch_latency_ns
+    t0 = time.time_ns()
+    staged = tl.stage(nbytes, since_ns=t0)
+    assert staged - t0 >= 838_861 and time.time_ns() >= staged
+    end = tl.copy(0, F.H2D, nbytes, launch_ns=t0, op="aten::_to_copy", staged_ns=staged)
+    dma = tl.model.host_copy_ns(nbytes)
+    assert abs(dma - 526_288) <= 1  # rounded up from a float
+    assert end == staged + lat + dma
+    rt.sys_trace_stop()
+    events = json.loads(rt.sys_trace_fetch())["events"]
+    by = {(e["event_type"], e["phase"]): e for e in events}
+    call_start = by[(F.NRT_TENSOR_WRITE, F.START)]["timestamp_ns"]
+    call_stop = by[(F.NRT_TENSOR_WRITE, F.STOP)]["timestamp_ns"]
+    work = by[(F.DMEM_BUF_COPYIN, F.START)]
+    assert (call_start, call_stop) == (t0, staged)
+    assert rt.nc_timestamp_ns(staged + lat, 0) == work["timestamp_ns"]
+    assert work["data"][F.EXT_KEY][F.X_LAUNCH_NS] == t0  # launched by the call that staged it
+
+
 def test_wait_until_reaches_the_target() -> None:
     target = time.time_ns() + 2_000_000
     assert wait_until(target) >= target and time.time_ns() >= target

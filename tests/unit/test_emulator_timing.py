@@ -72,3 +72,11 @@ def test_ring_collective_follows_the_ring_formula() -> None:
         model.collective_ns(nbytes=nbytes, world=1, collective="allreduce")
         == spec.collective_step_latency_ns
     )
+
+
+def test_host_staging_is_host_time_at_the_staging_bandwidth() -> None:
+    """Pageable host memory goes through the runtime's staging buffer at 10 GB/s (docs/chips.md,
+    an assumption): 8 MiB take 838,861 ns, whatever the speed factor (host work, not device)."""
+    nbytes = 8 << 20  # 8,388,608 bytes / 10e9 B/s = 838,860.8 ns
+    assert RooflineModel(chip("trn2")).host_staging_ns(nbytes) == 838_861
+    assert RooflineModel(chip("trn3"), speed_factor=4.0).host_staging_ns(nbytes) == 838_861
