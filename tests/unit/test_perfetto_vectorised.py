@@ -204,6 +204,44 @@ def test_words_and_constants_against_int_to_bytes() -> None:
     assert [r.tobytes() for r in same.matrix()] == [b"\x34\x12"] * 3
 
 
+def test_sorted_search_matches_numpy() -> None:
+    """The merge search gives np.searchsorted(side="right") for sorted needles (duplicates, ties
+    with the haystack, out of range) and falls back to it for unsorted ones."""
+    from neuron_profiler.exporters._flows import _search_sorted
+
+    rng = np.random.default_rng(4)
+    for n, k in ((0, 5), (5, 0), (1, 1), (300, 200), (1000, 3000)):
+        hay = np.sort(rng.integers(-20, 400, n))
+        needles = np.sort(np.concatenate([rng.integers(-50, 450, k), hay[: k // 3]]))
+        assert (
+            _search_sorted(hay, needles).tolist()
+            == np.searchsorted(hay, needles, side="right").tolist()
+        )
+        shuffled = rng.permutation(needles)
+        assert (
+            _search_sorted(hay, shuffled).tolist()
+            == np.searchsorted(hay, shuffled, side="right").tolist()
+        )
+
+
+def test_flow_offsets_against_a_loop() -> None:
+    """Each flow id's byte offset: its packet's flow ids end where the packet's args begin, in
+    the order given."""
+    from neuron_profiler.exporters.perfetto import _FLOW_WIDTH, _flow_offsets
+
+    rng = np.random.default_rng(6)
+    m = 200
+    n_flows = rng.integers(0, 4, m) * (rng.random(m) < 0.4)
+    packet = np.repeat(np.arange(m), n_flows)
+    args_at = np.cumsum(rng.integers(30, 90, m))
+    expected = [
+        int(args_at[p]) - _FLOW_WIDTH * (int(n_flows[p]) - r)
+        for p in range(m)
+        for r in range(int(n_flows[p]))
+    ]
+    assert _flow_offsets(packet, args_at, n_flows).tolist() == expected
+
+
 def test_thread_lookup_against_a_dict() -> None:
     rng = np.random.default_rng(2)
     pairs = sorted({(int(p), int(t)) for p, t in rng.integers(-3, 5, (20, 2))})
