@@ -559,7 +559,7 @@ class ColumnSink:
         try:
             both = np.fromiter(map(memo.__getitem__, values), dtype=np.int64, count=n)
         except KeyError:
-            for value in set(values).difference(memo):
+            for value in [v for v in dict.fromkeys(values) if v not in memo]:  # first-seen order
                 ident = self._ident(value)
                 if not -(2**62) <= ident < 2**62:  # cannot be packed: the plain way
                     return self._idents_unpacked(values)
@@ -569,7 +569,7 @@ class ColumnSink:
         return both >> 1, texts if texts.any() else None
 
     def _idents_unpacked(self, values: list[int | str]) -> tuple[np.ndarray, np.ndarray | None]:
-        mapping = {v: self._ident(v) for v in set(values)}
+        mapping = {v: self._ident(v) for v in dict.fromkeys(values)}  # labels in first-seen order
         ids = np.fromiter(map(mapping.__getitem__, values), dtype=np.int64, count=len(values))
         texts = {v for v, i in mapping.items() if type(v) is str and not self._is_label(i)}
         if not texts:

@@ -103,3 +103,26 @@ def test_begin_end_pairs_nest_per_thread() -> None:
     assert len(ends) == 1 and trace.col(S.TS_NS)[ends[0]] == base + 31_000  # unmatched E kept
     # 9 events in: 3 pairs merged into their B rows, every other event kept
     assert len(trace) + 3 == 9 and trace.skipped_events == 0
+
+
+@pytest.mark.parametrize("meta_first", [False, True])
+def test_text_ids_numbered_in_order_of_appearance(tmp_path: Path, meta_first: bool) -> None:
+    """Text pids/tids ("Spans", "Traces") get label ids in the order the file first names
+    them, whatever the interpreter's string hashing: exports then lay out tracks the same way
+    in every run (a set's order made Perfetto files differ between runs)."""
+    names = [f"queue {chr(ord('a') + i)}{i * 7919 % 23}" for i in range(24)]
+    meta = [{"ph": "M", "name": "process_name", "pid": n, "args": {"name": n}} for n in names]
+    spans = [
+        {"ph": "X", "name": "op", "pid": n, "tid": f"t-{n}", "ts": i, "dur": 1}
+        for i, n in enumerate(names)
+    ]
+    events = meta + spans if meta_first else spans + meta
+    path = tmp_path / "labels.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = load_trace(path)
+    pid_ids = sorted(i for i, text in trace.pid_labels.items() if text in names)
+    assert [trace.pid_labels[i] for i in pid_ids] == names
+    tid_texts = [
+        trace.tid_labels[i] for i in sorted(trace.tid_labels) if trace.tid_labels[i][:2] == "t-"
+    ]
+    assert tid_texts == [f"t-{n}" for n in names]
