@@ -38,14 +38,14 @@ def test_pct_column_is_pythons_round_even_on_halves() -> None:
 
 
 def test_numpy_pct_column_is_the_scalar_rule_on_numpy_numbers() -> None:
-    """The breakdown's parts are numpy integers, whose ``round`` is numpy's."""
+    """The breakdown's parts (devices x steps) are numpy integers, whose ``round`` is numpy's."""
     rng = np.random.default_rng(2)
-    part = rng.integers(0, 10**9, (40, 500))
+    part = rng.integers(0, 10**9, (500, 40))
     wall = rng.integers(1, 10**9, 40)
     wall[3] = 0
-    part[:, :100] = 2 * rng.integers(0, 100_000, (40, 100)) + 1
+    part[:100, :] = 2 * rng.integers(0, 100_000, (100, 40)) + 1
     wall[5] = 200_000
-    want = [[J._pct(part[i, g], int(wall[i])) for g in range(500)] for i in range(40)]
+    want = [[J._pct(part[g, i], int(wall[i])) for i in range(40)] for g in range(500)]
     assert J._np_pct_column(part, wall) == want
 
 
@@ -76,3 +76,40 @@ def test_document_bytes_is_the_document_text() -> None:
     want = J.document_text(J.to_document([report], errors)).encode()
     assert J.document_bytes([report], errors) == want
     assert want.isascii() and b"\\u00b5" in want
+
+
+def test_per_step_figures_are_series_per_device() -> None:
+    """Steps are written once and each device holds its figures as series over them: the
+    entry for device g and step i is the report's figure for that device in that step."""
+    from trace_factory import Build
+
+    from neuron_profiler.analysis import Options, analyze
+    from neuron_profiler.analysis.causes import ALL_CAUSES
+
+    b = Build().step(1, 0, 2000).step(2, 2000, 5000)
+    b.host("aten::mm", 100, 400)
+    b.kernel(150, 900, device=3, launch_us=120)
+    b.kernel(2100, 2600, device=3, launch_us=2050)
+    b.kernel(2200, 4100, device=5, launch_us=2150)
+    report = analyze(b.b.build(), Options(min_gap_ns=20_000, top=5))
+    doc = J.to_document([report])["traces"][0]
+    breakdown, idle = doc["step_breakdown"], doc["idle"]
+    assert [s["step"] for s in breakdown["steps"]] == idle["steps"] == list(report.steps.names)
+    assert [s["wall_ms"] for s in breakdown["steps"]] == [2.0, 3.0]
+    devices = {d.device: d for d in report.breakdown.devices}
+    assert [d["device"] for d in breakdown["devices"]] == [3, 5] == sorted(devices)
+    for row in breakdown["devices"]:
+        want = devices[row["device"]]
+        assert row["busy_ms"] == [ns / 1e6 for ns in want.busy_ns.tolist()]
+        assert row["idle_ms"] == [ns / 1e6 for ns in want.idle_ns.tolist()]
+        walls = report.breakdown.wall_ns.tolist()
+        assert row["busy_pct"] == [
+            round(100 * b / w, 3) for b, w in zip(want.busy_ns.tolist(), walls, strict=True)
+        ]
+    assert breakdown["devices"][1]["busy_ms"] == [0.0, 1.9]  # device 5: nothing in step 1
+    per_device = {d.device: d for d in report.idle.devices}
+    for row in idle["devices"]:
+        want = per_device[row["device"]]
+        for cause in ALL_CAUSES:
+            assert row["per_step_ms"][cause] == [s[cause] / 1e6 for s in want.per_step_by_cause_ns]
+        assert len(row["per_step_ms"]["emulator_overhead"]) == 2

@@ -306,7 +306,9 @@ const views = {
   Overview(d) {
     const out = [];
     for (const n of d.notes) out.push(el("p", shorten(n, STYLE.text_limit), "empty"));
-    const steps = d.step_breakdown;
+    // step_breakdown: steps once, then a row per device with each figure as a series over them
+    const steps = d.step_breakdown.steps;
+    const devices = d.step_breakdown.devices;
     if (steps.length && d.has_device) {
       out.push(el("h3", "Step time breakdown (ms)"));
       const x = steps.map((s) => shorten(s.step));
@@ -314,10 +316,10 @@ const views = {
       // idle here is wall - busy: on an emulator trace it holds the emulator's own host work,
       // which the Idle view's causes leave out, so its name says so
       const idle = d.idle.emulator_overhead_ms > 0 ? "idle+emu. (wall − busy)" : "idle";
-      steps[0].devices.forEach((dev, i) => {
+      devices.forEach((dev, i) => {
         for (const part of ["compute", "dma", "collective", "idle"]) {
           traces.push({ type: "bar", name: shorten(dev.label) + " " + (part === "idle" ? idle : part), x,
-            y: steps.map((s) => s.devices[i][part + "_ms"]), offsetgroup: String(i + 1) });
+            y: dev[part + "_ms"], offsetgroup: String(i + 1) });
         }
       });
       out.push(chart(traces, { barmode: "relative", xaxis: { title: "step", type: "category" } }));
@@ -337,9 +339,9 @@ const views = {
         y: d.idle.devices.map((r) => r.busy_pct), name: "busy %" }],
       { height: 260, yaxis: { title: "busy %", range: [0, 100] }, xaxis: { type: "category" } }));
       if (steps.length > 1) {
-        out.push(chart(steps[0].devices.map((dev, i) => ({ type: "scatter", mode: "lines+markers",
+        out.push(chart(devices.map((dev) => ({ type: "scatter", mode: "lines+markers",
           name: shorten(dev.label), x: steps.map((s) => shorten(s.step)),
-          y: steps.map((s) => s.devices[i].busy_pct) })),
+          y: dev.busy_pct })),
         { height: 260, yaxis: { title: "busy % per step", range: [0, 100] }, xaxis: { type: "category" } }));
       }
       out.push(table([["label", "device"], ["window_ms", "window ms"], ["busy_ms", "busy ms"],
