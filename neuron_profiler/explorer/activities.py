@@ -17,7 +17,8 @@ the one placement (``runtime_trace.placement``) lays both out the same way::
   else the first after); copies and tensor calls link by containment in placement, as libnrt's.
 - Collectives take their name, algorithm and bytes (max of input and output size) from the CcOp
   row with the same ``op_id``, the k-th ``cc_running`` of an op id pairing with its k-th CcOp row.
-Everything is numpy over the columns; the one loop is over distinct cores.
+Numpy over the columns; Python touches rows only to reorder the attribute bytes (one C-level
+pass) and to splice the extension into the collectives matched with CcOp (one per collective).
 """
 
 from __future__ import annotations
