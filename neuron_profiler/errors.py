@@ -48,3 +48,14 @@ class OutputError(NeuronProfilerError, OSError):
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
+
+
+class MissingDependencyError(NeuronProfilerError):
+    """An optional dependency that one input needs is not installed (the rest of the package
+    works without it): the message names the file and what to install."""
+
+    exit_code = 3
+
+    def __init__(self, path: object, need: str, install: str) -> None:
+        super().__init__(f"{path}: reading this needs {need} ({install})")
+        self.path = path

@@ -2,6 +2,7 @@
 # Creates .venv and installs the project with the given extras (default: torch,test).
 #   bash scripts/setup.sh torch        # what the demo needs: torch (pinned CPU build)
 #   bash scripts/setup.sh torch,test   # and what the tests need (HTA, tb-profiler, ...)
+#   bash scripts/setup.sh torch,test,explorer   # and pyarrow (Explorer Parquet; scripts/test.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS=${1:-torch,test}

@@ -5,7 +5,7 @@
 # (pytest-xdist; a file's tests stay in one process, so its module fixtures run once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh torch,test
+bash scripts/setup.sh torch,test,explorer
 bash scripts/browser.sh
 .venv/bin/ruff check neuron_profiler tests bench
 .venv/bin/ruff format --check neuron_profiler tests bench

@@ -2,7 +2,11 @@
 and output only; the work is ``neuron_profiler.analysis``).
 
 A DIR stands for every ``*.json`` / ``*.json.gz`` under it (``*.pt.trace.json[.gz]`` included);
-a file there that is not a trace is skipped with a warning. A named file that cannot be
+a file there that is not a trace is skipped with a warning. A Neuron Explorer profile (a
+directory, a Parquet table or ``system_profile.json``; under DIR too, several ranks at once) is
+analysed merged with the torch.profiler trace beside it, which is then not analysed on its own;
+AWS's native PyTorch output directory stands for its framework traces, each binary file there
+skipped with one line (``explorer.inputs``, ``explorer.native``). A named file that cannot be
 analysed gets one error line; the others are still analysed, and the exit status is 2.
 ``--fail-on RULE`` exits 1 when a rule is breached (the worst trace and device count).
 
@@ -155,16 +159,41 @@ def analyze(
 
 def _expand(inputs: tuple[Path, ...]) -> tuple[list[tuple[Path, bool]], list[tuple[str, str]]]:
     """(file, named on the command line) pairs, and the inputs that name nothing usable."""
+    from neuron_profiler.cli.main import warn
+    from neuron_profiler.explorer.inputs import (
+        InputKind,
+        explorer_profiles_under,
+        host_trace_beside,
+        input_kind,
+    )
+    from neuron_profiler.explorer.native import read_native
+
     files: list[tuple[Path, bool]] = []
     errors: list[tuple[str, str]] = []
     for p in inputs:
-        if p.is_dir():
+        kind = input_kind(p)
+        if kind is InputKind.EXPLORER:
+            files.append((p, True))
+        elif kind is InputKind.NATIVE:
+            native = read_native(p)
+            for line in native.skipped:
+                warn(line)
+            files += [(f, True) for f in native.traces.values()]
+        elif p.is_dir():
+            profiles = explorer_profiles_under(p)
+            beside = {host_trace_beside(d) for d in profiles}
+            inside = tuple(profiles)
             found = sorted(
-                f for f in p.rglob("*") if f.is_file() and f.name.endswith(TRACE_SUFFIXES)
+                f
+                for f in p.rglob("*")
+                if f.is_file()
+                and f.name.endswith(TRACE_SUFFIXES)
+                and f not in beside
+                and not any(f.is_relative_to(d) for d in inside)
             )
-            if not found:
+            if not found and not profiles:
                 errors.append((str(p), "no *.json or *.json.gz file in this directory"))
-            files += [(f, False) for f in found]
+            files += [(f, False) for f in found] + [(d, True) for d in profiles]
         else:
             files.append((p, True))
     return files, errors

@@ -1,6 +1,7 @@
 """``neuron-prof export TRACE -o OUT``: convert a trace; the format comes from OUT's suffix
-(``exporters.writers``: .json / .json.gz Chrome trace, .pftrace Perfetto protobuf). Argument
-parsing only."""
+(``exporters.writers``: .json / .json.gz Chrome trace, .pftrace Perfetto protobuf). TRACE may
+also be a Neuron Explorer profile (converted on its own) or AWS's native PyTorch output
+directory (its framework trace): ``explorer.inputs``. Argument parsing only."""
 
 from __future__ import annotations
 
@@ -31,15 +32,16 @@ PROGRESS_MIN_EVENTS = 500_000  # smaller traces export in about a second: no bar
     help=".pftrace only: leave event args out (smaller file, faster export).",
 )
 def export(trace_path: Path, output: Path, no_args: bool) -> None:
-    """Load TRACE (any torch.profiler trace) and write it to OUTPUT."""
+    """Load TRACE (any torch.profiler trace, a Neuron Explorer profile directory or Parquet
+    table, or AWS's native PyTorch output directory) and write it to OUTPUT."""
     writer_for(output)  # an unknown suffix: exit 2 before any work
     check_output(output, [trace_path])  # before loading: an input is never overwritten
     from rich.progress import Progress
 
-    from neuron_profiler.cli.main import load_reported
-    from neuron_profiler.trace import load_trace
+    from neuron_profiler.cli.main import load_reported, warn
+    from neuron_profiler.explorer.inputs import load_input
 
-    trace = load_reported(lambda: load_trace(trace_path))
+    trace = load_reported(lambda: load_input(trace_path, warn, beside=False))
     with Progress(transient=True, disable=len(trace) < PROGRESS_MIN_EVENTS) as bar:
         task = bar.add_task(f"writing {output.name}", total=len(trace))
 

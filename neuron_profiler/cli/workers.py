@@ -39,16 +39,19 @@ class FileResult:
 
 
 def analyze_file(path: str, named: bool, options: Options) -> FileResult:
-    """The task: load, analyse, summarise one trace (in whatever process runs it)."""
+    """The task: load, analyse, summarise one trace (in whatever process runs it); a Neuron
+    Explorer profile is merged with the host trace beside it on the fly (``explorer.inputs``)."""
     from neuron_profiler.analysis import analyze
     from neuron_profiler.cli.main import load_reported
-    from neuron_profiler.trace import load_trace
+    from neuron_profiler.explorer.inputs import load_input
 
     lines: list[str] = []
     try:
-        trace = load_reported(lambda: load_trace(Path(path)), say=lines.append)
+        trace = load_reported(lambda: load_input(Path(path), lines.append), say=lines.append)
     except TraceLoadError as err:
         return FileResult(path, named, None, err.problem, tuple(lines))
+    except NeuronProfilerError as err:  # e.g. Parquet without pyarrow: that file's problem
+        return FileResult(path, named, None, str(err), tuple(lines))
     try:
         report = analyze(trace, options)
     except Exception as err:  # noqa: BLE001 -- one file's failure must not stop the others

@@ -32,7 +32,7 @@ import msgspec
 import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
-from neuron_profiler.runtime_trace.activities import ActivityKind
+from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities
 from neuron_profiler.runtime_trace.parser import envelope_extensions, parse_system_traces
 from neuron_profiler.runtime_trace.placement import (
     CATEGORIES,
@@ -78,6 +78,7 @@ class MergeResult:
     relocated_cores: dict[int, int] = field(default_factory=dict)
     truncated: int = 0
     drops_known: bool = True
+    placed: Placement | None = field(default=None, repr=False, compare=False)
 
 
 def read_device_events(path: str | Path) -> bytes:
@@ -148,12 +149,26 @@ def merge_device_events(
         acts = parse_system_traces(payloads)
     except msgspec.DecodeError as err:  # which file: parse them one by one for the message
         raise _which_payload(payloads, sources, err) from None
+    return merge_activities(host, acts, sources, device_properties_from_extensions(exts))
+
+
+def merge_activities(
+    host: Trace,
+    acts: DeviceActivities,
+    sources: Sequence[str],
+    props: Sequence[dict[str, Any]] = (),
+    *,
+    host_ops: HostOps | None = None,
+) -> MergeResult:
+    """Place runtime activities from any source (the system-trace parser, Neuron Explorer's
+    reader) on ``host`` by the one placement; ``host_ops``: the ops to link to (default: the
+    host trace's cpu ops)."""
     placed = place(
         acts,
-        host_ops=HostOps.from_trace(host),
-        host_pid=_host_pid_lookup(host),
+        host_ops=HostOps.from_trace(host) if host_ops is None else host_ops,
+        host_pid=host_pid_lookup(host),
         taken_pids=_taken_pids(host),
-        props=device_properties_from_extensions(exts),
+        props=props,
         flow_id_base=_first_free_flow_id(host),
     )
     span = _host_span(host)
@@ -175,6 +190,7 @@ def merge_device_events(
         dropped=dict(acts.dropped),
         outside_host_window=outside,
         relocated_cores={p.core: p.pid for p in placed.processes if p.core != p.pid},
+        placed=placed,
     )
 
 
@@ -205,7 +221,7 @@ def _host_span(host: Trace) -> tuple[int, int]:
     return int(ts.min()), int((ts + host.col(S.DUR_NS)).max())
 
 
-def _host_pid_lookup(host: Trace):  # noqa: ANN202 - a function of thread ids
+def host_pid_lookup(host: Trace):  # noqa: ANN202 - a function of thread ids
     """Thread ids -> the host process each runs in: the pid its cpu ops run in, else the pid
     that holds most cpu ops (a thread the host trace never saw)."""
     ops = host.mask(kind=S.EventKind.CPU_OP)

@@ -950,7 +950,14 @@ def parse_system_trace(
     return parse_system_traces([payload], dropped)
 
 
+# The event-type -> activity kind rule and the queue of each kind, for other readers of the same
+# event types (neuron_profiler.explorer): one rule, one place.
+KIND_BY_TYPE = _KIND_BY_TYPE
+QUEUE_BY_KIND = _QUEUE_BY_KIND
+
 __all__: Sequence[str] = (
+    "KIND_BY_TYPE",
+    "QUEUE_BY_KIND",
     "SyncPoints",
     "decode_rows",
     "envelope_extensions",

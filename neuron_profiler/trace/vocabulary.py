@@ -26,6 +26,10 @@ CAT_OVERHEAD = "overhead"  # the emulator's own host work (Kineto's word for pro
 # for ranges projected on a device stream, which tools (and key_averages' totals) do not count
 # as device work a second time.
 CAT_GRAPH_OP = "gpu_user_annotation"
+CAT_CPU_OP = (
+    "cpu_op"  # torch's host ops (a Neuron Explorer profile's framework events become these)
+)
+CAT_HBM_USAGE = "neuron_hbm_usage"  # counter samples of device memory in use, by usage type
 
 # -- args keys that CUDA traces carry too ----------------------------------------------------
 ARG_EXTERNAL_ID = "External id"  # the launching aten op's correlation (Kineto writes it)
@@ -176,6 +180,8 @@ META_UNAVAILABLE = "neuron_collector_unavailable"  # why a NEURON profile has no
 # collector: torch_neuronx.get_fallback_ops() at the end of the session (sorted op names), when
 # torch_neuronx has it; the analyzer infers fallbacks on real hardware from it
 META_FALLBACK_OPS = "neuron_fallback_ops"
+# read from a Neuron Explorer profile: what it held and what could not be used (docs/explorer.md)
+META_EXPLORER = "neuron_explorer"
 
 # -- names the analyses read in other producers' traces (torch, CUDA, ROCm, MTIA) ---------------
 PROFILER_STEP_PREFIX = "ProfilerStep#"  # torch.profiler's step annotation: "ProfilerStep#12"
@@ -218,3 +224,12 @@ DISPATCH_FRAMES = frozenset({"PythonSubclass", "PythonDispatchMode"})
 HOST_SYNC_NAMES = HOST_WAIT_NAMES | SYNC_OP_NAMES
 # the profiler's own work on the host (CUPTI buffer handling, the emulator's bookkeeping)
 PROFILER_OVERHEAD_NAMES = frozenset({"Activity Buffer Request", "Profiler overhead"})
+
+
+def hbm_process_name(device: int, instance: str) -> str:
+    """The process of one Neuron device's memory counters (a Neuron Explorer profile)."""
+    return f"Neuron device {int(device)} HBM" + (f" ({instance})" if instance else "")
+
+
+def hbm_counter_name(hbm: int) -> str:
+    return f"HBM {int(hbm)} in use (bytes)"

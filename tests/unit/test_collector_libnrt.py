@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -263,3 +264,23 @@ def test_runtime_version_is_optional(tmp_path: Path) -> None:
         check=True,
     )
     assert SysTrace.load(str(out)).version() is None
+
+
+INSPECT_ENABLE = "NEURON_RT_INSPECT_ENABLE"  # AWS: conflicts with torch.profiler-driven capture
+
+
+def test_collector_never_sets_inspect_enable(st, monkeypatch) -> None:
+    """torch.profiler drives the capture (nrt_sys_trace_*): inspect mode, which AWS documents as
+    conflicting with torch.profiler, is never switched on: no collector source names the
+    variable, and a whole start/stop cycle leaves the environment without it."""
+    root = Path(__file__).resolve().parents[2] / "neuron_profiler" / "collectors"
+    sources = [p for p in root.rglob("*") if p.suffix in {".py", ".cpp", ".h"}]
+    assert len(sources) > 5
+    assert [p.name for p in sources if INSPECT_ENABLE in p.read_text()] == []
+    monkeypatch.delenv(INSPECT_ENABLE, raising=False)
+    trace, _ = st
+    src = LibnrtSource(trace)
+    src.start(100, None)
+    assert INSPECT_ENABLE not in os.environ
+    src.stop()
+    assert INSPECT_ENABLE not in os.environ

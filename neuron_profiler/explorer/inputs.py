@@ -1,0 +1,98 @@
+"""What a path given to ``neuron-prof`` holds, and how to load it as one trace::
+
+    kind = input_kind(path)            # TRACE, EXPLORER or NATIVE
+    trace = load_input(path, say=warn) # any of them, as a Trace
+
+- EXPLORER: a Neuron Explorer profile directory, one of its Parquet tables, or its legacy
+  ``system_profile.json``. Loaded with the torch.profiler trace that sits beside it (a
+  ``*.pt.trace.json[.gz]`` in the profile's directory or the one above) merged in, else alone.
+- NATIVE: AWS's native PyTorch output directory (``native``): its framework trace (one rank).
+- TRACE: anything else, for the trace loader.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from pathlib import Path
+
+from neuron_profiler.errors import TraceLoadError
+from neuron_profiler.explorer import schema as X
+from neuron_profiler.explorer.native import is_native_dir, read_native
+from neuron_profiler.explorer.reader import is_profile_dir, table_files
+from neuron_profiler.trace.model import Trace
+
+HOST_TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+
+
+class InputKind(enum.Enum):
+    TRACE = "trace"
+    EXPLORER = "explorer"
+    NATIVE = "native"
+
+
+def input_kind(path: Path) -> InputKind:
+    if path.is_dir():
+        if is_profile_dir(path):
+            return InputKind.EXPLORER
+        if is_native_dir(path):
+            return InputKind.NATIVE
+        return InputKind.TRACE
+    if path.name.endswith(X.PARQUET_SUFFIX) or path.name == X.LEGACY_FILE:
+        return InputKind.EXPLORER
+    return InputKind.TRACE
+
+
+def host_trace_beside(profile: Path) -> Path | None:
+    """The torch.profiler trace next to a profile: in its directory, else the one above."""
+    where = profile if profile.is_dir() else profile.parent
+    for d in (where, where.parent):
+        found = sorted(
+            f for f in d.iterdir() if f.is_file() and f.name.endswith(HOST_TRACE_SUFFIXES)
+        )
+        if found:
+            return found[0]
+    return None
+
+
+def explorer_profiles_under(root: Path) -> list[Path]:
+    """Every Explorer profile directory under ``root`` (several ranks' profiles at once)."""
+    dirs = {f.parent for f in root.rglob(f"{X.EVENTS}*{X.PARQUET_SUFFIX}")}
+    dirs |= {f.parent.parent for f in root.rglob(f"{X.EVENTS}/*{X.PARQUET_SUFFIX}")}
+    dirs |= {f.parent for f in root.rglob(X.LEGACY_FILE)}
+    return sorted(d for d in dirs if table_files(d).get(X.EVENTS) or (d / X.LEGACY_FILE).is_file())
+
+
+def load_input(
+    path: Path, say: Callable[[str], None] | None = None, *, beside: bool = True
+) -> Trace:
+    """``path`` as one trace (see the module docstring); ``say``: where skip lines go;
+    ``beside=False``: an Explorer profile on its own even when a host trace sits beside it."""
+    kind = input_kind(path)
+    if kind is InputKind.EXPLORER:
+        return load_explorer(path, host_trace_beside(path) if beside else None).trace
+    if kind is InputKind.NATIVE:
+        native = read_native(path)
+        for line in native.skipped:
+            (say or (lambda _: None))(line)
+        if len(native.traces) != 1:
+            raise TraceLoadError(
+                path, f"{len(native.traces)} framework traces (ranks): name one of them"
+            )
+        path = next(iter(native.traces.values()))
+    from neuron_profiler.trace import load_trace
+
+    return load_trace(path)
+
+
+def load_explorer(path: Path, host: Path | None):  # noqa: ANN201 - an ExplorerResult
+    """An Explorer profile on the host trace ``host`` (None: on its own)."""
+    from neuron_profiler.explorer.profile_trace import merge_profile, profile_trace
+    from neuron_profiler.explorer.reader import read_profile
+
+    profile = read_profile(path)
+    if host is None:
+        return profile_trace(profile)
+    from neuron_profiler.trace import load_trace
+
+    return merge_profile(load_trace(host), profile)

@@ -1,0 +1,446 @@
+"""Neuron Explorer output -> numpy columns, vectorised (pyarrow columns, never a loop per row).
+
+    profile = read_profile("my-profile@latest/")          # a directory of Parquet tables
+    profile = read_profile("SystemProfileEvents.parquet")  # or one table's file
+    profile = read_profile("system_profile.json")          # or the legacy JSON export
+    profile.events.start_ns, profile.events.names[profile.events.name_code]
+
+What is read, and what each column is taken to mean, is in ``schema`` and docs/explorer.md.
+Bad input (not Parquet, cut off, a required table or column missing, a column of the wrong
+type) is a ``TraceLoadError`` naming the file and the problem (exit code 2); odd values inside
+a good file (an unparsable flow id or attribute object) are counted in ``malformed``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from neuron_profiler.errors import TraceLoadError
+from neuron_profiler.explorer import schema as X
+from neuron_profiler.explorer._arrow import require_pyarrow
+
+_SOURCE_CODE = {s: i for i, s in enumerate(X.SOURCES)}  # other sources: len(SOURCES)
+SOURCE_OTHER = len(X.SOURCES)
+_FLOW_TEXT = r"^-?[0-9]{1,18}$"  # a string-encoded flow id that fits int64
+_PART = re.compile(r"^(?P<table>[A-Za-z]+)(?:[_-][0-9]+)?$")
+
+
+@dataclass(frozen=True)
+class EventColumns:
+    """SystemProfileEvents as columns, one entry per event (file order).
+
+    Args:
+        start_ns / end_ns: the event's span. source: index into ``schema.SOURCES`` (3: other).
+        name_code -> names, instance_code -> instances: interned strings.
+        process_id, thread_id, nc_idx, pcore_idx, worker_gid: -1 where absent.
+        flow_row / flow_value: one entry per (event, flow id) the events carry.
+        exec_id / seq_id / op_id: from each event's extra attributes (-1 absent).
+        attributes: each event's extra attributes as a JSON object (bytes; ``{}`` when none).
+        stream_code -> streams: framework_stream_id ("" absent).
+    """
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    source: np.ndarray
+    name_code: np.ndarray
+    names: list[str]
+    instance_code: np.ndarray
+    instances: list[str]
+    process_id: np.ndarray
+    thread_id: np.ndarray
+    nc_idx: np.ndarray
+    pcore_idx: np.ndarray
+    worker_gid: np.ndarray
+    flow_row: np.ndarray
+    flow_value: np.ndarray
+    exec_id: np.ndarray
+    seq_id: np.ndarray
+    op_id: np.ndarray
+    attributes: list[bytes]
+    stream_code: np.ndarray
+    streams: list[str]
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+
+@dataclass(frozen=True)
+class HbmColumns:
+    """SystemProfileHbmUsage: one sample per row; ``categories`` maps each usage column (e.g.
+    ``weights_bytes``) to its values, which the profile says add up to ``total``."""
+
+    timestamp: np.ndarray
+    total: np.ndarray
+    device_idx: np.ndarray
+    hbm_idx: np.ndarray
+    instance_code: np.ndarray
+    instances: list[str]
+    categories: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.timestamp)
+
+
+@dataclass(frozen=True)
+class CcOpColumns:
+    """CcOp: per collective operation its id, name, algorithm and sizes (-1 absent)."""
+
+    op_id: np.ndarray
+    start_ns: np.ndarray
+    operation: list[str]  # per row
+    algorithm: list[str]  # per row ("" absent)
+    input_size: np.ndarray
+    output_size: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.op_id)
+
+
+@dataclass(frozen=True)
+class ExplorerProfile:
+    """What one profile holds; tables it does not have are empty / None.
+
+    Args:
+        dma_packets / dma_bytes: DmaPacket's rows and their transfer bytes, by queue type.
+        summary: Summary's first row (scalar columns only). files: every file read.
+        malformed: odd values counted (never fatal). legacy: read from the JSON export.
+    """
+
+    source: str
+    events: EventColumns
+    hbm: HbmColumns | None = None
+    cc_ops: CcOpColumns | None = None
+    dma_packets: dict[str, int] = field(default_factory=dict)
+    dma_bytes: dict[str, int] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+    malformed: int = 0
+    legacy: bool = False
+
+
+# -- finding the tables ---------------------------------------------------------------------------
+def is_profile_dir(path: Path) -> bool:
+    """A directory holding Explorer's system-profile events (Parquet or the legacy JSON)."""
+    return path.is_dir() and bool(table_files(path).get(X.EVENTS) or _legacy_file(path))
+
+
+def table_files(path: Path) -> dict[str, list[Path]]:
+    """The Parquet files of each known table under a profile directory (or the one file)."""
+    if path.is_file():
+        table = _table_of(path)
+        return {table: [path]} if table else {}
+    out: dict[str, list[Path]] = {}
+    for f in sorted(path.iterdir()):
+        if f.is_dir() and f.name in X.TABLES:
+            parts = sorted(p for p in f.iterdir() if p.name.endswith(X.PARQUET_SUFFIX))
+            out.setdefault(f.name, []).extend(parts)
+        elif f.is_file():
+            table = _table_of(f)
+            if table:
+                out.setdefault(table, []).append(f)
+    return out
+
+
+def _table_of(path: Path) -> str | None:
+    if not path.name.endswith(X.PARQUET_SUFFIX):
+        return None
+    m = _PART.match(path.name[: -len(X.PARQUET_SUFFIX)])
+    return m.group("table") if m and m.group("table") in X.TABLES else None
+
+
+def _legacy_file(path: Path) -> Path | None:
+    f = path / X.LEGACY_FILE
+    return f if f.is_file() else None
+
+
+# -- reading --------------------------------------------------------------------------------------
+def read_profile(path: str | Path) -> ExplorerProfile:
+    """Read a profile directory, one table file, or the legacy JSON (see the module doc)."""
+    path = Path(path)
+    if not path.exists():
+        raise TraceLoadError(path, "no such file or directory")
+    if path.is_file() and not path.name.endswith(X.PARQUET_SUFFIX):
+        from neuron_profiler.explorer.legacy import read_legacy
+
+        return read_legacy(path)
+    files = table_files(path)
+    if X.EVENTS not in files:
+        legacy = _legacy_file(path) if path.is_dir() else None
+        if legacy is not None:
+            from neuron_profiler.explorer.legacy import read_legacy
+
+            return read_legacy(legacy)
+        what = "table" if path.is_file() else "directory"
+        raise TraceLoadError(
+            path, f"no {X.EVENTS} table in this {what} (not a Neuron Explorer system profile)"
+        )
+    pa, pc, pq = require_pyarrow(path)
+    tables = _Tables(pa, pc, pq)
+    events, malformed = tables.events(files[X.EVENTS])
+    dma_n, dma_b = tables.dma(files.get(X.DMA_PACKET, []))
+    return ExplorerProfile(
+        source=str(path),
+        events=events,
+        hbm=tables.hbm(files[X.HBM_USAGE]) if X.HBM_USAGE in files else None,
+        cc_ops=tables.cc_ops(files[X.CC_OP]) if X.CC_OP in files else None,
+        dma_packets=dma_n,
+        dma_bytes=dma_b,
+        summary=tables.summary(files.get(X.SUMMARY, [])),
+        files=tuple(str(f) for fs in files.values() for f in fs),
+        malformed=malformed,
+    )
+
+
+class _Tables:
+    """Reads tables with pyarrow; every problem names the file it is in."""
+
+    def __init__(self, pa: Any, pc: Any, pq: Any) -> None:
+        self.pa, self.pc, self.pq = pa, pc, pq
+
+    def _read(self, files: list[Path], wanted: tuple[str, ...], required: tuple[str, ...]) -> Any:
+        parts = []
+        for f in files:
+            try:
+                names = self.pq.read_schema(f).names
+                missing = [c for c in required if c not in names]
+                if missing:
+                    raise TraceLoadError(f, f"missing column(s) {', '.join(missing)}")
+                parts.append(self.pq.read_table(f, columns=[c for c in wanted if c in names]))
+            except TraceLoadError:
+                raise
+            except (OSError, self.pa.ArrowException) as err:
+                raise TraceLoadError(f, f"not a readable Parquet file ({_one_line(err)})") from None
+        if len(parts) == 1:
+            return parts[0], files[0]
+        try:
+            return self.pa.concat_tables(parts, promote_options="default"), files[0]
+        except self.pa.ArrowException as err:
+            raise TraceLoadError(
+                files[0], f"parts do not fit together ({_one_line(err)})"
+            ) from None
+
+    # column helpers ------------------------------------------------------------------------
+    def ints(self, table: Any, name: str, where: Path, missing: int = -1) -> np.ndarray:
+        if name not in table.column_names:
+            return np.full(table.num_rows, missing, dtype=np.int64)
+        col = table[name]
+        if not (self.pa.types.is_integer(col.type) or self.pa.types.is_null(col.type)):
+            raise TraceLoadError(where, f"column {name} is {col.type}, not an integer")
+        if self.pa.types.is_null(col.type):
+            return np.full(table.num_rows, missing, dtype=np.int64)
+        return np.asarray(self.pc.fill_null(col, missing).to_numpy(), dtype=np.int64)
+
+    def codes(self, table: Any, name: str, where: Path) -> tuple[np.ndarray, list[str]]:
+        if name not in table.column_names:
+            return np.zeros(table.num_rows, dtype=np.int64), [""]
+        col = table[name]
+        if self.pa.types.is_dictionary(col.type):
+            col = col.cast(self.pa.string())
+        if not (self.pa.types.is_string(col.type) or self.pa.types.is_large_string(col.type)):
+            raise TraceLoadError(where, f"column {name} is {col.type}, not a string")
+        arr = self.pc.fill_null(col, "").combine_chunks()
+        enc = self.pc.dictionary_encode(arr)
+        return np.asarray(enc.indices.to_numpy(), dtype=np.int64), enc.dictionary.to_pylist()
+
+    def texts(self, table: Any, name: str, where: Path) -> list[str]:
+        code, values = self.codes(table, name, where)
+        return [values[i] for i in code.tolist()] if len(values) > 1 else [values[0]] * len(code)
+
+    # tables --------------------------------------------------------------------------------
+    def events(self, files: list[Path]) -> tuple[EventColumns, int]:
+        t, where = self._read(files, X.EVENT_REQUIRED + X.EVENT_OPTIONAL, X.EVENT_REQUIRED)
+        source_code, sources = self.codes(t, X.E_SOURCE, where)
+        to_source = np.array([_SOURCE_CODE.get(s, SOURCE_OTHER) for s in sources], np.int8)
+        name_code, names = self.codes(t, X.E_NAME, where)
+        instance_code, instances = self.codes(t, X.E_INSTANCE, where)
+        stream_code, streams = self.codes(t, X.E_STREAM, where)
+        flow_row, flow_value, bad_flows = self.flows(t, where)
+        attrs, exec_id, seq_id, op_id, bad_attrs = self.attributes(t, where)
+        start, end = self.ints(t, X.E_START, where), self.ints(t, X.E_END, where)
+        cols = EventColumns(
+            start_ns=start,
+            end_ns=end,
+            source=to_source[source_code],
+            name_code=name_code,
+            names=names,
+            instance_code=instance_code,
+            instances=instances,
+            process_id=self.ints(t, X.E_PROCESS, where),
+            thread_id=self.ints(t, X.E_THREAD, where),
+            nc_idx=self.ints(t, X.E_NC, where),
+            pcore_idx=self.ints(t, X.E_PCORE, where),
+            worker_gid=self.ints(t, X.E_WORKER, where),
+            flow_row=flow_row,
+            flow_value=flow_value,
+            exec_id=exec_id,
+            seq_id=seq_id,
+            op_id=op_id,
+            attributes=attrs,
+            stream_code=stream_code,
+            streams=streams,
+        )
+        return cols, bad_flows + bad_attrs
+
+    def flows(self, t: Any, where: Path) -> tuple[np.ndarray, np.ndarray, int]:
+        """(event row, flow id) pairs; flow ids that are not integers are counted."""
+        empty = np.zeros(0, dtype=np.int64)
+        if X.E_FLOW not in t.column_names:
+            return empty, empty, 0
+        col = t[X.E_FLOW]
+        if not (self.pa.types.is_list(col.type) or self.pa.types.is_large_list(col.type)):
+            raise TraceLoadError(where, f"column {X.E_FLOW} is {col.type}, not a list")
+        arr = col.combine_chunks()
+        flat = self.pc.list_flatten(arr)
+        rows = np.asarray(self.pc.list_parent_indices(arr).to_numpy(), dtype=np.int64)
+        if self.pa.types.is_integer(flat.type):
+            ok = np.asarray(flat.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            values = np.asarray(self.pc.fill_null(flat, 0).to_numpy(), dtype=np.int64)
+            return rows[ok], values[ok], int((~ok).sum())
+        if not (self.pa.types.is_string(flat.type) or self.pa.types.is_large_string(flat.type)):
+            raise TraceLoadError(where, f"column {X.E_FLOW} holds {flat.type}, not strings")
+        good = self.pc.fill_null(self.pc.match_substring_regex(flat, _FLOW_TEXT), False)
+        ok = np.asarray(good.to_numpy(zero_copy_only=False), dtype=bool)
+        values = self.pc.cast(self.pc.filter(flat, good), self.pa.int64()).to_numpy()
+        return rows[ok], np.asarray(values, dtype=np.int64), int((~ok).sum())
+
+    def attributes(
+        self, t: Any, where: Path
+    ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray, int]:
+        n = t.num_rows
+        if X.E_EXTRA not in t.column_names:
+            minus = np.full(n, -1, dtype=np.int64)
+            return [b"{}"] * n, minus, minus.copy(), minus.copy(), 0
+        col = t[X.E_EXTRA]
+        if not (self.pa.types.is_string(col.type) or self.pa.types.is_large_string(col.type)):
+            raise TraceLoadError(where, f"column {X.E_EXTRA} is {col.type}, not a string")
+        blank = self.pc.fill_null(self.pc.equal(self.pc.utf8_trim_whitespace(col), ""), True)
+        filled = self.pc.if_else(blank, "{}", col)
+        raw = filled.cast(self.pa.binary()).to_pylist()
+        return decode_attributes(raw)
+
+    def hbm(self, files: list[Path]) -> HbmColumns:
+        names = self.pq.read_schema(files[0]).names if files else []
+        wanted = (*X.HBM_REQUIRED, X.H_HBM, X.H_INSTANCE) + tuple(
+            c for c in names if c.endswith(X.HBM_CATEGORY_SUFFIX) and c != X.H_TOTAL
+        )
+        t, where = self._read(files, wanted, X.HBM_REQUIRED)
+        instance_code, instances = self.codes(t, X.H_INSTANCE, where)
+        cats = [c for c in t.column_names if c.endswith(X.HBM_CATEGORY_SUFFIX) and c != X.H_TOTAL]
+        return HbmColumns(
+            timestamp=self.ints(t, X.H_TIMESTAMP, where),
+            total=self.ints(t, X.H_TOTAL, where, 0),
+            device_idx=self.ints(t, X.H_DEVICE, where),
+            hbm_idx=self.ints(t, X.H_HBM, where, 0),
+            instance_code=instance_code,
+            instances=instances,
+            categories={c: self.ints(t, c, where, 0) for c in cats},
+        )
+
+    def cc_ops(self, files: list[Path]) -> CcOpColumns:
+        wanted = (X.C_OP_ID, X.C_OPERATION, X.C_ALGORITHM, X.C_INPUT, X.C_OUTPUT, X.C_START)
+        t, where = self._read(files, wanted, X.CC_REQUIRED)
+        return CcOpColumns(
+            op_id=self.ints(t, X.C_OP_ID, where),
+            start_ns=self.ints(t, X.C_START, where),
+            operation=self.texts(t, X.C_OPERATION, where),
+            algorithm=self.texts(t, X.C_ALGORITHM, where),
+            input_size=self.ints(t, X.C_INPUT, where),
+            output_size=self.ints(t, X.C_OUTPUT, where),
+        )
+
+    def dma(self, files: list[Path]) -> tuple[dict[str, int], dict[str, int]]:
+        if not files:
+            return {}, {}
+        t, where = self._read(files, (X.D_TRANSFER, X.D_QUEUE_TYPE), X.DMA_REQUIRED)
+        code, kinds = self.codes(t, X.D_QUEUE_TYPE, where)
+        nbytes = self.ints(t, X.D_TRANSFER, where, 0)
+        counts = np.bincount(code, minlength=len(kinds))
+        sums = np.bincount(code, weights=nbytes, minlength=len(kinds))
+        return (
+            {k or "unknown": int(c) for k, c in zip(kinds, counts.tolist(), strict=True) if c},
+            {k or "unknown": int(s) for k, s in zip(kinds, sums.tolist(), strict=True) if s},
+        )
+
+    def summary(self, files: list[Path]) -> dict[str, Any]:
+        if not files:
+            return {}
+        t, _ = self._read(files, tuple(self.pq.read_schema(files[0]).names), ())
+        if t.num_rows == 0:
+            return {}
+        row = t.slice(0, 1).to_pylist()[0]
+        return {k: v for k, v in row.items() if isinstance(v, int | float | str | bool)}
+
+
+# -- extra attributes -----------------------------------------------------------------------------
+class _Attrs(msgspec.Struct, gc=False):
+    exec_id: int | None = None
+    nrta_seq_id: int | None = None
+    nrt_sequence_id: int | None = None
+    op_id: int | None = None
+
+
+_decode_attrs = msgspec.json.Decoder(list[_Attrs]).decode
+_decode_one = msgspec.json.Decoder(_Attrs).decode
+_decode_object = msgspec.json.Decoder(dict[str, Any]).decode
+_ATTR_FIELDS = ("exec_id", "nrta_seq_id", "nrt_sequence_id", "op_id")
+
+
+def decode_attributes(
+    raw: list[bytes],
+) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray, int]:
+    """(attribute objects, exec_id, seq_id, op_id, malformed) of each event's extra attributes:
+    one msgspec pass over all rows; rows that are not a JSON object, or whose ids are not
+    integers, are counted (the rest of such a row is kept where it is an object)."""
+    n = len(raw)
+    try:
+        attrs = _decode_attrs(b"[" + b",".join(raw) + b"]") if n else []
+        bad = 0
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raw, attrs, bad = _one_by_one(raw)
+    m = np.fromiter(
+        (-1 if v is None else v for a in attrs for v in _values(a)), dtype=np.int64, count=4 * n
+    ).reshape(n, 4)
+    seq = np.where(m[:, 1] >= 0, m[:, 1], m[:, 2])
+    return raw, m[:, 0], seq, m[:, 3], bad
+
+
+def _values(a: _Attrs) -> tuple[Any, ...]:
+    return (a.exec_id, a.nrta_seq_id, a.nrt_sequence_id, a.op_id)
+
+
+def _one_by_one(raw: list[bytes]) -> tuple[list[bytes], list[_Attrs], int]:
+    """The slow path of bad input: each row on its own."""
+    out_raw, out, bad = [], [], 0
+    for r in raw:
+        try:
+            out.append(_decode_one(r))
+            out_raw.append(r)
+            continue
+        except msgspec.ValidationError:  # an object, some id not an integer: ids dropped
+            try:
+                obj = _decode_object(r)
+                ids = {k: obj.get(k) for k in _ATTR_FIELDS}
+                out.append(_Attrs(**{k: v for k, v in ids.items() if _is_int(v)}))
+                out_raw.append(r)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                out.append(_Attrs())
+                out_raw.append(b"{}")
+        except msgspec.DecodeError:
+            out.append(_Attrs())
+            out_raw.append(b"{}")
+        bad += 1
+    return out_raw, out, bad
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300]

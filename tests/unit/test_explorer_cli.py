@@ -1,0 +1,200 @@
+"""``neuron-prof export / merge / analyze`` on Neuron Explorer profiles (SYNTHETIC, from
+tests/explorer_fixture.py) and AWS's native PyTorch output; bad Parquet is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from explorer_fixture import EVENT_MIX, FRAMEWORK_EVENTS, HOST_TID, PID, build  # noqa: E402
+from explorer_support import require_pyarrow  # noqa: E402
+
+from neuron_profiler.cli.main import main  # noqa: E402
+from neuron_profiler.trace import load_trace  # noqa: E402
+from neuron_profiler.trace import schema as S  # noqa: E402
+
+HOST_EXTERNAL_BASE = 70_000
+
+
+@pytest.fixture(scope="module")
+def fx():  # noqa: ANN201
+    require_pyarrow()
+    return build()
+
+
+def _host_trace(fx, path: Path, rank: int = 0) -> Path:  # noqa: ANN001
+    """torch.profiler's view of the same framework ops, with its own External ids."""
+    events = []
+    for k, eid in enumerate(fx.truth.framework_ids):
+        ev = fx.events[eid - 1]
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": ev["name"],
+                "pid": PID,
+                "tid": HOST_TID,
+                "ts": (ev["start_ts"] - fx.events[0]["start_ts"]) / 1e3,
+                "dur": ev["duration_ns"] / 1e3,
+                "args": {"External id": HOST_EXTERNAL_BASE + k},
+            }
+        )
+    doc = {
+        "traceEvents": events,
+        "baseTimeNanoseconds": fx.events[0]["start_ts"],
+        "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"},
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_export_a_profile_alone(fx, tmp_path: Path) -> None:  # noqa: ANN001
+    d = fx.write(tmp_path / "profile")
+    assert main(["export", str(d), "-o", str(tmp_path / "p.json")]) == 0
+    t = load_trace(tmp_path / "p.json")
+    complete = t.columns[S.PH] == S.Phase.COMPLETE
+    assert int(complete.sum()) == sum(EVENT_MIX.values()) + FRAMEWORK_EVENTS
+    assert int((t.columns[S.PH] == S.Phase.COUNTER).sum()) == 982
+    names = set(t.process_names.values())
+    assert {n for n in names if n.startswith("NeuronCore ")} == {
+        f"NeuronCore {c} (i-0synthetic00000001 pid {PID}, worker {100 + c})" for c in (0, 1)
+    }
+    assert main(["export", str(d), "-o", str(tmp_path / "p.pftrace")]) == 0
+    assert (tmp_path / "p.pftrace").stat().st_size > 0
+
+
+def test_merge_detects_the_profile_and_links_to_host_ops(fx, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    d = fx.write(tmp_path / "profile")
+    host = _host_trace(fx, tmp_path / "host.pt.trace.json")
+    out = tmp_path / "merged.json"
+    assert main(["merge", str(host), str(d), "-o", str(out)]) == 0
+    t = load_trace(out)
+    kernels = (t.columns[S.KIND] == S.EventKind.KERNEL) & (t.columns[S.PH] == S.Phase.COMPLETE)
+    roots = [HOST_EXTERNAL_BASE + fx.truth.external[r] - 1 for r in fx.truth.root_of_execution]
+    linked = set(t.columns[S.EXTERNAL_ID][kernels].tolist())
+    assert linked == set(roots)  # every execution and collective: its execute_model op
+    assert "merged 8634 device activities" in capsys.readouterr().out
+
+
+def test_merge_reads_one_parquet_table_too(fx, tmp_path: Path) -> None:  # noqa: ANN001
+    d = fx.write(tmp_path / "profile")
+    host = _host_trace(fx, tmp_path / "host.pt.trace.json")
+    out = tmp_path / "merged.json"
+    assert main(["merge", str(host), str(d / "SystemProfileEvents.parquet"), "-o", str(out)]) == 0
+    t = load_trace(out)
+    assert int((t.columns[S.PH] == S.Phase.COUNTER).sum()) == 0  # only the events table given
+
+
+def test_analyze_several_ranks_merged_on_the_fly(fx, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    for rank in (0, 1):
+        r = tmp_path / "run" / f"rank{rank}"
+        fx.write(r / "profile")
+        _host_trace(fx, r / f"rank{rank}.pt.trace.json", rank)
+    assert main(["analyze", "--json", "-j", "1", str(tmp_path / "run")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    reports = doc["reports"] if "reports" in doc else doc["traces"]
+    assert len(reports) == 2  # the host traces are merged into the profiles, not analysed alone
+    text = json.dumps(reports)
+    assert "NeuronCore 0 (i-0synthetic00000001" in text
+
+
+def test_native_pytorch_output_reads_the_framework_trace_and_skips_binaries(
+    fx, tmp_path: Path, capsys
+) -> None:  # noqa: ANN001
+    d = tmp_path / "native"
+    d.mkdir()
+    _host_trace(fx, d / "neuron_framework_trace_rank_0.json")
+    for name in ("ntrace.pb", "trace_info.pb", "profile_nc_0_session_1.ntff"):
+        (d / name).write_bytes(b"\x08\x96\x01 not public")
+    assert main(["export", str(d), "-o", str(tmp_path / "f.json")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all("skipped" in line and "not public" in line for line in err)
+    assert {Path(line.split(": ")[2]).name for line in err} == {
+        "ntrace.pb",
+        "trace_info.pb",
+        "profile_nc_0_session_1.ntff",
+    }
+    t = load_trace(tmp_path / "f.json")
+    assert int((t.columns[S.KIND] == S.EventKind.CPU_OP).sum()) == FRAMEWORK_EVENTS
+    assert main(["analyze", str(d)]) == 0
+
+
+# -- bad input: one line naming the file, exit 2 --------------------------------------------------
+def _bad_profiles(fx, root: Path) -> dict[str, tuple[Path, Path]]:  # noqa: ANN001
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = fx.write(root / "good")
+    events = good / "SystemProfileEvents.parquet"
+    out = {}
+    cut = root / "cut"
+    cut.mkdir()
+    data = events.read_bytes()
+    (cut / events.name).write_bytes(data[: len(data) // 2])
+    out["truncated"] = (cut, cut / events.name)
+    junk = root / "junk"
+    junk.mkdir()
+    (junk / events.name).write_bytes(np.random.default_rng(1).bytes(5000))
+    out["not parquet"] = (junk, junk / events.name)
+    table = pq.read_table(events)
+    no_col = root / "nocol"
+    no_col.mkdir()
+    pq.write_table(table.drop(["start_ts"]), no_col / events.name)
+    out["missing column"] = (no_col, no_col / events.name)
+    typed = root / "typed"
+    typed.mkdir()
+    i = table.column_names.index("start_ts")
+    pq.write_table(
+        table.set_column(i, "start_ts", table["start_ts"].cast(pa.string())), typed / events.name
+    )
+    out["wrong type"] = (typed, typed / events.name)
+    hbm_only = good / "SystemProfileHbmUsage.parquet"
+    out["missing table"] = (hbm_only, hbm_only)
+    return out
+
+
+@pytest.mark.parametrize(
+    "case", ["truncated", "not parquet", "missing column", "wrong type", "missing table"]
+)
+def test_bad_parquet_is_one_line_and_exit_2(fx, tmp_path: Path, case: str) -> None:  # noqa: ANN001
+    given, named = _bad_profiles(fx, tmp_path)[case]
+    for argv in (
+        ["export", str(given), "-o", str(tmp_path / "o.json")],
+        [
+            "merge",
+            str(_host_trace(fx, tmp_path / "h.pt.trace.json")),
+            str(given),
+            "-o",
+            str(tmp_path / "m.json"),
+        ],
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "neuron_profiler.cli.main", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2, r.stderr
+        assert len(lines) == 1 and str(named) in lines[0], r.stderr
+        assert not (tmp_path / "o.json").exists() and not (tmp_path / "m.json").exists()
+
+
+def test_parquet_without_pyarrow_says_what_to_install(fx, tmp_path: Path) -> None:  # noqa: ANN001
+    d = fx.write(tmp_path / "profile")
+    code = (
+        "import sys\n"
+        "for m in ('pyarrow', 'pyarrow.compute', 'pyarrow.parquet'): sys.modules[m] = None\n"
+        "from neuron_profiler.cli.main import main\n"
+        f"sys.exit(main(['export', {str(d)!r}, '-o', {str(tmp_path / 'o.json')!r}]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 3 and len(lines) == 1, r.stderr
+    assert str(d) in lines[0] and "pip install 'neuron-profiler[explorer]'" in lines[0]

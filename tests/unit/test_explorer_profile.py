@@ -1,0 +1,171 @@
+"""A synthetic Neuron Explorer profile (tests/explorer_fixture.py: the documented columns, the
+workshop's event mix) read and placed: every event where the generator put it, linked to the
+op the generator says, with its bytes; HBM counters that add up to the samples' totals."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from explorer_fixture import EVENT_MIX, FRAMEWORK_EVENTS, HOST_TID, PID, build  # noqa: E402
+from explorer_support import require_pyarrow  # noqa: E402
+
+from neuron_profiler.runtime_trace.activities import ActivityKind  # noqa: E402
+from neuron_profiler.trace import schema as S  # noqa: E402
+from neuron_profiler.trace import vocabulary as V  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fixture(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    require_pyarrow()
+    fx = build()
+    return fx, fx.write(tmp_path_factory.mktemp("profile"), legacy=True)
+
+
+@pytest.fixture(scope="module")
+def result(fixture):  # noqa: ANN001, ANN201
+    from neuron_profiler.explorer.profile_trace import profile_trace
+    from neuron_profiler.explorer.reader import read_profile
+
+    return profile_trace(read_profile(fixture[1]))
+
+
+def _placed_by_event(result, fx):  # noqa: ANN001, ANN202
+    """Explorer event id of each placed row (the generator numbers events from 1 in row order)."""
+    placed = result.merge.placed
+    main = placed.kind != ActivityKind.GRAPH_OP
+    event_row = result.converted.event_row[placed.activity[main]]
+    return placed.records[main], event_row + 1
+
+
+def test_reads_the_documented_mix(fixture) -> None:  # noqa: ANN001
+    from neuron_profiler.explorer.reader import read_profile
+
+    profile = read_profile(fixture[1])
+    ev = profile.events
+    names = Counter(np.asarray(ev.names, dtype=object)[ev.name_code][ev.source != 2].tolist())
+    assert dict(names) == EVENT_MIX
+    assert int((ev.source == 2).sum()) == FRAMEWORK_EVENTS
+    assert len(ev) == 9634 and profile.malformed == 0
+    assert profile.dma_packets == {"input": 100, "output": 100, "data": 100}
+    assert sum(profile.dma_bytes.values()) == sum((i % 7 + 1) * 512 for i in range(300))
+
+
+def test_every_event_placed_exactly_where_the_generator_put_it(fixture, result) -> None:  # noqa: ANN001
+    fx = fixture[0]
+    records, ids = _placed_by_event(result, fx)
+    assert len(ids) == sum(EVENT_MIX.values()) and len(set(ids.tolist())) == len(ids)
+    names = result.trace.process_names
+    for rec, eid in zip(records, ids.tolist(), strict=True):
+        start, end = fx.truth.span[eid]
+        assert (rec["start_ns"], rec["end_ns"]) == (start, end)
+        if eid in fx.truth.host:  # runtime calls and exec stages: their own host thread
+            assert (rec["pid"], rec["tid"]) == (PID, fx.truth.host[eid])
+        else:  # device work and everything else: the generator's core
+            core = fx.truth.core[eid]
+            assert names[int(rec["pid"])].startswith(f"NeuronCore {core} (i-0synthetic")
+            assert f"worker {100 + core}" in names[int(rec["pid"])]
+
+
+def test_links_follow_flows_exec_ids_and_containment(fixture, result) -> None:  # noqa: ANN001
+    fx = fixture[0]
+    records, ids = _placed_by_event(result, fx)
+    got = dict(zip(ids.tolist(), records["external_id"].tolist(), strict=True))
+    want = {e: x for e, x in fx.truth.external.items() if e in got}
+    assert len(want) == 40 + 40 + 720 + 585 + 1467  # stages, executions, collectives, calls, copies
+    assert {e: got[e] for e in want} == want
+    # the exec stages sit on a thread with no framework op: only their flow links them
+    assert result.arrows == 40
+
+
+def test_bytes_of_copies_and_collectives(fixture, result) -> None:  # noqa: ANN001
+    fx = fixture[0]
+    records, ids = _placed_by_event(result, fx)
+    got = dict(zip(ids.tolist(), records["bytes"].tolist(), strict=True))
+    assert {e: got[e] for e in fx.truth.nbytes} == fx.truth.nbytes
+    assert result.converted.unmatched_cc == 0
+
+
+def test_hbm_counters_add_up_to_the_totals(fixture, result) -> None:  # noqa: ANN001
+    import msgspec
+
+    fx = fixture[0]
+    t = result.trace
+    rows = np.flatnonzero(t.columns[S.PH] == S.Phase.COUNTER)
+    assert len(rows) == len(fx.truth.hbm_total) == 982
+    sums = [sum(msgspec.json.decode(t.raw_args[t.columns[S.ARGS_ROW][r]]).values()) for r in rows]
+    times = t.columns[S.TS_NS][rows]
+    want = sorted(zip([h["timestamp"] for h in fx.hbm], fx.truth.hbm_total, strict=True))
+    assert sorted(zip(times.tolist(), sums, strict=True)) == want
+    names = {t.strings[t.columns[S.NAME_ID][r]] for r in rows}
+    assert names == {V.hbm_counter_name(0), V.hbm_counter_name(1)}
+    assert result.hbm_mismatched == 0
+
+
+def test_chrome_and_perfetto_exports_keep_every_slice_and_flow(fixture, result, tmp_path) -> None:  # noqa: ANN001
+    from neuron_profiler.exporters.writers import write_trace
+    from neuron_profiler.trace import load_trace
+
+    write_trace(result.trace, tmp_path / "p.json")
+    back = load_trace(tmp_path / "p.json")
+    ph = back.columns[S.PH]
+    assert int((ph == S.Phase.COMPLETE).sum()) == sum(EVENT_MIX.values()) + FRAMEWORK_EVENTS
+    assert int((ph == S.Phase.FLOW_START).sum()) == int((ph == S.Phase.FLOW_END).sum())
+    assert int((ph == S.Phase.FLOW_START).sum()) == 585 + 40
+    written = write_trace(result.trace, tmp_path / "p.pftrace")
+    r = written.result
+    assert r.slices == sum(EVENT_MIX.values()) + FRAMEWORK_EVENTS - 4800  # instants: instants
+    assert r.flows == 625 and r.unbound_flow_endpoints == 0 and r.orphan_flow_endpoints == 0
+
+
+def test_on_a_host_trace_links_go_to_the_host_ops(fixture) -> None:  # noqa: ANN001
+    """The same framework ops recorded by torch.profiler with their own External ids: device
+    work links to the host op, whatever the profile's own framework events were numbered."""
+    from neuron_profiler.explorer.profile_trace import merge_profile
+    from neuron_profiler.explorer.reader import read_profile
+    from neuron_profiler.trace.model import TraceBuilder
+
+    fx, directory = fixture
+    b = TraceBuilder("host.json")
+    host_id = {}
+    for k, eid in enumerate(fx.truth.framework_ids):
+        ev = fx.events[eid - 1]
+        host_id[fx.truth.external[eid]] = 50_000 + k
+        b.add(
+            name=ev["name"],
+            ts_ns=ev["start_ts"],
+            dur_ns=ev["end_ts"] - ev["start_ts"],
+            kind=S.EventKind.CPU_OP,
+            cat="cpu_op",
+            pid=PID,
+            tid=HOST_TID,
+            args={"External id": 50_000 + k},
+        )
+    res = merge_profile(b.build(), read_profile(directory))
+    records, ids = _placed_by_event(res, fx)
+    got = dict(zip(ids.tolist(), records["external_id"].tolist(), strict=True))
+    want = {e: host_id[x] for e, x in fx.truth.external.items() if e in got}
+    assert {e: got[e] for e in want} == want
+    meta = res.trace.metadata[V.META_EXPLORER]
+    assert meta["framework_events_superseded_by_host_trace"] == FRAMEWORK_EVENTS
+
+
+def test_legacy_json_export_places_the_same_events(fixture) -> None:  # noqa: ANN001
+    from neuron_profiler.explorer.profile_trace import profile_trace
+    from neuron_profiler.explorer.reader import read_profile
+
+    fx, directory = fixture
+    res = profile_trace(read_profile(directory / "system_profile.json"))
+    records, ids = _placed_by_event(res, fx)
+    assert len(ids) == sum(EVENT_MIX.values())
+    for rec, eid in zip(records, ids.tolist(), strict=True):
+        assert (rec["start_ns"], rec["end_ns"]) == fx.truth.span[eid]
+    got = dict(zip(ids.tolist(), records["external_id"].tolist(), strict=True))
+    stages = [e for e, h in fx.truth.host.items() if h != HOST_TID]
+    assert {e: got[e] for e in stages} == {e: fx.truth.external[e] for e in stages}
+    assert res.trace.metadata[V.META_EXPLORER]["legacy_json"] is True
