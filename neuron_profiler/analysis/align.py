@@ -307,7 +307,7 @@ def _labels(
     phase = np.where(
         backward | ((start >= first[step]) & (start < last[step])),
         BACKWARD,
-        np.where(start >= last[step], AFTER_BACKWARD, FORWARD),
+        np.where((start >= last[step]) & (last[step] > first[step]), AFTER_BACKWARD, FORWARD),
     )
     anchor = tree.anchor[node]
     dataloader = set(ctx.names.dataloader.tolist())
