@@ -19,7 +19,8 @@ wall time, on every device (then averaged over the devices):
   (``GATING_CAUSES``) while the host runs an op on a thread that launches the device's work is
   that op's ``gating`` part (the device waits for it); what is left of each cause is an
   ``idle`` row of its own, as are data loading, collective waits and profiler overhead;
-- the **emulator overhead** the analyzer discounts from idle time: a row of its own;
+- the **emulator overhead** the analyzer discounts from idle time: a row of its own (the idle
+  rows' time is their ``idle`` part);
 - a trace without device work has its host as the device: each op's share of the step's
   wall time is its ``host`` part, the time no op runs an ``idle`` row.
 
@@ -57,8 +58,8 @@ from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
-COMPONENTS = ("device", "collective", "gating", "host")
-DEVICE, COLL, GATING, HOST = range(len(COMPONENTS))
+COMPONENTS = ("device", "collective", "gating", "host", "idle")
+DEVICE, COLL, GATING, HOST, IDLE_PART = range(len(COMPONENTS))
 # idle the host gates: the device waits while the host runs an op (the rest of their time, and
 # the other causes, are idle rows of their own)
 GATING_CAUSES = ("cpu_fallback", "host_sync", "host_bound_launch", "other", "short_gaps")
@@ -229,7 +230,7 @@ def _attribute(ctx: AnalysisContext, table: OpTable, steps: np.ndarray) -> _Ledg
     if len(ctx.work) == 0:
         share = split_among(table.start, table.end, windows)
         ledger.op[:, HOST] += share
-        ledger.add(HOST_IDLE, IDLE, HOST, windows.total - share.sum())
+        ledger.add(HOST_IDLE, IDLE, IDLE_PART, windows.total - share.sum())
         return ledger
     owner, other_key = _owners(ctx, table)
     idle = ctx.result(idle_time)
@@ -247,10 +248,10 @@ def _attribute(ctx: AnalysisContext, table: OpTable, steps: np.ndarray) -> _Ledg
                 share = split_among(table.start[on_thread], table.end[on_thread], x)
                 ledger.op[on_thread, GATING] += share
                 rest -= share.sum()
-            ledger.add(f"idle: {cause}", IDLE, GATING, rest)
+            ledger.add(f"idle: {cause}", IDLE, IDLE_PART, rest)
         hidden = idle.per_device.per_step_emulator_overhead_ns[g][steps].sum()
         if hidden:
-            ledger.add(EMULATOR_OVERHEAD, IDLE, GATING, float(hidden))
+            ledger.add(EMULATOR_OVERHEAD, IDLE, IDLE_PART, float(hidden))
     return ledger
 
 
@@ -406,3 +407,33 @@ def _notes(
     if a.devices and b.devices and a.devices != b.devices:
         out.append(f"A has {a.devices} devices, B {b.devices}: per-device means compared")
     return tuple(out)
+
+
+# -- metrics for --fail-on ---------------------------------------------------------------------
+
+DIFF_METRICS = (
+    "delta_ms",
+    "residual_ms",
+    "worst_row_ms",
+    *(f"{cause}_delta_ms" for cause in ALL_CAUSES),
+)  # a threshold in % is of A's mean step (``delta_ms>5%``)
+
+
+def diff_metrics(d: TraceDiff) -> dict[str, float]:
+    """``delta_ms``: Δ mean step; ``residual_ms``: what no row explains; ``worst_row_ms``: the
+    largest row Δ (a slowdown hidden by a speed-up elsewhere); ``<cause>_delta_ms``: the
+    analyzer's idle of that cause, Δ per step."""
+    out = {
+        "delta_ms": d.delta_ms,
+        "residual_ms": d.residual_ms,
+        "worst_row_ms": max((r.delta_ms for r in d.rows), default=0.0),
+    }
+    for cause in ALL_CAUSES:
+        out[f"{cause}_delta_ms"] = d.b.idle_ms[cause] - d.a.idle_ms[cause]
+    return out
+
+
+def metric_value(d: TraceDiff, metric: str, percent: bool) -> float:
+    """A metric as a rule reads it: ms, or % of A's mean step."""
+    value = diff_metrics(d)[metric]
+    return 100 * value / d.a.step_ms if percent and d.a.step_ms else value
