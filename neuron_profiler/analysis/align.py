@@ -27,9 +27,10 @@ In this order (docs/diff.md#alignment):
    side only is **unmatched**.
 
 Never O(n·m) over a whole trace: a segment pair is at most one step's ops of one label, and a
-pair of more than ``MAX_CELLS`` unit pairs is matched by occurrence instead (the k-th unit of a
-name in A with the k-th in B: a sort, O((n + m) log(n + m))), so the cost is
-O(Σ min(n_s·m_s, MAX_CELLS) + (n + m) log(n + m)) over segments s.
+pair of more than ``MAX_CELLS`` unit pairs, or any pair once the diff has spent
+``CELL_BUDGET`` unit pairs on sequence matching, is matched by occurrence instead (the k-th
+unit of a name in A with the k-th in B: a sort, O((n + m) log(n + m))), so the cost is at most
+O(CELL_BUDGET + (n + m) log(n + m)) whatever the traces.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 
 MAX_CELLS = 1_000_000  # unit pairs a segment pair may cost difflib (~1 s in the worst case)
+CELL_BUDGET = 10_000_000  # unit pairs all segment pairs of a diff may cost difflib (~5 s at worst)
 FUSED_NAMES = 3  # names a fused group's key lists per side
 TREE_KINDS = (
     S.EventKind.CPU_OP,
@@ -182,10 +184,7 @@ def host_tree(ctx: AnalysisContext) -> HostTree:
     keep = np.isin(host.kind, np.array(TREE_KINDS, np.uint8))
     rows, start, end = host.rows[keep], host.start[keep], host.end[keep]
     c = trace.columns
-    _, thread = np.unique(
-        np.stack([c[S.PID][rows], c[S.TID][rows]], axis=1), axis=0, return_inverse=True
-    )
-    thread = thread.ravel().astype(np.int64)
+    thread = _thread_codes(c[S.PID][rows], c[S.TID][rows])
     order = np.lexsort((-end, start, thread))
     rows, start, end, thread = rows[order], start[order], end[order], thread[order]
     kind, name_id = c[S.KIND][rows], c[S.NAME_ID][rows]
@@ -206,6 +205,15 @@ def host_tree(ctx: AnalysisContext) -> HostTree:
         top_op=outermost_marked(parent, is_op),
         anchor=innermost_marked(parent, is_anchor),
     )
+
+
+def _thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """A dense code per distinct (pid, tid), in (pid, tid) order (one sort)."""
+    order = np.lexsort((tid, pid))
+    new = np.r_[True, (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1])]
+    code = np.empty(len(pid), np.int64)
+    code[order] = np.cumsum(new) - 1
+    return code
 
 
 def _name_flags(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray]:
@@ -413,6 +421,7 @@ def align(
     unit_a = np.full(len(side_a.unit_name), -1, np.int64)
     unit_b = np.full(len(side_b.unit_name), -1, np.int64)
     segments = by_occurrence = 0
+    budget = CELL_BUDGET
     largest = (0, 0)
     for seg in sorted(set(side_a.segments) | set(side_b.segments)):
         label = words[seg[1]]
@@ -421,9 +430,11 @@ def align(
         if na and nb:
             segments += 1
             largest = max(largest, (na, nb), key=lambda x: x[0] * x[1])
-            by_occurrence += na * nb > MAX_CELLS
+        sequence = na * nb <= min(MAX_CELLS, budget)
+        budget -= na * nb if sequence else 0
+        by_occurrence += bool(na and nb and not sequence)
         for tag, i1, i2, j1, j2 in _opcodes(
-            side_a.unit_name[ra[0] : ra[1]], side_b.unit_name[rb[0] : rb[1]]
+            side_a.unit_name[ra[0] : ra[1]], side_b.unit_name[rb[0] : rb[1]], sequence
         ):
             ua, ub = range(ra[0] + i1, ra[0] + i2), range(rb[0] + j1, rb[0] + j2)
             if tag == "equal":
@@ -520,14 +531,14 @@ class _Side:
         return out
 
 
-def _opcodes(a: np.ndarray, b: np.ndarray) -> list[tuple[str, int, int, int, int]]:
+def _opcodes(a: np.ndarray, b: np.ndarray, sequence: bool) -> list[tuple[str, int, int, int, int]]:
     """difflib's opcodes for two unit sequences (``equal``, ``replace``, ``delete``,
-    ``insert``); above ``MAX_CELLS`` unit pairs, an occurrence match instead."""
+    ``insert``); an occurrence match instead when not ``sequence`` (too many unit pairs)."""
     if len(a) == 0 or len(b) == 0:
         return [("delete", 0, len(a), 0, 0)] * bool(len(a)) + [("insert", 0, 0, 0, len(b))] * bool(
             len(b)
         )
-    if len(a) * len(b) <= MAX_CELLS:
+    if sequence:
         return SequenceMatcher(None, a.tolist(), b.tolist(), autojunk=False).get_opcodes()
     return _by_occurrence(a, b)
 

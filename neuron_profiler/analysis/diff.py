@@ -401,8 +401,8 @@ def _notes(
         out.append(f"steps matched by position (A {', '.join(a.steps)}; B {', '.join(b.steps)})")
     if al.by_occurrence:
         out.append(
-            f"{al.by_occurrence} segment pair(s) too large for sequence matching were "
-            "matched by occurrence"
+            f"{al.by_occurrence} segment pair(s) too large for sequence matching (alone, or "
+            "past the diff's budget: align.CELL_BUDGET) were matched by occurrence"
         )
     if a.devices and b.devices and a.devices != b.devices:
         out.append(f"A has {a.devices} devices, B {b.devices}: per-device means compared")
