@@ -2,6 +2,8 @@
 
     parent = parents(thread, start_ns, end_ns)      # rows sorted by (thread, start, -end)
     total = subtree_sums(parent, self_values)       # each row plus all its descendants
+    top = outermost_marked(parent, is_op)           # each row's outermost op (itself included)
+    inner = innermost_marked(parent, is_anchor)     # each row's innermost annotation
 
 A row's parent is its innermost enclosing row on its thread: the nearest earlier row (in that
 order) whose end reaches ``max(end, start + 1)``. That is what a stack walk gives (pop rows that
@@ -34,13 +36,9 @@ def parents(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
     return cand
 
 
-def subtree_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each row's value plus its descendants', level by level from the deepest (the depth of
-    every row comes from pointer doubling: a few vectorised rounds, not one per level)."""
-    n = len(parent)
-    total = np.asarray(values, dtype=np.int64).copy()
-    if n == 0:
-        return total
+def depths(parent: np.ndarray) -> np.ndarray:
+    """Each row's depth (roots: 0), by pointer doubling: a few vectorised rounds, not one per
+    level."""
     depth = (parent >= 0).astype(np.int64)
     jump = parent.copy()
     live = np.flatnonzero(jump >= 0)
@@ -50,10 +48,45 @@ def subtree_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
         depth[live] += depth_j
         jump[live] = jump_j
         live = live[jump_j >= 0]
-    order = np.argsort(-depth, kind="stable")
-    levels = np.flatnonzero(np.diff(depth[order]) != 0) + 1
-    for rows in np.split(order, levels):  # deepest level first; roots (depth 0) last
+    return depth
+
+
+def _levels(depth: np.ndarray) -> list[np.ndarray]:
+    """Rows grouped by depth, shallowest first."""
+    order = np.argsort(depth, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(depth[order]) != 0) + 1)
+
+
+def subtree_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each row's value plus its descendants', level by level from the deepest."""
+    n = len(parent)
+    total = np.asarray(values, dtype=np.int64).copy()
+    if n == 0:
+        return total
+    for rows in reversed(_levels(depths(parent))):  # deepest level first; roots last
         rows = rows[parent[rows] >= 0]
         if len(rows):
             total += np.bincount(parent[rows], weights=total[rows], minlength=n).astype(np.int64)
     return total
+
+
+def outermost_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
+    """Each row's outermost marked ancestor, itself included (-1: none), level by level from
+    the roots."""
+    out = np.where(marked, np.arange(len(parent)), -1)
+    if len(parent) == 0:
+        return out
+    for rows in _levels(depths(parent))[1:]:
+        above = out[parent[rows]]
+        out[rows] = np.where(above >= 0, above, out[rows])
+    return out
+
+
+def innermost_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
+    """Each row's innermost marked ancestor, itself included (-1: none)."""
+    out = np.where(marked, np.arange(len(parent)), -1)
+    if len(parent) == 0:
+        return out
+    for rows in _levels(depths(parent))[1:]:
+        out[rows] = np.where(marked[rows], rows, out[parent[rows]])
+    return out

@@ -12,6 +12,9 @@ Metrics (over several devices the worst device counts; over several traces, the 
   ``data_loading``, ``cpu_fallback``, ``host_sync``, ``host_bound_launch``,
   ``profiler_overhead``, ``other``, ``short_gaps``: ``causes.ALL_CAUSES``);
 - ``fallback_ms_per_step``: an alias of ``cpu_fallback_ms_per_step``.
+
+The rule parser is shared: ``neuron-prof diff --fail-on`` passes its own metric names and lets
+a threshold end in ``%`` (``delta_ms>5%``: of trace A's mean step).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
     "==": operator.eq,
 }
-_RULE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|>|<)\s*(-?[0-9]+(?:\.[0-9]*)?)\s*$")
+_RULE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|>|<)\s*(-?[0-9]+(?:\.[0-9]*)?)\s*(%?)\s*$")
 METRIC_NAMES = ("step_ms", "idle_pct", "idle_ms_per_step", "fallback_ms_per_step") + tuple(
     f"{c}_ms_per_step" for c in ALL_CAUSES
 )
@@ -61,29 +64,39 @@ def _max(values: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class Rule:
-    """``metric op threshold``, e.g. ``idle_pct>30``."""
+    """``metric op threshold``, e.g. ``idle_pct>30``; ``percent``: the threshold ended in
+    ``%`` (the caller says of what)."""
 
     text: str
     metric: str
     op: str
     threshold: float
+    percent: bool = False
 
     def breached(self, value: float) -> bool:
         return _OPS[self.op](value, self.threshold)
 
 
-def parse_rule(text: str) -> Rule:
+def parse_rule(text: str, known: tuple[str, ...] = METRIC_NAMES, *, percent: bool = False) -> Rule:
+    """``known``: the metric names; ``percent``: whether a threshold may end in ``%``."""
     m = _RULE.match(text)
-    if not m:
+    example = f"{known[0]}>5%" if percent else "idle_pct>30"
+    if not m or (m.group(4) and not percent):
         raise NeuronProfilerError(
-            f"--fail-on {text!r}: expected METRIC OP NUMBER (e.g. idle_pct>30)", exit_code=2
+            f"--fail-on {text!r}: expected METRIC OP NUMBER (e.g. {example})", exit_code=2
         )
-    if m.group(1) not in METRIC_NAMES:
+    if m.group(1) not in known:
         raise NeuronProfilerError(
-            f"--fail-on {text!r}: unknown metric {m.group(1)!r} (known: {', '.join(METRIC_NAMES)})",
+            f"--fail-on {text!r}: unknown metric {m.group(1)!r} (known: {', '.join(known)})",
             exit_code=2,
         )
-    return Rule(text=text.strip(), metric=m.group(1), op=m.group(2), threshold=float(m.group(3)))
+    return Rule(
+        text=text.strip(),
+        metric=m.group(1),
+        op=m.group(2),
+        threshold=float(m.group(3)),
+        percent=bool(m.group(4)),
+    )
 
 
 def worst(values: list[dict[str, float]], rule: Rule) -> float:

@@ -28,6 +28,7 @@ T = TypeVar("T")
 SUBCOMMANDS: dict[str, str] = {
     "analyze": "neuron_profiler.cli.analyze:analyze",
     "demo": "neuron_profiler.cli.demo:demo",
+    "diff": "neuron_profiler.cli.diff:diff",
     "export": "neuron_profiler.cli.export:export",
     "merge": "neuron_profiler.cli.merge:merge",
 }

@@ -1,0 +1,584 @@
+"""Which work of trace A is which work of trace B, for two traces of the same script (before
+and after a change, CUDA and Trainium): the one alignment that the diff, and later the
+projection and the memory comparison, read::
+
+    al = align(AnalysisContext(trace_a), AnalysisContext(trace_b), steps="auto")
+    al.steps.a, al.steps.b                  # the steps compared, pairwise
+    al.keys[al.key_a[i]]                    # what A's op i was matched to (an AlignKey)
+
+In this order (docs/diff.md#alignment):
+
+1. **Steps**: ``ProfilerStep#N`` present in both, by number; by position when no number is
+   common (or when asked: ``StepChoice``).
+2. **Ops**: the outermost ops of the host threads (``cpu_op`` and CPU-fallback rows; an op
+   inside another op is part of it), each in the step its start lies in.
+3. **Segments**: each op takes the label of its innermost anchor (a ``record_function`` or
+   module annotation, ``Optimizer.step#...``, the DataLoader's ``__next__``; 2021 traces
+   record these as ops) or, outside any, of its autograd phase: ``backward`` for backward
+   nodes and the threads that run them, ``forward`` before the step's first backward node,
+   ``after backward`` after its last. A segment is one step's ops of one label; segments are
+   matched by (step pair, label).
+4. **Op sequences**: inside a matched segment pair, runs of one normalised name
+   (``name_map``: cuDNN / MIOpen convolutions, SDPA variants, ``CPU fallback: <op>``,
+   ``_foreach_*`` vs per-tensor loops) are units, and the unit sequences are matched by
+   longest matching blocks (difflib's). A stretch that differs on both sides between two
+   matched units is matched as one **fused** group: the lowest common context of a fused
+   execution (a compiled graph, a Triton kernel) and the ops it replaced. A stretch on one
+   side only is **unmatched**.
+
+Never O(n·m) over a whole trace: a segment pair is at most one step's ops of one label, and a
+pair of more than ``MAX_CELLS`` unit pairs, or any pair once the diff has spent
+``CELL_BUDGET`` unit pairs on sequence matching, is matched by occurrence instead (the k-th
+unit of a name in A with the k-th in B: a sort, O((n + m) log(n + m))), so the cost is at most
+O(CELL_BUDGET + (n + m) log(n + m)) whatever the traces.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+from functools import cached_property
+
+import numpy as np
+
+from neuron_profiler.analysis._tree import innermost_marked, outermost_marked, parents
+from neuron_profiler.analysis.context import AnalysisContext
+from neuron_profiler.analysis.name_map import NameMap
+from neuron_profiler.analysis.steps import Steps, step_rows
+from neuron_profiler.errors import NeuronProfilerError
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
+
+MAX_CELLS = 1_000_000  # unit pairs a segment pair may cost difflib (~1 s in the worst case)
+CELL_BUDGET = 10_000_000  # unit pairs all segment pairs of a diff may cost difflib (~5 s at worst)
+FUSED_NAMES = 3  # names a fused group's key lists per side
+TREE_KINDS = (
+    S.EventKind.CPU_OP,
+    S.EventKind.USER_ANNOTATION,
+    S.EventKind.RUNTIME,
+    S.EventKind.FALLBACK,
+    S.EventKind.DATALOADER,
+)
+OP_KINDS = (S.EventKind.CPU_OP, S.EventKind.FALLBACK)
+FORWARD, BACKWARD, AFTER_BACKWARD, DATALOADER = (
+    "forward",
+    "backward",
+    "after backward",
+    "DataLoader",
+)
+_BACKWARD_NAME = re.compile(
+    r"^autograd::engine::evaluate_function: |Backward\d*$|^torch::autograd::AccumulateGrad$"
+)
+_STEP_LIST = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
+MATCHED, UNMATCHED, FUSED = "op", "unmatched", "fused"
+
+
+# -- steps -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """Which steps to compare: ``by`` "auto" (every step number in both; by position when none
+    is), "number", "position"; ``numbers``: only these step numbers (by number)."""
+
+    by: str = "auto"
+    numbers: tuple[int, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> StepChoice:
+        """``auto``, ``number``, ``position``, or step numbers: ``5-8``, ``5,7,9``."""
+        text = text.strip()
+        if text in ("auto", "number", "position"):
+            return cls(by=text)
+        if not _STEP_LIST.match(text):
+            raise NeuronProfilerError(
+                f"--steps {text!r}: expected auto, number, position or step numbers "
+                "(e.g. 5-8 or 5,7,9)",
+                exit_code=2,
+            )
+        numbers: list[int] = []
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            numbers += range(int(lo), int(hi or lo) + 1)
+        return cls(by="number", numbers=tuple(sorted(set(numbers))))
+
+
+@dataclass(frozen=True)
+class StepPairs:
+    """The steps compared: ``a[k]`` and ``b[k]`` index each side's ``Steps``; ``by``: "number"
+    or "position"."""
+
+    a: np.ndarray
+    b: np.ndarray
+    by: str
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+
+def pair_steps(a: Steps, b: Steps, choice: StepChoice = StepChoice()) -> StepPairs:
+    both = [n for n in a.names if n in set(b.names)]
+    if choice.numbers:
+        wanted = [str(n) for n in choice.numbers]
+        missing = [n for n in wanted if n not in both]
+        if missing:
+            raise NeuronProfilerError(
+                f"--steps: step {', '.join(missing)} not in both traces "
+                f"(A has {_names(a)}, B has {_names(b)})",
+                exit_code=2,
+            )
+        both = wanted
+    by_number = choice.by == "number" or (choice.by == "auto" and both and _numbered(a, b))
+    if by_number:
+        if not both:
+            raise NeuronProfilerError(
+                f"--steps number: no step number in both traces (A has {_names(a)}, "
+                f"B has {_names(b)})",
+                exit_code=2,
+            )
+        index_a, index_b = (
+            {n: i for i, n in enumerate(a.names)},
+            {n: i for i, n in enumerate(b.names)},
+        )
+        return StepPairs(
+            np.array([index_a[n] for n in both]), np.array([index_b[n] for n in both]), "number"
+        )
+    n = min(len(a), len(b))
+    return StepPairs(np.arange(n), np.arange(n), "position")
+
+
+def _numbered(a: Steps, b: Steps) -> bool:
+    return a.from_profiler_steps and b.from_profiler_steps
+
+
+def _names(steps: Steps) -> str:
+    return ", ".join(steps.names) if steps.from_profiler_steps else "no ProfilerStep"
+
+
+# -- the host tree and its ops -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostTree:
+    """Host rows of the tree kinds (``TREE_KINDS``: no Python frames, no ProfilerStep), sorted
+    by (thread, start, -end), with each row's enclosing row (``_tree.parents``), its outermost
+    op (``top_op``: a node index, -1 outside ops) and its innermost anchor (``anchor``)."""
+
+    rows: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    thread: np.ndarray  # dense thread code
+    kind: np.ndarray
+    name_id: np.ndarray
+    parent: np.ndarray
+    top_op: np.ndarray
+    anchor: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def host_tree(ctx: AnalysisContext) -> HostTree:
+    host, trace = ctx.host, ctx.trace
+    keep = np.isin(host.kind, np.array(TREE_KINDS, np.uint8))
+    rows, start, end = host.rows[keep], host.start[keep], host.end[keep]
+    c = trace.columns
+    thread = _thread_codes(c[S.PID][rows], c[S.TID][rows])
+    order = np.lexsort((-end, start, thread))
+    rows, start, end, thread = rows[order], start[order], end[order], thread[order]
+    kind, name_id = c[S.KIND][rows], c[S.NAME_ID][rows]
+    anchor_names, dispatch = _name_flags(ctx)
+    is_anchor = np.isin(kind, [S.EventKind.USER_ANNOTATION, S.EventKind.DATALOADER]) | (
+        (kind == S.EventKind.CPU_OP) & anchor_names[name_id]
+    )
+    is_op = np.isin(kind, np.array(OP_KINDS, np.uint8)) & ~is_anchor & ~dispatch[name_id]
+    parent = parents(thread, start, end)
+    return HostTree(
+        rows=rows,
+        start=start,
+        end=end,
+        thread=thread,
+        kind=kind,
+        name_id=name_id,
+        parent=parent,
+        top_op=outermost_marked(parent, is_op),
+        anchor=innermost_marked(parent, is_anchor),
+    )
+
+
+def _thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """A dense code per distinct (pid, tid), in (pid, tid) order (one sort)."""
+    order = np.lexsort((tid, pid))
+    new = np.r_[True, (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1])]
+    code = np.empty(len(pid), np.int64)
+    code[order] = np.cumsum(new) - 1
+    return code
+
+
+def _name_flags(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray]:
+    """Per string id: an anchor's name (ranges 2021 Kineto recorded as ops, DataLoader spans),
+    a dispatch frame's (never an op of its own)."""
+    strings = ctx.trace.strings
+    anchor = np.fromiter(
+        (s.startswith(V.ANNOTATION_OP_PREFIXES) for s in strings), bool, len(strings)
+    )
+    anchor[ctx.names.dataloader] = True
+    dispatch = np.fromiter((s in V.DISPATCH_FRAMES for s in strings), bool, len(strings))
+    return anchor, dispatch
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """The outermost ops of one trace. Per op: ``node`` (index into ``tree``), ``step`` (index
+    into the context's Steps of the step its start lies in, -1: none), ``label`` (its
+    segment's label), ``name`` (normalised), ``rules`` (the name-map rules that changed its
+    name), ``fallback`` (it is, or contains, a CPU-fallback row)."""
+
+    tree: HostTree
+    node: np.ndarray
+    step: np.ndarray
+    label: tuple[str, ...]
+    name: tuple[str, ...]
+    rules: tuple[tuple[str, ...], ...]
+    raw_name: tuple[str, ...]
+    fallback: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.node)
+
+    @property
+    def start(self) -> np.ndarray:
+        return self.tree.start[self.node]
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.tree.end[self.node]
+
+    @cached_property
+    def of_node(self) -> np.ndarray:
+        """Per tree node: the index of the op it belongs to (-1: outside ops)."""
+        index = np.full(len(self.tree), -1, np.int64)
+        index[self.node] = np.arange(len(self.node))
+        top = self.tree.top_op
+        return np.where(top >= 0, index[np.maximum(top, 0)], -1)
+
+
+def op_table(ctx: AnalysisContext, names: NameMap) -> OpTable:
+    tree = host_tree(ctx)
+    node = np.flatnonzero(tree.top_op == np.arange(len(tree)))
+    steps = ctx.steps
+    start = tree.start[node]
+    k = np.searchsorted(steps.start_ns, start, side="right") - 1
+    host_end = steps.end_ns if steps.host_end_ns is None else steps.host_end_ns
+    inside = (k >= 0) & (start < host_end[np.maximum(k, 0)])
+    step = np.where(inside, k, -1)
+    strings = ctx.trace.strings
+    raw_ids = tree.name_id[node]
+    normal = {int(i): names.normalise(strings[i]) for i in np.unique(raw_ids).tolist()}
+    fallback = np.zeros(len(tree), bool)
+    fallback[tree.kind == S.EventKind.FALLBACK] = True
+    has_fallback = np.zeros(len(node), bool)
+    of_node = np.full(len(tree), -1, np.int64)
+    of_node[node] = np.arange(len(node))
+    owners = of_node[tree.top_op[fallback & (tree.top_op >= 0)]]
+    has_fallback[owners] = True
+    return OpTable(
+        tree=tree,
+        node=node,
+        step=step,
+        label=_labels(ctx, tree, node, step),
+        name=tuple(normal[i][0] for i in raw_ids.tolist()),
+        rules=tuple(normal[i][1] for i in raw_ids.tolist()),
+        raw_name=tuple(strings[i] for i in raw_ids.tolist()),
+        fallback=has_fallback,
+    )
+
+
+def _labels(
+    ctx: AnalysisContext, tree: HostTree, node: np.ndarray, step: np.ndarray
+) -> tuple[str, ...]:
+    """Each op's segment label: its innermost anchor's, else its autograd phase."""
+    strings = ctx.trace.strings
+    backward_name = np.fromiter(
+        (_BACKWARD_NAME.search(s) is not None for s in strings), bool, len(strings)
+    )
+    backward = backward_name[tree.name_id[node]]
+    thread = tree.thread[node]
+    step_thread = np.isin(thread, _step_threads(ctx, tree))
+    backward |= ~step_thread & np.isin(thread, np.unique(thread[backward]))
+    first = np.full(len(ctx.steps) + 1, np.iinfo(np.int64).max)
+    last = np.full(len(ctx.steps) + 1, np.iinfo(np.int64).min)
+    np.minimum.at(first, step[backward], tree.start[node][backward])
+    np.maximum.at(last, step[backward], tree.end[node][backward])
+    start = tree.start[node]
+    phase = np.where(
+        backward | ((start >= first[step]) & (start < last[step])),
+        BACKWARD,
+        np.where((start >= last[step]) & (last[step] > first[step]), AFTER_BACKWARD, FORWARD),
+    )
+    anchor = tree.anchor[node]
+    dataloader = set(ctx.names.dataloader.tolist())
+    out = []
+    for a, p in zip(anchor.tolist(), phase.tolist(), strict=True):
+        if a < 0:
+            out.append(p)
+        else:
+            n = int(tree.name_id[a])
+            dl = n in dataloader or tree.kind[a] == S.EventKind.DATALOADER
+            out.append(DATALOADER if dl else strings[n])
+    return tuple(out)
+
+
+def _step_threads(ctx: AnalysisContext, tree: HostTree) -> np.ndarray:
+    """Dense codes of the threads that carry the ProfilerStep annotations (without any: the
+    thread with the most ops)."""
+    rows, _ = step_rows(ctx.trace, ctx.names)
+    c = ctx.trace.columns
+    if len(rows):
+        pairs = set(zip(c[S.PID][rows].tolist(), c[S.TID][rows].tolist(), strict=True))
+        mine = np.array(
+            [
+                (p, t) in pairs
+                for p, t in zip(
+                    c[S.PID][tree.rows].tolist(), c[S.TID][tree.rows].tolist(), strict=True
+                )
+            ],
+            bool,
+        )
+        return np.unique(tree.thread[mine])
+    ops = tree.thread[tree.top_op == np.arange(len(tree))]
+    return np.array([np.bincount(ops).argmax()]) if len(ops) else np.zeros(0, np.int64)
+
+
+# -- the alignment -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AlignKey:
+    """What a group of ops was matched as: ``kind`` "op" (the same normalised name on both
+    sides), "fused" (a stretch differing on both sides, matched as a whole), "unmatched" (on
+    one side only; ``name_a`` or ``name_b`` empty); ``label``: the segment's."""
+
+    kind: str
+    label: str
+    name_a: str
+    name_b: str
+
+    @property
+    def text(self) -> str:
+        if self.kind == MATCHED:
+            return f"{self.label} › {self.name_a}"
+        if self.kind == FUSED:
+            return f"{self.label} › {self.name_a} ≈ {self.name_b}"
+        side, name = ("A", self.name_a) if self.name_a else ("B", self.name_b)
+        return f"only in {side}: {self.label} › {name}"
+
+
+@dataclass(frozen=True)
+class MappingUse:
+    """A name-map rule that changed ``ops`` op names ``raw`` -> ``mapped`` on ``side``."""
+
+    rule: str
+    side: str
+    raw: str
+    mapped: str
+    ops: int
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """``key_a[i]``: index into ``keys`` of A's op i (-1: outside the compared steps); the
+    same for B. ``segments``: segment pairs matched; ``by_occurrence``: those too large for
+    sequence matching (matched by occurrence); ``largest``: the largest pair's units."""
+
+    steps: StepPairs
+    a: OpTable
+    b: OpTable
+    key_a: np.ndarray
+    key_b: np.ndarray
+    keys: tuple[AlignKey, ...]
+    mappings: tuple[MappingUse, ...]
+    segments: int
+    by_occurrence: int
+    largest: tuple[int, int]
+
+
+def align(
+    ctx_a: AnalysisContext,
+    ctx_b: AnalysisContext,
+    steps: StepChoice | str = "auto",
+    names: NameMap | None = None,
+) -> Alignment:
+    choice = StepChoice.parse(steps) if isinstance(steps, str) else steps
+    names = names or NameMap.load()
+    pairs = pair_steps(ctx_a.steps, ctx_b.steps, choice)
+    ops_a, ops_b = op_table(ctx_a, names), op_table(ctx_b, names)
+    vocab: dict[str, int] = {}
+    side_a, side_b = _Side.of(ops_a, pairs.a, vocab), _Side.of(ops_b, pairs.b, vocab)
+    words = list(vocab)
+    keys: dict[AlignKey, int] = {}
+    unit_a = np.full(len(side_a.unit_name), -1, np.int64)
+    unit_b = np.full(len(side_b.unit_name), -1, np.int64)
+    segments = by_occurrence = 0
+    budget = CELL_BUDGET
+    largest = (0, 0)
+    for seg in sorted(set(side_a.segments) | set(side_b.segments)):
+        label = words[seg[1]]
+        ra, rb = side_a.segments.get(seg, (0, 0)), side_b.segments.get(seg, (0, 0))
+        na, nb = ra[1] - ra[0], rb[1] - rb[0]
+        if na and nb:
+            segments += 1
+            largest = max(largest, (na, nb), key=lambda x: x[0] * x[1])
+        sequence = na * nb <= min(MAX_CELLS, budget)
+        budget -= na * nb if sequence else 0
+        by_occurrence += bool(na and nb and not sequence)
+        for tag, i1, i2, j1, j2 in _opcodes(
+            side_a.unit_name[ra[0] : ra[1]], side_b.unit_name[rb[0] : rb[1]], sequence
+        ):
+            ua, ub = range(ra[0] + i1, ra[0] + i2), range(rb[0] + j1, rb[0] + j2)
+            if tag == "equal":
+                for i, j in zip(ua, ub, strict=True):
+                    k = _key(keys, AlignKey(MATCHED, label, words[side_a.unit_name[i]], ""))
+                    unit_a[i] = unit_b[j] = k
+            elif tag == "replace":
+                group = AlignKey(
+                    FUSED,
+                    label,
+                    _listed(words, side_a.unit_name[ua]),
+                    _listed(words, side_b.unit_name[ub]),
+                )
+                k = _key(keys, group)
+                unit_a[list(ua)] = k
+                unit_b[list(ub)] = k
+            else:
+                for i in ua:
+                    unit_a[i] = _key(
+                        keys, AlignKey(UNMATCHED, label, words[side_a.unit_name[i]], "")
+                    )
+                for j in ub:
+                    unit_b[j] = _key(
+                        keys, AlignKey(UNMATCHED, label, "", words[side_b.unit_name[j]])
+                    )
+    return Alignment(
+        steps=pairs,
+        a=ops_a,
+        b=ops_b,
+        key_a=side_a.op_keys(unit_a, len(ops_a)),
+        key_b=side_b.op_keys(unit_b, len(ops_b)),
+        keys=tuple(keys),
+        mappings=_mappings(ops_a, side_a.ops, "A") + _mappings(ops_b, side_b.ops, "B"),
+        segments=segments,
+        by_occurrence=by_occurrence,
+        largest=largest,
+    )
+
+
+def _key(keys: dict[AlignKey, int], key: AlignKey) -> int:
+    return keys.setdefault(key, len(keys))
+
+
+def _listed(words: list[str], ids: np.ndarray) -> str:
+    """A fused group's names on one side: distinct, in order, the first few."""
+    seen = list(dict.fromkeys(words[i] for i in ids.tolist()))
+    more = f" (+{len(seen) - FUSED_NAMES})" if len(seen) > FUSED_NAMES else ""
+    return " + ".join(seen[:FUSED_NAMES]) + more
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One side's ops in the compared steps, sorted by (step pair, label, start) and cut into
+    units (runs of one name in one segment). ``ops``: op indices in that order; ``unit_of``:
+    each of them's unit; ``unit_name``: each unit's name (vocab id); ``segments``: (pair,
+    label id) -> the segment's units [first, last)."""
+
+    ops: np.ndarray
+    unit_of: np.ndarray
+    unit_name: np.ndarray
+    segments: dict[tuple[int, int], tuple[int, int]]
+
+    @classmethod
+    def of(cls, table: OpTable, steps: np.ndarray, vocab: dict[str, int]) -> _Side:
+        pair_of_step = np.full(
+            max(int(table.step.max(initial=-1)), int(steps.max(initial=-1))) + 2, -1
+        )
+        pair_of_step[steps] = np.arange(len(steps))
+        pair = pair_of_step[table.step]  # (step -1 reads the last entry: -1)
+        ops = np.flatnonzero(pair >= 0)
+        label = np.array(
+            [vocab.setdefault(table.label[i], len(vocab)) for i in ops.tolist()], np.int64
+        )
+        name = np.array(
+            [vocab.setdefault(table.name[i], len(vocab)) for i in ops.tolist()], np.int64
+        )
+        order = np.lexsort((table.start[ops], label, pair[ops]))
+        ops, label, name, pair = ops[order], label[order], name[order], pair[ops][order]
+        new_segment = np.r_[True, (pair[1:] != pair[:-1]) | (label[1:] != label[:-1])]
+        new_unit = new_segment | np.r_[True, name[1:] != name[:-1]]
+        unit_of = np.cumsum(new_unit) - 1
+        firsts = np.flatnonzero(new_unit)
+        seg_units = np.flatnonzero(new_segment[firsts])  # first unit of each segment
+        bounds = np.r_[seg_units, len(firsts)]
+        segments = {
+            (int(pair[firsts[u]]), int(label[firsts[u]])): (int(u), int(v))
+            for u, v in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+        }
+        return cls(ops=ops, unit_of=unit_of, unit_name=name[firsts], segments=segments)
+
+    def op_keys(self, unit_key: np.ndarray, n: int) -> np.ndarray:
+        out = np.full(n, -1, np.int64)
+        out[self.ops] = unit_key[self.unit_of]
+        return out
+
+
+def _opcodes(a: np.ndarray, b: np.ndarray, sequence: bool) -> list[tuple[str, int, int, int, int]]:
+    """difflib's opcodes for two unit sequences (``equal``, ``replace``, ``delete``,
+    ``insert``); an occurrence match instead when not ``sequence`` (too many unit pairs)."""
+    if len(a) == 0 or len(b) == 0:
+        return [("delete", 0, len(a), 0, 0)] * bool(len(a)) + [("insert", 0, 0, 0, len(b))] * bool(
+            len(b)
+        )
+    if sequence:
+        return SequenceMatcher(None, a.tolist(), b.tolist(), autojunk=False).get_opcodes()
+    return _by_occurrence(a, b)
+
+
+def _by_occurrence(a: np.ndarray, b: np.ndarray) -> list[tuple[str, int, int, int, int]]:
+    """The k-th unit of each name in A matched with the k-th in B (one sort per side), as
+    single-unit opcodes; the rest unmatched."""
+    ka, kb = _occurrence(a), _occurrence(b)
+    pos_b = {(n, k): j for j, (n, k) in enumerate(zip(b.tolist(), kb.tolist(), strict=True))}
+    out: list[tuple[str, int, int, int, int]] = []
+    hit_b = np.zeros(len(b), bool)
+    for i, (n, k) in enumerate(zip(a.tolist(), ka.tolist(), strict=True)):
+        j = pos_b.get((n, k))
+        if j is None:
+            out.append(("delete", i, i + 1, 0, 0))
+        else:
+            hit_b[j] = True
+            out.append(("equal", i, i + 1, j, j + 1))
+    out += [("insert", 0, 0, j, j + 1) for j in np.flatnonzero(~hit_b).tolist()]
+    return out
+
+
+def _occurrence(x: np.ndarray) -> np.ndarray:
+    """Each entry's count of earlier equal entries."""
+    order = np.argsort(x, kind="stable")
+    first = np.r_[True, x[order][1:] != x[order][:-1]]
+    run_start = np.maximum.accumulate(np.where(first, np.arange(len(x)), 0))
+    out = np.empty(len(x), np.int64)
+    out[order] = np.arange(len(x)) - run_start
+    return out
+
+
+def _mappings(table: OpTable, ops: np.ndarray, side: str) -> tuple[MappingUse, ...]:
+    """The name-map rules that changed names of the compared ops, with how many each."""
+    count: dict[tuple[str, str, str], int] = {}
+    for i in ops.tolist():
+        for rule in table.rules[i]:
+            k = (rule, table.raw_name[i], table.name[i])
+            count[k] = count.get(k, 0) + 1
+        if table.fallback[i] and table.raw_name[i] == table.name[i]:
+            k = ("cpu_fallback", f"{V.FALLBACK_PREFIX}{table.name[i]}", table.name[i])
+            count[k] = count.get(k, 0) + 1
+    return tuple(MappingUse(r, side, raw, mapped, n) for (r, raw, mapped), n in count.items())

@@ -1,0 +1,439 @@
+"""``diff(trace_a, trace_b) -> TraceDiff``: where every millisecond of the mean step time
+changed between two traces of the same script (docs/diff.md)::
+
+    d = diff(load_trace("before.json"), load_trace("after.json"))
+    d.delta_ms, d.residual_ms                  # Δ mean step; what no row explains
+    for row in d.folded():                     # largest |Δ| first, the small ones as "other"
+        row.key, row.kind, row.a_ms, row.b_ms, row.delta_ms
+
+The traces are aligned first (``align``: steps, anchored segments, op sequences by normalised
+name, fused groups). Then each side's compared steps are cut into parts that add up to their
+wall time, on every device (then averaged over the devices):
+
+- **busy** time: each instant goes to the work running then, compute first, then collectives,
+  then copies (the breakdown's compute + collective_only + dma_only), shared equally by the
+  kernels of that class running at once (``_shares``), and each kernel's share to the op that
+  launched it (its runtime call's outermost op): the row's ``device`` part (copies included),
+  or ``collective`` (collective time no compute overlaps);
+- **idle** time, by the analyzer's cause (``idle``): the idle of a host-gated cause
+  (``GATING_CAUSES``) while the host runs an op on a thread that launches the device's work is
+  that op's ``gating`` part (the device waits for it); what is left of each cause is an
+  ``idle`` row of its own, as are data loading, collective waits and profiler overhead;
+- the **emulator overhead** the analyzer discounts from idle time: a row of its own (the idle
+  rows' time is their ``idle`` part);
+- a trace without device work has its host as the device: each op's share of the step's
+  wall time is its ``host`` part, the time no op runs an ``idle`` row.
+
+A row's A and B figures are means per compared step; Σ rows = mean step on each side, so
+Σ Δ + residual = Δ mean step, the residual only what the parts miss (overlapping step spans;
+float rounding). The diff never re-reads the files: every figure comes from the trace model
+through the analysis contexts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA
+from neuron_profiler.analysis._shares import split_among
+from neuron_profiler.analysis.align import (
+    FUSED,
+    MATCHED,
+    UNMATCHED,
+    Alignment,
+    MappingUse,
+    OpTable,
+    StepChoice,
+    align,
+)
+from neuron_profiler.analysis.causes import ALL_CAUSES
+from neuron_profiler.analysis.context import AnalysisContext, Options
+from neuron_profiler.analysis.idle import idle_time
+from neuron_profiler.analysis.name_map import NameMap
+from neuron_profiler.heap import gc_paused
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.model import Trace
+
+COMPONENTS = ("device", "collective", "gating", "host", "idle")
+DEVICE, COLL, GATING, HOST, IDLE_PART = range(len(COMPONENTS))
+# idle the host gates: the device waits while the host runs an op (the rest of their time, and
+# the other causes, are idle rows of their own)
+GATING_CAUSES = ("cpu_fallback", "host_sync", "host_bound_launch", "other", "short_gaps")
+IDLE, ANCHOR, OTHER = "idle", "anchor", "other"
+KINDS = (MATCHED, FUSED, UNMATCHED, ANCHOR, IDLE, OTHER)
+OUTSIDE_STEPS = "ops outside the compared steps"
+HOST_IDLE = "idle: host (no op running)"
+EMULATOR_OVERHEAD = "emulator overhead (modelled device only)"
+DISPLAY_SHARE = 0.005  # rows with |Δ| under this share of the larger step fold into "other"
+DISPLAY_ROWS = 25  # at most this many rows shown, the rest folded
+KERNEL_NAME_CHARS = 80  # an unlinked kernel's key keeps this much of its name
+
+
+@dataclass(frozen=True)
+class Side:
+    """One trace's figures: ``step_ms`` the mean wall time of its compared steps (``steps``:
+    their names); ``devices``: devices averaged over (0: host-only, the host is the device);
+    ``idle_ms``: the analyzer's idle by cause per step (``causes.ALL_CAUSES``, mean over
+    devices); ``modelled``: device timings come from the emulator's model."""
+
+    source: str
+    steps: tuple[str, ...]
+    step_ms: float
+    devices: int
+    idle_ms: dict[str, float]
+    modelled: bool
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row: ms per compared step on each side, split into ``COMPONENTS`` (``a_parts_ms`` /
+    ``b_parts_ms``); ``a_ops`` / ``b_ops``: op instances per step behind it; ``notes``: what
+    the reader must know (a side ran it as a CPU fallback)."""
+
+    key: str
+    kind: str
+    a_parts_ms: tuple[float, ...]
+    b_parts_ms: tuple[float, ...]
+    a_ops: float = 0.0
+    b_ops: float = 0.0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def a_ms(self) -> float:
+        return float(sum(self.a_parts_ms))
+
+    @property
+    def b_ms(self) -> float:
+        return float(sum(self.b_parts_ms))
+
+    @property
+    def delta_ms(self) -> float:
+        return self.b_ms - self.a_ms
+
+
+@dataclass(frozen=True)
+class CauseDelta:
+    """The analyzer's idle time of one cause per step, on each side (every gap, gated or
+    not)."""
+
+    cause: str
+    a_ms: float
+    b_ms: float
+
+    @property
+    def delta_ms(self) -> float:
+        return self.b_ms - self.a_ms
+
+
+@dataclass(frozen=True)
+class TraceDiff:
+    """Args: rows: every row, largest |Δ| first (``folded`` for display); residual_ms: Δ mean
+    step - Σ rows' Δ; idle: the analyzer's causes compared; mappings: name-map rules used;
+    steps_by: "number" or "position"; segments / by_occurrence: segment pairs aligned, and
+    those matched by occurrence (too large for sequence matching); notes: what the reader
+    must know."""
+
+    a: Side
+    b: Side
+    steps_by: str
+    rows: tuple[Row, ...]
+    residual_ms: float
+    idle: tuple[CauseDelta, ...]
+    mappings: tuple[MappingUse, ...]
+    segments: int = 0
+    by_occurrence: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def delta_ms(self) -> float:
+        return self.b.step_ms - self.a.step_ms
+
+    @property
+    def delta_pct(self) -> float:
+        return 100 * self.delta_ms / self.a.step_ms if self.a.step_ms else 0.0
+
+    def folded(self, min_ms: float | None = None, top: int = DISPLAY_ROWS) -> tuple[Row, ...]:
+        """The rows to show: at most ``top`` with |Δ| >= ``min_ms`` (default: DISPLAY_SHARE of
+        the larger step), the others summed into one "other" row (never dropped)."""
+        if min_ms is None:
+            min_ms = DISPLAY_SHARE * max(self.a.step_ms, self.b.step_ms)
+        shown = [r for r in self.rows[:top] if abs(r.delta_ms) >= min_ms]  # (largest first)
+        rest = self.rows[len(shown) :]
+        if not rest:
+            return tuple(shown)
+        zero = (0.0,) * len(COMPONENTS)
+        a = tuple(map(sum, zip(zero, *(r.a_parts_ms for r in rest), strict=True)))
+        b = tuple(map(sum, zip(zero, *(r.b_parts_ms for r in rest), strict=True)))
+        other = Row(f"other ({len(rest)} rows)", OTHER, a, b)
+        return (*shown, other)
+
+
+def diff(
+    trace_a: Trace,
+    trace_b: Trace,
+    *,
+    steps: StepChoice | str = "auto",
+    names: NameMap | None = None,
+    options: Options | None = None,
+) -> TraceDiff:
+    with gc_paused():
+        ctx_a, ctx_b = AnalysisContext(trace_a, options), AnalysisContext(trace_b, options)
+        al = align(ctx_a, ctx_b, steps, names)
+        a = _attribute(ctx_a, al.a, al.steps.a)
+        b = _attribute(ctx_b, al.b, al.steps.b)
+        rows = _rows(al, a, b, len(al.steps))
+        side_a, side_b = _side(ctx_a, al.steps.a, a), _side(ctx_b, al.steps.b, b)
+        residual = (side_b.step_ms - side_a.step_ms) - sum(r.delta_ms for r in rows)
+        return TraceDiff(
+            a=side_a,
+            b=side_b,
+            steps_by=al.steps.by,
+            rows=rows,
+            residual_ms=residual,
+            idle=tuple(
+                CauseDelta(c, side_a.idle_ms[c], side_b.idle_ms[c])
+                for c in ALL_CAUSES
+                if side_a.idle_ms[c] or side_b.idle_ms[c]
+            ),
+            mappings=al.mappings,
+            segments=al.segments,
+            by_occurrence=al.by_occurrence,
+            notes=_notes(ctx_a, ctx_b, al, side_a, side_b),
+        )
+
+
+# -- one side ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Ledger:
+    """One side's ns over its compared steps, summed over devices (``devices``: to divide by):
+    per op and component (``op``), and per row of its own (``extra``: key -> (kind, parts))."""
+
+    op: np.ndarray
+    devices: int = 1
+    extra: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+
+    def add(self, key: str, kind: str, component: int, ns: float) -> None:
+        if key not in self.extra:
+            self.extra[key] = (kind, np.zeros(len(COMPONENTS)))
+        self.extra[key][1][component] += ns
+
+
+def _attribute(ctx: AnalysisContext, table: OpTable, steps: np.ndarray) -> _Ledger:
+    windows = I.union(ctx.steps.start_ns[steps], ctx.steps.end_ns[steps])
+    ledger = _Ledger(op=np.zeros((len(table), len(COMPONENTS))))
+    if len(ctx.work) == 0:
+        share = split_among(table.start, table.end, windows)
+        ledger.op[:, HOST] += share
+        ledger.add(HOST_IDLE, IDLE, IDLE_PART, windows.total - share.sum())
+        return ledger
+    owner, other_key = _owners(ctx, table)
+    idle = ctx.result(idle_time)
+    work = ctx.work
+    ledger.devices = len(work.devices)
+    for g, device in enumerate(idle.per_device.device.tolist()):
+        run = work.of(device)
+        run = run[~work.wait[run]]
+        _busy(ledger, work, run, windows, owner, other_key)
+        on_thread = ctx.on_launch_threads(device, table.tree.rows[table.node])
+        for cause in ALL_CAUSES:
+            x = I.intersect(idle.gaps_of(cause, device), windows)
+            rest = float(x.total)
+            if cause in GATING_CAUSES and len(x):
+                share = split_among(table.start[on_thread], table.end[on_thread], x)
+                ledger.op[on_thread, GATING] += share
+                rest -= share.sum()
+            ledger.add(f"idle: {cause}", IDLE, IDLE_PART, rest)
+        hidden = idle.per_device.per_step_emulator_overhead_ns[g][steps].sum()
+        if hidden:
+            ledger.add(EMULATOR_OVERHEAD, IDLE, IDLE_PART, float(hidden))
+    return ledger
+
+
+def _busy(
+    ledger: _Ledger,
+    work,  # noqa: ANN001 -- DeviceWork
+    run: np.ndarray,
+    windows: I.Intervals,
+    owner: np.ndarray,
+    other_key: list[str],
+) -> None:
+    """One device's busy time in the windows, to the work running: compute first, then
+    collectives, then copies, each instant shared by the entries of that class running."""
+    q = work.queue[run]
+    taken = I.EMPTY
+    for queue, component in ((COMPUTE, DEVICE), (COLLECTIVE, COLL), (DMA, DEVICE)):
+        entries = run[q == queue]
+        own = I.union(work.start[entries], work.end[entries])
+        share = split_among(
+            work.start[entries], work.end[entries], I.intersect(I.subtract(own, taken), windows)
+        )
+        taken = I.union(np.r_[taken.start, own.start], np.r_[taken.end, own.end])
+        who = owner[entries]
+        mine = who >= 0
+        np.add.at(ledger.op[:, component], who[mine], share[mine])
+        for k in np.unique(-who[~mine] - 1).tolist():
+            pick = ~mine & (who == -k - 1)
+            ledger.add(other_key[k], ANCHOR, component, float(share[pick].sum()))
+
+
+def _owners(ctx: AnalysisContext, table: OpTable) -> tuple[np.ndarray, list[str]]:
+    """Per device work entry: the op that launched it (its runtime call's outermost op), or
+    ``-k - 1`` for row key ``keys[k]`` of its own: a call outside ops (by its anchor and name),
+    work without a launch call (by its kernel name)."""
+    tree, c, strings = table.tree, ctx.trace.columns, ctx.trace.strings
+    work = ctx.work
+    calls = np.flatnonzero(tree.kind == S.EventKind.RUNTIME)
+    corr = c[S.CORRELATION][tree.rows[calls]]
+    calls, corr = calls[corr > 0], corr[corr > 0]
+    order = np.lexsort((tree.start[calls], corr))
+    keys, first = np.unique(corr[order], return_index=True)
+    node_of_key = calls[order][first]
+    wc = c[S.CORRELATION][work.rows]
+    k = np.clip(np.searchsorted(keys, wc), 0, max(len(keys) - 1, 0))
+    linked = (wc > 0) & (len(keys) > 0) & (keys[k] == wc if len(keys) else False)
+    node = np.where(linked, node_of_key[k] if len(keys) else -1, -1)
+    op = np.where(node >= 0, table.of_node[np.maximum(node, 0)], -1)
+    names: dict[str, int] = {}
+    owner = op.copy()
+    for i in np.flatnonzero(op < 0).tolist():
+        if node[i] >= 0:
+            a = int(tree.anchor[node[i]])
+            where = strings[int(tree.name_id[a])] if a >= 0 else "no anchor"
+            text = f"{where} › (outside ops) {strings[int(tree.name_id[node[i]])]}"
+        else:
+            name = strings[int(c[S.NAME_ID][work.rows[i]])]
+            text = f"(no launch call) {name[:KERNEL_NAME_CHARS]}"
+        owner[i] = -names.setdefault(text, len(names)) - 1
+    return owner, list(names)
+
+
+def _side(ctx: AnalysisContext, steps: np.ndarray, ledger: _Ledger) -> Side:
+    n = max(len(steps), 1)
+    idle = ctx.result(idle_time).per_device
+    per_cause = (
+        idle.per_step_by_cause_ns[:, steps, :].sum(axis=1).mean(axis=0)
+        if len(idle)
+        else np.zeros(len(ALL_CAUSES))
+    )
+    return Side(
+        source=ctx.trace.source,
+        steps=tuple(ctx.steps.names[i] for i in steps.tolist()),
+        step_ms=float(ctx.steps.wall_ns[steps].sum()) / n / 1e6,
+        devices=len(ctx.work.devices),
+        idle_ms={
+            c: float(v) / n / 1e6 for c, v in zip(ALL_CAUSES, per_cause.tolist(), strict=True)
+        },
+        modelled=ctx.trace.metadata.get(V.META_MODELLED) is True,
+    )
+
+
+# -- both sides --------------------------------------------------------------------------------
+
+
+def _rows(al: Alignment, a: _Ledger, b: _Ledger, steps: int) -> tuple[Row, ...]:
+    """Rows of both sides' ledgers, ms per step, by alignment key (ops outside the compared
+    steps: one row), then the rows of their own."""
+    n = max(steps, 1)
+    scale_a, scale_b = 1e6 * n * a.devices, 1e6 * n * b.devices
+    width = len(al.keys) + 1  # the last: ops outside the compared steps
+    parts_a = _by_key(a.op, al.key_a, width) / scale_a
+    parts_b = _by_key(b.op, al.key_b, width) / scale_b
+    ops_a = np.bincount(np.where(al.key_a >= 0, al.key_a, width - 1), minlength=width) / n
+    ops_b = np.bincount(np.where(al.key_b >= 0, al.key_b, width - 1), minlength=width) / n
+    fb_a = np.bincount(al.key_a[(al.key_a >= 0) & al.a.fallback], minlength=width)
+    fb_b = np.bincount(al.key_b[(al.key_b >= 0) & al.b.fallback], minlength=width)
+    rows = []
+    for k in range(width):
+        if not (parts_a[k].any() or parts_b[k].any() or ops_a[k] or ops_b[k]):
+            continue
+        key, kind = (
+            (al.keys[k].text, al.keys[k].kind) if k < len(al.keys) else (OUTSIDE_STEPS, ANCHOR)
+        )
+        notes = tuple(
+            f"{side}: CPU fallback ({count / n:g} per step)"
+            for side, count in (("A", fb_a[k]), ("B", fb_b[k]))
+            if count
+        )
+        rows.append(
+            Row(
+                key, kind, _ms(parts_a[k]), _ms(parts_b[k]), float(ops_a[k]), float(ops_b[k]), notes
+            )
+        )
+    zero = np.zeros(len(COMPONENTS))
+    for key in dict.fromkeys([*a.extra, *b.extra]):
+        kind = (a.extra.get(key) or b.extra[key])[0]
+        pa = a.extra[key][1] / scale_a if key in a.extra else zero
+        pb = b.extra[key][1] / scale_b if key in b.extra else zero
+        if pa.any() or pb.any():
+            rows.append(Row(key, kind, _ms(pa), _ms(pb)))
+    rows.sort(key=lambda r: (-abs(r.delta_ms), -max(r.a_ms, r.b_ms), r.key))
+    return tuple(rows)
+
+
+def _by_key(parts: np.ndarray, key: np.ndarray, width: int) -> np.ndarray:
+    out = np.zeros((width, parts.shape[1]))
+    np.add.at(out, np.where(key >= 0, key, width - 1), parts)
+    return out
+
+
+def _ms(parts: np.ndarray) -> tuple[float, ...]:
+    return tuple(float(x) for x in parts.tolist())
+
+
+def _notes(
+    ctx_a: AnalysisContext, ctx_b: AnalysisContext, al: Alignment, a: Side, b: Side
+) -> tuple[str, ...]:
+    out = []
+    for name, ctx, side in (("A", ctx_a, a), ("B", ctx_b, b)):
+        if not ctx.steps.from_profiler_steps:
+            out.append(f"{name}: no ProfilerStep annotation: the whole trace is one step")
+        if side.devices == 0:
+            out.append(f"{name}: no device work: its host is the device (ops' host time)")
+        if side.modelled:
+            out.append(f"{name}: device timings modelled by the emulator, not measured")
+    if al.steps.by == "position":
+        out.append(f"steps matched by position (A {', '.join(a.steps)}; B {', '.join(b.steps)})")
+    if al.by_occurrence:
+        out.append(
+            f"{al.by_occurrence} segment pair(s) too large for sequence matching (alone, or "
+            "past the diff's budget: align.CELL_BUDGET) were matched by occurrence"
+        )
+    if a.devices and b.devices and a.devices != b.devices:
+        out.append(f"A has {a.devices} devices, B {b.devices}: per-device means compared")
+    return tuple(out)
+
+
+# -- metrics for --fail-on ---------------------------------------------------------------------
+
+DIFF_METRICS = (
+    "delta_ms",
+    "residual_ms",
+    "worst_row_ms",
+    *(f"{cause}_delta_ms" for cause in ALL_CAUSES),
+)  # a threshold in % is of A's mean step (``delta_ms>5%``)
+
+
+def diff_metrics(d: TraceDiff) -> dict[str, float]:
+    """``delta_ms``: Δ mean step; ``residual_ms``: what no row explains; ``worst_row_ms``: the
+    largest row Δ (a slowdown hidden by a speed-up elsewhere); ``<cause>_delta_ms``: the
+    analyzer's idle of that cause, Δ per step."""
+    out = {
+        "delta_ms": d.delta_ms,
+        "residual_ms": d.residual_ms,
+        "worst_row_ms": max((r.delta_ms for r in d.rows), default=0.0),
+    }
+    for cause in ALL_CAUSES:
+        out[f"{cause}_delta_ms"] = d.b.idle_ms[cause] - d.a.idle_ms[cause]
+    return out
+
+
+def metric_value(d: TraceDiff, metric: str, percent: bool) -> float:
+    """A metric as a rule reads it: ms, or % of A's mean step."""
+    value = diff_metrics(d)[metric]
+    return 100 * value / d.a.step_ms if percent and d.a.step_ms else value

@@ -1,0 +1,158 @@
+"""``neuron-prof diff A B``: where the mean step time changed between two traces of the same
+script (argument parsing and output only; the work is ``neuron_profiler.analysis.diff``).
+
+A and B are trace files, or directories of rank traces (``*.json`` / ``*.json.gz``): the files
+of the two directories are paired in name order (same count), each pair diffed; ``--json``'s
+top level is the pair whose mean step changed most, ``--fail-on`` reads the worst pair. Bad
+input is one error line naming the file and the problem, exit 2; a breached rule exits 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from neuron_profiler.errors import NeuronProfilerError
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@click.command()
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the diff as JSON (schema: neuron_profiler/reports/diff.schema.json).",
+)
+@click.option(
+    "--steps",
+    default="auto",
+    show_default=True,
+    metavar="auto|number|position|N-M|N,M",
+    help="Steps compared: every ProfilerStep number in both (auto; by position when none is "
+    "common), by number, by position, or these step numbers.",
+)
+@click.option(
+    "--map",
+    "map_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Extra op name rules (JSON, as neuron_profiler/analysis/name_map.json), applied "
+    "before the package's.",
+)
+@click.option(
+    "--fail-on",
+    "fail_on",
+    multiple=True,
+    metavar="RULE",
+    help="METRIC OP NUMBER[%], e.g. 'delta_ms>5%' (% of A's mean step; metrics: delta_ms, "
+    "residual_ms, worst_row_ms, <cause>_delta_ms). Exit 1 when breached.",
+)
+@click.option(
+    "--top",
+    default=25,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rows shown before the rest fold into 'other'.",
+)
+@click.option(
+    "--min-gap",
+    "min_gap_us",
+    default=50.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Shortest idle gap given a cause, in µs (as analyze).",
+)
+def diff(
+    a: Path,
+    b: Path,
+    as_json: bool,
+    steps: str,
+    map_file: Path | None,
+    fail_on: tuple[str, ...],
+    top: int,
+    min_gap_us: float,
+) -> None:
+    """Where the mean step time went between trace A and trace B (files or rank
+    directories)."""
+    from neuron_profiler.analysis import Options
+    from neuron_profiler.analysis.align import StepChoice
+    from neuron_profiler.analysis.diff import DIFF_METRICS, metric_value
+    from neuron_profiler.analysis.diff import diff as diff_traces
+    from neuron_profiler.analysis.metrics import parse_rule
+    from neuron_profiler.analysis.name_map import NameMap
+
+    rules = [parse_rule(r, DIFF_METRICS, percent=True) for r in fail_on]  # exit 2 first
+    choice = StepChoice.parse(steps)
+    names = NameMap.load(map_file)
+    options = Options(min_gap_ns=round(min_gap_us * 1e3), hta=False, tb=False)
+    diffs = [
+        diff_traces(_load(fa), _load(fb), steps=choice, names=names, options=options)
+        for fa, fb in _pairs(a, b)
+    ]
+    breaches = []
+    for rule in rules:
+        values = [metric_value(d, rule.metric, rule.percent) for d in diffs]
+        value = min(values) if rule.op in ("<", "<=") else max(values)
+        if rule.breached(value):
+            breaches.append({"rule": rule.text, "metric": rule.metric, "value": value})
+    if as_json:
+        from neuron_profiler.reports.diff_json import diff_document, document_text
+
+        click.echo(document_text(diff_document(diffs, breaches, top)))
+    else:
+        from rich.console import Console
+
+        from neuron_profiler.reports.diff_terminal import render_diff
+        from neuron_profiler.reports.terminal import report_width
+
+        render_diff(diffs, console=Console(width=report_width(Console())), top=top)
+    for br in breaches:
+        click.echo(
+            f"neuron-prof: fail-on: {br['rule']} breached ({br['metric']} = {br['value']:.3f})",
+            err=True,
+        )
+    if breaches:
+        raise NeuronProfilerError(f"{len(breaches)} --fail-on rule(s) breached", exit_code=1)
+
+
+def _pairs(a: Path, b: Path) -> list[tuple[Path, Path]]:
+    """(A file, B file) pairs: the two files, or two directories' traces in name order."""
+    if a.is_dir() != b.is_dir():
+        raise NeuronProfilerError(
+            f"{a if a.is_dir() else b}: a directory compared with a file: give two trace "
+            "files or two rank directories",
+            exit_code=2,
+        )
+    if not a.is_dir():
+        return [(a, b)]
+    fa, fb = _traces(a), _traces(b)
+    if len(fa) != len(fb):
+        raise NeuronProfilerError(
+            f"{b}: {len(fb)} trace files, {a} has {len(fa)}: rank directories must hold as "
+            "many traces each (paired in name order)",
+            exit_code=2,
+        )
+    return list(zip(fa, fb, strict=True))
+
+
+def _traces(directory: Path) -> list[Path]:
+    found = sorted(
+        f for f in directory.rglob("*") if f.is_file() and f.name.endswith(TRACE_SUFFIXES)
+    )
+    if not found:
+        raise NeuronProfilerError(
+            f"{directory}: no *.json or *.json.gz file in this directory", exit_code=2
+        )
+    return found
+
+
+def _load(path: Path):  # noqa: ANN202 -- a Trace (the model is imported lazily)
+    from neuron_profiler.cli.main import load_reported
+    from neuron_profiler.trace import load_trace
+
+    return load_reported(lambda: load_trace(path))
