@@ -25,6 +25,7 @@ from neuron_profiler.emulator import (
     collectives,
     compiled,
     copies,
+    modelled,
     pinned,
     process_groups,
     streams,
@@ -230,6 +231,7 @@ def enable(
         timeline.cores[: min(cores, len(old.cores))] = old.cores[:cores]
     D.STATE.num_cores = cores
     D.STATE.numerics = bool(numerics)
+    modelled.reset()  # timing mode warns again, once per op, about reads of modelled values
     D.STATE.current_core = min(D.STATE.current_core, cores - 1)
     D.STATE.timeline = timeline
 

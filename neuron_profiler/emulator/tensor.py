@@ -40,6 +40,8 @@ class NeuronTensor(torch.Tensor):
 
     _elem: torch.Tensor
     _core: int
+    # timing mode: the op whose modelled (not computed) values this tensor holds (modelled.py)
+    _modelled: str | None = None
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor, core: int) -> NeuronTensor:
