@@ -206,11 +206,12 @@ def enable(
     """Register the emulated neuron device (idempotent; later calls may change cores, chip,
     speed factor, numerics and queue depth; queue clocks carry over).
 
-    ``numerics=False`` is timing mode: device ops produce outputs of the right shape, dtype and
-    device without computing them (``outputs.py``); None reads ``NEURON_PROFILER_EMULATE_NUMERICS``
-    (default: numerics on). ``queue_depth``: operations in flight per core before the host
-    blocks (None: ``NEURON_PROFILER_EMULATE_QUEUE_DEPTH``, else the chip table's
-    ``launch_queue_depth``).
+    ``numerics=False`` is timing mode: large device ops produce outputs of the right shape, dtype
+    and device without computing them, small ones are computed (``outputs.py``: the rule); a
+    read of modelled values warns once per op (``modelled.py``). None reads
+    ``NEURON_PROFILER_EMULATE_NUMERICS`` (default: numerics on). ``queue_depth``: operations in
+    flight per core before the host blocks (None: ``NEURON_PROFILER_EMULATE_QUEUE_DEPTH``, else
+    the chip table's ``launch_queue_depth``).
 
     Raises ``EmulatorError`` when a real neuron backend (or any other PrivateUse1 backend) is
     registered, ``ValueError`` for bad arguments.

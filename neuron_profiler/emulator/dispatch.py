@@ -4,7 +4,9 @@
 record-function off, so torch.profiler shows each user op once), wraps the results, and tells the
 ``DeviceTimeline`` what the device would have done: a kernel (roofline cost from ``costs``), a DMA
 copy, a host sync, a CPU fallback (``fallback``), or a collective (``collectives``). Per-op facts
-(name, kind, mutated arguments, fallback) are computed once per overload and cached.
+(name, kind, mutated arguments, fallback) are computed once per overload and cached. In timing
+mode large ops are modelled instead of run (``outputs``: the rule, zero-filled outputs), and
+``modelled`` tracks which device tensors hold modelled values and warns when they are read.
 """
 
 from __future__ import annotations

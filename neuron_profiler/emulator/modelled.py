@@ -1,4 +1,4 @@
-"""Timing mode: which device tensors hold modelled values, and one warning when a program reads them.
+"""Timing mode: which device tensors hold modelled values; one warning when a program reads them.
 
 A modelled op (outputs.py: too large to compute) leaves zeros where its results would be. Each
 device tensor's ``_modelled`` names the op whose zeros it holds or was computed from (None: its
