@@ -199,11 +199,32 @@ def output_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor]
     return None if plan is None or plan.real else plan
 
 
+def _scalar_blind_sig(x: Any) -> Any:
+    """``_sig`` with Python scalars by type only: for ops whose output shapes never depend on
+    their scalars (``_foreach_*``: AdamW's bias corrections change every step, and a key with
+    their values would miss the cache and rerun the meta kernels of every parameter)."""
+    if isinstance(x, torch.Tensor):
+        return (x.shape, x.stride(), x.dtype, x.storage_offset())
+    t = type(x)
+    if t is list or t is tuple:
+        return tuple([_scalar_blind_sig(i) for i in x])
+    if t is float or t is int or t is bool or t is complex:
+        return t
+    return _sig(x)
+
+
+_FOREACH: dict[Any, bool] = {}  # overload -> is a _foreach_ op (scalars never decide its shapes)
+
+
 def timing_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor]) -> Plan | None:
     """The cached plan of ``func`` on these (unwrapped, CPU) arguments, its ``real`` decided;
     None: no plan (no meta kernel, data-dependent shape, host value), run it for real."""
+    foreach = _FOREACH.get(func)
+    if foreach is None:
+        foreach = _FOREACH[func] = func._overloadpacket.__name__.startswith("_foreach_")
+    sig = _scalar_blind_sig if foreach else _sig
     try:
-        key = (func, _sig(args), _sig(tuple(kwargs.items())) if kwargs else ())
+        key = (func, sig(args), sig(tuple(kwargs.items())) if kwargs else ())
         plan = _PLANS.get(key)
     except _Uncacheable:
         key, plan = None, None
