@@ -25,6 +25,7 @@ from neuron_profiler.emulator import (
     collectives,
     compiled,
     copies,
+    host_cost,
     modelled,
     pinned,
     process_groups,
@@ -140,7 +141,7 @@ def _make_module() -> types.ModuleType:
 
 
 def _factory_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
-    return D.execute(op, args, kwargs)
+    return D.execute_accounted(op, args, kwargs)
 
 
 def _register_with_torch(cores: int) -> None:
@@ -149,7 +150,7 @@ def _register_with_torch(cores: int) -> None:
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     _setup_privateuseone_for_python_backend("neuron", backend_module=_make_module())
-    T.set_executor(D.execute, cores)
+    T.set_executor(D.execute_accounted, cores)
     copies.register()
     collectives.register()
     process_groups.install()  # init_process_group(): gloo by default, NCCL refused
@@ -223,7 +224,7 @@ def enable(
     model = RooflineModel(rt.chip, speed_factor=float(speed_factor))
     if not _registered:
         _register_with_torch(cores)
-    T.set_executor(D.execute, cores)
+    T.set_executor(D.execute_accounted, cores)
     if cores > 1:  # the Python device guard reports one device: keep autograd on one thread
         torch.autograd.set_multithreading_enabled(False)
     old = D.STATE.timeline
@@ -235,6 +236,8 @@ def enable(
     modelled.reset()  # timing mode warns again, once per op, about reads of modelled values
     D.STATE.current_core = min(D.STATE.current_core, cores - 1)
     D.STATE.timeline = timeline
+    if host_cost.LEDGER.boundary is None:  # once per process, before any trace (host_cost.py)
+        host_cost.LEDGER.boundary = host_cost.calibrate(D.execute)
 
 
 def is_enabled() -> bool:

@@ -22,7 +22,8 @@ import msgspec
 import torch
 
 from neuron_profiler.emulator import fallback as fb
-from neuron_profiler.emulator import modelled
+from neuron_profiler.emulator import host_cost, modelled
+from neuron_profiler.emulator import scheduler as sched
 from neuron_profiler.emulator.costs import op_cost
 from neuron_profiler.emulator.outputs import (
     ALLOC_OPS,
@@ -69,6 +70,8 @@ class State:
         self.numerics = True
         # storage data_ptr -> host-clock ns at which a collective finishes writing it
         self.pending: dict[int, int] = {}
+        # CPU-fallback ops run so far (their host time is real on a device too: host_cost.py)
+        self.fallbacks = 0
 
 
 STATE = State()
@@ -295,6 +298,28 @@ def prune_pending(core: int) -> None:
 
 
 # -- the execution point ----------------------------------------------------------------------
+def execute_accounted(func: Any, args: tuple, kwargs: dict) -> Any:
+    """The execution point as installed: ``execute``, and while a trace captures, the emulator's
+    host time beyond the modelled framework launch cost as an overhead span (host_cost.py).
+    Copies, reads and collectives (their own host model), CPU fallbacks and ops that waited for
+    the modelled device keep their host time."""
+    tl = STATE.timeline
+    if tl is None or not tl.rt.capturing:
+        return execute(func, args, kwargs)
+    fallbacks, waits = STATE.fallbacks, sched.waits
+    begin = time.time_ns()
+    result = execute(func, args, kwargs)
+    end = time.time_ns()
+    info = _INFO.get(func)
+    kind = info.kind if info is not None else Kind.SPECIAL
+    if kind is Kind.SPECIAL or fallbacks != STATE.fallbacks or waits != sched.waits:
+        host_cost.skip()
+    else:
+        launches = kind is Kind.KERNEL
+        host_cost.account(tl, STATE.current_core, info.name, launches, begin, end)  # type: ignore[union-attr]
+    return result
+
+
 def execute(func: Any, args: tuple, kwargs: dict) -> Any:
     info = _INFO.get(func) or _describe(func)
     kind = info.kind
@@ -493,6 +518,7 @@ def run_fallback(
     tl = STATE.timeline
     assert tl is not None
     fb.note_fallback(info.name)
+    STATE.fallbacks += 1
     device_inputs = [t for t in u.inputs if id(t) in u.alias]
     last = wait_pending(device_inputs)
     for t in device_inputs:

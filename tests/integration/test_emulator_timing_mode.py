@@ -369,7 +369,11 @@ def test_numerics_math_is_an_overhead_span_not_the_launch(tmp_path: Path) -> Non
     assert len(launches) == 2 and len(overhead) >= 4  # mm and sum, per step
     for launch in launches:
         ext = launch["args"]["External id"]
-        (math,) = [e for e in overhead if e["args"].get("External id") == ext]
+        (math,) = [
+            e
+            for e in overhead
+            if e["args"].get("External id") == ext and e["args"][V.ARG_OVERHEAD] == "numerics"
+        ]
         assert math["cat"] == V.CAT_OVERHEAD and math["cat"] != V.CAT_RUNTIME
         assert math["args"][V.ARG_OVERHEAD] == "numerics" and math["args"][V.ARG_OP] == "aten::mm"
         assert math["tid"] == launch["tid"]
