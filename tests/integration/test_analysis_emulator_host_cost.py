@@ -126,22 +126,27 @@ def _predicted_host_us(path: Path) -> list[tuple[float, float, int]]:
 
 
 def test_host_bound_verdict_matches_the_modelled_launch_cost(traced) -> None:  # noqa: ANN001
+    """Over the profiled steps (summed: a preemption inside one op's boundary moves one step's
+    figure, not the run's): host-bound launch time = predicted host time less the device's busy
+    time and the other causes' idle, within 10%."""
     path, report = traced
     (device,) = report.idle.devices
     predicted = _predicted_host_us(path)
     assert len(predicted) == len(device.per_step_by_cause_ns) == 3
+    hbl = want = overhead = 0.0
     for i, (wall_us, host_us, kernels) in enumerate(predicted):
         causes = device.per_step_by_cause_ns[i]
         overhead_us = device.per_step_emulator_overhead_ns[i] / 1e3
-        hbl_us = causes["host_bound_launch"] / 1e3
         other_idle_us = sum(v for k, v in causes.items() if k != "host_bound_launch") / 1e3
         # the device's busy time in the step: the window less idle and emulator overhead
         busy_us = wall_us - overhead_us - sum(causes.values()) / 1e3
-        want = host_us - busy_us - other_idle_us
         assert kernels > 100
-        assert hbl_us == pytest.approx(want, rel=TOLERANCE), (i, hbl_us, want, overhead_us)
-        # the discount is what makes it so: without it the verdict would be off by far more
-        assert hbl_us + overhead_us > (1 + 3 * TOLERANCE) * want
+        hbl += causes["host_bound_launch"] / 1e3
+        want += host_us - busy_us - other_idle_us
+        overhead += overhead_us
+    assert hbl == pytest.approx(want, rel=TOLERANCE), (hbl, want, overhead)
+    # the discount is what makes it so: without it the verdict would be off by far more
+    assert hbl + overhead > (1 + 3 * TOLERANCE) * want
 
 
 def test_emulator_internals_never_named_as_host_activity(traced) -> None:  # noqa: ANN001
