@@ -461,10 +461,12 @@ def _longest(
 
 def host_activity(ctx: AnalysisContext, gs: int, ge: int, device: int) -> tuple[str, ...]:
     """Names of the host ops covering most of [gs, ge) on the threads that launch the device's
-    work (``ctx.launch_threads``); among equals, the innermost."""
+    work (``ctx.launch_threads``); among equals, the innermost. Dispatch machinery and the
+    emulator's own frames (``internal_frames``) are left out: the op around them is named."""
     host = ctx.host
     hit = sel.covering(host, gs, ge)
     hit = hit[ctx.on_launch_threads(device, host.rows[hit])]
+    hit = hit[~np.isin(host.name_id[hit], ctx.names.internal_frames)]
     names: list[str] = []
     for n in host.name_id[hit].tolist():
         text = ctx.trace.strings[n]

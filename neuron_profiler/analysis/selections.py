@@ -99,6 +99,7 @@ class NameClasses:
     sync: np.ndarray
     wait: np.ndarray
     dispatch_frames: np.ndarray
+    internal_frames: np.ndarray
     emulator_overhead: np.ndarray
     profiler_overhead: np.ndarray
     collective_kernel: np.ndarray
@@ -118,6 +119,7 @@ class NameClasses:
                 "sync",
                 "wait",
                 "dispatch_frames",
+                "internal_frames",
                 "emulator_overhead",
                 "profiler_overhead",
                 "collective_kernel",
@@ -142,6 +144,9 @@ class NameClasses:
                     found["wait"].append(i)
             if s in V.DISPATCH_FRAMES:
                 found["dispatch_frames"].append(i)
+                found["internal_frames"].append(i)
+            elif V.EMULATOR_FRAME_MARK in s:
+                found["internal_frames"].append(i)
             if s.startswith(V.OVERHEAD_PREFIX):
                 found["emulator_overhead"].append(i)
             if s in V.PROFILER_OVERHEAD_NAMES:

@@ -7,8 +7,8 @@ docs/runtime-events.md).
 
 Importing this package is torch-free unless ``NEURON_PROFILER_EMULATE=1`` is set (then it
 enables the device at once; ``NEURON_PROFILER_EMULATE_CORES``, ``..._CHIP`` and
-``..._SPEED_FACTOR`` override the defaults). ``runtime``, ``chips``, ``timing``, ``scheduler`` and
-``fallback`` never import torch.
+``..._SPEED_FACTOR`` override the defaults). ``runtime``, ``chips``, ``timing``, ``scheduler``,
+``fallback`` and ``modelled`` never import torch.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ from neuron_profiler.emulator.fallback import (
     remove_fallback_ops,
     reset_fallback_ops,
 )
+from neuron_profiler.emulator.modelled import ModelledValueWarning
 
 ENV_EMULATE = "NEURON_PROFILER_EMULATE"
 
 __all__ = [
     "ENV_EMULATE",
+    "ModelledValueWarning",
     "add_fallback_ops",
     "enable",
     "fallback_ops",
@@ -47,7 +49,8 @@ def enable(
 ) -> None:
     """Register the emulated "neuron" device (see ``device.enable``).
 
-    ``numerics=False``: timing mode (outputs of the right shape, not computed: docs/emulator.md);
+    ``numerics=False``: timing mode (large ops' outputs of the right shape, not computed; small
+    ops computed: docs/emulator.md);
     None: ``NEURON_PROFILER_EMULATE_NUMERICS`` (default on). ``queue_depth``: launch-queue bound
     per core (None: ``NEURON_PROFILER_EMULATE_QUEUE_DEPTH``, else the chip table's 63)."""
     from neuron_profiler.emulator.device import enable as _enable

@@ -30,6 +30,12 @@ class ChipSpec:
             (ASSUMPTION: 10 GB/s, one host thread's memcpy; host time, not scaled by the speed
             factor). Pinned host memory needs no staging: the DMA reads or writes it directly.
         launch_latency_ns: fixed per-launch device latency (ASSUMPTION: 15 µs, runtime dispatch).
+        host_launch_ns: host time the framework's backend spends per eager op it launches, beyond
+            the Python call, autograd and dispatcher (which run for real on the emulated device
+            too): finding the op's compiled kernel and submitting it to the runtime (ASSUMPTION:
+            10 µs; docs/chips.md gives the public figures it is set against). Host time, not
+            scaled by the speed factor. The emulator's own dispatch beyond it is emulator
+            overhead (host_cost.py).
         collective_gbps_per_core: ring link bandwidth per logical core for collectives
             (ASSUMPTION: 100 GB/s; AWS publishes NeuronLink per-chip totals, not a per-core ring
             figure).
@@ -64,6 +70,7 @@ class ChipSpec:
     dma_fixed_ns: int = 2_000
     launch_queue_depth: int = 63
     host_staging_gbps: float = 10.0
+    host_launch_ns: int = 10_000
 
     def matrix_flops_per_s(self, dtype: str) -> float:
         """Per-logical-core matrix throughput for a dtype name ("bfloat16", "float32", ...)."""

@@ -43,7 +43,7 @@ from neuron_profiler.emulator.dispatch import (
     run_inner,
     wait_pending,
 )
-from neuron_profiler.emulator.outputs import materialise, output_plan
+from neuron_profiler.emulator.outputs import computes_for_real, materialise, output_plan
 from neuron_profiler.emulator.pinned import is_pinned, pin
 from neuron_profiler.runtime_trace import format as F
 
@@ -240,7 +240,8 @@ def _copy_into(dst: Any, src: Any, non_blocking: bool, op: str, *, resize: bool)
     if s is None or d is None:  # host to host: nothing on the device
         copy()
         return dst
-    if not STATE.numerics:  # timing mode: the bytes are not copied
+    if not STATE.numerics and not computes_for_real(op, [s_elem], [d_elem]):
+        # timing mode, a large copy: the bytes are not copied
         _on_device(s, d, d_elem, launch_ns, op, [s_elem])
         return dst
     copy()

@@ -25,6 +25,8 @@ from neuron_profiler.emulator import (
     collectives,
     compiled,
     copies,
+    host_cost,
+    modelled,
     pinned,
     process_groups,
     streams,
@@ -139,7 +141,7 @@ def _make_module() -> types.ModuleType:
 
 
 def _factory_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
-    return D.execute(op, args, kwargs)
+    return D.execute_accounted(op, args, kwargs)
 
 
 def _register_with_torch(cores: int) -> None:
@@ -148,7 +150,7 @@ def _register_with_torch(cores: int) -> None:
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
     _setup_privateuseone_for_python_backend("neuron", backend_module=_make_module())
-    T.set_executor(D.execute, cores)
+    T.set_executor(D.execute_accounted, cores)
     copies.register()
     collectives.register()
     process_groups.install()  # init_process_group(): gloo by default, NCCL refused
@@ -205,11 +207,12 @@ def enable(
     """Register the emulated neuron device (idempotent; later calls may change cores, chip,
     speed factor, numerics and queue depth; queue clocks carry over).
 
-    ``numerics=False`` is timing mode: device ops produce outputs of the right shape, dtype and
-    device without computing them (``outputs.py``); None reads ``NEURON_PROFILER_EMULATE_NUMERICS``
-    (default: numerics on). ``queue_depth``: operations in flight per core before the host
-    blocks (None: ``NEURON_PROFILER_EMULATE_QUEUE_DEPTH``, else the chip table's
-    ``launch_queue_depth``).
+    ``numerics=False`` is timing mode: large device ops produce outputs of the right shape, dtype
+    and device without computing them, small ones are computed (``outputs.py``: the rule); a
+    read of modelled values warns once per op (``modelled.py``). None reads
+    ``NEURON_PROFILER_EMULATE_NUMERICS`` (default: numerics on). ``queue_depth``: operations in
+    flight per core before the host blocks (None: ``NEURON_PROFILER_EMULATE_QUEUE_DEPTH``, else
+    the chip table's ``launch_queue_depth``).
 
     Raises ``EmulatorError`` when a real neuron backend (or any other PrivateUse1 backend) is
     registered, ``ValueError`` for bad arguments.
@@ -221,7 +224,7 @@ def enable(
     model = RooflineModel(rt.chip, speed_factor=float(speed_factor))
     if not _registered:
         _register_with_torch(cores)
-    T.set_executor(D.execute, cores)
+    T.set_executor(D.execute_accounted, cores)
     if cores > 1:  # the Python device guard reports one device: keep autograd on one thread
         torch.autograd.set_multithreading_enabled(False)
     old = D.STATE.timeline
@@ -230,8 +233,11 @@ def enable(
         timeline.cores[: min(cores, len(old.cores))] = old.cores[:cores]
     D.STATE.num_cores = cores
     D.STATE.numerics = bool(numerics)
+    modelled.reset()  # timing mode warns again, once per op, about reads of modelled values
     D.STATE.current_core = min(D.STATE.current_core, cores - 1)
     D.STATE.timeline = timeline
+    if host_cost.LEDGER.boundary is None:  # once per process, before any trace (host_cost.py)
+        host_cost.LEDGER.boundary = host_cost.calibrate(D.execute)
 
 
 def is_enabled() -> bool:

@@ -4,7 +4,9 @@
 record-function off, so torch.profiler shows each user op once), wraps the results, and tells the
 ``DeviceTimeline`` what the device would have done: a kernel (roofline cost from ``costs``), a DMA
 copy, a host sync, a CPU fallback (``fallback``), or a collective (``collectives``). Per-op facts
-(name, kind, mutated arguments, fallback) are computed once per overload and cached.
+(name, kind, mutated arguments, fallback) are computed once per overload and cached. In timing
+mode large ops are modelled instead of run (``outputs``: the rule, zero-filled outputs), and
+``modelled`` tracks which device tensors hold modelled values and warns when they are read.
 """
 
 from __future__ import annotations
@@ -20,8 +22,17 @@ import msgspec
 import torch
 
 from neuron_profiler.emulator import fallback as fb
+from neuron_profiler.emulator import host_cost, modelled
+from neuron_profiler.emulator import scheduler as sched
 from neuron_profiler.emulator.costs import op_cost
-from neuron_profiler.emulator.outputs import materialise, output_plan
+from neuron_profiler.emulator.outputs import (
+    ALLOC_OPS,
+    ZEROS_OPS,
+    computes_for_real,
+    materialise,
+    materialised,
+    timing_plan,
+)
 from neuron_profiler.emulator.scheduler import DeviceTimeline
 from neuron_profiler.emulator.tensor import NeuronTensor
 from neuron_profiler.runtime_trace import format as F
@@ -59,6 +70,8 @@ class State:
         self.numerics = True
         # storage data_ptr -> host-clock ns at which a collective finishes writing it
         self.pending: dict[int, int] = {}
+        # CPU-fallback ops run so far (their host time is real on a device too: host_cost.py)
+        self.fallbacks = 0
 
 
 STATE = State()
@@ -82,15 +95,6 @@ _META_OPS = {
     aten.stride.int,
     aten.storage_offset.default,
     aten.numel.default,
-}
-_ALLOC_OPS = {
-    "aten::empty",
-    "aten::empty_strided",
-    "aten::empty_like",
-    "aten::new_empty",
-    "aten::new_empty_strided",
-    "aten::resize_",
-    "aten::resize_as_",
 }
 _NO_KERNEL_OPS = {
     "aten::_unsafe_view",
@@ -130,7 +134,7 @@ def _describe(func: Any) -> OpInfo:
         kind = Kind.SPECIAL
     elif func in _META_OPS:
         kind = Kind.META
-    elif name in _ALLOC_OPS:
+    elif name in ALLOC_OPS:
         kind = Kind.ALLOC
     elif ((func.is_view or name in _NO_KERNEL_OPS) and not positions) or (
         torch.Tag.inplace_view in func.tags
@@ -294,46 +298,105 @@ def prune_pending(core: int) -> None:
 
 
 # -- the execution point ----------------------------------------------------------------------
+def execute_accounted(func: Any, args: tuple, kwargs: dict) -> Any:
+    """The execution point as installed: ``execute``, and while a trace captures, the emulator's
+    host time beyond the modelled framework launch cost as an overhead span (host_cost.py).
+    Copies, reads and collectives (their own host model), CPU fallbacks and ops that waited for
+    the modelled device keep their host time."""
+    tl = STATE.timeline
+    if tl is None or not tl.rt.capturing:
+        return execute(func, args, kwargs)
+    fallbacks, waits = STATE.fallbacks, sched.waits
+    begin = time.time_ns()
+    result = execute(func, args, kwargs)
+    end = time.time_ns()
+    info = _INFO.get(func)
+    kind = info.kind if info is not None else Kind.SPECIAL
+    if kind is Kind.SPECIAL or fallbacks != STATE.fallbacks or waits != sched.waits:
+        host_cost.skip()
+    else:
+        launches = kind is Kind.KERNEL
+        host_cost.account(tl, STATE.current_core, info.name, launches, begin, end)  # type: ignore[union-attr]
+    return result
+
+
 def execute(func: Any, args: tuple, kwargs: dict) -> Any:
     info = _INFO.get(func) or _describe(func)
     kind = info.kind
     if kind is Kind.META:
         return func(*[a._elem if isinstance(a, NeuronTensor) else a for a in args], **kwargs)
     if kind is Kind.SPECIAL:
-        return info.handler(func, info, args, kwargs)  # type: ignore[misc]
+        if STATE.numerics:
+            return info.handler(func, info, args, kwargs)  # type: ignore[misc]
+        return _special_timing(func, info, args, kwargs)
     launch_ns = time.time_ns()
     u = unwrap(args, kwargs)
     core = u.core if u.core is not None else STATE.current_core
+    timing = not STATE.numerics
+    # timing mode: the op whose modelled values the inputs hold (modelled.py), None: all real
+    seen = modelled.origin(u.alias.values()) if timing and u.alias else None
     if kind is Kind.KERNEL and u.alias:
         reason = fallback_reason(info, u)
         if reason is not None:
-            return run_fallback(func, info, u, core, reason, launch_ns)
+            if seen is not None:  # nonzero, unique, ...: their result depends on the values
+                modelled.warn_read(seen, info.name)
+            result = run_fallback(func, info, u, core, reason, launch_ns)
+            modelled.mark(result, seen)
+            return result
     computed = True
+    math_ns = launch_ns  # numerics mode: the overhead span is the whole op up to its launch
+    math_end_ns = 0
     _set_record_function(False)  # run_inner, inlined on the hot path
     try:
-        if not STATE.numerics and (
-            kind is Kind.KERNEL or (kind is Kind.ALLOC and not info.mutated_names)
-        ):  # empty*: zeros, deterministic
-            plan = output_plan(func, u.args, u.kwargs, u.inputs)
-            if plan is not None:
-                out = materialise(plan, u.inputs)[0]
-                computed = False
-            else:  # no meta kernel, data-dependent shape or a host value: run it for real
-                out = func(*u.args, **u.kwargs)
+        if timing and (kind is Kind.KERNEL or kind is Kind.ALLOC):
+            out, computed, seen, math_ns = _run_timing(func, info, u, seen)
+            math_end_ns = time.time_ns()  # timing mode: the span is the math alone
         else:
             out = func(*u.args, **u.kwargs)
     finally:
         _set_record_function(True)
     written: list[torch.Tensor] = []
     result = wrap(out, u, core, kind is not Kind.VIEW, written)
+    if seen is not None:  # its outputs, and the inputs it wrote, hold modelled values
+        modelled.mark(result, seen)
+        if info.mutated_names:
+            modelled.mark([u.alias[id(t)] for t in _mutated_elems(info, u)], seen)
     if kind is Kind.KERNEL:
         if computed:  # the host's math is emulator overhead; the launch starts after it
-            _launch_kernel(info, u, core, written, time.time_ns(), overhead_from_ns=launch_ns)
+            end = math_end_ns or time.time_ns()
+            _launch_kernel(info, u, core, written, end, overhead_from_ns=math_ns)
         else:
             _launch_kernel(info, u, core, written, launch_ns)
         if not written and u.alias and not info.mutated_names:
             STATE.timeline.host_sync([core], "host_read", op=info.name)  # type: ignore[union-attr]
     return result
+
+
+def _run_timing(
+    func: Any, info: OpInfo, u: Unwrapped, seen: str | None
+) -> tuple[Any, bool, str | None, int]:
+    """Timing mode's kernels and allocations: (outputs, computed, the op whose modelled values
+    they hold, when the host's math began). Small ops are computed for real
+    (``outputs.computes_for_real``), large ones materialised as zeros; allocations are zeros
+    (their defined value, not a modelled one). Only the math is emulator overhead: the op's
+    dispatch stays launch time, as for a modelled op."""
+    plan = timing_plan(func, u.args, u.kwargs, u.inputs)
+    if plan is not None and not plan.real:
+        out = materialise(plan, u.inputs)[0]
+        if seen is None and info.kind is Kind.KERNEL and info.name not in ZEROS_OPS:
+            seen = info.name  # a chain is named after its first modelled op
+        return out, False, seen, 0
+    if plan is None and seen is not None:  # its shape or host value depends on the values
+        modelled.warn_read(seen, info.name)
+    math_ns = time.time_ns()
+    try:
+        return func(*u.args, **u.kwargs), True, seen, math_ns
+    except Exception:
+        if plan is None or seen is None:
+            raise
+        # computed on modelled zeros it fails (multinomial of zero probabilities): model it
+        modelled.warn_read(seen, f"{info.name} (which fails on zeros, so it is modelled too)")
+        return materialise(plan, u.inputs)[0], False, seen, 0
 
 
 def _launch_kernel(
@@ -362,6 +425,67 @@ def _launch_kernel(
     )
     if STATE.pending:
         prune_pending(core)
+
+
+# -- timing mode's copies, reads and collectives --------------------------------------------------
+_COPY_INTO = {  # op -> (position of the destination, position of the source)
+    aten.copy_.default: (0, 1),
+    aten._copy_from.default: (1, 0),
+    aten._copy_from_and_resize.default: (1, 0),
+}
+
+
+def _host_reader(func: Any, args: tuple, kwargs: dict) -> str | None:
+    """How this special op reads device values on the host (None: it does not)."""
+    if func is aten._local_scalar_dense.default:
+        return ".item()"
+    if func is aten._to_copy.default:
+        device = kwargs.get("device")
+        if device is not None and core_of(device) is None and isinstance(args[0], NeuronTensor):
+            return "a copy to the host (aten::_to_copy)"
+        return None
+    where = _COPY_INTO.get(func)
+    if where is not None:
+        dst, src = args[where[0]], args[where[1]]
+        if isinstance(src, NeuronTensor) and not isinstance(dst, NeuronTensor):
+            return f"a copy to the host ({func._overloadpacket._qualified_op_name})"
+    return None
+
+
+def _device_tensors(x: Any) -> list[NeuronTensor]:
+    if isinstance(x, NeuronTensor):
+        return [x]
+    if type(x) is list or type(x) is tuple:
+        return [t for i in x for t in _device_tensors(i)]
+    return []
+
+
+def _special_timing(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
+    """A copy, read or collective in timing mode: its handler, plus what modelled.py tracks
+    (a host read of modelled values warns; results carry their source's modelled op)."""
+    where = _COPY_INTO.get(func)
+    if where is not None:  # only the source's values are read
+        dst, src = args[where[0]], args[where[1]]
+        seen = src._modelled if isinstance(src, NeuronTensor) else None
+    else:
+        seen = modelled.origin(_device_tensors(args))
+    if seen is not None:
+        reader = _host_reader(func, args, kwargs)
+        if reader is not None:
+            modelled.warn_read(seen, reader)
+    before = materialised()
+    result = info.handler(func, info, args, kwargs)  # type: ignore[misc]
+    if where is not None:
+        if isinstance(dst, NeuronTensor):  # overwritten: the source's values, or the copy's
+            if seen is None and isinstance(src, NeuronTensor):  # device -> device (copies.py)
+                if not computes_for_real(info.name, [src._elem], [dst._elem]):
+                    seen = info.name
+            dst._modelled = seen
+        return result
+    if seen is None and materialised() != before:  # copies.py modelled it (a large cast)
+        seen = info.name
+    modelled.mark(result, seen)
+    return result
 
 
 # -- CPU fallback -----------------------------------------------------------------------------
@@ -394,6 +518,7 @@ def run_fallback(
     tl = STATE.timeline
     assert tl is not None
     fb.note_fallback(info.name)
+    STATE.fallbacks += 1
     device_inputs = [t for t in u.inputs if id(t) in u.alias]
     last = wait_pending(device_inputs)
     for t in device_inputs:

@@ -1,8 +1,10 @@
-"""Timing mode (``enable(numerics=False)``): device ops produce outputs of the right shape, dtype
-and strides without computing them.
+"""Timing mode (``enable(numerics=False)``): large device ops produce outputs of the right shape,
+dtype and strides without computing them; small ones are computed for real (hybrid).
 
-    plan = output_plan(func, u)           # None: this op must run for real (see below)
-    out, written = materialise(plan, u)   # zero-filled outputs; aliased inputs handed back
+    plan = timing_plan(func, args, kwargs, inputs)   # None: no plan, this op must run for real
+    plan.real                                        # small: compute it (``computes_for_real``)
+    out, written = materialise(plan, inputs)         # else zero-filled outputs, inputs handed back
+    output_plan(func, args, kwargs, inputs)          # the plan, or None when it runs for real
 
 The shapes come from running the op once on meta tensors (PyTorch's own shape functions); the
 result is cached per (op, argument shapes/strides/dtypes, non-tensor arguments), so a warm step
@@ -14,16 +16,78 @@ them unless the program copies them to the host); smaller ones are ``torch.zeros
 An op runs for real instead (its plan is ``None``, also cached) when it has no meta kernel, when
 its output shape depends on the data, or when it returns host values (``torch.equal``): that
 keeps programs running, at the op's real host cost.
+
+An op with a plan is also computed for real when it is small (``computes_for_real``, decided
+once per plan): scalars, index and mask arithmetic, comparisons and reductions of small tensors,
+small factories. Programs read such values (stopping criteria, positions, masks, counters), and
+their host cost is bounded by the thresholds below. Large floating-point work stays modelled.
+The rule sees shapes and dtypes only, so the decision is cached with the plan: a warm op costs
+the same dict lookup whichever way it goes.
 """
 
 from __future__ import annotations
 
 import mmap
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from neuron_profiler.emulator.costs import op_cost
+
 MMAP_MIN_BYTES = 1 << 20
+
+# -- what timing mode computes for real (docs/emulator.md, "Two modes") ---------------------------
+# Floating-point elements an op may read and write in all (every input and output tensor, summed)
+# and still be computed: 16,384 fp32 elements are 64 KiB, a few us of host time for pointwise and
+# reduction ops (bench/bench_timing_hybrid.py). Holds a (1, 8192) softmax, a (64, 64) mask.
+REAL_MAX_ELEMENTS = 1 << 14
+# Ops whose tensors are all integer or bool (token ids, positions, indices, masks, counters): what
+# control flow and indexing read. 131,072 elements (1 MiB of int64; a (16, 4096) attention mask
+# and its cumsum); cheap per element (no transcendentals), tens of us at the limit.
+REAL_MAX_INDEX_ELEMENTS = 1 << 17
+# The cost model's flops (costs.op_cost: 2 per multiply-add for matrix ops): keeps matrix work
+# small where few elements hide many flops; 262,144 flops is a 64x64x32 matmul, ~5 us on the host.
+REAL_MAX_FLOPS = 1 << 18
+# Ops whose host kernels sort, search or sample cost 10-25 ns per element where a pointwise op
+# costs 0.2-1 (a 4096-float sort ~50 us, multinomial ~100 us): their elements count this many
+# times against the limits above.
+HOST_HEAVY_FACTOR = 8
+HOST_HEAVY_OPS = frozenset(
+    {
+        "aten::sort",
+        "aten::argsort",
+        "aten::msort",
+        "aten::multinomial",
+        "aten::isin",
+        "aten::searchsorted",
+        "aten::bucketize",
+        "aten::kthvalue",
+        "aten::median",
+        "aten::nanmedian",
+        "aten::mode",
+        "aten::randperm",
+        "aten::_unique",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+    }
+)
+# Ops whose new outputs are zeros by definition: modelled, they hold their real values.
+ZEROS_OPS = frozenset({"aten::zeros", "aten::zeros_like", "aten::new_zeros"})
+# Allocations are never computed: their real output is uninitialised memory, timing mode's is
+# zeros (and stays so; dispatch.py treats them as allocations, no kernel).
+ALLOC_OPS = frozenset(
+    {
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::empty_like",
+        "aten::new_empty",
+        "aten::new_empty_strided",
+        "aten::resize_",
+        "aten::resize_as_",
+    }
+)
 _META = torch.device("meta")
 _REAL = "real"  # cached marker: run this op for real
 _PLANS: dict[Any, Any] = {}
@@ -36,12 +100,42 @@ class _Uncacheable(Exception):
 
 class Plan:
     """The outputs of one op: a tree of ("new", shape, stride, dtype) / ("alias", input index,
-    shape, stride) leaves, None where the op returns None (in-place foreach ops return nothing)."""
+    shape, stride) leaves, None where the op returns None (in-place foreach ops return nothing);
+    ``real``: small enough to compute for real (``computes_for_real``)."""
 
-    __slots__ = ("tree",)
+    __slots__ = ("tree", "real")
 
-    def __init__(self, tree: Any) -> None:
+    def __init__(self, tree: Any, real: bool = False) -> None:
         self.tree = tree
+        self.real = real
+
+
+def computes_for_real(
+    op: str, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], args: tuple = ()
+) -> bool:
+    """Timing mode's one rule: is this op (``op`` its overload packet, ``inputs`` every tensor
+    it reads, ``outputs`` every tensor it writes, CPU or meta) computed for real on the host?
+
+    Yes when its elements (all tensors, summed; x ``HOST_HEAVY_FACTOR`` for sorting/sampling ops)
+    are within ``REAL_MAX_INDEX_ELEMENTS`` if every tensor is integer or bool, else within
+    ``REAL_MAX_ELEMENTS``, and the cost model's flops within ``REAL_MAX_FLOPS``. Allocations
+    never (zeros are their defined value). The device time is the cost model's either way."""
+    if op in ALLOC_OPS:
+        return False
+    elements, integral = 0, True
+    for t in (*inputs, *outputs):
+        elements += t.numel()
+        if integral and (t.dtype.is_floating_point or t.dtype.is_complex):
+            integral = False
+    if op in HOST_HEAVY_OPS:
+        elements *= HOST_HEAVY_FACTOR
+    if elements > (REAL_MAX_INDEX_ELEMENTS if integral else REAL_MAX_ELEMENTS):
+        return False
+    try:
+        flops = op_cost(op, inputs=inputs, outputs=outputs, args=args).flops
+    except Exception:  # an overload the cost model does not expect: keep it modelled
+        return False
+    return flops <= REAL_MAX_FLOPS
 
 
 def _sig(x: Any) -> Any:
@@ -75,6 +169,14 @@ def _to_meta(x: Any, memo: dict[int, torch.Tensor]) -> Any:
     return x
 
 
+def _leaves(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if type(out) is list or type(out) is tuple:
+        return [t for o in out for t in _leaves(o)]
+    return []
+
+
 def _plan_of(out: Any, index: dict[int, int]) -> Any:
     """Output tree -> plan tree; raises ``_Uncacheable`` when the op returns host values."""
     if out is None:
@@ -91,9 +193,38 @@ def _plan_of(out: Any, index: dict[int, int]) -> Any:
 
 
 def output_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor]) -> Plan | None:
-    """The cached plan of ``func`` on these (unwrapped, CPU) arguments; None: run it for real."""
+    """The plan to materialise ``func``'s outputs on these (unwrapped, CPU) arguments; None: run
+    it for real (no plan, or small enough to compute: ``computes_for_real``)."""
+    plan = timing_plan(func, args, kwargs, inputs)
+    return None if plan is None or plan.real else plan
+
+
+def _scalar_blind_sig(x: Any) -> Any:
+    """``_sig`` with Python scalars by type only: for ops whose output shapes never depend on
+    their scalars (``_foreach_*``: AdamW's bias corrections change every step, and a key with
+    their values would miss the cache and rerun the meta kernels of every parameter)."""
+    if isinstance(x, torch.Tensor):
+        return (x.shape, x.stride(), x.dtype, x.storage_offset())
+    t = type(x)
+    if t is list or t is tuple:
+        return tuple([_scalar_blind_sig(i) for i in x])
+    if t is float or t is int or t is bool or t is complex:
+        return t
+    return _sig(x)
+
+
+_FOREACH: dict[Any, bool] = {}  # overload -> is a _foreach_ op (scalars never decide its shapes)
+
+
+def timing_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor]) -> Plan | None:
+    """The cached plan of ``func`` on these (unwrapped, CPU) arguments, its ``real`` decided;
+    None: no plan (no meta kernel, data-dependent shape, host value), run it for real."""
+    foreach = _FOREACH.get(func)
+    if foreach is None:
+        foreach = _FOREACH[func] = func._overloadpacket.__name__.startswith("_foreach_")
+    sig = _scalar_blind_sig if foreach else _sig
     try:
-        key = (func, _sig(args), _sig(tuple(kwargs.items())) if kwargs else ())
+        key = (func, sig(args), sig(tuple(kwargs.items())) if kwargs else ())
         plan = _PLANS.get(key)
     except _Uncacheable:
         key, plan = None, None
@@ -114,9 +245,11 @@ def _make_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor])
     index = {id(memo[id(t)]): i for i, t in enumerate(inputs) if id(t) in memo}
     try:
         out = func(*margs, **mkwargs)
-        return Plan(_plan_of(out, index))
+        tree = _plan_of(out, index)
     except Exception:  # no meta kernel, data-dependent shape, host value: run it for real
         return None
+    name = func._overloadpacket._qualified_op_name
+    return Plan(tree, computes_for_real(name, inputs, _leaves(out), margs))
 
 
 def zeros(shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tensor:
@@ -152,9 +285,34 @@ _ITEMSIZE = {
 }
 
 
+def resize_zeroed(t: torch.Tensor, shape: tuple, stride: tuple) -> None:
+    """``t.resize_(shape)`` as a modelled op does it: when the storage must grow, ``t`` gets a new
+    zero-filled one (``zeros``: host cost independent of size) instead of the allocator's
+    uninitialised bytes; within its storage, the bytes it already holds (zeros or values)."""
+    need = 0 if 0 in shape else 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=True))
+    itemsize = t.element_size()
+    if (t.storage_offset() + need) * itemsize <= t.untyped_storage().nbytes():
+        t.resize_(shape)
+        return
+    fresh = zeros(shape, stride, t.dtype)
+    t.set_(fresh.untyped_storage(), 0, shape, stride)
+
+
+_materialised = 0
+
+
+def materialised() -> int:
+    """How many ops' outputs ``materialise`` has modelled so far (a caller that hands an op to
+    code which may or may not model it, e.g. copies.py, compares before and after)."""
+    return _materialised
+
+
 def materialise(plan: Plan, inputs: list[torch.Tensor]) -> tuple[Any, list[torch.Tensor]]:
     """The op's outputs from its plan: new zero tensors, or the inputs it wrote (resized as the
-    op would have); ``written`` lists every output tensor (for the op's cost)."""
+    op would have, grown storage zero-filled); ``written`` lists every output tensor (for the
+    op's cost)."""
+    global _materialised
+    _materialised += 1
     written: list[torch.Tensor] = []
     return _build(plan.tree, inputs, written), written
 
@@ -174,7 +332,7 @@ def _build(p: Any, inputs: list[torch.Tensor], written: list[torch.Tensor]) -> A
         else:
             out = inputs[p[1]]
             if tuple(out.shape) != p[2]:
-                out.resize_(p[2])
+                resize_zeroed(out, p[2], p[3])
         written.append(out)
         return out
     return t([_build(i, inputs, written) for i in p])

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from neuron_profiler.emulator.host_cost import LEDGER
+
 _executor: Callable[[Any, tuple, dict], Any] | None = None
 _aten = torch.ops.aten
 _Base = torch._C.TensorBase
@@ -35,11 +37,20 @@ def set_executor(fn: Callable[[Any, tuple, dict], Any], cores: int) -> None:
     _devices[:] = [torch.device("neuron", i) for i in range(cores)]
 
 
+def swap_executor(fn: Callable[[Any, tuple, dict], Any]) -> Callable[[Any, tuple, dict], Any]:
+    """Install ``fn`` as the execution point, returning the one it replaces (calibration)."""
+    global _executor
+    old, _executor = _executor, fn
+    return old  # type: ignore[return-value]
+
+
 class NeuronTensor(torch.Tensor):
     """A tensor on an emulated NeuronCore; ``_elem`` is its device memory (a CPU tensor)."""
 
     _elem: torch.Tensor
     _core: int
+    # timing mode: the op whose modelled (not computed) values this tensor holds (modelled.py)
+    _modelled: str | None = None
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor, core: int) -> NeuronTensor:
@@ -67,6 +78,7 @@ class NeuronTensor(torch.Tensor):
         # answered here from the held tensor, skipping the execution point.
         fast = _METADATA.get(func)
         if fast is not None:
+            LEDGER.queries += 1  # Python's cost of a C++ field read: emulator overhead
             return fast(args[0]._elem)
         return _executor(func, args, kwargs or {})  # type: ignore[misc]
 

@@ -124,6 +124,8 @@ X_OVERHEAD = "overhead"  # emulator_overhead: what the host did (one of OVERHEAD
 OVERHEAD_NUMERICS = "numerics"  # the op's real math (numerics mode)
 OVERHEAD_COUPLING = "collective_coupling"  # exchanging collective arrival times across ranks
 OVERHEAD_PINNED_COPY = "pinned_copy"  # the data of a pinned-memory copy (the DMA reads it)
+# the emulator's Python dispatch of an op beyond the modelled framework launch cost (host_cost.py)
+OVERHEAD_DISPATCH = "dispatch"
 X_NUMERICS = "numerics"  # envelope / device properties: NUMERICS_COMPUTED or NUMERICS_SKIPPED
 NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
 SYNC_QUEUE_FULL = V.SYNC_QUEUE_FULL  # host_sync reason: the bounded launch queue was full

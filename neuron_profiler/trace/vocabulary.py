@@ -221,6 +221,9 @@ SYNC_OP_NAMES = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::non
 # Record functions of the Python dispatch machinery (a device's tensor subclass or mode): what
 # runs under them belongs to the aten op around them.
 DISPATCH_FRAMES = frozenset({"PythonSubclass", "PythonDispatchMode"})
+# Python frames (``with_stack``) of the emulated device's own code: like the dispatch frames, its
+# internals, never what the host "was running" (the program's op around them is).
+EMULATOR_FRAME_MARK = "neuron_profiler/emulator/"
 HOST_SYNC_NAMES = HOST_WAIT_NAMES | SYNC_OP_NAMES
 # the profiler's own work on the host (CUPTI buffer handling, the emulator's bookkeeping)
 PROFILER_OVERHEAD_NAMES = frozenset({"Activity Buffer Request", "Profiler overhead"})

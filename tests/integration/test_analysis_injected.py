@@ -229,10 +229,13 @@ def test_item_and_synchronize_are_host_syncs_once_per_step(reports: dict[str, Re
 
 def test_tiny_op_loop_is_host_bound(reports: dict[str, Report]) -> None:
     """16x16 adds take the device ~1 µs and the host ~20-40 µs to launch: nearly all idle is
-    host-bound launch, though each gap is shorter than --min-gap (the launch came late)."""
+    host-bound launch, though each gap is shorter than --min-gap (the launch came late). Timing
+    mode computes ops this small for real (docs/emulator.md): their math is emulator overhead,
+    discounted from idle and no cause."""
     r = reports["tiny"]
     (device,) = r.idle.devices
-    assert device.idle_ns > 0.8 * device.window_ns
+    assert device.idle_ns + device.emulator_overhead_ns > 0.8 * device.window_ns
+    assert device.emulator_overhead_ns > 0
     assert device.by_cause_ns["host_bound_launch"] > 0.9 * device.idle_ns
     assert r.findings.findings[0].kind == "idle:host_bound_launch"
 
@@ -241,12 +244,14 @@ def test_device_bound_control_has_no_false_finding(reports: dict[str, Report]) -
     """Large matmuls queued back to back, one sync per step: at least 80% busy in every step
     (~99% on an idle machine: the step boundary costs ~0.1-0.3 ms of ~80 ms) and no finding
     worth 5% of a step (room for the sync waking a few ms late under load); the launch queue's
-    backpressure (the host waiting for room) is no sync."""
+    backpressure (the host waiting for room) is no sync. Emulator overhead: only the dispatch
+    of the few ops between the queue's waits (host_cost.py), under 0.1% of the window."""
     r = reports["control"]
     (device,) = r.breakdown.devices
     assert all(device.busy_ns / r.steps.wall_ns >= 0.8), device.busy_ns / r.steps.wall_ns
     assert all(f.recoverable_pct < 5 for f in r.findings.findings), r.findings.findings
-    assert r.findings.fallbacks == () and r.idle.devices[0].emulator_overhead_ns == 0
+    idle = r.idle.devices[0]
+    assert r.findings.fallbacks == () and idle.emulator_overhead_ns < 1e-3 * idle.window_ns
     assert [g.name for g in r.findings.syncs] == ["torch.neuron.synchronize"]
 
 

@@ -1,0 +1,131 @@
+"""The emulator's own host time per op, beyond what the framework would spend: emulator overhead.
+
+On Trainium an eager op costs the host the framework's work (the Python call, autograd, the
+dispatcher: these run for real on the emulated device too) plus the backend's: finding the op's
+compiled kernel and submitting it, ``ChipSpec.host_launch_ns`` (docs/chips.md). Here the backend
+is Python: PyTorch's Python-subclass boundary around ``__torch_dispatch__`` (the arguments turned
+into Python objects, the result back), the size/stride queries that the ``"sizes"`` policy routes
+through Python (field reads in a C++ backend), and dispatch.py itself. All of it but
+``host_launch_ns`` per launching op (nothing for views, allocations and queries) is recorded, while
+a trace captures, as an ``emulator overhead: dispatch`` span that the analyzer discounts like the
+numerics mode's math. So the host time left in the trace is the framework's plus the modelled
+launch cost, what the device would have seen.
+
+The boundary lies outside what dispatch.py can time: ``calibrate`` measures it once per process
+(``enable`` calls it: a few ms), and ``account`` places it around the timed dispatch. Host work that a real device costs too is never counted: CPU-fallback ops, modelled
+waits (a full launch queue), copies and syncs (their own host model, copies.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from neuron_profiler.runtime_trace import format as F
+
+_CALIBRATION_RUNS = 300
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Host ns of PyTorch's Python-subclass boundary per dispatched op (before entering and after
+    leaving ``__torch_dispatch__``), and per size/stride query answered in Python."""
+
+    before_ns: int
+    after_ns: int
+    query_ns: int
+
+
+class Ledger:
+    """Per-process accounting state: the boundary (calibrated on first use), the size/stride
+    queries since the last accounted op (tensor.py counts them), and where the last span ended
+    (the next never reaches back over it)."""
+
+    __slots__ = ("boundary", "queries", "last_end_ns")
+
+    def __init__(self) -> None:
+        self.boundary: Boundary | None = None
+        self.queries = 0
+        self.last_end_ns = 0
+
+
+LEDGER = Ledger()
+_UNCALIBRATED = Boundary(0, 0, 0)  # before enable() calibrated: the timed dispatch only
+
+
+def account(timeline: Any, core: int, op: str, launches: bool, begin_ns: int, end_ns: int) -> None:
+    """Record the emulator's share of one op's host time: ``[begin_ns, end_ns]`` is the timed
+    dispatch; the boundary and the size queries since the last op come before and after it;
+    ``launches``: the op submits device work (``host_launch_ns`` of it is the framework's)."""
+    ledger = LEDGER
+    b = ledger.boundary or _UNCALIBRATED
+    queries, ledger.queries = ledger.queries, 0
+    start = begin_ns - b.before_ns - queries * b.query_ns
+    if start < ledger.last_end_ns:
+        start = ledger.last_end_ns
+    stop = end_ns + b.after_ns
+    if launches:
+        stop -= timeline.model.chip.host_launch_ns
+    if stop > start:
+        timeline.overhead(core, op, F.OVERHEAD_DISPATCH, start, stop)
+        ledger.last_end_ns = stop
+
+
+def skip() -> None:
+    """An op whose host time is not the emulator's (fallback, waits): its queries stay host time."""
+    LEDGER.queries = 0
+
+
+def calibrate(
+    execute: Callable[[Any, tuple, dict], Any],
+    runs: int = _CALIBRATION_RUNS,
+    record: bool = False,
+) -> Boundary:
+    """Measure the Python-subclass boundary around ``execute`` (dispatch.execute) on a view op
+    (``aten::t``: no device work, a new device tensor returned as by any op): the least time
+    from the call to ``execute``'s entry less the same call on a CPU tensor (the dispatcher's
+    own work, real on any backend), from its exit to the return, and of a size query less the
+    CPU one. ``record``: with record functions on (under a profiler: its cost per boundary)."""
+    from neuron_profiler.emulator import tensor as T
+
+    x = T.NeuronTensor(torch.zeros(2, 2), 0)
+    cpu = torch.zeros(2, 2)
+    op = torch.ops.aten.t.default
+    clock = time.perf_counter_ns
+    stamps = [0, 0]
+
+    def timed(func: Any, args: tuple, kwargs: dict) -> Any:
+        stamps[0] = clock()
+        out = execute(func, args, kwargs)
+        stamps[1] = clock()
+        return out
+
+    before = after = query = cpu_call = cpu_query = 1 << 62
+    saved = T.swap_executor(timed)
+    enable_record = torch._C._autograd._enable_record_function
+    enable_record(record)
+    try:
+        for _ in range(runs):
+            t0 = clock()
+            op(x)
+            t1 = clock()
+            before = min(before, stamps[0] - t0)
+            after = min(after, t1 - stamps[1])
+            t0 = clock()
+            op(cpu)
+            cpu_call = min(cpu_call, clock() - t0)
+            t0 = clock()
+            x.dim()
+            query = min(query, clock() - t0)
+            t0 = clock()
+            cpu.dim()
+            cpu_query = min(cpu_query, clock() - t0)
+    finally:
+        enable_record(True)
+        T.swap_executor(saved)
+    LEDGER.queries = 0
+    return Boundary(max(0, before - cpu_call), max(0, after), max(0, query - cpu_query))
