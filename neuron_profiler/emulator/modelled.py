@@ -10,7 +10,11 @@ When the program reads such values on the host (``.item()``, ``bool()``, ``.cpu(
 ``.tolist()``), or an op reads them to decide a shape or a host value (``nonzero``, ``unique``,
 ``torch.equal``: CPU-fallback and data-dependent ops), it gets a ``ModelledValueWarning`` naming
 the op, once per op: control flow that depends on these values sees zeros (a loop waiting on them
-may never end). Torch-free, like the rest of the runtime side.
+may never end). Reads are counted, every one: past ``read_limit()`` (100,000, or
+``NEURON_PROFILER_EMULATE_MODELLED_READS``; 0 turns the guard off) the read raises
+``ModelledValueError`` naming the first op read and where, instead of letting such a loop run
+on for ever. A program that reads a modelled value once per step (a logged loss) reaches the
+limit only after 100,000 steps. Torch-free, like the rest of the runtime side.
 """
 
 from __future__ import annotations
@@ -21,12 +25,24 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
+from neuron_profiler.errors import EmulatorError
+
 
 class ModelledValueWarning(UserWarning):
     """A program read values that timing mode did not compute (they are zeros)."""
 
 
+class ModelledValueError(EmulatorError):
+    """A program kept reading values timing mode did not compute, past the guard's limit: its
+    control flow almost certainly waits on them (they stay zeros)."""
+
+
+ENV_READ_LIMIT = "NEURON_PROFILER_EMULATE_MODELLED_READS"
+DEFAULT_READ_LIMIT = 100_000  # far past one read per step of any timing run, a few s of a loop
+
 _warned: set[str] = set()
+_reads = [0]  # reads of modelled values since enable()
+_first: list[str] = []  # the first read: "<op> read by <reader> at <file>:<line>"
 # frames of the emulator and of torch are skipped: the warning points at the program's own line
 _INTERNAL = (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
 
@@ -52,8 +68,29 @@ def mark(out: Any, name: str | None) -> None:
         out._modelled = name
 
 
+def read_limit() -> int:
+    """Reads of modelled values allowed before ``ModelledValueError`` (0: no limit)."""
+    raw = os.environ.get(ENV_READ_LIMIT, "").strip()
+    try:
+        return max(0, int(raw)) if raw else DEFAULT_READ_LIMIT
+    except ValueError:
+        raise ValueError(f"{ENV_READ_LIMIT}={raw!r}: expected a whole number of reads") from None
+
+
 def warn_read(name: str, reader: str) -> None:
-    """Warn (once per modelled op) that ``reader`` reads ``name``'s modelled values."""
+    """Count a read of ``name``'s modelled values by ``reader``; warn once per modelled op, and
+    raise ``ModelledValueError`` once the reads pass ``read_limit()``."""
+    _reads[0] += 1
+    if not _first:
+        _first.append(f"{name} read by {reader}{_where(_caller_level() - 1)}")
+    limit = read_limit()
+    if limit and _reads[0] > limit:
+        raise ModelledValueError(
+            f"timing mode: the program read values that were not computed {_reads[0]:,} times "
+            f"(first: {_first[0]}); they are zeros, so control flow waiting on them never ends. "
+            "Run with enable(numerics=True), or raise "
+            f"{ENV_READ_LIMIT} (now {limit:,}; 0: no limit) if the reads are meant."
+        )
     if name in _warned:
         return
     _warned.add(name)
@@ -65,6 +102,15 @@ def warn_read(name: str, reader: str) -> None:
         ModelledValueWarning,
         stacklevel=_caller_level(),
     )
+
+
+def _where(depth: int) -> str:
+    """ "" at file:line" of the frame ``depth`` above ``warn_read`` ("" past the stack)."""
+    try:
+        frame = sys._getframe(depth + 1)
+    except ValueError:
+        return ""
+    return f" at {frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 def _caller_level() -> int:
@@ -83,5 +129,7 @@ def _torch_dir() -> tuple[str, ...]:
 
 
 def reset() -> None:
-    """Warn again for every op (``enable`` calls it)."""
+    """Warn again for every op and count reads from zero (``enable`` calls it)."""
     _warned.clear()
+    _reads[0] = 0
+    _first.clear()

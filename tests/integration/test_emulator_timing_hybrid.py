@@ -343,6 +343,30 @@ def test_reading_modelled_values_warns_once_naming_the_op() -> None:
     assert _modelled_warnings(lambda: grown.cpu()) == []  # once per op
 
 
+@pytest.mark.filterwarnings("ignore::neuron_profiler.emulator.modelled.ModelledValueWarning")
+def test_a_loop_waiting_on_modelled_values_stops_with_an_error(monkeypatch) -> None:  # noqa: ANN001
+    """A loop whose exit depends on modelled zeros would never end: past the read limit the
+    next read raises, naming the op first read and the program's line; enable() counts anew."""
+    from neuron_profiler.emulator.modelled import ENV_READ_LIMIT, ModelledValueError
+
+    monkeypatch.setenv(ENV_READ_LIMIT, "50")
+    big = torch.ones(512, 512).to("neuron")
+    done = (big @ big).mean()  # modelled: stays 0.0, the loop waits for 1.0
+    reads = 0
+    with pytest.raises(ModelledValueError) as err:
+        while done.item() != 1.0:
+            reads += 1
+            assert reads <= 50, "the guard did not stop the loop"
+    assert reads == 50  # the 51st read raised
+    text = str(err.value)
+    assert "51 times" in text and "aten::mm read by" in text and ENV_READ_LIMIT in text
+    assert f"{Path(__file__).name}:" in text  # where the program read it first
+    emu.enable(cores=1, numerics=False)  # counts from zero again
+    assert [done.item() for _ in range(50)] == [0.0] * 50
+    monkeypatch.setenv(ENV_READ_LIMIT, "0")  # no limit
+    assert sum(done.item() for _ in range(200)) == 0.0
+
+
 def test_computed_values_and_fresh_host_data_do_not_warn() -> None:
     small = torch.randn(8, 8).to("neuron")
     big = torch.ones(512, 512).to("neuron")
