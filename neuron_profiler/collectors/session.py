@@ -102,7 +102,8 @@ class Intervals:
     @classmethod
     def from_stack(cls, stack: np.ndarray) -> Intervals:
         """From the bridge's (n, 5) array, one row per interval, columns ``STACK_COLUMNS``."""
-        col = dict(zip(STACK_COLUMNS, np.ascontiguousarray(stack.reshape(-1, 5).T), strict=True))
+        columns = np.ascontiguousarray(stack.reshape(-1, len(STACK_COLUMNS)).T)
+        col = dict(zip(STACK_COLUMNS, columns, strict=True))
         return cls(col["tid"], col["id"], col["push_ns"], col["pop_ns"])
 
     def host_ops(self) -> HostOps:

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <ctime>
 #include <memory>
 #include <mutex>
@@ -233,12 +234,11 @@ class NeuronActivity : public lk::GenericTraceActivity {
   const std::string metadataJson() const override {
     std::string out;
     out.reserve(160);
-    auto add = [&out](const std::string& k, const std::string& v) {
-      if (!out.empty()) { out += ", "; }
-      out += '"';
+    auto it = std::back_inserter(out);  // fmt writes straight into the string
+    auto key = [&out](const std::string& k) {
+      out += out.empty() ? "\"" : ", \"";
       out += k;
       out += "\": ";
-      out += v;
     };
     double dur = static_cast<double>(std::max<int64_t>(endTime - startTime, 1));
     // -1: absent. device/stream/correlation are CUDA's keys on device work (and runtime calls).
@@ -246,21 +246,29 @@ class NeuronActivity : public lk::GenericTraceActivity {
                                                               {x_.stream, &g_keys.stream},
                                                               {x_.correlation, &g_keys.correlation},
                                                               {x_.exec_id, &g_keys.exec_id}};
-    for (const auto& [value, key] : numbers) {
-      if (value >= 0) { add(*key, std::to_string(value)); }
+    for (const auto& [value, k] : numbers) {
+      if (value >= 0) {
+        key(*k);
+        fmt::format_to(it, "{}", value);
+      }
     }
     if (x_.flops >= 0) {
-      add(g_keys.flops, std::to_string(x_.flops));
-      add(g_keys.tflops, fmt::format("{:.6g}", static_cast<double>(x_.flops) / dur / 1e3));
+      key(g_keys.flops);
+      fmt::format_to(it, "{}", x_.flops);
+      key(g_keys.tflops);
+      fmt::format_to(it, "{:.6g}", static_cast<double>(x_.flops) / dur / 1e3);
     }
     if (x_.bytes >= 0) {
-      add(g_keys.bytes, std::to_string(x_.bytes));
-      const std::string& key =
-          activityType == lk::ActivityType::GPU_MEMCPY ? g_keys.bandwidth : g_keys.gbps;
-      add(key, fmt::format("{:.6g}", static_cast<double>(x_.bytes) / dur));
+      key(g_keys.bytes);
+      fmt::format_to(it, "{}", x_.bytes);
+      key(activityType == lk::ActivityType::GPU_MEMCPY ? g_keys.bandwidth : g_keys.gbps);
+      fmt::format_to(it, "{:.6g}", static_cast<double>(x_.bytes) / dur);
     }
     if (extra_) {
-      for (const auto& kv : *extra_) { add(kv.first, kv.second); }
+      for (const auto& [k, v] : *extra_) {
+        key(k);
+        out += v;
+      }
     }
     return out;
   }
