@@ -80,6 +80,11 @@ def _json(value: Any) -> str:
     return _enc(_safe(value)).decode()
 
 
+# Columns of the bridge's (n, 5) int64 interval array (``struct Interval`` in neuron_kineto.h);
+# the parent is for the bridge itself (dispatch frames).
+STACK_COLUMNS = ("tid", "id", "parent", "push_ns", "pop_ns")
+
+
 @dataclass(frozen=True)
 class Intervals:
     """Correlation intervals the C++ stack recorded: (thread, correlation id, push_ns, pop_ns)."""
@@ -93,6 +98,13 @@ class Intervals:
     def empty(cls) -> Intervals:
         z = np.zeros(0, dtype=np.int64)
         return cls(z, z, z, z)
+
+    @classmethod
+    def from_stack(cls, stack: np.ndarray) -> Intervals:
+        """From the bridge's (n, 5) array, one row per interval, columns ``STACK_COLUMNS``."""
+        columns = np.ascontiguousarray(stack.reshape(-1, len(STACK_COLUMNS)).T)
+        col = dict(zip(STACK_COLUMNS, columns, strict=True))
+        return cls(col["tid"], col["id"], col["push_ns"], col["pop_ns"])
 
     def host_ops(self) -> HostOps:
         """As placement's host ops (the bridge resolves dispatch frames itself)."""
@@ -254,31 +266,15 @@ class Controller:
             return
         self._source = source
 
-    def stop(
-        self,
-        start_ns: int,
-        stop_ns: int,
-        tid: np.ndarray,
-        corr: np.ndarray,
-        push: np.ndarray,
-        pop: np.ndarray,
-    ) -> dict[str, Any]:
-        result = self._stop(start_ns, stop_ns, tid, corr, push, pop)
+    def stop(self, start_ns: int, stop_ns: int, stack: np.ndarray) -> dict[str, Any]:
+        result = self._stop(start_ns, stop_ns, Intervals.from_stack(stack))
         extra = fallback_ops_metadata()
         if extra:
             result = dataclasses.replace(result, metadata={**result.metadata, **extra})
         self.last_result = result
         return result.to_bridge()
 
-    def _stop(
-        self,
-        start_ns: int,
-        stop_ns: int,
-        tid: np.ndarray,
-        corr: np.ndarray,
-        push: np.ndarray,
-        pop: np.ndarray,
-    ) -> SessionResult:
+    def _stop(self, start_ns: int, stop_ns: int, intervals: Intervals) -> SessionResult:
         src, self._source = self._source, None
         if src is None:
             return empty_result("none", self._problem or "no device source")
@@ -287,7 +283,7 @@ class Controller:
             result = build_session_result(
                 payload,
                 window=(int(start_ns), int(stop_ns)),
-                intervals=Intervals(tid, corr, push, pop),
+                intervals=intervals,
                 host_pid=os.getpid(),
                 props=src.device_properties(),
                 source_name=src.name,

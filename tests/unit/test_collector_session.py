@@ -279,8 +279,17 @@ def _no_source():
 
 
 def _stop(ctl: S.Controller) -> dict:
-    z = np.zeros(0, dtype=np.int64)
-    return ctl.stop(0, 10, z, z, z, z)
+    return ctl.stop(0, 10, np.zeros((0, len(S.STACK_COLUMNS)), dtype=np.int64))
+
+
+def test_bridge_interval_rows_become_intervals_by_column() -> None:
+    # two (tid, id, parent, push_ns, pop_ns) rows as the bridge's stack hands them over
+    stack = np.array([[11, 7, 0, 100, 900], [12, 8, 7, 200, 300]], dtype=np.int64)
+    got = S.Intervals.from_stack(stack)
+    assert got.tid.tolist() == [11, 12]
+    assert got.correlation.tolist() == [7, 8]
+    assert got.push_ns.tolist() == [100, 200] and got.pop_ns.tolist() == [900, 300]
+    assert all(a.flags["C_CONTIGUOUS"] and a.dtype == np.int64 for a in vars(got).values())
 
 
 def test_controller_without_source_warns_and_says_why() -> None:

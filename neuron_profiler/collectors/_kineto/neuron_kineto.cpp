@@ -1,12 +1,11 @@
-// The Kineto bridge, and nothing else: a libkineto::IActivityProfiler registered through torch's
-// PrivateUse1ProfilerRegistry. Its session keeps the correlation stack, takes the record buffer
-// Python hands over at stop() and converts it into Kineto activities in processTrace (the core
-// is neuron_kineto.h). Parsing, linking, the window and the record layout's content are Python
-// (neuron_profiler/collectors/session.py, runtime_trace/placement.py); this file calls back
-// into it. Test and bench entry points are in neuron_kineto_testing.cpp, a module of their own.
+// The collector's module: a libkineto::IActivityProfiler registered through torch's
+// PrivateUse1ProfilerRegistry, whose session calls back into Python (session.Controller) at
+// start() and stop() and converts the record buffer stop() returns in processTrace (core in
+// neuron_kineto.h). Test and bench entry points are in neuron_kineto_testing.cpp.
 
 #include "neuron_kineto.h"
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -20,20 +19,10 @@ py::object& controller() {
   return *obj;
 }
 
-using DeviceRow = std::tuple<int64_t, int64_t, std::string, std::string>;  // pid, sort, name, label
-using ResourceRow = std::tuple<int64_t, int64_t, int64_t, std::string>;    // tid, sort, pid, name
-
-lk::DeviceInfo device_info(const DeviceRow& d) {
-  return lk::DeviceInfo{std::get<0>(d), std::get<1>(d), std::get<2>(d), std::get<3>(d)};
-}
-
 class NeuronSession : public lk::IActivityProfilerSession {
  public:
   void start() override {
-    {
-      std::lock_guard<std::mutex> lock(g_iv_mu);
-      g_intervals.clear();
-    }
+    take_intervals();  // an earlier session's, never handed over
     start_ns_ = now_ns();
     g_recording.store(true);
     call_python("start", [&](py::object& c) { c.attr("start")(); });
@@ -43,46 +32,34 @@ class NeuronSession : public lk::IActivityProfilerSession {
   void stop() override {
     stop_ns_ = now_ns();
     g_recording.store(false);
-    std::vector<Interval> ivs;
-    {
-      std::lock_guard<std::mutex> lock(g_iv_mu);
-      ivs.swap(g_intervals);
-    }
-    parents_.clear();
+    std::vector<Interval> ivs = take_intervals();
     for (const auto& iv : ivs) { parents_[iv.id] = iv.parent; }
     call_python("stop", [&](py::object& c) {
-      size_t n = ivs.size();
-      py::array_t<int64_t> tid(n), corr(n), push(n), pop(n);
-      auto t = tid.mutable_unchecked<1>();
-      auto c2 = corr.mutable_unchecked<1>();
-      auto p = push.mutable_unchecked<1>();
-      auto q = pop.mutable_unchecked<1>();
-      for (size_t i = 0; i < n; ++i) {
-        t(i) = ivs[i].tid;
-        c2(i) = static_cast<int64_t>(ivs[i].id);
-        p(i) = ivs[i].push_ns;
-        q(i) = ivs[i].pop_ns;
-      }
-      py::dict res = c.attr("stop")(start_ns_, stop_ns_, tid, corr, push, pop);
-      records_ = records_from_dict(res["records"].cast<py::dict>());
+      auto n = static_cast<py::ssize_t>(ivs.size());
+      py::array_t<int64_t> stack({n, py::ssize_t{5}}, reinterpret_cast<int64_t*>(ivs.data()));
+      py::dict res = c.attr("stop")(start_ns_, stop_ns_, stack);
+      records_ = records_from_dict(res["records"]);
       device_properties_ = res["device_properties"].cast<std::string>();
       metadata_ = res["metadata"].cast<std::unordered_map<std::string, std::string>>();
-      devices_ = res["devices"].cast<std::vector<DeviceRow>>();
-      resources_ = res["resources"].cast<std::vector<ResourceRow>>();
+      for (const auto& [pid, sort_index, name, label] :
+           res["devices"].cast<std::vector<Device>>()) {
+        devices_.push_back(lk::DeviceInfo{pid, sort_index, name, label});
+      }
+      for (const auto& [tid, sort_index, pid, name] : res["resources"].cast<std::vector<Queue>>()) {
+        resources_.push_back(lk::ResourceInfo{tid, sort_index, pid, name});
+      }
     });
     status_ = lk::TraceStatus::PROCESSING;
   }
 
-  std::vector<std::string> errors() override { return errors_; }
-
   void processTrace(lk::ActivityLogger& logger) override { processTrace(logger, nullptr, 0, 0); }
 
+  // The window was applied in Python at stop() (by launch time, counted in the metadata).
   void processTrace(lk::ActivityLogger& logger, lk::getLinkedActivityCallback getLinked,
                     int64_t /*startTime*/, int64_t /*endTime*/) override {
-    // The window was applied in Python at stop() (by launch time, counted in the metadata).
     buffer_ = std::make_unique<lk::CpuTraceBuffer>();
     buffer_->span = lk::TraceSpan(start_ns_, stop_ns_, "NeuronCore");
-    buffer_->gpuOpCount = static_cast<int>(records_.rows.size());
+    buffer_->gpuOpCount = static_cast<int>(records_->rows.size());
     convert(records_, *buffer_, &getLinked, &parents_);
     for (const auto& act : buffer_->activities) {
       // handleActivity keeps a pointer (ownership moves with getTraceBuffer); act->log() would
@@ -90,33 +67,28 @@ class NeuronSession : public lk::IActivityProfilerSession {
       logger.handleActivity(*act);
     }
     for (size_t i = 1; i < devices_.size(); ++i) {  // devices_[0] comes from getDeviceInfo()
-      logger.handleDeviceInfo(device_info(devices_[i]), start_ns_);
+      logger.handleDeviceInfo(devices_[i], start_ns_);
     }
   }
 
   std::unique_ptr<lk::DeviceInfo> getDeviceInfo() override {
-    if (devices_.empty()) { return nullptr; }
-    return std::make_unique<lk::DeviceInfo>(device_info(devices_[0]));
+    return devices_.empty() ? nullptr : std::make_unique<lk::DeviceInfo>(devices_[0]);
   }
 
-  std::vector<lk::ResourceInfo> getResourceInfos() override {
-    std::vector<lk::ResourceInfo> out;
-    for (const auto& [tid, sort_index, pid, name] : resources_) {
-      out.push_back(lk::ResourceInfo{tid, sort_index, pid, name});
-    }
-    return out;
-  }
-
+  std::vector<lk::ResourceInfo> getResourceInfos() override { return resources_; }
   std::unique_ptr<lk::CpuTraceBuffer> getTraceBuffer() override { return std::move(buffer_); }
-
+  std::string getDeviceProperties() override { return device_properties_; }
+  std::unordered_map<std::string, std::string> getMetadata() override { return metadata_; }
+  std::vector<std::string> errors() override { return errors_; }
   void pushCorrelationId(uint64_t id) override { push_correlation(id); }
   void popCorrelationId() override { pop_correlation(); }
 
-  std::string getDeviceProperties() override { return device_properties_; }
-
-  std::unordered_map<std::string, std::string> getMetadata() override { return metadata_; }
-
  private:
+  using Device = std::tuple<int64_t, int64_t, std::string, std::string>;  // pid, sort, name, label
+  using Queue = std::tuple<int64_t, int64_t, int64_t, std::string>;       // tid, sort, pid, name
+
+  // A failure (Python's or ours) fails the session, not the profile: an error, a warning and the
+  // reason in the trace's metadata, with what Kineto's JSON writer cannot carry replaced.
   template <typename F>
   void call_python(const char* what, F&& f) {
     py::gil_scoped_acquire gil;
@@ -128,39 +100,27 @@ class NeuronSession : public lk::IActivityProfilerSession {
     } catch (const std::exception& e) {
       std::string msg = std::string("neuron collector ") + what + ": " + e.what();
       errors_.push_back(msg);
-      metadata_[g_keys.collector_error] = "\"" + sanitize(msg) + "\"";
+      std::replace_if(
+          msg.begin(), msg.end(), [](char ch) { return ch == '"' || ch == '\\' || ch == '\n'; },
+          '\'');
+      metadata_[g_keys.collector_error] = "\"" + msg + "\"";
       status_ = lk::TraceStatus::ERROR;
       try {
-        py::module_::import("warnings").attr("warn")(msg);
+        py::module_::import("warnings").attr("warn")(errors_.back());
       } catch (...) {}
     }
   }
 
-  static std::string sanitize(std::string s) {
-    for (auto& ch : s) {
-      if (ch == '"' || ch == '\\' || ch == '\n') { ch = '\''; }
-    }
-    return s;
-  }
-
   int64_t start_ns_{0}, stop_ns_{0};
-  RecordBuffer records_;
+  Records records_ = std::make_shared<RecordBuffer>();
   ParentMap parents_;
   std::string device_properties_;
   std::unordered_map<std::string, std::string> metadata_;
-  std::vector<DeviceRow> devices_;
-  std::vector<ResourceRow> resources_;
+  std::vector<lk::DeviceInfo> devices_;
+  std::vector<lk::ResourceInfo> resources_;
   std::vector<std::string> errors_;
   std::unique_ptr<lk::CpuTraceBuffer> buffer_;
 };
-
-// Device activity types: configure() returns nullptr unless one of them was asked for, because
-// the registered plugin is also configured for CPU-only profiles.
-const std::set<lk::ActivityType>& device_types() {
-  static const std::set<lk::ActivityType> s{lk::ActivityType::CONCURRENT_KERNEL,
-                                            lk::ActivityType::GPU_MEMCPY};
-  return s;
-}
 
 class NeuronProfiler : public lk::IActivityProfiler {
  public:
@@ -171,10 +131,13 @@ class NeuronProfiler : public lk::IActivityProfiler {
         lk::ActivityType::PRIVATEUSE1_RUNTIME, lk::ActivityType::PRIVATEUSE1_DRIVER};
     return s;
   }
+  // A session only when a device type was asked for: the registered plugin is also configured
+  // for CPU-only profiles.
   std::unique_ptr<lk::IActivityProfilerSession> configure(const std::set<lk::ActivityType>& types,
                                                           const lk::Config& /*config*/) override {
-    for (auto t : types) {
-      if (device_types().count(t)) { return std::make_unique<NeuronSession>(); }
+    if (types.count(lk::ActivityType::CONCURRENT_KERNEL) ||
+        types.count(lk::ActivityType::GPU_MEMCPY)) {
+      return std::make_unique<NeuronSession>();
     }
     return nullptr;
   }

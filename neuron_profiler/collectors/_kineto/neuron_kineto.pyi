@@ -6,15 +6,9 @@ import numpy as np
 
 class Controller(Protocol):
     def start(self) -> None: ...
-    def stop(
-        self,
-        start_ns: int,
-        stop_ns: int,
-        tid: np.ndarray,
-        corr: np.ndarray,
-        push: np.ndarray,
-        pop: np.ndarray,
-    ) -> dict[str, Any]: ...
+    def stop(self, start_ns: int, stop_ns: int, stack: np.ndarray) -> dict[str, Any]:
+        """``stack``: the correlation intervals, an (n, 5) int64 array whose columns are
+        session.STACK_COLUMNS."""
 
 def register_profiler(controller: Controller, keys: dict[str, str]) -> None:
     """Register the IActivityProfiler factory (once), the Python controller it calls and the

@@ -11,7 +11,7 @@ namespace {
 
 // Convert a record buffer without a Kineto session; returns (seconds, count, rendered rows).
 py::tuple convert_records(const py::dict& d, bool render) {
-  RecordBuffer r = records_from_dict(d);
+  Records r = records_from_dict(d);
   auto buf = std::make_unique<lk::CpuTraceBuffer>();
   auto t0 = std::chrono::steady_clock::now();
   convert(r, *buf, nullptr);
@@ -29,7 +29,7 @@ py::tuple convert_records(const py::dict& d, bool render) {
 
 // Seconds to render the args of every converted activity (what export costs).
 double render_seconds(const py::dict& d) {
-  RecordBuffer r = records_from_dict(d);
+  Records r = records_from_dict(d);
   auto buf = std::make_unique<lk::CpuTraceBuffer>();
   convert(r, *buf, nullptr);
   auto t0 = std::chrono::steady_clock::now();
