@@ -237,7 +237,9 @@ def enable(
     D.STATE.current_core = min(D.STATE.current_core, cores - 1)
     D.STATE.timeline = timeline
     if host_cost.LEDGER.boundary is None:  # once per process, before any trace (host_cost.py)
-        host_cost.LEDGER.boundary = host_cost.calibrate(D.execute)
+        host_cost.LEDGER.boundary = host_cost.calibrate(
+            D.execute, lambda t: T.NeuronTensor(t, 0), T.swap_executor
+        )
 
 
 def is_enabled() -> bool:

@@ -82,6 +82,8 @@ def skip() -> None:
 
 def calibrate(
     execute: Callable[[Any, tuple, dict], Any],
+    device_tensor: Callable[[torch.Tensor], Any],
+    swap_executor: Callable[[Callable], Callable],
     runs: int = _CALIBRATION_RUNS,
     record: bool = False,
 ) -> Boundary:
@@ -89,10 +91,11 @@ def calibrate(
     (``aten::t``: no device work, a new device tensor returned as by any op): the least time
     from the call to ``execute``'s entry less the same call on a CPU tensor (the dispatcher's
     own work, real on any backend), from its exit to the return, and of a size query less the
-    CPU one. ``record``: with record functions on (under a profiler: its cost per boundary)."""
-    from neuron_profiler.emulator import tensor as T
-
-    x = T.NeuronTensor(torch.zeros(2, 2), 0)
+    CPU one. ``record``: with record functions on (under a profiler: its cost per boundary).
+    ``device_tensor`` wraps a host tensor as a device one and ``swap_executor`` installs an
+    executor, returning the one it replaced (tensor.py's, passed in: tensor.py reads LEDGER).
+    """
+    x = device_tensor(torch.zeros(2, 2))
     cpu = torch.zeros(2, 2)
     op = torch.ops.aten.t.default
     clock = time.perf_counter_ns
@@ -105,7 +108,7 @@ def calibrate(
         return out
 
     before = after = query = cpu_call = cpu_query = 1 << 62
-    saved = T.swap_executor(timed)
+    saved = swap_executor(timed)
     enable_record = torch._C._autograd._enable_record_function
     enable_record(record)
     try:
@@ -126,6 +129,6 @@ def calibrate(
             cpu_query = min(cpu_query, clock() - t0)
     finally:
         enable_record(True)
-        T.swap_executor(saved)
+        swap_executor(saved)
     LEDGER.queries = 0
     return Boundary(max(0, before - cpu_call), max(0, after), max(0, query - cpu_query))

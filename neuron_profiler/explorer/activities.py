@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_profiler.explorer.reader import CcOpColumns, EventColumns, ExplorerProfile
+from neuron_profiler.explorer.columns import CcOpColumns, EventColumns, ExplorerProfile
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities
 from neuron_profiler.runtime_trace.parser import KIND_BY_TYPE, QUEUE_BY_KIND
 

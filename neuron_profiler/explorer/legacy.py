@@ -17,7 +17,7 @@ import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.explorer import schema as X
-from neuron_profiler.explorer.reader import EventColumns, ExplorerProfile
+from neuron_profiler.explorer.columns import EventColumns, ExplorerProfile
 from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.runtime_trace._pylists import codes
 from neuron_profiler.trace.repair import EMPTY_FILE, cannot_read

@@ -33,7 +33,7 @@ from neuron_profiler.explorer.activities import (
     framework_rows,
     to_activities,
 )
-from neuron_profiler.explorer.reader import ExplorerProfile, HbmColumns
+from neuron_profiler.explorer.columns import ExplorerProfile, HbmColumns
 from neuron_profiler.runtime_trace.activities import ActivityKind
 from neuron_profiler.runtime_trace.linking import innermost_containing
 from neuron_profiler.runtime_trace.merge import MergeResult, host_pid_lookup, merge_activities
