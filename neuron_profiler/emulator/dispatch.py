@@ -339,7 +339,7 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
         reason = fallback_reason(info, u)
         if reason is not None:
             if seen is not None:  # nonzero, unique, ...: their result depends on the values
-                modelled.warn_read(seen, info.name)
+                _warn_read(seen, info.name, core)
             result = run_fallback(func, info, u, core, reason, launch_ns)
             modelled.mark(result, seen)
             return result
@@ -460,6 +460,21 @@ def _device_tensors(x: Any) -> list[NeuronTensor]:
     return []
 
 
+def _warn_read(seen: str, reader: str, core: int) -> None:
+    """``modelled.warn_read`` where the op keeps its host time (a read, a copy, a CPU fallback:
+    not accounted by ``host_cost``): showing the warning (once per op; Python formats it and
+    reads the program's source line, ~ms) is the emulator's own work, an overhead span."""
+    start = time.time_ns()
+    modelled.warn_read(seen, reader)
+    stop = time.time_ns()
+    tl = STATE.timeline
+    if tl is not None and stop - start >= _WARNING_SPAN_MIN_NS:
+        tl.overhead(core, reader, F.OVERHEAD_WARNING, start, stop)
+
+
+_WARNING_SPAN_MIN_NS = 20_000  # a read counted without a warning costs ~1 us: no span for it
+
+
 def _special_timing(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     """A copy, read or collective in timing mode: its handler, plus what modelled.py tracks
     (a host read of modelled values warns; results carry their source's modelled op)."""
@@ -472,7 +487,7 @@ def _special_timing(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     if seen is not None:
         reader = _host_reader(func, args, kwargs)
         if reader is not None:
-            modelled.warn_read(seen, reader)
+            _warn_read(seen, reader, STATE.current_core)
     before = materialised()
     result = info.handler(func, info, args, kwargs)  # type: ignore[misc]
     if where is not None:

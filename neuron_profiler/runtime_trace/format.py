@@ -126,6 +126,8 @@ OVERHEAD_COUPLING = "collective_coupling"  # exchanging collective arrival times
 OVERHEAD_PINNED_COPY = "pinned_copy"  # the data of a pinned-memory copy (the DMA reads it)
 # the emulator's Python dispatch of an op beyond the modelled framework launch cost (host_cost.py)
 OVERHEAD_DISPATCH = "dispatch"
+# showing timing mode's warning that the program reads modelled values (once per op, modelled.py)
+OVERHEAD_WARNING = "modelled_read_warning"
 X_NUMERICS = "numerics"  # envelope / device properties: NUMERICS_COMPUTED or NUMERICS_SKIPPED
 NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
 SYNC_QUEUE_FULL = V.SYNC_QUEUE_FULL  # host_sync reason: the bounded launch queue was full
