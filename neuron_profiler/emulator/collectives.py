@@ -91,12 +91,11 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     if tl is None:
         return result
     device_elems = [t for t in u.inputs if id(t) in u.alias]
-    first = u.args[0] if u.args else []
-    first = first if isinstance(first, (list, tuple)) else [first]
-    sent = [t for t in _flat(first) if isinstance(t, torch.Tensor)]
-    nbytes = sum(t.numel() * t.element_size() for t in (sent or device_elems))
-    ranks, group = _ranks(pg)
     name = _NAMES.get(info.name.split("::", 1)[1], info.name.split("::", 1)[1])
+    nbytes = _buffer_bytes(u.args, _BUFFER_ARG.get(name, 0)) or sum(
+        t.numel() * t.element_size() for t in device_elems
+    )
+    ranks, group = _ranks(pg)
     couple = pg is not None and pg.size() > 1 and name not in _POINT_TO_POINT
     end = tl.collective(
         core,
@@ -112,6 +111,19 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         STATE.pending[t.untyped_storage().data_ptr()] = end
     _outstanding[core] = max(end, _outstanding.get(core, 0))
     return result
+
+
+# The argument holding the whole buffer the ring moves (timing.collective_ns): the output for
+# all-gather (the gathered tensor), the input for reduce-scatter (every rank's full buffer, of
+# which each keeps 1/n); others read and write one buffer, their first argument.
+_BUFFER_ARG = {"reduce_scatter": 1}
+
+
+def _buffer_bytes(args: tuple, index: int) -> int:
+    if len(args) <= index:
+        return 0
+    found = args[index] if isinstance(args[index], (list, tuple)) else [args[index]]
+    return sum(t.numel() * t.element_size() for t in _flat(found) if isinstance(t, torch.Tensor))
 
 
 def _pair_up(host: Any, device: Any, by_id: dict[int, Any], by_mem: dict[tuple, Any]) -> None:
@@ -159,7 +171,11 @@ def _device_work(out: Any, result: Any, alias: dict[int, Any]) -> Any:
             work = Work.unbox(o)
         except RuntimeError:  # another bound class
             continue
-        fut = work.get_future().then(lambda f: _to_device(f.value(), by_id, by_mem))
+        try:
+            future = work.get_future()
+        except RuntimeError:  # gloo's work for some ops has none ("getFuture not implemented")
+            continue
+        fut = future.then(lambda f: _to_device(f.value(), by_id, by_mem))
         items[i] = _create_work_from_future(fut).boxed()
     return items[0] if single else type(result)(items)
 

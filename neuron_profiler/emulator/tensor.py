@@ -91,6 +91,21 @@ class NeuronTensor(torch.Tensor):
             suffix += ", requires_grad=True"
         return body[:-1] + suffix + ")"
 
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """The device memory: the held tensor's storage, shared by every view of this buffer
+        (the wrapper's own has no data). ``resize_`` on it frees / regrows the memory in place,
+        as FSDP does (storage.py)."""
+        return self._elem.untyped_storage()
+
+    def data_ptr(self) -> int:
+        """Address of the first element in the held storage: equal for tensors that alias."""
+        return self._elem.data_ptr()
+
+    def record_stream(self, stream: Any) -> None:
+        """One in-order stream per core (streams.py) and memory freed when its last tensor
+        goes: nothing to record. ``torch.neuron.Stream`` is not a ``torch.Stream``, which the
+        C++ method would demand (FSDP1 records its all-gather outputs)."""
+
     def tolist(self) -> Any:
         """As on CUDA: a device -> host copy (the host waits for it), then the list."""
         return torch.Tensor.cpu(self).tolist()
