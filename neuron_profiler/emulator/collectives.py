@@ -3,8 +3,9 @@ process group (gloo) on their host memory, and occupy the core's collective queu
 
 The data exchange is real (results equal gloo on CPU); the device time is modelled (ring
 algorithm, ``RooflineModel.collective_ns``). The collective overlaps compute launched after it;
-work that reads its result waits for it on the device (``dispatch.STATE.pending``), and host
-reads (``.item()``, ``.cpu()``, synchronize) wait for the collective queue too.
+work that reads its result waits for it on the device (``dispatch.STATE.pending``), ``Work.wait()``
+makes the current stream wait for it on the device (streams.py), and host reads (``.item()``,
+``.cpu()``, synchronize) wait for it too.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         group=group,
         launch_ns=launch_ns,
         exchange=_arrival_exchange(pg) if couple else None,
+        not_before_ns=_side_floor(core),
     )
     for t in device_elems:  # every buffer the collective touches is ready only at its end
         STATE.pending[t.untyped_storage().data_ptr()] = end
@@ -124,6 +126,11 @@ def _buffer_bytes(args: tuple, index: int) -> int:
         return 0
     found = args[index] if isinstance(args[index], (list, tuple)) else [args[index]]
     return sum(t.numel() * t.element_size() for t in _flat(found) if isinstance(t, torch.Tensor))
+
+
+def _side_floor(core: int) -> int:
+    side = STATE.side_stream
+    return STATE.stream_floors.get(side, 0) if side is not None and side[0] == core else 0
 
 
 def _pair_up(host: Any, device: Any, by_id: dict[int, Any], by_mem: dict[tuple, Any]) -> None:
@@ -208,13 +215,15 @@ _original_wait: list[Any] = []
 
 def _wait(self: Any, *args: Any, **kwargs: Any) -> Any:
     """``Work.wait()`` from Python (``dist.all_reduce`` without ``async_op``, ``handle.wait()``):
-    the real exchange is done by the original wait; then the host also waits until the emulated
-    collective queue has finished, recorded as a ``collective_wait`` host sync."""
+    the real exchange is done by the original wait; then, as with NCCL, the *current stream*
+    waits on the device until the emulated collective queue has finished (streams.py): later
+    work launched on it starts after the collective, the host does not block."""
+    from neuron_profiler.emulator.streams import current_stream, wait_on_device
+
     result = _original_wait[0](self, *args, **kwargs)
-    tl = STATE.timeline
-    if tl is not None and _outstanding:
+    if STATE.timeline is not None and _outstanding:
         for core, end in list(_outstanding.items()):
-            tl.host_sync([core], "collective_wait", op="c10d::Work.wait", until_ns=end)
+            wait_on_device(current_stream(core), end)
         _outstanding.clear()
     return result
 

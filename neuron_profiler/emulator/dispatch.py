@@ -72,6 +72,10 @@ class State:
         self.pending: dict[int, int] = {}
         # CPU-fallback ops run so far (their host time is real on a device too: host_cost.py)
         self.fallbacks = 0
+        # (core, stream id) of the current side stream (streams.py), None on the default one
+        self.side_stream: tuple[int, int] | None = None
+        # (core, stream id) -> device time before which later work on that side stream waits
+        self.stream_floors: dict[tuple[int, int], int] = {}
 
 
 STATE = State()
@@ -412,6 +416,10 @@ def _launch_kernel(
         return
     mutated = [t for t in u.inputs if id(t) in u.alias] if info.mutated_names else []
     cost = op_cost(info.name, inputs=u.inputs, outputs=written or mutated, args=u.args)
+    not_before = wait_pending(u.inputs)
+    side = STATE.side_stream
+    if side is not None and side[0] == core:  # a side stream that waited for an event
+        not_before = max(not_before, STATE.stream_floors.get(side, 0))
     tl.kernel(
         core,
         info.name,
@@ -420,7 +428,7 @@ def _launch_kernel(
         dtype=cost.dtype,
         matrix=cost.matrix,
         launch_ns=launch_ns,
-        not_before_ns=wait_pending(u.inputs),
+        not_before_ns=not_before,
         overhead_from_ns=overhead_from_ns,
     )
     if STATE.pending:

@@ -328,6 +328,7 @@ class DeviceTimeline:
         launch_ns: int,
         algorithm: str = "ring",
         exchange: Callable[[int], int] | None = None,
+        not_before_ns: int = 0,
     ) -> int:
         """A collective on the collective queue: waits for the inputs (stream), not for later
         compute, so it overlaps whatever is launched after it.
@@ -335,13 +336,16 @@ class DeviceTimeline:
         ``exchange(arrival_ns) -> latest arrival over the group`` couples the ranks: this rank's
         arrival is when the collective could start on its own queue; it starts when the last
         rank has arrived, and the wait before is a ``cc_exec_barrier`` span on the device (as
-        the real runtime records it). The exchange's host time is an emulator-overhead span."""
+        the real runtime records it). The exchange's host time is an emulator-overhead span.
+        ``not_before_ns``: the floor of the side stream it is launched on (streams.py)."""
         dur = self.model.collective_ns(nbytes=nbytes, world=len(ranks), collective=collective)
         if len(self.cores[core].inflight) >= self.queue_depth:
             launch_ns = self._admit(core, op, launch_ns)
         with self._lock:
             q = self.cores[core]
-            arrival = max(launch_ns + self.latency_ns, q.collective.free_at_ns, q.stream_ns)
+            arrival = max(
+                launch_ns + self.latency_ns, q.collective.free_at_ns, q.stream_ns, not_before_ns
+            )
         call_end = time.time_ns()
         group_start = arrival
         if exchange is not None:
@@ -497,6 +501,14 @@ class DeviceTimeline:
 
     def busy_until_ns(self, cores: Iterable[int]) -> int:
         return max((self.cores[c].busy_until_ns() for c in cores), default=0)
+
+    def stream_wait(self, core: int, until_ns: int) -> None:
+        """The core's stream (compute and DMA) waits on the device until ``until_ns``: work
+        launched on it later starts no earlier; the host does not wait."""
+        with self._lock:
+            q = self.cores[core]
+            if until_ns > q.stream_ns:
+                q.stream_ns = until_ns
 
     def host_sync(
         self, cores: Iterable[int], reason: str, op: str = "", until_ns: int | None = None

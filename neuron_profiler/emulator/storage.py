@@ -7,8 +7,9 @@ python storage"). So:
 - ``untyped_storage()`` and ``data_ptr()`` of a device tensor answer from the held storage
   (tensor.py): every view of one device buffer shares it, ``resize_(0)`` frees the memory they
   all see and ``resize_(n)`` regrows it in place, as FSDP2 does with its unsharded parameters
-  (the aliasing autograd saved is kept). Device allocations are ordinary resizable host memory
-  in both modes (dispatch.py runs ``empty*`` for real).
+  (the aliasing autograd saved is kept). Timing mode's large zero-filled buffers are memory
+  maps PyTorch cannot resize: the first ``untyped_storage()`` moves one into ordinary host
+  memory in place (``outputs.resizable_storage``, a one-time copy).
 - ``t.data = new`` (``set_data``): PyTorch's C++ check accepts only tensors of the same kind, and
   host and wrapper tensors are not (only the dense CPU/CUDA/... family shares one kind). Within the
   device the check passes and the setter also hands over the held tensor, which C++ never sees.

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from neuron_profiler.emulator.host_cost import LEDGER
+from neuron_profiler.emulator.outputs import resizable_storage
 
 _executor: Callable[[Any, tuple, dict], Any] | None = None
 _aten = torch.ops.aten
@@ -95,7 +96,7 @@ class NeuronTensor(torch.Tensor):
         """The device memory: the held tensor's storage, shared by every view of this buffer
         (the wrapper's own has no data). ``resize_`` on it frees / regrows the memory in place,
         as FSDP does (storage.py)."""
-        return self._elem.untyped_storage()
+        return resizable_storage(self._elem)
 
     def data_ptr(self) -> int:
         """Address of the first element in the held storage: equal for tensors that alias."""
