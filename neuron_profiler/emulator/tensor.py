@@ -103,9 +103,10 @@ class NeuronTensor(torch.Tensor):
         return self._elem.data_ptr()
 
     def record_stream(self, stream: Any) -> None:
-        """One in-order stream per core (streams.py) and memory freed when its last tensor
-        goes: nothing to record. ``torch.neuron.Stream`` is not a ``torch.Stream``, which the
-        C++ method would demand (FSDP1 records its all-gather outputs)."""
+        """Device memory is freed when its last tensor goes (no caching allocator that could
+        hand it to another stream early): nothing to record. ``torch.neuron.Stream`` is not a
+        ``torch.Stream``, which the C++ method would demand (FSDP1 records its all-gather
+        outputs)."""
 
     def tolist(self) -> Any:
         """As on CUDA: a device -> host copy (the host waits for it), then the list."""
