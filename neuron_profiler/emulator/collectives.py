@@ -22,6 +22,7 @@ from neuron_profiler.emulator.dispatch import (
     _set_record_function,
     register_special,
     run_inner,
+    stream_of,
     wrap,
 )
 from neuron_profiler.emulator.process_groups import host_backend
@@ -107,7 +108,7 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         group=group,
         launch_ns=launch_ns,
         exchange=_arrival_exchange(pg) if couple else None,
-        not_before_ns=_side_floor(core),
+        stream=stream_of(core),
     )
     for t in device_elems:  # every buffer the collective touches is ready only at its end
         STATE.pending[t.untyped_storage().data_ptr()] = end
@@ -126,11 +127,6 @@ def _buffer_bytes(args: tuple, index: int) -> int:
         return 0
     found = args[index] if isinstance(args[index], (list, tuple)) else [args[index]]
     return sum(t.numel() * t.element_size() for t in _flat(found) if isinstance(t, torch.Tensor))
-
-
-def _side_floor(core: int) -> int:
-    side = STATE.side_stream
-    return STATE.stream_floors.get(side, 0) if side is not None and side[0] == core else 0
 
 
 def _pair_up(host: Any, device: Any, by_id: dict[int, Any], by_mem: dict[tuple, Any]) -> None:

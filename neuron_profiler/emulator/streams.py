@@ -5,20 +5,22 @@
     start.elapsed_time(end)          # ms of *modelled* device time between the two points
 
 Each core executes in order (one compute queue, one DMA queue, one collective queue); streams are
-orderings on top of them, as CUDA streams share one GPU:
+orderings on top of them, as CUDA streams share one GPU. Each stream has a clock
+(``CoreQueues.order_ns``): when the work launched on it, and the waits it was given, are done.
 
-- the **default stream** of a core is its compute/DMA order (``CoreQueues.stream_ns``);
-- a **side stream** (``torch.neuron.Stream()``, FSDP's all-gather and reduce-scatter streams)
-  has a floor: the device time before which work launched on it may not start, raised by
-  ``wait_event`` / ``wait_stream`` and by ``Work.wait()`` issued while it is current. Its kernels
-  still run on the core's one compute queue, in launch order.
-- ``Work.wait()`` makes the *current* stream wait for the collective on the device, as NCCL
-  does; the host does not block. FSDP waits for its all-gathers on its all-gather stream, so the
-  default stream keeps computing while they run, until it waits for the all-gather's event.
-
-An event records when the work on its stream is done: the default stream's compute/DMA end
-(collectives count once a wait put them on the stream), a side stream's floor or that, whichever
-is later.
+- Work launched on a stream starts after that stream's clock (and its engine's queue), not after
+  the other streams' work: the **default stream** of a core (id 0) and each **side stream**
+  (``torch.neuron.Stream()``; FSDP's copy-in, all-gather and reduce-scatter streams) order their
+  own work. Side-stream kernels still share the one compute queue, in launch order; copies
+  between device buffers go to the DMA queue (dispatch.DEVICE_COPIES), so a side stream's
+  copies run beside the default stream's compute.
+- ``wait_event`` / ``wait_stream`` raise a stream's clock. ``Work.wait()`` raises the *current*
+  stream's clock to the collective's end, as NCCL does; the host does not block. FSDP waits for
+  its all-gathers on its all-gather stream, so the default stream keeps computing while they
+  run, until it waits for the all-gather's event in the copy-out.
+- A collective waits for the clock of the stream it is launched on (its inputs); it runs on
+  the collective queue and moves no stream's clock until waited for.
+- An event records its stream's clock at the time of recording.
 """
 
 from __future__ import annotations
@@ -96,25 +98,17 @@ _current: dict[int, Stream] = {}  # core -> its current stream, when not the def
 
 
 def wait_on_device(stream: Stream, until_ns: int) -> None:
-    """Raise ``stream``'s floor to ``until_ns``: the default stream through the core's queues,
-    a side stream in ``STATE.stream_floors`` (read at each launch while it is current)."""
-    if stream.stream_id == 0:
-        tl = D.STATE.timeline
-        if tl is not None:
-            tl.stream_wait(stream.core, until_ns)
-        return
-    floors = D.STATE.stream_floors
-    if until_ns > floors.get(stream.key, 0):
-        floors[stream.key] = until_ns
+    """Later work on ``stream`` starts no earlier than ``until_ns`` (the host goes on)."""
+    tl = D.STATE.timeline
+    if tl is not None:
+        tl.stream_wait(stream.core, until_ns, stream.stream_id)
 
 
 def done_ns(stream: Stream) -> int:
-    """Device time at which the work launched on ``stream`` so far is done (module docstring)."""
+    """Device time at which the work launched on ``stream`` so far, and the waits it was
+    given, are done."""
     tl = D.STATE.timeline
-    done = tl.cores[stream.core].stream_ns if tl is not None else 0
-    if stream.stream_id != 0:
-        done = max(done, D.STATE.stream_floors.get(stream.key, 0))
-    return done
+    return tl.cores[stream.core].order_ns(stream.stream_id) if tl is not None else 0
 
 
 class Event:

@@ -5,9 +5,9 @@ group and algorithm, linked to its c10d op; a late rank makes the other wait; FS
 one it deliberately cannot prefetch is exposed, by exactly its modelled time.
 
 The model is fsdp_workloads.TinyLlama (3 blocks, per-block ``fully_shard``, activation
-checkpointing) with explicit forward prefetch block i -> i+1 and no backward prefetch from
+checkpointing), TorchTitan's defaults (implicit prefetch) except no backward prefetch from
 layers.1 to layers.0: layers.0's backward all-gather is issued only when its own backward
-starts. Speed factor 0.03 keeps the run device-bound (the device works several times longer
+starts. Speed factor 0.01 keeps the run device-bound (the device works several times longer
 than the host launches, also on a loaded machine), so overlap is decided by the device queues,
 not by host gaps. Rank 1 sleeps 50 ms before each step. FSDP1 runs two steps in timing mode
 as well."""
@@ -31,7 +31,7 @@ from neuron_profiler.trace import vocabulary as V  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 TESTS_DIR = Path(__file__).resolve().parents[1]
-SPEED = 0.03
+SPEED = 0.01
 LATE_MS = 50
 STEPS = 2
 CONFIG = {"dim": 256, "n_layers": 3, "n_heads": 8, "n_kv_heads": 4, "vocab_size": 512}
@@ -59,8 +59,6 @@ cfg = W.LlamaConfig(**json.loads(sys.argv[4]))
 late_s, steps, batch = int(sys.argv[5]) / 1e3, int(sys.argv[6]), int(sys.argv[7])
 model = W.shard_llama(W.make_llama(cfg).to("neuron"), mesh)
 blocks = list(model.layers.values())
-for block, following in zip(blocks, blocks[1:]):
-    block.set_modules_to_forward_prefetch([following])
 # an explicit list replaces FSDP's default backward prefetch (the next unit); listing the unit
 # itself, gathered already, prefetches nothing: layers.0's all-gather waits for its own backward
 blocks[1].set_modules_to_backward_prefetch([blocks[1]])
@@ -230,7 +228,7 @@ def test_fsdp_record_function_ranges_are_kept(traces) -> None:
             "FSDP::root_post_backward_callback",
         ):
             assert kept in names, kept
-        assert "FSDP::forward_prefetch for layers.1" in names
+        assert "FSDP::backward_prefetch for layers.1" in names
 
 
 def test_late_rank_makes_the_other_wait_at_the_first_all_gather(traces) -> None:
@@ -276,18 +274,23 @@ def test_prefetched_collectives_overlap_compute_the_unprefetched_one_is_exposed(
             (c.name, c.unit, c.backward, round(c.covered_us, 1), round(c.dur, 1)) for c in colls
         ]
         hidden, exposed = [1.0] * STEPS, [0.0] * STEPS
-        # forward prefetch layers.1 -> layers.2: it gathers while layers.1 computes. (layers.0
-        # -> layers.1 is launched before layers.0's compute too, but at the step's start the
-        # device has drained and waits for the host, so whether it overlaps is host timing.)
-        assert _covered_fraction(colls, "allgather", "layers.2", False) == hidden, seen
-        # backward: layers.2 and layers.1 prefetched, layers.0 not: its gather runs with the
-        # compute queue idle, exposed for its whole modelled duration
-        for unit in ("layers.2", "layers.1"):
-            assert _covered_fraction(colls, "allgather", unit, True) == hidden, seen
+        # forward (FSDP2's implicit prefetch): layers.1 and layers.2 gather on their streams
+        # while the block before computes. (layers.0's gather comes right after the step's
+        # first compute, the embedding, with the device drained: exposed, not asserted.)
+        for unit in ("layers.1", "layers.2"):
+            assert _covered_fraction(colls, "allgather", unit, False) == hidden, seen
+        # backward: layers.1's gather, prefetched during layers.2's backward, is hidden;
+        # layers.0's, not prefetched, runs with the compute queue idle: exposed for its whole
+        # modelled duration. (layers.2's, prefetched by the root, hides behind the root's short
+        # backward only when the ranks arrive together: not asserted.)
+        assert _covered_fraction(colls, "allgather", "layers.1", True) == hidden, seen
         assert _covered_fraction(colls, "allgather", "layers.0", True) == exposed, seen
         # layers.2's reduce-scatter overlaps layers.1's backward compute (whose all-gather was
-        # prefetched); layers.1's waits with it: layers.0's all-gather queues behind it
-        assert _covered_fraction(colls, "reduce_scatter", "layers.2", True) == hidden, seen
+        # prefetched), less the time layers.1's copy-out may queue behind the reduce-scatter's
+        # copy-in on the one DMA queue; layers.1's reduce-scatter is exposed with layers.0's
+        # all-gather, which queues behind it on the collective queue
+        assert all(f >= 0.5 for f in _covered_fraction(colls, "reduce_scatter", "layers.2", True))
+        assert _covered_fraction(colls, "reduce_scatter", "layers.1", True) == exposed, seen
 
 
 def test_fsdp1_runs_in_timing_mode(traces, tmp_path_factory) -> None:
