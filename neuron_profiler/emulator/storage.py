@@ -41,7 +41,7 @@ def _set_data(self: torch.Tensor, new: torch.Tensor) -> None:
     if mine == theirs:
         _BASE_DATA.__set__(self, new)
         if mine:  # the C++ shallow copy moved sizes and strides, not the memory: hand it over
-            self._elem, self._core = new._elem, new._core
+            self._elem, self._core, self._modelled = new._elem, new._core, new._modelled
         return
     _retype(self, new)
 
@@ -49,13 +49,14 @@ def _set_data(self: torch.Tensor, new: torch.Tensor) -> None:
 def _retype(self: torch.Tensor, new: torch.Tensor) -> None:
     """Give ``self`` the implementation of ``new`` (host <-> device) in place."""
     old_dict = dict(self.__dict__)
-    old_dict.pop("_elem", None)
-    old_dict.pop("_core", None)
+    for held in ("_elem", "_core", "_modelled"):  # the new implementation's, not the old
+        old_dict.pop(held, None)
     grad = self.grad
     is_param = isinstance(self, torch.nn.Parameter)
     with torch.no_grad():
         if isinstance(new, NeuronTensor):
             donor: torch.Tensor = NeuronTensor(new._elem, new._core)
+            donor._modelled = new._modelled
         else:
             donor = torch.Tensor._make_subclass(torch.Tensor, new.detach(), False)
     donor.requires_grad_(self.requires_grad)
