@@ -3,8 +3,9 @@ process group (gloo) on their host memory, and occupy the core's collective queu
 
 The data exchange is real (results equal gloo on CPU); the device time is modelled (ring
 algorithm, ``RooflineModel.collective_ns``). The collective overlaps compute launched after it;
-work that reads its result waits for it on the device (``dispatch.STATE.pending``), and host
-reads (``.item()``, ``.cpu()``, synchronize) wait for the collective queue too.
+work that reads its result waits for it on the device (``dispatch.STATE.pending``), ``Work.wait()``
+makes the current stream wait for it on the device (streams.py), and host reads (``.item()``,
+``.cpu()``, synchronize) wait for it too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from neuron_profiler.emulator.dispatch import (
     _set_record_function,
     register_special,
     run_inner,
+    stream_of,
     wrap,
 )
 from neuron_profiler.emulator.process_groups import host_backend
@@ -91,12 +93,11 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     if tl is None:
         return result
     device_elems = [t for t in u.inputs if id(t) in u.alias]
-    first = u.args[0] if u.args else []
-    first = first if isinstance(first, (list, tuple)) else [first]
-    sent = [t for t in _flat(first) if isinstance(t, torch.Tensor)]
-    nbytes = sum(t.numel() * t.element_size() for t in (sent or device_elems))
-    ranks, group = _ranks(pg)
     name = _NAMES.get(info.name.split("::", 1)[1], info.name.split("::", 1)[1])
+    nbytes = _buffer_bytes(u.args, _BUFFER_ARG.get(name, 0)) or sum(
+        t.numel() * t.element_size() for t in device_elems
+    )
+    ranks, group = _ranks(pg)
     couple = pg is not None and pg.size() > 1 and name not in _POINT_TO_POINT
     end = tl.collective(
         core,
@@ -107,11 +108,25 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         group=group,
         launch_ns=launch_ns,
         exchange=_arrival_exchange(pg) if couple else None,
+        stream=stream_of(core),
     )
     for t in device_elems:  # every buffer the collective touches is ready only at its end
         STATE.pending[t.untyped_storage().data_ptr()] = end
     _outstanding[core] = max(end, _outstanding.get(core, 0))
     return result
+
+
+# The argument holding the whole buffer the ring moves (timing.collective_ns): the output for
+# all-gather (the gathered tensor), the input for reduce-scatter (every rank's full buffer, of
+# which each keeps 1/n); others read and write one buffer, their first argument.
+_BUFFER_ARG = {"reduce_scatter": 1}
+
+
+def _buffer_bytes(args: tuple, index: int) -> int:
+    if len(args) <= index:
+        return 0
+    found = args[index] if isinstance(args[index], (list, tuple)) else [args[index]]
+    return sum(t.numel() * t.element_size() for t in _flat(found) if isinstance(t, torch.Tensor))
 
 
 def _pair_up(host: Any, device: Any, by_id: dict[int, Any], by_mem: dict[tuple, Any]) -> None:
@@ -159,7 +174,11 @@ def _device_work(out: Any, result: Any, alias: dict[int, Any]) -> Any:
             work = Work.unbox(o)
         except RuntimeError:  # another bound class
             continue
-        fut = work.get_future().then(lambda f: _to_device(f.value(), by_id, by_mem))
+        try:
+            future = work.get_future()
+        except RuntimeError:  # gloo's work for some ops has none ("getFuture not implemented")
+            continue
+        fut = future.then(lambda f: _to_device(f.value(), by_id, by_mem))
         items[i] = _create_work_from_future(fut).boxed()
     return items[0] if single else type(result)(items)
 
@@ -192,13 +211,15 @@ _original_wait: list[Any] = []
 
 def _wait(self: Any, *args: Any, **kwargs: Any) -> Any:
     """``Work.wait()`` from Python (``dist.all_reduce`` without ``async_op``, ``handle.wait()``):
-    the real exchange is done by the original wait; then the host also waits until the emulated
-    collective queue has finished, recorded as a ``collective_wait`` host sync."""
+    the real exchange is done by the original wait; then, as with NCCL, the *current stream*
+    waits on the device until the emulated collective queue has finished (streams.py): later
+    work launched on it starts after the collective, the host does not block."""
+    from neuron_profiler.emulator.streams import current_stream, wait_on_device
+
     result = _original_wait[0](self, *args, **kwargs)
-    tl = STATE.timeline
-    if tl is not None and _outstanding:
+    if STATE.timeline is not None and _outstanding:
         for core, end in list(_outstanding.items()):
-            tl.host_sync([core], "collective_wait", op="c10d::Work.wait", until_ns=end)
+            wait_on_device(current_stream(core), end)
         _outstanding.clear()
     return result
 

@@ -41,6 +41,7 @@ from neuron_profiler.emulator.dispatch import (
     new_device_tensor,
     register_special,
     run_inner,
+    stream_of,
     wait_pending,
 )
 from neuron_profiler.emulator.outputs import computes_for_real, materialise, output_plan
@@ -146,6 +147,7 @@ def _on_device(
             launch_ns=launch_ns,
             not_before_ns=wait_pending(inputs),
             overhead_from_ns=overhead_from_ns,
+            stream=stream_of(dst),
         )
     else:
         ready = max(tl.cores[src].stream_ns, wait_pending(inputs))

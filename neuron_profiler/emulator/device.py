@@ -29,6 +29,7 @@ from neuron_profiler.emulator import (
     modelled,
     pinned,
     process_groups,
+    storage,
     streams,
 )
 from neuron_profiler.emulator import dispatch as D
@@ -168,6 +169,7 @@ def _register_with_torch(cores: int) -> None:
     _libraries.extend([fallback_lib, lib, pinned.register()])
     autocast.register()
     compiled.install()  # torch.compile: Dynamo skips the emulator; the "neuron" backend
+    storage.install()  # ``t.data = x`` across host and device (FSDP moving parameters)
     from torch.optim import optimizer
 
     if T.NeuronTensor not in optimizer._foreach_supported_types:

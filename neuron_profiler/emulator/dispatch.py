@@ -72,6 +72,8 @@ class State:
         self.pending: dict[int, int] = {}
         # CPU-fallback ops run so far (their host time is real on a device too: host_cost.py)
         self.fallbacks = 0
+        # (core, stream id) of the current side stream (streams.py), None on the default one
+        self.side_stream: tuple[int, int] | None = None
 
 
 STATE = State()
@@ -399,6 +401,31 @@ def _run_timing(
         return materialise(plan, u.inputs)[0], False, seen, 0
 
 
+# Ops that only move device memory into other device memory, with the argument holding what
+# they read: the DMA engines copy it (as ``copy_`` between device tensors), not a compute
+# engine. FSDP's all-gather copy-in / copy-out and reduce-scatter copy-in are these; on their own
+# streams they run beside the compute queue.
+DEVICE_COPIES = {
+    "fsdp::all_gather_copy_in": 0,
+    "fsdp::split_with_sizes_copy": 0,
+    "fsdp::chunk_cat": 0,
+    "aten::_foreach_copy_": 1,
+    "aten::split_with_sizes_copy": 0,
+}
+
+
+def _arg_bytes(args: tuple, index: int) -> int:
+    found = args[index] if len(args) > index else []
+    found = found if isinstance(found, (list, tuple)) else [found]
+    return sum(t.numel() * t.element_size() for t in found if isinstance(t, torch.Tensor))
+
+
+def stream_of(core: int) -> int:
+    """Id of the current stream on ``core`` (0: the default stream; streams.py)."""
+    side = STATE.side_stream
+    return side[1] if side is not None and side[0] == core else 0
+
+
 def _launch_kernel(
     info: OpInfo,
     u: Unwrapped,
@@ -409,6 +436,23 @@ def _launch_kernel(
 ) -> None:
     tl = STATE.timeline
     if tl is None:
+        return
+    stream = stream_of(core)
+    source = DEVICE_COPIES.get(info.name)
+    if source is not None:  # a device-to-device copy: the DMA engines move it
+        if overhead_from_ns:
+            tl.overhead(core, info.name, F.OVERHEAD_NUMERICS, overhead_from_ns, launch_ns)
+        tl.copy(
+            core,
+            F.D2D,
+            _arg_bytes(u.args, source),
+            launch_ns=launch_ns,
+            op=info.name,
+            not_before_ns=wait_pending(u.inputs),
+            stream=stream,
+        )
+        if STATE.pending:
+            prune_pending(core)
         return
     mutated = [t for t in u.inputs if id(t) in u.alias] if info.mutated_names else []
     cost = op_cost(info.name, inputs=u.inputs, outputs=written or mutated, args=u.args)
@@ -422,6 +466,7 @@ def _launch_kernel(
         launch_ns=launch_ns,
         not_before_ns=wait_pending(u.inputs),
         overhead_from_ns=overhead_from_ns,
+        stream=stream,
     )
     if STATE.pending:
         prune_pending(core)

@@ -268,6 +268,18 @@ def zeros(shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tensor:
     return base.as_strided(shape, stride)
 
 
+def resizable_storage(t: torch.Tensor) -> torch.UntypedStorage:
+    """``t``'s storage, made resizable in place if it is one of ``zeros``' memory maps (PyTorch
+    cannot resize a buffer it did not allocate): its bytes move into ordinary host memory, once,
+    and every tensor on the storage keeps seeing them. FSDP frees and regrows storages."""
+    storage = t.untyped_storage()
+    if not storage.resizable():
+        fresh = torch.UntypedStorage(storage.nbytes())
+        fresh.copy_(storage)
+        storage._swap_data_ptr_(fresh)  # swaps the bytes and the allocator, not the object
+    return storage
+
+
 _ITEMSIZE = {
     d: torch.empty((), dtype=d).element_size()
     for d in (

@@ -155,11 +155,26 @@ class CoreQueues:
     dma: QueueClock = field(default_factory=QueueClock)
     collective: QueueClock = field(default_factory=QueueClock)
     stream_ns: int = 0
+    # side streams (streams.py): stream id -> when the work launched on it, and the waits it
+    # was given, are done; their work shares the compute and DMA queues
+    side_ns: dict[int, int] = field(default_factory=dict)
     # device end times of work launched on this core and perhaps not finished (a heap)
     inflight: list[int] = field(default_factory=list)
 
     def busy_until_ns(self) -> int:
-        return max(self.stream_ns, self.collective.free_at_ns)
+        return max(
+            self.stream_ns, self.collective.free_at_ns, self.compute.free_at_ns, self.dma.free_at_ns
+        )
+
+    def order_ns(self, stream: int) -> int:
+        """When the work already on ``stream`` (0: the default stream) is done."""
+        return self.side_ns.get(stream, 0) if stream else self.stream_ns
+
+    def advance(self, stream: int, end_ns: int) -> None:
+        if stream:
+            self.side_ns[stream] = max(self.side_ns.get(stream, 0), end_ns)
+        else:
+            self.stream_ns = end_ns
 
 
 # How many times the host really waited for the modelled device (host_cost.py leaves an op that
@@ -220,8 +235,10 @@ class DeviceTimeline:
         not_before_ns: int = 0,
         overhead_from_ns: int = 0,
         graph: GraphExecution | None = None,
+        stream: int = 0,
     ) -> int:
-        """One op on the compute queue; records its runtime call and device execution.
+        """One op on the compute queue, ordered on ``stream`` (0: the default stream); records
+        its runtime call and device execution.
 
         ``overhead_from_ns`` (> 0): the host spent [overhead_from_ns, launch_ns] on the op's real
         math (numerics mode); that is recorded as an emulator-overhead span, apart from the
@@ -243,12 +260,17 @@ class DeviceTimeline:
             start = launch_ns + self.latency_ns
             if clock.free_at_ns > start:
                 start = clock.free_at_ns
-            if q.stream_ns > start:
-                start = q.stream_ns
+            order = q.side_ns.get(stream, 0) if stream else q.stream_ns
+            if order > start:
+                start = order
             if not_before_ns > start:
                 start = not_before_ns
             end = start + dur
-            clock.free_at_ns = q.stream_ns = end
+            clock.free_at_ns = end
+            if stream:
+                q.side_ns[stream] = end
+            else:
+                q.stream_ns = end
             heapq.heappush(q.inflight, end)
         if self.rt.capturing:
             engine = GRAPH_ENGINE if graph is not None else engine_for(op, matrix)
@@ -270,6 +292,7 @@ class DeviceTimeline:
         op: str,
         not_before_ns: int = 0,
         staged_ns: int = 0,
+        stream: int = 0,
     ) -> int:
         """A DMA transfer on the core's DMA queue (h2d / d2h over the host link, d2d on chip).
 
@@ -293,9 +316,9 @@ class DeviceTimeline:
                 launch_ns=submit_ns,
                 duration_ns=dur,
                 latency_ns=self.latency_ns,
-                not_before_ns=max(q.stream_ns, not_before_ns),
+                not_before_ns=max(q.order_ns(stream), not_before_ns),
             )
-            q.stream_ns = end
+            q.advance(stream, end)
             heapq.heappush(q.inflight, end)
         if self.rt.capturing:
             link = (
@@ -328,6 +351,8 @@ class DeviceTimeline:
         launch_ns: int,
         algorithm: str = "ring",
         exchange: Callable[[int], int] | None = None,
+        not_before_ns: int = 0,
+        stream: int = 0,
     ) -> int:
         """A collective on the collective queue: waits for the inputs (stream), not for later
         compute, so it overlaps whatever is launched after it.
@@ -335,13 +360,18 @@ class DeviceTimeline:
         ``exchange(arrival_ns) -> latest arrival over the group`` couples the ranks: this rank's
         arrival is when the collective could start on its own queue; it starts when the last
         rank has arrived, and the wait before is a ``cc_exec_barrier`` span on the device (as
-        the real runtime records it). The exchange's host time is an emulator-overhead span."""
+        the real runtime records it). The exchange's host time is an emulator-overhead span.
+        ``stream``: the stream it is launched on (0: the default one); it waits for that
+        stream's work, not for the others' (streams.py)."""
         dur = self.model.collective_ns(nbytes=nbytes, world=len(ranks), collective=collective)
         if len(self.cores[core].inflight) >= self.queue_depth:
             launch_ns = self._admit(core, op, launch_ns)
         with self._lock:
             q = self.cores[core]
-            arrival = max(launch_ns + self.latency_ns, q.collective.free_at_ns, q.stream_ns)
+            order = q.order_ns(stream)
+            arrival = max(
+                launch_ns + self.latency_ns, q.collective.free_at_ns, order, not_before_ns
+            )
         call_end = time.time_ns()
         group_start = arrival
         if exchange is not None:
@@ -352,7 +382,7 @@ class DeviceTimeline:
                 launch_ns=launch_ns,
                 duration_ns=dur,
                 latency_ns=self.latency_ns,
-                not_before_ns=max(q.stream_ns, group_start),
+                not_before_ns=max(order, group_start),
             )
             heapq.heappush(q.inflight, end)
         if self.rt.capturing:
@@ -497,6 +527,14 @@ class DeviceTimeline:
 
     def busy_until_ns(self, cores: Iterable[int]) -> int:
         return max((self.cores[c].busy_until_ns() for c in cores), default=0)
+
+    def stream_wait(self, core: int, until_ns: int, stream: int = 0) -> None:
+        """``stream`` of the core (0: the default one) waits on the device until ``until_ns``:
+        work launched on it later starts no earlier; the host does not wait."""
+        with self._lock:
+            q = self.cores[core]
+            if until_ns > q.order_ns(stream):
+                q.advance(stream, until_ns)
 
     def host_sync(
         self, cores: Iterable[int], reason: str, op: str = "", until_ns: int | None = None

@@ -4,14 +4,29 @@
     start.record(); model(x); end.record(); end.synchronize()
     start.elapsed_time(end)          # ms of *modelled* device time between the two points
 
-The emulator models one in-order stream per core (compute and DMA), so every stream of a core is
-that stream: ``wait_stream``/``wait_event`` are already satisfied by stream order. An event
-records the device time at which everything launched on its core so far is done.
+Each core executes in order (one compute queue, one DMA queue, one collective queue); streams are
+orderings on top of them, as CUDA streams share one GPU. Each stream has a clock
+(``CoreQueues.order_ns``): when the work launched on it, and the waits it was given, are done.
+
+- Work launched on a stream starts after that stream's clock (and its engine's queue), not after
+  the other streams' work: the **default stream** of a core (id 0) and each **side stream**
+  (``torch.neuron.Stream()``; FSDP's copy-in, all-gather and reduce-scatter streams) order their
+  own work. Side-stream kernels still share the one compute queue, in launch order; copies
+  between device buffers go to the DMA queue (dispatch.DEVICE_COPIES), so a side stream's
+  copies run beside the default stream's compute.
+- ``wait_event`` / ``wait_stream`` raise a stream's clock. ``Work.wait()`` raises the *current*
+  stream's clock to the collective's end, as NCCL does; the host does not block. FSDP waits for
+  its all-gathers on its all-gather stream, so the default stream keeps computing while they
+  run, until it waits for the all-gather's event in the copy-out.
+- A collective waits for the clock of the stream it is launched on (its inputs); it runs on
+  the collective queue and moves no stream's clock until waited for.
+- An event records its stream's clock at the time of recording.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,11 +44,18 @@ def _core(device: Any) -> int:
 
 
 class Stream:
-    """The core's (single, in-order) stream."""
+    """A stream of a core: ``stream_id`` 0 is the default stream, others are side streams."""
 
-    def __init__(self, device: Any = None, priority: int = 0, **_: Any) -> None:
+    def __init__(
+        self, device: Any = None, priority: int = 0, *, stream_id: int | None = None, **_: Any
+    ) -> None:
         self.core = _core(device)
         self.priority = priority
+        self.stream_id = next(_stream_ids) if stream_id is None else stream_id
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.core, self.stream_id)
 
     @property
     def device(self) -> Any:
@@ -51,10 +73,13 @@ class Stream:
         return tl is None or tl.busy_until_ns([self.core]) <= time.time_ns()
 
     def wait_stream(self, stream: Stream) -> None:
-        """Same core: already ordered. Another core: later work there waits on the device."""
+        """Later work on this stream starts after the work launched on ``stream`` so far."""
+        self.wait_event(stream.record_event())
 
     def wait_event(self, event: Event) -> None:
-        """Already satisfied by stream order on one core."""
+        """Later work on this stream starts after ``event`` (on the device; the host goes on)."""
+        if event.device_ns is not None:
+            wait_on_device(self, event.device_ns)
 
     def record_event(self, event: Event | None = None) -> Event:
         event = event or Event()
@@ -62,10 +87,28 @@ class Stream:
         return event
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Stream) and other.core == self.core
+        return isinstance(other, Stream) and other.key == self.key
 
     def __hash__(self) -> int:
-        return hash(("neuron-stream", self.core))
+        return hash(("neuron-stream", self.key))
+
+
+_stream_ids = itertools.count(1)
+_current: dict[int, Stream] = {}  # core -> its current stream, when not the default one
+
+
+def wait_on_device(stream: Stream, until_ns: int) -> None:
+    """Later work on ``stream`` starts no earlier than ``until_ns`` (the host goes on)."""
+    tl = D.STATE.timeline
+    if tl is not None:
+        tl.stream_wait(stream.core, until_ns, stream.stream_id)
+
+
+def done_ns(stream: Stream) -> int:
+    """Device time at which the work launched on ``stream`` so far, and the waits it was
+    given, are done."""
+    tl = D.STATE.timeline
+    return tl.cores[stream.core].order_ns(stream.stream_id) if tl is not None else 0
 
 
 class Event:
@@ -79,10 +122,9 @@ class Event:
         self.device_ns: int | None = None
 
     def record(self, stream: Stream | None = None) -> None:
-        self.core = stream.core if stream is not None else D.STATE.current_core
-        tl = D.STATE.timeline
-        self.device_ns = tl.busy_until_ns([self.core]) if tl is not None else time.time_ns()
-        self.device_ns = max(self.device_ns, time.time_ns())  # an idle core reaches it now
+        stream = stream if stream is not None else current_stream()
+        self.core = stream.core
+        self.device_ns = max(done_ns(stream), time.time_ns())  # an idle core reaches it now
 
     def query(self) -> bool:
         return self.device_ns is None or self.device_ns <= time.time_ns()
@@ -98,7 +140,7 @@ class Event:
             )
 
     def wait(self, stream: Stream | None = None) -> None:
-        """Already satisfied by stream order on one core."""
+        (stream if stream is not None else current_stream()).wait_event(self)
 
     def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds of device time from this event to ``end_event``."""
@@ -110,21 +152,32 @@ class Event:
 
 
 def current_stream(device: Any = None) -> Stream:
-    return Stream(device)
+    core = _core(device)
+    current = _current.get(core)
+    return current if current is not None else Stream(core, stream_id=0)
 
 
-default_stream = current_stream
+def default_stream(device: Any = None) -> Stream:
+    return Stream(_core(device), stream_id=0)
 
 
 @contextlib.contextmanager
 def stream(s: Stream | None) -> Iterator[None]:
-    """``with torch.neuron.stream(s):`` — one stream per core, so only the core switches."""
+    """``with torch.neuron.stream(s):`` switches the current core and its current stream."""
     if s is None:
         yield
         return
-    prev = D.STATE.current_core
-    D.STATE.current_core = s.core
+    state = D.STATE
+    prev_core, prev_stream, prev_side = state.current_core, _current.get(s.core), state.side_stream
+    state.current_core = s.core
+    _current[s.core] = s
+    state.side_stream = s.key if s.stream_id != 0 else None
     try:
         yield
     finally:
-        D.STATE.current_core = prev
+        state.current_core = prev_core
+        state.side_stream = prev_side
+        if prev_stream is None:
+            _current.pop(s.core, None)
+        else:
+            _current[s.core] = prev_stream

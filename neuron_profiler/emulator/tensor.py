@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from neuron_profiler.emulator.host_cost import LEDGER
+from neuron_profiler.emulator.outputs import resizable_storage
 
 _executor: Callable[[Any, tuple, dict], Any] | None = None
 _aten = torch.ops.aten
@@ -90,6 +91,22 @@ class NeuronTensor(torch.Tensor):
         elif self.requires_grad:
             suffix += ", requires_grad=True"
         return body[:-1] + suffix + ")"
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """The device memory: the held tensor's storage, shared by every view of this buffer
+        (the wrapper's own has no data). ``resize_`` on it frees / regrows the memory in place,
+        as FSDP does (storage.py)."""
+        return resizable_storage(self._elem)
+
+    def data_ptr(self) -> int:
+        """Address of the first element in the held storage: equal for tensors that alias."""
+        return self._elem.data_ptr()
+
+    def record_stream(self, stream: Any) -> None:
+        """Device memory is freed when its last tensor goes (no caching allocator that could
+        hand it to another stream early): nothing to record. ``torch.neuron.Stream`` is not a
+        ``torch.Stream``, which the C++ method would demand (FSDP1 records its all-gather
+        outputs)."""
 
     def tolist(self) -> Any:
         """As on CUDA: a device -> host copy (the host waits for it), then the list."""

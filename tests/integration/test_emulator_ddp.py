@@ -98,4 +98,4 @@ def test_both_ranks_emit_collective_events(ranks: list[Path]) -> None:
             and e["phase"] == F.START
             and e["data"][F.EXT_KEY][F.X_SYNC_REASON] == "collective_wait"
         ]
-        assert len(waits) == 1
+        assert waits == []  # Work.wait(): the stream waits on the device, the host does not

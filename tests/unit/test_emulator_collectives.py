@@ -58,10 +58,11 @@ def test_collective_overlaps_compute_and_gates_its_consumers(group) -> None:
     work = dist.all_reduce(grads, async_op=True)
     independent = other @ other  # does not read the collective's output
     consumer = grads * 2  # reads it: must wait on the device
-    work.wait()
+    work.wait()  # as NCCL: the current stream waits on the device, the host goes on
+    after = other + 1  # launched after the wait, reads nothing the collective writes
     total = consumer.sum().item()
     rt.sys_trace_stop()
-    assert total == 512.0 and independent.shape == (64, 64)
+    assert total == 512.0 and independent.shape == after.shape == (64, 64)
     spans = _spans(json.loads(rt.sys_trace_fetch())["events"])
     (cc,) = [s for s in spans if s["type"] == F.CC_RUNNING]
     assert cc["ext"][F.X_COLLECTIVE_OP] == "allreduce" and cc["ext"][F.X_RANKS] == [0]
@@ -72,9 +73,33 @@ def test_collective_overlaps_compute_and_gates_its_consumers(group) -> None:
     mm, mul = kernels["aten::mm"], kernels["aten::mul"]
     assert mm["start"] < cc["end"]  # compute overlapped the collective
     assert mul["start"] >= cc["end"]  # the consumer waited for it
-    waits = [
-        s
-        for s in spans
-        if s["type"] == F.EXT_HOST_SYNC and s["ext"][F.X_SYNC_REASON] == "collective_wait"
-    ]
-    assert len(waits) == 1 and waits[0]["end"] >= cc["end"]
+    assert kernels["aten::add"]["start"] >= cc["end"]  # the stream waited for it
+    syncs = [s for s in spans if s["type"] == F.EXT_HOST_SYNC]
+    reasons = [s["ext"][F.X_SYNC_REASON] for s in syncs]
+    assert reasons and "collective_wait" not in reasons  # the host waited at .item(), not wait()
+    assert max(s["end"] for s in syncs) >= cc["end"]
+
+
+def test_wait_on_a_side_stream_leaves_the_default_stream_computing(group) -> None:
+    """FSDP's pattern: the collective and its wait on a side stream, an event recorded there,
+    the default stream waiting for that event only where it needs the result."""
+    grads = torch.ones(256, device="neuron")
+    other = torch.randn(64, 64, device="neuron")
+    side = torch.neuron.Stream()
+    torch.neuron.synchronize()
+    rt = get_runtime()
+    rt.sys_trace_start()
+    with torch.neuron.stream(side):
+        assert torch.neuron.current_stream() == side != torch.neuron.default_stream()
+        dist.all_reduce(grads)  # synchronous: the side stream waits for it
+        done = side.record_event()
+    overlapped = other @ other  # default stream: runs while the collective does
+    torch.neuron.current_stream().wait_event(done)
+    after = other.relu()  # default stream, after the wait: starts at the collective's end
+    after.sum().item()
+    rt.sys_trace_stop()
+    spans = _spans(json.loads(rt.sys_trace_fetch())["events"])
+    (cc,) = [s for s in spans if s["type"] == F.CC_RUNNING]
+    kernels = {s["op"]: s for s in spans if s["type"] == F.NC_EXEC_RUNNING}
+    assert kernels["aten::mm"]["start"] < cc["end"] and overlapped.shape == (64, 64)
+    assert kernels["aten::relu"]["start"] >= cc["end"]

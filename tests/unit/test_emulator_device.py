@@ -290,3 +290,36 @@ def test_accepts_the_name_given_by_our_collector() -> None:
         timeout=120,
     )
     assert "sum 3.0" in out.stdout
+
+
+def test_side_stream_copies_run_beside_the_default_streams_compute() -> None:
+    """A device-to-device copy launched on a side stream (FSDP's all-gather copy-in) goes to
+    the DMA queue ordered on that stream only: it ends before a long matmul launched earlier on
+    the default stream does. The same copy on the default stream waits for the matmul."""
+    emu.enable(cores=1, speed_factor=1e-3)
+    a = torch.randn(1024, 1024, device="neuron")  # 2 GFLOP: 50 ms modelled at this speed
+    flat = torch.empty(64 * 1024, device="neuron")  # 256 KiB: a fraction of that
+    side = torch.neuron.Stream()
+    torch.neuron.synchronize()
+    ends = {}
+    for where in ("side", "default"):
+        start = torch.neuron.Event(enable_timing=True)
+        start.record()
+        product = a @ a  # default stream
+        mm_done = torch.neuron.Event(enable_timing=True)
+        mm_done.record()
+        with torch.neuron.stream(side if where == "side" else torch.neuron.default_stream()):
+            torch._foreach_copy_([flat], [a[:64].reshape(-1)])
+            copy_done = torch.neuron.Event(enable_timing=True)
+            copy_done.record()
+        torch.neuron.current_stream().wait_stream(side)
+        after = flat + 1  # default stream, after the wait: after the copy
+        after_done = torch.neuron.Event(enable_timing=True)
+        after_done.record()
+        torch.neuron.synchronize()
+        ends[where] = [start.elapsed_time(e) for e in (mm_done, copy_done, after_done)]
+        assert product.shape == (1024, 1024) and after.shape == (64 * 1024,)
+    mm, copy, after = ends["side"]
+    assert copy < mm and after >= copy
+    mm, copy, _ = ends["default"]
+    assert copy > mm
