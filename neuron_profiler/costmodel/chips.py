@@ -1,9 +1,12 @@
-"""Chip constants for the emulated device's roofline model: one table, each figure with its source.
+"""Chip profiles of the cost model: one table, each figure with its public source.
 
-Per-chip figures are from AWS's Trainium2/Trainium3 architecture pages; docs/chips.md lists every
-figure with its public source.
-Per-logical-core figures divide by the logical core count. Figures marked ``ASSUMPTION`` have no
-public source; they are this project's choice and documented as such.
+The emulated device times its ops on the Trainium rows (trn2, trn3); the projection
+(``analysis.projection``) reads every row, the GPUs of the shared real traces included, to scale
+measured device time from one chip to another. Per-chip figures are from the vendors' datasheets
+and architecture pages; docs/chips.md lists every figure with its public source. Per-logical-core
+figures divide by the logical core count (a GPU is one core; an MI250 module is two GCDs, each
+its own PyTorch device, so one GCD is one logical core of two). Figures marked ``ASSUMPTION``
+have no public source; they are this project's choice and documented as such.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ class ChipSpec:
     """Throughputs of one chip; per-core values derive from ``logical_cores``.
 
     Args:
-        name: "trn2" or "trn3".
+        name: the table key ("trn2", "h100", ...).
         logical_cores: logical NeuronCores per chip (trn2: 8 physical -> 4 logical by default).
         bf16_tflops: dense BF16 matrix throughput per chip (Tensor engine).
         fp8_tflops: dense FP8 matrix throughput per chip.
@@ -64,6 +67,10 @@ class ChipSpec:
     dma_fixed_ns: int = 2_000
     launch_queue_depth: int = 63
     host_staging_gbps: float = 10.0
+    device_names: tuple[str, ...] = ()  # substrings of deviceProperties "name" that mean this chip
+    host_fallback: bool = (
+        False  # ops the chip lacks run on the host (the emulator's fallback table)
+    )
 
     def matrix_flops_per_s(self, dtype: str) -> float:
         """Per-logical-core matrix throughput for a dtype name ("bfloat16", "float32", ...)."""
@@ -93,6 +100,44 @@ class ChipSpec:
         return self.host_staging_gbps * 1e9
 
 
+def _gpu(
+    name: str,
+    device_names: tuple[str, ...],
+    bf16_tflops: float,
+    fp8_tflops: float,
+    fp32_tflops: float,
+    hbm_gib: float,
+    hbm_tbps: float,
+    link_gbps: float,
+    pcie_gbps: float,
+) -> ChipSpec:
+    """One GPU (one logical core): the figures that differ between GPUs; the rest as docs/chips.md
+    says (ASSUMPTION rows)."""
+    return ChipSpec(
+        name=name,
+        logical_cores=1,
+        physical_cores=1,
+        bf16_tflops=bf16_tflops,
+        fp8_tflops=fp8_tflops,
+        fp32_matrix_ratio=fp32_tflops / bf16_tflops,
+        vector_gflops_per_core=fp32_tflops * 1000.0,
+        hbm_gib=hbm_gib,
+        hbm_tbps=hbm_tbps,
+        dma_engines_per_core=1,
+        dma_gbps_per_engine=hbm_tbps * 1000.0 / 2,
+        host_link_gbps=pcie_gbps,
+        launch_latency_ns=GPU_LAUNCH_LATENCY_NS,
+        collective_gbps_per_core=link_gbps,
+        collective_step_latency_ns=GPU_COLLECTIVE_STEP_LATENCY_NS,
+        device_names=device_names,
+    )
+
+
+# ASSUMPTION (no datasheet figure): launch -> start of a kernel on an idle GPU stream, and the
+# latency of one ring step of a collective over NVLink / Infinity Fabric.
+GPU_LAUNCH_LATENCY_NS = 5_000
+GPU_COLLECTIVE_STEP_LATENCY_NS = 5_000
+
 CHIPS: dict[str, ChipSpec] = {
     # Trainium2: 8 NeuronCore-v3, 2 physical per logical by default; 667 BF16 / 1299 FP8 TFLOPS;
     # 96 GiB HBM at 2.9 TB/s; 16 DMA engines per core at ~27.2 GB/s (AWS Trn2 architecture page).
@@ -111,6 +156,8 @@ CHIPS: dict[str, ChipSpec] = {
         dma_gbps_per_engine=27.2,
         host_link_gbps=64.0,
         launch_latency_ns=15_000,
+        host_fallback=True,
+        device_names=("trn2", "Trainium2"),
     ),
     # Trainium3: 8 NeuronCore-v4 (one logical each); 671 BF16 / 2517 MXFP8 TFLOPS; 144 GiB at
     # 4.9 TB/s; ~38.4 GB/s per DMA engine (AWS Trn3 page). Vector 1.2 GHz: ASSUMPTION 128 x 2 x 1.2.
@@ -128,8 +175,76 @@ CHIPS: dict[str, ChipSpec] = {
         dma_gbps_per_engine=38.4,
         host_link_gbps=64.0,
         launch_latency_ns=15_000,
+        host_fallback=True,
+        device_names=("trn3", "Trainium3"),
     ),
+    # Trainium1: 2 NeuronCore-v2 per chip (one logical each); 190 BF16 TFLOPS (no FP8 figure
+    # used: FP8 at the BF16 rate); 32 GiB at 820 GB/s (AWS Trn1 page). Vector: ASSUMPTION as trn2.
+    "trn1": ChipSpec(
+        name="trn1",
+        logical_cores=2,
+        physical_cores=2,
+        bf16_tflops=190.0,
+        fp8_tflops=190.0,
+        fp32_matrix_ratio=0.25,
+        vector_gflops_per_core=246.0,
+        hbm_gib=32.0,
+        hbm_tbps=0.82,
+        dma_engines_per_core=16,
+        dma_gbps_per_engine=27.2,
+        host_link_gbps=32.0,
+        launch_latency_ns=15_000,
+        host_fallback=True,
+        device_names=("trn1", "Trainium1"),
+    ),
+    # GPUs (one logical core each): matrix = dense Tensor Core FP16/BF16 peak, vector = FP32
+    # non-tensor peak, FP32 matrix at the FP32 rate (PyTorch's default leaves TF32 matmul off);
+    # HBM, NVLink per direction and PCIe per direction from NVIDIA's datasheets (docs/chips.md).
+    # D2D copies at half the HBM rate (read + write: ASSUMPTION); launch latency, collective
+    # step latency: ASSUMPTION (no datasheet figure; replay measures the trace's own).
+    "v100": _gpu("v100", ("V100",), 125.0, 125.0, 15.7, 32.0, 0.9, 150.0, 16.0),
+    "a100": _gpu("a100", ("A100",), 312.0, 312.0, 19.5, 40.0, 1.555, 300.0, 32.0),
+    "a100-80gb": _gpu(
+        "a100-80gb", ("A100-SXM4-80GB", "A100 80GB"), 312.0, 312.0, 19.5, 80.0, 2.039, 300.0, 32.0
+    ),
+    "h100": _gpu("h100", ("H100",), 989.4, 1978.9, 66.9, 80.0, 3.35, 450.0, 64.0),
+    "h200": _gpu("h200", ("H200",), 989.4, 1978.9, 66.9, 141.0, 4.8, 450.0, 64.0),
+    # MI250: one GCD per PyTorch device, half the module's 362.1 FP16/BF16, 45.3 FP32 vector and
+    # 3.2 TB/s; Infinity Fabric 50 GB/s per link per direction, PCIe Gen4 x16 (AMD, ROCm docs).
+    "mi250": _gpu("mi250", ("MI250", "gfx90a"), 181.05, 181.05, 22.65, 64.0, 1.6, 50.0, 32.0),
 }
+
+# The host that runs a fallback op (its own time is carried over where measured; this profile
+# prices one the source ran on a device): ASSUMPTION, a round server figure (0.5 TFLOPS FP32 over
+# all cores, 50 GB/s of DRAM bandwidth); docs/chips.md.
+HOST_CPU = ChipSpec(
+    name="host-cpu",
+    logical_cores=1,
+    physical_cores=1,
+    bf16_tflops=0.5,
+    fp8_tflops=0.5,
+    fp32_matrix_ratio=1.0,
+    vector_gflops_per_core=500.0,
+    hbm_gib=0.0,
+    hbm_tbps=0.05,
+    dma_engines_per_core=1,
+    dma_gbps_per_engine=25.0,
+    host_link_gbps=25.0,
+    launch_latency_ns=0,
+    kernel_fixed_ns=0,
+)
+
+
+def chip_for_device(device_name: str) -> ChipSpec | None:
+    """The profile whose ``device_names`` occur in a deviceProperties name (the longest match:
+    "A100-SXM4-80GB" over "A100"); None when no profile matches."""
+    hits = [
+        (len(key), spec)
+        for spec in CHIPS.values()
+        for key in spec.device_names
+        if key.lower() in device_name.lower()
+    ]
+    return max(hits, key=lambda h: h[0])[1] if hits else None
 
 
 def chip(name: str) -> ChipSpec:
