@@ -1,0 +1,567 @@
+"""The step time a traced script would have on another chip (docs/projection.md)::
+
+    p = project(trace, "trn2")          # or "same": the trace's own chip (the replay check)
+    p.source.step_ms, p.target.step_ms, p.target.low_ms, p.target.high_ms
+    p.classes, p.ops, p.fallbacks, p.assumptions
+
+The trace's steps are rebuilt from their dependencies (``replay``) and replayed twice: with the
+recorded durations (the replay check: how well the dependencies explain the recorded step) and
+with each device item's cost swapped for the target's: measured time x (the op's roofline bound
+on the target / on the source), so the fraction of the bound it achieved is carried over (as
+Habitat's wave scaling carries achieved occupancy); copies by the link bandwidths, collectives by
+the ring model; ops the target runs on the host (Neuron's fallback table) leave the device and
+cost the host their compute plus their copies; launch-bound work pays the target's launch
+latency. Host time outside device waits is carried over (same host).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuron_profiler.analysis import _tree
+from neuron_profiler.analysis._args import arg_values
+from neuron_profiler.analysis._copies import D2H, H2D
+from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA
+from neuron_profiler.analysis.context import AnalysisContext, Options
+from neuron_profiler.analysis.replay import (
+    DependencyGraph,
+    HostDelays,
+    dependency_graph,
+    graph_items,
+    replay,
+)
+from neuron_profiler.costmodel.chips import CHIPS, HOST_CPU, ChipSpec, chip, chip_for_device
+from neuron_profiler.costmodel.fallbacks import falls_back
+from neuron_profiler.costmodel.ops import DTYPE_BYTES, TRACE_TYPES, OpCost, op_cost
+from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, collective_s, roofline_s
+from neuron_profiler.errors import NeuronProfilerError
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.model import Trace
+
+SAME = "same"
+CLASSES = ("compute", "memory_bound", "copies", "collectives", "host", "idle")
+# The model's stated uncertainty per class of device time (a fraction either way), for the
+# low-high range: ASSUMPTION, set from the published per-op errors of roofline-ratio scaling
+# (Habitat, ATC'21: 11.8% mean across GPUs, kernels with a different bound on the two chips
+# well beyond) and widened where this model has less to go on (kernels without recorded shapes,
+# collectives without message sizes). Never tuned per trace.
+UNCERTAINTY = {"compute": 0.25, "memory_bound": 0.15, "copies": 0.2, "collectives": 0.3}
+UNCERTAINTY_UNPRICED = 0.5  # a kernel without its op's shapes (scaled by one resource's ratio)
+# Kernel names of matrix work (cuBLAS / CUTLASS / cuDNN / rocBLAS / MIOpen), for kernels whose op
+# recorded no shapes.
+_MATRIX_KERNEL = re.compile(
+    r"gemm|sgemm|hgemm|cutlass|xmma|conv|wgrad|dgrad|implicit|winograd|Cijk_|igemm|matmul",
+    re.IGNORECASE,
+)
+_COLLECTIVE_KINDS = {
+    "allreduce": "allreduce",
+    "all_reduce": "allreduce",
+    "allgather": "allgather",
+    "all_gather": "allgather",
+    "reducescatter": "reduce_scatter",
+    "reduce_scatter": "reduce_scatter",
+    "alltoall": "alltoall",
+    "all_to_all": "alltoall",
+}
+TOP_OPS = 15
+
+
+@dataclass(frozen=True)
+class Side:
+    chip: str
+    step_ms: float
+
+
+@dataclass(frozen=True)
+class Target:
+    chip: str
+    step_ms: float
+    low_ms: float
+    high_ms: float
+
+
+@dataclass(frozen=True)
+class ClassRow:
+    """Per-step means; ``memory_bound`` is the part of ``compute`` bound by memory."""
+
+    cls: str
+    source_ms: float
+    target_ms: float
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One op (the innermost host op that launched the work, or the kernel's name) per step."""
+
+    name: str
+    cls: str
+    count: int
+    source_ms: float
+    target_ms: float
+    fallback: bool
+
+
+@dataclass(frozen=True)
+class Projection:
+    """``replay_ms``: the recorded durations replayed on the rebuilt dependencies (the replay
+    check, against ``source.step_ms``)."""
+
+    source: Side
+    target: Target
+    replay_ms: float
+    steps: int
+    classes: tuple[ClassRow, ...]
+    ops: tuple[OpRow, ...]
+    fallbacks: tuple[OpRow, ...]
+    assumptions: tuple[str, ...]
+    priced: int  # device items whose op's shapes priced them
+    items: int  # device items in the graph
+
+    @property
+    def replay_error_pct(self) -> float:
+        s = self.source.step_ms
+        return 100.0 * (self.replay_ms - s) / s if s else 0.0
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """Per graph item: target duration, class, op name, and the uncertainty of its cost."""
+
+    duration: np.ndarray
+    cls: np.ndarray  # index into CLASSES (compute or memory_bound for kernels)
+    name: np.ndarray  # object: op or kernel name
+    fallback: np.ndarray
+    priced: np.ndarray
+    delays: HostDelays
+    uncertainty: np.ndarray
+
+
+def source_chip(trace: Trace) -> ChipSpec | None:
+    """The chip the trace ran on, from its deviceProperties (a name or our ``chip`` key)."""
+    for props in trace.metadata.get("deviceProperties") or ():
+        if not isinstance(props, dict):
+            continue
+        key = props.get(V.PROP_CHIP)
+        if isinstance(key, str) and key in CHIPS:
+            return CHIPS[key]
+        for field in ("name", "gcnArchName"):
+            name = props.get(field)
+            if isinstance(name, str) and (spec := chip_for_device(name)) is not None:
+                return spec
+    return None
+
+
+def project(
+    trace: Trace,
+    target: str,
+    *,
+    source: str | None = None,
+    options: Options | None = None,
+) -> Projection:
+    """Project ``trace`` onto chip ``target`` ("same": the trace's own). ``source`` names the
+    trace's chip when its deviceProperties do not."""
+    ctx = AnalysisContext(trace, options or Options(hta=False, tb=False))
+    src = chip(source) if source else source_chip(trace)
+    if target == SAME:
+        if src is None and source is None:
+            tgt = None
+        else:
+            tgt = src
+    else:
+        tgt = chip(target)
+        if src is None and len(ctx.work):
+            raise NeuronProfilerError(
+                f"{trace.source}: no known chip in its deviceProperties; name it with "
+                f"--source-chip ({', '.join(CHIPS)})",
+                exit_code=2,
+            )
+    graph = dependency_graph(ctx)
+    recorded = replay(graph, graph.duration)
+    same = tgt is None or (src is not None and tgt.name == src.name)
+    costs = _costs(ctx, graph, src, tgt, same)
+    shift = 0 if same else tgt.launch_latency_ns - graph.base_latency_ns  # type: ignore[union-attr]
+    projected = replay(graph, costs.duration, latency_shift_ns=shift, delays=costs.delays)
+    low = replay(
+        graph,
+        np.round(costs.duration * (1 - costs.uncertainty)).astype(np.int64),
+        latency_shift_ns=shift,
+        delays=costs.delays,
+    )
+    high = replay(
+        graph,
+        np.round(costs.duration * (1 + costs.uncertainty)).astype(np.int64),
+        latency_shift_ns=shift,
+        delays=costs.delays,
+    )
+    n = max(len(graph.step_start_ns), 1)
+    src_name = src.name if src else "unknown"
+    return Projection(
+        source=Side(src_name, ctx.mean_step_ns / 1e6),
+        target=Target(
+            tgt.name if tgt else src_name,
+            projected.mean_step_ns / 1e6,
+            min(low.mean_step_ns, projected.mean_step_ns) / 1e6,
+            max(high.mean_step_ns, projected.mean_step_ns) / 1e6,
+        ),
+        replay_ms=recorded.mean_step_ns / 1e6,
+        steps=len(graph.step_start_ns),
+        classes=_classes(graph, costs, recorded, projected, n),
+        ops=_ops(graph, costs, n, fallback=False),
+        fallbacks=_ops(graph, costs, n, fallback=True),
+        assumptions=_assumptions(src, tgt, same, graph, costs),
+        priced=int(costs.priced.sum()),
+        items=len(graph),
+    )
+
+
+def _costs(
+    ctx: AnalysisContext,
+    graph: DependencyGraph,
+    src: ChipSpec | None,
+    tgt: ChipSpec | None,
+    same: bool,
+) -> _Costs:
+    trace, w = ctx.trace, ctx.work
+    items = graph_items(ctx)
+    rows = w.rows[items]
+    queue = w.queue[items]
+    n = len(items)
+    op_row, top_fallback = _launching_ops(ctx, items)
+    name = _names(trace, np.where(op_row >= 0, op_row, rows))
+    cost = _op_costs(trace, op_row)
+    priced = np.array([c is not None and c.bytes_moved > 0 for c in cost], bool)
+    matrix_kernel = np.array(
+        [bool(_MATRIX_KERNEL.search(trace.strings[i])) for i in trace.col(S.NAME_ID)[rows]], bool
+    )
+    duration = graph.duration.astype(np.float64).copy()
+    cls = np.zeros(n, np.int64)
+    uncertainty = np.zeros(n)
+    fallback = np.zeros(n, bool)
+    compute = queue == COMPUTE
+    for i in np.flatnonzero(compute):  # (per item: the op's bound on both chips)
+        c = cost[i]
+        memory = (
+            _memory_bound(c, src) if c is not None and src is not None else not matrix_kernel[i]
+        )
+        cls[i] = CLASSES.index("memory_bound" if memory else "compute")
+        uncertainty[i] = UNCERTAINTY["memory_bound" if memory else "compute"]
+        if not priced[i]:
+            uncertainty[i] = UNCERTAINTY_UNPRICED
+    copies = queue == DMA
+    cls[copies] = CLASSES.index("copies")
+    uncertainty[copies] = UNCERTAINTY["copies"]
+    coll = queue == COLLECTIVE
+    cls[coll] = CLASSES.index("collectives")
+    uncertainty[coll] = UNCERTAINTY["collectives"]
+    delays = HostDelays.none()
+    if same:
+        uncertainty[:] = 0.0  # the recorded durations: nothing is modelled
+    if not same and src is not None and tgt is not None:
+        duration *= _ratios(ctx, items, cost, priced, matrix_kernel, src, tgt)
+        if tgt.host_fallback:
+            fallback = _fallback_items(ctx, items, top_fallback, cost, compute | copies)
+            delays = _fallback_delays(ctx, graph, items, top_fallback, fallback, tgt)
+            duration[fallback] = 0
+    return _Costs(
+        duration=np.round(duration).astype(np.int64),
+        cls=cls,
+        name=name,
+        fallback=fallback,
+        priced=priced,
+        delays=delays,
+        uncertainty=uncertainty,
+    )
+
+
+def _memory_bound(c: OpCost, spec: ChipSpec) -> bool:
+    peak = spec.matrix_flops_per_s(c.dtype) if c.matrix else spec.vector_flops_per_s()
+    return c.bytes_moved / spec.hbm_bytes_per_s() >= c.flops / peak
+
+
+def _bound_s(c: OpCost, spec: ChipSpec) -> float:
+    peak = spec.matrix_flops_per_s(c.dtype) if c.matrix else spec.vector_flops_per_s()
+    return roofline_s(c.flops, c.bytes_moved, peak, spec.hbm_bytes_per_s())
+
+
+def _ratios(
+    ctx: AnalysisContext,
+    items: np.ndarray,
+    cost: list[OpCost | None],
+    priced: np.ndarray,
+    matrix_kernel: np.ndarray,
+    src: ChipSpec,
+    tgt: ChipSpec,
+) -> np.ndarray:
+    """Target time / source time per item, by its resource's ratio on the two chips."""
+    w = ctx.work
+    queue = w.queue[items]
+    hbm = src.hbm_bytes_per_s() / tgt.hbm_bytes_per_s()
+    fp32 = src.matrix_flops_per_s("float32") / tgt.matrix_flops_per_s("float32")
+    ratio = np.full(len(items), hbm)
+    for i in np.flatnonzero(queue == COMPUTE):
+        c = cost[i]
+        if priced[i]:
+            ratio[i] = _bound_s(c, tgt) / max(_bound_s(c, src), 1e-18)  # type: ignore[arg-type]
+        elif matrix_kernel[i]:
+            ratio[i] = fp32
+    direction = ctx.copies.direction[items]
+    host = (direction == D2H) | (direction == H2D)
+    ratio[host] = src.host_link_bytes_per_s() / tgt.host_link_bytes_per_s()
+    ratio[(queue == DMA) & ~host] = src.dma_bytes_per_s() / tgt.dma_bytes_per_s()
+    coll = np.flatnonzero(queue == COLLECTIVE)
+    if len(coll):
+        ratio[coll] = _collective_ratios(ctx.trace, w.rows[items[coll]], src, tgt)
+    return ratio
+
+
+def _collective_ratios(trace: Trace, rows: np.ndarray, src: ChipSpec, tgt: ChipSpec) -> np.ndarray:
+    """Ring time on the target's links / on the source's, from the kernel's message size and
+    group size where the trace records them (NCCL's collective args), else the link ratio."""
+    keys = ("In msg nelems", "Group size", "dtype", "Collective name")
+    a = arg_values(trace, rows, keys)
+    out = np.full(len(rows), src.collective_gbps_per_core / tgt.collective_gbps_per_core)
+    for j in range(len(rows)):
+        elems, group = a["In msg nelems"][j], a["Group size"][j]
+        if not isinstance(elems, (int, float)) or not isinstance(group, (int, float)):
+            continue
+        dtype = TRACE_TYPES.get(str(a["dtype"][j]), str(a["dtype"][j]).lower())
+        nbytes = float(elems) * DTYPE_BYTES.get(dtype, 4)
+        kind = _collective_kind(str(a["Collective name"][j] or trace.name(int(rows[j]))))
+        s = collective_s(src, nbytes=nbytes, world=int(group), collective=kind)
+        t = collective_s(tgt, nbytes=nbytes, world=int(group), collective=kind)
+        out[j] = t / s if s > 0 else out[j]
+    return out
+
+
+def _collective_kind(name: str) -> str:
+    low = name.lower().replace(" ", "")
+    return next((v for k, v in _COLLECTIVE_KINDS.items() if k in low), "broadcast")
+
+
+def _launching_ops(ctx: AnalysisContext, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per item: the innermost host op around its launching call (-1: none) and the outermost
+    op around it that the Neuron fallback table names (-1: none)."""
+    trace, w = ctx.trace, ctx.work
+    c = trace.columns
+    n = len(items)
+    inner, fb = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    corr = c[S.CORRELATION][w.rows[items]]
+    calls = np.flatnonzero(
+        trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE)
+        & np.isin(c[S.CORRELATION], corr[corr > 0])
+    )
+    if len(calls) == 0:
+        return inner, fb
+    ops = np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE))
+    rows = np.concatenate([ops, calls])
+    start = c[S.TS_NS][rows]
+    end = start + c[S.DUR_NS][rows]
+    thread = np.unique(
+        np.stack([c[S.PID][rows], c[S.TID][rows]], axis=1), axis=0, return_inverse=True
+    )[1].reshape(-1)
+    order = np.lexsort((-end, start, thread))
+    rows, start, end, thread = rows[order], start[order], end[order], thread[order]
+    parent = _tree.parents(thread, start, end)
+    is_op = np.isin(rows, ops)
+    innermost = _tree.innermost_marked(parent, is_op)
+    fallback_ids = {i for i, s in enumerate(trace.strings) if _fallback_name(s)}
+    is_fb = is_op & np.isin(
+        c[S.NAME_ID][rows], np.fromiter(fallback_ids, np.int64, len(fallback_ids))
+    )
+    outer_fb = _tree.outermost_marked(parent, is_fb)
+    call_at = np.flatnonzero(~is_op)
+    keys = c[S.CORRELATION][rows[call_at]]
+    by_key = np.argsort(keys, kind="stable")
+    k = np.clip(np.searchsorted(keys[by_key], corr), 0, max(len(keys) - 1, 0))
+    hit = (corr > 0) & (keys[by_key][k] == corr)
+    at = call_at[by_key[k[hit]]]
+    inner[hit] = np.where(innermost[at] >= 0, rows[np.maximum(innermost[at], 0)], -1)
+    fb[hit] = np.where(outer_fb[at] >= 0, rows[np.maximum(outer_fb[at], 0)], -1)
+    return inner, fb
+
+
+def _fallback_name(name: str) -> bool:
+    return name.startswith("aten::") and falls_back(name.split(".")[0], "")
+
+
+def _op_costs(trace: Trace, op_row: np.ndarray) -> list[OpCost | None]:
+    """The cost of each item's op from its recorded shapes (None: no op or no shapes)."""
+    uniq, inverse = np.unique(op_row, return_inverse=True)
+    have = uniq[uniq >= 0]
+    keys = (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE)
+    a = arg_values(trace, have, keys) if len(have) else {k: [] for k in keys}
+    by_row: dict[int, OpCost | None] = {-1: None}
+    for j, row in enumerate(have.tolist()):
+        dims = next((a[k][j] for k in V.ARG_INPUT_DIMS_KEYS if a[k][j] is not None), None)
+        types = a[V.ARG_INPUT_TYPE][j]
+        if not isinstance(dims, list):
+            by_row[row] = None
+            continue
+        if not isinstance(types, list):
+            types = ["float"] * len(dims)  # no recorded dtype: float32 (ASSUMPTION)
+        try:
+            by_row[row] = op_cost(trace.name(row), dims, types)
+        except (TypeError, ValueError, IndexError):
+            by_row[row] = None
+    return [by_row[int(r)] for r in uniq[inverse].tolist()]
+
+
+def _names(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    ids = trace.col(S.NAME_ID)[rows]
+    return np.array([trace.strings[i] for i in ids.tolist()], dtype=object)
+
+
+def _fallback_items(
+    ctx: AnalysisContext,
+    items: np.ndarray,
+    top_fallback: np.ndarray,
+    cost: list[OpCost | None],
+    device_work: np.ndarray,
+) -> np.ndarray:
+    """Items the target would not run: launched inside a fallback op, or by an op on float64."""
+    f64 = np.array([c is not None and c.dtype == "float64" for c in cost], bool)
+    return device_work & ((top_fallback >= 0) | f64)
+
+
+def _fallback_delays(
+    ctx: AnalysisContext,
+    graph: DependencyGraph,
+    items: np.ndarray,
+    top_fallback: np.ndarray,
+    fallback: np.ndarray,
+    tgt: ChipSpec,
+) -> HostDelays:
+    """One host delay per fallback op (at its recorded end): wait for the device work launched
+    before it, then copy its inputs out and its outputs back on the target's host link and run it
+    on the host CPU at the default efficiency."""
+    trace = ctx.trace
+    c = trace.columns
+    ops = np.unique(top_fallback[fallback & (top_fallback >= 0)])
+    if len(ops) == 0:
+        return HostDelays.none()
+    costs = _op_costs(trace, ops)
+    at = c[S.TS_NS][ops] + c[S.DUR_NS][ops]
+    anchor = np.where(graph.launch_ns != np.iinfo(np.int64).min, graph.launch_ns, graph.start_ns)
+    by_anchor = np.argsort(anchor, kind="stable")
+    before = np.searchsorted(anchor[by_anchor], c[S.TS_NS][ops], side="left") - 1
+    awaited = np.where(before >= 0, by_anchor[np.maximum(before, 0)], -1)
+    extra = np.zeros(len(ops), np.int64)
+    for j, cst in enumerate(costs):
+        if cst is None:
+            continue
+        host_s = _bound_s(cst, HOST_CPU) / DEFAULT_EFFICIENCY
+        copy_s = cst.bytes_moved / tgt.host_link_bytes_per_s() + 2 * tgt.dma_fixed_ns * 1e-9
+        extra[j] = round((host_s + copy_s) * 1e9)
+    order = np.argsort(at, kind="stable")
+    return HostDelays(at[order], awaited[order], extra[order])
+
+
+def _classes(graph, costs, recorded, projected, n: int) -> tuple[ClassRow, ...]:  # noqa: ANN001
+    """Per-step means by class: device time summed per class, host delays, idle = steps' wall
+    time less the device's busy union (one device: the trace's)."""
+    rows = []
+    for k, name in enumerate(CLASSES[:4]):
+        if name == "compute":
+            mine = np.isin(costs.cls, (CLASSES.index("compute"), CLASSES.index("memory_bound")))
+        else:
+            mine = costs.cls == k
+        rows.append(
+            ClassRow(
+                name,
+                float(graph.duration[mine].sum()) / n / 1e6,
+                float(costs.duration[mine].sum()) / n / 1e6,
+            )
+        )
+    host = float(costs.delays.extra_ns.sum()) / n / 1e6
+    rows.append(ClassRow("host", 0.0, host))
+    rows.append(
+        ClassRow(
+            "idle",
+            max(recorded.mean_step_ns / 1e6 - _busy_ms(recorded, graph.duration, n), 0.0),
+            max(projected.mean_step_ns / 1e6 - _busy_ms(projected, costs.duration, n), 0.0),
+        )
+    )
+    return tuple(rows)
+
+
+def _busy_ms(timeline, duration: np.ndarray, n: int) -> float:  # noqa: ANN001
+    """Mean per step of the union of the replayed items' spans (device busy)."""
+    live = duration > 0
+    if not live.any():
+        return 0.0
+    s, e = timeline.start_ns[live], timeline.end_ns[live]
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], np.maximum.accumulate(e[order])
+    new = np.r_[True, s[1:] > e[:-1]]
+    starts, ends = s[new], np.r_[e[np.flatnonzero(new)[1:] - 1], e[-1]]
+    return float((ends - starts).sum()) / n / 1e6
+
+
+def _ops(graph, costs, n: int, *, fallback: bool) -> tuple[OpRow, ...]:  # noqa: ANN001
+    """Ops by |target - source| per step, largest first (fallbacks: only the fallback ops)."""
+    mine = costs.fallback if fallback else ~costs.fallback
+    idx = np.flatnonzero(mine)
+    if len(idx) == 0:
+        return ()
+    names = costs.name[idx]
+    uniq, inv = np.unique(names.astype(str), return_inverse=True)
+    src = np.bincount(inv, weights=graph.duration[idx], minlength=len(uniq))
+    tgt = np.bincount(inv, weights=costs.duration[idx], minlength=len(uniq))
+    count = np.bincount(inv, minlength=len(uniq))
+    # an op's class: that of its longest item (cuDNN launches helper kernels beside the product)
+    longest = np.lexsort((graph.duration[idx], inv))
+    last = np.r_[np.flatnonzero(np.diff(inv[longest])), len(idx) - 1]
+    cls = costs.cls[idx][longest][last]
+    order = np.argsort(-np.abs(tgt - src), kind="stable")[:TOP_OPS]
+    return tuple(
+        OpRow(
+            name=str(uniq[k]),
+            cls=CLASSES[int(cls[k])],
+            count=int(count[k]),
+            source_ms=float(src[k]) / n / 1e6,
+            target_ms=float(tgt[k]) / n / 1e6,
+            fallback=fallback,
+        )
+        for k in order.tolist()
+    )
+
+
+def _assumptions(
+    src: ChipSpec | None, tgt: ChipSpec | None, same: bool, graph: DependencyGraph, costs: _Costs
+) -> tuple[str, ...]:
+    out = [
+        "host time outside device waits is carried over unchanged (same host)",
+        "host threads shift together at each blocking wait (the launching thread gates the step)",
+        f"launch latency on an idle queue: the trace's median, {graph.base_latency_ns / 1e3:.1f} µs",
+    ]
+    if same:
+        out.append("target is the source chip: recorded durations replayed, no cost swapped")
+        return tuple(out)
+    assert src is not None and tgt is not None
+    n, priced = len(costs.priced), int(costs.priced.sum())
+    out += [
+        f"device ops scaled by the ratio of their roofline bound on {tgt.name} to {src.name} "
+        "(achieved fraction of the bound carried over)",
+        f"{priced} of {n} device items priced from their op's recorded shapes; the rest scaled "
+        "by one resource's ratio (matrix kernels by FP32 peak, others by HBM bandwidth)",
+        "convolution outputs priced at stride 1 (strides are not recorded)",
+        "ops without a recorded dtype priced as float32",
+        f"launch latency on {tgt.name}: {tgt.launch_latency_ns / 1e3:.1f} µs (docs/chips.md)",
+        "collectives by the ring model on the target's links, group size and message size from "
+        "the trace where recorded (else the link bandwidth ratio)",
+        "the low-high range: per-class cost uncertainty "
+        + ", ".join(f"{k} ±{v:.0%}" for k, v in UNCERTAINTY.items())
+        + f", unpriced kernels ±{UNCERTAINTY_UNPRICED:.0%}",
+    ]
+    if tgt.host_fallback:
+        out.append(
+            "ops in Neuron's fallback table (and float64 ops) run on the host: a wait for the "
+            "device, their bytes over the host link, host compute at "
+            f"{DEFAULT_EFFICIENCY:.0%} of the host profile's roofline (docs/chips.md)"
+        )
+    out.append("eager execution: one launch per kernel as recorded (no compiled graphs)")
+    return tuple(out)

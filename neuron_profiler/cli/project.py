@@ -1,0 +1,58 @@
+"""``neuron-prof project TRACE --chip CHIP``: the step time the traced script would have on
+another chip (argument parsing and output only; the work is
+``neuron_profiler.analysis.projection``). ``--chip same`` replays the trace on its own chip: the
+check that its dependencies explain the recorded step. Bad input is one error line naming the
+file and the problem, exit 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from neuron_profiler.costmodel.chips import CHIPS
+
+CHOICES = ("same", *CHIPS)
+
+
+@click.command()
+@click.argument("trace_path", metavar="TRACE", type=click.Path(path_type=Path))
+@click.option(
+    "--chip",
+    "target",
+    required=True,
+    type=click.Choice(CHOICES),
+    help="Target chip profile (docs/chips.md); 'same': the trace's own chip (replay check).",
+)
+@click.option(
+    "--source-chip",
+    default=None,
+    type=click.Choice(tuple(CHIPS)),
+    help="The trace's chip when its deviceProperties name none.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the projection as JSON (schema: neuron_profiler/reports/projection.schema.json).",
+)
+def project(trace_path: Path, target: str, source_chip: str | None, as_json: bool) -> None:
+    """Project TRACE's mean step onto another chip."""
+    from neuron_profiler.analysis.projection import project as project_trace
+    from neuron_profiler.cli.main import load_reported
+    from neuron_profiler.trace import load_trace
+
+    trace = load_reported(lambda: load_trace(trace_path))
+    p = project_trace(trace, target, source=source_chip)
+    if as_json:
+        from neuron_profiler.reports.projection_json import document_text, projection_document
+
+        click.echo(document_text(projection_document(p)))
+    else:
+        from rich.console import Console
+
+        from neuron_profiler.reports.projection_terminal import render_projection
+        from neuron_profiler.reports.terminal import report_width
+
+        render_projection(p, console=Console(width=report_width(Console())))
