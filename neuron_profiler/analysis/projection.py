@@ -33,7 +33,7 @@ from neuron_profiler.analysis.replay import (
     graph_items,
     replay,
 )
-from neuron_profiler.costmodel.chips import CHIPS, HOST_CPU, ChipSpec, chip, chip_for_device
+from neuron_profiler.costmodel.chips import CHIPS, HOST_CPU, TF32, ChipSpec, chip, chip_for_device
 from neuron_profiler.costmodel.fallbacks import falls_back
 from neuron_profiler.costmodel.ops import DTYPE_BYTES, TRACE_TYPES, OpCost, op_cost
 from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, collective_s, roofline_s
@@ -57,6 +57,8 @@ _MATRIX_KERNEL = re.compile(
     r"gemm|sgemm|hgemm|cutlass|xmma|conv|wgrad|dgrad|implicit|winograd|Cijk_|igemm|matmul",
     re.IGNORECASE,
 )
+# ... and of those, kernels on TF32 tensor cores (FP32 data: cuDNN's TF32 default on Ampere+)
+_TENSOR_OP_KERNEL = re.compile(r"s1688|s16816|tf32|tensorop", re.IGNORECASE)
 _COLLECTIVE_KINDS = {
     "allreduce": "allreduce",
     "all_reduce": "allreduce",
@@ -161,9 +163,10 @@ def project(
     *,
     source: str | None = None,
     options: Options | None = None,
+    top: int | None = TOP_OPS,
 ) -> Projection:
     """Project ``trace`` onto chip ``target`` ("same": the trace's own). ``source`` names the
-    trace's chip when its deviceProperties do not."""
+    trace's chip when its deviceProperties do not; ``top``: op rows kept (None: all)."""
     ctx = AnalysisContext(trace, options or Options(hta=False, tb=False))
     src = chip(source) if source else source_chip(trace)
     if target == SAME:
@@ -210,8 +213,8 @@ def project(
         replay_ms=recorded.mean_step_ns / 1e6,
         steps=len(graph.step_start_ns),
         classes=_classes(graph, costs, recorded, projected, n),
-        ops=_ops(graph, costs, n, fallback=False),
-        fallbacks=_ops(graph, costs, n, fallback=True),
+        ops=_ops(graph, costs, n, fallback=False, top=top),
+        fallbacks=_ops(graph, costs, n, fallback=True, top=top),
         assumptions=_assumptions(src, tgt, same, graph, costs),
         priced=int(costs.priced.sum()),
         items=len(graph),
@@ -301,13 +304,17 @@ def _ratios(
     queue = w.queue[items]
     hbm = src.hbm_bytes_per_s() / tgt.hbm_bytes_per_s()
     fp32 = src.matrix_flops_per_s("float32") / tgt.matrix_flops_per_s("float32")
+    tf32 = src.matrix_flops_per_s(TF32) / tgt.matrix_flops_per_s(TF32)
+    names = ctx.trace.strings
+    kernel_names = ctx.trace.col(S.NAME_ID)[w.rows[items]]
     ratio = np.full(len(items), hbm)
     for i in np.flatnonzero(queue == COMPUTE):
         c = cost[i]
         if priced[i]:
             ratio[i] = _bound_s(c, tgt) / max(_bound_s(c, src), 1e-18)  # type: ignore[arg-type]
         elif matrix_kernel[i]:
-            ratio[i] = fp32
+            tensor_op = _TENSOR_OP_KERNEL.search(names[kernel_names[i]])
+            ratio[i] = tf32 if tensor_op else fp32
     direction = ctx.copies.direction[items]
     host = (direction == D2H) | (direction == H2D)
     ratio[host] = src.host_link_bytes_per_s() / tgt.host_link_bytes_per_s()
@@ -501,7 +508,7 @@ def _busy_ms(timeline, duration: np.ndarray, n: int) -> float:  # noqa: ANN001
     return float((ends - starts).sum()) / n / 1e6
 
 
-def _ops(graph, costs, n: int, *, fallback: bool) -> tuple[OpRow, ...]:  # noqa: ANN001
+def _ops(graph, costs, n: int, *, fallback: bool, top: int | None) -> tuple[OpRow, ...]:  # noqa: ANN001
     """Ops by |target - source| per step, largest first (fallbacks: only the fallback ops)."""
     mine = costs.fallback if fallback else ~costs.fallback
     idx = np.flatnonzero(mine)
@@ -516,7 +523,7 @@ def _ops(graph, costs, n: int, *, fallback: bool) -> tuple[OpRow, ...]:  # noqa:
     longest = np.lexsort((graph.duration[idx], inv))
     last = np.r_[np.flatnonzero(np.diff(inv[longest])), len(idx) - 1]
     cls = costs.cls[idx][longest][last]
-    order = np.argsort(-np.abs(tgt - src), kind="stable")[:TOP_OPS]
+    order = np.argsort(-np.abs(tgt - src), kind="stable")[:top]
     return tuple(
         OpRow(
             name=str(uniq[k]),
@@ -549,6 +556,8 @@ def _assumptions(
         f"{priced} of {n} device items priced from their op's recorded shapes; the rest scaled "
         "by one resource's ratio (matrix kernels by FP32 peak, others by HBM bandwidth)",
         "convolution outputs priced at stride 1 (strides are not recorded)",
+        "FP32 convolutions on TF32 tensor cores where the chip has them (cuDNN's default), FP32 "
+        "matrix products at the FP32 rate (PyTorch's matmul default)",
         "ops without a recorded dtype priced as float32",
         f"launch latency on {tgt.name}: {tgt.launch_latency_ns / 1e3:.1f} µs (docs/chips.md)",
         "collectives by the ring model on the target's links, group size and message size from "

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+TF32 = "tfloat32"  # FP32 inputs on TF32 tensor cores (costmodel.ops.math_dtype says when)
+
 
 @dataclass(frozen=True)
 class ChipSpec:
@@ -67,6 +69,7 @@ class ChipSpec:
     dma_fixed_ns: int = 2_000
     launch_queue_depth: int = 63
     host_staging_gbps: float = 10.0
+    tf32_tflops: float = 0.0  # TF32 tensor-core peak (0: none; FP32 matrix work at the FP32 rate)
     device_names: tuple[str, ...] = ()  # substrings of deviceProperties "name" that mean this chip
     host_fallback: bool = (
         False  # ops the chip lacks run on the host (the emulator's fallback table)
@@ -79,6 +82,8 @@ class ChipSpec:
             return per_core
         if dtype.startswith("float8"):
             return self.fp8_tflops * 1e12 / self.logical_cores
+        if dtype == TF32 and self.tf32_tflops:
+            return self.tf32_tflops * 1e12 / self.logical_cores
         return per_core * self.fp32_matrix_ratio
 
     def vector_flops_per_s(self) -> float:
@@ -110,6 +115,9 @@ def _gpu(
     hbm_tbps: float,
     link_gbps: float,
     pcie_gbps: float,
+    *,
+    tf32_tflops: float = 0.0,
+    fp32_matrix_tflops: float | None = None,
 ) -> ChipSpec:
     """One GPU (one logical core): the figures that differ between GPUs; the rest as docs/chips.md
     says (ASSUMPTION rows)."""
@@ -119,7 +127,8 @@ def _gpu(
         physical_cores=1,
         bf16_tflops=bf16_tflops,
         fp8_tflops=fp8_tflops,
-        fp32_matrix_ratio=fp32_tflops / bf16_tflops,
+        fp32_matrix_ratio=(fp32_matrix_tflops or fp32_tflops) / bf16_tflops,
+        tf32_tflops=tf32_tflops,
         vector_gflops_per_core=fp32_tflops * 1000.0,
         hbm_gib=hbm_gib,
         hbm_tbps=hbm_tbps,
@@ -198,20 +207,48 @@ CHIPS: dict[str, ChipSpec] = {
         device_names=("trn1", "Trainium1"),
     ),
     # GPUs (one logical core each): matrix = dense Tensor Core FP16/BF16 peak, vector = FP32
-    # non-tensor peak, FP32 matrix at the FP32 rate (PyTorch's default leaves TF32 matmul off);
+    # non-tensor peak, FP32 matrix products at the FP32 rate (PyTorch's default leaves TF32
+    # matmul off), FP32 convolutions at the TF32 rate where the GPU has one (cuDNN's TF32 is on
+    # by default: costmodel.ops.math_dtype);
     # HBM, NVLink per direction and PCIe per direction from NVIDIA's datasheets (docs/chips.md).
     # D2D copies at half the HBM rate (read + write: ASSUMPTION); launch latency, collective
     # step latency: ASSUMPTION (no datasheet figure; replay measures the trace's own).
     "v100": _gpu("v100", ("V100",), 125.0, 125.0, 15.7, 32.0, 0.9, 150.0, 16.0),
-    "a100": _gpu("a100", ("A100",), 312.0, 312.0, 19.5, 40.0, 1.555, 300.0, 32.0),
-    "a100-80gb": _gpu(
-        "a100-80gb", ("A100-SXM4-80GB", "A100 80GB"), 312.0, 312.0, 19.5, 80.0, 2.039, 300.0, 32.0
+    "a100": _gpu(
+        "a100", ("A100",), 312.0, 312.0, 19.5, 40.0, 1.555, 300.0, 32.0, tf32_tflops=156.0
     ),
-    "h100": _gpu("h100", ("H100",), 989.4, 1978.9, 66.9, 80.0, 3.35, 450.0, 64.0),
-    "h200": _gpu("h200", ("H200",), 989.4, 1978.9, 66.9, 141.0, 4.8, 450.0, 64.0),
+    "a100-80gb": _gpu(
+        "a100-80gb",
+        ("A100-SXM4-80GB", "A100 80GB"),
+        312.0,
+        312.0,
+        19.5,
+        80.0,
+        2.039,
+        300.0,
+        32.0,
+        tf32_tflops=156.0,
+    ),
+    "h100": _gpu(
+        "h100", ("H100",), 989.4, 1978.9, 66.9, 80.0, 3.35, 450.0, 64.0, tf32_tflops=494.7
+    ),
+    "h200": _gpu(
+        "h200", ("H200",), 989.4, 1978.9, 66.9, 141.0, 4.8, 450.0, 64.0, tf32_tflops=494.7
+    ),
     # MI250: one GCD per PyTorch device, half the module's 362.1 FP16/BF16, 45.3 FP32 vector and
     # 3.2 TB/s; Infinity Fabric 50 GB/s per link per direction, PCIe Gen4 x16 (AMD, ROCm docs).
-    "mi250": _gpu("mi250", ("MI250", "gfx90a"), 181.05, 181.05, 22.65, 64.0, 1.6, 50.0, 32.0),
+    "mi250": _gpu(
+        "mi250",
+        ("MI250", "gfx90a"),
+        181.05,
+        181.05,
+        22.65,
+        64.0,
+        1.6,
+        50.0,
+        32.0,
+        fp32_matrix_tflops=45.25,
+    ),
 }
 
 # The host that runs a fallback op (its own time is carried over where measured; this profile

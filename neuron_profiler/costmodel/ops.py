@@ -19,6 +19,8 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from neuron_profiler.costmodel.chips import TF32
+
 Shape = Sequence[int]
 
 # Flops per output-or-input element for vector-engine ops (default 1). Transcendentals and
@@ -91,6 +93,7 @@ DTYPE_BYTES = {
     "int8": 1,
     "uint8": 1,
     "bool": 1,
+    TF32: 4,
     "complex64": 8,
     "complex128": 16,
 }
@@ -221,6 +224,19 @@ def vector_flops(name: str, elems: int) -> int:
     return VECTOR_FACTOR.get(name, 1) * elems
 
 
+def math_dtype(name: str, dtype: str) -> str:
+    """The dtype a matrix op computes in: FP32 convolutions run on TF32 tensor cores where the
+    chip has them (PyTorch's default ``torch.backends.cudnn.allow_tf32 = True``; its matmul
+    default, ``allow_tf32 = False`` since 1.12, keeps FP32 products at the FP32 rate)."""
+    if dtype == "float32" and _is_convolution(name):
+        return TF32
+    return dtype
+
+
+def _is_convolution(name: str) -> bool:
+    return canonical(name) == "aten::convolution" or "convolution_backward" in name
+
+
 def canonical(name: str) -> str:
     """The op whose formula prices ``name`` (device lowerings and wrappers mapped)."""
     return _ALIASES.get(name, name)
@@ -245,7 +261,7 @@ def op_cost(name: str, dims: Sequence[Shape], types: Sequence[str]) -> OpCost:
     except (IndexError, ValueError):  # an overload with other arguments: priced as vector work
         flops, out = None, largest
     if flops is not None:
-        return OpCost(int(flops), in_bytes + out * width, True, dtype)
+        return OpCost(int(flops), in_bytes + out * width, True, math_dtype(name, dtype))
     if op in LINALG_OPS:
         flops = linalg_flops(op, shapes[0])
         if flops is not None:

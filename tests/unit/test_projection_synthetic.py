@@ -1,0 +1,91 @@
+"""Projections of synthetic traces worked out by hand (times in µs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from neuron_profiler.analysis.projection import project
+from neuron_profiler.costmodel.chips import CHIPS
+from neuron_profiler.reports.projection_json import projection_document, schema_text
+from neuron_profiler.trace import EventKind
+from tests.trace_factory import Build
+
+MM = {"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["float", "float"]}
+
+
+def _mm_then_sync() -> Build:
+    """One step: aten::mm (0-100) launches at 10 a 500 µs kernel that starts at 20; the host
+    waits in cudaDeviceSynchronize from 200 until 5 µs after the kernel's end (525), then works
+    until the step ends at 1000."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::mm", 0, 100, args=MM)
+    b.kernel(20, 520, launch_us=10, name="volta_sgemm_128x64_nn")
+    b.host("cudaDeviceSynchronize", 200, 525, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    b.host("aten::sum", 525, 1000)
+    return b
+
+
+def test_same_chip_replays_the_recorded_step() -> None:
+    p = project(_mm_then_sync().b.build(), "same", source="v100")
+    assert p.source.step_ms == pytest.approx(1.0)
+    assert p.replay_ms == pytest.approx(1.0)
+    assert p.target.step_ms == pytest.approx(1.0)
+    assert (p.target.low_ms, p.target.high_ms) == pytest.approx((1.0, 1.0))
+
+
+def test_compute_bound_matmul_scales_by_fp32_peak() -> None:
+    # 1024^3 fp32 mm: 2.15 GFLOP, 12.6 MB: compute-bound on V100 (136.8 µs vs 14 µs) and A100;
+    # 500 µs x 15.7/19.5 = 402.564 µs; launch latency 10 µs (the trace's) -> A100's 5 µs: the
+    # kernel runs 15..417.564; the sync returns 5 µs later (422.564 instead of 525), and the
+    # host's remaining 475 µs end the step at 897.564 µs.
+    p = project(_mm_then_sync().b.build(), "a100", source="v100")
+    kernel = 500 * 15.7 / 19.5
+    assert p.target.step_ms == pytest.approx((15 + kernel + 5 + 475) / 1e3, abs=2e-6)
+    compute = {c.cls: c for c in p.classes}["compute"]
+    assert (compute.source_ms, compute.target_ms) == pytest.approx((0.5, kernel / 1e3), abs=1e-6)
+    assert p.ops[0].name == "aten::mm" and p.ops[0].cls == "compute"
+    assert p.target.low_ms < p.target.step_ms < p.target.high_ms
+
+
+def test_device_bound_step_grows_on_a_slower_chip() -> None:
+    # onto trn2: fp32 matrix per logical core 41.69 TFLOPS: 500 x 15.7/41.6875 = 188.31 µs
+    p = project(_mm_then_sync().b.build(), "trn2", source="v100")
+    kernel = 500 * 15.7e12 / CHIPS["trn2"].matrix_flops_per_s("float32")
+    start = 10 + 15  # trn2's launch latency, 15 µs
+    assert p.target.step_ms == pytest.approx((start + kernel + 5 + 475) / 1e3, abs=2e-6)
+
+
+def test_fallback_op_leaves_the_device_and_costs_the_host() -> None:
+    # aten::nonzero on 1M float32 elements (4 MB in, 4 MB out priced): on trn2 its 100 µs kernel
+    # leaves the device; the host waits for the device (idle: nothing before it), copies 8 MB
+    # over the host link (16 GB/s per logical core: 500 µs, + 2 x 2 µs fixed) and runs it on
+    # the host profile: 8 MB at 50 GB/s = 160 µs / 0.5 efficiency = 320 µs: 824 µs after the
+    # op's end at 50; the rest of the step (50 -> 1000) follows.
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 0, 50, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    b.kernel(20, 120, launch_us=10, name="nonzero_kernel")
+    p = project(b.b.build(), "trn2", source="v100")
+    assert p.fallbacks and p.fallbacks[0].name == "aten::nonzero"
+    assert p.fallbacks[0].target_ms == 0.0
+    nbytes = 2 * (1 << 20) * 4
+    extra = nbytes / 16e9 * 1e6 + 4 + nbytes / 50e9 / 0.5 * 1e6
+    assert p.target.step_ms == pytest.approx((1000 + extra) / 1e3, abs=2e-6)
+    assert {c.cls: c.target_ms for c in p.classes}["host"] == pytest.approx(extra / 1e3, abs=2e-6)
+
+
+def test_json_document_follows_its_schema() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    doc = projection_document(project(_mm_then_sync().b.build(), "h100", source="v100"))
+    jsonschema.validate(doc, json.loads(schema_text()))
+    assert doc["source"] == {"chip": "v100", "step_ms": 1.0}
+    assert {"chip", "step_ms", "low_ms", "high_ms"} <= set(doc["target"])
+    assert [c["class"] for c in doc["classes"]] == [
+        "compute",
+        "memory_bound",
+        "copies",
+        "collectives",
+        "host",
+        "idle",
+    ]
