@@ -328,16 +328,16 @@ def _ratios(
 def _collective_ratios(trace: Trace, rows: np.ndarray, src: ChipSpec, tgt: ChipSpec) -> np.ndarray:
     """Ring time on the target's links / on the source's, from the kernel's message size and
     group size where the trace records them (NCCL's collective args), else the link ratio."""
-    keys = ("In msg nelems", "Group size", "dtype", "Collective name")
+    keys = (V.ARG_IN_MSG_NELEMS, V.ARG_GROUP_SIZE, V.ARG_DTYPE, V.ARG_COLLECTIVE)
     a = arg_values(trace, rows, keys)
     out = np.full(len(rows), src.collective_gbps_per_core / tgt.collective_gbps_per_core)
     for j in range(len(rows)):
-        elems, group = a["In msg nelems"][j], a["Group size"][j]
+        elems, group = a[V.ARG_IN_MSG_NELEMS][j], a[V.ARG_GROUP_SIZE][j]
         if not isinstance(elems, (int, float)) or not isinstance(group, (int, float)):
             continue
-        dtype = TRACE_TYPES.get(str(a["dtype"][j]), str(a["dtype"][j]).lower())
+        dtype = TRACE_TYPES.get(str(a[V.ARG_DTYPE][j]), str(a[V.ARG_DTYPE][j]).lower())
         nbytes = float(elems) * DTYPE_BYTES.get(dtype, 4)
-        kind = _collective_kind(str(a["Collective name"][j] or trace.name(int(rows[j]))))
+        kind = _collective_kind(str(a[V.ARG_COLLECTIVE][j] or trace.name(int(rows[j]))))
         s = collective_s(src, nbytes=nbytes, world=int(group), collective=kind)
         t = collective_s(tgt, nbytes=nbytes, world=int(group), collective=kind)
         out[j] = t / s if s > 0 else out[j]

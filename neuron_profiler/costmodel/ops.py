@@ -115,6 +115,16 @@ TRACE_TYPES = {
     "bool": "bool",
     "c10::complex<float>": "complex64",
     "c10::complex<double>": "complex128",
+    # NCCL's collective args spell the scalar type's own name
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Long": "int64",
+    "Int": "int32",
+    "Byte": "uint8",
+    "Char": "int8",
+    "Bool": "bool",
 }
 
 # Device-specific lowerings -> the aten op whose formula prices them (cuDNN / MIOpen kernels

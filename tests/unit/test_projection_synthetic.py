@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 
 from neuron_profiler.analysis.projection import project
@@ -76,7 +77,6 @@ def test_fallback_op_leaves_the_device_and_costs_the_host() -> None:
 
 
 def test_json_document_follows_its_schema() -> None:
-    jsonschema = pytest.importorskip("jsonschema")
     doc = projection_document(project(_mm_then_sync().b.build(), "h100", source="v100"))
     jsonschema.validate(doc, json.loads(schema_text()))
     assert doc["source"] == {"chip": "v100", "step_ms": 1.0}

@@ -1,0 +1,68 @@
+"""``neuron-prof project``: JSON valid against the shipped schema with the hand-worked figures,
+the terminal output, and bad input as one line naming the file (exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from test_projection_synthetic import _mm_then_sync
+
+from neuron_profiler.cli.main import main
+from neuron_profiler.exporters.chrome import write_chrome_trace
+from neuron_profiler.reports.projection_json import SCHEMA_VERSION, schema_text
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture()
+def trace_file(tmp_path: Path) -> Path:
+    path = tmp_path / "mm.json"
+    write_chrome_trace(_mm_then_sync().b.build(), path)
+    return path
+
+
+def test_json_validates_and_gives_the_hand_worked_step(trace_file, capsys) -> None:  # noqa: ANN001
+    code, out, _ = run(
+        ["project", str(trace_file), "--chip", "a100", "--source-chip", "v100", "--json"], capsys
+    )
+    assert code == 0
+    doc = json.loads(out)
+    jsonschema.validate(doc, json.loads(schema_text()))
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert doc["source"] == {"chip": "v100", "step_ms": 1.0}
+    # test_projection_synthetic: 15 + 500 x 15.7/19.5 + 5 + 475 µs
+    assert doc["target"]["step_ms"] == pytest.approx(
+        (15 + 500 * 15.7 / 19.5 + 5 + 475) / 1e3, abs=1e-4
+    )
+    assert doc["replay"] == {"step_ms": 1.0, "error_pct": 0.0}
+
+
+def test_terminal_names_both_chips_and_the_assumptions(trace_file, capsys) -> None:  # noqa: ANN001
+    code, out, _ = run(
+        ["project", str(trace_file), "--chip", "trn2", "--source-chip", "v100"], capsys
+    )
+    assert code == 0
+    assert "source v100" in out and "target trn2" in out
+    assert "aten::mm" in out and "assumptions" in out
+
+
+def test_unknown_source_chip_is_one_line_exit_2(trace_file, capsys) -> None:  # noqa: ANN001
+    code, out, err = run(["project", str(trace_file), "--chip", "trn2"], capsys)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert str(trace_file) in err and "--source-chip" in err
+
+
+def test_corrupt_file_is_one_line_exit_2(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    bad = tmp_path / "cut.json"
+    bad.write_text('{"traceEvents": [{"name": "x", "ph": "X", "ts": 1')
+    code, out, err = run(["project", str(bad), "--chip", "same"], capsys)
+    assert code == 2
+    assert str(bad) in err
