@@ -26,6 +26,7 @@ from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis._copies import D2H, H2D
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA
 from neuron_profiler.analysis.context import AnalysisContext, Options
+from neuron_profiler.analysis.offload import HOST_DISPATCH_NS, Offload, offload
 from neuron_profiler.analysis.replay import (
     DependencyGraph,
     HostDelays,
@@ -51,6 +52,7 @@ CLASSES = ("compute", "memory_bound", "copies", "collectives", "host", "idle")
 # collectives without message sizes). Never tuned per trace.
 UNCERTAINTY = {"compute": 0.25, "memory_bound": 0.15, "copies": 0.2, "collectives": 0.3}
 UNCERTAINTY_UNPRICED = 0.5  # a kernel without its op's shapes (scaled by one resource's ratio)
+UNCERTAINTY_ROOFLINE = 0.5  # an op with no device time on the source: roofline at an efficiency
 # Kernel names of matrix work (cuBLAS / CUTLASS / cuDNN / rocBLAS / MIOpen), for kernels whose op
 # recorded no shapes.
 _MATRIX_KERNEL = re.compile(
@@ -140,6 +142,9 @@ class _Costs:
     priced: np.ndarray
     delays: HostDelays
     uncertainty: np.ndarray
+    source_duration: np.ndarray  # the item's recorded time (device, or host for moved ops)
+    host_source_ns: int = 0  # host time of ops that change side, on the source ...
+    host_target_ns: int = 0  # ... and on the target
 
 
 def source_chip(trace: Trace) -> ChipSpec | None:
@@ -185,8 +190,13 @@ def project(
     graph = dependency_graph(ctx)
     recorded = replay(graph, graph.duration)
     same = tgt is None or (src is not None and tgt.name == src.name)
-    costs = _costs(ctx, graph, src, tgt, same)
-    shift = 0 if same else tgt.launch_latency_ns - graph.base_latency_ns  # type: ignore[union-attr]
+    source_graph = graph
+    if not same and len(ctx.work) == 0:  # a CPU-only trace: its ops moved onto the target
+        plan = offload(ctx, tgt)  # type: ignore[arg-type]
+        graph, costs, shift = plan.graph, _offload_costs(ctx, plan, tgt), 0  # type: ignore[arg-type]
+    else:
+        costs = _costs(ctx, graph, src, tgt, same)
+        shift = 0 if same else tgt.launch_latency_ns - graph.base_latency_ns  # type: ignore[union-attr]
     projected = replay(graph, costs.duration, latency_shift_ns=shift, delays=costs.delays)
     low = replay(
         graph,
@@ -212,10 +222,11 @@ def project(
         ),
         replay_ms=recorded.mean_step_ns / 1e6,
         steps=len(graph.step_start_ns),
-        classes=_classes(graph, costs, recorded, projected, n),
-        ops=_ops(graph, costs, n, fallback=False, top=top),
-        fallbacks=_ops(graph, costs, n, fallback=True, top=top),
-        assumptions=_assumptions(src, tgt, same, graph, costs),
+        classes=_classes(source_graph, costs, recorded, projected, n),
+        ops=_ops(costs, n, fallback=False, top=top),
+        fallbacks=_ops(costs, n, fallback=True, top=top),
+        assumptions=_assumptions(src, tgt, same, source_graph, costs)
+        + (_offload_assumptions(plan) if graph is not source_graph else ()),
         priced=int(costs.priced.sum()),
         items=len(graph),
     )
@@ -277,6 +288,41 @@ def _costs(
         priced=priced,
         delays=delays,
         uncertainty=uncertainty,
+        source_duration=graph.duration,
+        host_target_ns=int(delays.extra_ns.sum()),
+    )
+
+
+def _offload_costs(ctx: AnalysisContext, plan: Offload, tgt: ChipSpec) -> _Costs:
+    """A CPU-only trace's moved ops: their device time on the target (roofline at the default
+    efficiency), their recorded host time as the source's, dispatch as the target's host time."""
+    n = len(plan.graph)
+    memory = np.array([_memory_bound(c, tgt) for c in plan.costs], bool)
+    cls = np.where(memory, CLASSES.index("memory_bound"), CLASSES.index("compute"))
+    moved_host = -int(plan.delays.extra_ns[plan.delays.extra_ns < 0].sum())
+    return _Costs(
+        duration=plan.graph.duration,
+        cls=cls,
+        name=plan.names,
+        fallback=np.zeros(n, bool),
+        priced=np.ones(n, bool),
+        delays=plan.delays,
+        uncertainty=np.full(n, UNCERTAINTY_ROOFLINE),
+        source_duration=plan.host_ns,
+        host_source_ns=int(plan.host_ns.sum()),
+        host_target_ns=int(plan.host_ns.sum()) - moved_host,
+    )
+
+
+def _offload_assumptions(plan: Offload) -> tuple[str, ...]:
+    return (
+        "CPU-only source: each leaf op with recorded shapes moved onto the device, priced at "
+        f"{DEFAULT_EFFICIENCY:.0%} of its roofline bound plus the chip's fixed kernel time; its "
+        f"host time becomes {HOST_DISPATCH_NS / 1e3:.0f} µs of dispatch",
+        "views, allocations, data loading and ops without shapes stay on the host "
+        f"({plan.unpriced} leaf ops without recorded shapes)",
+        "aten::item / _local_scalar_dense wait for the device work launched before them",
+        f"the low-high range: roofline costs ±{UNCERTAINTY_ROOFLINE:.0%}",
     )
 
 
@@ -479,12 +525,11 @@ def _classes(graph, costs, recorded, projected, n: int) -> tuple[ClassRow, ...]:
         rows.append(
             ClassRow(
                 name,
-                float(graph.duration[mine].sum()) / n / 1e6,
+                float(costs.source_duration[mine].sum()) / n / 1e6,
                 float(costs.duration[mine].sum()) / n / 1e6,
             )
         )
-    host = float(costs.delays.extra_ns.sum()) / n / 1e6
-    rows.append(ClassRow("host", 0.0, host))
+    rows.append(ClassRow("host", costs.host_source_ns / n / 1e6, costs.host_target_ns / n / 1e6))
     rows.append(
         ClassRow(
             "idle",
@@ -508,7 +553,7 @@ def _busy_ms(timeline, duration: np.ndarray, n: int) -> float:  # noqa: ANN001
     return float((ends - starts).sum()) / n / 1e6
 
 
-def _ops(graph, costs, n: int, *, fallback: bool, top: int | None) -> tuple[OpRow, ...]:  # noqa: ANN001
+def _ops(costs: _Costs, n: int, *, fallback: bool, top: int | None) -> tuple[OpRow, ...]:
     """Ops by |target - source| per step, largest first (fallbacks: only the fallback ops)."""
     mine = costs.fallback if fallback else ~costs.fallback
     idx = np.flatnonzero(mine)
@@ -516,11 +561,11 @@ def _ops(graph, costs, n: int, *, fallback: bool, top: int | None) -> tuple[OpRo
         return ()
     names = costs.name[idx]
     uniq, inv = np.unique(names.astype(str), return_inverse=True)
-    src = np.bincount(inv, weights=graph.duration[idx], minlength=len(uniq))
+    src = np.bincount(inv, weights=costs.source_duration[idx], minlength=len(uniq))
     tgt = np.bincount(inv, weights=costs.duration[idx], minlength=len(uniq))
     count = np.bincount(inv, minlength=len(uniq))
     # an op's class: that of its longest item (cuDNN launches helper kernels beside the product)
-    longest = np.lexsort((graph.duration[idx], inv))
+    longest = np.lexsort((costs.source_duration[idx], inv))
     last = np.r_[np.flatnonzero(np.diff(inv[longest])), len(idx) - 1]
     cls = costs.cls[idx][longest][last]
     order = np.argsort(-np.abs(tgt - src), kind="stable")[:top]
@@ -543,12 +588,20 @@ def _assumptions(
     out = [
         "host time outside device waits is carried over unchanged (same host)",
         "host threads shift together at each blocking wait (the launching thread gates the step)",
-        f"launch latency on an idle queue: the trace's median, {graph.base_latency_ns / 1e3:.1f} µs",
     ]
+    if len(graph):
+        out.append(
+            f"launch latency on an idle queue: the trace's median, {graph.base_latency_ns / 1e3:.1f} µs"
+        )
     if same:
         out.append("target is the source chip: recorded durations replayed, no cost swapped")
         return tuple(out)
-    assert src is not None and tgt is not None
+    assert tgt is not None
+    if src is None:  # a CPU-only source: _offload_assumptions says the rest
+        out.append(
+            f"launch latency on {tgt.name}: {tgt.launch_latency_ns / 1e3:.1f} µs (docs/chips.md)"
+        )
+        return tuple(out)
     n, priced = len(costs.priced), int(costs.priced.sum())
     out += [
         f"device ops scaled by the ratio of their roofline bound on {tgt.name} to {src.name} "

@@ -219,7 +219,7 @@ def _syncs(
             j -= 1
         if j >= 0 and ends[j] > s[k]:
             awaited[k] = by_end[j]
-    done = np.where(awaited >= 0, end[np.maximum(awaited, 0)], s)
+    done = np.where(awaited >= 0, end[np.maximum(awaited, 0)], s) if len(end) else s
     ret = np.maximum(e - np.maximum(s, done), 0)
     return s, e, awaited, ret
 

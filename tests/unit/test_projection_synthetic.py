@@ -89,3 +89,36 @@ def test_json_document_follows_its_schema() -> None:
         "host",
         "idle",
     ]
+
+
+def test_cpu_only_trace_moves_its_ops_onto_the_device() -> None:
+    """A CPU-only step (0-1000): aten::addmm 100-600 (its bias copy inside it goes with it),
+    aten::relu 600-700, aten::item 700-710. Onto trn2 at 50% of the roofline + 1 µs fixed:
+    addmm 64x1024 @ 1024x256 fp32 is memory-bound (1,377,280 bytes at 725 GB/s = 1.8997 µs,
+    flops 0.805 µs): 4.799 µs; relu (64x256 in and out) 1.362 µs. Each op's host time shrinks to
+    10 µs of dispatch (-490 at 600, -90 at 700); addmm runs 115-119.8 (launch + 15 µs), relu is
+    launched at 600-490 = 110 and runs 125-126.36; item waits for it: the host is at 120 when it
+    syncs, the step ends 6.36 µs later than 1000-580."""
+    dims = {"Input Dims": [[256], [64, 1024], [1024, 256], [], []], "Input type": ["float"] * 5}
+    b = Build().step(1, 0, 1000)
+    b.host("aten::addmm", 100, 600, args=dims)
+    b.host(
+        "aten::copy_",
+        110,
+        150,
+        args={"Input Dims": [[64, 256], [256]], "Input type": ["float"] * 2},
+    )
+    b.host("aten::relu", 600, 700, args={"Input Dims": [[64, 256]], "Input type": ["float"]})
+    b.host("aten::item", 700, 710, args={"Input Dims": [[]], "Input type": ["float"]})
+    p = project(b.b.build(), "trn2")
+    trn2 = CHIPS["trn2"]
+    hbm = trn2.hbm_bytes_per_s()
+    addmm = round(1_377_280 / hbm / 0.5 * 1e9) / 1e3 + 1
+    relu = round(2 * 64 * 256 * 4 / hbm / 0.5 * 1e9) / 1e3 + 1
+    assert addmm == pytest.approx(4.799, abs=1e-3) and relu == pytest.approx(1.362, abs=1e-3)
+    relu_end = (600 - 490) + 15 + relu
+    assert p.target.step_ms == pytest.approx((1000 - 580 + (relu_end - 120)) / 1e3, abs=2e-6)
+    assert p.source.step_ms == pytest.approx(1.0)
+    assert sorted(o.name for o in p.ops) == ["aten::addmm", "aten::relu"]
+    host = {c.cls: c for c in p.classes}["host"]
+    assert (host.source_ms, host.target_ms) == pytest.approx((0.6, 0.02))
