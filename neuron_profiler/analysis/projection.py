@@ -37,7 +37,7 @@ from neuron_profiler.analysis.replay import (
 from neuron_profiler.costmodel.chips import CHIPS, HOST_CPU, TF32, ChipSpec, chip, chip_for_device
 from neuron_profiler.costmodel.fallbacks import falls_back
 from neuron_profiler.costmodel.ops import DTYPE_BYTES, TRACE_TYPES, OpCost, op_cost
-from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, collective_s, roofline_s
+from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, bound_parts_s, collective_s
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
@@ -247,24 +247,24 @@ def _costs(
     op_row, top_fallback = _launching_ops(ctx, items)
     name = _names(trace, np.where(op_row >= 0, op_row, rows))
     cost = _op_costs(trace, op_row)
-    priced = np.array([c is not None and c.bytes_moved > 0 for c in cost], bool)
-    matrix_kernel = np.array(
-        [bool(_MATRIX_KERNEL.search(trace.strings[i])) for i in trace.col(S.NAME_ID)[rows]], bool
-    )
+    priced = cost.priced
+    kernel_name = _name_matches(trace, rows, _MATRIX_KERNEL)
     duration = graph.duration.astype(np.float64).copy()
     cls = np.zeros(n, np.int64)
     uncertainty = np.zeros(n)
     fallback = np.zeros(n, bool)
     compute = queue == COMPUTE
-    for i in np.flatnonzero(compute):  # (per item: the op's bound on both chips)
-        c = cost[i]
-        memory = (
-            _memory_bound(c, src) if c is not None and src is not None else not matrix_kernel[i]
-        )
-        cls[i] = CLASSES.index("memory_bound" if memory else "compute")
-        uncertainty[i] = UNCERTAINTY["memory_bound" if memory else "compute"]
-        if not priced[i]:
-            uncertainty[i] = UNCERTAINTY_UNPRICED
+    memory = ~kernel_name
+    if src is not None:
+        flop_s, byte_s = bound_parts_s(src, cost.flops, cost.bytes_moved, cost.dtype, cost.matrix)
+        memory = np.where(priced, byte_s >= flop_s, memory)
+    cls[compute] = np.where(
+        memory[compute], CLASSES.index("memory_bound"), CLASSES.index("compute")
+    )
+    uncertainty[compute] = np.where(
+        memory[compute], UNCERTAINTY["memory_bound"], UNCERTAINTY["compute"]
+    )
+    uncertainty[compute & ~priced] = UNCERTAINTY_UNPRICED
     copies = queue == DMA
     cls[copies] = CLASSES.index("copies")
     uncertainty[copies] = UNCERTAINTY["copies"]
@@ -275,7 +275,7 @@ def _costs(
     if same:
         uncertainty[:] = 0.0  # the recorded durations: nothing is modelled
     if not same and src is not None and tgt is not None:
-        duration *= _ratios(ctx, items, cost, priced, matrix_kernel, src, tgt)
+        duration *= _ratios(ctx, items, cost, kernel_name, src, tgt)
         if tgt.host_fallback:
             fallback = _fallback_items(ctx, items, top_fallback, cost, compute | copies)
             delays = _fallback_delays(ctx, graph, items, top_fallback, fallback, tgt)
@@ -297,7 +297,14 @@ def _offload_costs(ctx: AnalysisContext, plan: Offload, tgt: ChipSpec) -> _Costs
     """A CPU-only trace's moved ops: their device time on the target (roofline at the default
     efficiency), their recorded host time as the source's, dispatch as the target's host time."""
     n = len(plan.graph)
-    memory = np.array([_memory_bound(c, tgt) for c in plan.costs], bool)
+    flop_s, byte_s = bound_parts_s(
+        tgt,
+        np.array([c.flops for c in plan.costs], np.float64),
+        np.array([c.bytes_moved for c in plan.costs], np.float64),
+        np.array([c.dtype for c in plan.costs], dtype=object),
+        np.array([c.matrix for c in plan.costs], bool),
+    )
+    memory = byte_s >= flop_s
     cls = np.where(memory, CLASSES.index("memory_bound"), CLASSES.index("compute"))
     moved_host = -int(plan.delays.extra_ns[plan.delays.extra_ns < 0].sum())
     return _Costs(
@@ -326,21 +333,10 @@ def _offload_assumptions(plan: Offload) -> tuple[str, ...]:
     )
 
 
-def _memory_bound(c: OpCost, spec: ChipSpec) -> bool:
-    peak = spec.matrix_flops_per_s(c.dtype) if c.matrix else spec.vector_flops_per_s()
-    return c.bytes_moved / spec.hbm_bytes_per_s() >= c.flops / peak
-
-
-def _bound_s(c: OpCost, spec: ChipSpec) -> float:
-    peak = spec.matrix_flops_per_s(c.dtype) if c.matrix else spec.vector_flops_per_s()
-    return roofline_s(c.flops, c.bytes_moved, peak, spec.hbm_bytes_per_s())
-
-
 def _ratios(
     ctx: AnalysisContext,
     items: np.ndarray,
-    cost: list[OpCost | None],
-    priced: np.ndarray,
+    cost: _OpCosts,
     matrix_kernel: np.ndarray,
     src: ChipSpec,
     tgt: ChipSpec,
@@ -351,16 +347,17 @@ def _ratios(
     hbm = src.hbm_bytes_per_s() / tgt.hbm_bytes_per_s()
     fp32 = src.matrix_flops_per_s("float32") / tgt.matrix_flops_per_s("float32")
     tf32 = src.matrix_flops_per_s(TF32) / tgt.matrix_flops_per_s(TF32)
-    names = ctx.trace.strings
-    kernel_names = ctx.trace.col(S.NAME_ID)[w.rows[items]]
     ratio = np.full(len(items), hbm)
-    for i in np.flatnonzero(queue == COMPUTE):
-        c = cost[i]
-        if priced[i]:
-            ratio[i] = _bound_s(c, tgt) / max(_bound_s(c, src), 1e-18)  # type: ignore[arg-type]
-        elif matrix_kernel[i]:
-            tensor_op = _TENSOR_OP_KERNEL.search(names[kernel_names[i]])
-            ratio[i] = tf32 if tensor_op else fp32
+    compute = queue == COMPUTE
+    tensor_op = _name_matches(ctx.trace, w.rows[items], _TENSOR_OP_KERNEL)
+    unpriced_matrix = compute & ~cost.priced & matrix_kernel
+    ratio[unpriced_matrix] = np.where(tensor_op[unpriced_matrix], tf32, fp32)
+    priced = compute & cost.priced
+    bounds = [
+        np.maximum(*bound_parts_s(chip, cost.flops, cost.bytes_moved, cost.dtype, cost.matrix))
+        for chip in (src, tgt)
+    ]
+    ratio[priced] = bounds[1][priced] / np.maximum(bounds[0][priced], 1e-18)
     direction = ctx.copies.direction[items]
     host = (direction == D2H) | (direction == H2D)
     ratio[host] = src.host_link_bytes_per_s() / tgt.host_link_bytes_per_s()
@@ -441,42 +438,68 @@ def _fallback_name(name: str) -> bool:
     return name.startswith("aten::") and falls_back(name.split(".")[0], "")
 
 
-def _op_costs(trace: Trace, op_row: np.ndarray) -> list[OpCost | None]:
-    """The cost of each item's op from its recorded shapes (None: no op or no shapes)."""
+@dataclass(frozen=True)
+class _OpCosts:
+    """Per item, from its op's recorded shapes: flops, bytes, matrix work, dtype, priced (False:
+    no op or no shapes; then the other columns are 0, False, "float32")."""
+
+    flops: np.ndarray
+    bytes_moved: np.ndarray
+    matrix: np.ndarray
+    dtype: np.ndarray
+    priced: np.ndarray
+
+
+def _op_costs(trace: Trace, op_row: np.ndarray) -> _OpCosts:
+    """The cost of each item's op, priced once per distinct op row."""
     uniq, inverse = np.unique(op_row, return_inverse=True)
-    have = uniq[uniq >= 0]
+    inverse = inverse.reshape(-1)
     keys = (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE)
-    a = arg_values(trace, have, keys) if len(have) else {k: [] for k in keys}
-    by_row: dict[int, OpCost | None] = {-1: None}
-    for j, row in enumerate(have.tolist()):
+    a = arg_values(trace, uniq, keys) if len(uniq) else {k: [] for k in keys}
+    cost: list[OpCost | None] = []
+    for j, row in enumerate(uniq.tolist()):
         dims = next((a[k][j] for k in V.ARG_INPUT_DIMS_KEYS if a[k][j] is not None), None)
         types = a[V.ARG_INPUT_TYPE][j]
-        if not isinstance(dims, list):
-            by_row[row] = None
+        if row < 0 or not isinstance(dims, list):
+            cost.append(None)
             continue
         if not isinstance(types, list):
             types = ["float"] * len(dims)  # no recorded dtype: float32 (ASSUMPTION)
         try:
-            by_row[row] = op_cost(trace.name(row), dims, types)
+            cost.append(op_cost(trace.name(row), dims, types))
         except (TypeError, ValueError, IndexError):
-            by_row[row] = None
-    return [by_row[int(r)] for r in uniq[inverse].tolist()]
+            cost.append(None)
+    priced = np.array([c is not None and c.bytes_moved > 0 for c in cost], bool)
+    return _OpCosts(
+        flops=np.array([c.flops if c else 0 for c in cost], np.float64)[inverse],
+        bytes_moved=np.array([c.bytes_moved if c else 0 for c in cost], np.float64)[inverse],
+        matrix=np.array([bool(c and c.matrix) for c in cost], bool)[inverse],
+        dtype=np.array([c.dtype if c else "float32" for c in cost], dtype=object)[inverse],
+        priced=priced[inverse],
+    )
+
+
+def _name_matches(trace: Trace, rows: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:
+    """Whether each row's name matches, tested once per distinct name."""
+    ids, inverse = np.unique(trace.col(S.NAME_ID)[rows], return_inverse=True)
+    hit = np.array([bool(pattern.search(trace.strings[i])) for i in ids.tolist()], bool)
+    return hit[inverse.reshape(-1)] if len(rows) else np.zeros(0, bool)
 
 
 def _names(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    ids = trace.col(S.NAME_ID)[rows]
-    return np.array([trace.strings[i] for i in ids.tolist()], dtype=object)
+    ids, inverse = np.unique(trace.col(S.NAME_ID)[rows], return_inverse=True)
+    return np.array([trace.strings[i] for i in ids.tolist()], dtype=object)[inverse.reshape(-1)]
 
 
 def _fallback_items(
     ctx: AnalysisContext,
     items: np.ndarray,
     top_fallback: np.ndarray,
-    cost: list[OpCost | None],
+    cost: _OpCosts,
     device_work: np.ndarray,
 ) -> np.ndarray:
     """Items the target would not run: launched inside a fallback op, or by an op on float64."""
-    f64 = np.array([c is not None and c.dtype == "float64" for c in cost], bool)
+    f64 = cost.priced & (cost.dtype == "float64")
     return device_work & ((top_fallback >= 0) | f64)
 
 
@@ -502,13 +525,12 @@ def _fallback_delays(
     by_anchor = np.argsort(anchor, kind="stable")
     before = np.searchsorted(anchor[by_anchor], c[S.TS_NS][ops], side="left") - 1
     awaited = np.where(before >= 0, by_anchor[np.maximum(before, 0)], -1)
-    extra = np.zeros(len(ops), np.int64)
-    for j, cst in enumerate(costs):
-        if cst is None:
-            continue
-        host_s = _bound_s(cst, HOST_CPU) / DEFAULT_EFFICIENCY
-        copy_s = cst.bytes_moved / tgt.host_link_bytes_per_s() + 2 * tgt.dma_fixed_ns * 1e-9
-        extra[j] = round((host_s + copy_s) * 1e9)
+    flop_s, byte_s = bound_parts_s(
+        HOST_CPU, costs.flops, costs.bytes_moved, costs.dtype, costs.matrix
+    )
+    host_s = np.maximum(flop_s, byte_s) / DEFAULT_EFFICIENCY
+    copy_s = costs.bytes_moved / tgt.host_link_bytes_per_s() + 2 * tgt.dma_fixed_ns * 1e-9
+    extra = np.where(costs.priced, np.round((host_s + copy_s) * 1e9), 0).astype(np.int64)
     order = np.argsort(at, kind="stable")
     return HostDelays(at[order], awaited[order], extra[order])
 

@@ -12,6 +12,8 @@ in n-1 steps, each step paying the link latency.
 
 from __future__ import annotations
 
+import numpy as np
+
 from neuron_profiler.costmodel.chips import ChipSpec
 
 # Achieved fraction of the roofline bound an op reaches when the source measured none (a
@@ -45,3 +47,18 @@ def collective_s(chip: ChipSpec, *, nbytes: float, world: int, collective: str) 
     return steps * chip.collective_step_latency_ns * 1e-9 + volume / (
         chip.collective_gbps_per_core * 1e9
     )
+
+
+def bound_parts_s(
+    chip: ChipSpec,
+    flops: np.ndarray,
+    bytes_moved: np.ndarray,
+    dtype: np.ndarray,
+    matrix: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(compute seconds, memory seconds) of many ops on one chip, vectorised: the matrix peak of
+    each op's dtype (one lookup per distinct dtype) or the vector rate, and the HBM bandwidth."""
+    names, code = np.unique(dtype.astype(str), return_inverse=True)
+    matrix_peak = np.array([chip.matrix_flops_per_s(str(d)) for d in names])[code.reshape(-1)]
+    peak = np.where(matrix, matrix_peak, chip.vector_flops_per_s())
+    return flops / peak, bytes_moved / chip.hbm_bytes_per_s()
