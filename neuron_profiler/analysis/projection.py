@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis import _tree
 from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis._copies import D2H, H2D
@@ -110,6 +111,16 @@ class OpRow:
 
 
 @dataclass(frozen=True)
+class WhatIfRow:
+    """One edit replayed on the same graph: the projected mean step with it, and its change
+    from the projection without it."""
+
+    edit: str
+    step_ms: float
+    delta_ms: float
+
+
+@dataclass(frozen=True)
 class Projection:
     """``replay_ms``: the recorded durations replayed on the rebuilt dependencies (the replay
     check, against ``source.step_ms``)."""
@@ -124,6 +135,7 @@ class Projection:
     assumptions: tuple[str, ...]
     priced: int  # device items whose op's shapes priced them
     items: int  # device items in the graph
+    what_if: tuple[WhatIfRow, ...] = ()
 
     @property
     def replay_error_pct(self) -> float:
@@ -169,9 +181,12 @@ def project(
     source: str | None = None,
     options: Options | None = None,
     top: int | None = TOP_OPS,
+    what_if: tuple[str, ...] = (),
 ) -> Projection:
     """Project ``trace`` onto chip ``target`` ("same": the trace's own). ``source`` names the
-    trace's chip when its deviceProperties do not; ``top``: op rows kept (None: all)."""
+    trace's chip when its deviceProperties do not; ``top``: op rows kept (None: all);
+    ``what_if``: edits (``WHAT_IF``) each replayed alone on the same graph."""
+    edits = [parse_what_if(e, trace.source) for e in what_if]  # bad input first
     ctx = AnalysisContext(trace, options or Options(hta=False, tb=False))
     src = chip(source) if source else source_chip(trace)
     if target == SAME:
@@ -198,6 +213,10 @@ def project(
         costs = _costs(ctx, graph, src, tgt, same)
         shift = 0 if same else tgt.launch_latency_ns - graph.base_latency_ns  # type: ignore[union-attr]
     projected = replay(graph, costs.duration, latency_shift_ns=shift, delays=costs.delays)
+    edited = []
+    for edit in edits:
+        step = _what_if_step(ctx, graph, costs, shift, edit, src, tgt, same) / 1e6
+        edited.append(WhatIfRow(edit.text, step, step - projected.mean_step_ns / 1e6))
     low = replay(
         graph,
         np.round(costs.duration * (1 - costs.uncertainty)).astype(np.int64),
@@ -229,6 +248,90 @@ def project(
         + (_offload_assumptions(plan) if graph is not source_graph else ()),
         priced=int(costs.priced.sum()),
         items=len(graph),
+        what_if=tuple(edited),
+    )
+
+
+# -- what-if edits on the same graph ------------------------------------------------------------
+WHAT_IF = ("no-fallback:OP", "no-data-stall", "batch xN")
+_NOT_YET = ("compiled", "overlap-comm")
+
+
+@dataclass(frozen=True)
+class Edit:
+    text: str
+    kind: str  # "no-fallback", "no-data-stall", "batch"
+    op: str = ""
+    factor: float = 1.0
+
+
+def parse_what_if(text: str, source: str = "") -> Edit:
+    """``no-fallback:OP`` (the op runs natively on the target), ``no-data-stall`` (the steps'
+    DataLoader waits take no time), ``batch xN`` (device work, copies included, scaled by N;
+    collectives, whose size is the model's, and host time unchanged)."""
+    t = text.strip()
+    if t.startswith("no-fallback:") and len(t) > len("no-fallback:"):
+        op = t.split(":", 1)[1].strip()
+        return Edit(t, "no-fallback", op=op if "::" in op else f"aten::{op}")
+    if t == "no-data-stall":
+        return Edit(t, "no-data-stall")
+    if t.replace(" ", "").startswith("batchx"):
+        try:
+            factor = float(t.replace(" ", "")[len("batchx") :])
+        except ValueError:
+            factor = 0.0
+        if factor > 0:
+            return Edit(t, "batch", factor=factor)
+    why = "not implemented yet" if t in _NOT_YET else f"unknown (choose {', '.join(WHAT_IF)})"
+    where = f"{source}: " if source else ""
+    raise NeuronProfilerError(f"{where}--what-if {t!r}: {why}", exit_code=2)
+
+
+def _what_if_step(
+    ctx: AnalysisContext,
+    graph: DependencyGraph,
+    costs: _Costs,
+    shift: int,
+    edit: Edit,
+    src: ChipSpec | None,
+    tgt: ChipSpec | None,
+    same: bool,
+) -> float:
+    """The mean step replayed with one edit."""
+    duration, delays = costs.duration, costs.delays
+    if edit.kind == "no-fallback" and len(ctx.work) and not same:
+        edited = _costs(ctx, graph, src, tgt, same, native=frozenset({edit.op}))
+        duration, delays = edited.duration, edited.delays
+    elif edit.kind == "batch":
+        scaled = costs.cls != CLASSES.index("collectives")
+        duration = np.where(scaled, np.round(duration * edit.factor), duration).astype(np.int64)
+    elif edit.kind == "no-data-stall":
+        delays = _merge(delays, _data_loading(ctx))
+    return replay(graph, duration, latency_shift_ns=shift, delays=delays).mean_step_ns
+
+
+def _data_loading(ctx: AnalysisContext) -> HostDelays:
+    """The steps' DataLoader spans (outermost) as negative host delays at their ends."""
+    c = ctx.trace.columns
+    rows = np.flatnonzero(
+        ctx.trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE)
+        | ctx.trace.mask(kind=S.EventKind.USER_ANNOTATION, ph=S.Phase.COMPLETE)
+    )
+    rows = rows[np.isin(c[S.NAME_ID][rows], ctx.names.dataloader)]
+    start, end = c[S.TS_NS][rows], c[S.TS_NS][rows] + c[S.DUR_NS][rows]
+    inside = I.overlap_per_window(ctx.steps.host_spans, start, start + 1) > 0
+    spans = I.union(start[inside], end[inside])  # nested or repeated loader rows counted once
+    s, e = spans.start, spans.end
+    return HostDelays(e, np.full(len(e), -1, np.int64), -(e - s))
+
+
+def _merge(a: HostDelays, b: HostDelays) -> HostDelays:
+    at = np.concatenate([a.at_ns, b.at_ns])
+    order = np.argsort(at, kind="stable")
+    return HostDelays(
+        at[order],
+        np.concatenate([a.awaited, b.awaited])[order],
+        np.concatenate([a.extra_ns, b.extra_ns])[order],
     )
 
 
@@ -238,13 +341,15 @@ def _costs(
     src: ChipSpec | None,
     tgt: ChipSpec | None,
     same: bool,
+    native: frozenset[str] = frozenset(),
 ) -> _Costs:
+    """``native``: ops the target runs natively though its fallback table names them."""
     trace, w = ctx.trace, ctx.work
     items = graph_items(ctx)
     rows = w.rows[items]
     queue = w.queue[items]
     n = len(items)
-    op_row, top_fallback = _launching_ops(ctx, items)
+    op_row, top_fallback = _launching_ops(ctx, items, native)
     name = _names(trace, np.where(op_row >= 0, op_row, rows))
     cost = _op_costs(trace, op_row)
     priced = cost.priced
@@ -392,7 +497,9 @@ def _collective_kind(name: str) -> str:
     return next((v for k, v in _COLLECTIVE_KINDS.items() if k in low), "broadcast")
 
 
-def _launching_ops(ctx: AnalysisContext, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _launching_ops(
+    ctx: AnalysisContext, items: np.ndarray, native: frozenset[str] = frozenset()
+) -> tuple[np.ndarray, np.ndarray]:
     """Per item: the innermost host op around its launching call (-1: none) and the outermost
     op around it that the Neuron fallback table names (-1: none)."""
     trace, w = ctx.trace, ctx.work
@@ -418,7 +525,11 @@ def _launching_ops(ctx: AnalysisContext, items: np.ndarray) -> tuple[np.ndarray,
     parent = _tree.parents(thread, start, end)
     is_op = np.isin(rows, ops)
     innermost = _tree.innermost_marked(parent, is_op)
-    fallback_ids = {i for i, s in enumerate(trace.strings) if _fallback_name(s)}
+    fallback_ids = {
+        i
+        for i, s in enumerate(trace.strings)
+        if _fallback_name(s) and s.split(".")[0].rstrip("_") not in {n.rstrip("_") for n in native}
+    }
     is_fb = is_op & np.isin(
         c[S.NAME_ID][rows], np.fromiter(fallback_ids, np.int64, len(fallback_ids))
     )

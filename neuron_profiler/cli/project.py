@@ -32,19 +32,36 @@ CHOICES = ("same", *CHIPS)
     help="The trace's chip when its deviceProperties name none.",
 )
 @click.option(
+    "--what-if",
+    "what_if",
+    multiple=True,
+    metavar="EDIT",
+    help="Replay an edit on the same graph and print its projected change: 'no-fallback:OP', "
+    "'no-data-stall', 'batch xN' (repeatable).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
     help="Print the projection as JSON (schema: neuron_profiler/reports/projection.schema.json).",
 )
-def project(trace_path: Path, target: str, source_chip: str | None, as_json: bool) -> None:
+def project(
+    trace_path: Path,
+    target: str,
+    source_chip: str | None,
+    what_if: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Project TRACE's mean step onto another chip."""
+    from neuron_profiler.analysis.projection import parse_what_if
     from neuron_profiler.analysis.projection import project as project_trace
     from neuron_profiler.cli.main import load_reported
     from neuron_profiler.trace import load_trace
 
+    for edit in what_if:  # bad edits before the trace is read
+        parse_what_if(edit, str(trace_path))
     trace = load_reported(lambda: load_trace(trace_path))
-    p = project_trace(trace, target, source=source_chip)
+    p = project_trace(trace, target, source=source_chip, what_if=what_if)
     if as_json:
         from neuron_profiler.reports.projection_json import document_text, projection_document
 

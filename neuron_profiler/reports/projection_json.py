@@ -51,6 +51,10 @@ def projection_document(p: Projection) -> dict[str, Any]:
         ],
         "ops": [_op(o) for o in p.ops],
         "fallbacks": [_op(o) for o in p.fallbacks],
+        "what_if": [
+            {"edit": w.edit, "step_ms": _ms(w.step_ms), "delta_ms": _ms(w.delta_ms)}
+            for w in p.what_if
+        ],
         "assumptions": list(p.assumptions),
     }
 

@@ -43,6 +43,8 @@ def render_projection(p: Projection, *, console: Console) -> None:
         console.print(_ops("ops that decide the result (per step)", p.ops))
     if p.fallbacks:
         console.print(_ops("ops the target runs on the host (per step, device time)", p.fallbacks))
+    if p.what_if:
+        console.print(_what_if(p))
     console.print(Text("assumptions", style="bold"))
     for a in p.assumptions:
         console.print(Text(f"- {shorten(a, TEXT_LIMIT)}"))
@@ -63,6 +65,16 @@ def _classes(p: Projection) -> Table:
         t.add_column(col, justify="left" if col == "class" else "right")
     for c in p.classes:
         t.add_row(c.cls, _ms(c.source_ms), _delta(c.target_ms, c.source_ms))
+    return t
+
+
+def _what_if(p: Projection) -> Table:
+    t = Table(title=f"what if (each edit alone, on {p.target.chip})")
+    for col in ("edit", "step ms", "Δ ms"):
+        t.add_column(col, justify="left" if col == "edit" else "right")
+    for w in p.what_if:
+        style = SLOWER if w.delta_ms > 0 else FASTER if w.delta_ms < 0 else ""
+        t.add_row(w.edit, _ms(w.step_ms), Text(f"{w.delta_ms:+,.3f}", style=style))
     return t
 
 

@@ -42,6 +42,20 @@ def test_json_validates_and_gives_the_hand_worked_step(trace_file, capsys) -> No
         (15 + 500 * 15.7 / 19.5 + 5 + 475) / 1e3, abs=1e-4
     )
     assert doc["replay"] == {"step_ms": 1.0, "error_pct": 0.0}
+    assert doc["what_if"] == []
+
+
+def test_what_if_in_json_and_a_bad_edit_before_reading(trace_file, capsys) -> None:  # noqa: ANN001
+    args = ["project", str(trace_file), "--chip", "a100", "--source-chip", "v100", "--json"]
+    code, out, _ = run([*args, "--what-if", "batch x2"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    jsonschema.validate(doc, json.loads(schema_text()))
+    (row,) = doc["what_if"]
+    assert row["edit"] == "batch x2"
+    assert row["delta_ms"] == pytest.approx(500 * 15.7 / 19.5 / 1e3, abs=1e-4)
+    code, out, err = run([*args, "--what-if", "overlap-comm"], capsys)
+    assert code == 2 and out == "" and "not implemented yet" in err
 
 
 def test_terminal_names_both_chips_and_the_assumptions(trace_file, capsys) -> None:  # noqa: ANN001

@@ -122,3 +122,42 @@ def test_cpu_only_trace_moves_its_ops_onto_the_device() -> None:
     assert sorted(o.name for o in p.ops) == ["aten::addmm", "aten::relu"]
     host = {c.cls: c for c in p.classes}["host"]
     assert (host.source_ms, host.target_ms) == pytest.approx((0.6, 0.02))
+
+
+def test_what_if_edits_replay_on_the_same_graph() -> None:
+    # batch x2 onto A100: the kernel 2 x 402.564 µs, so the sync returns at 15 + 805.128 + 5
+    # and the step ends 475 µs later: +402.564 µs
+    p = project(_mm_then_sync().b.build(), "a100", source="v100", what_if=("batch x2",))
+    kernel = 500 * 15.7 / 19.5
+    (row,) = p.what_if
+    assert row.step_ms == pytest.approx((15 + 2 * kernel + 5 + 475) / 1e3, abs=2e-6)
+    assert row.delta_ms == pytest.approx(kernel / 1e3, abs=2e-6)
+
+
+def test_what_if_no_fallback_keeps_the_op_on_the_device() -> None:
+    # the fallback test's nonzero, run natively on trn2: no host delay, the host-bound step
+    # stays at its recorded 1000 µs
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 0, 50, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    b.kernel(20, 120, launch_us=10, name="nonzero_kernel")
+    p = project(b.b.build(), "trn2", source="v100", what_if=("no-fallback:nonzero",))
+    (row,) = p.what_if
+    assert row.step_ms == pytest.approx(1.0, abs=1e-6)
+    assert row.delta_ms == pytest.approx(1.0 - p.target.step_ms, abs=1e-6)
+
+
+def test_what_if_no_data_stall_removes_the_loader_wait() -> None:
+    b = _mm_then_sync()
+    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 600, 700)
+    p = project(b.b.build(), "same", source="v100", what_if=("no-data-stall",))
+    (row,) = p.what_if
+    assert (row.step_ms, row.delta_ms) == pytest.approx((0.9, -0.1), abs=1e-6)
+
+
+def test_unknown_what_if_is_refused() -> None:
+    from neuron_profiler.errors import NeuronProfilerError
+
+    for bad in ("compiled", "batch x0", "faster"):
+        with pytest.raises(NeuronProfilerError) as e:
+            project(_mm_then_sync().b.build(), "same", source="v100", what_if=(bad,))
+        assert e.value.exit_code == 2
