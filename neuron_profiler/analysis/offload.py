@@ -194,6 +194,7 @@ def _graph(
     z = np.zeros(0, np.int64)
     return DependencyGraph(
         queue=np.zeros(n, np.int64),
+        device=np.zeros(n, np.int64),
         launch_ns=launch,
         start_ns=launch + target.launch_latency_ns,
         duration=duration,

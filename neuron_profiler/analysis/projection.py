@@ -17,6 +17,7 @@ latency. Host time outside device waits is carried over (same host).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,11 +30,14 @@ from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA
 from neuron_profiler.analysis.context import AnalysisContext, Options
 from neuron_profiler.analysis.offload import HOST_DISPATCH_NS, Offload, offload
 from neuron_profiler.analysis.replay import (
+    QUEUE_ROUNDS,
     DependencyGraph,
     HostDelays,
+    ReplayedTimeline,
     dependency_graph,
     graph_items,
     replay,
+    replay_with_queue_depth,
 )
 from neuron_profiler.costmodel.chips import CHIPS, HOST_CPU, TF32, ChipSpec, chip, chip_for_device
 from neuron_profiler.costmodel.fallbacks import falls_back
@@ -212,22 +216,15 @@ def project(
     else:
         costs = _costs(ctx, graph, src, tgt, same)
         shift = 0 if same else tgt.launch_latency_ns - graph.base_latency_ns  # type: ignore[union-attr]
-    projected = replay(graph, costs.duration, latency_shift_ns=shift, delays=costs.delays)
+    run = _runner(graph, None if same else tgt, shift)
+    projected, blocked, converged = run(costs.duration, costs.delays)
     edited = []
     for edit in edits:
-        step = _what_if_step(ctx, graph, costs, shift, edit, src, tgt, same) / 1e6
+        step = _what_if_step(ctx, graph, costs, edit, src, tgt, same, run) / 1e6
         edited.append(WhatIfRow(edit.text, step, step - projected.mean_step_ns / 1e6))
-    low = replay(
-        graph,
-        np.round(costs.duration * (1 - costs.uncertainty)).astype(np.int64),
-        latency_shift_ns=shift,
-        delays=costs.delays,
-    )
-    high = replay(
-        graph,
-        np.round(costs.duration * (1 + costs.uncertainty)).astype(np.int64),
-        latency_shift_ns=shift,
-        delays=costs.delays,
+    low, *_ = run(np.round(costs.duration * (1 - costs.uncertainty)).astype(np.int64), costs.delays)
+    high, *_ = run(
+        np.round(costs.duration * (1 + costs.uncertainty)).astype(np.int64), costs.delays
     )
     n = max(len(graph.step_start_ns), 1)
     src_name = src.name if src else "unknown"
@@ -245,7 +242,8 @@ def project(
         ops=_ops(costs, n, fallback=False, top=top),
         fallbacks=_ops(costs, n, fallback=True, top=top),
         assumptions=_assumptions(src, tgt, same, source_graph, costs)
-        + (_offload_assumptions(plan) if graph is not source_graph else ()),
+        + (_offload_assumptions(plan) if graph is not source_graph else ())
+        + _queue_assumption(tgt, same, blocked, n, converged),
         priced=int(costs.priced.sum()),
         items=len(graph),
         what_if=tuple(edited),
@@ -287,15 +285,41 @@ def parse_what_if(text: str, source: str = "") -> Edit:
     raise NeuronProfilerError(f"{where}--what-if {t!r}: {why}", exit_code=2)
 
 
+Runner = Callable[[np.ndarray, HostDelays], tuple[ReplayedTimeline, int, bool]]
+
+
+def _runner(graph: DependencyGraph, target: ChipSpec | None, shift: int) -> Runner:
+    """How the graph is replayed: as recorded (no target), or bounded by the target runtime's
+    launch-queue depth."""
+    if target is None:
+        return lambda d, delays: (replay(graph, d, latency_shift_ns=shift, delays=delays), 0, True)
+    return lambda d, delays: replay_with_queue_depth(
+        graph, d, depth=target.launch_queue_depth, latency_shift_ns=shift, delays=delays
+    )
+
+
+def _queue_assumption(
+    tgt: ChipSpec | None, same: bool, blocked: int, steps: int, converged: bool
+) -> tuple[str, ...]:
+    if same or tgt is None:
+        return ()
+    rounds = "" if converged else f" (after {QUEUE_ROUNDS} rounds some launches were still early)"
+    return (
+        f"at most {tgt.launch_queue_depth} launched, unfinished items per device on "
+        f"{tgt.name} (docs/chips.md): {blocked / steps:.0f} launches a step blocked the host"
+        + rounds,
+    )
+
+
 def _what_if_step(
     ctx: AnalysisContext,
     graph: DependencyGraph,
     costs: _Costs,
-    shift: int,
     edit: Edit,
     src: ChipSpec | None,
     tgt: ChipSpec | None,
     same: bool,
+    run: Runner,
 ) -> float:
     """The mean step replayed with one edit."""
     duration, delays = costs.duration, costs.delays
@@ -306,8 +330,8 @@ def _what_if_step(
         scaled = costs.cls != CLASSES.index("collectives")
         duration = np.where(scaled, np.round(duration * edit.factor), duration).astype(np.int64)
     elif edit.kind == "no-data-stall":
-        delays = _merge(delays, _data_loading(ctx))
-    return replay(graph, duration, latency_shift_ns=shift, delays=delays).mean_step_ns
+        delays = delays.merge(_data_loading(ctx))
+    return run(duration, delays)[0].mean_step_ns
 
 
 def _data_loading(ctx: AnalysisContext) -> HostDelays:
@@ -323,16 +347,6 @@ def _data_loading(ctx: AnalysisContext) -> HostDelays:
     spans = I.union(start[inside], end[inside])  # nested or repeated loader rows counted once
     s, e = spans.start, spans.end
     return HostDelays(e, np.full(len(e), -1, np.int64), -(e - s))
-
-
-def _merge(a: HostDelays, b: HostDelays) -> HostDelays:
-    at = np.concatenate([a.at_ns, b.at_ns])
-    order = np.argsort(at, kind="stable")
-    return HostDelays(
-        at[order],
-        np.concatenate([a.awaited, b.awaited])[order],
-        np.concatenate([a.extra_ns, b.extra_ns])[order],
-    )
 
 
 def _costs(

@@ -23,7 +23,8 @@ The graph holds what the timeline of one process depends on (docs/projection.md,
 
 Collectives are device items on their own queue; a rank's wait for its peers is part of the
 recorded duration (one trace is one rank). The queue-depth bound of the runtime is carried in
-the recorded launch-call durations (a launch that blocked on a full queue keeps its time).
+the recorded launch-call durations (a launch that blocked on a full queue keeps its time);
+``replay_with_queue_depth`` models another runtime's bound.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from neuron_profiler.trace import schema as S
 # A sync that returned within this long before the end of an item still waited for it (clock
 # granularity of the two timelines: CUPTI and the host clock, µs-rounded in the JSON).
 SYNC_SLACK_NS = 2_000
+_NEVER = -(2**62)  # "no item awaited": earlier than any time
+# Rounds of the queue-depth replay (each turns the launches found too early into host waits).
+QUEUE_ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class DependencyGraph:
     """
 
     queue: np.ndarray
+    device: np.ndarray  # device pid per item (the queue-depth bound is per device)
     launch_ns: np.ndarray
     start_ns: np.ndarray
     duration: np.ndarray
@@ -100,6 +105,15 @@ class HostDelays:
         z = np.zeros(0, np.int64)
         return HostDelays(z, z, z)
 
+    def merge(self, other: HostDelays) -> HostDelays:
+        at = np.concatenate([self.at_ns, other.at_ns])
+        order = np.argsort(at, kind="stable")
+        return HostDelays(
+            at[order],
+            np.concatenate([self.awaited, other.awaited])[order],
+            np.concatenate([self.extra_ns, other.extra_ns])[order],
+        )
+
 
 @dataclass(frozen=True)
 class ReplayedTimeline:
@@ -108,6 +122,7 @@ class ReplayedTimeline:
     start_ns: np.ndarray
     end_ns: np.ndarray
     step_ns: np.ndarray
+    launch_ns: np.ndarray  # replayed host time of each item's launch (its anchor, shifted)
 
     @property
     def mean_step_ns(self) -> float:
@@ -161,6 +176,7 @@ def dependency_graph(ctx: AnalysisContext, *, recorded_latencies: bool = False) 
     )
     return DependencyGraph(
         queue=queue,
+        device=w.device[idx],
         launch_ns=launch,
         start_ns=start,
         duration=end - start,
@@ -265,46 +281,123 @@ def replay(
     item_order = np.lexsort((graph.start_ns, graph.queue, seg))
     bounds = np.searchsorted(seg[item_order], np.arange(len(ev_start) + 2))
     offsets = np.zeros(len(ev_start) + 1, np.int64)
+    ready_base = anchor + latency
+    # the loop runs once per wait (Python scalars: numpy's per-element overhead dominates here)
+    starts, ends = ev_start.tolist(), ev_end.tolist()
+    awaited, extra, cut = ev_awaited.tolist(), ev_extra.tolist(), bounds.tolist()
     offset = 0
-    for k in range(len(ev_start) + 1):
-        part = item_order[bounds[k] : bounds[k + 1]]
-        if len(part):
-            _scan(part, graph, duration, anchor + offset + latency, queue_free, out_start, out_end)
+    for k in range(len(starts) + 1):
+        lo, hi = cut[k], cut[k + 1]
+        if hi > lo:
+            part = item_order[lo:hi]
+            _scan(part, graph, duration, ready_base, offset, queue_free, out_start, out_end)
         offsets[k] = offset
-        if k == len(ev_start):
+        if k == len(starts):
             break
-        waited = out_end[ev_awaited[k]] if ev_awaited[k] >= 0 else np.iinfo(np.int64).min
-        new_end = max(int(ev_start[k]) + offset, int(waited)) + int(ev_extra[k])
-        offset = new_end - int(ev_end[k])
+        a = awaited[k]
+        done = int(out_end[a]) if a >= 0 else _NEVER
+        offset = max(starts[k] + offset, done) + extra[k] - ends[k]
     step = _steps(graph, ev_end, offsets, out_start, out_end)
-    return ReplayedTimeline(start_ns=out_start, end_ns=out_end, step_ns=step)
+    return ReplayedTimeline(
+        start_ns=out_start, end_ns=out_end, step_ns=step, launch_ns=anchor + offsets[seg]
+    )
+
+
+def replay_with_queue_depth(
+    graph: DependencyGraph,
+    duration: np.ndarray,
+    *,
+    depth: int,
+    latency_shift_ns: int = 0,
+    delays: HostDelays | None = None,
+) -> tuple[ReplayedTimeline, int, bool]:
+    """``replay`` where the runtime holds at most ``depth`` launched, unfinished items per device:
+    a launch beyond that blocks the host until the item ``depth`` launches earlier has ended
+    (CUDA's pending-launch queue, Neuron's in-flight execution limit: docs/chips.md). Each round
+    turns the launches found too early into host waits and replays again, until none is (at
+    most ``QUEUE_ROUNDS``). Returns the timeline, the number of launches that blocked, and
+    whether the rounds converged (no launch left too early)."""
+    delays = delays or HostDelays.none()
+    n = len(graph)
+    known = graph.launch_ns != NO_LAUNCH
+    order = np.flatnonzero(known)
+    order = order[np.lexsort((graph.launch_ns[order], graph.device[order]))]
+    blocker = np.full(n, -1, np.int64)
+    if depth > 0 and len(order) > depth:
+        same = graph.device[order[depth:]] == graph.device[order[:-depth]]
+        blocker[order[depth:][same]] = order[:-depth][same]
+    blocked = np.zeros(n, bool)
+    timeline = replay(graph, duration, latency_shift_ns=latency_shift_ns, delays=delays)
+    for round_ in range(QUEUE_ROUNDS + 1):
+        has = blocker >= 0
+        late = has & ~blocked
+        late[has] &= timeline.launch_ns[has] < timeline.end_ns[blocker[has]]
+        if not late.any():
+            return timeline, int(blocked.sum()), True
+        if round_ == QUEUE_ROUNDS:
+            break
+        blocked |= late
+        at = graph.launch_ns[late]
+        delays = delays.merge(HostDelays(at, blocker[late], np.zeros(len(at), np.int64)))
+        timeline = replay(graph, duration, latency_shift_ns=latency_shift_ns, delays=delays)
+    return timeline, int(blocked.sum()), False
 
 
 def _scan(
     part: np.ndarray,
     graph: DependencyGraph,
     duration: np.ndarray,
-    ready: np.ndarray,
+    ready_base: np.ndarray,
+    offset: int,
     queue_free: np.ndarray,
     out_start: np.ndarray,
     out_end: np.ndarray,
 ) -> None:
     """Max-plus recurrence per queue: end_i = max(ready_i, end_{i-1} + gap_i) + d_i, as
-    cumsum + running max (``part`` sorted by queue, then recorded start)."""
+    cumsum + running max (``part`` sorted by queue, then recorded start; ready = the item's
+    anchor + latency + the host offset)."""
     q = graph.queue[part]
-    cuts = np.flatnonzero(np.diff(q)) + 1
-    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(part)], strict=True):
+    if q[0] == q[-1]:  # one queue (the common case): no split
+        _scan_queue(
+            part, int(q[0]), graph, duration, ready_base, offset, queue_free, out_start, out_end
+        )
+        return
+    cuts = np.flatnonzero(q[1:] != q[:-1]) + 1
+    edges = [0, *cuts.tolist(), len(part)]
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
         items = part[lo:hi]
-        d = duration[items].astype(np.int64)
-        g = graph.gap_ns[items]
-        a = ready[items]
-        step = g + d
-        cum = np.cumsum(step)
-        first = queue_free[q[lo]] + cum  # behind what the queue ran before
-        end = np.maximum(first, cum + np.maximum.accumulate(a + d - cum))
-        out_end[items] = end
-        out_start[items] = end - d
-        queue_free[q[lo]] = end[-1]
+        _scan_queue(
+            items, int(q[lo]), graph, duration, ready_base, offset, queue_free, out_start, out_end
+        )
+
+
+def _scan_queue(
+    items: np.ndarray,
+    queue: int,
+    graph: DependencyGraph,
+    duration: np.ndarray,
+    ready_base: np.ndarray,
+    offset: int,
+    queue_free: np.ndarray,
+    out_start: np.ndarray,
+    out_end: np.ndarray,
+) -> None:
+    d = duration[items]
+    if len(items) == 1:  # one item: no scan
+        end = max(
+            int(ready_base[items[0]]) + offset + int(d[0]),
+            int(queue_free[queue]) + int(graph.gap_ns[items[0]]) + int(d[0]),
+        )
+        out_end[items[0]] = end
+        out_start[items[0]] = end - int(d[0])
+        queue_free[queue] = end
+        return
+    cum = np.cumsum(graph.gap_ns[items] + d)
+    a = ready_base[items] + offset
+    end = np.maximum(queue_free[queue] + cum, cum + np.maximum.accumulate(a + d - cum))
+    out_end[items] = end
+    out_start[items] = end - d
+    queue_free[queue] = end[-1]
 
 
 def _steps(

@@ -138,6 +138,7 @@ def _gpu(
         launch_latency_ns=GPU_LAUNCH_LATENCY_NS,
         collective_gbps_per_core=link_gbps,
         collective_step_latency_ns=GPU_COLLECTIVE_STEP_LATENCY_NS,
+        launch_queue_depth=GPU_LAUNCH_QUEUE_DEPTH,
         device_names=device_names,
     )
 
@@ -146,6 +147,9 @@ def _gpu(
 # latency of one ring step of a collective over NVLink / Infinity Fabric.
 GPU_LAUNCH_LATENCY_NS = 5_000
 GPU_COLLECTIVE_STEP_LATENCY_NS = 5_000
+# ASSUMPTION: pending kernel launches per GPU before a launch call blocks (CUDA documents no
+# figure; 1024 is the commonly measured depth of its launch queue).
+GPU_LAUNCH_QUEUE_DEPTH = 1024
 
 CHIPS: dict[str, ChipSpec] = {
     # Trainium2: 8 NeuronCore-v3, 2 physical per logical by default; 667 BF16 / 1299 FP8 TFLOPS;

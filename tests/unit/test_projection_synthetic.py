@@ -161,3 +161,21 @@ def test_unknown_what_if_is_refused() -> None:
         with pytest.raises(NeuronProfilerError) as e:
             project(_mm_then_sync().b.build(), "same", source="v100", what_if=(bad,))
         assert e.value.exit_code == 2
+
+
+def test_target_queue_depth_blocks_the_host() -> None:
+    """70 kernels launched at 10..79 µs, recorded back to back (100 µs each from 20); the host
+    then works until 8080 and syncs (the device was done at 7020). Onto trn2 (no shapes: HBM
+    ratio 900/725, 124.138 µs a kernel; launch latency 10 -> 15 µs) the device runs 25..8714.655.
+    Unbounded, the sync would wait until then (step 20000 + 634.655 µs); with trn2's 63 launches
+    in flight, launch 69 waits for kernel 6 (ends 893.966) and delays the host by 814.966 µs, so
+    the sync finds the device done: the step is 20000 + 814.966 µs."""
+    b = Build().step(1, 0, 20000)
+    for i in range(70):
+        b.kernel(20 + 100 * i, 120 + 100 * i, launch_us=10 + i, name="elementwise_kernel")
+    b.host("python work", 80, 8080)
+    b.host("cudaDeviceSynchronize", 8080, 8081, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    p = project(b.b.build(), "trn2", source="v100")
+    kernel = 100 * 900 / 725
+    assert p.target.step_ms == pytest.approx((20000 + 10 + 15 + 7 * kernel - 79) / 1e3, abs=2e-6)
+    assert any("7 launches a step blocked" in a for a in p.assumptions)
