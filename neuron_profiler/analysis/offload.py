@@ -4,9 +4,8 @@ the source has no device time (docs/projection.md, "CPU-only traces")::
     plan = offload(ctx, chip("trn2"))
     replay(plan.graph, plan.graph.duration, delays=plan.delays)
 
-Each *leaf* aten op of the steps (one that contains no other kernel-launching aten op: the op
-that computed) with
-recorded shapes becomes one device item: launched at the op's recorded start, lasting its
+Each outermost kernel-launching aten op of the steps (the op the script called: aten::linear
+with the addmm inside it) with recorded shapes becomes one device item: launched at the op's recorded start, lasting its
 roofline bound on the target at ``roofline.DEFAULT_EFFICIENCY`` plus the chip's fixed kernel
 time; the op's host time shrinks to ``HOST_DISPATCH_NS`` (the host no longer computes it). Views,
 allocations and metadata ops have no kernel and stay as they are; so do ops under a DataLoader
@@ -26,7 +25,7 @@ from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.replay import DependencyGraph, HostDelays
 from neuron_profiler.costmodel.chips import ChipSpec
-from neuron_profiler.costmodel.ops import OpCost, is_matrix_op, op_cost
+from neuron_profiler.costmodel.ops import OpCost, op_cost
 from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, roofline_s
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
@@ -111,13 +110,9 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
     names = np.array([trace.strings[i] for i in c[S.NAME_ID][ops].tolist()], dtype=object)
     aten = np.char.startswith(names.astype(str), "aten::")  # not autograd's own rows ("detach")
     kernel = aten & ~np.isin(names, list(NO_KERNEL_OPS))
-    # the op that computed: the innermost matrix op (addmm copying its bias first on the CPU
-    # still computes the product itself: what is inside it goes with it), else a kernel op with
-    # no kernel op inside it
-    matrix = kernel & np.array([is_matrix_op(str(n)) for n in names], bool)
-    matrix_leaf = matrix & (_tree.subtree_sums(parent, matrix.astype(np.int64)) == 1)
-    other = kernel & (_tree.innermost_marked(parent, matrix_leaf) < 0)
-    leaf = matrix_leaf | (other & (_tree.subtree_sums(parent, other.astype(np.int64)) == 1))
+    # the op the script called: the outermost kernel op (aten::linear with the addmm inside it,
+    # aten::sum with the fill_ that starts it): what runs inside it goes with it
+    leaf = kernel & (_tree.outermost_marked(parent, kernel) == np.arange(len(ops)))
     loading = _tree.outermost_marked(parent, np.isin(c[S.NAME_ID][ops], ctx.names.dataloader)) >= 0
     in_steps = I.overlap_per_window(ctx.steps.host_spans, start, start + 1) > 0
     candidate = leaf & ~loading & in_steps

@@ -247,17 +247,6 @@ def _is_convolution(name: str) -> bool:
     return canonical(name) == "aten::convolution" or "convolution_backward" in name
 
 
-def is_matrix_op(name: str) -> bool:
-    """Whether ``op_cost`` prices ``name`` as matrix work (by its name alone)."""
-    op = canonical(name)
-    return (
-        op in MATRIX_OPS
-        or op in ("aten::matmul", "aten::linear", "aten::scaled_dot_product_attention")
-        or op.startswith("aten::_scaled_dot_product")
-        or _is_convolution(name)
-    )
-
-
 def canonical(name: str) -> str:
     """The op whose formula prices ``name`` (device lowerings and wrappers mapped)."""
     return _ALIASES.get(name, name)

@@ -179,3 +179,17 @@ def test_target_queue_depth_blocks_the_host() -> None:
     kernel = 100 * 900 / 725
     assert p.target.step_ms == pytest.approx((20000 + 10 + 15 + 7 * kernel - 79) / 1e3, abs=2e-6)
     assert any("7 launches a step blocked" in a for a in p.assumptions)
+
+
+def test_cpu_only_wrapper_ops_are_not_moved_twice() -> None:
+    """aten::linear holds aten::t (a view) and aten::addmm: the op the script called, linear, is
+    moved with what is inside it, its host time counted once (0.6 ms, not 0.6 + 0.5)."""
+    dims = {"Input Dims": [[256], [64, 1024], [1024, 256], [], []], "Input type": ["float"] * 5}
+    b = Build().step(1, 0, 1000)
+    b.host("aten::linear", 50, 650, args={"Input Dims": [[64, 1024], [256, 1024], [256]]})
+    b.host("aten::t", 60, 70)
+    b.host("aten::addmm", 100, 600, args=dims)
+    p = project(b.b.build(), "trn2")
+    assert [o.name for o in p.ops] == ["aten::linear"]
+    compute = {c.cls: c for c in p.classes}["compute"]
+    assert compute.source_ms == pytest.approx(0.6)
