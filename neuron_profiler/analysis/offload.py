@@ -92,7 +92,7 @@ class Offload:
     names: np.ndarray
     costs: tuple[OpCost, ...]
     host_ns: np.ndarray  # each moved op's recorded host time (the CPU computing it)
-    unpriced: int  # leaf ops with tensors but no recorded shapes: left on the host
+    unpriced: int  # ops to move that recorded no shapes: left on the host
 
 
 def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:

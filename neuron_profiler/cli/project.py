@@ -53,8 +53,8 @@ def project(
     as_json: bool,
 ) -> None:
     """Project TRACE's mean step onto another chip."""
-    from neuron_profiler.analysis.projection import parse_what_if
     from neuron_profiler.analysis.projection import project as project_trace
+    from neuron_profiler.analysis.what_if import parse_what_if
     from neuron_profiler.cli.main import load_reported
     from neuron_profiler.trace import load_trace
 

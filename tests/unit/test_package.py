@@ -15,6 +15,8 @@ TORCH_FREE_MODULES = [
     "neuron_profiler.costmodel.roofline",
     "neuron_profiler.costmodel.fallbacks",
     "neuron_profiler.analysis.projection",
+    "neuron_profiler.analysis.device_costs",
+    "neuron_profiler.analysis.what_if",
     "neuron_profiler.reports.projection_json",
     "neuron_profiler.reports.projection_terminal",
 ]
