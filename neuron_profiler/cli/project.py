@@ -40,6 +40,14 @@ CHOICES = ("same", *CHIPS)
     "'no-data-stall', 'batch xN' (repeatable).",
 )
 @click.option(
+    "--html",
+    "html",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Also write one self-contained, offline HTML page of the projection.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -50,6 +58,7 @@ def project(
     target: str,
     source_chip: str | None,
     what_if: tuple[str, ...],
+    html: Path | None,
     as_json: bool,
 ) -> None:
     """Project TRACE's mean step onto another chip."""
@@ -60,8 +69,16 @@ def project(
 
     for edit in what_if:  # bad edits before the trace is read
         parse_what_if(edit, str(trace_path))
+    if html is not None:
+        from neuron_profiler.output import check_output
+
+        check_output(html, [trace_path])  # before loading: the input is never overwritten
     trace = load_reported(lambda: load_trace(trace_path))
     p = project_trace(trace, target, source=source_chip, what_if=what_if)
+    if html is not None:
+        from neuron_profiler.reports.projection_html import write_projection_html
+
+        write_projection_html(p, html)
     if as_json:
         from neuron_profiler.reports.projection_json import document_text, projection_document
 

@@ -80,3 +80,40 @@ def test_corrupt_file_is_one_line_exit_2(tmp_path: Path, capsys) -> None:  # noq
     code, out, err = run(["project", str(bad), "--chip", "same"], capsys)
     assert code == 2
     assert str(bad) in err
+
+
+def test_html_page_holds_the_projection_offline_and_escaped(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from html_checks import HOSTILE, assert_offline, parse
+
+    from neuron_profiler.analysis.projection import project
+    from neuron_profiler.trace import load_trace
+
+    b = _mm_then_sync()
+    b.host(HOSTILE, 600, 700, args={"Input Dims": [[64, 256]], "Input type": ["float"]})
+    b.kernel(610, 650, launch_us=605, name="relu_kernel")
+    trace_path, page_path = tmp_path / "t.json", tmp_path / "p.html"
+    write_chrome_trace(b.b.build(), trace_path)
+    args = ["project", str(trace_path), "--chip", "trn2", "--source-chip", "v100"]
+    code, _, _ = run([*args, "--html", str(page_path), "--what-if", "batch x2"], capsys)
+    assert code == 0
+    page = parse(page_path.read_text())
+    assert_offline(page)
+    expected = project(load_trace(trace_path), "trn2", source="v100", what_if=("batch x2",))
+    fig = page.figures()["classes"]
+    source, target = fig["data"]
+    assert source["x"] == [c.cls for c in expected.classes]
+    assert source["y"] == pytest.approx([c.source_ms for c in expected.classes])
+    assert target["y"] == pytest.approx([c.target_ms for c in expected.classes])
+    ops = page.table_after(("op", "class", "count", "source ms", "target ms"))
+    assert HOSTILE in [row[0] for row in ops]  # shown as text, never as a tag
+    assert not any(tag == "img" for tag, _ in page.tags)
+    assert page.table_after(("edit", "step ms", "Δ ms"))[0][0] == "batch x2"
+
+
+def test_html_never_overwrites_the_input(trace_file, capsys) -> None:  # noqa: ANN001
+    before = trace_file.read_bytes()
+    code, _, err = run(
+        ["project", str(trace_file), "--chip", "same", "--html", str(trace_file)], capsys
+    )
+    assert code == 2 and str(trace_file) in err
+    assert trace_file.read_bytes() == before
