@@ -46,6 +46,7 @@ from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 SAME = "same"
+TARGETS = (SAME, *CHIPS)  # what a projection takes as its target
 TOP_OPS = 15
 
 

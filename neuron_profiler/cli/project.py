@@ -13,7 +13,7 @@ import click
 
 from neuron_profiler.costmodel.chips import CHIPS
 
-CHOICES = ("same", *CHIPS)
+CHOICES = ("same", *CHIPS)  # analysis.projection.TARGETS, without importing numpy for --help
 
 
 @click.command()

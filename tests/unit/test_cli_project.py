@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from test_projection_synthetic import _mm_then_sync
+from trace_factory import mm_then_sync as _mm_then_sync
 
 from neuron_profiler.cli.main import main
 from neuron_profiler.exporters.chrome import write_chrome_trace

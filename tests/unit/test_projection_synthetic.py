@@ -11,21 +11,9 @@ from neuron_profiler.analysis.projection import project
 from neuron_profiler.costmodel.chips import CHIPS
 from neuron_profiler.reports.projection_json import projection_document, schema_text
 from neuron_profiler.trace import EventKind
-from tests.trace_factory import Build
+from tests.trace_factory import Build, mm_then_sync
 
-MM = {"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["float", "float"]}
-
-
-def _mm_then_sync() -> Build:
-    """One step: aten::mm (0-100) launches at 10 a 500 µs kernel that starts at 20; the host
-    waits in cudaDeviceSynchronize from 200 until 5 µs after the kernel's end (525), then works
-    until the step ends at 1000."""
-    b = Build().step(1, 0, 1000)
-    b.host("aten::mm", 0, 100, args=MM)
-    b.kernel(20, 520, launch_us=10, name="volta_sgemm_128x64_nn")
-    b.host("cudaDeviceSynchronize", 200, 525, kind=EventKind.RUNTIME, cat="cuda_runtime")
-    b.host("aten::sum", 525, 1000)
-    return b
+_mm_then_sync = mm_then_sync
 
 
 def test_same_chip_replays_the_recorded_step() -> None:
