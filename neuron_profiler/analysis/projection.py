@@ -31,6 +31,7 @@ from neuron_profiler.analysis.device_costs import (
     swap_costs,
 )
 from neuron_profiler.analysis.offload import HOST_DISPATCH_NS, Offload, offload
+from neuron_profiler.analysis.peaks import device_chip
 from neuron_profiler.analysis.replay import (
     QUEUE_ROUNDS,
     DependencyGraph,
@@ -39,10 +40,9 @@ from neuron_profiler.analysis.replay import (
     replay_with_queue_depth,
 )
 from neuron_profiler.analysis.what_if import Runner, parse_what_if, what_if_step
-from neuron_profiler.costmodel.chips import CHIPS, ChipSpec, chip, chip_for_device
+from neuron_profiler.costmodel.chips import CHIPS, ChipSpec, chip
 from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY
 from neuron_profiler.errors import NeuronProfilerError
-from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 SAME = "same"
@@ -119,18 +119,8 @@ class Projection:
 
 
 def source_chip(trace: Trace) -> ChipSpec | None:
-    """The chip the trace ran on, from its deviceProperties (a name or our ``chip`` key)."""
-    for props in trace.metadata.get("deviceProperties") or ():
-        if not isinstance(props, dict):
-            continue
-        key = props.get(V.PROP_CHIP)
-        if isinstance(key, str) and key in CHIPS:
-            return CHIPS[key]
-        for field in ("name", "gcnArchName"):
-            name = props.get(field)
-            if isinstance(name, str) and (spec := chip_for_device(name)) is not None:
-                return spec
-    return None
+    """The chip the trace ran on (``peaks.device_chip``)."""
+    return device_chip(trace)
 
 
 def project(
