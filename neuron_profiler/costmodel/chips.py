@@ -4,9 +4,9 @@ The emulated device times its ops on the Trainium rows (trn2, trn3); the project
 (``analysis.projection``) reads every row, the GPUs of the shared real traces included, to scale
 measured device time from one chip to another. Per-chip figures are from the vendors' datasheets
 and architecture pages; docs/chips.md lists every figure with its public source. Per-logical-core
-figures divide by the logical core count (a GPU is one core; the mi250 row is one of an MI250's two GCDs, each its own PyTorch device,
-with half the module's figures). Figures marked ``ASSUMPTION``
-have no public source; they are this project's choice and documented as such.
+figures divide by the logical core count (a GPU is one core; the mi250 row is one of an MI250's
+two GCDs, each its own PyTorch device, with half the module's figures). Figures marked
+``ASSUMPTION`` have no public source; they are this project's choice and documented as such.
 """
 
 from __future__ import annotations
