@@ -23,7 +23,7 @@ emu.enable(cores=1, chip="trn2", numerics=False)
 
 import torch  # noqa: E402
 
-from neuron_profiler.emulator.chips import chip  # noqa: E402
+from neuron_profiler.costmodel.chips import chip  # noqa: E402
 from neuron_profiler.emulator.runtime import get_runtime  # noqa: E402
 from neuron_profiler.runtime_trace import format as RF  # noqa: E402
 

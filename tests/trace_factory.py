@@ -98,3 +98,19 @@ class Build:
 
     def report(self, min_gap_us: int = 50):
         return analyze(self.b.build(), Options(min_gap_ns=min_gap_us * US, top=50))
+
+
+MM_ARGS = {"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["float", "float"]}
+
+
+def mm_then_sync() -> Build:
+    """One step of a CUDA-like trace (µs): aten::mm (0-100, 1024^3 fp32) launches at 10 a
+    500 µs kernel that starts at 20; the host waits in cudaDeviceSynchronize from 200 until 5 µs
+    after the kernel's end (525), then works until the step ends at 1000 (the projection tests'
+    hand-worked step)."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::mm", 0, 100, args=MM_ARGS)
+    b.kernel(20, 520, launch_us=10, name="volta_sgemm_128x64_nn")
+    b.host("cudaDeviceSynchronize", 200, 525, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    b.host("aten::sum", 525, 1000)
+    return b

@@ -16,8 +16,10 @@ pattern's; ``inferred`` is set on its group). Per group:
   ``dtype`` on its ``engine`` in ``deviceProperties`` (``peak_tflops``; a dtype the table lacks,
   integers and float64 among them, at that engine's float32 figure, as the emulator models them;
   without a table, ``peak_bf16_tflops`` for bfloat16/float16 or no dtype, else
-  ``peak_fp32_tflops``). None when a call lacks the args (inferred calls always do) or the trace
-  gives no peak;
+  ``peak_fp32_tflops``). An inferred call (real hardware: no such args, no peaks) is priced by
+  the cost model instead, as the projection prices it (``costmodel.ops`` from its recorded
+  shapes, on the profile of the chip the trace names, ``peaks.device_chip``). None when a call
+  has neither;
 - ``recoverable_ns`` = max(0, measured - native) (native unknown: 0, an upper bound).
 """
 
@@ -40,7 +42,8 @@ from neuron_profiler.analysis.fallback_inference import (
     infer_fallbacks,
 )
 from neuron_profiler.analysis.idle import IdleTime, idle_time
-from neuron_profiler.analysis.peaks import native_time
+from neuron_profiler.analysis.peaks import device_chip, native_time, profile_native_time
+from neuron_profiler.costmodel.ops import op_cost
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -248,8 +251,28 @@ def _inferred_calls(trace: Trace, inferred: InferredFallbacks) -> _Calls:
         inferred.span_start_ns,
         inferred.span_end_ns,
         copies,
-        np.full(len(rows), np.nan),
+        _inferred_native(trace, rows, dims, a[V.ARG_INPUT_TYPE]),
     )
+
+
+def _inferred_native(trace: Trace, rows: np.ndarray, dims: list, types: np.ndarray) -> np.ndarray:
+    """Each inferred call's native device time by the cost model (the projection's: the op's
+    flops and bytes from its recorded shapes, on the profile of the chip the trace names); NaN
+    when the trace names no known chip or the call recorded no shapes."""
+    spec = device_chip(trace)
+    out = np.full(len(rows), np.nan)
+    if spec is None:
+        return out
+    for i, (row, d, t) in enumerate(zip(rows.tolist(), dims, types, strict=True)):  # (few calls)
+        if not isinstance(d, list):
+            continue
+        try:
+            cost = op_cost(trace.name(row), d, t if isinstance(t, list) else ["float"] * len(d))
+        except (TypeError, ValueError, IndexError):
+            continue
+        if cost.bytes_moved > 0:
+            out[i] = profile_native_time(cost, spec)
+    return out
 
 
 def _merge(a: _Calls, b: _Calls) -> _Calls:

@@ -1,8 +1,9 @@
 """The device's peak figures, from ``deviceProperties``: the one lookup the analyses share
-(kernel % of peak, a CPU fallback's native time)::
+(kernel % of peak, a CPU fallback's native time), and the chip profile it names::
 
     props = peak_properties(trace)                  # None: the trace gives no peaks
     peak_tflops(props, "float32", "TensorE")        # the compute peak for that dtype and engine
+    device_chip(trace)                              # costmodel profile (trn2, v100, ...) or None
 
 A compute peak is the ``peak_tflops`` table's figure for the row's ``dtype`` on its ``engine``; a
 dtype the table lacks (integers, float64) is at that engine's float32 figure, as the emulator
@@ -19,6 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from neuron_profiler.costmodel.chips import CHIPS, ChipSpec, chip_for_device
+from neuron_profiler.costmodel.ops import OpCost
+from neuron_profiler.costmodel.roofline import roofline_s
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
@@ -35,6 +39,30 @@ def peak_properties(trace: Trace) -> Mapping[str, Any] | None:
         ):
             return p
     return None
+
+
+def device_chip(trace: Trace) -> ChipSpec | None:
+    """The cost model's profile of the chip the trace ran on, from its ``deviceProperties``: our
+    ``chip`` key, else a profile whose name occurs in the device's ``name`` (or AMD's
+    ``gcnArchName``); None when none does."""
+    for props in trace.metadata.get("deviceProperties") or ():
+        if not isinstance(props, dict):
+            continue
+        key = props.get(V.PROP_CHIP)
+        if isinstance(key, str) and key in CHIPS:
+            return CHIPS[key]
+        for field in (V.PROP_NAME, "gcnArchName"):
+            name = props.get(field)
+            if isinstance(name, str) and (spec := chip_for_device(name)) is not None:
+                return spec
+    return None
+
+
+def profile_native_time(cost: OpCost, spec: ChipSpec) -> float:
+    """Roofline ns of one op on a chip profile (per logical core), where the trace gives no
+    peaks (a real capture) but names its chip: the cost model's figures (docs/chips.md)."""
+    peak = spec.matrix_flops_per_s(cost.dtype) if cost.matrix else spec.vector_flops_per_s()
+    return roofline_s(cost.flops, cost.bytes_moved, peak, spec.hbm_bytes_per_s()) * 1e9
 
 
 def peak_tflops(props: Mapping[str, Any], dtype: object, engine: object) -> float | None:

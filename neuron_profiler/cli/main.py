@@ -31,6 +31,7 @@ SUBCOMMANDS: dict[str, str] = {
     "diff": "neuron_profiler.cli.diff:diff",
     "export": "neuron_profiler.cli.export:export",
     "merge": "neuron_profiler.cli.merge:merge",
+    "project": "neuron_profiler.cli.project:project",
 }
 
 

@@ -6,9 +6,9 @@
     get_fallback_ops()                        # ops that really fell back so far (TorchNeuron's API)
 
 TorchNeuron runs ops it has no device kernel for through ``at::native::cpu_fallback``. The default
-set below holds ops that compiler-based (XLA-class) accelerator backends commonly lack: ops whose
-output shape depends on the data (nonzero, masked_select, unique) and dense linear-algebra
-factorisations. float64 inputs fall back whatever the op (NeuronCores have no FP64 datapath).
+set is the cost model's table (``costmodel.fallbacks``, which the projection reads too): ops
+whose output shape depends on the data and dense linear-algebra factorisations. float64 inputs
+fall back whatever the op (NeuronCores have no FP64 datapath).
 """
 
 from __future__ import annotations
@@ -17,31 +17,11 @@ import os
 import threading
 from collections.abc import Callable
 
-ENV_VAR = "NEURON_PROFILER_FALLBACK_OPS"
+from neuron_profiler.costmodel.fallbacks import DEFAULT_FALLBACK_OPS
 
-DEFAULT_FALLBACK_OPS = frozenset(
-    {
-        # data-dependent output shape: a static-shape compiler cannot produce these on device
-        "aten::nonzero",
-        "aten::masked_select",
-        "aten::_unique2",
-        "aten::unique_dim",
-        "aten::unique_consecutive",
-        "aten::bincount",
-        "aten::histc",
-        # dense factorisations and order statistics
-        "aten::linalg_eigh",
-        "aten::_linalg_eigh",
-        "aten::linalg_qr",
-        "aten::_linalg_svd",
-        "aten::linalg_inv_ex",
-        "aten::_linalg_det",
-        "aten::linalg_cholesky_ex",
-        "aten::median",
-        "aten::nanmedian",
-        "aten::kthvalue",
-    }
-)
+__all__ = ["DEFAULT_FALLBACK_OPS", "add_fallback_ops", "fallback_ops", "is_fallback_op"]
+
+ENV_VAR = "NEURON_PROFILER_FALLBACK_OPS"
 
 REASON_UNSUPPORTED = "op not supported on NeuronCore"
 REASON_FLOAT64 = "float64 not supported on NeuronCore"

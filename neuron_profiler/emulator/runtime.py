@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from neuron_profiler.emulator.chips import ChipSpec, chip
+from neuron_profiler.costmodel.chips import ChipSpec, chip
 from neuron_profiler.runtime_trace import format as F
 
 CORE_EPOCH_STEP_NS = 3_600_000_000_000  # one hour between two cores' clock epochs

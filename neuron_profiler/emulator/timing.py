@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from neuron_profiler.emulator.chips import ChipSpec
+from neuron_profiler.costmodel.chips import ChipSpec
+from neuron_profiler.costmodel.roofline import collective_s, roofline_s
 
 # NeuronCore engines (docs/chips.md): TensorE does matrix work, ScalarE activation functions,
 # GpSimdE gathers and scatters, VectorE the rest. Which aten op runs where is this emulator's
@@ -137,22 +138,15 @@ class RooflineModel:
         return self._chip_peak(dtype, matrix) * self.speed_factor
 
     def kernel_ns(self, *, flops: int, bytes_moved: int, dtype: str, matrix: bool) -> int:
-        peak = self._chip_peak(dtype, matrix)
-        roofline = max(flops / peak, bytes_moved / self._hbm)  # type: ignore[attr-defined]
+        roofline = roofline_s(flops, bytes_moved, self._chip_peak(dtype, matrix), self._hbm)  # type: ignore[attr-defined]
         return self._ns(roofline + self.chip.kernel_fixed_ns * 1e-9)
 
     def roofline_ns(self, *, flops: int, bytes_moved: int, dtype: str, matrix: bool) -> int:
         """``kernel_ns`` without the fixed kernel time: one fused group inside a compiled graph,
         whose execution pays the fixed time once."""
         peak = self.peak_flops_per_s(dtype, matrix) / self.speed_factor
-        return max(
-            1,
-            math.ceil(
-                max(flops / peak, bytes_moved / self._hbm)  # type: ignore[attr-defined]
-                * 1e9
-                / self.speed_factor
-            ),
-        )
+        roofline = roofline_s(flops, bytes_moved, peak, self._hbm)  # type: ignore[attr-defined]
+        return max(1, math.ceil(roofline * 1e9 / self.speed_factor))
 
     def peaks(self) -> dict:
         """Every peak the model uses, after the speed factor (deviceProperties): compute in
@@ -190,21 +184,8 @@ class RooflineModel:
         return self._ns(nbytes / self.chip.dma_bytes_per_s() + self.chip.dma_fixed_ns * 1e-9)
 
     def collective_ns(self, *, nbytes: int, world: int, collective: str) -> int:
-        """Ring algorithm: all-reduce moves 2(n-1)/n of the buffer in 2(n-1) steps; all-gather,
-        reduce-scatter move (n-1)/n in n-1 steps; broadcast/others one buffer in n-1 steps."""
-        n = max(1, world)
-        if n == 1:
-            return self._ns(self.chip.collective_step_latency_ns * 1e-9)
-        if collective == "allreduce":
-            steps, volume = 2 * (n - 1), 2 * (n - 1) / n * nbytes
-        elif collective in ("allgather", "reduce_scatter", "alltoall"):
-            steps, volume = n - 1, (n - 1) / n * nbytes
-        else:
-            steps, volume = n - 1, float(nbytes)
-        seconds = steps * self.chip.collective_step_latency_ns * 1e-9 + volume / (
-            self.chip.collective_gbps_per_core * 1e9
-        )
-        return self._ns(seconds)
+        """The cost model's ring (``costmodel.roofline.collective_s``) on this chip's links."""
+        return self._ns(collective_s(self.chip, nbytes=nbytes, world=world, collective=collective))
 
 
 class QueueClock:

@@ -8,7 +8,9 @@ Nothing here computes a number: the report is ``reports.json_report.to_document`
 each trace is analysed once, in the background (202 and the phase while it runs). The
 ``distributed`` route reduces the cached rank summaries of a run's traces (``tensorboard.ranks``).
 The ``style`` route serves ``reports.palette.style_document()``: the idle causes' colours (the
-HTML report's) and the text limits the page shortens names with (``reports.text``).
+HTML report's) and the text limits the page shortens names with (``reports.text``). The
+``projection`` route serves ``neuron-prof project --json`` of a trace onto a chip (``chips``
+lists them), cached per chip the same way.
 """
 
 from __future__ import annotations
@@ -99,6 +101,34 @@ def analyze_span(span: discovery.Span, progress: Progress = lambda phase: None) 
     }
 
 
+PROJECTION = "projection"
+
+
+def project_span(
+    span: discovery.Span, chip: str, progress: Progress = lambda phase: None
+) -> Bundle:
+    """``neuron-prof project --chip CHIP --json`` of one trace; a load or projection failure
+    (a trace naming no known chip, projected onto another) as the error body."""
+    from neuron_profiler.analysis.projection import project
+    from neuron_profiler.errors import NeuronProfilerError, TraceLoadError
+    from neuron_profiler.reports.projection_json import projection_document
+    from neuron_profiler.trace import load_trace
+
+    try:
+        progress(f"loading {span.path.stat().st_size / 1e6:.1f} MB")
+        trace = load_trace(span.path)
+        progress(f"projecting onto {chip}")
+        p = project(trace, chip)
+    except TraceLoadError as err:
+        return {PROJECTION: _error(422, f"{span.rel}: {err.problem}")}
+    except NeuronProfilerError as err:
+        return {PROJECTION: _error(422, str(err).replace(str(span.path), span.rel))}
+    except Exception as err:  # noqa: BLE001 - one bad trace must not take the others down
+        _log.exception("projection of %s failed", span.path)
+        return {PROJECTION: _error(500, f"{span.rel}: projection failed: {type(err).__name__}")}
+    return {PROJECTION: (200, projection_document(p))}
+
+
 @dataclasses.dataclass
 class _Job:
     """One analysis running (or queued) in the background, and the phase it is in."""
@@ -133,8 +163,10 @@ class ReportCache:
         entries: int = CACHE_ENTRIES,
         wait_s: float = WAIT_S,
         summary_entries: int = SUMMARY_ENTRIES,
+        routes: tuple[str, ...] = ROUTES,
     ) -> None:
         self.compute = compute
+        self.routes = routes
         self.entries = entries
         self.summary_entries = summary_entries
         self.wait_s = wait_s
@@ -208,13 +240,14 @@ class ReportCache:
                 result = self.compute(span, progress)
         except BaseException as err:  # noqa: BLE001 - the waiting page must get an answer
             _log.exception("analysis of %s failed", span.path)
-            result = dict.fromkeys(ROUTES, _error(500, f"{span.rel}: {type(err).__name__}"))
+            result = dict.fromkeys(self.routes, _error(500, f"{span.rel}: {type(err).__name__}"))
         with self._lock:
             self.misses += 1
             self._items[key] = result
             while len(self._items) > self.entries:
                 self._items.popitem(last=False)
-            self._summaries[key] = result[SUMMARY]
+            if SUMMARY in result:
+                self._summaries[key] = result[SUMMARY]
             while len(self._summaries) > self.summary_entries:
                 self._summaries.popitem(last=False)
             self._jobs.pop(key, None)
@@ -249,6 +282,8 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
     def __init__(self, context: base_plugin.TBContext) -> None:
         self.logdir = Path(context.logdir or ".")
         self.cache = ReportCache(analyze_span)
+        self.projections: dict[str, ReportCache] = {}  # chip -> its projections
+        self._projections_lock = threading.Lock()
         self._active = discovery.ActiveCheck(self.logdir)
 
     def is_active(self) -> bool:
@@ -268,6 +303,8 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
         apps["/timeline"] = self._serve_timeline
         apps["/trace"] = self._serve_trace
         apps["/distributed"] = self._serve_distributed
+        apps["/chips"] = self._serve_chips
+        apps["/projection"] = self._serve_projection
         return apps
 
     # --- static files -------------------------------------------------------------------
@@ -338,6 +375,37 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_timeline(self, request: wrappers.Request) -> wrappers.Response:
         return self._analysis(request, "timeline")
+
+    @wrappers.Request.application
+    def _serve_chips(self, request: wrappers.Request) -> wrappers.Response:
+        """The chips a trace can be projected onto ("same": its own), as ``neuron-prof project
+        --chip`` takes them."""
+        from neuron_profiler.analysis.projection import TARGETS
+
+        return _json(request, (200, {"chips": list(TARGETS)}))
+
+    @wrappers.Request.application
+    def _serve_projection(self, request: wrappers.Request) -> wrappers.Response:
+        from neuron_profiler.analysis.projection import TARGETS
+
+        chip = request.args.get("chip", "")
+        if chip not in TARGETS:
+            return _json(request, _error(400, f"chip must be one of {', '.join(TARGETS)}"))
+        span = self._span(request)
+        if not isinstance(span, discovery.Span):
+            return _json(request, span)
+        with self._projections_lock:
+            cache = self.projections.get(chip)
+            if cache is None:
+                cache = self.projections[chip] = ReportCache(
+                    lambda s, progress: project_span(s, chip, progress),
+                    wait_s=self.cache.wait_s,
+                    routes=(PROJECTION,),
+                )
+        try:
+            return _json(request, cache.get(span, PROJECTION))
+        except OSError as err:
+            return _json(request, _error(404, f"{span.rel}: {err.strerror or err}"))
 
     @wrappers.Request.application
     def _serve_distributed(self, request: wrappers.Request) -> wrappers.Response:

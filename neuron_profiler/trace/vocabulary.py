@@ -40,6 +40,7 @@ ARG_CORRELATION = "correlation"  # runtime call and its device work: equal to th
 ARG_COLLECTIVE = "Collective name"  # NCCL's key, so peers' collective views read ours too
 ARG_GROUP_RANKS = "Process Group Ranks"
 ARG_GROUP_SIZE = "Group size"
+ARG_IN_MSG_NELEMS = "In msg nelems"  # NCCL collectives: elements each rank sends in
 
 # -- args keys of our own ---------------------------------------------------------------------
 ARG_EMULATED = "emulated"  # true: the timing is modelled by the emulator, not measured

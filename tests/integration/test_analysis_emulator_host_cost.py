@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch")
 
 from neuron_profiler.analysis import analyze  # noqa: E402
-from neuron_profiler.emulator.chips import chip  # noqa: E402
+from neuron_profiler.costmodel.chips import chip  # noqa: E402
 from neuron_profiler.trace import load_trace  # noqa: E402
 
 TOLERANCE = 0.10

@@ -22,7 +22,7 @@ from ranks import run_ranks
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed")
 
-from neuron_profiler.emulator.chips import chip  # noqa: E402
+from neuron_profiler.costmodel.chips import chip  # noqa: E402
 from neuron_profiler.emulator.timing import RooflineModel  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]

@@ -15,7 +15,7 @@ from ranks import run_ranks
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed")
 
-from neuron_profiler.emulator.chips import chip  # noqa: E402
+from neuron_profiler.costmodel.chips import chip  # noqa: E402
 from neuron_profiler.emulator.timing import RooflineModel  # noqa: E402
 from neuron_profiler.runtime_trace import format as F  # noqa: E402
 

@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import neuron_profiler.emulator as emu  # noqa: E402
-from neuron_profiler.emulator.chips import chip  # noqa: E402
+from neuron_profiler.costmodel.chips import chip  # noqa: E402
 from neuron_profiler.emulator.runtime import get_runtime  # noqa: E402
 from neuron_profiler.trace import vocabulary as V  # noqa: E402
 

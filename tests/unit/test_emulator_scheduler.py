@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from neuron_profiler.emulator.chips import chip
+from neuron_profiler.costmodel.chips import chip
 from neuron_profiler.emulator.runtime import EmulatedRuntime
 from neuron_profiler.emulator.scheduler import DeviceTimeline, wait_until
 from neuron_profiler.emulator.timing import RooflineModel

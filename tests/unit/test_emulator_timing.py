@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from neuron_profiler.emulator.chips import CHIPS, chip
+from neuron_profiler.costmodel.chips import CHIPS, chip
 from neuron_profiler.emulator.timing import QueueClock, RooflineModel
 
 

@@ -229,7 +229,13 @@ def test_decoys_copies_stay_exposed(report, workload: Workload) -> None:  # noqa
     assert exposed.recoverable_ns == workload.decoy_copy_ns
 
 
-def _layout_b(listed: list[str] | None, *, kernel_between: bool = False, ext: int = 5) -> Build:
+def _layout_b(
+    listed: list[str] | None,
+    *,
+    kernel_between: bool = False,
+    ext: int = 5,
+    dims: list | None = None,
+) -> Build:
     """A step: kernel; D2H copy; host op aten::nonzero (External id 5); H2D copy; kernel. The
     copies carry External id ``ext``; no op encloses the host op."""
     b = Build().step(1, 0, 1000)
@@ -252,7 +258,11 @@ def _layout_b(listed: list[str] | None, *, kernel_between: bool = False, ext: in
         "aten::nonzero",
         150,
         600,
-        args={V.ARG_EXTERNAL_ID: 5, V.ARG_INPUT_DIMS_KEYS[0]: [[100]], V.ARG_INPUT_TYPE: ["float"]},
+        args={
+            V.ARG_EXTERNAL_ID: 5,
+            V.ARG_INPUT_DIMS_KEYS[0]: dims or [[100]],
+            V.ARG_INPUT_TYPE: ["float"],
+        },
     )
     b.kernel(
         620,
@@ -278,6 +288,24 @@ def test_linked_by_external_id_without_a_parent() -> None:
     )
     assert (g.d2h_count, g.d2h_bytes, g.h2d_count, g.h2d_bytes) == (1, 800, 1, 80)
     assert g.idle_ns == (620 - 130) * US and g.host_ns == 450 * US
+
+
+def test_inferred_call_priced_by_the_cost_model_on_the_named_chip() -> None:
+    """A real capture names its chip but gives no peaks: nonzero of 1M float32 on trn2 reads
+    4 MB and (priced like an elementwise op) writes 4 MB: 8 MB at 725 GB/s per logical core =
+    11,034 ns, its 1M flops at 492 GFLOPS 2,033 ns: native 11,034 ns. Without a named chip it
+    stays unknown."""
+    b = _layout_b(["nonzero"], dims=[[1_000_000]])
+    b.b.metadata["deviceProperties"] = [
+        {V.PROP_ID: 0, V.PROP_NAME: "NeuronCore 0", V.PROP_CHIP: "trn2", V.PROP_PEAKS_KNOWN: False}
+    ]
+    (g,) = b.report().findings.fallbacks
+    assert g.inferred and g.native_ns == int(8e6 / 725e9 * 1e9)
+    measured = g.idle_ns + (130 - 110) * US + (640 - 620) * US
+    assert g.recoverable_ns == max(0, measured - g.native_ns)
+    b = _layout_b(["nonzero"], dims=[[1_000_000]])
+    (g,) = b.report().findings.fallbacks
+    assert g.native_ns is None
 
 
 @pytest.mark.parametrize(

@@ -1,18 +1,20 @@
 // Neuron Profiler tab: shows the analyzer's --json document (route "report") and its drawable
-// device timeline (route "timeline") for the chosen run / worker / span, and the cross-rank
+// device timeline (route "timeline") for the chosen run / worker / span, the cross-rank
 // analysis of the run's traces that belong with it (route "distributed", fetched when the
-// Distributed view opens). It computes nothing (every figure comes from those documents);
+// Distributed view opens), and `neuron-prof project --json` of the trace onto the chosen chip
+// (route "projection", fetched when the Projection view opens or the chip changes). It computes nothing (every figure comes from those documents);
 // every name from a trace is set with textContent, shortened (shorten below). Colours of the
 // idle causes and the text limits come from route "style" (reports/palette.py: the HTML
 // report's), fetched first.
 "use strict";
 
 const PERFETTO = "https://ui.perfetto.dev";
-const VIEWS = ["Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed", "Trace"];
+const VIEWS = ["Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed", "Projection", "Trace"];
 const POLL_MS = 500; // while the first analysis of a trace runs (the route answers 202)
 // route "style": {cause_colours, emulator_overhead_colour, name_limit, text_limit, ellipsis}
 let STYLE = { cause_colours: {}, name_limit: 200, text_limit: 1000, ellipsis: "\u2026" };
-const state = { runs: [], doc: null, timeline: null, cross: null, error: null, view: "Overview", load: 0 };
+const state = { runs: [], doc: null, timeline: null, cross: null, projection: null, chips: [], chip: "trn2",
+  error: null, view: "Overview", load: 0 };
 const $ = (id) => document.getElementById(id);
 
 // reports/text.py's shorten, in the browser (the documents keep every text whole): a text of
@@ -150,7 +152,7 @@ async function loadRuns() {
 
 async function loadReport() {
   const load = ++state.load;
-  state.doc = null; state.timeline = null; state.cross = null; state.error = null;
+  state.doc = null; state.timeline = null; state.cross = null; state.projection = null; state.error = null;
   if (!$("span").value) { render(); return; }
   $("status").textContent = "analysing…";
   render();
@@ -183,6 +185,61 @@ async function loadDistributed(load) {
   }
   $("status").textContent = "";
   render();
+}
+
+// The projection of the shown trace onto state.chip (route "projection"), fetched when the
+// Projection view opens or the chip changes; state.projection is {loading: true} meanwhile.
+async function loadProjection(load) {
+  state.projection = { loading: true };
+  const chip = state.chip;
+  try {
+    const body = await analysis("projection", Object.assign(selected(), { chip }), load);
+    if (!body || chip !== state.chip) return;
+    state.projection = body;
+  } catch (err) {
+    if (load !== state.load || chip !== state.chip) return;
+    state.projection = { error: err.message };
+  }
+  $("status").textContent = "";
+  render();
+}
+
+function renderProjection(p) {
+  const pick = el("select");
+  pick.id = "chip";
+  for (const c of state.chips) { const o = el("option", c); o.value = c; pick.appendChild(o); }
+  pick.value = state.chip;
+  pick.addEventListener("change", () => { state.chip = pick.value; state.projection = null; render(); });
+  const label = el("label", "Project onto ");
+  label.appendChild(pick);
+  const out = [label];
+  if (p.error) { out.push(el("p", shorten(p.error, STYLE.text_limit), "empty")); return out; }
+  out.push(el("h3", "Step (ms, mean over " + p.steps + " steps)"));
+  out.push(table([["what", ""], ["chip", "chip"], ["step_ms", "step ms", 3], ["note", "note", undefined, STYLE.text_limit]], [
+    { what: "source", chip: p.source.chip, step_ms: p.source.step_ms, note: "recorded" },
+    { what: "replay", chip: p.source.chip, step_ms: p.replay.step_ms,
+      note: "recorded durations on the rebuilt dependencies (" + p.replay.error_pct.toFixed(2) + "%)" },
+    { what: "target", chip: p.target.chip, step_ms: p.target.step_ms,
+      note: "range " + p.target.low_ms.toFixed(3) + "-" + p.target.high_ms.toFixed(3) + " ms; " +
+        p.items.priced + " of " + p.items.device + " device items priced from recorded shapes" },
+  ], "projection-step"));
+  out.push(el("h3", "By class (ms per step; memory_bound: the part of compute bound by memory)"));
+  const x = p.classes.map((c) => c.class);
+  out.push(chart([
+    { type: "bar", name: "source (" + shorten(p.source.chip) + ")", x, y: p.classes.map((c) => c.source_ms) },
+    { type: "bar", name: "target (" + shorten(p.target.chip) + ")", x, y: p.classes.map((c) => c.target_ms) },
+  ], { barmode: "group", height: 320 }));
+  out.push(table([["class", "class"], ["source_ms", "source ms", 3], ["target_ms", "target ms", 3]], p.classes, "classes"));
+  const opColumns = [["name", "op"], ["class", "class"], ["count", "count"], ["source_ms", "source ms", 3], ["target_ms", "target ms", 3]];
+  out.push(el("h3", "Ops that decide the result"));
+  out.push(p.ops.length ? table(opColumns, p.ops, "projection-ops") : empty("no device op"));
+  out.push(el("h3", "Ops the target runs on the host"));
+  out.push(p.fallbacks.length ? table(opColumns, p.fallbacks, "projection-fallbacks") : empty("none"));
+  out.push(el("h3", "Assumptions"));
+  const ul = el("ul");
+  for (const a of p.assumptions) ul.appendChild(el("li", shorten(a, STYLE.text_limit)));
+  out.push(ul);
+  return out;
 }
 
 // Timeline rows as horizontal bars: one Plotly trace per group, bars from start_us. Queues
@@ -412,6 +469,7 @@ const views = {
   Distributed() {
     return renderDistributed(state.cross);
   },
+  Projection() { return renderProjection(state.projection); },
   Trace(d, tl) {
     const out = [el("h3", "Device queues (busy)")];
     if (tl.queues.length) {
@@ -475,6 +533,12 @@ function render() {
     view.replaceChildren(empty($("status").textContent || "analysing the run's traces…"));
     return;
   }
+  if (state.view === "Projection" && !state.projection) loadProjection(state.load);
+  if (state.view === "Projection" && state.projection.loading) {
+    view.dataset.state = "loading";
+    view.replaceChildren(empty($("status").textContent || "projecting…"));
+    return;
+  }
   view.dataset.state = "ready";
   view.dataset.view = state.view;
   const warnings = state.doc.load_warnings.length ? [el("div", null, "warnings")] : [];
@@ -490,6 +554,7 @@ async function main() {
   $("span").addEventListener("change", loadReport);
   try {
     STYLE = (await api("style")).body;
+    state.chips = (await api("chips")).body.chips;
     await loadRuns();
   } catch (err) {
     state.error = err.message;

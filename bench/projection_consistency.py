@@ -1,0 +1,104 @@
+"""Issue 27, point 6(c): one training script profiled on the CPU, its trace projected onto trn2,
+against the same script on the emulated neuron device in timing mode (trn2, speed factor 1)::
+
+    python bench/projection_consistency.py [--steps 5] [--width 1024] [--batch 256]
+
+Both runs are in fresh interpreters of this script (the emulator changes the process); both use
+``record_shapes=True`` and ProfilerStep steps. Prints the two mean steps and the projection's
+error against the emulator (the emulator's step is itself modelled: this is a consistency check
+between two models that share the cost model, not a hardware figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def run_script(device: str, out: Path, steps: int, width: int, batch: int) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU]
+    if device == "neuron":
+        import neuron_profiler.emulator as emu
+        from neuron_profiler import NEURON
+
+        emu.enable(cores=1, chip="trn2", numerics=False)
+        activities.append(NEURON)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(width, 4 * width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(4 * width, 4 * width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(4 * width, width),
+    ).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, width).to(device)
+    y = torch.randn(batch, width).to(device)
+
+    def step() -> None:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        loss.item()
+
+    for _ in range(2):
+        step()
+    with profile(activities=activities, record_shapes=True) as prof:
+        for i in range(steps):  # named as torch.profiler's schedule names its steps
+            with record_function(f"ProfilerStep#{i}"):
+                step()
+    prof.export_chrome_trace(str(out))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--run", choices=("cpu", "neuron"))
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if a.run:
+        run_script(a.run, Path(a.out), a.steps, a.width, a.batch)
+        return
+    from neuron_profiler.analysis.projection import project
+    from neuron_profiler.trace import load_trace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {d: Path(tmp) / f"{d}.json" for d in ("cpu", "neuron")}
+        for device, path in paths.items():
+            args = ["--run", device, "--out", str(path), "--steps", str(a.steps)]
+            args += ["--width", str(a.width), "--batch", str(a.batch)]
+            subprocess.run([sys.executable, __file__, *args], check=True)
+        projected = project(load_trace(paths["cpu"]), "trn2")
+        emulated = project(load_trace(paths["neuron"]), "same")
+    err = 100 * (projected.target.step_ms - emulated.source.step_ms) / emulated.source.step_ms
+    print(
+        json.dumps(
+            {
+                "cpu_step_ms": round(projected.source.step_ms, 3),
+                "projected_trn2_step_ms": round(projected.target.step_ms, 3),
+                "projected_range_ms": [
+                    round(projected.target.low_ms, 3),
+                    round(projected.target.high_ms, 3),
+                ],
+                "emulated_trn2_step_ms": round(emulated.source.step_ms, 3),
+                "error_pct": round(err, 1),
+                "projected_classes": {c.cls: round(c.target_ms, 3) for c in projected.classes},
+                "emulated_classes": {c.cls: round(c.source_ms, 3) for c in emulated.classes},
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

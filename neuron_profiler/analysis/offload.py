@@ -1,0 +1,208 @@
+"""A CPU-only trace's ops moved onto a device: the dependency graph the projection replays when
+the source has no device time (docs/projection.md, "CPU-only traces")::
+
+    plan = offload(ctx, chip("trn2"))
+    replay(plan.graph, plan.graph.duration, delays=plan.delays)
+
+Each outermost kernel-launching aten op of the steps (the op the script called: aten::linear
+with the addmm inside it) with recorded shapes becomes one device item: launched at the op's recorded start, lasting its
+roofline bound on the target at ``roofline.DEFAULT_EFFICIENCY`` plus the chip's fixed kernel
+time; the op's host time shrinks to ``HOST_DISPATCH_NS`` (the host no longer computes it). Views,
+allocations and metadata ops have no kernel and stay as they are; so do ops under a DataLoader
+(data loading stays on the host) and ops without recorded shapes (counted). ``aten::item`` /
+``_local_scalar_dense`` become syncs: the host waits for the device work launched before them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis import _tree
+from neuron_profiler.analysis._args import arg_values
+from neuron_profiler.analysis.context import AnalysisContext
+from neuron_profiler.analysis.replay import DependencyGraph, HostDelays
+from neuron_profiler.costmodel.chips import ChipSpec
+from neuron_profiler.costmodel.ops import OpCost, op_cost
+from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, roofline_s
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
+
+# Host time of one eager op that launches device work instead of computing: ASSUMPTION, a round
+# figure for PyTorch's per-op dispatch plus a runtime launch call (a few µs each on CUDA).
+HOST_DISPATCH_NS = 10_000
+# Ops that launch no kernel: views, allocations, metadata.
+NO_KERNEL_OPS = frozenset(
+    f"aten::{op}"
+    for op in (
+        "view",
+        "t",
+        "transpose",
+        "permute",
+        "reshape",
+        "_reshape_alias",
+        "expand",
+        "expand_as",
+        "as_strided",
+        "unsqueeze",
+        "squeeze",
+        "slice",
+        "select",
+        "narrow",
+        "detach",
+        "detach_",
+        "alias",
+        "_unsafe_view",
+        "view_as",
+        "flatten",
+        "unflatten",
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "resize_",
+        "lift_fresh",
+        "size",
+        "stride",
+        "numel",
+        "dim",
+        "is_same_size",
+        "requires_grad_",
+        "set_",
+        "to",
+        "contiguous",
+        "result_type",
+        "resolve_conj",
+        "resolve_neg",
+        "conj",
+        "_conj",
+    )
+)
+SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"})
+
+
+@dataclass(frozen=True)
+class Offload:
+    """The graph of the moved ops (items in op order), the host's delays (negative: compute the
+    host no longer does; syncs), the op name per item, and what could not be priced."""
+
+    graph: DependencyGraph
+    delays: HostDelays
+    names: np.ndarray
+    costs: tuple[OpCost, ...]
+    host_ns: np.ndarray  # each moved op's recorded host time (the CPU computing it)
+    unpriced: int  # ops to move that recorded no shapes: left on the host
+
+
+def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
+    trace = ctx.trace
+    c = trace.columns
+    ops = np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE))
+    start = c[S.TS_NS][ops]
+    end = start + c[S.DUR_NS][ops]
+    thread = np.unique(
+        np.stack([c[S.PID][ops], c[S.TID][ops]], axis=1), axis=0, return_inverse=True
+    )[1].reshape(-1)
+    order = np.lexsort((-end, start, thread))
+    ops, start, end, thread = ops[order], start[order], end[order], thread[order]
+    parent = _tree.parents(thread, start, end)
+    names = np.array([trace.strings[i] for i in c[S.NAME_ID][ops].tolist()], dtype=object)
+    aten = np.char.startswith(names.astype(str), "aten::")  # not autograd's own rows ("detach")
+    kernel = aten & ~np.isin(names, list(NO_KERNEL_OPS))
+    # the op the script called: the outermost kernel op (aten::linear with the addmm inside it,
+    # aten::sum with the fill_ that starts it): what runs inside it goes with it
+    leaf = kernel & (_tree.outermost_marked(parent, kernel) == np.arange(len(ops)))
+    loading = _tree.outermost_marked(parent, np.isin(c[S.NAME_ID][ops], ctx.names.dataloader)) >= 0
+    in_steps = I.overlap_per_window(ctx.steps.host_spans, start, start + 1) > 0
+    candidate = leaf & ~loading & in_steps
+    sync = candidate & np.isin(names, list(SYNC_OPS))
+    moved, costs, unpriced = _priced(trace, ops, names, candidate & ~sync, target)
+    items = np.flatnonzero(moved)
+    launch = start[items]
+    by_launch = np.argsort(launch, kind="stable")
+    items, launch = items[by_launch], launch[by_launch]
+    costs = tuple(costs[k] for k in by_launch.tolist())
+    duration = np.array([_device_ns(cst, target) for cst in costs], np.int64)
+    graph = _graph(ctx, launch, duration, target)
+    shrink = -np.maximum(end[items] - start[items] - HOST_DISPATCH_NS, 0)
+    syncs = np.flatnonzero(sync)
+    before = np.searchsorted(launch, start[syncs], side="left") - 1
+    at = np.concatenate([end[items], start[syncs]])
+    awaited = np.concatenate([np.full(len(items), -1), np.where(before >= 0, before, -1)])
+    extra = np.concatenate([shrink, np.zeros(len(syncs), np.int64)])
+    o = np.argsort(at, kind="stable")
+    return Offload(
+        graph=graph,
+        delays=HostDelays(at[o], awaited[o], extra[o]),
+        names=names[items],
+        costs=costs,
+        host_ns=end[items] - start[items],
+        unpriced=unpriced,
+    )
+
+
+def _priced(
+    trace, ops: np.ndarray, names: np.ndarray, candidate: np.ndarray, target: ChipSpec
+) -> tuple[np.ndarray, list[OpCost], int]:  # noqa: ANN001
+    """Which candidates have a cost from their recorded shapes, their costs, how many had
+    tensors but no shapes."""
+    idx = np.flatnonzero(candidate)
+    keys = (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE)
+    a = arg_values(trace, ops[idx], keys)
+    moved = np.zeros(len(ops), bool)
+    costs: list[OpCost] = []
+    unpriced = 0
+    for j, k in enumerate(idx.tolist()):
+        dims = next((a[key][j] for key in V.ARG_INPUT_DIMS_KEYS if a[key][j] is not None), None)
+        if not isinstance(dims, list):
+            unpriced += 1
+            continue
+        types = a[V.ARG_INPUT_TYPE][j]
+        if not isinstance(types, list):
+            types = ["float"] * len(dims)
+        try:
+            cst = op_cost(str(names[k]), dims, types)
+        except (TypeError, ValueError, IndexError):
+            unpriced += 1
+            continue
+        if cst.bytes_moved > 0:
+            moved[k] = True
+            costs.append(cst)
+    return moved, costs, unpriced
+
+
+def _device_ns(cst: OpCost, target: ChipSpec) -> int:
+    peak = target.matrix_flops_per_s(cst.dtype) if cst.matrix else target.vector_flops_per_s()
+    seconds = roofline_s(cst.flops, cst.bytes_moved, peak, target.hbm_bytes_per_s())
+    return round(seconds / DEFAULT_EFFICIENCY * 1e9) + target.kernel_fixed_ns
+
+
+def _graph(
+    ctx: AnalysisContext, launch: np.ndarray, duration: np.ndarray, target: ChipSpec
+) -> DependencyGraph:
+    """One compute queue, every item launch-bound at the target's launch latency."""
+    n = len(launch)
+    steps = ctx.steps
+    host_end = steps.end_ns if steps.host_end_ns is None else steps.host_end_ns
+    last = np.flatnonzero((launch >= steps.start_ns[-1]) & (launch < host_end[-1]))
+    z = np.zeros(0, np.int64)
+    return DependencyGraph(
+        queue=np.zeros(n, np.int64),
+        device=np.zeros(n, np.int64),
+        launch_ns=launch,
+        start_ns=launch + target.launch_latency_ns,
+        duration=duration,
+        latency_ns=np.full(n, target.launch_latency_ns, np.int64),
+        gap_ns=np.zeros(n, np.int64),
+        launch_bound=np.ones(n, bool),
+        base_latency_ns=target.launch_latency_ns,
+        sync_start_ns=z,
+        sync_end_ns=z,
+        sync_awaited=z,
+        sync_return_ns=z,
+        step_start_ns=steps.start_ns,
+        step_host_end_ns=host_end,
+        step_end_ns=steps.end_ns,
+        last_step_items=last,
+    )

@@ -1,0 +1,346 @@
+"""The step time a traced script would have on another chip (docs/projection.md)::
+
+    p = project(trace, "trn2")          # or "same": the trace's own chip (the replay check)
+    p.source.step_ms, p.target.step_ms, p.target.low_ms, p.target.high_ms
+    p.classes, p.ops, p.fallbacks, p.assumptions
+
+The trace's steps are rebuilt from their dependencies (``replay``) and replayed twice: with the
+recorded durations (the replay check: how well the dependencies explain the recorded step) and
+with each device item's cost swapped for the target's: measured time x (the op's roofline bound
+on the target / on the source), so the fraction of the bound it achieved is carried over (as
+Habitat's wave scaling carries achieved occupancy); copies by the link bandwidths, collectives by
+the ring model; ops the target runs on the host (Neuron's fallback table) leave the device and
+cost the host their compute plus their copies; launch-bound work pays the target's launch
+latency. Host time outside device waits is carried over (same host).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuron_profiler.analysis.context import AnalysisContext, Options
+from neuron_profiler.analysis.device_costs import (
+    CLASSES,
+    UNCERTAINTY,
+    UNCERTAINTY_ROOFLINE,
+    UNCERTAINTY_UNPRICED,
+    ItemCosts,
+    offload_costs,
+    swap_costs,
+)
+from neuron_profiler.analysis.offload import HOST_DISPATCH_NS, Offload, offload
+from neuron_profiler.analysis.peaks import device_chip
+from neuron_profiler.analysis.replay import (
+    QUEUE_ROUNDS,
+    DependencyGraph,
+    dependency_graph,
+    replay,
+    replay_with_queue_depth,
+)
+from neuron_profiler.analysis.what_if import Runner, parse_what_if, what_if_step
+from neuron_profiler.costmodel.chips import CHIPS, ChipSpec, chip
+from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY
+from neuron_profiler.errors import NeuronProfilerError
+from neuron_profiler.trace.model import Trace
+
+SAME = "same"
+TARGETS = (SAME, *CHIPS)  # what a projection takes as its target
+TOP_OPS = 15
+
+
+@dataclass(frozen=True)
+class Side:
+    chip: str
+    step_ms: float
+
+
+@dataclass(frozen=True)
+class Target:
+    chip: str
+    step_ms: float
+    low_ms: float
+    high_ms: float
+
+
+@dataclass(frozen=True)
+class ClassRow:
+    """Per-step means; ``memory_bound`` is the part of ``compute`` bound by memory."""
+
+    cls: str
+    source_ms: float
+    target_ms: float
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One op (the innermost host op that launched the work, or the kernel's name) per step."""
+
+    name: str
+    cls: str
+    count: int
+    source_ms: float
+    target_ms: float
+    fallback: bool
+
+
+@dataclass(frozen=True)
+class WhatIfRow:
+    """One edit replayed on the same graph: the projected mean step with it, and its change
+    from the projection without it."""
+
+    edit: str
+    step_ms: float
+    delta_ms: float
+
+
+@dataclass(frozen=True)
+class Projection:
+    """``replay_ms``: the recorded durations replayed on the rebuilt dependencies (the replay
+    check, against ``source.step_ms``)."""
+
+    source: Side
+    target: Target
+    replay_ms: float
+    steps: int
+    classes: tuple[ClassRow, ...]
+    ops: tuple[OpRow, ...]
+    fallbacks: tuple[OpRow, ...]
+    assumptions: tuple[str, ...]
+    priced: int  # device items whose op's shapes priced them
+    items: int  # device items in the graph
+    what_if: tuple[WhatIfRow, ...] = ()
+
+    @property
+    def replay_error_pct(self) -> float:
+        s = self.source.step_ms
+        return 100.0 * (self.replay_ms - s) / s if s else 0.0
+
+
+def source_chip(trace: Trace) -> ChipSpec | None:
+    """The chip the trace ran on (``peaks.device_chip``)."""
+    return device_chip(trace)
+
+
+def project(
+    trace: Trace,
+    target: str,
+    *,
+    source: str | None = None,
+    options: Options | None = None,
+    top: int | None = TOP_OPS,
+    what_if: tuple[str, ...] = (),
+) -> Projection:
+    """Project ``trace`` onto chip ``target`` ("same": the trace's own). ``source`` names the
+    trace's chip when its deviceProperties do not; ``top``: op rows kept (None: all);
+    ``what_if``: edits (``WHAT_IF``) each replayed alone on the same graph."""
+    edits = [parse_what_if(e, trace.source) for e in what_if]  # bad input first
+    ctx = AnalysisContext(trace, options or Options(hta=False, tb=False))
+    src = chip(source) if source else source_chip(trace)
+    if target == SAME:
+        if src is None and source is None:
+            tgt = None
+        else:
+            tgt = src
+    else:
+        tgt = chip(target)
+        if src is None and len(ctx.work):
+            raise NeuronProfilerError(
+                f"{trace.source}: no known chip in its deviceProperties; name it with "
+                f"--source-chip ({', '.join(CHIPS)})",
+                exit_code=2,
+            )
+    graph = dependency_graph(ctx)
+    recorded = replay(graph, graph.duration)
+    same = tgt is None or (src is not None and tgt.name == src.name)
+    source_graph = graph
+    if not same and len(ctx.work) == 0:  # a CPU-only trace: its ops moved onto the target
+        plan = offload(ctx, tgt)  # type: ignore[arg-type]
+        graph, costs, shift = plan.graph, offload_costs(ctx, plan, tgt), 0  # type: ignore[arg-type]
+    else:
+        costs = swap_costs(ctx, graph, src, tgt, same)
+        shift = 0 if same else tgt.launch_latency_ns - graph.base_latency_ns  # type: ignore[union-attr]
+    run = _runner(graph, None if same else tgt, shift)
+    projected, blocked, converged = run(costs.duration, costs.delays)
+    edited = []
+    for edit in edits:
+        step = what_if_step(ctx, graph, costs, edit, src, tgt, same, run) / 1e6
+        edited.append(WhatIfRow(edit.text, step, step - projected.mean_step_ns / 1e6))
+    low, *_ = run(np.round(costs.duration * (1 - costs.uncertainty)).astype(np.int64), costs.delays)
+    high, *_ = run(
+        np.round(costs.duration * (1 + costs.uncertainty)).astype(np.int64), costs.delays
+    )
+    n = max(len(graph.step_start_ns), 1)
+    src_name = src.name if src else "unknown"
+    return Projection(
+        source=Side(src_name, ctx.mean_step_ns / 1e6),
+        target=Target(
+            tgt.name if tgt else src_name,
+            projected.mean_step_ns / 1e6,
+            min(low.mean_step_ns, projected.mean_step_ns) / 1e6,
+            max(high.mean_step_ns, projected.mean_step_ns) / 1e6,
+        ),
+        replay_ms=recorded.mean_step_ns / 1e6,
+        steps=len(graph.step_start_ns),
+        classes=_classes(source_graph, costs, recorded, projected, n),
+        ops=_ops(costs, n, fallback=False, top=top),
+        fallbacks=_ops(costs, n, fallback=True, top=top),
+        assumptions=_assumptions(src, tgt, same, source_graph, costs)
+        + (_offload_assumptions(plan) if graph is not source_graph else ())
+        + _queue_assumption(tgt, same, blocked, n, converged),
+        priced=int(costs.priced.sum()),
+        items=len(graph),
+        what_if=tuple(edited),
+    )
+
+
+def _runner(graph: DependencyGraph, target: ChipSpec | None, shift: int) -> Runner:
+    """How the graph is replayed: as recorded (no target), or bounded by the target runtime's
+    launch-queue depth."""
+    if target is None:
+        return lambda d, delays: (replay(graph, d, latency_shift_ns=shift, delays=delays), 0, True)
+    return lambda d, delays: replay_with_queue_depth(
+        graph, d, depth=target.launch_queue_depth, latency_shift_ns=shift, delays=delays
+    )
+
+
+def _queue_assumption(
+    tgt: ChipSpec | None, same: bool, blocked: int, steps: int, converged: bool
+) -> tuple[str, ...]:
+    if same or tgt is None:
+        return ()
+    rounds = "" if converged else f" (after {QUEUE_ROUNDS} rounds some launches were still early)"
+    return (
+        f"at most {tgt.launch_queue_depth} launched, unfinished items per device on "
+        f"{tgt.name} (docs/chips.md): {blocked / steps:.0f} launches a step blocked the host"
+        + rounds,
+    )
+
+
+def _offload_assumptions(plan: Offload) -> tuple[str, ...]:
+    return (
+        "CPU-only source: each outermost kernel-launching aten op with recorded shapes moved onto the device, priced at "
+        f"{DEFAULT_EFFICIENCY:.0%} of its roofline bound plus the chip's fixed kernel time; its "
+        f"host time becomes {HOST_DISPATCH_NS / 1e3:.0f} µs of dispatch",
+        "views, allocations, data loading and ops without shapes stay on the host "
+        f"({plan.unpriced} such ops without recorded shapes)",
+        "aten::item / _local_scalar_dense wait for the device work launched before them",
+        f"the low-high range: roofline costs ±{UNCERTAINTY_ROOFLINE:.0%}",
+    )
+
+
+def _classes(graph, costs, recorded, projected, n: int) -> tuple[ClassRow, ...]:  # noqa: ANN001
+    """Per-step means by class: device time summed per class, host delays, idle = steps' wall
+    time less the device's busy union (one device: the trace's)."""
+    rows = []
+    for k, name in enumerate(CLASSES[:4]):
+        if name == "compute":
+            mine = np.isin(costs.cls, (CLASSES.index("compute"), CLASSES.index("memory_bound")))
+        else:
+            mine = costs.cls == k
+        rows.append(
+            ClassRow(
+                name,
+                float(costs.source_duration[mine].sum()) / n / 1e6,
+                float(costs.duration[mine].sum()) / n / 1e6,
+            )
+        )
+    rows.append(ClassRow("host", costs.host_source_ns / n / 1e6, costs.host_target_ns / n / 1e6))
+    rows.append(
+        ClassRow(
+            "idle",
+            max(recorded.mean_step_ns / 1e6 - _busy_ms(recorded, graph.duration, n), 0.0),
+            max(projected.mean_step_ns / 1e6 - _busy_ms(projected, costs.duration, n), 0.0),
+        )
+    )
+    return tuple(rows)
+
+
+def _busy_ms(timeline, duration: np.ndarray, n: int) -> float:  # noqa: ANN001
+    """Mean per step of the union of the replayed items' spans (device busy)."""
+    live = duration > 0
+    if not live.any():
+        return 0.0
+    s, e = timeline.start_ns[live], timeline.end_ns[live]
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], np.maximum.accumulate(e[order])
+    new = np.r_[True, s[1:] > e[:-1]]
+    starts, ends = s[new], np.r_[e[np.flatnonzero(new)[1:] - 1], e[-1]]
+    return float((ends - starts).sum()) / n / 1e6
+
+
+def _ops(costs: ItemCosts, n: int, *, fallback: bool, top: int | None) -> tuple[OpRow, ...]:
+    """Ops by |target - source| per step, largest first (fallbacks: only the fallback ops)."""
+    mine = costs.fallback if fallback else ~costs.fallback
+    idx = np.flatnonzero(mine)
+    if len(idx) == 0:
+        return ()
+    names = costs.name[idx]
+    uniq, inv = np.unique(names.astype(str), return_inverse=True)
+    src = np.bincount(inv, weights=costs.source_duration[idx], minlength=len(uniq))
+    tgt = np.bincount(inv, weights=costs.duration[idx], minlength=len(uniq))
+    count = np.bincount(inv, minlength=len(uniq))
+    # an op's class: that of its longest item (cuDNN launches helper kernels beside the product)
+    longest = np.lexsort((costs.source_duration[idx], inv))
+    last = np.r_[np.flatnonzero(np.diff(inv[longest])), len(idx) - 1]
+    cls = costs.cls[idx][longest][last]
+    order = np.argsort(-np.abs(tgt - src), kind="stable")[:top]
+    return tuple(
+        OpRow(
+            name=str(uniq[k]),
+            cls=CLASSES[int(cls[k])],
+            count=int(count[k]),
+            source_ms=float(src[k]) / n / 1e6,
+            target_ms=float(tgt[k]) / n / 1e6,
+            fallback=fallback,
+        )
+        for k in order.tolist()
+    )
+
+
+def _assumptions(
+    src: ChipSpec | None, tgt: ChipSpec | None, same: bool, graph: DependencyGraph, costs: ItemCosts
+) -> tuple[str, ...]:
+    out = [
+        "host time outside device waits is carried over unchanged (same host)",
+        "host threads shift together at each blocking wait (the launching thread gates the step)",
+    ]
+    if len(graph):
+        out.append(
+            f"launch latency on an idle queue: the trace's median, {graph.base_latency_ns / 1e3:.1f} µs"
+        )
+    if same:
+        out.append("target is the source chip: recorded durations replayed, no cost swapped")
+        return tuple(out)
+    assert tgt is not None
+    if src is None:  # a CPU-only source: _offload_assumptions says the rest
+        out.append(
+            f"launch latency on {tgt.name}: {tgt.launch_latency_ns / 1e3:.1f} µs (docs/chips.md)"
+        )
+        return tuple(out)
+    n, priced = len(costs.priced), int(costs.priced.sum())
+    out += [
+        f"device ops scaled by the ratio of their roofline bound on {tgt.name} to {src.name} "
+        "(achieved fraction of the bound carried over)",
+        f"{priced} of {n} device items priced from their op's recorded shapes; the rest scaled "
+        "by one resource's ratio (matrix kernels by FP32 peak, others by HBM bandwidth)",
+        "convolution outputs priced at stride 1 (strides are not recorded)",
+        "FP32 convolutions on TF32 tensor cores where the chip has them (cuDNN's default), FP32 "
+        "matrix products at the FP32 rate (PyTorch's matmul default)",
+        "ops without a recorded dtype priced as float32",
+        f"launch latency on {tgt.name}: {tgt.launch_latency_ns / 1e3:.1f} µs (docs/chips.md)",
+        "collectives by the ring model on the target's links, group size and message size from "
+        "the trace where recorded (else the link bandwidth ratio)",
+        "the low-high range: per-class cost uncertainty "
+        + ", ".join(f"{k} ±{v:.0%}" for k, v in UNCERTAINTY.items())
+        + f", unpriced kernels ±{UNCERTAINTY_UNPRICED:.0%}",
+    ]
+    if tgt.host_fallback:
+        out.append(
+            "ops in Neuron's fallback table (and float64 ops) run on the host: a wait for the "
+            "device, their bytes over the host link, host compute at "
+            f"{DEFAULT_EFFICIENCY:.0%} of the host profile's roofline (docs/chips.md)"
+        )
+    out.append("eager execution: one launch per kernel as recorded (no compiled graphs)")
+    return tuple(out)

@@ -1,0 +1,42 @@
+"""Ops a Neuron device runs on the host (CPU fallback): the emulator's default set and the
+projection's, one table.
+
+The set holds ops that compiler-based (XLA-class) accelerator backends commonly lack: ops whose
+output shape depends on the data (nonzero, masked_select, unique) and dense linear-algebra
+factorisations. float64 inputs fall back whatever the op (NeuronCores have no FP64 datapath).
+"""
+
+from __future__ import annotations
+
+FALLBACK_DTYPES = frozenset({"float64"})
+
+DEFAULT_FALLBACK_OPS = frozenset(
+    {
+        # data-dependent output shape: a static-shape compiler cannot produce these on device
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::bincount",
+        "aten::histc",
+        # dense factorisations and order statistics
+        "aten::linalg_eigh",
+        "aten::_linalg_eigh",
+        "aten::linalg_qr",
+        "aten::_linalg_svd",
+        "aten::linalg_inv_ex",
+        "aten::_linalg_det",
+        "aten::linalg_cholesky_ex",
+        "aten::median",
+        "aten::nanmedian",
+        "aten::kthvalue",
+    }
+)
+
+
+def falls_back(op: str, dtype: str) -> bool:
+    """Whether a Neuron device runs ``op`` (an overload packet; the in-place variant included)
+    with inputs of ``dtype`` on the host by default."""
+    base = op[:-1] if op.endswith("_") else op
+    return op in DEFAULT_FALLBACK_OPS or base in DEFAULT_FALLBACK_OPS or dtype in FALLBACK_DTYPES

@@ -1,0 +1,64 @@
+"""The roofline and ring formulas the emulator and the projection share (torch-free)::
+
+    seconds = roofline_s(flops, bytes_moved, peak_flops_per_s, bytes_per_s)
+    seconds = collective_s(chip, nbytes=..., world=8, collective="allreduce")
+
+An op takes as long as its slower resource: flops at the engine's peak or bytes at the memory
+bandwidth (Williams, Waterman & Patterson, "Roofline", CACM 2009). A collective runs the ring
+algorithm (Patarasuk & Yuan, JPDC 2009): all-reduce moves 2(n-1)/n of the buffer in 2(n-1)
+steps, all-gather / reduce-scatter / all-to-all (n-1)/n in n-1 steps, anything else one buffer
+in n-1 steps, each step paying the link latency.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neuron_profiler.costmodel.chips import ChipSpec
+
+# Achieved fraction of the roofline bound an op reaches when the source measured none (a
+# CPU-only trace projected onto a device): ASSUMPTION, a round figure between the memory-bound
+# elementwise kernels (near their bandwidth) and small matrix products (far from peak).
+DEFAULT_EFFICIENCY = 0.5
+
+
+def roofline_s(
+    flops: float, bytes_moved: float, peak_flops_per_s: float, bytes_per_s: float
+) -> float:
+    return max(flops / peak_flops_per_s, bytes_moved / bytes_per_s)
+
+
+def ring_traffic(nbytes: float, world: int, collective: str) -> tuple[int, float]:
+    """(steps, bytes each rank sends) of one ring collective over ``world`` ranks."""
+    n = max(1, world)
+    if collective == "allreduce":
+        return 2 * (n - 1), 2 * (n - 1) / n * nbytes
+    if collective in ("allgather", "reduce_scatter", "alltoall"):
+        return n - 1, (n - 1) / n * nbytes
+    return n - 1, float(nbytes)
+
+
+def collective_s(chip: ChipSpec, *, nbytes: float, world: int, collective: str) -> float:
+    """Seconds of one ring collective on the chip's links (one step's latency alone when the
+    group has one rank)."""
+    if max(1, world) == 1:
+        return chip.collective_step_latency_ns * 1e-9
+    steps, volume = ring_traffic(nbytes, world, collective)
+    return steps * chip.collective_step_latency_ns * 1e-9 + volume / (
+        chip.collective_gbps_per_core * 1e9
+    )
+
+
+def bound_parts_s(
+    chip: ChipSpec,
+    flops: np.ndarray,
+    bytes_moved: np.ndarray,
+    dtype: np.ndarray,
+    matrix: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(compute seconds, memory seconds) of many ops on one chip, vectorised: the matrix peak of
+    each op's dtype (one lookup per distinct dtype) or the vector rate, and the HBM bandwidth."""
+    names, code = np.unique(dtype.astype(str), return_inverse=True)
+    matrix_peak = np.array([chip.matrix_flops_per_s(str(d)) for d in names])[code.reshape(-1)]
+    peak = np.where(matrix, matrix_peak, chip.vector_flops_per_s())
+    return flops / peak, bytes_moved / chip.hbm_bytes_per_s()

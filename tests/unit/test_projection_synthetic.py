@@ -1,0 +1,183 @@
+"""Projections of synthetic traces worked out by hand (times in µs)."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from neuron_profiler.analysis.projection import project
+from neuron_profiler.costmodel.chips import CHIPS
+from neuron_profiler.reports.projection_json import projection_document, schema_text
+from neuron_profiler.trace import EventKind
+from tests.trace_factory import Build, mm_then_sync
+
+_mm_then_sync = mm_then_sync
+
+
+def test_same_chip_replays_the_recorded_step() -> None:
+    p = project(_mm_then_sync().b.build(), "same", source="v100")
+    assert p.source.step_ms == pytest.approx(1.0)
+    assert p.replay_ms == pytest.approx(1.0)
+    assert p.target.step_ms == pytest.approx(1.0)
+    assert (p.target.low_ms, p.target.high_ms) == pytest.approx((1.0, 1.0))
+
+
+def test_compute_bound_matmul_scales_by_fp32_peak() -> None:
+    # 1024^3 fp32 mm: 2.15 GFLOP, 12.6 MB: compute-bound on V100 (136.8 µs vs 14 µs) and A100;
+    # 500 µs x 15.7/19.5 = 402.564 µs; launch latency 10 µs (the trace's) -> A100's 5 µs: the
+    # kernel runs 15..417.564; the sync returns 5 µs later (422.564 instead of 525), and the
+    # host's remaining 475 µs end the step at 897.564 µs.
+    p = project(_mm_then_sync().b.build(), "a100", source="v100")
+    kernel = 500 * 15.7 / 19.5
+    assert p.target.step_ms == pytest.approx((15 + kernel + 5 + 475) / 1e3, abs=2e-6)
+    compute = {c.cls: c for c in p.classes}["compute"]
+    assert (compute.source_ms, compute.target_ms) == pytest.approx((0.5, kernel / 1e3), abs=1e-6)
+    assert p.ops[0].name == "aten::mm" and p.ops[0].cls == "compute"
+    assert p.target.low_ms < p.target.step_ms < p.target.high_ms
+
+
+def test_device_bound_step_grows_on_a_slower_chip() -> None:
+    # onto trn2: fp32 matrix per logical core 41.69 TFLOPS: 500 x 15.7/41.6875 = 188.31 µs
+    p = project(_mm_then_sync().b.build(), "trn2", source="v100")
+    kernel = 500 * 15.7e12 / CHIPS["trn2"].matrix_flops_per_s("float32")
+    start = 10 + 15  # trn2's launch latency, 15 µs
+    assert p.target.step_ms == pytest.approx((start + kernel + 5 + 475) / 1e3, abs=2e-6)
+
+
+def test_fallback_op_leaves_the_device_and_costs_the_host() -> None:
+    # aten::nonzero on 1M float32 elements (4 MB in, 4 MB out priced): on trn2 its 100 µs kernel
+    # leaves the device; the host waits for the device (idle: nothing before it), copies 8 MB
+    # over the host link (16 GB/s per logical core: 500 µs, + 2 x 2 µs fixed) and runs it on
+    # the host profile: 8 MB at 50 GB/s = 160 µs / 0.5 efficiency = 320 µs: 824 µs after the
+    # op's end at 50; the rest of the step (50 -> 1000) follows.
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 0, 50, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    b.kernel(20, 120, launch_us=10, name="nonzero_kernel")
+    p = project(b.b.build(), "trn2", source="v100")
+    assert p.fallbacks and p.fallbacks[0].name == "aten::nonzero"
+    assert p.fallbacks[0].target_ms == 0.0
+    nbytes = 2 * (1 << 20) * 4
+    extra = nbytes / 16e9 * 1e6 + 4 + nbytes / 50e9 / 0.5 * 1e6
+    assert p.target.step_ms == pytest.approx((1000 + extra) / 1e3, abs=2e-6)
+    assert {c.cls: c.target_ms for c in p.classes}["host"] == pytest.approx(extra / 1e3, abs=2e-6)
+
+
+def test_json_document_follows_its_schema() -> None:
+    doc = projection_document(project(_mm_then_sync().b.build(), "h100", source="v100"))
+    jsonschema.validate(doc, json.loads(schema_text()))
+    assert doc["source"] == {"chip": "v100", "step_ms": 1.0}
+    assert {"chip", "step_ms", "low_ms", "high_ms"} <= set(doc["target"])
+    assert [c["class"] for c in doc["classes"]] == [
+        "compute",
+        "memory_bound",
+        "copies",
+        "collectives",
+        "host",
+        "idle",
+    ]
+
+
+def test_cpu_only_trace_moves_its_ops_onto_the_device() -> None:
+    """A CPU-only step (0-1000): aten::addmm 100-600 (its bias copy inside it goes with it),
+    aten::relu 600-700, aten::item 700-710. Onto trn2 at 50% of the roofline + 1 µs fixed:
+    addmm 64x1024 @ 1024x256 fp32 is memory-bound (1,377,280 bytes at 725 GB/s = 1.8997 µs,
+    flops 0.805 µs): 4.799 µs; relu (64x256 in and out) 1.362 µs. Each op's host time shrinks to
+    10 µs of dispatch (-490 at 600, -90 at 700); addmm runs 115-119.8 (launch + 15 µs), relu is
+    launched at 600-490 = 110 and runs 125-126.36; item waits for it: the host is at 120 when it
+    syncs, the step ends 6.36 µs later than 1000-580."""
+    dims = {"Input Dims": [[256], [64, 1024], [1024, 256], [], []], "Input type": ["float"] * 5}
+    b = Build().step(1, 0, 1000)
+    b.host("aten::addmm", 100, 600, args=dims)
+    b.host(
+        "aten::copy_",
+        110,
+        150,
+        args={"Input Dims": [[64, 256], [256]], "Input type": ["float"] * 2},
+    )
+    b.host("aten::relu", 600, 700, args={"Input Dims": [[64, 256]], "Input type": ["float"]})
+    b.host("aten::item", 700, 710, args={"Input Dims": [[]], "Input type": ["float"]})
+    p = project(b.b.build(), "trn2")
+    trn2 = CHIPS["trn2"]
+    hbm = trn2.hbm_bytes_per_s()
+    addmm = round(1_377_280 / hbm / 0.5 * 1e9) / 1e3 + 1
+    relu = round(2 * 64 * 256 * 4 / hbm / 0.5 * 1e9) / 1e3 + 1
+    assert addmm == pytest.approx(4.799, abs=1e-3) and relu == pytest.approx(1.362, abs=1e-3)
+    relu_end = (600 - 490) + 15 + relu
+    assert p.target.step_ms == pytest.approx((1000 - 580 + (relu_end - 120)) / 1e3, abs=2e-6)
+    assert p.source.step_ms == pytest.approx(1.0)
+    assert sorted(o.name for o in p.ops) == ["aten::addmm", "aten::relu"]
+    host = {c.cls: c for c in p.classes}["host"]
+    assert (host.source_ms, host.target_ms) == pytest.approx((0.6, 0.02))
+
+
+def test_what_if_edits_replay_on_the_same_graph() -> None:
+    # batch x2 onto A100: the kernel 2 x 402.564 µs, so the sync returns at 15 + 805.128 + 5
+    # and the step ends 475 µs later: +402.564 µs
+    p = project(_mm_then_sync().b.build(), "a100", source="v100", what_if=("batch x2",))
+    kernel = 500 * 15.7 / 19.5
+    (row,) = p.what_if
+    assert row.step_ms == pytest.approx((15 + 2 * kernel + 5 + 475) / 1e3, abs=2e-6)
+    assert row.delta_ms == pytest.approx(kernel / 1e3, abs=2e-6)
+
+
+def test_what_if_no_fallback_keeps_the_op_on_the_device() -> None:
+    # the fallback test's nonzero, run natively on trn2: no host delay, the host-bound step
+    # stays at its recorded 1000 µs
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 0, 50, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    b.kernel(20, 120, launch_us=10, name="nonzero_kernel")
+    p = project(b.b.build(), "trn2", source="v100", what_if=("no-fallback:nonzero",))
+    (row,) = p.what_if
+    assert row.step_ms == pytest.approx(1.0, abs=1e-6)
+    assert row.delta_ms == pytest.approx(1.0 - p.target.step_ms, abs=1e-6)
+
+
+def test_what_if_no_data_stall_removes_the_loader_wait() -> None:
+    b = _mm_then_sync()
+    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 600, 700)
+    p = project(b.b.build(), "same", source="v100", what_if=("no-data-stall",))
+    (row,) = p.what_if
+    assert (row.step_ms, row.delta_ms) == pytest.approx((0.9, -0.1), abs=1e-6)
+
+
+def test_unknown_what_if_is_refused() -> None:
+    from neuron_profiler.errors import NeuronProfilerError
+
+    for bad in ("compiled", "batch x0", "faster"):
+        with pytest.raises(NeuronProfilerError) as e:
+            project(_mm_then_sync().b.build(), "same", source="v100", what_if=(bad,))
+        assert e.value.exit_code == 2
+
+
+def test_target_queue_depth_blocks_the_host() -> None:
+    """70 kernels launched at 10..79 µs, recorded back to back (100 µs each from 20); the host
+    then works until 8080 and syncs (the device was done at 7020). Onto trn2 (no shapes: HBM
+    ratio 900/725, 124.138 µs a kernel; launch latency 10 -> 15 µs) the device runs 25..8714.655.
+    Unbounded, the sync would wait until then (step 20000 + 634.655 µs); with trn2's 63 launches
+    in flight, launch 69 waits for kernel 6 (ends 893.966) and delays the host by 814.966 µs, so
+    the sync finds the device done: the step is 20000 + 814.966 µs."""
+    b = Build().step(1, 0, 20000)
+    for i in range(70):
+        b.kernel(20 + 100 * i, 120 + 100 * i, launch_us=10 + i, name="elementwise_kernel")
+    b.host("python work", 80, 8080)
+    b.host("cudaDeviceSynchronize", 8080, 8081, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    p = project(b.b.build(), "trn2", source="v100")
+    kernel = 100 * 900 / 725
+    assert p.target.step_ms == pytest.approx((20000 + 10 + 15 + 7 * kernel - 79) / 1e3, abs=2e-6)
+    assert any("7 launches a step blocked" in a for a in p.assumptions)
+
+
+def test_cpu_only_wrapper_ops_are_not_moved_twice() -> None:
+    """aten::linear holds aten::t (a view) and aten::addmm: the op the script called, linear, is
+    moved with what is inside it, its host time counted once (0.6 ms, not 0.6 + 0.5)."""
+    dims = {"Input Dims": [[256], [64, 1024], [1024, 256], [], []], "Input type": ["float"] * 5}
+    b = Build().step(1, 0, 1000)
+    b.host("aten::linear", 50, 650, args={"Input Dims": [[64, 1024], [256, 1024], [256]]})
+    b.host("aten::t", 60, 70)
+    b.host("aten::addmm", 100, 600, args=dims)
+    p = project(b.b.build(), "trn2")
+    assert [o.name for o in p.ops] == ["aten::linear"]
+    compute = {c.cls: c for c in p.classes}["compute"]
+    assert compute.source_ms == pytest.approx(0.6)
