@@ -128,7 +128,7 @@ def communication(ctx: AnalysisContext) -> Communication:
     flagged = tuple(
         u.name
         for u in units
-        if u.exposed_ns > 0
+        if u.exposed_ns > 0 and u.name != OUTSIDE_UNITS
         and u.exposed_share >= EXPOSED_UNIT_SHARE
         and u.exposed_ns >= MIN_FLAG_SHARE * total.exposed_ns
     )
