@@ -3,6 +3,7 @@ out by hand from the intervals drawn in each test's docstring (µs)."""
 
 from __future__ import annotations
 
+import pytest
 from trace_factory import US, Build
 
 from neuron_profiler.analysis.communication import FSDP1_UNIT, OUTSIDE_UNITS, ROOT_UNIT
@@ -117,3 +118,33 @@ def test_fsdp1_ranges_name_no_module() -> None:
     _collective(b, "CC: allgather", 100, 200, launch=10)
     assert [u.name for u in b.report().communication.units] == [FSDP1_UNIT]
     assert Build().step(1, 0, 10).report().communication.device is None
+
+
+def test_renderers_show_the_result() -> None:
+    """--json (valid against the shipped schema), the terminal and the HTML report carry the
+    result's figures as they are."""
+    import io
+    import json
+
+    import jsonschema
+    from rich.console import Console
+
+    from neuron_profiler.reports.html_report import render_html
+    from neuron_profiler.reports.json_report import schema_text, to_document
+    from neuron_profiler.reports.terminal import render_terminal
+
+    report = fsdp_step().report()
+    doc = to_document([report])
+    jsonschema.validate(doc, json.loads(schema_text()))
+    section = doc["traces"][0]["communication"]
+    assert section["flagged_units"] == ["layers.0"]
+    assert section["total"]["exposed_ms"] == 0.31 and section["total"]["peer_wait_ms"] == 0.02
+    (layers0,) = [u for u in section["units"] if u["name"] == "layers.0"]
+    assert layers0["exposed_by_kind_ms"] == {"all_gather forward": 0.1, "all_gather backward": 0.1}
+    assert layers0["hidden_ms"] == 0.1 and layers0["exposed_pct"] == pytest.approx(66.667)
+    out = io.StringIO()
+    render_terminal([report], console=Console(file=out, width=200))
+    line = next(x for x in out.getvalue().splitlines() if "layers.0 *" in x)
+    assert "0.300" in line and "0.200" in line and "66.7" in line
+    page = render_html([report])
+    assert '<td>layers.0 *</td><td class="n">2</td><td class="n">0.300</td>' in page
