@@ -35,6 +35,7 @@ import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis._args import arg_values
+from neuron_profiler.analysis._axis import device_axes
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE
 from neuron_profiler.analysis._tree import innermost_marked, parents
 from neuron_profiler.analysis.context import AnalysisContext
@@ -53,7 +54,6 @@ EXPOSED_UNIT_SHARE = 0.5
 MIN_FLAG_SHARE = 0.3
 EXPOSED_FINDING_SHARE = 0.1
 
-_FSDP_RANGE = re.compile(r"^(FSDP::|FullyShardedDataParallel\.)")
 _FQN = re.compile(r" \(([^()]*)\)$|_prefetch for (\S+)$")
 _KINDS = (
     ("all_gather", re.compile(r"all_?gather", re.I)),
@@ -128,7 +128,8 @@ def communication(ctx: AnalysisContext) -> Communication:
     flagged = tuple(
         u.name
         for u in units
-        if u.exposed_ns > 0 and u.name != OUTSIDE_UNITS
+        if u.exposed_ns > 0
+        and u.name != OUTSIDE_UNITS
         and u.exposed_share >= EXPOSED_UNIT_SHARE
         and u.exposed_ns >= MIN_FLAG_SHARE * total.exposed_ns
     )
@@ -205,15 +206,24 @@ class _Figures:
 
 
 def _most_exposed_device(ctx: AnalysisContext, coll: np.ndarray) -> int:
-    """The device with the most exposed collective time (the first among equals); the devices
-    with collectives are one per rank trace, a few in a merged one."""
+    """The device with the most exposed collective time (the first among equals), every
+    device's total at once on the device axis (``_axis``: a merged trace may have thousands)."""
     work = ctx.work
     best, best_ns = int(work.device[coll[0]]), -1
-    for device in np.unique(work.device[coll]).tolist():
-        on = coll[(work.device[coll] == device) & ~work.wait[coll]]
-        exposed = I.subtract(I.union(work.start[on], work.end[on]), ctx.busy(device, (COMPUTE,)))
-        if exposed.total > best_ns:
-            best, best_ns = device, exposed.total
+    lo, hi = int(work.start.min()), int(work.end.max())
+    collective = (work.queue == COLLECTIVE) & ~work.wait
+    compute = (work.queue == COMPUTE) & ~work.wait
+    for axis, group in device_axes(work, lo, hi):
+        on = group >= 0
+        c, k = np.flatnonzero(on & collective), np.flatnonzero(on & compute)
+        exposed = I.subtract(axis.union(work, c, group[c]), axis.union(work, k, group[k]))
+        totals = axis.total_per_device(exposed)
+        has = np.zeros(len(axis.devices), bool)
+        has[group[c]] = True
+        totals = np.where(has, totals, -1)
+        g = int(np.argmax(totals))
+        if totals[g] > best_ns:
+            best, best_ns = axis.devices[g], int(totals[g])
     return best
 
 
@@ -224,7 +234,7 @@ def _units(
     innermost FSDP range on the launching thread enclosing each entry's launch call, found with
     the launch as a zero-length row in the ranges' containment tree (``_tree``)."""
     trace, c = ctx.trace, ctx.trace.columns
-    ids = np.array([i for i, s in enumerate(trace.strings) if _FSDP_RANGE.match(s)], np.int64)
+    ids = ctx.names.fsdp_ranges
     ranges = np.flatnonzero(
         trace.mask(kind=[S.EventKind.USER_ANNOTATION, S.EventKind.CPU_OP], ph=S.Phase.COMPLETE)
         & np.isin(c[S.NAME_ID], ids)

@@ -148,3 +148,15 @@ def test_renderers_show_the_result() -> None:
     assert "0.300" in line and "0.200" in line and "66.7" in line
     page = render_html([report])
     assert '<td>layers.0 *</td><td class="n">2</td><td class="n">0.300</td>' in page
+
+
+def test_the_device_with_the_most_exposed_communication_is_analysed() -> None:
+    """Device 0: an all-reduce 0-100 under compute 0-100 (hidden); device 1: one 0-60 with
+    no compute (60 exposed); device 2 has compute only."""
+    b = Build().step(1, 0, 200)
+    b.kernel(0, 100, device=0, launch_us=0, name="ncclKernel_AllReduce_RING_LL_Sum_float", stream=7)
+    b.kernel(0, 100, device=0, launch_us=0)
+    b.kernel(0, 60, device=1, launch_us=0, name="ncclKernel_AllReduce_RING_LL_Sum_float", stream=7)
+    b.kernel(0, 150, device=2, launch_us=0)
+    comm = b.report().communication
+    assert comm.device == 1 and comm.total.exposed_ns == 60 * US
