@@ -346,6 +346,13 @@ def test_analyzer_flags_only_the_unprefetchable_unit(traces, tmp_path_factory) -
         assert dict(layers0.exposed_by_kind)["all_gather backward"] / 1e3 == pytest.approx(
             STEPS * next(c.dur for c in _collectives(trace) if c.unit == "layers.0"), abs=0.01
         )
+        # what rank 0's device waited on at the step's first all-gather (the root's): the late
+        # rank's injected sleep, each step (less the skew the previous step left)
+        root_wait_ms = units[ROOT_UNIT].peer_wait_ns / 1e6
+        if r == 0:
+            assert root_wait_ms >= STEPS * LATE_MS / 2, root_wait_ms
+        else:
+            assert root_wait_ms < STEPS * LATE_MS / 4, root_wait_ms
         (f,) = [f for f in report.findings.findings if f.kind == "exposed_communication"]
         assert "layers.0" in f.title and "backward_prefetch" in f.suggestion
         assert f.recoverable_ns == layers0.exposed_ns
