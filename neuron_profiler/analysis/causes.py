@@ -8,8 +8,8 @@ precondition together (as torch.profiler's pattern matcher keeps one class per a
 
 Idle causes (``IDLE_RULES``, then ``SHORT_GAPS``) classify the device's idle gaps
 (``idle.py``), a collective wait first (waiting for a peer is idle time, never busy); the
-busy-time pattern ``EXPOSED_COPIES`` is a finding about copies nothing hides
-(``findings.py``). How each cause reaches the findings
+busy-time patterns ``EXPOSED_COPIES`` and ``EXPOSED_COMMUNICATION`` are findings about copies
+and collectives nothing hides (``findings.py``). How each cause reaches the findings
 is its ``finding``: one ``idle:<name>`` finding, per-op / per-name groups (CPU fallbacks,
 host syncs), or none (profiler overhead is the profiler's, not the user's). The rules are
 stated with a worked example in docs/analysis.md, each under a heading named after the cause.
@@ -249,6 +249,46 @@ class ExposedCopies(Cause):
         )
 
 
+class ExposedCommunication(Cause):
+    """Busy time: a device's collective queue busy while its compute queue is not (the
+    collective is not hidden behind compute), per FSDP unit (``communication.py``). The advice
+    follows what was exposed in the flagged units."""
+
+    name = "exposed_communication"
+    advice = (
+        "Collectives run while the compute queue waits: overlap them with compute "
+        "(prefetch, larger units, larger buckets)."
+    )
+    by_kind: ClassVar[dict[str, str]] = {
+        "all_gather backward": (
+            "prefetch the backward all-gathers (FSDP2 set_modules_to_backward_prefetch; FSDP1 "
+            "backward_prefetch=BACKWARD_PRE), and keep the last units gathered after forward "
+            "(reshard_after_forward=False for them: they are the first to run backward)"
+        ),
+        "all_gather forward": (
+            "prefetch the forward all-gathers further ahead (FSDP2 "
+            "set_modules_to_forward_prefetch; FSDP1 forward_prefetch=True); the first unit's "
+            "all-gather has no compute before it: reshard_after_forward=False on the root"
+        ),
+        "reduce_scatter": (
+            "give the reduce-scatters compute to hide behind: larger units (wrap fewer, "
+            "larger modules), the last unit's gradients reduced with the optimizer step"
+        ),
+        "all_reduce": (
+            "start the all-reduces earlier in backward: smaller buckets (DDP bucket_cap_mb) "
+            "or, if many small ones are exposed, larger ones"
+        ),
+    }
+
+    def advice_for_units(self, units: tuple[str, ...], kinds: tuple[str, ...]) -> str:
+        """The advice for these flagged units, from the collective kinds exposed in them."""
+        parts = [self.by_kind[k] for k in kinds if k in self.by_kind]
+        if not parts:
+            return self.advice
+        where = f" in {', '.join(units)}" if units else ""
+        return f"Collectives{where} run while the compute queue waits: " + "; ".join(parts) + "."
+
+
 class CollectiveWait(Cause):
     """Rule 0: the device's collective-wait slices (``CC wait: ...``, a barrier) cover the gap:
     it waits at a collective for a peer that arrives later. Waiting is not work: the time is
@@ -270,6 +310,7 @@ DATA_LOADING, CPU_FALLBACK, HOST_SYNC = DataLoading(), CpuFallback(), HostSync()
 HOST_BOUND_LAUNCH, PROFILER_OVERHEAD, OTHER = HostBoundLaunch(), ProfilerOverhead(), Other()
 SHORT_GAPS = ShortGaps()
 EXPOSED_COPIES = ExposedCopies()
+EXPOSED_COMMUNICATION = ExposedCommunication()
 
 IDLE_RULES: tuple[Cause, ...] = (
     COLLECTIVE_WAIT,
@@ -283,7 +324,7 @@ IDLE_RULES: tuple[Cause, ...] = (
 SHORT_RULES: tuple[Cause, ...] = (HOST_BOUND_LAUNCH, SHORT_GAPS)  # gaps under --min-gap
 IDLE_CAUSES: tuple[Cause, ...] = (*IDLE_RULES, SHORT_GAPS)
 ALL_CAUSES: tuple[str, ...] = tuple(c.name for c in IDLE_CAUSES)  # the idle causes' keys
-BUSY_PATTERNS: tuple[Cause, ...] = (EXPOSED_COPIES,)
+BUSY_PATTERNS: tuple[Cause, ...] = (EXPOSED_COPIES, EXPOSED_COMMUNICATION)
 _BY_NAME = {c.name: c for c in (*IDLE_CAUSES, *BUSY_PATTERNS)}
 
 

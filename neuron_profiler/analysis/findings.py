@@ -17,6 +17,10 @@ Recoverable time, per kind (per step = total / number of steps; % = of the mean 
   data_loading, host_bound_launch, other, short_gaps): that cause's idle time (``cpu_fallback``
   and ``host_sync`` idle belong to their groups' findings; profiler overhead is never a
   finding; emulator overhead is discounted from idle time, in no cause);
+- ``exposed_communication`` (``communication.py``): the exposed collective time (collective
+  queue busy, compute queue not) of the FSDP units it flags, or all of it when it flags none,
+  when the device's exposed collective time is at least ``EXPOSED_FINDING_SHARE`` of its
+  collective time;
 - ``exposed_copies``: time when a device's DMA queue is busy and none of its compute or
   collective queues is (the copy is not hidden behind work), fallback copies left out.
 
@@ -42,6 +46,7 @@ from neuron_profiler.analysis import selections as sel
 from neuron_profiler.analysis._axis import device_axes
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA
 from neuron_profiler.analysis.callsites import call_sites
+from neuron_profiler.analysis.communication import EXPOSED_FINDING_SHARE, communication
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.fallbacks import FallbackGroup, fallback_copies, fallback_groups
 from neuron_profiler.analysis.idle import host_activity, idle_time
@@ -126,12 +131,40 @@ def findings(ctx: AnalysisContext) -> Findings:
                     pattern.advice_for(ctx.names),
                 )
             )
+    found += _communication_findings(ctx)
     found.sort(key=lambda f: -f.recoverable_ns)
     return Findings(
         findings=tuple(f for f in found if f.recoverable_ns > 0),
         fallbacks=fallback_list,
         syncs=syncs,
     )
+
+
+def _communication_findings(ctx: AnalysisContext) -> list[Finding]:
+    """One ``exposed_communication`` finding when the device's exposed collective time reaches
+    ``EXPOSED_FINDING_SHARE`` of its collective time: the flagged units' exposed time (all of
+    it when no unit is flagged), their longest exposed collectives as evidence."""
+    comm = ctx.result(communication)
+    total = comm.total
+    if comm.device is None or total.exposed_ns < EXPOSED_FINDING_SHARE * total.collective_ns:
+        return []
+    pattern = C.EXPOSED_COMMUNICATION
+    flagged = [u for u in comm.units if u.name in comm.flagged]
+    exposed = sum(u.exposed_ns for u in flagged) if flagged else total.exposed_ns
+    where = f": {', '.join(comm.flagged)}" if comm.flagged else ""
+    kinds = comm.exposed_kinds or tuple(k for k, _ in total.exposed_by_kind)
+    return [
+        _finding(
+            ctx,
+            pattern,
+            pattern.name,
+            f"{pattern.title} ({comm.device_label}{where})",
+            exposed,
+            _longest_ranges(comm.exposed_ranges),
+            "",
+            pattern.advice_for_units(comm.flagged, kinds),
+        )
+    ]
 
 
 def _idle_findings(ctx: AnalysisContext) -> list[Finding]:

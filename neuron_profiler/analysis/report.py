@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from neuron_profiler.analysis.breakdown import StepBreakdown, step_breakdown
+from neuron_profiler.analysis.communication import NONE as NO_COMMUNICATION
+from neuron_profiler.analysis.communication import Communication, communication
 from neuron_profiler.analysis.compat.hta import HtaIdle, HtaTemporal, hta_breakdowns
 from neuron_profiler.analysis.compat.tb_profiler import TbBreakdown, tb_profiler_breakdown
 from neuron_profiler.analysis.context import AnalysisContext, Options
@@ -72,6 +74,7 @@ class Report:
     timeline: DeviceTimeline | None = None
     rank_summary: RankSummary | None = None  # what the cross-rank analysis needs (small)
     fallback_pareto: FallbackPareto = field(default_factory=FallbackPareto)
+    communication: Communication = NO_COMMUNICATION
 
     def to_trace_us(self, ns: int) -> float:
         """An absolute ns time as the trace file writes it (µs, relative to its base)."""
@@ -164,6 +167,7 @@ def _analyze(ctx: AnalysisContext, compatibility: Callable[[], Compatibility]) -
         load_warnings=trace.load_warnings(),
         timeline=timeline,
         rank_summary=ranks,
+        communication=ctx.result(communication),
     )
 
 

@@ -22,6 +22,8 @@ Name rules (the names themselves are in ``trace/vocabulary.py``):
 - **Collective waits**: ``CC wait: ...`` rows (a real capture's barrier, the emulator's wait).
 - **Profiler frames**: Python frames of torch's profiler (``torch/profiler/...``,
   ``torch/autograd/profiler...``): its ``__enter__`` / ``__exit__`` / ``step`` work.
+- **FSDP ranges**: FSDP's ``record_function`` ranges, ``FSDP::...`` (FSDP2) and
+  ``FullyShardedDataParallel....`` (FSDP1); ``communication`` reads their units from them.
 - **Set-up the trace shows** (the advice depends on it): compiled graphs (``Torch-Compiled
   Region``, ``CompiledFunction``), a DataLoader with worker processes
   (``_MultiProcessingDataLoaderIter``), pinned host memory (``aten::pin_memory``, CUDA's
@@ -62,6 +64,7 @@ _COLLECTIVE_NAME = re.compile(
     rf"{re.escape(V.COLLECTIVE_WAIT_PREFIX)}|nccl|rccl)",
     re.IGNORECASE,
 )
+_FSDP_RANGE = re.compile(r"^(FSDP::|FullyShardedDataParallel\.)")
 _PROFILER_FRAME = re.compile(r"(^|[/\\])torch[/\\](autograd[/\\])?profiler")
 # what the trace shows of the user's set-up (the advice depends on it, causes.py): compiled
 # graphs (torch.compile's regions, our compiled executions' ops), DataLoader worker processes,
@@ -108,6 +111,7 @@ class NameClasses:
     compiled: np.ndarray
     worker_loader: np.ndarray
     pinned: np.ndarray
+    fsdp_ranges: np.ndarray
 
     @classmethod
     def of(cls, trace: Trace) -> NameClasses:
@@ -128,6 +132,7 @@ class NameClasses:
                 "compiled",
                 "worker_loader",
                 "pinned",
+                "fsdp_ranges",
             )
         }
         numbers: dict[int, int] = {}
@@ -163,6 +168,8 @@ class NameClasses:
                 found["worker_loader"].append(i)
             if s in _PIN_OPS or "(Pinned ->" in s:
                 found["pinned"].append(i)
+            if _FSDP_RANGE.match(s):
+                found["fsdp_ranges"].append(i)
         return cls(
             step_numbers=numbers, **{k: np.asarray(v, dtype=np.int64) for k, v in found.items()}
         )

@@ -200,6 +200,8 @@ def _section(i: int, r: Report) -> str:
         + _breakdown(i, r)
         + "<h3>Idle timeline per device</h3>"
         + _timeline(i, r)
+        + "<h3>Communication: hidden behind compute or exposed</h3>"
+        + _communication(r)
         + "<h3>CPU fallbacks (Pareto)</h3>"
         + _pareto(i, r)
         + "</section>"
@@ -224,6 +226,40 @@ def _findings(r: Report) -> str:
         ("#", "finding", "ms/step", "% step", "longest at", "what to do"),
         rows,
         numeric=(0, 2, 3),
+    )
+
+
+def _communication(r: Report) -> str:
+    comm = r.communication
+    if comm.device is None:
+        return _empty("No collectives in this trace: nothing to hide.")
+    rows = [(f"step {s.name}", s) for s in comm.steps] + [("total", comm.total)]
+    rows += [(u.name + " *" * (u.name in comm.flagged), u) for u in comm.units]
+    return f"<p>{_n(comm.device_label)}; * flagged: the exposed_communication finding</p>" + _table(
+        (
+            "step / unit",
+            "collectives",
+            "collective ms",
+            "hidden ms",
+            "exposed ms",
+            "% exposed",
+            "peer wait ms",
+            "exposed: what (ms)",
+        ),
+        [
+            (
+                shorten(name),
+                row.collectives,
+                f"{_ms(row.collective_ns):,.3f}",
+                f"{_ms(row.hidden_ns):,.3f}",
+                f"{_ms(row.exposed_ns):,.3f}",
+                f"{100 * row.exposed_share:.1f}",
+                f"{_ms(row.peer_wait_ns):,.3f}",
+                "; ".join(f"{k} {_ms(ns):,.3f}" for k, ns in row.exposed_by_kind),
+            )
+            for name, row in rows
+        ],
+        numeric=(1, 2, 3, 4, 5, 6),
     )
 
 

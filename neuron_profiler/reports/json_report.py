@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 
 from neuron_profiler.analysis.causes import ALL_CAUSES
+from neuron_profiler.analysis.communication import CommRow
 from neuron_profiler.analysis.distributed import (
     STRAGGLER_ABS_NS,
     STRAGGLER_REL,
@@ -508,6 +509,32 @@ def _idle(r: Report) -> dict[str, Any]:
     }
 
 
+def _comm_row(row: CommRow) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "collectives": row.collectives,
+        "collective_ms": _ms(row.collective_ns),
+        "hidden_ms": _ms(row.hidden_ns),
+        "exposed_ms": _ms(row.exposed_ns),
+        "exposed_pct": round(100 * row.exposed_share, 3),
+        "peer_wait_ms": _ms(row.peer_wait_ns),
+        "exposed_by_kind_ms": {kind: _ms(ns) for kind, ns in row.exposed_by_kind},
+    }
+
+
+def _communication(r: Report) -> dict[str, Any]:
+    comm = r.communication
+    return {
+        "device": comm.device,
+        "device_label": comm.device_label,
+        "from_fsdp": comm.from_fsdp,
+        "total": _comm_row(comm.total),
+        "steps": [_comm_row(s) for s in comm.steps],
+        "units": [_comm_row(u) for u in comm.units],
+        "flagged_units": list(comm.flagged),
+    }
+
+
 def _finite(x: float) -> float | None:
     return None if math.isnan(x) else x
 
@@ -569,6 +596,7 @@ _TRACE_SECTIONS: tuple[tuple[str, Callable[[Report], Any]], ...] = (
     ("steps", _steps),
     ("step_breakdown", _breakdown),
     ("idle", _idle),
+    ("communication", _communication),
     ("hta", _hta),
     ("tb_profiler_breakdown", _tb),
 )  # one trace's document, in key order

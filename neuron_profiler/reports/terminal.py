@@ -113,6 +113,8 @@ def render_terminal(
             console.print(_idle_table(report))
             if report.idle.longest:
                 console.print(_gaps_table(report, top))
+        if report.communication.device is not None:
+            console.print(_communication_table(report, top))
         if report.summary.ops:
             console.print(_ops_table(report, top))
         if report.summary.kernels:
@@ -520,6 +522,41 @@ def _idle_table(r: Report) -> Table:
             "real hardware: not idle time, in no cause); (%): of the device's time in the "
             "steps (busy + idle + emulator overhead)"
         )
+    return t
+
+
+def _communication_table(r: Report, top: int) -> Table:
+    comm = r.communication
+    t = _table(
+        f"Communication on {comm.device_label} (ms): hidden behind compute or exposed",
+        "step / unit",
+        "collectives",
+        "collective",
+        "hidden",
+        "exposed",
+        "% exposed",
+        "peer wait",
+        "exposed: what",
+        wrap=("exposed: what",),
+    )
+    rows = [(f"step {s.name}", s) for s in comm.steps[:top]] + [("[bold]total[/]", comm.total)]
+    rows += [(u.name + " [bold red]*[/]" * (u.name in comm.flagged), u) for u in comm.units[:top]]
+    for name, row in rows:
+        t.add_row(
+            name,
+            str(row.collectives),
+            _ms(row.collective_ns),
+            _ms(row.hidden_ns),
+            _ms(row.exposed_ns),
+            f"{100 * row.exposed_share:.1f}",
+            _ms(row.peer_wait_ns),
+            _names(f"{kind} {_ms(ns)}" for kind, ns in row.exposed_by_kind),
+        )
+    t.caption_justify = "left"
+    t.caption = (
+        "steps (the first --top), the total, then FSDP units by exposed time (* flagged: the "
+        "exposed_communication finding); peer wait: idle at a collective for a peer"
+    )
     return t
 
 

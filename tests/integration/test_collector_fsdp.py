@@ -310,3 +310,49 @@ def test_fsdp1_runs_in_timing_mode(traces, tmp_path_factory) -> None:
             assert x[F.X_RANKS] == [0, 1] and x[F.X_QUEUE] == F.QUEUE_COLLECTIVE
         assert by_op["reduce_scatter"] == [flat_bytes] * 2  # one per step
         assert len(by_op["allgather"]) >= 2 and set(by_op["allgather"]) == {flat_bytes}
+
+
+def test_analyzer_flags_only_the_unprefetchable_unit(traces, tmp_path_factory) -> None:
+    """``analysis.communication`` on each rank's profile: per FSDP unit, the exposed time is
+    the collectives' modelled time less the compute that covered them (``_collectives``, read
+    from the JSON here); only layers.0, whose backward all-gather cannot be prefetched, is
+    flagged, and the finding's advice is about prefetching."""
+    from neuron_profiler.analysis import analyze
+    from neuron_profiler.analysis.communication import ROOT_UNIT
+    from neuron_profiler.trace import load_trace
+
+    base = Path(tmp_path_factory.getbasetemp())
+    for r, trace in enumerate(traces):
+        expected: dict[str, list[float]] = {}
+        for c in _collectives(trace):
+            unit = c.unit or ROOT_UNIT
+            got = expected.setdefault(unit, [0.0, 0.0, 0.0])
+            got[0] += c.dur
+            got[1] += c.dur - c.covered_us
+            if (c.name, c.backward) == ("allgather", True):
+                got[2] += c.dur - c.covered_us
+        report = analyze(load_trace(next(base.glob(f"fsdp_prof*/rank{r}.json"))))
+        comm = report.communication
+        units = {u.name: u for u in comm.units}
+        assert set(units) == set(expected)
+        for name, (coll_us, exposed_us, gather_back_us) in expected.items():
+            u = units[name]
+            assert u.collective_ns / 1e3 == pytest.approx(coll_us, abs=0.01), name
+            assert u.exposed_ns / 1e3 == pytest.approx(exposed_us, abs=0.01), name
+            back = dict(u.exposed_by_kind).get("all_gather backward", 0) / 1e3
+            assert back == pytest.approx(gather_back_us, abs=0.01), name
+        assert comm.flagged == ("layers.0",), [(u.name, u.exposed_ns) for u in comm.units]
+        layers0 = units["layers.0"]
+        assert dict(layers0.exposed_by_kind)["all_gather backward"] / 1e3 == pytest.approx(
+            STEPS * next(c.dur for c in _collectives(trace) if c.unit == "layers.0"), abs=0.01
+        )
+        # what rank 0's device waited on at the step's first all-gather (the root's): the late
+        # rank's injected sleep, each step (less the skew the previous step left)
+        root_wait_ms = units[ROOT_UNIT].peer_wait_ns / 1e6
+        if r == 0:
+            assert root_wait_ms >= STEPS * LATE_MS / 2, root_wait_ms
+        else:
+            assert root_wait_ms < STEPS * LATE_MS / 4, root_wait_ms
+        (f,) = [f for f in report.findings.findings if f.kind == "exposed_communication"]
+        assert "layers.0" in f.title and "backward_prefetch" in f.suggestion
+        assert f.recoverable_ns == layers0.exposed_ns
