@@ -18,7 +18,8 @@ count and inclusive duration by name, then subtracts. It does less than our diff
 no attribution of idle time, no invariant), so the ratio is of the two tools' answers to "what
 changed", not of equal work. Each (tool, pair) runs in a fresh process (``--repeat`` times: best
 time, median peak memory), measured as bench_analyze.py does (``run``: wall clock of the
-process, its peak RSS). Prints a table with the ratios; JSON results: runs/bench/diff-<time>.json.
+process, its peak RSS; and its CPU seconds, user + system, steadier than wall time when other
+work shares the machine). Prints a table with the ratios; JSON results: runs/bench/diff-<time>.json.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def measure(label: str, events: int | None, a: Path, b: Path, args: argparse.Nam
 
 HEADER = (
     f"{'pair':<22} {'events/side':>11} {'ours s':>7} {'HTA s':>7} {'HTA/ours':>8} "
-    f"{'ours MB':>8} {'HTA MB':>7} {'ours/HTA':>8}  target (<= {TARGET_S:.0f} s, "
+    f"{'ours cpu':>8} {'HTA cpu':>8} {'ours MB':>8} {'HTA MB':>7} {'ours/HTA':>8}  target (<= {TARGET_S:.0f} s, "
     f"<= {TARGET_MB:.0f} MB at {TARGET_EVENTS:,} events)"
 )
 
@@ -129,7 +130,8 @@ def format_row(row: dict) -> str:
     verdict = {True: "PASS", False: "MISS"}.get(row.get("target"), "-")
     text = (
         f"{row['pair']:<22} {_events(row['events'])} {_f(o.get('s'), '.2f', 7)} "
-        f"{_f(h.get('s'), '.2f', 7)} {_f(row['speedup'], '.1f', 8)} {_f(o.get('mb'), '.0f', 8)} "
+        f"{_f(h.get('s'), '.2f', 7)} {_f(row['speedup'], '.1f', 8)} {_f(o.get('cpu_s'), '.2f', 8)} "
+        f"{_f(h.get('cpu_s'), '.2f', 8)} {_f(o.get('mb'), '.0f', 8)} "
         f"{_f(h.get('mb'), '.0f', 7)} {_f(row['memory_ratio'], '.2f', 8)}  {verdict}"
     )
     for who, m in (("ours", o), ("HTA", h)):

@@ -48,6 +48,7 @@ from neuron_profiler.analysis.align import (
     OpTable,
     StepChoice,
     align,
+    first_occurrence,
 )
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.context import AnalysisContext, Options
@@ -299,18 +300,38 @@ def _owners(ctx: AnalysisContext, table: OpTable) -> tuple[np.ndarray, list[str]
     linked = (wc > 0) & (len(keys) > 0) & (keys[k] == wc if len(keys) else False)
     node = np.where(linked, node_of_key[k] if len(keys) else -1, -1)
     op = np.where(node >= 0, table.of_node[np.maximum(node, 0)], -1)
-    names: dict[str, int] = {}
+    alone = np.flatnonzero(op < 0)
+    call = node[alone]
+    called = call >= 0
+    anchor = np.full(len(call), -1, np.int64)
+    anchor[called] = tree.anchor[call[called]]
+    where = np.full(len(call), -1, np.int64)
+    where[anchor >= 0] = tree.name_id[anchor[anchor >= 0]]
+    what = c[S.NAME_ID][work.rows[alone]].astype(np.int64)
+    what[called] = tree.name_id[call[called]]
+    group, first = first_occurrence(called.astype(np.int64), where, what)
+    names: dict[str, int] = {}  # (one text per distinct entry kind, anchor and name)
+    code = np.array(
+        [
+            names.setdefault(
+                _outside_text(strings, int(call[i]), int(where[i]), int(what[i])), len(names)
+            )
+            for i in first.tolist()
+        ],
+        np.int64,
+    )
     owner = op.copy()
-    for i in np.flatnonzero(op < 0).tolist():
-        if node[i] >= 0:
-            a = int(tree.anchor[node[i]])
-            where = strings[int(tree.name_id[a])] if a >= 0 else "no anchor"
-            text = f"{where} › (outside ops) {strings[int(tree.name_id[node[i]])]}"
-        else:
-            name = strings[int(c[S.NAME_ID][work.rows[i]])]
-            text = f"(no launch call) {name[:KERNEL_NAME_CHARS]}"
-        owner[i] = -names.setdefault(text, len(names)) - 1
+    owner[alone] = -code[group] - 1
     return owner, list(names)
+
+
+def _outside_text(strings: list[str], call: int, anchor_name: int, name: int) -> str:
+    """The row key of device work no op launched: its call's anchor and name, or (no launch
+    call) its kernel name."""
+    if call >= 0:
+        where = strings[anchor_name] if anchor_name >= 0 else "no anchor"
+        return f"{where} › (outside ops) {strings[name]}"
+    return f"(no launch call) {strings[name][:KERNEL_NAME_CHARS]}"
 
 
 def _side(ctx: AnalysisContext, steps: np.ndarray, ledger: _Ledger) -> Side:
