@@ -115,6 +115,11 @@ class Row:
     def delta_ms(self) -> float:
         return self.b_ms - self.a_ms
 
+    @property
+    def delta_parts_ms(self) -> tuple[float, ...]:
+        """Δ of each of ``COMPONENTS``."""
+        return tuple(b - a for a, b in zip(self.a_parts_ms, self.b_parts_ms, strict=True))
+
 
 @dataclass(frozen=True)
 class CauseDelta:
@@ -155,7 +160,11 @@ class TraceDiff:
 
     @property
     def delta_pct(self) -> float:
-        return 100 * self.delta_ms / self.a.step_ms if self.a.step_ms else 0.0
+        return self.pct_of_a(self.delta_ms)
+
+    def pct_of_a(self, ms: float) -> float:
+        """``ms`` as a percentage of A's mean step (0 when A's step is 0)."""
+        return 100 * ms / self.a.step_ms if self.a.step_ms else 0.0
 
     def folded(self, min_ms: float | None = None, top: int = DISPLAY_ROWS) -> tuple[Row, ...]:
         """The rows to show: at most ``top`` with |Δ| >= ``min_ms`` (default: DISPLAY_SHARE of

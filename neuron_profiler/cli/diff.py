@@ -28,6 +28,14 @@ TRACE_SUFFIXES = (".json", ".json.gz")
     help="Print the diff as JSON (schema: neuron_profiler/reports/diff.schema.json).",
 )
 @click.option(
+    "--html",
+    "html",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Also write a self-contained HTML page (waterfall and tables, works offline).",
+)
+@click.option(
     "--steps",
     default="auto",
     show_default=True,
@@ -71,6 +79,7 @@ def diff(
     a: Path,
     b: Path,
     as_json: bool,
+    html: Path | None,
     steps: str,
     map_file: Path | None,
     fail_on: tuple[str, ...],
@@ -90,9 +99,14 @@ def diff(
     choice = StepChoice.parse(steps)
     names = NameMap.load(map_file)
     options = Options(min_gap_ns=round(min_gap_us * 1e3), hta=False, tb=False)
+    pairs = _pairs(a, b)
+    if html is not None:
+        from neuron_profiler.output import check_output
+
+        check_output(html, [f for pair in pairs for f in pair])  # never overwrite an input
     diffs = [
         diff_traces(_load(fa), _load(fb), steps=choice, names=names, options=options)
-        for fa, fb in _pairs(a, b)
+        for fa, fb in pairs
     ]
     breaches = []
     for rule in rules:
@@ -111,6 +125,11 @@ def diff(
         from neuron_profiler.reports.terminal import report_width
 
         render_diff(diffs, console=Console(width=report_width(Console())), top=top)
+    if html is not None:
+        from neuron_profiler.reports.diff_html import write_diff_html
+
+        write_diff_html(diffs, html, top)  # atomic; OutputError
+        click.echo(f"neuron-prof: wrote the diff page to {html}", err=True)
     for br in breaches:
         click.echo(
             f"neuron-prof: fail-on: {br['rule']} breached ({br['metric']} = {br['value']:.3f})",

@@ -73,9 +73,9 @@ def _rows_table(d: TraceDiff, rows: tuple[Row, ...]) -> Table:
     table.add_column("Δ by part", overflow="fold", min_width=12)
     for i, r in enumerate(rows, 1):
         parts = ", ".join(
-            f"{c} {b - a:+.3f}"
-            for c, a, b in zip(COMPONENTS, r.a_parts_ms, r.b_parts_ms, strict=True)
-            if abs(b - a) >= 5e-4
+            f"{c} {x:+.3f}"
+            for c, x in zip(COMPONENTS, r.delta_parts_ms, strict=True)
+            if abs(x) >= 5e-4
         )
         note = f" ({'; '.join(r.notes)})" if r.notes else ""
         table.add_row(
@@ -85,7 +85,7 @@ def _rows_table(d: TraceDiff, rows: tuple[Row, ...]) -> Table:
             _ms(r.a_ms),
             _ms(r.b_ms),
             _signed(r.delta_ms),
-            f"{100 * r.delta_ms / d.a.step_ms:+.1f}" if d.a.step_ms else "-",
+            f"{d.pct_of_a(r.delta_ms):+.1f}" if d.a.step_ms else "-",
             parts,
         )
     return table

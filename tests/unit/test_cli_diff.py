@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from test_diff import BASE, Op, build
+from diff_timeline import BASE, Op, build
 
 from neuron_profiler.cli.main import main
 from neuron_profiler.exporters.chrome import write_chrome_trace
