@@ -403,13 +403,23 @@ class AlignKey:
 
 @dataclass(frozen=True)
 class MappingUse:
-    """A name-map rule that changed ``ops`` op names ``raw`` -> ``mapped`` on ``side``."""
+    """A name-map rule that changed op names ``raw`` -> ``mapped``: ``a_ops`` times in A's
+    compared steps, ``b_ops`` in B's (one entry for both sides)."""
 
     rule: str
-    side: str
     raw: str
     mapped: str
-    ops: int
+    a_ops: int
+    b_ops: int
+
+    @property
+    def side(self) -> str:
+        """ "A", "B", or "both"."""
+        return "both" if self.a_ops and self.b_ops else ("A" if self.a_ops else "B")
+
+    @property
+    def ops(self) -> int:
+        return self.a_ops + self.b_ops
 
 
 @dataclass(frozen=True)
@@ -467,7 +477,7 @@ def align(
         key_a=side_a.op_keys(unit_a, len(ops_a)),
         key_b=side_b.op_keys(unit_b, len(ops_b)),
         keys=keys,
-        mappings=_mappings(ops_a, side_a.ops, "A") + _mappings(ops_b, side_b.ops, "B"),
+        mappings=_both_sides(_mappings(ops_a, side_a.ops), _mappings(ops_b, side_b.ops)),
         segments=segments,
         by_occurrence=by_occurrence,
         largest=largest,
@@ -650,14 +660,17 @@ def _occurrence(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _mappings(table: OpTable, ops: np.ndarray, side: str) -> tuple[MappingUse, ...]:
+Mapping = tuple[str, str, str]  # (rule, raw name, mapped name)
+
+
+def _mappings(table: OpTable, ops: np.ndarray) -> dict[Mapping, int]:
     """The name-map rules that changed names of the compared ops, with how many each, in the
     order ``ops`` first uses them (per distinct raw name, not per op)."""
     raw, n = table.raw[ops], len(table.raw_names)
     count, first = _count_first(raw, n)
     fb_at = np.flatnonzero(table.fallback[ops])
     fb_count, fb_first = _count_first(raw[fb_at], n)
-    found: list[tuple[tuple[int, int], tuple[str, str, str], int]] = []
+    found: list[tuple[tuple[int, int], Mapping, int]] = []
     for r in np.flatnonzero(count).tolist():
         raw_name, mapped = table.raw_names[r], table.names[table.name_of_raw[r]]
         rules = table.rules[r]
@@ -667,10 +680,19 @@ def _mappings(table: OpTable, ops: np.ndarray, side: str) -> tuple[MappingUse, .
         if fb_count[r] and raw_name == mapped:  # a fallback row inside an op of that name
             key = ("cpu_fallback", f"{V.FALLBACK_PREFIX}{mapped}", mapped)
             found.append(((fb_at[fb_first[r]], len(rules)), key, fb_count[r]))
-    merged: dict[tuple[str, str, str], int] = {}
+    merged: dict[Mapping, int] = {}
     for _, key, ops_count in sorted(found, key=lambda f: f[0]):
         merged[key] = merged.get(key, 0) + int(ops_count)
-    return tuple(MappingUse(r, side, raw, mapped, n) for (r, raw, mapped), n in merged.items())
+    return merged
+
+
+def _both_sides(a: dict[Mapping, int], b: dict[Mapping, int]) -> tuple[MappingUse, ...]:
+    """One entry per mapping, A's first (in A's order), then those of B only."""
+    return tuple(
+        MappingUse(rule, raw, mapped, a.get(key, 0), b.get(key, 0))
+        for key in dict.fromkeys([*a, *b])
+        for rule, raw, mapped in (key,)
+    )
 
 
 def _count_first(codes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

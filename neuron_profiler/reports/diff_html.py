@@ -10,7 +10,7 @@ It formats ``analysis.diff.TraceDiff`` objects and computes nothing: every figur
 the diff (the rows ``TraceDiff.folded`` shows, ``Row.delta_parts_ms``, ``TraceDiff.pct_of_a``).
 The page's parts (escaping, embedded figures, tables, the offline plotly.js) are the
 analyzer's page's (``reports.html_page``), so no trace text can become markup. With rank
-directories each pair is a section, after a table of the pairs.
+directories each pair is a section, after a table of the pairs and how they were paired.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from neuron_profiler.analysis.diff import COMPONENTS, DISPLAY_ROWS, Row, TraceDiff
+from neuron_profiler.analysis.rank_pairs import BY_FILES, RankPairs
 from neuron_profiler.reports.html_page import (
     BOOT,
     STYLE,
@@ -38,20 +39,29 @@ RESIDUAL = "residual (what no row explains)"
 PAGE_STYLE = STYLE + ".source { overflow-wrap: anywhere; font-family: monospace; }\n"
 
 
-def write_diff_html(diffs: Sequence[TraceDiff], path: Path, top: int = DISPLAY_ROWS) -> None:
+def write_diff_html(
+    diffs: Sequence[TraceDiff],
+    path: Path,
+    top: int = DISPLAY_ROWS,
+    pairing: RankPairs | None = None,
+) -> None:
     """Write the page atomically (a failed write leaves an existing file as it was)."""
     from neuron_profiler.output import atomic_output
 
-    page = render_diff_html(diffs, top).encode("utf-8")
+    page = render_diff_html(diffs, top, pairing).encode("utf-8")
     with atomic_output(path) as out:
         out.write(page)
 
 
-def render_diff_html(diffs: Sequence[TraceDiff], top: int = DISPLAY_ROWS) -> str:
+def render_diff_html(
+    diffs: Sequence[TraceDiff], top: int = DISPLAY_ROWS, pairing: RankPairs | None = None
+) -> str:
+    """``pairing``: how the traces of rank directories were paired (its table comes first)."""
     from neuron_profiler import __version__
 
     n = len(diffs)
-    body = (_pairs(diffs) if n > 1 else "") + "".join(
+    pairing = pairing or RankPairs((), BY_FILES, (None,) * n)
+    body = (_pairs(diffs, pairing) if pairing.by != BY_FILES else "") + "".join(
         _section(i, d, top) for i, d in enumerate(diffs)
     )
     return (
@@ -66,13 +76,22 @@ def render_diff_html(diffs: Sequence[TraceDiff], top: int = DISPLAY_ROWS) -> str
     )
 
 
-def _pairs(diffs: Sequence[TraceDiff]) -> str:
+def _pairs(diffs: Sequence[TraceDiff], pairing: RankPairs) -> str:
     rows = [
-        (i, d.a.source, d.b.source, _ms(d.a.step_ms), _ms(d.b.step_ms), _signed(d.delta_ms))
-        for i, d in enumerate(diffs)
+        (
+            i,
+            "-" if rank is None else rank,
+            d.a.source,
+            d.b.source,
+            _ms(d.a.step_ms),
+            _ms(d.b.step_ms),
+            _signed(d.delta_ms),
+        )
+        for i, (d, rank) in enumerate(zip(diffs, pairing.ranks, strict=True))
     ]
-    return "<h2>Pairs compared</h2>" + table(
-        ("#", "A", "B", "A ms", "B ms", "Δ ms"), rows, numeric=(0, 3, 4, 5)
+    how = f"Paired by {pairing.by}" + (f": {pairing.note}" if pairing.note else "") + "."
+    return f"<h2>Pairs compared</h2><p>{name_text(how, TEXT_LIMIT)}</p>" + table(
+        ("#", "rank", "A", "B", "A ms", "B ms", "Δ ms"), rows, numeric=(0, 1, 4, 5, 6)
     )
 
 
@@ -187,10 +206,10 @@ def _mappings(d: TraceDiff) -> str:
     if not d.mappings:
         return empty("No name-map rule changed an op name of the compared steps.")
     rows = [
-        (m.rule, m.side, shorten(m.raw, TEXT_LIMIT), shorten(m.mapped, TEXT_LIMIT), m.ops)
+        (m.rule, shorten(m.raw, TEXT_LIMIT), shorten(m.mapped, TEXT_LIMIT), m.a_ops, m.b_ops)
         for m in sorted(d.mappings, key=lambda m: -m.ops)
     ]
-    return table(("rule", "side", "from", "to", "ops"), rows, numeric=(4,))
+    return table(("rule", "from", "to", "A ops", "B ops"), rows, numeric=(3, 4))
 
 
 def _ms(ms: float) -> str:

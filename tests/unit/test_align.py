@@ -1,5 +1,5 @@
 """The alignment's array code (``align._keys``, ``_by_occurrence``, ``first_occurrence``,
-``_mappings``) against hand-worked cases and a plain-Python reference: one loop over difflib's
+``_mappings``, ``_both_sides``) against hand-worked cases and a plain-Python reference: one loop over difflib's
 opcodes, a dict of keys in the order they first occur (what the array code must reproduce,
 key numbering included)."""
 
@@ -159,8 +159,20 @@ def test_mappings_count_ops_per_rule_and_merge_a_fallback_row_with_its_rule() ->
         rules=(("cpu_fallback",), (), ("convolution_lowering",)),
         fallback=np.array([False, True, True, False]),
     )
-    got = A._mappings(table, np.arange(4), "B")
-    assert [(m.rule, m.raw, m.mapped, m.ops) for m in got] == [
-        ("convolution_lowering", "aten::cudnn_convolution", "aten::convolution", 2),
-        ("cpu_fallback", "CPU fallback: aten::bincount", "aten::bincount", 2),
+    got = A._mappings(table, np.arange(4))
+    assert list(got.items()) == [
+        (("convolution_lowering", "aten::cudnn_convolution", "aten::convolution"), 2),
+        (("cpu_fallback", "CPU fallback: aten::bincount", "aten::bincount"), 2),
+    ]
+
+
+def test_a_mapping_on_both_sides_is_one_entry() -> None:
+    conv = ("convolution_lowering", "aten::cudnn_convolution", "aten::convolution")
+    foreach = ("foreach", "aten::_foreach_add_", "aten::add_")
+    fallback = ("cpu_fallback", "CPU fallback: aten::bincount", "aten::bincount")
+    got = A._both_sides({conv: 3, fallback: 1}, {foreach: 2, conv: 3})
+    assert [(m.rule, m.side, m.a_ops, m.b_ops, m.ops) for m in got] == [
+        ("convolution_lowering", "both", 3, 3, 6),
+        ("cpu_fallback", "A", 1, 0, 1),
+        ("foreach", "B", 0, 2, 2),
     ]
