@@ -508,7 +508,7 @@ def _keys(
     name_a[on_a] = names_a[unit_i[on_a]]
     name_b[on_b] = names_b[unit_j[on_b]]
     replaced = np.flatnonzero(tag == REPLACE)
-    fused: dict[tuple[str, str], int] = {}
+    fused: dict[tuple[str, str], int] = {}  # a fused event's name_a: its (A, B) text pair's id
     name_a[t == REPLACE] = [
         fused.setdefault(
             (_listed(words, names_a[i1[r] : i2[r]]), _listed(words, names_b[j1[r] : j2[r]])),
