@@ -32,11 +32,13 @@ through the analysis contexts.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._axis import DeviceAxis, device_axes
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA
 from neuron_profiler.analysis._shares import split_among
 from neuron_profiler.analysis.align import (
@@ -52,7 +54,7 @@ from neuron_profiler.analysis.align import (
 )
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.context import AnalysisContext, Options
-from neuron_profiler.analysis.idle import idle_time
+from neuron_profiler.analysis.idle import IdleTime, idle_time
 from neuron_profiler.analysis.name_map import NameMap
 from neuron_profiler.heap import gc_paused
 from neuron_profiler.trace import schema as S
@@ -246,50 +248,178 @@ def _attribute(ctx: AnalysisContext, table: OpTable, steps: np.ndarray) -> _Ledg
     idle = ctx.result(idle_time)
     work = ctx.work
     ledger.devices = len(work.devices)
-    for g, device in enumerate(idle.per_device.device.tolist()):
-        run = work.of(device)
-        run = run[~work.wait[run]]
-        _busy(ledger, work, run, windows, owner, other_key)
-        on_thread = ctx.on_launch_threads(device, table.tree.rows[table.node])
-        for cause in ALL_CAUSES:
-            x = I.intersect(idle.gaps_of(cause, device), windows)
-            rest = float(x.total)
-            if cause in GATING_CAUSES and len(x):
-                share = split_among(table.start[on_thread], table.end[on_thread], x)
-                ledger.op[on_thread, GATING] += share
-                rest -= share.sum()
-            ledger.add(f"idle: {cause}", IDLE, IDLE_PART, rest)
-        hidden = idle.per_device.per_step_emulator_overhead_ns[g][steps].sum()
-        if hidden:
-            ledger.add(EMULATOR_OVERHEAD, IDLE, IDLE_PART, float(hidden))
+    if len(windows) == 0:
+        return ledger
+    lo = min(int(work.start.min()), int(windows.start[0]))
+    hi = max(int(work.end.max()), int(windows.end[-1]))
+    gating = _GatingOps.of(ctx, table)
+    for axis, group in device_axes(work, lo, hi):  # every device at once (``_axis``)
+        steps_on_axis = axis.replicate(windows)
+        _busy(ledger, work, axis, group, steps_on_axis, owner, other_key)
+        _idle(ledger, idle, axis, steps_on_axis, table, gating)
+    hidden = int(idle.per_device.per_step_emulator_overhead_ns[:, steps].sum())
+    if hidden:
+        ledger.add(EMULATOR_OVERHEAD, IDLE, IDLE_PART, float(hidden))
     return ledger
 
 
 def _busy(
     ledger: _Ledger,
     work,  # noqa: ANN001 -- DeviceWork
-    run: np.ndarray,
+    axis: DeviceAxis,
+    group: np.ndarray,
     windows: I.Intervals,
     owner: np.ndarray,
     other_key: list[str],
 ) -> None:
-    """One device's busy time in the windows, to the work running: compute first, then
-    collectives, then copies, each instant shared by the entries of that class running."""
-    q = work.queue[run]
+    """The axis' devices' busy time in the windows (on the axis), to the work running: compute
+    first, then collectives, then copies, each instant shared by the entries of that class
+    running on that device."""
+    runs = (group >= 0) & ~work.wait
     taken = I.EMPTY
     for queue, component in ((COMPUTE, DEVICE), (COLLECTIVE, COLL), (DMA, DEVICE)):
-        entries = run[q == queue]
-        own = I.union(work.start[entries], work.end[entries])
-        share = split_among(
-            work.start[entries], work.end[entries], I.intersect(I.subtract(own, taken), windows)
-        )
+        entries = np.flatnonzero(runs & (work.queue == queue))
+        shift = axis.shift(group[entries])
+        start, end = work.start[entries] + shift, work.end[entries] + shift
+        own = I.union(start, end)
+        share = split_among(start, end, I.intersect(I.subtract(own, taken), windows))
         taken = I.union(np.r_[taken.start, own.start], np.r_[taken.end, own.end])
         who = owner[entries]
         mine = who >= 0
         np.add.at(ledger.op[:, component], who[mine], share[mine])
-        for k in np.unique(-who[~mine] - 1).tolist():
-            pick = ~mine & (who == -k - 1)
-            ledger.add(other_key[k], ANCHOR, component, float(share[pick].sum()))
+        keys = -who[~mine] - 1
+        total = np.bincount(keys, weights=share[~mine], minlength=len(other_key))
+        for k in np.unique(keys).tolist():
+            ledger.add(other_key[k], ANCHOR, component, float(total[k]))
+
+
+def _idle(
+    ledger: _Ledger,
+    idle: IdleTime,
+    axis: DeviceAxis,
+    windows: I.Intervals,
+    table: OpTable,
+    gating: _GatingOps,
+) -> None:
+    """The axis' devices' idle time in the windows (on the axis), by cause: a host-gated
+    cause's idle shared by the ops running then on a thread that launches that device's work
+    (their ``gating`` part), the rest an idle row of its own."""
+    counted = axis.replicate(idle.window)
+    discount = [
+        (g, idle.discount[d]) for g, d in enumerate(axis.devices) if d in idle.discount
+    ]  # (the emulator's devices only)
+    if discount:
+        clip = I.window(axis.base, axis.base + axis.width)
+        parts = [(I.intersect(x, clip), axis.shift(g)) for g, x in discount]
+        counted = I.subtract(
+            counted,
+            I.union(
+                np.concatenate([x.start + s for x, s in parts]),
+                np.concatenate([x.end + s for x, s in parts]),
+            ),
+        )
+    counted = I.intersect(counted, windows)
+    device = np.searchsorted(np.asarray(axis.devices, np.int64), idle.gap_device)
+    on_axis = device < len(axis.devices)
+    on_axis[on_axis] = (
+        np.asarray(axis.devices, np.int64)[device[on_axis]] == idle.gap_device[on_axis]
+    )
+    xs = []
+    for c in range(len(ALL_CAUSES)):
+        k = np.flatnonzero(on_axis & (idle.gap_cause == c))
+        shift = axis.shift(device[k])
+        start, end = _clipped(axis, idle.gap_start_ns[k]), _clipped(axis, idle.gap_end_ns[k])
+        xs.append(I.intersect(I.union(start + shift, end + shift), counted))
+    rest = [float(x.total) for x in xs]
+    gated = [c for c, cause in enumerate(ALL_CAUSES) if cause in GATING_CAUSES and len(xs[c])]
+    for op, start, end in gating.on_axis(axis, table) if gated else ():
+        for c in gated:
+            meet = _meets(start, end, xs[c])  # (the others would get nothing)
+            share = split_among(start[meet], end[meet], xs[c])
+            np.add.at(ledger.op[:, GATING], op[meet], share)
+            rest[c] -= share.sum()
+    for cause, ns in zip(ALL_CAUSES, rest, strict=True):
+        ledger.add(f"idle: {cause}", IDLE, IDLE_PART, ns)
+
+
+def _meets(start: np.ndarray, end: np.ndarray, x: I.Intervals) -> np.ndarray:
+    """Which [start, end) overlap the interval set ``x`` (one search each)."""
+    k = np.searchsorted(x.end, start, side="right")
+    return (k < len(x)) & (x.start[np.minimum(k, len(x) - 1)] < end)
+
+
+def _clipped(axis: DeviceAxis, t: np.ndarray) -> np.ndarray:
+    """Real times held inside the axis' span (what lies outside counts in no window there, and
+    placed unclipped it would reach into the next device's)."""
+    return np.clip(t, axis.base, axis.base + axis.width - 1)
+
+
+GATING_PAIRS = 1 << 22  # (op, device) pairs placed on an axis at once (memory: ~100 MB)
+
+
+@dataclass(frozen=True)
+class _GatingOps:
+    """Which ops a device's host-gated idle may go to: those on a thread that launched the
+    device's work, or every op for a device whose launches the trace does not link
+    (``AnalysisContext.on_launch_threads``'s rule, for all devices at once). ``device`` /
+    ``op``: the linked pairs, sorted by device (index into ``work.devices``); ``alone``: per
+    device, whether it has no linked thread."""
+
+    device: np.ndarray
+    op: np.ndarray
+    alone: np.ndarray
+
+    @classmethod
+    def of(cls, ctx: AnalysisContext, table: OpTable) -> _GatingOps:
+        dev, pid, tid = ctx.launch_thread_table
+        c = ctx.trace.columns
+        rows = table.tree.rows[table.node]
+        threads = np.concatenate(
+            [
+                np.stack([pid, tid], axis=1),
+                np.stack([c[S.PID][rows], c[S.TID][rows]], axis=1).astype(np.int64),
+            ]
+        )
+        if len(threads):
+            code = np.unique(threads, axis=0, return_inverse=True)[1].reshape(-1)
+        else:
+            code = np.zeros(0, np.int64)
+        pair_thread, op_thread = code[: len(pid)], code[len(pid) :]
+        by_thread = np.argsort(op_thread, kind="stable")
+        lo = np.searchsorted(op_thread[by_thread], pair_thread, side="left")
+        hi = np.searchsorted(op_thread[by_thread], pair_thread, side="right")
+        count = hi - lo
+        op = by_thread[np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(count.sum())]
+        device = np.repeat(dev, count)  # (dev sorted: so is this)
+        alone = np.ones(len(ctx.work.devices), bool)
+        alone[dev] = False
+        return cls(device=device, op=op, alone=alone)
+
+    def on_axis(
+        self, axis: DeviceAxis, table: OpTable
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(op, start, end on the axis) of the axis' devices' pairs, in chunks of at most
+        ``GATING_PAIRS`` pairs (a device's pairs never split)."""
+        first, last = int(axis.index[0]), int(axis.index[-1]) + 1
+        a, b = np.searchsorted(self.device, [first, last])
+        per_device = np.bincount(self.device[a:b] - first, minlength=last - first)
+        per_device[self.alone[first:last]] = len(table)
+        ends = np.cumsum(per_device)
+        start, end = _clipped(axis, table.start), _clipped(axis, table.end)
+        g0 = 0
+        while g0 < len(per_device):
+            done = int(ends[g0 - 1]) if g0 else 0
+            g1 = max(int(np.searchsorted(ends, done + GATING_PAIRS, side="right")), g0 + 1)
+            pa, pb = np.searchsorted(self.device, [first + g0, first + g1])
+            group = self.device[pa:pb] - first
+            op = self.op[pa:pb]
+            alone = np.flatnonzero(self.alone[first + g0 : first + g1]) + g0
+            if len(alone):
+                group = np.r_[group, np.repeat(alone, len(table))]
+                op = np.r_[op, np.tile(np.arange(len(table)), len(alone))]
+            shift = axis.shift(group)
+            yield op, start[op] + shift, end[op] + shift
+            g0 = g1
 
 
 def _owners(ctx: AnalysisContext, table: OpTable) -> tuple[np.ndarray, list[str]]:
