@@ -184,7 +184,7 @@ def host_tree(ctx: AnalysisContext) -> HostTree:
     keep = np.isin(host.kind, np.array(TREE_KINDS, np.uint8))
     rows, start, end = host.rows[keep], host.start[keep], host.end[keep]
     c = trace.columns
-    thread = _thread_codes(c[S.PID][rows], c[S.TID][rows])
+    thread = thread_codes(c[S.PID][rows], c[S.TID][rows])
     order = np.lexsort((-end, start, thread))
     rows, start, end, thread = rows[order], start[order], end[order], thread[order]
     kind, name_id = c[S.KIND][rows], c[S.NAME_ID][rows]
@@ -207,7 +207,7 @@ def host_tree(ctx: AnalysisContext) -> HostTree:
     )
 
 
-def _thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+def thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     """A dense code per distinct (pid, tid), in (pid, tid) order (one sort)."""
     order = np.lexsort((tid, pid))
     new = np.r_[True, (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1])]

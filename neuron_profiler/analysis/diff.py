@@ -51,6 +51,7 @@ from neuron_profiler.analysis.align import (
     StepChoice,
     align,
     first_occurrence,
+    thread_codes,
 )
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.context import AnalysisContext, Options
@@ -374,16 +375,9 @@ class _GatingOps:
         dev, pid, tid = ctx.launch_thread_table
         c = ctx.trace.columns
         rows = table.tree.rows[table.node]
-        threads = np.concatenate(
-            [
-                np.stack([pid, tid], axis=1),
-                np.stack([c[S.PID][rows], c[S.TID][rows]], axis=1).astype(np.int64),
-            ]
+        code = thread_codes(
+            np.r_[pid, c[S.PID][rows].astype(np.int64)], np.r_[tid, c[S.TID][rows].astype(np.int64)]
         )
-        if len(threads):
-            code = np.unique(threads, axis=0, return_inverse=True)[1].reshape(-1)
-        else:
-            code = np.zeros(0, np.int64)
         pair_thread, op_thread = code[: len(pid)], code[len(pid) :]
         by_thread = np.argsort(op_thread, kind="stable")
         lo = np.searchsorted(op_thread[by_thread], pair_thread, side="left")
