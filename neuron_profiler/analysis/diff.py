@@ -32,7 +32,6 @@ through the analysis contexts.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +39,7 @@ import numpy as np
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis._axis import DeviceAxis, device_axes
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA
-from neuron_profiler.analysis._shares import split_among
+from neuron_profiler.analysis._shares import split_among, split_among_cover
 from neuron_profiler.analysis.align import (
     FUSED,
     MATCHED,
@@ -253,7 +252,7 @@ def _attribute(ctx: AnalysisContext, table: OpTable, steps: np.ndarray) -> _Ledg
         return ledger
     lo = min(int(work.start.min()), int(windows.start[0]))
     hi = max(int(work.end.max()), int(windows.end[-1]))
-    gating = _GatingOps.of(ctx, table)
+    gating = _GatingGroups.of(ctx, table)
     for axis, group in device_axes(work, lo, hi):  # every device at once (``_axis``)
         steps_on_axis = axis.replicate(windows)
         _busy(ledger, work, axis, group, steps_on_axis, owner, other_key)
@@ -300,7 +299,7 @@ def _idle(
     axis: DeviceAxis,
     windows: I.Intervals,
     table: OpTable,
-    gating: _GatingOps,
+    gating: _GatingGroups,
 ) -> None:
     """The axis' devices' idle time in the windows (on the axis), by cause: a host-gated
     cause's idle shared by the ops running then on a thread that launches that device's work
@@ -333,20 +332,21 @@ def _idle(
         xs.append(I.intersect(I.union(start + shift, end + shift), counted))
     rest = [float(x.total) for x in xs]
     gated = [c for c, cause in enumerate(ALL_CAUSES) if cause in GATING_CAUSES and len(xs[c])]
-    for op, start, end in gating.on_axis(axis, table) if gated else ():
-        for c in gated:
-            meet = _meets(start, end, xs[c])  # (the others would get nothing)
-            share = split_among(start[meet], end[meet], xs[c])
-            np.add.at(ledger.op[:, GATING], op[meet], share)
+    for c in gated:
+        group = axis.group_of(xs[c].start)
+        shift = axis.shift(group)
+        start, end = xs[c].start - shift, xs[c].end - shift  # back in real time
+        by_group = gating.of_device[axis.index[group]]
+        order = np.argsort(by_group, kind="stable")
+        cut = np.flatnonzero(np.r_[True, np.diff(by_group[order]) != 0, True])
+        for a, b in zip(cut[:-1].tolist(), cut[1:].tolist(), strict=True):
+            ops = gating.ops[int(by_group[order[a]])]
+            pick = order[a:b]  # the gaps of that group's devices, one cover
+            share = split_among_cover(table.start[ops], table.end[ops], start[pick], end[pick])
+            np.add.at(ledger.op[:, GATING], ops, share)
             rest[c] -= share.sum()
     for cause, ns in zip(ALL_CAUSES, rest, strict=True):
         ledger.add(f"idle: {cause}", IDLE, IDLE_PART, ns)
-
-
-def _meets(start: np.ndarray, end: np.ndarray, x: I.Intervals) -> np.ndarray:
-    """Which [start, end) overlap the interval set ``x`` (one search each)."""
-    k = np.searchsorted(x.end, start, side="right")
-    return (k < len(x)) & (x.start[np.minimum(k, len(x) - 1)] < end)
 
 
 def _clipped(axis: DeviceAxis, t: np.ndarray) -> np.ndarray:
@@ -355,23 +355,20 @@ def _clipped(axis: DeviceAxis, t: np.ndarray) -> np.ndarray:
     return np.clip(t, axis.base, axis.base + axis.width - 1)
 
 
-GATING_PAIRS = 1 << 22  # (op, device) pairs placed on an axis at once (memory: ~100 MB)
-
-
 @dataclass(frozen=True)
-class _GatingOps:
+class _GatingGroups:
     """Which ops a device's host-gated idle may go to: those on a thread that launched the
     device's work, or every op for a device whose launches the trace does not link
-    (``AnalysisContext.on_launch_threads``'s rule, for all devices at once). ``device`` /
-    ``op``: the linked pairs, sorted by device (index into ``work.devices``); ``alone``: per
-    device, whether it has no linked thread."""
+    (``AnalysisContext.on_launch_threads``'s rule). Devices with the same launching threads
+    form a group, whose gaps are one cover for its ops (``split_among_cover``): one split per
+    group and cause, not per device. ``of_device``: per device (index into ``work.devices``)
+    its group; ``ops``: per group, its ops."""
 
-    device: np.ndarray
-    op: np.ndarray
-    alone: np.ndarray
+    of_device: np.ndarray
+    ops: tuple[np.ndarray, ...]
 
     @classmethod
-    def of(cls, ctx: AnalysisContext, table: OpTable) -> _GatingOps:
+    def of(cls, ctx: AnalysisContext, table: OpTable) -> _GatingGroups:
         dev, pid, tid = ctx.launch_thread_table
         c = ctx.trace.columns
         rows = table.tree.rows[table.node]
@@ -379,41 +376,20 @@ class _GatingOps:
             np.r_[pid, c[S.PID][rows].astype(np.int64)], np.r_[tid, c[S.TID][rows].astype(np.int64)]
         )
         pair_thread, op_thread = code[: len(pid)], code[len(pid) :]
-        by_thread = np.argsort(op_thread, kind="stable")
-        lo = np.searchsorted(op_thread[by_thread], pair_thread, side="left")
-        hi = np.searchsorted(op_thread[by_thread], pair_thread, side="right")
-        count = hi - lo
-        op = by_thread[np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(count.sum())]
-        device = np.repeat(dev, count)  # (dev sorted: so is this)
-        alone = np.ones(len(ctx.work.devices), bool)
-        alone[dev] = False
-        return cls(device=device, op=op, alone=alone)
-
-    def on_axis(
-        self, axis: DeviceAxis, table: OpTable
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(op, start, end on the axis) of the axis' devices' pairs, in chunks of at most
-        ``GATING_PAIRS`` pairs (a device's pairs never split)."""
-        first, last = int(axis.index[0]), int(axis.index[-1]) + 1
-        a, b = np.searchsorted(self.device, [first, last])
-        per_device = np.bincount(self.device[a:b] - first, minlength=last - first)
-        per_device[self.alone[first:last]] = len(table)
-        ends = np.cumsum(per_device)
-        start, end = _clipped(axis, table.start), _clipped(axis, table.end)
-        g0 = 0
-        while g0 < len(per_device):
-            done = int(ends[g0 - 1]) if g0 else 0
-            g1 = max(int(np.searchsorted(ends, done + GATING_PAIRS, side="right")), g0 + 1)
-            pa, pb = np.searchsorted(self.device, [first + g0, first + g1])
-            group = self.device[pa:pb] - first
-            op = self.op[pa:pb]
-            alone = np.flatnonzero(self.alone[first + g0 : first + g1]) + g0
-            if len(alone):
-                group = np.r_[group, np.repeat(alone, len(table))]
-                op = np.r_[op, np.tile(np.arange(len(table)), len(alone))]
-            shift = axis.shift(group)
-            yield op, start[op] + shift, end[op] + shift
-            g0 = g1
+        bounds = np.searchsorted(dev, np.arange(len(ctx.work.devices) + 1)).tolist()
+        groups: dict[tuple[int, ...], int] = {}  # launching threads -> group (() : unlinked)
+        of_device = np.array(
+            [
+                groups.setdefault(tuple(pair_thread[a:b].tolist()), len(groups))
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+            ],
+            np.int64,
+        )
+        ops = tuple(
+            np.flatnonzero(np.isin(op_thread, threads)) if threads else np.arange(len(table))
+            for threads in groups
+        )
+        return cls(of_device=of_device, ops=ops)
 
 
 def _owners(ctx: AnalysisContext, table: OpTable) -> tuple[np.ndarray, list[str]]:
