@@ -78,13 +78,15 @@ FLOOR_GOAL = 1.5  # load_trace at most 1.5x the decode floor
 
 @dataclass
 class Run:
-    """One process: wall seconds, peak memory MB, exit status, its stderr's last lines."""
+    """One process: wall seconds, peak memory MB, exit status, its stderr's last lines, CPU
+    seconds (user + system: steadier than wall time on a shared machine)."""
 
     seconds: float
     mb: float
     code: int
     stderr: list[str] = field(default_factory=list)
     timed_out: bool = False
+    cpu_s: float = 0.0
 
     @property
     def error(self) -> str | None:
@@ -107,7 +109,8 @@ if pid == 0:
 _, status, usage = os.wait4(pid, 0)
 seconds = time.perf_counter() - t0
 with open(sys.argv[1], "w") as fh:
-    fh.write(f"{seconds} {usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}")
+    cpu = usage.ru_utime + usage.ru_stime
+    fh.write(f"{seconds} {usage.ru_maxrss} {os.waitstatus_to_exitcode(status)} {cpu}")
 """
 
 
@@ -177,9 +180,9 @@ def run(argv: list[str], timeout: float | None = None, stdout: Path | None = Non
         lines = err_path.read_bytes().decode("utf-8", "replace").splitlines()[-STDERR_LINES:]
         if not result.exists():  # the launcher was killed: the timeout
             return Run(float(timeout or 0), memory.peak_kb / 1024, -9, lines, timed_out=True)
-        seconds, maxrss_kb, code = result.read_text().split()
+        seconds, maxrss_kb, code, cpu = result.read_text().split()
     mb = max(int(maxrss_kb), memory.peak_kb) / 1024
-    return Run(float(seconds), mb, int(code), lines)
+    return Run(float(seconds), mb, int(code), lines, cpu_s=float(cpu))
 
 
 def best(cmd: list[str], repeat: int, timeout: float | None = None) -> dict:
@@ -193,6 +196,7 @@ def best(cmd: list[str], repeat: int, timeout: float | None = None) -> dict:
     return {
         "s": min(r.seconds for r in runs),
         "mb": statistics.median(r.mb for r in runs),
+        "cpu_s": min(r.cpu_s for r in runs),
         "stderr": runs[0].stderr,
     }
 

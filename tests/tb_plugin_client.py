@@ -101,3 +101,17 @@ def cli_distributed(logdir: Path, *rels: str) -> dict:
     )
     assert proc.returncode in (0, 2), proc.stderr[-2000:]
     return json.loads(proc.stdout)["distributed"]
+
+
+def cli_diff(logdir: Path, a: str, b: str) -> dict:
+    """``neuron-prof diff --json A B`` of two files (relative to ``logdir``), as a process."""
+    exe = Path(sys.executable).with_name("neuron-prof")
+    proc = subprocess.run(
+        [str(exe), "diff", "--json", a, b],
+        cwd=logdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)

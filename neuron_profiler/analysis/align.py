@@ -184,7 +184,7 @@ def host_tree(ctx: AnalysisContext) -> HostTree:
     keep = np.isin(host.kind, np.array(TREE_KINDS, np.uint8))
     rows, start, end = host.rows[keep], host.start[keep], host.end[keep]
     c = trace.columns
-    thread = _thread_codes(c[S.PID][rows], c[S.TID][rows])
+    thread = thread_codes(c[S.PID][rows], c[S.TID][rows])
     order = np.lexsort((-end, start, thread))
     rows, start, end, thread = rows[order], start[order], end[order], thread[order]
     kind, name_id = c[S.KIND][rows], c[S.NAME_ID][rows]
@@ -207,7 +207,7 @@ def host_tree(ctx: AnalysisContext) -> HostTree:
     )
 
 
-def _thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+def thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     """A dense code per distinct (pid, tid), in (pid, tid) order (one sort)."""
     order = np.lexsort((tid, pid))
     new = np.r_[True, (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1])]
@@ -230,22 +230,32 @@ def _name_flags(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class OpTable:
-    """The outermost ops of one trace. Per op: ``node`` (index into ``tree``), ``step`` (index
-    into the context's Steps of the step its start lies in, -1: none), ``label`` (its
-    segment's label), ``name`` (normalised), ``rules`` (the name-map rules that changed its
-    name), ``fallback`` (it is, or contains, a CPU-fallback row)."""
+    """The outermost ops of one trace, as codes (one Python object per distinct name, not per
+    op). Per op: ``node`` (index into ``tree``), ``step`` (index into the context's Steps of
+    the step its start lies in, -1: none), ``label`` (index into ``labels``: its segment's
+    label), ``raw`` (index into ``raw_names``: its name as recorded), ``fallback`` (it is, or
+    contains, a CPU-fallback row). Per raw name ``r``: ``names[name_of_raw[r]]`` its
+    normalised name, ``rules[r]`` the name-map rules that changed it."""
 
     tree: HostTree
     node: np.ndarray
     step: np.ndarray
-    label: tuple[str, ...]
-    name: tuple[str, ...]
+    label: np.ndarray
+    labels: tuple[str, ...]
+    raw: np.ndarray
+    raw_names: tuple[str, ...]
+    name_of_raw: np.ndarray
+    names: tuple[str, ...]
     rules: tuple[tuple[str, ...], ...]
-    raw_name: tuple[str, ...]
     fallback: np.ndarray
 
     def __len__(self) -> int:
         return len(self.node)
+
+    @property
+    def name(self) -> np.ndarray:
+        """Per op: its normalised name (index into ``names``)."""
+        return self.name_of_raw[self.raw]
 
     @property
     def start(self) -> np.ndarray:
@@ -274,8 +284,11 @@ def op_table(ctx: AnalysisContext, names: NameMap) -> OpTable:
     inside = (k >= 0) & (start < host_end[np.maximum(k, 0)])
     step = np.where(inside, k, -1)
     strings = ctx.trace.strings
-    raw_ids = tree.name_id[node]
-    normal = {int(i): names.normalise(strings[i]) for i in np.unique(raw_ids).tolist()}
+    string_ids, raw = np.unique(tree.name_id[node], return_inverse=True)
+    raw_names = tuple(strings[i] for i in string_ids.tolist())
+    normal = [names.normalise(text) for text in raw_names]
+    vocab: dict[str, int] = {}
+    name_of_raw = np.array([vocab.setdefault(n, len(vocab)) for n, _ in normal], np.int64)
     fallback = np.zeros(len(tree), bool)
     fallback[tree.kind == S.EventKind.FALLBACK] = True
     has_fallback = np.zeros(len(node), bool)
@@ -283,22 +296,30 @@ def op_table(ctx: AnalysisContext, names: NameMap) -> OpTable:
     of_node[node] = np.arange(len(node))
     owners = of_node[tree.top_op[fallback & (tree.top_op >= 0)]]
     has_fallback[owners] = True
+    label, labels = _labels(ctx, tree, node, step)
     return OpTable(
         tree=tree,
         node=node,
         step=step,
-        label=_labels(ctx, tree, node, step),
-        name=tuple(normal[i][0] for i in raw_ids.tolist()),
-        rules=tuple(normal[i][1] for i in raw_ids.tolist()),
-        raw_name=tuple(strings[i] for i in raw_ids.tolist()),
+        label=label,
+        labels=labels,
+        raw=raw.reshape(-1).astype(np.int64),
+        raw_names=raw_names,
+        name_of_raw=name_of_raw,
+        names=tuple(vocab),
+        rules=tuple(rules for _, rules in normal),
         fallback=has_fallback,
     )
 
 
+PHASES = (FORWARD, BACKWARD, AFTER_BACKWARD, DATALOADER)  # label codes 0-3 (an anchor's: 4 + id)
+
+
 def _labels(
     ctx: AnalysisContext, tree: HostTree, node: np.ndarray, step: np.ndarray
-) -> tuple[str, ...]:
-    """Each op's segment label: its innermost anchor's, else its autograd phase."""
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Each op's segment label (index into the labels returned): its innermost anchor's, else
+    its autograd phase."""
     strings = ctx.trace.strings
     backward_name = np.fromiter(
         (_BACKWARD_NAME.search(s) is not None for s in strings), bool, len(strings)
@@ -314,20 +335,28 @@ def _labels(
     start = tree.start[node]
     phase = np.where(
         backward | ((start >= first[step]) & (start < last[step])),
-        BACKWARD,
-        np.where((start >= last[step]) & (last[step] > first[step]), AFTER_BACKWARD, FORWARD),
+        PHASES.index(BACKWARD),
+        np.where(
+            (start >= last[step]) & (last[step] > first[step]),
+            PHASES.index(AFTER_BACKWARD),
+            PHASES.index(FORWARD),
+        ),
     )
     anchor = tree.anchor[node]
-    dataloader = set(ctx.names.dataloader.tolist())
-    out = []
-    for a, p in zip(anchor.tolist(), phase.tolist(), strict=True):
-        if a < 0:
-            out.append(p)
-        else:
-            n = int(tree.name_id[a])
-            dl = n in dataloader or tree.kind[a] == S.EventKind.DATALOADER
-            out.append(DATALOADER if dl else strings[n])
-    return tuple(out)
+    name = tree.name_id[np.maximum(anchor, 0)]
+    dataloader = np.isin(name, ctx.names.dataloader) | (
+        tree.kind[np.maximum(anchor, 0)] == S.EventKind.DATALOADER
+    )
+    code = np.where(
+        anchor < 0,
+        phase,
+        np.where(dataloader, PHASES.index(DATALOADER), len(PHASES) + name.astype(np.int64)),
+    )
+    codes, inverse = np.unique(code, return_inverse=True)
+    texts = [PHASES[c] if c < len(PHASES) else strings[c - len(PHASES)] for c in codes.tolist()]
+    vocab: dict[str, int] = {}  # two codes may be one label (an annotation named "forward")
+    label_of_code = np.array([vocab.setdefault(t, len(vocab)) for t in texts], np.int64)
+    return label_of_code[inverse.reshape(-1)], tuple(vocab)
 
 
 def _step_threads(ctx: AnalysisContext, tree: HostTree) -> np.ndarray:
@@ -337,16 +366,13 @@ def _step_threads(ctx: AnalysisContext, tree: HostTree) -> np.ndarray:
     c = ctx.trace.columns
     if len(rows):
         pairs = set(zip(c[S.PID][rows].tolist(), c[S.TID][rows].tolist(), strict=True))
-        mine = np.array(
-            [
-                (p, t) in pairs
-                for p, t in zip(
-                    c[S.PID][tree.rows].tolist(), c[S.TID][tree.rows].tolist(), strict=True
-                )
-            ],
-            bool,
-        )
-        return np.unique(tree.thread[mine])
+        threads, first = np.unique(tree.thread, return_index=True)
+        row = tree.rows[first]  # one row per thread: its (pid, tid)
+        mine = [
+            (p, t) in pairs
+            for p, t in zip(c[S.PID][row].tolist(), c[S.TID][row].tolist(), strict=True)
+        ]
+        return threads[np.array(mine, bool)]
     ops = tree.thread[tree.top_op == np.arange(len(tree))]
     return np.array([np.bincount(ops).argmax()]) if len(ops) else np.zeros(0, np.int64)
 
@@ -377,13 +403,23 @@ class AlignKey:
 
 @dataclass(frozen=True)
 class MappingUse:
-    """A name-map rule that changed ``ops`` op names ``raw`` -> ``mapped`` on ``side``."""
+    """A name-map rule that changed op names ``raw`` -> ``mapped``: ``a_ops`` times in A's
+    compared steps, ``b_ops`` in B's (one entry for both sides)."""
 
     rule: str
-    side: str
     raw: str
     mapped: str
-    ops: int
+    a_ops: int
+    b_ops: int
+
+    @property
+    def side(self) -> str:
+        """ "A", "B", or "both"."""
+        return "both" if self.a_ops and self.b_ops else ("A" if self.a_ops else "B")
+
+    @property
+    def ops(self) -> int:
+        return self.a_ops + self.b_ops
 
 
 @dataclass(frozen=True)
@@ -416,15 +452,11 @@ def align(
     ops_a, ops_b = op_table(ctx_a, names), op_table(ctx_b, names)
     vocab: dict[str, int] = {}
     side_a, side_b = _Side.of(ops_a, pairs.a, vocab), _Side.of(ops_b, pairs.b, vocab)
-    words = list(vocab)
-    keys: dict[AlignKey, int] = {}
-    unit_a = np.full(len(side_a.unit_name), -1, np.int64)
-    unit_b = np.full(len(side_b.unit_name), -1, np.int64)
+    pieces: list[np.ndarray] = []
     segments = by_occurrence = 0
     budget = CELL_BUDGET
     largest = (0, 0)
     for seg in sorted(set(side_a.segments) | set(side_b.segments)):
-        label = words[seg[1]]
         ra, rb = side_a.segments.get(seg, (0, 0)), side_b.segments.get(seg, (0, 0))
         na, nb = ra[1] - ra[0], rb[1] - rb[0]
         if na and nb:
@@ -433,49 +465,97 @@ def align(
         sequence = na * nb <= min(MAX_CELLS, budget)
         budget -= na * nb if sequence else 0
         by_occurrence += bool(na and nb and not sequence)
-        for tag, i1, i2, j1, j2 in _opcodes(
-            side_a.unit_name[ra[0] : ra[1]], side_b.unit_name[rb[0] : rb[1]], sequence
-        ):
-            ua, ub = range(ra[0] + i1, ra[0] + i2), range(rb[0] + j1, rb[0] + j2)
-            if tag == "equal":
-                for i, j in zip(ua, ub, strict=True):
-                    k = _key(keys, AlignKey(MATCHED, label, words[side_a.unit_name[i]], ""))
-                    unit_a[i] = unit_b[j] = k
-            elif tag == "replace":
-                group = AlignKey(
-                    FUSED,
-                    label,
-                    _listed(words, side_a.unit_name[ua]),
-                    _listed(words, side_b.unit_name[ub]),
-                )
-                k = _key(keys, group)
-                unit_a[list(ua)] = k
-                unit_b[list(ub)] = k
-            else:
-                for i in ua:
-                    unit_a[i] = _key(
-                        keys, AlignKey(UNMATCHED, label, words[side_a.unit_name[i]], "")
-                    )
-                for j in ub:
-                    unit_b[j] = _key(
-                        keys, AlignKey(UNMATCHED, label, "", words[side_b.unit_name[j]])
-                    )
+        codes = _opcodes(side_a.unit_name[ra[0] : ra[1]], side_b.unit_name[rb[0] : rb[1]], sequence)
+        at = codes + np.array([0, ra[0], ra[0], rb[0], rb[0]])  # to units of the whole side
+        pieces.append(np.column_stack((at, np.full(len(codes), seg[1]))))
+    opcodes = np.concatenate(pieces) if pieces else np.zeros((0, 6), np.int64)
+    keys, unit_a, unit_b = _keys(opcodes, side_a.unit_name, side_b.unit_name, list(vocab))
     return Alignment(
         steps=pairs,
         a=ops_a,
         b=ops_b,
         key_a=side_a.op_keys(unit_a, len(ops_a)),
         key_b=side_b.op_keys(unit_b, len(ops_b)),
-        keys=tuple(keys),
-        mappings=_mappings(ops_a, side_a.ops, "A") + _mappings(ops_b, side_b.ops, "B"),
+        keys=keys,
+        mappings=_both_sides(_mappings(ops_a, side_a.ops), _mappings(ops_b, side_b.ops)),
         segments=segments,
         by_occurrence=by_occurrence,
         largest=largest,
     )
 
 
-def _key(keys: dict[AlignKey, int], key: AlignKey) -> int:
-    return keys.setdefault(key, len(keys))
+# opcodes: rows (tag, i1, i2, j1, j2[, label]) as difflib's, the tag coded
+EQUAL, REPLACE, DELETE, INSERT = range(4)
+_TAGS = {"equal": EQUAL, "replace": REPLACE, "delete": DELETE, "insert": INSERT}
+_KIND_CODES = (MATCHED, FUSED, UNMATCHED)
+
+
+def _keys(
+    opcodes: np.ndarray, names_a: np.ndarray, names_b: np.ndarray, words: list[str]
+) -> tuple[tuple[AlignKey, ...], np.ndarray, np.ndarray]:
+    """The alignment keys of all segments' opcodes, numbered in the order they first occur, and
+    each unit's key: an equal block gives one key per unit pair (the name, matched), a replaced
+    stretch one for the whole (fused), a deleted or inserted unit one of its own (unmatched).
+    One pass of array operations over every unit; Python only per fused group and per key."""
+    tag, i1, i2, j1, j2, label = (opcodes[:, c] for c in range(6))
+    count = np.where(tag == REPLACE, 1, np.where(tag == INSERT, j2 - j1, i2 - i1))
+    op = np.repeat(np.arange(len(opcodes)), count)  # one event per key occurrence
+    offset = np.arange(len(op)) - np.repeat(np.cumsum(count) - count, count)
+    t, unit_i, unit_j = tag[op], i1[op] + offset, j1[op] + offset
+    kind = np.select([t == EQUAL, t == REPLACE], [0, 1], 2)
+    name_a, name_b = np.full(len(op), -1), np.full(len(op), -1)
+    on_a, on_b = (t == EQUAL) | (t == DELETE), t == INSERT
+    name_a[on_a] = names_a[unit_i[on_a]]
+    name_b[on_b] = names_b[unit_j[on_b]]
+    replaced = np.flatnonzero(tag == REPLACE)
+    fused: dict[tuple[str, str], int] = {}  # a fused event's name_a: its (A, B) text pair's id
+    name_a[t == REPLACE] = [
+        fused.setdefault(
+            (_listed(words, names_a[i1[r] : i2[r]]), _listed(words, names_b[j1[r] : j2[r]])),
+            len(fused),
+        )
+        for r in replaced.tolist()
+    ]
+    group, first = first_occurrence(kind, label[op], name_a, name_b)
+    fused_text = list(fused)
+    keys = []
+    for e in first.tolist():
+        k, lab, x, y = _KIND_CODES[kind[e]], words[label[op[e]]], int(name_a[e]), int(name_b[e])
+        if k == FUSED:
+            keys.append(AlignKey(k, lab, *fused_text[x]))
+        else:
+            keys.append(AlignKey(k, lab, words[x] if x >= 0 else "", words[y] if y >= 0 else ""))
+    unit_a, unit_b = np.full(len(names_a), -1, np.int64), np.full(len(names_b), -1, np.int64)
+    unit_a[unit_i[on_a]] = group[on_a]
+    unit_b[unit_j[t == EQUAL]] = group[t == EQUAL]
+    unit_b[unit_j[on_b]] = group[on_b]
+    fused_key = group[t == REPLACE]  # one event per replaced stretch, in opcode order
+    unit_a[_ranges(i1[replaced], i2[replaced])] = np.repeat(fused_key, (i2 - i1)[replaced])
+    unit_b[_ranges(j1[replaced], j2[replaced])] = np.repeat(fused_key, (j2 - j1)[replaced])
+    return tuple(keys), unit_a, unit_b
+
+
+def first_occurrence(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of the columns, its distinct value's number, distinct values numbered in the
+    order they first occur; and each number's first row."""
+    order = np.lexsort(columns[::-1])  # stable: equal rows keep their order
+    new = np.zeros(len(order), bool)
+    new[:1] = True
+    for col in columns:
+        x = col[order]
+        new[1:] |= x[1:] != x[:-1]
+    first = order[new]  # each distinct value's first row (the sort is stable)
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    group = np.empty(len(order), np.int64)
+    group[order] = rank[np.cumsum(new) - 1]
+    return group, np.sort(first)
+
+
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The concatenation of ``range(s, e)`` for each pair."""
+    lengths = ends - starts
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(lengths.sum())
 
 
 def _listed(words: list[str], ids: np.ndarray) -> str:
@@ -505,12 +585,8 @@ class _Side:
         pair_of_step[steps] = np.arange(len(steps))
         pair = pair_of_step[table.step]  # (step -1 reads the last entry: -1)
         ops = np.flatnonzero(pair >= 0)
-        label = np.array(
-            [vocab.setdefault(table.label[i], len(vocab)) for i in ops.tolist()], np.int64
-        )
-        name = np.array(
-            [vocab.setdefault(table.name[i], len(vocab)) for i in ops.tolist()], np.int64
-        )
+        label = _vocab_ids(table.label[ops], table.labels, vocab)
+        name = _vocab_ids(table.name[ops], table.names, vocab)
         order = np.lexsort((table.start[ops], label, pair[ops]))
         ops, label, name, pair = ops[order], label[order], name[order], pair[ops][order]
         new_segment = np.r_[True, (pair[1:] != pair[:-1]) | (label[1:] != label[:-1])]
@@ -531,34 +607,47 @@ class _Side:
         return out
 
 
-def _opcodes(a: np.ndarray, b: np.ndarray, sequence: bool) -> list[tuple[str, int, int, int, int]]:
-    """difflib's opcodes for two unit sequences (``equal``, ``replace``, ``delete``,
-    ``insert``); an occurrence match instead when not ``sequence`` (too many unit pairs)."""
+def _vocab_ids(ids: np.ndarray, texts: tuple[str, ...], vocab: dict[str, int]) -> np.ndarray:
+    """``ids`` (into ``texts``) as ids of the shared ``vocab``, new texts added in the order
+    they first occur (the vocab's order decides which segments are matched first)."""
+    distinct, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    for i in distinct[np.argsort(first)].tolist():
+        vocab.setdefault(texts[i], len(vocab))
+    return np.array([vocab[texts[i]] for i in distinct.tolist()], np.int64)[inverse.reshape(-1)]
+
+
+def _opcodes(a: np.ndarray, b: np.ndarray, sequence: bool) -> np.ndarray:
+    """difflib's opcodes for two unit sequences, as rows (tag, i1, i2, j1, j2) of ints; an
+    occurrence match instead when not ``sequence`` (too many unit pairs)."""
     if len(a) == 0 or len(b) == 0:
-        return [("delete", 0, len(a), 0, 0)] * bool(len(a)) + [("insert", 0, 0, 0, len(b))] * bool(
+        rows = [(DELETE, 0, len(a), 0, 0)] * bool(len(a)) + [(INSERT, 0, 0, 0, len(b))] * bool(
             len(b)
         )
+        return np.array(rows, np.int64).reshape(-1, 5)
     if sequence:
-        return SequenceMatcher(None, a.tolist(), b.tolist(), autojunk=False).get_opcodes()
+        matcher = SequenceMatcher(None, a.tolist(), b.tolist(), autojunk=False)
+        rows = [(_TAGS[t], i1, i2, j1, j2) for t, i1, i2, j1, j2 in matcher.get_opcodes()]
+        return np.array(rows, np.int64).reshape(-1, 5)
     return _by_occurrence(a, b)
 
 
-def _by_occurrence(a: np.ndarray, b: np.ndarray) -> list[tuple[str, int, int, int, int]]:
-    """The k-th unit of each name in A matched with the k-th in B (one sort per side), as
-    single-unit opcodes; the rest unmatched."""
-    ka, kb = _occurrence(a), _occurrence(b)
-    pos_b = {(n, k): j for j, (n, k) in enumerate(zip(b.tolist(), kb.tolist(), strict=True))}
-    out: list[tuple[str, int, int, int, int]] = []
+def _by_occurrence(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The k-th unit of each name in A matched with the k-th in B (a sort and a search), as
+    single-unit opcodes in A's order, then B's units left unmatched."""
+    span = max(len(a), len(b)) + 1
+    code_a, code_b = a * span + _occurrence(a), b * span + _occurrence(b)  # (name, k): unique
+    order = np.argsort(code_b)
+    pos = np.minimum(np.searchsorted(code_b[order], code_a), len(b) - 1)
+    hit = code_b[order][pos] == code_a
+    j = np.where(hit, order[pos], 0)
+    i = np.arange(len(a))
+    found = np.column_stack((np.where(hit, EQUAL, DELETE), i, i + 1, j, np.where(hit, j + 1, 0)))
     hit_b = np.zeros(len(b), bool)
-    for i, (n, k) in enumerate(zip(a.tolist(), ka.tolist(), strict=True)):
-        j = pos_b.get((n, k))
-        if j is None:
-            out.append(("delete", i, i + 1, 0, 0))
-        else:
-            hit_b[j] = True
-            out.append(("equal", i, i + 1, j, j + 1))
-    out += [("insert", 0, 0, j, j + 1) for j in np.flatnonzero(~hit_b).tolist()]
-    return out
+    hit_b[j[hit]] = True
+    rest = np.flatnonzero(~hit_b)
+    zero = np.zeros(len(rest), np.int64)
+    left = np.column_stack((np.full(len(rest), INSERT), zero, zero, rest, rest + 1))
+    return np.concatenate((found, left)).astype(np.int64)
 
 
 def _occurrence(x: np.ndarray) -> np.ndarray:
@@ -571,14 +660,43 @@ def _occurrence(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _mappings(table: OpTable, ops: np.ndarray, side: str) -> tuple[MappingUse, ...]:
-    """The name-map rules that changed names of the compared ops, with how many each."""
-    count: dict[tuple[str, str, str], int] = {}
-    for i in ops.tolist():
-        for rule in table.rules[i]:
-            k = (rule, table.raw_name[i], table.name[i])
-            count[k] = count.get(k, 0) + 1
-        if table.fallback[i] and table.raw_name[i] == table.name[i]:
-            k = ("cpu_fallback", f"{V.FALLBACK_PREFIX}{table.name[i]}", table.name[i])
-            count[k] = count.get(k, 0) + 1
-    return tuple(MappingUse(r, side, raw, mapped, n) for (r, raw, mapped), n in count.items())
+Mapping = tuple[str, str, str]  # (rule, raw name, mapped name)
+
+
+def _mappings(table: OpTable, ops: np.ndarray) -> dict[Mapping, int]:
+    """The name-map rules that changed names of the compared ops, with how many each, in the
+    order ``ops`` first uses them (per distinct raw name, not per op)."""
+    raw, n = table.raw[ops], len(table.raw_names)
+    count, first = _count_first(raw, n)
+    fb_at = np.flatnonzero(table.fallback[ops])
+    fb_count, fb_first = _count_first(raw[fb_at], n)
+    found: list[tuple[tuple[int, int], Mapping, int]] = []
+    for r in np.flatnonzero(count).tolist():
+        raw_name, mapped = table.raw_names[r], table.names[table.name_of_raw[r]]
+        rules = table.rules[r]
+        found += [
+            ((first[r], j), (rule, raw_name, mapped), count[r]) for j, rule in enumerate(rules)
+        ]
+        if fb_count[r] and raw_name == mapped:  # a fallback row inside an op of that name
+            key = ("cpu_fallback", f"{V.FALLBACK_PREFIX}{mapped}", mapped)
+            found.append(((fb_at[fb_first[r]], len(rules)), key, fb_count[r]))
+    merged: dict[Mapping, int] = {}
+    for _, key, ops_count in sorted(found, key=lambda f: f[0]):
+        merged[key] = merged.get(key, 0) + int(ops_count)
+    return merged
+
+
+def _both_sides(a: dict[Mapping, int], b: dict[Mapping, int]) -> tuple[MappingUse, ...]:
+    """One entry per mapping, A's first (in A's order), then those of B only."""
+    return tuple(
+        MappingUse(rule, raw, mapped, a.get(key, 0), b.get(key, 0))
+        for key in dict.fromkeys([*a, *b])
+        for rule, raw, mapped in (key,)
+    )
+
+
+def _count_first(codes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per code below ``n``: how often it occurs, and its first position (len: none)."""
+    first = np.full(n, len(codes), np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    return np.bincount(codes, minlength=n), first

@@ -117,19 +117,45 @@ class AnalysisContext:
         s = sel.spans_of(self.trace, sel.emulator_overhead_rows(self.trace, self.names))
         return I.union(s.start, s.end)
 
+    @cached_property
+    def launch_thread_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every (device, host thread) pair where the thread's runtime calls launched the
+        device's work, for all devices at once: (device index into ``work.devices``, pid,
+        tid), sorted by device, then pid, tid. One sort of the calls and the work's
+        correlation ids, not a scan of every call per device."""
+        w, c = self.work, self.trace.columns
+        calls = np.flatnonzero(self.trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE))
+        call_corr = c[S.CORRELATION][calls]
+        order = np.argsort(call_corr, kind="stable")
+        calls, call_corr = calls[order], call_corr[order]
+        corr = c[S.CORRELATION][w.rows]
+        device = np.searchsorted(np.asarray(w.devices, np.int64), w.device)
+        linked = corr > 0
+        lo = np.searchsorted(call_corr, corr[linked], side="left")
+        hi = np.searchsorted(call_corr, corr[linked], side="right")
+        count = hi - lo
+        at = np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(count.sum())
+        dev = np.repeat(device[linked], count)
+        rows = calls[at]
+        pid, tid = c[S.PID][rows].astype(np.int64), c[S.TID][rows].astype(np.int64)
+        order = np.lexsort((tid, pid, dev))  # (a sort: np.unique over rows is far slower)
+        dev, pid, tid = dev[order], pid[order], tid[order]
+        new = np.ones(len(dev), bool)
+        new[1:] = (dev[1:] != dev[:-1]) | (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])
+        return dev[new].astype(np.int64), pid[new], tid[new]
+
     def launch_threads(self, device: int) -> np.ndarray:
         """(pid, tid) of the host threads whose runtime calls launched ``device``'s work (the
         host activity a gap on that device can be blamed on: not a monitor thread asleep
         beside it); empty when the trace links no launch to that device's work."""
         if device not in self._launch_threads:
-            w, c = self.work, self.trace.columns
-            corr = c[S.CORRELATION][w.rows[w.of(device)]]
-            calls = np.flatnonzero(
-                self.trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE)
-                & np.isin(c[S.CORRELATION], np.unique(corr[corr > 0]))
+            dev, pid, tid = self.launch_thread_table
+            k = int(np.searchsorted(np.asarray(self.work.devices, np.int64), device))
+            a, b = np.searchsorted(dev, k, side="left"), np.searchsorted(dev, k, side="right")
+            known = k < len(self.work.devices) and self.work.devices[k] == device
+            self._launch_threads[device] = (
+                np.stack([pid[a:b], tid[a:b]], axis=1) if known else np.zeros((0, 2), np.int64)
             )
-            pairs = np.stack([c[S.PID][calls], c[S.TID][calls]], axis=1)
-            self._launch_threads[device] = np.unique(pairs, axis=0)
         return self._launch_threads[device]
 
     def on_launch_threads(self, device: int, rows: np.ndarray) -> np.ndarray:

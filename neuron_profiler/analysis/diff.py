@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._axis import DeviceAxis, device_axes
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA
-from neuron_profiler.analysis._shares import split_among
+from neuron_profiler.analysis._shares import split_among, split_among_cover
 from neuron_profiler.analysis.align import (
     FUSED,
     MATCHED,
@@ -48,10 +49,12 @@ from neuron_profiler.analysis.align import (
     OpTable,
     StepChoice,
     align,
+    first_occurrence,
+    thread_codes,
 )
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.context import AnalysisContext, Options
-from neuron_profiler.analysis.idle import idle_time
+from neuron_profiler.analysis.idle import IdleTime, idle_time
 from neuron_profiler.analysis.name_map import NameMap
 from neuron_profiler.heap import gc_paused
 from neuron_profiler.trace import schema as S
@@ -114,6 +117,11 @@ class Row:
     def delta_ms(self) -> float:
         return self.b_ms - self.a_ms
 
+    @property
+    def delta_parts_ms(self) -> tuple[float, ...]:
+        """Δ of each of ``COMPONENTS``."""
+        return tuple(b - a for a, b in zip(self.a_parts_ms, self.b_parts_ms, strict=True))
+
 
 @dataclass(frozen=True)
 class CauseDelta:
@@ -154,7 +162,11 @@ class TraceDiff:
 
     @property
     def delta_pct(self) -> float:
-        return 100 * self.delta_ms / self.a.step_ms if self.a.step_ms else 0.0
+        return self.pct_of_a(self.delta_ms)
+
+    def pct_of_a(self, ms: float) -> float:
+        """``ms`` as a percentage of A's mean step (0 when A's step is 0)."""
+        return 100 * ms / self.a.step_ms if self.a.step_ms else 0.0
 
     def folded(self, min_ms: float | None = None, top: int = DISPLAY_ROWS) -> tuple[Row, ...]:
         """The rows to show: at most ``top`` with |Δ| >= ``min_ms`` (default: DISPLAY_SHARE of
@@ -236,50 +248,148 @@ def _attribute(ctx: AnalysisContext, table: OpTable, steps: np.ndarray) -> _Ledg
     idle = ctx.result(idle_time)
     work = ctx.work
     ledger.devices = len(work.devices)
-    for g, device in enumerate(idle.per_device.device.tolist()):
-        run = work.of(device)
-        run = run[~work.wait[run]]
-        _busy(ledger, work, run, windows, owner, other_key)
-        on_thread = ctx.on_launch_threads(device, table.tree.rows[table.node])
-        for cause in ALL_CAUSES:
-            x = I.intersect(idle.gaps_of(cause, device), windows)
-            rest = float(x.total)
-            if cause in GATING_CAUSES and len(x):
-                share = split_among(table.start[on_thread], table.end[on_thread], x)
-                ledger.op[on_thread, GATING] += share
-                rest -= share.sum()
-            ledger.add(f"idle: {cause}", IDLE, IDLE_PART, rest)
-        hidden = idle.per_device.per_step_emulator_overhead_ns[g][steps].sum()
-        if hidden:
-            ledger.add(EMULATOR_OVERHEAD, IDLE, IDLE_PART, float(hidden))
+    if len(windows) == 0:
+        return ledger
+    lo = min(int(work.start.min()), int(windows.start[0]))
+    hi = max(int(work.end.max()), int(windows.end[-1]))
+    gating = _GatingGroups.of(ctx, table)
+    for axis, group in device_axes(work, lo, hi):  # every device at once (``_axis``)
+        steps_on_axis = axis.replicate(windows)
+        _busy(ledger, work, axis, group, steps_on_axis, owner, other_key)
+        _idle(ledger, idle, axis, steps_on_axis, table, gating)
+    hidden = int(idle.per_device.per_step_emulator_overhead_ns[:, steps].sum())
+    if hidden:
+        ledger.add(EMULATOR_OVERHEAD, IDLE, IDLE_PART, float(hidden))
     return ledger
 
 
 def _busy(
     ledger: _Ledger,
     work,  # noqa: ANN001 -- DeviceWork
-    run: np.ndarray,
+    axis: DeviceAxis,
+    group: np.ndarray,
     windows: I.Intervals,
     owner: np.ndarray,
     other_key: list[str],
 ) -> None:
-    """One device's busy time in the windows, to the work running: compute first, then
-    collectives, then copies, each instant shared by the entries of that class running."""
-    q = work.queue[run]
+    """The axis' devices' busy time in the windows (on the axis), to the work running: compute
+    first, then collectives, then copies, each instant shared by the entries of that class
+    running on that device."""
+    runs = (group >= 0) & ~work.wait
     taken = I.EMPTY
     for queue, component in ((COMPUTE, DEVICE), (COLLECTIVE, COLL), (DMA, DEVICE)):
-        entries = run[q == queue]
-        own = I.union(work.start[entries], work.end[entries])
-        share = split_among(
-            work.start[entries], work.end[entries], I.intersect(I.subtract(own, taken), windows)
-        )
+        entries = np.flatnonzero(runs & (work.queue == queue))
+        shift = axis.shift(group[entries])
+        start, end = work.start[entries] + shift, work.end[entries] + shift
+        own = I.union(start, end)
+        share = split_among(start, end, I.intersect(I.subtract(own, taken), windows))
         taken = I.union(np.r_[taken.start, own.start], np.r_[taken.end, own.end])
         who = owner[entries]
         mine = who >= 0
         np.add.at(ledger.op[:, component], who[mine], share[mine])
-        for k in np.unique(-who[~mine] - 1).tolist():
-            pick = ~mine & (who == -k - 1)
-            ledger.add(other_key[k], ANCHOR, component, float(share[pick].sum()))
+        keys = -who[~mine] - 1
+        total = np.bincount(keys, weights=share[~mine], minlength=len(other_key))
+        for k in np.unique(keys).tolist():
+            ledger.add(other_key[k], ANCHOR, component, float(total[k]))
+
+
+def _idle(
+    ledger: _Ledger,
+    idle: IdleTime,
+    axis: DeviceAxis,
+    windows: I.Intervals,
+    table: OpTable,
+    gating: _GatingGroups,
+) -> None:
+    """The axis' devices' idle time in the windows (on the axis), by cause: a host-gated
+    cause's idle shared by the ops running then on a thread that launches that device's work
+    (their ``gating`` part), the rest an idle row of its own."""
+    counted = axis.replicate(idle.window)
+    discount = [
+        (g, idle.discount[d]) for g, d in enumerate(axis.devices) if d in idle.discount
+    ]  # (the emulator's devices only)
+    if discount:
+        clip = I.window(axis.base, axis.base + axis.width)
+        parts = [(I.intersect(x, clip), axis.shift(g)) for g, x in discount]
+        counted = I.subtract(
+            counted,
+            I.union(
+                np.concatenate([x.start + s for x, s in parts]),
+                np.concatenate([x.end + s for x, s in parts]),
+            ),
+        )
+    counted = I.intersect(counted, windows)
+    device = np.searchsorted(np.asarray(axis.devices, np.int64), idle.gap_device)
+    on_axis = device < len(axis.devices)
+    on_axis[on_axis] = (
+        np.asarray(axis.devices, np.int64)[device[on_axis]] == idle.gap_device[on_axis]
+    )
+    xs = []
+    for c in range(len(ALL_CAUSES)):
+        k = np.flatnonzero(on_axis & (idle.gap_cause == c))
+        shift = axis.shift(device[k])
+        start, end = _clipped(axis, idle.gap_start_ns[k]), _clipped(axis, idle.gap_end_ns[k])
+        xs.append(I.intersect(I.union(start + shift, end + shift), counted))
+    rest = [float(x.total) for x in xs]
+    gated = [c for c, cause in enumerate(ALL_CAUSES) if cause in GATING_CAUSES and len(xs[c])]
+    for c in gated:
+        group = axis.group_of(xs[c].start)
+        shift = axis.shift(group)
+        start, end = xs[c].start - shift, xs[c].end - shift  # back in real time
+        by_group = gating.of_device[axis.index[group]]
+        order = np.argsort(by_group, kind="stable")
+        cut = np.flatnonzero(np.r_[True, np.diff(by_group[order]) != 0, True])
+        for a, b in zip(cut[:-1].tolist(), cut[1:].tolist(), strict=True):
+            ops = gating.ops[int(by_group[order[a]])]
+            pick = order[a:b]  # the gaps of that group's devices, one cover
+            share = split_among_cover(table.start[ops], table.end[ops], start[pick], end[pick])
+            np.add.at(ledger.op[:, GATING], ops, share)
+            rest[c] -= share.sum()
+    for cause, ns in zip(ALL_CAUSES, rest, strict=True):
+        ledger.add(f"idle: {cause}", IDLE, IDLE_PART, ns)
+
+
+def _clipped(axis: DeviceAxis, t: np.ndarray) -> np.ndarray:
+    """Real times held inside the axis' span (what lies outside counts in no window there, and
+    placed unclipped it would reach into the next device's)."""
+    return np.clip(t, axis.base, axis.base + axis.width - 1)
+
+
+@dataclass(frozen=True)
+class _GatingGroups:
+    """Which ops a device's host-gated idle may go to: those on a thread that launched the
+    device's work, or every op for a device whose launches the trace does not link
+    (``AnalysisContext.on_launch_threads``'s rule). Devices with the same launching threads
+    form a group, whose gaps are one cover for its ops (``split_among_cover``): one split per
+    group and cause, not per device. ``of_device``: per device (index into ``work.devices``)
+    its group; ``ops``: per group, its ops."""
+
+    of_device: np.ndarray
+    ops: tuple[np.ndarray, ...]
+
+    @classmethod
+    def of(cls, ctx: AnalysisContext, table: OpTable) -> _GatingGroups:
+        dev, pid, tid = ctx.launch_thread_table
+        c = ctx.trace.columns
+        rows = table.tree.rows[table.node]
+        code = thread_codes(
+            np.r_[pid, c[S.PID][rows].astype(np.int64)], np.r_[tid, c[S.TID][rows].astype(np.int64)]
+        )
+        pair_thread, op_thread = code[: len(pid)], code[len(pid) :]
+        bounds = np.searchsorted(dev, np.arange(len(ctx.work.devices) + 1)).tolist()
+        groups: dict[tuple[int, ...], int] = {}  # launching threads -> group (() : unlinked)
+        of_device = np.array(
+            [
+                groups.setdefault(tuple(pair_thread[a:b].tolist()), len(groups))
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+            ],
+            np.int64,
+        )
+        ops = tuple(
+            np.flatnonzero(np.isin(op_thread, threads)) if threads else np.arange(len(table))
+            for threads in groups
+        )
+        return cls(of_device=of_device, ops=ops)
 
 
 def _owners(ctx: AnalysisContext, table: OpTable) -> tuple[np.ndarray, list[str]]:
@@ -299,18 +409,38 @@ def _owners(ctx: AnalysisContext, table: OpTable) -> tuple[np.ndarray, list[str]
     linked = (wc > 0) & (len(keys) > 0) & (keys[k] == wc if len(keys) else False)
     node = np.where(linked, node_of_key[k] if len(keys) else -1, -1)
     op = np.where(node >= 0, table.of_node[np.maximum(node, 0)], -1)
-    names: dict[str, int] = {}
+    alone = np.flatnonzero(op < 0)
+    call = node[alone]
+    called = call >= 0
+    anchor = np.full(len(call), -1, np.int64)
+    anchor[called] = tree.anchor[call[called]]
+    where = np.full(len(call), -1, np.int64)
+    where[anchor >= 0] = tree.name_id[anchor[anchor >= 0]]
+    what = c[S.NAME_ID][work.rows[alone]].astype(np.int64)
+    what[called] = tree.name_id[call[called]]
+    group, first = first_occurrence(called.astype(np.int64), where, what)
+    names: dict[str, int] = {}  # (one text per distinct entry kind, anchor and name)
+    code = np.array(
+        [
+            names.setdefault(
+                _outside_text(strings, int(call[i]), int(where[i]), int(what[i])), len(names)
+            )
+            for i in first.tolist()
+        ],
+        np.int64,
+    )
     owner = op.copy()
-    for i in np.flatnonzero(op < 0).tolist():
-        if node[i] >= 0:
-            a = int(tree.anchor[node[i]])
-            where = strings[int(tree.name_id[a])] if a >= 0 else "no anchor"
-            text = f"{where} › (outside ops) {strings[int(tree.name_id[node[i]])]}"
-        else:
-            name = strings[int(c[S.NAME_ID][work.rows[i]])]
-            text = f"(no launch call) {name[:KERNEL_NAME_CHARS]}"
-        owner[i] = -names.setdefault(text, len(names)) - 1
+    owner[alone] = -code[group] - 1
     return owner, list(names)
+
+
+def _outside_text(strings: list[str], call: int, anchor_name: int, name: int) -> str:
+    """The row key of device work no op launched: its call's anchor and name, or (no launch
+    call) its kernel name."""
+    if call >= 0:
+        where = strings[anchor_name] if anchor_name >= 0 else "no anchor"
+        return f"{where} › (outside ops) {strings[name]}"
+    return f"(no launch call) {strings[name][:KERNEL_NAME_CHARS]}"
 
 
 def _side(ctx: AnalysisContext, steps: np.ndarray, ledger: _Ledger) -> Side:

@@ -104,7 +104,13 @@ def rank_summary(ctx: AnalysisContext) -> RankSummary:
 
 def distributed_info(trace: Trace) -> tuple[int | None, int | None]:
     """(rank, world size) from ``distributedInfo``; None where the trace gives none."""
-    info = trace.metadata.get(V.META_DISTRIBUTED)
+    return distributed_info_of(trace.metadata)
+
+
+def distributed_info_of(metadata: dict) -> tuple[int | None, int | None]:
+    """``distributed_info`` of a trace's top-level keys (as ``trace.loader.read_header``
+    returns them, before the trace is loaded)."""
+    info = metadata.get(V.META_DISTRIBUTED)
     if not isinstance(info, dict):
         return None, None
     return _int_or_none(info.get(V.DIST_RANK)), _int_or_none(info.get(V.DIST_WORLD_SIZE))

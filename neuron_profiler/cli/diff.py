@@ -1,9 +1,11 @@
 """``neuron-prof diff A B``: where the mean step time changed between two traces of the same
 script (argument parsing and output only; the work is ``neuron_profiler.analysis.diff``).
 
-A and B are trace files, or directories of rank traces (``*.json`` / ``*.json.gz``): the files
-of the two directories are paired in name order (same count), each pair diffed; ``--json``'s
-top level is the pair whose mean step changed most, ``--fail-on`` reads the worst pair. Bad
+A and B are trace files, or directories of rank traces (``*.json`` / ``*.json.gz``, as many on
+each side): the files are paired by their distributedInfo rank, or in name order when the ranks
+do not allow it (``analysis.rank_pairs``; the report says which, and why), each pair diffed;
+``--json``'s top level is the pair whose mean step changed most, ``--fail-on`` reads the worst
+pair. Bad
 input is one error line naming the file and the problem, exit 2; a breached rule exits 1.
 """
 
@@ -26,6 +28,14 @@ TRACE_SUFFIXES = (".json", ".json.gz")
     "as_json",
     is_flag=True,
     help="Print the diff as JSON (schema: neuron_profiler/reports/diff.schema.json).",
+)
+@click.option(
+    "--html",
+    "html",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Also write a self-contained HTML page (waterfall and tables, works offline).",
 )
 @click.option(
     "--steps",
@@ -71,6 +81,7 @@ def diff(
     a: Path,
     b: Path,
     as_json: bool,
+    html: Path | None,
     steps: str,
     map_file: Path | None,
     fail_on: tuple[str, ...],
@@ -90,9 +101,14 @@ def diff(
     choice = StepChoice.parse(steps)
     names = NameMap.load(map_file)
     options = Options(min_gap_ns=round(min_gap_us * 1e3), hta=False, tb=False)
+    pairing = _pairs(a, b)
+    if html is not None:
+        from neuron_profiler.output import check_output
+
+        check_output(html, [f for pair in pairing.pairs for f in pair])  # never over an input
     diffs = [
         diff_traces(_load(fa), _load(fb), steps=choice, names=names, options=options)
-        for fa, fb in _pairs(a, b)
+        for fa, fb in pairing.pairs
     ]
     breaches = []
     for rule in rules:
@@ -103,14 +119,19 @@ def diff(
     if as_json:
         from neuron_profiler.reports.diff_json import diff_document, document_text
 
-        click.echo(document_text(diff_document(diffs, breaches, top)))
+        click.echo(document_text(diff_document(diffs, breaches, top, pairing)))
     else:
         from rich.console import Console
 
         from neuron_profiler.reports.diff_terminal import render_diff
         from neuron_profiler.reports.terminal import report_width
 
-        render_diff(diffs, console=Console(width=report_width(Console())), top=top)
+        render_diff(diffs, console=Console(width=report_width(Console())), top=top, pairing=pairing)
+    if html is not None:
+        from neuron_profiler.reports.diff_html import write_diff_html
+
+        write_diff_html(diffs, html, top, pairing)  # atomic; OutputError
+        click.echo(f"neuron-prof: wrote the diff page to {html}", err=True)
     for br in breaches:
         click.echo(
             f"neuron-prof: fail-on: {br['rule']} breached ({br['metric']} = {br['value']:.3f})",
@@ -120,8 +141,10 @@ def diff(
         raise NeuronProfilerError(f"{len(breaches)} --fail-on rule(s) breached", exit_code=1)
 
 
-def _pairs(a: Path, b: Path) -> list[tuple[Path, Path]]:
-    """(A file, B file) pairs: the two files, or two directories' traces in name order."""
+def _pairs(a: Path, b: Path):  # noqa: ANN202 -- a RankPairs (imported lazily)
+    """The two files, or two directories' traces paired by rank (else in name order)."""
+    from neuron_profiler.analysis.rank_pairs import pair_ranks, two_files
+
     if a.is_dir() != b.is_dir():
         raise NeuronProfilerError(
             f"{a if a.is_dir() else b}: a directory compared with a file: give two trace "
@@ -129,15 +152,15 @@ def _pairs(a: Path, b: Path) -> list[tuple[Path, Path]]:
             exit_code=2,
         )
     if not a.is_dir():
-        return [(a, b)]
+        return two_files(a, b)
     fa, fb = _traces(a), _traces(b)
     if len(fa) != len(fb):
         raise NeuronProfilerError(
             f"{b}: {len(fb)} trace files, {a} has {len(fa)}: rank directories must hold as "
-            "many traces each (paired in name order)",
+            "many traces each (paired by rank, or in name order)",
             exit_code=2,
         )
-    return list(zip(fa, fb, strict=True))
+    return pair_ranks(fa, fb)
 
 
 def _traces(directory: Path) -> list[Path]:

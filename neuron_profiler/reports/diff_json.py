@@ -6,7 +6,8 @@ beside it (``diff.schema.json``)::
 
 Units are in the key names: ``_ms`` are ms per compared step (means over the steps), ``_pct``
 percentages of trace A's mean step. With rank directories, the top level is the pair whose
-mean step changed most (the one a CI gate reads) and ``pairs`` lists every pair.
+mean step changed most (the one a CI gate reads), ``pairs`` lists every pair (with its rank when
+paired by rank) and ``pairing`` says how they were paired.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from importlib import resources
 from typing import Any
 
 from neuron_profiler.analysis.diff import COMPONENTS, Row, Side, TraceDiff
+from neuron_profiler.analysis.rank_pairs import BY_FILES, RankPairs
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: mappings once for both sides (a_ops, b_ops), pairing, pair ranks
 SCHEMA_FILE = "diff.schema.json"
 
 
@@ -33,12 +35,15 @@ def diff_document(
     diffs: list[TraceDiff],
     breaches: list[dict[str, Any]] = (),
     top: int | None = None,  # type: ignore[assignment]
+    pairing: RankPairs | None = None,
 ) -> dict[str, Any]:
     """``diffs``: one per pair (at least one); the top level is the one whose mean step changed
-    most. ``top``: rows shown before the rest are folded (default: ``TraceDiff.folded``'s)."""
+    most. ``top``: rows shown before the rest are folded (default: ``TraceDiff.folded``'s).
+    ``pairing``: how rank traces were paired (default: two files)."""
     from neuron_profiler import __version__
 
     main = max(diffs, key=lambda d: abs(d.delta_ms))
+    pairing = pairing or RankPairs((), BY_FILES, (None,) * len(diffs))
     fold = {} if top is None else {"top": top}
     return {
         "schema_version": SCHEMA_VERSION,
@@ -61,13 +66,23 @@ def diff_document(
             for c in main.idle
         ],
         "mappings": [
-            {"rule": m.rule, "side": m.side, "from": m.raw, "to": m.mapped, "ops": m.ops}
+            {
+                "rule": m.rule,
+                "side": m.side,
+                "from": m.raw,
+                "to": m.mapped,
+                "ops": m.ops,
+                "a_ops": m.a_ops,
+                "b_ops": m.b_ops,
+            }
             for m in main.mappings
         ],
         "alignment": {"segments": main.segments, "by_occurrence": main.by_occurrence},
         "notes": list(main.notes),
+        "pairing": {"by": pairing.by, "note": pairing.note},
         "pairs": [
             {
+                "rank": rank,
                 "a": d.a.source,
                 "b": d.b.source,
                 "a_step_ms": _ms(d.a.step_ms),
@@ -75,7 +90,7 @@ def diff_document(
                 "delta_ms": _ms(d.delta_ms),
                 "residual_ms": _ms(d.residual_ms),
             }
-            for d in diffs
+            for d, rank in zip(diffs, pairing.ranks, strict=True)
         ],
         "fail_on": list(breaches),
     }

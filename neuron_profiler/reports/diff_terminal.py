@@ -13,13 +13,26 @@ from rich.table import Table
 from rich.text import Text
 
 from neuron_profiler.analysis.diff import COMPONENTS, DISPLAY_ROWS, Row, TraceDiff
+from neuron_profiler.analysis.rank_pairs import BY_FILES, RankPairs
 from neuron_profiler.reports.text import TEXT_LIMIT, shorten
 
 WATERFALL_MIN = 20  # columns of the waterfall's bars at the least
 SLOWER, FASTER = "red", "green"
 
 
-def render_diff(diffs: list[TraceDiff], *, console: Console, top: int = DISPLAY_ROWS) -> None:
+def render_diff(
+    diffs: list[TraceDiff],
+    *,
+    console: Console,
+    top: int = DISPLAY_ROWS,
+    pairing: RankPairs | None = None,
+) -> None:
+    """``pairing``: how the traces of rank directories were paired (said first)."""
+    if pairing is not None and pairing.by != BY_FILES:
+        how = f"paired by {pairing.by}" + (f" ({pairing.note})" if pairing.note else "")
+        console.print(
+            Text.assemble((f"{len(diffs)} rank pairs ", "bold"), shorten(how, TEXT_LIMIT))
+        )
     for d in diffs:
         _header(d, console)
         rows = d.folded(top=top)
@@ -73,9 +86,9 @@ def _rows_table(d: TraceDiff, rows: tuple[Row, ...]) -> Table:
     table.add_column("Δ by part", overflow="fold", min_width=12)
     for i, r in enumerate(rows, 1):
         parts = ", ".join(
-            f"{c} {b - a:+.3f}"
-            for c, a, b in zip(COMPONENTS, r.a_parts_ms, r.b_parts_ms, strict=True)
-            if abs(b - a) >= 5e-4
+            f"{c} {x:+.3f}"
+            for c, x in zip(COMPONENTS, r.delta_parts_ms, strict=True)
+            if abs(x) >= 5e-4
         )
         note = f" ({'; '.join(r.notes)})" if r.notes else ""
         table.add_row(
@@ -85,7 +98,7 @@ def _rows_table(d: TraceDiff, rows: tuple[Row, ...]) -> Table:
             _ms(r.a_ms),
             _ms(r.b_ms),
             _signed(r.delta_ms),
-            f"{100 * r.delta_ms / d.a.step_ms:+.1f}" if d.a.step_ms else "-",
+            f"{d.pct_of_a(r.delta_ms):+.1f}" if d.a.step_ms else "-",
             parts,
         )
     return table
@@ -156,12 +169,16 @@ def _mappings_table(d: TraceDiff, top: int) -> Table:
         header_style="bold",
         pad_edge=False,
     )
-    for c in ("rule", "side", "from", "to", "ops"):
-        table.add_column(c, justify="right" if c == "ops" else "left", overflow="fold")
+    for c in ("rule", "from", "to", "A ops", "B ops"):
+        table.add_column(c, justify="right" if c.endswith("ops") else "left", overflow="fold")
     ranked = sorted(d.mappings, key=lambda m: -m.ops)
     for m in ranked[:top]:
         table.add_row(
-            m.rule, m.side, shorten(m.raw, TEXT_LIMIT), shorten(m.mapped, TEXT_LIMIT), str(m.ops)
+            m.rule,
+            shorten(m.raw, TEXT_LIMIT),
+            shorten(m.mapped, TEXT_LIMIT),
+            str(m.a_ops),
+            str(m.b_ops),
         )
     if len(ranked) > top:
         table.add_row(f"(+{len(ranked) - top} more: --json)", "", "", "", "")

@@ -21,9 +21,6 @@ own µs, as Perfetto shows it.
 
 from __future__ import annotations
 
-import html
-import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,41 +33,21 @@ from neuron_profiler.analysis.distributed import (
     SpanAnalysis,
 )
 from neuron_profiler.analysis.report import Report
+from neuron_profiler.reports.html_page import BOOT, STYLE, plotly_js
+from neuron_profiler.reports.html_page import empty as _empty
+from neuron_profiler.reports.html_page import escape as _e
+from neuron_profiler.reports.html_page import figure as _figure
+from neuron_profiler.reports.html_page import name_text as _n
+from neuron_profiler.reports.html_page import table as _table
 from neuron_profiler.reports.palette import CAUSE_COLOURS, EMULATOR_OVERHEAD_COLOUR
-from neuron_profiler.reports.text import NAME_LIMIT, TEXT_LIMIT, shorten
+from neuron_profiler.reports.text import TEXT_LIMIT, shorten
 
-__all__ = ["CAUSE_COLOURS", "render_html", "write_html"]
+__all__ = ["CAUSE_COLOURS", "plotly_js", "render_html", "write_html"]
 BUSY_SERIES = (
     ("compute_ns", "compute", "#1f77b4"),
     ("collective_only_ns", "collective (no compute)", "#17becf"),
     ("dma_only_ns", "DMA (no compute or collective)", "#2ca02c"),
 )
-# plotly.js spells two CDN URLs (geo maps' topojson, map icons): traces this page never draws.
-# They are replaced so that nothing in the page names a network location.
-CDN_PREFIX = "https://cdn"
-OFFLINE_PREFIX = "data:,offline-cdn"
-_JSON_ESCAPES = {
-    "<": "\\u003c",
-    ">": "\\u003e",
-    "&": "\\u0026",
-    "\u2028": "\\u2028",
-    "\u2029": "\\u2029",
-}
-BOOT = """
-document.querySelectorAll("script.figure").forEach(function (s) {
-  var fig = JSON.parse(s.textContent);
-  Plotly.newPlot(s.dataset.target, fig.data, fig.layout, {responsive: true, displaylogo: false});
-});
-"""
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; vertical-align: top; }
-td.n { text-align: right; font-variant-numeric: tabular-nums; }
-.empty { color: #666; font-style: italic; }
-.note { color: #8a6d00; }
-section.trace { border-top: 3px solid #444; margin-top: 2em; }
-"""
 
 
 def write_html(
@@ -117,60 +94,8 @@ def render_html(
     )
 
 
-def plotly_js() -> str:
-    """plotly.js from the installed plotly package (never the network), safe inside a
-    ``<script>`` block."""
-    from plotly.offline import get_plotlyjs
-
-    js = get_plotlyjs().replace(CDN_PREFIX, OFFLINE_PREFIX)
-    return re.sub(r"</(script)", r"<\\/\1", js, flags=re.IGNORECASE)
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _n(text: str, limit: int = NAME_LIMIT) -> str:
-    """A text from the trace, shortened (``reports.text.shorten``) and escaped."""
-    return _e(shorten(text, limit))
-
-
 def _ms(ns: float) -> float:
     return float(ns) / 1e6
-
-
-def _json(obj: Any) -> str:
-    text = json.dumps(obj, separators=(",", ":"), allow_nan=False)
-    return re.sub("[<>&\u2028\u2029]", lambda m: _JSON_ESCAPES[m.group(0)], text)
-
-
-def _figure(tag: str, figure: dict[str, Any]) -> str:
-    return (
-        f'<div id="{tag}" class="chart"></div><script type="application/json" '
-        f'class="figure" id="{tag}-data" data-target="{tag}">{_json(figure)}</script>'
-    )
-
-
-def _empty(message: str) -> str:
-    return f'<p class="empty">{_e(message)}</p>'
-
-
-def _table(
-    headers: Sequence[str],
-    rows: Sequence[Sequence[Any]],
-    numeric: Sequence[int] = (),
-) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="n">{_e(v)}</td>' if j in numeric else f"<td>{_e(v)}</td>"
-            for j, v in enumerate(row)
-        )
-        + "</tr>"
-        for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _errors(errors: Sequence[tuple[str, str]]) -> str:

@@ -1,12 +1,14 @@
 """The TensorBoard plugin: routes that serve the analyzer's JSON report and the exporters'
 downloads for a (run, worker, span) chosen by opaque ids, the cross-rank analysis of a run's
-workers, plus the static frontend.
+workers, the diff of two traces, plus the static frontend.
 
 Nothing here computes a number: the report is ``reports.json_report.to_document`` of
 ``analysis.analyze`` (as ``neuron-prof analyze --json`` prints it) and the timeline is
 ``reports.timeline_json`` of the same analysis, cached per file and modification time so that
 each trace is analysed once, in the background (202 and the phase while it runs). The
 ``distributed`` route reduces the cached rank summaries of a run's traces (``tensorboard.ranks``).
+The ``diff`` route serves ``reports.diff_json.diff_document`` of ``analysis.diff`` of two
+traces (as ``neuron-prof diff --json A B`` prints it), cached per pair of file versions.
 The ``style`` route serves ``reports.palette.style_document()``: the idle causes' colours (the
 HTML report's) and the text limits the page shortens names with (``reports.text``). The
 ``projection`` route serves ``neuron-prof project --json`` of a trace onto a chip (``chips``
@@ -157,9 +159,11 @@ class ReportCache:
     small) so that the cross-rank view of a run larger than ``entries`` analyses each trace
     once."""
 
+    routes = ROUTES  # what one computation answers
+
     def __init__(
         self,
-        compute: Callable[[discovery.Span, Progress], Bundle],
+        compute: Callable[[Any, Progress], Bundle],
         entries: int = CACHE_ENTRIES,
         wait_s: float = WAIT_S,
         summary_entries: int = SUMMARY_ENTRIES,
@@ -207,10 +211,19 @@ class ReportCache:
             out.append(a)
         return out
 
-    def _lookup_or_start(self, span: discovery.Span, route: str) -> Result | _Job:
-        """The cached answer, else the (new or running) analysis job; OSError: no file."""
+    @staticmethod
+    def _key(span: discovery.Span) -> tuple:
+        """What an answer is cached by: the file and its version; OSError: no file."""
         st = span.path.stat()
-        key = (str(span.path), st.st_mtime_ns, st.st_size)
+        return (str(span.path), st.st_mtime_ns, st.st_size)
+
+    @staticmethod
+    def _label(span: discovery.Span) -> str:
+        return span.rel
+
+    def _lookup_or_start(self, span: Any, route: str) -> Result | _Job:
+        """The cached answer, else the (new or running) analysis job; OSError: no file."""
+        key = self._key(span)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -222,16 +235,16 @@ class ReportCache:
                 return self._summaries[key]
             job = self._jobs.get(key)
             if job is None:
-                job = self._jobs[key] = _Job(size=st.st_size)
+                job = self._jobs[key] = _Job(size=key[-1])
                 threading.Thread(
                     target=self._run,
                     args=(key, span, job),
                     daemon=True,
-                    name=f"neuron-prof-tb {span.rel}",
+                    name=f"neuron-prof-tb {self._label(span)}",
                 ).start()
             return job
 
-    def _run(self, key: tuple[str, int, int], span: discovery.Span, job: _Job) -> None:
+    def _run(self, key: tuple, span: Any, job: _Job) -> None:
         def progress(phase: str) -> None:
             job.phase = phase
 
@@ -239,8 +252,9 @@ class ReportCache:
             with self._work:
                 result = self.compute(span, progress)
         except BaseException as err:  # noqa: BLE001 - the waiting page must get an answer
-            _log.exception("analysis of %s failed", span.path)
-            result = dict.fromkeys(self.routes, _error(500, f"{span.rel}: {type(err).__name__}"))
+            label = self._label(span)
+            _log.exception("analysis of %s failed", label)
+            result = dict.fromkeys(self.routes, _error(500, f"{label}: {type(err).__name__}"))
         with self._lock:
             self.misses += 1
             self._items[key] = result
@@ -253,6 +267,51 @@ class ReportCache:
             self._jobs.pop(key, None)
         job.result = result
         job.done.set()
+
+
+DIFF = "diff"
+
+
+def diff_spans(pair: tuple[discovery.Span, discovery.Span], progress: Progress) -> Bundle:
+    """``neuron-prof diff --json A B`` of two traces (A the baseline), each named by its path
+    relative to the logdir; a load or diff failure as the error body."""
+    from neuron_profiler.analysis.diff import diff
+    from neuron_profiler.errors import TraceLoadError
+    from neuron_profiler.reports.diff_json import diff_document
+    from neuron_profiler.trace import load_trace
+
+    a, b = pair
+    try:
+        traces = []
+        for span in pair:
+            progress(f"loading {span.rel} ({span.path.stat().st_size / 1e6:.1f} MB)")
+            traces.append(load_trace(span.path))
+        progress("aligning and attributing")
+        d = diff(*traces)
+    except TraceLoadError as err:
+        rel = a.rel if Path(err.path) == a.path else b.rel
+        return {DIFF: _error(422, f"{rel}: {err.problem}")}
+    except Exception as err:  # noqa: BLE001 - one bad pair must not take the others down
+        _log.exception("diff of %s and %s failed", a.path, b.path)
+        return {DIFF: _error(500, f"diff of {a.rel} and {b.rel} failed: {type(err).__name__}")}
+    d = dataclasses.replace(
+        d, a=dataclasses.replace(d.a, source=a.rel), b=dataclasses.replace(d.b, source=b.rel)
+    )
+    return {DIFF: (200, diff_document([d]))}
+
+
+class DiffCache(ReportCache):
+    """Diffs of (A span, B span), cached by both files' versions, computed one at a time."""
+
+    routes = (DIFF,)
+
+    @staticmethod
+    def _key(pair: tuple[discovery.Span, discovery.Span]) -> tuple:
+        return ReportCache._key(pair[0]) + ReportCache._key(pair[1])
+
+    @staticmethod
+    def _label(pair: tuple[discovery.Span, discovery.Span]) -> str:
+        return f"{pair[0].rel} vs {pair[1].rel}"
 
 
 def _static_file(name: str) -> bytes | None:
@@ -284,6 +343,7 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
         self.cache = ReportCache(analyze_span)
         self.projections: dict[str, ReportCache] = {}  # chip -> its projections
         self._projections_lock = threading.Lock()
+        self.diffs = DiffCache(diff_spans)
         self._active = discovery.ActiveCheck(self.logdir)
 
     def is_active(self) -> bool:
@@ -305,6 +365,7 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
         apps["/distributed"] = self._serve_distributed
         apps["/chips"] = self._serve_chips
         apps["/projection"] = self._serve_projection
+        apps["/diff"] = self._serve_diff
         return apps
 
     # --- static files -------------------------------------------------------------------
@@ -350,10 +411,12 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
         ]
         return _json(request, (200, {"runs": runs}))
 
-    def _span(self, request: wrappers.Request) -> discovery.Span | Result:
-        ids = [request.args.get(k, "") for k in ("run", "worker", "span")]
+    def _span(self, request: wrappers.Request, prefix: str = "") -> discovery.Span | Result:
+        ids = [request.args.get(prefix + k, "") for k in ("run", "worker", "span")]
         if not all(discovery.ID_PATTERN.match(i) for i in ids):
-            return _error(400, "run, worker and span must be ids from /runs")
+            return _error(
+                400, f"{prefix}run, {prefix}worker and {prefix}span must be ids from /runs"
+            )
         span = discovery.find(self.logdir, *ids)
         if span is None:
             return _error(404, "no such trace (moved or deleted? reload the page)")
@@ -423,6 +486,19 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
             )
         results = self.cache.get_many([s for _, s in files], SUMMARY)
         return _json(request, ranks.cross_rank_answer(run, selected, files, results))
+
+    @wrappers.Request.application
+    def _serve_diff(self, request: wrappers.Request) -> wrappers.Response:
+        """``neuron-prof diff --json`` of the trace ``a_run`` / ``a_worker`` / ``a_span`` (A,
+        the baseline) and ``run`` / ``worker`` / ``span`` (B)."""
+        a, b = self._span(request, "a_"), self._span(request)
+        for span in (a, b):
+            if not isinstance(span, discovery.Span):
+                return _json(request, span)
+        try:
+            return _json(request, self.diffs.get((a, b), DIFF))
+        except OSError as err:
+            return _json(request, _error(404, f"{err.filename or ''}: {err.strerror or err}"))
 
     @wrappers.Request.application
     def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:

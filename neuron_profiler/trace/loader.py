@@ -99,6 +99,19 @@ def load_trace(path: str | Path) -> Trace:
     return trace
 
 
+def read_header(path: str | Path) -> dict[str, Any]:
+    """The top-level keys a trace holds before its events (Kineto writes ``deviceProperties``
+    and ``distributedInfo`` there), read without reading the events: the first blocks of the
+    file only. ``{}`` when none come before the events array (or there is none)."""
+    path = Path(path)
+    source = BlockSource(path)
+    try:
+        load = _Load(path, source)
+        return load.metadata if load._events_start() is not None else {}
+    finally:
+        source.close()
+
+
 class _Load:
     """One load: find the events array, stream its pieces, decode the tail (or salvage it).
 

@@ -104,3 +104,10 @@ def test_convolutions_are_matched_through_the_name_map(d) -> None:  # noqa: ANN0
     conv = keys["backward › ConvolutionBackward"]  # CudnnConvolutionBackward on both
     assert conv.kind == "op" and conv.a_ops == conv.b_ops == 53
     assert {("convolution_lowering", "aten::conv2d")} <= {(m.rule, m.raw) for m in d.mappings}
+
+
+def test_a_mapping_used_on_both_sides_is_listed_once(d) -> None:  # noqa: ANN001
+    """Both runs hold 53 conv2d a step over 6 steps: 318 renamed on each side, one entry."""
+    conv = [m for m in d.mappings if (m.rule, m.raw) == ("convolution_lowering", "aten::conv2d")]
+    assert [(m.side, m.a_ops, m.b_ops) for m in conv] == [("both", 318, 318)]
+    assert len({(m.rule, m.raw, m.mapped) for m in d.mappings}) == len(d.mappings)

@@ -90,3 +90,46 @@ def test_cross_rank_waits_chart_draws(tmp_path: Path) -> None:
     waits = [a for t, a in tags if t == "div" and a.get("id") == "chart-multi-rank-0-waits"]
     assert waits and "js-plotly-plot" in (waits[0].get("class") or ""), dom[-2000:]
     assert "straggler: rank 1" in dom
+
+
+def test_diff_page_draws_offline_and_names_stay_text(tmp_path: Path) -> None:
+    """``diff --html``: each pair's waterfall is drawn offline (two pairs: two charts), and an
+    op named as markup stays text."""
+    from diff_timeline import BASE, Op, build
+    from html_checks import HOSTILE
+
+    from neuron_profiler.analysis.diff import diff
+    from neuron_profiler.reports.diff_html import write_diff_html
+
+    browser = next((b for b in map(shutil.which, BROWSERS) if b), None)
+    if browser is None:
+        reason = f"no headless browser ({', '.join(BROWSERS)}) installed (scripts/browser.sh)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    a = build(BASE)[0]
+    b = build([*BASE[:2], Op(HOSTILE, 10, 40), *BASE[2:]])[0]
+    page = tmp_path / "diff.html"
+    write_diff_html([diff(a, b), diff(b, a)], page)
+    dom = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=10000",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert dom.count('class="plot-container plotly"') == 2, dom[-2000:]
+    tags = parse(dom).tags
+    assert not [t for t, attrs in tags if t == "img" or "onerror" in attrs]
+    for i in (0, 1):
+        chart = [a for t, a in tags if t == "div" and a.get("id") == f"chart-{i}-waterfall"]
+        assert chart and "js-plotly-plot" in (chart[0].get("class") or "")

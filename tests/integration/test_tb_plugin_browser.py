@@ -7,7 +7,9 @@ traces), a 1-rank run (rank 0 alone), a cut copy of the emulator trace (load war
 trace whose op name is HTML. Each view must render charts/tables or its stated empty state;
 every table row must equal ``neuron-prof analyze --json`` of the same file at the displayed
 rounding (the Distributed view: of the run's files, its ``distributed`` section; elsewhere its
-empty state must carry the analyzer's reason); the Idle timeline's bars must be as long as the
+empty state must carry the analyzer's reason; the Diff view, once a baseline is chosen:
+``neuron-prof diff --json`` of the baseline and the shown trace, its waterfall the document's
+figures); the Idle timeline's bars must be as long as the
 idle time the timeline route gives per bin; the plugin's frame must log no error; "Open in
 Perfetto UI" must post the whole .pftrace (window.open stubbed).
 Screenshots of every view go to $NEURON_PROF_BROWSER_ARTEFACTS (else the test's tmp dir).
@@ -32,12 +34,17 @@ import pytest
 
 pytest.importorskip("tensorboard")
 
-from tb_plugin_client import cli_distributed, cli_document, make_emulator_trace  # noqa: E402
+from tb_plugin_client import (  # noqa: E402
+    cli_diff,
+    cli_distributed,
+    cli_document,
+    make_emulator_trace,
+)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTEFACTS_ENV = "NEURON_PROF_BROWSER_ARTEFACTS"
-VIEWS = ("Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed", "Trace")
+VIEWS = ("Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed", "Diff", "Trace")
 HOSTILE = "<img src=x onerror=alert(1)>"
 TIMEOUT_S = 120
 DISTRIBUTED_EMPTY = "no cross-rank analysis: "
@@ -577,4 +584,35 @@ def test_page_shows_progress_while_analysing(browser) -> None:  # noqa: ANN001
     assert "analysing… (loading 1.0 MB, 1 s)" in statuses
     assert "analysing… (loading 1.0 MB, 3 s)" in statuses
     assert browser.execute_script("return document.getElementById('status').textContent") == ""
+    assert plugin_errors(browser) == []
+
+
+@pytest.mark.slow
+def test_diff_view_matches_the_cli(browser, logdir: Path, artefacts: Path) -> None:  # noqa: ANN001
+    """B: rank 1 of the two-rank run (shown); A: rank 0, picked in the Diff view."""
+    from selenium.webdriver.common.by import By
+
+    enter_plugin_frame(browser)
+    choose(browser, "two_ranks", "rank1")
+    before = show(browser, "Diff")
+    assert before["empty"] == ["choose a baseline (A) to compare the shown trace (B) with"]
+    browser.execute_script("""
+        const pick = document.getElementById('diff-base');
+        pick.value = [...pick.options].find(o => o.textContent.startsWith('two_ranks / rank0')).value;
+        pick.dispatchEvent(new Event('change'));""")
+    shown = show(browser, "Diff")
+    browser.save_screenshot(str(artefacts / "two_ranks-diff.png"))
+    files = sorted(p.name for p in logdir.joinpath("two_ranks").iterdir())
+    doc = cli_diff(logdir, f"two_ranks/{files[0]}", f"two_ranks/{files[1]}")
+    assert {t["name"] for t in shown["tables"]} == {"rows", "idle_by_cause", "mappings"}
+    assert assert_tables_match(shown, doc) > 3 * len(doc["rows"])
+    assert shown["charts"] == 1
+    assert shown["bars"][0][0] == [
+        doc["a"]["step_ms"],
+        *(r["delta_ms"] for r in doc["rows"]),
+        doc["residual_ms"],
+        doc["b"]["step_ms"],
+    ]
+    assert f"A {doc['a']['source']} · B {doc['b']['source']}" in shown["text"]
+    assert browser.find_elements(By.CSS_SELECTOR, "img[src='x']") == []
     assert plugin_errors(browser) == []

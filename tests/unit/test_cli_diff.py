@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from test_diff import BASE, Op, build
+from diff_timeline import BASE, Op, build
 
 from neuron_profiler.cli.main import main
 from neuron_profiler.exporters.chrome import write_chrome_trace
@@ -116,14 +116,50 @@ def test_user_map_renames_before_matching(tmp_path: Path, capsys) -> None:  # no
     assert all(abs(r["delta_ms"]) < 1e-9 for r in mapped["rows"])
 
 
-def test_rank_directories_are_paired_in_name_order(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    for side, ops in (("a", (BASE, BASE)), ("b", (BASE, SLOW))):
+def _rank_dirs(tmp_path: Path, ranks: dict[str, tuple[int | None, ...]]) -> tuple[Path, Path]:
+    """Two rank directories: files r0.json, r1.json on each side, with the given
+    distributedInfo ranks (None: none); on B, the file of rank 1 (or r1.json) is SLOW."""
+    for side in ("a", "b"):
         (tmp_path / side).mkdir()
-        for rank, o in enumerate(ops):
-            write_chrome_trace(build(o)[0], tmp_path / side / f"rank{rank}.json")
-    doc = json.loads(run(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json"], capsys)[1])
-    assert len(doc["pairs"]) == 2
-    assert doc["a"]["source"].endswith("rank1.json")  # the pair that changed most
+        for i, rank in enumerate(ranks[side]):
+            slow = side == "b" and (rank == 1 if rank is not None else i == 1)
+            trace = build(SLOW if slow else BASE)[0]
+            if rank is not None:
+                trace.metadata["distributedInfo"] = {
+                    "backend": "gloo",
+                    "rank": rank,
+                    "world_size": 2,
+                }
+            write_chrome_trace(trace, tmp_path / side / f"r{i}.json")
+    return tmp_path / "a", tmp_path / "b"
+
+
+def test_rank_directories_are_paired_by_rank(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """A's ranks are in the reverse of name order: rank 1 of A (r0.json) meets rank 1 of B
+    (r1.json, the slow one), and the report says so."""
+    a, b = _rank_dirs(tmp_path, {"a": (1, 0), "b": (0, 1)})
+    doc = json.loads(run(["diff", str(a), str(b), "--json"], capsys)[1])
+    assert doc["pairing"] == {"by": "rank", "note": ""}
+    assert [(p["rank"], Path(p["a"]).name, Path(p["b"]).name) for p in doc["pairs"]] == [
+        (0, "r1.json", "r0.json"),
+        (1, "r0.json", "r1.json"),
+    ]
+    assert doc["a"]["source"].endswith("a/r0.json")  # the pair that changed most: rank 1
+    assert doc["delta_ms"] == pytest.approx(0.05, abs=1e-6)
+    out = run(["diff", str(a), str(b)], capsys)[1]
+    assert "2 rank pairs paired by rank" in out
+
+
+def test_rank_directories_without_ranks_pair_in_name_order(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    a, b = _rank_dirs(tmp_path, {"a": (None, None), "b": (0, 1)})
+    doc = json.loads(run(["diff", str(a), str(b), "--json"], capsys)[1])
+    jsonschema.validate(doc, json.loads(schema_text()))
+    assert doc["pairing"] == {
+        "by": "name order",
+        "note": "A's r0.json has no distributedInfo rank (and 1 more)",
+    }
+    assert [p["rank"] for p in doc["pairs"]] == [None, None]
+    assert doc["a"]["source"].endswith("a/r1.json")
     assert doc["delta_ms"] == pytest.approx(0.05, abs=1e-6)
 
 

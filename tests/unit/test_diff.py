@@ -1,125 +1,18 @@
-"""``analysis.diff`` on synthetic pairs with the change injected on purpose: each pair is built
-from a plain timeline (host ops one after another, each launching its kernel onto one
-in-order device queue), and the expected rows come from a microsecond-by-microsecond walk of
-that timeline (independent of the library's interval code): a busy µs belongs to the op whose
-kernel runs, an idle µs to the op the host is running (the device waits for it) unless its gap
-is a data-loading gap (the DataLoader covers at least half of it, docs/analysis.md), and
-otherwise to the idle rows."""
+"""``analysis.diff`` on synthetic pairs with the change injected on purpose, each against the
+expected rows of a microsecond walk of its timeline (tests/diff_timeline.py)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-import numpy as np
 import pytest
+from diff_timeline import BASE, Op, build, expected
 from trace_factory import Build
 
 from neuron_profiler.analysis.diff import IDLE, diff
-from neuron_profiler.trace import EventKind
 from neuron_profiler.trace import vocabulary as V
 
-LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 TOL_MS = 1e-9
-
-
-@dataclass(frozen=True)
-class Op:
-    """A host op of ``host_us``, launching a kernel of ``kernel_us`` (0: none); ``fallback_us``:
-    a CPU-fallback row inside it; ``loader``: a DataLoader ``__next__`` around it."""
-
-    name: str
-    host_us: int
-    kernel_us: int = 0
-    fallback_us: int = 0
-    loader: bool = False
-
-
-@dataclass
-class Timeline:
-    """What was built: per step its span; per op its key, host span and kernel span (µs)."""
-
-    steps: list[tuple[int, int]]
-    ops: list[tuple[str, tuple[int, int], tuple[int, int] | None]]
-    loaders: list[tuple[int, int]]
-
-
-def build(ops: list[Op], keys: dict[str, str] | None = None, steps: int = 3):  # noqa: ANN201
-    """The trace of ``steps`` steps running ``ops``, and its timeline. ``keys``: an op name's
-    expected row key (default ``forward › <name>``)."""
-    keys = keys or {}
-    b = Build()
-    t, timeline = 1000, Timeline([], [], [])
-    for n in range(steps):
-        start, free = t, t
-        for op in ops:
-            host = (t, t + op.host_us)
-            name = "aten::stack" if op.loader else op.name
-            if op.loader:
-                b.host(
-                    LOADER, t, t + op.host_us, kind=EventKind.USER_ANNOTATION, cat="user_annotation"
-                )
-                timeline.loaders.append(host)
-                host = (t + 1, t + op.host_us - 1)
-            b.host(name, *host)
-            kernel = None
-            if op.kernel_us:
-                begin = max(t + 3, free)
-                kernel = (begin, begin + op.kernel_us)
-                b.kernel(*kernel, launch_us=t + 1, name=f"k_{op.name}")
-                free = kernel[1]
-            if op.fallback_us:
-                b.host(
-                    f"{V.FALLBACK_PREFIX}{op.name}",
-                    t + 1,
-                    t + 1 + op.fallback_us,
-                    kind=EventKind.FALLBACK,
-                    cat="cpu_fallback",
-                )
-            key = keys.get(op.name, f"{'DataLoader' if op.loader else 'forward'} › {name}")
-            timeline.ops.append((key, host, kernel))
-            t += op.host_us
-        sync_end = max(t, free) + 1
-        b.host("cudaDeviceSynchronize", t, sync_end, kind=EventKind.RUNTIME, cat="cuda_runtime")
-        t = sync_end + 5
-        b.step(n + 1, start, t)
-        timeline.steps.append((start, t))
-    return b.b.build(), timeline
-
-
-def expected(tl: Timeline) -> dict[str, float]:
-    """ms per step by row key (all idle rows as one "idle" key), from a walk of every µs."""
-    lo, hi = tl.steps[0][0], tl.steps[-1][1]
-    busy_by = np.full(hi - lo, -1)
-    host_by = np.full(hi - lo, -1)
-    loader = np.zeros(hi - lo, bool)
-    for i, (_, host, kernel) in enumerate(tl.ops):
-        host_by[host[0] - lo : host[1] - lo] = i
-        if kernel:
-            busy_by[kernel[0] - lo : kernel[1] - lo] = i
-    for s, e in tl.loaders:
-        loader[s - lo : e - lo] = True
-    first_kernel = min(k[0] for _, _, k in tl.ops if k)
-    last_kernel = max(k[1] for _, _, k in tl.ops if k)
-    idle = busy_by < 0
-    idle[: first_kernel - lo] = idle[last_kernel - lo :] = True
-    out: dict[str, float] = defaultdict(float)
-    u = 0
-    while u < hi - lo:  # one gap (a run of idle µs) at a time
-        if not idle[u]:
-            out[tl.ops[busy_by[u]][0]] += 1
-            u += 1
-            continue
-        v = u
-        while v < hi - lo and idle[v]:
-            v += 1
-        data = 2 * loader[u:v].sum() >= v - u
-        for w in range(u, v):
-            owner = host_by[w]
-            out["idle" if data or owner < 0 else tl.ops[owner][0]] += 1
-        u = v
-    steps = len(tl.steps)
-    return {k: v / steps / 1e3 for k, v in out.items()}
 
 
 def check(d, ref_a: dict[str, float], ref_b: dict[str, float]) -> None:  # noqa: ANN001
@@ -134,15 +27,6 @@ def check(d, ref_a: dict[str, float], ref_b: dict[str, float]) -> None:  # noqa:
     assert sum(r.b_ms for r in idle) == pytest.approx(ref_b.get("idle", 0.0), abs=TOL_MS)
     assert abs(d.residual_ms) <= 1e-9
     assert sum(r.delta_ms for r in d.rows) + d.residual_ms == pytest.approx(d.delta_ms, abs=1e-12)
-
-
-BASE = [
-    Op("aten::linear", 10, 100),
-    Op("aten::relu", 10, 20),
-    Op("aten::linear", 10, 100),
-    Op("aten::bincount", 10, 20),
-    Op("aten::sum", 10, 30),
-]  # the host runs ahead of the device: every kernel waits for the one before
 
 
 def test_a_trace_against_itself_gives_zero_rows_and_zero_residual() -> None:

@@ -409,3 +409,55 @@ def test_style_route_serves_the_html_reports_palette(tmp_path: Path) -> None:
     causes = "|".join(ALL_CAUSES)
     assert not re.search(rf"\b({causes})\s*:\s*\"#", app)  # no palette of its own
     assert 'api("style")' in app and "STYLE.cause_colours" in app
+
+
+# --- the diff route ------------------------------------------------------------------------
+
+
+def _diff_query(client, a: tuple[str, str], b: tuple[str, str]) -> dict[str, str]:  # noqa: ANN001
+    base = {f"a_{k}": v for k, v in ids(client, *a).items()}
+    return {**base, **ids(client, *b)}
+
+
+def test_diff_route_equals_cli_diff_json_and_is_cached(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of the diff's synthetic script, one op 50 µs slower a step in B: the route's
+    document is ``neuron-prof diff --json A B``'s (paths relative to the logdir), the change
+    on top."""
+    from diff_timeline import BASE, Op, build
+
+    slow = [*BASE[:2], Op("aten::linear", 10, 150), *BASE[3:]]
+    (tmp_path / "before").mkdir()
+    (tmp_path / "after").mkdir()
+    write_chrome_trace(build(BASE)[0], tmp_path / "before" / "w.1.pt.trace.json")
+    write_chrome_trace(build(slow)[0], tmp_path / "after" / "w.1.pt.trace.json")
+    plugin, client = make_plugin(tmp_path)
+    q = _diff_query(client, ("before", "w"), ("after", "w"))
+    first = client.get(f"{ROUTE}/diff", query_string=q)
+    assert first.status_code == 200, first.get_json()
+    assert (plugin.diffs.hits, plugin.diffs.misses) == (0, 1)
+    assert client.get(f"{ROUTE}/diff", query_string=q).get_json() == first.get_json()
+    assert (plugin.diffs.hits, plugin.diffs.misses) == (1, 1)
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["diff", "--json", "before/w.1.pt.trace.json", "after/w.1.pt.trace.json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    doc = first.get_json()
+    assert doc == cli
+    assert doc["rows"][0]["key"] == "forward › aten::linear"
+    assert doc["rows"][0]["delta_ms"] == pytest.approx(0.05, abs=1e-6)
+
+
+def test_diff_route_errors(tmp_path: Path) -> None:
+    small_trace(tmp_path / "good" / "w.1.pt.trace.json")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "w.1.pt.trace.json").write_text("{not json at all")
+    _, client = make_plugin(tmp_path)
+    r = client.get(f"{ROUTE}/diff", query_string=_diff_query(client, ("good", "w"), ("bad", "w")))
+    assert r.status_code == 422
+    err = r.get_json()["error"]
+    assert err.startswith("bad/w.1.pt.trace.json: ") and str(tmp_path) not in err
+    q = {**ids(client, "good", "w"), "a_run": "../x", "a_worker": "w", "a_span": "s"}
+    r = client.get(f"{ROUTE}/diff", query_string=q)
+    assert r.status_code == 400 and "a_run" in r.get_json()["error"]

@@ -1,20 +1,24 @@
 // Neuron Profiler tab: shows the analyzer's --json document (route "report") and its drawable
 // device timeline (route "timeline") for the chosen run / worker / span, the cross-rank
 // analysis of the run's traces that belong with it (route "distributed", fetched when the
-// Distributed view opens), and `neuron-prof project --json` of the trace onto the chosen chip
-// (route "projection", fetched when the Projection view opens or the chip changes). It computes nothing (every figure comes from those documents);
+// Distributed view opens), `neuron-prof project --json` of the trace onto the chosen chip
+// (route "projection", fetched when the Projection view opens or the chip changes), and the diff
+// of another trace (A, the baseline picked in the Diff view) against the shown one (B) (route
+// "diff": `neuron-prof diff --json A B`). It computes nothing (every figure comes from those documents);
 // every name from a trace is set with textContent, shortened (shorten below). Colours of the
 // idle causes and the text limits come from route "style" (reports/palette.py: the HTML
 // report's), fetched first.
 "use strict";
 
 const PERFETTO = "https://ui.perfetto.dev";
-const VIEWS = ["Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed", "Projection", "Trace"];
+const VIEWS = ["Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed", "Diff", "Projection", "Trace"];
 const POLL_MS = 500; // while the first analysis of a trace runs (the route answers 202)
 // route "style": {cause_colours, emulator_overhead_colour, name_limit, text_limit, ellipsis}
 let STYLE = { cause_colours: {}, name_limit: 200, text_limit: 1000, ellipsis: "\u2026" };
+// base: the Diff view's baseline (A) as "run|worker|span" ids ("" until chosen); diff: its
+// answer for the shown trace (null: not asked, {loading: true}, {error}, or the document)
 const state = { runs: [], doc: null, timeline: null, cross: null, projection: null, chips: [], chip: "trn2",
-  error: null, view: "Overview", load: 0 };
+  diff: null, base: "", error: null, view: "Overview", load: 0 };
 const $ = (id) => document.getElementById(id);
 
 // reports/text.py's shorten, in the browser (the documents keep every text whole): a text of
@@ -152,7 +156,8 @@ async function loadRuns() {
 
 async function loadReport() {
   const load = ++state.load;
-  state.doc = null; state.timeline = null; state.cross = null; state.projection = null; state.error = null;
+  state.doc = null; state.timeline = null; state.cross = null; state.projection = null; state.diff = null;
+  state.error = null;
   if (!$("span").value) { render(); return; }
   $("status").textContent = "analysing…";
   render();
@@ -204,6 +209,23 @@ async function loadProjection(load) {
   render();
 }
 
+// The diff of the baseline (A) against the shown trace (B), fetched when the Diff view opens
+// with a baseline chosen; state.diff is {loading: true} meanwhile.
+async function loadDiff(load) {
+  state.diff = { loading: true };
+  const [run, worker, span] = state.base.split("|");
+  try {
+    const body = await analysis("diff", Object.assign({ a_run: run, a_worker: worker, a_span: span }, selected()), load);
+    if (!body) return;
+    state.diff = body;
+  } catch (err) {
+    if (load !== state.load) return;
+    state.diff = { error: err.message };
+  }
+  $("status").textContent = "";
+  render();
+}
+
 function renderProjection(p) {
   const pick = el("select");
   pick.id = "chip";
@@ -239,6 +261,66 @@ function renderProjection(p) {
   const ul = el("ul");
   for (const a of p.assumptions) ul.appendChild(el("li", shorten(a, STYLE.text_limit)));
   out.push(ul);
+  return out;
+}
+
+// Every trace of the logdir as a baseline choice: "run / worker / span".
+function baselinePicker() {
+  const pick = el("select");
+  pick.id = "diff-base";
+  const none = el("option", "choose the trace to compare with (A, the baseline)");
+  none.value = "";
+  pick.appendChild(none);
+  for (const r of state.runs) {
+    for (const w of r.workers) {
+      for (const s of w.spans) {
+        const o = el("option", shorten(r.name + " / " + w.name + " / " + (s.label || s.name)));
+        o.value = [r.id, w.id, s.id].join("|");
+        pick.appendChild(o);
+      }
+    }
+  }
+  pick.value = state.base;
+  pick.addEventListener("change", () => { state.base = pick.value; state.diff = null; render(); });
+  const label = el("label", "A (baseline): ");
+  label.appendChild(pick);
+  const line = el("p");
+  line.appendChild(label);
+  return line;
+}
+
+// The Diff view: `neuron-prof diff --json A B`'s document, A the chosen baseline, B the shown
+// trace: a waterfall from A's mean step through the rows' Δ and the residual to B's, the rows,
+// the analyzer's idle causes on both sides, the name mappings used (tables named by their
+// place in the document, data-table).
+function renderDiff(doc) {
+  const out = [];
+  for (const n of doc.notes) out.push(el("p", "note: " + shorten(n, STYLE.text_limit), "note"));
+  out.push(el("p", "A " + shorten(doc.a.source) + " · B " + shorten(doc.b.source) + " · " +
+    doc.a.steps.length + " step(s) compared by " + doc.steps_by + " · mean step " + fmt(doc.a.step_ms) +
+    " ms → " + fmt(doc.b.step_ms) + " ms · Δ " + fmt(doc.delta_ms) + " ms (" + fmt(doc.delta_pct, 1) +
+    "%) · residual " + fmt(doc.residual_ms, 6) + " ms", "note"));
+  out.push(el("h3", "Waterfall: from A's mean step to B's (ms per step)"));
+  const labels = ["A: mean step", ...doc.rows.map((r, i) => (i + 1) + ". " + shorten(r.key)), "residual", "B: mean step"];
+  out.push(chart([{ type: "waterfall", orientation: "h", y: labels,
+    x: [doc.a.step_ms, ...doc.rows.map((r) => r.delta_ms), doc.residual_ms, doc.b.step_ms],
+    measure: ["absolute", ...doc.rows.map(() => "relative"), "relative", "total"],
+    increasing: { marker: { color: "#d62728" } }, decreasing: { marker: { color: "#2ca02c" } },
+    totals: { marker: { color: "#7f7f7f" } }, hovertemplate: "%{y}: %{x:+,.3f} ms<extra></extra>" }],
+  { height: 120 + 26 * labels.length, showlegend: false,
+    yaxis: { autorange: "reversed", type: "category", automargin: true }, xaxis: { title: "ms per step" } }));
+  out.push(el("h3", "Where the time went (largest |Δ| first)"));
+  out.push(table([["key", "row", undefined, STYLE.text_limit], ["kind", "kind"], ["a_ms", "A ms"],
+    ["b_ms", "B ms"], ["delta_ms", "Δ ms"], ["a_ops_per_step", "A ops/step"], ["b_ops_per_step", "B ops/step"],
+    [(r) => r.notes.join("; "), "notes"]], doc.rows, "rows"));
+  out.push(el("h3", "Device idle by cause (the analyzer's; every gap, gated or not)"));
+  out.push(doc.idle_by_cause.length ? table([["cause", "cause"], ["a_ms", "A ms"], ["b_ms", "B ms"],
+    ["delta_ms", "Δ ms"]], doc.idle_by_cause, "idle_by_cause")
+    : empty("no device idle time on either side"));
+  out.push(el("h3", "Name mappings used"));
+  out.push(doc.mappings.length ? table([["rule", "rule"], ["from", "from"], ["to", "to"],
+    ["a_ops", "A ops"], ["b_ops", "B ops"]], doc.mappings, "mappings")
+    : empty("no name-map rule changed an op name of the compared steps"));
   return out;
 }
 
@@ -470,6 +552,12 @@ const views = {
     return renderDistributed(state.cross);
   },
   Projection() { return renderProjection(state.projection); },
+  Diff() {
+    const out = [baselinePicker()];
+    if (!state.base) return [...out, empty("choose a baseline (A) to compare the shown trace (B) with")];
+    if (state.diff.error) return [...out, el("p", state.diff.error, "error")];
+    return [...out, ...renderDiff(state.diff)];
+  },
   Trace(d, tl) {
     const out = [el("h3", "Device queues (busy)")];
     if (tl.queues.length) {
@@ -537,6 +625,12 @@ function render() {
   if (state.view === "Projection" && state.projection.loading) {
     view.dataset.state = "loading";
     view.replaceChildren(empty($("status").textContent || "projecting…"));
+    return;
+  }
+  if (state.view === "Diff" && state.base && !state.diff) loadDiff(state.load);
+  if (state.view === "Diff" && state.diff && state.diff.loading) {
+    view.dataset.state = "loading";
+    view.replaceChildren(baselinePicker(), empty($("status").textContent || "comparing the traces…"));
     return;
   }
   view.dataset.state = "ready";
