@@ -176,11 +176,15 @@ def _initial_llama() -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
-def test_four_ranks_mlp(tmp_path: Path) -> None:
-    (first, *others) = _run(tmp_path, ["mlp_from_cpu"], world=4)
-    for results in (first, *others):
-        cpu_losses, cpu_params = results[("mlp_from_cpu", "cpu")]
-        dev_losses, dev_params = results[("mlp_from_cpu", "neuron")]
-        torch.testing.assert_close(torch.tensor(dev_losses), torch.tensor(cpu_losses), **FP32)
-        for name, p in cpu_params.items():
-            torch.testing.assert_close(dev_params[name], p, **FP32, msg=name)
+def test_four_ranks_mlp_fsdp2_and_fsdp1(tmp_path: Path) -> None:
+    ranks = _run(tmp_path, ["mlp_from_cpu", "fsdp1"], world=4)
+    for scenario in ("mlp_from_cpu", "fsdp1"):
+        for results in ranks:
+            cpu_losses, cpu_params = results[(scenario, "cpu")]
+            dev_losses, dev_params = results[(scenario, "neuron")]
+            torch.testing.assert_close(torch.tensor(dev_losses), torch.tensor(cpu_losses), **FP32)
+            assert dev_params.keys() == cpu_params.keys() and cpu_params
+            for name, p in cpu_params.items():
+                torch.testing.assert_close(dev_params[name], p, **FP32, msg=f"{scenario} {name}")
+        for name, p in ranks[0][(scenario, "neuron")][1].items():  # one model on every rank
+            assert all(torch.equal(p, r[(scenario, "neuron")][1][name]) for r in ranks[1:])
