@@ -19,3 +19,17 @@ def current_correlation_id() -> int:
 
 def record_dtype() -> np.dtype:
     """``struct Record`` as a numpy dtype (fields, offsets, size): runtime_trace.records.RECORD."""
+
+def report_memory_usage(
+    ptr: int, alloc_size: int, total_allocated: int, total_reserved: int, device_index: int
+) -> None:
+    """c10::reportMemoryUsageToProfiler for neuron:``device_index`` (``alloc_size`` < 0: a free)."""
+
+def memory_profiling_enabled() -> bool:
+    """c10::memoryProfilingEnabled(): a profiler with profile_memory=True records this thread."""
+
+def record_steps(enabled: bool) -> None:
+    """Start/stop noting torch.profiler's ProfilerStep# record functions (memory snapshots)."""
+
+def take_steps() -> list[tuple[str, bool, int]]:
+    """The step marks noted since the last call: (name, is start, host epoch us)."""
