@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.autograd import profiler as _autograd_profiler
 
 from neuron_profiler.emulator import fallback as fb
 from neuron_profiler.emulator import host_cost, modelled
@@ -225,6 +226,17 @@ def run_inner(func: Any, args: tuple, kwargs: dict) -> Any:
         _set_record_function(True)
 
 
+def run_inner_on_device(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``run_inner`` for an op whose new outputs are device buffers: while a profile records
+    memory, the CPU allocator does not report them as host memory (memory.py reports them)."""
+    quiet = _autograd_profiler._is_profiler_enabled and ALLOCATOR.host_reports_off()
+    try:
+        return run_inner(func, args, kwargs)
+    finally:
+        if quiet:
+            ALLOCATOR.host_reports_on()
+
+
 # -- wrapping -------------------------------------------------------------------------------
 def new_device_tensor(elem: torch.Tensor, core: int, allocate: bool) -> NeuronTensor:
     """Wrap ``elem`` on ``core``; ``allocate``: a fresh output, whose buffer the device
@@ -329,7 +341,9 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
     computed = True
     math_ns = launch_ns  # numerics mode: the overhead span is the whole op up to its launch
     math_end_ns = 0
-    _set_record_function(False)  # run_inner, inlined on the hot path
+    # run_inner_on_device, inlined on the hot path
+    quiet = _autograd_profiler._is_profiler_enabled and ALLOCATOR.host_reports_off()
+    _set_record_function(False)
     try:
         if timing and (kind is Kind.KERNEL or kind is Kind.ALLOC):
             out, computed, seen, math_ns = _run_timing(func, info, u, seen)
@@ -338,6 +352,8 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
             out = func(*u.args, **u.kwargs)
     finally:
         _set_record_function(True)
+        if quiet:
+            ALLOCATOR.host_reports_on()
     written: list[torch.Tensor] = []
     result = wrap(out, u, core, kind is not Kind.VIEW, written)
     if seen is not None:  # its outputs, and the inputs it wrote, hold modelled values

@@ -147,6 +147,16 @@ class Allocator:
             history.add(core, "free_requested", buf)
             history.add(core, "free_completed", buf)
 
+    def host_reports_off(self) -> bool:
+        """While a profile records memory: stop the CPU allocator's reports on this thread for
+        an op whose outputs are device buffers (they are reported here, as device memory);
+        True: call ``host_reports_on`` after it."""
+        bridge = self.bridge or self._load_bridge()
+        return bridge is not None and bridge.host_reports_off()
+
+    def host_reports_on(self) -> None:
+        self.bridge.host_reports_on()
+
     def _report(self, buf: Buffer, delta: int) -> None:
         bridge = self.bridge or self._load_bridge()
         if bridge is not None:

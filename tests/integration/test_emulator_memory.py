@@ -131,9 +131,15 @@ def test_profile_memory_reports_device_allocations_and_the_peak(device, tmp_path
     from neuron_profiler import NEURON
 
     w, x = _model(device)
+    host_x = torch.ones(BATCH, WIDTH)
     torch.neuron.reset_peak_memory_stats(device)
     with profile(activities=[ProfilerActivity.CPU, NEURON], profile_memory=True) as prof:
         _train(w, x, steps=2)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as to_device:
+        on_device = host_x.to(device)  # device memory
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as to_host:
+        on_host = w.detach().cpu()  # host memory, as on any device
+    del on_device, on_host
     trace = tmp_path / "trace.json"
     prof.export_chrome_trace(str(trace))
     device_type = int(torch._C._autograd.DeviceType.PrivateUse1)
@@ -156,6 +162,12 @@ def test_profile_memory_reports_device_allocations_and_the_peak(device, tmp_path
     assert by_op["aten::sum"].device_memory_usage == steps * SCALAR
     assert by_op["aten::ones_like"].device_memory_usage == steps * SCALAR
     assert sum(e.self_device_memory_usage for e in by_op.values()) == 0  # all freed in the window
+    # the device's buffers are host tensors inside the emulator: not host memory to the profile
+    assert all(e.cpu_memory_usage == 0 for e in by_op.values())
+    up = {e.key: e for e in to_device.key_averages()}["aten::_to_copy"]
+    assert (up.device_memory_usage, up.cpu_memory_usage) == (X_BYTES, 0)
+    down = {e.key: e for e in to_host.key_averages()}["aten::_to_copy"]
+    assert (down.device_memory_usage, down.cpu_memory_usage) == (0, W_BYTES)
 
 
 def test_without_profile_memory_no_memory_events(device, tmp_path: Path) -> None:

@@ -164,12 +164,45 @@ bool g_registered = false;
 // The emulated device's allocator (emulator/memory.py) reports each allocation (size > 0) and
 // free (size < 0) here, as a C++ PrivateUse1 allocator does: torch.profiler's [memory] events
 // and key_averages()' device memory columns read these reports.
+//
+// The device's buffers are host tensors to PyTorch, so the CPU allocator would report them as
+// host memory too: while the emulator runs an op whose outputs are device buffers, it turns the
+// host reports off on its thread (host_reports_off: a null PROFILER_STATE entry on the thread's
+// debug-info stack, which c10::reportMemoryUsageToProfiler then finds), and its own device
+// reports go to the profiler's reporter saved at that moment.
+thread_local c10::MemoryReportingInfoBase* t_reporter = nullptr;
+thread_local int t_quiet_depth = 0;
+
+c10::MemoryReportingInfoBase* current_reporter() {
+  return static_cast<c10::MemoryReportingInfoBase*>(
+      c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE));
+}
+
 void report_memory_usage(uintptr_t ptr, int64_t alloc_size, int64_t total_allocated,
                          int64_t total_reserved, int64_t device_index) {
-  c10::reportMemoryUsageToProfiler(
-      reinterpret_cast<void*>(ptr), alloc_size, static_cast<size_t>(total_allocated),
-      static_cast<size_t>(total_reserved),
-      c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device_index)));
+  c10::Device device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device_index));
+  auto* reporter = t_quiet_depth > 0 ? t_reporter : current_reporter();
+  if (reporter != nullptr && reporter->memoryProfilingEnabled()) {
+    reporter->reportMemoryUsage(reinterpret_cast<void*>(ptr), alloc_size,
+                                static_cast<size_t>(total_allocated),
+                                static_cast<size_t>(total_reserved), device);
+  }
+}
+
+bool host_reports_off() {
+  if (t_quiet_depth == 0) {
+    auto* reporter = current_reporter();
+    if (reporter == nullptr || !reporter->memoryProfilingEnabled()) { return false; }
+    t_reporter = reporter;
+  }
+  ++t_quiet_depth;
+  c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, nullptr);
+  return true;
+}
+
+void host_reports_on() {
+  c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+  if (--t_quiet_depth == 0) { t_reporter = nullptr; }
 }
 
 void register_profiler(py::object ctrl, const py::dict& keys) {
@@ -240,6 +273,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("alloc_size"), py::arg("total_allocated"), py::arg("total_reserved"),
         py::arg("device_index"));
   m.def("memory_profiling_enabled", &c10::memoryProfilingEnabled);
+  m.def("host_reports_off", &neuron_kineto::host_reports_off);
+  m.def("host_reports_on", &neuron_kineto::host_reports_on);
   m.def("record_steps", &neuron_kineto::record_steps, py::arg("enabled"));
   m.def("take_steps", &neuron_kineto::take_steps);
 }

@@ -25,6 +25,13 @@ def report_memory_usage(
 ) -> None:
     """c10::reportMemoryUsageToProfiler for neuron:``device_index`` (``alloc_size`` < 0: a free)."""
 
+def host_reports_off() -> bool:
+    """While this thread's profiler records memory: stop the CPU allocator's reports here until
+    ``host_reports_on`` (device reports still go through); False: nothing to stop."""
+
+def host_reports_on() -> None:
+    """Undo one ``host_reports_off`` that returned True."""
+
 def memory_profiling_enabled() -> bool:
     """c10::memoryProfilingEnabled(): a profiler with profile_memory=True records this thread."""
 
