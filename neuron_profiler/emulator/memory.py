@@ -36,13 +36,14 @@ LARGE_SEGMENT_BYTES = 1 << 20
 class Buffer(weakref.ref):
     """One live device buffer, keyed by the tensor that allocated it (its weak reference)."""
 
-    __slots__ = ("core", "nbytes", "addr", "tensor_id", "frames")
+    __slots__ = ("core", "nbytes", "addr", "tensor_id", "frames", "held")
 
     core: int
     nbytes: int
     addr: int
     tensor_id: int  # the runtime's allocate instant (0: not captured)
     frames: list[dict[str, Any]] | None
+    held: Any  # the host tensor, kept while a profile records memory (``Allocator.release``)
 
 
 class CoreStats:
@@ -92,6 +93,8 @@ class Allocator:
         self.timeline: Any = None  # the DeviceTimeline recording runtime tensor events
         self.bridge: Any = None  # the Kineto bridge, loaded at the first profiled allocation
         self.bridge_error: str | None = None
+        # host tensors of freed buffers, dropped inside the next op's quiet window (release)
+        self.dropped: list[Any] = []
 
     def configure(self, cores: int, timeline: Any) -> None:
         """``enable``: one stats record per core (kept for cores that stay)."""
@@ -102,7 +105,7 @@ class Allocator:
     def allocate(self, tensor: Any, core: int, nbytes: int, addr: int) -> None:
         """``tensor`` now owns ``nbytes`` of fresh device memory at ``addr`` on ``core``."""
         buf = Buffer(tensor, _released)
-        buf.core, buf.nbytes, buf.addr, buf.frames = core, nbytes, addr, None
+        buf.core, buf.nbytes, buf.addr, buf.frames, buf.held = core, nbytes, addr, None, None
         self.live[id(buf)] = buf
         s = self.stats[core]
         s.allocated += nbytes
@@ -119,6 +122,7 @@ class Allocator:
         )
         if _autograd_profiler._is_profiler_enabled:
             self._report(buf, nbytes)
+            buf.held = tensor._elem
         history = self.history
         if history is not None:
             if history.stacks:
@@ -142,6 +146,11 @@ class Allocator:
             tl.free(core, buf.tensor_id, buf.nbytes)
         if _autograd_profiler._is_profiler_enabled:
             self._report(buf, -buf.nbytes)
+            if buf.held is not None:
+                self.dropped.append(buf.held)
+        elif self.dropped:  # the profile ended: nothing reports, nothing to keep
+            self.dropped.clear()
+        buf.held = None
         history = self.history
         if history is not None and history.trace:
             history.add(core, "free_requested", buf)
@@ -155,6 +164,13 @@ class Allocator:
         return bridge is not None and bridge.host_reports_off()
 
     def host_reports_on(self) -> None:
+        """End the quiet window, first dropping the host tensors of buffers freed since the
+        last one. Their host allocations were made in a quiet window, so the CPU allocator
+        does not know their sizes: freed while it reports, each would log "Memory block of
+        unknown size was allocated before the profiling started" (c10's CPU allocator), and a
+        buffer's own free runs before its tensor lets go of the host tensor, so it cannot
+        drop it itself."""
+        self.dropped.clear()
         self.bridge.host_reports_on()
 
     def _report(self, buf: Buffer, delta: int) -> None:
