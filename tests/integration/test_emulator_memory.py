@@ -170,6 +170,26 @@ def test_profile_memory_reports_device_allocations_and_the_peak(device, tmp_path
     assert (down.device_memory_usage, down.cpu_memory_usage) == (0, W_BYTES)
 
 
+def test_torch_memory_profiler_timeline_peaks_with_ours(device) -> None:
+    """torch's own memory profiler (torch.profiler._memory_profiler, what export_memory_timeline
+    draws) builds its timeline from the [memory] events; it leaves out tensors allocated before
+    the profile (w and x, and any other live tensor), so its peak is ours minus those."""
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import MemoryProfileTimeline
+
+    w, x = _model(device)
+    torch.neuron.reset_peak_memory_stats(device)
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
+        _train(w, x, steps=2)
+    timeline = MemoryProfileTimeline(prof._memory_profile())
+    _, sizes = timeline._coalesce_timeline(device)
+    others = torch.neuron.memory_allocated(device) - W_BYTES - X_BYTES  # earlier tests' tensors
+    assert torch.neuron.max_memory_allocated(device) == others + STEP_PEAK
+    assert max(sum(s) for s in sizes) == STEP_PEAK - W_BYTES - X_BYTES
+
+
 def test_buffers_freed_in_a_memory_profile_leave_no_unknown_host_frees(device, capfd) -> None:
     """Device buffers made and freed inside a profile_memory window: their host tensors were
     not reported as host memory, and their frees are not either (c10's CPU allocator would log
@@ -261,3 +281,34 @@ def test_snapshot_replays_to_the_peak_and_torch_memory_viz_reads_it(device, tmp_
     assert f"{LEAK_BYTES}" in flame and "_train" in flame
     assert "total_allocated" in _memory_viz.segsum(snap)
     assert _memory_viz.trace(snap).count("\n") >= len(trace)
+
+
+def test_history_state_mode_stop_and_cores(device) -> None:
+    """``enabled="state"`` keeps the live buffers' stacks and no trace; None stops recording;
+    each core has its own trace; ``import torch.neuron.memory`` works as for torch.cuda."""
+    import importlib
+
+    assert importlib.import_module("torch.neuron.memory") is torch.neuron.memory
+    torch.neuron.memory._record_memory_history(enabled="state")
+    kept = torch.empty(100, device="neuron:1")  # 400 bytes on core 1
+    snap = torch.neuron.memory._snapshot()
+    assert snap["device_traces"] == [[], []]
+    (segment,) = [s for s in snap["segments"] if s["address"] == kept.data_ptr()]
+    assert (segment["device"], segment["total_size"], segment["segment_type"]) == (1, 400, "small")
+    assert segment["frames"][0]["name"] == "test_history_state_mode_stop_and_cores"
+
+    torch.neuron.memory._record_memory_history()
+    on_one = torch.empty(10, device="neuron:1")
+    del on_one
+    traces = torch.neuron.memory._snapshot()["device_traces"]
+    assert traces[0] == []
+    actions = [(e["action"], e["size"]) for e in traces[1]]
+    assert actions == [("alloc", 40), ("free_requested", 40), ("free_completed", 40)]
+    torch.neuron.memory._record_memory_history(None)  # stops, and forgets the trace
+    on_zero = torch.empty(10, device="neuron:0")
+    after = torch.neuron.memory._snapshot()
+    assert after["device_traces"] == [[], []]
+    (segment,) = [s for s in after["segments"] if s["address"] == on_zero.data_ptr()]
+    assert segment["frames"] == []  # no stacks recorded any more
+    with pytest.raises(ValueError, match="enabled must be"):
+        torch.neuron.memory._record_memory_history(enabled="everything")
