@@ -189,7 +189,10 @@ class Allocator:
             self.bridge = load_bridge()
         except CollectorUnavailableError as err:  # stats still work; profiles lack [memory]
             self.bridge_error = str(err)
-            print(f"neuron-profiler: device memory not reported to torch.profiler: {err}")
+            print(
+                f"neuron-profiler: device memory not reported to torch.profiler: {err}",
+                file=sys.stderr,
+            )
         return self.bridge
 
     # -- statistics -------------------------------------------------------------------------

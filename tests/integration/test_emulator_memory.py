@@ -312,3 +312,32 @@ def test_history_state_mode_stop_and_cores(device) -> None:
     assert segment["frames"] == []  # no stacks recorded any more
     with pytest.raises(ValueError, match="enabled must be"):
         torch.neuron.memory._record_memory_history(enabled="everything")
+
+
+def test_without_the_bridge_stats_work_and_one_line_says_why(device, monkeypatch, capsys) -> None:
+    """No Kineto bridge (no compiler): profiles run without device memory events, one line on
+    stderr names the problem, and the statistics are unaffected."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuron_profiler.collectors import _build
+    from neuron_profiler.emulator.memory import ALLOCATOR
+    from neuron_profiler.errors import CollectorUnavailableError
+
+    def no_bridge() -> None:
+        raise CollectorUnavailableError("no C++ compiler found (test)")
+
+    monkeypatch.setattr(_build, "load_bridge", no_bridge)
+    monkeypatch.setattr(ALLOCATOR, "bridge", None)
+    monkeypatch.setattr(ALLOCATOR, "bridge_error", None)
+    w, x = _model(device)
+    torch.neuron.reset_peak_memory_stats(device)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        _train(w, x, steps=1)
+    others = torch.neuron.memory_allocated(device) - W_BYTES - X_BYTES
+    assert torch.neuron.max_memory_allocated(device) == others + STEP_PEAK
+    assert all(e.device_memory_usage == 0 for e in prof.key_averages())
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "device memory not reported" in line] == [
+        "neuron-profiler: device memory not reported to torch.profiler: "
+        "no C++ compiler found (test)"
+    ]
