@@ -41,6 +41,7 @@ from neuron_profiler.emulator.dispatch import (
     new_device_tensor,
     register_special,
     run_inner,
+    run_inner_on_device,
     stream_of,
     wait_pending,
 )
@@ -177,7 +178,7 @@ def to_copy(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     cast = (elem, *args[1:])
     nbytes = elem.numel() * (kw.get("dtype") or elem.dtype).itemsize
     if src is None and dst is not None:
-        copy = functools.partial(run_inner, func, cast, kw)
+        copy = functools.partial(run_inner_on_device, func, cast, kw)
         out = _to_host_device(dst, x, nbytes, non_blocking, info.name, launch_ns, copy)
         return new_device_tensor(out, dst, True)
     if src is not None and dst is None:
@@ -190,7 +191,7 @@ def to_copy(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         out = materialise(plan, [elem])[0]
         _on_device(src, dst, out, launch_ns, info.name, [elem])
     else:
-        out = run_inner(func, cast, kw)
+        out = run_inner_on_device(func, cast, kw)
         on_core = src == dst
         _on_device(
             src,

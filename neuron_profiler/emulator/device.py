@@ -26,6 +26,7 @@ from neuron_profiler.emulator import (
     compiled,
     copies,
     host_cost,
+    memory_api,
     modelled,
     pinned,
     process_groups,
@@ -34,6 +35,7 @@ from neuron_profiler.emulator import (
 )
 from neuron_profiler.emulator import dispatch as D
 from neuron_profiler.emulator import tensor as T
+from neuron_profiler.emulator.memory import ALLOCATOR
 from neuron_profiler.emulator.runtime import get_runtime
 from neuron_profiler.emulator.scheduler import DeviceTimeline
 from neuron_profiler.emulator.timing import RooflineModel
@@ -138,6 +140,7 @@ def _make_module() -> types.ModuleType:
     )
     for k, v in funcs.items():
         setattr(mod, k, v)
+    memory_api.install(mod)
     return mod
 
 
@@ -150,7 +153,9 @@ def _register_with_torch(cores: int) -> None:
     _check_no_real_backend()
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-    _setup_privateuseone_for_python_backend("neuron", backend_module=_make_module())
+    mod = _make_module()
+    _setup_privateuseone_for_python_backend("neuron", backend_module=mod)
+    sys.modules["torch.neuron.memory"] = mod.memory
     T.set_executor(D.execute_accounted, cores)
     copies.register()
     collectives.register()
@@ -238,6 +243,7 @@ def enable(
     modelled.reset()  # timing mode warns again, once per op, about reads of modelled values
     D.STATE.current_core = min(D.STATE.current_core, cores - 1)
     D.STATE.timeline = timeline
+    ALLOCATOR.configure(cores, timeline)
     if host_cost.LEDGER.boundary is None:  # once per process, before any trace (host_cost.py)
         host_cost.LEDGER.boundary = host_cost.calibrate(
             D.execute, lambda t: T.NeuronTensor(t, 0), T.swap_executor

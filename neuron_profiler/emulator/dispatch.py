@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import enum
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 import torch
+from torch.autograd import profiler as _autograd_profiler
 
 from neuron_profiler.emulator import fallback as fb
 from neuron_profiler.emulator import host_cost, modelled
 from neuron_profiler.emulator import scheduler as sched
 from neuron_profiler.emulator.costs import op_cost
+from neuron_profiler.emulator.memory import ALLOCATOR
 from neuron_profiler.emulator.outputs import (
     ALLOC_OPS,
     ZEROS_OPS,
@@ -105,17 +105,6 @@ _NO_KERNEL_OPS = {
     "aten::_has_compatible_shallow_copy_type",
     "aten::set_",
 }
-
-
-class _Allocation(msgspec.Struct, frozen=True, gc=False):
-    """A device buffer whose free is recorded when its tensor dies (``_LIVE``)."""
-
-    core: int
-    tensor_id: int
-    nbytes: int
-
-
-_LIVE: dict[weakref.ref, _Allocation] = {}
 
 
 def register_special(op: Any, handler: Callable[..., Any]) -> None:
@@ -237,23 +226,27 @@ def run_inner(func: Any, args: tuple, kwargs: dict) -> Any:
         _set_record_function(True)
 
 
+def run_inner_on_device(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``run_inner`` for an op whose new outputs are device buffers: while a profile records
+    memory, the CPU allocator does not report them as host memory (memory.py reports them)."""
+    quiet = _autograd_profiler._is_profiler_enabled and ALLOCATOR.host_reports_off()
+    try:
+        return run_inner(func, args, kwargs)
+    finally:
+        if quiet:
+            ALLOCATOR.host_reports_on()
+
+
 # -- wrapping -------------------------------------------------------------------------------
 def new_device_tensor(elem: torch.Tensor, core: int, allocate: bool) -> NeuronTensor:
+    """Wrap ``elem`` on ``core``; ``allocate``: a fresh output, whose buffer the device
+    allocator accounts (memory.py) until this tensor dies."""
     t = NeuronTensor(elem, core)
     if allocate:
-        tl = STATE.timeline
-        if tl is not None and tl.rt.tracking_tensors:  # weakref per tensor: only when wanted
-            nbytes = elem.numel() * elem.element_size()  # a fresh output owns exactly this
-            tensor_id = tl.allocate(core, nbytes)
-            _LIVE[weakref.ref(t, _freed)] = _Allocation(core, tensor_id, nbytes)
+        nbytes = elem.numel() * elem.element_size()  # a fresh output owns exactly this
+        if nbytes:
+            ALLOCATOR.allocate(t, core, nbytes, elem.data_ptr())
     return t
-
-
-def _freed(ref: weakref.ref) -> None:
-    buffer = _LIVE.pop(ref, None)
-    tl = STATE.timeline
-    if buffer is not None and tl is not None:
-        tl.free(buffer.core, buffer.tensor_id, buffer.nbytes)
 
 
 def wrap(out: Any, u: Unwrapped, core: int, allocate: bool, written: list[torch.Tensor]) -> Any:
@@ -348,7 +341,9 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
     computed = True
     math_ns = launch_ns  # numerics mode: the overhead span is the whole op up to its launch
     math_end_ns = 0
-    _set_record_function(False)  # run_inner, inlined on the hot path
+    # run_inner_on_device, inlined on the hot path
+    quiet = _autograd_profiler._is_profiler_enabled and ALLOCATOR.host_reports_off()
+    _set_record_function(False)
     try:
         if timing and (kind is Kind.KERNEL or kind is Kind.ALLOC):
             out, computed, seen, math_ns = _run_timing(func, info, u, seen)
@@ -357,6 +352,8 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
             out = func(*u.args, **u.kwargs)
     finally:
         _set_record_function(True)
+        if quiet:
+            ALLOCATOR.host_reports_on()
     written: list[torch.Tensor] = []
     result = wrap(out, u, core, kind is not Kind.VIEW, written)
     if seen is not None:  # its outputs, and the inputs it wrote, hold modelled values

@@ -1,0 +1,253 @@
+"""Cost of the emulated allocator (emulator/memory.py), side by side in one run:
+
+    python bench/bench_memory.py              # ~15 s
+    python bench/bench_memory.py --ops 5000 --blocks 9
+
+An allocation-bound loop (16x16 adds: every op allocates its output and frees the previous one,
+numerics mode) under five columns:
+
+- ``no-accounting``: the allocator replaced by a no-op (the device without memory statistics);
+- ``stats-only``: an allocator that keeps the statistics and nothing else (no profiler check,
+  no runtime events, no history): the baseline for the next column;
+- ``shipped``: the allocator as shipped, no profiler running (the profiler gate is one flag test);
+- ``profile``: inside ``torch.profiler.profile`` without ``profile_memory``;
+- ``profile_memory``: the same with ``profile_memory=True`` (each allocation and free reported).
+
+Printed as us/op and ratios: shipped / stats-only is what the reporting path costs when no
+profile asks for memory, profile_memory / profile what asking costs. A second part times the
+allocator alone (allocate, then the free when the owner dies) per buffer for the first three
+columns and a fourth, ``no-profiler-gate`` (the shipped allocator minus its profiler checks),
+in ns, where an op's noise does not hide it. Blocks are interleaved in a shuffled order
+and the best (minimum) block is reported, as timeit does: other load only ever adds time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import time
+from collections.abc import Callable, Iterator
+
+import neuron_profiler.emulator as emu
+
+emu.enable(cores=2, chip="trn2")
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from neuron_profiler.emulator import dispatch, memory  # noqa: E402
+
+
+class _NoAccounting:
+    def allocate(self, tensor: object, core: int, nbytes: int, addr: int) -> None:
+        pass
+
+
+class _StatsOnly(memory.Allocator):
+    """Statistics alone: the allocator minus the profiler gate, runtime events and history."""
+
+    def allocate(self, tensor: object, core: int, nbytes: int, addr: int) -> None:
+        buf = memory.Buffer(tensor, _stats_only_release)
+        buf.core, buf.nbytes = core, nbytes
+        self.live[id(buf)] = buf
+        s = self.stats[core]
+        s.allocated += nbytes
+        s.count += 1
+        s.allocs += 1
+        s.bytes_in += nbytes
+        if s.allocated > s.peak:
+            s.peak = s.allocated
+        if s.count > s.peak_count:
+            s.peak_count = s.count
+
+    def release(self, buf: memory.Buffer) -> None:
+        if self.live.pop(id(buf), None) is None:
+            return
+        s = self.stats[buf.core]
+        s.allocated -= buf.nbytes
+        s.count -= 1
+        s.frees += 1
+        s.bytes_out += buf.nbytes
+
+
+class _NoProfilerGate(memory.Allocator):
+    """The shipped allocator minus its two profiler checks (a copy of allocate and release
+    without the ``_is_profiler_enabled`` lines): what the profile_memory path costs when off."""
+
+    def allocate(self, tensor: object, core: int, nbytes: int, addr: int) -> None:
+        buf = memory.Buffer(tensor, _no_gate_release)
+        buf.core, buf.nbytes, buf.addr, buf.frames = core, nbytes, addr, None
+        self.live[id(buf)] = buf
+        s = self.stats[core]
+        s.allocated += nbytes
+        s.count += 1
+        s.allocs += 1
+        s.bytes_in += nbytes
+        if s.allocated > s.peak:
+            s.peak = s.allocated
+        if s.count > s.peak_count:
+            s.peak_count = s.count
+        tl = self.timeline
+        buf.tensor_id = (
+            tl.allocate(core, nbytes) if tl is not None and tl.rt.tracking_tensors else 0
+        )
+        history = self.history
+        if history is not None:
+            if history.stacks:
+                buf.frames = memory.python_frames()
+            if history.trace:
+                history.add(core, "alloc", buf)
+
+    def release(self, buf: memory.Buffer) -> None:
+        if self.live.pop(id(buf), None) is None:
+            return
+        core = buf.core
+        if core >= len(self.stats):
+            return
+        s = self.stats[core]
+        s.allocated -= buf.nbytes
+        s.count -= 1
+        s.frees += 1
+        s.bytes_out += buf.nbytes
+        tl = self.timeline
+        if buf.tensor_id and tl is not None:
+            tl.free(core, buf.tensor_id, buf.nbytes)
+        history = self.history
+        if history is not None and history.trace:
+            history.add(core, "free_requested", buf)
+            history.add(core, "free_completed", buf)
+
+
+_NO_GATE = _NoProfilerGate()
+_NO_GATE.configure(2, dispatch.STATE.timeline)
+
+
+def _no_gate_release(buf: memory.Buffer) -> None:
+    _NO_GATE.release(buf)
+
+
+_STATS_ONLY = _StatsOnly()
+_STATS_ONLY.configure(2, None)
+
+
+def _stats_only_release(buf: memory.Buffer) -> None:
+    _STATS_ONLY.release(buf)
+
+
+@contextlib.contextmanager
+def _column(name: str) -> Iterator[None]:
+    shipped = dispatch.ALLOCATOR
+    if name == "no-accounting":
+        dispatch.ALLOCATOR = _NoAccounting()  # type: ignore[assignment]
+    elif name == "stats-only":
+        dispatch.ALLOCATOR = _STATS_ONLY
+    try:
+        if name.startswith("profile"):
+            memory_on = name == "profile_memory"
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=memory_on):
+                yield
+        else:
+            yield
+    finally:
+        dispatch.ALLOCATOR = shipped
+
+
+COLUMNS = ("no-accounting", "stats-only", "shipped", "profile", "profile_memory")
+
+
+def _loop(n: int) -> Callable[[], None]:
+    a = torch.ones(16, 16, device="neuron")
+
+    def run() -> None:
+        x = a
+        for _ in range(n):
+            x = x + a
+
+    return run
+
+
+class _Owner:
+    """Stands in for a device tensor: weak-referenceable, dies when dropped."""
+
+    __slots__ = ("__weakref__",)
+
+
+_ALLOCATORS = {
+    "no-accounting": _NoAccounting(),
+    "stats-only": _STATS_ONLY,
+    "no-profiler-gate": _NO_GATE,
+}
+ALONE = ("no-accounting", "stats-only", "no-profiler-gate", "shipped")
+
+
+def alloc_free_ns(name: str, n: int) -> float:
+    """ns per allocate + free of one buffer with this column's allocator."""
+    alloc = _ALLOCATORS.get(name, dispatch.ALLOCATOR).allocate
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        alloc(_Owner(), 0, 1024, 4096)  # the owner dies at once: the free runs here
+    return (time.perf_counter_ns() - t0) / n
+
+
+def op_gate_ns(n: int) -> float:
+    """ns per op of the execution point's own profiler test (``dispatch.execute``: host memory
+    reports off while a profile records memory), against the same loop without it."""
+    from torch.autograd import profiler as autograd_profiler
+
+    allocator = dispatch.ALLOCATOR
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        quiet = autograd_profiler._is_profiler_enabled and allocator.host_reports_off()
+        if quiet:
+            allocator.host_reports_on()
+    gated = time.perf_counter_ns() - t0
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        quiet = False
+        if quiet:
+            allocator.host_reports_on()
+    return (gated - (time.perf_counter_ns() - t0)) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ops", type=int, default=2000)
+    parser.add_argument("--blocks", type=int, default=7)
+    args = parser.parse_args()
+    run = _loop(args.ops)
+    run()  # warm the op caches
+    best = dict.fromkeys(COLUMNS, float("inf"))
+    alone = dict.fromkeys(ALONE, float("inf"))
+    op_gate = float("inf")
+    order = list(COLUMNS)
+    for _ in range(args.blocks):
+        random.shuffle(order)
+        for name in order:
+            with _column(name):
+                t0 = time.perf_counter()
+                run()
+                best[name] = min(best[name], time.perf_counter() - t0)
+        op_gate = min(op_gate, op_gate_ns(50 * args.ops))
+        for name in random.sample(ALONE, len(ALONE)):
+            alone[name] = min(alone[name], alloc_free_ns(name, 20 * args.ops))
+    us = {k: v / args.ops * 1e6 for k, v in best.items()}
+    print(f"per allocating op (16x16 add, best of {args.blocks} x {args.ops}):")
+    for k, v in us.items():
+        print(f"  {k:15s} {v:8.2f} us/op")
+    print(f"  stats / no accounting          x{us['stats-only'] / us['no-accounting']:.3f}")
+    print(f"  shipped / stats-only           x{us['shipped'] / us['stats-only']:.3f}")
+    print(f"  profile_memory / profile       x{us['profile_memory'] / us['profile']:.3f}")
+    print(f"per buffer, the allocator alone (allocate + free, best of {args.blocks}):")
+    for k, v in alone.items():
+        print(f"  {k:15s} {v:8.1f} ns   {v / 10 / us['shipped']:.2f}% of a shipped op")
+    gate = alone["shipped"] - alone["no-profiler-gate"]
+    print(f"  the profiler gate (shipped - no-profiler-gate) {gate:6.1f} ns/buffer,")
+    ratio = alone["shipped"] / alone["no-profiler-gate"]
+    print(f"  {gate / 10 / us['shipped']:.2f}% of a shipped op, x{ratio:.3f}")
+    print(f"per op, the execution point's host-report test: {op_gate:.1f} ns,")
+    print(f"  {op_gate / 10 / us['shipped']:.2f}% of a shipped op")
+
+
+if __name__ == "__main__":
+    main()

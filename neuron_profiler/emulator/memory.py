@@ -1,0 +1,229 @@
+"""The emulated device's allocator: per-core memory statistics, profiler reports and history.
+
+Every device buffer a new output owns (``dispatch.new_device_tensor``) is registered here and
+released when the tensor that allocated it dies (a weak reference's callback). Three consumers:
+
+- statistics, always on as in any device allocator: ``torch.neuron.memory_allocated`` and the rest
+  of ``torch.accelerator.memory``'s functions (``stats``; there is no caching allocator, so
+  reserved memory equals allocated memory);
+- torch.profiler: with ``profile_memory=True`` each allocation and free goes to
+  ``c10::reportMemoryUsageToProfiler`` with a PrivateUse1 device, as a C++ backend's allocator
+  reports it (through the Kineto bridge, ``report_memory_usage``). Outside a profile the cost is
+  one test of ``torch.autograd.profiler._is_profiler_enabled``, a Python flag torch sets while a
+  profiler runs;
+- snapshots (``torch.neuron.memory._record_memory_history`` / ``_dump_snapshot``): the CUDA
+  caching allocator's pickle schema (snapshot.py).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import weakref
+from collections import deque
+from typing import Any
+
+from torch.autograd import profiler as _autograd_profiler
+
+# Python frames of the emulator's own allocator path are left out of allocation stacks: a stack
+# ends in the program's line, as a CUDA snapshot's Python frames do.
+_OWN_PREFIX = __file__.rsplit("/", 1)[0] + "/"
+# CUDA's caching allocator splits its pools at 1 MiB (torch.cuda.memory_stats' docstring, "large
+# pool ... >= 1MB"); snapshot segments carry the same label.
+LARGE_SEGMENT_BYTES = 1 << 20
+
+
+class Buffer(weakref.ref):
+    """One live device buffer, keyed by the tensor that allocated it (its weak reference)."""
+
+    __slots__ = ("core", "nbytes", "addr", "tensor_id", "frames", "held")
+
+    core: int
+    nbytes: int
+    addr: int
+    tensor_id: int  # the runtime's allocate instant (0: not captured)
+    frames: list[dict[str, Any]] | None
+    held: Any  # the host tensor, kept while a profile records memory (``Allocator.release``)
+
+
+class CoreStats:
+    """One core's allocation counters (bytes and counts; current, peak, cumulative)."""
+
+    __slots__ = ("allocated", "peak", "count", "peak_count", "allocs", "frees", "bytes_in")
+    __slots__ += ("bytes_out",)
+
+    def __init__(self) -> None:
+        self.allocated = self.peak = self.count = self.peak_count = 0
+        self.allocs = self.frees = self.bytes_in = self.bytes_out = 0
+
+
+class History:
+    """What ``_record_memory_history`` asked for: per-core trace entries, stacks or not."""
+
+    def __init__(self, max_entries: int, stacks: bool, trace: bool) -> None:
+        self.max_entries = max_entries
+        self.stacks = stacks
+        self.trace = trace
+        self.entries: dict[int, deque[dict[str, Any]]] = {}
+        self.annotations: list[dict[str, Any]] = []
+
+    def add(self, core: int, action: str, buf: Buffer) -> None:
+        q = self.entries.get(core)
+        if q is None:
+            q = self.entries[core] = deque(maxlen=self.max_entries)
+        q.append(
+            {
+                "action": action,
+                "addr": buf.addr,
+                "size": buf.nbytes,
+                "stream": 0,
+                "time_us": time.time_ns() // 1000,
+                "frames": buf.frames or [],
+            }
+        )
+
+
+class Allocator:
+    """The process-wide accounting (``ALLOCATOR``)."""
+
+    def __init__(self) -> None:
+        self.stats: list[CoreStats] = []
+        self.live: dict[int, Buffer] = {}  # id(buffer) -> buffer
+        self.history: History | None = None
+        self.timeline: Any = None  # the DeviceTimeline recording runtime tensor events
+        self.bridge: Any = None  # the Kineto bridge, loaded at the first profiled allocation
+        self.bridge_error: str | None = None
+        # host tensors of freed buffers, dropped inside the next op's quiet window (release)
+        self.dropped: list[Any] = []
+
+    def configure(self, cores: int, timeline: Any) -> None:
+        """``enable``: one stats record per core (kept for cores that stay)."""
+        self.stats = self.stats[:cores] + [CoreStats() for _ in range(cores - len(self.stats))]
+        self.timeline = timeline
+
+    # -- the hot path ---------------------------------------------------------------------
+    def allocate(self, tensor: Any, core: int, nbytes: int, addr: int) -> None:
+        """``tensor`` now owns ``nbytes`` of fresh device memory at ``addr`` on ``core``."""
+        buf = Buffer(tensor, _released)
+        buf.core, buf.nbytes, buf.addr, buf.frames, buf.held = core, nbytes, addr, None, None
+        self.live[id(buf)] = buf
+        s = self.stats[core]
+        s.allocated += nbytes
+        s.count += 1
+        s.allocs += 1
+        s.bytes_in += nbytes
+        if s.allocated > s.peak:
+            s.peak = s.allocated
+        if s.count > s.peak_count:
+            s.peak_count = s.count
+        tl = self.timeline
+        buf.tensor_id = (
+            tl.allocate(core, nbytes) if tl is not None and tl.rt.tracking_tensors else 0
+        )
+        if _autograd_profiler._is_profiler_enabled:
+            self._report(buf, nbytes)
+            buf.held = tensor._elem
+        history = self.history
+        if history is not None:
+            if history.stacks:
+                buf.frames = python_frames()
+            if history.trace:
+                history.add(core, "alloc", buf)
+
+    def release(self, buf: Buffer) -> None:
+        if self.live.pop(id(buf), None) is None:
+            return
+        core = buf.core
+        if core >= len(self.stats):  # enable() dropped this core since
+            return
+        s = self.stats[core]
+        s.allocated -= buf.nbytes
+        s.count -= 1
+        s.frees += 1
+        s.bytes_out += buf.nbytes
+        tl = self.timeline
+        if buf.tensor_id and tl is not None:
+            tl.free(core, buf.tensor_id, buf.nbytes)
+        if _autograd_profiler._is_profiler_enabled:
+            self._report(buf, -buf.nbytes)
+            if buf.held is not None:
+                self.dropped.append(buf.held)
+        elif self.dropped:  # the profile ended: nothing reports, nothing to keep
+            self.dropped.clear()
+        buf.held = None
+        history = self.history
+        if history is not None and history.trace:
+            history.add(core, "free_requested", buf)
+            history.add(core, "free_completed", buf)
+
+    def host_reports_off(self) -> bool:
+        """While a profile records memory: stop the CPU allocator's reports on this thread for
+        an op whose outputs are device buffers (they are reported here, as device memory);
+        True: call ``host_reports_on`` after it."""
+        bridge = self.bridge or self._load_bridge()
+        return bridge is not None and bridge.host_reports_off()
+
+    def host_reports_on(self) -> None:
+        """End the quiet window, first dropping the host tensors of buffers freed since the
+        last one. Their host allocations were made in a quiet window, so the CPU allocator
+        does not know their sizes: freed while it reports, each would log "Memory block of
+        unknown size was allocated before the profiling started" (c10's CPU allocator), and a
+        buffer's own free runs before its tensor lets go of the host tensor, so it cannot
+        drop it itself."""
+        self.dropped.clear()
+        self.bridge.host_reports_on()
+
+    def _report(self, buf: Buffer, delta: int) -> None:
+        bridge = self.bridge or self._load_bridge()
+        if bridge is not None:
+            total = self.stats[buf.core].allocated
+            bridge.report_memory_usage(buf.addr, delta, total, total, buf.core)
+
+    def _load_bridge(self) -> Any:
+        if self.bridge_error is not None:
+            return None
+        from neuron_profiler.collectors._build import load_bridge
+        from neuron_profiler.errors import CollectorUnavailableError
+
+        try:
+            self.bridge = load_bridge()
+        except CollectorUnavailableError as err:  # stats still work; profiles lack [memory]
+            self.bridge_error = str(err)
+            print(
+                f"neuron-profiler: device memory not reported to torch.profiler: {err}",
+                file=sys.stderr,
+            )
+        return self.bridge
+
+    # -- statistics -------------------------------------------------------------------------
+    def reset_peak(self, core: int) -> None:
+        s = self.stats[core]
+        s.peak, s.peak_count = s.allocated, s.count
+
+    def reset_accumulated(self, core: int) -> None:
+        s = self.stats[core]
+        s.allocs = s.frees = s.bytes_in = s.bytes_out = 0
+
+    def live_buffers(self) -> list[Buffer]:
+        """Buffers whose tensors are alive, oldest address first per core."""
+        return sorted(self.live.values(), key=lambda b: (b.core, b.addr))
+
+
+def _released(buf: Buffer) -> None:
+    ALLOCATOR.release(buf)
+
+
+def python_frames() -> list[dict[str, Any]]:
+    """The Python stack of the allocating program, innermost first (CUDA's frame order),
+    without the emulator's own frames."""
+    frames = []
+    f = sys._getframe(1)
+    while f is not None:
+        filename = f.f_code.co_filename
+        if not filename.startswith(_OWN_PREFIX):
+            frames.append({"filename": filename, "line": f.f_lineno, "name": f.f_code.co_name})
+        f = f.f_back
+    return frames
+
+
+ALLOCATOR = Allocator()

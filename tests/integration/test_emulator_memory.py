@@ -1,0 +1,343 @@
+"""The emulated device's allocator (emulator/memory.py, snapshot.py): statistics, torch.profiler's
+memory events and snapshots, against peaks worked out by hand from the tensor sizes, an injected
+leak, torch's own readers (torch.accelerator.memory's key names, the Chrome export's [memory]
+events, torch.cuda._memory_viz)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import neuron_profiler.emulator as emu  # noqa: E402
+from neuron_profiler.emulator.runtime import get_runtime  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+F32 = 4  # bytes per float32 element
+BATCH, WIDTH = 64, 128  # x: (BATCH, WIDTH), w: (WIDTH, WIDTH)
+W_BYTES = WIDTH * WIDTH * F32  # the parameter, and its gradient
+X_BYTES = BATCH * WIDTH * F32  # the input, and the activation y = x @ w
+SCALAR = F32  # the loss, and the ones autograd seeds backward with
+# Live at the peak (inside backward, while MmBackward writes w's gradient): w, x, y, the loss,
+# the seed gradient (alive as SumBackward's expanded view of it) and w's new gradient.
+STEP_PEAK = W_BYTES + X_BYTES + X_BYTES + SCALAR + SCALAR + W_BYTES
+LEAK_BYTES = 4096 * F32  # one (4096,) float32 tensor kept per step
+
+
+@pytest.fixture(params=[True, False], ids=["numerics", "timing"])
+def device(request: pytest.FixtureRequest):
+    emu.enable(cores=2, chip="trn2", numerics=request.param)
+    yield torch.device("neuron", 0)
+    rt = get_runtime()
+    if rt.capturing:
+        rt.sys_trace_stop()
+    torch.neuron.memory._record_memory_history(None)
+    emu.enable(cores=2, chip="trn2")
+
+
+def _train(w: torch.Tensor, x: torch.Tensor, steps: int, leak: list | None = None, prof=None):
+    """SGD on sum(x @ w) with no temporaries beyond the ones counted in STEP_PEAK."""
+    for _ in range(steps):
+        y = x @ w
+        loss = y.sum()
+        loss.backward()
+        with torch.no_grad():
+            w.add_(w.grad, alpha=-1e-3)
+        w.grad = None
+        del y, loss
+        if leak is not None:
+            leak.append(torch.ones(LEAK_BYTES // F32, device=w.device))
+        if prof is not None:
+            prof.step()
+
+
+def _model(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    w = torch.randn(WIDTH, WIDTH, device=device, requires_grad=True)
+    x = torch.randn(BATCH, WIDTH, device=device)
+    return w, x
+
+
+def test_training_step_peak_and_current_match_the_sizes_by_hand(device) -> None:
+    before = torch.neuron.memory_allocated(device)
+    w, x = _model(device)
+    assert torch.neuron.memory_allocated(device) - before == W_BYTES + X_BYTES
+    torch.neuron.reset_peak_memory_stats(device)
+    _train(w, x, steps=3)
+    assert torch.neuron.max_memory_allocated(device) - before == STEP_PEAK
+    assert torch.neuron.memory_allocated(device) - before == W_BYTES + X_BYTES  # all freed
+    assert torch.neuron.memory_reserved(device) == torch.neuron.memory_allocated(device)
+    del w, x
+    assert torch.neuron.memory_allocated(device) == before
+
+
+def test_an_injected_leak_grows_the_stats_by_the_leaked_bytes_per_step(device) -> None:
+    w, x = _model(device)
+    leak: list = []
+    torch.neuron.reset_peak_memory_stats(device)
+    _train(w, x, steps=1, leak=leak)
+    current, peak = torch.neuron.memory_allocated(device), torch.neuron.max_memory_allocated(device)
+    for step in range(1, 4):
+        _train(w, x, steps=1, leak=leak)
+        assert torch.neuron.memory_allocated(device) - current == step * LEAK_BYTES
+        assert torch.neuron.max_memory_allocated(device) - peak == step * LEAK_BYTES
+    allocs = torch.neuron.memory_stats(device)["allocation.all.current"]
+    leak.clear()
+    assert torch.neuron.memory_stats(device)["allocation.all.current"] == allocs - 4
+
+
+def test_cores_are_accounted_apart(device) -> None:
+    on_one = torch.neuron.memory_allocated(1)
+    on_zero = torch.neuron.memory_allocated(0)
+    t = torch.empty(1000, dtype=torch.float16, device="neuron:1")
+    assert torch.neuron.memory_allocated(1) - on_one == 2000
+    assert torch.neuron.memory_allocated(0) == on_zero
+    view = t[10:]  # a view owns no memory
+    assert torch.neuron.memory_allocated(1) - on_one == 2000
+    del t, view
+    assert torch.neuron.memory_allocated(1) == on_one
+
+
+def test_torch_accelerator_memory_readers_read_our_stats(device, monkeypatch) -> None:
+    """torch.accelerator.memory's own functions, fed ``torch.neuron.memory_stats`` (they reach a
+    C++ DeviceAllocator otherwise), give the torch.neuron figures: the key names match."""
+    import torch.accelerator.memory as acc
+
+    monkeypatch.setattr(acc, "memory_stats", lambda d=None: torch.neuron.memory_stats(d))
+    w, x = _model(device)
+    _train(w, x, steps=1)
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved"):
+        ours = getattr(torch.neuron, name)(0)
+        assert getattr(acc, name)(0) == ours and ours > 0, name
+    stats = torch.neuron.memory_stats(0)
+    assert (
+        stats["allocated_bytes.all.allocated"] - stats["allocated_bytes.all.freed"]
+        == (stats["allocated_bytes.all.current"])
+    )
+
+
+def _memory_events(trace: Path) -> list[dict]:
+    events = json.loads(trace.read_text())["traceEvents"]
+    return [e for e in events if e.get("name") == "[memory]"]
+
+
+def test_profile_memory_reports_device_allocations_and_the_peak(device, tmp_path: Path) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuron_profiler import NEURON
+
+    w, x = _model(device)
+    host_x = torch.ones(BATCH, WIDTH)
+    torch.neuron.reset_peak_memory_stats(device)
+    with profile(activities=[ProfilerActivity.CPU, NEURON], profile_memory=True) as prof:
+        _train(w, x, steps=2)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as to_device:
+        on_device = host_x.to(device)  # device memory
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as to_host:
+        on_host = w.detach().cpu()  # host memory, as on any device
+    del on_device, on_host
+    trace = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    device_type = int(torch._C._autograd.DeviceType.PrivateUse1)
+    on_device = [
+        e["args"] for e in _memory_events(trace) if e["args"]["Device Type"] == device_type
+    ]
+    allocs = [a["Bytes"] for a in on_device if a["Bytes"] > 0]
+    frees = [-a["Bytes"] for a in on_device if a["Bytes"] < 0]
+    # per step: y, loss, the seed and w's gradient allocated, and all four freed
+    assert sorted(allocs) == sorted([X_BYTES, SCALAR, SCALAR, W_BYTES] * 2)
+    assert sorted(frees) == sorted(allocs)
+    peak = max(a["Total Allocated"] for a in on_device)
+    assert peak == torch.neuron.max_memory_allocated(device)
+    assert all(
+        a["Device Id"] == 0 and a["Total Reserved"] == a["Total Allocated"] for a in on_device
+    )
+    by_op = {e.key: e for e in prof.key_averages()}
+    steps = 2  # per step: mm makes y forward and w's gradient backward, sum the loss
+    assert by_op["aten::mm"].device_memory_usage == steps * (X_BYTES + W_BYTES)
+    assert by_op["aten::sum"].device_memory_usage == steps * SCALAR
+    assert by_op["aten::ones_like"].device_memory_usage == steps * SCALAR
+    assert sum(e.self_device_memory_usage for e in by_op.values()) == 0  # all freed in the window
+    # the device's buffers are host tensors inside the emulator: not host memory to the profile
+    assert all(e.cpu_memory_usage == 0 for e in by_op.values())
+    up = {e.key: e for e in to_device.key_averages()}["aten::_to_copy"]
+    assert (up.device_memory_usage, up.cpu_memory_usage) == (X_BYTES, 0)
+    down = {e.key: e for e in to_host.key_averages()}["aten::_to_copy"]
+    assert (down.device_memory_usage, down.cpu_memory_usage) == (0, W_BYTES)
+
+
+def test_torch_memory_profiler_timeline_peaks_with_ours(device) -> None:
+    """torch's own memory profiler (torch.profiler._memory_profiler, what export_memory_timeline
+    draws) builds its timeline from the [memory] events; it leaves out tensors allocated before
+    the profile (w and x, and any other live tensor), so its peak is ours minus those."""
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import MemoryProfileTimeline
+
+    w, x = _model(device)
+    torch.neuron.reset_peak_memory_stats(device)
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    ) as prof:
+        _train(w, x, steps=2)
+    timeline = MemoryProfileTimeline(prof._memory_profile())
+    _, sizes = timeline._coalesce_timeline(device)
+    others = torch.neuron.memory_allocated(device) - W_BYTES - X_BYTES  # earlier tests' tensors
+    assert torch.neuron.max_memory_allocated(device) == others + STEP_PEAK
+    assert max(sum(s) for s in sizes) == STEP_PEAK - W_BYTES - X_BYTES
+
+
+def test_buffers_freed_in_a_memory_profile_leave_no_unknown_host_frees(device, capfd) -> None:
+    """Device buffers made and freed inside a profile_memory window: their host tensors were
+    not reported as host memory, and their frees are not either (c10's CPU allocator would log
+    an unknown-size block for each one it frees while reporting)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuron_profiler.emulator.memory import ALLOCATOR
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True):
+        a = torch.ones(64, 64, device=device)
+        x = a + 1
+        for _ in range(20):
+            x = x + a  # frees the previous x
+        del x, a
+        torch.ones(4, device=device)  # one more op: its quiet window drops the freed tensors
+    assert "unknown size" not in capfd.readouterr().err
+    torch.ones(4, device=device)  # the profile ended: the next free lets go of what was kept
+    assert ALLOCATOR.dropped == []
+
+
+def test_without_profile_memory_no_memory_events(device, tmp_path: Path) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuron_profiler import NEURON
+
+    w, x = _model(device)
+    with profile(activities=[ProfilerActivity.CPU, NEURON]) as prof:
+        _train(w, x, steps=1)
+    trace = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    assert _memory_events(trace) == []
+    assert torch.neuron.max_memory_allocated(device) > 0
+
+
+def _replay_peak(trace: list[dict], start: int) -> int:
+    live, peak = start, start
+    for entry in trace:
+        if entry["action"] == "alloc":
+            live += entry["size"]
+        elif entry["action"] == "free_completed":
+            live -= entry["size"]
+        peak = max(peak, live)
+    return peak
+
+
+def test_snapshot_replays_to_the_peak_and_torch_memory_viz_reads_it(device, tmp_path: Path) -> None:
+    from torch.cuda import _memory_viz
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from neuron_profiler import NEURON
+
+    w, x = _model(device)
+    leak: list = []
+    start = torch.neuron.memory_allocated(device)
+    torch.neuron.reset_peak_memory_stats(device)
+    torch.neuron.memory._record_memory_history(max_entries=100_000)
+    with profile(
+        activities=[ProfilerActivity.CPU, NEURON],
+        schedule=schedule(wait=0, warmup=1, active=2),
+    ) as prof:
+        _train(w, x, steps=3, leak=leak, prof=prof)
+    path = tmp_path / "snapshot.pickle"
+    torch.neuron.memory._dump_snapshot(str(path))
+    torch.neuron.memory._record_memory_history(None)
+    snap = pickle.loads(path.read_bytes())
+
+    trace = snap["device_traces"][0]
+    assert _replay_peak(trace, start) == torch.neuron.max_memory_allocated(device)
+    assert snap["device_traces"][1] == []
+    allocs = [e for e in trace if e["action"] == "alloc"]
+    assert len(allocs) == 3 * 5  # y, loss, seed, gradient, leaked tensor per step
+    ours = [[f for f in e["frames"] if f["filename"] == __file__] for e in allocs]
+    assert all(frames and frames[0]["name"] == "_train" for frames in ours)
+    forward = [e for e in allocs if e["size"] == X_BYTES]  # y = x @ w: the program's own line
+    assert all(e["frames"][0]["name"] == "_train" for e in forward)
+    live = sum(s["allocated_size"] for s in snap["segments"] if s["device"] == 0)
+    assert live == torch.neuron.memory_allocated(device)
+    leaked = [s for s in snap["segments"] if s["total_size"] == LEAK_BYTES]
+    assert len(leaked) == 3 and all(s["blocks"][0]["state"] == "active_allocated" for s in leaked)
+    steps = [(a["name"], a["stage"]) for a in snap["external_annotations"]]
+    # three prof.step() calls; the profiler opens step 3 after the last one, closed at exit
+    assert steps == [(f"ProfilerStep#{i}", stage) for i in range(4) for stage in ("START", "END")]
+    times = [a["time_us"] for a in snap["external_annotations"]]
+    assert times == sorted(times) and times[0] <= allocs[0]["time_us"] <= times[1]
+
+    assert "Active Memory Timeline" in _memory_viz.trace_plot(snap)
+    assert _memory_viz.segment_plot(snap)
+    flame = _memory_viz.memory(snap, format_flamegraph=lambda lines: lines)
+    assert f"{LEAK_BYTES}" in flame and "_train" in flame
+    assert "total_allocated" in _memory_viz.segsum(snap)
+    assert _memory_viz.trace(snap).count("\n") >= len(trace)
+
+
+def test_history_state_mode_stop_and_cores(device) -> None:
+    """``enabled="state"`` keeps the live buffers' stacks and no trace; None stops recording;
+    each core has its own trace; ``import torch.neuron.memory`` works as for torch.cuda."""
+    import importlib
+
+    assert importlib.import_module("torch.neuron.memory") is torch.neuron.memory
+    torch.neuron.memory._record_memory_history(enabled="state")
+    kept = torch.empty(100, device="neuron:1")  # 400 bytes on core 1
+    snap = torch.neuron.memory._snapshot()
+    assert snap["device_traces"] == [[], []]
+    (segment,) = [s for s in snap["segments"] if s["address"] == kept.data_ptr()]
+    assert (segment["device"], segment["total_size"], segment["segment_type"]) == (1, 400, "small")
+    assert segment["frames"][0]["name"] == "test_history_state_mode_stop_and_cores"
+
+    torch.neuron.memory._record_memory_history()
+    on_one = torch.empty(10, device="neuron:1")
+    del on_one
+    traces = torch.neuron.memory._snapshot()["device_traces"]
+    assert traces[0] == []
+    actions = [(e["action"], e["size"]) for e in traces[1]]
+    assert actions == [("alloc", 40), ("free_requested", 40), ("free_completed", 40)]
+    torch.neuron.memory._record_memory_history(None)  # stops, and forgets the trace
+    on_zero = torch.empty(10, device="neuron:0")
+    after = torch.neuron.memory._snapshot()
+    assert after["device_traces"] == [[], []]
+    (segment,) = [s for s in after["segments"] if s["address"] == on_zero.data_ptr()]
+    assert segment["frames"] == []  # no stacks recorded any more
+    with pytest.raises(ValueError, match="enabled must be"):
+        torch.neuron.memory._record_memory_history(enabled="everything")
+
+
+def test_without_the_bridge_stats_work_and_one_line_says_why(device, monkeypatch, capsys) -> None:
+    """No Kineto bridge (no compiler): profiles run without device memory events, one line on
+    stderr names the problem, and the statistics are unaffected."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from neuron_profiler.collectors import _build
+    from neuron_profiler.emulator.memory import ALLOCATOR
+    from neuron_profiler.errors import CollectorUnavailableError
+
+    def no_bridge() -> None:
+        raise CollectorUnavailableError("no C++ compiler found (test)")
+
+    monkeypatch.setattr(_build, "load_bridge", no_bridge)
+    monkeypatch.setattr(ALLOCATOR, "bridge", None)
+    monkeypatch.setattr(ALLOCATOR, "bridge_error", None)
+    w, x = _model(device)
+    torch.neuron.reset_peak_memory_stats(device)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        _train(w, x, steps=1)
+    others = torch.neuron.memory_allocated(device) - W_BYTES - X_BYTES
+    assert torch.neuron.max_memory_allocated(device) == others + STEP_PEAK
+    assert all(e.device_memory_usage == 0 for e in prof.key_averages())
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "device memory not reported" in line] == [
+        "neuron-profiler: device memory not reported to torch.profiler: "
+        "no C++ compiler found (test)"
+    ]
