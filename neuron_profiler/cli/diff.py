@@ -145,13 +145,14 @@ def _pairs(a: Path, b: Path):  # noqa: ANN202 -- a RankPairs (imported lazily)
     """The two files, or two directories' traces paired by rank (else in name order)."""
     from neuron_profiler.analysis.rank_pairs import pair_ranks, two_files
 
-    if a.is_dir() != b.is_dir():
+    ranks_a, ranks_b = _is_rank_dir(a), _is_rank_dir(b)
+    if ranks_a != ranks_b:
         raise NeuronProfilerError(
-            f"{a if a.is_dir() else b}: a directory compared with a file: give two trace "
-            "files or two rank directories",
+            f"{a if ranks_a else b}: a directory compared with a file: give two trace "
+            "files (or Neuron Explorer profiles) or two rank directories",
             exit_code=2,
         )
-    if not a.is_dir():
+    if not ranks_a:
         return two_files(a, b)
     fa, fb = _traces(a), _traces(b)
     if len(fa) != len(fb):
@@ -161,6 +162,16 @@ def _pairs(a: Path, b: Path):  # noqa: ANN202 -- a RankPairs (imported lazily)
             exit_code=2,
         )
     return pair_ranks(fa, fb)
+
+
+def _is_rank_dir(path: Path) -> bool:
+    """A directory of rank traces: not one trace that happens to be a directory (a Neuron
+    Explorer profile, AWS's native PyTorch output; ``explorer.inputs``)."""
+    if not path.is_dir():
+        return False
+    from neuron_profiler.explorer.inputs import InputKind, input_kind
+
+    return input_kind(path) is InputKind.TRACE
 
 
 def _traces(directory: Path) -> list[Path]:
@@ -175,7 +186,9 @@ def _traces(directory: Path) -> list[Path]:
 
 
 def _load(path: Path):  # noqa: ANN202 -- a Trace (the model is imported lazily)
-    from neuron_profiler.cli.main import load_reported
-    from neuron_profiler.trace import load_trace
+    """Any input ``analyze`` takes: a trace, or a Neuron Explorer profile merged on the fly
+    with the host trace beside it (``explorer.inputs``)."""
+    from neuron_profiler.cli.main import load_reported, warn
+    from neuron_profiler.explorer.inputs import load_input
 
-    return load_reported(lambda: load_trace(path))
+    return load_reported(lambda: load_input(path, warn))

@@ -198,3 +198,20 @@ def test_parquet_without_pyarrow_says_what_to_install(fx, tmp_path: Path) -> Non
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 3 and len(lines) == 1, r.stderr
     assert str(d) in lines[0] and "pip install 'neuron-profiler[explorer]'" in lines[0]
+
+
+def test_diff_takes_a_profile_directly(fx, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """`neuron-prof diff` reads an Explorer profile as `analyze` does (merged on the fly with
+    the host trace beside it): a profile against a copy of itself changes nothing, and its
+    device work is in the rows (not a host-only comparison)."""
+    for side in ("a", "b"):
+        fx.write(tmp_path / side / "profile")
+        _host_trace(fx, tmp_path / side / "host.pt.trace.json")
+    a, b = tmp_path / "a" / "profile", tmp_path / "b" / "profile"
+    assert main(["diff", "--json", str(a), str(b)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["a"]["step_ms"] == doc["b"]["step_ms"] > 0
+    assert doc["delta_ms"] == 0 and doc["rows"]
+    assert all(r["delta_ms"] == 0 for r in doc["rows"])
+    assert doc["a"]["devices"] > 0  # the profile's NeuronCores, merged in
+    assert sum(r["a_parts_ms"]["device"] for r in doc["rows"]) > 0
