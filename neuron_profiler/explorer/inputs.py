@@ -55,6 +55,29 @@ def host_trace_beside(profile: Path) -> Path | None:
     return None
 
 
+def profile_beside(host: Path) -> Path | None:
+    """The Explorer profile that goes with a torch.profiler trace, paired as
+    ``host_trace_beside`` pairs them: a profile directory next to the trace whose host trace is
+    this one (None: none, or more than one)."""
+    found = [
+        d
+        for d in sorted(host.parent.iterdir())
+        if d.is_dir() and is_profile_dir(d) and host_trace_beside(d) == host
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def load_host_trace(path: Path) -> Trace:
+    """A torch.profiler trace, with the Explorer profile beside it merged in when there is one:
+    what the TensorBoard plugin shows for a trace file it lists."""
+    profile = profile_beside(path)
+    if profile is not None:
+        return load_explorer(profile, path).trace
+    from neuron_profiler.trace import load_trace
+
+    return load_trace(path)
+
+
 def explorer_profiles_under(root: Path) -> list[Path]:
     """Every Explorer profile directory under ``root`` (several ranks' profiles at once)."""
     dirs = {f.parent for f in root.rglob(f"{X.EVENTS}*{X.PARQUET_SUFFIX}")}

@@ -78,13 +78,13 @@ def analyze_span(span: discovery.Span, progress: Progress = lambda phase: None) 
     from neuron_profiler.analysis import Options, analyze
     from neuron_profiler.analysis.report import summaries_of
     from neuron_profiler.errors import TraceLoadError
+    from neuron_profiler.explorer.inputs import load_host_trace
     from neuron_profiler.reports.json_report import to_document
     from neuron_profiler.reports.timeline_json import timeline_document
-    from neuron_profiler.trace import load_trace
 
     try:
         progress(f"loading {span.path.stat().st_size / 1e6:.1f} MB")
-        trace = load_trace(span.path)
+        trace = load_host_trace(span.path)
         progress("analysing")
         report = analyze(trace, Options(timeline_segments=TIMELINE_SEGMENTS))
     except TraceLoadError as err:
@@ -113,12 +113,12 @@ def project_span(
     (a trace naming no known chip, projected onto another) as the error body."""
     from neuron_profiler.analysis.projection import project
     from neuron_profiler.errors import NeuronProfilerError, TraceLoadError
+    from neuron_profiler.explorer.inputs import load_host_trace
     from neuron_profiler.reports.projection_json import projection_document
-    from neuron_profiler.trace import load_trace
 
     try:
         progress(f"loading {span.path.stat().st_size / 1e6:.1f} MB")
-        trace = load_trace(span.path)
+        trace = load_host_trace(span.path)
         progress(f"projecting onto {chip}")
         p = project(trace, chip)
     except TraceLoadError as err:
@@ -277,15 +277,15 @@ def diff_spans(pair: tuple[discovery.Span, discovery.Span], progress: Progress) 
     relative to the logdir; a load or diff failure as the error body."""
     from neuron_profiler.analysis.diff import diff
     from neuron_profiler.errors import TraceLoadError
+    from neuron_profiler.explorer.inputs import load_host_trace
     from neuron_profiler.reports.diff_json import diff_document
-    from neuron_profiler.trace import load_trace
 
     a, b = pair
     try:
         traces = []
         for span in pair:
             progress(f"loading {span.rel} ({span.path.stat().st_size / 1e6:.1f} MB)")
-            traces.append(load_trace(span.path))
+            traces.append(load_host_trace(span.path))
         progress("aligning and attributing")
         d = diff(*traces)
     except TraceLoadError as err:
@@ -524,10 +524,10 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
 def _export(span: discovery.Span, fmt: str) -> bytes | Result:
     """The trace written by ``exporters.writers.write_trace`` in ``fmt``, as bytes."""
     from neuron_profiler.errors import TraceLoadError
-    from neuron_profiler.trace import load_trace
+    from neuron_profiler.explorer.inputs import load_host_trace
 
     try:
-        trace = load_trace(span.path)
+        trace = load_host_trace(span.path)
         with tempfile.TemporaryDirectory(prefix="neuron-prof-tb-") as tmp:
             out = Path(tmp) / f"trace.{fmt}"
             write_trace(trace, out)

@@ -215,3 +215,25 @@ def test_diff_takes_a_profile_directly(fx, tmp_path: Path, capsys) -> None:  # n
     assert all(r["delta_ms"] == 0 for r in doc["rows"])
     assert doc["a"]["devices"] > 0  # the profile's NeuronCores, merged in
     assert sum(r["a_parts_ms"]["device"] for r in doc["rows"]) > 0
+
+
+def test_tensorboard_shows_a_host_trace_with_the_profile_beside_it_merged(
+    fx,  # noqa: ANN001
+    tmp_path: Path,
+    capsys,  # noqa: ANN001
+) -> None:
+    """The plugin lists the host trace; its report is that of the profile merged on the fly,
+    exactly `neuron-prof analyze PROFILE_DIR --json`, with the NeuronCores' device work."""
+    from tb_plugin_client import ROUTE, ids, make_plugin
+
+    fx.write(tmp_path / "run1" / "profile")
+    _host_trace(fx, tmp_path / "run1" / "w.pt.trace.json")
+    _, client = make_plugin(tmp_path)
+    got = client.get(f"{ROUTE}/report", query_string=ids(client, "run1", "w"))
+    assert got.status_code == 200, got.get_json()
+    shown = got.get_json()["traces"][0]
+    assert main(["analyze", "--json", str(tmp_path / "run1" / "profile")]) == 0
+    cli = json.loads(capsys.readouterr().out)["traces"][0]
+    shown.pop("source"), cli.pop("source")
+    assert shown == cli
+    assert shown["has_device"] and shown["idle"]["devices"]
