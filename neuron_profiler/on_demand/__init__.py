@@ -26,12 +26,17 @@ ENV_VAR = "NEURON_PROFILER_ON_DEMAND"
 _agent: Agent | None = None
 
 
-def enable(dir: str | os.PathLike[str]) -> None:  # noqa: A002 - the issue's public name
-    """Arm this process: register it in ``dir`` and check there for capture requests at each
-    step. Arming again with another directory moves the registration."""
+def enable(dir: str | os.PathLike[str] | None = None) -> None:  # noqa: A002 - the issue's name
+    """Arm this process: register it in ``dir`` (None: ``$NEURON_PROFILER_ON_DEMAND``) and
+    check there for capture requests at each step. Arming again with another directory moves
+    the registration. Not done at ``import neuron_profiler`` (docs/capture.md says why)."""
     global _agent
     from neuron_profiler.on_demand.agent import Agent
 
+    if dir is None:
+        dir = os.environ.get(ENV_VAR) or None  # noqa: A001
+        if dir is None:
+            raise ValueError(f"on_demand.enable: no dir given and ${ENV_VAR} is not set")
     directory = Path(dir).resolve()
     if _agent is not None:
         if _agent.directory == directory and _agent.pid == os.getpid():
