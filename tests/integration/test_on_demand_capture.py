@@ -176,7 +176,7 @@ def test_a_second_capture_while_one_runs_is_refused(
     directory, pid = armed
     first = subprocess.Popen(
         [sys.executable, "-m", "neuron_profiler.cli.main", "capture", "--pid", str(pid)]
-        + ["--steps", "30", "-o", str(directory)],
+        + ["--steps", "1", "--delay-steps", "100", "-o", str(directory)],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -191,7 +191,7 @@ def test_a_second_capture_while_one_runs_is_refused(
     assert len(err.strip().splitlines()) == 1
     out1, err1 = first.communicate(timeout=120)
     assert first.returncode == 0, err1  # the first one was not disturbed
-    assert "30 steps" in out1
+    assert "rank 0 · 1 step ·" in out1
 
 
 def test_refusals_are_one_line_and_exit_2(
@@ -306,5 +306,9 @@ def test_two_gloo_ranks_each_write_their_own_file(
             assert re.search(rf"rank {rank} · 2 steps", out)
         registration = P.read_json(P.armed_path(tmp_path, pids[1]))
         assert registration is not None and registration["rank"] == 1
+        code, out, err = _capture(capsys, "--all", "--steps", "1", "-o", str(tmp_path))
+        assert code == 0, err
+        assert f"asked 2 processes ({min(pids)}, {max(pids)})" in err
+        assert len([line for line in out.splitlines() if line.endswith(P.TRACE_SUFFIX)]) == 2
     finally:
         _stop(tmp_path, *procs)
