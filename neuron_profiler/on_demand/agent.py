@@ -36,6 +36,7 @@ class _Capture:
     """One request being served: steps seen since it was taken, the profiler once started."""
 
     request: P.Request
+    taken_at: int = 0  # the marker that took it (markers counted from 0 since arming)
     steps_seen: int = 0
     profiler: Any = None
     trace: Path | None = None
@@ -54,6 +55,7 @@ class Agent:
         self.directory = directory
         self.pid = os.getpid()
         self.next_check = 0.0
+        self.markers = 0  # step markers seen since arming
         self.rank_known = False
         self.capture: _Capture | None = None
         self.handled: set[str] = set()  # request ids ended, in case their file outlives them
@@ -114,6 +116,7 @@ class Agent:
 
     def step(self) -> None:
         """The step marker: cheap when idle (a clock read; one stat per CHECK_INTERVAL_S)."""
+        self.markers += 1
         try:
             if self.capture is not None:
                 self._advance(self.capture)
@@ -148,7 +151,7 @@ class Agent:
             self.capture = _Capture(P.Request(request_id=request_id, steps=1))
             self._fail(str(err))
             return
-        self.capture = _Capture(request)
+        self.capture = _Capture(request, taken_at=self.markers - 1)
         self._write_status(self.capture, P.WAITING)
         if request.delay_steps == 0:
             self._start(self.capture)
@@ -228,6 +231,7 @@ class Agent:
             P.Status(
                 request_id=capture.request.request_id,
                 state=state,
+                taken_at_step=capture.taken_at,
                 steps_seen=capture.steps_seen,
                 steps_total=capture.steps_total,
                 **more,

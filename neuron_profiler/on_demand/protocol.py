@@ -70,11 +70,12 @@ class Request:
 @dataclass(frozen=True)
 class Status:
     """The process's progress on one request: ``state`` (WAITING for the delay to pass,
-    RECORDING, DONE, ERROR), steps seen since the request was taken, the trace path once DONE,
-    the error text once ERROR."""
+    RECORDING, DONE, ERROR), the step marker that took it (counted from 0 since the process
+    was armed), steps seen since, the trace path once DONE, the error text once ERROR."""
 
     request_id: str
     state: str
+    taken_at_step: int = 0
     steps_seen: int = 0
     steps_total: int = 0
     trace: str = ""

@@ -97,12 +97,14 @@ def _spans(trace: dict, pattern: str) -> list[dict]:
     ]
 
 
-def _check_window(trace: dict, steps: int) -> None:
+def _check_window(trace: dict, steps: int, first: int | None = None) -> None:
+    """Exactly ``steps`` profiler steps, holding consecutive training steps (from ``first``)."""
     profiler_steps = _spans(trace, r"ProfilerStep#\d+")
     train_steps = _spans(trace, r"train_step_\d+")
     assert len(profiler_steps) == steps
     numbers = sorted(int(e["name"].rsplit("_", 1)[1]) for e in train_steps)
-    assert numbers == list(range(numbers[0], numbers[0] + steps))
+    start = numbers[0] if first is None else first
+    assert numbers == list(range(start, start + steps))
     # a profiler step runs from one optimizer.step() (the marker) to the next: it holds the
     # start of exactly one training step, and ends inside that training step, at its optimizer
     for t in train_steps:
@@ -120,7 +122,10 @@ def test_capture_has_device_events_and_exactly_the_requested_steps(
     )
     assert code == 0, err
     trace = _trace_of(out)
-    _check_window(trace, 3)
+    status = P.read_status(directory, pid)
+    assert status is not None and status.state == P.DONE and status.steps_total == 2 + 1 + 3
+    # the workload's step i ends at marker i: taken at marker t, 2 steps of delay, 1 warm-up
+    _check_window(trace, 3, first=status.taken_at_step + 2 + 1 + 1)
     kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
     assert kernels and trace["neuron_timing_modelled"] is True
     # the options not asked for are off
@@ -129,8 +134,6 @@ def test_capture_has_device_events_and_exactly_the_requested_steps(
     assert not any(e.get("cat") == "python_function" for e in trace["traceEvents"])
     assert "distributedInfo" not in trace
     assert re.search(r"rank 0 · 3 steps · mean step [\d.]+ ms · device idle", out)
-    status = P.read_status(directory, pid)
-    assert status is not None and status.state == P.DONE and status.steps_total == 2 + 1 + 3
     assert not P.request_path(directory, pid).exists()  # the request ended
 
 
