@@ -175,6 +175,9 @@ class Agent:
     def _start(self, capture: _Capture) -> None:
         from torch.profiler import ProfilerActivity, profile, schedule
 
+        if torch._C._autograd._profiler_enabled():
+            # Kineto holds one session per process: starting ours would end the user's
+            raise RuntimeError("a profiler is already running in this process (one at a time)")
         request = capture.request
         capture.trace = self.directory / _trace_name(self.pid, request.request_id)
 

@@ -102,3 +102,18 @@ def test_an_error_in_the_capture_ends_the_request_not_the_training(
     assert status.error == "RuntimeError: injected profiler failure"
     assert not P.request_path(armed.directory, os.getpid()).exists()
     assert armed.capture is None and armed.handle is not None  # still armed
+
+
+def test_a_running_profiler_is_left_alone(armed: agent_module.Agent) -> None:
+    opt = _optimizer()
+    P.write_json_atomic(
+        P.request_path(armed.directory, os.getpid()), {"request_id": "u1", "steps": 1}
+    )
+    armed.next_check = 0.0
+    with torch.profiler.profile() as users:
+        _train(4, opt)
+    status = P.read_status(armed.directory, os.getpid())
+    assert status is not None and status.state == P.ERROR
+    assert "a profiler is already running in this process" in status.error
+    steps = [e for e in users.events() if e.name == "Optimizer.step#SGD.step"]
+    assert len(steps) == 4  # the user's profile kept every step
