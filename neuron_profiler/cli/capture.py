@@ -77,15 +77,14 @@ def capture(
     chosen = client.targets(directory, pids, every)
     request_id = client.new_request_id()
     request = Request(request_id, steps, delay_steps, memory, stack, shapes)
-    for pid in chosen:
-        client.send(directory, pid, request)
+    requests = client.send_all(directory, chosen, request)
     click.echo(
         f"neuron-prof: capture {request_id}: asked {len(chosen)} process"
         f"{'es' * (len(chosen) != 1)} ({', '.join(map(str, chosen))}) for {steps} step"
         f"{'s' * (steps != 1)}",
         err=True,
     )
-    outcomes = _wait_with_progress(directory, dict.fromkeys(chosen, request), timeout_s)
+    outcomes = _wait_with_progress(directory, requests, timeout_s)
     failed = [o for o in outcomes if o.trace is None]
     for o in outcomes:
         if o.trace is not None:

@@ -112,6 +112,21 @@ def send(directory: Path, pid: int, request: P.Request) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
+def send_all(directory: Path, pids: Iterable[int], request: P.Request) -> dict[int, P.Request]:
+    """Send ``request`` to every pid, or to none: if one send fails, those already sent are
+    withdrawn before the error is raised."""
+    sent: dict[int, P.Request] = {}
+    try:
+        for pid in pids:
+            send(directory, pid, request)
+            sent[pid] = request
+    except BaseException:
+        for pid in sent:
+            _withdraw(directory, pid, request)
+        raise
+    return sent
+
+
 def wait(
     directory: Path,
     requests: dict[int, P.Request],

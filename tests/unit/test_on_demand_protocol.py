@@ -53,6 +53,14 @@ def test_send_refuses_a_second_request(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["77.request.json"]
 
 
+def test_send_all_sends_to_all_or_none(tmp_path: Path) -> None:
+    client.send(tmp_path, 9, P.Request("other", steps=1))  # another capture holds pid 9
+    with pytest.raises(client.CaptureError, match="pid 9: a capture is already in progress"):
+        client.send_all(tmp_path, [5, 7, 9], P.Request("mine", steps=1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["9.request.json"]
+    assert P.read_json(P.request_path(tmp_path, 9))["request_id"] == "other"
+
+
 def test_armed_pids_reads_only_registrations(tmp_path: Path) -> None:
     for name in ("12.armed.json", "3.armed.json", "x.armed.json", "4.status.json"):
         (tmp_path / name).write_text("{}")
