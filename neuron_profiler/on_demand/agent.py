@@ -217,7 +217,7 @@ class Agent:
         except Exception:  # noqa: BLE001, S110 - already failing; the status says why
             pass
         try:
-            self._write_status(capture, P.ERROR, error=message)
+            self._write_status(capture, P.ERROR, error=message, detail=detail)
             self._end(capture)
         except Exception:  # noqa: BLE001, S110 - an unwritable DIR: nothing left to tell
             pass

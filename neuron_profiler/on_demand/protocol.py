@@ -80,6 +80,7 @@ class Status:
     steps_total: int = 0
     trace: str = ""
     error: str = ""
+    detail: str = ""  # the traceback of an error, for whoever debugs it (the CLI shows `error`)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Status:

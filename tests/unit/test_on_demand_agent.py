@@ -100,6 +100,7 @@ def test_an_error_in_the_capture_ends_the_request_not_the_training(
     status = P.read_status(armed.directory, os.getpid())
     assert status is not None and status.state == P.ERROR
     assert status.error == "RuntimeError: injected profiler failure"
+    assert "injected profiler failure" in status.detail.splitlines()[-1]
     assert not P.request_path(armed.directory, os.getpid()).exists()
     assert armed.capture is None and armed.handle is not None  # still armed
 
