@@ -118,3 +118,21 @@ def test_a_running_profiler_is_left_alone(armed: agent_module.Agent) -> None:
     assert "a profiler is already running in this process" in status.error
     steps = [e for e in users.events() if e.name == "Optimizer.step#SGD.step"]
     assert len(steps) == 4  # the user's profile kept every step
+
+
+def test_enable_reads_the_environment_and_disable_unregisters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from neuron_profiler import on_demand
+
+    monkeypatch.delenv(on_demand.ENV_VAR, raising=False)
+    with pytest.raises(ValueError, match="NEURON_PROFILER_ON_DEMAND is not set"):
+        on_demand.enable()
+    monkeypatch.setenv(on_demand.ENV_VAR, str(tmp_path))
+    on_demand.enable()
+    try:
+        on_demand.enable(dir=tmp_path)  # the same directory again: still one registration
+        assert P.armed_pids(tmp_path) == [os.getpid()] and on_demand.is_enabled()
+    finally:
+        on_demand.disable()
+    assert P.armed_pids(tmp_path) == [] and not on_demand.is_enabled()
