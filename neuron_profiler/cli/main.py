@@ -27,6 +27,7 @@ T = TypeVar("T")
 # Subcommand modules must not import torch at module level (``--help`` imports them all).
 SUBCOMMANDS: dict[str, str] = {
     "analyze": "neuron_profiler.cli.analyze:analyze",
+    "capture": "neuron_profiler.cli.capture:capture",
     "demo": "neuron_profiler.cli.demo:demo",
     "diff": "neuron_profiler.cli.diff:diff",
     "export": "neuron_profiler.cli.export:export",
