@@ -65,8 +65,9 @@ def account(timeline: Any, core: int, op: str, launches: bool, begin_ns: int, en
     b = ledger.boundary or _UNCALIBRATED
     queries, ledger.queries = ledger.queries, 0
     start = begin_ns - b.before_ns - queries * b.query_ns
-    if start < ledger.last_end_ns:
-        start = ledger.last_end_ns
+    # never before the last span, nor before the capture began (an op whose boundary straddles
+    # the start would give a span the collector's window leaves out)
+    start = max(start, ledger.last_end_ns, timeline.rt.capture_start_ns)
     stop = end_ns + b.after_ns
     if launches:
         stop -= timeline.model.chip.host_launch_ns

@@ -102,6 +102,7 @@ class EmulatedRuntime:
         self.tensor_ids = itertools.count(1)
         self.model_ids: dict[str, int] = {}
         self.capturing = False
+        self.capture_start_ns = 0  # host clock (time.time_ns) when the current capture started
         self.tracking_tensors = False  # capturing tensor allocate/free (the device asks per tensor)
         self._buffers: dict[int, deque[RecordedEvent]] = {}
         self._seq: dict[int, Iterator[int]] = {}  # per-core event numbering
@@ -176,6 +177,7 @@ class EmulatedRuntime:
             self._seq = {c: itertools.count() for c in self._cores}
             self._expected = dict.fromkeys(self._cores, 0)
             self.tracking_tensors = self._types is None or bool(self._types & F.TENSOR_EVENT_TYPES)
+            self.capture_start_ns = time.time_ns()
             self.capturing = True
 
     def sys_trace_stop(self) -> None:
