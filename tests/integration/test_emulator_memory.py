@@ -165,7 +165,15 @@ def test_profile_memory_reports_device_allocations_and_the_peak(device, tmp_path
     assert by_op["aten::ones_like"].device_memory_usage == steps * SCALAR
     assert sum(e.self_device_memory_usage for e in by_op.values()) == 0  # all freed in the window
     # the device's buffers are host tensors inside the emulator: not host memory to the profile
-    assert all(e.cpu_memory_usage == 0 for e in by_op.values())
+    # (no host event of a device buffer's size; a stray host free inside the window, garbage
+    # of the process, may be there on a loaded machine and is no double count)
+    cpu_type = int(torch._C._autograd.DeviceType.CPU)
+    host = {
+        abs(e["args"]["Bytes"])
+        for e in _memory_events(trace)
+        if e["args"]["Device Type"] == cpu_type
+    }
+    assert not host & {X_BYTES, W_BYTES}, sorted(host)
     up = {e.key: e for e in to_device.key_averages()}["aten::_to_copy"]
     assert (up.device_memory_usage, up.cpu_memory_usage) == (X_BYTES, 0)
     down = {e.key: e for e in to_host.key_averages()}["aten::_to_copy"]
