@@ -139,7 +139,6 @@ def test_error_codes_raise_naming_the_call(st) -> None:
 
 def test_source_links_runtime_calls_by_containment(st) -> None:
     """Real-runtime path: no correlation ids in the JSON; host op intervals give them."""
-    pytest.importorskip("neuron_profiler.runtime_trace.linking")
     trace, ctl = st
     src = LibnrtSource(trace)
     src.start(max_events_per_nc=1000, correlation=None)
