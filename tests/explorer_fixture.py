@@ -20,6 +20,14 @@ Per execution, on one instance and process (every value below is ours, not measu
 - ``nc_exec_running`` on NeuronCores 0 and 1 (same ``exec_id``), ``cc_running`` inside them
   (``op_id``; CcOp holds their sizes);
 - tensor reads inside ``aten::copy_`` ops holding the copy-outs.
+
+With ``streams=True`` every other tensor call (and its copies) runs instead on a runtime worker
+thread (``STREAM_TID``) with no flow id and a ``framework_stream_id`` naming the host thread, as
+AWS documents the column (the thread of the framework event that launched it); that worker
+thread carries one framework op of its own around each execution (``python::runtime_worker``,
+a decoy: containment on the call's own thread finds it, the stream names the right op).
+``truth.streamed`` lists those calls; ``truth.own_thread`` the External id each of them and its
+copies gets by containment on its own thread alone (the rule without the column).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ EXECUTIONS = 20
 T0 = 1_766_072_156_592_459_482
 INSTANCE = "i-0synthetic00000001"
 PID, HOST_TID, RUNTIME_TID, HW_TID = 4242, 4243, 4250, 0
+STREAM_TID = 4260  # streams=True: the worker thread tensor calls run on
 CORES = (0, 1)
 WORKER_BASE = 100
 HBM_CATEGORIES = ("tensors_bytes", "weights_bytes", "io_bytes", "scratchpad_bytes")
@@ -69,6 +78,8 @@ class Truth:
     framework_ids: list[int] = field(default_factory=list)  # event ids, start order
     root_of_execution: list[int] = field(default_factory=list)  # event id of each execution's op
     hbm_total: list[int] = field(default_factory=list)
+    streamed: list[int] = field(default_factory=list)  # calls linked only by their stream
+    own_thread: dict[int, int] = field(default_factory=dict)  # their link without the stream
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -76,8 +87,10 @@ def _split(total: int, parts: int) -> list[int]:
 
 
 class Fixture:
-    def __init__(self, executions: int = EXECUTIONS, seed: int = 0) -> None:
+    def __init__(self, executions: int = EXECUTIONS, seed: int = 0, streams: bool = False) -> None:
         self.rng = np.random.default_rng(seed)
+        self.streams = streams
+        self._worker_op = 0  # streams=True: the decoy op of the current execution
         self.events: list[dict] = []
         self.hbm: list[dict] = []
         self.cc: list[dict] = []
@@ -114,9 +127,11 @@ class Fixture:
         self.truth.span[eid] = (int(start), int(end))
         return eid
 
-    def _framework(self, name: str, start: int, end: int, flow: list[int] | None = None) -> int:
-        eid = self._event(name, "framework", start, end, flow=flow, stream="0")
-        return eid
+    def _framework(
+        self, name: str, start: int, end: int, flow: list[int] | None = None, tid: int = HOST_TID
+    ) -> int:
+        """A framework op; its stream id is its own thread (AWS: the driver event's thread)."""
+        return self._event(name, "framework", start, end, flow=flow, tid=tid, stream=str(tid))
 
     def build(self) -> Fixture:
         scale = self.executions / EXECUTIONS  # the mix is per 20 executions
@@ -133,6 +148,8 @@ class Fixture:
         flow, exec_id = 1_000 + e, e + 1
         root = self._framework("vllm::execute_model", t0, t0, flow=[flow])  # end set below
         self.truth.root_of_execution.append(root)
+        if self.streams:  # end set below
+            self._worker_op = self._framework("python::runtime_worker", t0, t0, tid=STREAM_TID)
         cur = t0 + 10 * US
         cur = self._copies(
             cur,
@@ -202,16 +219,19 @@ class Fixture:
             root,
         )
         end = cur + 10 * US
-        self.events[root - 1]["end_ts"] = end
-        self.events[root - 1]["duration_ns"] = end - t0
-        self.truth.span[root] = (t0, end)
+        for op in (root, self._worker_op) if self.streams else (root,):
+            self.events[op - 1]["end_ts"] = end
+            self.events[op - 1]["duration_ns"] = end - t0
+            self.truth.span[op] = (t0, end)
         return end
 
     def _copies(self, cur: int, call: str, copy: str, calls: int, copies: int, root: int) -> int:
-        for k in _split(copies, calls):
+        for i, k in enumerate(_split(copies, calls)):
             op_start = cur
             op = self._framework("aten::copy_", op_start, op_start)  # end set below
             c0 = op_start + 2 * US
+            streamed = self.streams and i % 2 == 1
+            where = {"tid": STREAM_TID, "stream": str(HOST_TID)} if streamed else {}
             call_id = self._event(
                 call,
                 "neuron_rt",
@@ -219,9 +239,13 @@ class Fixture:
                 c0 + (3 + 6 * k) * US,
                 nc=0,
                 extra={"tensor_id": int(self.rng.integers(1, 10**6)), "size": 0},
+                **where,
             )
-            self.truth.host[call_id] = HOST_TID
+            self.truth.host[call_id] = STREAM_TID if streamed else HOST_TID
             self.truth.external[call_id] = -op
+            if streamed:
+                self.truth.streamed.append(call_id)
+                self.truth.own_thread[call_id] = -self._worker_op
             t = c0 + 2 * US
             total = 0
             for _ in range(k):
@@ -234,10 +258,13 @@ class Fixture:
                     t + 5 * US,
                     nc=0,
                     extra={"mem_type": "host", "mem_handle": "0x7f00", "offset": 0, "size": size},
+                    **where,
                 )
                 self.truth.core[cid] = 0
                 self.truth.nbytes[cid] = size
                 self.truth.external[cid] = -op
+                if streamed:
+                    self.truth.own_thread[cid] = -self._worker_op
                 t += 6 * US
             self.events[call_id - 1]["extra_attributes_json"] = json.dumps(
                 {"tensor_id": 1, "size": total}
@@ -345,6 +372,7 @@ class Fixture:
             if value < 0:
                 self.truth.external[eid] = ext[-value]
         self.truth.external.update(ext)
+        self.truth.own_thread = {e: ext[-v] for e, v in self.truth.own_thread.items()}
 
     # -- files ------------------------------------------------------------------------------
     def write(self, directory: Path, *, legacy: bool = False, dma_packets: int = 300) -> Path:
@@ -433,5 +461,5 @@ class Fixture:
         return path
 
 
-def build(executions: int = EXECUTIONS, seed: int = 0) -> Fixture:
-    return Fixture(executions, seed).build()
+def build(executions: int = EXECUTIONS, seed: int = 0, streams: bool = False) -> Fixture:
+    return Fixture(executions, seed, streams).build()

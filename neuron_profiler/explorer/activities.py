@@ -11,10 +11,13 @@ the one placement (``runtime_trace.placement``) lays both out the same way::
 - Cores: one per (instance, process, ``nc_idx``): ``nc_idx`` is process-local, so two
   processes' core 0 are two cores (``CoreKey``). Events with no ``nc_idx`` share one key per
   process (nc_idx -1).
-- Links: an event that carries a framework event's flow id takes that event's External id;
-  device work (``nc_exec_running``, ``cc_running``, ``cc_exec_barrier``) takes the id of the
-  runtime event of the same process and ``exec_id`` (the latest one starting at or before it,
-  else the first after); copies and tensor calls link by containment in placement, as libnrt's.
+- Links, in this order: an event that carries a framework event's flow id takes that event's
+  External id; a host-side runtime event whose ``framework_stream_id`` names a framework thread
+  takes the op of that thread around its start (``streams``); device work (``nc_exec_running``,
+  ``cc_running``, ``cc_exec_barrier``) takes the id of the runtime event of the same process and
+  ``exec_id`` (the latest one starting at or before it, else the first after), so after the
+  stream link; the rest (calls by containment on their own thread, copies by the call around
+  them) in placement, as libnrt's.
 - Collectives take their name, algorithm and bytes (max of input and output size) from the CcOp
   row with the same ``op_id``, the k-th ``cc_running`` of an op id pairing with its k-th CcOp row.
 Numpy over the columns; Python touches rows only to reorder the attribute bytes (one C-level
@@ -28,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.explorer.columns import CcOpColumns, EventColumns, ExplorerProfile
-from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities
+from neuron_profiler.explorer.streams import StreamCounts, ThreadOps, link_by_stream
+from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
 from neuron_profiler.runtime_trace.parser import KIND_BY_TYPE, QUEUE_BY_KIND
 
 FRAMEWORK, HARDWARE, RUNTIME = 2, 1, 0  # EventColumns.source codes (schema.SOURCES order)
@@ -60,6 +64,7 @@ class Converted:
             event: the arrows to draw.
         bad_spans: events whose end was before their start (kept with zero length, counted).
         unmatched_cc: cc_running events with no CcOp row of their op id (no bytes).
+        streams: what the ``framework_stream_id`` link did (``streams.StreamCounts``).
     """
 
     acts: DeviceActivities
@@ -68,6 +73,7 @@ class Converted:
     arrows: tuple[np.ndarray, np.ndarray]
     bad_spans: int
     unmatched_cc: int
+    streams: StreamCounts = StreamCounts()
 
 
 def framework_rows(events: EventColumns) -> np.ndarray:
@@ -76,8 +82,13 @@ def framework_rows(events: EventColumns) -> np.ndarray:
     return rows[np.argsort(events.start_ns[rows], kind="stable")]
 
 
-def to_activities(profile: ExplorerProfile, framework_correlation: np.ndarray) -> Converted:
-    """See the module docstring; ``framework_correlation`` is indexed like ``framework_rows``."""
+def to_activities(
+    profile: ExplorerProfile,
+    framework_correlation: np.ndarray,
+    host_ops: ThreadOps | None = None,
+) -> Converted:
+    """See the module docstring; ``framework_correlation`` is indexed like ``framework_rows``;
+    ``host_ops``: the ops a stream's thread links to (default: the framework events)."""
     ev = profile.events
     rows = np.flatnonzero(ev.source != FRAMEWORK)
     rows = rows[np.lexsort((rows, ev.start_ns[rows]))]
@@ -91,6 +102,10 @@ def to_activities(profile: ExplorerProfile, framework_correlation: np.ndarray) -
     corr_of_event[fw] = framework_correlation
     arrows = _flow_links(ev, corr_of_event)
     corr = corr_of_event[rows]
+    framework = ThreadOps.of_framework(ev, fw, framework_correlation)
+    host_side = QUEUE_BY_KIND[kind] == Queue.HOST
+    ops = framework if host_ops is None else host_ops
+    corr, streams = link_by_stream(ev, rows, host_side, corr, ops, framework)
     corr = _exec_links(ev, rows, kind, corr)
     data, unmatched = _collective_data(ev, rows, kind, profile.cc_ops)
     position = np.empty(len(ev), dtype=np.int64)
@@ -110,11 +125,12 @@ def to_activities(profile: ExplorerProfile, framework_correlation: np.ndarray) -
         modelled=np.zeros(len(rows), dtype=bool),
         names=list(ev.names),
         data=data,
-        malformed=profile.malformed + bad_spans,
+        malformed=profile.malformed + bad_spans + streams.not_an_integer,
         drops_known=False,  # Explorer's tables carry no count of dropped events
         host_timed=(kind == ActivityKind.DMA) & (ev.source[rows] != HARDWARE),
     )
-    return Converted(acts, rows, cores, (act_of_arrow, arrows[1]), bad_spans, unmatched)
+    arrows = (act_of_arrow, arrows[1])
+    return Converted(acts, rows, cores, arrows, bad_spans, unmatched, streams)
 
 
 def _kinds(ev: EventColumns, rows: np.ndarray, duration: np.ndarray) -> np.ndarray:

@@ -9,7 +9,9 @@ uses: a process per NeuronCore (per instance, process and ``nc_idx``; named afte
 the worker), a thread per queue, runtime calls on their host thread, every event a slice with
 its exact span. On its own, the profile's framework events become the host ops (``cpu_op``,
 External ids 1, 2, ... in start order); on a host trace, the host trace's ops are used and each
-framework event stands for the op around its start on its thread. Then, added here:
+framework event stands for the op around its start on its thread; a runtime event's
+``framework_stream_id`` names the host trace's thread of equal pid and tid (``streams``). Then,
+added here:
 - an ``ac2g`` arrow from the op to each event that shares its flow id;
 - HBM usage: per Neuron device (and instance) a process of counters, one per HBM, whose series
   are the usage categories (their values add up to ``total_bytes``; samples where they do not
@@ -34,6 +36,7 @@ from neuron_profiler.explorer.activities import (
     to_activities,
 )
 from neuron_profiler.explorer.columns import ExplorerProfile, HbmColumns
+from neuron_profiler.explorer.streams import ThreadOps
 from neuron_profiler.runtime_trace.activities import ActivityKind
 from neuron_profiler.runtime_trace.linking import innermost_containing
 from neuron_profiler.runtime_trace.merge import MergeResult, host_pid_lookup, merge_activities
@@ -80,7 +83,7 @@ def merge_profile(host: Trace, profile: ExplorerProfile) -> ExplorerResult:
     found = at >= 0
     safe = np.clip(at, 0, None)
     corr = np.where(found, ops.correlation[safe] if len(ops.correlation) else 0, 0)
-    conv = to_activities(profile, corr.astype(np.int64))
+    conv = to_activities(profile, corr.astype(np.int64), ThreadOps.of_host(ops))
     merged = merge_activities(host, conv.acts, [profile.source], host_ops=ops)
     tid = ev.thread_id[fw]
     pid = np.asarray(host_pid_lookup(host)(tid), dtype=np.int64)
@@ -163,6 +166,7 @@ def _finish(
         "hbm_samples_not_adding_up": int(hbm_bad),
         "collectives_without_ccop": int(conv.unmatched_cc),
         "events_ending_before_start": int(conv.bad_spans),
+        **conv.streams.as_metadata(),
         "dma_packets": dict(profile.dma_packets),
         "dma_packet_bytes": dict(profile.dma_bytes),
         "summary": dict(profile.summary),

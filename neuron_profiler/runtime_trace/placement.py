@@ -199,13 +199,16 @@ def _decode_datas(data: Sequence[bytes]) -> tuple[list[_Data], int]:
 class HostOps:
     """The host ops that device activity links to: per op its thread, span and correlation id
     (torch.profiler's "External id"); ``frame_parent`` maps the id of a dispatch frame
-    (``PythonSubclass``...) to the op around it, as the bridge resolves it live."""
+    (``PythonSubclass``...) to the op around it, as the bridge resolves it live; ``pid``: each
+    op's process where the source says it (a loaded trace; None from the live bridge), for
+    sources that name a thread by (process, thread) (Explorer's ``framework_stream_id``)."""
 
     tid: np.ndarray
     start_ns: np.ndarray
     end_ns: np.ndarray
     correlation: np.ndarray
     frame_parent: dict[int, int] = field(default_factory=dict)
+    pid: np.ndarray | None = None
 
     @classmethod
     def empty(cls) -> HostOps:
@@ -225,6 +228,7 @@ class HostOps:
         real = ops & ~is_frame
         tid, start = c[S.TID][real], c[S.TS_NS][real]
         end, corr = start + c[S.DUR_NS][real], c[S.EXTERNAL_ID][real]
+        pid = c[S.PID][real]
         parents: dict[int, int] = {}
         if is_frame.any():
             from neuron_profiler.runtime_trace.linking import innermost_containing
@@ -232,7 +236,7 @@ class HostOps:
             at = innermost_containing(tid, start, end, c[S.TID][is_frame], c[S.TS_NS][is_frame])
             parent = np.where(at >= 0, corr[np.clip(at, 0, None)] if len(corr) else 0, 0)
             parents = dict(zip(c[S.EXTERNAL_ID][is_frame].tolist(), parent.tolist(), strict=True))
-        return cls(tid, start, end, corr, parents)
+        return cls(tid, start, end, corr, parents, pid)
 
 
 @dataclass(frozen=True)
