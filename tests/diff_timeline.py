@@ -22,13 +22,15 @@ LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 @dataclass(frozen=True)
 class Op:
     """A host op of ``host_us``, launching a kernel of ``kernel_us`` (0: none); ``fallback_us``:
-    a CPU-fallback row inside it; ``loader``: a DataLoader ``__next__`` around it."""
+    a CPU-fallback row inside it; ``loader``: a DataLoader ``__next__`` around it; ``module``:
+    the path of the ``nn.Module`` frames around it (``Net_0.Block_0.Linear_0``), "" for none."""
 
     name: str
     host_us: int
     kernel_us: int = 0
     fallback_us: int = 0
     loader: bool = False
+    module: str = ""
 
 
 @dataclass
@@ -40,14 +42,18 @@ class Timeline:
     loaders: list[tuple[int, int]]
 
 
-def build(ops: list[Op], keys: dict[str, str] | None = None, steps: int = 3):  # noqa: ANN201
+def build(  # noqa: ANN201
+    ops: list[Op], keys: dict[str, str] | None = None, steps: int = 3, by_module: bool = False
+):
     """The trace of ``steps`` steps running ``ops``, and its timeline. ``keys``: an op name's
-    expected row key (default ``forward › <name>``)."""
+    expected row key (default ``forward › <name>``; with ``by_module`` an op in a module: its
+    module path)."""
     keys = keys or {}
     b = Build()
     t, timeline = 1000, Timeline([], [], [])
     for n in range(steps):
         start, free = t, t
+        spans = []
         for op in ops:
             host = (t, t + op.host_us)
             name = "aten::stack" if op.loader else op.name
@@ -73,14 +79,35 @@ def build(ops: list[Op], keys: dict[str, str] | None = None, steps: int = 3):  #
                     cat="cpu_fallback",
                 )
             key = keys.get(op.name, f"{'DataLoader' if op.loader else 'forward'} › {name}")
+            key = op.module if by_module and op.module else key
+            spans.append((op.module, host))
             timeline.ops.append((key, host, kernel))
             t += op.host_us
+        _module_frames(b, spans)
         sync_end = max(t, free) + 1
         b.host("cudaDeviceSynchronize", t, sync_end, kind=EventKind.RUNTIME, cat="cuda_runtime")
         t = sync_end + 5
         b.step(n + 1, start, t)
         timeline.steps.append((start, t))
     return b.b.build(), timeline
+
+
+def _module_frames(b: Build, spans: list[tuple[str, tuple[int, int]]]) -> None:
+    """One ``nn.Module`` python_function frame per level of the ops' module paths, around each
+    run of consecutive ops under that level's prefix (outer frames first, as torch writes
+    them; a frame starts with its first op and ends with its last, the tie the diff must
+    resolve)."""
+    paths = [m.split(".") if m else [] for m, _ in spans]
+    for level in range(max(map(len, paths), default=0)):
+        run: tuple[str, int, int] | None = None
+        for path, (_, (s, e)) in zip([*paths, []], [*spans, ("", (0, 0))], strict=True):
+            prefix = ".".join(path[: level + 1]) if len(path) > level else ""
+            if run and prefix != run[0]:
+                name = f"nn.Module: {run[0].rsplit('.', 1)[-1]}"
+                b.host(name, run[1], run[2], kind=EventKind.PYTHON, cat="python_function")
+                run = None
+            if prefix:
+                run = (prefix, run[1] if run else s, e)
 
 
 def expected(tl: Timeline) -> dict[str, float]:

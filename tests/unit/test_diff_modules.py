@@ -1,0 +1,93 @@
+"""``diff(..., group_by="module")`` on synthetic pairs whose ops run inside ``nn.Module`` frames
+(python_function rows, as torch.profiler writes them with ``with_stack`` and ``with_modules``),
+each module's slowdown injected on purpose and checked against the microsecond walk of the
+timeline (tests/diff_timeline.py), the op keyed by its module path."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from diff_timeline import BASE, Op, build, expected
+from test_diff import TOL_MS, check
+
+from neuron_profiler.analysis.diff import MODULE, diff
+from neuron_profiler.errors import NeuronProfilerError
+
+LINEAR, RELU, HEAD, NET = (
+    "Net_0.Block_0.Linear_0",
+    "Net_0.Block_0.ReLU_0",
+    "Net_0.Head_0",
+    "Net_0",
+)
+MODEL = [
+    Op("aten::linear", 10, 100, module=LINEAR),
+    Op("aten::relu", 10, 20, module=RELU),
+    Op("aten::linear", 10, 100, module=HEAD),
+    Op("aten::bincount", 10, 20),  # outside any module: keeps its op row
+    Op("aten::sum", 10, 30, module=NET),  # in Net_0 itself, a second call of it
+]
+
+
+def _slower(ops: list[Op], extra_us: dict[str, int]) -> list[Op]:
+    return [replace(op, kernel_us=op.kernel_us + extra_us.get(op.module, 0)) for op in ops]
+
+
+def test_each_slowed_module_row_has_its_injected_delta_and_the_invariant_holds() -> None:
+    extra = {LINEAR: 30, RELU: 20, HEAD: 50}  # µs more device time per step
+    (a, ta), (b, tb) = build(MODEL, by_module=True), build(_slower(MODEL, extra), by_module=True)
+    d = diff(a, b, group_by="module")
+    check(d, expected(ta), expected(tb))  # every row as the walk has it; Σ Δ + residual = Δ
+    rows = {r.key: r for r in d.rows}
+    for path, us in extra.items():
+        assert rows[path].kind == MODULE
+        assert rows[path].delta_ms == pytest.approx(us / 1e3, abs=TOL_MS), path
+        assert rows[path].a_ops == rows[path].b_ops == 1 and rows[path].notes == ()
+    assert rows[NET].delta_ms == pytest.approx(0, abs=TOL_MS) and rows[NET].a_ms > 0
+    assert rows["forward › aten::bincount"].kind == "op"  # no module: its op row
+    assert d.delta_ms == pytest.approx(0.100, abs=TOL_MS) and d.group_by == "module"
+    assert not any(r.key.startswith("forward › aten::linear") for r in d.rows)
+
+
+def test_rows_by_op_ignore_the_module_frames() -> None:
+    """The default grouping of framed traces is the grouping of the same traces unframed."""
+    slow = _slower(MODEL, {HEAD: 50})
+    framed = diff(build(MODEL)[0], build(slow)[0])
+    plain = diff(
+        build([replace(op, module="") for op in MODEL])[0],
+        build([replace(op, module="") for op in slow])[0],
+    )
+    assert framed.group_by == "op" and framed.notes == plain.notes
+    assert [(r.key, r.kind, r.a_parts_ms, r.b_parts_ms) for r in framed.rows] == [
+        (r.key, r.kind, r.a_parts_ms, r.b_parts_ms) for r in plain.rows
+    ]
+
+
+def test_a_module_on_one_side_only_is_its_own_row_marked() -> None:
+    renamed = [replace(op, module="Net_0.Head_1") if op.module == HEAD else op for op in MODEL]
+    (a, ta), (b, tb) = build(MODEL, by_module=True), build(renamed, by_module=True)
+    d = diff(a, b, group_by="module")
+    check(d, expected(ta), expected(tb))
+    rows = {r.key: r for r in d.rows}
+    assert rows[HEAD].notes == ("only in A",) and rows[HEAD].b_ms == 0
+    assert rows["Net_0.Head_1"].notes == ("only in B",) and rows["Net_0.Head_1"].a_ms == 0
+    assert rows[HEAD].a_ms == pytest.approx(rows["Net_0.Head_1"].b_ms, abs=TOL_MS)
+
+
+def test_traces_without_module_frames_give_the_op_rows_and_a_note() -> None:
+    slow = [*BASE[:2], Op("aten::linear", 10, 150), *BASE[3:]]
+    a, b = build(BASE)[0], build(slow)[0]
+    by_op, by_module = diff(a, b), diff(a, b, group_by="module")
+    assert not any(r.kind == MODULE for r in by_module.rows)
+    assert by_module.rows == by_op.rows and by_module.residual_ms == by_op.residual_ms
+    assert [n for n in by_module.notes if n not in by_op.notes] == [
+        f"{side}: no module frames ('nn.Module: ...': torch.profiler writes them with "
+        "with_stack=True and with_modules=True): its ops keep their op rows"
+        for side in "AB"
+    ]
+
+
+def test_an_unknown_grouping_is_one_error() -> None:
+    trace = build(BASE)[0]
+    with pytest.raises(NeuronProfilerError, match="group_by 'layer'"):
+        diff(trace, trace, group_by="layer")
