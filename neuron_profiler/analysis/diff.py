@@ -72,6 +72,10 @@ IDLE, ANCHOR, OTHER, MODULE = "idle", "anchor", "other", "module"
 KINDS = (MATCHED, FUSED, UNMATCHED, MODULE, ANCHOR, IDLE, OTHER)
 BY_OP, BY_MODULE = "op", "module"  # ``group_by``: ops' rows by alignment key, or by module
 GROUPINGS = (BY_OP, BY_MODULE)
+GROUPING_TEXT = {
+    BY_OP: "one row per alignment key",
+    BY_MODULE: "an op inside an nn.Module frame is in its innermost module's row (by path)",
+}
 OUTSIDE_STEPS = "ops outside the compared steps"
 HOST_IDLE = "idle: host (no op running)"
 EMULATOR_OVERHEAD = "emulator overhead (modelled device only)"
