@@ -8,7 +8,7 @@ half of it, docs/analysis.md), and otherwise to the idle rows."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from trace_factory import Build
@@ -152,3 +152,22 @@ BASE = [
     Op("aten::bincount", 10, 20),
     Op("aten::sum", 10, 30),
 ]  # the host runs ahead of the device: every kernel waits for the one before
+
+LINEAR, RELU, HEAD, NET = (
+    "Net_0.Block_0.Linear_0",
+    "Net_0.Block_0.ReLU_0",
+    "Net_0.Head_0",
+    "Net_0",
+)
+MODEL = [
+    Op("aten::linear", 10, 100, module=LINEAR),
+    Op("aten::relu", 10, 20, module=RELU),
+    Op("aten::linear", 10, 100, module=HEAD),
+    Op("aten::bincount", 10, 20),  # outside any module: keeps its op row
+    Op("aten::sum", 10, 30, module=NET),  # in Net_0 itself, a second call of it
+]  # BASE in nn.Module frames (build(..., by_module=True) keys the ops by module)
+
+
+def slower(ops: list[Op], extra_us: dict[str, int]) -> list[Op]:
+    """``ops`` with the kernels of the ops of each module in ``extra_us`` that much longer."""
+    return [replace(op, kernel_us=op.kernel_us + extra_us.get(op.module, 0)) for op in ops]

@@ -8,34 +8,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from diff_timeline import BASE, Op, build, expected
+from diff_timeline import BASE, HEAD, LINEAR, MODEL, NET, RELU, Op, build, expected, slower
 from test_diff import TOL_MS, check
 
 from neuron_profiler.analysis.diff import MODULE, diff
 from neuron_profiler.errors import NeuronProfilerError
 
-LINEAR, RELU, HEAD, NET = (
-    "Net_0.Block_0.Linear_0",
-    "Net_0.Block_0.ReLU_0",
-    "Net_0.Head_0",
-    "Net_0",
-)
-MODEL = [
-    Op("aten::linear", 10, 100, module=LINEAR),
-    Op("aten::relu", 10, 20, module=RELU),
-    Op("aten::linear", 10, 100, module=HEAD),
-    Op("aten::bincount", 10, 20),  # outside any module: keeps its op row
-    Op("aten::sum", 10, 30, module=NET),  # in Net_0 itself, a second call of it
-]
-
-
-def _slower(ops: list[Op], extra_us: dict[str, int]) -> list[Op]:
-    return [replace(op, kernel_us=op.kernel_us + extra_us.get(op.module, 0)) for op in ops]
-
 
 def test_each_slowed_module_row_has_its_injected_delta_and_the_invariant_holds() -> None:
     extra = {LINEAR: 30, RELU: 20, HEAD: 50}  # µs more device time per step
-    (a, ta), (b, tb) = build(MODEL, by_module=True), build(_slower(MODEL, extra), by_module=True)
+    (a, ta), (b, tb) = build(MODEL, by_module=True), build(slower(MODEL, extra), by_module=True)
     d = diff(a, b, group_by="module")
     check(d, expected(ta), expected(tb))  # every row as the walk has it; Σ Δ + residual = Δ
     rows = {r.key: r for r in d.rows}
@@ -51,7 +33,7 @@ def test_each_slowed_module_row_has_its_injected_delta_and_the_invariant_holds()
 
 def test_rows_by_op_ignore_the_module_frames() -> None:
     """The default grouping of framed traces is the grouping of the same traces unframed."""
-    slow = _slower(MODEL, {HEAD: 50})
+    slow = slower(MODEL, {HEAD: 50})
     framed = diff(build(MODEL)[0], build(slow)[0])
     plain = diff(
         build([replace(op, module="") for op in MODEL])[0],
