@@ -24,6 +24,11 @@ wall time, on every device (then averaged over the devices):
 - a trace without device work has its host as the device: each op's share of the step's
   wall time is its ``host`` part, the time no op runs an ``idle`` row.
 
+With ``group_by="module"`` (docs/diff.md#rows-by-module) the compared ops inside an
+``nn.Module`` frame are summed by their innermost module's path instead (``analysis.modules``;
+rows of kind ``module``, matched by path), the other ops keeping their rows: still one row per
+op, so the invariant below is unchanged.
+
 A row's A and B figures are means per compared step; Σ rows = mean step on each side, so
 Σ Δ + residual = Δ mean step, the residual only what the parts miss (overlapping step spans;
 float rounding). The diff never re-reads the files: every figure comes from the trace model
