@@ -5,14 +5,22 @@ timeline (tests/diff_timeline.py), the op keyed by its module path."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
+import jsonschema
 import pytest
 from diff_timeline import BASE, HEAD, LINEAR, MODEL, NET, RELU, Op, build, expected, slower
+from html_checks import parse
 from test_diff import TOL_MS, check
+from test_diff_html import HEADER
 
 from neuron_profiler.analysis.diff import MODULE, diff
+from neuron_profiler.cli.main import main
 from neuron_profiler.errors import NeuronProfilerError
+from neuron_profiler.exporters.chrome import write_chrome_trace
+from neuron_profiler.reports.diff_json import schema_text
 
 
 def test_each_slowed_module_row_has_its_injected_delta_and_the_invariant_holds() -> None:
@@ -73,3 +81,27 @@ def test_an_unknown_grouping_is_one_error() -> None:
     trace = build(BASE)[0]
     with pytest.raises(NeuronProfilerError, match="group_by 'layer'"):
         diff(trace, trace, group_by="layer")
+
+
+def test_cli_by_module_json_terminal_and_page(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """``--by module``: the JSON validates against the shipped schema, its top row is the
+    slowed head's module row with the injected Δ, the terminal and the page say the grouping
+    and show the row; without ``--by`` the document says ``op``."""
+    a, b, page = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "d.html"
+    write_chrome_trace(build(MODEL)[0], a)
+    write_chrome_trace(build(slower(MODEL, {HEAD: 50}))[0], b)
+    assert main(["diff", "--by", "module", "--json", "--html", str(page), str(a), str(b)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    jsonschema.validate(doc, json.loads(schema_text()))
+    top = doc["rows"][0]
+    assert (doc["group_by"], top["key"], top["kind"]) == ("module", HEAD, "module")
+    assert top["delta_ms"] == pytest.approx(0.050, abs=1e-6)
+    rows = parse(page.read_text()).table_after(HEADER)
+    assert rows[0][1:3] == [HEAD, "module"] and rows[0][5] == "+0.050"
+    assert "Rows by module: " in page.read_text()
+    assert main(["diff", "--by", "module", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "rows by module: " in out and HEAD in out
+    assert main(["diff", "--json", str(a), str(b)]) == 0
+    assert json.loads(capsys.readouterr().out)["group_by"] == "op"
+    assert main(["diff", "--by", "layer", str(a), str(b)]) == 2
