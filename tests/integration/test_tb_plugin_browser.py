@@ -614,6 +614,7 @@ def test_diff_view_matches_the_cli(browser, logdir: Path, artefacts: Path) -> No
         const pick = document.getElementById('diff-base');
         pick.value = [...pick.options].find(o => o.textContent.startsWith('two_ranks / rank0')).value;
         pick.dispatchEvent(new Event('change'));""")
+    _diff_shown(browser, "residual")  # (show's tab click meets no re-render mid-way)
     shown = show(browser, "Diff")
     browser.save_screenshot(str(artefacts / "two_ranks-diff.png"))
     files = sorted(p.name for p in logdir.joinpath("two_ranks").iterdir())
@@ -648,14 +649,7 @@ def test_diff_view_by_module_matches_the_cli(browser, logdir: Path) -> None:  # 
         const pick = document.getElementById('diff-base');
         pick.value = [...pick.options].find(o => o.textContent.startsWith('modules / before')).value;
         pick.dispatchEvent(new Event('change'));""")
-    _wait(
-        browser,
-        "the diff by module",
-        lambda d: d.execute_script(
-            "const v = document.getElementById('view');"
-            "return v.dataset.state === 'ready' && v.textContent.includes('rows by module');"
-        ),
-    )
+    _diff_shown(browser, "rows by module")
     shown = show(browser, "Diff")
     files = {p.name.split(".")[0]: p.name for p in logdir.joinpath("modules").iterdir()}
     doc = cli_diff(
@@ -666,3 +660,16 @@ def test_diff_view_by_module_matches_the_cli(browser, logdir: Path) -> None:  # 
     assert shown["bars"][0][0][1] == doc["rows"][0]["delta_ms"]
     assert "rows by module" in shown["text"]
     assert plugin_errors(browser) == []
+
+
+def _diff_shown(browser, text: str) -> None:  # noqa: ANN001
+    """Wait until the Diff view shows its document (``text`` in it): the polls that re-render
+    the page while the diff runs are over."""
+    _wait(
+        browser,
+        f"the diff ({text})",
+        lambda d: d.execute_script(
+            "const v = document.getElementById('view');"
+            f"return v.dataset.state === 'ready' && v.textContent.includes({text!r});"
+        ),
+    )
