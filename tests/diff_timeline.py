@@ -43,11 +43,16 @@ class Timeline:
 
 
 def build(  # noqa: ANN201
-    ops: list[Op], keys: dict[str, str] | None = None, steps: int = 3, by_module: bool = False
+    ops: list[Op],
+    keys: dict[str, str] | None = None,
+    steps: int = 3,
+    by_module: bool = False,
+    frame: tuple[EventKind, str] = (EventKind.PYTHON, "python_function"),
 ):
     """The trace of ``steps`` steps running ``ops``, and its timeline. ``keys``: an op name's
     expected row key (default ``forward › <name>``; with ``by_module`` an op in a module: its
-    module path)."""
+    module path). ``frame``: the module frames' kind and category (torch 2.13's by default;
+    2021 Kineto's ``cpu_op``, a ``record_function``'s ``user_annotation``)."""
     keys = keys or {}
     b = Build()
     t, timeline = 1000, Timeline([], [], [])
@@ -83,7 +88,7 @@ def build(  # noqa: ANN201
             spans.append((op.module, host))
             timeline.ops.append((key, host, kernel))
             t += op.host_us
-        _module_frames(b, spans)
+        _module_frames(b, spans, frame)
         sync_end = max(t, free) + 1
         b.host("cudaDeviceSynchronize", t, sync_end, kind=EventKind.RUNTIME, cat="cuda_runtime")
         t = sync_end + 5
@@ -92,7 +97,9 @@ def build(  # noqa: ANN201
     return b.b.build(), timeline
 
 
-def _module_frames(b: Build, spans: list[tuple[str, tuple[int, int]]]) -> None:
+def _module_frames(
+    b: Build, spans: list[tuple[str, tuple[int, int]]], frame: tuple[EventKind, str]
+) -> None:
     """One ``nn.Module`` python_function frame per level of the ops' module paths, around each
     run of consecutive ops under that level's prefix (outer frames first, as torch writes
     them; a frame starts with its first op and ends with its last, the tie the diff must
@@ -104,7 +111,7 @@ def _module_frames(b: Build, spans: list[tuple[str, tuple[int, int]]]) -> None:
             prefix = ".".join(path[: level + 1]) if len(path) > level else ""
             if run and prefix != run[0]:
                 name = f"nn.Module: {run[0].rsplit('.', 1)[-1]}"
-                b.host(name, run[1], run[2], kind=EventKind.PYTHON, cat="python_function")
+                b.host(name, run[1], run[2], kind=frame[0], cat=frame[1])
                 run = None
             if prefix:
                 run = (prefix, run[1] if run else s, e)

@@ -21,11 +21,21 @@ from neuron_profiler.cli.main import main
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.reports.diff_json import schema_text
+from neuron_profiler.trace import EventKind
 
 
-def test_each_slowed_module_row_has_its_injected_delta_and_the_invariant_holds() -> None:
+@pytest.mark.parametrize(
+    "frame",
+    [
+        (EventKind.PYTHON, "python_function"),  # torch 2.13, with_stack + with_modules
+        (EventKind.CPU_OP, "cpu_op"),  # 2021 Kineto
+        (EventKind.USER_ANNOTATION, "user_annotation"),  # a framework's record_function
+    ],
+)
+def test_each_slowed_module_row_has_its_injected_delta_and_the_invariant_holds(frame) -> None:  # noqa: ANN001
     extra = {LINEAR: 30, RELU: 20, HEAD: 50}  # µs more device time per step
-    (a, ta), (b, tb) = build(MODEL, by_module=True), build(slower(MODEL, extra), by_module=True)
+    a, ta = build(MODEL, by_module=True, frame=frame)
+    b, tb = build(slower(MODEL, extra), by_module=True, frame=frame)
     d = diff(a, b, group_by="module")
     check(d, expected(ta), expected(tb))  # every row as the walk has it; Σ Δ + residual = Δ
     rows = {r.key: r for r in d.rows}
