@@ -4,6 +4,7 @@
     python bench/bench_diff.py                          # 1M and 100k events a side, + the real pair
     python bench/bench_diff.py --events 1000000 --repeat 3
     python bench/bench_diff.py --events 100000 --no-hta
+    python bench/bench_diff.py --events 1000000 --no-hta --no-real --modules   # rows by module
 
 Each pair is two traces of ``gen_trace.py`` (seeds 0 and 1: the same op vocabulary in different
 random orders, the hard case for sequence matching), generated once and kept under
@@ -20,6 +21,10 @@ changed", not of equal work. Each (tool, pair) runs in a fresh process (``--repe
 time, median peak memory), measured as bench_analyze.py does (``run``: wall clock of the
 process, its peak RSS; and its CPU seconds, user + system, steadier than wall time when other
 work shares the machine). Prints a table with the ratios; JSON results: runs/bench/diff-<time>.json.
+
+``--modules``: the generated pairs carry nn.Module frames (``gen_trace.py --modules``), and each
+pair also runs ``neuron-prof diff --by module``, side by side with ``--by op`` on the same files
+(the line under the pair: its time, and the ratio to ``--by op``: the cost of the rows by module).
 """
 
 from __future__ import annotations
@@ -55,11 +60,12 @@ TraceDiff.compare_traces(a, b, control_iteration=steps, test_iteration=steps)
 """
 
 
-def generated_pair(events: int) -> tuple[Path, Path]:
-    """Two generated traces of ``events`` events (seeds 0 and 1), made once."""
+def generated_pair(events: int, modules: bool = False) -> tuple[Path, Path]:
+    """Two generated traces of ``events`` events (seeds 0 and 1; ``modules``: with nn.Module
+    frames), made once."""
     out = []
     for seed in SEEDS:
-        target = TRACES / f"diff_{events}_s{seed}.json"
+        target = TRACES / f"diff_{events}_s{seed}{'_modules' * modules}.json"
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             subprocess.run(
@@ -71,6 +77,7 @@ def generated_pair(events: int) -> tuple[Path, Path]:
                     str(seed),
                     "-o",
                     str(target),
+                    *["--modules"] * modules,
                 ],
                 check=True,
             )
@@ -78,8 +85,9 @@ def generated_pair(events: int) -> tuple[Path, Path]:
     return out[0], out[1]
 
 
-def ours_cmd(a: Path, b: Path) -> list[str]:
-    return [sys.executable, "-m", "neuron_profiler.cli.main", "diff", "--json", str(a), str(b)]
+def ours_cmd(a: Path, b: Path, by: str = "op") -> list[str]:
+    cli = [sys.executable, "-m", "neuron_profiler.cli.main", "diff", "--json", "--by", by]
+    return [*cli, str(a), str(b)]
 
 
 def hta_cmd(a: Path, b: Path, tmp: Path) -> list[str]:
@@ -96,6 +104,8 @@ def hta_cmd(a: Path, b: Path, tmp: Path) -> list[str]:
 def measure(label: str, events: int | None, a: Path, b: Path, args: argparse.Namespace) -> dict:
     row: dict = {"pair": label, "events": events, "a": str(a), "b": str(b)}
     row["ours"] = best(ours_cmd(a, b), args.repeat, args.timeout)
+    if args.modules:
+        row["ours_by_module"] = best(ours_cmd(a, b, "module"), args.repeat, args.timeout)
     if args.no_hta:
         row["hta"] = {"error": "not run (--no-hta)"}
     else:
@@ -107,6 +117,11 @@ def measure(label: str, events: int | None, a: Path, b: Path, args: argparse.Nam
     row["memory_ratio"] = o["mb"] / h["mb"] if both else None
     if events and events >= TARGET_EVENTS and "s" in o:
         row["target"] = o["s"] <= TARGET_S and o["mb"] <= TARGET_MB
+    m = row.get("ours_by_module", {})
+    if "s" in m and "s" in o:
+        row["module_vs_op"] = m["s"] / o["s"]
+        if events and events >= TARGET_EVENTS:
+            row["target_by_module"] = m["s"] <= TARGET_S and m["mb"] <= TARGET_MB
     return row
 
 
@@ -137,6 +152,15 @@ def format_row(row: dict) -> str:
     for who, m in (("ours", o), ("HTA", h)):
         if "error" in m:
             text += f"  [{who}: {m['error']}]"
+    if "ours_by_module" in row:
+        m = row["ours_by_module"]
+        verdict = {True: "PASS", False: "MISS"}.get(row.get("target_by_module"), "-")
+        text += (
+            f"\n{'  --by module':<22} {'':>11} {_f(m.get('s'), '.2f', 7)} "
+            f"(x{_f(row.get('module_vs_op'), '.2f', 4).strip()} of --by op) cpu "
+            f"{_f(m.get('cpu_s'), '.2f', 0)} s, {_f(m.get('mb'), '.0f', 0)} MB  {verdict}"
+            + (f"  [{m['error']}]" if "error" in m else "")
+        )
     return text
 
 
@@ -147,11 +171,15 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800.0, help="per process, seconds")
     ap.add_argument("--no-hta", action="store_true", help="ours only")
     ap.add_argument("--no-real", action="store_true", help="leave out the shared real pair")
+    ap.add_argument(
+        "--modules", action="store_true", help="pairs with nn.Module frames; also --by module"
+    )
     args = ap.parse_args()
     import compileall
 
     compileall.compile_dir(str(REPO / "neuron_profiler"), quiet=1)
-    cases = [("generated s0 vs s1", n, *generated_pair(n)) for n in args.events]
+    label = "generated+modules" if args.modules else "generated s0 vs s1"
+    cases = [(label, n, *generated_pair(n, args.modules)) for n in args.events]
     real = [SHARED / p for p in REAL_PAIR]
     if not args.no_real and all(p.exists() for p in real):
         cases.append(("resnet50 nw0 vs nw4", None, *real))

@@ -1,14 +1,18 @@
 # ruff: noqa: UP031 - %-templates keep the JSON braces readable
 """Generate a realistic Kineto (torch.profiler) Chrome trace of N events for load benchmarks.
 
-    python bench/gen_trace.py 1000000 -o runs/bench/traces/gen_1000000.json [--gzip]
+    python bench/gen_trace.py 1000000 -o runs/bench/traces/gen_1000000.json [--modules]
 
 The shape follows the shared A100 trace (hta/tests/data/nccl_parser_config/nccl_data.json.gz):
 ``cpu_op`` events nested two deep with Kineto's args, ``cuda_runtime`` launches with ``ac2g``
 flows (``s`` on the host, ``f`` with ``"bp":"e"`` on the device), kernels with occupancy/grid
 args, memcpy/memset, ``fwdbwd`` flows, ``ProfilerStep#N`` annotations, ``M`` metadata events,
 µs timestamps with a ns fraction relative to a trailing ``baseTimeNanoseconds``, and the
-deviceProperties / distributedInfo header. Deterministic for a given (N, seed).
+deviceProperties / distributedInfo header. Deterministic for a given (N, seed). With
+``--modules``, module frames as torch.profiler writes them with ``with_stack`` and
+``with_modules`` (``python_function`` rows ``nn.Module: <Class>_<k>``): one ``Model_0`` per step
+around the forward thread's ops and one ``Layer_<k>`` around each forward op group (k: the
+group's place in the step modulo ``LAYERS``, so both seeds share the paths).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 HOST_PID, MAIN_TID, BWD_TID, DEVICE_PID, STREAM = 2910249, 2910249, 2919752, 0, 7
+LAYERS = 48  # distinct Layer_<k> module frames per step (--modules)
 BASE_TIME_NS = 1711964646000000000
 START_US = 4458676388068.751  # relative µs of the same magnitude as the A100 trace (> 2**41)
 OPS = [
@@ -146,7 +151,8 @@ def _metadata(w: _Writer) -> None:
 
 
 def _op_group(w: _Writer, rng: random.Random, t: float, dev_t: float, ids: list[int]) -> tuple:
-    """One aten op -> child op -> launch (+flow) -> device work (+flow); returns new clocks."""
+    """One aten op -> child op -> launch (+flow) -> device work (+flow); returns new clocks
+    and whether the op ran on the forward (main) thread."""
     ext, corr, seq = ids
     parent, child = OPS[rng.randrange(len(OPS))]
     tid = BWD_TID if parent.startswith("autograd") else MAIN_TID
@@ -250,11 +256,20 @@ def _op_group(w: _Writer, rng: random.Random, t: float, dev_t: float, ids: list[
             '{"ph": "f", "id": %d, "pid": %d, "tid": %d, "ts": %s, "cat": "fwdbwd", '
             '"name": "fwdbwd", "bp": "e"}' % (seq, HOST_PID, BWD_TID, _us(t + dur / 2))
         )
-    return t + dur + rng.uniform(1.0, 15.0), start + kdur + 0.3
+    return t + dur + rng.uniform(1.0, 15.0), start + kdur + 0.3, tid == MAIN_TID
 
 
-def generate(n_events: int, out: IO[str], seed: int = 0) -> int:
-    """Write a trace of exactly ``n_events`` traceEvents to ``out``; returns the count."""
+def _module_frame(w: _Writer, name: str, start: float, end: float) -> None:
+    w.add(
+        '{"ph": "X", "cat": "python_function", "name": "nn.Module: %s", "pid": %d, "tid": %d, '
+        '"ts": %s, "dur": %s, "args": {"Python parent id": 1, "Python id": 2, '
+        '"Python module id": 0}}' % (name, HOST_PID, MAIN_TID, _us(start), _us(end - start))
+    )
+
+
+def generate(n_events: int, out: IO[str], seed: int = 0, modules: bool = False) -> int:
+    """Write a trace of exactly ``n_events`` traceEvents to ``out``; returns the count.
+    ``modules``: with nn.Module frames (the module docstring)."""
     rng = random.Random(seed)
     w = _Writer(out, n_events)
     header = json.dumps(_header())
@@ -265,11 +280,18 @@ def generate(n_events: int, out: IO[str], seed: int = 0) -> int:
     while not w.full():
         step_start, groups = t, rng.randrange(300, 600)
         step_dev = dev_t
+        forward = 0
         for _ in range(groups):
             if w.full():
                 break
-            t, dev_t = _op_group(w, rng, t, dev_t, [ext, corr, ext // 2])
+            begin = t
+            t, dev_t, on_main = _op_group(w, rng, t, dev_t, [ext, corr, ext // 2])
             ext, corr = ext + 2, corr + 3
+            if modules and on_main:
+                _module_frame(w, f"Layer_{forward % LAYERS}", begin - 0.2, t - 0.5)
+                forward += 1
+        if modules:
+            _module_frame(w, "Model_0", step_start - 0.4, t - 0.1)
         w.add(
             '{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#%d", "pid": %d, '
             '"tid": %d, "ts": %s, "dur": %s, "args": {"External id": %d, '
@@ -290,16 +312,16 @@ def generate(n_events: int, out: IO[str], seed: int = 0) -> int:
     return w.count
 
 
-def generate_file(n_events: int, path: Path, seed: int = 0) -> Path:
+def generate_file(n_events: int, path: Path, seed: int = 0, modules: bool = False) -> Path:
     """Write the trace to ``path`` (.json or .json.gz), creating parent folders."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
     if path.name.endswith(".gz"):
         with gzip.open(tmp, "wt", compresslevel=6) as fh:
-            generate(n_events, fh, seed)
+            generate(n_events, fh, seed, modules)
     else:
         with open(tmp, "w") as fh:
-            generate(n_events, fh, seed)
+            generate(n_events, fh, seed, modules)
     tmp.replace(path)
     return path
 
@@ -309,8 +331,9 @@ def main() -> None:
     parser.add_argument("events", type=int, help="number of traceEvents to write")
     parser.add_argument("-o", "--output", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--modules", action="store_true", help="with nn.Module frames")
     args = parser.parse_args()
-    generate_file(args.events, args.output, args.seed)
+    generate_file(args.events, args.output, args.seed, args.modules)
     print(f"wrote {args.events} events to {args.output}")
 
 

@@ -8,7 +8,7 @@ half of it, docs/analysis.md), and otherwise to the idle rows."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from trace_factory import Build
@@ -22,13 +22,15 @@ LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 @dataclass(frozen=True)
 class Op:
     """A host op of ``host_us``, launching a kernel of ``kernel_us`` (0: none); ``fallback_us``:
-    a CPU-fallback row inside it; ``loader``: a DataLoader ``__next__`` around it."""
+    a CPU-fallback row inside it; ``loader``: a DataLoader ``__next__`` around it; ``module``:
+    the path of the ``nn.Module`` frames around it (``Net_0.Block_0.Linear_0``), "" for none."""
 
     name: str
     host_us: int
     kernel_us: int = 0
     fallback_us: int = 0
     loader: bool = False
+    module: str = ""
 
 
 @dataclass
@@ -40,14 +42,23 @@ class Timeline:
     loaders: list[tuple[int, int]]
 
 
-def build(ops: list[Op], keys: dict[str, str] | None = None, steps: int = 3):  # noqa: ANN201
+def build(  # noqa: ANN201
+    ops: list[Op],
+    keys: dict[str, str] | None = None,
+    steps: int = 3,
+    by_module: bool = False,
+    frame: tuple[EventKind, str] = (EventKind.PYTHON, "python_function"),
+):
     """The trace of ``steps`` steps running ``ops``, and its timeline. ``keys``: an op name's
-    expected row key (default ``forward › <name>``)."""
+    expected row key (default ``forward › <name>``; with ``by_module`` an op in a module: its
+    module path). ``frame``: the module frames' kind and category (torch 2.13's by default;
+    2021 Kineto's ``cpu_op``, a ``record_function``'s ``user_annotation``)."""
     keys = keys or {}
     b = Build()
     t, timeline = 1000, Timeline([], [], [])
     for n in range(steps):
         start, free = t, t
+        spans = []
         for op in ops:
             host = (t, t + op.host_us)
             name = "aten::stack" if op.loader else op.name
@@ -73,14 +84,37 @@ def build(ops: list[Op], keys: dict[str, str] | None = None, steps: int = 3):  #
                     cat="cpu_fallback",
                 )
             key = keys.get(op.name, f"{'DataLoader' if op.loader else 'forward'} › {name}")
+            key = op.module if by_module and op.module else key
+            spans.append((op.module, host))
             timeline.ops.append((key, host, kernel))
             t += op.host_us
+        _module_frames(b, spans, frame)
         sync_end = max(t, free) + 1
         b.host("cudaDeviceSynchronize", t, sync_end, kind=EventKind.RUNTIME, cat="cuda_runtime")
         t = sync_end + 5
         b.step(n + 1, start, t)
         timeline.steps.append((start, t))
     return b.b.build(), timeline
+
+
+def _module_frames(
+    b: Build, spans: list[tuple[str, tuple[int, int]]], frame: tuple[EventKind, str]
+) -> None:
+    """One ``nn.Module`` python_function frame per level of the ops' module paths, around each
+    run of consecutive ops under that level's prefix (outer frames first, as torch writes
+    them; a frame starts with its first op and ends with its last, the tie the diff must
+    resolve)."""
+    paths = [m.split(".") if m else [] for m, _ in spans]
+    for level in range(max(map(len, paths), default=0)):
+        run: tuple[str, int, int] | None = None
+        for path, (_, (s, e)) in zip([*paths, []], [*spans, ("", (0, 0))], strict=True):
+            prefix = ".".join(path[: level + 1]) if len(path) > level else ""
+            if run and prefix != run[0]:
+                name = f"nn.Module: {run[0].rsplit('.', 1)[-1]}"
+                b.host(name, run[1], run[2], kind=frame[0], cat=frame[1])
+                run = None
+            if prefix:
+                run = (prefix, run[1] if run else s, e)
 
 
 def expected(tl: Timeline) -> dict[str, float]:
@@ -125,3 +159,22 @@ BASE = [
     Op("aten::bincount", 10, 20),
     Op("aten::sum", 10, 30),
 ]  # the host runs ahead of the device: every kernel waits for the one before
+
+LINEAR, RELU, HEAD, NET = (
+    "Net_0.Block_0.Linear_0",
+    "Net_0.Block_0.ReLU_0",
+    "Net_0.Head_0",
+    "Net_0",
+)
+MODEL = [
+    Op("aten::linear", 10, 100, module=LINEAR),
+    Op("aten::relu", 10, 20, module=RELU),
+    Op("aten::linear", 10, 100, module=HEAD),
+    Op("aten::bincount", 10, 20),  # outside any module: keeps its op row
+    Op("aten::sum", 10, 30, module=NET),  # in Net_0 itself, a second call of it
+]  # BASE in nn.Module frames (build(..., by_module=True) keys the ops by module)
+
+
+def slower(ops: list[Op], extra_us: dict[str, int]) -> list[Op]:
+    """``ops`` with the kernels of the ops of each module in ``extra_us`` that much longer."""
+    return [replace(op, kernel_us=op.kernel_us + extra_us.get(op.module, 0)) for op in ops]

@@ -103,11 +103,12 @@ def cli_distributed(logdir: Path, *rels: str) -> dict:
     return json.loads(proc.stdout)["distributed"]
 
 
-def cli_diff(logdir: Path, a: str, b: str) -> dict:
-    """``neuron-prof diff --json A B`` of two files (relative to ``logdir``), as a process."""
+def cli_diff(logdir: Path, a: str, b: str, *options: str) -> dict:
+    """``neuron-prof diff --json [options] A B`` of two files (relative to ``logdir``), as a
+    process."""
     exe = Path(sys.executable).with_name("neuron-prof")
     proc = subprocess.run(
-        [str(exe), "diff", "--json", a, b],
+        [str(exe), "diff", "--json", *options, a, b],
         cwd=logdir,
         capture_output=True,
         text=True,

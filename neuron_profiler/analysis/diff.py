@@ -24,6 +24,11 @@ wall time, on every device (then averaged over the devices):
 - a trace without device work has its host as the device: each op's share of the step's
   wall time is its ``host`` part, the time no op runs an ``idle`` row.
 
+With ``group_by="module"`` (docs/diff.md#rows-by-module) the compared ops inside an
+``nn.Module`` frame are summed by their innermost module's path instead (``analysis.modules``;
+rows of kind ``module``, matched by path), the other ops keeping their rows: still one row per
+op, so the invariant below is unchanged.
+
 A row's A and B figures are means per compared step; Σ rows = mean step on each side, so
 Σ Δ + residual = Δ mean step, the residual only what the parts miss (overlapping step spans;
 float rounding). The diff never re-reads the files: every figure comes from the trace model
@@ -55,7 +60,9 @@ from neuron_profiler.analysis.align import (
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.context import AnalysisContext, Options
 from neuron_profiler.analysis.idle import IdleTime, idle_time
+from neuron_profiler.analysis.modules import MODULE_PREFIX, OpModules, op_modules
 from neuron_profiler.analysis.name_map import NameMap
+from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.heap import gc_paused
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
@@ -66,8 +73,14 @@ DEVICE, COLL, GATING, HOST, IDLE_PART = range(len(COMPONENTS))
 # idle the host gates: the device waits while the host runs an op (the rest of their time, and
 # the other causes, are idle rows of their own)
 GATING_CAUSES = ("cpu_fallback", "host_sync", "host_bound_launch", "other", "short_gaps")
-IDLE, ANCHOR, OTHER = "idle", "anchor", "other"
-KINDS = (MATCHED, FUSED, UNMATCHED, ANCHOR, IDLE, OTHER)
+IDLE, ANCHOR, OTHER, MODULE = "idle", "anchor", "other", "module"
+KINDS = (MATCHED, FUSED, UNMATCHED, MODULE, ANCHOR, IDLE, OTHER)
+BY_OP, BY_MODULE = "op", "module"  # ``group_by``: ops' rows by alignment key, or by module
+GROUPINGS = (BY_OP, BY_MODULE)
+GROUPING_TEXT = {
+    BY_OP: "one row per alignment key",
+    BY_MODULE: "an op inside an nn.Module frame is in its innermost module's row (by path)",
+}
 OUTSIDE_STEPS = "ops outside the compared steps"
 HOST_IDLE = "idle: host (no op running)"
 EMULATOR_OVERHEAD = "emulator overhead (modelled device only)"
@@ -143,7 +156,7 @@ class TraceDiff:
     step - Σ rows' Δ; idle: the analyzer's causes compared; mappings: name-map rules used;
     steps_by: "number" or "position"; segments / by_occurrence: segment pairs aligned, and
     those matched by occurrence (too large for sequence matching); notes: what the reader
-    must know."""
+    must know; group_by: "op" or "module" (the ops' rows: docs/diff.md#rows-by-module)."""
 
     a: Side
     b: Side
@@ -155,6 +168,7 @@ class TraceDiff:
     segments: int = 0
     by_occurrence: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    group_by: str = BY_OP
 
     @property
     def delta_ms(self) -> float:
@@ -191,13 +205,23 @@ def diff(
     steps: StepChoice | str = "auto",
     names: NameMap | None = None,
     options: Options | None = None,
+    group_by: str = BY_OP,
 ) -> TraceDiff:
+    """``group_by``: "op" (rows by alignment key) or "module" (an op inside a module frame
+    goes to its innermost module's row, matched by path; the other ops keep their rows)."""
+    if group_by not in GROUPINGS:
+        raise NeuronProfilerError(
+            f"group_by {group_by!r}: expected one of {', '.join(GROUPINGS)}", exit_code=2
+        )
     with gc_paused():
         ctx_a, ctx_b = AnalysisContext(trace_a, options), AnalysisContext(trace_b, options)
         al = align(ctx_a, ctx_b, steps, names)
         a = _attribute(ctx_a, al.a, al.steps.a)
         b = _attribute(ctx_b, al.b, al.steps.b)
-        rows = _rows(al, a, b, len(al.steps))
+        modules = (
+            (op_modules(ctx_a, al.a), op_modules(ctx_b, al.b)) if group_by == BY_MODULE else None
+        )
+        rows = _rows(al, a, b, len(al.steps), modules)
         side_a, side_b = _side(ctx_a, al.steps.a, a), _side(ctx_b, al.steps.b, b)
         residual = (side_b.step_ms - side_a.step_ms) - sum(r.delta_ms for r in rows)
         return TraceDiff(
@@ -214,7 +238,8 @@ def diff(
             mappings=al.mappings,
             segments=al.segments,
             by_occurrence=al.by_occurrence,
-            notes=_notes(ctx_a, ctx_b, al, side_a, side_b),
+            notes=_notes(ctx_a, ctx_b, al, side_a, side_b, modules),
+            group_by=group_by,
         )
 
 
@@ -466,30 +491,43 @@ def _side(ctx: AnalysisContext, steps: np.ndarray, ledger: _Ledger) -> Side:
 # -- both sides --------------------------------------------------------------------------------
 
 
-def _rows(al: Alignment, a: _Ledger, b: _Ledger, steps: int) -> tuple[Row, ...]:
+def _rows(
+    al: Alignment,
+    a: _Ledger,
+    b: _Ledger,
+    steps: int,
+    modules: tuple[OpModules, OpModules] | None = None,
+) -> tuple[Row, ...]:
     """Rows of both sides' ledgers, ms per step, by alignment key (ops outside the compared
-    steps: one row), then the rows of their own."""
+    steps: one row) or, given ``modules``, by module path for the compared ops inside a module
+    frame; then the rows of their own. Each op is in exactly one row (a partition)."""
     n = max(steps, 1)
     scale_a, scale_b = 1e6 * n * a.devices, 1e6 * n * b.devices
-    width = len(al.keys) + 1  # the last: ops outside the compared steps
-    parts_a = _by_key(a.op, al.key_a, width) / scale_a
-    parts_b = _by_key(b.op, al.key_b, width) / scale_b
-    ops_a = np.bincount(np.where(al.key_a >= 0, al.key_a, width - 1), minlength=width) / n
-    ops_b = np.bincount(np.where(al.key_b >= 0, al.key_b, width - 1), minlength=width) / n
-    fb_a = np.bincount(al.key_a[(al.key_a >= 0) & al.a.fallback], minlength=width)
-    fb_b = np.bincount(al.key_b[(al.key_b >= 0) & al.b.fallback], minlength=width)
+    heads = [(k.text, k.kind) for k in al.keys] + [(OUTSIDE_STEPS, ANCHOR)]
+    row_a = np.where(al.key_a >= 0, al.key_a, len(al.keys))
+    row_b = np.where(al.key_b >= 0, al.key_b, len(al.keys))
+    if modules is not None:
+        paths = _module_rows(al, modules, row_a, row_b, len(heads))
+        heads += [(path, MODULE) for path in paths]
+    width = len(heads)
+    parts_a = _by_key(a.op, row_a, width) / scale_a
+    parts_b = _by_key(b.op, row_b, width) / scale_b
+    ops_a = np.bincount(row_a, minlength=width) / n
+    ops_b = np.bincount(row_b, minlength=width) / n
+    fb_a = np.bincount(row_a[(al.key_a >= 0) & al.a.fallback], minlength=width)
+    fb_b = np.bincount(row_b[(al.key_b >= 0) & al.b.fallback], minlength=width)
     rows = []
     for k in range(width):
         if not (parts_a[k].any() or parts_b[k].any() or ops_a[k] or ops_b[k]):
             continue
-        key, kind = (
-            (al.keys[k].text, al.keys[k].kind) if k < len(al.keys) else (OUTSIDE_STEPS, ANCHOR)
-        )
+        key, kind = heads[k]
         notes = tuple(
             f"{side}: CPU fallback ({count / n:g} per step)"
             for side, count in (("A", fb_a[k]), ("B", fb_b[k]))
             if count
         )
+        if kind == MODULE and not (ops_a[k] and ops_b[k]):
+            notes = (f"only in {'A' if ops_a[k] else 'B'}", *notes)
         rows.append(
             Row(
                 key, kind, _ms(parts_a[k]), _ms(parts_b[k]), float(ops_a[k]), float(ops_b[k]), notes
@@ -506,6 +544,23 @@ def _rows(al: Alignment, a: _Ledger, b: _Ledger, steps: int) -> tuple[Row, ...]:
     return tuple(rows)
 
 
+def _module_rows(
+    al: Alignment,
+    modules: tuple[OpModules, OpModules],
+    row_a: np.ndarray,
+    row_b: np.ndarray,
+    first: int,
+) -> list[str]:
+    """Moves each side's compared ops inside a module frame to their module's row (numbered
+    from ``first``, one per path on either side: matched by path), in place; the paths."""
+    vocab: dict[str, int] = {}
+    for m, key, row in ((modules[0], al.key_a, row_a), (modules[1], al.key_b, row_b)):
+        ids = np.array([vocab.setdefault(t, len(vocab)) for t in m.texts], np.int64)
+        inside = np.flatnonzero((key >= 0) & (m.of_op >= 0))
+        row[inside] = first + ids[m.of_op[inside]]
+    return list(vocab)
+
+
 def _by_key(parts: np.ndarray, key: np.ndarray, width: int) -> np.ndarray:
     out = np.zeros((width, parts.shape[1]))
     np.add.at(out, np.where(key >= 0, key, width - 1), parts)
@@ -517,9 +572,20 @@ def _ms(parts: np.ndarray) -> tuple[float, ...]:
 
 
 def _notes(
-    ctx_a: AnalysisContext, ctx_b: AnalysisContext, al: Alignment, a: Side, b: Side
+    ctx_a: AnalysisContext,
+    ctx_b: AnalysisContext,
+    al: Alignment,
+    a: Side,
+    b: Side,
+    modules: tuple[OpModules, OpModules] | None = None,
 ) -> tuple[str, ...]:
     out = []
+    for name, m in zip("AB", modules or (), strict=False):
+        if not m.frames:
+            out.append(
+                f"{name}: no module frames ('{MODULE_PREFIX}...': torch.profiler writes them "
+                "with with_stack=True and with_modules=True): its ops keep their op rows"
+            )
     for name, ctx, side in (("A", ctx_a, a), ("B", ctx_b, b)):
         if not ctx.steps.from_profiler_steps:
             out.append(f"{name}: no ProfilerStep annotation: the whole trace is one step")

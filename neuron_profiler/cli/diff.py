@@ -70,6 +70,16 @@ TRACE_SUFFIXES = (".json", ".json.gz")
     help="Rows shown before the rest fold into 'other'.",
 )
 @click.option(
+    "--by",
+    "group_by",
+    type=click.Choice(["op", "module"]),
+    default="op",
+    show_default=True,
+    help="Rows of the ops: by op (alignment key) or by module (an op inside an nn.Module "
+    "frame goes to its innermost module's row, matched by path; record with with_stack=True "
+    "and with_modules=True).",
+)
+@click.option(
     "--min-gap",
     "min_gap_us",
     default=50.0,
@@ -87,6 +97,7 @@ def diff(
     fail_on: tuple[str, ...],
     top: int,
     min_gap_us: float,
+    group_by: str,
 ) -> None:
     """Where the mean step time went between trace A and trace B (files or rank
     directories)."""
@@ -107,7 +118,9 @@ def diff(
 
         check_output(html, [f for pair in pairing.pairs for f in pair])  # never over an input
     diffs = [
-        diff_traces(_load(fa), _load(fb), steps=choice, names=names, options=options)
+        diff_traces(
+            _load(fa), _load(fb), steps=choice, names=names, options=options, group_by=group_by
+        )
         for fa, fb in pairing.pairs
     ]
     breaches = []

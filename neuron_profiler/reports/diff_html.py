@@ -18,7 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from neuron_profiler.analysis.diff import COMPONENTS, DISPLAY_ROWS, Row, TraceDiff
+from neuron_profiler.analysis.diff import (
+    BY_OP,
+    COMPONENTS,
+    DISPLAY_ROWS,
+    GROUPING_TEXT,
+    Row,
+    TraceDiff,
+)
 from neuron_profiler.analysis.rank_pairs import BY_FILES, RankPairs
 from neuron_profiler.reports.html_page import (
     BOOT,
@@ -105,7 +112,13 @@ def _section(i: int, d: TraceDiff, top: int) -> str:
         f"B {name_text(d.b.source)}</p>"
         f"<p>{n} step{'s' * (n != 1)} compared by {escape(d.steps_by)} · mean step "
         f"{_ms(d.a.step_ms)} ms → {_ms(d.b.step_ms)} ms · Δ {_signed(d.delta_ms)} ms "
-        f"({d.delta_pct:+.1f}%) · residual {d.residual_ms:+.6f} ms</p>"
+        f"({d.delta_pct:+.1f}%) · residual {d.residual_ms:+.6f} ms"
+        + "</p>"
+        + (
+            f"<p>Rows by {escape(d.group_by)}: {escape(GROUPING_TEXT[d.group_by])}.</p>"
+            if d.group_by != BY_OP
+            else ""
+        )
         + (f"<ul>{notes}</ul>" if notes else "")
         + "<h3>Waterfall: from A's mean step to B's</h3>"
         + _waterfall(i, d, rows)

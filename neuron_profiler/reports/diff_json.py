@@ -51,6 +51,7 @@ def diff_document(
         "a": _side(main.a),
         "b": _side(main.b),
         "steps_by": main.steps_by,
+        "group_by": main.group_by,
         "delta_ms": _ms(main.delta_ms),
         "delta_pct": round(main.delta_pct, 3),
         "residual_ms": _ms(main.residual_ms),

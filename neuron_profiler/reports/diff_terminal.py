@@ -12,7 +12,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from neuron_profiler.analysis.diff import COMPONENTS, DISPLAY_ROWS, Row, TraceDiff
+from neuron_profiler.analysis.diff import (
+    BY_OP,
+    COMPONENTS,
+    DISPLAY_ROWS,
+    GROUPING_TEXT,
+    Row,
+    TraceDiff,
+)
 from neuron_profiler.analysis.rank_pairs import BY_FILES, RankPairs
 from neuron_profiler.reports.text import TEXT_LIMIT, shorten
 
@@ -67,6 +74,8 @@ def _header(d: TraceDiff, console: Console) -> None:
             f" ms ({d.delta_pct:+.1f}%) · residual {d.residual_ms:+.6f} ms",
         )
     )
+    if d.group_by != BY_OP:
+        console.print(f"rows by {d.group_by}: {GROUPING_TEXT[d.group_by]}")
     for note in d.notes:
         console.print(Text.assemble(("note:", "yellow"), " ", shorten(note, TEXT_LIMIT)))
 

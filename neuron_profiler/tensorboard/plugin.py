@@ -8,7 +8,8 @@ Nothing here computes a number: the report is ``reports.json_report.to_document`
 each trace is analysed once, in the background (202 and the phase while it runs). The
 ``distributed`` route reduces the cached rank summaries of a run's traces (``tensorboard.ranks``).
 The ``diff`` route serves ``reports.diff_json.diff_document`` of ``analysis.diff`` of two
-traces (as ``neuron-prof diff --json A B`` prints it), cached per pair of file versions.
+traces (as ``neuron-prof diff --json --by BY A B`` prints it; ``by``: op or module), cached
+per pair of file versions and grouping.
 The ``style`` route serves ``reports.palette.style_document()``: the idle causes' colours (the
 HTML report's) and the text limits the page shortens names with (``reports.text``). The
 ``projection`` route serves ``neuron-prof project --json`` of a trace onto a chip (``chips``
@@ -272,22 +273,25 @@ class ReportCache:
 DIFF = "diff"
 
 
-def diff_spans(pair: tuple[discovery.Span, discovery.Span], progress: Progress) -> Bundle:
-    """``neuron-prof diff --json A B`` of two traces (A the baseline), each named by its path
-    relative to the logdir; a load or diff failure as the error body."""
+DiffAsk = tuple[discovery.Span, discovery.Span, str]  # A, B, group_by ("op" or "module")
+
+
+def diff_spans(pair: DiffAsk, progress: Progress) -> Bundle:
+    """``neuron-prof diff --json --by G A B`` of two traces (A the baseline), each named by its
+    path relative to the logdir; a load or diff failure as the error body."""
     from neuron_profiler.analysis.diff import diff
     from neuron_profiler.errors import TraceLoadError
     from neuron_profiler.explorer.inputs import load_host_trace
     from neuron_profiler.reports.diff_json import diff_document
 
-    a, b = pair
+    a, b, group_by = pair
     try:
         traces = []
-        for span in pair:
+        for span in (a, b):
             progress(f"loading {span.rel} ({span.path.stat().st_size / 1e6:.1f} MB)")
             traces.append(load_host_trace(span.path))
         progress("aligning and attributing")
-        d = diff(*traces)
+        d = diff(*traces, group_by=group_by)
     except TraceLoadError as err:
         rel = a.rel if Path(err.path) == a.path else b.rel
         return {DIFF: _error(422, f"{rel}: {err.problem}")}
@@ -301,17 +305,18 @@ def diff_spans(pair: tuple[discovery.Span, discovery.Span], progress: Progress) 
 
 
 class DiffCache(ReportCache):
-    """Diffs of (A span, B span), cached by both files' versions, computed one at a time."""
+    """Diffs of (A span, B span, grouping), cached by both files' versions and the grouping,
+    computed one at a time."""
 
     routes = (DIFF,)
 
     @staticmethod
-    def _key(pair: tuple[discovery.Span, discovery.Span]) -> tuple:
-        return ReportCache._key(pair[0]) + ReportCache._key(pair[1])
+    def _key(pair: DiffAsk) -> tuple:
+        return (*ReportCache._key(pair[0]), *ReportCache._key(pair[1]), pair[2])
 
     @staticmethod
-    def _label(pair: tuple[discovery.Span, discovery.Span]) -> str:
-        return f"{pair[0].rel} vs {pair[1].rel}"
+    def _label(pair: DiffAsk) -> str:
+        return f"{pair[0].rel} vs {pair[1].rel} by {pair[2]}"
 
 
 def _static_file(name: str) -> bytes | None:
@@ -489,14 +494,20 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_diff(self, request: wrappers.Request) -> wrappers.Response:
-        """``neuron-prof diff --json`` of the trace ``a_run`` / ``a_worker`` / ``a_span`` (A,
-        the baseline) and ``run`` / ``worker`` / ``span`` (B)."""
+        """``neuron-prof diff --json --by BY`` of the trace ``a_run`` / ``a_worker`` /
+        ``a_span`` (A, the baseline) and ``run`` / ``worker`` / ``span`` (B); ``by``: "op"
+        (default) or "module"."""
+        from neuron_profiler.analysis.diff import BY_OP, GROUPINGS
+
+        group_by = request.args.get("by", BY_OP)
+        if group_by not in GROUPINGS:
+            return _json(request, _error(400, f"by must be one of {', '.join(GROUPINGS)}"))
         a, b = self._span(request, "a_"), self._span(request)
         for span in (a, b):
             if not isinstance(span, discovery.Span):
                 return _json(request, span)
         try:
-            return _json(request, self.diffs.get((a, b), DIFF))
+            return _json(request, self.diffs.get((a, b, group_by), DIFF))
         except OSError as err:
             return _json(request, _error(404, f"{err.filename or ''}: {err.strerror or err}"))
 

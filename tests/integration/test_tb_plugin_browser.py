@@ -4,7 +4,8 @@
 The logdir holds an emulator trace with injected findings (a CPU-fallback op and host syncs,
 timing mode), a CUDA trace from ../shared/traces, a 2-rank run (HTA's sampled rank 0 and 1
 traces), a 1-rank run (rank 0 alone), a cut copy of the emulator trace (load warnings) and a
-trace whose op name is HTML. Each view must render charts/tables or its stated empty state;
+trace whose op name is HTML, and a run of two synthetic traces of a model in nn.Module frames
+(its Diff view by module). Each view must render charts/tables or its stated empty state;
 every table row must equal ``neuron-prof analyze --json`` of the same file at the displayed
 rounding (the Distributed view: of the run's files, its ``distributed`` section; elsewhere its
 empty state must carry the analyzer's reason; the Diff view, once a baseline is chosen:
@@ -153,7 +154,20 @@ def logdir(tmp_path_factory: pytest.TempPathFactory, shared_traces: Path) -> Pat
     data = emu.read_bytes()
     (root / "damaged" / "cut.1.pt.trace.json").write_bytes(data[: len(data) * 2 // 3])
     _hostile_trace(root / "hostile" / "h.1.pt.trace.json")
+    _module_pair(root / "modules")
     return root
+
+
+def _module_pair(run: Path) -> None:
+    """Workers "before" and "after" of the diff's synthetic model in nn.Module frames, the
+    head's kernel 50 µs longer a step after (tests/diff_timeline.py)."""
+    from diff_timeline import HEAD, MODEL, build, slower
+
+    from neuron_profiler.exporters.chrome import write_chrome_trace
+
+    run.mkdir()
+    for worker, ops in (("before", MODEL), ("after", slower(MODEL, {HEAD: 50}))):
+        write_chrome_trace(build(ops)[0], run / f"{worker}.{HANDLER_MS}.pt.trace.json")
 
 
 # --- the server and the browser ------------------------------------------------------------
@@ -600,6 +614,7 @@ def test_diff_view_matches_the_cli(browser, logdir: Path, artefacts: Path) -> No
         const pick = document.getElementById('diff-base');
         pick.value = [...pick.options].find(o => o.textContent.startsWith('two_ranks / rank0')).value;
         pick.dispatchEvent(new Event('change'));""")
+    _diff_shown(browser, "residual")  # (show's tab click meets no re-render mid-way)
     shown = show(browser, "Diff")
     browser.save_screenshot(str(artefacts / "two_ranks-diff.png"))
     files = sorted(p.name for p in logdir.joinpath("two_ranks").iterdir())
@@ -616,3 +631,45 @@ def test_diff_view_matches_the_cli(browser, logdir: Path, artefacts: Path) -> No
     assert f"A {doc['a']['source']} · B {doc['b']['source']}" in shown["text"]
     assert browser.find_elements(By.CSS_SELECTOR, "img[src='x']") == []
     assert plugin_errors(browser) == []
+
+
+@pytest.mark.slow
+def test_diff_view_by_module_matches_the_cli(browser, logdir: Path) -> None:  # noqa: ANN001
+    """B: the synthetic model with its head slower (shown); A: the same before; rows by module
+    (chosen in the Diff view): ``neuron-prof diff --json --by module``'s, the head on top."""
+    from diff_timeline import HEAD
+
+    enter_plugin_frame(browser)
+    choose(browser, "modules", "after")
+    show(browser, "Diff")  # no baseline yet: the grouping is chosen first, then the baseline
+    browser.execute_script("""
+        const by = document.getElementById('diff-by');
+        by.value = 'module';
+        by.dispatchEvent(new Event('change'));
+        const pick = document.getElementById('diff-base');
+        pick.value = [...pick.options].find(o => o.textContent.startsWith('modules / before')).value;
+        pick.dispatchEvent(new Event('change'));""")
+    _diff_shown(browser, "rows by module")
+    shown = show(browser, "Diff")
+    files = {p.name.split(".")[0]: p.name for p in logdir.joinpath("modules").iterdir()}
+    doc = cli_diff(
+        logdir, f"modules/{files['before']}", f"modules/{files['after']}", "--by", "module"
+    )
+    assert (doc["rows"][0]["key"], doc["rows"][0]["kind"]) == (HEAD, "module")
+    assert assert_tables_match(shown, doc) > 3 * len(doc["rows"])
+    assert shown["bars"][0][0][1] == doc["rows"][0]["delta_ms"]
+    assert "rows by module" in shown["text"]
+    assert plugin_errors(browser) == []
+
+
+def _diff_shown(browser, text: str) -> None:  # noqa: ANN001
+    """Wait until the Diff view shows its document (``text`` in it): the polls that re-render
+    the page while the diff runs are over."""
+    _wait(
+        browser,
+        f"the diff ({text})",
+        lambda d: d.execute_script(
+            "const v = document.getElementById('view');"
+            f"return v.dataset.state === 'ready' && v.textContent.includes({text!r});"
+        ),
+    )

@@ -449,6 +449,35 @@ def test_diff_route_equals_cli_diff_json_and_is_cached(
     assert doc["rows"][0]["delta_ms"] == pytest.approx(0.05, abs=1e-6)
 
 
+def test_diff_route_by_module_equals_cli_and_is_cached_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The synthetic model in nn.Module frames, its head 50 µs slower a step in B: ``by=module``
+    serves ``neuron-prof diff --json --by module A B``'s document, the head's module row on top;
+    each grouping is its own cache entry; an unknown grouping is a 400."""
+    from diff_timeline import HEAD, MODEL, build, slower
+
+    for run, ops in (("before", MODEL), ("after", slower(MODEL, {HEAD: 50}))):
+        (tmp_path / run).mkdir()
+        write_chrome_trace(build(ops)[0], tmp_path / run / "w.1.pt.trace.json")
+    plugin, client = make_plugin(tmp_path)
+    q = _diff_query(client, ("before", "w"), ("after", "w"))
+    by_op = client.get(f"{ROUTE}/diff", query_string=q).get_json()
+    by_module = client.get(f"{ROUTE}/diff", query_string={**q, "by": "module"}).get_json()
+    assert (plugin.diffs.hits, plugin.diffs.misses) == (0, 2)
+    assert by_op["group_by"] == "op" and by_op["rows"][0]["key"] == "forward › aten::linear"
+    assert by_module["group_by"] == "module"
+    assert (by_module["rows"][0]["key"], by_module["rows"][0]["kind"]) == (HEAD, "module")
+    assert by_module["rows"][0]["delta_ms"] == pytest.approx(0.05, abs=1e-6)
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    paths = ["before/w.1.pt.trace.json", "after/w.1.pt.trace.json"]
+    assert main(["diff", "--json", "--by", "module", *paths]) == 0
+    assert by_module == json.loads(capsys.readouterr().out)
+    r = client.get(f"{ROUTE}/diff", query_string={**q, "by": "layer"})
+    assert r.status_code == 400 and "by must be one of op, module" in r.get_json()["error"]
+
+
 def test_diff_route_errors(tmp_path: Path) -> None:
     small_trace(tmp_path / "good" / "w.1.pt.trace.json")
     (tmp_path / "bad").mkdir()

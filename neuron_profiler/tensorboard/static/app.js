@@ -15,10 +15,11 @@ const VIEWS = ["Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distrib
 const POLL_MS = 500; // while the first analysis of a trace runs (the route answers 202)
 // route "style": {cause_colours, emulator_overhead_colour, name_limit, text_limit, ellipsis}
 let STYLE = { cause_colours: {}, name_limit: 200, text_limit: 1000, ellipsis: "\u2026" };
-// base: the Diff view's baseline (A) as "run|worker|span" ids ("" until chosen); diff: its
-// answer for the shown trace (null: not asked, {loading: true}, {error}, or the document)
+// base: the Diff view's baseline (A) as "run|worker|span" ids ("" until chosen); diffBy: its
+// rows by "op" or "module" (the route's `by`); diff: its answer for the shown trace (null: not
+// asked, {loading: true}, {error}, or the document)
 const state = { runs: [], doc: null, timeline: null, cross: null, projection: null, chips: [], chip: "trn2",
-  diff: null, base: "", error: null, view: "Overview", load: 0 };
+  diff: null, base: "", diffBy: "op", error: null, view: "Overview", load: 0 };
 const $ = (id) => document.getElementById(id);
 
 // reports/text.py's shorten, in the browser (the documents keep every text whole): a text of
@@ -215,7 +216,8 @@ async function loadDiff(load) {
   state.diff = { loading: true };
   const [run, worker, span] = state.base.split("|");
   try {
-    const body = await analysis("diff", Object.assign({ a_run: run, a_worker: worker, a_span: span }, selected()), load);
+    const body = await analysis("diff", Object.assign({ a_run: run, a_worker: worker, a_span: span, by: state.diffBy },
+      selected()), load);
     if (!body) return;
     state.diff = body;
   } catch (err) {
@@ -284,8 +286,20 @@ function baselinePicker() {
   pick.addEventListener("change", () => { state.base = pick.value; state.diff = null; render(); });
   const label = el("label", "A (baseline): ");
   label.appendChild(pick);
+  const by = el("select");
+  by.id = "diff-by";
+  for (const [value, text] of [["op", "op"], ["module", "module (nn.Module frames)"]]) {
+    const o = el("option", text);
+    o.value = value;
+    by.appendChild(o);
+  }
+  by.value = state.diffBy;
+  by.addEventListener("change", () => { state.diffBy = by.value; state.diff = null; render(); });
+  const byLabel = el("label", " rows by: ");
+  byLabel.appendChild(by);
   const line = el("p");
   line.appendChild(label);
+  line.appendChild(byLabel);
   return line;
 }
 
@@ -299,7 +313,8 @@ function renderDiff(doc) {
   out.push(el("p", "A " + shorten(doc.a.source) + " · B " + shorten(doc.b.source) + " · " +
     doc.a.steps.length + " step(s) compared by " + doc.steps_by + " · mean step " + fmt(doc.a.step_ms) +
     " ms → " + fmt(doc.b.step_ms) + " ms · Δ " + fmt(doc.delta_ms) + " ms (" + fmt(doc.delta_pct, 1) +
-    "%) · residual " + fmt(doc.residual_ms, 6) + " ms", "note"));
+    "%) · residual " + fmt(doc.residual_ms, 6) + " ms" + (doc.group_by && doc.group_by !== "op" ?
+    " · rows by " + doc.group_by : ""), "note"));
   out.push(el("h3", "Waterfall: from A's mean step to B's (ms per step)"));
   const labels = ["A: mean step", ...doc.rows.map((r, i) => (i + 1) + ". " + shorten(r.key)), "residual", "B: mean step"];
   out.push(chart([{ type: "waterfall", orientation: "h", y: labels,
