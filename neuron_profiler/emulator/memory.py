@@ -12,7 +12,10 @@ released when the tensor that allocated it dies (a weak reference's callback). T
   one test of ``torch.autograd.profiler._is_profiler_enabled``, a Python flag torch sets while a
   profiler runs;
 - snapshots (``torch.neuron.memory._record_memory_history`` / ``_dump_snapshot``): the CUDA
-  caching allocator's pickle schema (snapshot.py).
+  caching allocator's pickle schema (snapshot.py);
+- the collector's device memory counters: while a session runs (``start_samples`` /
+  ``stop_samples``, from collectors.sources.EmulatorSource), every change of a core's allocated
+  bytes is one (time, core, bytes) sample, up to a cap, past which samples are counted, not kept.
 """
 
 from __future__ import annotations
@@ -57,6 +60,23 @@ class CoreStats:
         self.allocs = self.frees = self.bytes_in = self.bytes_out = 0
 
 
+class Samples:
+    """A collector session's allocator samples: (time ns, core, bytes allocated) per change."""
+
+    __slots__ = ("rows", "cap", "dropped")
+
+    def __init__(self, cap: int) -> None:
+        self.rows: list[tuple[int, int, int]] = []
+        self.cap = cap
+        self.dropped = 0
+
+    def add(self, core: int, allocated: int) -> None:
+        if len(self.rows) < self.cap:
+            self.rows.append((time.time_ns(), core, allocated))
+        else:
+            self.dropped += 1
+
+
 class History:
     """What ``_record_memory_history`` asked for: per-core trace entries, stacks or not."""
 
@@ -90,6 +110,7 @@ class Allocator:
         self.stats: list[CoreStats] = []
         self.live: dict[int, Buffer] = {}  # id(buffer) -> buffer
         self.history: History | None = None
+        self.samples: Samples | None = None  # a collector session's counter samples
         self.timeline: Any = None  # the DeviceTimeline recording runtime tensor events
         self.bridge: Any = None  # the Kineto bridge, loaded at the first profiled allocation
         self.bridge_error: str | None = None
@@ -116,6 +137,8 @@ class Allocator:
             s.peak = s.allocated
         if s.count > s.peak_count:
             s.peak_count = s.count
+        if self.samples is not None:
+            self.samples.add(core, s.allocated)
         tl = self.timeline
         buf.tensor_id = (
             tl.allocate(core, nbytes) if tl is not None and tl.rt.tracking_tensors else 0
@@ -141,6 +164,8 @@ class Allocator:
         s.count -= 1
         s.frees += 1
         s.bytes_out += buf.nbytes
+        if self.samples is not None:
+            self.samples.add(core, s.allocated)
         tl = self.timeline
         if buf.tensor_id and tl is not None:
             tl.free(core, buf.tensor_id, buf.nbytes)
@@ -194,6 +219,21 @@ class Allocator:
                 file=sys.stderr,
             )
         return self.bridge
+
+    # -- collector samples -------------------------------------------------------------------
+    def start_samples(self, cap: int) -> None:
+        """Sample every change from now on (at most ``cap``), starting with each core's state."""
+        self.samples = Samples(cap)
+        for core, s in enumerate(self.stats):
+            self.samples.add(core, s.allocated)
+
+    def stop_samples(self) -> Samples | None:
+        """End sampling: the samples, each core's state at the end kept past the cap."""
+        samples, self.samples = self.samples, None
+        if samples is not None:
+            now = time.time_ns()
+            samples.rows += [(now, core, s.allocated) for core, s in enumerate(self.stats)]
+        return samples
 
     # -- statistics -------------------------------------------------------------------------
     def reset_peak(self, core: int) -> None:
