@@ -34,6 +34,7 @@ _OWN_PREFIX = __file__.rsplit("/", 1)[0] + "/"
 # CUDA's caching allocator splits its pools at 1 MiB (torch.cuda.memory_stats' docstring, "large
 # pool ... >= 1MB"); snapshot segments carry the same label.
 LARGE_SEGMENT_BYTES = 1 << 20
+_now_ns = time.time_ns  # the clock torch.profiler stamps ops with (the bridge's now_ns)
 
 
 class Buffer(weakref.ref):
@@ -72,7 +73,7 @@ class Samples:
 
     def add(self, core: int, allocated: int) -> None:
         if len(self.rows) < self.cap:
-            self.rows.append((time.time_ns(), core, allocated))
+            self.rows.append((_now_ns(), core, allocated))
         else:
             self.dropped += 1
 
@@ -137,8 +138,12 @@ class Allocator:
             s.peak = s.allocated
         if s.count > s.peak_count:
             s.peak_count = s.count
-        if self.samples is not None:
-            self.samples.add(core, s.allocated)
+        samples = self.samples
+        if samples is not None:  # Samples.add, inlined: it runs on every allocation and free
+            if len(samples.rows) < samples.cap:
+                samples.rows.append((_now_ns(), core, s.allocated))
+            else:
+                samples.dropped += 1
         tl = self.timeline
         buf.tensor_id = (
             tl.allocate(core, nbytes) if tl is not None and tl.rt.tracking_tensors else 0
@@ -164,8 +169,12 @@ class Allocator:
         s.count -= 1
         s.frees += 1
         s.bytes_out += buf.nbytes
-        if self.samples is not None:
-            self.samples.add(core, s.allocated)
+        samples = self.samples
+        if samples is not None:  # Samples.add, inlined: it runs on every allocation and free
+            if len(samples.rows) < samples.cap:
+                samples.rows.append((_now_ns(), core, s.allocated))
+            else:
+                samples.dropped += 1
         tl = self.timeline
         if buf.tensor_id and tl is not None:
             tl.free(core, buf.tensor_id, buf.nbytes)
