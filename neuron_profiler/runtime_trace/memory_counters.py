@@ -2,7 +2,8 @@
 
     samples = MemorySamples.from_runtime(events)         # libnrt: nrt_dma_mem_* results
     samples = emulator_source.memory_samples()            # the emulator: allocator + model
-    rows, names, args, dropped = counter_records(samples, {core: pid})
+    rows, names, args, dropped = counter_records(samples, {core: pid})   # the live collector
+    trace = with_counters(trace, samples, {core: pid})                    # the offline merge
 
 One convention for every producer (docs/trace-model.md "Device memory counters"): a counter
 ("C") event of category ``neuron_hbm_usage`` whose args are the usage categories in bytes; the
@@ -14,13 +15,18 @@ from (the allocator, the model, the runtime) is the trace's ``META_HBM_SOURCES``
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from neuron_profiler.runtime_trace.records import KINETO_COUNTER, RECORD
+from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.kinds import kind_of
+from neuron_profiler.trace.model import Trace, appended_rows
 
 # The runtime's total not broken down by the usage types seen in the capture (memory allocated
 # before it started): reported by the runtime, named by us.
@@ -123,3 +129,26 @@ def counter_records(
         for values in samples.values[keep].tolist()
     ]
     return rows, names, args, dropped
+
+
+def with_counters(trace: Trace, samples: MemorySamples, pid_of_core: Mapping[int, int]) -> Trace:
+    """``trace`` (a model, e.g. the offline merge's) with the counter rows written straight in
+    the convention's category, and the sources and drops in its metadata, as the collector's
+    trace reads once loaded."""
+    rows, names, args, dropped = counter_records(samples, pid_of_core)
+    encode = msgspec.json.encode
+    columns = {
+        S.TS_NS: rows["start_ns"],
+        S.PH: np.full(len(rows), S.Phase.COUNTER, dtype=np.uint8),
+        S.PID: rows["pid"],
+        S.TID: rows["tid"],
+        "names": (names, rows["name_id"]),
+        "args": [
+            encode({k: int(v) for k, v in args[i] if k != V.ARG_HIDDEN}) for i in rows["args_id"]
+        ],
+    }
+    out = appended_rows(trace, columns, None, V.CAT_HBM_USAGE, kind_of(V.CAT_HBM_USAGE))
+    metadata = {**out.metadata, V.META_HBM_SOURCES: dict(samples.sources)}
+    if dropped:
+        metadata[V.META_HBM_DROPPED] = dropped
+    return dataclasses.replace(out, metadata=metadata)

@@ -21,11 +21,13 @@ from neuron_profiler.runtime_trace.memory_counters import (
     MemorySamples,
     counter_records,
 )
+from neuron_profiler.runtime_trace.merge import merge_device_events
 from neuron_profiler.runtime_trace.parser import memory_events
 from neuron_profiler.runtime_trace.records import KINETO_COUNTER
 from neuron_profiler.trace import load_trace
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.model import TraceBuilder
 
 MIB = 1 << 20
 
@@ -186,3 +188,36 @@ def test_kineto_counter_events_named_for_a_core_load_as_hbm_usage(tmp_path: Path
         (V.CAT_HBM_USAGE, V.core_hbm_counter_name(0), ours),
         (V.CAT_KINETO_COUNTERS, "MTIA HBM bandwidth", {"value": 3}),
     ]
+
+
+def test_offline_merge_writes_the_runtime_memory_as_the_live_collector_does(
+    tmp_path: Path,
+) -> None:
+    """A libnrt capture merged onto a host trace: the same counters, in the model's category,
+    on the core's process (core 0 moves off the host's pid 0), surviving a Chrome round trip."""
+    host = TraceBuilder("host.json")
+    host.add(name="op", ts_ns=500, dur_ns=10_000, kind=S.EventKind.CPU_OP, cat="cpu_op", pid=0)
+    events = [
+        *_alloc(1, 0, 1_000, "tensors", 300, 300, 1300),
+        *_alloc(2, 0, 2_000, "scratchpad", 200, 200, 1500),
+    ]
+    result = merge_device_events(host.build(), [_payload(events[:2]), _payload(events[2:])])
+    trace = result.trace
+    rows = np.flatnonzero(trace.col(S.CAT_ID) == trace.string_id(V.CAT_HBM_USAGE))
+    assert trace.col(S.PH)[rows].tolist() == [S.Phase.COUNTER] * 2
+    assert trace.col(S.TS_NS)[rows].tolist() == [1_010, 2_010]
+    assert [trace.args(int(r)) for r in rows] == [
+        {"scratchpad": 0, "tensors": 300, UNATTRIBUTED: 1000},
+        {"scratchpad": 200, "tensors": 300, UNATTRIBUTED: 1000},
+    ]
+    pid = int(trace.col(S.PID)[rows][0])
+    assert pid == result.relocated_cores[0] and trace.process_names[pid] == "NeuronCore 0"
+    assert trace.name(int(rows[0])) == V.core_hbm_counter_name(0)
+    assert trace.metadata[V.META_HBM_SOURCES] == dict.fromkeys(
+        ["scratchpad", "tensors", UNATTRIBUTED], V.HBM_FROM_RUNTIME
+    )
+    out = tmp_path / "merged.json"
+    write_trace(trace, out)
+    again = load_trace(out)
+    rows2 = np.flatnonzero(again.col(S.CAT_ID) == again.string_id(V.CAT_HBM_USAGE))
+    assert [again.args(int(r)) for r in rows2] == [trace.args(int(r)) for r in rows]
