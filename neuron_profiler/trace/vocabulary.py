@@ -33,7 +33,7 @@ CAT_CPU_OP = (
 # total in use is their sum (docs/trace-model.md). Per Neuron device HBM (Neuron Explorer) or per
 # NeuronCore (the collector: emulator and libnrt).
 CAT_HBM_USAGE = "neuron_hbm_usage"
-# Kineto's category of the counter activities the collector hands it (the only activity type its
+# Kineto's category of the counter activities the collector hands it (an activity type its
 # JSON writer renders as a "C" event): the loader reads those named ``core_hbm_counter_name`` as
 # CAT_HBM_USAGE.
 CAT_KINETO_COUNTERS = "mtia_counters"

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from perfetto_checks import decode_and_check  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import neuron_profiler.emulator as emu  # noqa: E402
@@ -33,7 +34,6 @@ from neuron_profiler.runtime_trace.memory_counters import (  # noqa: E402
 from neuron_profiler.trace import load_trace  # noqa: E402
 from neuron_profiler.trace import schema as S  # noqa: E402
 from neuron_profiler.trace import vocabulary as V  # noqa: E402
-from tests.perfetto_checks import decode_and_check  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

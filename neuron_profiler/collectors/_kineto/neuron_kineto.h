@@ -294,7 +294,7 @@ bool is_dispatch_frame(const lk::ITraceActivity* a) {
 
 using ParentMap = std::unordered_map<int64_t, int64_t>;
 
-// records.KINETO_COUNTER: the one activity type Kineto writes as a counter ("C") event.
+// records.KINETO_COUNTER: MTIA_COUNTERS, an activity type Kineto writes as a counter ("C") event.
 constexpr int32_t kCounterType = static_cast<int32_t>(lk::ActivityType::MTIA_COUNTERS);
 
 // The one conversion: record buffer -> Kineto activities appended to `buf`.
