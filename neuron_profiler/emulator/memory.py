@@ -62,18 +62,19 @@ class CoreStats:
 
 
 class Samples:
-    """A collector session's allocator samples: (time ns, core, bytes allocated) per change."""
+    """A collector session's allocator samples: time ns, core, bytes allocated per change, flat
+    (three ints a sample: no tuple per sample for the garbage collector to track)."""
 
     __slots__ = ("rows", "cap", "dropped")
 
     def __init__(self, cap: int) -> None:
-        self.rows: list[tuple[int, int, int]] = []
-        self.cap = cap
+        self.rows: list[int] = []
+        self.cap = 3 * cap  # in ints
         self.dropped = 0
 
     def add(self, core: int, allocated: int) -> None:
         if len(self.rows) < self.cap:
-            self.rows.append((_now_ns(), core, allocated))
+            self.rows += (_now_ns(), core, allocated)
         else:
             self.dropped += 1
 
@@ -141,7 +142,7 @@ class Allocator:
         samples = self.samples
         if samples is not None:  # Samples.add, inlined: it runs on every allocation and free
             if len(samples.rows) < samples.cap:
-                samples.rows.append((_now_ns(), core, s.allocated))
+                samples.rows += (_now_ns(), core, s.allocated)
             else:
                 samples.dropped += 1
         tl = self.timeline
@@ -172,7 +173,7 @@ class Allocator:
         samples = self.samples
         if samples is not None:  # Samples.add, inlined: it runs on every allocation and free
             if len(samples.rows) < samples.cap:
-                samples.rows.append((_now_ns(), core, s.allocated))
+                samples.rows += (_now_ns(), core, s.allocated)
             else:
                 samples.dropped += 1
         tl = self.timeline
@@ -241,7 +242,8 @@ class Allocator:
         samples, self.samples = self.samples, None
         if samples is not None:
             now = time.time_ns()
-            samples.rows += [(now, core, s.allocated) for core, s in enumerate(self.stats)]
+            for core, s in enumerate(self.stats):
+                samples.rows += (now, core, s.allocated)
         return samples
 
     # -- statistics -------------------------------------------------------------------------
