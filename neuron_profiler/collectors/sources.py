@@ -154,6 +154,7 @@ class LibnrtSource:
         from neuron_profiler.runtime_trace.parser import memory_events
 
         events, unusable = memory_events(self._payload)
+        self._payload = b""  # read once per session: the payload need not outlive it
         if not events and not unusable:
             return None
         return MemorySamples.from_runtime(events, unusable)

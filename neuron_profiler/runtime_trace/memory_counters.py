@@ -34,6 +34,7 @@ UNATTRIBUTED = "unattributed"
 DROPPED_NO_PROCESS = "core without a process in the trace"
 DROPPED_OVER_CAP = "over the sample cap"
 DROPPED_TOTAL_BELOW_PARTS = "runtime total below its categories' sum"
+DROPPED_UNUSABLE = "unusable runtime memory events"  # no usage type or figures, mistyped
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class MemorySamples:
         categories = (*usages, UNATTRIBUTED)
         dropped = {DROPPED_TOTAL_BELOW_PARTS: below} if below else {}
         if unusable:
-            dropped["unusable runtime memory events"] = unusable
+            dropped[DROPPED_UNUSABLE] = unusable
         return cls(
             np.asarray(ts, dtype=np.int64),
             np.asarray(cores, dtype=np.int64),

@@ -17,6 +17,7 @@ from neuron_profiler.exporters.writers import write_trace
 from neuron_profiler.runtime_trace.memory_counters import (
     DROPPED_NO_PROCESS,
     DROPPED_TOTAL_BELOW_PARTS,
+    DROPPED_UNUSABLE,
     UNATTRIBUTED,
     MemorySamples,
     counter_records,
@@ -107,7 +108,7 @@ def test_unusable_memory_events_and_inconsistent_totals_are_counted_not_silent()
     assert unusable == 2
     samples = MemorySamples.from_runtime(found, unusable)
     assert samples.values.tolist() == [[64, 0]]
-    assert samples.dropped == {DROPPED_TOTAL_BELOW_PARTS: 1, "unusable runtime memory events": 2}
+    assert samples.dropped == {DROPPED_TOTAL_BELOW_PARTS: 1, DROPPED_UNUSABLE: 2}
 
 
 def test_counter_rows_go_on_their_core_process_and_samples_without_one_are_counted() -> None:
