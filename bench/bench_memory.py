@@ -17,7 +17,9 @@ Printed as us/op and ratios: shipped / stats-only is what the reporting path cos
 profile asks for memory, profile_memory / profile what asking costs. A second part times the
 allocator alone (allocate, then the free when the owner dies) per buffer for the first three
 columns and a fourth, ``no-profiler-gate`` (the shipped allocator minus its profiler checks),
-in ns, where an op's noise does not hide it. Blocks are interleaved in a shuffled order
+in ns, where an op's noise does not hide it, and a fifth, ``sampling``: the shipped allocator
+while a collector session samples device memory counters (``Allocator.start_samples``: one
+(time, core, bytes) sample per allocation and free). Blocks are interleaved in a shuffled order
 and the best (minimum) block is reported, as timeit does: other load only ever adds time.
 """
 
@@ -88,6 +90,8 @@ class _NoProfilerGate(memory.Allocator):
             s.peak = s.allocated
         if s.count > s.peak_count:
             s.peak_count = s.count
+        if self.samples is not None:
+            self.samples.add(core, s.allocated)
         tl = self.timeline
         buf.tensor_id = (
             tl.allocate(core, nbytes) if tl is not None and tl.rt.tracking_tensors else 0
@@ -110,6 +114,8 @@ class _NoProfilerGate(memory.Allocator):
         s.count -= 1
         s.frees += 1
         s.bytes_out += buf.nbytes
+        if self.samples is not None:
+            self.samples.add(core, s.allocated)
         tl = self.timeline
         if buf.tensor_id and tl is not None:
             tl.free(core, buf.tensor_id, buf.nbytes)
@@ -178,16 +184,22 @@ _ALLOCATORS = {
     "stats-only": _STATS_ONLY,
     "no-profiler-gate": _NO_GATE,
 }
-ALONE = ("no-accounting", "stats-only", "no-profiler-gate", "shipped")
+ALONE = ("no-accounting", "stats-only", "no-profiler-gate", "shipped", "sampling")
 
 
 def alloc_free_ns(name: str, n: int) -> float:
     """ns per allocate + free of one buffer with this column's allocator."""
-    alloc = _ALLOCATORS.get(name, dispatch.ALLOCATOR).allocate
+    allocator = _ALLOCATORS.get(name, dispatch.ALLOCATOR)
+    alloc = allocator.allocate
+    if name == "sampling":
+        allocator.start_samples(4 * n)  # room for every sample: none counted as dropped
     t0 = time.perf_counter_ns()
     for _ in range(n):
         alloc(_Owner(), 0, 1024, 4096)  # the owner dies at once: the free runs here
-    return (time.perf_counter_ns() - t0) / n
+    elapsed = time.perf_counter_ns() - t0
+    if name == "sampling":
+        allocator.stop_samples()
+    return elapsed / n
 
 
 def op_gate_ns(n: int) -> float:
@@ -245,6 +257,9 @@ def main() -> None:
     print(f"  the profiler gate (shipped - no-profiler-gate) {gate:6.1f} ns/buffer,")
     ratio = alone["shipped"] / alone["no-profiler-gate"]
     print(f"  {gate / 10 / us['shipped']:.2f}% of a shipped op, x{ratio:.3f}")
+    sampling = alone["sampling"] - alone["shipped"]
+    print(f"  device memory counters sampling (sampling - shipped) {sampling:6.1f} ns/buffer,")
+    print(f"  {sampling / 10 / us['shipped']:.2f}% of a shipped op")
     print(f"per op, the execution point's host-report test: {op_gate:.1f} ns,")
     print(f"  {op_gate / 10 / us['shipped']:.2f}% of a shipped op")
 

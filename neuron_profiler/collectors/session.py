@@ -28,6 +28,7 @@ import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.runtime_trace.activities import DeviceActivities
+from neuron_profiler.runtime_trace.memory_counters import MemorySamples, counter_records
 from neuron_profiler.runtime_trace.parser import parse_system_trace
 from neuron_profiler.runtime_trace.placement import HostOps, Placement, place
 from neuron_profiler.runtime_trace.records import (  # noqa: F401 - Kineto types re-exported
@@ -54,6 +55,7 @@ ARG_KEYS = {
     "stream": V.ARG_STREAM,
     "correlation": V.ARG_CORRELATION,
     "collector_error": V.META_COLLECTOR_ERROR,
+    "hidden": V.ARG_HIDDEN,
 }
 
 _enc = msgspec.json.encode
@@ -224,6 +226,27 @@ def build_from_activities(
     )
 
 
+def with_memory_counters(result: SessionResult, samples: MemorySamples) -> SessionResult:
+    """``result`` with the device memory counters appended (runtime_trace.memory_counters): one
+    counter row per sample, on its core's process; where each category's figures come from and
+    the samples left out go into the metadata."""
+    pids = {p.core: p.pid for p in result.placement.processes} if result.placement else {}
+    rows, names, args, dropped = counter_records(samples, pids)
+    rec = result.records
+    base_name, base_args = len(rec.names), len(rec.args)
+    rows["name_id"] += base_name
+    rows["args_id"] += base_args
+    records = RecordBuffer(
+        np.concatenate([rec.rows, rows]),
+        rec.names + names,
+        rec.args + args,
+    )
+    metadata = {**result.metadata, V.META_HBM_SOURCES: _json(samples.sources)}
+    if dropped:
+        metadata[V.META_HBM_DROPPED] = _json(dropped)
+    return dataclasses.replace(result, records=records, metadata=metadata)
+
+
 def empty_result(source_name: str, problem: str) -> SessionResult:
     """A session with no source: no device rows, the reason in the metadata."""
     return SessionResult(
@@ -293,6 +316,9 @@ class Controller:
             raise TraceLoadError(
                 f"{src.name} system-trace fetch output", f"not a system-trace JSON envelope ({err})"
             ) from err
+        samples = getattr(src, "memory_samples", lambda: None)()
+        if samples is not None:
+            result = with_memory_counters(result, samples)
         dropped = sum(result.dropped.values())
         if dropped:  # the ring buffer overflowed: say so once, at the end of the session
             import warnings

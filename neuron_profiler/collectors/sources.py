@@ -15,7 +15,11 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
 from neuron_profiler.runtime_trace.format import EMULATED_EVENT_TYPES, TENSOR_EVENT_TYPES
+from neuron_profiler.runtime_trace.memory_counters import DROPPED_OVER_CAP, MemorySamples
+from neuron_profiler.trace import vocabulary as V
 
 ENV_TENSOR_EVENTS = "NEURON_PROFILER_TENSOR_EVENTS"
 
@@ -42,6 +46,9 @@ class Source(Protocol):
     def device_properties(self) -> list[dict[str, Any]]:
         """One dict per NeuronCore: id, name, chip, hbm_bytes, peak_bf16_tflops, emulated..."""
 
+    def memory_samples(self) -> MemorySamples | None:
+        """The session's device memory per core and usage category (None: not reported)."""
+
 
 class EmulatorSource:
     """The emulated runtime (interface A): capture between start and stop, fetch-once."""
@@ -50,9 +57,12 @@ class EmulatorSource:
 
     def __init__(self) -> None:
         from neuron_profiler.emulator import runtime
+        from neuron_profiler.emulator.memory import ALLOCATOR
 
         self._mod = runtime
         self._rt = runtime.get_runtime()
+        self._allocator = ALLOCATOR
+        self._samples: Any = None
 
     def start(self, max_events_per_nc: int, correlation: Callable[[], int] | None) -> None:
         if self._rt.capturing:  # a session that never stopped (crashed profiler): end it
@@ -61,11 +71,31 @@ class EmulatorSource:
         self._mod.set_correlation_provider(correlation)
         types = None if tensor_events_wanted() else set(EMULATED_EVENT_TYPES - TENSOR_EVENT_TYPES)
         self._rt.sys_trace_start(max_events_per_nc=max_events_per_nc, event_types=types)
+        self._allocator.start_samples(max_events_per_nc * max(len(self._allocator.stats), 1))
 
     def stop(self) -> bytes:
         self._mod.set_correlation_provider(None)
         self._rt.sys_trace_stop()
+        self._samples = self._allocator.stop_samples()
         return self._rt.sys_trace_fetch()
+
+    def memory_samples(self) -> MemorySamples | None:
+        """Per core: tensors = the allocator's live bytes at each change (counted), the other
+        categories the chip's modelled runtime memory (costmodel.device_memory), constant."""
+        from neuron_profiler.costmodel.device_memory import runtime_memory
+
+        samples = self._samples
+        if samples is None:
+            return None
+        reserved = runtime_memory(self._rt.chip)
+        rows = np.asarray(samples.rows, dtype=np.int64).reshape(-1, 3)
+        values = np.empty((len(rows), 1 + len(reserved)), dtype=np.int64)
+        values[:, 0] = rows[:, 2]
+        values[:, 1:] = np.asarray(list(reserved.values()), dtype=np.int64)
+        categories = (V.HBM_TENSORS, *reserved)
+        sources = {V.HBM_TENSORS: V.HBM_FROM_ALLOCATOR, **dict.fromkeys(reserved, V.HBM_FROM_MODEL)}
+        dropped = {DROPPED_OVER_CAP: samples.dropped} if samples.dropped else {}
+        return MemorySamples(rows[:, 0], rows[:, 1], values, categories, sources, dropped)
 
     def device_properties(self) -> list[dict[str, Any]]:
         return self._rt.device_properties()
@@ -89,6 +119,7 @@ class LibnrtSource:
 
         self._lib = lib  # a libnrt.SysTrace
         self._sync_points = self._sync_memory.setdefault(lib.path, SyncPoints())
+        self._payload = b""
 
     @classmethod
     def load(cls, path: str | None = None) -> LibnrtSource:
@@ -109,12 +140,24 @@ class LibnrtSource:
         hands each event out once, and a device stamp needs its core's sync points."""
         payload = self._lib.fetch()
         self._lib.stop()
+        self._payload = payload
         earlier = self._sync_points.envelope()
         self._sync_points.keep(payload)
         return payload if earlier is None else b"[" + earlier + b"," + payload + b"]"
 
     def device_properties(self) -> list[dict[str, Any]]:
         return [{"id": c, "name": f"NeuronCore {c}", "emulated": False} for c in self._lib.cores()]
+
+    def memory_samples(self) -> MemorySamples | None:
+        """What the runtime reported: after each ``nrt_dma_mem_alloc`` / ``_dealloc`` result,
+        its core's bytes per usage type (MemorySamples.from_runtime); None without any."""
+        from neuron_profiler.runtime_trace.parser import memory_events
+
+        events, unusable = memory_events(self._payload)
+        self._payload = b""  # read once per session: the payload need not outlive it
+        if not events and not unusable:
+            return None
+        return MemorySamples.from_runtime(events, unusable)
 
     def provenance(self) -> dict[str, Any]:
         """What the trace says about where its device rows came from."""

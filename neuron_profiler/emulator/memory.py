@@ -12,7 +12,10 @@ released when the tensor that allocated it dies (a weak reference's callback). T
   one test of ``torch.autograd.profiler._is_profiler_enabled``, a Python flag torch sets while a
   profiler runs;
 - snapshots (``torch.neuron.memory._record_memory_history`` / ``_dump_snapshot``): the CUDA
-  caching allocator's pickle schema (snapshot.py).
+  caching allocator's pickle schema (snapshot.py);
+- the collector's device memory counters: while a session runs (``start_samples`` /
+  ``stop_samples``, from collectors.sources.EmulatorSource), every change of a core's allocated
+  bytes is one (time, core, bytes) sample, up to a cap, past which samples are counted, not kept.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ _OWN_PREFIX = __file__.rsplit("/", 1)[0] + "/"
 # CUDA's caching allocator splits its pools at 1 MiB (torch.cuda.memory_stats' docstring, "large
 # pool ... >= 1MB"); snapshot segments carry the same label.
 LARGE_SEGMENT_BYTES = 1 << 20
+_now_ns = time.time_ns  # the clock torch.profiler stamps ops with (the bridge's now_ns)
 
 
 class Buffer(weakref.ref):
@@ -55,6 +59,24 @@ class CoreStats:
     def __init__(self) -> None:
         self.allocated = self.peak = self.count = self.peak_count = 0
         self.allocs = self.frees = self.bytes_in = self.bytes_out = 0
+
+
+class Samples:
+    """A collector session's allocator samples: time ns, core, bytes allocated per change, flat
+    (three ints a sample: no tuple per sample for the garbage collector to track)."""
+
+    __slots__ = ("rows", "cap", "dropped")
+
+    def __init__(self, cap: int) -> None:
+        self.rows: list[int] = []
+        self.cap = 3 * cap  # in ints
+        self.dropped = 0
+
+    def add(self, core: int, allocated: int) -> None:
+        if len(self.rows) < self.cap:
+            self.rows += (_now_ns(), core, allocated)
+        else:
+            self.dropped += 1
 
 
 class History:
@@ -90,6 +112,7 @@ class Allocator:
         self.stats: list[CoreStats] = []
         self.live: dict[int, Buffer] = {}  # id(buffer) -> buffer
         self.history: History | None = None
+        self.samples: Samples | None = None  # a collector session's counter samples
         self.timeline: Any = None  # the DeviceTimeline recording runtime tensor events
         self.bridge: Any = None  # the Kineto bridge, loaded at the first profiled allocation
         self.bridge_error: str | None = None
@@ -116,6 +139,12 @@ class Allocator:
             s.peak = s.allocated
         if s.count > s.peak_count:
             s.peak_count = s.count
+        samples = self.samples
+        if samples is not None:  # Samples.add, inlined: it runs on every allocation and free
+            if len(samples.rows) < samples.cap:
+                samples.rows += (_now_ns(), core, s.allocated)
+            else:
+                samples.dropped += 1
         tl = self.timeline
         buf.tensor_id = (
             tl.allocate(core, nbytes) if tl is not None and tl.rt.tracking_tensors else 0
@@ -141,6 +170,12 @@ class Allocator:
         s.count -= 1
         s.frees += 1
         s.bytes_out += buf.nbytes
+        samples = self.samples
+        if samples is not None:  # Samples.add, inlined: it runs on every allocation and free
+            if len(samples.rows) < samples.cap:
+                samples.rows += (_now_ns(), core, s.allocated)
+            else:
+                samples.dropped += 1
         tl = self.timeline
         if buf.tensor_id and tl is not None:
             tl.free(core, buf.tensor_id, buf.nbytes)
@@ -194,6 +229,22 @@ class Allocator:
                 file=sys.stderr,
             )
         return self.bridge
+
+    # -- collector samples -------------------------------------------------------------------
+    def start_samples(self, cap: int) -> None:
+        """Sample every change from now on (at most ``cap``), starting with each core's state."""
+        self.samples = Samples(cap)
+        for core, s in enumerate(self.stats):
+            self.samples.add(core, s.allocated)
+
+    def stop_samples(self) -> Samples | None:
+        """End sampling: the samples, each core's state at the end kept past the cap."""
+        samples, self.samples = self.samples, None
+        if samples is not None:
+            now = time.time_ns()
+            for core, s in enumerate(self.stats):
+                samples.rows += (now, core, s.allocated)
+        return samples
 
     # -- statistics -------------------------------------------------------------------------
     def reset_peak(self, core: int) -> None:

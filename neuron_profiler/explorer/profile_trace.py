@@ -44,7 +44,7 @@ from neuron_profiler.runtime_trace.placement import HostOps
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.kinds import kind_of
-from neuron_profiler.trace.model import Trace
+from neuron_profiler.trace.model import Trace, appended_rows
 
 FIRST_EXTERNAL_ID = 1  # External ids given to a profile's framework events (no host trace)
 
@@ -228,7 +228,7 @@ def _with_arrows(
         S.TID: np.concatenate([tid[k], placed.tid[end_row]]),
         S.FLOW_ID: np.concatenate([ids, ids]),
     }
-    return _appended(trace, rows, V.CAT_FLOW, V.CAT_FLOW, kind_of(V.CAT_FLOW)), m
+    return appended_rows(trace, rows, V.CAT_FLOW, V.CAT_FLOW, kind_of(V.CAT_FLOW)), m
 
 
 def _with_hbm(trace: Trace, hbm: HbmColumns) -> tuple[Trace, int]:
@@ -269,46 +269,9 @@ def _with_hbm(trace: Trace, hbm: HbmColumns) -> tuple[Trace, int]:
         ),
         "args": args,
     }
-    trace = _appended(trace, rows, None, V.CAT_HBM_USAGE, kind_of(V.CAT_HBM_USAGE))
+    trace = appended_rows(trace, rows, None, V.CAT_HBM_USAGE, kind_of(V.CAT_HBM_USAGE))
     return dataclasses.replace(trace, process_names=names), mismatched
 
 
 def _pick(items: list[Any], mask: np.ndarray) -> list[Any]:
     return [x for x, keep in zip(items, mask.tolist(), strict=True) if keep]
-
-
-def _appended(trace: Trace, rows: dict[str, Any], name: str | None, cat: str, kind: int) -> Trace:
-    """``trace`` with rows added (columns not given: their "nothing here" value), re-sorted."""
-    n = len(rows[S.TS_NS])
-    strings = list(trace.strings)
-    table = {s: i for i, s in enumerate(strings)}
-
-    def intern(text: str) -> int:
-        return table.setdefault(text, len(table))
-
-    if name is not None:
-        name_id = np.full(n, intern(name), dtype=np.int32)
-    else:
-        labels, index = rows["names"]
-        ids = np.array([intern(s) for s in labels], dtype=np.int32)
-        name_id = ids[np.asarray(index, dtype=np.int64)]
-    raw_args = list(trace.raw_args)
-    args_row = np.full(n, -1, dtype=np.int64)
-    if "args" in rows:
-        args_row = np.arange(len(raw_args), len(raw_args) + n, dtype=np.int64)
-        raw_args += rows["args"]
-    added = {
-        S.NAME_ID: name_id,
-        S.CAT_ID: np.full(n, intern(cat), dtype=np.int32),
-        S.KIND: np.full(n, kind, dtype=np.uint8),
-        S.ARGS_ROW: args_row,
-    }
-    columns = {}
-    for c in S.EVENT_COLUMNS:
-        old = trace.columns[c]
-        new = rows.get(c, added.get(c))
-        new = S.default_column(c, n) if new is None else np.asarray(new)
-        columns[c] = np.concatenate([old, new.astype(old.dtype)])
-    order = np.argsort(columns[S.TS_NS], kind="stable")
-    columns = {k: v[order] for k, v in columns.items()}
-    return dataclasses.replace(trace, columns=columns, strings=list(table), raw_args=raw_args)

@@ -31,6 +31,13 @@ DMEM_BUF_COPYIN = "dmem_buf_copyin"  # host -> device transfer (start/stop)
 DMEM_BUF_COPYOUT = "dmem_buf_copyout"  # device -> host transfer (start/stop)
 NRT_TENSOR_ALLOCATE = "nrt_tensor_allocate"  # instant, data {tensor_id, size}
 NRT_TENSOR_FREE = "nrt_tensor_free"  # instant, data {tensor_id, size}
+# device memory alloc / dealloc (start: intent, stop: result; docs/runtime-events.md)
+NRT_DMA_MEM_ALLOC = "nrt_dma_mem_alloc"
+NRT_DMA_MEM_DEALLOC = "nrt_dma_mem_dealloc"
+DMA_MEM_TYPES = frozenset({NRT_DMA_MEM_ALLOC, NRT_DMA_MEM_DEALLOC})
+DATA_USAGE_TYPE = "usage_type"  # the usage category's name (intent; results may repeat it)
+DATA_USAGE_TYPE_TOTAL = "usage_type_total_bytes"  # the category's bytes in use after the call
+DATA_TOTAL_BYTES = "total_bytes"  # all bytes in use after the call
 NRT_MODEL_SUBMIT = "nrt_model_submit"  # host runtime call that launches device work (start/stop)
 NRT_EXECUTE = "nrt_execute"  # host runtime call (real runtime, synchronous execute)
 NRTA_EXECUTE_SCHEDULE = "nrta_execute_schedule"  # host runtime call (async execution API)

@@ -33,7 +33,12 @@ import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities
-from neuron_profiler.runtime_trace.parser import envelope_extensions, parse_system_traces
+from neuron_profiler.runtime_trace.memory_counters import MemorySamples, with_counters
+from neuron_profiler.runtime_trace.parser import (
+    envelope_extensions,
+    memory_events,
+    parse_system_traces,
+)
 from neuron_profiler.runtime_trace.placement import (
     CATEGORIES,
     FIRST_FLOW_ID,
@@ -149,7 +154,24 @@ def merge_device_events(
         acts = parse_system_traces(payloads)
     except msgspec.DecodeError as err:  # which file: parse them one by one for the message
         raise _which_payload(payloads, sources, err) from None
-    return merge_activities(host, acts, sources, device_properties_from_extensions(exts))
+    result = merge_activities(host, acts, sources, device_properties_from_extensions(exts))
+    return _with_memory_counters(result, payloads)
+
+
+def _with_memory_counters(result: MergeResult, payloads: Sequence[bytes]) -> MergeResult:
+    """The runtime's device memory reports (nrt_dma_mem_* results) as counters on the cores'
+    processes, as the live libnrt path writes them (runtime_trace.memory_counters)."""
+    events, unusable = [], 0
+    for payload in payloads:
+        found, bad = memory_events(payload)
+        events += found
+        unusable += bad
+    if not events and not unusable or result.placed is None:
+        return result
+    events.sort(key=lambda e: e.ts_ns)
+    samples = MemorySamples.from_runtime(events, unusable)
+    pids = {p.core: p.pid for p in result.placed.processes}
+    return dataclasses.replace(result, trace=with_counters(result.trace, samples, pids))
 
 
 def merge_activities(

@@ -943,6 +943,78 @@ def envelope_extensions(payload: bytes | str) -> list[dict[str, Any]]:
     return out
 
 
+class _MemData(msgspec.Struct, gc=False, frozen=True):
+    usage_type: str | None = msgspec.field(default=None, name=F.DATA_USAGE_TYPE)
+    usage_total: _I64 | None = msgspec.field(default=None, name=F.DATA_USAGE_TYPE_TOTAL)
+    total: _I64 | None = msgspec.field(default=None, name=F.DATA_TOTAL_BYTES)
+
+
+class _MemEvent(msgspec.Struct, gc=False, kw_only=True):
+    event_type: str
+    phase: _Phase = _Phase.OTHER
+    tracking_id: _I64 | None = _ABSENT
+    nc_idx: _I64 = 0
+    timestamp_ns: _I64
+    data: _MemData = _MemData()
+
+
+class _MemEnvelope(msgspec.Struct, gc=False):
+    events: list[msgspec.Raw]
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEvent:
+    """One device-memory call as the runtime reported it: the usage category (from the call's
+    intent when its result does not repeat it) and the figures after the call."""
+
+    ts_ns: int
+    core: int
+    usage_type: str
+    usage_total: int
+    total: int
+
+
+def memory_events(payload: bytes | str) -> tuple[list[MemoryEvent], int]:
+    """The ``nrt_dma_mem_alloc`` / ``nrt_dma_mem_dealloc`` results of a fetch output, in time
+    order, and how many of their events could not be used (no usage type, no figures, mistyped).
+    A result takes its usage type from the intent of the same ``tracking_id`` on its core."""
+    raw = payload.encode() if isinstance(payload, str) else payload
+    events: list[_MemEvent] = []
+    bad = 0
+    for part in _envelopes_raw(raw):
+        try:
+            envelope = msgspec.json.decode(part, type=_MemEnvelope)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            continue  # not an envelope of events: the main parse counts it
+        for text in envelope.events:
+            if F.NRT_DMA_MEM_ALLOC.encode() not in bytes(text) and (
+                F.NRT_DMA_MEM_DEALLOC.encode() not in bytes(text)
+            ):
+                continue
+            try:
+                event = msgspec.json.decode(text, type=_MemEvent)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                bad += 1
+                continue
+            if event.event_type in F.DMA_MEM_TYPES:
+                events.append(event)
+    events.sort(key=attrgetter("timestamp_ns"))
+    intent: dict[tuple[int, int | None], str] = {}
+    out = []
+    for e in events:
+        d = e.data
+        if d.usage_type is not None and e.phase is not _Phase.STOP:
+            intent[(e.nc_idx, e.tracking_id)] = d.usage_type
+        if d.usage_total is None and d.total is None:
+            continue  # an intent: its figures come with the result
+        usage = d.usage_type or intent.pop((e.nc_idx, e.tracking_id), None)
+        if usage is None or d.usage_total is None or d.total is None:
+            bad += 1
+            continue
+        out.append(MemoryEvent(e.timestamp_ns, e.nc_idx, usage, d.usage_total, d.total))
+    return out, bad
+
+
 def parse_system_trace(
     payload: bytes | str, dropped: dict[int, int] | None = None
 ) -> DeviceActivities:
@@ -961,6 +1033,7 @@ __all__: Sequence[str] = (
     "SyncPoints",
     "decode_rows",
     "envelope_extensions",
+    "memory_events",
     "parse_system_trace",
     "parse_system_traces",
 )

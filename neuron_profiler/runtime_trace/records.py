@@ -19,6 +19,9 @@ from neuron_profiler.trace import vocabulary as V
 # libkineto::ActivityType values (ActivityType.h): kernels and DMA count as device time.
 KINETO_MEMCPY, KINETO_KERNEL, KINETO_RUNTIME, KINETO_DRIVER, KINETO_OVERHEAD = 3, 5, 24, 25, 11
 KINETO_GPU_USER_ANNOTATION = 2
+# MTIA_COUNTERS: an activity type Kineto's JSON writer renders as a counter ("C") event (its
+# args: the activity's typed counter values). The collector's device memory counters use it.
+KINETO_COUNTER = 17
 
 # Trace category of each placed row (the ``category`` field indexes it), and the Kineto activity
 # type the bridge gives it (Kineto names the category from the type).

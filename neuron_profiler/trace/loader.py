@@ -407,6 +407,26 @@ class _Load:
         repairs["replaced_nesting"] += bool(how & Repair.NESTING)
 
 
+def _hbm_counter_category(columns: dict[str, np.ndarray], strings: list[str]) -> np.ndarray:
+    """The collector's device memory counters as ``CAT_HBM_USAGE`` rows: Kineto writes them with
+    its own counter category (``CAT_KINETO_COUNTERS``), told apart by their names
+    (``vocabulary.core_hbm_counter_name``). Appends the category to ``strings`` when needed."""
+    cat = columns[S.CAT_ID]
+    if V.CAT_KINETO_COUNTERS not in strings:
+        return cat
+    names = [i for i, text in enumerate(strings) if V.is_core_hbm_counter_name(text)]
+    hit = (
+        (cat == strings.index(V.CAT_KINETO_COUNTERS))
+        & (columns[S.PH] == S.Phase.COUNTER)
+        & np.isin(columns[S.NAME_ID], np.asarray(names, dtype=columns[S.NAME_ID].dtype))
+    )
+    if not hit.any():
+        return cat
+    if V.CAT_HBM_USAGE not in strings:
+        strings.append(V.CAT_HBM_USAGE)
+    return np.where(hit, strings.index(V.CAT_HBM_USAGE), cat).astype(cat.dtype)
+
+
 def _build(load: _Load, source: str) -> Trace:
     sink, metadata = load.sink, load.metadata
     ignored_base = ""
@@ -424,6 +444,7 @@ def _build(load: _Load, source: str) -> Trace:
             columns[name] = columns[name][order]
     strings = list(sink.strings)
     columns[S.KIND] = refine_kinds(columns[S.KIND], columns[S.NAME_ID], strings)
+    columns[S.CAT_ID] = _hbm_counter_category(columns, strings)
     labels = {LABEL_ID_BASE + i: text for text, i in sink.labels.items()}
     meta_events = sink.meta_table(base_ns)
     report = LoadReport(

@@ -12,6 +12,7 @@ bytes and are decoded on demand, which keeps millions of events small in memory:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -433,3 +434,44 @@ class TraceBuilder:
             source=self.source,
             **extra,
         )
+
+
+def appended_rows(
+    trace: Trace, rows: dict[str, Any], name: str | None, cat: str, kind: int
+) -> Trace:
+    """``trace`` with rows added (columns not given: their "nothing here" value), re-sorted by
+    time. ``rows``: event columns by name, plus ``"names"`` = (labels, index per row) when
+    ``name`` is None, and ``"args"`` = one raw JSON args object per row."""
+    n = len(rows[S.TS_NS])
+    strings = list(trace.strings)
+    table = {s: i for i, s in enumerate(strings)}
+
+    def intern(text: str) -> int:
+        return table.setdefault(text, len(table))
+
+    if name is not None:
+        name_id = np.full(n, intern(name), dtype=np.int32)
+    else:
+        labels, index = rows["names"]
+        ids = np.array([intern(s) for s in labels], dtype=np.int32)
+        name_id = ids[np.asarray(index, dtype=np.int64)]
+    raw_args = list(trace.raw_args)
+    args_row = np.full(n, -1, dtype=np.int64)
+    if "args" in rows:
+        args_row = np.arange(len(raw_args), len(raw_args) + n, dtype=np.int64)
+        raw_args += rows["args"]
+    added = {
+        S.NAME_ID: name_id,
+        S.CAT_ID: np.full(n, intern(cat), dtype=np.int32),
+        S.KIND: np.full(n, kind, dtype=np.uint8),
+        S.ARGS_ROW: args_row,
+    }
+    columns = {}
+    for c in S.EVENT_COLUMNS:
+        old = trace.columns[c]
+        new = rows.get(c, added.get(c))
+        new = S.default_column(c, n) if new is None else np.asarray(new)
+        columns[c] = np.concatenate([old, new.astype(old.dtype)])
+    order = np.argsort(columns[S.TS_NS], kind="stable")
+    columns = {k: v[order] for k, v in columns.items()}
+    return dataclasses.replace(trace, columns=columns, strings=list(table), raw_args=raw_args)

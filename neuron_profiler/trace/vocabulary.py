@@ -29,7 +29,14 @@ CAT_GRAPH_OP = "gpu_user_annotation"
 CAT_CPU_OP = (
     "cpu_op"  # torch's host ops (a Neuron Explorer profile's framework events become these)
 )
-CAT_HBM_USAGE = "neuron_hbm_usage"  # counter samples of device memory in use, by usage type
+# Counter ("C") samples of device memory in use: args are the usage categories in bytes, the
+# total in use is their sum (docs/trace-model.md). Per Neuron device HBM (Neuron Explorer) or per
+# NeuronCore (the collector: emulator and libnrt).
+CAT_HBM_USAGE = "neuron_hbm_usage"
+# Kineto's category of the counter activities the collector hands it (an activity type its
+# JSON writer renders as a "C" event): the loader reads those named ``core_hbm_counter_name`` as
+# CAT_HBM_USAGE.
+CAT_KINETO_COUNTERS = "mtia_counters"
 
 # -- args keys that CUDA traces carry too ----------------------------------------------------
 ARG_EXTERNAL_ID = "External id"  # the launching aten op's correlation (Kineto writes it)
@@ -181,6 +188,10 @@ META_UNAVAILABLE = "neuron_collector_unavailable"  # why a NEURON profile has no
 # collector: torch_neuronx.get_fallback_ops() at the end of the session (sorted op names), when
 # torch_neuronx has it; the analyzer infers fallbacks on real hardware from it
 META_FALLBACK_OPS = "neuron_fallback_ops"
+# collector: where each HBM usage category's figures come from, {category: HBM_FROM_*}
+META_HBM_SOURCES = "neuron_hbm_usage_sources"
+# collector: counter samples left out, {reason: count} (over the sample cap, core without process)
+META_HBM_DROPPED = "neuron_hbm_usage_dropped"
 # read from a Neuron Explorer profile: what it held and what could not be used (docs/explorer.md)
 META_EXPLORER = "neuron_explorer"
 
@@ -237,3 +248,31 @@ def hbm_process_name(device: int, instance: str) -> str:
 
 def hbm_counter_name(hbm: int) -> str:
     return f"HBM {int(hbm)} in use (bytes)"
+
+
+CORE_HBM_COUNTER_SUFFIX = " HBM in use (bytes)"
+
+
+def core_hbm_counter_name(core: int) -> str:
+    """The counter of one NeuronCore's device memory, on that core's process (the collector)."""
+    return f"{core_process_name(core)}{CORE_HBM_COUNTER_SUFFIX}"
+
+
+def is_core_hbm_counter_name(name: str) -> bool:
+    return name.startswith(CORE_PROCESS_PREFIX) and name.endswith(CORE_HBM_COUNTER_SUFFIX)
+
+
+# Usage categories (the counters' args keys). A source's own names are kept as it spells them
+# (libnrt's ``usage_type``, Neuron Explorer's columns without "_bytes"); the emulator models these,
+# named after the runtime's categories (docs/emulator.md "Runtime memory").
+HBM_TENSORS = "tensors"  # the allocator's live buffers (emulator: measured, not modelled)
+HBM_WEIGHTS = "weights"  # weights loaded with a compiled model (model constants)
+HBM_MODEL_CODE = "model_code"
+HBM_SCRATCHPAD = "scratchpad"
+HBM_DMA_RINGS = "dma_rings"
+HBM_COLLECTIVES = "collectives"
+HBM_PROFILER = "profiler_buffers"
+# Where each category's figures come from (META_HBM_SOURCES values)
+HBM_FROM_ALLOCATOR = "allocator"  # counted buffer by buffer (emulator's tensors)
+HBM_FROM_MODEL = "modelled"  # a modelled figure (docs/emulator.md), not measured
+HBM_FROM_RUNTIME = "libnrt"  # reported by the real runtime (nrt_dma_mem_alloc/dealloc events)

@@ -273,3 +273,54 @@ NRT_STATUS nrt_get_version(nrt_version_t *ver, size_t size) {
   return NRT_SUCCESS;
 }
 #endif
+
+/* ---- device memory (test-only control) ----
+ * The runtime's own bookkeeping of device memory per core and usage type, kept whether or not a
+ * capture runs (memory allocated before a capture stays in its totals). Each call is recorded as
+ * the runtime reports it (docs/runtime-events.md): an nrt_dma_mem_alloc / _dealloc start carrying
+ * the intent (hbm_idx, is_nc_hbm, usage_type), then a stop carrying the result (allocated_bytes
+ * or freed_bytes, then total_bytes and usage_type_total_bytes after the call). */
+#define MAX_USAGE 16
+static char g_usage[MAX_USAGE][32];
+static size_t g_nusage = 0;
+static uint64_t g_usage_bytes[MAX_NC][MAX_USAGE];
+static uint64_t g_mem_total[MAX_NC];
+static uint64_t g_mem_tracking = 1;
+
+static int usage_index(const char *usage) {
+  for (size_t i = 0; i < g_nusage; ++i) {
+    if (strcmp(g_usage[i], usage) == 0) return (int)i;
+  }
+  if (g_nusage == MAX_USAGE) return -1;
+  snprintf(g_usage[g_nusage], sizeof g_usage[0], "%s", usage);
+  return (int)g_nusage++;
+}
+
+/* Allocate (bytes > 0) or free (bytes < 0) on core nc at ts_ns: returns the core's total in use
+ * after the call, or -1 for a bad core, usage type or a free of more than is held. */
+int64_t fake_nrt_dma_mem(uint32_t nc, const char *usage, int64_t bytes, uint64_t ts_ns) {
+  int u = (nc < MAX_NC && usage) ? usage_index(usage) : -1;
+  if (u < 0 || (bytes < 0 && (uint64_t)(-bytes) > g_usage_bytes[nc][u])) return -1;
+  g_usage_bytes[nc][u] += (uint64_t)bytes; /* (two's complement: a free subtracts) */
+  g_mem_total[nc] += (uint64_t)bytes;
+  const char *type = bytes >= 0 ? "nrt_dma_mem_alloc" : "nrt_dma_mem_dealloc";
+  uint64_t id = g_mem_tracking++;
+  char json[512];
+  snprintf(json, sizeof json,
+           "{\"event_type\": \"%s\", \"phase\": \"start\", \"tracking_id\": %llu, \"nc_idx\": "
+           "%u, \"thread_id\": 1, \"timestamp_ns\": %llu, \"data\": {\"hbm_idx\": 0, "
+           "\"is_nc_hbm\": true, \"usage_type\": \"%s\"}}",
+           type, (unsigned long long)id, nc, (unsigned long long)ts_ns, usage);
+  fake_nrt_record(nc, type, json);
+  snprintf(json, sizeof json,
+           "{\"event_type\": \"%s\", \"phase\": \"stop\", \"tracking_id\": %llu, \"nc_idx\": "
+           "%u, \"thread_id\": 1, \"timestamp_ns\": %llu, \"data\": {\"%s\": %lld, "
+           "\"total_bytes\": %llu, \"usage_type_total_bytes\": %llu, "
+           "\"physical_address\": \"0x%llx\"}}",
+           type, (unsigned long long)id, nc, (unsigned long long)(ts_ns + 1000),
+           bytes >= 0 ? "allocated_bytes" : "freed_bytes", (long long)(bytes >= 0 ? bytes : -bytes),
+           (unsigned long long)g_mem_total[nc], (unsigned long long)g_usage_bytes[nc][u],
+           (unsigned long long)(0x100000000ull + id * 0x1000));
+  fake_nrt_record(nc, type, json);
+  return (int64_t)g_mem_total[nc];
+}

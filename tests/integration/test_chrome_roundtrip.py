@@ -10,8 +10,9 @@ Two independent checks per trace:
   ``M`` events, process/thread names and sort indices.
 
 Normalisations, all documented in docs/trace-model.md: absolute ns for ``ts`` (a file with
-``baseTimeNanoseconds`` must come back with the same one), and ``args`` absent, ``null`` or
-``{}`` all mean "no args".
+``baseTimeNanoseconds`` must come back with the same one), ``args`` absent, ``null`` or ``{}``
+all mean "no args", and the collector's device memory counters, which Kineto writes with its
+counter category, come back with ``neuron_hbm_usage`` ("Device memory counters").
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from conftest import REPO_ROOT, SHARED_TRACES, all_shared_trace_files, shared_tr
 from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.trace import TraceBuilder, load_trace
 from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 FILES = all_shared_trace_files(SHARED_TRACES) if SHARED_TRACES.is_dir() else [None]
@@ -69,6 +71,10 @@ def file_events(doc: dict[str, Any]) -> Counter:
             event["dur"] = _ns(event["dur"])
         if event.get("args") in (None, {}):
             event.pop("args", None)
+        if event.get("cat") == V.CAT_KINETO_COUNTERS and V.is_core_hbm_counter_name(
+            event.get("name", "")
+        ):
+            event["cat"] = V.CAT_HBM_USAGE
         out[_canonical(event)] += 1
     return out
 
@@ -219,6 +225,7 @@ def test_collector_output_round_trips(collector_trace: Path, tmp_path: Path) -> 
     phases = Counter(e["ph"] for e in doc["traceEvents"])
     assert phases["X"] and phases["i"] and phases["s"] and phases["f"] and phases["M"]
     assert any(e.get("cat") == "kernel" for e in doc["traceEvents"])  # the device rows
+    assert phases["C"]  # the device memory counters
     check_round_trip(collector_trace, tmp_path / "out.json.gz")
 
 

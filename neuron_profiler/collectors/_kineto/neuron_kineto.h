@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <ctime>
@@ -116,15 +117,15 @@ py::dtype record_dtype() {
 // (session.ARG_KEYS, spelled in trace/vocabulary.py) before any conversion.
 struct Keys {
   std::string exec_id, flops, bytes, tflops, gbps, bandwidth, device, stream, correlation,
-      collector_error;
+      collector_error, hidden;
 };
 Keys g_keys;
 
 void set_keys(const py::dict& keys) {
   auto key = [&keys](const char* name) { return keys[name].cast<std::string>(); };
-  g_keys = Keys{key("exec_id"),     key("flops"),          key("bytes"),  key("tflops"),
-                key("gbps"),        key("bandwidth"),      key("device"), key("stream"),
-                key("correlation"), key("collector_error")};
+  g_keys = Keys{key("exec_id"),     key("flops"),           key("bytes"),  key("tflops"),
+                key("gbps"),        key("bandwidth"),       key("device"), key("stream"),
+                key("correlation"), key("collector_error"), key("hidden")};
 }
 
 using ArgList = std::vector<std::pair<std::string, std::string>>;  // key -> raw JSON value
@@ -293,6 +294,9 @@ bool is_dispatch_frame(const lk::ITraceActivity* a) {
 
 using ParentMap = std::unordered_map<int64_t, int64_t>;
 
+// records.KINETO_COUNTER: MTIA_COUNTERS, an activity type Kineto writes as a counter ("C") event.
+constexpr int32_t kCounterType = static_cast<int32_t>(lk::ActivityType::MTIA_COUNTERS);
+
 // The one conversion: record buffer -> Kineto activities appended to `buf`.
 void convert(const Records& r, lk::CpuTraceBuffer& buf, const lk::getLinkedActivityCallback* linked,
              const ParentMap* parents = nullptr) {
@@ -307,6 +311,13 @@ void convert(const Records& r, lk::CpuTraceBuffer& buf, const lk::getLinkedActiv
     act->device = x.pid;
     act->resource = x.tid;
     act->threadId = static_cast<int32_t>(x.tid);
+    if (x.kineto_type == kCounterType && act->extra_) {
+      // A counter sample: Kineto's JSON writer renders this type as a "C" event whose args are
+      // the typed counter values, so every arg but "hidden" is one series.
+      for (const auto& [k, v] : *act->extra_) {
+        if (k != g_keys.hidden) { act->addCounterValue(k, std::strtod(v.c_str(), nullptr)); }
+      }
+    }
     if (x.flow_id > 0) {
       act->flow.id = static_cast<uint32_t>(x.flow_id);
       act->flow.type = lk::kLinkAsyncCpuGpu;
