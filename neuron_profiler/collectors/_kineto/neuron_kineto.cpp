@@ -1,7 +1,8 @@
 // The collector's module: a libkineto::IActivityProfiler registered through torch's
-// PrivateUse1ProfilerRegistry, whose session calls back into Python (session.Controller) at
-// start() and stop() and converts the record buffer stop() returns in processTrace (core in
-// neuron_kineto.h). Test and bench entry points are in neuron_kineto_testing.cpp.
+// PrivateUse1ProfilerRegistry (with Kineto directly where torch has none; register_profiler),
+// whose session calls back into Python (session.Controller) at start() and stop() and converts
+// the record buffer stop() returns in processTrace (core in neuron_kineto.h). Test and bench entry
+// points are in neuron_kineto_testing.cpp.
 
 #include "neuron_kineto.h"
 
