@@ -36,11 +36,11 @@ WORKLOAD = REPO / "tests" / "kineto_on_demand_workload.py"
 START_TIMEOUT_S = 180  # importing torch, loading the bridge, on 2 loaded cores
 POLL_TIMEOUT_S = 60  # Kineto's config thread polls the daemon every second (base config below)
 CAPTURE_TIMEOUT_S = 120  # request taken, warm-up, 0.5 s trace, written by Kineto's thread
-# Kineto's config file keys (libkineto/src/Config.cpp): poll the daemon every second, trace
-# 0.5 s after a 1 s warm-up, starting as soon as the request is taken.
 KINETO_WARNING = 2  # libkineto's log levels: VERBOSE 0, INFO 1, WARNING 2, ERROR 3
 _RUNTIME = "privateuse1_runtime"  # the runtime calls' category (docs/collector.md)
 _UNLINKED = "neuron_unlinked_runtime_calls"
+# Kineto's config file keys (libkineto/src/Config.cpp): poll the daemon every second, trace
+# 0.5 s after a 1 s warm-up, starting as soon as the request is taken.
 BASE_CONFIG = "ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1\n"
 REQUEST = (
     "PROFILE_START_TIME=0\nACTIVITIES_WARMUP_PERIOD_SECS=1\nACTIVITIES_DURATION_MSECS=500\n"
