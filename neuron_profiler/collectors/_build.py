@@ -140,12 +140,11 @@ def missing_build_prerequisite(include: Path) -> str | None:
 
     if not is_ninja_available():
         return "ninja not found (pip install ninja)"
-    for header in (
-        include / "kineto" / "IActivityProfiler.h",
-        include / "torch/csrc/profiler/standalone/privateuse1_profiler.h",
-    ):
-        if not header.is_file():
-            return f"torch headers missing: {header} (needs torch >= 2.12 with Kineto headers)"
+    # torch's PrivateUse1 profiler registry header (torch >= 2.12) is used when present; the
+    # bridge registers with Kineto directly without it (neuron_kineto.cpp, REGISTRATION).
+    header = include / "kineto" / "IActivityProfiler.h"
+    if not header.is_file():
+        return f"torch headers missing: {header} (needs a torch built with Kineto)"
     return None
 
 

@@ -89,3 +89,61 @@ def test_missing_headers_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("CXX", sys.executable)
     problem = _build.missing_build_prerequisite(tmp_path)
     assert problem is not None and "torch headers missing" in problem
+
+
+def test_headers_without_the_registry_are_enough(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CXX", sys.executable)
+    (tmp_path / "kineto").mkdir()
+    (tmp_path / "kineto" / "IActivityProfiler.h").write_text("")
+    assert _build.missing_build_prerequisite(tmp_path) is None  # the bridge builds its fallback
+
+
+FALLBACK_PROBE = """
+import sys
+from torch.utils.cpp_extension import load
+from neuron_profiler.collectors import _build
+_, include = _build._torch_paths()
+bridge = load(name="neuron_kineto_no_registry", sources=[str(_build.SOURCE)],
+              extra_cflags=_build.EXTRA_CFLAGS + ["-DNEURON_KINETO_NO_REGISTRY"],
+              extra_include_paths=[str(include / "kineto")], build_directory=sys.argv[1])
+_build._loaded[False] = bridge  # what load_bridge() returns from now on
+import torch
+from neuron_profiler import emulator
+emulator.enable(cores=1, numerics=False)
+from neuron_profiler import NEURON
+from torch.profiler import ProfilerActivity, profile
+x = torch.randn(16, 16, device="neuron:0")
+with profile(activities=[ProfilerActivity.CPU, NEURON]) as prof:
+    (x @ x).sum().item()
+prof.export_chrome_trace(sys.argv[2])
+print(bridge.REGISTRATION)
+"""
+
+
+def test_registration_without_the_registry_header(tmp_path: Path) -> None:
+    """The path a torch without PrivateUse1ProfilerRegistry takes (the bridge built with
+    -DNEURON_KINETO_NO_REGISTRY): the factory goes to Kineto directly and device work is
+    still traced and linked to its op."""
+    import json
+
+    build, trace = tmp_path / "build", tmp_path / "trace.json"
+    build.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-c", FALLBACK_PROBE, str(build), str(trace)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "libkineto registerProfilerFactory"
+    events = json.loads(trace.read_text())["traceEvents"]
+    ops = {e["args"]["External id"]: e["name"] for e in events if e.get("cat") == "cpu_op"}
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert {k["name"] for k in kernels} >= {"TensorE: mm"}
+    assert all(ops[k["args"]["External id"]] == k["args"]["op"] for k in kernels)
+
+
+def test_the_collector_uses_torchs_registry_where_torch_has_it() -> None:
+    assert _build.load_bridge().REGISTRATION == "torch PrivateUse1ProfilerRegistry"

@@ -1,7 +1,8 @@
 // The collector's module: a libkineto::IActivityProfiler registered through torch's
-// PrivateUse1ProfilerRegistry, whose session calls back into Python (session.Controller) at
-// start() and stop() and converts the record buffer stop() returns in processTrace (core in
-// neuron_kineto.h). Test and bench entry points are in neuron_kineto_testing.cpp.
+// PrivateUse1ProfilerRegistry (with Kineto directly where torch has none; register_profiler),
+// whose session calls back into Python (session.Controller) at start() and stop() and converts
+// the record buffer stop() returns in processTrace (core in neuron_kineto.h). Test and bench entry
+// points are in neuron_kineto_testing.cpp.
 
 #include "neuron_kineto.h"
 
@@ -16,7 +17,14 @@
 #include <ATen/record_function.h>
 
 #include <c10/core/Allocator.h>
+// torch >= 2.12 has the PrivateUse1 profiler registry; without it (or with
+// -DNEURON_KINETO_NO_REGISTRY, how the tests build this path) the factory goes to Kineto directly,
+// which is what the registry does once Kineto is initialised.
+#if __has_include(<torch/csrc/profiler/standalone/privateuse1_profiler.h>) && \
+    !defined(NEURON_KINETO_NO_REGISTRY)
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
+#define NEURON_KINETO_REGISTRY 1
+#endif
 
 namespace neuron_kineto {
 namespace {
@@ -209,10 +217,19 @@ void register_profiler(py::object ctrl, const py::dict& keys) {
   set_keys(keys);
   controller() = std::move(ctrl);
   if (!g_registered) {
-    torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(
-        []() -> std::unique_ptr<lk::IActivityProfiler> {
-          return std::make_unique<NeuronProfiler>();
-        });
+    auto factory = []() -> std::unique_ptr<lk::IActivityProfiler> {
+      return std::make_unique<NeuronProfiler>();
+    };
+#ifdef NEURON_KINETO_REGISTRY
+    auto& registry = torch::profiler::impl::PrivateUse1ProfilerRegistry::instance();
+    registry.registerFactory(factory);
+    // torch hands the factory to Kineto only when a profile asks for PrivateUse1; a Kineto
+    // already running for the daemon (KINETO_USE_DAEMON) gets it now, or its on-demand
+    // captures would have no NEURON events (docs/collector.md, Kineto's on-demand paths).
+    if (lk::api().isProfilerInitialized()) { registry.onKinetoInit(); }
+#else
+    lk::api().registerProfilerFactory(factory);
+#endif
     g_registered = true;
   }
 }
@@ -267,6 +284,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Kineto bridge of neuron-profiler (see neuron_profiler/collectors/session.py)";
   m.def("register_profiler", &neuron_kineto::register_profiler, py::arg("controller"),
         py::arg("keys"));
+#ifdef NEURON_KINETO_REGISTRY
+  m.attr("REGISTRATION") = "torch PrivateUse1ProfilerRegistry";
+#else
+  m.attr("REGISTRATION") = "libkineto registerProfilerFactory";
+#endif
   m.def("current_correlation_id", &neuron_kineto::current_correlation_id);
   m.def("record_dtype", &neuron_kineto::record_dtype);
   m.def("report_memory_usage", &neuron_kineto::report_memory_usage, py::arg("ptr"),

@@ -14,6 +14,10 @@ def register_profiler(controller: Controller, keys: dict[str, str]) -> None:
     """Register the IActivityProfiler factory (once), the Python controller it calls and the
     keys it writes (session.ARG_KEYS)."""
 
+REGISTRATION: str
+"""How the factory reaches Kineto: torch's PrivateUse1ProfilerRegistry (torch >= 2.12) or, where
+torch has no registry header, libkineto's registerProfilerFactory."""
+
 def current_correlation_id() -> int:
     """Correlation id on top of this thread's Kineto stack (0 outside any op)."""
 
