@@ -166,11 +166,11 @@ class Allocator:
 
     def host_reports_on(self) -> None:
         """End the quiet window, first dropping the host tensors of buffers freed since the
-        last one. Their host allocations were made in a quiet window, so the CPU allocator
-        does not know their sizes: freed while it reports, each would log "Memory block of
-        unknown size was allocated before the profiling started" (c10's CPU allocator), and a
-        buffer's own free runs before its tensor lets go of the host tensor, so it cannot
-        drop it itself."""
+        last one (those no alias still holds: ``_drop_unaliased``). Their host allocations were
+        made in a quiet window, so the CPU allocator does not know their sizes: freed while it
+        reports, each would log "Memory block of unknown size was allocated before the
+        profiling started" (c10's CPU allocator), and a buffer's own free runs before its
+        tensor lets go of the host tensor, so it cannot drop it itself."""
         if self.dropped:
             self._drop_unaliased()
         self.bridge.host_reports_on()
@@ -227,7 +227,10 @@ _use_count = torch._C._storage_Use_Count  # c10 StorageImpl's strong reference c
 
 
 def _storage_refs(t: Any) -> int:
-    return _use_count(t.untyped_storage()._cdata)
+    try:
+        return _use_count(t.untyped_storage()._cdata)
+    except (RuntimeError, NotImplementedError):  # no storage (sparse, nested): nothing aliases
+        return 0
 
 
 def _released(buf: Buffer) -> None:
