@@ -26,6 +26,7 @@ import weakref
 from collections import deque
 from typing import Any
 
+import torch
 from torch.autograd import profiler as _autograd_profiler
 
 # Python frames of the emulator's own allocator path are left out of allocation stacks: a stack
@@ -183,8 +184,8 @@ class Allocator:
             self._report(buf, -buf.nbytes)
             if buf.held is not None:
                 self.dropped.append(buf.held)
-        elif self.dropped:  # the profile ended: nothing reports, nothing to keep
-            self.dropped.clear()
+        elif self.dropped:  # the profile ended: nothing reports, keep only what is aliased
+            self._drop_unaliased()
         buf.held = None
         history = self.history
         if history is not None and history.trace:
@@ -200,13 +201,23 @@ class Allocator:
 
     def host_reports_on(self) -> None:
         """End the quiet window, first dropping the host tensors of buffers freed since the
-        last one. Their host allocations were made in a quiet window, so the CPU allocator
-        does not know their sizes: freed while it reports, each would log "Memory block of
-        unknown size was allocated before the profiling started" (c10's CPU allocator), and a
-        buffer's own free runs before its tensor lets go of the host tensor, so it cannot
-        drop it itself."""
-        self.dropped.clear()
+        last one (those no alias still holds: ``_drop_unaliased``). Their host allocations were
+        made in a quiet window, so the CPU allocator does not know their sizes: freed while it
+        reports, each would log "Memory block of unknown size was allocated before the
+        profiling started" (c10's CPU allocator), and a buffer's own free runs before its
+        tensor lets go of the host tensor, so it cannot drop it itself."""
+        if self.dropped:
+            self._drop_unaliased()
         self.bridge.host_reports_on()
+
+    def _drop_unaliased(self) -> None:
+        """Drop the kept host tensors whose storage nothing else holds. A freed buffer's
+        storage can outlive the tensor that allocated it through an alias the device does not
+        account: AccumulateGrad steals a gradient as ``grad.detach()`` (a new wrapper on the
+        same storage), so ``.grad`` holds it after the gradient's own tensor died. Dropped
+        now, the storage would be freed when that alias dies, anywhere, as host memory; kept
+        until then, it is freed in a quiet window."""
+        self.dropped[:] = [t for t in self.dropped if _storage_refs(t) > _OWN_STORAGE_REFS]
 
     def _report(self, buf: Buffer, delta: int) -> None:
         bridge = self.bridge or self._load_bridge()
@@ -258,6 +269,19 @@ class Allocator:
     def live_buffers(self) -> list[Buffer]:
         """Buffers whose tensors are alive, oldest address first per core."""
         return sorted(self.live.values(), key=lambda b: (b.core, b.addr))
+
+
+# References to a kept host tensor's storage when nothing else holds it: the tensor's own and
+# the storage object ``untyped_storage()`` returns (torch keeps one per storage; counting adds it).
+_OWN_STORAGE_REFS = 2
+_use_count = torch._C._storage_Use_Count  # c10 StorageImpl's strong reference count
+
+
+def _storage_refs(t: Any) -> int:
+    try:
+        return _use_count(t.untyped_storage()._cdata)
+    except (RuntimeError, NotImplementedError):  # no storage (sparse, nested): nothing aliases
+        return 0
 
 
 def _released(buf: Buffer) -> None:

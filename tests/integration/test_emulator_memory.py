@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import json
 import pickle
+import weakref
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,34 @@ def _memory_events(trace: Path) -> list[dict]:
     return [e for e in events if e.get("name") == "[memory]"]
 
 
+def _host_events_of_size(trace: Path, sizes: set[int]) -> list[str]:
+    """Host (CPU) [memory] events of one of ``sizes``, each described by what it was (alloc or
+    free), its thread and the innermost op around it on that thread: where to look when a
+    device buffer's host memory leaks onto the host books."""
+    events = json.loads(trace.read_text())["traceEvents"]
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    cpu_type = int(torch._C._autograd.DeviceType.CPU)
+    found = []
+    for e in _memory_events(trace):
+        size = e["args"]["Bytes"]
+        if e["args"]["Device Type"] != cpu_type or abs(size) not in sizes:
+            continue
+        around = [
+            op
+            for op in ops
+            if op["tid"] == e["tid"] and op["ts"] <= e["ts"] <= op["ts"] + op.get("dur", 0)
+        ]
+        if around:
+            where = "inside " + min(around, key=lambda op: op.get("dur", 0))["name"]
+        else:
+            ended = [op for op in ops if op["tid"] == e["tid"] and op["ts"] <= e["ts"]]
+            last = max(ended, key=lambda op: op["ts"] + op.get("dur", 0))["name"] if ended else None
+            where = f"outside any op, after {last}"
+        what = "alloc" if size > 0 else "free"
+        found.append(f"{what} of {abs(size)} bytes on thread {e['tid']} {where}")
+    return found
+
+
 def test_profile_memory_reports_device_allocations_and_the_peak(device, tmp_path: Path) -> None:
     from torch.profiler import ProfilerActivity, profile
 
@@ -167,13 +196,8 @@ def test_profile_memory_reports_device_allocations_and_the_peak(device, tmp_path
     # the device's buffers are host tensors inside the emulator: not host memory to the profile
     # (no host event of a device buffer's size; a stray host free inside the window, garbage
     # of the process, may be there on a loaded machine and is no double count)
-    cpu_type = int(torch._C._autograd.DeviceType.CPU)
-    host = {
-        abs(e["args"]["Bytes"])
-        for e in _memory_events(trace)
-        if e["args"]["Device Type"] == cpu_type
-    }
-    assert not host & {X_BYTES, W_BYTES}, sorted(host)
+    stray = _host_events_of_size(trace, {X_BYTES, W_BYTES})
+    assert not stray, "host events of a device buffer's size:\n" + "\n".join(stray)
     up = {e.key: e for e in to_device.key_averages()}["aten::_to_copy"]
     assert (up.device_memory_usage, up.cpu_memory_usage) == (X_BYTES, 0)
     down = {e.key: e for e in to_host.key_averages()}["aten::_to_copy"]
@@ -218,6 +242,28 @@ def test_buffers_freed_in_a_memory_profile_leave_no_unknown_host_frees(device, c
     assert "unknown size" not in capfd.readouterr().err
     torch.ones(4, device=device)  # the profile ended: the next free lets go of what was kept
     assert ALLOCATOR.dropped == []
+
+
+def test_a_stolen_gradient_is_freed_in_a_quiet_window(device) -> None:
+    """AccumulateGrad steals w's gradient as an alias (``grad.detach()``, a new tensor on the
+    same storage), so the gradient's own tensor dies inside backward while ``w.grad`` still
+    holds the storage. Let go of between ops, that storage must not be freed there, outside a
+    quiet window: c10's CPU allocator remembers the sizes of host blocks freed after a profile,
+    and a device buffer's storage freed at such an address while it reports reads as host
+    memory. Kept, it is freed in the next op's quiet window."""
+    from torch.profiler import ProfilerActivity, profile
+
+    w, x = _model(device)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True):
+        (x @ w).sum().backward()
+        with torch.no_grad():
+            w.add_(w.grad, alpha=-1e-3)  # an op (a quiet window) after the gradient's tensor died
+        storage = weakref.ref(w.grad.untyped_storage())
+        w.grad = None
+        kept = storage() is not None
+        torch.ones(4, device=device)  # the next op
+        freed = storage() is None
+    assert (kept, freed) == (True, True)
 
 
 def test_without_profile_memory_no_memory_events(device, tmp_path: Path) -> None:
