@@ -226,3 +226,27 @@ def test_a_trace_without_memory_events_has_no_memory_section() -> None:
     )
     assert device["timeline"]["series"]["allocated"][-1] == 1050
     assert [f["kind"] for f in section["findings"]] == ["memory_near_capacity"]
+
+
+def test_html_report_draws_the_timeline_and_only_with_memory_events() -> None:
+    from html_checks import parse
+
+    from neuron_profiler.reports.html_report import render_html
+
+    report = analyze(_worked(capacity=1777))
+    page = render_html([report])
+    assert "Device memory" in page and "memory_near_capacity" in page
+    fig = parse(page).figures()["chart-0-memory"]
+    (d,) = report.memory.devices
+    assert [t["name"] for t in fig["data"]] == ["cuda:0 allocated", "cuda:0 reserved"]
+    assert [round(v * 2**20) for v in fig["data"][0]["y"]] == [
+        1100,
+        1400,
+        1450,
+        1150,
+        1450,
+        1150,
+        1050,
+    ]
+    assert fig["data"][0]["x"] == [report.to_trace_us(t) for t in d.timeline.ts_ns.tolist()]
+    assert "Device memory" not in render_html([analyze(_no_memory())])
