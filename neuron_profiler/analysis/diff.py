@@ -55,6 +55,7 @@ from neuron_profiler.analysis.align import (
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.context import AnalysisContext, Options
 from neuron_profiler.analysis.idle import IdleTime, idle_time
+from neuron_profiler.analysis.memory import PeakDelta, compare_peaks, memory_usage
 from neuron_profiler.analysis.name_map import NameMap
 from neuron_profiler.heap import gc_paused
 from neuron_profiler.trace import schema as S
@@ -155,6 +156,7 @@ class TraceDiff:
     segments: int = 0
     by_occurrence: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    memory: tuple[PeakDelta, ...] = ()  # device memory peaks of both runs (analysis/memory.py)
 
     @property
     def delta_ms(self) -> float:
@@ -215,6 +217,7 @@ def diff(
             segments=al.segments,
             by_occurrence=al.by_occurrence,
             notes=_notes(ctx_a, ctx_b, al, side_a, side_b),
+            memory=compare_peaks(ctx_a.result(memory_usage), ctx_b.result(memory_usage)),
         )
 
 

@@ -208,6 +208,40 @@ def memory_usage(ctx: AnalysisContext) -> MemoryUsage | None:
     )
 
 
+@dataclass(frozen=True)
+class PeakDelta:
+    """One device's peak in two runs (``neuron-prof diff``): bytes at the peak and held (the
+    reserve, else the peak) on each side; None where that side has no such device."""
+
+    device: str
+    a_bytes: int | None
+    b_bytes: int | None
+    a_held_bytes: int | None
+    b_held_bytes: int | None
+
+    @property
+    def delta_bytes(self) -> int | None:
+        known = self.a_bytes is not None and self.b_bytes is not None
+        return self.b_bytes - self.a_bytes if known else None  # type: ignore[operator]
+
+
+def compare_peaks(a: MemoryUsage | None, b: MemoryUsage | None) -> tuple[PeakDelta, ...]:
+    """Each device's peak in both runs, matched by label (``cuda:0``, ``neuron:1``, an HBM
+    counter process), in A's order then B's new devices; () when neither run has memory."""
+    on_a = {d.label: d for d in (a.devices if a else ())}
+    on_b = {d.label: d for d in (b.devices if b else ())}
+    labels = [*on_a, *(k for k in on_b if k not in on_a)]
+
+    def figures(d: DeviceMemory | None) -> tuple[int | None, int | None]:
+        return (None, None) if d is None else (d.peak_bytes, d.held_bytes)
+
+    out = []
+    for label in labels:
+        (pa, ha), (pb, hb) = figures(on_a.get(label)), figures(on_b.get(label))
+        out.append(PeakDelta(label, pa, pb, ha, hb))
+    return tuple(out)
+
+
 # -- torch.profiler's [memory] events ------------------------------------------------------------
 
 

@@ -125,12 +125,14 @@ def test_within_ten_percent_of_capacity_is_a_finding() -> None:
 
 
 def _leaky(per_step: list[int]) -> Trace:
-    """A step's temporaries (500 B, freed) and ``per_step[k]`` bytes kept in step k."""
+    """A step's temporaries (500 B, made and freed in aten::add) and ``per_step[k]`` bytes
+    kept in step k (outside any op)."""
     b = TraceBuilder()
     _steps(b, len(per_step))
     total, addr = 0, 1
     for k, kept in enumerate(per_step):
         t = k * 50
+        _op(b, "aten::add", t + 5, t + 15)  # (an op a step: diff's alignment needs one)
         for nbytes in (500, -500):
             total += nbytes
             _mem(b, t + 10 + (nbytes < 0), addr=addr, nbytes=nbytes, total=total)
@@ -250,3 +252,31 @@ def test_html_report_draws_the_timeline_and_only_with_memory_events() -> None:
     ]
     assert fig["data"][0]["x"] == [report.to_trace_us(t) for t in d.timeline.ts_ns.tolist()]
     assert "Device memory" not in render_html([analyze(_no_memory())])
+
+
+def test_diff_compares_the_peaks_of_both_runs() -> None:
+    from neuron_profiler.analysis.diff import diff
+    from neuron_profiler.analysis.memory import PeakDelta
+    from neuron_profiler.reports.diff_json import diff_document
+    from neuron_profiler.reports.diff_json import schema_text as diff_schema
+
+    d = diff(_worked(capacity=1777), _leaky([64, 64, 64, 64]))
+    # A: 1450 at its peak, 1600 reserved; B: 192 kept + 500 of temporaries, its reserve equal
+    assert d.memory == (PeakDelta("cuda:0", 1450, 692, 1600, 692),)
+    assert d.memory[0].delta_bytes == 692 - 1450
+    doc = diff_document([d])
+    jsonschema.validate(doc, json.loads(diff_schema()))
+    assert doc["memory_peaks"] == [
+        {
+            "device": "cuda:0",
+            "a_bytes": 1450,
+            "b_bytes": 692,
+            "delta_bytes": -758,
+            "a_held_bytes": 1600,
+            "b_held_bytes": 692,
+        }
+    ]
+    one_sided = diff(_worked(capacity=1777), _no_memory())
+    assert one_sided.memory == (PeakDelta("cuda:0", 1450, None, 1600, None),)
+    plain = diff_document([diff(_no_memory(), _no_memory())])
+    assert "memory_peaks" not in plain
