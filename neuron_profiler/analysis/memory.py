@@ -33,6 +33,7 @@ The walk is vectorised: one sort by (device, time), one segmented cumulative sum
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import msgspec
@@ -184,18 +185,20 @@ class MemoryUsage:
     """Every device's memory; ``steps``: the step names the per-step figures follow;
     ``frees_before_trace``: frees of blocks allocated before the trace (no pairing);
     ``without_address``: allocator events with no ``Addr`` (older traces: no pairing, so
-    nothing is listed live at the peak)."""
+    nothing is listed live at the peak); ``without_bytes``: allocator events whose ``Bytes``
+    is absent or no number (counted as 0 bytes)."""
 
     devices: tuple[DeviceMemory, ...]
     findings: tuple[MemoryFinding, ...]
     steps: tuple[str, ...]
     frees_before_trace: int = 0
     without_address: int = 0
+    without_bytes: int = 0
 
 
 def memory_usage(ctx: AnalysisContext) -> MemoryUsage | None:
     """The memory analysis of one trace; None when it has no memory event of either kind."""
-    devices, unpaired, no_addr = _allocator_devices(ctx)
+    devices, unpaired, no_addr, no_bytes = _allocator_devices(ctx)
     devices += _hbm_devices(ctx)
     if not devices:
         return None
@@ -205,6 +208,7 @@ def memory_usage(ctx: AnalysisContext) -> MemoryUsage | None:
         steps=ctx.steps.names,
         frees_before_trace=unpaired,
         without_address=no_addr,
+        without_bytes=no_bytes,
     )
 
 
@@ -254,6 +258,7 @@ class _Events:
     device: np.ndarray  # index into keys
     keys: list[tuple[int, int]]  # (device type, device id)
     nbytes: np.ndarray
+    no_bytes: int  # events whose Bytes is absent or no number (0 in nbytes)
     addr: np.ndarray  # float (NaN: none)
     total: np.ndarray  # float (NaN: none)
     reserved: np.ndarray
@@ -271,35 +276,73 @@ def _memory_events(trace: Trace) -> _Events | None:
     rows = np.flatnonzero((trace.col(S.NAME_ID) == name) & (trace.col(S.PH) == S.Phase.INSTANT))
     if len(rows) == 0:
         return None
-    args = arg_values(trace, rows, MEMORY_ARGS)
-    dtype = np.nan_to_num(as_float(args[ARG_DEVICE_TYPE]), nan=-1).astype(np.int64)
-    did = np.nan_to_num(as_float(args[ARG_DEVICE_ID]), nan=-1).astype(np.int64)
-    pairs, device = np.unique(np.stack([dtype, did], axis=1), axis=0, return_inverse=True)
-    device = device.reshape(-1)
+    args = _memory_args(trace, rows)
+    dtype = np.nan_to_num(args[ARG_DEVICE_TYPE], nan=-1).astype(np.int64)
+    did = np.nan_to_num(args[ARG_DEVICE_ID], nan=-1).astype(np.int64)
+    # one int64 key per (type, id): np.unique over rows of a 2-D array sorts far slower
+    key = (dtype << 32) + (did & 0xFFFFFFFF)
+    keys, device = np.unique(key, return_inverse=True)
     order = np.argsort(device, kind="stable")  # rows are in time order already
+    pairs = np.stack([keys >> 32, (keys & 0xFFFFFFFF).astype(np.int32)], axis=1)
     ts = trace.col(S.TS_NS)[rows]
     return _Events(
         rows=rows[order],
         ts=ts[order],
         device=device[order],
         keys=[(int(t), int(i)) for t, i in pairs.tolist()],
-        nbytes=np.nan_to_num(as_float(args[ARG_BYTES])[order]).astype(np.int64),
-        addr=as_float(args[ARG_ADDR])[order],
-        total=as_float(args[ARG_TOTAL_ALLOCATED])[order],
-        reserved=as_float(args[ARG_TOTAL_RESERVED])[order],
+        nbytes=np.nan_to_num(args[ARG_BYTES][order]).astype(np.int64),
+        no_bytes=int(np.isnan(args[ARG_BYTES]).sum()),
+        addr=args[ARG_ADDR][order],
+        total=args[ARG_TOTAL_ALLOCATED][order],
+        reserved=args[ARG_TOTAL_RESERVED][order],
     )
 
 
-def _allocator_devices(ctx: AnalysisContext) -> tuple[list[DeviceMemory], int, int]:
+_MemoryArgs = msgspec.defstruct(
+    "_MemoryArgs",
+    [
+        (f"k{i}", float | None, msgspec.field(name=k, default=None))
+        for i, k in enumerate(MEMORY_ARGS)
+    ],
+)
+_MEMORY_DECODER = msgspec.json.Decoder(list[_MemoryArgs])
+_MEMORY_FIELDS = operator.attrgetter(*(f"k{i}" for i in range(len(MEMORY_ARGS))))
+_BATCH = 200_000  # events per decode: bounds the joined buffer
+
+
+def _memory_args(trace: Trace, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """``MEMORY_ARGS`` of each event as floats (NaN: absent), decoded as numbers in C (every
+    value torch writes is one; an address is exact below 2**53); a batch with a value of
+    another type (a hostile trace) goes through ``arg_values``, which makes it NaN."""
+    out = np.full((len(rows), len(MEMORY_ARGS)), np.nan)
+    args_rows = trace.col(S.ARGS_ROW)[rows]
+    have = np.flatnonzero(args_rows >= 0)
+    for lo in range(0, len(have), _BATCH):
+        part = have[lo : lo + _BATCH]
+        try:
+            decoded = _MEMORY_DECODER.decode(
+                b"[" + b",".join(args_texts(trace.raw_args, args_rows[part])) + b"]"
+            )
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            picked = arg_values(trace, rows[part], MEMORY_ARGS)
+            out[part] = np.stack([as_float(picked[k]) for k in MEMORY_ARGS], axis=1)
+            continue
+        out[part] = np.array(list(map(_MEMORY_FIELDS, decoded)), dtype=np.float64).reshape(
+            len(part), len(MEMORY_ARGS)
+        )
+    return {k: out[:, i] for i, k in enumerate(MEMORY_ARGS)}
+
+
+def _allocator_devices(ctx: AnalysisContext) -> tuple[list[DeviceMemory], int, int, int]:
     ev = _memory_events(ctx.trace)
     if ev is None:
-        return [], 0, 0
+        return [], 0, 0, 0
     free_at, unpaired = _pair_frees(ev)
     op_row = _allocating_ops(ctx, ev.rows)
     out = []
     for seg in ev.segments():
         out.append(_allocator_device(ctx, ev, seg, free_at, op_row))
-    return out, unpaired, int(np.isnan(ev.addr).sum())
+    return out, unpaired, int(np.isnan(ev.addr).sum()), ev.no_bytes
 
 
 def _pair_frees(ev: _Events) -> tuple[np.ndarray, int]:
@@ -339,12 +382,11 @@ def _allocating_ops(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:
     all_rows = np.concatenate([host.rows, rows])
     start = np.concatenate([host.start, trace.col(S.TS_NS)[rows]])
     end = np.concatenate([host.end, trace.col(S.TS_NS)[rows]])
-    _, thread = np.unique(
-        np.stack([pid[all_rows], tid[all_rows]], axis=1), axis=0, return_inverse=True
-    )
-    thread = thread.reshape(-1)
-    order = np.lexsort((-end, start, thread))
-    parent = _tree.parents(thread[order], start[order], end[order])
+    p, t = pid[all_rows], tid[all_rows]
+    order = np.lexsort((-end, start, t, p))
+    new_thread = np.ones(len(order), bool)
+    new_thread[1:] = (np.diff(p[order]) != 0) | (np.diff(t[order]) != 0)
+    parent = _tree.parents(np.cumsum(new_thread), start[order], end[order])
     is_op = host.kind == S.EventKind.CPU_OP
     named = is_op & ~np.isin(host.name_id, ctx.names.internal_frames)
     names = np.asarray(trace.strings, dtype=object)[host.name_id]

@@ -555,6 +555,7 @@ def memory_document(r: Report) -> dict[str, Any] | None:
         "steps": list(mem.steps),
         "frees_before_trace": mem.frees_before_trace,
         "without_address": mem.without_address,
+        "without_bytes": mem.without_bytes,
         "devices": [_memory_device(r, d) for d in mem.devices],
         "findings": [
             {

@@ -600,6 +600,10 @@ def _memory_tables(r: Report, top: int) -> list[Table]:
         "peak: the allocator's total at its highest (* only what the trace allocated: the "
         "trace has no Total Allocated); headroom: capacity less the reserve (or peak); growth: "
         "of the least held in each step, the median step to step"
+    ) + (
+        f"; {mem.without_bytes} memory events without a number of Bytes (counted as 0)"
+        if mem.without_bytes
+        else ""
     )
     out = [t]
     if mem.findings:

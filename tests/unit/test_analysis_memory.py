@@ -280,3 +280,25 @@ def test_diff_compares_the_peaks_of_both_runs() -> None:
     assert one_sided.memory == (PeakDelta("cuda:0", 1450, None, 1600, None),)
     plain = diff_document([diff(_no_memory(), _no_memory())])
     assert "memory_peaks" not in plain
+
+
+def test_a_hostile_value_is_counted_not_fatal() -> None:
+    """A Bytes that is text and an Addr that is a list: the batch is read the slow way, the
+    bad values count as absent (and are counted), the other events keep their figures."""
+    b = TraceBuilder()
+    _mem(b, 1, addr=1, nbytes=100, total=100)
+    b.add(
+        name="[memory]",
+        ts_ns=2 * US,
+        ph=S.Phase.INSTANT,
+        kind=S.EventKind.CPU_INSTANT,
+        pid=1,
+        tid=1,
+        args={"Device Type": CUDA, "Device Id": 0, "Addr": [1], "Bytes": "many"},
+    )
+    _mem(b, 3, addr=1, nbytes=-100, total=0)
+    mem = memory_usage(AnalysisContext(b.build()))
+    assert mem is not None
+    (d,) = mem.devices
+    assert (mem.without_bytes, mem.without_address, d.events) == (1, 1, 3)
+    assert (d.absolute, d.peak_bytes) == (False, 100)  # one event lacks Total Allocated
