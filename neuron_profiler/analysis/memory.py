@@ -186,7 +186,8 @@ class MemoryUsage:
     ``frees_before_trace``: frees of blocks allocated before the trace (no pairing);
     ``without_address``: allocator events with no ``Addr`` (older traces: no pairing, so
     nothing is listed live at the peak); ``without_bytes``: allocator events whose ``Bytes``
-    is absent or no number (counted as 0 bytes)."""
+    is absent or no number (counted as 0 bytes), and HBM usage values that are no number
+    (left out of their sample)."""
 
     devices: tuple[DeviceMemory, ...]
     findings: tuple[MemoryFinding, ...]
@@ -199,7 +200,8 @@ class MemoryUsage:
 def memory_usage(ctx: AnalysisContext) -> MemoryUsage | None:
     """The memory analysis of one trace; None when it has no memory event of either kind."""
     devices, unpaired, no_addr, no_bytes = _allocator_devices(ctx)
-    devices += _hbm_devices(ctx)
+    counters, bad_values = _hbm_devices(ctx)
+    devices += counters
     if not devices:
         return None
     return MemoryUsage(
@@ -208,7 +210,7 @@ def memory_usage(ctx: AnalysisContext) -> MemoryUsage | None:
         steps=ctx.steps.names,
         frees_before_trace=unpaired,
         without_address=no_addr,
-        without_bytes=no_bytes,
+        without_bytes=no_bytes + bad_values,
     )
 
 
@@ -551,27 +553,41 @@ def _timeline(ts: np.ndarray, values: np.ndarray, names: tuple[str, ...]) -> Mem
 # -- neuron_hbm_usage counters ---------------------------------------------------------------------
 
 
-def _hbm_devices(ctx: AnalysisContext) -> list[DeviceMemory]:
+def _hbm_devices(ctx: AnalysisContext) -> tuple[list[DeviceMemory], int]:
+    """One device per process of HBM usage samples, and how many of their values were no
+    number (counted as absent)."""
     trace = ctx.trace
     cat = trace.string_id(V.CAT_HBM_USAGE)
     if cat < 0:
-        return []
+        return [], 0
     rows = np.flatnonzero((trace.col(S.CAT_ID) == cat) & (trace.col(S.PH) == S.Phase.COUNTER))
     args_rows = trace.col(S.ARGS_ROW)[rows]
     rows, args_rows = rows[args_rows >= 0], args_rows[args_rows >= 0]
     if len(rows) == 0:
-        return []
-    texts = args_texts(trace.raw_args, args_rows)
-    samples = msgspec.json.decode(b"[" + b",".join(texts) + b"]", type=list[dict[str, float]])
+        return [], 0
+    text = b"[" + b",".join(args_texts(trace.raw_args, args_rows)) + b"]"
+    try:
+        samples = msgspec.json.decode(text, type=list[dict[str, float]])
+        bad = 0
+    except (msgspec.ValidationError, msgspec.DecodeError):  # a value that is no number
+        raw = [trace.args(int(r)) for r in rows.tolist()]  # (the hostile trace's slow path)
+        samples = [{k: v for k, v in a.items() if _is_number(v)} for a in raw]
+        bad = sum(len(a) for a in raw) - sum(len(x) for x in samples)
     pid = trace.col(S.PID)[rows]
     out = []
     for p in np.unique(pid).tolist():
         on = np.flatnonzero(pid == p)
         mine = [samples[i] for i in on.tolist()]
         cats = tuple(sorted({k for s in mine for k in s}))
+        if not cats:  # no value at all in this process' samples: nothing to draw
+            continue
         values = np.array([[s.get(c, 0) for s in mine] for c in cats], dtype=np.float64)
         out.append(_hbm_device(ctx, int(p), trace.col(S.TS_NS)[rows[on]], cats, values))
-    return out
+    return out, bad
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _hbm_device(

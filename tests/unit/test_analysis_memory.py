@@ -302,3 +302,13 @@ def test_a_hostile_value_is_counted_not_fatal() -> None:
     (d,) = mem.devices
     assert (mem.without_bytes, mem.without_address, d.events) == (1, 1, 3)
     assert (d.absolute, d.peak_bytes) == (False, 100)  # one event lacks Total Allocated
+
+
+def test_an_hbm_value_that_is_no_number_is_counted_and_left_out() -> None:
+    b = TraceBuilder()
+    _hbm(b, 500, 0, {"tensors": 100, "model_code": 50})
+    _hbm(b, 500, 10, {"tensors": 300, "model_code": "fifty"})
+    mem = memory_usage(AnalysisContext(b.build()))
+    assert mem is not None
+    (d,) = mem.devices
+    assert (d.peak_bytes, d.peak_ns, mem.without_bytes) == (300, 10 * US, 1)
