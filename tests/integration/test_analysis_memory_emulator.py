@@ -119,3 +119,25 @@ def test_an_injected_leak_is_found_with_its_growth_per_step(device, tmp_path: Pa
     assert (found.kind, found.bytes) == ("memory_leak", LEAK_BYTES)
     assert found.docs == "docs/analysis.md#memory_leak"
     assert "16,384 B a step" in found.suggestion
+
+
+def test_tb_profiler_finds_the_same_peak(device, tmp_path: Path) -> None:
+    """torch-tb-profiler 0.4.3's memory view reads the same trace: its peak per device (the
+    highest Total Allocated, keyed by device type and id) is ours."""
+    pytest.importorskip("torch_tb_profiler")
+    import logging
+
+    from torch_tb_profiler.profiler.data import RunProfileData
+
+    logging.getLogger("torch_tb_profiler").setLevel(logging.ERROR)
+    leak: list = []
+    _profiled(device, tmp_path / "t.json", leak=leak)
+    data = RunProfileData.parse("worker0", "1", str(tmp_path / "t.json"), str(tmp_path))
+    data.process()
+    # 0.4.3 knows CPU and CUDA by name; PrivateUse1 (20) is kept as None
+    peaks = data.memory_snapshot.get_peak_memory().items()
+    theirs = {dev_id: peak for (kind, dev_id), peak in peaks if kind is None}  # (host: CPU)
+    mem = analyze(load_trace(tmp_path / "t.json")).memory
+    assert mem is not None
+    ours = {d.device_id: d.peak_bytes for d in mem.devices if d.device_type == 20}
+    assert ours == theirs and ours
