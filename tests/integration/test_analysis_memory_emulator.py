@@ -89,9 +89,9 @@ def test_training_loop_peak_live_tensors_and_ops(device, tmp_path: Path) -> None
     assert live.pop("aten::randn") == W_BYTES + X_BYTES  # w and x
     assert live.pop("aten::sum") == SCALAR
     assert live.pop("aten::ones_like") == SCALAR
-    # y (forward) and w's gradient being written (backward, on autograd's device thread) are
-    # mm's; in 2 of about 40 loaded runs the gradient's event came outside any op of its thread
-    # (cause not found): it is then <unknown>, never another op's
+    # y (forward) and w's gradient being written (backward) are mm's; in 2 of about 60 loaded
+    # runs the gradient's event was read outside any op of its thread (not reproduced since; the
+    # cause is not known): it is then <unknown>, never another op's
     mm = live.pop("aten::mm")
     assert (mm, live) in ((X_BYTES + W_BYTES, {}), (X_BYTES, {UNKNOWN_OP: W_BYTES}))
     largest = sorted((t.bytes, t.op) for t in core.live_at_peak if t.op != UNKNOWN_OP)
