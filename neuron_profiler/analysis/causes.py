@@ -9,7 +9,8 @@ precondition together (as torch.profiler's pattern matcher keeps one class per a
 Idle causes (``IDLE_RULES``, then ``SHORT_GAPS``) classify the device's idle gaps
 (``idle.py``), a collective wait first (waiting for a peer is idle time, never busy); the
 busy-time patterns ``EXPOSED_COPIES`` and ``EXPOSED_COMMUNICATION`` are findings about copies
-and collectives nothing hides (``findings.py``). How each cause reaches the findings
+and collectives nothing hides (``findings.py``); the memory patterns ``MEMORY_NEAR_CAPACITY``
+and ``MEMORY_LEAK`` are findings about a device's memory (``memory.py``). How each cause reaches the findings
 is its ``finding``: one ``idle:<name>`` finding, per-op / per-name groups (CPU fallbacks,
 host syncs), or none (profiler overhead is the profiler's, not the user's). The rules are
 stated with a worked example in docs/analysis.md, each under a heading named after the cause.
@@ -28,7 +29,7 @@ from neuron_profiler.analysis._device import NO_LAUNCH
 from neuron_profiler.analysis.selections import NameClasses
 
 DOCS = "docs/analysis.md"
-Reported = Literal["idle", "groups", "none"]
+Reported = Literal["idle", "groups", "memory", "none"]
 
 
 @dataclass(frozen=True)
@@ -305,12 +306,53 @@ class CollectiveWait(Cause):
         return gaps.waited() if len(gaps.waits) else np.zeros(len(gaps.start), bool)
 
 
+class MemoryNearCapacity(Cause):
+    """Memory: a device's peak (what its allocator reserved from the device, else what it
+    allocated) came within ``margin`` of its capacity (``memory.py``). Precondition: the trace
+    gives the device's capacity."""
+
+    name, finding = "memory_near_capacity", "memory"
+    margin = 0.10  # issue 28: "within 10% of the capacity"
+    advice = (
+        "The peak leaves {headroom} of {capacity} free: a larger batch or input will not fit. "
+        "Free activations early (activation checkpointing), keep optimizer state and "
+        "gradients sharded or in lower precision, or lower the batch size."
+    )
+
+    def applies_to(self, capacity_bytes: int | None) -> bool:
+        return capacity_bytes is not None and capacity_bytes > 0
+
+    def holds(self, peak_bytes: int, capacity_bytes: int) -> bool:
+        return peak_bytes >= (1 - self.margin) * capacity_bytes
+
+
+class MemoryLeak(Cause):
+    """Memory: the least a device held in each step (its floor, the level carried in
+    included) rose in every step over at least ``min_steps`` steps (``memory.py``): something
+    allocated in each step outlives it. Precondition: that many steps."""
+
+    name, finding = "memory_leak", "memory"
+    min_steps = 3
+    advice = (
+        "Memory held between steps grows by {growth} a step: a tensor made in the step "
+        "outlives it (appended to a list, a loss kept with its graph: use loss.item() or "
+        ".detach(), clear caches). The allocations live at the peak show where."
+    )
+
+    def applies_to(self, n_steps: int) -> bool:
+        return n_steps >= self.min_steps
+
+    def holds(self, floors: np.ndarray) -> bool:
+        return bool(np.all(np.diff(floors) > 0))
+
+
 COLLECTIVE_WAIT = CollectiveWait()
 DATA_LOADING, CPU_FALLBACK, HOST_SYNC = DataLoading(), CpuFallback(), HostSync()
 HOST_BOUND_LAUNCH, PROFILER_OVERHEAD, OTHER = HostBoundLaunch(), ProfilerOverhead(), Other()
 SHORT_GAPS = ShortGaps()
 EXPOSED_COPIES = ExposedCopies()
 EXPOSED_COMMUNICATION = ExposedCommunication()
+MEMORY_NEAR_CAPACITY, MEMORY_LEAK = MemoryNearCapacity(), MemoryLeak()
 
 IDLE_RULES: tuple[Cause, ...] = (
     COLLECTIVE_WAIT,
@@ -325,7 +367,8 @@ SHORT_RULES: tuple[Cause, ...] = (HOST_BOUND_LAUNCH, SHORT_GAPS)  # gaps under -
 IDLE_CAUSES: tuple[Cause, ...] = (*IDLE_RULES, SHORT_GAPS)
 ALL_CAUSES: tuple[str, ...] = tuple(c.name for c in IDLE_CAUSES)  # the idle causes' keys
 BUSY_PATTERNS: tuple[Cause, ...] = (EXPOSED_COPIES, EXPOSED_COMMUNICATION)
-_BY_NAME = {c.name: c for c in (*IDLE_CAUSES, *BUSY_PATTERNS)}
+MEMORY_PATTERNS: tuple[Cause, ...] = (MEMORY_NEAR_CAPACITY, MEMORY_LEAK)
+_BY_NAME = {c.name: c for c in (*IDLE_CAUSES, *BUSY_PATTERNS, *MEMORY_PATTERNS)}
 
 
 def cause(name: str) -> Cause:

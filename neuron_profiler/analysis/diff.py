@@ -61,6 +61,7 @@ from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.context import AnalysisContext, Options
 from neuron_profiler.analysis.idle import IdleTime, idle_time
 from neuron_profiler.analysis.modules import MODULE_PREFIX, OpModules, op_modules
+from neuron_profiler.analysis.memory import PeakDelta, compare_peaks, memory_usage
 from neuron_profiler.analysis.name_map import NameMap
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.heap import gc_paused
@@ -169,6 +170,7 @@ class TraceDiff:
     by_occurrence: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
     group_by: str = BY_OP
+    memory: tuple[PeakDelta, ...] = ()  # device memory peaks of both runs (analysis/memory.py)
 
     @property
     def delta_ms(self) -> float:
@@ -240,6 +242,7 @@ def diff(
             by_occurrence=al.by_occurrence,
             notes=_notes(ctx_a, ctx_b, al, side_a, side_b, modules),
             group_by=group_by,
+            memory=compare_peaks(ctx_a.result(memory_usage), ctx_b.result(memory_usage)),
         )
 
 

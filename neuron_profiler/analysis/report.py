@@ -24,6 +24,7 @@ from neuron_profiler.analysis.compat.tb_profiler import TbBreakdown, tb_profiler
 from neuron_profiler.analysis.context import AnalysisContext, Options
 from neuron_profiler.analysis.findings import Findings, findings
 from neuron_profiler.analysis.idle import IdleTime, idle_time
+from neuron_profiler.analysis.memory import MemoryUsage, memory_usage
 from neuron_profiler.analysis.pareto import FallbackPareto, fallback_pareto
 from neuron_profiler.analysis.rank_summary import RankSummary, rank_summary
 from neuron_profiler.analysis.steps import Steps
@@ -54,7 +55,8 @@ class Report:
     """Everything known about one trace. ``notes``: what the reader must know about the input
     (no steps, no device events, modelled timings). ``load_warnings``: what loading the file
     changed or left out (``Trace.load_warnings``), without the file name. ``fallback_pareto``:
-    the CPU-fallback groups as the HTML report's Pareto chart draws them."""
+    the CPU-fallback groups as the HTML report's Pareto chart draws them. ``memory``: device
+    memory (peaks, live allocations, findings), None when the trace recorded none."""
 
     source: str
     rank: int
@@ -75,6 +77,7 @@ class Report:
     rank_summary: RankSummary | None = None  # what the cross-rank analysis needs (small)
     fallback_pareto: FallbackPareto = field(default_factory=FallbackPareto)
     communication: Communication = NO_COMMUNICATION
+    memory: MemoryUsage | None = None  # None: the trace has no memory events
 
     def to_trace_us(self, ns: int) -> float:
         """An absolute ns time as the trace file writes it (µs, relative to its base)."""
@@ -168,6 +171,7 @@ def _analyze(ctx: AnalysisContext, compatibility: Callable[[], Compatibility]) -
         timeline=timeline,
         rank_summary=ranks,
         communication=ctx.result(communication),
+        memory=ctx.result(memory_usage),
     )
 
 

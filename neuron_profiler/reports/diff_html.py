@@ -128,6 +128,7 @@ def _section(i: int, d: TraceDiff, top: int) -> str:
         + _idle(d)
         + "<h3>Name mappings used</h3>"
         + _mappings(d)
+        + _memory(d)
         + "</section>"
     )
 
@@ -213,6 +214,32 @@ def _idle(d: TraceDiff) -> str:
         return empty("No device idle time on either side (or no device: host-only traces).")
     rows = [(c.cause, _ms(c.a_ms), _ms(c.b_ms), _signed(c.delta_ms)) for c in d.idle]
     return table(("cause", "A ms", "B ms", "Δ ms"), rows, numeric=(1, 2, 3))
+
+
+def _memory(d: TraceDiff) -> str:
+    """The device memory peaks of both runs; no section when neither recorded memory."""
+    if not d.memory:
+        return ""
+
+    def mib(n: int | None, sign: str = "") -> str:
+        return "-" if n is None else f"{n / 2**20:{sign},.3f}"
+
+    rows = [
+        (
+            shorten(m.device),
+            mib(m.a_bytes),
+            mib(m.b_bytes),
+            mib(m.delta_bytes, "+"),
+            mib(m.a_held_bytes),
+            mib(m.b_held_bytes),
+        )
+        for m in d.memory
+    ]
+    return "<h3>Device memory peaks (docs/analysis.md#memory)</h3>" + table(
+        ("device", "A MiB", "B MiB", "Δ MiB", "A held MiB", "B held MiB"),
+        rows,
+        numeric=(1, 2, 3, 4, 5),
+    )
 
 
 def _mappings(d: TraceDiff) -> str:

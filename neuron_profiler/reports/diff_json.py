@@ -94,6 +94,25 @@ def diff_document(
             for d, rank in zip(diffs, pairing.ranks, strict=True)
         ],
         "fail_on": list(breaches),
+    } | _memory(main)
+
+
+def _memory(d: TraceDiff) -> dict[str, Any]:
+    """``memory_peaks`` when either run recorded memory (no key otherwise)."""
+    if not d.memory:
+        return {}
+    return {
+        "memory_peaks": [
+            {
+                "device": m.device,
+                "a_bytes": m.a_bytes,
+                "b_bytes": m.b_bytes,
+                "delta_bytes": m.delta_bytes,
+                "a_held_bytes": m.a_held_bytes,
+                "b_held_bytes": m.b_held_bytes,
+            }
+            for m in d.memory
+        ]
     }
 
 

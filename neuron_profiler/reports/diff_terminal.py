@@ -49,6 +49,8 @@ def render_diff(
             console.print(_idle_table(d))
         if d.mappings:
             console.print(_mappings_table(d, top))
+        if d.memory:
+            console.print(_memory_table(d))
 
 
 def _ms(ms: float) -> str:
@@ -168,6 +170,32 @@ def _idle_table(d: TraceDiff) -> Table:
         table.add_column(c, justify="right", no_wrap=True)
     for c in d.idle:
         table.add_row(c.cause, _ms(c.a_ms), _ms(c.b_ms), _signed(c.delta_ms))
+    return table
+
+
+def _mib(n: int | None, signed: bool = False) -> str:
+    return "-" if n is None else f"{n / 2**20:{'+' if signed else ''},.3f}"
+
+
+def _memory_table(d: TraceDiff) -> Table:
+    table = Table(
+        title="Device memory peaks (MiB; docs/analysis.md#memory)",
+        title_justify="left",
+        header_style="bold",
+        pad_edge=False,
+    )
+    table.add_column("device")
+    for c in ("A", "B", "Δ", "A held", "B held"):
+        table.add_column(c, justify="right", no_wrap=True)
+    for m in d.memory:
+        table.add_row(
+            m.device,
+            _mib(m.a_bytes),
+            _mib(m.b_bytes),
+            _mib(m.delta_bytes, signed=True),
+            _mib(m.a_held_bytes),
+            _mib(m.b_held_bytes),
+        )
     return table
 
 

@@ -1,6 +1,6 @@
 """The HTML report: one self-contained page (plotly.js inlined, nothing fetched) holding, per
-trace, the findings, a step breakdown chart, an idle timeline per device and a CPU-fallback
-Pareto chart; and, over several traces or ranks, the cross-rank analysis (``cross``: the
+trace, the findings, a step breakdown chart, an idle timeline per device, a CPU-fallback
+Pareto chart and, when the trace recorded memory, the device memory peaks and timeline; and, over several traces or ranks, the cross-rank analysis (``cross``: the
 straggler, the per-rank table, waits per rank, collective skew)::
 
     write_html([report], Path("report.html"), errors=[("bad.json", "not JSON")])
@@ -129,6 +129,7 @@ def _section(i: int, r: Report) -> str:
         + _communication(r)
         + "<h3>CPU fallbacks (Pareto)</h3>"
         + _pareto(i, r)
+        + _memory(i, r)
         + "</section>"
     )
 
@@ -185,6 +186,71 @@ def _communication(r: Report) -> str:
             for name, row in rows
         ],
         numeric=(1, 2, 3, 4, 5, 6),
+    )
+
+
+def _mib(n: int | None) -> str:
+    return "" if n is None else f"{n / 2**20:,.3f}"
+
+
+def _memory(i: int, r: Report) -> str:
+    """Device memory (``Report.memory``): the peaks per device, the memory findings and each
+    device's timeline as a step plot (MiB over the trace's µs); no section without memory
+    events."""
+    mem = r.memory
+    if mem is None:
+        return ""
+    peaks = _table(
+        ("device", "peak MiB", "at", "reserved MiB", "capacity MiB", "headroom MiB", "% capacity"),
+        [
+            (
+                shorten(d.label),
+                _mib(d.peak_bytes) + ("" if d.absolute else " *"),
+                r.position(d.peak_ns).text(),
+                _mib(d.peak_reserved_bytes),
+                _mib(d.capacity_bytes),
+                _mib(d.headroom_bytes),
+                "" if d.capacity_pct is None else f"{d.capacity_pct:.1f}",
+            )
+            for d in mem.devices
+        ],
+        numeric=(1, 3, 4, 5, 6),
+    )
+    found = (
+        _table(
+            ("finding", "what to do", "docs"),
+            [(shorten(f.title), shorten(f.suggestion, TEXT_LIMIT), f.docs) for f in mem.findings],
+        )
+        if mem.findings
+        else _empty("No memory findings: no device within 10% of its capacity, none growing.")
+    )
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "line": {"shape": "hv"},
+            "name": _n(f"{d.label} {name}"),
+            "x": r.to_trace_us(d.timeline.ts_ns).tolist(),
+            "y": (values / 2**20).tolist(),
+            "hovertemplate": "%{y:,.3f} MiB at %{x:,.3f} µs<extra></extra>",
+        }
+        for d in mem.devices
+        for name, values in zip(d.timeline.names, d.timeline.values, strict=True)
+    ]
+    layout = {
+        "height": 360,
+        "margin": {"t": 30},
+        "xaxis": {"title": {"text": "trace time (µs, as Perfetto shows it)"}, "tickformat": ",.0f"},
+        "yaxis": {"title": {"text": "MiB"}},
+        "legend": {"orientation": "h", "y": -0.3},
+    }
+    return (
+        "<h3>Device memory</h3><p>* only what the trace allocated (its memory events have no "
+        "Total Allocated); headroom: capacity less the reserve (or the peak). Definitions: "
+        "docs/analysis.md#memory.</p>"
+        + peaks
+        + found
+        + _figure(f"chart-{i}-memory", {"data": data, "layout": layout})
     )
 
 

@@ -28,6 +28,7 @@ from neuron_profiler.analysis.distributed import (
     Distributed,
     distributed,
 )
+from neuron_profiler.analysis.memory import DeviceMemory
 from neuron_profiler.analysis.metrics import metrics
 from neuron_profiler.analysis.report import Report, summaries_of
 from neuron_profiler.heap import gc_paused
@@ -189,7 +190,7 @@ def _document(
     if cross is None:
         cross = distributed(summaries_of(reports))
     with gc_paused():  # millions of dicts for many devices, no cycles
-        traces = [{key: keep(part(r)) for key, part in _TRACE_SECTIONS} for r in reports]
+        traces = [_trace_document(r, keep) for r in reports]
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": f"neuron-profiler {__version__}",
@@ -198,6 +199,15 @@ def _document(
         "fail_on": list(breaches),
         "distributed": distributed_document(cross),
     }
+
+
+def _trace_document(r: Report, keep: Callable[[Any], Any]) -> dict[str, Any]:
+    """One trace's sections; ``memory`` only when the trace recorded memory (no key
+    otherwise: a trace without memory events gives the document it gave before)."""
+    doc = {key: keep(part(r)) for key, part in _TRACE_SECTIONS}
+    if r.memory is not None:
+        doc["memory"] = keep(memory_document(r))
+    return doc
 
 
 def distributed_document(d: Distributed) -> dict[str, Any]:
@@ -532,6 +542,79 @@ def _communication(r: Report) -> dict[str, Any]:
         "steps": [_comm_row(s) for s in comm.steps],
         "units": [_comm_row(u) for u in comm.units],
         "flagged_units": list(comm.flagged),
+    }
+
+
+def memory_document(r: Report) -> dict[str, Any] | None:
+    """The memory section (docs/analysis.md#memory); None when the trace has no memory
+    events (the key is then left out). Shared with the TensorBoard Memory view."""
+    mem = r.memory
+    if mem is None:
+        return None
+    return {
+        "steps": list(mem.steps),
+        "frees_before_trace": mem.frees_before_trace,
+        "without_address": mem.without_address,
+        "without_bytes": mem.without_bytes,
+        "devices": [_memory_device(r, d) for d in mem.devices],
+        "findings": [
+            {
+                "kind": f.kind,
+                "device": f.device,
+                "title": f.title,
+                "bytes": f.bytes,
+                "at_us": r.to_trace_us(f.at_ns),
+                "at": r.position(f.at_ns).text(),
+                "suggestion": f.suggestion,
+                "docs": f.docs,
+            }
+            for f in mem.findings
+        ],
+    }
+
+
+def _memory_device(r: Report, d: DeviceMemory) -> dict[str, Any]:
+    line = d.timeline
+    return {
+        "device": d.label,
+        "source": d.source,
+        "device_type": d.device_type,
+        "device_id": d.device_id,
+        "absolute": d.absolute,
+        "events": d.events,
+        "peak_bytes": d.peak_bytes,
+        "peak_us": r.to_trace_us(d.peak_ns),
+        "peak_at": r.position(d.peak_ns).text(),
+        "peak_reserved_bytes": d.peak_reserved_bytes,
+        "capacity_bytes": d.capacity_bytes,
+        "headroom_bytes": d.headroom_bytes,
+        "capacity_pct": d.capacity_pct,
+        "growth_per_step_bytes": d.growth_per_step_bytes,
+        "step_peak_bytes": list(d.step_peak_bytes),
+        "step_floor_bytes": list(d.step_floor_bytes),
+        "live_at_peak": [
+            {
+                "bytes": x.bytes,
+                "alloc_us": r.to_trace_us(x.alloc_ns),
+                "op": x.op,
+                "call_site": x.call_site,
+            }
+            for x in d.live_at_peak
+        ],
+        "by_op": [
+            {
+                "op": o.op,
+                "live_bytes": o.live_bytes,
+                "live_tensors": o.live_tensors,
+                "allocated_bytes": o.allocated_bytes,
+                "allocations": o.allocations,
+            }
+            for o in d.by_op
+        ],
+        "timeline": {
+            "ts_us": ((line.ts_ns - r.base_ns) / 1e3).tolist(),
+            "series": {name: v.tolist() for name, v in zip(line.names, line.values, strict=True)},
+        },
     }
 
 

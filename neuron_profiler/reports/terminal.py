@@ -28,6 +28,7 @@ from neuron_profiler.analysis.distributed import (
     Distributed,
     SpanAnalysis,
 )
+from neuron_profiler.analysis.memory import SOURCE_ALLOCATOR
 from neuron_profiler.analysis.report import Report
 from neuron_profiler.reports.text import (
     NAME_LIMIT,
@@ -115,6 +116,9 @@ def render_terminal(
                 console.print(_gaps_table(report, top))
         if report.communication.device is not None:
             console.print(_communication_table(report, top))
+        if report.memory is not None:
+            for table in _memory_tables(report, top):
+                console.print(table)
         if report.summary.ops:
             console.print(_ops_table(report, top))
         if report.summary.kernels:
@@ -558,6 +562,85 @@ def _communication_table(r: Report, top: int) -> Table:
         "exposed_communication finding); peer wait: idle at a collective for a peer"
     )
     return t
+
+
+def _mib(n: int | None) -> str:
+    return "" if n is None else f"{n / 2**20:,.3f}"
+
+
+def _memory_tables(r: Report, top: int) -> list[Table]:
+    """Peaks per device, the memory findings, and per device what was live at the peak (the
+    ops' shares, the largest allocations with their call sites)."""
+    mem = r.memory
+    assert mem is not None
+    t = _table(
+        "Device memory (MiB)",
+        "device",
+        "peak",
+        "at",
+        "reserved",
+        "capacity",
+        "headroom",
+        "% capacity",
+        "growth / step",
+    )
+    for d in mem.devices:
+        t.add_row(
+            _name(d.label),
+            _mib(d.peak_bytes) + ("" if d.absolute else " *"),
+            r.position(d.peak_ns).text(),
+            _mib(d.peak_reserved_bytes),
+            _mib(d.capacity_bytes),
+            _mib(d.headroom_bytes),
+            "" if d.capacity_pct is None else f"{d.capacity_pct:.1f}",
+            _mib(d.growth_per_step_bytes),
+        )
+    t.caption_justify = "left"
+    t.caption = (
+        "peak: the allocator's total at its highest (* only what the trace allocated: the "
+        "trace has no Total Allocated); headroom: capacity less the reserve (or peak); growth: "
+        "of the least held in each step, the median step to step"
+    ) + (
+        f"; {mem.without_bytes} memory events without a number of Bytes (counted as 0)"
+        if mem.without_bytes
+        else ""
+    )
+    out = [t]
+    if mem.findings:
+        f = _table("Memory findings", "finding", "suggestion", "docs", wrap=("suggestion",))
+        for x in mem.findings:
+            f.add_row(_cell(Text(x.title, style="bold")), x.suggestion, x.docs)
+        out.append(f)
+    for d in mem.devices:
+        if not d.by_op:
+            continue
+        paired = d.source != SOURCE_ALLOCATOR or mem.without_address < d.events
+        head = ("live at peak", "tensors") if paired else ()
+        ops = _table(
+            f"Memory on {d.label} by allocating op (MiB)", "op", *head, "allocated", "allocations"
+        )
+        for o in d.by_op[:top]:
+            live = (_mib(o.live_bytes), str(o.live_tensors)) if paired else ()
+            ops.add_row(_name(o.op), *live, _mib(o.allocated_bytes), str(o.allocations))
+        if not paired:
+            ops.caption = (
+                "the trace's memory events have no Addr: what was live at the peak is unknown"
+            )
+            ops.caption_justify = "left"
+        out.append(ops)
+        if d.live_at_peak:
+            live = _table(
+                f"Largest allocations live at the peak of {d.label}",
+                "MiB",
+                "allocated at",
+                "op",
+                "call site",
+                wrap=("call site",),
+            )
+            for x in d.live_at_peak[:top]:
+                live.add_row(_mib(x.bytes), r.position(x.alloc_ns).text(), _name(x.op), x.call_site)
+            out.append(live)
+    return out
 
 
 def _gaps_table(r: Report, top: int) -> Table:

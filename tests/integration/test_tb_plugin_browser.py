@@ -45,7 +45,17 @@ from tb_plugin_client import (  # noqa: E402
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTEFACTS_ENV = "NEURON_PROF_BROWSER_ARTEFACTS"
-VIEWS = ("Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed", "Diff", "Trace")
+VIEWS = (
+    "Overview",
+    "Operators",
+    "Kernels",
+    "Fallbacks",
+    "Idle",
+    "Memory",
+    "Distributed",
+    "Diff",
+    "Trace",
+)
 HOSTILE = "<img src=x onerror=alert(1)>"
 TIMEOUT_S = 120
 DISTRIBUTED_EMPTY = "no cross-rank analysis: "

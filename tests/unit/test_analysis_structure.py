@@ -165,7 +165,7 @@ def test_every_cause_is_one_record_with_its_docs_anchor() -> None:
         re.sub(r"[^a-z0-9_ -]", "", h.strip().lower()).replace(" ", "-")
         for h in re.findall(r"^#+ (.+)$", doc, flags=re.M)
     }
-    records = (*C.IDLE_CAUSES, *C.BUSY_PATTERNS)
+    records = (*C.IDLE_CAUSES, *C.BUSY_PATTERNS, *C.MEMORY_PATTERNS)
     assert len({c.name for c in records}) == len(records)
     for cause in records:
         assert cause.docs == f"docs/analysis.md#{cause.name}"

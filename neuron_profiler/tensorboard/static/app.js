@@ -4,14 +4,15 @@
 // Distributed view opens), `neuron-prof project --json` of the trace onto the chosen chip
 // (route "projection", fetched when the Projection view opens or the chip changes), and the diff
 // of another trace (A, the baseline picked in the Diff view) against the shown one (B) (route
-// "diff": `neuron-prof diff --json A B`). It computes nothing (every figure comes from those documents);
+// "diff": `neuron-prof diff --json A B`); the Memory view shows the report's `memory` section. It
+// computes nothing (every figure comes from those documents);
 // every name from a trace is set with textContent, shortened (shorten below). Colours of the
 // idle causes and the text limits come from route "style" (reports/palette.py: the HTML
 // report's), fetched first.
 "use strict";
 
 const PERFETTO = "https://ui.perfetto.dev";
-const VIEWS = ["Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Distributed", "Diff", "Projection", "Trace"];
+const VIEWS = ["Overview", "Operators", "Kernels", "Fallbacks", "Idle", "Memory", "Distributed", "Diff", "Projection", "Trace"];
 const POLL_MS = 500; // while the first analysis of a trace runs (the route answers 202)
 // route "style": {cause_colours, emulator_overhead_colour, name_limit, text_limit, ellipsis}
 let STYLE = { cause_colours: {}, name_limit: 200, text_limit: 1000, ellipsis: "\u2026" };
@@ -456,6 +457,48 @@ function renderDistributed(answer) {
   return out;
 }
 
+const MIB = 1048576; // bytes: the Memory view's charts are in MiB, its tables in bytes
+
+// The Memory view: the document's `memory` section (analysis/memory.py, docs/analysis.md#memory):
+// the peak table per device, the memory findings, then per device its timeline by category
+// (allocated / reserved, or the HBM usage categories) as a step plot, the ops' shares of the
+// peak and the largest allocations live at it.
+function renderMemory(m) {
+  if (!m) {
+    return [empty("no memory events in this trace: profile with profile_memory=True " +
+      "(or capture the HBM usage counters)")];
+  }
+  const out = [el("h3", "Peak memory per device (bytes)")];
+  out.push(table([["device", "device"], ["source", "source"], ["peak_bytes", "peak"], ["peak_at", "at"],
+    ["peak_reserved_bytes", "reserved"], ["capacity_bytes", "capacity"], ["headroom_bytes", "headroom"],
+    ["capacity_pct", "% capacity", 1], ["growth_per_step_bytes", "growth / step"],
+    [(d) => (d.absolute ? "allocator total" : "allocated in the trace"), "level"]], m.devices, "memory.devices"));
+  out.push(el("h3", "Memory findings"));
+  out.push(m.findings.length ? table([["title", "finding"], ["at", "at"],
+    ["suggestion", "suggestion", undefined, STYLE.text_limit], ["docs", "docs"]], m.findings, "memory.findings")
+    : empty("no device within 10% of its capacity, none growing from step to step"));
+  m.devices.forEach((d, i) => {
+    out.push(el("h3", "Memory over time: " + shorten(d.device) + " (MiB)"));
+    const line = d.timeline;
+    out.push(chart(Object.entries(line.series).map(([name, values]) => ({ type: "scatter", mode: "lines",
+      line: { shape: "hv" }, name: shorten(name), x: line.ts_us, y: values.map((v) => v / MIB),
+      hovertemplate: "%{y:,.3f} MiB at %{x:,.3f} µs<extra></extra>" })),
+    { height: 300, xaxis: { title: "trace time (µs)" }, yaxis: { title: "MiB" } }));
+    const at = "memory.devices." + i + ".";
+    if (d.by_op.length) {
+      out.push(el("h4", "By allocating op (bytes)"));
+      out.push(table([["op", "op"], ["live_bytes", "live at peak"], ["live_tensors", "tensors"],
+        ["allocated_bytes", "allocated"], ["allocations", "allocations"]], d.by_op, at + "by_op"));
+    }
+    if (d.live_at_peak.length) {
+      out.push(el("h4", "Largest allocations live at the peak"));
+      out.push(table([["bytes", "bytes"], ["alloc_us", "allocated at µs"], ["op", "op"],
+        ["call_site", "call site"]], d.live_at_peak, at + "live_at_peak"));
+    }
+  });
+  return out;
+}
+
 const views = {
   Overview(d) {
     const out = [];
@@ -563,6 +606,7 @@ const views = {
       : empty("no gap longer than " + d.idle.min_gap_us + " µs"));
     return out;
   },
+  Memory(d) { return renderMemory(d.memory); },
   Distributed() {
     return renderDistributed(state.cross);
   },
