@@ -60,8 +60,8 @@ from neuron_profiler.analysis.align import (
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.context import AnalysisContext, Options
 from neuron_profiler.analysis.idle import IdleTime, idle_time
-from neuron_profiler.analysis.modules import MODULE_PREFIX, OpModules, op_modules
 from neuron_profiler.analysis.memory import PeakDelta, compare_peaks, memory_usage
+from neuron_profiler.analysis.modules import MODULE_PREFIX, OpModules, op_modules
 from neuron_profiler.analysis.name_map import NameMap
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.heap import gc_paused
