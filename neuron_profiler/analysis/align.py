@@ -589,8 +589,10 @@ class _Side:
         name = _vocab_ids(table.name[ops], table.names, vocab)
         order = np.lexsort((table.start[ops], label, pair[ops]))
         ops, label, name, pair = ops[order], label[order], name[order], pair[ops][order]
-        new_segment = np.r_[True, (pair[1:] != pair[:-1]) | (label[1:] != label[:-1])]
-        new_unit = new_segment | np.r_[True, name[1:] != name[:-1]]
+        new_segment = np.ones(len(ops), dtype=bool)  # empty when the steps hold no op
+        new_segment[1:] = (pair[1:] != pair[:-1]) | (label[1:] != label[:-1])
+        new_unit = new_segment.copy()
+        new_unit[1:] |= name[1:] != name[:-1]
         unit_of = np.cumsum(new_unit) - 1
         firsts = np.flatnonzero(new_unit)
         seg_units = np.flatnonzero(new_segment[firsts])  # first unit of each segment

@@ -174,3 +174,28 @@ def test_bad_step_choice_is_one_error() -> None:
         diff(a, a, steps="9")
     with pytest.raises(NeuronProfilerError, match="expected auto"):
         diff(a, a, steps="five")
+
+
+def test_steps_without_ops_diff_as_idle_host_time() -> None:
+    """A side whose steps hold no op (only step annotations) is all host idle: the other side's
+    op is its own row and the invariant holds (it raised IndexError before)."""
+
+    def steps_only(op_us: int):  # noqa: ANN202
+        b = Build()
+        for n in range(2):
+            t = 1000 + n * 1000
+            if op_us:
+                b.host("aten::mm", t + 10, t + 10 + op_us)
+            b.step(n + 1, t, t + 1000)
+        return b.b.build()
+
+    empty = steps_only(0)
+    same = diff(empty, empty)
+    assert same.delta_ms == 0 and all(r.delta_ms == 0 for r in same.rows)
+    d = diff(empty, steps_only(200))
+    mm = next(r for r in d.rows if r.key.endswith("aten::mm"))
+    assert (mm.a_ms, mm.b_ms) == (0.0, pytest.approx(0.200))
+    idle = [r for r in d.rows if r.kind == IDLE]
+    assert sum(r.a_ms for r in idle) == pytest.approx(1.000)
+    assert sum(r.b_ms for r in idle) == pytest.approx(0.800)
+    assert sum(r.delta_ms for r in d.rows) + d.residual_ms == pytest.approx(d.delta_ms, abs=1e-12)
