@@ -93,6 +93,7 @@ class Offload:
     costs: tuple[OpCost, ...]
     host_ns: np.ndarray  # each moved op's recorded host time (the CPU computing it)
     unpriced: int  # ops to move that recorded no shapes: left on the host
+    rows: np.ndarray  # each moved op's row in the trace
 
 
 def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
@@ -139,6 +140,7 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
         costs=costs,
         host_ns=end[items] - start[items],
         unpriced=unpriced,
+        rows=ops[items],
     )
 
 

@@ -145,7 +145,7 @@ def test_what_if_no_data_stall_removes_the_loader_wait() -> None:
 def test_unknown_what_if_is_refused() -> None:
     from neuron_profiler.errors import NeuronProfilerError
 
-    for bad in ("compiled", "batch x0", "faster"):
+    for bad in ("compile", "overlap", "batch x0", "faster"):
         with pytest.raises(NeuronProfilerError) as e:
             project(_mm_then_sync().b.build(), "same", source="v100", what_if=(bad,))
         assert e.value.exit_code == 2
@@ -181,3 +181,89 @@ def test_cpu_only_wrapper_ops_are_not_moved_twice() -> None:
     assert [o.name for o in p.ops] == ["aten::linear"]
     compute = {c.cls: c for c in p.classes}["compute"]
     assert compute.source_ms == pytest.approx(0.6)
+
+
+def _eager_loop(b: Build, first_us: int, count: int, period_us: int, op_us: int) -> None:
+    """``count`` small ops (``op_us`` of host time each, ``period_us`` apart) each launching a
+    5 µs kernel 10 µs into the op, which starts 10 µs after its launch."""
+    for i in range(count):
+        t = first_us + i * period_us
+        b.host("aten::add", t, t + op_us, args={"Input Dims": [[8], [8]]})
+        b.kernel(t + 20, t + 25, launch_us=t + 10, name="elementwise_kernel")
+
+
+def test_what_if_compiled_saves_the_launches_of_a_host_bound_eager_loop() -> None:
+    """Five 50 µs ops (100-550) launch one tiny kernel each; a cudaDeviceSynchronize at 900
+    (a graph break), then two 40 µs ops (910-990); the host-bound step is 1000 µs. Compiled,
+    each side of the break is one graph: the first op of each launches it, the others' host
+    time goes: (5 - 1) x 50 + (2 - 1) x 40 = 240 µs saved."""
+    b = Build().step(1, 0, 1000)
+    _eager_loop(b, 100, 5, 100, 50)
+    b.host("cudaDeviceSynchronize", 900, 905, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    _eager_loop(b, 910, 2, 40, 40)
+    p = project(b.b.build(), "same", source="v100", what_if=("compiled",))
+    assert p.target.step_ms == pytest.approx(1.0, abs=1e-6)
+    (row,) = p.what_if
+    assert row.delta_ms == pytest.approx(-0.240, abs=1e-6)
+    assert row.step_ms == pytest.approx(0.760, abs=1e-6)
+    assert any("5 launches a step saved in 2 graphs" in a for a in p.assumptions)
+
+
+def test_what_if_compiled_on_a_cpu_only_trace_saves_dispatch_per_launch() -> None:
+    """A CPU-only step of 4 relu ops (100 µs each) moved onto trn2: each keeps 10 µs of host
+    dispatch; compiled, one graph launch: 3 x 10 µs fewer."""
+    b = Build().step(1, 0, 1000)
+    for i in range(4):
+        t = 100 + 150 * i
+        b.host("aten::relu", t, t + 100, args={"Input Dims": [[64, 256]], "Input type": ["float"]})
+    p = project(b.b.build(), "trn2", what_if=("compiled",))
+    (row,) = p.what_if
+    assert row.delta_ms == pytest.approx(-0.030, abs=1e-6)
+
+
+def test_compiled_region_is_one_graph_launch_on_trn2() -> None:
+    """A torch.compile region (100-200) whose generated code launches 4 kernels (launch calls
+    of 2 µs at 110, 130, 150, 170): on an A100 each stays a launch; on trn2 the region is one
+    graph execution, launched once: 3 launch calls' host time (6 µs) leave the host-bound
+    1000 µs step."""
+    b = Build().step(1, 0, 1000)
+    b.host("Torch-Compiled Region: 0/0", 100, 200)
+    for i in range(4):
+        t = 110 + 20 * i
+        b.kernel(t + 10, t + 15, launch_us=t, name="triton_poi_fused_add_0")
+    trace = b.b.build()
+    assert project(trace, "a100", source="v100").target.step_ms == pytest.approx(1.0, abs=1e-6)
+    p = project(trace, "trn2", source="v100", what_if=("compiled",))
+    assert p.target.step_ms == pytest.approx(0.994, abs=1e-6)
+    assert any("3 launches a step saved" in a for a in p.assumptions)
+    assert p.what_if[0].delta_ms == pytest.approx(0.0, abs=1e-6)  # already compiled
+
+
+def _serialised_collective(comm_us: int) -> Build:
+    """A 1000 µs compute kernel (launched at 10, runs 20-1020) and an all-reduce launched at 30
+    that ran only when the kernel ended (1020 + comm), the host waiting in
+    cudaDeviceSynchronize from 100 until 5 µs after the all-reduce, then working 475 µs."""
+    end = 1020 + comm_us
+    b = Build().step(1, 0, end + 5 + 475)
+    b.kernel(20, 1020, launch_us=10, name="volta_sgemm_128x64_nn")
+    b.kernel(1020, end, launch_us=30, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL", stream=2)
+    b.host("cudaDeviceSynchronize", 100, end + 5, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    b.host("aten::sum", end + 5, end + 480)
+    return b
+
+
+@pytest.mark.parametrize(("comm_us", "hidden_us"), [(500, 500), (2000, 980)])
+def test_what_if_overlap_comm_hides_the_collective_behind_compute(
+    comm_us: int, hidden_us: int
+) -> None:
+    """Recorded, the all-reduce waited for the kernel (the replay reproduces the step only with
+    that dependency). Overlapped, it starts at its launch + 10 µs (40) beside the kernel, which
+    runs until 1020: min(comm, 980 µs of compute left) is hidden."""
+    p = project(
+        _serialised_collective(comm_us).b.build(), "same", source="a100", what_if=("overlap-comm",)
+    )
+    step = (1020 + comm_us + 480) / 1e3
+    assert p.source.step_ms == pytest.approx(step, abs=1e-6)
+    assert p.replay_ms == pytest.approx(step, abs=1e-6)
+    (row,) = p.what_if
+    assert row.delta_ms == pytest.approx(-hidden_us / 1e3, abs=1e-6)
