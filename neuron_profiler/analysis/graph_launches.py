@@ -24,7 +24,7 @@ from neuron_profiler.analysis import _tree
 from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis._device import NO_LAUNCH
 from neuron_profiler.analysis.context import AnalysisContext
-from neuron_profiler.analysis.offload import HOST_DISPATCH_NS, Offload
+from neuron_profiler.analysis.offload import Offload
 from neuron_profiler.analysis.replay import DependencyGraph, HostDelays
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
@@ -116,7 +116,7 @@ def launch_sites(ctx: AnalysisContext, items: np.ndarray, waits_ns: np.ndarray) 
 
 def offload_sites(ctx: AnalysisContext, plan: Offload) -> LaunchSites:
     """A CPU-only trace's moved ops: each item is its op, whose host time on the target is its
-    dispatch (``offload.HOST_DISPATCH_NS``, or less when the op took less)."""
+    dispatch and launch (``Offload.target_host_ns``)."""
     c = ctx.trace.columns
     rows = plan.rows
     start = c[S.TS_NS][rows]
@@ -131,7 +131,7 @@ def offload_sites(ctx: AnalysisContext, plan: Offload) -> LaunchSites:
     n = len(rows)
     return LaunchSites(
         op=rows.astype(np.int64),
-        host_ns=np.minimum(dur, HOST_DISPATCH_NS),
+        host_ns=plan.target_host_ns,
         end_ns=start + dur,
         thread=thread,
         region=np.full(n, -1, np.int64),

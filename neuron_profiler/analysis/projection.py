@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis._device import COMPUTE
 from neuron_profiler.analysis.context import AnalysisContext, Options
 from neuron_profiler.analysis.device_costs import (
@@ -38,11 +39,12 @@ from neuron_profiler.analysis.graph_launches import (
     offload_sites,
     recorded_regions,
 )
-from neuron_profiler.analysis.offload import HOST_DISPATCH_NS, Offload, offload
+from neuron_profiler.analysis.offload import Offload, offload
 from neuron_profiler.analysis.peaks import device_chip
 from neuron_profiler.analysis.replay import (
     QUEUE_ROUNDS,
     DependencyGraph,
+    HostDelays,
     dependency_graph,
     graph_items,
     replay,
@@ -50,7 +52,7 @@ from neuron_profiler.analysis.replay import (
 )
 from neuron_profiler.analysis.what_if import Replayable, Runner, parse_what_if, what_if_step
 from neuron_profiler.costmodel.chips import CHIPS, ChipSpec, chip
-from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY
+from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, KERNEL_EFFICIENCY
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.trace.model import Trace
 
@@ -179,6 +181,14 @@ def project(
         if not same and tgt.graph_executions:  # type: ignore[union-attr]
             graph, costs, note = _one_launch_per_region(graph, costs, sites, tgt)  # type: ignore[arg-type]
             notes += note
+    overhead = _emulator_overhead(ctx)
+    if len(overhead.at_ns):
+        costs = replace(costs, delays=costs.delays.merge(overhead))
+        notes.append(
+            "the emulator's own host work (its dispatch, numerics: 'emulator overhead' spans, "
+            f"{-overhead.extra_ns.sum() / max(len(ctx.steps), 1) / 1e6:.3f} ms a step) left "
+            "out of the projected host time: no device has it"
+        )
     runner_for = lambda g: _runner(g, None if same else tgt, shift)  # noqa: E731
     run = runner_for(graph)
     projected, blocked, converged = run(costs.duration, costs.delays)
@@ -232,6 +242,15 @@ def project(
     )
 
 
+def _emulator_overhead(ctx: AnalysisContext) -> HostDelays:
+    """The emulator's own host work inside the steps (its overhead spans, as one union) as host
+    time taken out at each span's end."""
+    spans = ctx.emulator_overhead
+    inside = I.overlap_per_window(ctx.steps.host_spans, spans.start, spans.end) > 0
+    s, e = spans.start[inside], spans.end[inside]
+    return HostDelays(e, np.full(len(e), -1, np.int64), -(e - s))
+
+
 def _one_launch_per_region(
     graph: DependencyGraph, costs: ItemCosts, sites: LaunchSites, tgt: ChipSpec
 ) -> tuple[DependencyGraph, ItemCosts, list[str]]:
@@ -273,9 +292,12 @@ def _queue_assumption(
 
 def _offload_assumptions(plan: Offload) -> tuple[str, ...]:
     return (
-        "CPU-only source: each outermost kernel-launching aten op with recorded shapes moved onto the device, priced at "
-        f"{DEFAULT_EFFICIENCY:.0%} of its roofline bound plus the chip's fixed kernel time; its "
-        f"host time becomes {HOST_DISPATCH_NS / 1e3:.0f} µs of dispatch",
+        "CPU-only source: each outermost kernel-launching aten op with recorded shapes moved "
+        f"onto the device, priced at {KERNEL_EFFICIENCY:.0%} of its roofline bound plus the "
+        "chip's fixed kernel time (the emulated device's kernel time, costmodel.roofline)",
+        "a moved op's host time becomes the framework's dispatch per aten op it runs "
+        f"({plan.dispatch_ns / 1e3:.1f} µs: the trace's median op that launches nothing) plus "
+        "the backend's launch per kernel (ChipSpec.host_launch_ns, the emulator's figure)",
         "views, allocations, data loading and ops without shapes stay on the host "
         f"({plan.unpriced} such ops without recorded shapes)",
         "aten::item / _local_scalar_dense wait for the device work launched before them",

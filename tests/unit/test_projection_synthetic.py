@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import jsonschema
 import pytest
@@ -11,7 +12,7 @@ from neuron_profiler.analysis.projection import project
 from neuron_profiler.costmodel.chips import CHIPS
 from neuron_profiler.reports.projection_json import projection_document, schema_text
 from neuron_profiler.trace import EventKind
-from tests.trace_factory import Build, mm_then_sync
+from tests.trace_factory import MM_ARGS, Build, mm_then_sync
 
 _mm_then_sync = mm_then_sync
 
@@ -80,15 +81,19 @@ def test_json_document_follows_its_schema() -> None:
 
 
 def test_cpu_only_trace_moves_its_ops_onto_the_device() -> None:
-    """A CPU-only step (0-1000): aten::addmm 100-600 (its bias copy inside it goes with it),
-    aten::relu 600-700, aten::item 700-710. Onto trn2 at 50% of the roofline + 1 µs fixed:
-    addmm 64x1024 @ 1024x256 fp32 is memory-bound (1,377,280 bytes at 725 GB/s = 1.8997 µs,
-    flops 0.805 µs): 4.799 µs; relu (64x256 in and out) 1.362 µs. Each op's host time shrinks to
-    10 µs of dispatch (-490 at 600, -90 at 700); addmm runs 115-119.8 (launch + 15 µs), relu is
-    launched at 600-490 = 110 and runs 125-126.36; item waits for it: the host is at 120 when it
-    syncs, the step ends 6.36 µs later than 1000-580."""
+    """A CPU-only step (0-1000): aten::t 20-23 (a view: the framework's dispatch, 3 µs),
+    aten::addmm 100-600 (its bias copy inside it goes with it), aten::relu 600-700, aten::item
+    700-710. Onto trn2 at the cost model's kernel time (the roofline bound + 1 µs fixed, the
+    emulator's): addmm 64x1024 @ 1024x256 fp32 is memory-bound (1,377,280 bytes at 725 GB/s =
+    1.8997 µs, flops 0.805 µs): 2.900 µs; relu (64x256 in and out) 1.181 µs. Each op's host
+    time becomes 3 µs of dispatch per aten op in it plus 10 µs (host_launch_ns) per kernel:
+    addmm (itself and copy_, one kernel: copy_) 16 µs, relu 13 µs (-484 at 600, -87 at 700).
+    addmm runs 115-117.9 (launch + 15 µs), relu is launched at 600-484 = 116 and runs
+    131-132.181; item waits for it: the host is at 129 when it syncs, the step ends 3.181 µs
+    later than 1000-571."""
     dims = {"Input Dims": [[256], [64, 1024], [1024, 256], [], []], "Input type": ["float"] * 5}
     b = Build().step(1, 0, 1000)
+    b.host("aten::t", 20, 23)
     b.host("aten::addmm", 100, 600, args=dims)
     b.host(
         "aten::copy_",
@@ -101,15 +106,31 @@ def test_cpu_only_trace_moves_its_ops_onto_the_device() -> None:
     p = project(b.b.build(), "trn2")
     trn2 = CHIPS["trn2"]
     hbm = trn2.hbm_bytes_per_s()
-    addmm = round(1_377_280 / hbm / 0.5 * 1e9) / 1e3 + 1
-    relu = round(2 * 64 * 256 * 4 / hbm / 0.5 * 1e9) / 1e3 + 1
-    assert addmm == pytest.approx(4.799, abs=1e-3) and relu == pytest.approx(1.362, abs=1e-3)
-    relu_end = (600 - 490) + 15 + relu
-    assert p.target.step_ms == pytest.approx((1000 - 580 + (relu_end - 120)) / 1e3, abs=2e-6)
+    addmm = math.ceil((1_377_280 / hbm + 1e-6) * 1e9) / 1e3
+    relu = math.ceil((2 * 64 * 256 * 4 / hbm + 1e-6) * 1e9) / 1e3
+    assert addmm == pytest.approx(2.900, abs=1e-3) and relu == pytest.approx(1.181, abs=1e-3)
+    relu_end = (600 - 484) + 15 + relu
+    assert p.target.step_ms == pytest.approx((1000 - 571 + (relu_end - 129)) / 1e3, abs=2e-6)
     assert p.source.step_ms == pytest.approx(1.0)
     assert sorted(o.name for o in p.ops) == ["aten::addmm", "aten::relu"]
     host = {c.cls: c for c in p.classes}["host"]
-    assert (host.source_ms, host.target_ms) == pytest.approx((0.6, 0.02))
+    assert (host.source_ms, host.target_ms) == pytest.approx((0.6, 0.029))
+
+
+def test_cpu_only_op_priced_as_the_emulator_prices_it() -> None:
+    """One kernel time for both: a moved op's device time is the emulated device's
+    (``RooflineModel.kernel_ns``) for the same op on trn2."""
+    from neuron_profiler.costmodel.chips import chip
+    from neuron_profiler.emulator.timing import RooflineModel
+
+    b = Build().step(1, 0, 1000)
+    b.host("aten::mm", 100, 600, args=MM_ARGS)
+    b.host("aten::item", 700, 710)
+    p = project(b.b.build(), "trn2")
+    emulated = RooflineModel(chip("trn2")).kernel_ns(
+        flops=2 * 1024**3, bytes_moved=3 * 1024 * 1024 * 4, dtype="float32", matrix=True
+    )
+    assert {c.cls: c for c in p.classes}["compute"].target_ms == pytest.approx(emulated / 1e6)
 
 
 def test_what_if_edits_replay_on_the_same_graph() -> None:
@@ -267,3 +288,19 @@ def test_what_if_overlap_comm_hides_the_collective_behind_compute(
     assert p.replay_ms == pytest.approx(step, abs=1e-6)
     (row,) = p.what_if
     assert row.delta_ms == pytest.approx(-hidden_us / 1e3, abs=1e-6)
+
+
+def test_emulator_overhead_is_no_host_time_of_the_target() -> None:
+    """mm_then_sync with 300 µs of the emulator's own dispatch (600-900) after the sync: the
+    replay check keeps it (the recorded step, 1000 µs), the projection leaves it out (700 µs),
+    on the trace's own chip and on another."""
+    b = _mm_then_sync()
+    b.host("emulator overhead: dispatch", 600, 900, kind=EventKind.OTHER, cat="overhead")
+    trace = b.b.build()
+    p = project(trace, "same", source="v100")
+    assert p.replay_ms == pytest.approx(1.0, abs=1e-6)
+    assert p.target.step_ms == pytest.approx(0.7, abs=1e-6)
+    kernel = 500 * 15.7 / 19.5
+    onto = project(trace, "a100", source="v100")
+    assert onto.target.step_ms == pytest.approx((15 + kernel + 5 + 475 - 300) / 1e3, abs=2e-6)
+    assert any("emulator's own host work" in a for a in p.assumptions)
