@@ -177,7 +177,8 @@ def eager_regions(
 ) -> np.ndarray:
     """Group per item for ``--what-if compiled``: each thread's compute launches of a step
     between two graph breaks (a host wait, an op the target runs on the host, a copy or
-    collective launched, an op holding a wait) form one graph; recorded regions are one graph
+    collective launched, an op holding a wait, a recorded region's launch) form one graph;
+    recorded regions are one graph
     each (``recorded``: group them; False: the graph has them as one launch already). -1: not
     grouped."""
     group = np.where(recorded & (sites.region >= 0), sites.region, -1).astype(np.int64)
@@ -188,7 +189,9 @@ def eager_regions(
     cand = cand[np.lexsort((at, sites.thread[cand]))]
     at = graph.launch_ns[cand]
     step = np.searchsorted(graph.step_start_ns, at, side="right")
-    brk = np.searchsorted(np.sort(breaks_ns), at, side="left")  # breaks before each launch
+    # a recorded region's execution breaks the eager graphs around it too
+    breaks = np.sort(np.concatenate([breaks_ns, graph.launch_ns[sites.region >= 0]]))
+    brk = np.searchsorted(breaks, at, side="left")  # breaks before each launch
     new = np.r_[
         True,
         (np.diff(sites.thread[cand]) != 0) | (np.diff(step) != 0) | (np.diff(brk) != 0),
