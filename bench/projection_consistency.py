@@ -118,9 +118,11 @@ def _one_run(a: argparse.Namespace) -> dict:
             subprocess.run(
                 [sys.executable, __file__, *args], check=True, capture_output=True, env=_env(a)
             )
-        projected = project(load_trace(paths["cpu"]), "trn2")
+        cpu, neuron = load_trace(paths["cpu"]), load_trace(paths["neuron"])
+        projected = project(cpu, "trn2")
         # the emulated step as the device would see it: the emulator's own host work left out
-        emulated = project(load_trace(paths["neuron"]), "same")
+        emulated = project(neuron, "same")
+        by_op = _device_us_by_op(cpu, neuron)
     step = emulated.target.step_ms
     err = 100 * (projected.target.step_ms - step) / step
     return {
@@ -135,7 +137,35 @@ def _one_run(a: argparse.Namespace) -> dict:
         "error_pct": round(err, 1),
         "projected_classes": {c.cls: round(c.target_ms, 3) for c in projected.classes},
         "emulated_classes": {c.cls: round(c.target_ms, 3) for c in emulated.classes},
+        "device_us_per_step_by_op": by_op,
     }
+
+
+def _device_us_by_op(cpu, neuron) -> dict:  # noqa: ANN001
+    """Device time a step per op the script called (the outermost aten op around each launch):
+    [projected from the CPU trace, emulated]."""
+    import numpy as np
+
+    from neuron_profiler.analysis.context import AnalysisContext, Options
+    from neuron_profiler.analysis.graph_launches import launch_sites
+    from neuron_profiler.analysis.offload import offload
+    from neuron_profiler.analysis.replay import dependency_graph, graph_items
+    from neuron_profiler.costmodel.chips import chip
+    from neuron_profiler.trace import schema as S
+
+    out: dict[str, list[float]] = {}
+    ctx = AnalysisContext(cpu, Options(hta=False, tb=False))
+    plan = offload(ctx, chip("trn2"))
+    for name, ns in zip(plan.names.tolist(), plan.graph.duration.tolist(), strict=True):
+        out.setdefault(str(name), [0.0, 0.0])[0] += ns / len(ctx.steps) / 1e3
+    ectx = AnalysisContext(neuron, Options(hta=False, tb=False))
+    graph = dependency_graph(ectx)
+    sites = launch_sites(ectx, graph_items(ectx), graph.sync_start_ns)
+    names = neuron.col(S.NAME_ID)[np.maximum(sites.op, 0)]
+    for k, ns in enumerate(graph.duration.tolist()):
+        name = neuron.strings[int(names[k])] if sites.op[k] >= 0 else "(no op)"
+        out.setdefault(name, [0.0, 0.0])[1] += ns / len(ectx.steps) / 1e3
+    return {k: [round(v[0], 1), round(v[1], 1)] for k, v in sorted(out.items())}
 
 
 if __name__ == "__main__":

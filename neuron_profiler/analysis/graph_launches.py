@@ -72,7 +72,8 @@ def launch_sites(ctx: AnalysisContext, items: np.ndarray, waits_ns: np.ndarray) 
         )
         rows = np.concatenate([hosts, calls])
         start = c[S.TS_NS][rows]
-        end = start + c[S.DUR_NS][rows]
+        # a call is placed by its start (its recorded end may pass its op's: clocks, rounding)
+        end = start + np.where(np.isin(rows, calls), 1, c[S.DUR_NS][rows])
         code = np.unique(
             np.stack([c[S.PID][rows], c[S.TID][rows]], axis=1), axis=0, return_inverse=True
         )[1].reshape(-1)

@@ -204,22 +204,28 @@ def test_cpu_only_wrapper_ops_are_not_moved_twice() -> None:
     assert compute.source_ms == pytest.approx(0.6)
 
 
-def _eager_loop(b: Build, first_us: int, count: int, period_us: int, op_us: int) -> None:
+def _eager_loop(
+    b: Build, first_us: int, count: int, period_us: int, op_us: int, into_us: int = 10
+) -> None:
     """``count`` small ops (``op_us`` of host time each, ``period_us`` apart) each launching a
-    5 µs kernel 10 µs into the op, which starts 10 µs after its launch."""
+    5 µs kernel ``into_us`` into the op, which starts 10 µs after its launch."""
     for i in range(count):
         t = first_us + i * period_us
         b.host("aten::add", t, t + op_us, args={"Input Dims": [[8], [8]]})
-        b.kernel(t + 20, t + 25, launch_us=t + 10, name="elementwise_kernel")
+        b.kernel(
+            t + into_us + 10, t + into_us + 15, launch_us=t + into_us, name="elementwise_kernel"
+        )
 
 
-def test_what_if_compiled_saves_the_launches_of_a_host_bound_eager_loop() -> None:
+@pytest.mark.parametrize("into_us", [10, 49])
+def test_what_if_compiled_saves_the_launches_of_a_host_bound_eager_loop(into_us: int) -> None:
     """Five 50 µs ops (100-550) launch one tiny kernel each; a cudaDeviceSynchronize at 900
     (a graph break), then two 40 µs ops (910-990); the host-bound step is 1000 µs. Compiled,
     each side of the break is one graph: the first op of each launches it, the others' host
-    time goes: (5 - 1) x 50 + (2 - 1) x 40 = 240 µs saved."""
+    time goes: (5 - 1) x 50 + (2 - 1) x 40 = 240 µs saved. (into_us 49: the 2 µs launch calls
+    end after their op: a call belongs to the op it starts in.)"""
     b = Build().step(1, 0, 1000)
-    _eager_loop(b, 100, 5, 100, 50)
+    _eager_loop(b, 100, 5, 100, 50, into_us)
     b.host("cudaDeviceSynchronize", 900, 905, kind=EventKind.RUNTIME, cat="cuda_runtime")
     _eager_loop(b, 910, 2, 40, 40)
     p = project(b.b.build(), "same", source="v100", what_if=("compiled",))
