@@ -141,9 +141,15 @@ def offload_sites(ctx: AnalysisContext, plan: Offload) -> LaunchSites:
 
 
 def _has_graph_id(trace, rows: np.ndarray) -> np.ndarray:  # noqa: ANN001
-    return np.array(
-        [v is not None for v in arg_values(trace, rows, (V.ARG_GRAPH_ID,))[V.ARG_GRAPH_ID]], bool
-    ).reshape(-1)
+    """Whether each row carries a graph id, read on one row per distinct name (a compiled
+    graph's executions share their name; eager kernels never carry one)."""
+    if len(rows) == 0:
+        return np.zeros(0, bool)
+    names, first, inverse = np.unique(
+        trace.col(S.NAME_ID)[rows], return_index=True, return_inverse=True
+    )
+    found = arg_values(trace, rows[first], (V.ARG_GRAPH_ID,))[V.ARG_GRAPH_ID]
+    return np.array([v is not None for v in found], bool)[inverse.reshape(-1)]
 
 
 def _aten_ids(trace) -> np.ndarray:  # noqa: ANN001

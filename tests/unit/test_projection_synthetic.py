@@ -321,8 +321,14 @@ def test_a_compiled_graph_execution_is_not_merged_with_eager_ops() -> None:
     for i in range(5):
         t = 100 + i * 100
         b.host("aten::add", t, t + 50, args={"Input Dims": [[8], [8]]})
-        args = {"graph id": 7} if i == 2 else None
-        b.kernel(t + 20, t + 25, launch_us=t + 10, name="elementwise_kernel", args=args)
+        graph = i == 2  # named as the emulator names a graph's executions
+        b.kernel(
+            t + 20,
+            t + 25,
+            launch_us=t + 10,
+            name="NEFF: graph_7 (forward)" if graph else "elementwise_kernel",
+            args={"graph id": 7} if graph else None,
+        )
     p = project(b.b.build(), "same", source="v100", what_if=("compiled",))
     (row,) = p.what_if
     assert row.delta_ms == pytest.approx(-0.100, abs=1e-6)
