@@ -176,9 +176,14 @@ def project(
         costs = swap_costs(ctx, graph, src, tgt, same)
         shift = 0 if same else tgt.launch_latency_ns - graph.base_latency_ns  # type: ignore[union-attr]
         items = graph_items(ctx)
-        sites = launch_sites(ctx, items, graph.sync_start_ns)
         compute = ctx.work.queue[items] == COMPUTE
-        if not same and tgt.graph_executions:  # type: ignore[union-attr]
+        regions = not same and tgt.graph_executions and len(ctx.names.compiled) > 0  # type: ignore[union-attr]
+        # what launched each item: for the compiled what-if, or a trace with compiled regions
+        # on a target that launches each once (a lone graph execution is one launch already)
+        sites = None
+        if regions or any(e.kind == "compiled" for e in edits):
+            sites = launch_sites(ctx, items, graph.sync_start_ns)
+        if regions and sites is not None:
             graph, costs, note = _one_launch_per_region(graph, costs, sites, tgt)  # type: ignore[arg-type]
             notes += note
     overhead = _emulator_overhead(ctx)
@@ -192,7 +197,7 @@ def project(
     runner_for = lambda g: _runner(g, None if same else tgt, shift)  # noqa: E731
     run = runner_for(graph)
     projected, blocked, converged = run(costs.duration, costs.delays)
-    merged = not same and tgt is not None and tgt.graph_executions and plan is None
+    merged = bool(not same and tgt is not None and tgt.graph_executions and plan is None)
     replayable = Replayable(graph, costs, sites, compute, runner_for, merged)
     edited = []
     n = max(len(graph.step_start_ns), 1)

@@ -56,7 +56,7 @@ class Replayable:
 
     graph: DependencyGraph
     costs: ItemCosts
-    sites: LaunchSites
+    sites: LaunchSites | None  # None when no edit needs it (``compiled`` does)
     compute: np.ndarray
     runner_for: Callable[[DependencyGraph], Runner]
     regions_merged: bool = False  # the graph launches recorded compiled regions once already
@@ -114,6 +114,7 @@ def what_if_step(
     elif edit.kind == "no-data-stall":
         delays = delays.merge(_data_loading(ctx))
     elif edit.kind == "compiled":
+        assert r.sites is not None
         breaks = _graph_breaks(r)
         group = eager_regions(graph, r.sites, r.compute, breaks, recorded=not r.regions_merged)
         graph, saved, launches = as_graph_launches(graph, r.sites, group)
