@@ -251,7 +251,8 @@ def _launching_ops(
     ops = np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE))
     rows = np.concatenate([ops, calls])
     start = c[S.TS_NS][rows]
-    end = start + c[S.DUR_NS][rows]
+    # a call is placed by its start (its recorded end may pass its op's: clocks, rounding)
+    end = start + np.where(np.isin(rows, calls), 1, c[S.DUR_NS][rows])
     thread = np.unique(
         np.stack([c[S.PID][rows], c[S.TID][rows]], axis=1), axis=0, return_inverse=True
     )[1].reshape(-1)

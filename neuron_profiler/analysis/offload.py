@@ -5,9 +5,11 @@ the source has no device time (docs/projection.md, "CPU-only traces")::
     replay(plan.graph, plan.graph.duration, delays=plan.delays)
 
 Each outermost kernel-launching aten op of the steps (the op the script called: aten::linear
-with the addmm inside it) with recorded shapes becomes one device item: launched at the op's recorded start, lasting its
-roofline bound on the target at ``roofline.DEFAULT_EFFICIENCY`` plus the chip's fixed kernel
-time; the op's host time shrinks to ``HOST_DISPATCH_NS`` (the host no longer computes it). Views,
+with the addmm inside it) with recorded shapes becomes one device item: launched at the op's
+recorded start, lasting the cost model's kernel time on the target (``roofline.kernel_s``, the
+emulated device's); the op's host time shrinks to what the target's host spends on it (the host
+no longer computes it): the framework's dispatch per aten op it runs, measured in the trace on
+ops that launch nothing, plus the backend's launch (``ChipSpec.host_launch_ns``) per kernel. Views,
 allocations and metadata ops have no kernel and stay as they are; so do ops under a DataLoader
 (data loading stays on the host) and ops without recorded shapes (counted). ``aten::item`` /
 ``_local_scalar_dense`` become syncs: the host waits for the device work launched before them.
@@ -15,6 +17,7 @@ allocations and metadata ops have no kernel and stay as they are; so do ops unde
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,13 +29,10 @@ from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.replay import DependencyGraph, HostDelays
 from neuron_profiler.costmodel.chips import ChipSpec
 from neuron_profiler.costmodel.ops import OpCost, op_cost
-from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, roofline_s
+from neuron_profiler.costmodel.roofline import kernel_s
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 
-# Host time of one eager op that launches device work instead of computing: ASSUMPTION, a round
-# figure for PyTorch's per-op dispatch plus a runtime launch call (a few µs each on CUDA).
-HOST_DISPATCH_NS = 10_000
 # Ops that launch no kernel: views, allocations, metadata.
 NO_KERNEL_OPS = frozenset(
     f"aten::{op}"
@@ -93,6 +93,9 @@ class Offload:
     costs: tuple[OpCost, ...]
     host_ns: np.ndarray  # each moved op's recorded host time (the CPU computing it)
     unpriced: int  # ops to move that recorded no shapes: left on the host
+    rows: np.ndarray  # each moved op's row in the trace
+    target_host_ns: np.ndarray  # each moved op's host time on the target (dispatch + launches)
+    dispatch_ns: int  # the framework's host time per dispatched op, measured in the trace
 
 
 def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
@@ -125,7 +128,10 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
     costs = tuple(costs[k] for k in by_launch.tolist())
     duration = np.array([_device_ns(cst, target) for cst in costs], np.int64)
     graph = _graph(ctx, launch, duration, target)
-    shrink = -np.maximum(end[items] - start[items] - HOST_DISPATCH_NS, 0)
+    dispatch = _framework_dispatch_ns(names, parent, aten & ~kernel, end - start, in_steps)
+    target_host = _host_ns_on_target(parent, aten, kernel, items, dispatch, target)
+    target_host = np.minimum(target_host, end[items] - start[items])
+    shrink = target_host - (end[items] - start[items])
     syncs = np.flatnonzero(sync)
     before = np.searchsorted(launch, start[syncs], side="left") - 1
     at = np.concatenate([end[items], start[syncs]])
@@ -139,7 +145,46 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
         costs=costs,
         host_ns=end[items] - start[items],
         unpriced=unpriced,
+        rows=ops[items],
+        target_host_ns=target_host,
+        dispatch_ns=dispatch,
     )
+
+
+def _framework_dispatch_ns(
+    names: np.ndarray,
+    parent: np.ndarray,
+    no_kernel: np.ndarray,
+    dur: np.ndarray,
+    in_steps: np.ndarray,
+) -> int:
+    """The framework's host time per dispatched op on this host, as the trace measured it: the
+    median of its steps' childless ops that launch nothing (views, metadata: dispatcher work
+    only, the same on any backend). 0 when the steps have none."""
+    has_child = np.zeros(len(parent), bool)
+    has_child[parent[parent >= 0]] = True
+    mine = no_kernel & ~has_child & in_steps
+    return int(np.median(dur[mine])) if mine.any() else 0
+
+
+def _host_ns_on_target(
+    parent: np.ndarray,
+    aten: np.ndarray,
+    kernel: np.ndarray,
+    items: np.ndarray,
+    dispatch_ns: int,
+    target: ChipSpec,
+) -> np.ndarray:
+    """Host time of each moved op on the target: the framework's dispatch for every aten op it
+    runs (itself and those inside it, as recorded) plus the backend's launch
+    (``ChipSpec.host_launch_ns``, the emulator's figure) for each innermost kernel op in it."""
+    top = _tree.outermost_marked(parent, kernel)  # each row's moved op (outermost kernel op)
+    has_kernel_child = np.zeros(len(parent), bool)
+    has_kernel_child[parent[kernel & (parent >= 0)]] = True
+    n = len(parent)
+    ops_in = np.bincount(top[aten & (top >= 0)], minlength=n)
+    launches = np.bincount(top[kernel & ~has_kernel_child & (top >= 0)], minlength=n)
+    return (ops_in[items] * dispatch_ns + launches[items] * target.host_launch_ns).astype(np.int64)
 
 
 def _priced(
@@ -173,9 +218,10 @@ def _priced(
 
 
 def _device_ns(cst: OpCost, target: ChipSpec) -> int:
+    """The cost model's kernel time (``roofline.kernel_s``: the emulated device's too)."""
     peak = target.matrix_flops_per_s(cst.dtype) if cst.matrix else target.vector_flops_per_s()
-    seconds = roofline_s(cst.flops, cst.bytes_moved, peak, target.hbm_bytes_per_s())
-    return round(seconds / DEFAULT_EFFICIENCY * 1e9) + target.kernel_fixed_ns
+    hbm = target.hbm_bytes_per_s()
+    return math.ceil(kernel_s(cst.flops, cst.bytes_moved, peak, hbm, target.kernel_fixed_ns) * 1e9)
 
 
 def _graph(

@@ -16,10 +16,12 @@ latency. Host time outside device waits is carried over (same host).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._device import COMPUTE
 from neuron_profiler.analysis.context import AnalysisContext, Options
 from neuron_profiler.analysis.device_costs import (
     CLASSES,
@@ -30,18 +32,27 @@ from neuron_profiler.analysis.device_costs import (
     offload_costs,
     swap_costs,
 )
-from neuron_profiler.analysis.offload import HOST_DISPATCH_NS, Offload, offload
+from neuron_profiler.analysis.graph_launches import (
+    LaunchSites,
+    as_graph_launches,
+    launch_sites,
+    offload_sites,
+    recorded_regions,
+)
+from neuron_profiler.analysis.offload import Offload, offload
 from neuron_profiler.analysis.peaks import device_chip
 from neuron_profiler.analysis.replay import (
     QUEUE_ROUNDS,
     DependencyGraph,
+    HostDelays,
     dependency_graph,
+    graph_items,
     replay,
     replay_with_queue_depth,
 )
-from neuron_profiler.analysis.what_if import Runner, parse_what_if, what_if_step
+from neuron_profiler.analysis.what_if import Replayable, Runner, parse_what_if, what_if_step
 from neuron_profiler.costmodel.chips import CHIPS, ChipSpec, chip
-from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY
+from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, KERNEL_EFFICIENCY
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.trace.model import Trace
 
@@ -155,23 +166,63 @@ def project(
     recorded = replay(graph, graph.duration)
     same = tgt is None or (src is not None and tgt.name == src.name)
     source_graph = graph
+    notes: list[str] = []
+    plan = None
     if not same and len(ctx.work) == 0:  # a CPU-only trace: its ops moved onto the target
         plan = offload(ctx, tgt)  # type: ignore[arg-type]
         graph, costs, shift = plan.graph, offload_costs(ctx, plan, tgt), 0  # type: ignore[arg-type]
+        sites, compute = offload_sites(ctx, plan), np.ones(len(plan.graph), bool)
     else:
         costs = swap_costs(ctx, graph, src, tgt, same)
         shift = 0 if same else tgt.launch_latency_ns - graph.base_latency_ns  # type: ignore[union-attr]
-    run = _runner(graph, None if same else tgt, shift)
+        items = graph_items(ctx)
+        compute = ctx.work.queue[items] == COMPUTE
+        regions = not same and tgt.graph_executions and len(ctx.names.compiled) > 0  # type: ignore[union-attr]
+        # what launched each item: for the compiled what-if, or a trace with compiled regions
+        # on a target that launches each once (a lone graph execution is one launch already)
+        sites = None
+        if regions or any(e.kind == "compiled" for e in edits):
+            sites = launch_sites(ctx, items, graph.sync_start_ns)
+        if regions and sites is not None:
+            graph, costs, note = _one_launch_per_region(graph, costs, sites, tgt)  # type: ignore[arg-type]
+            notes += note
+    overhead = _emulator_overhead(ctx)
+    if len(overhead.at_ns):
+        costs = replace(costs, delays=costs.delays.merge(overhead))
+        notes.append(
+            "the emulator's own host work (its dispatch, numerics: 'emulator overhead' spans, "
+            f"{-overhead.extra_ns.sum() / max(len(ctx.steps), 1) / 1e6:.3f} ms a step) left "
+            "out of the projected host time: no device has it"
+        )
+    runner_for = lambda g: _runner(g, None if same else tgt, shift)  # noqa: E731
+    run = runner_for(graph)
     projected, blocked, converged = run(costs.duration, costs.delays)
+    merged = bool(not same and tgt is not None and tgt.graph_executions and plan is None)
+    replayable = Replayable(graph, costs, sites, compute, runner_for, merged)
     edited = []
+    n = max(len(graph.step_start_ns), 1)
     for edit in edits:
-        step = what_if_step(ctx, graph, costs, edit, src, tgt, same, run) / 1e6
+        result = what_if_step(ctx, replayable, edit, src, tgt, same)
+        step = result.step_ns / 1e6
         edited.append(WhatIfRow(edit.text, step, step - projected.mean_step_ns / 1e6))
+        if edit.kind == "compiled":
+            notes.append(
+                f"--what-if compiled: each thread's compute launches of a step between graph "
+                f"breaks (host waits, host-run ops, copies, collectives) as one graph: "
+                f"{result.launches_saved / n:.0f} launches a step saved in "
+                f"{result.graphs / n:.0f} graphs (their ops' host time with them; kernels, "
+                "fusion and fixed kernel time unchanged)"
+            )
+        if edit.kind == "overlap-comm":
+            notes.append(
+                "--what-if overlap-comm: collectives no longer wait for the compute they were "
+                "recorded behind; each starts at its launch, beside the compute still queued "
+                "(its data assumed ready there: an upper bound of the overlap)"
+            )
     low, *_ = run(np.round(costs.duration * (1 - costs.uncertainty)).astype(np.int64), costs.delays)
     high, *_ = run(
         np.round(costs.duration * (1 + costs.uncertainty)).astype(np.int64), costs.delays
     )
-    n = max(len(graph.step_start_ns), 1)
     src_name = src.name if src else "unknown"
     return Projection(
         source=Side(src_name, ctx.mean_step_ns / 1e6),
@@ -187,12 +238,38 @@ def project(
         ops=_ops(costs, n, fallback=False, top=top),
         fallbacks=_ops(costs, n, fallback=True, top=top),
         assumptions=_assumptions(src, tgt, same, source_graph, costs)
-        + (_offload_assumptions(plan) if graph is not source_graph else ())
-        + _queue_assumption(tgt, same, blocked, n, converged),
+        + (_offload_assumptions(plan) if plan is not None else ())
+        + _queue_assumption(tgt, same, blocked, n, converged)
+        + tuple(notes),
         priced=int(costs.priced.sum()),
         items=len(graph),
         what_if=tuple(edited),
     )
+
+
+def _emulator_overhead(ctx: AnalysisContext) -> HostDelays:
+    """The emulator's own host work inside the steps (its overhead spans, as one union) as host
+    time taken out at each span's end."""
+    spans = ctx.emulator_overhead
+    inside = I.overlap_per_window(ctx.steps.host_spans, spans.start, spans.end) > 0
+    s, e = spans.start[inside], spans.end[inside]
+    return HostDelays(e, np.full(len(e), -1, np.int64), -(e - s))
+
+
+def _one_launch_per_region(
+    graph: DependencyGraph, costs: ItemCosts, sites: LaunchSites, tgt: ChipSpec
+) -> tuple[DependencyGraph, ItemCosts, list[str]]:
+    """Recorded compiled regions (torch.compile's spans, compiled graph executions) as one graph
+    launch each on a target that runs them as one execution."""
+    graph, saved, launches = as_graph_launches(graph, sites, recorded_regions(sites))
+    if launches == 0:
+        return graph, costs, []
+    n = max(len(graph.step_start_ns), 1)
+    note = (
+        f"compiled regions run as one graph launch each on {tgt.name}: {launches / n:.0f} "
+        "launches a step saved (their launch calls' host time with them)"
+    )
+    return graph, replace(costs, delays=costs.delays.merge(saved)), [note]
 
 
 def _runner(graph: DependencyGraph, target: ChipSpec | None, shift: int) -> Runner:
@@ -220,9 +297,12 @@ def _queue_assumption(
 
 def _offload_assumptions(plan: Offload) -> tuple[str, ...]:
     return (
-        "CPU-only source: each outermost kernel-launching aten op with recorded shapes moved onto the device, priced at "
-        f"{DEFAULT_EFFICIENCY:.0%} of its roofline bound plus the chip's fixed kernel time; its "
-        f"host time becomes {HOST_DISPATCH_NS / 1e3:.0f} µs of dispatch",
+        "CPU-only source: each outermost kernel-launching aten op with recorded shapes moved "
+        f"onto the device, priced at {KERNEL_EFFICIENCY:.0%} of its roofline bound plus the "
+        "chip's fixed kernel time (the emulated device's kernel time, costmodel.roofline)",
+        "a moved op's host time becomes the framework's dispatch per aten op it runs "
+        f"({plan.dispatch_ns / 1e3:.1f} µs: the trace's median op that launches nothing) plus "
+        "the backend's launch per kernel (ChipSpec.host_launch_ns, the emulator's figure)",
         "views, allocations, data loading and ops without shapes stay on the host "
         f"({plan.unpriced} such ops without recorded shapes)",
         "aten::item / _local_scalar_dense wait for the device work launched before them",
@@ -342,5 +422,12 @@ def _assumptions(
             "device, their bytes over the host link, host compute at "
             f"{DEFAULT_EFFICIENCY:.0%} of the host profile's roofline (docs/chips.md)"
         )
-    out.append("eager execution: one launch per kernel as recorded (no compiled graphs)")
+    out.append(
+        "eager ops: one launch per kernel as recorded"
+        + (
+            "; a compiled region's kernels one graph launch per execution"
+            if tgt.graph_executions
+            else " (compiled regions' kernels too)"
+        )
+    )
     return tuple(out)

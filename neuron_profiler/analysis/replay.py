@@ -15,9 +15,12 @@ The graph holds what the timeline of one process depends on (docs/projection.md,
 - **queue order**: items of one queue (device, stream) run in their recorded order, with the
   recorded gap after the previous item where it started right behind it (the queue was the
   constraint);
+- **collectives after compute**: a collective that started when a compute item of its device
+  ended (not at its launch, its own queue idle) waits for that item (the stream wait that
+  serialised it, NCCL's event or the emulator's input dependency);
 - **syncs**: a host call that blocked until device work was done (``sync_calls``) ends when the
   latest item it evidently waited for (launched before it, finished before it returned) ends,
-  plus the time it took to return after that;
+  on every queue whose work ended while it waited, plus the time it took to return after that;
 - **host delays**: extra host time at a point (an op the target runs on the host), optionally
   after waiting for the device.
 
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _tree
-from neuron_profiler.analysis._device import NO_LAUNCH
+from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, NO_LAUNCH
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.sync_calls import sync_calls
 from neuron_profiler.trace import schema as S
@@ -63,6 +66,11 @@ class DependencyGraph:
         base_latency_ns: the trace's median launch latency on an idle queue.
         sync_start_ns / sync_end_ns: recorded host waits (innermost, in start order).
         sync_awaited: the item each waited for (-1: none found).
+        sync_also: the items it waited for on the other queues (CSR: ``sync_also_items[
+            sync_also_ptr[k] : sync_also_ptr[k + 1]]``): the last of each queue launched before
+            it that ended while it waited; a replay with other costs ends it at the latest.
+        after: per item, the item on another queue it waited for (-1: none; collectives
+            serialised behind compute).
         sync_return_ns: recorded time from the awaited item's end (or the call's start, if
             later) to the call's return.
         step_start_ns / step_host_end_ns: steps on the host; ``last_step_items``: items started
@@ -86,6 +94,9 @@ class DependencyGraph:
     step_host_end_ns: np.ndarray
     step_end_ns: np.ndarray
     last_step_items: np.ndarray
+    after: np.ndarray | None = None
+    sync_also_ptr: np.ndarray | None = None
+    sync_also_items: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.queue)
@@ -149,7 +160,8 @@ def dependency_graph(ctx: AnalysisContext, *, recorded_latencies: bool = False) 
     same[order[1:]] = queue[order[1:]] == queue[order[:-1]]
     prev_end[order[1:]] = np.where(same[order[1:]], end[order[:-1]], prev_end[order[1:]])
     known = launch != NO_LAUNCH
-    idle_at_launch = known & (prev_end <= launch)
+    after = _serialised_after(w.queue[idx], w.device[idx], start, end, launch, prev_end)
+    idle_at_launch = known & (prev_end <= launch) & (after < 0)
     base = (
         int(np.median(start[idle_at_launch] - launch[idle_at_launch]))
         if idle_at_launch.any()
@@ -159,12 +171,13 @@ def dependency_graph(ctx: AnalysisContext, *, recorded_latencies: bool = False) 
     behind = same & ~launch_bound
     gap_median = int(np.median(np.maximum(start - prev_end, 0)[behind])) if behind.any() else 0
     if recorded_latencies:
-        latency = np.where(launch_bound, np.maximum(start - launch, 0), base)
+        latency = np.where(launch_bound & (after < 0), np.maximum(start - launch, 0), base)
         gap = np.where(behind, np.maximum(start - prev_end, 0), 0)
     else:
         latency = np.full(len(idx), base, np.int64)
         gap = np.where(behind, gap_median, 0)
     sync_start, sync_end, awaited, ret = _syncs(ctx, start, end, launch)
+    also_ptr, also_items = _also_awaited(queue, start, end, launch, sync_start, sync_end, awaited)
     if not recorded_latencies and len(ret):
         ret = np.full(len(ret), int(np.median(ret)), np.int64)
     steps = ctx.steps
@@ -192,7 +205,76 @@ def dependency_graph(ctx: AnalysisContext, *, recorded_latencies: bool = False) 
         step_host_end_ns=host_end,
         step_end_ns=steps.end_ns,
         last_step_items=last,
+        after=after if (after >= 0).any() else None,
+        sync_also_ptr=also_ptr,
+        sync_also_items=also_items,
     )
+
+
+def _serialised_after(
+    kind: np.ndarray,
+    device: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    launch: np.ndarray,
+    prev_end: np.ndarray,
+) -> np.ndarray:
+    """Per item, the compute item a collective was serialised behind (-1: none): the collective
+    started within ``SYNC_SLACK_NS`` of the end of a compute item of its device that ended after
+    the collective's launch, while its own queue was idle."""
+    after = np.full(len(start), -1, np.int64)
+    coll = np.flatnonzero((kind == COLLECTIVE) & (launch != NO_LAUNCH))
+    comp = np.flatnonzero(kind == COMPUTE)
+    if len(coll) == 0 or len(comp) == 0:
+        return after
+    j = np.full(len(coll), -1, np.int64)
+    for d in np.unique(device[coll]).tolist():  # per device (a few)
+        mine = np.flatnonzero(device[coll] == d)
+        ours = comp[device[comp] == d]
+        ours = ours[np.argsort(end[ours], kind="stable")]
+        # the last compute item of the device ending by the collective's start (+ slack)
+        at = np.searchsorted(end[ours], start[coll[mine]] + SYNC_SLACK_NS, side="right") - 1
+        j[mine] = np.where(at >= 0, ours[np.maximum(at, 0)] if len(ours) else -1, -1)
+    ok = j >= 0
+    cand = np.maximum(j, 0)
+    ok &= end[cand] >= start[coll] - SYNC_SLACK_NS  # it started when that item ended ...
+    ok &= end[cand] > launch[coll]  # ... which was still running at its launch ...
+    ok &= prev_end[coll] < start[coll] - SYNC_SLACK_NS  # ... its own queue idle
+    after[coll[ok]] = cand[ok]
+    return after
+
+
+def _also_awaited(
+    queue: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    launch: np.ndarray,
+    sync_start: np.ndarray,
+    sync_end: np.ndarray,
+    awaited: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per sync with an awaited item, the last item of every other queue launched before it that
+    ended while it waited (CSR); one vectorised search per queue."""
+    n_sync = len(sync_start)
+    if n_sync == 0 or len(queue) == 0:
+        return np.zeros(n_sync + 1, np.int64), np.zeros(0, np.int64)
+    known = launch != NO_LAUNCH
+    pairs_sync, pairs_item = [], []
+    order = np.lexsort((end, queue))
+    cuts = np.r_[0, np.flatnonzero(np.diff(queue[order])) + 1, len(order)]
+    for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):  # per queue
+        items = order[lo:hi]
+        j = np.searchsorted(end[items], sync_end + SYNC_SLACK_NS, side="right") - 1
+        hit = j >= 0
+        cand = items[np.maximum(j, 0)]
+        hit &= (end[cand] > sync_start) & known[cand] & (launch[cand] < sync_start)
+        hit &= (awaited >= 0) & (cand != awaited)
+        pairs_sync.append(np.flatnonzero(hit))
+        pairs_item.append(cand[hit])
+    s, i = np.concatenate(pairs_sync), np.concatenate(pairs_item)
+    o = np.argsort(s, kind="stable")
+    ptr = np.searchsorted(s[o], np.arange(n_sync + 1))
+    return ptr.astype(np.int64), i[o].astype(np.int64)
 
 
 def graph_items(ctx: AnalysisContext) -> np.ndarray:
@@ -258,12 +340,14 @@ def replay(
     ev_end = np.concatenate([graph.sync_end_ns, delays.at_ns])
     ev_awaited = np.concatenate([graph.sync_awaited, delays.awaited])
     ev_extra = np.concatenate([graph.sync_return_ns, delays.extra_ns])
+    ev_sync = np.r_[np.arange(len(graph.sync_start_ns)), np.full(len(delays.at_ns), -1)]
     order = np.argsort(ev_start, kind="stable")
-    ev_start, ev_end, ev_awaited, ev_extra = (
+    ev_start, ev_end, ev_awaited, ev_extra, ev_sync = (
         ev_start[order],
         ev_end[order],
         ev_awaited[order],
         ev_extra[order],
+        ev_sync[order],
     )
     anchor = np.where(graph.launch_ns != NO_LAUNCH, graph.launch_ns, graph.start_ns)
     latency = np.where(
@@ -278,13 +362,19 @@ def replay(
     out_start = np.zeros(n, np.int64)
     out_end = np.zeros(n, np.int64)
     queue_free = np.full(int(graph.queue.max()) + 1 if n else 0, np.iinfo(np.int64).min // 4)
-    item_order = np.lexsort((graph.start_ns, graph.queue, seg))
+    # queues whose items wait for another queue's are scanned after the others of a segment
+    dependent = np.zeros(n, bool)
+    if graph.after is not None:
+        dependent = np.isin(graph.queue, np.unique(graph.queue[graph.after >= 0]))
+    item_order = np.lexsort((graph.start_ns, graph.queue, dependent, seg))
     bounds = np.searchsorted(seg[item_order], np.arange(len(ev_start) + 2))
     offsets = np.zeros(len(ev_start) + 1, np.int64)
     ready_base = anchor + latency
     # the loop runs once per wait (Python scalars: numpy's per-element overhead dominates here)
     starts, ends = ev_start.tolist(), ev_end.tolist()
     awaited, extra, cut = ev_awaited.tolist(), ev_extra.tolist(), bounds.tolist()
+    sync_of = ev_sync.tolist()
+    ptr = graph.sync_also_ptr.tolist() if graph.sync_also_ptr is not None else None
     offset = 0
     for k in range(len(starts) + 1):
         lo, hi = cut[k], cut[k + 1]
@@ -296,6 +386,9 @@ def replay(
             break
         a = awaited[k]
         done = int(out_end[a]) if a >= 0 else _NEVER
+        j = sync_of[k]
+        if ptr is not None and j >= 0 and ptr[j + 1] > ptr[j]:
+            done = max(done, int(out_end[graph.sync_also_items[ptr[j] : ptr[j + 1]]].max()))
         offset = max(starts[k] + offset, done) + extra[k] - ends[k]
     step = _steps(graph, ev_end, offsets, out_start, out_end)
     return ReplayedTimeline(
@@ -322,6 +415,12 @@ def replay_with_queue_depth(
     known = graph.launch_ns != NO_LAUNCH
     order = np.flatnonzero(known)
     order = order[np.lexsort((graph.launch_ns[order], graph.device[order]))]
+    # items launched together (one graph execution) are one launch
+    one = np.r_[
+        True,
+        (np.diff(graph.launch_ns[order]) != 0) | (np.diff(graph.device[order]) != 0),
+    ]
+    order = order[one[: len(order)]]
     blocker = np.full(n, -1, np.int64)
     if depth > 0 and len(order) > depth:
         same = graph.device[order[depth:]] == graph.device[order[:-depth]]
@@ -383,9 +482,14 @@ def _scan_queue(
     out_end: np.ndarray,
 ) -> None:
     d = duration[items]
+    a = ready_base[items] + offset
+    if graph.after is not None:  # waits for another queue's item (scanned before this queue)
+        dep = graph.after[items]
+        waits = dep >= 0
+        a[waits] = np.maximum(a[waits], out_end[dep[waits]])
     if len(items) == 1:  # one item: no scan
         end = max(
-            int(ready_base[items[0]]) + offset + int(d[0]),
+            int(a[0]) + int(d[0]),
             int(queue_free[queue]) + int(graph.gap_ns[items[0]]) + int(d[0]),
         )
         out_end[items[0]] = end
@@ -393,7 +497,6 @@ def _scan_queue(
         queue_free[queue] = end
         return
     cum = np.cumsum(graph.gap_ns[items] + d)
-    a = ready_base[items] + offset
     end = np.maximum(queue_free[queue] + cum, cum + np.maximum.accumulate(a + d - cum))
     out_end[items] = end
     out_start[items] = end - d

@@ -3,21 +3,29 @@
     edit = parse_what_if("batch x2")
     step_ns = what_if_step(ctx, graph, costs, edit, source, target, same, run)
 
-Each edit changes the item costs or the host delays and replays the same graph: ``no-fallback:OP``
-(the op runs natively), ``no-data-stall`` (the steps' DataLoader waits take no time), ``batch xN``
-(device work and copies scaled by N).
+Each edit changes the item costs, the host delays or the graph's launches and replays the same
+graph: ``no-fallback:OP`` (the op runs natively), ``no-data-stall`` (the steps' DataLoader waits
+take no time), ``batch xN`` (device work and copies scaled by N), ``compiled`` (eager ops between
+graph breaks run as one graph launch, ``graph_launches``), ``overlap-comm`` (collectives no
+longer wait for the compute they were serialised behind).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._device import NO_LAUNCH
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.device_costs import CLASSES, ItemCosts, swap_costs
+from neuron_profiler.analysis.graph_launches import (
+    LaunchSites,
+    as_graph_launches,
+    eager_regions,
+)
 from neuron_profiler.analysis.replay import (
     DependencyGraph,
     HostDelays,
@@ -27,28 +35,53 @@ from neuron_profiler.costmodel.chips import ChipSpec
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.trace import schema as S
 
-WHAT_IF = ("no-fallback:OP", "no-data-stall", "batch xN")
-_NOT_YET = ("compiled", "overlap-comm")
+WHAT_IF = ("no-fallback:OP", "no-data-stall", "batch xN", "compiled", "overlap-comm")
 
 
 @dataclass(frozen=True)
 class Edit:
     text: str
-    kind: str  # "no-fallback", "no-data-stall", "batch"
+    kind: str  # "no-fallback", "no-data-stall", "batch", "compiled", "overlap-comm"
     op: str = ""
     factor: float = 1.0
+
+
+Runner = Callable[[np.ndarray, HostDelays], tuple[ReplayedTimeline, int, bool]]
+
+
+@dataclass(frozen=True)
+class Replayable:
+    """What an edit replays: the projection's graph and costs, what launched each item, which
+    items are compute, and how a graph is replayed on the target (``runner_for``)."""
+
+    graph: DependencyGraph
+    costs: ItemCosts
+    sites: LaunchSites | None  # None when no edit needs it (``compiled`` does)
+    compute: np.ndarray
+    runner_for: Callable[[DependencyGraph], Runner]
+    regions_merged: bool = False  # the graph launches recorded compiled regions once already
+
+
+@dataclass(frozen=True)
+class EditResult:
+    """The mean step with the edit and what it changed (launches merged into graphs: saved)."""
+
+    step_ns: float
+    launches_saved: int = 0
+    graphs: int = 0
 
 
 def parse_what_if(text: str, source: str = "") -> Edit:
     """``no-fallback:OP`` (the op runs natively on the target), ``no-data-stall`` (the steps'
     DataLoader waits take no time), ``batch xN`` (device work, copies included, scaled by N;
-    collectives, whose size is the model's, and host time unchanged)."""
+    collectives, whose size is the model's, and host time unchanged), ``compiled`` (graphs
+    between graph breaks, one launch each), ``overlap-comm`` (collectives beside compute)."""
     t = text.strip()
     if t.startswith("no-fallback:") and len(t) > len("no-fallback:"):
         op = t.split(":", 1)[1].strip()
         return Edit(t, "no-fallback", op=op if "::" in op else f"aten::{op}")
-    if t == "no-data-stall":
-        return Edit(t, "no-data-stall")
+    if t in ("no-data-stall", "compiled", "overlap-comm"):
+        return Edit(t, t)
     if t.replace(" ", "").startswith("batchx"):
         try:
             factor = float(t.replace(" ", "")[len("batchx") :])
@@ -56,25 +89,21 @@ def parse_what_if(text: str, source: str = "") -> Edit:
             factor = 0.0
         if factor > 0:
             return Edit(t, "batch", factor=factor)
-    why = "not implemented yet" if t in _NOT_YET else f"unknown (choose {', '.join(WHAT_IF)})"
+    why = f"unknown (choose {', '.join(WHAT_IF)})"
     where = f"{source}: " if source else ""
     raise NeuronProfilerError(f"{where}--what-if {t!r}: {why}", exit_code=2)
 
 
-Runner = Callable[[np.ndarray, HostDelays], tuple[ReplayedTimeline, int, bool]]
-
-
 def what_if_step(
     ctx: AnalysisContext,
-    graph: DependencyGraph,
-    costs: ItemCosts,
+    r: Replayable,
     edit: Edit,
     src: ChipSpec | None,
     tgt: ChipSpec | None,
     same: bool,
-    run: Runner,
-) -> float:
+) -> EditResult:
     """The mean step replayed with one edit."""
+    graph, costs = r.graph, r.costs
     duration, delays = costs.duration, costs.delays
     if edit.kind == "no-fallback" and len(ctx.work) and not same:
         edited = swap_costs(ctx, graph, src, tgt, same, native=frozenset({edit.op}))
@@ -84,7 +113,25 @@ def what_if_step(
         duration = np.where(scaled, np.round(duration * edit.factor), duration).astype(np.int64)
     elif edit.kind == "no-data-stall":
         delays = delays.merge(_data_loading(ctx))
-    return run(duration, delays)[0].mean_step_ns
+    elif edit.kind == "compiled":
+        assert r.sites is not None
+        breaks = _graph_breaks(r)
+        group = eager_regions(graph, r.sites, r.compute, breaks, recorded=not r.regions_merged)
+        graph, saved, launches = as_graph_launches(graph, r.sites, group)
+        graphs = len(np.unique(group[group >= 0]))
+        step = r.runner_for(graph)(duration, delays.merge(saved))[0].mean_step_ns
+        return EditResult(step, launches, graphs)
+    elif edit.kind == "overlap-comm":
+        graph = replace(graph, after=None)
+    return EditResult(r.runner_for(graph)(duration, delays)[0].mean_step_ns)
+
+
+def _graph_breaks(r: Replayable) -> np.ndarray:
+    """Where a graph must end: host waits, host delays that wait for the device (ops the target
+    runs on the host, syncs of moved ops), launches of copies and collectives."""
+    d = r.costs.delays
+    other = r.graph.launch_ns[~r.compute & (r.graph.launch_ns != NO_LAUNCH)]
+    return np.concatenate([r.graph.sync_start_ns, d.at_ns[d.awaited >= 0], other])
 
 
 def _data_loading(ctx: AnalysisContext) -> HostDelays:

@@ -37,7 +37,7 @@ CHOICES = ("same", *CHIPS)  # analysis.projection.TARGETS, without importing num
     multiple=True,
     metavar="EDIT",
     help="Replay an edit on the same graph and print its projected change: 'no-fallback:OP', "
-    "'no-data-stall', 'batch xN' (repeatable).",
+    "'no-data-stall', 'batch xN', 'compiled', 'overlap-comm' (repeatable).",
 )
 @click.option(
     "--html",

@@ -81,6 +81,9 @@ class ChipSpec:
     host_fallback: bool = (
         False  # ops the chip lacks run on the host (the emulator's fallback table)
     )
+    # a compiled region runs as one graph execution, launched once (Neuron's NEFF); GPUs launch
+    # each of a compiled region's kernels (Inductor's generated code)
+    graph_executions: bool = False
 
     def matrix_flops_per_s(self, dtype: str) -> float:
         """Per-logical-core matrix throughput for a dtype name ("bfloat16", "float32", ...)."""
@@ -177,6 +180,7 @@ CHIPS: dict[str, ChipSpec] = {
         host_link_gbps=64.0,
         launch_latency_ns=15_000,
         host_fallback=True,
+        graph_executions=True,
         device_names=("trn2", "Trainium2"),
     ),
     # Trainium3: 8 NeuronCore-v4 (one logical each); 671 BF16 / 2517 MXFP8 TFLOPS; 144 GiB at
@@ -196,6 +200,7 @@ CHIPS: dict[str, ChipSpec] = {
         host_link_gbps=64.0,
         launch_latency_ns=15_000,
         host_fallback=True,
+        graph_executions=True,
         device_names=("trn3", "Trainium3"),
     ),
     # Trainium1: 2 NeuronCore-v2 per chip (one logical each); 190 BF16 TFLOPS (no FP8 figure
@@ -215,6 +220,7 @@ CHIPS: dict[str, ChipSpec] = {
         host_link_gbps=32.0,
         launch_latency_ns=15_000,
         host_fallback=True,
+        graph_executions=True,
         device_names=("trn1", "Trainium1"),
     ),
     # GPUs (one logical core each): matrix = dense Tensor Core FP16/BF16 peak, vector = FP32

@@ -258,6 +258,8 @@ def op_cost(name: str, dims: Sequence[Shape], types: Sequence[str]) -> OpCost:
     input's spatial size, stride 1 being the ASSUMPTION; the largest input otherwise, none for a
     reduction to a scalar)."""
     op = canonical(name)
+    if op.startswith("aten::_foreach_") and any(_is_tensor_list(d) for d in dims):
+        return _foreach_cost(op, dims)
     tensors = [(tuple(d), _dtype(t)) for d, t in zip(dims, types, strict=False) if _is_tensor(d)]
     if not tensors:
         return OpCost(0, 0, False, "float32")
@@ -369,6 +371,27 @@ _REDUCTIONS = frozenset(
 
 def _reduces(op: str) -> bool:
     return op in _REDUCTIONS
+
+
+def _foreach_cost(op: str, dims: Sequence[Shape]) -> OpCost:
+    """A ``_foreach_`` op over tensor lists, priced as the emulator prices it: every tensor of
+    every list read, the first list's tensors written (in place or as new tensors), the op's
+    elementwise flops over the first list. A TensorList's dtype is not recorded: float32
+    (ASSUMPTION)."""
+    width = DTYPE_BYTES["float32"]
+    lists = [[tuple(t) for t in d] for d in dims if _is_tensor_list(d)]
+    single = [tuple(d) for d in dims if _is_tensor(d)]  # a tensor argument (a scalar tensor)
+    first = sum(numel(t) for t in lists[0])
+    read = sum(numel(t) for ts in lists for t in ts) + sum(numel(t) for t in single)
+    return OpCost(vector_flops(op, first), (read + first) * width, False, "float32")
+
+
+def _is_tensor_list(dims: object) -> bool:
+    return (
+        isinstance(dims, (list, tuple))
+        and len(dims) > 0
+        and all(isinstance(t, (list, tuple)) for t in dims)
+    )
 
 
 def _is_tensor(dims: object) -> bool:

@@ -16,16 +16,35 @@ import numpy as np
 
 from neuron_profiler.costmodel.chips import ChipSpec
 
-# Achieved fraction of the roofline bound an op reaches when the source measured none (a
-# CPU-only trace projected onto a device): ASSUMPTION, a round figure between the memory-bound
-# elementwise kernels (near their bandwidth) and small matrix products (far from peak).
+# Achieved fraction of the roofline bound of an op run on the host CPU profile (an op a Neuron
+# target runs on the host): ASSUMPTION, a round figure between the memory-bound elementwise
+# kernels (near their bandwidth) and small matrix products (far from peak).
 DEFAULT_EFFICIENCY = 0.5
+# Achieved fraction of the roofline bound of a device kernel priced from its size alone: the
+# emulated device's kernels and a CPU-only trace's ops moved onto a device, one figure for both
+# (``kernel_s``). ASSUMPTION: the bound itself; the projection's range spans ±50% around it.
+KERNEL_EFFICIENCY = 1.0
 
 
 def roofline_s(
     flops: float, bytes_moved: float, peak_flops_per_s: float, bytes_per_s: float
 ) -> float:
     return max(flops / peak_flops_per_s, bytes_moved / bytes_per_s)
+
+
+def kernel_s(
+    flops: float,
+    bytes_moved: float,
+    peak_flops_per_s: float,
+    bytes_per_s: float,
+    fixed_ns: int,
+) -> float:
+    """Seconds of one device kernel priced from its size: its roofline bound at
+    ``KERNEL_EFFICIENCY`` plus the chip's fixed kernel time (``fixed_ns``; 0 for one fused group
+    inside a compiled graph, whose execution pays it once). The emulator and the projection both
+    price kernels here."""
+    bound = roofline_s(flops, bytes_moved, peak_flops_per_s, bytes_per_s)
+    return bound / KERNEL_EFFICIENCY + fixed_ns * 1e-9
 
 
 def ring_traffic(nbytes: float, world: int, collective: str) -> tuple[int, float]:

@@ -451,7 +451,8 @@ def _launch_kernel(
         if STATE.pending:
             prune_pending(core)
         return
-    mutated = [t for t in u.inputs if id(t) in u.alias] if info.mutated_names else []
+    # the inputs the op's schema marks written (self of add_, not its other operand)
+    mutated = _mutated_elems(info, u) if info.mutated_names else []
     cost = op_cost(info.name, inputs=u.inputs, outputs=written or mutated, args=u.args)
     tl.kernel(
         core,

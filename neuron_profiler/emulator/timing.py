@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from neuron_profiler.costmodel.chips import ChipSpec
-from neuron_profiler.costmodel.roofline import collective_s, roofline_s
+from neuron_profiler.costmodel.roofline import collective_s, kernel_s
 
 # NeuronCore engines (docs/chips.md): TensorE does matrix work, ScalarE activation functions,
 # GpSimdE gathers and scatters, VectorE the rest. Which aten op runs where is this emulator's
@@ -138,15 +138,15 @@ class RooflineModel:
         return self._chip_peak(dtype, matrix) * self.speed_factor
 
     def kernel_ns(self, *, flops: int, bytes_moved: int, dtype: str, matrix: bool) -> int:
-        roofline = roofline_s(flops, bytes_moved, self._chip_peak(dtype, matrix), self._hbm)  # type: ignore[attr-defined]
-        return self._ns(roofline + self.chip.kernel_fixed_ns * 1e-9)
+        """The cost model's kernel time (``costmodel.roofline.kernel_s``), the projection's too."""
+        peak = self._chip_peak(dtype, matrix)
+        return self._ns(kernel_s(flops, bytes_moved, peak, self._hbm, self.chip.kernel_fixed_ns))  # type: ignore[attr-defined]
 
     def roofline_ns(self, *, flops: int, bytes_moved: int, dtype: str, matrix: bool) -> int:
         """``kernel_ns`` without the fixed kernel time: one fused group inside a compiled graph,
         whose execution pays the fixed time once."""
-        peak = self.peak_flops_per_s(dtype, matrix) / self.speed_factor
-        roofline = roofline_s(flops, bytes_moved, peak, self._hbm)  # type: ignore[attr-defined]
-        return max(1, math.ceil(roofline * 1e9 / self.speed_factor))
+        peak = self._chip_peak(dtype, matrix)
+        return self._ns(kernel_s(flops, bytes_moved, peak, self._hbm, 0))  # type: ignore[attr-defined]
 
     def peaks(self) -> dict:
         """Every peak the model uses, after the speed factor (deviceProperties): compute in

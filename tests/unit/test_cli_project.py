@@ -54,8 +54,8 @@ def test_what_if_in_json_and_a_bad_edit_before_reading(trace_file, capsys) -> No
     (row,) = doc["what_if"]
     assert row["edit"] == "batch x2"
     assert row["delta_ms"] == pytest.approx(500 * 15.7 / 19.5 / 1e3, abs=1e-4)
-    code, out, err = run([*args, "--what-if", "overlap-comm"], capsys)
-    assert code == 2 and out == "" and "not implemented yet" in err
+    code, out, err = run([*args, "--what-if", "overlap"], capsys)
+    assert code == 2 and out == "" and "unknown" in err and "overlap-comm" in err
 
 
 def test_terminal_names_both_chips_and_the_assumptions(trace_file, capsys) -> None:  # noqa: ANN001

@@ -110,3 +110,20 @@ def test_fallback_table() -> None:
     assert falls_back("aten::nonzero", "int64")
     assert falls_back("aten::add_", "float64")
     assert not falls_back("aten::add_", "float32")
+
+
+def test_foreach_over_tensor_lists_as_the_emulator_prices_it() -> None:
+    """SGD's momentum update on a CPU trace: _foreach_add_(bufs, grads, alpha) over two lists of
+    (64 x 32) and (32): both lists read, the first written: 3 x 2080 floats; one add per element
+    of the first list. The emulator's rule on the same tensors gives the same cost."""
+    dims = [[[64, 32], [32]], [[64, 32], [32]], []]
+    c = op_cost("aten::_foreach_add_", dims, ["TensorList", "TensorList", "Scalar"])
+    assert c.bytes_moved == 3 * 2080 * 4 and c.flops == 2080
+    assert not c.matrix and c.dtype == "float32"
+    torch = pytest.importorskip("torch")  # the emulator's side needs torch
+    from neuron_profiler.emulator.costs import op_cost as emulated_cost
+
+    bufs = [torch.zeros(64, 32), torch.zeros(32)]
+    grads = [torch.zeros(64, 32), torch.zeros(32)]
+    e = emulated_cost("aten::_foreach_add_", inputs=bufs + grads, outputs=bufs, args=())
+    assert (e.flops, e.bytes_moved) == (c.flops, c.bytes_moved)

@@ -17,6 +17,7 @@ TORCH_FREE_MODULES = [
     "neuron_profiler.analysis.projection",
     "neuron_profiler.analysis.device_costs",
     "neuron_profiler.analysis.what_if",
+    "neuron_profiler.analysis.graph_launches",
     "neuron_profiler.reports.projection_json",
     "neuron_profiler.reports.projection_terminal",
 ]

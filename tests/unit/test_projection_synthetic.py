@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import jsonschema
 import pytest
@@ -11,7 +12,7 @@ from neuron_profiler.analysis.projection import project
 from neuron_profiler.costmodel.chips import CHIPS
 from neuron_profiler.reports.projection_json import projection_document, schema_text
 from neuron_profiler.trace import EventKind
-from tests.trace_factory import Build, mm_then_sync
+from tests.trace_factory import MM_ARGS, Build, mm_then_sync
 
 _mm_then_sync = mm_then_sync
 
@@ -80,15 +81,19 @@ def test_json_document_follows_its_schema() -> None:
 
 
 def test_cpu_only_trace_moves_its_ops_onto_the_device() -> None:
-    """A CPU-only step (0-1000): aten::addmm 100-600 (its bias copy inside it goes with it),
-    aten::relu 600-700, aten::item 700-710. Onto trn2 at 50% of the roofline + 1 µs fixed:
-    addmm 64x1024 @ 1024x256 fp32 is memory-bound (1,377,280 bytes at 725 GB/s = 1.8997 µs,
-    flops 0.805 µs): 4.799 µs; relu (64x256 in and out) 1.362 µs. Each op's host time shrinks to
-    10 µs of dispatch (-490 at 600, -90 at 700); addmm runs 115-119.8 (launch + 15 µs), relu is
-    launched at 600-490 = 110 and runs 125-126.36; item waits for it: the host is at 120 when it
-    syncs, the step ends 6.36 µs later than 1000-580."""
+    """A CPU-only step (0-1000): aten::t 20-23 (a view: the framework's dispatch, 3 µs),
+    aten::addmm 100-600 (its bias copy inside it goes with it), aten::relu 600-700, aten::item
+    700-710. Onto trn2 at the cost model's kernel time (the roofline bound + 1 µs fixed, the
+    emulator's): addmm 64x1024 @ 1024x256 fp32 is memory-bound (1,377,280 bytes at 725 GB/s =
+    1.8997 µs, flops 0.805 µs): 2.900 µs; relu (64x256 in and out) 1.181 µs. Each op's host
+    time becomes 3 µs of dispatch per aten op in it plus 10 µs (host_launch_ns) per kernel:
+    addmm (itself and copy_, one kernel: copy_) 16 µs, relu 13 µs (-484 at 600, -87 at 700).
+    addmm runs 115-117.9 (launch + 15 µs), relu is launched at 600-484 = 116 and runs
+    131-132.181; item waits for it: the host is at 129 when it syncs, the step ends 3.181 µs
+    later than 1000-571."""
     dims = {"Input Dims": [[256], [64, 1024], [1024, 256], [], []], "Input type": ["float"] * 5}
     b = Build().step(1, 0, 1000)
+    b.host("aten::t", 20, 23)
     b.host("aten::addmm", 100, 600, args=dims)
     b.host(
         "aten::copy_",
@@ -101,15 +106,31 @@ def test_cpu_only_trace_moves_its_ops_onto_the_device() -> None:
     p = project(b.b.build(), "trn2")
     trn2 = CHIPS["trn2"]
     hbm = trn2.hbm_bytes_per_s()
-    addmm = round(1_377_280 / hbm / 0.5 * 1e9) / 1e3 + 1
-    relu = round(2 * 64 * 256 * 4 / hbm / 0.5 * 1e9) / 1e3 + 1
-    assert addmm == pytest.approx(4.799, abs=1e-3) and relu == pytest.approx(1.362, abs=1e-3)
-    relu_end = (600 - 490) + 15 + relu
-    assert p.target.step_ms == pytest.approx((1000 - 580 + (relu_end - 120)) / 1e3, abs=2e-6)
+    addmm = math.ceil((1_377_280 / hbm + 1e-6) * 1e9) / 1e3
+    relu = math.ceil((2 * 64 * 256 * 4 / hbm + 1e-6) * 1e9) / 1e3
+    assert addmm == pytest.approx(2.900, abs=1e-3) and relu == pytest.approx(1.181, abs=1e-3)
+    relu_end = (600 - 484) + 15 + relu
+    assert p.target.step_ms == pytest.approx((1000 - 571 + (relu_end - 129)) / 1e3, abs=2e-6)
     assert p.source.step_ms == pytest.approx(1.0)
     assert sorted(o.name for o in p.ops) == ["aten::addmm", "aten::relu"]
     host = {c.cls: c for c in p.classes}["host"]
-    assert (host.source_ms, host.target_ms) == pytest.approx((0.6, 0.02))
+    assert (host.source_ms, host.target_ms) == pytest.approx((0.6, 0.029))
+
+
+def test_cpu_only_op_priced_as_the_emulator_prices_it() -> None:
+    """One kernel time for both: a moved op's device time is the emulated device's
+    (``RooflineModel.kernel_ns``) for the same op on trn2."""
+    from neuron_profiler.costmodel.chips import chip
+    from neuron_profiler.emulator.timing import RooflineModel
+
+    b = Build().step(1, 0, 1000)
+    b.host("aten::mm", 100, 600, args=MM_ARGS)
+    b.host("aten::item", 700, 710)
+    p = project(b.b.build(), "trn2")
+    emulated = RooflineModel(chip("trn2")).kernel_ns(
+        flops=2 * 1024**3, bytes_moved=3 * 1024 * 1024 * 4, dtype="float32", matrix=True
+    )
+    assert {c.cls: c for c in p.classes}["compute"].target_ms == pytest.approx(emulated / 1e6)
 
 
 def test_what_if_edits_replay_on_the_same_graph() -> None:
@@ -145,7 +166,7 @@ def test_what_if_no_data_stall_removes_the_loader_wait() -> None:
 def test_unknown_what_if_is_refused() -> None:
     from neuron_profiler.errors import NeuronProfilerError
 
-    for bad in ("compiled", "batch x0", "faster"):
+    for bad in ("compile", "overlap", "batch x0", "faster"):
         with pytest.raises(NeuronProfilerError) as e:
             project(_mm_then_sync().b.build(), "same", source="v100", what_if=(bad,))
         assert e.value.exit_code == 2
@@ -181,3 +202,133 @@ def test_cpu_only_wrapper_ops_are_not_moved_twice() -> None:
     assert [o.name for o in p.ops] == ["aten::linear"]
     compute = {c.cls: c for c in p.classes}["compute"]
     assert compute.source_ms == pytest.approx(0.6)
+
+
+def _eager_loop(
+    b: Build, first_us: int, count: int, period_us: int, op_us: int, into_us: int = 10
+) -> None:
+    """``count`` small ops (``op_us`` of host time each, ``period_us`` apart) each launching a
+    5 µs kernel ``into_us`` into the op, which starts 10 µs after its launch."""
+    for i in range(count):
+        t = first_us + i * period_us
+        b.host("aten::add", t, t + op_us, args={"Input Dims": [[8], [8]]})
+        b.kernel(
+            t + into_us + 10, t + into_us + 15, launch_us=t + into_us, name="elementwise_kernel"
+        )
+
+
+@pytest.mark.parametrize("into_us", [10, 49])
+def test_what_if_compiled_saves_the_launches_of_a_host_bound_eager_loop(into_us: int) -> None:
+    """Five 50 µs ops (100-550) launch one tiny kernel each; a cudaDeviceSynchronize at 900
+    (a graph break), then two 40 µs ops (910-990); the host-bound step is 1000 µs. Compiled,
+    each side of the break is one graph: the first op of each launches it, the others' host
+    time goes: (5 - 1) x 50 + (2 - 1) x 40 = 240 µs saved. (into_us 49: the 2 µs launch calls
+    end after their op: a call belongs to the op it starts in.)"""
+    b = Build().step(1, 0, 1000)
+    _eager_loop(b, 100, 5, 100, 50, into_us)
+    b.host("cudaDeviceSynchronize", 900, 905, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    _eager_loop(b, 910, 2, 40, 40)
+    p = project(b.b.build(), "same", source="v100", what_if=("compiled",))
+    assert p.target.step_ms == pytest.approx(1.0, abs=1e-6)
+    (row,) = p.what_if
+    assert row.delta_ms == pytest.approx(-0.240, abs=1e-6)
+    assert row.step_ms == pytest.approx(0.760, abs=1e-6)
+    assert any("5 launches a step saved in 2 graphs" in a for a in p.assumptions)
+
+
+def test_what_if_compiled_on_a_cpu_only_trace_saves_dispatch_per_launch() -> None:
+    """A CPU-only step of 4 relu ops (100 µs each) moved onto trn2: each keeps 10 µs of host
+    dispatch; compiled, one graph launch: 3 x 10 µs fewer."""
+    b = Build().step(1, 0, 1000)
+    for i in range(4):
+        t = 100 + 150 * i
+        b.host("aten::relu", t, t + 100, args={"Input Dims": [[64, 256]], "Input type": ["float"]})
+    p = project(b.b.build(), "trn2", what_if=("compiled",))
+    (row,) = p.what_if
+    assert row.delta_ms == pytest.approx(-0.030, abs=1e-6)
+
+
+def test_compiled_region_is_one_graph_launch_on_trn2() -> None:
+    """A torch.compile region (100-200) whose generated code launches 4 kernels (launch calls
+    of 2 µs at 110, 130, 150, 170): on an A100 each stays a launch; on trn2 the region is one
+    graph execution, launched once: 3 launch calls' host time (6 µs) leave the host-bound
+    1000 µs step."""
+    b = Build().step(1, 0, 1000)
+    b.host("Torch-Compiled Region: 0/0", 100, 200)
+    for i in range(4):
+        t = 110 + 20 * i
+        b.kernel(t + 10, t + 15, launch_us=t, name="triton_poi_fused_add_0")
+    trace = b.b.build()
+    assert project(trace, "a100", source="v100").target.step_ms == pytest.approx(1.0, abs=1e-6)
+    p = project(trace, "trn2", source="v100", what_if=("compiled",))
+    assert p.target.step_ms == pytest.approx(0.994, abs=1e-6)
+    assert any("3 launches a step saved" in a for a in p.assumptions)
+    assert p.what_if[0].delta_ms == pytest.approx(0.0, abs=1e-6)  # already compiled
+
+
+def _serialised_collective(comm_us: int) -> Build:
+    """A 1000 µs compute kernel (launched at 10, runs 20-1020) and an all-reduce launched at 30
+    that ran only when the kernel ended (1020 + comm), the host waiting in
+    cudaDeviceSynchronize from 100 until 5 µs after the all-reduce, then working 475 µs."""
+    end = 1020 + comm_us
+    b = Build().step(1, 0, end + 5 + 475)
+    b.kernel(20, 1020, launch_us=10, name="volta_sgemm_128x64_nn")
+    b.kernel(1020, end, launch_us=30, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL", stream=2)
+    b.host("cudaDeviceSynchronize", 100, end + 5, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    b.host("aten::sum", end + 5, end + 480)
+    return b
+
+
+@pytest.mark.parametrize(("comm_us", "hidden_us"), [(500, 500), (2000, 980)])
+def test_what_if_overlap_comm_hides_the_collective_behind_compute(
+    comm_us: int, hidden_us: int
+) -> None:
+    """Recorded, the all-reduce waited for the kernel (the replay reproduces the step only with
+    that dependency). Overlapped, it starts at its launch + 10 µs (40) beside the kernel, which
+    runs until 1020: min(comm, 980 µs of compute left) is hidden."""
+    p = project(
+        _serialised_collective(comm_us).b.build(), "same", source="a100", what_if=("overlap-comm",)
+    )
+    step = (1020 + comm_us + 480) / 1e3
+    assert p.source.step_ms == pytest.approx(step, abs=1e-6)
+    assert p.replay_ms == pytest.approx(step, abs=1e-6)
+    (row,) = p.what_if
+    assert row.delta_ms == pytest.approx(-hidden_us / 1e3, abs=1e-6)
+
+
+def test_emulator_overhead_is_no_host_time_of_the_target() -> None:
+    """mm_then_sync with 300 µs of the emulator's own dispatch (600-900) after the sync: the
+    replay check keeps it (the recorded step, 1000 µs), the projection leaves it out (700 µs),
+    on the trace's own chip and on another."""
+    b = _mm_then_sync()
+    b.host("emulator overhead: dispatch", 600, 900, kind=EventKind.OTHER, cat="overhead")
+    trace = b.b.build()
+    p = project(trace, "same", source="v100")
+    assert p.replay_ms == pytest.approx(1.0, abs=1e-6)
+    assert p.target.step_ms == pytest.approx(0.7, abs=1e-6)
+    kernel = 500 * 15.7 / 19.5
+    onto = project(trace, "a100", source="v100")
+    assert onto.target.step_ms == pytest.approx((15 + kernel + 5 + 475 - 300) / 1e3, abs=2e-6)
+    assert any("emulator's own host work" in a for a in p.assumptions)
+
+
+def test_a_compiled_graph_execution_is_not_merged_with_eager_ops() -> None:
+    """The eager loop of the compiled test (five 50 µs ops, 100-550) with the third op's kernel
+    an execution of a compiled graph (the emulator's 'graph id' arg): --what-if compiled keeps it
+    a graph of its own, which breaks the eager graphs around it: ops 1-2 and 4-5 are two graphs,
+    each keeping its first op's host time: 2 x 50 µs saved (4 x 50 without the break)."""
+    b = Build().step(1, 0, 1000)
+    for i in range(5):
+        t = 100 + i * 100
+        b.host("aten::add", t, t + 50, args={"Input Dims": [[8], [8]]})
+        graph = i == 2  # named as the emulator names a graph's executions
+        b.kernel(
+            t + 20,
+            t + 25,
+            launch_us=t + 10,
+            name="NEFF: graph_7 (forward)" if graph else "elementwise_kernel",
+            args={"graph id": 7} if graph else None,
+        )
+    p = project(b.b.build(), "same", source="v100", what_if=("compiled",))
+    (row,) = p.what_if
+    assert row.delta_ms == pytest.approx(-0.100, abs=1e-6)
