@@ -136,8 +136,8 @@ class Allocator:
     # -- the hot path ---------------------------------------------------------------------
     def allocate(self, tensor: Any, core: int, nbytes: int, addr: int) -> None:
         """``tensor`` now owns ``nbytes`` of fresh device memory at ``addr`` on ``core``."""
-        profiling = _autograd_profiler._is_profiler_enabled
-        if profiling:  # its storage is held: the tensor's death is the signal (settle)
+        recording = _autograd_profiler._is_profiler_enabled and self._records_memory()
+        if recording:  # its storage is held: the tensor's death is the signal (settle)
             buf = Buffer(tensor, _tensor_died)
             buf.held = tensor._elem
         else:
@@ -164,7 +164,7 @@ class Allocator:
         buf.tensor_id = (
             tl.allocate(core, nbytes) if tl is not None and tl.rt.tracking_tensors else 0
         )
-        if profiling:
+        if recording:
             self._report(buf, nbytes)
         history = self.history
         if history is not None:
@@ -213,7 +213,7 @@ class Allocator:
             self.kept.append(buf)
             return
         self.release(buf)
-        if _autograd_profiler._is_profiler_enabled:
+        if _autograd_profiler._is_profiler_enabled and self._records_memory():
             self.kept.append(buf)
             self.settle()  # a pending buffer whose last alias died since is freed too
         else:
@@ -232,14 +232,14 @@ class Allocator:
         keeps the size of an earlier host block at that address (allocated while reporting,
         freed while not), read as a host free of that size."""
         kept, self.kept = self.kept, []  # a free inside (the garbage collector) sees a fresh list
-        profiling = _autograd_profiler._is_profiler_enabled
+        recording = _autograd_profiler._is_profiler_enabled and self._records_memory()
         for buf in kept:
             if _storage_refs(buf.held) > _OWN_STORAGE_REFS:
                 self.kept.append(buf)  # an alias still holds the storage
                 continue
             if id(buf) in self.live:
                 self.release(buf)  # pending: its last alias died
-            if profiling and not quiet:
+            if recording and not quiet:
                 self.kept.append(buf)
             else:
                 buf.held = None
@@ -257,6 +257,13 @@ class Allocator:
         if self.kept:
             self.settle(quiet=True)
         self.bridge.host_reports_on()
+
+    def _records_memory(self) -> bool:
+        """A profiler with ``profile_memory=True`` records this thread, outside a quiet window
+        (only then does c10's CPU allocator report host frees: a host tensor need not be
+        held in a profile that does not record memory, nor inside a quiet window)."""
+        bridge = self.bridge or self._load_bridge()
+        return bridge is not None and bridge.memory_profiling_enabled()
 
     def _report(self, buf: Buffer, delta: int) -> None:
         bridge = self.bridge or self._load_bridge()
