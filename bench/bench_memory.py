@@ -19,12 +19,14 @@ numerics mode) under six columns:
 Printed as us/op and ratios: stats-only / stats-by-tensor is what tracking a buffer by its
 storage costs, shipped / stats-only what the reporting path costs when no profile asks for
 memory, profile_memory / profile what asking costs. A second part times the allocator alone
-(allocate, then the free when the owner, the only holder of its host tensor, dies) per buffer
-for the first four columns and a fifth, ``no-profiler-gate`` (the shipped allocator minus its
-profiler checks), in ns, where an op's noise does not hide it, and a sixth, ``sampling``: the
-shipped allocator while a collector session samples device memory counters
-(``Allocator.start_samples``: one (time, core, bytes) sample per allocation and free). Blocks are interleaved in a shuffled order
-and the best (minimum) block is reported, as timeit does: other load only ever adds time.
+(allocate, then the free when the owner, the only holder of its host tensor, dies) per buffer,
+in ns, where an op's noise does not hide it: the first four columns; ``tensor+use-count``
+(``stats-only``'s rule, a buffer freed once its storage dies, found instead by the allocating
+tensor's weak reference and c10's use count of the storage at its death); ``no-profiler-gate``
+(the shipped allocator minus its profiler checks); ``sampling`` (the shipped allocator while a
+collector session samples device memory counters, ``Allocator.start_samples``: one (time,
+core, bytes) sample per allocation and free). Blocks are interleaved in a shuffled order and
+the best (minimum) block is reported, as timeit does: other load only ever adds time.
 """
 
 from __future__ import annotations
@@ -98,6 +100,32 @@ class _StatsByTensor(_StatsOnly):
             s.peak_count = s.count
 
 
+class _ByTensorUseCount(_StatsOnly):
+    """Statistics alone, a buffer freed once its storage dies found another way: the tensor
+    that allocated it weakly referenced, its host tensor held, and at that tensor's death
+    c10's use count of the storage asked whether anything else holds it (the alternative to a
+    weak reference to the storage; what an aliased buffer then does is not timed)."""
+
+    def allocate(self, tensor: object, core: int, nbytes: int, addr: int) -> None:
+        buf = memory.Buffer(tensor, _use_count_died)
+        buf.core, buf.nbytes, buf.held = core, nbytes, tensor._elem  # type: ignore[attr-defined]
+        self.live[id(buf)] = buf
+        s = self.stats[core]
+        s.allocated += nbytes
+        s.count += 1
+        s.allocs += 1
+        s.bytes_in += nbytes
+        if s.allocated > s.peak:
+            s.peak = s.allocated
+        if s.count > s.peak_count:
+            s.peak_count = s.count
+
+    def died(self, buf: memory.Buffer) -> None:
+        if memory._storage_refs(buf.held) <= memory._OWN_STORAGE_REFS:
+            buf.held = None
+            self.release(buf)
+
+
 class _NoProfilerGate(memory.Allocator):
     """The shipped allocator minus its two profiler checks (a copy of allocate and release
     without the ``_is_profiler_enabled`` lines): what the profile_memory path costs when off."""
@@ -168,6 +196,12 @@ def _stats_only_release(buf: memory.Buffer) -> None:
 
 _BY_TENSOR = _StatsByTensor()
 _BY_TENSOR.configure(2, None)
+_USE_COUNT = _ByTensorUseCount()
+_USE_COUNT.configure(2, None)
+
+
+def _use_count_died(buf: memory.Buffer) -> None:
+    _USE_COUNT.died(buf)
 
 
 def _by_tensor_release(buf: memory.Buffer) -> None:
@@ -222,10 +256,11 @@ _ALLOCATORS = {
     "no-accounting": _NoAccounting(),
     "stats-by-tensor": _BY_TENSOR,
     "stats-only": _STATS_ONLY,
+    "tensor+use-count": _USE_COUNT,
     "no-profiler-gate": _NO_GATE,
 }
-ALONE = ("no-accounting", "stats-by-tensor", "stats-only", "no-profiler-gate", "shipped")
-ALONE += ("sampling",)
+ALONE = ("no-accounting", "stats-by-tensor", "stats-only", "tensor+use-count")
+ALONE += ("no-profiler-gate", "shipped", "sampling")
 
 
 def alloc_free_ns(name: str, n: int) -> float:
@@ -301,6 +336,10 @@ def main() -> None:
     print(f"  tracking the storage (stats-only - stats-by-tensor) {keying:6.1f} ns/buffer,")
     ratio = alone["stats-only"] / alone["stats-by-tensor"]
     print(f"  {keying / 10 / us['shipped']:.2f}% of a shipped op, x{ratio:.3f}")
+    other = alone["tensor+use-count"] - alone["stats-by-tensor"]
+    print(
+        f"  the same by the use count (tensor+use-count - stats-by-tensor) {other:6.1f} ns/buffer"
+    )
     gate = alone["shipped"] - alone["no-profiler-gate"]
     print(f"  the profiler gate (shipped - no-profiler-gate) {gate:6.1f} ns/buffer,")
     ratio = alone["shipped"] / alone["no-profiler-gate"]

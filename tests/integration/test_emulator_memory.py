@@ -26,7 +26,9 @@ W_BYTES = WIDTH * WIDTH * F32  # the parameter, and its gradient
 X_BYTES = BATCH * WIDTH * F32  # the input, and the activation y = x @ w
 SCALAR = F32  # the loss, and the ones autograd seeds backward with
 # Live at the peak (inside backward, while MmBackward writes w's gradient): w, x, y, the loss,
-# the seed gradient (alive as SumBackward's expanded view of it) and w's new gradient.
+# the seed gradient (torch.autograd.backward holds it until backward returns) and w's new
+# gradient. The gradient then stays allocated as w.grad until ``w.grad = None`` (a buffer lives
+# as long as its storage), but by then the seed is gone: the peak is the same either way.
 STEP_PEAK = W_BYTES + X_BYTES + X_BYTES + SCALAR + SCALAR + W_BYTES
 LEAK_BYTES = 4096 * F32  # one (4096,) float32 tensor kept per step
 
@@ -106,7 +108,8 @@ def test_cores_are_accounted_apart(device) -> None:
 
 def test_a_buffer_lives_as_long_as_any_tensor_on_its_storage(device) -> None:
     """A view or an alias outliving the tensor that allocated the buffer keeps its bytes
-    allocated, as a real allocator frees a block when its storage dies."""
+    allocated, as a real allocator frees a block when its storage dies. (A view also keeps its
+    base tensor alive, as autograd's ``_base``; ``detach()`` does not.)"""
     before = torch.neuron.memory_allocated(device)
     x = torch.ones(BATCH, WIDTH, device=device)
     view = x.t()
@@ -115,9 +118,7 @@ def test_a_buffer_lives_as_long_as_any_tensor_on_its_storage(device) -> None:
     del view
     assert torch.neuron.memory_allocated(device) == before
     x = torch.ones(BATCH, WIDTH, device=device)
-    alias = (
-        x.detach()
-    )  # a new tensor on the same storage, not a view of x (what AccumulateGrad does)
+    alias = x.detach()  # a new tensor on the same storage, not a view (AccumulateGrad's steal)
     del x
     assert torch.neuron.memory_allocated(device) - before == X_BYTES
     del alias
