@@ -127,8 +127,9 @@ class _ByTensorUseCount(_StatsOnly):
 
 
 class _NoProfilerGate(memory.Allocator):
-    """The shipped allocator minus its two profiler checks (a copy of allocate and release
-    without the ``_is_profiler_enabled`` lines): what the profile_memory path costs when off."""
+    """The shipped allocator minus its profiler checks (a copy of allocate and release without
+    the ``_is_profiler_enabled`` lines, the held host tensor and the kept-buffer test): what the
+    profile_memory path costs when off."""
 
     def allocate(self, tensor: object, core: int, nbytes: int, addr: int) -> None:
         buf = memory.Buffer(tensor._elem.untyped_storage(), _no_gate_release)  # type: ignore[attr-defined]
