@@ -1,7 +1,12 @@
 """The emulated device's allocator: per-core memory statistics, profiler reports and history.
 
 Every device buffer a new output owns (``dispatch.new_device_tensor``) is registered here and
-released when the tensor that allocated it dies (a weak reference's callback). Three consumers:
+released when its host storage dies, i.e. when the last tensor holding it (the allocating
+tensor, a view, an alias such as the ``grad.detach()`` AccumulateGrad stores as ``.grad``) dies,
+as a real allocator frees a block when its storage dies (a weak reference to the storage
+object, which torch keeps alive as long as the storage: PyObject preservation). While a profile
+records memory a buffer is tracked by its allocating tensor instead, and its storage held, so
+that its host memory is freed inside a quiet window (``Allocator.settle``). Three consumers:
 
 - statistics, always on as in any device allocator: ``torch.neuron.memory_allocated`` and the rest
   of ``torch.accelerator.memory``'s functions (``stats``; there is no caching allocator, so
@@ -39,7 +44,9 @@ _now_ns = time.time_ns  # the clock torch.profiler stamps ops with (the bridge's
 
 
 class Buffer(weakref.ref):
-    """One live device buffer, keyed by the tensor that allocated it (its weak reference)."""
+    """One live device buffer: a weak reference to its host storage object (``_released`` when
+    the storage dies) or, allocated while a profile records memory, to the tensor that
+    allocated it (``_tensor_died``), with the host tensor in ``held``."""
 
     __slots__ = ("core", "nbytes", "addr", "tensor_id", "frames", "held")
 
@@ -48,7 +55,7 @@ class Buffer(weakref.ref):
     addr: int
     tensor_id: int  # the runtime's allocate instant (0: not captured)
     frames: list[dict[str, Any]] | None
-    held: Any  # the host tensor, kept while a profile records memory (``Allocator.release``)
+    held: Any  # the host tensor, kept from a memory profile on (``Allocator.settle``)
 
 
 class CoreStats:
@@ -117,8 +124,9 @@ class Allocator:
         self.timeline: Any = None  # the DeviceTimeline recording runtime tensor events
         self.bridge: Any = None  # the Kineto bridge, loaded at the first profiled allocation
         self.bridge_error: str | None = None
-        # host tensors of freed buffers, dropped inside the next op's quiet window (release)
-        self.dropped: list[Any] = []
+        # buffers whose host tensor is held (``settle``): freed ones, waiting for a quiet window
+        # to drop it, and pending ones, whose allocating tensor died while an alias holds it
+        self.kept: list[Buffer] = []
 
     def configure(self, cores: int, timeline: Any) -> None:
         """``enable``: one stats record per core (kept for cores that stay)."""
@@ -128,8 +136,14 @@ class Allocator:
     # -- the hot path ---------------------------------------------------------------------
     def allocate(self, tensor: Any, core: int, nbytes: int, addr: int) -> None:
         """``tensor`` now owns ``nbytes`` of fresh device memory at ``addr`` on ``core``."""
-        buf = Buffer(tensor, _released)
-        buf.core, buf.nbytes, buf.addr, buf.frames, buf.held = core, nbytes, addr, None, None
+        recording = _autograd_profiler._is_profiler_enabled and self._records_memory()
+        if recording:  # its storage is held: the tensor's death is the signal (settle)
+            buf = Buffer(tensor, _tensor_died)
+            buf.held = tensor._elem
+        else:
+            buf = Buffer(tensor._elem.untyped_storage(), _released)
+            buf.held = None
+        buf.core, buf.nbytes, buf.addr, buf.frames = core, nbytes, addr, None
         self.live[id(buf)] = buf
         s = self.stats[core]
         s.allocated += nbytes
@@ -150,9 +164,8 @@ class Allocator:
         buf.tensor_id = (
             tl.allocate(core, nbytes) if tl is not None and tl.rt.tracking_tensors else 0
         )
-        if _autograd_profiler._is_profiler_enabled:
+        if recording:
             self._report(buf, nbytes)
-            buf.held = tensor._elem
         history = self.history
         if history is not None:
             if history.stacks:
@@ -161,6 +174,7 @@ class Allocator:
                 history.add(core, "alloc", buf)
 
     def release(self, buf: Buffer) -> None:
+        """``buf``'s memory is free: its storage died, or it is released by ``settle``."""
         if self.live.pop(id(buf), None) is None:
             return
         core = buf.core
@@ -182,15 +196,53 @@ class Allocator:
             tl.free(core, buf.tensor_id, buf.nbytes)
         if _autograd_profiler._is_profiler_enabled:
             self._report(buf, -buf.nbytes)
-            if buf.held is not None:
-                self.dropped.append(buf.held)
-        elif self.dropped:  # the profile ended: nothing reports, keep only what is aliased
-            self._drop_unaliased()
-        buf.held = None
+        elif self.kept:  # the profile ended: nothing reports, keep only what is aliased
+            self.settle()
         history = self.history
         if history is not None and history.trace:
             history.add(core, "free_requested", buf)
             history.add(core, "free_completed", buf)
+
+    def tensor_died(self, buf: Buffer) -> None:
+        """The tensor that allocated ``buf`` in a memory profile died. Its storage can outlive
+        it through an alias: AccumulateGrad steals a gradient as ``grad.detach()`` (a new
+        tensor on the same storage) and ``.grad`` holds it after the gradient's own tensor
+        died. Then the buffer stays allocated, pending (``settle``); else it is freed now, and
+        its host tensor waits for a quiet window."""
+        if _storage_refs(buf.held) > _OWN_STORAGE_REFS:
+            self.kept.append(buf)
+            return
+        self.release(buf)
+        if _autograd_profiler._is_profiler_enabled and self._records_memory():
+            self.kept.append(buf)
+            self.settle()  # a pending buffer whose last alias died since is freed too
+        else:
+            buf.held = None
+
+    def settle(self, quiet: bool = False) -> None:
+        """Go through the buffers whose host tensor is held (``kept``): a pending one no alias
+        holds any longer is freed; a held host tensor no alias holds is dropped when no profile
+        records memory or inside a quiet window (``quiet``). Called in every quiet window, at
+        the frees while a profile records memory, at every free after it while any are kept,
+        and before the statistics are read, so that a pending buffer is freed at the first of
+        these after its last alias died. Why hold the host tensor: its host allocation was
+        made in a quiet window, so c10's CPU allocator does not know its size; freed while it
+        reports (its last alias let go of between ops), it would log "Memory block of unknown
+        size was allocated before the profiling started", or, where the CPU allocator still
+        keeps the size of an earlier host block at that address (allocated while reporting,
+        freed while not), read as a host free of that size."""
+        kept, self.kept = self.kept, []  # a free inside (the garbage collector) sees a fresh list
+        recording = _autograd_profiler._is_profiler_enabled and self._records_memory()
+        for buf in kept:
+            if _storage_refs(buf.held) > _OWN_STORAGE_REFS:
+                self.kept.append(buf)  # an alias still holds the storage
+                continue
+            if id(buf) in self.live:
+                self.release(buf)  # pending: its last alias died
+            if recording and not quiet:
+                self.kept.append(buf)
+            else:
+                buf.held = None
 
     def host_reports_off(self) -> bool:
         """While a profile records memory: stop the CPU allocator's reports on this thread for
@@ -200,24 +252,18 @@ class Allocator:
         return bridge is not None and bridge.host_reports_off()
 
     def host_reports_on(self) -> None:
-        """End the quiet window, first dropping the host tensors of buffers freed since the
-        last one (those no alias still holds: ``_drop_unaliased``). Their host allocations were
-        made in a quiet window, so the CPU allocator does not know their sizes: freed while it
-        reports, each would log "Memory block of unknown size was allocated before the
-        profiling started" (c10's CPU allocator), and a buffer's own free runs before its
-        tensor lets go of the host tensor, so it cannot drop it itself."""
-        if self.dropped:
-            self._drop_unaliased()
+        """End the quiet window, first settling the kept buffers (``settle``): host tensors
+        dropped here are freed while the CPU allocator does not report."""
+        if self.kept:
+            self.settle(quiet=True)
         self.bridge.host_reports_on()
 
-    def _drop_unaliased(self) -> None:
-        """Drop the kept host tensors whose storage nothing else holds. A freed buffer's
-        storage can outlive the tensor that allocated it through an alias the device does not
-        account: AccumulateGrad steals a gradient as ``grad.detach()`` (a new wrapper on the
-        same storage), so ``.grad`` holds it after the gradient's own tensor died. Dropped
-        now, the storage would be freed when that alias dies, anywhere, as host memory; kept
-        until then, it is freed in a quiet window."""
-        self.dropped[:] = [t for t in self.dropped if _storage_refs(t) > _OWN_STORAGE_REFS]
+    def _records_memory(self) -> bool:
+        """A profiler with ``profile_memory=True`` records this thread, outside a quiet window
+        (only then does c10's CPU allocator report host frees: a host tensor need not be
+        held in a profile that does not record memory, nor inside a quiet window)."""
+        bridge = self.bridge or self._load_bridge()
+        return bridge is not None and bridge.memory_profiling_enabled()
 
     def _report(self, buf: Buffer, delta: int) -> None:
         bridge = self.bridge or self._load_bridge()
@@ -250,6 +296,8 @@ class Allocator:
 
     def stop_samples(self) -> Samples | None:
         """End sampling: the samples, each core's state at the end kept past the cap."""
+        if self.kept:
+            self.settle()  # pending buffers whose last alias died are freed, and sampled
         samples, self.samples = self.samples, None
         if samples is not None:
             now = time.time_ns()
@@ -267,7 +315,9 @@ class Allocator:
         s.allocs = s.frees = s.bytes_in = s.bytes_out = 0
 
     def live_buffers(self) -> list[Buffer]:
-        """Buffers whose tensors are alive, oldest address first per core."""
+        """Buffers whose storage is alive, oldest address first per core."""
+        if self.kept:
+            self.settle()
         return sorted(self.live.values(), key=lambda b: (b.core, b.addr))
 
 
@@ -286,6 +336,10 @@ def _storage_refs(t: Any) -> int:
 
 def _released(buf: Buffer) -> None:
     ALLOCATOR.release(buf)
+
+
+def _tensor_died(buf: Buffer) -> None:
+    ALLOCATOR.tensor_died(buf)
 
 
 def python_frames() -> list[dict[str, Any]]:

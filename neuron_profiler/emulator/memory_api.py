@@ -22,6 +22,10 @@ from neuron_profiler.emulator.memory import ALLOCATOR
 
 
 def _core(device: Any) -> int:
+    """The core a reader asks about, the allocator's pending frees settled first (read after
+    ``w.grad = None``, the statistics no longer count the gradient)."""
+    if ALLOCATOR.kept:
+        ALLOCATOR.settle()
     if device is None:
         return D.STATE.current_core
     if isinstance(device, int):

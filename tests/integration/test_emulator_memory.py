@@ -26,7 +26,9 @@ W_BYTES = WIDTH * WIDTH * F32  # the parameter, and its gradient
 X_BYTES = BATCH * WIDTH * F32  # the input, and the activation y = x @ w
 SCALAR = F32  # the loss, and the ones autograd seeds backward with
 # Live at the peak (inside backward, while MmBackward writes w's gradient): w, x, y, the loss,
-# the seed gradient (alive as SumBackward's expanded view of it) and w's new gradient.
+# the seed gradient (torch.autograd.backward holds it until backward returns) and w's new
+# gradient. The gradient then stays allocated as w.grad until ``w.grad = None`` (a buffer lives
+# as long as its storage), but by then the seed is gone: the peak is the same either way.
 STEP_PEAK = W_BYTES + X_BYTES + X_BYTES + SCALAR + SCALAR + W_BYTES
 LEAK_BYTES = 4096 * F32  # one (4096,) float32 tensor kept per step
 
@@ -102,6 +104,77 @@ def test_cores_are_accounted_apart(device) -> None:
     assert torch.neuron.memory_allocated(1) - on_one == 2000
     del t, view
     assert torch.neuron.memory_allocated(1) == on_one
+
+
+def test_a_buffer_lives_as_long_as_any_tensor_on_its_storage(device) -> None:
+    """A view or an alias outliving the tensor that allocated the buffer keeps its bytes
+    allocated, as a real allocator frees a block when its storage dies. (A view also keeps its
+    base tensor alive, as autograd's ``_base``; ``detach()`` does not.)"""
+    before = torch.neuron.memory_allocated(device)
+    x = torch.ones(BATCH, WIDTH, device=device)
+    view = x.t()
+    del x
+    assert torch.neuron.memory_allocated(device) - before == X_BYTES
+    del view
+    assert torch.neuron.memory_allocated(device) == before
+    x = torch.ones(BATCH, WIDTH, device=device)
+    alias = x.detach()  # a new tensor on the same storage, not a view (AccumulateGrad's steal)
+    del x
+    assert torch.neuron.memory_allocated(device) - before == X_BYTES
+    del alias
+    assert torch.neuron.memory_allocated(device) == before
+
+
+BIAS_BYTES = WIDTH * F32  # a (WIDTH,) bias, and its gradient
+
+
+def test_gradients_stay_allocated_until_dropped(device) -> None:
+    """After backward every parameter's gradient is allocated (AccumulateGrad stores it as
+    ``grad.detach()``, an alias, and the gradient's own tensor dies inside backward); setting
+    ``.grad`` to None, or ``zero_grad()``, frees exactly those bytes."""
+    w, x = _model(device)
+    b = torch.zeros(WIDTH, device=device, requires_grad=True)
+    opt = torch.optim.SGD([w, b], lr=1e-3)
+    before = torch.neuron.memory_allocated(device)
+    (x @ w + b).sum().backward()  # the temporaries, the seed and the loss are gone after it
+    assert torch.neuron.memory_allocated(device) - before == W_BYTES + BIAS_BYTES
+    w.grad = None
+    assert torch.neuron.memory_allocated(device) - before == BIAS_BYTES
+    b.grad = None
+    assert torch.neuron.memory_allocated(device) == before
+    (x @ w + b).sum().backward()
+    opt.step()  # SGD without momentum: updates in place, keeps no state
+    assert torch.neuron.memory_allocated(device) - before == W_BYTES + BIAS_BYTES
+    opt.zero_grad()  # set_to_none
+    assert torch.neuron.memory_allocated(device) == before
+
+
+def test_sgd_step_peak_matches_the_sizes_by_hand(device) -> None:
+    """Two layers, h = x @ w1, y = h @ w2, loss = y.sum(), SGD. Backward computes w2's
+    gradient first; it stays allocated (w2.grad) while MmBackward of the first layer writes
+    w1's, the peak: w1, w2, x, h, y, the loss, the seed (``torch.autograd.backward`` holds it
+    until backward returns), the gradient of h (that node's input), w2's gradient and w1's new
+    one. SGD without momentum updates in place and keeps no state. (Counting a gradient only
+    while its own tensor lives, w2's would be gone by then: one W_BYTES less.)"""
+    w1, x = _model(device)
+    w2 = torch.randn(WIDTH, WIDTH, device=device, requires_grad=True)
+    opt = torch.optim.SGD([w1, w2], lr=1e-3)
+    before = torch.neuron.memory_allocated(device)
+    torch.neuron.reset_peak_memory_stats(device)
+    for _ in range(2):
+        opt.zero_grad()
+        h = x @ w1
+        y = h @ w2
+        loss = y.sum()
+        loss.backward()
+        opt.step()
+        del h, y, loss
+    params_and_x = 2 * W_BYTES + X_BYTES
+    peak = params_and_x + X_BYTES + X_BYTES + SCALAR + SCALAR + X_BYTES + W_BYTES + W_BYTES
+    assert torch.neuron.max_memory_allocated(device) - before == peak - params_and_x
+    assert torch.neuron.memory_allocated(device) - before == 2 * W_BYTES  # the gradients
+    opt.zero_grad()
+    assert torch.neuron.memory_allocated(device) == before
 
 
 def test_torch_accelerator_memory_readers_read_our_stats(device, monkeypatch) -> None:
@@ -241,7 +314,7 @@ def test_buffers_freed_in_a_memory_profile_leave_no_unknown_host_frees(device, c
         torch.ones(4, device=device)  # one more op: its quiet window drops the freed tensors
     assert "unknown size" not in capfd.readouterr().err
     torch.ones(4, device=device)  # the profile ended: the next free lets go of what was kept
-    assert ALLOCATOR.dropped == []
+    assert ALLOCATOR.kept == []
 
 
 def test_a_stolen_gradient_is_freed_in_a_quiet_window(device) -> None:
@@ -264,6 +337,37 @@ def test_a_stolen_gradient_is_freed_in_a_quiet_window(device) -> None:
         torch.ones(4, device=device)  # the next op
         freed = storage() is None
     assert (kept, freed) == (True, True)
+
+
+def test_a_stolen_gradient_is_reported_freed_when_dropped_not_in_accumulate_grad(
+    device, tmp_path: Path
+) -> None:
+    """In a memory profile w's gradient stays allocated after backward (``w.grad``): its free is
+    reported after ``w.grad = None``, not inside AccumulateGrad, where the gradient's own
+    tensor dies."""
+    from torch.profiler import ProfilerActivity, profile
+
+    w, x = _model(device)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        (x @ w).sum().backward()
+        after_backward = torch.neuron.memory_allocated(device)
+        torch.ones(4, device=device)  # an op (its result freed): the gradient is not
+        kept = torch.neuron.memory_allocated(device) == after_backward
+        w.grad = None
+        dropped = after_backward - torch.neuron.memory_allocated(device)
+    assert (kept, dropped) == (True, W_BYTES)
+    trace = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    device_type = int(torch._C._autograd.DeviceType.PrivateUse1)
+    frees = [
+        e["ts"]
+        for e in _memory_events(trace)
+        if e["args"]["Device Type"] == device_type and e["args"]["Bytes"] == -W_BYTES
+    ]
+    events = json.loads(trace.read_text())["traceEvents"]
+    accumulate = [e for e in events if e.get("ph") == "X" and "AccumulateGrad" in e["name"]]
+    assert len(frees) == 1 and accumulate
+    assert all(frees[0] > e["ts"] + e["dur"] for e in accumulate)
 
 
 def test_without_profile_memory_no_memory_events(device, tmp_path: Path) -> None:
