@@ -15,21 +15,18 @@ namespace {
 
 constexpr const char* kFields[] = {"current", "peak", "allocated", "freed"};
 
-// Runs fn holding the GIL; a Python exception becomes a c10::Error (a RuntimeError in Python)
-// carrying its message, raised while the GIL is still held (the exception object is Python's).
+// Runs fn holding the GIL. A Python exception passes through as itself: pybind11's
+// error_already_set, restored by the torch binding that called in (the GIL-safe kind).
 template <typename Fn>
 auto inPython(Fn fn) -> decltype(fn()) {
   py::gil_scoped_acquire gil;
-  try {
-    return fn();
-  } catch (py::error_already_set& e) {
-    TORCH_CHECK(false, "emulated neuron memory statistics: ", e.what());
-  }
+  return fn();
 }
 
 struct EmulatorAllocator final : c10::DeviceAllocator {
-  // torch.neuron.memory (memory_api.py); a strong reference never released: c10 keeps this
-  // allocator to the end of the process, past the interpreter's finalisation.
+  // neuron_profiler.emulator.memory_api (torch.neuron.memory's functions); a strong reference never
+  // released: c10 keeps this allocator to the end of the process, past the interpreter's
+  // finalisation.
   PyObject* api = nullptr;
 
   // The emulator's tensors are wrapper subclasses whose storage holds no data (their memory is
@@ -38,10 +35,11 @@ struct EmulatorAllocator final : c10::DeviceAllocator {
   // device="neuron")) found no PrivateUse1 allocator before this one (a null pointer) and fails
   // here with a message instead.
   c10::DataPtr allocate(size_t) override {
-    TORCH_CHECK(false,
-                "the emulated neuron device has no C++ allocator: its memory is held by host "
-                "tensors (neuron_profiler.emulator); create device tensors with torch ops "
-                "(torch.empty(n, device='neuron'))");
+    TORCH_CHECK(
+        false,
+        "the emulated neuron device allocates no memory through c10: its tensors' memory "
+        "is held by host tensors (neuron_profiler.emulator); create device tensors with torch ops "
+        "(torch.empty(n, device='neuron'))");
   }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
