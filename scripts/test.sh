@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: set up (idempotent), Chromium for the browser test (installed with apt-get
-# when missing and run as root: CI), lint and format checks (Python: ruff; the C++ bridge:
-# clang-format), then the whole test suite, test files spread over up to 4 processes
+# when missing and run as root: CI), lint and format checks (Python: ruff; the C++ bridge and
+# the emulator's allocator: clang-format), then the whole test suite, test files spread over up
+# to 4 processes
 # (pytest-xdist; a file's tests stay in one process, so its module fixtures run once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,6 @@ bash scripts/browser.sh
 .venv/bin/ruff check neuron_profiler tests bench
 .venv/bin/ruff format --check neuron_profiler tests bench
 .venv/bin/clang-format --dry-run --Werror neuron_profiler/collectors/_kineto/*.h \
-  neuron_profiler/collectors/_kineto/*.cpp
+  neuron_profiler/collectors/_kineto/*.cpp neuron_profiler/emulator/_allocator/*.cpp
 workers=$(.venv/bin/python -c "import os; print(min(4, os.cpu_count() or 1))")
 .venv/bin/python -m pytest -q -n "$workers" --dist loadfile "$@"

@@ -3,6 +3,9 @@
     bridge = load_bridge()          # cached: the first call compiles (~30 s), later ones load
     testing = load_testing_bridge() # the test and bench entry points, a module of their own
 
+``load_extension`` is the build-and-cache step itself, shared with the emulator's other C++
+extension (emulator/device_allocator.py).
+
 The compiled module lives in torch's extension directory under a name carrying a hash of its
 sources (the .cpp and the shared header), the build flags, the torch version and the Python
 implementation and minor version (not the patch version: a patch release keeps the ABI), so it
@@ -63,15 +66,22 @@ def python_tag() -> str:
 def module_name(testing: bool = False) -> str:
     """Extension name: changes whenever a source file it compiles (its .cpp, the header), the
     flags, torch or Python's minor version change."""
+    prefix = _TESTING_NAME_PREFIX if testing else _NAME_PREFIX
+    return extension_name(prefix, [TESTING_SOURCE if testing else SOURCE, HEADER], EXTRA_CFLAGS)
+
+
+def extension_name(prefix: str, files: list[Path], cflags: list[str]) -> str:
+    """``prefix`` and a hash of ``files``' contents, ``cflags``, torch and Python's minor
+    version: a cached build is reused exactly while none of them changes."""
     version, _ = _torch_paths()
     digest = hashlib.sha256()
-    for path in (TESTING_SOURCE if testing else SOURCE, HEADER):
+    for path in files:
         digest.update(path.read_bytes())
-    digest.update(" ".join(EXTRA_CFLAGS + [version, python_tag()]).encode())
-    return f"{_TESTING_NAME_PREFIX if testing else _NAME_PREFIX}_{digest.hexdigest()[:12]}"
+    digest.update(" ".join(cflags + [version, python_tag()]).encode())
+    return f"{prefix}_{digest.hexdigest()[:12]}"
 
 
-def build_directory(name: str) -> Path:
+def build_directory(name: str, what: str = "the NEURON Kineto collector") -> Path:
     """torch's extension directory for ``name`` (created if missing); an unusable
     TORCH_EXTENSIONS_DIR (a file, read-only) is a CollectorUnavailableError, not a traceback."""
     from torch.utils.cpp_extension import _get_build_directory
@@ -86,7 +96,7 @@ def build_directory(name: str) -> Path:
             else err.strerror or type(err).__name__
         )
         raise CollectorUnavailableError(
-            f"cannot build the NEURON Kineto collector: cannot create {where} ({problem}; "
+            f"cannot build {what}: cannot create {where} ({problem}; "
             "set TORCH_EXTENSIONS_DIR to a writable directory)"
         ) from err
 
@@ -130,8 +140,9 @@ def _compiler_problem(compiler: str) -> str | None:
     return None
 
 
-def missing_build_prerequisite(include: Path) -> str | None:
-    """What a build here lacks (a sentence), or None when compiler, ninja and headers exist."""
+def missing_build_prerequisite(include: Path, kineto: bool = True) -> str | None:
+    """What a build here lacks (a sentence), or None when compiler, ninja and headers exist
+    (Kineto's headers only when ``kineto``)."""
     compiler = os.environ.get("CXX", "c++")
     problem = _compiler_problem(compiler)
     if problem is not None:
@@ -140,6 +151,8 @@ def missing_build_prerequisite(include: Path) -> str | None:
 
     if not is_ninja_available():
         return "ninja not found (pip install ninja)"
+    if not kineto:
+        return None
     # torch's PrivateUse1 profiler registry header (torch >= 2.12) is used when present; the
     # bridge registers with Kineto directly without it (neuron_kineto.cpp, REGISTRATION).
     header = include / "kineto" / "IActivityProfiler.h"
@@ -165,20 +178,9 @@ def load_testing_bridge() -> ModuleType:
 
 
 def _load(testing: bool) -> ModuleType:
-    _, include = _torch_paths()
     name = module_name(testing)
-    build_dir = build_directory(name)
-    lib = _cached_library(build_dir, name)
-    if lib is not None:
-        module = _import_library(name, lib)
-    else:
-        module = _build(
-            name,
-            TESTING_SOURCE if testing else SOURCE,
-            build_dir,
-            include,
-            TESTING_NOTICE if testing else BUILDING_NOTICE,
-        )
+    source = TESTING_SOURCE if testing else SOURCE
+    module = load_extension(name, source, TESTING_NOTICE if testing else BUILDING_NOTICE)
     problem = layout_mismatch(module.record_dtype())
     if problem is not None:
         raise CollectorUnavailableError(
@@ -207,15 +209,31 @@ def layout_mismatch(bridge_dtype: Any) -> str | None:
     return f"the bridge's records are {bridge_dtype.itemsize} bytes, RECORD's {RECORD.itemsize}"
 
 
-def _build(name: str, source: Path, build_dir: Path, include: Path, notice: str) -> ModuleType:
-    problem = missing_build_prerequisite(include)
+def load_extension(
+    name: str,
+    source: Path,
+    notice: str,
+    what: str = "the NEURON Kineto collector",
+    cflags: list[str] | None = None,
+    kineto: bool = True,
+) -> ModuleType:
+    """The extension ``name`` (from ``extension_name``) compiled from ``source``: loaded from
+    torch's extension directory when built before (no compiler needed), else built there, saying
+    ``notice`` on stderr, with ``cflags`` (None: the bridge's). ``what`` names it in the CollectorUnavailableError raised when it can
+    be neither loaded nor built; ``kineto``: it includes Kineto's headers."""
+    _, include = _torch_paths()
+    build_dir = build_directory(name, what)
+    lib = _cached_library(build_dir, name)
+    if lib is not None:
+        return _import_library(name, lib)
+    problem = missing_build_prerequisite(include, kineto)
     if problem is None and not os.access(build_dir, os.W_OK | os.X_OK):
         problem = (
             f"{build_dir} is not writable and holds no cached build (set "
             "TORCH_EXTENSIONS_DIR to a writable directory)"
         )
     if problem is not None:
-        raise CollectorUnavailableError(f"cannot build the NEURON Kineto collector: {problem}")
+        raise CollectorUnavailableError(f"cannot build {what}: {problem}")
     from torch.utils.cpp_extension import load
 
     print(notice, file=sys.stderr, flush=True)
@@ -223,14 +241,14 @@ def _build(name: str, source: Path, build_dir: Path, include: Path, notice: str)
         return load(
             name=name,
             sources=[str(source)],
-            extra_cflags=EXTRA_CFLAGS,
-            extra_include_paths=[str(include / "kineto")],
+            extra_cflags=EXTRA_CFLAGS if cflags is None else cflags,
+            extra_include_paths=[str(include / "kineto")] if kineto else [],
             build_directory=str(build_dir),
             verbose=False,
         )
     except Exception as err:  # whatever the build raises is reported in one line
         raise CollectorUnavailableError(
-            f"building the NEURON Kineto collector failed: {build_failure(err, build_dir)}"
+            f"building {what} failed: {build_failure(err, build_dir)}"
         ) from err
 
 

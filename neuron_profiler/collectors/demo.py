@@ -141,8 +141,9 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     """Train a few steps with a wait/warmup/active schedule; one trace for the active steps.
     Raises CollectorUnavailableError (from ``collectors.require``) when NEURON cannot collect:
     a demo without device events shows nothing."""
-    from neuron_profiler import emulator
+    from neuron_profiler import collectors, emulator
 
+    collectors.require()  # first: without the collector the demo stops before any device work
     emulator.enable(
         cores=cfg.cores, chip=cfg.chip, speed_factor=cfg.speed_factor, numerics=cfg.numerics
     )
@@ -150,9 +151,6 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from neuron_profiler import collectors
-
-    collectors.require()
     neuron = collectors.NEURON
     devices = [torch.device("neuron", i) for i in range(cfg.cores)]
     # timing mode: a model whose step is device-bound on a NeuronCore (~0.5 TFLOP per step);

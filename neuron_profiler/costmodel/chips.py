@@ -102,6 +102,10 @@ class ChipSpec:
     def hbm_bytes_per_s(self) -> float:
         return self.hbm_tbps * 1e12 / self.logical_cores
 
+    def hbm_bytes_per_core(self) -> int:
+        """One logical core's share of the chip's HBM capacity."""
+        return int(self.hbm_gib * 2**30 / self.logical_cores)
+
     def dma_bytes_per_s(self) -> float:
         physical_per_logical = self.physical_cores // self.logical_cores
         return self.dma_engines_per_core * physical_per_logical * self.dma_gbps_per_engine * 1e9

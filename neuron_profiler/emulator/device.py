@@ -25,6 +25,7 @@ from neuron_profiler.emulator import (
     collectives,
     compiled,
     copies,
+    device_allocator,
     host_cost,
     memory_api,
     modelled,
@@ -175,6 +176,7 @@ def _register_with_torch(cores: int) -> None:
     autocast.register()
     compiled.install()  # torch.compile: Dynamo skips the emulator; the "neuron" backend
     storage.install()  # ``t.data = x`` across host and device (FSDP moving parameters)
+    device_allocator.install()  # torch.accelerator.memory (one line on stderr where unavailable)
     from torch.optim import optimizer
 
     if T.NeuronTensor not in optimizer._foreach_supported_types:

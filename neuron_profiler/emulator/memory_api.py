@@ -4,9 +4,9 @@ emulated allocator (memory.py), and ``torch.neuron.memory`` with the CUDA snapsh
     torch.neuron.memory_allocated(); torch.neuron.max_memory_allocated(); torch.neuron.memory_stats()
     torch.neuron.memory._record_memory_history(); ...; torch.neuron.memory._dump_snapshot("s.pickle")
 
-``torch.accelerator.memory`` itself cannot reach them: it asks ``c10::GetAllocator(PrivateUse1)``
-for a C++ ``c10::DeviceAllocator`` (torch/accelerator/memory.py -> at::accelerator::
-getDeviceStats), and the emulated device's memory is Python-held (docs/emulator.md, Memory).
+``torch.accelerator.memory`` reaches them through the emulator's C++ ``c10::DeviceAllocator``
+(device_allocator.py), which calls ``memory_stats``, ``reset_peak_memory_stats``,
+``reset_accumulated_memory_stats`` and ``get_memory_info`` here.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from neuron_profiler.emulator import dispatch as D
 from neuron_profiler.emulator import snapshot
 from neuron_profiler.emulator.memory import ALLOCATOR
+from neuron_profiler.emulator.runtime import get_runtime
 
 
 def _core(device: Any) -> int:
@@ -63,6 +64,14 @@ def reset_peak_memory_stats(device: Any = None) -> None:
 
 def reset_accumulated_memory_stats(device: Any = None) -> None:
     ALLOCATOR.reset_accumulated(_core(device))
+
+
+def get_memory_info(device: Any = None) -> tuple[int, int]:
+    """(free, total) bytes as ``torch.accelerator.get_memory_info``: total is the core's share of
+    the chip's HBM (costmodel/chips.py), free what ``memory_reserved`` leaves of it (0 past it:
+    the emulator does not refuse an allocation beyond the chip's capacity)."""
+    total = get_runtime().chip.hbm_bytes_per_core()
+    return max(total - memory_reserved(device), 0), total
 
 
 def empty_cache() -> None:
@@ -126,6 +135,7 @@ PUBLIC = {
     "reset_peak_memory_stats": reset_peak_memory_stats,
     "reset_accumulated_memory_stats": reset_accumulated_memory_stats,
     "memory_stats": memory_stats,
+    "get_memory_info": get_memory_info,
     "empty_cache": empty_cache,
 }
 PRIVATE = {

@@ -139,7 +139,7 @@ class EmulatedRuntime:
                 V.PROP_ID: i,
                 V.PROP_NAME: f"NeuronCore {i}",
                 V.PROP_CHIP: c.name,
-                V.PROP_HBM_BYTES: int(c.hbm_gib * 2**30 / c.logical_cores),
+                V.PROP_HBM_BYTES: c.hbm_bytes_per_core(),
                 **peaks,
                 V.PROP_EMULATED: True,
                 V.PROP_SPEED_FACTOR: self.speed_factor,

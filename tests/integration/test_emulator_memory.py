@@ -1,7 +1,7 @@
 """The emulated device's allocator (emulator/memory.py, snapshot.py): statistics, torch.profiler's
 memory events and snapshots, against peaks worked out by hand from the tensor sizes, an injected
-leak, torch's own readers (torch.accelerator.memory's key names, the Chrome export's [memory]
-events, torch.cuda._memory_viz)."""
+leak, torch's own readers (torch.accelerator.memory through the emulator's DeviceAllocator, the
+Chrome export's [memory] events, torch.cuda._memory_viz)."""
 
 from __future__ import annotations
 
@@ -177,22 +177,95 @@ def test_sgd_step_peak_matches_the_sizes_by_hand(device) -> None:
     assert torch.neuron.memory_allocated(device) == before
 
 
-def test_torch_accelerator_memory_readers_read_our_stats(device, monkeypatch) -> None:
-    """torch.accelerator.memory's own functions, fed ``torch.neuron.memory_stats`` (they reach a
-    C++ DeviceAllocator otherwise), give the torch.neuron figures: the key names match."""
-    import torch.accelerator.memory as acc
+# torch.accelerator.memory's functions, each against torch.neuron's of the same name
+ACCELERATOR_READERS = ("memory_allocated", "max_memory_allocated", "memory_reserved")
+ACCELERATOR_READERS += ("max_memory_reserved",)
+# trn2: 96 GiB of HBM shared by 4 logical NeuronCores (AWS Trn2 architecture page)
+TRN2_HBM_PER_CORE = 96 * 2**30 // 4
 
-    monkeypatch.setattr(acc, "memory_stats", lambda d=None: torch.neuron.memory_stats(d))
+
+def test_torch_accelerator_memory_reads_our_stats_after_a_training_step(device) -> None:
+    """torch.accelerator.memory, unpatched: through the emulator's C++ DeviceAllocator it
+    reads the figures worked out by hand, the same as torch.neuron's, on each core."""
+    acc = torch.accelerator
+    assert acc.current_accelerator().type == "neuron"
+    before = acc.memory_allocated(0)
     w, x = _model(device)
+    acc.reset_peak_memory_stats(0)
     _train(w, x, steps=1)
-    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved"):
-        ours = getattr(torch.neuron, name)(0)
-        assert getattr(acc, name)(0) == ours and ours > 0, name
-    stats = torch.neuron.memory_stats(0)
-    assert (
-        stats["allocated_bytes.all.allocated"] - stats["allocated_bytes.all.freed"]
-        == (stats["allocated_bytes.all.current"])
+    assert acc.max_memory_allocated(0) - before == STEP_PEAK
+    assert acc.memory_allocated(0) - before == W_BYTES + X_BYTES
+    on_one = acc.memory_allocated(1)
+    t = torch.empty(1000, dtype=torch.float16, device="neuron:1")
+    assert acc.memory_allocated(torch.device("neuron", 1)) - on_one == 2000
+    for core in (0, 1):
+        for name in ACCELERATOR_READERS:
+            assert getattr(acc, name)(core) == getattr(torch.neuron, name)(core), (name, core)
+        ours, theirs = torch.neuron.memory_stats(core), acc.memory_stats(core)
+        assert {k: theirs[k] for k in ours} == ours  # every figure we keep, under its name
+        others = {k: v for k, v in theirs.items() if k not in ours}
+        assert others and set(others.values()) == {0}  # pools, splits: none in the emulator
+        assert ours["allocated_bytes.all.current"] > 0
+        free, total = acc.get_memory_info(core)
+        assert (free, total) == (TRN2_HBM_PER_CORE - acc.memory_reserved(core), TRN2_HBM_PER_CORE)
+    del t
+
+
+def test_torch_accelerator_resets_reset_ours(device) -> None:
+    t = torch.empty(256, device="neuron:1")
+    del t  # a peak above the current figure, and one allocation and free counted
+    assert torch.neuron.max_memory_allocated(1) > torch.neuron.memory_allocated(1)
+    torch.accelerator.reset_peak_memory_stats(1)
+    assert torch.neuron.max_memory_allocated(1) == torch.neuron.memory_allocated(1)
+    assert torch.neuron.memory_stats(1)["allocation.all.freed"] > 0
+    torch.accelerator.reset_accumulated_memory_stats(1)
+    stats = torch.neuron.memory_stats(1)
+    assert stats["allocation.all.freed"] == stats["allocated_bytes.all.allocated"] == 0
+
+
+def test_torch_accelerator_errors_name_the_problem(device) -> None:
+    with pytest.raises(RuntimeError, match="neuron:7 is not an emulated device"):
+        torch.accelerator.memory_allocated(7)
+    # c10 memory for the device: there was no PrivateUse1 allocator at all (a crash), now a message
+    with pytest.raises(
+        RuntimeError, match="emulated neuron device allocates no memory through c10"
+    ):
+        torch.UntypedStorage(8, device="neuron")
+
+
+NO_COMPILER = """
+import torch
+import neuron_profiler.emulator as emu
+emu.enable(cores=2, chip="trn2")
+t = torch.empty(1000, device="neuron:1")
+print(torch.neuron.memory_allocated(1), torch.neuron.max_memory_allocated(1))
+try:
+    torch.accelerator.memory_allocated(1)
+except RuntimeError as err:
+    print("unavailable:", "not a DeviceAllocator" in str(err))
+"""
+
+
+def test_without_a_compiler_one_line_says_why_and_torch_neuron_stats_work(tmp_path: Path) -> None:
+    """No cached build and no compiler: enable() works, one line on stderr names the problem,
+    torch.neuron's statistics still count, torch.accelerator.memory stays as torch leaves it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_PROFILER_")}
+    env.update(TORCH_EXTENSIONS_DIR=str(tmp_path), CXX=str(tmp_path / "no-such-c++"))
+    out = subprocess.run(
+        [sys.executable, "-c", NO_COMPILER], capture_output=True, text=True, env=env, timeout=300
     )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines() == ["4000 4000", "unavailable: True"]
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert lines == [
+        "neuron-profiler: torch.accelerator.memory does not reach the emulated device: cannot "
+        "build the emulated device's allocator for torch.accelerator.memory: no C++ compiler: "
+        f"'{tmp_path / 'no-such-c++'}' not found on PATH (install g++ or set CXX)"
+    ]
 
 
 def _memory_events(trace: Path) -> list[dict]:
