@@ -212,17 +212,20 @@ async function loadProjection(load) {
 }
 
 // The diff of the baseline (A) against the shown trace (B), fetched when the Diff view opens
-// with a baseline chosen; state.diff is {loading: true} meanwhile.
+// with a baseline chosen; state.diff is {loading: true} meanwhile. An answer for a baseline or
+// grouping changed since it was asked for is dropped (a slower, older one would replace the new).
 async function loadDiff(load) {
   state.diff = { loading: true };
-  const [run, worker, span] = state.base.split("|");
+  const base = state.base, by = state.diffBy;
+  const current = () => base === state.base && by === state.diffBy;
+  const [run, worker, span] = base.split("|");
   try {
-    const body = await analysis("diff", Object.assign({ a_run: run, a_worker: worker, a_span: span, by: state.diffBy },
+    const body = await analysis("diff", Object.assign({ a_run: run, a_worker: worker, a_span: span, by },
       selected()), load);
-    if (!body) return;
+    if (!body || !current()) return;
     state.diff = body;
   } catch (err) {
-    if (load !== state.load) return;
+    if (load !== state.load || !current()) return;
     state.diff = { error: err.message };
   }
   $("status").textContent = "";
