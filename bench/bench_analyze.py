@@ -9,8 +9,8 @@ load + temporal breakdown + idle-time breakdown, side by side, startup included.
     python bench/bench_analyze.py --shapes deep --size deep=1000000 --timeout 1200
 
 ``--against OTHER --files F ...``: ``analyze --json`` of each file with this checkout's code and
-with the checkout at OTHER (e.g. /work/main), alternately (``--repeat`` runs each, interleaved so
-that a shared machine's load falls on both alike), each with PYTHONPATH at its checkout: best
+with the checkout at OTHER (e.g. /work/main), alternately (``--repeat`` runs each, interleaved and
+each side first in turn, so that a shared machine's load falls on both alike), each with PYTHONPATH at its checkout: best
 and median wall and CPU seconds per side, the ratios, the load average before and after.
 
 ``--alone N``: a generated trace of N events analysed by ``neuron-prof`` only, against the
@@ -449,8 +449,8 @@ def against(other: Path, files: list[Path], repeat: int, timeout: float) -> None
     )
     for path in files:
         runs: dict[str, list[Run]] = {side: [] for side in sides}
-        for _ in range(repeat):
-            for side, root in sides.items():
+        for k in range(repeat):  # this, other; other, this; ...: neither side always first
+            for side, root in sorted(sides.items(), reverse=k % 2 == 1):
                 os.environ["PYTHONPATH"] = str(root)  # (and run there: -m puts the cwd first)
                 r = run(ours_cmd(path.resolve()), timeout, cwd=root)
                 if r.error:
