@@ -8,6 +8,11 @@ load + temporal breakdown + idle-time breakdown, side by side, startup included.
     python bench/bench_analyze.py --shapes meta old --variant small --repeat 3
     python bench/bench_analyze.py --shapes deep --size deep=1000000 --timeout 1200
 
+``--against OTHER --files F ...``: ``analyze --json`` of each file with this checkout's code and
+with the checkout at OTHER (e.g. /work/main), alternately (``--repeat`` runs each, interleaved and
+each side first in turn, so that a shared machine's load falls on both alike), each with PYTHONPATH at its checkout: best
+and median wall and CPU seconds per side, the ratios, the load average before and after.
+
 ``--alone N``: a generated trace of N events analysed by ``neuron-prof`` only, against the
 issue's absolute target (5M events in at most 15 s and 2 GB); HTA is not run at that size (at
 1M it already takes minutes and 1.3 GB, and it grows with the trace).
@@ -156,7 +161,12 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def run(argv: list[str], timeout: float | None = None, stdout: Path | None = None) -> Run:
+def run(
+    argv: list[str],
+    timeout: float | None = None,
+    stdout: Path | None = None,
+    cwd: Path | None = None,
+) -> Run:
     """One process, forked by ``_LAUNCHER`` in a process group of its own (killed whole after
     ``timeout`` s): the launcher's wall time and ``ru_maxrss`` of it, or the group's sampled
     PSS when larger. stdout goes to ``stdout`` (else nowhere), stderr's last lines are kept."""
@@ -164,7 +174,9 @@ def run(argv: list[str], timeout: float | None = None, stdout: Path | None = Non
         result, err_path = Path(tmp) / "result", Path(tmp) / "stderr"
         with open(err_path, "wb") as err, open(stdout or os.devnull, "wb") as out:
             launcher = [sys.executable, "-S", "-c", _LAUNCHER, str(result), *argv]
-            proc = subprocess.Popen(launcher, stdout=out, stderr=err, start_new_session=True)
+            proc = subprocess.Popen(
+                launcher, stdout=out, stderr=err, start_new_session=True, cwd=cwd
+            )
             memory = _GroupMemory(proc.pid)
             memory.start()
             timer = threading.Timer(timeout, _kill_group, (proc.pid,)) if timeout else None
@@ -424,6 +436,42 @@ def shapes(args: argparse.Namespace) -> None:
     print(f"\nresults: {out}")
 
 
+def against(other: Path, files: list[Path], repeat: int, timeout: float) -> None:
+    """This checkout against ``other`` on each file, runs interleaved (see the docstring)."""
+    import compileall
+
+    compileall.compile_dir(str(other / "neuron_profiler"), quiet=1)
+    sides = {"this": REPO, "other": other.resolve()}
+    print(f"load average before: {os.getloadavg()}; this={REPO} other={sides['other']}")
+    print(
+        f"{'trace':<32} {'side':<6} {'best s':>7} {'median s':>8} {'best cpu':>8} "
+        f"{'median cpu':>10}"
+    )
+    for path in files:
+        runs: dict[str, list[Run]] = {side: [] for side in sides}
+        for k in range(repeat):  # this, other; other, this; ...: neither side always first
+            for side, root in sorted(sides.items(), reverse=k % 2 == 1):
+                os.environ["PYTHONPATH"] = str(root)  # (and run there: -m puts the cwd first)
+                r = run(ours_cmd(path.resolve()), timeout, cwd=root)
+                if r.error:
+                    raise SystemExit(f"{side} on {path}: {r.error}")
+                runs[side].append(r)
+        figures = {}
+        for side, rs in runs.items():
+            wall, cpu = [r.seconds for r in rs], [r.cpu_s for r in rs]
+            figures[side] = (min(wall), statistics.median(wall), min(cpu), statistics.median(cpu))
+            print(
+                f"{path.name[:32]:<32} {side:<6} {figures[side][0]:>7.2f} {figures[side][1]:>8.2f} "
+                f"{figures[side][2]:>8.2f} {figures[side][3]:>10.2f}"
+            )
+        ratios = [o / t for t, o in zip(figures["this"], figures["other"], strict=True)]
+        print(
+            f"{'':<32} other/this: best {ratios[0]:.2f}x, median {ratios[1]:.2f}x, "
+            f"best cpu {ratios[2]:.2f}x, median cpu {ratios[3]:.2f}x"
+        )
+    print(f"load average after: {os.getloadavg()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=1)
@@ -447,10 +495,21 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=None, help="rank files of the ranks shape")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1800.0, help="per process, seconds")
+    ap.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        metavar="OTHER",
+        help="another checkout: analyze --json of --files with both, interleaved",
+    )
+    ap.add_argument("--files", type=Path, nargs="*", default=[], metavar="TRACE")
     args = ap.parse_args()
     import compileall
 
     compileall.compile_dir(str(REPO / "neuron_profiler"), quiet=1)
+    if args.against is not None:
+        against(args.against, args.files, args.repeat, args.timeout)
+        return
     if args.shapes is not None:
         shapes(args)
         return

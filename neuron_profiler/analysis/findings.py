@@ -200,9 +200,12 @@ def _idle_findings(ctx: AnalysisContext) -> list[Finding]:
 def _covering_row(ctx: AnalysisContext, gs: int, ge: int, device: int) -> int:
     """The host row covering most of [gs, ge) on the device's launching threads (the innermost
     among equals), the one ``idle.host_activity`` names first; -1: none."""
-    rows = ctx.host.rows[sel.covering(ctx.host, gs, ge)]
-    rows = rows[ctx.on_launch_threads(device, rows)]
-    return int(rows[0]) if len(rows) else -1
+    for hit in sel.covering(ctx.host, gs, ge):
+        rows = ctx.host.rows[hit]
+        rows = rows[ctx.on_launch_threads(device, rows)]
+        if len(rows):
+            return int(rows[0])
+    return -1
 
 
 def _finding(

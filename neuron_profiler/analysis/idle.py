@@ -464,14 +464,14 @@ def host_activity(ctx: AnalysisContext, gs: int, ge: int, device: int) -> tuple[
     work (``ctx.launch_threads``); among equals, the innermost. Dispatch machinery and the
     emulator's own frames (``internal_frames``) are left out: the op around them is named."""
     host = ctx.host
-    hit = sel.covering(host, gs, ge)
-    hit = hit[ctx.on_launch_threads(device, host.rows[hit])]
-    hit = hit[~np.isin(host.name_id[hit], ctx.names.internal_frames)]
     names: list[str] = []
-    for n in host.name_id[hit].tolist():
-        text = ctx.trace.strings[n]
-        if text not in names:
-            names.append(text)
-        if len(names) == HOST_ACTIVITY_NAMES:
-            break
+    for hit in sel.covering(host, gs, ge):
+        hit = hit[ctx.on_launch_threads(device, host.rows[hit])]
+        hit = hit[~np.isin(host.name_id[hit], ctx.names.internal_frames)]
+        for n in host.name_id[hit].tolist():
+            text = ctx.trace.strings[n]
+            if text not in names:
+                names.append(text)
+            if len(names) == HOST_ACTIVITY_NAMES:
+                return tuple(names)
     return tuple(names)

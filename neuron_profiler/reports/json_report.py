@@ -32,6 +32,7 @@ from neuron_profiler.analysis.memory import DeviceMemory
 from neuron_profiler.analysis.metrics import metrics
 from neuron_profiler.analysis.report import Report, summaries_of
 from neuron_profiler.heap import gc_paused
+from neuron_profiler.reports.json_rows import Rows
 
 SCHEMA_VERSION = "3"
 SCHEMA_FILE = "report.schema.json"
@@ -97,7 +98,14 @@ def _numpy_scalar(value: Any) -> Any:
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
-_encode = msgspec.json.Encoder(enc_hook=_numpy_scalar).encode
+def _unknown(value: Any) -> Any:
+    """Rows written from their columns (``json_rows``); numpy numbers as Python's."""
+    if isinstance(value, Rows):
+        return value.encodable()
+    return _numpy_scalar(value)
+
+
+_encode = msgspec.json.Encoder(enc_hook=_unknown).encode
 
 
 def schema_text() -> str:
@@ -165,11 +173,14 @@ def to_document(
 ) -> dict[str, Any]:
     """``cross``: the cross-rank analysis of these reports (``analysis.distributed``), reduced
     from their rank summaries when not given."""
-    return _document(reports, errors, breaches, cross, _as_is)
+    return _document(reports, errors, breaches, cross, _plain)
 
 
-def _as_is(section: Any) -> Any:
-    return section
+def _plain(section: Any) -> Any:
+    """The section as plain objects: its :class:`Rows` (at its top level) as dicts."""
+    if not isinstance(section, dict):
+        return section
+    return {k: v.dicts() if isinstance(v, Rows) else v for k, v in section.items()}
 
 
 def _encoded(section: Any) -> msgspec.Raw:
@@ -304,7 +315,7 @@ def _span(s) -> dict[str, Any]:  # noqa: ANN001
 
 
 def trace_document(r: Report) -> dict[str, Any]:
-    return {key: part(r) for key, part in _TRACE_SECTIONS}
+    return {key: _plain(part(r)) for key, part in _TRACE_SECTIONS}
 
 
 def _ranges(r: Report, ranges: tuple[tuple[int, int], ...]) -> list[dict[str, float]]:
@@ -415,7 +426,7 @@ def _breakdown(r: Report) -> dict[str, Any]:
     """Steps once, then a row per device holding each figure as a series over the steps: a
     trace of 10,000 device queues in 45 steps writes 10,000 small objects, not 450,000."""
     b = r.breakdown
-    columns = {
+    series = {
         "busy_ms": _ms_column(b.busy_ns),
         "busy_pct": _np_pct_column(b.busy_ns, b.wall_ns),
         "compute_ms": _ms_column(b.compute_ns),
@@ -426,7 +437,14 @@ def _breakdown(r: Report) -> dict[str, Any]:
         "idle_ms": _ms_column(b.idle_ns),
         "idle_pct": _np_pct_column(b.idle_ns, b.wall_ns),
     }
-    keys = tuple(columns)
+    devices = Rows(
+        len(b.device),
+        {
+            "device": b.device.tolist(),
+            "label": list(b.labels),
+            **series,
+        },
+    )
     return {
         "steps": [
             {"step": name, "wall_ms": _ms(wall), "host_ms": _ms(host)}
@@ -434,73 +452,40 @@ def _breakdown(r: Report) -> dict[str, Any]:
                 b.names, b.wall_ns.tolist(), b.host_ns.tolist(), strict=True
             )
         ],
-        "devices": [
-            {"device": device, "label": label, **dict(zip(keys, series, strict=True))}
-            for device, label, *series in zip(
-                b.device.tolist(), b.labels, *columns.values(), strict=True
-            )
-        ],
+        "devices": devices,
     }
 
 
 def _idle(r: Report) -> dict[str, Any]:
     idle, cols = r.idle, r.idle.per_device
-    window, busy, idle_ns, overhead = (
-        _ms_column(x)
-        for x in (cols.window_ns, cols.busy_ns, cols.idle_ns, cols.emulator_overhead_ns)
-    )
-    columns = zip(
-        cols.device.tolist(),
-        cols.labels,
-        window,
-        busy,
-        _pct_column(cols.busy_ns, cols.window_ns),
-        idle_ns,
-        _pct_column(cols.idle_ns, cols.window_ns),
-        cols.gaps.tolist(),
-        overhead,
-        _ms_column(cols.by_cause_ns),
-        _ms_column(cols.per_step_by_cause_ns.transpose(0, 2, 1)),  # [device][cause][step]
-        _ms_column(cols.per_step_emulator_overhead_ns),
-        strict=True,
+    per_step = cols.per_step_by_cause_ns  # [device][step][cause]
+    devices = Rows(
+        len(cols.device),
+        {
+            "device": cols.device.tolist(),
+            "label": list(cols.labels),
+            "window_ms": _ms_column(cols.window_ns),
+            "busy_ms": _ms_column(cols.busy_ns),
+            "busy_pct": _pct_column(cols.busy_ns, cols.window_ns),
+            "idle_ms": _ms_column(cols.idle_ns),
+            "idle_pct": _pct_column(cols.idle_ns, cols.window_ns),
+            "gaps": cols.gaps.tolist(),
+            "emulator_overhead_ms": _ms_column(cols.emulator_overhead_ns),
+            "by_cause_ms": {
+                c: _ms_column(cols.by_cause_ns[:, k]) for k, c in enumerate(ALL_CAUSES)
+            },
+            "per_step_ms": {
+                **{c: _ms_column(per_step[:, :, k]) for k, c in enumerate(ALL_CAUSES)},
+                "emulator_overhead": _ms_column(cols.per_step_emulator_overhead_ns),
+            },
+        },
     )
     return {
         "min_gap_us": idle.min_gap_ns / 1e3,
         "steps": list(r.steps.names),
         "by_cause_ms": {c: _ms(v) for c, v in idle.by_cause_ns.items()},
         "emulator_overhead_ms": _ms(idle.emulator_overhead_ns),
-        "devices": [
-            {
-                "device": device,
-                "label": label,
-                "window_ms": window_ms,
-                "busy_ms": busy_ms,
-                "busy_pct": busy_pct,
-                "idle_ms": idle_ms,
-                "idle_pct": idle_pct,
-                "gaps": gaps,
-                "emulator_overhead_ms": overhead_ms,
-                "by_cause_ms": dict(zip(ALL_CAUSES, by_cause, strict=True)),
-                "per_step_ms": {
-                    **dict(zip(ALL_CAUSES, per_step, strict=True)),
-                    "emulator_overhead": step_overhead,
-                },
-            }
-            for (
-                device,
-                label,
-                window_ms,
-                busy_ms,
-                busy_pct,
-                idle_ms,
-                idle_pct,
-                gaps,
-                overhead_ms,
-                by_cause,
-                per_step,
-                step_overhead,
-            ) in columns
-        ],
+        "devices": devices,
         "longest_gaps": [
             {
                 "device": g.device,
