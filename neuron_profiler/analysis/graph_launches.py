@@ -38,7 +38,7 @@ from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 
 # Module depth a compiled graph spans: 2, the root module's children (``Net_0.Block_0``).
-# Compiling the root is today's whole-step figure between graph breaks; compiling each leaf
+# Compiling the root is the figure without frames (one graph between graph breaks); compiling each leaf
 # (``Linear``, ``ReLU``: one to three ops each) is close to eager; compiling each child of the
 # root (each transformer block, embedding, head) is torch's regional-compilation recipe, the
 # usual per-module compile. Deeper modules inside a child run inside its graph.

@@ -153,7 +153,7 @@ def compiled_granularity(result: EditResult) -> str:
         return (
             "each thread's compute launches of a step between graph breaks (host waits, "
             "host-run ops, copies, collectives) as one graph (no nn.Module frames in the trace: "
-            "the whole step compiled)"
+            "not per module)"
         )
     return (
         f"per module: each top-level module's (nesting depth {COMPILED_MODULE_DEPTH}, the root "
