@@ -3,7 +3,8 @@
 
     sites = launch_sites(ctx, graph_items(ctx))            # what launched each item on the host
     group = recorded_regions(sites)                        # torch.compile's regions in the trace
-    group = eager_regions(graph, sites, compute, breaks)   # --what-if compiled: eager ops grouped
+    modules = module_graphs(ctx, sites)                    # per item its compiled module, if known
+    group = eager_regions(graph, sites, compute, breaks, modules=modules.of_item)
     graph, saved = as_graph_launches(graph, sites, group)  # one launch per group
 
 A graph execution is launched once: its items after the first no longer wait for a launch of
@@ -12,6 +13,12 @@ longer spends the time of their launching ops (the op the script called, which n
 the graph; inside a recorded compiled region, the launch call itself). Kernel durations are
 kept: fusion and the kernels' fixed time are not modelled (an ASSUMPTION: the saving is a lower
 bound of what a compiler gains).
+
+Where the trace records ``nn.Module`` frames (``analysis/modules.py``), ``--what-if compiled``
+is per module: a graph also ends where the launching op's top-level module (the root module's
+child it ran in, ``COMPILED_MODULE_DEPTH``) changes, as ``torch.compile`` applied to each of
+the root's children (regional compilation) would give; without frames, a graph spans a
+thread's launches between two graph breaks.
 """
 
 from __future__ import annotations
@@ -24,10 +31,29 @@ from neuron_profiler.analysis import _tree
 from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis._device import NO_LAUNCH
 from neuron_profiler.analysis.context import AnalysisContext
+from neuron_profiler.analysis.modules import row_modules, top_modules
 from neuron_profiler.analysis.offload import Offload
 from neuron_profiler.analysis.replay import DependencyGraph, HostDelays
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
+
+# Module depth a compiled graph spans: 2, the root module's children (``Net_0.Block_0``).
+# Compiling the root is the figure without frames (one graph between graph breaks); compiling each leaf
+# (``Linear``, ``ReLU``: one to three ops each) is close to eager; compiling each child of the
+# root (each transformer block, embedding, head) is torch's regional-compilation recipe, the
+# usual per-module compile. Deeper modules inside a child run inside its graph.
+COMPILED_MODULE_DEPTH = 2
+
+
+@dataclass(frozen=True)
+class ModuleGraphs:
+    """Per graph item the module whose compiled graph would launch it (index into ``paths``,
+    -1: its op ran outside any module frame, or it has no launching op); ``frames``: the
+    module frames the trace holds (0: no per-module graphs)."""
+
+    of_item: np.ndarray | None
+    paths: tuple[str, ...]
+    frames: int
 
 
 @dataclass(frozen=True)
@@ -169,6 +195,23 @@ def _outermost_below(parent: np.ndarray, marked: np.ndarray, barrier: np.ndarray
     return out
 
 
+def module_graphs(ctx: AnalysisContext, sites: LaunchSites) -> ModuleGraphs:
+    """Each item's module at ``COMPILED_MODULE_DEPTH``, from its launching op's module path
+    (one containment pass over the distinct launching ops); ``of_item`` None without frames."""
+    c = ctx.trace.columns
+    ops, inverse = np.unique(sites.op, return_inverse=True)
+    known = ops >= 0
+    rows = ops[known]
+    start = c[S.TS_NS][rows]
+    paths = row_modules(ctx, rows, start, start + c[S.DUR_NS][rows])
+    if paths.frames == 0:
+        return ModuleGraphs(None, (), 0)
+    top, texts = top_modules(paths, COMPILED_MODULE_DEPTH)
+    per_op = np.full(len(ops), -1, np.int64)
+    per_op[known] = top
+    return ModuleGraphs(per_op[inverse.reshape(-1)], texts, paths.frames)
+
+
 def recorded_regions(sites: LaunchSites) -> np.ndarray:
     """Group per item: the recorded compiled region's span it was launched in (-1: eager)."""
     return sites.region.copy()
@@ -181,13 +224,14 @@ def eager_regions(
     breaks_ns: np.ndarray,
     *,
     recorded: bool,
+    modules: np.ndarray | None = None,
 ) -> np.ndarray:
     """Group per item for ``--what-if compiled``: each thread's compute launches of a step
     between two graph breaks (a host wait, an op the target runs on the host, a copy or
-    collective launched, an op holding a wait, a recorded region's launch) form one graph;
-    recorded regions are one graph
-    each (``recorded``: group them; False: the graph has them as one launch already). -1: not
-    grouped."""
+    collective launched, an op holding a wait, a recorded region's launch) form one graph, cut
+    too where the item's module (``modules``, ``module_graphs``) changes; recorded regions are
+    one graph each (``recorded``: group them; False: the graph has them as one launch already).
+    -1: not grouped."""
     group = np.where(recorded & (sites.region >= 0), sites.region, -1).astype(np.int64)
     cand = np.flatnonzero(compute & (sites.op >= 0) & (sites.region < 0) & ~sites.holds_wait)
     if len(cand) == 0:
@@ -199,10 +243,10 @@ def eager_regions(
     # a recorded region's execution breaks the eager graphs around it too
     breaks = np.sort(np.concatenate([breaks_ns, graph.launch_ns[sites.region >= 0]]))
     brk = np.searchsorted(breaks, at, side="left")  # breaks before each launch
-    new = np.r_[
-        True,
-        (np.diff(sites.thread[cand]) != 0) | (np.diff(step) != 0) | (np.diff(brk) != 0),
-    ]
+    cut = (np.diff(sites.thread[cand]) != 0) | (np.diff(step) != 0) | (np.diff(brk) != 0)
+    if modules is not None:
+        cut |= np.diff(modules[cand]) != 0
+    new = np.r_[True, cut]
     base = int(max(group.max(initial=-1), int(sites.op.max(initial=-1)))) + 1
     group[cand] = base + np.cumsum(new) - 1
     return group

@@ -45,18 +45,25 @@ class OpModules:
 
 
 def op_modules(ctx: AnalysisContext, table: OpTable) -> OpModules:
+    return row_modules(ctx, table.tree.rows[table.node], table.start, table.end)
+
+
+def row_modules(
+    ctx: AnalysisContext, op_rows: np.ndarray, op_start: np.ndarray, op_end: np.ndarray
+) -> OpModules:
+    """Per host row (``op_rows``, spanning ``op_start``..``op_end``): its module path."""
     host, c, strings = ctx.host, ctx.trace.columns, ctx.trace.strings
     is_module_name = np.fromiter((s.startswith(MODULE_PREFIX) for s in strings), bool, len(strings))
     frame = np.flatnonzero(
         is_module_name[host.name_id] & np.isin(host.kind, np.array(FRAME_KINDS, np.uint8))
     )
+    n = len(op_rows)
     if len(frame) == 0:
-        return OpModules(np.full(len(table), -1, np.int64), (), 0)
-    op_rows = table.tree.rows[table.node]
+        return OpModules(np.full(n, -1, np.int64), (), 0)
     rows = np.r_[host.rows[frame], op_rows]
-    start = np.r_[host.start[frame], table.start]
-    end = np.r_[host.end[frame], table.end]
-    marked = np.r_[np.ones(len(frame), bool), np.zeros(len(table), bool)]
+    start = np.r_[host.start[frame], op_start]
+    end = np.r_[host.end[frame], op_end]
+    marked = np.r_[np.ones(len(frame), bool), np.zeros(n, bool)]
     thread = thread_codes(c[S.PID][rows].astype(np.int64), c[S.TID][rows].astype(np.int64))
     order = np.lexsort((~marked, -end, start, thread))  # a frame before an op of its span
     parent = parents(thread[order], start[order], end[order])
@@ -95,3 +102,13 @@ def _paths(
             own = strings[name_id][len(MODULE_PREFIX) :]
             texts.append(f"{texts[prefix]}{SEPARATOR}{own}" if prefix >= 0 else own)
     return path, tuple(texts)
+
+
+def top_modules(paths: OpModules, depth: int) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Per op: its enclosing module at nesting ``depth`` (1: the outermost frame; an op less
+    deep: its own path), as an index into the returned paths (-1: outside any frame). Python per
+    distinct path."""
+    cut = [SEPARATOR.join(t.split(SEPARATOR)[:depth]) for t in paths.texts]
+    texts, inverse = np.unique(np.array(cut, dtype=object), return_inverse=True)
+    code = np.r_[inverse.reshape(-1).astype(np.int64), -1]  # -1 (no module) stays -1
+    return code[paths.of_op], tuple(str(t) for t in texts)

@@ -50,7 +50,13 @@ from neuron_profiler.analysis.replay import (
     replay,
     replay_with_queue_depth,
 )
-from neuron_profiler.analysis.what_if import Replayable, Runner, parse_what_if, what_if_step
+from neuron_profiler.analysis.what_if import (
+    Replayable,
+    Runner,
+    compiled_granularity,
+    parse_what_if,
+    what_if_step,
+)
 from neuron_profiler.costmodel.chips import CHIPS, ChipSpec, chip
 from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, KERNEL_EFFICIENCY
 from neuron_profiler.errors import NeuronProfilerError
@@ -207,8 +213,7 @@ def project(
         edited.append(WhatIfRow(edit.text, step, step - projected.mean_step_ns / 1e6))
         if edit.kind == "compiled":
             notes.append(
-                f"--what-if compiled: each thread's compute launches of a step between graph "
-                f"breaks (host waits, host-run ops, copies, collectives) as one graph: "
+                f"--what-if compiled: {compiled_granularity(result)}: "
                 f"{result.launches_saved / n:.0f} launches a step saved in "
                 f"{result.graphs / n:.0f} graphs (their ops' host time with them; kernels, "
                 "fusion and fixed kernel time unchanged)"

@@ -6,7 +6,8 @@
 Each edit changes the item costs, the host delays or the graph's launches and replays the same
 graph: ``no-fallback:OP`` (the op runs natively), ``no-data-stall`` (the steps' DataLoader waits
 take no time), ``batch xN`` (device work and copies scaled by N), ``compiled`` (eager ops between
-graph breaks run as one graph launch, ``graph_launches``), ``overlap-comm`` (collectives no
+graph breaks run as one graph launch, per top-level module where the trace records module
+frames, ``graph_launches``), ``overlap-comm`` (collectives no
 longer wait for the compute they were serialised behind).
 """
 
@@ -22,9 +23,11 @@ from neuron_profiler.analysis._device import NO_LAUNCH
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.device_costs import CLASSES, ItemCosts, swap_costs
 from neuron_profiler.analysis.graph_launches import (
+    COMPILED_MODULE_DEPTH,
     LaunchSites,
     as_graph_launches,
     eager_regions,
+    module_graphs,
 )
 from neuron_profiler.analysis.replay import (
     DependencyGraph,
@@ -64,11 +67,14 @@ class Replayable:
 
 @dataclass(frozen=True)
 class EditResult:
-    """The mean step with the edit and what it changed (launches merged into graphs: saved)."""
+    """The mean step with the edit and what it changed (launches merged into graphs: saved;
+    ``modules``: the top-level modules the compiled graphs were cut at, 0: no module frames,
+    graphs cut at graph breaks only)."""
 
     step_ns: float
     launches_saved: int = 0
     graphs: int = 0
+    modules: int = 0
 
 
 def parse_what_if(text: str, source: str = "") -> Edit:
@@ -116,14 +122,45 @@ def what_if_step(
     elif edit.kind == "compiled":
         assert r.sites is not None
         breaks = _graph_breaks(r)
-        group = eager_regions(graph, r.sites, r.compute, breaks, recorded=not r.regions_merged)
+        modules = module_graphs(ctx, r.sites)
+        group = eager_regions(
+            graph,
+            r.sites,
+            r.compute,
+            breaks,
+            recorded=not r.regions_merged,
+            modules=modules.of_item,
+        )
         graph, saved, launches = as_graph_launches(graph, r.sites, group)
         graphs = len(np.unique(group[group >= 0]))
         step = r.runner_for(graph)(duration, delays.merge(saved))[0].mean_step_ns
-        return EditResult(step, launches, graphs)
+        return EditResult(step, launches, graphs, _modules_used(modules.of_item, group))
     elif edit.kind == "overlap-comm":
         graph = replace(graph, after=None)
     return EditResult(r.runner_for(graph)(duration, delays)[0].mean_step_ns)
+
+
+def _modules_used(of_item: np.ndarray | None, group: np.ndarray) -> int:
+    """How many distinct modules the grouped items ran in (0: no module frames)."""
+    if of_item is None:
+        return 0
+    return len(np.unique(of_item[(group >= 0) & (of_item >= 0)]))
+
+
+def compiled_granularity(result: EditResult) -> str:
+    """The assumptions line's words for how ``--what-if compiled`` cut its graphs."""
+    if result.modules == 0:
+        return (
+            "each thread's compute launches of a step between graph breaks (host waits, "
+            "host-run ops, copies, collectives) as one graph (no nn.Module frames in the trace: "
+            "not per module)"
+        )
+    return (
+        f"per module: each top-level module's (nesting depth {COMPILED_MODULE_DEPTH}, the root "
+        f"module's children: {result.modules} modules) compute launches of a step between graph "
+        "breaks (host waits, host-run ops, copies, collectives) as one graph, as torch.compile "
+        "on each of them would give (ops outside any module frame: one graph between breaks)"
+    )
 
 
 def _graph_breaks(r: Replayable) -> np.ndarray:
