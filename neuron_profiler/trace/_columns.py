@@ -36,6 +36,7 @@ from neuron_profiler.trace.repair import fix_utf8, repair_value, with_headroom
 
 _NONE = msgspec.Raw(b"")
 _NO_CAT = "\x00no cat"  # Event.cat when the event has none: interned as id -1, never stored
+_UNKNOWN = -2  # _intern's mark of a string not interned yet (ids are >= 0, the no-cat -1)
 _FLOAT_EXACT_US = 2.0**43  # below this a float64 µs value still pins down a unique ns
 LABEL_ID_BASE = -(1 << 31)  # string pids/tids get ids from here up: int32, far from real ids
 # (CUDA writes tid -1 for context syncs, so ids like -1, -2 must stay real ids)
@@ -489,17 +490,21 @@ class ColumnSink:
         """String ids; with the default lookup (categories) the no-cat marker is -1, never
         stored. Names pass ``self.strings``, so a name spelled like the marker is a name."""
         lookup = self._lookup if lookup is None else lookup
-        try:  # usual case after the first pieces: every string is known already
-            return np.fromiter(map(lookup.__getitem__, values), dtype=np.int32, count=len(values))
-        except KeyError:
-            pass
+        # one pass; unknown strings (a ProfilerStep#N per piece, say) marked and filled after
+        ids = np.fromiter(
+            map(lookup.get, values, repeat(_UNKNOWN)), dtype=np.int32, count=len(values)
+        )
+        missing = np.flatnonzero(ids == _UNKNOWN)
+        if not len(missing):
+            return ids
         strings = self.strings
-        for text in dict.fromkeys(values):  # first-seen order keeps ids deterministic
-            if text not in lookup:
-                strings[text] = len(strings)
-                if text != _NO_CAT:
-                    self._lookup[text] = strings[text]
-        return np.fromiter(map(lookup.__getitem__, values), dtype=np.int32, count=len(values))
+        texts = [values[i] for i in missing.tolist()]
+        for text in dict.fromkeys(texts):  # first-seen order keeps ids deterministic
+            strings[text] = len(strings)
+            if text != _NO_CAT:
+                self._lookup[text] = strings[text]
+        ids[missing] = np.fromiter(map(lookup.__getitem__, texts), dtype=np.int32, count=len(texts))
+        return ids
 
     def _kinds(self, cat_ids: np.ndarray) -> np.ndarray:
         names = None
