@@ -15,7 +15,12 @@ this row's), so a few rounds (about log2 of the longest chain) resolve every row
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace.model import Trace
 
 
 def parents(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -90,3 +95,33 @@ def innermost_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
     for rows in _levels(depths(parent))[1:]:
         out[rows] = np.where(marked[rows], rows, out[parent[rows]])
     return out
+
+
+@dataclass(frozen=True)
+class Nesting:
+    """Rows in tree order (thread, start, -end) with their spans, dense thread codes and
+    ``parents``."""
+
+    rows: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    thread: np.ndarray
+    parent: np.ndarray
+
+
+def nest(trace: Trace, rows: np.ndarray, at_start: np.ndarray | None = None) -> Nesting:
+    """The containment tree of ``rows`` (complete events) on their (pid, tid) threads. Rows in
+    ``at_start`` (launch calls) are placed by their start alone: a call's recorded end may pass
+    its op's (clocks, rounding), and the call belongs to the op it starts in."""
+    c = trace.columns
+    start = c[S.TS_NS][rows]
+    dur = c[S.DUR_NS][rows]
+    if at_start is not None:
+        dur = np.where(np.isin(rows, at_start), 1, dur)
+    end = start + dur
+    thread = np.unique(
+        np.stack([c[S.PID][rows], c[S.TID][rows]], axis=1), axis=0, return_inverse=True
+    )[1].reshape(-1)
+    order = np.lexsort((-end, start, thread))
+    rows, start, end, thread = rows[order], start[order], end[order], thread[order]
+    return Nesting(rows, start, end, thread, parents(thread, start, end))

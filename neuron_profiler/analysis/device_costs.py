@@ -249,16 +249,8 @@ def _launching_ops(
     if len(calls) == 0:
         return inner, fb
     ops = np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE))
-    rows = np.concatenate([ops, calls])
-    start = c[S.TS_NS][rows]
-    # a call is placed by its start (its recorded end may pass its op's: clocks, rounding)
-    end = start + np.where(np.isin(rows, calls), 1, c[S.DUR_NS][rows])
-    thread = np.unique(
-        np.stack([c[S.PID][rows], c[S.TID][rows]], axis=1), axis=0, return_inverse=True
-    )[1].reshape(-1)
-    order = np.lexsort((-end, start, thread))
-    rows, start, end, thread = rows[order], start[order], end[order], thread[order]
-    parent = _tree.parents(thread, start, end)
+    tree = _tree.nest(trace, np.concatenate([ops, calls]), at_start=calls)
+    rows, parent = tree.rows, tree.parent
     is_op = np.isin(rows, ops)
     innermost = _tree.innermost_marked(parent, is_op)
     fallback_ids = {

@@ -96,16 +96,8 @@ def launch_sites(ctx: AnalysisContext, items: np.ndarray, waits_ns: np.ndarray) 
         hosts = np.flatnonzero(
             trace.mask(kind=[S.EventKind.CPU_OP, S.EventKind.USER_ANNOTATION], ph=S.Phase.COMPLETE)
         )
-        rows = np.concatenate([hosts, calls])
-        start = c[S.TS_NS][rows]
-        # a call is placed by its start (its recorded end may pass its op's: clocks, rounding)
-        end = start + np.where(np.isin(rows, calls), 1, c[S.DUR_NS][rows])
-        code = np.unique(
-            np.stack([c[S.PID][rows], c[S.TID][rows]], axis=1), axis=0, return_inverse=True
-        )[1].reshape(-1)
-        order = np.lexsort((-end, start, code))
-        rows, start, end, code = rows[order], start[order], end[order], code[order]
-        parent = _tree.parents(code, start, end)
+        tree = _tree.nest(trace, np.concatenate([hosts, calls]), at_start=calls)
+        rows, code, parent = tree.rows, tree.thread, tree.parent
         names = c[S.NAME_ID][rows]
         compiled = np.isin(names, ctx.names.compiled)
         aten = np.isin(names, _aten_ids(trace)) & ~compiled

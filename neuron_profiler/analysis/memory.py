@@ -67,18 +67,6 @@ SOURCE_ALLOCATOR, SOURCE_HBM = "allocator", "hbm_usage"
 ALLOCATED, RESERVED = "allocated", "reserved"
 TIMELINE_POINTS = 2000  # per device: a drawable timeline, the peak of each bin kept
 LIVE_TENSORS = 10  # the largest allocations live at the peak, listed
-# ops that only allocate for the op around them (c10's factory functions): passed over when
-# naming the allocating op
-ALLOCATION_PRIMITIVES = frozenset(
-    {
-        "aten::empty",
-        "aten::empty_strided",
-        "aten::empty_like",
-        "aten::new_empty",
-        "aten::new_empty_strided",
-        "aten::resize_",
-    }
-)
 UNKNOWN_OP = "<unknown>"  # no cpu_op around the allocation (tb-profiler's word)
 BEFORE_WINDOW = "<allocated before the trace>"  # live at the peak, not allocated in the trace
 BYTES_FINDING_UNIT = 2**20
@@ -374,7 +362,7 @@ def _pair_frees(ev: _Events) -> tuple[np.ndarray, int]:
 def _allocating_ops(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:
     """The trace row of the op that allocated each memory event: the innermost ``cpu_op``
     around it on its thread at its time (start <= t < end, as tb-profiler attributes it),
-    passing over the allocation primitives (``ALLOCATION_PRIMITIVES``) and dispatch frames
+    passing over the allocation primitives (``vocabulary.ALLOCATION_OPS``) and dispatch frames
     that the op called (the op the program called is named, as ``aten::mm`` rather than the
     ``aten::empty`` inside it); the innermost op of any name where nothing else encloses it;
     -1: none. One containment tree of the host rows and the events together (an instant
@@ -392,7 +380,7 @@ def _allocating_ops(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:
     is_op = host.kind == S.EventKind.CPU_OP
     named = is_op & ~np.isin(host.name_id, ctx.names.internal_frames)
     names = np.asarray(trace.strings, dtype=object)[host.name_id]
-    named &= ~np.isin(names, list(ALLOCATION_PRIMITIVES))
+    named &= ~np.isin(names, list(V.ALLOCATION_OPS))
     none = np.zeros(len(rows), bool)
     position = np.empty(len(order), dtype=np.int64)
     position[order] = np.arange(len(order))

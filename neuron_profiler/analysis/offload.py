@@ -101,15 +101,10 @@ class Offload:
 def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
     trace = ctx.trace
     c = trace.columns
-    ops = np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE))
-    start = c[S.TS_NS][ops]
-    end = start + c[S.DUR_NS][ops]
-    thread = np.unique(
-        np.stack([c[S.PID][ops], c[S.TID][ops]], axis=1), axis=0, return_inverse=True
-    )[1].reshape(-1)
-    order = np.lexsort((-end, start, thread))
-    ops, start, end, thread = ops[order], start[order], end[order], thread[order]
-    parent = _tree.parents(thread, start, end)
+    tree = _tree.nest(
+        trace, np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE))
+    )
+    ops, start, end, parent = tree.rows, tree.start, tree.end, tree.parent
     names = np.array([trace.strings[i] for i in c[S.NAME_ID][ops].tolist()], dtype=object)
     aten = np.char.startswith(names.astype(str), "aten::")  # not autograd's own rows ("detach")
     kernel = aten & ~np.isin(names, list(NO_KERNEL_OPS))

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from neuron_profiler.emulator.costs import op_cost
+from neuron_profiler.trace import vocabulary as V
 
 MMAP_MIN_BYTES = 1 << 20
 
@@ -77,17 +78,7 @@ HOST_HEAVY_OPS = frozenset(
 ZEROS_OPS = frozenset({"aten::zeros", "aten::zeros_like", "aten::new_zeros"})
 # Allocations are never computed: their real output is uninitialised memory, timing mode's is
 # zeros (and stays so; dispatch.py treats them as allocations, no kernel).
-ALLOC_OPS = frozenset(
-    {
-        "aten::empty",
-        "aten::empty_strided",
-        "aten::empty_like",
-        "aten::new_empty",
-        "aten::new_empty_strided",
-        "aten::resize_",
-        "aten::resize_as_",
-    }
-)
+ALLOC_OPS = V.ALLOCATION_OPS | {"aten::resize_as_"}
 _META = torch.device("meta")
 _REAL = "real"  # cached marker: run this op for real
 _PLANS: dict[Any, Any] = {}

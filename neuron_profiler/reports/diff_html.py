@@ -37,7 +37,7 @@ from neuron_profiler.reports.html_page import (
     plotly_js,
     table,
 )
-from neuron_profiler.reports.text import NAME_LIMIT, TEXT_LIMIT, shorten
+from neuron_profiler.reports.text import NAME_LIMIT, TEXT_LIMIT, mib, shorten
 
 SLOWER, FASTER, TOTAL = "#d62728", "#2ca02c", "#7f7f7f"  # the terminal's red / green
 PART_SHOWN_MS = 5e-4  # a part's Δ under this is left out of "Δ by part" (as in the terminal)
@@ -221,17 +221,14 @@ def _memory(d: TraceDiff) -> str:
     if not d.memory:
         return ""
 
-    def mib(n: int | None, sign: str = "") -> str:
-        return "-" if n is None else f"{n / 2**20:{sign},.3f}"
-
     rows = [
         (
             shorten(m.device),
-            mib(m.a_bytes),
-            mib(m.b_bytes),
-            mib(m.delta_bytes, "+"),
-            mib(m.a_held_bytes),
-            mib(m.b_held_bytes),
+            mib(m.a_bytes, missing="-"),
+            mib(m.b_bytes, missing="-"),
+            mib(m.delta_bytes, signed=True, missing="-"),
+            mib(m.a_held_bytes, missing="-"),
+            mib(m.b_held_bytes, missing="-"),
         )
         for m in d.memory
     ]

@@ -21,7 +21,7 @@ from neuron_profiler.analysis.diff import (
     TraceDiff,
 )
 from neuron_profiler.analysis.rank_pairs import BY_FILES, RankPairs
-from neuron_profiler.reports.text import TEXT_LIMIT, shorten
+from neuron_profiler.reports.text import TEXT_LIMIT, mib, shorten
 
 WATERFALL_MIN = 20  # columns of the waterfall's bars at the least
 SLOWER, FASTER = "red", "green"
@@ -173,10 +173,6 @@ def _idle_table(d: TraceDiff) -> Table:
     return table
 
 
-def _mib(n: int | None, signed: bool = False) -> str:
-    return "-" if n is None else f"{n / 2**20:{'+' if signed else ''},.3f}"
-
-
 def _memory_table(d: TraceDiff) -> Table:
     table = Table(
         title="Device memory peaks (MiB; docs/analysis.md#memory)",
@@ -190,11 +186,11 @@ def _memory_table(d: TraceDiff) -> Table:
     for m in d.memory:
         table.add_row(
             m.device,
-            _mib(m.a_bytes),
-            _mib(m.b_bytes),
-            _mib(m.delta_bytes, signed=True),
-            _mib(m.a_held_bytes),
-            _mib(m.b_held_bytes),
+            mib(m.a_bytes, missing="-"),
+            mib(m.b_bytes, missing="-"),
+            mib(m.delta_bytes, signed=True, missing="-"),
+            mib(m.a_held_bytes, missing="-"),
+            mib(m.b_held_bytes, missing="-"),
         )
     return table
 

@@ -40,7 +40,7 @@ from neuron_profiler.reports.html_page import figure as _figure
 from neuron_profiler.reports.html_page import name_text as _n
 from neuron_profiler.reports.html_page import table as _table
 from neuron_profiler.reports.palette import CAUSE_COLOURS, EMULATOR_OVERHEAD_COLOUR
-from neuron_profiler.reports.text import TEXT_LIMIT, shorten
+from neuron_profiler.reports.text import TEXT_LIMIT, mib, shorten
 
 __all__ = ["CAUSE_COLOURS", "plotly_js", "render_html", "write_html"]
 BUSY_SERIES = (
@@ -189,10 +189,6 @@ def _communication(r: Report) -> str:
     )
 
 
-def _mib(n: int | None) -> str:
-    return "" if n is None else f"{n / 2**20:,.3f}"
-
-
 def _memory(i: int, r: Report) -> str:
     """Device memory (``Report.memory``): the peaks per device, the memory findings and each
     device's timeline as a step plot (MiB over the trace's µs); no section without memory
@@ -205,11 +201,11 @@ def _memory(i: int, r: Report) -> str:
         [
             (
                 shorten(d.label),
-                _mib(d.peak_bytes) + ("" if d.absolute else " *"),
+                mib(d.peak_bytes) + ("" if d.absolute else " *"),
                 r.position(d.peak_ns).text(),
-                _mib(d.peak_reserved_bytes),
-                _mib(d.capacity_bytes),
-                _mib(d.headroom_bytes),
+                mib(d.peak_reserved_bytes),
+                mib(d.capacity_bytes),
+                mib(d.headroom_bytes),
                 "" if d.capacity_pct is None else f"{d.capacity_pct:.1f}",
             )
             for d in mem.devices

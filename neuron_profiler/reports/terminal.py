@@ -34,6 +34,7 @@ from neuron_profiler.reports.text import (
     NAME_LIMIT,
     TEXT_LIMIT,
     line_breaks,
+    mib,
     min_piece_width,
     shorten,
 )
@@ -564,10 +565,6 @@ def _communication_table(r: Report, top: int) -> Table:
     return t
 
 
-def _mib(n: int | None) -> str:
-    return "" if n is None else f"{n / 2**20:,.3f}"
-
-
 def _memory_tables(r: Report, top: int) -> list[Table]:
     """Peaks per device, the memory findings, and per device what was live at the peak (the
     ops' shares, the largest allocations with their call sites)."""
@@ -587,13 +584,13 @@ def _memory_tables(r: Report, top: int) -> list[Table]:
     for d in mem.devices:
         t.add_row(
             _name(d.label),
-            _mib(d.peak_bytes) + ("" if d.absolute else " *"),
+            mib(d.peak_bytes) + ("" if d.absolute else " *"),
             r.position(d.peak_ns).text(),
-            _mib(d.peak_reserved_bytes),
-            _mib(d.capacity_bytes),
-            _mib(d.headroom_bytes),
+            mib(d.peak_reserved_bytes),
+            mib(d.capacity_bytes),
+            mib(d.headroom_bytes),
             "" if d.capacity_pct is None else f"{d.capacity_pct:.1f}",
-            _mib(d.growth_per_step_bytes),
+            mib(d.growth_per_step_bytes),
         )
     t.caption_justify = "left"
     t.caption = (
@@ -620,8 +617,8 @@ def _memory_tables(r: Report, top: int) -> list[Table]:
             f"Memory on {d.label} by allocating op (MiB)", "op", *head, "allocated", "allocations"
         )
         for o in d.by_op[:top]:
-            live = (_mib(o.live_bytes), str(o.live_tensors)) if paired else ()
-            ops.add_row(_name(o.op), *live, _mib(o.allocated_bytes), str(o.allocations))
+            live = (mib(o.live_bytes), str(o.live_tensors)) if paired else ()
+            ops.add_row(_name(o.op), *live, mib(o.allocated_bytes), str(o.allocations))
         if not paired:
             ops.caption = (
                 "the trace's memory events have no Addr: what was live at the peak is unknown"
@@ -638,7 +635,7 @@ def _memory_tables(r: Report, top: int) -> list[Table]:
                 wrap=("call site",),
             )
             for x in d.live_at_peak[:top]:
-                live.add_row(_mib(x.bytes), r.position(x.alloc_ns).text(), _name(x.op), x.call_site)
+                live.add_row(mib(x.bytes), r.position(x.alloc_ns).text(), _name(x.op), x.call_site)
             out.append(live)
     return out
 

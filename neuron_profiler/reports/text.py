@@ -30,6 +30,11 @@ _BREAK = re.compile(r"(?<=\s)(?=\S)|(?<=::)|(?<=[,;/\\|.])(?=[^\s,;/\\|.])|(?<=[
 _WEAK_BREAK = re.compile(r"(?<=_)(?=[^_])")
 
 
+def mib(n: int | None, signed: bool = False, missing: str = "") -> str:
+    """Bytes as MiB with three decimals (``+`` on gains when ``signed``); ``missing`` for None."""
+    return missing if n is None else f"{n / 2**20:{'+' if signed else ''},.3f}"
+
+
 def shorten(text: str, limit: int = NAME_LIMIT) -> str:
     """``text`` itself when it has at most ``limit`` characters, else its first
     ``ceil((limit - 1) / 2)`` and last ``floor((limit - 1) / 2)`` characters joined by

@@ -95,6 +95,19 @@ ARG_REPLACED = "neuron-profiler replaced"
 # Host-side rows are prefixed so that they never read as the aten op they belong to
 # (key_averages groups rows by name).
 FALLBACK_PREFIX = "CPU fallback: "
+
+# aten ops that only allocate (c10's factory functions and resizes): the emulator never computes
+# them; the memory analysis passes over them when naming the op an allocation belongs to
+ALLOCATION_OPS = frozenset(
+    {
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::empty_like",
+        "aten::new_empty",
+        "aten::new_empty_strided",
+        "aten::resize_",
+    }
+)
 RUNTIME_PREFIX = "nrt launch: "
 SYNC_PREFIX = "host sync: "
 # The emulator's own host work (an op's real math in numerics mode, exchanging collective arrival
