@@ -10,6 +10,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from memory_workload import (  # noqa: E402
+    BATCH,
+    F32,
+    LEAK_BYTES,
+    SCALAR,
+    STEP_PEAK,
+    W_BYTES,
+    WIDTH,
+    X_BYTES,
+)
+
 import neuron_profiler.emulator as emu  # noqa: E402
 from neuron_profiler.analysis import analyze  # noqa: E402
 from neuron_profiler.analysis.memory import BEFORE_WINDOW, UNKNOWN_OP  # noqa: E402
@@ -19,16 +30,7 @@ from neuron_profiler.trace import load_trace  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-F32 = 4
-BATCH, WIDTH = 64, 128
-W_BYTES = WIDTH * WIDTH * F32  # the parameter, and its gradient
-X_BYTES = BATCH * WIDTH * F32  # the input, and the activation y = x @ w
-SCALAR = F32  # the loss, and the seed gradient
-# Live at the peak (inside backward, while mm writes w's gradient): w, x, y, the loss, the seed
-# and w's new gradient (tests/integration/test_emulator_memory.py works the same figure out).
-STEP_PEAK = W_BYTES + X_BYTES + X_BYTES + SCALAR + SCALAR + W_BYTES
 assert STEP_PEAK == 196_616
-LEAK_BYTES = 4096 * F32  # one (4096,) float32 tensor kept per step
 STEPS = 4
 
 
@@ -56,6 +58,7 @@ def _profiled(device: torch.device, path: Path, leak: list | None) -> int:
         with_stack=True,
         schedule=schedule(wait=0, warmup=0, active=STEPS + 1),
     ) as prof:
+        # the loop written here, not tests/memory_workload.train: the call sites are this file's
         w = torch.randn(WIDTH, WIDTH, device=device, requires_grad=True)
         x = torch.randn(BATCH, WIDTH, device=device)
         for _ in range(STEPS):

@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from memory_workload import STEP_PEAK, W_BYTES, X_BYTES, model  # noqa: E402
+from memory_workload import train as _train  # noqa: E402
 from perfetto_checks import decode_and_check  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
@@ -38,14 +40,6 @@ from neuron_profiler.trace import vocabulary as V  # noqa: E402
 pytestmark = pytest.mark.torch
 
 MIB = 1 << 20
-F32 = 4
-BATCH, WIDTH = 64, 128
-W_BYTES = WIDTH * WIDTH * F32  # the parameter, and its gradient
-X_BYTES = BATCH * WIDTH * F32  # the input, and the activation y = x @ w
-SCALAR = F32
-# Live at a step's peak (tests/integration/test_emulator_memory.py works it out): w, x, y, the
-# loss, the seed gradient and w's new gradient.
-STEP_PEAK = W_BYTES + X_BYTES + X_BYTES + SCALAR + SCALAR + W_BYTES
 CHANGES_PER_STEP = 8  # y, loss, seed, w's gradient: each allocated and freed
 # trn2's modelled runtime memory per logical core, by hand (docs/emulator.md "Runtime memory"):
 # model code 2 physical cores x 96 MiB, scratchpad 256, DMA rings 64, collectives 128,
@@ -72,17 +66,6 @@ def device():
     emu.enable(cores=2, chip="trn2")
 
 
-def _train(w: torch.Tensor, x: torch.Tensor, steps: int) -> None:
-    for _ in range(steps):
-        y = x @ w
-        loss = y.sum()
-        loss.backward()
-        with torch.no_grad():
-            w.add_(w.grad, alpha=-1e-3)
-        w.grad = None
-        del y, loss
-
-
 def _counts(device: torch.device) -> int:
     stats = torch.neuron.memory_stats(device)
     return stats["allocation.all.allocated"] + stats["allocation.all.freed"]
@@ -99,8 +82,7 @@ def _counters(trace) -> dict[str, list[tuple[int, int, dict]]]:
 
 
 def _capture(device: torch.device, tmp_path: Path, profile_memory: bool):
-    w = torch.randn(WIDTH, WIDTH, device=device, requires_grad=True)
-    x = torch.randn(BATCH, WIDTH, device=device)
+    w, x = model(device)
     gc.collect()
     start = torch.neuron.memory_allocated(device)
     changes = _counts(device)

@@ -15,22 +15,21 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from memory_workload import (  # noqa: E402
+    BATCH,
+    F32,
+    LEAK_BYTES,
+    SCALAR,
+    STEP_PEAK,
+    W_BYTES,
+    WIDTH,
+    X_BYTES,
+)
+
 import neuron_profiler.emulator as emu  # noqa: E402
 from neuron_profiler.emulator.runtime import get_runtime  # noqa: E402
 
 pytestmark = pytest.mark.torch
-
-F32 = 4  # bytes per float32 element
-BATCH, WIDTH = 64, 128  # x: (BATCH, WIDTH), w: (WIDTH, WIDTH)
-W_BYTES = WIDTH * WIDTH * F32  # the parameter, and its gradient
-X_BYTES = BATCH * WIDTH * F32  # the input, and the activation y = x @ w
-SCALAR = F32  # the loss, and the ones autograd seeds backward with
-# Live at the peak (inside backward, while MmBackward writes w's gradient): w, x, y, the loss,
-# the seed gradient (torch.autograd.backward holds it until backward returns) and w's new
-# gradient. The gradient then stays allocated as w.grad until ``w.grad = None`` (a buffer lives
-# as long as its storage), but by then the seed is gone: the peak is the same either way.
-STEP_PEAK = W_BYTES + X_BYTES + X_BYTES + SCALAR + SCALAR + W_BYTES
-LEAK_BYTES = 4096 * F32  # one (4096,) float32 tensor kept per step
 
 
 @pytest.fixture(params=[True, False], ids=["numerics", "timing"])
@@ -45,7 +44,7 @@ def device(request: pytest.FixtureRequest):
 
 
 def _train(w: torch.Tensor, x: torch.Tensor, steps: int, leak: list | None = None, prof=None):
-    """SGD on sum(x @ w) with no temporaries beyond the ones counted in STEP_PEAK."""
+    """memory_workload.train, written in this file: the snapshot's stacks must name it."""
     for _ in range(steps):
         y = x @ w
         loss = y.sum()
