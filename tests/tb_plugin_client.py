@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 PLUGIN_NAME = "neuron_profiler"
 ROUTE = f"/data/plugin/{PLUGIN_NAME}"
@@ -116,3 +120,45 @@ def cli_diff(logdir: Path, a: str, b: str, *options: str) -> dict:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
+
+
+@contextmanager
+def served_plugin(logdir: Path) -> Iterator[tuple[str, Any]]:
+    """The plugin over ``logdir`` on a local HTTP server, for a browser: (its page URL, the
+    plugin's WSGI test client)."""
+    from tensorboard.backend.application import TensorBoardWSGI
+    from werkzeug.serving import make_server
+
+    plugin, client = make_plugin(logdir)
+    server = make_server("127.0.0.1", 0, TensorBoardWSGI([plugin]), threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}{ROUTE}/index.html", client
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+
+
+@contextmanager
+def headless_chrome(chromium: Path, chromedriver: Path, timeout_s: float) -> Iterator[Any]:
+    """A headless Chromium driven by selenium, its console log kept (``plugin_errors``)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(chromium)
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(chromedriver)), options=options)
+    driver.set_page_load_timeout(timeout_s)
+    try:
+        yield driver
+    finally:
+        driver.quit()

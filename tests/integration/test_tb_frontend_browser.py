@@ -11,7 +11,6 @@ and skips elsewhere.
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 pytest.importorskip("tensorboard")
 
 from html_checks import two_core_trace  # noqa: E402
-from tb_plugin_client import ROUTE, make_plugin  # noqa: E402
+from tb_plugin_client import headless_chrome, served_plugin  # noqa: E402
 
 from neuron_profiler.analysis.causes import ALL_CAUSES  # noqa: E402
 from neuron_profiler.exporters.chrome import write_chrome_trace  # noqa: E402
@@ -52,8 +51,6 @@ def page_url(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     """The plugin over a logdir with one trace: the HTML tests' two-core trace (cpu_fallback,
     data_loading and other idle), with a 16 kB op, a 5 kB kernel and a 3 kB device name."""
     _browser_parts()
-    from tensorboard.backend.application import TensorBoardWSGI
-    from werkzeug.serving import make_server
 
     b = two_core_trace()
     b.b.process_names[0] = LONG_DEVICE
@@ -62,40 +59,16 @@ def page_url(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     logdir = tmp_path_factory.mktemp("tb_frontend")
     (logdir / "names").mkdir()
     write_chrome_trace(b.b.build(), logdir / "names" / "w.1.pt.trace.json")
-    plugin, _ = make_plugin(logdir)
-    server = make_server("127.0.0.1", 0, TensorBoardWSGI([plugin]), threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}{ROUTE}/index.html"
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
+    with served_plugin(logdir) as (url, _):
+        yield url
 
 
 @pytest.fixture(scope="module")
 def driver(page_url: str):  # noqa: ANN201
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    d.set_page_load_timeout(TIMEOUT_S)
-    try:
+    with headless_chrome(CHROMIUM, CHROMEDRIVER, TIMEOUT_S) as d:
         d.get(page_url)
         _wait(d, "the report", "return document.getElementById('view').dataset.state === 'ready'")
         yield d
-    finally:
-        d.quit()
 
 
 def _wait(driver, what: str, script: str):  # noqa: ANN001, ANN202

@@ -10,14 +10,12 @@ and skips elsewhere.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 pytest.importorskip("tensorboard")
 
 from html_checks import HOSTILE  # noqa: E402
-from tb_plugin_client import ROUTE, make_plugin  # noqa: E402
+from tb_plugin_client import ROUTE, headless_chrome, served_plugin  # noqa: E402
 from test_tb_frontend_browser import _browser_parts, _wait  # noqa: E402
 from test_tb_plugin_browser import assert_tables_match, show  # noqa: E402
 
@@ -100,48 +98,23 @@ def _plain_trace() -> Trace:
 def served(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     """(page URL, the plugin's WSGI client) over a run with memory and a run without."""
     _browser_parts()
-    from tensorboard.backend.application import TensorBoardWSGI
-    from werkzeug.serving import make_server
 
     logdir = tmp_path_factory.mktemp("tb_memory")
     for run, trace in (("a_memory", _memory_trace()), ("b_plain", _plain_trace())):
         (logdir / run).mkdir()
         write_chrome_trace(trace, logdir / run / "w.1.pt.trace.json")
-    plugin, client = make_plugin(logdir)
-    server = make_server("127.0.0.1", 0, TensorBoardWSGI([plugin]), threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}{ROUTE}/index.html", client
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
+    with served_plugin(logdir) as answer:
+        yield answer
 
 
 @pytest.fixture(scope="module")
 def driver(served):  # noqa: ANN001, ANN201
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from test_tb_frontend_browser import CHROMEDRIVER, CHROMIUM, TIMEOUT_S
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    d.set_page_load_timeout(TIMEOUT_S)
-    try:
+    with headless_chrome(CHROMIUM, CHROMEDRIVER, TIMEOUT_S) as d:
         d.get(served[0])
         _wait(d, "the report", "return document.getElementById('view').dataset.state === 'ready'")
         yield d
-    finally:
-        d.quit()
 
 
 def _document(served, run_name: str) -> dict:  # noqa: ANN001

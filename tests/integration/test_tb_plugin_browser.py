@@ -39,6 +39,7 @@ from tb_plugin_client import (  # noqa: E402
     cli_diff,
     cli_distributed,
     cli_document,
+    headless_chrome,
     make_emulator_trace,
 )
 
@@ -233,26 +234,9 @@ def artefacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser(server: str):  # noqa: ANN201
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(TIMEOUT_S)
-    try:
+    with headless_chrome(CHROMIUM, CHROMEDRIVER, TIMEOUT_S) as driver:
         driver.get(f"{server}/#neuron_profiler")
         yield driver
-    finally:
-        driver.quit()
 
 
 def _wait(driver, what: str, condition, timeout: float = TIMEOUT_S):  # noqa: ANN001, ANN202

@@ -10,14 +10,12 @@ and skips elsewhere.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 pytest.importorskip("tensorboard")
 
 from html_checks import HOSTILE  # noqa: E402
-from tb_plugin_client import ROUTE, make_plugin  # noqa: E402
+from tb_plugin_client import ROUTE, headless_chrome, served_plugin  # noqa: E402
 from test_tb_frontend_browser import _browser_parts, _cells, _wait  # noqa: E402
 from trace_factory import mm_then_sync as _mm_then_sync  # noqa: E402
 
@@ -29,8 +27,6 @@ def served(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     """(page URL, the plugin's WSGI client) over one V100 trace: the synthetic mm + sync step
     with an op named as HTML that launches a kernel."""
     _browser_parts()
-    from tensorboard.backend.application import TensorBoardWSGI
-    from werkzeug.serving import make_server
 
     b = _mm_then_sync()
     b.b.metadata["deviceProperties"] = [{"id": 0, "name": "Tesla V100-SXM2-32GB"}]
@@ -39,41 +35,18 @@ def served(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     logdir = tmp_path_factory.mktemp("tb_projection")
     (logdir / "mm").mkdir()
     write_chrome_trace(b.b.build(), logdir / "mm" / "w.1.pt.trace.json")
-    plugin, client = make_plugin(logdir)
-    server = make_server("127.0.0.1", 0, TensorBoardWSGI([plugin]), threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}{ROUTE}/index.html", client
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
+    with served_plugin(logdir) as answer:
+        yield answer
 
 
 @pytest.fixture(scope="module")
 def driver(served):  # noqa: ANN001, ANN201
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from test_tb_frontend_browser import CHROMEDRIVER, CHROMIUM, TIMEOUT_S
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    d.set_page_load_timeout(TIMEOUT_S)
-    try:
+    with headless_chrome(CHROMIUM, CHROMEDRIVER, TIMEOUT_S) as d:
         d.get(served[0])
         _wait(d, "the report", "return document.getElementById('view').dataset.state === 'ready'")
         yield d
-    finally:
-        d.quit()
 
 
 def _projection_shown(driver, chip: str) -> None:  # noqa: ANN001
