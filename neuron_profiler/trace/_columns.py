@@ -85,6 +85,18 @@ class _ArgIds(msgspec.Struct, gc=False):
     stream: Any = msgspec.field(name=V.ARG_STREAM, default=None)  # any value: int() decides
 
 
+class _IntArgIds(msgspec.Struct, gc=False):
+    """``_ArgIds`` as Kineto writes them (integers, or absent): the usual piece decodes with
+    this, so the columns come straight from the values; any other spelling of one of them
+    (text, a float, null, a bool, a number beyond int64) fails it, and the piece takes
+    ``_ArgIds``, which reads every spelling."""
+
+    external_id: int = msgspec.field(name=V.ARG_EXTERNAL_ID, default=-1)
+    external_id_2021: int = msgspec.field(name=V.ARG_EXTERNAL_ID_2021, default=-1)
+    correlation: int = msgspec.field(name=V.ARG_CORRELATION, default=-1)
+    stream: int = msgspec.field(name=V.ARG_STREAM, default=-1)
+
+
 _decode_events = msgspec.json.Decoder(list[Event]).decode
 _decode_event = msgspec.json.Decoder(Event).decode
 _decode_raws = msgspec.json.Decoder(list[msgspec.Raw]).decode
@@ -92,6 +104,7 @@ _decode_times = msgspec.json.Decoder(list[_Times]).decode
 _decode_time = msgspec.json.Decoder(_Times).decode
 _decode_arg_ids = msgspec.json.Decoder(list[_ArgIds]).decode
 _decode_arg_id = msgspec.json.Decoder(_ArgIds).decode
+_decode_int_arg_ids = msgspec.json.Decoder(list[_IntArgIds]).decode
 
 
 def _id_value(value: Any) -> tuple[int, bool]:
@@ -608,26 +621,41 @@ class ColumnSink:
                 buffer, sizes = _args_buffer(
                     chosen, np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
                 )
-            try:
-                ids = _decode_arg_ids(buffer)
-            except msgspec.ValidationError:  # an args value that is not an object, or 1e400
-                ids, fixed = self._arg_ids_one_by_one(chosen, rows, valid)
-                if fixed:
-                    buffer, sizes = _args_buffer(
-                        chosen, np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
-                    )
+            id_columns = _int_id_columns(buffer)
+            if id_columns is None:
+                id_columns, buffer, sizes = self._id_columns(chosen, buffer, sizes, rows, valid)
             starts = np.cumsum(sizes + 1) - sizes
             args_row[rows] = self._args.add(buffer, starts, sizes) + np.arange(len(rows))
-            # "External id", else 2021 Kineto's "external id" (inline: a call per row costs)
-            for column, values in (
-                (ext, [a.external_id if a.external_id != -1 else a.external_id_2021 for a in ids]),
-                (corr, [a.correlation for a in ids]),
-            ):
-                column[rows], dropped = _id_column(values)
-                self.repairs["dropped_ids"] += dropped
-            stream[rows] = python_int_column([a.stream for a in ids])
+            ext[rows], corr[rows], stream[rows] = id_columns
         cols[S.EXTERNAL_ID], cols[S.CORRELATION], cols[S.ARGS_ROW] = ext, corr, args_row
         cols[S.STREAM] = stream
+
+    def _id_columns(
+        self,
+        chosen: list[msgspec.Raw | bytes],
+        buffer: bytes,
+        sizes: np.ndarray,
+        rows: np.ndarray,
+        valid: np.ndarray,
+    ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], bytes, np.ndarray]:
+        """External id, correlation and stream of args spelled any way (``_ArgIds``): ids
+        beyond int64 dropped (counted); the buffer is rebuilt if a value had to be repaired."""
+        try:
+            ids = _decode_arg_ids(buffer)
+        except msgspec.ValidationError:  # an args value that is not an object, or 1e400
+            ids, fixed = self._arg_ids_one_by_one(chosen, rows, valid)
+            if fixed:
+                buffer, sizes = _args_buffer(
+                    chosen, np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
+                )
+        # "External id", else 2021 Kineto's "external id" (inline: a call per row costs)
+        ext, dropped_ext = _id_column(
+            [a.external_id if a.external_id != -1 else a.external_id_2021 for a in ids]
+        )
+        corr, dropped_corr = _id_column([a.correlation for a in ids])
+        self.repairs["dropped_ids"] += dropped_ext + dropped_corr
+        stream = python_int_column([a.stream for a in ids])
+        return (ext, corr, stream), buffer, sizes
 
     def _arg_ids_one_by_one(
         self, chosen: list[msgspec.Raw | bytes], rows: np.ndarray, valid: np.ndarray
@@ -721,6 +749,30 @@ def _utf8(text: bytes) -> bool:
         return True
     except UnicodeDecodeError:
         return False
+
+
+def _int_id_columns(buffer: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """External id (else 2021 Kineto's "external id"), correlation and stream columns of the
+    args in ``buffer`` when they are all plain int64 integers (or absent), else None."""
+    try:
+        ids = _decode_int_arg_ids(buffer)
+    except msgspec.ValidationError:
+        return None
+    n = len(ids)
+    try:
+        ext = np.fromiter([a.external_id for a in ids], dtype=np.int64, count=n)
+        corr = np.fromiter([a.correlation for a in ids], dtype=np.int64, count=n)
+        stream = np.fromiter([a.stream for a in ids], dtype=np.int64, count=n)
+        absent = np.flatnonzero(ext == -1)
+        if len(absent):
+            ext[absent] = np.fromiter(
+                [ids[i].external_id_2021 for i in absent.tolist()],
+                dtype=np.int64,
+                count=len(absent),
+            )
+    except OverflowError:  # beyond int64: dropped and counted by the general path
+        return None
+    return ext, corr, stream
 
 
 def _args_buffer(chosen: list[msgspec.Raw | bytes], sizes: np.ndarray) -> tuple[bytes, np.ndarray]:

@@ -292,6 +292,57 @@ def test_stream_column_is_int_of_args_stream(tmp_path: Path, tiny_blocks: None) 
     assert {v for _, v in got} >= {7, 8, 9, 1, 12, -1}
 
 
+def _id_or_minus_one(value: object) -> tuple[int, bool]:
+    """An id as the model keeps it: the integer a number or numeric text names, -1 when absent
+    or not an integer; True when it is a number beyond int64 (dropped, counted)."""
+    if value is None or isinstance(value, bool):
+        return -1, False
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return -1, False
+    return (number, False) if -(2**63) <= number < 2**63 else (-1, True)
+
+
+def test_id_columns_read_every_spelling_in_any_piece(tmp_path: Path, tiny_blocks: None) -> None:
+    """External id (else 2021 Kineto's "external id") and correlation spelled as integers in
+    most pieces and oddly in some: each piece's columns are what a plain reading gives, ids
+    beyond int64 dropped and counted."""
+    odd = [5, "17", 3.0, None, 2**63, -(2**63) - 1, "0x1f", 2**63 - 1]
+    events = _events(300, seed=5)
+    for i, event in enumerate(events):
+        args = {"correlation": 1000 + i}
+        if i % 3 == 0:
+            args["external id"] = 50_000 + i  # 2021 Kineto's spelling
+        if i % 5 == 1:
+            args["External id"] = 60_000 + i
+        if i % 37 == 2:
+            args["External id"] = odd[i % len(odd)]
+        if i % 41 == 3:
+            args["correlation"] = odd[(i + 1) % len(odd)]
+        event["args"] = args
+    path = tmp_path / "ids.json"
+    _write(path, events, indent=None)
+    trace = load_trace(path)
+    assert len(trace) == len(events)
+    want, dropped = [], 0
+    for event in events:
+        args = event["args"]
+        given = args.get("External id", -1)
+        ext, lost_ext = _id_or_minus_one(args.get("external id") if given == -1 else given)
+        corr, lost_corr = _id_or_minus_one(args["correlation"])
+        dropped += lost_ext + lost_corr
+        want.append((event["name"], ext, corr))
+    got = [
+        (trace.name(i), ext, corr)
+        for i, (ext, corr) in enumerate(
+            zip(trace.col(S.EXTERNAL_ID).tolist(), trace.col(S.CORRELATION).tolist(), strict=True)
+        )
+    ]
+    assert sorted(got) == sorted(want)
+    assert trace.load_report.dropped_ids == dropped > 0
+
+
 def _gzip_variants(tmp_path: Path) -> dict[str, Path]:
     """Whole, multi-member with trailing junk, cut off, and damaged gzip files."""
     text = json.dumps({"traceEvents": _events(400)}).encode()
