@@ -154,6 +154,15 @@ def _phase_codes() -> dict[str, int]:
     return codes
 
 
+def _phase_table(codes: dict[str, int]) -> np.ndarray:
+    """``codes`` of the one-letter ASCII phases indexed by the letter's byte (-1: none)."""
+    table = np.full(128, -1, dtype=np.int64)
+    for letter, code in codes.items():
+        if len(letter) == 1 and letter.isascii():
+            table[ord(letter)] = code
+    return table
+
+
 def _scope_codes(scopes: list[Any]) -> np.ndarray | int:
     """Form SCOPE bits of instants' ``s`` values (0: absent or not a Chrome scope)."""
     first = scopes[0]
@@ -203,6 +212,7 @@ class ColumnSink:
         self._pieces: list[dict[str, np.ndarray]] = []
         self._cat_kinds: dict[int, int] = {}
         self._ph_codes: dict[str, int] = _phase_codes()
+        self._ph_table = _phase_table(self._ph_codes)
 
     # ---- decoding -------------------------------------------------------------------------
     def add_piece(self, text: bytes) -> None:
@@ -491,6 +501,11 @@ class ColumnSink:
                 valid[rows[status != OK]] = False
 
     def _codes(self, ph: list[str]) -> np.ndarray:
+        letters = "".join(ph)
+        if len(letters) == len(ph) and letters.isascii():  # usual: one ASCII letter each
+            found = self._ph_table[np.frombuffer(letters.encode("ascii"), dtype=np.uint8)]
+            if (found >= 0).all():
+                return found
         codes = self._ph_codes
         try:
             return np.fromiter(map(codes.__getitem__, ph), dtype=np.int64, count=len(ph))
@@ -791,6 +806,12 @@ def _us_to_ns(
     """ns from µs values (int / float / numeric str) and the rows whose float is too large to
     carry the ns digit (the caller parses their text instead). Unusable values clear ``valid``."""
     n = len(values)
+    try:  # usual: numbers only, small enough that float64 carries the ns digit
+        us = np.frombuffer(array("d", values), dtype=np.float64)
+        if (np.abs(us) < _FLOAT_EXACT_US).all():
+            return _float_us_to_ns(us), np.zeros(n, dtype=bool)
+    except (TypeError, OverflowError):  # null, text, an int beyond float range
+        pass
     types = set(map(type, values))
     if types == {type(None)}:  # no value at all (metadata events often have no ts)
         if required:
