@@ -48,6 +48,8 @@ _MAX_SPLITS = 16  # validation errors in one piece before it is decoded event by
 _OUT_OF_RANGE = "Number out of range"  # msgspec: a float beyond float64 (1e400) in a typed field
 _INT64 = (-(1 << 63), 1 << 63)
 _NOT_UTF8 = "Invalid UTF-8"  # msgspec's message (it gives no offset)
+_ROOM_MARGIN = 1.05  # room for rows: 5% more than the rate so far predicts (event sizes vary)
+_ROOM_ROWS = 1024
 
 
 class Event(msgspec.Struct, gc=False):
@@ -209,7 +211,9 @@ class ColumnSink:
         self.rows = 0
         self.seen = 0  # events decoded, whatever became of them
         self._args = RawArgsBuilder()
-        self._pieces: list[dict[str, np.ndarray]] = []
+        self._table = _ColumnTable()
+        self.expected_bytes: int | None = None  # the loader's hint: the size of a plain file
+        self._bytes_decoded = 0
         self._cat_kinds: dict[int, int] = {}
         self._ph_codes: dict[str, int] = _phase_codes()
         self._ph_table = _phase_table(self._ph_codes)
@@ -230,6 +234,7 @@ class ColumnSink:
                 raise
             return self.add_piece(self._valid_utf8(text))  # (raises if malformed as well)
         self.seen += len(events) + self.skipped - skipped_before
+        self._bytes_decoded += len(text)
         if events:
             self._add_events(events, text, raws)
 
@@ -333,7 +338,7 @@ class ColumnSink:
             self.skipped += int((~valid).sum())
             cols = {k: v[valid] for k, v in cols.items()}
         self.rows += len(cols[S.TS_NS])
-        self._pieces.append(cols)
+        self._table.append(cols, self._capacity_for)
 
     def _phase_details(
         self, events: list[Event], codes: np.ndarray, form: np.ndarray, cols: dict[str, np.ndarray]
@@ -716,23 +721,57 @@ class ColumnSink:
             self.repairs["replaced_text"] += 1
             return self._meta_args(fixed)
 
+    def _capacity_for(self, rows: int) -> int:
+        """Rows to make room for when ``rows`` do not fit: what the rest of a plain file will
+        hold at the rate so far (a little more), else twice as many."""
+        if not self.expected_bytes or not self._bytes_decoded:
+            return 2 * rows
+        rate = max(1.0, self.expected_bytes / self._bytes_decoded)
+        return int(rows * rate * _ROOM_MARGIN) + _ROOM_ROWS
+
     # ---- result ---------------------------------------------------------------------------
     def columns(self) -> dict[str, np.ndarray]:
-        """All pieces concatenated (pieces are released column by column)."""
-        out: dict[str, np.ndarray] = {}
-        pieces, self._pieces = self._pieces, []
-        for name in S.EVENT_COLUMNS:
-            dtype = S.COLUMN_DTYPES.get(name, np.int64)
-            parts = [p.pop(name) for p in pieces]
-            out[name] = (
-                np.concatenate(parts).astype(dtype, copy=False)
-                if parts
-                else np.zeros(0, dtype=dtype)
-            )
-        return out
+        """Every event column, the rows of all pieces in order."""
+        table, self._table = self._table, _ColumnTable()
+        return table.filled()
 
     def raw_args(self) -> RawArgs:
         return self._args.build()
+
+
+class _ColumnTable:
+    """The event columns, each piece's rows written in place into arrays with room to spare.
+
+    Concatenating per-piece arrays at the end would allocate (and on a VM fault in, at
+    ms per MB) every column a second time and hold both copies at once; room reserved for the
+    rows a file is expected to hold is never touched, so it costs no memory."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+        self._rows = 0
+
+    def append(self, cols: dict[str, np.ndarray], capacity_for: Any) -> None:
+        """Write a piece's columns after the rows so far; ``capacity_for(rows)`` says how many
+        rows to make room for when they do not fit."""
+        start = self._rows
+        end = start + len(cols[S.TS_NS])
+        if not self._arrays or end > len(self._arrays[S.TS_NS]):
+            self._grow(max(end, capacity_for(end)))
+        for name in S.EVENT_COLUMNS:  # (a piece lacking one raises: no row left unwritten)
+            self._arrays[name][start:end] = cols[name]
+        self._rows = end
+
+    def _grow(self, capacity: int) -> None:
+        for name in S.EVENT_COLUMNS:
+            grown = np.empty(capacity, dtype=S.COLUMN_DTYPES.get(name, np.int64))
+            if name in self._arrays:
+                grown[: self._rows] = self._arrays[name][: self._rows]
+            self._arrays[name] = grown
+
+    def filled(self) -> dict[str, np.ndarray]:
+        if not self._arrays:
+            return {n: np.zeros(0, dtype=S.COLUMN_DTYPES.get(n, np.int64)) for n in S.EVENT_COLUMNS}
+        return {name: self._arrays[name][: self._rows] for name in S.EVENT_COLUMNS}
 
 
 @dataclass

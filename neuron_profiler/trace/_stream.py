@@ -11,6 +11,7 @@ string or a nested object can never produce a wrong cut (the next candidate is t
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import zlib
@@ -80,6 +81,16 @@ class BlockSource:
         self._trailing = 0  # bytes after the last gzip member that are not another member
         self._stopped = False  # damage or trailing bytes: nothing more to inflate
         self._ahead: _Ahead | None = None  # the next block, being produced by a worker
+
+    @property
+    def plain_bytes(self) -> int | None:
+        """Size of a plain (not gzip) file, None for gzip: how much text is to come."""
+        if self._inflater is not None:
+            return None
+        try:
+            return os.fstat(self._fh.fileno()).st_size
+        except OSError:
+            return None
 
     @property
     def cut(self) -> bool:
