@@ -100,6 +100,8 @@ class _IntArgIds(msgspec.Struct, gc=False):
 
 
 _decode_events = msgspec.json.Decoder(list[Event]).decode
+_decode_dicts = msgspec.json.Decoder(list[dict]).decode
+_VIEW_CODES = {name: code for code, name in enumerate(META_VIEWS)}  # M event name -> its view
 _decode_event = msgspec.json.Decoder(Event).decode
 _decode_raws = msgspec.json.Decoder(list[msgspec.Raw]).decode
 _decode_times = msgspec.json.Decoder(list[_Times]).decode
@@ -383,11 +385,14 @@ class ColumnSink:
         times = [e.ts for e in metas]
         ts, exact = _us_to_ns(times, valid, required=False)
         self._exact_times(((ts, exact, "ts"),), text, raws, where, valid)
-        has_ts = np.fromiter(
-            map(operator.is_not, times, repeat(None)), dtype=bool, count=len(metas)
-        )
-        args = self._metas_args(metas)
-        if set(map(type, args)) != {dict}:
+        if None in times:
+            has_ts = np.fromiter(
+                map(operator.is_not, times, repeat(None)), dtype=bool, count=len(metas)
+            )
+        else:
+            has_ts = np.ones(len(metas), dtype=bool)
+        args, all_dicts = self._metas_args(metas)
+        if not all_dicts and set(map(type, args)) != {dict}:
             valid &= np.fromiter(map(_is_dict, args), dtype=bool, count=len(args))
         self.skipped += int((~valid).sum())
         keep = np.flatnonzero(valid)
@@ -417,28 +422,37 @@ class ColumnSink:
         self._metas.append(chunk)
         self._apply_views(chunk)
 
-    def _metas_args(self, metas: list[Event]) -> list[Any]:
-        """Every M event's decoded args ({} when absent) from one decode of all of them; the
-        rare piece the decoder refuses is decoded event by event (``_meta_args``' repairs)."""
+    def _metas_args(self, metas: list[Event]) -> tuple[list[Any], bool]:
+        """Every M event's decoded args ({} when absent) from one decode of all of them, and
+        True if all are objects (known from the typed decode that usually succeeds); the rare
+        piece the decoder refuses is decoded event by event (``_meta_args``' repairs)."""
         texts = [e.args for e in metas]
-        absent = [i for i, t in enumerate(texts) if not t]
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        absent = np.flatnonzero(lengths == 0).tolist()
         for i in absent:
             texts[i] = b"{}"  # decodes to the {} an event without args has
+        joined = b"[" + b",".join(texts) + b"]"
         try:
-            return msgspec.json.decode(b"[" + b",".join(texts) + b"]")
+            return _decode_dicts(joined), True
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            pass
+        try:
+            return msgspec.json.decode(joined), False
         except (msgspec.ValidationError, msgspec.DecodeError):
             out = [self._meta_args(bytes(t)) for t in texts]
             for i in absent:
                 out[i] = {}
-            return out
+            return out, False
 
     def _apply_views(self, chunk: _MetaChunk) -> None:
         """The name and sort-index dicts, by ``MetaEvent.entry``'s rule (``view_by_process``,
         ``view_value``), one update per dict."""
-        names = np.array(chunk.name, dtype=object)
+        views = np.fromiter(
+            map(_VIEW_CODES.get, chunk.name, repeat(-1)), dtype=np.int8, count=len(chunk.name)
+        )
         pid, tid = chunk.pid.tolist(), chunk.tid.tolist()
-        for name, view in META_VIEWS.items():
-            at = np.flatnonzero(names == name).tolist()
+        for code, view in enumerate(META_VIEWS.values()):
+            at = np.flatnonzero(views == code).tolist()
             if not at:
                 continue
             pick = operator.itemgetter(*at) if len(at) > 1 else _one(at[0])
