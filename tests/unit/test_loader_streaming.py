@@ -102,6 +102,40 @@ def test_many_pieces_match_stdlib(
     assert gc.isenabled()
 
 
+@pytest.mark.parametrize("gz", [False, True])
+def test_columns_grow_past_the_rows_first_pieces_predict(
+    tmp_path: Path, tiny_blocks: None, gz: bool
+) -> None:
+    """Large events first, then many small ones: a plain file's room for rows (predicted from
+    the first pieces' bytes per event) and a gzip file's (doubled) run out and grow; every row
+    keeps its values, in file order."""
+    events = [
+        {"ph": "X", "name": f"big{i}", "ts": i, "dur": 2, "pid": 1, "tid": 2,
+         "args": {"External id": i, "pad": "p" * 3000}}
+        for i in range(40)
+    ] + [
+        {"ph": "X", "name": f"s{i}", "ts": 40 + i, "dur": 1, "pid": 3, "tid": i % 5}
+        for i in range(1500)
+    ]  # fmt: skip
+    path = tmp_path / ("g.json.gz" if gz else "g.json")
+    _write(path, events, indent=None, gz=gz, tail_keys=False)
+    trace = load_trace(path)
+    assert len(trace) == len(events) and trace.skipped_events == 0
+    got = list(
+        zip(
+            [trace.name(i) for i in range(len(trace))],
+            *(trace.col(c).tolist() for c in (S.TS_NS, S.DUR_NS, S.PID, S.TID, S.EXTERNAL_ID)),
+            strict=True,
+        )
+    )
+    want = [
+        (e["name"], e["ts"] * 1000, e["dur"] * 1000, e["pid"], e["tid"],
+         e.get("args", {}).get("External id", -1))
+        for e in events
+    ]  # fmt: skip
+    assert got == want
+
+
 def test_mistyped_events_in_many_pieces_are_counted(tmp_path: Path, tiny_blocks: None) -> None:
     events = _events(300)
     bad = set(range(3, 300, 17))
