@@ -38,6 +38,7 @@ _NONE = msgspec.Raw(b"")
 _NO_CAT = "\x00no cat"  # Event.cat when the event has none: interned as id -1, never stored
 _UNKNOWN = -2  # _intern's mark of a string not interned yet (ids are >= 0, the no-cat -1)
 _FLOAT_EXACT_US = 2.0**43  # below this a float64 µs value still pins down a unique ns
+_INT_EXACT_US = 2**53  # integer µs below this: * 1000 fits int64 (the general path's bound)
 LABEL_ID_BASE = -(1 << 31)  # string pids/tids get ids from here up: int32, far from real ids
 # (CUDA writes tid -1 for context syncs, so ids like -1, -2 must stay real ids)
 _META = 255  # ph code of metadata events while a piece is decoded (they never become rows)
@@ -863,7 +864,10 @@ def _us_to_ns(
         us = np.frombuffer(array("d", values), dtype=np.float64)
         if (np.abs(us) < _FLOAT_EXACT_US).all():
             return _float_us_to_ns(us), np.zeros(n, dtype=bool)
-    except (TypeError, OverflowError):  # null, text, an int beyond float range
+        whole_us = np.frombuffer(array("q", values), dtype=np.int64)  # 2021: integer epoch µs
+        if (np.abs(whole_us) < _INT_EXACT_US).all():
+            return whole_us * 1000, np.zeros(n, dtype=bool)
+    except (TypeError, OverflowError):  # null, text, a float (for "q"), a number beyond range
         pass
     types = set(map(type, values))
     if types == {type(None)}:  # no value at all (metadata events often have no ts)
