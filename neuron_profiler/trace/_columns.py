@@ -860,14 +860,17 @@ def _us_to_ns(
     """ns from µs values (int / float / numeric str) and the rows whose float is too large to
     carry the ns digit (the caller parses their text instead). Unusable values clear ``valid``."""
     n = len(values)
-    try:  # usual: numbers only, small enough that float64 carries the ns digit
+    try:  # usual: integers only (2021 Kineto's epoch µs), below the general path's bound
+        whole_us = np.frombuffer(array("q", values), dtype=np.int64)
+        if (np.abs(whole_us) < _INT_EXACT_US).all():
+            return whole_us * 1000, np.zeros(n, dtype=bool)
+    except (TypeError, OverflowError):  # a float (at once, on the first), null, text, huge
+        pass
+    try:  # usual: numbers, small enough that float64 carries the ns digit
         us = np.frombuffer(array("d", values), dtype=np.float64)
         if (np.abs(us) < _FLOAT_EXACT_US).all():
             return _float_us_to_ns(us), np.zeros(n, dtype=bool)
-        whole_us = np.frombuffer(array("q", values), dtype=np.int64)  # 2021: integer epoch µs
-        if (np.abs(whole_us) < _INT_EXACT_US).all():
-            return whole_us * 1000, np.zeros(n, dtype=bool)
-    except (TypeError, OverflowError):  # null, text, a float (for "q"), a number beyond range
+    except (TypeError, OverflowError):  # null, text, an int beyond float range
         pass
     types = set(map(type, values))
     if types == {type(None)}:  # no value at all (metadata events often have no ts)
