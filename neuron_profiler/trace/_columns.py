@@ -771,17 +771,23 @@ class _ColumnTable:
         start = self._rows
         end = start + len(cols[S.TS_NS])
         if not self._arrays or end > len(self._arrays[S.TS_NS]):
-            self._grow(max(end, capacity_for(end)))
+            try:
+                self._grow(max(end, capacity_for(end)))
+            except (MemoryError, ValueError):  # a prediction beyond what maps: this piece's room
+                self._grow(end)
         for name in S.EVENT_COLUMNS:  # (a piece lacking one raises: no row left unwritten)
             self._arrays[name][start:end] = cols[name]
         self._rows = end
 
     def _grow(self, capacity: int) -> None:
-        for name in S.EVENT_COLUMNS:
-            grown = np.empty(capacity, dtype=S.COLUMN_DTYPES.get(name, np.int64))
-            if name in self._arrays:
-                grown[: self._rows] = self._arrays[name][: self._rows]
-            self._arrays[name] = grown
+        """Every column with room for ``capacity`` rows (all mapped before any is replaced)."""
+        grown = {
+            name: np.empty(capacity, dtype=S.COLUMN_DTYPES.get(name, np.int64))
+            for name in S.EVENT_COLUMNS
+        }
+        for name, filled in self._arrays.items():
+            grown[name][: self._rows] = filled[: self._rows]
+        self._arrays = grown
 
     def filled(self) -> dict[str, np.ndarray]:
         if not self._arrays:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from neuron_profiler.errors import TraceLoadError
-from neuron_profiler.trace import _stream, load_trace
+from neuron_profiler.trace import _columns, _stream, load_trace
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace._numtext import INVALID, MISSING, OK, us_texts_to_ns
 from neuron_profiler.trace._rawargs import RawArgsBuilder
@@ -134,6 +134,19 @@ def test_columns_grow_past_the_rows_first_pieces_predict(
         for e in events
     ]  # fmt: skip
     assert got == want
+
+
+def test_room_beyond_the_address_space_falls_back_to_what_the_rows_need(
+    tmp_path: Path, tiny_blocks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prediction of rows no memory can hold (a file of small events first, huge ones
+    later, say) makes room for the rows at hand instead of failing the load."""
+    monkeypatch.setattr(_columns.ColumnSink, "_capacity_for", lambda self, rows: 1 << 44)
+    events = _events(200)
+    path = tmp_path / "room.json"
+    _write(path, events, indent=None)
+    trace = load_trace(path)
+    assert trace.col(S.TS_NS).tolist() == _expected_ts(events, 10**18)
 
 
 def test_mistyped_events_in_many_pieces_are_counted(tmp_path: Path, tiny_blocks: None) -> None:
