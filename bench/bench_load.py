@@ -98,6 +98,7 @@ def _measure(python: str, tool: str, trace: Path, timeout: float, root: Path = R
             proc = subprocess.run(
                 [python, "-c", _WORKER, tool, str(trace), folder],
                 env=env,
+                cwd=root,  # (python -c puts the cwd first on sys.path)
                 capture_output=True,
                 text=True,
                 timeout=timeout,
