@@ -2,6 +2,7 @@
 
     python bench/bench_load.py                       # shared traces + generated 100k / 1M / 5M
     python bench/bench_load.py --sizes 100000 --hta-max-events 100000
+    python bench/bench_load.py --floor T1.json T2.json --against /work/main --repeat 5
 
 Baseline: Holistic Trace Analysis 0.5.0 constructing ``TraceAnalysis(trace_dir=...)`` (default
 parser) on a temporary folder holding only a symlink to the one trace. HTA runs in its own venv
@@ -87,15 +88,17 @@ print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_after_imports_kb": before["
 """
 
 
-def _measure(python: str, tool: str, trace: Path, timeout: float) -> dict:
-    """One load in a fresh interpreter; HTA gets a folder holding only this trace."""
+def _measure(python: str, tool: str, trace: Path, timeout: float, root: Path = REPO) -> dict:
+    """One load in a fresh interpreter (``root``'s package); HTA gets a folder holding only
+    this trace."""
     with tempfile.TemporaryDirectory(prefix="bench-load-") as folder:
         (Path(folder) / trace.name).symlink_to(trace.resolve())
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(REPO), str(REPO / "bench"))))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(root), str(REPO / "bench"))))
         try:
             proc = subprocess.run(
                 [python, "-c", _WORKER, tool, str(trace), folder],
                 env=env,
+                cwd=root,  # (python -c puts the cwd first on sys.path)
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -192,6 +195,37 @@ def _row(label: str, ours: dict, hta: dict | None) -> str:
     )
 
 
+def against_floor(files: list[Path], other: Path | None, repeat: int, timeout: float) -> None:
+    """``load_trace`` (this checkout, and ``other``'s if given) against the decode floor on
+    each file: fresh processes, the tools interleaved in alternating order, best wall and
+    best CPU time of ``repeat``, median peak growth."""
+    sides = {"this": REPO, **({"other": other.resolve()} if other else {})}
+    tools = [(side, "ours", root) for side, root in sides.items()] + [("floor", "floor", REPO)]
+    print(f"load average before: {os.getloadavg()}; this={REPO} other={other}")
+    head = (
+        f"{'trace':32} {'tool':6} {'best s':>7} {'cpu s':>7} {'MB':>6} {'/floor':>7} {'cpu/fl':>7}"
+    )
+    print(head)
+    for path in files:
+        runs: dict[str, list[dict]] = {side: [] for side, _, _ in tools}
+        for k in range(repeat):
+            for side, tool, root in tools if k % 2 == 0 else tools[::-1]:
+                r = _measure(sys.executable, tool, path, timeout, root)
+                if "error" in r:
+                    raise SystemExit(f"{side} on {path}: {r['error']}")
+                runs[side].append(r)
+        best = {s: min(r["wall_s"] for r in rs) for s, rs in runs.items()}
+        cpu = {s: min(r["cpu_s"] for r in rs) for s, rs in runs.items()}
+        for side, rs in runs.items():
+            mb = sorted(r["growth_kb"] for r in rs)[len(rs) // 2] / 1024
+            print(
+                f"{path.parent.name[:32]:32} {side:6} {best[side]:7.3f} {cpu[side]:7.3f} "
+                f"{mb:6.0f} {best[side] / best['floor']:7.2f} {cpu[side] / cpu['floor']:7.2f}",
+                flush=True,
+            )
+    print(f"load average after: {os.getloadavg()}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -220,7 +254,20 @@ def main() -> int:
     )
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--out", type=Path, default=None, help="JSON results path")
+    parser.add_argument(
+        "--floor",
+        type=Path,
+        nargs="+",
+        metavar="TRACE",
+        help="only load_trace against the decode floor on these traces (no HTA)",
+    )
+    parser.add_argument(
+        "--against", type=Path, default=None, help="with --floor: another checkout's load too"
+    )
     args = parser.parse_args()
+    if args.floor:
+        against_floor(args.floor, args.against, args.repeat, args.timeout)
+        return 0
 
     files = [] if args.no_shared else _shared_files()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]

@@ -38,6 +38,7 @@ _NONE = msgspec.Raw(b"")
 _NO_CAT = "\x00no cat"  # Event.cat when the event has none: interned as id -1, never stored
 _UNKNOWN = -2  # _intern's mark of a string not interned yet (ids are >= 0, the no-cat -1)
 _FLOAT_EXACT_US = 2.0**43  # below this a float64 µs value still pins down a unique ns
+_INT_EXACT_US = 2**53  # integer µs below this: * 1000 fits int64 (the general path's bound)
 LABEL_ID_BASE = -(1 << 31)  # string pids/tids get ids from here up: int32, far from real ids
 # (CUDA writes tid -1 for context syncs, so ids like -1, -2 must stay real ids)
 _META = 255  # ph code of metadata events while a piece is decoded (they never become rows)
@@ -48,6 +49,8 @@ _MAX_SPLITS = 16  # validation errors in one piece before it is decoded event by
 _OUT_OF_RANGE = "Number out of range"  # msgspec: a float beyond float64 (1e400) in a typed field
 _INT64 = (-(1 << 63), 1 << 63)
 _NOT_UTF8 = "Invalid UTF-8"  # msgspec's message (it gives no offset)
+_ROOM_MARGIN = 1.05  # room for rows: 5% more than the rate so far predicts (event sizes vary)
+_ROOM_ROWS = 1024
 
 
 class Event(msgspec.Struct, gc=False):
@@ -85,13 +88,28 @@ class _ArgIds(msgspec.Struct, gc=False):
     stream: Any = msgspec.field(name=V.ARG_STREAM, default=None)  # any value: int() decides
 
 
+class _IntArgIds(msgspec.Struct, gc=False):
+    """``_ArgIds`` as Kineto writes them (integers, or absent): the usual piece decodes with
+    this, so the columns come straight from the values; any other spelling of one of them
+    (text, a float, null, a bool, a number beyond int64) fails it, and the piece takes
+    ``_ArgIds``, which reads every spelling."""
+
+    external_id: int = msgspec.field(name=V.ARG_EXTERNAL_ID, default=-1)
+    external_id_2021: int = msgspec.field(name=V.ARG_EXTERNAL_ID_2021, default=-1)
+    correlation: int = msgspec.field(name=V.ARG_CORRELATION, default=-1)
+    stream: int = msgspec.field(name=V.ARG_STREAM, default=-1)
+
+
 _decode_events = msgspec.json.Decoder(list[Event]).decode
+_decode_dicts = msgspec.json.Decoder(list[dict]).decode
+_VIEW_CODES = {name: code for code, name in enumerate(META_VIEWS)}  # M event name -> its view
 _decode_event = msgspec.json.Decoder(Event).decode
 _decode_raws = msgspec.json.Decoder(list[msgspec.Raw]).decode
 _decode_times = msgspec.json.Decoder(list[_Times]).decode
 _decode_time = msgspec.json.Decoder(_Times).decode
 _decode_arg_ids = msgspec.json.Decoder(list[_ArgIds]).decode
 _decode_arg_id = msgspec.json.Decoder(_ArgIds).decode
+_decode_int_arg_ids = msgspec.json.Decoder(list[_IntArgIds]).decode
 
 
 def _id_value(value: Any) -> tuple[int, bool]:
@@ -141,6 +159,15 @@ def _phase_codes() -> dict[str, int]:
     return codes
 
 
+def _phase_table(codes: dict[str, int]) -> np.ndarray:
+    """``codes`` of the one-letter ASCII phases indexed by the letter's byte (-1: none)."""
+    table = np.full(128, -1, dtype=np.int64)
+    for letter, code in codes.items():
+        if len(letter) == 1 and letter.isascii():
+            table[ord(letter)] = code
+    return table
+
+
 def _scope_codes(scopes: list[Any]) -> np.ndarray | int:
     """Form SCOPE bits of instants' ``s`` values (0: absent or not a Chrome scope)."""
     first = scopes[0]
@@ -187,9 +214,12 @@ class ColumnSink:
         self.rows = 0
         self.seen = 0  # events decoded, whatever became of them
         self._args = RawArgsBuilder()
-        self._pieces: list[dict[str, np.ndarray]] = []
+        self._table = _ColumnTable()
+        self.expected_bytes: int | None = None  # the loader's hint: the size of a plain file
+        self._bytes_decoded = 0
         self._cat_kinds: dict[int, int] = {}
         self._ph_codes: dict[str, int] = _phase_codes()
+        self._ph_table = _phase_table(self._ph_codes)
 
     # ---- decoding -------------------------------------------------------------------------
     def add_piece(self, text: bytes) -> None:
@@ -207,6 +237,7 @@ class ColumnSink:
                 raise
             return self.add_piece(self._valid_utf8(text))  # (raises if malformed as well)
         self.seen += len(events) + self.skipped - skipped_before
+        self._bytes_decoded += len(text)
         if events:
             self._add_events(events, text, raws)
 
@@ -310,7 +341,7 @@ class ColumnSink:
             self.skipped += int((~valid).sum())
             cols = {k: v[valid] for k, v in cols.items()}
         self.rows += len(cols[S.TS_NS])
-        self._pieces.append(cols)
+        self._table.append(cols, self._capacity_for)
 
     def _phase_details(
         self, events: list[Event], codes: np.ndarray, form: np.ndarray, cols: dict[str, np.ndarray]
@@ -355,11 +386,14 @@ class ColumnSink:
         times = [e.ts for e in metas]
         ts, exact = _us_to_ns(times, valid, required=False)
         self._exact_times(((ts, exact, "ts"),), text, raws, where, valid)
-        has_ts = np.fromiter(
-            map(operator.is_not, times, repeat(None)), dtype=bool, count=len(metas)
-        )
-        args = self._metas_args(metas)
-        if set(map(type, args)) != {dict}:
+        if None in times:
+            has_ts = np.fromiter(
+                map(operator.is_not, times, repeat(None)), dtype=bool, count=len(metas)
+            )
+        else:
+            has_ts = np.ones(len(metas), dtype=bool)
+        args, all_dicts = self._metas_args(metas)
+        if not all_dicts and set(map(type, args)) != {dict}:
             valid &= np.fromiter(map(_is_dict, args), dtype=bool, count=len(args))
         self.skipped += int((~valid).sum())
         keep = np.flatnonzero(valid)
@@ -389,28 +423,37 @@ class ColumnSink:
         self._metas.append(chunk)
         self._apply_views(chunk)
 
-    def _metas_args(self, metas: list[Event]) -> list[Any]:
-        """Every M event's decoded args ({} when absent) from one decode of all of them; the
-        rare piece the decoder refuses is decoded event by event (``_meta_args``' repairs)."""
+    def _metas_args(self, metas: list[Event]) -> tuple[list[Any], bool]:
+        """Every M event's decoded args ({} when absent) from one decode of all of them, and
+        True if all are objects (known from the typed decode that usually succeeds); the rare
+        piece the decoder refuses is decoded event by event (``_meta_args``' repairs)."""
         texts = [e.args for e in metas]
-        absent = [i for i, t in enumerate(texts) if not t]
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        absent = np.flatnonzero(lengths == 0).tolist()
         for i in absent:
             texts[i] = b"{}"  # decodes to the {} an event without args has
+        joined = b"[" + b",".join(texts) + b"]"
         try:
-            return msgspec.json.decode(b"[" + b",".join(texts) + b"]")
+            return _decode_dicts(joined), True
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            pass
+        try:
+            return msgspec.json.decode(joined), False
         except (msgspec.ValidationError, msgspec.DecodeError):
             out = [self._meta_args(bytes(t)) for t in texts]
             for i in absent:
                 out[i] = {}
-            return out
+            return out, False
 
     def _apply_views(self, chunk: _MetaChunk) -> None:
         """The name and sort-index dicts, by ``MetaEvent.entry``'s rule (``view_by_process``,
         ``view_value``), one update per dict."""
-        names = np.array(chunk.name, dtype=object)
+        views = np.fromiter(
+            map(_VIEW_CODES.get, chunk.name, repeat(-1)), dtype=np.int8, count=len(chunk.name)
+        )
         pid, tid = chunk.pid.tolist(), chunk.tid.tolist()
-        for name, view in META_VIEWS.items():
-            at = np.flatnonzero(names == name).tolist()
+        for code, view in enumerate(META_VIEWS.values()):
+            at = np.flatnonzero(views == code).tolist()
             if not at:
                 continue
             pick = operator.itemgetter(*at) if len(at) > 1 else _one(at[0])
@@ -478,6 +521,11 @@ class ColumnSink:
                 valid[rows[status != OK]] = False
 
     def _codes(self, ph: list[str]) -> np.ndarray:
+        letters = "".join(ph)
+        if len(letters) == len(ph) and letters.isascii():  # usual: one ASCII letter each
+            found = self._ph_table[np.frombuffer(letters.encode("ascii"), dtype=np.uint8)]
+            if (found >= 0).all():
+                return found
         codes = self._ph_codes
         try:
             return np.fromiter(map(codes.__getitem__, ph), dtype=np.int64, count=len(ph))
@@ -608,26 +656,41 @@ class ColumnSink:
                 buffer, sizes = _args_buffer(
                     chosen, np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
                 )
-            try:
-                ids = _decode_arg_ids(buffer)
-            except msgspec.ValidationError:  # an args value that is not an object, or 1e400
-                ids, fixed = self._arg_ids_one_by_one(chosen, rows, valid)
-                if fixed:
-                    buffer, sizes = _args_buffer(
-                        chosen, np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
-                    )
+            id_columns = _int_id_columns(buffer)
+            if id_columns is None:
+                id_columns, buffer, sizes = self._id_columns(chosen, buffer, sizes, rows, valid)
             starts = np.cumsum(sizes + 1) - sizes
             args_row[rows] = self._args.add(buffer, starts, sizes) + np.arange(len(rows))
-            # "External id", else 2021 Kineto's "external id" (inline: a call per row costs)
-            for column, values in (
-                (ext, [a.external_id if a.external_id != -1 else a.external_id_2021 for a in ids]),
-                (corr, [a.correlation for a in ids]),
-            ):
-                column[rows], dropped = _id_column(values)
-                self.repairs["dropped_ids"] += dropped
-            stream[rows] = python_int_column([a.stream for a in ids])
+            ext[rows], corr[rows], stream[rows] = id_columns
         cols[S.EXTERNAL_ID], cols[S.CORRELATION], cols[S.ARGS_ROW] = ext, corr, args_row
         cols[S.STREAM] = stream
+
+    def _id_columns(
+        self,
+        chosen: list[msgspec.Raw | bytes],
+        buffer: bytes,
+        sizes: np.ndarray,
+        rows: np.ndarray,
+        valid: np.ndarray,
+    ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], bytes, np.ndarray]:
+        """External id, correlation and stream of args spelled any way (``_ArgIds``): ids
+        beyond int64 dropped (counted); the buffer is rebuilt if a value had to be repaired."""
+        try:
+            ids = _decode_arg_ids(buffer)
+        except msgspec.ValidationError:  # an args value that is not an object, or 1e400
+            ids, fixed = self._arg_ids_one_by_one(chosen, rows, valid)
+            if fixed:
+                buffer, sizes = _args_buffer(
+                    chosen, np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
+                )
+        # "External id", else 2021 Kineto's "external id" (inline: a call per row costs)
+        ext, dropped_ext = _id_column(
+            [a.external_id if a.external_id != -1 else a.external_id_2021 for a in ids]
+        )
+        corr, dropped_corr = _id_column([a.correlation for a in ids])
+        self.repairs["dropped_ids"] += dropped_ext + dropped_corr
+        stream = python_int_column([a.stream for a in ids])
+        return (ext, corr, stream), buffer, sizes
 
     def _arg_ids_one_by_one(
         self, chosen: list[msgspec.Raw | bytes], rows: np.ndarray, valid: np.ndarray
@@ -673,23 +736,63 @@ class ColumnSink:
             self.repairs["replaced_text"] += 1
             return self._meta_args(fixed)
 
+    def _capacity_for(self, rows: int) -> int:
+        """Rows to make room for when ``rows`` do not fit: what the rest of a plain file will
+        hold at the rate so far (a little more), else twice as many."""
+        if not self.expected_bytes or not self._bytes_decoded:
+            return 2 * rows
+        rate = max(1.0, self.expected_bytes / self._bytes_decoded)
+        return int(rows * rate * _ROOM_MARGIN) + _ROOM_ROWS
+
     # ---- result ---------------------------------------------------------------------------
     def columns(self) -> dict[str, np.ndarray]:
-        """All pieces concatenated (pieces are released column by column)."""
-        out: dict[str, np.ndarray] = {}
-        pieces, self._pieces = self._pieces, []
-        for name in S.EVENT_COLUMNS:
-            dtype = S.COLUMN_DTYPES.get(name, np.int64)
-            parts = [p.pop(name) for p in pieces]
-            out[name] = (
-                np.concatenate(parts).astype(dtype, copy=False)
-                if parts
-                else np.zeros(0, dtype=dtype)
-            )
-        return out
+        """Every event column, the rows of all pieces in order."""
+        table, self._table = self._table, _ColumnTable()
+        return table.filled()
 
     def raw_args(self) -> RawArgs:
         return self._args.build()
+
+
+class _ColumnTable:
+    """The event columns, each piece's rows written in place into arrays with room to spare.
+
+    Concatenating per-piece arrays at the end would allocate (and on a VM fault in, at
+    ms per MB) every column a second time and hold both copies at once; room reserved for the
+    rows a file is expected to hold is never touched, so it costs no memory."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+        self._rows = 0
+
+    def append(self, cols: dict[str, np.ndarray], capacity_for: Any) -> None:
+        """Write a piece's columns after the rows so far; ``capacity_for(rows)`` says how many
+        rows to make room for when they do not fit."""
+        start = self._rows
+        end = start + len(cols[S.TS_NS])
+        if not self._arrays or end > len(self._arrays[S.TS_NS]):
+            try:
+                self._grow(max(end, capacity_for(end)))
+            except (MemoryError, ValueError):  # a prediction beyond what maps: this piece's room
+                self._grow(end)
+        for name in S.EVENT_COLUMNS:  # (a piece lacking one raises: no row left unwritten)
+            self._arrays[name][start:end] = cols[name]
+        self._rows = end
+
+    def _grow(self, capacity: int) -> None:
+        """Every column with room for ``capacity`` rows (all mapped before any is replaced)."""
+        grown = {
+            name: np.empty(capacity, dtype=S.COLUMN_DTYPES.get(name, np.int64))
+            for name in S.EVENT_COLUMNS
+        }
+        for name, filled in self._arrays.items():
+            grown[name][: self._rows] = filled[: self._rows]
+        self._arrays = grown
+
+    def filled(self) -> dict[str, np.ndarray]:
+        if not self._arrays:
+            return {n: np.zeros(0, dtype=S.COLUMN_DTYPES.get(n, np.int64)) for n in S.EVENT_COLUMNS}
+        return {name: self._arrays[name][: self._rows] for name in S.EVENT_COLUMNS}
 
 
 @dataclass
@@ -723,6 +826,30 @@ def _utf8(text: bytes) -> bool:
         return False
 
 
+def _int_id_columns(buffer: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """External id (else 2021 Kineto's "external id"), correlation and stream columns of the
+    args in ``buffer`` when they are all plain int64 integers (or absent), else None."""
+    try:
+        ids = _decode_int_arg_ids(buffer)
+    except msgspec.ValidationError:
+        return None
+    n = len(ids)
+    try:
+        ext = np.fromiter([a.external_id for a in ids], dtype=np.int64, count=n)
+        corr = np.fromiter([a.correlation for a in ids], dtype=np.int64, count=n)
+        stream = np.fromiter([a.stream for a in ids], dtype=np.int64, count=n)
+        absent = np.flatnonzero(ext == -1)
+        if len(absent):
+            ext[absent] = np.fromiter(
+                [ids[i].external_id_2021 for i in absent.tolist()],
+                dtype=np.int64,
+                count=len(absent),
+            )
+    except OverflowError:  # beyond int64: dropped and counted by the general path
+        return None
+    return ext, corr, stream
+
+
 def _args_buffer(chosen: list[msgspec.Raw | bytes], sizes: np.ndarray) -> tuple[bytes, np.ndarray]:
     """``[a,b,...]`` of the args texts, built with one copy (stored as is and decoded)."""
     first, last = chosen[0], chosen[-1]
@@ -739,6 +866,18 @@ def _us_to_ns(
     """ns from µs values (int / float / numeric str) and the rows whose float is too large to
     carry the ns digit (the caller parses their text instead). Unusable values clear ``valid``."""
     n = len(values)
+    try:  # usual: integers only (2021 Kineto's epoch µs), below the general path's bound
+        whole_us = np.frombuffer(array("q", values), dtype=np.int64)
+        if (np.abs(whole_us) < _INT_EXACT_US).all():
+            return whole_us * 1000, np.zeros(n, dtype=bool)
+    except (TypeError, OverflowError):  # a float (at once, on the first), null, text, huge
+        pass
+    try:  # usual: numbers, small enough that float64 carries the ns digit
+        us = np.frombuffer(array("d", values), dtype=np.float64)
+        if (np.abs(us) < _FLOAT_EXACT_US).all():
+            return _float_us_to_ns(us), np.zeros(n, dtype=bool)
+    except (TypeError, OverflowError):  # null, text, an int beyond float range
+        pass
     types = set(map(type, values))
     if types == {type(None)}:  # no value at all (metadata events often have no ts)
         if required:

@@ -11,6 +11,7 @@ string or a nested object can never produce a wrong cut (the next candidate is t
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import zlib
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
+import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.trace.repair import cannot_read, open_input
@@ -33,6 +35,23 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _SALVAGE_STEP = 64  # compressed bytes per step when inflating up to a damaged spot
 MAX_CUT_TRIES = 8
 READ_AHEAD = True  # inflate the next full-size gzip block in a worker thread
+# glibc maps buffers above its mmap threshold afresh (128 KB at first) and returns free heap
+# above its trim threshold to the OS; freeing one mapped buffer of this size raises them to
+# 8 / 16 MB (its dynamic thresholds), above a piece's transient buffers (~3 MB)
+HEAP_REUSE_BYTES = 8 << 20
+_heap_reuse_set = False
+
+
+def reuse_transient_buffers() -> None:
+    """Let the C heap keep and reuse the few MB each piece allocates and frees (the block, the
+    text joined for msgspec, the args joined), instead of unmapping them and faulting fresh
+    pages in for the next piece: 2 µs per 4 KB page on a VM, ~10% of a load. Once per
+    process; the buffer is mapped and freed without being touched. Elsewhere than glibc
+    nothing changes."""
+    global _heap_reuse_set
+    if not _heap_reuse_set:
+        np.empty(HEAP_REUSE_BYTES, dtype=np.uint8)
+        _heap_reuse_set = True
 
 
 class BlockSource:
@@ -48,6 +67,7 @@ class BlockSource:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        reuse_transient_buffers()
         self._fh = open_input(path)  # closed in close(); TraceLoadError when it cannot be read
         head = self._fh.read(2)
         self._fh.seek(0)
@@ -61,6 +81,16 @@ class BlockSource:
         self._trailing = 0  # bytes after the last gzip member that are not another member
         self._stopped = False  # damage or trailing bytes: nothing more to inflate
         self._ahead: _Ahead | None = None  # the next block, being produced by a worker
+
+    @property
+    def plain_bytes(self) -> int | None:
+        """Size of a plain (not gzip) file, None for gzip: how much text is to come."""
+        if self._inflater is not None:
+            return None
+        try:
+            return os.fstat(self._fh.fileno()).st_size
+        except OSError:
+            return None
 
     @property
     def cut(self) -> bool:

@@ -123,6 +123,7 @@ class _Load:
     def __init__(self, path: Path, source: BlockSource) -> None:
         self.path, self.source = path, source
         self.sink = ColumnSink()
+        self.sink.expected_bytes = source.plain_bytes
         self.metadata: dict[str, Any] = {}
         self.truncated = False
         self.damage = ""
@@ -427,6 +428,25 @@ def _hbm_counter_category(columns: dict[str, np.ndarray], strings: list[str]) ->
     return np.where(hit, strings.index(V.CAT_HBM_USAGE), cat).astype(cat.dtype)
 
 
+def _in_time_order(columns: dict[str, np.ndarray]) -> None:
+    """Sort the rows by ts (file order breaks ties), in place of the dict's columns. Each
+    column is reordered into the one before it of its dtype (rows of all columns are
+    distinct arrays): three new arrays instead of one per column, each of which a VM would
+    fault in afresh."""
+    ts = columns[S.TS_NS]
+    if len(ts) < 2 or bool((ts[1:] >= ts[:-1]).all()):
+        return
+    order = np.argsort(ts, kind="stable")
+    spare: dict[np.dtype, np.ndarray] = {}
+    for name, column in list(columns.items()):
+        out = spare.pop(column.dtype, None)
+        if out is None:
+            out = np.empty_like(column)
+        np.take(column, order, out=out, mode="clip")  # (clip: no buffering; order is valid)
+        columns[name] = out
+        spare[column.dtype] = column
+
+
 def _build(load: _Load, source: str) -> Trace:
     sink, metadata = load.sink, load.metadata
     ignored_base = ""
@@ -437,11 +457,7 @@ def _build(load: _Load, source: str) -> Trace:
     if base_ns:
         columns[S.TS_NS] += base_ns
     columns = pair_begin_end(columns)
-    ts = columns[S.TS_NS]
-    if len(ts) > 1 and not bool((ts[1:] >= ts[:-1]).all()):
-        order = np.argsort(ts, kind="stable")
-        for name in list(columns):
-            columns[name] = columns[name][order]
+    _in_time_order(columns)
     strings = list(sink.strings)
     columns[S.KIND] = refine_kinds(columns[S.KIND], columns[S.NAME_ID], strings)
     columns[S.CAT_ID] = _hbm_counter_category(columns, strings)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from neuron_profiler.errors import TraceLoadError
-from neuron_profiler.trace import _stream, load_trace
+from neuron_profiler.trace import _columns, _stream, load_trace
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace._numtext import INVALID, MISSING, OK, us_texts_to_ns
 from neuron_profiler.trace._rawargs import RawArgsBuilder
@@ -100,6 +100,53 @@ def test_many_pieces_match_stdlib(
     )
     assert got == want
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_columns_grow_past_the_rows_first_pieces_predict(
+    tmp_path: Path, tiny_blocks: None, gz: bool
+) -> None:
+    """Large events first, then many small ones: a plain file's room for rows (predicted from
+    the first pieces' bytes per event) and a gzip file's (doubled) run out and grow; every row
+    keeps its values, in file order."""
+    events = [
+        {"ph": "X", "name": f"big{i}", "ts": i, "dur": 2, "pid": 1, "tid": 2,
+         "args": {"External id": i, "pad": "p" * 3000}}
+        for i in range(40)
+    ] + [
+        {"ph": "X", "name": f"s{i}", "ts": 40 + i, "dur": 1, "pid": 3, "tid": i % 5}
+        for i in range(1500)
+    ]  # fmt: skip
+    path = tmp_path / ("g.json.gz" if gz else "g.json")
+    _write(path, events, indent=None, gz=gz, tail_keys=False)
+    trace = load_trace(path)
+    assert len(trace) == len(events) and trace.skipped_events == 0
+    got = list(
+        zip(
+            [trace.name(i) for i in range(len(trace))],
+            *(trace.col(c).tolist() for c in (S.TS_NS, S.DUR_NS, S.PID, S.TID, S.EXTERNAL_ID)),
+            strict=True,
+        )
+    )
+    want = [
+        (e["name"], e["ts"] * 1000, e["dur"] * 1000, e["pid"], e["tid"],
+         e.get("args", {}).get("External id", -1))
+        for e in events
+    ]  # fmt: skip
+    assert got == want
+
+
+def test_room_beyond_the_address_space_falls_back_to_what_the_rows_need(
+    tmp_path: Path, tiny_blocks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prediction of rows no memory can hold (a file of small events first, huge ones
+    later, say) makes room for the rows at hand instead of failing the load."""
+    monkeypatch.setattr(_columns.ColumnSink, "_capacity_for", lambda self, rows: 1 << 44)
+    events = _events(200)
+    path = tmp_path / "room.json"
+    _write(path, events, indent=None)
+    trace = load_trace(path)
+    assert trace.col(S.TS_NS).tolist() == _expected_ts(events, 10**18)
 
 
 def test_mistyped_events_in_many_pieces_are_counted(tmp_path: Path, tiny_blocks: None) -> None:
@@ -290,6 +337,57 @@ def test_stream_column_is_int_of_args_stream(tmp_path: Path, tiny_blocks: None) 
     want = sorted((e["name"], _int_or_minus_one(e.get("args", {}), "stream")) for e in events)
     assert got == want
     assert {v for _, v in got} >= {7, 8, 9, 1, 12, -1}
+
+
+def _id_or_minus_one(value: object) -> tuple[int, bool]:
+    """An id as the model keeps it: the integer a number or numeric text names, -1 when absent
+    or not an integer; True when it is a number beyond int64 (dropped, counted)."""
+    if value is None or isinstance(value, bool):
+        return -1, False
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return -1, False
+    return (number, False) if -(2**63) <= number < 2**63 else (-1, True)
+
+
+def test_id_columns_read_every_spelling_in_any_piece(tmp_path: Path, tiny_blocks: None) -> None:
+    """External id (else 2021 Kineto's "external id") and correlation spelled as integers in
+    most pieces and oddly in some: each piece's columns are what a plain reading gives, ids
+    beyond int64 dropped and counted."""
+    odd = [5, "17", 3.0, None, 2**63, -(2**63) - 1, "0x1f", 2**63 - 1]
+    events = _events(300, seed=5)
+    for i, event in enumerate(events):
+        args = {"correlation": 1000 + i}
+        if i % 3 == 0:
+            args["external id"] = 50_000 + i  # 2021 Kineto's spelling
+        if i % 5 == 1:
+            args["External id"] = 60_000 + i
+        if i % 37 == 2:
+            args["External id"] = odd[i % len(odd)]
+        if i % 41 == 3:
+            args["correlation"] = odd[(i + 1) % len(odd)]
+        event["args"] = args
+    path = tmp_path / "ids.json"
+    _write(path, events, indent=None)
+    trace = load_trace(path)
+    assert len(trace) == len(events)
+    want, dropped = [], 0
+    for event in events:
+        args = event["args"]
+        given = args.get("External id", -1)
+        ext, lost_ext = _id_or_minus_one(args.get("external id") if given == -1 else given)
+        corr, lost_corr = _id_or_minus_one(args["correlation"])
+        dropped += lost_ext + lost_corr
+        want.append((event["name"], ext, corr))
+    got = [
+        (trace.name(i), ext, corr)
+        for i, (ext, corr) in enumerate(
+            zip(trace.col(S.EXTERNAL_ID).tolist(), trace.col(S.CORRELATION).tolist(), strict=True)
+        )
+    ]
+    assert sorted(got) == sorted(want)
+    assert trace.load_report.dropped_ids == dropped > 0
 
 
 def _gzip_variants(tmp_path: Path) -> dict[str, Path]:
