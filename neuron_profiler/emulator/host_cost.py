@@ -33,23 +33,27 @@ _CALIBRATION_RUNS = 300
 @dataclass(frozen=True)
 class Boundary:
     """Host ns of PyTorch's Python-subclass boundary per dispatched op (before entering and after
-    leaving ``__torch_dispatch__``), and per size/stride query answered in Python."""
+    leaving ``__torch_dispatch__``), per scalar metadata query answered in Python (``dim``,
+    ``numel``, one size) and per whole-sizes or whole-strides query (a tuple: what the profiler's
+    ``record_shapes`` asks of every input of every op)."""
 
     before_ns: int
     after_ns: int
     query_ns: int
+    array_query_ns: int = 0
 
 
 class Ledger:
-    """Per-process accounting state: the boundary (calibrated on first use), the size/stride
-    queries since the last accounted op (tensor.py counts them), and where the last span ended
-    (the next never reaches back over it)."""
+    """Per-process accounting state: the boundary (calibrated on first use), the metadata
+    queries since the last accounted op (tensor.py counts them: scalar and whole-array ones), and
+    where the last span ended (the next never reaches back over it)."""
 
-    __slots__ = ("boundary", "queries", "last_end_ns")
+    __slots__ = ("boundary", "queries", "array_queries", "last_end_ns")
 
     def __init__(self) -> None:
         self.boundary: Boundary | None = None
         self.queries = 0
+        self.array_queries = 0
         self.last_end_ns = 0
 
 
@@ -63,8 +67,9 @@ def account(timeline: Any, core: int, op: str, launches: bool, begin_ns: int, en
     ``launches``: the op submits device work (``host_launch_ns`` of it is the framework's)."""
     ledger = LEDGER
     b = ledger.boundary or _UNCALIBRATED
-    queries, ledger.queries = ledger.queries, 0
-    start = begin_ns - b.before_ns - queries * b.query_ns
+    queried = ledger.queries * b.query_ns + ledger.array_queries * b.array_query_ns
+    ledger.queries = ledger.array_queries = 0
+    start = begin_ns - b.before_ns - queried
     # never before the last span, nor before the capture began (an op whose boundary straddles
     # the start would give a span the collector's window leaves out)
     start = max(start, ledger.last_end_ns, timeline.rt.capture_start_ns)
@@ -78,7 +83,7 @@ def account(timeline: Any, core: int, op: str, launches: bool, begin_ns: int, en
 
 def skip() -> None:
     """An op whose host time is not the emulator's (fallback, waits): its queries stay host time."""
-    LEDGER.queries = 0
+    LEDGER.queries = LEDGER.array_queries = 0
 
 
 def calibrate(
@@ -91,8 +96,8 @@ def calibrate(
     """Measure the Python-subclass boundary around ``execute`` (dispatch.execute) on a view op
     (``aten::t``: no device work, a new device tensor returned as by any op): the least time
     from the call to ``execute``'s entry less the same call on a CPU tensor (the dispatcher's
-    own work, real on any backend), from its exit to the return, and of a size query less the
-    CPU one. ``record``: with record functions on (under a profiler: its cost per boundary).
+    own work, real on any backend), from its exit to the return, and of a ``dim`` query and a
+    whole-sizes query, each less the CPU one. ``record``: with record functions on (under a profiler: its cost per boundary).
     ``device_tensor`` wraps a host tensor as a device one and ``swap_executor`` installs an
     executor, returning the one it replaced (tensor.py's, passed in: tensor.py reads LEDGER).
     """
@@ -108,7 +113,7 @@ def calibrate(
         stamps[1] = clock()
         return out
 
-    before = after = query = cpu_call = cpu_query = 1 << 62
+    before = after = query = cpu_call = cpu_query = sizes = cpu_sizes = 1 << 62
     saved = swap_executor(timed)
     enable_record = torch._C._autograd._enable_record_function
     enable_record(record)
@@ -128,8 +133,19 @@ def calibrate(
             t0 = clock()
             cpu.dim()
             cpu_query = min(cpu_query, clock() - t0)
+            t0 = clock()
+            x.size()
+            sizes = min(sizes, clock() - t0)
+            t0 = clock()
+            cpu.size()
+            cpu_sizes = min(cpu_sizes, clock() - t0)
     finally:
         enable_record(True)
         swap_executor(saved)
-    LEDGER.queries = 0
-    return Boundary(max(0, before - cpu_call), max(0, after), max(0, query - cpu_query))
+    LEDGER.queries = LEDGER.array_queries = 0
+    return Boundary(
+        max(0, before - cpu_call),
+        max(0, after),
+        max(0, query - cpu_query),
+        max(0, sizes - cpu_sizes),
+    )

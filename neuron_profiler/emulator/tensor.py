@@ -19,6 +19,10 @@ _executor: Callable[[Any, tuple, dict], Any] | None = None
 _aten = torch.ops.aten
 _Base = torch._C.TensorBase
 _METADATA: dict[Any, Callable[[torch.Tensor], Any]] = {
+    # "sizes" policy: torch asks for whole sizes/strides through aten::size / aten::stride (the
+    # profiler's record_shapes asks for every input of every op), symbolic code through sym_*
+    _aten.size.default: _Base.size,
+    _aten.stride.default: _Base.stride,
     _aten.sym_size.default: _Base.size,
     _aten.sym_stride.default: _Base.stride,
     _aten.dim.default: _Base.dim,
@@ -27,6 +31,10 @@ _METADATA: dict[Any, Callable[[torch.Tensor], Any]] = {
     _aten.sym_storage_offset.default: _Base.storage_offset,
     _aten.is_non_overlapping_and_dense.default: _aten.is_non_overlapping_and_dense.default,
 }
+# whole sizes / strides: a tuple built and read back into C++, dearer than a scalar (host_cost.py)
+_ARRAY_QUERIES = frozenset(
+    (_aten.size.default, _aten.stride.default, _aten.sym_size.default, _aten.sym_stride.default)
+)
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 _devices: list[torch.device] = []
 
@@ -79,7 +87,11 @@ class NeuronTensor(torch.Tensor):
         # answered here from the held tensor, skipping the execution point.
         fast = _METADATA.get(func)
         if fast is not None:
-            LEDGER.queries += 1  # Python's cost of a C++ field read: emulator overhead
+            # Python's cost of a C++ field read: emulator overhead
+            if func in _ARRAY_QUERIES:
+                LEDGER.array_queries += 1
+            else:
+                LEDGER.queries += 1
             return fast(args[0]._elem)
         return _executor(func, args, kwargs or {})  # type: ignore[misc]
 
