@@ -1,11 +1,12 @@
 """Hugging Face ``generate()`` on the emulated device in timing mode, run as a subprocess by
 tests/integration/test_emulator_timing_hybrid.py (which bounds its time).
 
-    python tests/generate_timing_mode.py tiny|wide NEW_TOKENS
+    python tests/generate_timing_mode.py tiny|wide NEW_TOKENS [tiny|wide NEW_TOKENS ...]
 
 Builds a random-weight GPT-2 from a config (offline, no download), generates ``NEW_TOKENS``
 tokens greedily, by sampling (fixed seed) and by beam search (2 beams) in timing mode, and the
-same on CPU, and prints one JSON line: per mode the output shape, whether the tokens equal CPU's,
+same on CPU, and prints one JSON line per (config, NEW_TOKENS) pair, in order (several pairs share one
+process: importing torch and transformers is most of a run's time): per mode the output shape, whether the tokens equal CPU's,
 the new tokens' values and the ModelledValueWarnings raised. ``tiny``: every op is under the real-computation
 thresholds (outputs.py), so timing mode computes it all; ``wide``: the 8192-token vocabulary's
 embedding and logits are large, so they are modelled (zeros) while the loop's integer work is not.
@@ -17,6 +18,7 @@ import copy
 import json
 import sys
 import warnings
+from typing import Any
 
 import torch
 
@@ -41,7 +43,13 @@ def main() -> None:
     import transformers
 
     transformers.logging.set_verbosity_error()
-    name, new_tokens = sys.argv[1], int(sys.argv[2])
+    pairs = sys.argv[1:]
+    for name, new_tokens in zip(pairs[::2], pairs[1::2], strict=True):
+        print(json.dumps(generate(transformers, name, int(new_tokens))), flush=True)
+
+
+def generate(transformers: Any, name: str, new_tokens: int) -> dict[str, Any]:
+    """One config's result (see the module docstring), from a freshly enabled emulator."""
     vocab, width = CONFIGS[name]
     emu.enable(cores=1, numerics=False)
     cfg = transformers.GPT2Config(
@@ -59,7 +67,7 @@ def main() -> None:
     dev = copy.deepcopy(ref).to("neuron")
     ids = torch.randint(2, vocab, PROMPT)
     mask = torch.ones_like(ids)
-    result = {}
+    result: dict[str, Any] = {}
     for mode, kwargs in MODES.items():
         common = dict(max_new_tokens=new_tokens, pad_token_id=0, **kwargs)
         with warnings.catch_warnings(record=True) as caught:
@@ -78,7 +86,7 @@ def main() -> None:
                 str(w.message) for w in caught if issubclass(w.category, ModelledValueWarning)
             ],
         }
-    print(json.dumps(result))
+    return result
 
 
 if __name__ == "__main__":

@@ -80,6 +80,12 @@ def ids(client, run: str, worker: str, span: str | None = None) -> dict[str, str
 
 def cli_document(logdir: Path, rel: str) -> dict:
     """``neuron-prof analyze --json`` of one file (relative to ``logdir``), as a process."""
+    return cli_analysis(logdir, rel)["traces"][0]
+
+
+def cli_analysis(logdir: Path, rel: str) -> dict:
+    """The whole ``neuron-prof analyze --json`` document of one file (relative to ``logdir``),
+    as a process: its trace's document and its ``distributed`` section from one run."""
     exe = Path(sys.executable).with_name("neuron-prof")
     proc = subprocess.run(
         [str(exe), "analyze", "--json", rel],
@@ -89,7 +95,7 @@ def cli_document(logdir: Path, rel: str) -> dict:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)["traces"][0]
+    return json.loads(proc.stdout)
 
 
 def cli_distributed(logdir: Path, *rels: str) -> dict:

@@ -57,8 +57,20 @@ def _busy(trace: dict[str, Any]) -> list[float]:
     return out
 
 
-def test_demo_writes_a_trace_with_fallback_and_slow_data_step(tmp_path: Path) -> None:
-    proc, trace = _demo(tmp_path, "--steps", "2")
+@pytest.fixture(scope="module")
+def two_steps(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str], dict[str, Any]]:
+    """One ``demo --steps 2`` run (its directory, the process, the trace) that the two tests
+    of the default demo read: running it once per test cost ~15 s for the same output."""
+    where = tmp_path_factory.mktemp("demo_two_steps")
+    return (where, *_demo(where, "--steps", "2"))
+
+
+def test_demo_writes_a_trace_with_fallback_and_slow_data_step(
+    two_steps: tuple[Path, subprocess.CompletedProcess[str], dict[str, Any]],
+) -> None:
+    _, proc, trace = two_steps
     # timing mode by default: a device-bound model, busy apart from the 20 ms data stall
     assert "mode: timing (results not computed; device timings modelled" in proc.stdout
     busy = _busy(trace)
@@ -82,8 +94,10 @@ def test_demo_writes_a_trace_with_fallback_and_slow_data_step(tmp_path: Path) ->
     assert float(shown.group(1)) == pytest.approx(mean_ms, abs=0.01)
 
 
-def test_demo_ends_with_the_analyzers_report_and_its_commands_work(tmp_path: Path) -> None:
-    proc, _ = _demo(tmp_path, "--steps", "2")
+def test_demo_ends_with_the_analyzers_report_and_its_commands_work(
+    two_steps: tuple[Path, subprocess.CompletedProcess[str], dict[str, Any]],
+) -> None:
+    tmp_path, proc, _ = two_steps
     (path,) = (tmp_path / "runs").glob("*.pt.trace.json*")
     alone = subprocess.run(
         [*CLI, "analyze", str(path)], capture_output=True, text=True, timeout=300, cwd=tmp_path

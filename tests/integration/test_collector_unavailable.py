@@ -131,9 +131,11 @@ def _make_case(name: str, tmp: Path) -> Case:
             pytest.skip("no C++ compiler to fail on the source")
         ext.mkdir()
         (tmp / "broken.h").write_text("#error simulated failure in the bridge source\n")
-        wrapper = tmp / "failing-g++"  # a real compiler; every compile hits the #error
+        # a real compiler; every compile hits the #error first, and -Wfatal-errors stops it
+        # there instead of parsing torch's headers after it (~20 s a build for nothing)
+        wrapper = tmp / "failing-g++"
         wrapper.write_text(
-            f'#!/bin/sh\nfor a in "$@"; do [ "$a" = "-c" ] && exec {real} '
+            f'#!/bin/sh\nfor a in "$@"; do [ "$a" = "-c" ] && exec {real} -Wfatal-errors '
             f'-include {tmp / "broken.h"} "$@"; done\nexec {real} "$@"\n'
         )
         wrapper.chmod(0o755)

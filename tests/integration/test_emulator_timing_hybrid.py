@@ -397,22 +397,31 @@ def test_op_failing_on_modelled_zeros_is_modelled_with_a_warning() -> None:
 
 
 # -- generate() ----------------------------------------------------------------------------------
-def _generate(config: str, new_tokens: int) -> dict[str, Any]:
-    """generate() in a subprocess: a hang fails the test at the timeout instead of hanging it."""
+GENERATE_RUNS = {"tiny": 7, "wide": 9}  # config -> new tokens
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict[str, dict[str, Any]]:
+    """generate() of every config in one subprocess (a hang fails the tests at the timeout
+    instead of hanging them; one process: importing transformers is most of a run's time)."""
     pytest.importorskip("transformers")
+    pairs = [str(x) for item in GENERATE_RUNS.items() for x in item]
     proc = subprocess.run(
-        [sys.executable, str(TESTS / "generate_timing_mode.py"), config, str(new_tokens)],
+        [sys.executable, str(TESTS / "generate_timing_mode.py"), *pairs],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = proc.stdout.strip().splitlines()[-len(GENERATE_RUNS) :]
+    return {config: json.loads(line) for config, line in zip(GENERATE_RUNS, lines, strict=True)}
 
 
-def test_generate_small_model_computes_everything_and_equals_cpu() -> None:
-    new = 7
-    result = _generate("tiny", new)
+def test_generate_small_model_computes_everything_and_equals_cpu(
+    generated: dict[str, dict[str, Any]],
+) -> None:
+    new = GENERATE_RUNS["tiny"]
+    result = generated["tiny"]
     for mode in ("greedy", "sample", "beam"):
         r = result[mode]
         assert r["shape"] == [2, 6 + new], (mode, r)
@@ -420,9 +429,11 @@ def test_generate_small_model_computes_everything_and_equals_cpu() -> None:
         assert r["modelled_warnings"] == [], (mode, r)
 
 
-def test_generate_with_modelled_logits_stops_after_max_new_tokens_and_says_why() -> None:
-    new = 9
-    result = _generate("wide", new)
+def test_generate_with_modelled_logits_stops_after_max_new_tokens_and_says_why(
+    generated: dict[str, dict[str, Any]],
+) -> None:
+    new = GENERATE_RUNS["wide"]
+    result = generated["wide"]
     for mode in ("greedy", "sample", "beam"):
         r = result[mode]
         assert r["shape"] == [2, 6 + new], (mode, r)

@@ -36,6 +36,7 @@ import pytest
 pytest.importorskip("tensorboard")
 
 from tb_plugin_client import (  # noqa: E402
+    cli_analysis,
     cli_diff,
     cli_distributed,
     cli_document,
@@ -420,7 +421,7 @@ def test_views_match_the_cli(
         "damaged": None,
         "hostile": None,
     }
-    report = {}
+    report, docs = {}, {}
     for run, worker in runs.items():
         choose(browser, run, worker)
         rel = next(
@@ -428,10 +429,16 @@ def test_views_match_the_cli(
             for p in logdir.joinpath(run).iterdir()
             if worker is None or p.name.startswith(worker + ".")
         )
-        doc = cli_document(logdir, rel.relative_to(logdir).as_posix())
         # the Distributed view against the CLI's cross-rank section of the run's files
         files = sorted(p.relative_to(logdir).as_posix() for p in logdir.joinpath(run).iterdir())
-        doc_all = dict(doc, distributed=cli_distributed(logdir, *files))
+        if files == [rel.relative_to(logdir).as_posix()]:  # one file: one run gives both
+            whole = cli_analysis(logdir, files[0])
+            doc, distributed = whole["traces"][0], whole["distributed"]
+        else:
+            doc = cli_document(logdir, rel.relative_to(logdir).as_posix())
+            distributed = cli_distributed(logdir, *files)
+        docs[run] = doc
+        doc_all = dict(doc, distributed=distributed)
         compared = 0
         for view in VIEWS:
             shown = show(browser, view)
@@ -516,7 +523,7 @@ def test_views_match_the_cli(
         assert compared > 0 or not doc["has_device"], run
         report[run] = compared
     assert logdir.joinpath("damaged") and report["damaged"] >= 0
-    damaged = cli_document(logdir, "damaged/cut.1.pt.trace.json")
+    damaged = docs["damaged"]  # the CLI's document of damaged/cut.1.pt.trace.json
     assert damaged["load_warnings"], "a cut file must have load warnings"
     assert browser.execute_script("return window.__alerts") == []
     assert browser.find_elements(By.CSS_SELECTOR, "img[src='x']") == []
