@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis._args import arg_values
+from neuron_profiler.analysis._correlation import RuntimeCalls
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -66,10 +67,13 @@ def work_rows(trace: Trace) -> np.ndarray:
     )
 
 
-def device_work(trace: Trace, collective_names: np.ndarray, wait_names: np.ndarray) -> DeviceWork:
+def device_work(
+    trace: Trace, collective_names: np.ndarray, wait_names: np.ndarray, calls: RuntimeCalls
+) -> DeviceWork:
     """``collective_names`` / ``wait_names``: string ids of collective kernel names and of
     collective-wait names (``selections.NameClasses``). A collective-queue row is a wait when
-    its name says so (``CC wait: ...``) or its ``collective wait`` arg is true."""
+    its name says so (``CC wait: ...``) or its ``collective wait`` arg is true. ``calls``: the
+    trace's runtime calls by correlation id (``_correlation``)."""
     c = trace.columns
     rows = work_rows(trace)
     rows = rows[np.argsort(c[S.TS_NS][rows], kind="stable")]
@@ -98,7 +102,7 @@ def device_work(trace: Trace, collective_names: np.ndarray, wait_names: np.ndarr
         queue=queue,
         start=c[S.TS_NS][rows],
         end=c[S.TS_NS][rows] + c[S.DUR_NS][rows],
-        launch=launch_starts(trace, rows),
+        launch=launch_starts(trace, rows, calls),
         wait=wait,
         by_device=order,
         bounds=bounds,
@@ -113,20 +117,10 @@ def _label(process_name: str, pid: int) -> str:
     return process_name if process_name.startswith(V.CORE_PROCESS_PREFIX) else f"device {pid}"
 
 
-def launch_starts(trace: Trace, rows: np.ndarray) -> np.ndarray:
+def launch_starts(trace: Trace, rows: np.ndarray, calls: RuntimeCalls) -> np.ndarray:
     """Start of the runtime call sharing each row's correlation id (the earliest such call)."""
-    c = trace.columns
-    calls = np.flatnonzero(
-        trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE) & (c[S.CORRELATION] > 0)
-    )
     out = np.full(len(rows), NO_LAUNCH, dtype=np.int64)
-    if len(calls) == 0 or len(rows) == 0:
-        return out
-    order = np.lexsort((c[S.TS_NS][calls], c[S.CORRELATION][calls]))
-    keys, first = np.unique(c[S.CORRELATION][calls][order], return_index=True)
-    starts = c[S.TS_NS][calls][order][first]
-    corr = c[S.CORRELATION][rows]
-    k = np.clip(np.searchsorted(keys, corr), 0, len(keys) - 1)
-    hit = (corr > 0) & (keys[k] == corr)
-    out[hit] = starts[k[hit]]
+    k = calls.find(trace.col(S.CORRELATION)[rows])
+    hit = k >= 0
+    out[hit] = trace.col(S.TS_NS)[calls.rows[calls.first[k[hit]]]]
     return out

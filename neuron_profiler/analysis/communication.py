@@ -283,15 +283,23 @@ def _kinds(
     reduce_scatter, all_reduce or other, from the row's name (``CC: allgather``,
     ``ncclDevKernel_AllGather_RING_LL``) and its ``Collective name`` arg."""
     given = arg_values(trace, rows, (V.ARG_COLLECTIVE,))[V.ARG_COLLECTIVE]
-    text = [
-        f"{trace.strings[int(n)]} {g or ''}"
-        for n, g in zip(trace.col(S.NAME_ID)[rows].tolist(), given.tolist(), strict=True)
+    texts: dict[str, int] = {}  # each distinct text, matched once (rows: one per collective)
+    text = np.fromiter(
+        (
+            texts.setdefault(f"{trace.strings[n]} {g or ''}", len(texts))
+            for n, g in zip(trace.col(S.NAME_ID)[rows].tolist(), given.tolist(), strict=True)
+        ),
+        np.int64,
+        len(rows),
+    )
+    base = [next((k for k, pattern in _KINDS if pattern.search(t)), "other") for t in texts]
+    # each (text, backward) pair's label; the labels' sorted order gives the codes
+    label = [
+        [f"{k} {'backward' if back else 'forward'}" if k in _PASSED_KINDS else k for k in base]
+        for back in (False, True)
     ]
-    label = []
-    for t, back in zip(text, backward.tolist(), strict=True):  # (collectives: a few per step)
-        kind = next((k for k, pattern in _KINDS if pattern.search(t)), "other")
-        if kind in _PASSED_KINDS:
-            kind = f"{kind} {'backward' if back else 'forward'}"
-        label.append(kind)
-    names, code = np.unique(np.array(label, dtype=str), return_inverse=True)
-    return tuple(names.tolist()), code.ravel()
+    pair, inverse = np.unique(text * 2 + backward, return_inverse=True)
+    pair_label = [label[p % 2][p // 2] for p in pair.tolist()]
+    names = sorted(set(pair_label))
+    code = np.array([names.index(x) for x in pair_label], np.int64)[inverse.ravel()]
+    return tuple(names), code
