@@ -16,6 +16,7 @@ the trace has none).
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +30,8 @@ from neuron_profiler.trace.model import Trace
 COMPUTE, DMA, COLLECTIVE = 0, 1, 2
 NO_LAUNCH = np.iinfo(np.int64).min
 _NONE = np.zeros(0, np.int64)
+# the collective rows' args the analyses read, decoded once (a collective per step or more)
+COLLECTIVE_ARGS = (V.ARG_COLLECTIVE_WAIT, V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS)
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class DeviceWork:
     wait: np.ndarray  # collective-wait slices: the device waits for its peers, no work
     by_device: np.ndarray  # entries grouped by device (in ``devices`` order), in start order
     bounds: list[int]  # device k's entries: by_device[bounds[k] : bounds[k + 1]]
+    collective: np.ndarray  # the collective-queue entries, in order
+    collective_args: Mapping[str, np.ndarray]  # COLLECTIVE_ARGS per ``collective`` entry
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -57,6 +62,10 @@ class DeviceWork:
         if k == len(self.devices) or self.devices[k] != device:
             return _NONE
         return self.by_device[self.bounds[k] : self.bounds[k + 1]]
+
+    def collective_arg(self, key: str, entries: np.ndarray) -> np.ndarray:
+        """A ``COLLECTIVE_ARGS`` key's value (None: absent) per collective-queue entry."""
+        return self.collective_args[key][np.searchsorted(self.collective, entries)]
 
 
 def work_rows(trace: Trace) -> np.ndarray:
@@ -87,9 +96,8 @@ def device_work(
     collective = np.flatnonzero(queue == COLLECTIVE)
     wait = np.zeros(len(rows), bool)
     wait[collective] = np.isin(c[S.NAME_ID][rows[collective]], wait_names)
-    if len(collective):  # (collective rows: a few per step)
-        flagged = arg_values(trace, rows[collective], (V.ARG_COLLECTIVE_WAIT,))
-        wait[collective] |= np.array([v is True for v in flagged[V.ARG_COLLECTIVE_WAIT]], bool)
+    args = arg_values(trace, rows[collective], COLLECTIVE_ARGS)
+    wait[collective] |= np.array([v is True for v in args[V.ARG_COLLECTIVE_WAIT]], bool)
     device = c[S.PID][rows]
     codes, dense = np.unique(device, return_inverse=True)
     devices = tuple(codes.tolist())
@@ -108,6 +116,8 @@ def device_work(
         bounds=bounds,
         devices=devices,
         labels=labels,
+        collective=collective,
+        collective_args=args,
     )
 
 

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
-from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis._axis import device_axes
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE
 from neuron_profiler.analysis._tree import innermost_marked, parents
@@ -115,7 +114,8 @@ def communication(ctx: AnalysisContext) -> Communication:
     device = _most_exposed_device(ctx, coll)
     on = coll[work.device[coll] == device]
     unit_names, unit, backward = _units(ctx, on)
-    kind_names, kind = _kinds(ctx.trace, work.rows[on], backward)
+    given = work.collective_arg(V.ARG_COLLECTIVE, on)
+    kind_names, kind = _kinds(ctx.trace, work.rows[on], given, backward)
     figures = _Figures(ctx, device)
     units = sorted(
         (
@@ -277,12 +277,11 @@ def _unit_of(range_name: str) -> str:
 
 
 def _kinds(
-    trace: Trace, rows: np.ndarray, backward: np.ndarray
+    trace: Trace, rows: np.ndarray, given: np.ndarray, backward: np.ndarray
 ) -> tuple[tuple[str, ...], np.ndarray]:
     """(kind names, kind code per row): all_gather (forward / backward: prefetching differs),
     reduce_scatter, all_reduce or other, from the row's name (``CC: allgather``,
-    ``ncclDevKernel_AllGather_RING_LL``) and its ``Collective name`` arg."""
-    given = arg_values(trace, rows, (V.ARG_COLLECTIVE,))[V.ARG_COLLECTIVE]
+    ``ncclDevKernel_AllGather_RING_LL``) and its ``Collective name`` arg (``given``)."""
     texts: dict[str, int] = {}  # each distinct text, matched once (rows: one per collective)
     text = np.fromiter(
         (

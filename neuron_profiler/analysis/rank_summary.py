@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
-from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA, NO_LAUNCH, DeviceWork
 from neuron_profiler.analysis.breakdown import step_breakdown
 from neuron_profiler.analysis.causes import ALL_CAUSES
@@ -125,7 +124,7 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps, ctx: AnalysisContext) -
     if len(on) == 0:
         return {"recorded_waits": False, "calls": (), "orphan_waits": 0, "orphan_wait_ns": 0}
     rows = work.rows[on]
-    args = arg_values(trace, rows, (V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS))
+    args = {k: work.collective_arg(k, on) for k in (V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS)}
     names = [trace.strings[i] for i in trace.col(S.NAME_ID)[rows].tolist()]
     is_wait = work.wait[on]  # the collective-wait slices (``_device``'s one rule)
     stream = trace.col(S.STREAM)[rows]
