@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from neuron_profiler.analysis._keys import index_of
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
@@ -29,11 +30,7 @@ class RuntimeCalls:
     def find(self, wanted: np.ndarray) -> np.ndarray:
         """Per wanted id: its index in ``ids``, -1 where no call carries it (ids <= 0 never
         match)."""
-        wanted = np.asarray(wanted)
-        if len(self.ids) == 0:
-            return np.full(len(wanted), -1, np.int64)
-        k = np.minimum(np.searchsorted(self.ids, wanted), len(self.ids) - 1)
-        return np.where((wanted > 0) & (self.ids[k] == wanted), k, -1)
+        return index_of(self.ids, wanted)
 
 
 def runtime_calls(trace: Trace) -> RuntimeCalls:

@@ -18,6 +18,7 @@ import numpy as np
 
 from neuron_profiler.analysis._correlation import RuntimeCalls, runtime_calls
 from neuron_profiler.analysis._device import NO_LAUNCH
+from neuron_profiler.analysis._keys import index_of
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
@@ -75,6 +76,6 @@ def _first_with_key(
         return np.zeros(len(wanted), bool), np.zeros(0, np.int64)
     order = candidates[np.lexsort((ts[candidates], key[candidates]))]
     keys, first = np.unique(key[order], return_index=True)
-    k = np.clip(np.searchsorted(keys, wanted), 0, len(keys) - 1)
-    hit = (wanted > 0) & (keys[k] == wanted)
+    k = index_of(keys, wanted)
+    hit = (wanted > 0) & (k >= 0)
     return hit, order[first[k[hit]]]

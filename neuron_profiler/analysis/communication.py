@@ -247,7 +247,7 @@ def _units(
     start = np.concatenate([c[S.TS_NS][ranges], site.start_ns[known]])
     end = np.concatenate([c[S.TS_NS][ranges] + c[S.DUR_NS][ranges], site.start_ns[known]])
     probe = np.arange(n_r + n_p) >= n_r
-    thread = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True)[1].ravel()
+    thread = _thread_codes(pid, tid)
     order = np.lexsort((probe, -end, start, thread))
     parent = parents(thread[order], start[order], end[order])
     range_name = np.array([trace.strings[i] for i in c[S.NAME_ID][ranges].tolist()], object)
@@ -259,12 +259,28 @@ def _units(
     probe_entry = known[order[at_probe] - n_r]
     owner = inner[at_probe]
     labels = np.array([_unit_of(names[k]) if k >= 0 else OUTSIDE_UNITS for k in owner], object)
-    unit_label = np.full(len(ctx.work), OUTSIDE_UNITS, object)
-    unit_label[probe_entry] = labels
-    backward = np.zeros(len(ctx.work), bool)
-    backward[probe_entry] = back[at_probe] >= 0
-    unit_names, code = np.unique(unit_label[entries].astype(str), return_inverse=True)
-    return tuple(unit_names.tolist()), code.ravel(), backward[entries]
+    at = np.searchsorted(entries, probe_entry)  # (entries: sorted; probes: some of them)
+    unit_label = np.full(len(entries), OUTSIDE_UNITS, object)
+    unit_label[at] = labels
+    backward = np.zeros(len(entries), bool)
+    backward[at] = back[at_probe] >= 0
+    # the distinct labels (a few dozen units) sorted as numpy sorts their text
+    distinct: dict[str, int] = {}
+    label_code = np.fromiter(
+        (distinct.setdefault(x, len(distinct)) for x in unit_label.tolist()),
+        np.int64,
+        len(entries),
+    )
+    unit_names, code = np.unique(np.array(list(distinct), dtype=str), return_inverse=True)
+    return tuple(unit_names.tolist()), code.ravel()[label_code], backward
+
+
+def _thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Each (pid, tid) pair's rank among the distinct pairs, by pid then tid (what
+    ``np.unique(..., axis=0, return_inverse=True)`` gives, without its sort of row records)."""
+    pids, p = np.unique(pid, return_inverse=True)
+    tids, t = np.unique(tid, return_inverse=True)
+    return np.unique(p.ravel() * len(tids) + t.ravel(), return_inverse=True)[1].ravel()
 
 
 def _unit_of(range_name: str) -> str:
