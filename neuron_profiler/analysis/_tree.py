@@ -31,6 +31,7 @@ def parents(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
         cand[np.flatnonzero(np.diff(thread) != 0) + 1] = -1  # a thread's first row
         cand[0] = -1
     reach = np.maximum(end, start + 1)  # what an enclosing row's end must reach
+    cand[_roots(thread, end, reach)] = -1
     active = np.flatnonzero(cand >= 0)
     while len(active):
         c = cand[active]
@@ -39,6 +40,25 @@ def parents(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
         cand[active[short]] = jumped
         active = active[short][jumped >= 0]
     return cand
+
+
+def _roots(thread: np.ndarray, end: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """Rows no earlier row of their thread reaches over (no end at or past their ``reach``):
+    the roots, found by one running maximum of the ends, threads laid end to end on one axis.
+    Left to the jumps, a thread's roots would walk back over every root before them (a third
+    of an op tree's rows, ~20 rounds). None found when the axis would not fit in int64."""
+    if len(end) == 0:
+        return np.zeros(0, bool)
+    low, high = int(min(end.min(), reach.min())), int(max(end.max(), reach.max()))
+    width = high - low + 1
+    first = int(thread.min())
+    if (int(thread.max()) - first + 1) * width >= 2**62:
+        return np.zeros(len(end), bool)
+    shift = (thread.astype(np.int64) - first) * width - low
+    reached = np.empty(len(end), np.int64)  # the highest end of the rows before, on the axis
+    reached[0] = np.iinfo(np.int64).min
+    np.maximum.accumulate((end + shift)[:-1], out=reached[1:])
+    return reached < reach + shift
 
 
 def depths(parent: np.ndarray) -> np.ndarray:
