@@ -18,6 +18,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -54,6 +55,11 @@ class DeviceWork:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @cached_property
+    def device_ids(self) -> np.ndarray:
+        """``devices`` as one int64 array, made once (a trace may have tens of thousands)."""
+        return np.asarray(self.devices, np.int64)
 
     def of(self, device: int) -> np.ndarray:
         """Indices of one device's work, in start order: per-device work in O(its rows), not a
@@ -103,7 +109,8 @@ def device_work(
     devices = tuple(codes.tolist())
     order = np.argsort(dense, kind="stable")  # by device, start order kept within each
     bounds = np.searchsorted(dense[order], np.arange(len(devices) + 1)).tolist()
-    labels = {d: _label(trace.process_names.get(d, ""), d) for d in devices}
+    names = trace.process_names
+    labels = {d: _label(names.get(d, ""), d) for d in devices}
     return DeviceWork(
         rows=rows,
         device=device,

@@ -134,7 +134,7 @@ class AnalysisContext:
         w, c, calls = self.work, self.trace.columns, self.runtime_calls
         k = calls.find(c[S.CORRELATION][w.rows])
         linked = k >= 0
-        device = np.searchsorted(np.asarray(w.devices, np.int64), w.device)
+        device = np.searchsorted(w.device_ids, w.device)
         lo, hi = calls.first[k[linked]], calls.first[k[linked] + 1]
         count = hi - lo
         at = np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(count.sum())
@@ -153,7 +153,7 @@ class AnalysisContext:
         beside it); empty when the trace links no launch to that device's work."""
         if device not in self._launch_threads:
             dev, pid, tid = self.launch_thread_table
-            k = int(np.searchsorted(np.asarray(self.work.devices, np.int64), device))
+            k = int(np.searchsorted(self.work.device_ids, device))
             a, b = np.searchsorted(dev, k, side="left"), np.searchsorted(dev, k, side="right")
             known = k < len(self.work.devices) and self.work.devices[k] == device
             self._launch_threads[device] = (
