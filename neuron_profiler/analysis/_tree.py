@@ -77,21 +77,28 @@ def depths(parent: np.ndarray) -> np.ndarray:
 
 
 def _levels(depth: np.ndarray) -> list[np.ndarray]:
-    """Rows grouped by depth, shallowest first."""
-    order = np.argsort(depth, kind="stable")
+    """Rows grouped by depth, shallowest first (a stable sort of small ints: a radix sort)."""
+    small = np.int16 if len(depth) == 0 or int(depth.max()) < 2**15 else np.int64
+    order = np.argsort(depth.astype(small), kind="stable")
     return np.split(order, np.flatnonzero(np.diff(depth[order]) != 0) + 1)
 
 
 def subtree_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each row's value plus its descendants', level by level from the deepest."""
+    """Each row's value plus its descendants', level by level from the deepest: a level's sums
+    are counted into the level above alone (each row's place there), not into a table of
+    every row per level."""
     n = len(parent)
     total = np.asarray(values, dtype=np.int64).copy()
     if n == 0:
         return total
-    for rows in reversed(_levels(depths(parent))):  # deepest level first; roots last
-        rows = rows[parent[rows] >= 0]
-        if len(rows):
-            total += np.bincount(parent[rows], weights=total[rows], minlength=n).astype(np.int64)
+    levels = _levels(depths(parent))
+    place = np.empty(n, np.int64)  # each row's index within its level
+    for rows in levels:
+        place[rows] = np.arange(len(rows))
+    for above, rows in reversed(list(zip(levels[:-1], levels[1:], strict=True))):
+        # (every row below the roots has a parent, one level up)
+        sums = np.bincount(place[parent[rows]], weights=total[rows], minlength=len(above))
+        total[above] += sums.astype(np.int64)
     return total
 
 
