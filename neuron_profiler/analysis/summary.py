@@ -215,11 +215,12 @@ def _shapes(
     if len(pick) == 0:
         return {}
     a = arg_values(trace, rows[pick], SHAPE_KEYS)
+    first, second = a[SHAPE_KEYS[0]], a[SHAPE_KEYS[1]]
     counters: dict[int, Counter[str]] = {}
-    for j, k in enumerate(code[pick].tolist()):
-        value = a[SHAPE_KEYS[0]][j] if a[SHAPE_KEYS[0]][j] is not None else a[SHAPE_KEYS[1]][j]
-        if value is not None:
-            counters.setdefault(k, Counter())[str(value).replace(" ", "")] += 1
+    held = np.flatnonzero((first != None) | (second != None))  # noqa: E711 - elementwise
+    for j, k in zip(held.tolist(), code[pick[held]].tolist(), strict=True):  # (calls shaped)
+        value = first[j] if first[j] is not None else second[j]
+        counters.setdefault(k, Counter())[str(value).replace(" ", "")] += 1
     return {k: tuple(s for s, _ in cnt.most_common(TOP_SHAPES)) for k, cnt in counters.items()}
 
 
