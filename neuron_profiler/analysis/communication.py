@@ -154,9 +154,18 @@ class _Figures:
         self.ctx, self.work = ctx, ctx.work
         self.compute = ctx.busy(device, (COMPUTE,))
         self.busy = ctx.busy(device)
+        self._sets: dict[bytes, tuple[I.Intervals, I.Intervals, I.Intervals]] = {}
 
     def sets(self, entries: np.ndarray) -> tuple[I.Intervals, I.Intervals, I.Intervals]:
-        """(collective, exposed, peer wait) unions of these collective-queue entries."""
+        """(collective, exposed, peer wait) unions of these collective-queue entries, computed
+        once per set of entries (the total, a trace's one unit, the steps and the exposed
+        ranges are often the same entries)."""
+        key = np.asarray(entries, np.int64).tobytes()
+        if key not in self._sets:
+            self._sets[key] = self._unions(entries)
+        return self._sets[key]
+
+    def _unions(self, entries: np.ndarray) -> tuple[I.Intervals, I.Intervals, I.Intervals]:
         w = self.work
         work, wait = entries[~w.wait[entries]], entries[w.wait[entries]]
         collective = I.union(w.start[work], w.end[work])
