@@ -98,7 +98,8 @@ class HtaIdle:
 
 @dataclass(frozen=True)
 class _HtaRows:
-    """The rows HTA keeps after its cut (device rows repeated as its merge repeats them)."""
+    """The rows HTA keeps after its cut (device rows repeated as its merge repeats them), those
+    with a stream only: the rows its breakdowns read."""
 
     name_id: np.ndarray
     cat_id: np.ndarray
@@ -151,6 +152,7 @@ def _hta_rows(trace: Trace, rounding: bool | None) -> _HtaRows:
     launch = _launch_starts(corr, start, gpu)
     cpu_keep, gpu_repeat, cut_at = _last_step_cut(trace, name_id, start, corr, gpu)
     repeat = np.where(gpu, gpu_repeat, cpu_keep.astype(np.int64))
+    repeat[stream == -1] = 0  # (no stream: no kernel row; both breakdowns read only those)
     if cut_at is not None:  # HTA joins launches on the cut frame
         launch = np.where(launch < cut_at, launch, NO_LAUNCH)
     cat_id = c[S.CAT_ID][rows]
