@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -16,6 +17,7 @@ from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
 _BATCH = 200_000  # rows per decode: bounds the joined buffer
+_SPARSE = 4  # keys found more often than in 1/_SPARSE of the rows: every row is decoded
 
 
 @lru_cache(maxsize=32)
@@ -29,7 +31,7 @@ def _decoder(keys: tuple[str, ...]) -> msgspec.json.Decoder:
 
 def arg_values(trace: Trace, rows: np.ndarray, keys: Sequence[str]) -> dict[str, np.ndarray]:
     """The value of each key per row, as object arrays (None where the row has no args or not
-    the key)."""
+    the key). Only the rows whose args may hold a key are decoded (``_may_hold``)."""
     keys = tuple(keys)
     out = {k: np.full(len(rows), None, dtype=object) for k in keys}
     args_rows = trace.col(S.ARGS_ROW)[np.asarray(rows, dtype=np.int64)]
@@ -38,11 +40,36 @@ def arg_values(trace: Trace, rows: np.ndarray, keys: Sequence[str]) -> dict[str,
     raw = trace.raw_args
     for lo in range(0, len(have), _BATCH):
         part = have[lo : lo + _BATCH]
-        decoded = decode(b"[" + b",".join(args_texts(raw, args_rows[part])) + b"]")
+        texts = args_texts(raw, args_rows[part])
+        joined = b",".join(texts)
+        maybe = _may_hold(joined, texts, keys)
+        if maybe is not None:
+            part = part[maybe]
+            joined = b",".join([texts[i] for i in maybe.tolist()])
+        if len(part) == 0:
+            continue
+        decoded = decode(b"[" + joined + b"]")
         for i, key in enumerate(keys):
-            field = f"k{i}"
-            out[key][part] = [getattr(x, field) for x in decoded]
+            out[key][part] = list(map(attrgetter(f"k{i}"), decoded))
     return out
+
+
+def _may_hold(joined: bytes, texts: list[bytes], keys: tuple[str, ...]) -> np.ndarray | None:
+    """Which of ``texts`` (``joined`` by commas) may hold one of ``keys``: those spelling one
+    as a quoted key, and those holding a backslash (a key may be written with escapes). None:
+    decode them all (over 1/_SPARSE of them do: finding each would cost more than it saves)."""
+    limit = len(texts) // _SPARSE
+    hits: list[int] = []
+    for needle in (b"\\", *(b'"' + k.encode() + b'"' for k in keys)):
+        at = joined.find(needle)
+        while at >= 0:
+            hits.append(at)
+            if len(hits) > limit:
+                return None
+            at = joined.find(needle, at + len(needle))
+    lengths = np.fromiter(map(len, texts), np.int64, len(texts)) + 1  # (each with its comma)
+    starts = np.cumsum(lengths) - lengths
+    return np.unique(np.searchsorted(starts, np.array(hits, np.int64), side="right") - 1)
 
 
 def as_float(values: np.ndarray) -> np.ndarray:

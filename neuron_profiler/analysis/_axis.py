@@ -98,7 +98,7 @@ def device_axes(work: DeviceWork, lo: int, hi: int) -> Iterator[tuple[DeviceAxis
     width = max(int(hi) - int(lo) + 1, 1)
     per_axis = max(1, _LIMIT // width)
     devices = work.devices
-    dense = np.searchsorted(np.asarray(devices, dtype=np.int64), work.device)
+    dense = np.searchsorted(work.device_ids, work.device)
     for first in range(0, len(devices), per_axis):
         chosen = np.arange(first, min(first + per_axis, len(devices)), dtype=np.int64)
         group = np.where((dense >= first) & (dense < first + len(chosen)), dense - first, -1)

@@ -16,11 +16,14 @@ the trace has none).
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from neuron_profiler.analysis._args import arg_values
+from neuron_profiler.analysis._correlation import RuntimeCalls
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -28,6 +31,8 @@ from neuron_profiler.trace.model import Trace
 COMPUTE, DMA, COLLECTIVE = 0, 1, 2
 NO_LAUNCH = np.iinfo(np.int64).min
 _NONE = np.zeros(0, np.int64)
+# the collective rows' args the analyses read, decoded once (a collective per step or more)
+COLLECTIVE_ARGS = (V.ARG_COLLECTIVE_WAIT, V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS)
 
 
 @dataclass(frozen=True)
@@ -45,9 +50,16 @@ class DeviceWork:
     wait: np.ndarray  # collective-wait slices: the device waits for its peers, no work
     by_device: np.ndarray  # entries grouped by device (in ``devices`` order), in start order
     bounds: list[int]  # device k's entries: by_device[bounds[k] : bounds[k + 1]]
+    collective: np.ndarray  # the collective-queue entries, in order
+    collective_args: Mapping[str, np.ndarray]  # COLLECTIVE_ARGS per ``collective`` entry
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @cached_property
+    def device_ids(self) -> np.ndarray:
+        """``devices`` as one int64 array, made once (a trace may have tens of thousands)."""
+        return np.asarray(self.devices, np.int64)
 
     def of(self, device: int) -> np.ndarray:
         """Indices of one device's work, in start order: per-device work in O(its rows), not a
@@ -56,6 +68,10 @@ class DeviceWork:
         if k == len(self.devices) or self.devices[k] != device:
             return _NONE
         return self.by_device[self.bounds[k] : self.bounds[k + 1]]
+
+    def collective_arg(self, key: str, entries: np.ndarray) -> np.ndarray:
+        """A ``COLLECTIVE_ARGS`` key's value (None: absent) per collective-queue entry."""
+        return self.collective_args[key][np.searchsorted(self.collective, entries)]
 
 
 def work_rows(trace: Trace) -> np.ndarray:
@@ -66,10 +82,13 @@ def work_rows(trace: Trace) -> np.ndarray:
     )
 
 
-def device_work(trace: Trace, collective_names: np.ndarray, wait_names: np.ndarray) -> DeviceWork:
+def device_work(
+    trace: Trace, collective_names: np.ndarray, wait_names: np.ndarray, calls: RuntimeCalls
+) -> DeviceWork:
     """``collective_names`` / ``wait_names``: string ids of collective kernel names and of
     collective-wait names (``selections.NameClasses``). A collective-queue row is a wait when
-    its name says so (``CC wait: ...``) or its ``collective wait`` arg is true."""
+    its name says so (``CC wait: ...``) or its ``collective wait`` arg is true. ``calls``: the
+    trace's runtime calls by correlation id (``_correlation``)."""
     c = trace.columns
     rows = work_rows(trace)
     rows = rows[np.argsort(c[S.TS_NS][rows], kind="stable")]
@@ -83,27 +102,29 @@ def device_work(trace: Trace, collective_names: np.ndarray, wait_names: np.ndarr
     collective = np.flatnonzero(queue == COLLECTIVE)
     wait = np.zeros(len(rows), bool)
     wait[collective] = np.isin(c[S.NAME_ID][rows[collective]], wait_names)
-    if len(collective):  # (collective rows: a few per step)
-        flagged = arg_values(trace, rows[collective], (V.ARG_COLLECTIVE_WAIT,))
-        wait[collective] |= np.array([v is True for v in flagged[V.ARG_COLLECTIVE_WAIT]], bool)
+    args = arg_values(trace, rows[collective], COLLECTIVE_ARGS)
+    wait[collective] |= np.array([v is True for v in args[V.ARG_COLLECTIVE_WAIT]], bool)
     device = c[S.PID][rows]
     codes, dense = np.unique(device, return_inverse=True)
     devices = tuple(codes.tolist())
     order = np.argsort(dense, kind="stable")  # by device, start order kept within each
     bounds = np.searchsorted(dense[order], np.arange(len(devices) + 1)).tolist()
-    labels = {d: _label(trace.process_names.get(d, ""), d) for d in devices}
+    names = trace.process_names
+    labels = {d: _label(names.get(d, ""), d) for d in devices}
     return DeviceWork(
         rows=rows,
         device=device,
         queue=queue,
         start=c[S.TS_NS][rows],
         end=c[S.TS_NS][rows] + c[S.DUR_NS][rows],
-        launch=launch_starts(trace, rows),
+        launch=launch_starts(trace, rows, calls),
         wait=wait,
         by_device=order,
         bounds=bounds,
         devices=devices,
         labels=labels,
+        collective=collective,
+        collective_args=args,
     )
 
 
@@ -113,20 +134,10 @@ def _label(process_name: str, pid: int) -> str:
     return process_name if process_name.startswith(V.CORE_PROCESS_PREFIX) else f"device {pid}"
 
 
-def launch_starts(trace: Trace, rows: np.ndarray) -> np.ndarray:
+def launch_starts(trace: Trace, rows: np.ndarray, calls: RuntimeCalls) -> np.ndarray:
     """Start of the runtime call sharing each row's correlation id (the earliest such call)."""
-    c = trace.columns
-    calls = np.flatnonzero(
-        trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE) & (c[S.CORRELATION] > 0)
-    )
     out = np.full(len(rows), NO_LAUNCH, dtype=np.int64)
-    if len(calls) == 0 or len(rows) == 0:
-        return out
-    order = np.lexsort((c[S.TS_NS][calls], c[S.CORRELATION][calls]))
-    keys, first = np.unique(c[S.CORRELATION][calls][order], return_index=True)
-    starts = c[S.TS_NS][calls][order][first]
-    corr = c[S.CORRELATION][rows]
-    k = np.clip(np.searchsorted(keys, corr), 0, len(keys) - 1)
-    hit = (corr > 0) & (keys[k] == corr)
-    out[hit] = starts[k[hit]]
+    k = calls.find(trace.col(S.CORRELATION)[rows])
+    hit = k >= 0
+    out[hit] = trace.col(S.TS_NS)[calls.rows[calls.first[k[hit]]]]
     return out

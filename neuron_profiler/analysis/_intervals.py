@@ -45,6 +45,8 @@ def union(start: np.ndarray, end: np.ndarray) -> Intervals:
     s, e = np.asarray(start, np.int64)[keep], np.asarray(end, np.int64)[keep]
     if len(s) == 0:
         return EMPTY
+    if bool((s[1:] >= s[:-1]).all()):  # (rows by start, as traces and device work are)
+        return Intervals(*_merge_sorted(s, e))
     order = np.argsort(s, kind="stable")
     return Intervals(*_merge_sorted(s[order], e[order]))
 
@@ -189,5 +191,20 @@ def any_overlap(
 def longest(x: Intervals, n: int) -> tuple[tuple[int, int], ...]:
     """The ``n`` longest intervals as (start, end) pairs, longest first (earliest among equals):
     the evidence ranges a report shows."""
-    pick = np.argsort(x.start - x.end, kind="stable")[:n]
+    pick = smallest_first(x.start - x.end, n)
     return tuple((int(x.start[i]), int(x.end[i])) for i in pick.tolist())
+
+
+def smallest_first(key: np.ndarray, n: int) -> np.ndarray:
+    """``np.argsort(key, kind="stable")[:n]`` without sorting every entry: only those up to
+    the n-th smallest value (its ties included) are sorted (a trace's gaps run into millions,
+    a report lists ten)."""
+    if n < 0 or n >= len(key):
+        return np.argsort(key, kind="stable")[:n]
+    if n == 0:
+        return np.zeros(0, np.intp)
+    bound = np.partition(key, n - 1)[n - 1]
+    if bound != bound:  # NaN: sorted last, and no value is <= it
+        return np.argsort(key, kind="stable")[:n]
+    candidates = np.flatnonzero(key <= bound)
+    return candidates[np.argsort(key[candidates], kind="stable")[:n]]

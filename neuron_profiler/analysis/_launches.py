@@ -11,11 +11,14 @@ inference and the sync groups use it to tell which thread launched a copy, and w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from neuron_profiler.analysis._correlation import RuntimeCalls, runtime_calls
 from neuron_profiler.analysis._device import NO_LAUNCH
+from neuron_profiler.analysis._keys import index_of
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
@@ -33,7 +36,9 @@ class LaunchSites:
         return self.start_ns != NO_LAUNCH
 
 
-def launch_sites(trace: Trace, rows: np.ndarray) -> LaunchSites:
+def launch_sites(trace: Trace, rows: np.ndarray, calls: RuntimeCalls | None = None) -> LaunchSites:
+    """``calls``: the trace's runtime calls by correlation id (``_correlation``), when the
+    caller has them."""
     c = trace.columns
     n = len(rows)
     out = LaunchSites(
@@ -41,20 +46,26 @@ def launch_sites(trace: Trace, rows: np.ndarray) -> LaunchSites:
     )
     if n == 0:
         return out
-    by_call = trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE) & (c[S.CORRELATION] > 0)
+    calls = runtime_calls(trace) if calls is None else calls
+    k = calls.find(c[S.CORRELATION][rows])
+    at = np.flatnonzero(k >= 0)
+    _set(out, at, calls.rows[calls.first[k[at]]], c)
+    todo = np.flatnonzero(~out.known)
+    if len(todo) == 0:
+        return out
     by_op = trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE) & (c[S.EXTERNAL_ID] > 0)
-    for key_col, mask in ((S.CORRELATION, by_call), (S.EXTERNAL_ID, by_op)):
-        todo = np.flatnonzero(~out.known)
-        if len(todo) == 0:
-            break
-        hit, source = _first_with_key(
-            c[key_col], np.flatnonzero(mask), c[key_col][rows[todo]], c[S.TS_NS]
-        )
-        at = todo[hit]
-        out.pid[at] = c[S.PID][source]
-        out.tid[at] = c[S.TID][source]
-        out.start_ns[at] = c[S.TS_NS][source]
+    hit, source = _first_with_key(
+        c[S.EXTERNAL_ID], np.flatnonzero(by_op), c[S.EXTERNAL_ID][rows[todo]], c[S.TS_NS]
+    )
+    _set(out, todo[hit], source, c)
     return out
+
+
+def _set(out: LaunchSites, at: np.ndarray, source: np.ndarray, c: Mapping[str, np.ndarray]) -> None:
+    """Entries ``at`` were launched by the host rows ``source``."""
+    out.pid[at] = c[S.PID][source]
+    out.tid[at] = c[S.TID][source]
+    out.start_ns[at] = c[S.TS_NS][source]
 
 
 def _first_with_key(
@@ -65,6 +76,6 @@ def _first_with_key(
         return np.zeros(len(wanted), bool), np.zeros(0, np.int64)
     order = candidates[np.lexsort((ts[candidates], key[candidates]))]
     keys, first = np.unique(key[order], return_index=True)
-    k = np.clip(np.searchsorted(keys, wanted), 0, len(keys) - 1)
-    hit = (wanted > 0) & (keys[k] == wanted)
+    k = index_of(keys, wanted)
+    hit = (wanted > 0) & (k >= 0)
     return hit, order[first[k[hit]]]

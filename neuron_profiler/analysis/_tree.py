@@ -31,6 +31,7 @@ def parents(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
         cand[np.flatnonzero(np.diff(thread) != 0) + 1] = -1  # a thread's first row
         cand[0] = -1
     reach = np.maximum(end, start + 1)  # what an enclosing row's end must reach
+    cand[_roots(thread, end, reach)] = -1
     active = np.flatnonzero(cand >= 0)
     while len(active):
         c = cand[active]
@@ -39,6 +40,25 @@ def parents(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
         cand[active[short]] = jumped
         active = active[short][jumped >= 0]
     return cand
+
+
+def _roots(thread: np.ndarray, end: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """Rows no earlier row of their thread reaches over (no end at or past their ``reach``):
+    the roots, found by one running maximum of the ends, threads laid end to end on one axis.
+    Left to the jumps, a thread's roots would walk back over every root before them (a third
+    of an op tree's rows, ~20 rounds). None found when the axis would not fit in int64."""
+    if len(end) == 0:
+        return np.zeros(0, bool)
+    low, high = int(min(end.min(), reach.min())), int(max(end.max(), reach.max()))
+    width = high - low + 1
+    first = int(thread.min())
+    if (int(thread.max()) - first + 1) * width >= 2**62:
+        return np.zeros(len(end), bool)
+    shift = (thread.astype(np.int64) - first) * width - low
+    reached = np.empty(len(end), np.int64)  # the highest end of the rows before, on the axis
+    reached[0] = np.iinfo(np.int64).min
+    np.maximum.accumulate((end + shift)[:-1], out=reached[1:])
+    return reached < reach + shift
 
 
 def depths(parent: np.ndarray) -> np.ndarray:
@@ -57,21 +77,28 @@ def depths(parent: np.ndarray) -> np.ndarray:
 
 
 def _levels(depth: np.ndarray) -> list[np.ndarray]:
-    """Rows grouped by depth, shallowest first."""
-    order = np.argsort(depth, kind="stable")
+    """Rows grouped by depth, shallowest first (a stable sort of small ints: a radix sort)."""
+    small = np.int16 if len(depth) == 0 or int(depth.max()) < 2**15 else np.int64
+    order = np.argsort(depth.astype(small), kind="stable")
     return np.split(order, np.flatnonzero(np.diff(depth[order]) != 0) + 1)
 
 
 def subtree_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each row's value plus its descendants', level by level from the deepest."""
+    """Each row's value plus its descendants', level by level from the deepest: a level's sums
+    are counted into the level above alone (each row's place there), not into a table of
+    every row per level."""
     n = len(parent)
     total = np.asarray(values, dtype=np.int64).copy()
     if n == 0:
         return total
-    for rows in reversed(_levels(depths(parent))):  # deepest level first; roots last
-        rows = rows[parent[rows] >= 0]
-        if len(rows):
-            total += np.bincount(parent[rows], weights=total[rows], minlength=n).astype(np.int64)
+    levels = _levels(depths(parent))
+    place = np.empty(n, np.int64)  # each row's index within its level
+    for rows in levels:
+        place[rows] = np.arange(len(rows))
+    for above, rows in reversed(list(zip(levels[:-1], levels[1:], strict=True))):
+        # (every row below the roots has a parent, one level up)
+        sums = np.bincount(place[parent[rows]], weights=total[rows], minlength=len(above))
+        total[above] += sums.astype(np.int64)
     return total
 
 

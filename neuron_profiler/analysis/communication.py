@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
-from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis._axis import device_axes
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE
 from neuron_profiler.analysis._tree import innermost_marked, parents
@@ -115,7 +114,8 @@ def communication(ctx: AnalysisContext) -> Communication:
     device = _most_exposed_device(ctx, coll)
     on = coll[work.device[coll] == device]
     unit_names, unit, backward = _units(ctx, on)
-    kind_names, kind = _kinds(ctx.trace, work.rows[on], backward)
+    given = work.collective_arg(V.ARG_COLLECTIVE, on)
+    kind_names, kind = _kinds(ctx.trace, work.rows[on], given, backward)
     figures = _Figures(ctx, device)
     units = sorted(
         (
@@ -154,9 +154,18 @@ class _Figures:
         self.ctx, self.work = ctx, ctx.work
         self.compute = ctx.busy(device, (COMPUTE,))
         self.busy = ctx.busy(device)
+        self._sets: dict[bytes, tuple[I.Intervals, I.Intervals, I.Intervals]] = {}
 
     def sets(self, entries: np.ndarray) -> tuple[I.Intervals, I.Intervals, I.Intervals]:
-        """(collective, exposed, peer wait) unions of these collective-queue entries."""
+        """(collective, exposed, peer wait) unions of these collective-queue entries, computed
+        once per set of entries (the total, a trace's one unit, the steps and the exposed
+        ranges are often the same entries)."""
+        key = np.asarray(entries, np.int64).tobytes()
+        if key not in self._sets:
+            self._sets[key] = self._unions(entries)
+        return self._sets[key]
+
+    def _unions(self, entries: np.ndarray) -> tuple[I.Intervals, I.Intervals, I.Intervals]:
         w = self.work
         work, wait = entries[~w.wait[entries]], entries[w.wait[entries]]
         collective = I.union(w.start[work], w.end[work])
@@ -247,7 +256,7 @@ def _units(
     start = np.concatenate([c[S.TS_NS][ranges], site.start_ns[known]])
     end = np.concatenate([c[S.TS_NS][ranges] + c[S.DUR_NS][ranges], site.start_ns[known]])
     probe = np.arange(n_r + n_p) >= n_r
-    thread = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True)[1].ravel()
+    thread = _thread_codes(pid, tid)
     order = np.lexsort((probe, -end, start, thread))
     parent = parents(thread[order], start[order], end[order])
     range_name = np.array([trace.strings[i] for i in c[S.NAME_ID][ranges].tolist()], object)
@@ -259,12 +268,28 @@ def _units(
     probe_entry = known[order[at_probe] - n_r]
     owner = inner[at_probe]
     labels = np.array([_unit_of(names[k]) if k >= 0 else OUTSIDE_UNITS for k in owner], object)
-    unit_label = np.full(len(ctx.work), OUTSIDE_UNITS, object)
-    unit_label[probe_entry] = labels
-    backward = np.zeros(len(ctx.work), bool)
-    backward[probe_entry] = back[at_probe] >= 0
-    unit_names, code = np.unique(unit_label[entries].astype(str), return_inverse=True)
-    return tuple(unit_names.tolist()), code.ravel(), backward[entries]
+    at = np.searchsorted(entries, probe_entry)  # (entries: sorted; probes: some of them)
+    unit_label = np.full(len(entries), OUTSIDE_UNITS, object)
+    unit_label[at] = labels
+    backward = np.zeros(len(entries), bool)
+    backward[at] = back[at_probe] >= 0
+    # the distinct labels (a few dozen units) sorted as numpy sorts their text
+    distinct: dict[str, int] = {}
+    label_code = np.fromiter(
+        (distinct.setdefault(x, len(distinct)) for x in unit_label.tolist()),
+        np.int64,
+        len(entries),
+    )
+    unit_names, code = np.unique(np.array(list(distinct), dtype=str), return_inverse=True)
+    return tuple(unit_names.tolist()), code.ravel()[label_code], backward
+
+
+def _thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Each (pid, tid) pair's rank among the distinct pairs, by pid then tid (what
+    ``np.unique(..., axis=0, return_inverse=True)`` gives, without its sort of row records)."""
+    pids, p = np.unique(pid, return_inverse=True)
+    tids, t = np.unique(tid, return_inverse=True)
+    return np.unique(p.ravel() * len(tids) + t.ravel(), return_inverse=True)[1].ravel()
 
 
 def _unit_of(range_name: str) -> str:
@@ -277,21 +302,28 @@ def _unit_of(range_name: str) -> str:
 
 
 def _kinds(
-    trace: Trace, rows: np.ndarray, backward: np.ndarray
+    trace: Trace, rows: np.ndarray, given: np.ndarray, backward: np.ndarray
 ) -> tuple[tuple[str, ...], np.ndarray]:
     """(kind names, kind code per row): all_gather (forward / backward: prefetching differs),
     reduce_scatter, all_reduce or other, from the row's name (``CC: allgather``,
-    ``ncclDevKernel_AllGather_RING_LL``) and its ``Collective name`` arg."""
-    given = arg_values(trace, rows, (V.ARG_COLLECTIVE,))[V.ARG_COLLECTIVE]
-    text = [
-        f"{trace.strings[int(n)]} {g or ''}"
-        for n, g in zip(trace.col(S.NAME_ID)[rows].tolist(), given.tolist(), strict=True)
+    ``ncclDevKernel_AllGather_RING_LL``) and its ``Collective name`` arg (``given``)."""
+    texts: dict[str, int] = {}  # each distinct text, matched once (rows: one per collective)
+    text = np.fromiter(
+        (
+            texts.setdefault(f"{trace.strings[n]} {g or ''}", len(texts))
+            for n, g in zip(trace.col(S.NAME_ID)[rows].tolist(), given.tolist(), strict=True)
+        ),
+        np.int64,
+        len(rows),
+    )
+    base = [next((k for k, pattern in _KINDS if pattern.search(t)), "other") for t in texts]
+    # each (text, backward) pair's label; the labels' sorted order gives the codes
+    label = [
+        [f"{k} {'backward' if back else 'forward'}" if k in _PASSED_KINDS else k for k in base]
+        for back in (False, True)
     ]
-    label = []
-    for t, back in zip(text, backward.tolist(), strict=True):  # (collectives: a few per step)
-        kind = next((k for k, pattern in _KINDS if pattern.search(t)), "other")
-        if kind in _PASSED_KINDS:
-            kind = f"{kind} {'backward' if back else 'forward'}"
-        label.append(kind)
-    names, code = np.unique(np.array(label, dtype=str), return_inverse=True)
-    return tuple(names.tolist()), code.ravel()
+    pair, inverse = np.unique(text * 2 + backward, return_inverse=True)
+    pair_label = [label[p % 2][p // 2] for p in pair.tolist()]
+    names = sorted(set(pair_label))
+    code = np.array([names.index(x) for x in pair_label], np.int64)[inverse.ravel()]
+    return tuple(names), code

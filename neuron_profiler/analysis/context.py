@@ -25,6 +25,7 @@ import numpy as np
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis import selections as sel
 from neuron_profiler.analysis._copies import CopyInfo, copy_info
+from neuron_profiler.analysis._correlation import RuntimeCalls, runtime_calls
 from neuron_profiler.analysis._device import DeviceWork, device_work
 from neuron_profiler.analysis._launches import LaunchSites, launch_sites
 from neuron_profiler.analysis._threads import HostThreads
@@ -75,8 +76,15 @@ class AnalysisContext:
         return sel.NameClasses.of(self.trace)
 
     @cached_property
+    def runtime_calls(self) -> RuntimeCalls:
+        return runtime_calls(self.trace)
+
+    @cached_property
     def work(self) -> DeviceWork:
-        return device_work(self.trace, self.names.collective_kernel, self.names.collective_wait)
+        names = self.names
+        return device_work(
+            self.trace, names.collective_kernel, names.collective_wait, self.runtime_calls
+        )
 
     @cached_property
     def steps(self) -> Steps:
@@ -92,7 +100,7 @@ class AnalysisContext:
 
     @cached_property
     def launch_sites(self) -> LaunchSites:
-        return launch_sites(self.trace, self.work.rows)
+        return launch_sites(self.trace, self.work.rows, self.runtime_calls)
 
     @cached_property
     def threads(self) -> HostThreads:
@@ -121,22 +129,17 @@ class AnalysisContext:
     def launch_thread_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every (device, host thread) pair where the thread's runtime calls launched the
         device's work, for all devices at once: (device index into ``work.devices``, pid,
-        tid), sorted by device, then pid, tid. One sort of the calls and the work's
-        correlation ids, not a scan of every call per device."""
-        w, c = self.work, self.trace.columns
-        calls = np.flatnonzero(self.trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE))
-        call_corr = c[S.CORRELATION][calls]
-        order = np.argsort(call_corr, kind="stable")
-        calls, call_corr = calls[order], call_corr[order]
-        corr = c[S.CORRELATION][w.rows]
-        device = np.searchsorted(np.asarray(w.devices, np.int64), w.device)
-        linked = corr > 0
-        lo = np.searchsorted(call_corr, corr[linked], side="left")
-        hi = np.searchsorted(call_corr, corr[linked], side="right")
+        tid), sorted by device, then pid, tid. The calls sorted once by correlation id
+        (``runtime_calls``), not a scan of every call per device."""
+        w, c, calls = self.work, self.trace.columns, self.runtime_calls
+        k = calls.find(c[S.CORRELATION][w.rows])
+        linked = k >= 0
+        device = np.searchsorted(w.device_ids, w.device)
+        lo, hi = calls.first[k[linked]], calls.first[k[linked] + 1]
         count = hi - lo
         at = np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(count.sum())
         dev = np.repeat(device[linked], count)
-        rows = calls[at]
+        rows = calls.rows[at]
         pid, tid = c[S.PID][rows].astype(np.int64), c[S.TID][rows].astype(np.int64)
         order = np.lexsort((tid, pid, dev))  # (a sort: np.unique over rows is far slower)
         dev, pid, tid = dev[order], pid[order], tid[order]
@@ -150,7 +153,7 @@ class AnalysisContext:
         beside it); empty when the trace links no launch to that device's work."""
         if device not in self._launch_threads:
             dev, pid, tid = self.launch_thread_table
-            k = int(np.searchsorted(np.asarray(self.work.devices, np.int64), device))
+            k = int(np.searchsorted(self.work.device_ids, device))
             a, b = np.searchsorted(dev, k, side="left"), np.searchsorted(dev, k, side="right")
             known = k < len(self.work.devices) and self.work.devices[k] == device
             self._launch_threads[device] = (

@@ -436,7 +436,7 @@ def _longest(
 ) -> tuple[Gap, ...]:
     device, gs, ge, cause, idle_ns = gaps
     steps = ctx.steps
-    pick = np.argsort(-idle_ns, kind="stable")[:top]
+    pick = I.smallest_first(-idle_ns, top)
     out = []
     for i in pick.tolist():
         step = int(np.searchsorted(steps.start_ns, gs[i], side="right") - 1)

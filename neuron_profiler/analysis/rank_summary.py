@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
-from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA, NO_LAUNCH, DeviceWork
 from neuron_profiler.analysis.breakdown import step_breakdown
 from neuron_profiler.analysis.causes import ALL_CAUSES
@@ -125,7 +124,7 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps, ctx: AnalysisContext) -
     if len(on) == 0:
         return {"recorded_waits": False, "calls": (), "orphan_waits": 0, "orphan_wait_ns": 0}
     rows = work.rows[on]
-    args = arg_values(trace, rows, (V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS))
+    args = {k: work.collective_arg(k, on) for k in (V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS)}
     names = [trace.strings[i] for i in trace.col(S.NAME_ID)[rows].tolist()]
     is_wait = work.wait[on]  # the collective-wait slices (``_device``'s one rule)
     stream = trace.col(S.STREAM)[rows]
@@ -150,25 +149,28 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps, ctx: AnalysisContext) -
     arrival = np.where(launch != NO_LAUNCH, np.maximum(first_wait, launch), first_wait)
     before = _before(ctx, device[coll], arrival, end[coll], steps)
     several = len(np.unique(device[coll])) > 1  # then each device's calls are matched apart
-    group_ranks, coll_names = args[V.ARG_GROUP_RANKS], args[V.ARG_COLLECTIVE]
-    stream_of, device_of, end_of = stream.tolist(), device.tolist(), end.tolist()
-    calls = []
-    for i, arrived, wait, did in zip(
-        coll.tolist(), arrival.tolist(), wait_of.tolist(), before.tolist(), strict=True
-    ):
-        group = _group_label(group_ranks[i], stream_of[i], device_of[i], several)
-        name = coll_names[i]
-        calls.append(
-            CollectiveCall(
-                group=group,
-                name=str(name) if name is not None else names[i],
-                arrival_ns=arrived,
-                end_ns=end_of[i],
-                wait_ns=wait,
-                compute_before_ns=did[0],
-                before_ns=tuple(did),
-            )
+    group_ranks, coll_names = args[V.ARG_GROUP_RANKS][coll], args[V.ARG_COLLECTIVE][coll]
+    groups = _group_labels(
+        group_ranks.tolist(), stream[coll].tolist(), device[coll].tolist(), several
+    )
+    call_names = [
+        str(given) if given is not None else names[i]
+        for i, given in zip(coll.tolist(), coll_names.tolist(), strict=True)
+    ]
+    before_ns = list(map(tuple, before.tolist()))
+    # (column-wise: one call per collective, hundreds of thousands in a large trace)
+    calls = list(
+        map(
+            CollectiveCall,
+            groups,
+            call_names,
+            arrival.tolist(),
+            end[coll].tolist(),
+            wait_of.tolist(),
+            before[:, 0].tolist(),
+            before_ns,
         )
+    )
     orphan = waits[~owned]
     return {
         "recorded_waits": bool(len(waits)),
@@ -176,6 +178,23 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps, ctx: AnalysisContext) -
         "orphan_waits": len(orphan),
         "orphan_wait_ns": int((end - start)[orphan].sum()),
     }
+
+
+def _group_labels(
+    ranks: list[object], stream: list[int], device: list[int], several: bool
+) -> list[str]:
+    """``_group_label`` per call, computed once per distinct (ranks, stream, device): a run's
+    calls share a few process groups. (A list's text stands for it: equal texts, equal
+    labels; a value that is not a list names no ranks, whatever it is.)"""
+    memo: dict[tuple[str | None, int, int], str] = {}
+    out = []
+    for r, s, d in zip(ranks, stream, device, strict=True):
+        key = (repr(r) if isinstance(r, list) else None, s, d)
+        label = memo.get(key)
+        if label is None:
+            label = memo[key] = _group_label(r, s, d, several)
+        out.append(label)
+    return out
 
 
 def _group_label(ranks: object, stream: int, device: int, several: bool) -> str:

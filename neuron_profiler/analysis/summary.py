@@ -30,6 +30,8 @@ import numpy as np
 
 from neuron_profiler.analysis._args import arg_values, args_spelling, as_float
 from neuron_profiler.analysis._device import DeviceWork
+from neuron_profiler.analysis._intervals import dense_codes
+from neuron_profiler.analysis._keys import index_of
 from neuron_profiler.analysis._tree import parents, subtree_sums
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.peaks import bandwidth_gbps, peak_tflops
@@ -192,13 +194,12 @@ def _device_self(trace: Trace, work: DeviceWork, op_ext: np.ndarray) -> np.ndarr
     """Device time of the work carrying each op's External id (0 for ids <= 0)."""
     ext = trace.col(S.EXTERNAL_ID)[work.rows]
     keep = ext > 0
-    keys, inv = np.unique(ext[keep], return_inverse=True)
+    keys, inv = dense_codes(ext[keep])
     per_key = np.bincount(inv, weights=(work.end - work.start)[keep], minlength=len(keys))
     out = np.zeros(len(op_ext), np.int64)
-    if len(keys):
-        k = np.clip(np.searchsorted(keys, op_ext), 0, len(keys) - 1)
-        hit = (op_ext > 0) & (keys[k] == op_ext)
-        out[hit] = per_key[k[hit]].astype(np.int64)
+    k = index_of(keys, op_ext)  # (keys > 0: ids <= 0 find none)
+    hit = k >= 0
+    out[hit] = per_key[k[hit]].astype(np.int64)
     return out
 
 
@@ -214,11 +215,12 @@ def _shapes(
     if len(pick) == 0:
         return {}
     a = arg_values(trace, rows[pick], SHAPE_KEYS)
+    first, second = a[SHAPE_KEYS[0]], a[SHAPE_KEYS[1]]
     counters: dict[int, Counter[str]] = {}
-    for j, k in enumerate(code[pick].tolist()):
-        value = a[SHAPE_KEYS[0]][j] if a[SHAPE_KEYS[0]][j] is not None else a[SHAPE_KEYS[1]][j]
-        if value is not None:
-            counters.setdefault(k, Counter())[str(value).replace(" ", "")] += 1
+    held = np.flatnonzero((first != None) | (second != None))  # noqa: E711 - elementwise
+    for j, k in zip(held.tolist(), code[pick[held]].tolist(), strict=True):  # (calls shaped)
+        value = first[j] if first[j] is not None else second[j]
+        counters.setdefault(k, Counter())[str(value).replace(" ", "")] += 1
     return {k: tuple(s for s, _ in cnt.most_common(TOP_SHAPES)) for k, cnt in counters.items()}
 
 

@@ -76,7 +76,7 @@ def _waits_and_d2h_launches(
     pid, tid, at = c[S.PID][waits], c[S.TID][waits], c[S.TS_NS][waits]
     d2h = np.flatnonzero(ctx.copies.direction == D2H)
     if len(d2h):
-        sites = launch_sites(ctx.trace, ctx.work.rows[d2h])
+        sites = launch_sites(ctx.trace, ctx.work.rows[d2h], ctx.runtime_calls)
         known = sites.known
         pid = np.concatenate([pid, sites.pid[known]])
         tid = np.concatenate([tid, sites.tid[known]])

@@ -86,3 +86,34 @@ def test_as_float() -> None:
     plain = np.empty(3, dtype=object)
     plain[:] = [None, 7, 0.5]
     assert np.isnan(as_float(plain)[0]) and as_float(plain)[1:].tolist() == [7.0, 0.5]
+
+
+@pytest.fixture
+def sparse_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Trace:
+    """A trace where few rows hold the key (so only those are decoded): plainly, nested,
+    quoted inside a string, and spelled with a JSON escape (``"fl\\u006fps"`` is ``flops``)."""
+    monkeypatch.setattr(_stream, "BLOCK_BYTES", 900)
+    lines = []
+    for i in range(600):
+        args = {0: f'"flops": {i}', 1: '"nested": {"flops": 3}', 2: '"note": "say \\"flops\\""'}
+        text = args.get(i % 50, f'"other": {i}')
+        if i % 50 == 3:
+            text = f'"fl\\u006fps": {i}'
+        event = f'"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": {i}, "dur": 1'
+        lines.append(f'{{{event}, "args": {{"External id": {i}, {text}}}}}')
+    path = tmp_path / "sparse.json"
+    path.write_text('{"traceEvents": [\n' + ",\n".join(lines) + "\n]}")
+    trace = load_trace(path)
+    assert len(trace.raw_args._buffers) > 10  # type: ignore[attr-defined]
+    return trace
+
+
+def test_arg_values_of_a_sparse_key_equal_per_row_decoding(sparse_key: Trace) -> None:
+    trace = sparse_key
+    rows = np.arange(len(trace))[::-1]
+    got = arg_values(trace, rows, ("flops", "absent"))
+    expected = [trace.args(r).get("flops") for r in rows.tolist()]
+    assert got["flops"].tolist() == expected
+    assert sum(v is not None for v in expected) == 24  # plain and escaped, 12 of each
+    assert (got["absent"] == None).all()  # noqa: E711 - elementwise
+    assert arg_values(trace, rows[:0], ("flops",))["flops"].tolist() == []

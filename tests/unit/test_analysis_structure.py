@@ -71,6 +71,32 @@ def test_each_shared_selection_is_computed_once_per_analyze(
     assert all(n <= 1 for n in calls.values()), calls
 
 
+@pytest.mark.parametrize("threaded", [False, True])
+def test_the_second_thread_changes_nothing(monkeypatch: pytest.MonkeyPatch, threaded: bool) -> None:
+    """A large trace's compatibility breakdowns and op and kernel summary run in a second
+    thread: the document is the one a single thread writes, and each shared selection is
+    still made once (both threads read the device work and the host rows)."""
+    from neuron_profiler.analysis import Options, analyze
+    from neuron_profiler.analysis import report as report_module
+    from neuron_profiler.reports.json_report import document_text, to_document
+
+    options = Options(min_gap_ns=10_000)
+    alone = document_text(to_document([analyze(_busy_trace(), options)]))
+    assert '"ops": [' in alone and '"name": "aten::item"' in alone  # the summary has rows
+    calls: Counter[str] = Counter()
+    for name in ("device_work", "host_rows"):
+        fn = getattr(ctx_module if name == "device_work" else sel, name)
+
+        def counted(*args, _name=name, _fn=fn, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            calls[_name] += 1
+            return _fn(*args, **kwargs)
+
+        monkeypatch.setattr(ctx_module if name == "device_work" else sel, name, counted)
+    monkeypatch.setattr(report_module, "THREADED_ROWS", 0 if threaded else 10**9)
+    assert document_text(to_document([analyze(_busy_trace(), options)])) == alone
+    assert calls == {"device_work": 1, "host_rows": 1}
+
+
 def test_result_is_computed_once_whoever_asks() -> None:
     ctx = AnalysisContext(_busy_trace())
     seen = []

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from neuron_profiler.analysis._keys import index_of
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace, file_base_ns
@@ -97,7 +98,8 @@ class HtaIdle:
 
 @dataclass(frozen=True)
 class _HtaRows:
-    """The rows HTA keeps after its cut (device rows repeated as its merge repeats them)."""
+    """The rows HTA keeps after its cut (device rows repeated as its merge repeats them), those
+    with a stream only: the rows its breakdowns read."""
 
     name_id: np.ndarray
     cat_id: np.ndarray
@@ -150,6 +152,7 @@ def _hta_rows(trace: Trace, rounding: bool | None) -> _HtaRows:
     launch = _launch_starts(corr, start, gpu)
     cpu_keep, gpu_repeat, cut_at = _last_step_cut(trace, name_id, start, corr, gpu)
     repeat = np.where(gpu, gpu_repeat, cpu_keep.astype(np.int64))
+    repeat[stream == -1] = 0  # (no stream: no kernel row; both breakdowns read only those)
     if cut_at is not None:  # HTA joins launches on the cut frame
         launch = np.where(launch < cut_at, launch, NO_LAUNCH)
     cat_id = c[S.CAT_ID][rows]
@@ -180,9 +183,11 @@ def _launch_starts(corr: np.ndarray, start: np.ndarray, gpu: np.ndarray) -> np.n
     order = host[np.argsort(corr[host], kind="stable")]
     keys = corr[order]
     # the last host row with the key wins, as HTA's repeated .loc assignment does
-    k = np.searchsorted(keys, corr, side="right") - 1
-    hit = gpu & (k >= 0) & (keys[np.maximum(k, 0)] == corr)
-    out[hit] = start[order[k[hit]]]
+    last = np.flatnonzero(np.r_[keys[1:] != keys[:-1], True])
+    device = np.flatnonzero(gpu)
+    k = index_of(keys[last], corr[device])
+    hit = k >= 0
+    out[device[hit]] = start[order[last[k[hit]]]]
     return out
 
 
@@ -200,9 +205,11 @@ def _last_step_cut(
     last_start = start[is_step].max() if is_step.any() else np.iinfo(np.int64).min
     cpu_keep = ~gpu & (start < last_start)
     keys, counts = np.unique(corr[cpu_keep], return_counts=True)
-    k = np.clip(np.searchsorted(keys, corr), 0, max(len(keys) - 1, 0))
-    match = (len(keys) > 0) & (keys[k] == corr) if len(keys) else np.zeros(len(corr), bool)
-    return cpu_keep, np.where(gpu & match, counts[k] if len(keys) else 0, 0), int(last_start)
+    device = np.flatnonzero(gpu)
+    k = index_of(keys, corr[device])
+    repeat = np.zeros(len(corr), np.int64)
+    repeat[device[k >= 0]] = counts[k[k >= 0]]
+    return cpu_keep, repeat, int(last_start)
 
 
 def _hta_merge(start: np.ndarray, end: np.ndarray) -> tuple[int, int]:

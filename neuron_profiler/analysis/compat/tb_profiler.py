@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis._keys import index_of
 from neuron_profiler.analysis.selections import is_dataloader_name
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
@@ -247,9 +248,8 @@ def _device_step(
         rt_step = np.where((k >= 0) & (end[rt] <= e[np.maximum(k, 0)]), k, -1)
     order = np.argsort(corr[rt], kind="stable")  # the first call with an id wins
     keys, first = np.unique(corr[rt][order], return_index=True)
-    dev_corr = corr[device]
-    j = np.clip(np.searchsorted(keys, dev_corr), 0, len(keys) - 1)
-    hit = keys[j] == dev_corr
+    j = index_of(keys, corr[device])
+    hit = j >= 0
     out[hit] = rt_step[order[first[j[hit]]]]
     return out
 
