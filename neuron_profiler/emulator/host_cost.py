@@ -97,7 +97,8 @@ def calibrate(
     (``aten::t``: no device work, a new device tensor returned as by any op): the least time
     from the call to ``execute``'s entry less the same call on a CPU tensor (the dispatcher's
     own work, real on any backend), from its exit to the return, and of a ``dim`` query and a
-    whole-sizes query, each less the CPU one. ``record``: with record functions on (under a profiler: its cost per boundary).
+    whole-sizes query, each less the CPU one. ``record``: with record functions on (under a
+    profiler: its cost per boundary).
     ``device_tensor`` wraps a host tensor as a device one and ``swap_executor`` installs an
     executor, returning the one it replaced (tensor.py's, passed in: tensor.py reads LEDGER).
     """
@@ -113,6 +114,12 @@ def calibrate(
         stamps[1] = clock()
         return out
 
+    def least(call: Callable[[], Any], best: int) -> int:
+        """The smaller of ``best`` and this call's time (each side of a difference alike)."""
+        t0 = clock()
+        call()
+        return min(best, clock() - t0)
+
     before = after = query = cpu_call = cpu_query = sizes = cpu_sizes = 1 << 62
     saved = swap_executor(timed)
     enable_record = torch._C._autograd._enable_record_function
@@ -124,21 +131,9 @@ def calibrate(
             t1 = clock()
             before = min(before, stamps[0] - t0)
             after = min(after, t1 - stamps[1])
-            t0 = clock()
-            op(cpu)
-            cpu_call = min(cpu_call, clock() - t0)
-            t0 = clock()
-            x.dim()
-            query = min(query, clock() - t0)
-            t0 = clock()
-            cpu.dim()
-            cpu_query = min(cpu_query, clock() - t0)
-            t0 = clock()
-            x.size()
-            sizes = min(sizes, clock() - t0)
-            t0 = clock()
-            cpu.size()
-            cpu_sizes = min(cpu_sizes, clock() - t0)
+            cpu_call = least(lambda: op(cpu), cpu_call)
+            query, cpu_query = least(x.dim, query), least(cpu.dim, cpu_query)
+            sizes, cpu_sizes = least(x.size, sizes), least(cpu.size, cpu_sizes)
     finally:
         enable_record(True)
         swap_executor(saved)
