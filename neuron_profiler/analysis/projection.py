@@ -311,6 +311,11 @@ def _offload_assumptions(plan: Offload) -> tuple[str, ...]:
         "views, allocations, data loading and ops without shapes stay on the host "
         f"({plan.unpriced} such ops without recorded shapes)",
         "aten::item / _local_scalar_dense wait for the device work launched before them",
+        "host time outside the moved ops is carried over as recorded: on the CPU it includes "
+        "the host allocator returning freed tensor memory to the OS (glibc's munmap of large "
+        "blocks, e.g. zero_grad() dropping the gradients), which a device's caching allocator "
+        "does not pay; recording the CPU run with MALLOC_MMAP_MAX_=0 leaves it out "
+        "(docs/projection.md, emulator consistency)",
         f"the low-high range: roofline costs ±{UNCERTAINTY_ROOFLINE:.0%}",
     )
 
