@@ -6,8 +6,9 @@ host what the same loop leaves on the CPU, plus the modelled launch cost per ker
 
 The expectation is read from the CPU run of the same loop, not from the emulator's spans. Before
 whole-sizes / whole-strides queries were accounted (they took the execution point, and were
-priced as a ``dim`` query), 36-40% of each op's emulated host time stayed after the discount;
-now 1-3%. The bound below (15%) leaves room for a loaded machine."""
+priced as a ``dim`` query), 33-36% of each op's emulated host time stayed after the discount
+beyond the CPU's time and the launch; now 0-2%. The bound (15%) leaves room for a loaded
+machine."""
 
 from __future__ import annotations
 
