@@ -217,6 +217,7 @@ class ColumnSink:
         self._table = _ColumnTable()
         self.expected_bytes: int | None = None  # the loader's hint: the size of a plain file
         self._bytes_decoded = 0
+        self._piece_rows = self._piece_bytes = 0  # the latest piece's (predicts the rest)
         self._cat_kinds: dict[int, int] = {}
         self._ph_codes: dict[str, int] = _phase_codes()
         self._ph_table = _phase_table(self._ph_codes)
@@ -340,7 +341,8 @@ class ColumnSink:
         if not valid.all():
             self.skipped += int((~valid).sum())
             cols = {k: v[valid] for k, v in cols.items()}
-        self.rows += len(cols[S.TS_NS])
+        self._piece_rows, self._piece_bytes = len(cols[S.TS_NS]), len(text)
+        self.rows += self._piece_rows
         self._table.append(cols, self._capacity_for)
 
     def _phase_details(
@@ -738,11 +740,17 @@ class ColumnSink:
 
     def _capacity_for(self, rows: int) -> int:
         """Rows to make room for when ``rows`` do not fit: what the rest of a plain file will
-        hold at the rate so far (a little more), else twice as many."""
+        hold (a little more) at the rate so far or at the latest piece's, whichever is more,
+        else twice as many. (A file that opens with its metadata events, which make no rows,
+        would otherwise be predicted short again and again, each growth copying every row so
+        far: 5 growths, 37 ms of a 1.3 s load of 300k ``M`` events then 600k events.)"""
         if not self.expected_bytes or not self._bytes_decoded:
             return 2 * rows
         rate = max(1.0, self.expected_bytes / self._bytes_decoded)
-        return int(rows * rate * _ROOM_MARGIN) + _ROOM_ROWS
+        so_far = int(rows * rate * _ROOM_MARGIN) + _ROOM_ROWS
+        rest = max(0, self.expected_bytes - self._bytes_decoded)
+        recent = self._piece_rows / max(1, self._piece_bytes)  # rows per byte of this piece
+        return max(so_far, rows + int(rest * recent * _ROOM_MARGIN) + _ROOM_ROWS)
 
     # ---- result ---------------------------------------------------------------------------
     def columns(self) -> dict[str, np.ndarray]:

