@@ -127,16 +127,17 @@ def _pct(part: float, whole: float) -> float:
 _EXACT_NS = 2**53  # int ns below this convert to float exactly
 
 
-def _ms_column(ns: np.ndarray) -> list[Any]:
-    """``_ms`` of every entry of an int ns array (nested lists for 2-D and up): ns / 1e6 is
-    already what ``round(.., 6)`` gives (a whole number of ns has at most 6 decimals in ms)."""
+def _ms_column(ns: np.ndarray) -> np.ndarray | list[Any]:
+    """``_ms`` of every entry of an int ns array, as a float array of that shape (nested
+    lists of Python numbers where a value is too large for that): ns / 1e6 is already what
+    ``round(.., 6)`` gives (a whole number of ns has at most 6 decimals in ms)."""
     ns = np.asarray(ns)
     if ns.size and int(np.abs(ns).max()) >= _EXACT_NS:
         return np.vectorize(_ms, otypes=[object])(ns).tolist()
-    return (ns.astype(np.int64) / 1e6).tolist()
+    return ns.astype(np.int64) / 1e6
 
 
-def _pct_column(part: np.ndarray, whole: np.ndarray) -> list[float]:
+def _pct_column(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
     """``_pct`` of int columns: Python's ``round(x, 3)`` (the double nearest the correctly
     rounded decimal) is ``rint(1000 x) / 1000`` except where ``1000 x`` lies within rounding
     error of a half: those few are rounded by ``round`` itself."""
@@ -146,23 +147,22 @@ def _pct_column(part: np.ndarray, whole: np.ndarray) -> list[float]:
         scaled = value * 1000.0
         fraction = np.abs(scaled - np.trunc(scaled))
         halfway = np.abs(fraction - 0.5) < 1e-9 * np.maximum(1.0, np.abs(scaled))
-    values = (np.rint(scaled) / 1000.0).tolist()
+    values = np.rint(scaled) / 1000.0
     exact = halfway | ~np.isfinite(scaled)
     for k in np.flatnonzero(exact).tolist():
         values[k] = round(float(value[k]), 3)
-    for k in np.flatnonzero(whole == 0).tolist():
-        values[k] = 0.0
+    values[whole == 0] = 0.0
     return values
 
 
-def _np_pct_column(part: np.ndarray, wall: np.ndarray) -> list[list[float]]:
+def _np_pct_column(part: np.ndarray, wall: np.ndarray) -> np.ndarray:
     """``_pct`` of a (devices x steps) int column and each step's wall time, as the scalar
     rule gives it for a numpy part (``round`` of a numpy float is numpy's: ``rint(1000 x) /
     1000`` everywhere); steps with no wall time are 0.0."""
     with np.errstate(divide="ignore", invalid="ignore"):
         value = np.round(100.0 * np.asarray(part, np.float64) / wall[np.newaxis, :], 3)
     value[:, wall == 0] = 0.0
-    return value.tolist()
+    return value
 
 
 def to_document(
@@ -440,7 +440,7 @@ def _breakdown(r: Report) -> dict[str, Any]:
     devices = Rows(
         len(b.device),
         {
-            "device": b.device.tolist(),
+            "device": b.device,
             "label": list(b.labels),
             **series,
         },
@@ -462,14 +462,14 @@ def _idle(r: Report) -> dict[str, Any]:
     devices = Rows(
         len(cols.device),
         {
-            "device": cols.device.tolist(),
+            "device": cols.device,
             "label": list(cols.labels),
             "window_ms": _ms_column(cols.window_ns),
             "busy_ms": _ms_column(cols.busy_ns),
             "busy_pct": _pct_column(cols.busy_ns, cols.window_ns),
             "idle_ms": _ms_column(cols.idle_ns),
             "idle_pct": _pct_column(cols.idle_ns, cols.window_ns),
-            "gaps": cols.gaps.tolist(),
+            "gaps": cols.gaps,
             "emulator_overhead_ms": _ms_column(cols.emulator_overhead_ns),
             "by_cause_ms": {
                 c: _ms_column(cols.by_cause_ns[:, k]) for k, c in enumerate(ALL_CAUSES)
