@@ -6,13 +6,13 @@ nested objects and ~3 million numbers in all: built as dicts, or as msgspec Stru
 numbers, they cost ~0.5 s of a 2.6 s ``analyze --json`` (``tolist``, the encoder's walk, the
 frees). :class:`Rows` keeps the columns instead (numpy arrays, 1-D for a value per row, 2-D for
 a list per row, or lists); an encoder meets it in its ``enc_hook`` (:meth:`Rows.encodable`),
-which writes the array's compact JSON at once (:func:`_columns_text`): each column's distinct
-values are encoded once by msgspec (a column of 60,000 rows holds few: zeros, rounded
-percentages), each row is the sequence of its values' texts, each prefixed with the keys and
-brackets before it, and the whole array is one ``join`` of those texts. The bytes are those of
-the dicts (:meth:`Rows.dicts`, for callers that want the objects): the same keys in the same
-order, the very texts msgspec writes for the same Python values. Columns of other kinds (lists
-of numbers, None, bools) take the Struct path of before.
+which writes the array's compact JSON at once (:func:`_columns_text`): each column's values
+are encoded by msgspec as one list and split at its commas, and the rows are laid out side by
+side as a byte matrix (numpy), the keys and brackets between values written down its columns.
+The bytes are those of the dicts (:meth:`Rows.dicts`, for callers that want the objects): the
+same keys in the same order, the very texts msgspec writes for the same Python values. Columns
+of other kinds (lists of numbers, None, bools) take the path of before: msgspec Structs made
+column-wise by ``map`` (no Python frame per row).
 """
 
 from __future__ import annotations
@@ -89,7 +89,12 @@ Slots = tuple[list[tuple[bytes, Any]], bytes]
 
 
 def _columns_text(columns: dict[str, Column], count: int) -> bytes | None:
-    """The rows' compact JSON array, or None when a column is not one this path writes."""
+    """The rows' compact JSON array, or None when a column is not one this path writes.
+
+    The rows are laid out as a byte matrix, a row of it per row: the text between values (the
+    same in every row, as are columns holding one value) written once down its columns, each
+    varying column's texts as a block as wide as its longest, NUL-padded (numpy's ``S``
+    arrays); the array's text is the matrix without its NULs (JSON text holds none)."""
     flat = _slots(columns)
     if flat is None:
         return None
@@ -98,28 +103,51 @@ def _columns_text(columns: dict[str, Column], count: int) -> bytes | None:
         raise ValueError(f"columns of {sorted({len(c) for _, c in slots})} rows for {count}")
     if count == 0:
         return b"[]"
-    texts: list[bytes] = []
-    columns_ids: list[np.ndarray] = []
-    pending = b""
+    pieces: list[bytes | np.ndarray] = [b""]  # the constant text before each block, then it
     for before, column in slots:
-        distinct, inverse = _distinct_values(column)
-        if len(distinct) == 1:  # the same in every row: part of the text before the next
-            pending += before + distinct[0]
-            continue
-        columns_ids.append(inverse + len(texts))
-        texts += _prefixed(pending + before, distinct)
-        pending = b""
-    ids = np.empty((count, len(columns_ids) + 1), np.int64)
-    for j, column_ids in enumerate(columns_ids):
-        ids[:, j] = column_ids
-    ids[:, -1] = len(texts)  # the close of a row, and of the last row and the array
-    ids[-1, -1] = len(texts) + 1
-    texts += [pending + tail + b",", pending + tail + b"]"]
-    table = np.empty(len(texts), dtype=object)
-    table[:] = texts
-    parts = table[ids.ravel()].tolist()
-    parts[0] = b"[" + parts[0]
-    return b"".join(parts)
+        texts = _row_texts(column)
+        if isinstance(texts, bytes):  # the same in every row: part of the text before the next
+            pieces[-1] += before + texts
+        else:
+            pieces[-1] += before
+            pieces += [texts, b""]
+    pieces[-1] += tail + b","
+    blocks = [
+        np.frombuffer(p, np.uint8)[np.newaxis, :] if isinstance(p, bytes) else p for p in pieces
+    ]
+    widths = [b.shape[1] if b.ndim == 2 else b.dtype.itemsize for b in blocks]
+    matrix = np.zeros((count, 1 + sum(widths)), np.uint8)
+    matrix[0, 0] = ord("[")
+    at = 1
+    for block, width in zip(blocks, widths, strict=True):
+        matrix[:, at : at + width] = (
+            block if block.ndim == 2 else block.view(np.uint8).reshape(count, width)
+        )
+        at += width
+    text = matrix.reshape(-1)
+    text = text[text != 0]
+    text[-1] = ord("]")
+    return text.tobytes()
+
+
+def _row_texts(column: Any) -> bytes | np.ndarray:
+    """Each row's value as msgspec writes it (an ``S`` array), or that text when every row holds
+    the same value. Floats are compared by their bits (-0.0 is not 0.0)."""
+    if isinstance(column, list):  # strings
+        body = _encode(column)[1:-1]
+        if body.count(b",") != len(column) - 1:  # a string holds a comma: one at a time
+            return np.array([_encode(s) for s in column], dtype=bytes)
+        return np.array(body.split(b","), dtype=bytes)
+    if column.dtype.kind == "f":
+        column = np.ascontiguousarray(column, np.float64)
+        bits = column.view(np.int64)
+        same = bool((bits == bits[0]).all())
+    else:
+        same = bool((column == column[0]).all())
+    if same:
+        return _encode(column[0].item())
+    body = _encode(column.tolist())[1:-1]  # numbers hold no comma: split the list's text there
+    return np.array(body.split(b","), dtype=bytes)
 
 
 def _slots(columns: dict[str, Column]) -> Slots | None:
@@ -161,30 +189,3 @@ def _is_numbers(column: Column) -> bool:
 
 def _is_strings(column: Column) -> bool:
     return isinstance(column, list) and all(type(x) is str for x in column)
-
-
-def _distinct_values(column: Any) -> tuple[list[bytes], np.ndarray]:
-    """The text of each distinct value of the column, and each row's index there. Floats are
-    told apart by their bits (-0.0 is not 0.0; each NaN is written as msgspec writes it)."""
-    if isinstance(column, list):  # strings: one per row (labels) or few distinct ones
-        body = _encode(column)[1:-1]
-        if body.count(b",") == len(column) - 1:  # no string holds a comma: split at them
-            return body.split(b","), np.arange(len(column))
-        index: dict[str, int] = {}
-        inverse = np.fromiter((index.setdefault(s, len(index)) for s in column), np.int64)
-        return [_encode(s) for s in index], inverse
-    if column.dtype.kind == "f":
-        bits = np.ascontiguousarray(column, np.float64).view(np.int64)
-        distinct, inverse = np.unique(bits, return_inverse=True)
-        values = distinct.view(np.float64).tolist()
-    else:
-        distinct, inverse = np.unique(column, return_inverse=True)
-        values = distinct.tolist()
-    body = _encode(values)[1:-1]  # numbers hold no comma: split the list's text at its commas
-    return body.split(b","), inverse
-
-
-def _prefixed(before: bytes, texts: list[bytes]) -> list[bytes]:
-    """``before`` + each text, without a Python step per text."""
-    joined = _SEPARATOR.join(texts)
-    return (before + joined.replace(_SEPARATOR, _SEPARATOR + before)).split(_SEPARATOR)
