@@ -30,6 +30,7 @@ _SEPARATOR = b"\x00"  # never in msgspec's text of a number or a string (it esca
 _NUMBER_KINDS = "iuf"  # numpy dtypes whose values tolist() as int / float
 
 _encode = msgspec.json.encode
+CHUNK_ROWS = 2048  # rows laid out at a time: a matrix of ~1 MB, in cache, no fresh pages
 
 
 class Rows:
@@ -94,7 +95,9 @@ def _columns_text(columns: dict[str, Column], count: int) -> bytes | None:
     The rows are laid out as a byte matrix, a row of it per row: the text between values (the
     same in every row, as are columns holding one value) written once down its columns, each
     varying column's texts as a block as wide as its longest, NUL-padded (numpy's ``S``
-    arrays); the array's text is the matrix without its NULs (JSON text holds none)."""
+    arrays); the array's text is the matrix without its NULs (JSON text holds none). The matrix
+    holds ``CHUNK_ROWS`` rows at a time: laid out whole (~40 MB for 60,000 devices) it costs
+    twice as much, in fresh pages and memory traffic."""
     flat = _slots(columns)
     if flat is None:
         return None
@@ -113,21 +116,25 @@ def _columns_text(columns: dict[str, Column], count: int) -> bytes | None:
             pieces += [texts, b""]
     pieces[-1] += tail + b","
     blocks = [
-        np.frombuffer(p, np.uint8)[np.newaxis, :] if isinstance(p, bytes) else p for p in pieces
+        np.frombuffer(p, np.uint8)[np.newaxis, :]
+        if isinstance(p, bytes)
+        else p.view(np.uint8).reshape(count, p.dtype.itemsize)
+        for p in pieces
     ]
-    widths = [b.shape[1] if b.ndim == 2 else b.dtype.itemsize for b in blocks]
-    matrix = np.zeros((count, 1 + sum(widths)), np.uint8)
-    matrix[0, 0] = ord("[")
-    at = 1
-    for block, width in zip(blocks, widths, strict=True):
-        matrix[:, at : at + width] = (
-            block if block.ndim == 2 else block.view(np.uint8).reshape(count, width)
-        )
-        at += width
-    text = matrix.reshape(-1)
-    text = text[text != 0]
-    text[-1] = ord("]")
-    return text.tobytes()
+    matrix = np.zeros((min(count, CHUNK_ROWS), sum(b.shape[1] for b in blocks)), np.uint8)
+    chunks = [b"["]
+    for first in range(0, count, CHUNK_ROWS):
+        rows = slice(first, min(first + CHUNK_ROWS, count))
+        part = matrix[: rows.stop - first]
+        at = 0
+        for block in blocks:
+            width = block.shape[1]
+            part[:, at : at + width] = block if len(block) == 1 else block[rows]
+            at += width
+        text = part.reshape(-1)
+        chunks.append(text[text != 0].tobytes())
+    chunks[-1] = chunks[-1][:-1] + b"]"  # the last row's comma closes the array
+    return b"".join(chunks)
 
 
 def _row_texts(column: Any) -> bytes | np.ndarray:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from neuron_profiler.reports import json_report as J
+from neuron_profiler.reports import json_rows
 from neuron_profiler.reports.json_rows import Rows
 
 
@@ -142,3 +143,10 @@ def test_array_columns_are_written_as_their_dicts() -> None:
 def test_array_columns_of_another_length_are_refused() -> None:
     with pytest.raises(ValueError):
         J._encode(Rows(3, {"a": np.arange(3), "b": {"c": np.zeros((2, 2))}}))
+
+
+def test_rows_laid_out_a_chunk_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of 3 rows over 7 (the last one short): the same bytes as the dicts'."""
+    rows, want = _array_rows()
+    monkeypatch.setattr(json_rows, "CHUNK_ROWS", 3)
+    assert J._encode(rows) == msgspec.json.encode(want)
