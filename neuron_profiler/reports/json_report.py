@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import secrets
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -63,21 +65,63 @@ def document_bytes(
 ) -> bytes:
     """``document_text(to_document(...))`` as ASCII bytes, for the CLI: each section is
     encoded as soon as it is built, so only one section's objects exist at a time (a report of
-    60,000 devices holds ~250 MB of them, its text ~110 MB), and the text is never a str."""
+    60,000 devices holds ~250 MB of them, its text ~110 MB), and the text is never a str. The
+    per-device rows (:class:`Rows`, ~90% of such a document) stand in the encoded document as
+    placeholders, and are written already indented into the formatted text (:func:`_spliced`):
+    only the rest goes through msgspec's formatter."""
     with gc_paused():
+        deferred: list[Rows] = []
+        tag = f"\x00rows {secrets.token_hex(8)} "
+        encode = msgspec.json.Encoder(enc_hook=partial(_placeholder, deferred, tag)).encode
         try:
-            compact = _encode(_document(reports, errors, breaches, cross, _encoded))
+            compact = encode(_document(reports, errors, breaches, cross, _encoded_by(encode)))
         except UnicodeEncodeError:
             return json.dumps(to_document(reports, errors, breaches, cross), indent=1).encode()
-        return _indented(compact)
+        return _indented(compact, _encode(tag)[1:-1], deferred)
 
 
-def _indented(compact: bytes) -> bytes:
-    """msgspec's compact JSON indented by one space, other characters than ASCII escaped."""
+def _placeholder(deferred: list[Rows], tag: str, value: Any) -> Any:
+    """A string standing for :class:`Rows` until the document is formatted."""
+    if isinstance(value, Rows):
+        deferred.append(value)
+        return f"{tag}{len(deferred) - 1}"
+    return _numpy_scalar(value)
+
+
+def _indented(compact: bytes, tag: bytes = b"", deferred: list[Rows] = ()) -> bytes:  # type: ignore[assignment]
+    """msgspec's compact JSON indented by one space, the rows standing as ``tag`` + their index
+    put in (:func:`_spliced`), other characters than ASCII escaped."""
     data = msgspec.json.format(compact, indent=1)
+    if deferred:
+        data = _spliced(data, tag, deferred)
     if data.isascii() and b"\x7f" not in data:
         return data
     return _ESCAPED.sub(_escape, data.decode()).encode()
+
+
+def _spliced(data: bytes, tag: bytes, deferred: list[Rows]) -> bytes:
+    """The formatted document, each placeholder ``"<tag><k>"`` replaced by row array ``k``,
+    indented at the depth of the line it stands on."""
+    parts, at = [], 0
+    for k, rows in enumerate(deferred):
+        marker = b'"%s%d"' % (tag, k)
+        where = data.find(marker, at)
+        if where < 0 or data.find(marker, where + 1) >= 0:  # the tag is random: never met
+            raise ValueError(f"row placeholder {k} found {data.count(marker)} times")
+        line = data[data.rfind(b"\n", 0, where) + 1 : where]
+        depth = len(line) - len(line.lstrip(b" "))
+        parts += [data[at:where], _rows_text(rows, depth)]
+        at = where + len(marker)
+    parts.append(data[at:])
+    return b"".join(parts)
+
+
+def _rows_text(rows: Rows, depth: int) -> bytes:
+    """Rows as formatted at ``depth``: written so directly, or formatted and shifted right."""
+    text = rows.text(depth)
+    if text is None:
+        text = msgspec.json.format(_encode(rows), indent=1).replace(b"\n", b"\n" + b" " * depth)
+    return text
 
 
 _ESCAPED = re.compile("[\x7f-\U0010ffff]")  # what json.dumps(ensure_ascii=True) escapes
@@ -183,8 +227,8 @@ def _plain(section: Any) -> Any:
     return {k: v.dicts() if isinstance(v, Rows) else v for k, v in section.items()}
 
 
-def _encoded(section: Any) -> msgspec.Raw:
-    return msgspec.Raw(_encode(section))
+def _encoded_by(encode: Callable[[Any], bytes]) -> Callable[[Any], msgspec.Raw]:
+    return lambda section: msgspec.Raw(encode(section))
 
 
 def _document(

@@ -53,6 +53,11 @@ class Rows:
             return msgspec.Raw(text)
         return _structs(self.columns, self.count)
 
+    def text(self, depth: int) -> bytes | None:
+        """The rows as ``msgspec.json.format(.., indent=1)`` writes them in an array opened at
+        ``depth``; None when they take the Struct path (then format :meth:`encodable`)."""
+        return _columns_text(self.columns, self.count, depth)
+
 
 def _listed(column: Column) -> list[Any]:
     return column.tolist() if isinstance(column, np.ndarray) else column
@@ -89,8 +94,9 @@ def _struct_type(keys: tuple[str, ...]) -> type[msgspec.Struct]:
 Slots = tuple[list[tuple[bytes, Any]], bytes]
 
 
-def _columns_text(columns: dict[str, Column], count: int) -> bytes | None:
-    """The rows' compact JSON array, or None when a column is not one this path writes.
+def _columns_text(columns: dict[str, Column], count: int, depth: int | None = None) -> bytes | None:
+    """The rows' JSON array, compact or indented as ``msgspec.json.format(.., indent=1)`` writes
+    an array opened at ``depth``; None when a column is not one this path writes.
 
     The rows are laid out as a byte matrix, a row of it per row: the text between values (the
     same in every row, as are columns holding one value) written once down its columns, each
@@ -98,7 +104,8 @@ def _columns_text(columns: dict[str, Column], count: int) -> bytes | None:
     arrays); the array's text is the matrix without its NULs (JSON text holds none). The matrix
     holds ``CHUNK_ROWS`` rows at a time: laid out whole (~40 MB for 60,000 devices) it costs
     twice as much, in fresh pages and memory traffic."""
-    flat = _slots(columns)
+    row_depth = None if depth is None else depth + 1
+    flat = _slots(columns, row_depth)
     if flat is None:
         return None
     slots, tail = flat
@@ -114,7 +121,8 @@ def _columns_text(columns: dict[str, Column], count: int) -> bytes | None:
         else:
             pieces[-1] += before
             pieces += [texts, b""]
-    pieces[-1] += tail + b","
+    between = b"," + _line(row_depth)
+    pieces[-1] += tail + between
     blocks = [
         np.frombuffer(p, np.uint8)[np.newaxis, :]
         if isinstance(p, bytes)
@@ -122,7 +130,7 @@ def _columns_text(columns: dict[str, Column], count: int) -> bytes | None:
         for p in pieces
     ]
     matrix = np.zeros((min(count, CHUNK_ROWS), sum(b.shape[1] for b in blocks)), np.uint8)
-    chunks = [b"["]
+    chunks = [b"[" + _line(row_depth)]
     for first in range(0, count, CHUNK_ROWS):
         rows = slice(first, min(first + CHUNK_ROWS, count))
         part = matrix[: rows.stop - first]
@@ -133,7 +141,7 @@ def _columns_text(columns: dict[str, Column], count: int) -> bytes | None:
             at += width
         text = part.reshape(-1)
         chunks.append(text[text != 0].tobytes())
-    chunks[-1] = chunks[-1][:-1] + b"]"  # the last row's comma closes the array
+    chunks[-1] = chunks[-1][: -len(between)] + _line(depth) + b"]"  # the last row's comma
     return b"".join(chunks)
 
 
@@ -157,37 +165,48 @@ def _row_texts(column: Any) -> bytes | np.ndarray:
     return np.array(body.split(b","), dtype=bytes)
 
 
-def _slots(columns: dict[str, Column]) -> Slots | None:
-    """Each value of a row with the text before it (keys, braces, brackets, commas)."""
+def _slots(columns: dict[str, Column], depth: int | None = None) -> Slots | None:
+    """Each value of a row with the text before it (keys, braces, brackets, commas): compact,
+    or as ``msgspec.json.format(.., indent=1)`` lays out an object opened at ``depth``."""
+    if not columns:
+        return [], b"{}"
+    inner = None if depth is None else depth + 1
     slots: list[tuple[bytes, Any]] = []
-    pending = b"{"
+    pending = b"{" + _line(inner)
+    colon = b":" if depth is None else b": "
     for i, (key, column) in enumerate(columns.items()):
-        pending += (b"," if i else b"") + _encode(key) + b":"
+        pending += (b"," + _line(inner) if i else b"") + _encode(key) + colon
         if isinstance(column, dict):
-            inner = _slots(column)
-            if inner is None:
+            nested = _slots(column, inner)
+            if nested is None:
                 return None
-            inner_slots, inner_tail = inner
-            if inner_slots:
-                slots.append((pending + inner_slots[0][0], inner_slots[0][1]))
-                slots += inner_slots[1:]
-                pending = inner_tail
+            nested_slots, nested_tail = nested
+            if nested_slots:
+                slots.append((pending + nested_slots[0][0], nested_slots[0][1]))
+                slots += nested_slots[1:]
+                pending = nested_tail
             else:
-                pending += inner_tail
+                pending += nested_tail
         elif _is_numbers(column) and column.ndim == 2:
             if column.shape[1] == 0:
                 pending += b"[]"
                 continue
+            item = _line(None if inner is None else inner + 1)
             for step in range(column.shape[1]):
-                slots.append((pending + (b"," if step else b"["), column[:, step]))
+                slots.append((pending + (b"," if step else b"[") + item, column[:, step]))
                 pending = b""
-            pending = b"]"
+            pending = _line(inner) + b"]"
         elif (_is_numbers(column) and column.ndim == 1) or _is_strings(column):
             slots.append((pending, column))
             pending = b""
         else:
             return None
-    return slots, pending + b"}"
+    return slots, pending + _line(depth) + b"}"
+
+
+def _line(depth: int | None) -> bytes:
+    """What starts a line at ``depth`` (one space a level); nothing in compact JSON."""
+    return b"" if depth is None else b"\n" + b" " * depth
 
 
 def _is_numbers(column: Column) -> bool:

@@ -150,3 +150,20 @@ def test_rows_laid_out_a_chunk_at_a_time(monkeypatch: pytest.MonkeyPatch) -> Non
     rows, want = _array_rows()
     monkeypatch.setattr(json_rows, "CHUNK_ROWS", 3)
     assert J._encode(rows) == msgspec.json.encode(want)
+
+
+def test_rows_put_in_indented_at_their_depth() -> None:
+    """The CLI's document formats all but the rows, which are written already indented where
+    their placeholders stand: the text msgspec's formatter gives the whole document."""
+    rows, want = _array_rows()
+    other, other_want = _rows()  # takes the Struct path
+    tag = "\x00rows test "
+
+    def doc(a: object, b: object) -> dict:
+        return {"x": {"y": a, "n": 1}, "z": [b], "w": a}
+
+    formatted = msgspec.json.format(
+        msgspec.json.encode(doc(tag + "0", tag + "1") | {"w": tag + "2"}), indent=1
+    )
+    got = J._spliced(formatted, msgspec.json.encode(tag)[1:-1], [rows, other, rows])
+    assert got == msgspec.json.format(msgspec.json.encode(doc(want, other_want)), indent=1)
