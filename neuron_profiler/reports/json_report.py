@@ -63,12 +63,23 @@ def document_bytes(
     breaches: list[dict[str, Any]] = (),  # type: ignore[assignment]
     cross: Distributed | None = None,
 ) -> bytes:
-    """``document_text(to_document(...))`` as ASCII bytes, for the CLI: each section is
-    encoded as soon as it is built, so only one section's objects exist at a time (a report of
-    60,000 devices holds ~250 MB of them, its text ~110 MB), and the text is never a str. The
-    per-device rows (:class:`Rows`, ~90% of such a document) stand in the encoded document as
-    placeholders, and are written already indented into the formatted text (:func:`_spliced`):
-    only the rest goes through msgspec's formatter."""
+    """``document_text(to_document(...))`` as ASCII bytes (:func:`document_pieces` joined)."""
+    return b"".join(document_pieces(reports, errors, breaches, cross))
+
+
+def document_pieces(
+    reports: list[Report],
+    errors: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    breaches: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    cross: Distributed | None = None,
+) -> list[bytes]:
+    """:func:`document_bytes` in pieces, for the CLI to write one after the other (the 100 MB
+    text of 60,000 devices is never copied into one buffer): each section is encoded as soon
+    as it is built, so only one section's objects exist at a time (a report of 60,000 devices
+    holds ~250 MB of them), and the text is never a str. The per-device rows (:class:`Rows`,
+    ~90% of such a document) stand in the encoded document as placeholders, and are written
+    already indented into the formatted text (:func:`_spliced`): only the rest goes through
+    msgspec's formatter."""
     with gc_paused():
         deferred: list[Rows] = []
         tag = f"\x00rows {secrets.token_hex(8)} "
@@ -76,8 +87,9 @@ def document_bytes(
         try:
             compact = encode(_document(reports, errors, breaches, cross, _encoded_by(encode)))
         except UnicodeEncodeError:
-            return json.dumps(to_document(reports, errors, breaches, cross), indent=1).encode()
-        return _indented(compact, _encode(tag)[1:-1], deferred)
+            return [json.dumps(to_document(reports, errors, breaches, cross), indent=1).encode()]
+        pieces = _spliced(msgspec.json.format(compact, indent=1), _encode(tag)[1:-1], deferred)
+        return [_ascii(p) for p in pieces]
 
 
 def _placeholder(deferred: list[Rows], tag: str, value: Any) -> Any:
@@ -88,21 +100,22 @@ def _placeholder(deferred: list[Rows], tag: str, value: Any) -> Any:
     return _numpy_scalar(value)
 
 
-def _indented(compact: bytes, tag: bytes = b"", deferred: list[Rows] = ()) -> bytes:  # type: ignore[assignment]
-    """msgspec's compact JSON indented by one space, the rows standing as ``tag`` + their index
-    put in (:func:`_spliced`), other characters than ASCII escaped."""
-    data = msgspec.json.format(compact, indent=1)
-    if deferred:
-        data = _spliced(data, tag, deferred)
+def _indented(compact: bytes) -> bytes:
+    """msgspec's compact JSON indented by one space, other characters than ASCII escaped."""
+    return _ascii(msgspec.json.format(compact, indent=1))
+
+
+def _ascii(data: bytes) -> bytes:
+    """UTF-8 JSON text (whole characters) with other characters than ASCII escaped."""
     if data.isascii() and b"\x7f" not in data:
         return data
     return _ESCAPED.sub(_escape, data.decode()).encode()
 
 
-def _spliced(data: bytes, tag: bytes, deferred: list[Rows]) -> bytes:
-    """The formatted document, each placeholder ``"<tag><k>"`` replaced by row array ``k``,
-    indented at the depth of the line it stands on."""
-    parts, at = [], 0
+def _spliced(data: bytes, tag: bytes, deferred: list[Rows]) -> list[bytes]:
+    """The formatted document in pieces, each placeholder ``"<tag><k>"`` replaced by row array
+    ``k``, indented at the depth of the line it stands on."""
+    pieces, at = [], 0
     for k, rows in enumerate(deferred):
         marker = b'"%s%d"' % (tag, k)
         where = data.find(marker, at)
@@ -110,17 +123,17 @@ def _spliced(data: bytes, tag: bytes, deferred: list[Rows]) -> bytes:
             raise ValueError(f"row placeholder {k} found {data.count(marker)} times")
         line = data[data.rfind(b"\n", 0, where) + 1 : where]
         depth = len(line) - len(line.lstrip(b" "))
-        parts += [data[at:where], _rows_text(rows, depth)]
+        pieces += [data[at:where], *_rows_text(rows, depth)]
         at = where + len(marker)
-    parts.append(data[at:])
-    return b"".join(parts)
+    pieces.append(data[at:])
+    return pieces
 
 
-def _rows_text(rows: Rows, depth: int) -> bytes:
+def _rows_text(rows: Rows, depth: int) -> list[bytes]:
     """Rows as formatted at ``depth``: written so directly, or formatted and shifted right."""
     text = rows.text(depth)
     if text is None:
-        text = msgspec.json.format(_encode(rows), indent=1).replace(b"\n", b"\n" + b" " * depth)
+        text = [msgspec.json.format(_encode(rows), indent=1).replace(b"\n", b"\n" + b" " * depth)]
     return text
 
 

@@ -53,10 +53,11 @@ class Rows:
             return msgspec.Raw(text)
         return _structs(self.columns, self.count)
 
-    def text(self, depth: int) -> bytes | None:
+    def text(self, depth: int) -> list[bytes] | None:
         """The rows as ``msgspec.json.format(.., indent=1)`` writes them in an array opened at
-        ``depth``; None when they take the Struct path (then format :meth:`encodable`)."""
-        return _columns_text(self.columns, self.count, depth)
+        ``depth``, in pieces of whole rows (to be written one after the other, never joined);
+        None when they take the Struct path (then format :meth:`encodable`)."""
+        return _columns_pieces(self.columns, self.count, depth)
 
 
 def _listed(column: Column) -> list[Any]:
@@ -94,7 +95,15 @@ def _struct_type(keys: tuple[str, ...]) -> type[msgspec.Struct]:
 Slots = tuple[list[tuple[bytes, Any]], bytes]
 
 
-def _columns_text(columns: dict[str, Column], count: int, depth: int | None = None) -> bytes | None:
+def _columns_text(columns: dict[str, Column], count: int) -> bytes | None:
+    """The rows' compact JSON array (:func:`_columns_pieces` joined)."""
+    pieces = _columns_pieces(columns, count)
+    return None if pieces is None else b"".join(pieces)
+
+
+def _columns_pieces(
+    columns: dict[str, Column], count: int, depth: int | None = None
+) -> list[bytes] | None:
     """The rows' JSON array, compact or indented as ``msgspec.json.format(.., indent=1)`` writes
     an array opened at ``depth``; None when a column is not one this path writes.
 
@@ -112,7 +121,7 @@ def _columns_text(columns: dict[str, Column], count: int, depth: int | None = No
     if any(len(c) != count for _, c in slots):
         raise ValueError(f"columns of {sorted({len(c) for _, c in slots})} rows for {count}")
     if count == 0:
-        return b"[]"
+        return [b"[]"]
     pieces: list[bytes | np.ndarray] = [b""]  # the constant text before each block, then it
     for before, column in slots:
         texts = _row_texts(column)
@@ -142,7 +151,7 @@ def _columns_text(columns: dict[str, Column], count: int, depth: int | None = No
         text = part.reshape(-1)
         chunks.append(text[text != 0].tobytes())
     chunks[-1] = chunks[-1][: -len(between)] + _line(depth) + b"]"  # the last row's comma
-    return b"".join(chunks)
+    return chunks
 
 
 def _row_texts(column: Any) -> bytes | np.ndarray:

@@ -152,9 +152,13 @@ def test_rows_laid_out_a_chunk_at_a_time(monkeypatch: pytest.MonkeyPatch) -> Non
     assert J._encode(rows) == msgspec.json.encode(want)
 
 
-def test_rows_put_in_indented_at_their_depth() -> None:
+@pytest.mark.parametrize("chunk_rows", [2048, 3])
+def test_rows_put_in_indented_at_their_depth(
+    chunk_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The CLI's document formats all but the rows, which are written already indented where
     their placeholders stand: the text msgspec's formatter gives the whole document."""
+    monkeypatch.setattr(json_rows, "CHUNK_ROWS", chunk_rows)  # 3: pieces of 3 rows over 7
     rows, want = _array_rows()
     other, other_want = _rows()  # takes the Struct path
     tag = "\x00rows test "
@@ -165,5 +169,5 @@ def test_rows_put_in_indented_at_their_depth() -> None:
     formatted = msgspec.json.format(
         msgspec.json.encode(doc(tag + "0", tag + "1") | {"w": tag + "2"}), indent=1
     )
-    got = J._spliced(formatted, msgspec.json.encode(tag)[1:-1], [rows, other, rows])
+    got = b"".join(J._spliced(formatted, msgspec.json.encode(tag)[1:-1], [rows, other, rows]))
     assert got == msgspec.json.format(msgspec.json.encode(doc(want, other_want)), indent=1)
