@@ -67,6 +67,13 @@ def test_rows_are_written_as_their_dicts() -> None:
     assert J.document_text({"d": rows}) == J.document_text({"d": want})  # indented, escaped
 
 
+def test_few_rows_take_the_struct_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows, want = _array_rows()
+    monkeypatch.setattr(json_rows, "MIN_COLUMN_ROWS", 8)
+    assert isinstance(rows.encodable(), list)
+    assert J._encode(rows) == msgspec.json.encode(want)
+
+
 def test_no_rows_and_rows_without_columns() -> None:
     assert J._encode(Rows(0, {"a": [], "b": {"c": []}})) == b"[]"
     assert Rows(0, {"a": []}).dicts() == []
@@ -85,6 +92,12 @@ def test_plain_section_holds_dicts() -> None:
     rows, want = _rows()
     section = J._plain({"devices": rows, "steps": ["1"]})
     assert json.dumps(section) == json.dumps({"devices": want, "steps": ["1"]})
+
+
+@pytest.fixture(autouse=True)
+def _columns_for_few_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The column path for these few rows too (a report takes it from MIN_COLUMN_ROWS rows)."""
+    monkeypatch.setattr(json_rows, "MIN_COLUMN_ROWS", 1)
 
 
 def _array_rows() -> tuple[Rows, list[dict]]:
