@@ -215,10 +215,11 @@ def _breaches(rules, reports) -> list[dict]:  # noqa: ANN001
 
 def _output(reports, errors, breaches, cross, *, as_json: bool, top: int) -> None:  # noqa: ANN001
     if as_json:
-        from neuron_profiler.reports.json_report import document_bytes
+        from neuron_profiler.reports.json_report import document_pieces
 
         out = click.get_binary_stream("stdout")
-        out.write(document_bytes(reports, errors, breaches, cross))  # (no copy to add the \n)
+        for piece in document_pieces(reports, errors, breaches, cross):  # never one 100 MB copy
+            out.write(piece)
         out.write(b"\n")
         out.flush()
         return

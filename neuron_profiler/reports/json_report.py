@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import secrets
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -61,23 +63,78 @@ def document_bytes(
     breaches: list[dict[str, Any]] = (),  # type: ignore[assignment]
     cross: Distributed | None = None,
 ) -> bytes:
-    """``document_text(to_document(...))`` as ASCII bytes, for the CLI: each section is
-    encoded as soon as it is built, so only one section's objects exist at a time (a report of
-    60,000 devices holds ~250 MB of them, its text ~110 MB), and the text is never a str."""
+    """``document_text(to_document(...))`` as ASCII bytes (:func:`document_pieces` joined)."""
+    return b"".join(document_pieces(reports, errors, breaches, cross))
+
+
+def document_pieces(
+    reports: list[Report],
+    errors: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    breaches: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    cross: Distributed | None = None,
+) -> list[bytes]:
+    """:func:`document_bytes` in pieces, for the CLI to write one after the other (the 100 MB
+    text of 60,000 devices is never copied into one buffer): each section is encoded as soon
+    as it is built, so only one section's objects exist at a time (a report of 60,000 devices
+    holds ~250 MB of them), and the text is never a str. The per-device rows (:class:`Rows`,
+    ~90% of such a document) stand in the encoded document as placeholders, and are written
+    already indented into the formatted text (:func:`_spliced`): only the rest goes through
+    msgspec's formatter."""
     with gc_paused():
+        deferred: list[Rows] = []
+        tag = f"\x00rows {secrets.token_hex(8)} "
+        encode = msgspec.json.Encoder(enc_hook=partial(_placeholder, deferred, tag)).encode
         try:
-            compact = _encode(_document(reports, errors, breaches, cross, _encoded))
+            compact = encode(_document(reports, errors, breaches, cross, _encoded_by(encode)))
         except UnicodeEncodeError:
-            return json.dumps(to_document(reports, errors, breaches, cross), indent=1).encode()
-        return _indented(compact)
+            return [json.dumps(to_document(reports, errors, breaches, cross), indent=1).encode()]
+        pieces = _spliced(msgspec.json.format(compact, indent=1), _encode(tag)[1:-1], deferred)
+        return [_ascii(p) for p in pieces]
+
+
+def _placeholder(deferred: list[Rows], tag: str, value: Any) -> Any:
+    """A string standing for :class:`Rows` until the document is formatted."""
+    if isinstance(value, Rows):
+        deferred.append(value)
+        return f"{tag}{len(deferred) - 1}"
+    return _numpy_scalar(value)
 
 
 def _indented(compact: bytes) -> bytes:
     """msgspec's compact JSON indented by one space, other characters than ASCII escaped."""
-    data = msgspec.json.format(compact, indent=1)
+    return _ascii(msgspec.json.format(compact, indent=1))
+
+
+def _ascii(data: bytes) -> bytes:
+    """UTF-8 JSON text (whole characters) with other characters than ASCII escaped."""
     if data.isascii() and b"\x7f" not in data:
         return data
     return _ESCAPED.sub(_escape, data.decode()).encode()
+
+
+def _spliced(data: bytes, tag: bytes, deferred: list[Rows]) -> list[bytes]:
+    """The formatted document in pieces, each placeholder ``"<tag><k>"`` replaced by row array
+    ``k``, indented at the depth of the line it stands on."""
+    pieces, at = [], 0
+    for k, rows in enumerate(deferred):
+        marker = b'"%s%d"' % (tag, k)
+        where = data.find(marker, at)
+        if where < 0 or data.find(marker, where + 1) >= 0:  # the tag is random: never met
+            raise ValueError(f"row placeholder {k} found {data.count(marker)} times")
+        line = data[data.rfind(b"\n", 0, where) + 1 : where]
+        depth = len(line) - len(line.lstrip(b" "))
+        pieces += [data[at:where], *_rows_text(rows, depth)]
+        at = where + len(marker)
+    pieces.append(data[at:])
+    return pieces
+
+
+def _rows_text(rows: Rows, depth: int) -> list[bytes]:
+    """Rows as formatted at ``depth``: written so directly, or formatted and shifted right."""
+    text = rows.text(depth)
+    if text is None:
+        text = [msgspec.json.format(_encode(rows), indent=1).replace(b"\n", b"\n" + b" " * depth)]
+    return text
 
 
 _ESCAPED = re.compile("[\x7f-\U0010ffff]")  # what json.dumps(ensure_ascii=True) escapes
@@ -127,16 +184,17 @@ def _pct(part: float, whole: float) -> float:
 _EXACT_NS = 2**53  # int ns below this convert to float exactly
 
 
-def _ms_column(ns: np.ndarray) -> list[Any]:
-    """``_ms`` of every entry of an int ns array (nested lists for 2-D and up): ns / 1e6 is
-    already what ``round(.., 6)`` gives (a whole number of ns has at most 6 decimals in ms)."""
+def _ms_column(ns: np.ndarray) -> np.ndarray | list[Any]:
+    """``_ms`` of every entry of an int ns array, as a float array of that shape (nested
+    lists of Python numbers where a value is too large for that): ns / 1e6 is already what
+    ``round(.., 6)`` gives (a whole number of ns has at most 6 decimals in ms)."""
     ns = np.asarray(ns)
     if ns.size and int(np.abs(ns).max()) >= _EXACT_NS:
         return np.vectorize(_ms, otypes=[object])(ns).tolist()
-    return (ns.astype(np.int64) / 1e6).tolist()
+    return ns.astype(np.int64) / 1e6
 
 
-def _pct_column(part: np.ndarray, whole: np.ndarray) -> list[float]:
+def _pct_column(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
     """``_pct`` of int columns: Python's ``round(x, 3)`` (the double nearest the correctly
     rounded decimal) is ``rint(1000 x) / 1000`` except where ``1000 x`` lies within rounding
     error of a half: those few are rounded by ``round`` itself."""
@@ -146,23 +204,22 @@ def _pct_column(part: np.ndarray, whole: np.ndarray) -> list[float]:
         scaled = value * 1000.0
         fraction = np.abs(scaled - np.trunc(scaled))
         halfway = np.abs(fraction - 0.5) < 1e-9 * np.maximum(1.0, np.abs(scaled))
-    values = (np.rint(scaled) / 1000.0).tolist()
+    values = np.rint(scaled) / 1000.0
     exact = halfway | ~np.isfinite(scaled)
     for k in np.flatnonzero(exact).tolist():
         values[k] = round(float(value[k]), 3)
-    for k in np.flatnonzero(whole == 0).tolist():
-        values[k] = 0.0
+    values[whole == 0] = 0.0
     return values
 
 
-def _np_pct_column(part: np.ndarray, wall: np.ndarray) -> list[list[float]]:
+def _np_pct_column(part: np.ndarray, wall: np.ndarray) -> np.ndarray:
     """``_pct`` of a (devices x steps) int column and each step's wall time, as the scalar
     rule gives it for a numpy part (``round`` of a numpy float is numpy's: ``rint(1000 x) /
     1000`` everywhere); steps with no wall time are 0.0."""
     with np.errstate(divide="ignore", invalid="ignore"):
         value = np.round(100.0 * np.asarray(part, np.float64) / wall[np.newaxis, :], 3)
     value[:, wall == 0] = 0.0
-    return value.tolist()
+    return value
 
 
 def to_document(
@@ -183,8 +240,8 @@ def _plain(section: Any) -> Any:
     return {k: v.dicts() if isinstance(v, Rows) else v for k, v in section.items()}
 
 
-def _encoded(section: Any) -> msgspec.Raw:
-    return msgspec.Raw(_encode(section))
+def _encoded_by(encode: Callable[[Any], bytes]) -> Callable[[Any], msgspec.Raw]:
+    return lambda section: msgspec.Raw(encode(section))
 
 
 def _document(
@@ -440,7 +497,7 @@ def _breakdown(r: Report) -> dict[str, Any]:
     devices = Rows(
         len(b.device),
         {
-            "device": b.device.tolist(),
+            "device": b.device,
             "label": list(b.labels),
             **series,
         },
@@ -462,14 +519,14 @@ def _idle(r: Report) -> dict[str, Any]:
     devices = Rows(
         len(cols.device),
         {
-            "device": cols.device.tolist(),
+            "device": cols.device,
             "label": list(cols.labels),
             "window_ms": _ms_column(cols.window_ns),
             "busy_ms": _ms_column(cols.busy_ns),
             "busy_pct": _pct_column(cols.busy_ns, cols.window_ns),
             "idle_ms": _ms_column(cols.idle_ns),
             "idle_pct": _pct_column(cols.idle_ns, cols.window_ns),
-            "gaps": cols.gaps.tolist(),
+            "gaps": cols.gaps,
             "emulator_overhead_ms": _ms_column(cols.emulator_overhead_ns),
             "by_cause_ms": {
                 c: _ms_column(cols.by_cause_ns[:, k]) for k, c in enumerate(ALL_CAUSES)

@@ -8,9 +8,11 @@ import json
 import math
 
 import msgspec
+import numpy as np
 import pytest
 
 from neuron_profiler.reports import json_report as J
+from neuron_profiler.reports import json_rows
 from neuron_profiler.reports.json_rows import Rows
 
 
@@ -65,6 +67,13 @@ def test_rows_are_written_as_their_dicts() -> None:
     assert J.document_text({"d": rows}) == J.document_text({"d": want})  # indented, escaped
 
 
+def test_few_rows_take_the_struct_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows, want = _array_rows()
+    monkeypatch.setattr(json_rows, "MIN_COLUMN_ROWS", 8)
+    assert isinstance(rows.encodable(), list)
+    assert J._encode(rows) == msgspec.json.encode(want)
+
+
 def test_no_rows_and_rows_without_columns() -> None:
     assert J._encode(Rows(0, {"a": [], "b": {"c": []}})) == b"[]"
     assert Rows(0, {"a": []}).dicts() == []
@@ -83,3 +92,95 @@ def test_plain_section_holds_dicts() -> None:
     rows, want = _rows()
     section = J._plain({"devices": rows, "steps": ["1"]})
     assert json.dumps(section) == json.dumps({"devices": want, "steps": ["1"]})
+
+
+@pytest.fixture(autouse=True)
+def _columns_for_few_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The column path for these few rows too (a report takes it from MIN_COLUMN_ROWS rows)."""
+    monkeypatch.setattr(json_rows, "MIN_COLUMN_ROWS", 1)
+
+
+def _array_rows() -> tuple[Rows, list[dict]]:
+    """numpy columns (a value or a list per row) and lists of strings, as a report holds
+    them: constant columns, few distinct values, one per row, -0.0, NaN, infinities."""
+    n = 7
+    rng = np.random.default_rng(3)
+    labels = [f"device {k}" for k in range(n)]
+    odd = ["a, b", 'quote " ,', "µs 😀", "a, b", "", "\\", "x"]  # commas: no split at them
+    window = rng.integers(0, 10**12, n) / 1e6
+    pct = np.array([0.0, -0.0, 50.0, 0.0, math.nan, math.inf, -math.inf])
+    steps = np.array([[0.0, 1.5], [0.0, 1.5], [2.0, 0.0], [0.0, 0.0]] + [[1e-06, 8e-06]] * 3)
+    rows = Rows(
+        n,
+        {
+            "device": np.arange(n, dtype=np.int64) * 1000,
+            "label": labels,
+            "odd": odd,
+            "window ms": window,
+            "pct": pct,
+            "small": np.arange(n, dtype=np.float32) / 4,
+            "big": np.full(n, 2**64 - 1, np.uint64),
+            "by_cause_ms": {"same": np.zeros(n), "µ": np.full(n, 3, np.int32)},
+            "per_step_ms": {"host": steps, "none": np.zeros((n, 0)), "empty": {}},
+        },
+    )
+    want = [
+        {
+            "device": 1000 * k,
+            "label": labels[k],
+            "odd": odd[k],
+            "window ms": window.tolist()[k],
+            "pct": pct.tolist()[k],
+            "small": k / 4,
+            "big": 2**64 - 1,
+            "by_cause_ms": {"same": 0.0, "µ": 3},
+            "per_step_ms": {"host": steps.tolist()[k], "none": [], "empty": {}},
+        }
+        for k in range(n)
+    ]
+    return rows, want
+
+
+def test_array_columns_are_written_as_their_dicts() -> None:
+    rows, want = _array_rows()
+    assert isinstance(rows.encodable(), msgspec.Raw)  # written from the columns at once
+    assert J._encode({"d": rows}) == msgspec.json.encode({"d": want})
+    assert J.document_text({"d": rows}) == J.document_text({"d": want})  # indented, escaped
+    assert json.dumps(rows.dicts()) == json.dumps(want)
+    one = Rows(1, {k: v[:1] for k, v in rows.columns.items() if not isinstance(v, dict)})
+    assert J._encode(one) == msgspec.json.encode(
+        [{k: v for k, v in want[0].items() if k in one.columns}]
+    )
+
+
+def test_array_columns_of_another_length_are_refused() -> None:
+    with pytest.raises(ValueError):
+        J._encode(Rows(3, {"a": np.arange(3), "b": {"c": np.zeros((2, 2))}}))
+
+
+def test_rows_laid_out_a_chunk_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of 3 rows over 7 (the last one short): the same bytes as the dicts'."""
+    rows, want = _array_rows()
+    monkeypatch.setattr(json_rows, "CHUNK_ROWS", 3)
+    assert J._encode(rows) == msgspec.json.encode(want)
+
+
+@pytest.mark.parametrize("chunk_rows", [2048, 3])
+def test_rows_put_in_indented_at_their_depth(
+    chunk_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's document formats all but the rows, which are written already indented where
+    their placeholders stand: the text msgspec's formatter gives the whole document."""
+    monkeypatch.setattr(json_rows, "CHUNK_ROWS", chunk_rows)  # 3: pieces of 3 rows over 7
+    rows, want = _array_rows()
+    other, other_want = _rows()  # takes the Struct path
+    tag = "\x00rows test "
+
+    def doc(a: object, b: object) -> dict:
+        return {"x": {"y": a, "n": 1}, "z": [b], "w": a}
+
+    formatted = msgspec.json.format(
+        msgspec.json.encode(doc(tag + "0", tag + "1") | {"w": tag + "2"}), indent=1
+    )
+    got = b"".join(J._spliced(formatted, msgspec.json.encode(tag)[1:-1], [rows, other, rows]))
+    assert got == msgspec.json.format(msgspec.json.encode(doc(want, other_want)), indent=1)
