@@ -13,6 +13,8 @@ machine."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,39 +24,56 @@ torch = pytest.importorskip("torch")
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import neuron_profiler.emulator as emu  # noqa: E402
-from neuron_profiler import NEURON  # noqa: E402
 from neuron_profiler.costmodel.chips import chip  # noqa: E402
 from neuron_profiler.emulator import dispatch  # noqa: E402
 
 pytestmark = pytest.mark.torch
-LOOP = 300
 LEFT_OVER = 0.15  # of the emulated per-op host time, after the discount, beyond CPU's + launch
+# Each loop in a fresh interpreter, as a user runs it (enable() calibrates once per process,
+# and no other test's state is in the way).
+SCRIPT = r"""
+import json, sys
+import torch
+from torch.profiler import ProfilerActivity, profile
+import neuron_profiler.emulator as emu
+from neuron_profiler import NEURON
+
+LOOP = 300
+device, op, path = sys.argv[1:4]
+if device == "neuron":
+    emu.enable(cores=1, chip="trn2", numerics=False)
+x, y = torch.zeros(16, 16).to(device), torch.zeros(16, 16).to(device)
+run = {"t": lambda: x.t(), "add": lambda: x.add(y)}[op]
+for _ in range(50):
+    run()
+activities = [ProfilerActivity.CPU] + ([NEURON] if device == "neuron" else [])
+with profile(activities=activities, record_shapes=True) as prof:
+    for _ in range(LOOP):
+        run()
+prof.export_chrome_trace(path)
+events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+ops = [e for e in events if e.get("cat") == "cpu_op"]
+start, end = min(e["ts"] for e in ops), max(e["ts"] + e["dur"] for e in ops)
+overhead = sum(e["dur"] for e in events if e.get("cat") == "overhead" and start <= e["ts"] < end)
+print(json.dumps([(end - start) / LOOP, (end - start - overhead) / LOOP]))
+"""
 
 
 def _per_op_us(device: str, op: str, path: Path) -> tuple[float, float]:
     """(host µs per op over the loop's window, the same less the emulator-overhead spans)."""
-    x, y = torch.zeros(16, 16).to(device), torch.zeros(16, 16).to(device)
-    run = {"t": lambda: x.t(), "add": lambda: x.add(y)}[op]
-    for _ in range(50):
-        run()
-    activities = [ProfilerActivity.CPU] + ([NEURON] if device == "neuron" else [])
-    with profile(activities=activities, record_shapes=True) as prof:
-        for _ in range(LOOP):
-            run()
-    prof.export_chrome_trace(str(path))
-    events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
-    ops = [e for e in events if e.get("cat") == "cpu_op"]
-    start = min(e["ts"] for e in ops)
-    end = max(e["ts"] + e["dur"] for e in ops)
-    overhead = sum(
-        e["dur"] for e in events if e.get("cat") == "overhead" and start <= e["ts"] < end
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, device, op, str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    return (end - start) / LOOP, (end - start - overhead) / LOOP
+    raw, left = json.loads(out.stdout.strip().splitlines()[-1])
+    return raw, left
 
 
 @pytest.mark.parametrize(("op", "kernels"), [("t", 0), ("add", 1)])
 def test_record_shapes_queries_are_emulator_overhead(op: str, kernels: int, tmp_path) -> None:  # noqa: ANN001
-    emu.enable(cores=1, chip="trn2", numerics=False)
     launch_us = kernels * chip("trn2").host_launch_ns / 1e3
     cpu_us, _ = _per_op_us("cpu", op, tmp_path / "cpu.json")
     raw_us, left_us = _per_op_us("neuron", op, tmp_path / "neuron.json")
