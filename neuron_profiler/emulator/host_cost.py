@@ -40,7 +40,7 @@ class Boundary:
     before_ns: int
     after_ns: int
     query_ns: int
-    array_query_ns: int = 0
+    array_query_ns: int
 
 
 class Ledger:
@@ -58,7 +58,7 @@ class Ledger:
 
 
 LEDGER = Ledger()
-_UNCALIBRATED = Boundary(0, 0, 0)  # before enable() calibrated: the timed dispatch only
+_UNCALIBRATED = Boundary(0, 0, 0, 0)  # before enable() calibrated: the timed dispatch only
 
 
 def account(timeline: Any, core: int, op: str, launches: bool, begin_ns: int, end_ns: int) -> None:
