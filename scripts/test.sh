@@ -3,7 +3,8 @@
 # when missing and run as root: CI), lint and format checks (Python: ruff; the C++ bridge and
 # the emulator's allocator: clang-format), then the whole test suite, test files spread over up
 # to 4 processes
-# (pytest-xdist; a file's tests stay in one process, so its module fixtures run once).
+# (pytest-xdist; a file's tests stay in one process, so its module fixtures run once), handed
+# out longest file first (tests/conftest.py's LONGEST_FILES; xdist's own reorder off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh torch,test,explorer
@@ -13,4 +14,4 @@ bash scripts/browser.sh
 .venv/bin/clang-format --dry-run --Werror neuron_profiler/collectors/_kineto/*.h \
   neuron_profiler/collectors/_kineto/*.cpp neuron_profiler/emulator/_allocator/*.cpp
 workers=$(.venv/bin/python -c "import os; print(min(4, os.cpu_count() or 1))")
-.venv/bin/python -m pytest -q -n "$workers" --dist loadfile "$@"
+.venv/bin/python -m pytest -q -n "$workers" --dist loadfile --no-loadscope-reorder "$@"

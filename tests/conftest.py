@@ -33,6 +33,68 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+# The longest test files, longest first (seconds of their tests summed, `pytest --durations=0`
+# on the 2-core development machine). scripts/test.sh runs xdist with --no-loadscope-reorder,
+# so files go to the workers in collection order, one at a time as each worker runs short: the
+# longest first leaves the short files to even out the end (longest-processing-time
+# scheduling). By xdist's default order (most tests first) a long file of few tests came last
+# and ran alone while the other worker idled. A stale entry costs only order, never a test.
+LONGEST_FILES = (
+    "tests/integration/test_tb_plugin_browser.py",  # 42 s
+    "tests/integration/test_on_demand_capture.py",  # 30 s
+    "tests/integration/test_collector_unavailable.py",  # 27 s
+    "tests/unit/test_fuzz_cli.py",  # 26 s
+    "tests/integration/test_emulator_fsdp.py",  # 24 s
+    "tests/integration/test_collector_fsdp.py",  # 23 s
+    "tests/integration/test_chrome_roundtrip.py",  # 21 s
+    "tests/integration/test_collector_demo.py",  # 19 s
+    "tests/integration/test_compiled_graph_trace.py",  # 19 s
+    "tests/integration/test_emulator_collective_coupling.py",  # 17 s
+    "tests/integration/test_emulator_compile.py",  # 16 s
+    "tests/integration/test_kineto_on_demand.py",  # 14 s
+    "tests/integration/test_analysis_tb_profiler.py",  # 13 s
+    "tests/integration/test_analysis_multirank_emulator.py",  # 13 s
+    "tests/integration/test_diff_modules_emulator.py",  # 9 s
+    "tests/integration/test_analysis_memory_shared.py",  # 9 s
+    "tests/unit/test_emulator_device.py",  # 9 s
+    "tests/integration/test_perfetto_shared.py",  # 8 s
+    "tests/unit/test_cli_safety.py",  # 8 s
+    "tests/integration/test_emulator_timing_hybrid.py",  # 8 s
+    "tests/integration/test_analysis_injected.py",  # 8 s
+    "tests/integration/test_html_browser.py",  # 8 s
+    "tests/integration/test_diff_emulator.py",  # 8 s
+    "tests/integration/test_collector_ddp.py",  # 8 s
+    "tests/integration/test_analysis_hta.py",  # 7 s
+    "tests/integration/test_emulator_timing_opinfo.py",  # 7 s
+    "tests/integration/test_emulator_ddp_device.py",  # 6 s
+    "tests/unit/test_long_names.py",  # 6 s
+    "tests/unit/test_collector_build.py",  # 6 s
+    "tests/unit/test_explorer_cli.py",  # 6 s
+    "tests/integration/test_placement_parity.py",  # 6 s
+    "tests/integration/test_emulator_ddp.py",  # 6 s
+    "tests/integration/test_emulator_timing_mode.py",  # 6 s
+    "tests/integration/test_emulator_default_backend.py",  # 6 s
+    "tests/integration/test_fallback_native.py",  # 5 s
+    "tests/integration/test_hta_compat.py",  # 5 s
+    "tests/integration/test_analysis_emulator.py",  # 5 s
+    "tests/integration/test_diff_shared.py",  # 5 s
+    "tests/integration/test_tb_frontend_browser.py",  # 5 s
+    "tests/integration/test_projection_compiled_modules_emulator.py",  # 4 s
+    "tests/integration/test_analysis_multirank_shared.py",  # 4 s
+    "tests/integration/test_analysis_emulator_host_cost.py",  # 4 s
+    "tests/integration/test_analysis_shared.py",  # 4 s
+    "tests/integration/test_load_shared_traces.py",  # 4 s
+    "tests/integration/test_collector_emulator.py",  # 4 s
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of LONGEST_FILES first, in its order; the rest as collected (a stable sort:
+    each file's tests stay together and in order)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 def shared_traces_dir() -> Path:
     """../shared/traces, or skip (fail under CI=true, where it must exist)."""
     if SHARED_TRACES.is_dir():
