@@ -8,6 +8,7 @@ host time)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 from ranks import run_ranks
@@ -79,6 +80,20 @@ def _run(tmp_path, variant: str) -> list[dict]:
     return [json.loads((tmp_path / f"{variant}{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], list[dict]]:
+    """Each variant's run, made once: the tests read different things from the same ranks'
+    events (a run of two rank processes costs ~5 s)."""
+    made: dict[str, list[dict]] = {}
+
+    def run(variant: str) -> list[dict]:
+        if variant not in made:
+            made[variant] = _run(tmp_path_factory.mktemp(variant), variant)
+        return made[variant]
+
+    return run
+
+
 def _spans(run: dict, event_type: str) -> list[tuple[int, int, dict]]:
     """(start, end, start event data) per span of this type, on the host clock."""
     starts, out = {}, []
@@ -109,8 +124,8 @@ def _per_step(run: dict, event_type: str) -> list[float]:
 
 
 @pytest.mark.parametrize("variant", ["host_bound", "device_bound"])
-def test_early_rank_waits_on_the_device_late_rank_does_not(tmp_path, variant: str) -> None:
-    ranks = _run(tmp_path, variant)
+def test_early_rank_waits_on_the_device_late_rank_does_not(runs, variant: str) -> None:
+    ranks = runs(variant)
     model = RooflineModel(chip("trn2"), speed_factor=1.0)
     allreduce_ms = model.collective_ns(nbytes=NUMEL * 4, world=2, collective="allreduce") / 1e6
     per_rank = []
@@ -150,12 +165,12 @@ def test_early_rank_waits_on_the_device_late_rank_does_not(tmp_path, variant: st
             assert all(d >= 2 * h for d, h in zip(device, host, strict=True)), (device, host)
 
 
-def test_trace_shows_the_wait_as_collective_wait_on_the_collective_thread(tmp_path) -> None:
+def test_trace_shows_the_wait_as_collective_wait_on_the_collective_thread(runs) -> None:
     from neuron_profiler.runtime_trace.parser import parse_system_trace
     from neuron_profiler.runtime_trace.placement import HostOps, place
     from neuron_profiler.trace import vocabulary as V
 
-    run = _run(tmp_path, "host_bound")[0]  # rank 0: the early one
+    run = runs("host_bound")[0]  # rank 0: the early one
     payload = json.dumps({"events": run["events"], "data_version": F.DATA_VERSION}).encode()
     placed = place(parse_system_trace(payload), host_ops=HostOps.empty(), host_pid=1)
     names = [placed.names[i] for i in placed.name_id]
