@@ -141,6 +141,15 @@ def test_sigusr2_is_no_kineto_trigger_it_ends_the_process(
     assert "Unrecognized config line: ENABLE_SIGUSR2=YES" in "".join(output)
 
 
+def _written(directory: Path) -> bool:
+    """The capture is there and whole: Kineto writes to a temporary name and renames, and a
+    file caught mid-write does not parse."""
+    try:
+        return "traceEvents" in _load_capture(directory)
+    except (ValueError, OSError):  # not there yet (unpacking none), or not whole
+        return False
+
+
 def _load_capture(directory: Path) -> dict:
     (path,) = directory.glob("daemon_trace*.json")  # Kineto adds the pid to the name
     return json.loads(path.read_text())
@@ -154,12 +163,7 @@ def test_daemon_capture_has_neuron_events_linked_to_their_ops(
     try:
         pid = _wait_ready(proc)
         fake.trigger(pid, REQUEST.format(log=tmp_path / "daemon_trace.json"))
-        _wait_for(
-            lambda: any(tmp_path.glob("daemon_trace*.json")),
-            CAPTURE_TIMEOUT_S,
-            "Kineto's on-demand trace",
-        )
-        time.sleep(1.0)  # Kineto writes to a temporary name and renames; let it finish
+        _wait_for(lambda: _written(tmp_path), CAPTURE_TIMEOUT_S, "Kineto's on-demand trace")
     finally:
         _finish(proc, tmp_path)
     assert fake.delivered == [pid]
