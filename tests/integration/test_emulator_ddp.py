@@ -1,5 +1,8 @@
-"""Two processes train with DDP over gloo on the emulated device: results equal a CPU reference
-on the full batch, and both ranks emit collective (cc_running) events with the group's ranks."""
+"""Two processes train with DDP on the emulated device, as the example of docs/emulator.md
+does: ``init_process_group()`` with no backend (gloo, from torch's default-backend table), a DDP
+training loop, a host-memory collective and a barrier on the same group. Results equal a CPU
+reference on the full batch, and both ranks emit collective (cc_running) events with the group's
+ranks. (One run of the ranks for all three tests: a run costs ~5 s of start-up.)"""
 
 from __future__ import annotations
 
@@ -17,14 +20,14 @@ from neuron_profiler.runtime_trace import format as F  # noqa: E402
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 WORKER = r"""
-import os, sys
+import sys
 import torch, torch.distributed as dist
 import neuron_profiler.emulator as emu
 from neuron_profiler.emulator.runtime import get_runtime
 
 emu.enable(cores=1)
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dist.init_process_group("gloo", rank=rank, world_size=world)
+dist.init_process_group()  # no backend: gloo (RANK, WORLD_SIZE, MASTER_* from the environment)
+rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
 ddp = torch.nn.parallel.DistributedDataParallel(model.to("neuron"))
@@ -42,9 +45,13 @@ for _ in range(3):
 t = torch.full((3,), float(rank + 1), device="neuron")
 dist.all_reduce(t)  # synchronous API: the host waits for the collective
 rt.sys_trace_stop()
+host = torch.full((2,), float(rank + 1))
+dist.all_reduce(host)  # a host-memory collective on the same group
+dist.barrier()
 out = sys.argv[1]
 open(out + ".events.json", "wb").write(rt.sys_trace_fetch())
-torch.save({"params": [p.detach().cpu() for p in model.parameters()], "sum": t.cpu()},
+torch.save({"params": [p.detach().cpu() for p in model.parameters()], "sum": t.cpu(),
+            "host": host, "default": dist.get_default_backend_for_device("neuron")},
            out + ".pt")
 dist.destroy_process_group()
 """
@@ -77,6 +84,13 @@ def test_ddp_results_equal_full_batch_cpu_reference(ranks: list[Path]) -> None:
         assert torch.equal(saved["sum"], torch.full((3,), 3.0))
         for p, q in zip(saved["params"], ref, strict=True):
             torch.testing.assert_close(p, q)
+
+
+def test_the_default_backend_is_gloo_and_host_collectives_work(ranks: list[Path]) -> None:
+    for prefix in ranks:
+        saved = torch.load(str(prefix) + ".pt")
+        assert saved["default"] == "gloo"
+        assert torch.equal(saved["host"], torch.full((2,), 3.0))  # 1 + 2
 
 
 def test_both_ranks_emit_collective_events(ranks: list[Path]) -> None:
