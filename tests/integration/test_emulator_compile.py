@@ -311,9 +311,7 @@ class _Decoder(torch.nn.Module):
 
 
 def test_decoder_at_growing_sequence_lengths_dynamic_shapes() -> None:
-    # one block: a recompile would come from the lengths, not the depth (two blocks doubled the
-    # tracing time for the same answer)
-    ref, dev = _pair(lambda: _Decoder(layers=1))
+    ref, dev = _pair(_Decoder)
     ref.eval()
     dev.eval()
     fast = torch.compile(dev, backend="neuron", dynamic=True)
@@ -352,7 +350,7 @@ def test_hugging_face_causal_lm_training_step_equals_eager() -> None:
         vocab_size=96,
         n_positions=32,
         n_embd=32,
-        n_layer=1,  # one block: Inductor traces each block, and equality does not need two
+        n_layer=2,
         n_head=4,
         resid_pdrop=0.0,
         embd_pdrop=0.0,
