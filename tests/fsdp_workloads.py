@@ -181,6 +181,7 @@ def train(
     *,
     clip: float | None = 1.0,
     adam: bool = True,
+    group=None,  # noqa: ANN001 - the ranks' process group (None: the default group)
 ) -> list[float]:
     """AdamW (lr 1e-2) or SGD (lr 0.1) steps on this rank's slice of each global batch; returns
     the global mean loss of each step (all-reduced: every rank reports the same figure).
@@ -207,7 +208,7 @@ def train(
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         total = loss.detach().clone()
-        dist.all_reduce(total)
+        dist.all_reduce(total, group=group)
         losses.append(total.item() / world)
     return losses
 

@@ -3,6 +3,7 @@
 
     python tests/injected_workloads.py timing OUT_DIR     # OUT_DIR/<workload>.json, timing mode
     python tests/injected_workloads.py numerics OUT_DIR   # OUT_DIR/numerics.json
+    python tests/injected_workloads.py timing,numerics OUT_DIR   # both, in one process
 
 One emulated NeuronCore (trn2, speed factor 1), ``STEPS`` profiled steps after one warm-up step.
 The constants are the injected truth the tests check against; importing this module does not
@@ -201,12 +202,15 @@ def numerics(path: Path) -> None:
     _profile(path, step)
 
 
-def main(mode: str, out: Path) -> None:
+def main(modes: str, out: Path) -> None:
+    """Each mode in turn (comma-separated), the emulator re-enabled in it: one process for
+    both saves a torch start-up, and each workload makes its own tensors in its own mode."""
     from neuron_profiler import emulator
 
-    emulator.enable(cores=1, chip="trn2", speed_factor=1.0, numerics=mode == "numerics")
-    for name in WORKLOADS if mode == "timing" else ("numerics",):
-        globals()[name](out / f"{name}.json")
+    for mode in modes.split(","):
+        emulator.enable(cores=1, chip="trn2", speed_factor=1.0, numerics=mode == "numerics")
+        for name in WORKLOADS if mode == "timing" else ("numerics",):
+            globals()[name](out / f"{name}.json")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,7 @@ test can tell which steps a capture covered, independently of the profiler's own
 
     python tests/on_demand_workload.py DIR [--ranks N --rank R --port P] [--max-steps S]
 
-Prints "armed <pid>" once armed. Stops after S steps, or when DIR/stop exists. ``--idle``:
-armed, but no step ever comes (a request is never taken).
+Prints "armed <pid>" once armed. Stops after S steps, or when DIR/stop exists.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--max-steps", type=int, default=3000)
-    parser.add_argument("--idle", action="store_true", help="arm, then never step")
     args = parser.parse_args()
 
     import torch
@@ -49,10 +47,6 @@ def main() -> None:
     x, y = torch.randn(32, 64, device=dev), torch.randint(0, 8, (32,), device=dev)
     print(f"armed {os.getpid()}", flush=True)
     stop = args.dir / "stop"
-    while args.idle and not stop.exists():
-        time.sleep(0.1)
-    if args.idle:
-        args.max_steps = 0
     for i in range(args.max_steps):
         with torch.profiler.record_function(f"train_step_{i}"):
             opt.zero_grad()

@@ -37,55 +37,72 @@ emu.enable(cores=1, speed_factor=1.0, numerics=False)
 from neuron_profiler import NEURON
 from torch.profiler import ProfilerActivity, profile, schedule
 torch.set_num_threads(1)  # two ranks share this machine's cores
-out, n, base, extra, steps, delay_ms = sys.argv[1], *map(int, sys.argv[2:7])
+n, steps = int(sys.argv[1]), int(sys.argv[2])
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 dist.init_process_group("gloo", rank=rank, world_size=world)
 a = torch.ones(n, n, device="neuron")
 t = torch.ones(1024, device="neuron")
 
 
-def step():
-    if rank == 1 and delay_ms:  # host work before the step's launches: the device idles
-        time.sleep(delay_ms / 1e3)
-    x = a
-    for _ in range(base + (extra if rank == 1 else 0)):
-        x = x @ a
-    dist.all_reduce(t)
-    t.sum().item()
+def run(out, base, extra, delay_ms):
+    def step():
+        if rank == 1 and delay_ms:  # host work before the step's launches: the device idles
+            time.sleep(delay_ms / 1e3)
+        x = a
+        for _ in range(base + (extra if rank == 1 else 0)):
+            x = x @ a
+        dist.all_reduce(t)
+        t.sum().item()
+
+    step()  # warm
+    with profile(activities=[ProfilerActivity.CPU, NEURON],
+                 schedule=schedule(wait=0, warmup=1, active=steps),
+                 on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
+        for _ in range(steps + 1):
+            step()
+            prof.step()
 
 
-step()  # warm
-with profile(activities=[ProfilerActivity.CPU, NEURON],
-             schedule=schedule(wait=0, warmup=1, active=steps),
-             on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
-    for _ in range(steps + 1):
-        step()
-        prof.step()
+# the runs one after the other in the same ranks (a launch of two ranks costs ~4 s), each
+# profile a session of its own, each starting from drained queues (the steps end in .item())
+for spec in sys.argv[3:]:
+    out, base, extra, delay_ms = spec.split(",")
+    run(out, int(base), int(extra), int(delay_ms))
 dist.destroy_process_group()
 """
+RUNS = {  # folder: (matmuls per step, more on rank 1, rank 1's host delay in ms)
+    "straggler": (BASE, EXTRA, 0),
+    "host_straggler": (HOST_BASE, 0, DELAY_MS),
+}
 
 
-def _run(tmp: Path, base: int, extra: int, delay_ms: int) -> list[Path]:
-    (tmp / "ranks").mkdir()  # the rank directory: the traces alone
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    """Each run's rank directory (the traces alone), both runs made by one launch."""
+    tmp = tmp_path_factory.mktemp("multirank")
+    files = {name: [tmp / name / f"rank{r}.pt.trace.json" for r in range(2)] for name in RUNS}
+    for name in RUNS:
+        (tmp / name).mkdir()
     run_ranks(
         WORKER,
         lambda r: [
-            str(tmp / "ranks" / f"rank{r}.pt.trace.json"),
-            *map(str, (N, base, extra, STEPS, delay_ms)),
+            str(N),
+            str(STEPS),
+            *(",".join(map(str, (files[name][r], *spec))) for name, spec in RUNS.items()),
         ],
         tmp,
     )
-    return [tmp / "ranks" / f"rank{r}.pt.trace.json" for r in range(2)]
+    return files
 
 
 @pytest.fixture(scope="module")
-def rank_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return _run(tmp_path_factory.mktemp("straggler"), BASE, EXTRA, 0)
+def rank_files(runs: dict[str, list[Path]]) -> list[Path]:
+    return runs["straggler"]
 
 
 @pytest.fixture(scope="module")
-def host_late_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return _run(tmp_path_factory.mktemp("host_straggler"), HOST_BASE, 0, DELAY_MS)
+def host_late_files(runs: dict[str, list[Path]]) -> list[Path]:
+    return runs["host_straggler"]
 
 
 def _mm_ms() -> float:

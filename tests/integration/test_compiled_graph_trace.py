@@ -23,34 +23,99 @@ import torch
 from neuron_profiler import emulator
 emulator.enable(cores=1, numerics=False)
 from neuron_profiler import NEURON
-from torch.profiler import ProfilerActivity, profile
-out = Path(sys.argv[1])
+from torch.profiler import ProfilerActivity, profile, schedule
+STEPS = int(sys.argv[2])
 
-def f(x, w):
-    return (x @ w).sin().cos().exp()
 
-fast = torch.compile(f, backend="neuron")
-x, w = torch.randn(512, 512).to("neuron"), torch.randn(512, 512).to("neuron")
-fast(x, w)  # compile outside the profile
-torch.neuron.synchronize()
-with profile(activities=[ProfilerActivity.CPU, NEURON]) as p:
-    fast(x, w)
+def graph(out):
+    def f(x, w):
+        return (x @ w).sin().cos().exp()
+
+    fast = torch.compile(f, backend="neuron")
+    x, w = torch.randn(512, 512).to("neuron"), torch.randn(512, 512).to("neuron")
+    fast(x, w)  # compile outside the profile
     torch.neuron.synchronize()
-p.export_chrome_trace(str(out / "trace.json"))
-rows = {e.key: [e.device_time_total, e.self_device_time_total, bool(e.is_user_annotation)]
-        for e in p.key_averages()}
-(out / "averages.json").write_text(json.dumps(rows))
+    with profile(activities=[ProfilerActivity.CPU, NEURON]) as p:
+        fast(x, w)
+        torch.neuron.synchronize()
+    p.export_chrome_trace(str(out / "trace.json"))
+    rows = {e.key: [e.device_time_total, e.self_device_time_total, bool(e.is_user_annotation)]
+            for e in p.key_averages()}
+    (out / "averages.json").write_text(json.dumps(rows))
+
+
+def train(out, backend):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256)
+    ).to("neuron")
+    fast = torch.compile(model, **({} if backend == "inductor" else {"backend": backend}))
+    x = torch.randn(128, 256).to("neuron")
+
+    def step():
+        fast(x).square().mean().backward()
+        torch.neuron.synchronize()
+
+    step()  # compile outside the profile
+
+    def ready(p):
+        p.export_chrome_trace(str(out / "trace.json"))
+        rows = [
+            {"key": e.key, "self": e.self_device_time_total,
+             "op": e.device_type == torch.autograd.DeviceType.CPU,
+             "annotation": bool(e.is_user_annotation)}
+            for e in p.key_averages()
+        ]
+        (out / "averages.json").write_text(json.dumps(rows))
+
+    with profile(
+        activities=[ProfilerActivity.CPU, NEURON],
+        schedule=schedule(wait=0, warmup=1, active=STEPS, repeat=1),
+        on_trace_ready=ready,
+    ) as p:
+        for _ in range(1 + STEPS):
+            step()
+            p.step()
+
+
+# one process for the three runs (each profile is a session of its own, each compiled function
+# a graph of its own): a process per run cost a torch start-up each, ~4 s
+out = Path(sys.argv[1])
+graph(out / "graph")
+for backend in BACKENDS:
+    torch._dynamo.reset()
+    train(out / backend, backend)
 """
+STEPS = 2
+BACKENDS = ("neuron", "inductor")
 
 
 @pytest.fixture(scope="module")
-def profiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A compiled function profiled once (``graph/``), and two profiled training steps (forward
+    and backward graphs) compiled with each backend (``neuron/``, ``inductor/``)."""
     out = tmp_path_factory.mktemp("compiled")
+    for name in ("graph", *BACKENDS):
+        (out / name).mkdir()
+    script = SCRIPT.replace("BACKENDS", repr(BACKENDS))
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(out)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", script, str(out), str(STEPS)],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
+
+
+@pytest.fixture
+def profiled(runs: Path) -> Path:
+    return runs / "graph"
+
+
+@pytest.fixture(params=BACKENDS)
+def trained(request: pytest.FixtureRequest, runs: Path) -> Path:
+    return runs / request.param
 
 
 def test_graph_ops_are_nested_in_their_execution(profiled: Path) -> None:
@@ -88,65 +153,6 @@ def test_key_averages_counts_the_execution_once(profiled: Path) -> None:
     assert len(nested) == 4
     region = [k for k in rows if "Compiled" in k and rows[k][0] > 0]
     assert region and max(rows[k][0] for k in region) == pytest.approx(graph["dur"], rel=0.01)
-
-
-TRAIN = r"""
-import json, sys
-from pathlib import Path
-import torch
-from neuron_profiler import emulator
-emulator.enable(cores=1, numerics=False)
-from neuron_profiler import NEURON
-from torch.profiler import ProfilerActivity, profile, schedule
-out, backend = Path(sys.argv[1]), sys.argv[2]
-torch.manual_seed(0)
-model = torch.nn.Sequential(
-    torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256)
-).to("neuron")
-fast = torch.compile(model, **({} if backend == "inductor" else {"backend": backend}))
-x = torch.randn(128, 256).to("neuron")
-
-def step():
-    fast(x).square().mean().backward()
-    torch.neuron.synchronize()
-
-step()  # compile outside the profile
-
-def ready(p):
-    p.export_chrome_trace(str(out / "trace.json"))
-    rows = [
-        {"key": e.key, "self": e.self_device_time_total,
-         "op": e.device_type == torch.autograd.DeviceType.CPU,
-         "annotation": bool(e.is_user_annotation)}
-        for e in p.key_averages()
-    ]
-    (out / "averages.json").write_text(json.dumps(rows))
-
-with profile(
-    activities=[ProfilerActivity.CPU, NEURON],
-    schedule=schedule(wait=0, warmup=1, active=STEPS, repeat=1),
-    on_trace_ready=ready,
-) as p:
-    for _ in range(1 + STEPS):
-        step()
-        p.step()
-"""
-STEPS = 2
-
-
-@pytest.fixture(scope="module", params=["neuron", "inductor"])
-def trained(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two profiled training steps (forward and backward graphs) compiled with one backend."""
-    out = tmp_path_factory.mktemp(f"train-{request.param}")
-    script = TRAIN.replace("STEPS", str(STEPS))
-    proc = subprocess.run(
-        [sys.executable, "-c", script, str(out), request.param],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
 
 
 def test_self_device_time_counts_each_device_microsecond_once(trained: Path) -> None:

@@ -22,61 +22,75 @@ from neuron_profiler.runtime_trace import format as F  # noqa: E402
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 STEPS, NUMEL = 4, 1024
 
+VARIANTS = ("host_bound", "device_bound")
+
 WORKER = r"""
 import json, os, sys, time
 import torch, torch.distributed as dist
 import neuron_profiler.emulator as emu
 from neuron_profiler.emulator.runtime import get_runtime
 
-variant, steps, numel = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+out, steps, numel = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 torch.set_num_threads(1)  # two ranks share this machine's cores
-emu.enable(cores=1, speed_factor=1.0, numerics=(variant == "host_bound"))
+emu.enable(cores=1, speed_factor=1.0)
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 dist.init_process_group("gloo", rank=rank, world_size=world)
 rt = get_runtime()
-t = torch.ones(numel, device="neuron")
-if variant == "host_bound":
-    w = torch.randn(64, 64, device="neuron")
-else:
-    a = torch.ones(4096, 4096, device="neuron")
 
 
-def step():
+def run(variant):
+    emu.enable(cores=1, speed_factor=1.0, numerics=(variant == "host_bound"))
+    t = torch.ones(numel, device="neuron")
     if variant == "host_bound":
-        (w @ w).relu().sum()
-        if rank == 1:
-            time.sleep(0.02)
+        w = torch.randn(64, 64, device="neuron")
     else:
-        if rank == 1:
-            time.sleep(0.02)
-        x = a
-        for _ in range(24):  # ~80 ms of modelled device work: >= 2x the host's 20 ms + launches
-            x = x @ a
-    dist.all_reduce(t)
-    t.sum().item()
+        a = torch.ones(4096, 4096, device="neuron")
+
+    def step():
+        if variant == "host_bound":
+            (w @ w).relu().sum()
+            if rank == 1:
+                time.sleep(0.02)
+        else:
+            if rank == 1:
+                time.sleep(0.02)
+            x = a
+            for _ in range(24):  # ~80 ms of modelled device work: >= 2x the host's 20 ms + launches
+                x = x @ a
+        dist.all_reduce(t)
+        t.sum().item()
+
+    step()  # warm
+    bounds = []
+    rt.sys_trace_start()
+    for _ in range(steps):
+        t0 = time.time_ns()
+        step()
+        bounds.append((t0, time.time_ns()))
+    rt.sys_trace_stop()
+    events = json.loads(rt.sys_trace_fetch())["events"]
+    return {"bounds": bounds, "events": events, "epoch": rt.nc_epoch_ns}
 
 
-step()  # warm
-bounds = []
-rt.sys_trace_start()
-for _ in range(steps):
-    t0 = time.time_ns()
-    step()
-    bounds.append((t0, time.time_ns()))
-rt.sys_trace_stop()
-events = json.loads(rt.sys_trace_fetch())["events"]
-json.dump({"bounds": bounds, "events": events, "epoch": rt.nc_epoch_ns}, open(sys.argv[1], "w"))
+# both variants in the same ranks, one after the other, each in its own mode (enable() again)
+# and from drained queues (the steps end in .item()): a launch of two ranks costs ~5 s
+json.dump({variant: run(variant) for variant in sys.argv[4:]}, open(out, "w"))
 dist.destroy_process_group()
 """
 
 
-def _run(tmp_path, variant: str) -> list[dict]:
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
+    """Each variant's run on both ranks (by variant, then rank), from one launch: the tests
+    read different things from the same ranks' events."""
+    tmp = tmp_path_factory.mktemp("coupling")
     run_ranks(
         WORKER,
-        lambda r: [str(tmp_path / f"{variant}{r}.json"), variant, str(STEPS), str(NUMEL)],
-        tmp_path,
+        lambda r: [str(tmp / f"rank{r}.json"), str(STEPS), str(NUMEL), *VARIANTS],
+        tmp,
     )
-    return [json.loads((tmp_path / f"{variant}{r}.json").read_text()) for r in range(2)]
+    ranks = [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(2)]
+    return {variant: [rank[variant] for rank in ranks] for variant in VARIANTS}
 
 
 def _spans(run: dict, event_type: str) -> list[tuple[int, int, dict]]:
@@ -108,9 +122,9 @@ def _per_step(run: dict, event_type: str) -> list[float]:
     ]
 
 
-@pytest.mark.parametrize("variant", ["host_bound", "device_bound"])
-def test_early_rank_waits_on_the_device_late_rank_does_not(tmp_path, variant: str) -> None:
-    ranks = _run(tmp_path, variant)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_early_rank_waits_on_the_device_late_rank_does_not(runs, variant: str) -> None:
+    ranks = runs[variant]
     model = RooflineModel(chip("trn2"), speed_factor=1.0)
     allreduce_ms = model.collective_ns(nbytes=NUMEL * 4, world=2, collective="allreduce") / 1e6
     per_rank = []
@@ -150,12 +164,12 @@ def test_early_rank_waits_on_the_device_late_rank_does_not(tmp_path, variant: st
             assert all(d >= 2 * h for d, h in zip(device, host, strict=True)), (device, host)
 
 
-def test_trace_shows_the_wait_as_collective_wait_on_the_collective_thread(tmp_path) -> None:
+def test_trace_shows_the_wait_as_collective_wait_on_the_collective_thread(runs) -> None:
     from neuron_profiler.runtime_trace.parser import parse_system_trace
     from neuron_profiler.runtime_trace.placement import HostOps, place
     from neuron_profiler.trace import vocabulary as V
 
-    run = _run(tmp_path, "host_bound")[0]  # rank 0: the early one
+    run = runs["host_bound"][0]  # rank 0: the early one
     payload = json.dumps({"events": run["events"], "data_version": F.DATA_VERSION}).encode()
     placed = place(parse_system_trace(payload), host_ops=HostOps.empty(), host_pid=1)
     names = [placed.names[i] for i in placed.name_id]

@@ -7,7 +7,8 @@ activation checkpointing, AdamW, ``clip_grad_norm_`` over DTensor gradients) wit
 ``reshard_after_forward`` True and False, and with a bf16-params / fp32-reduce mixed precision
 policy (SGD there: fsdp_workloads.train); an MLP sharded from a CPU module (FSDP moves it: ``param.data = param.to(device)``);
 a DCP checkpoint round trip with ``get_model_state_dict`` / ``set_model_state_dict``; FSDP1 with
-``device_id``. Two ranks, and four ranks for the MLP."""
+``device_id``. Two ranks, and four ranks for the MLP: one launch of four rank processes, the
+two-rank scenarios on a mesh of ranks 0 and 1 (their own process group)."""
 
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecisionPolicy, fully_shard
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-dist.init_process_group("gloo", rank=rank, world_size=world)
-steps, scenarios = int(sys.argv[3]), sys.argv[4].split(",")
+global_rank, global_world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo", rank=global_rank, world_size=global_world)
+steps = int(sys.argv[3])
 cfg = W.LlamaConfig()
 MIXED = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 
@@ -56,8 +57,13 @@ def shard_mlp(model, mesh):
 
 def llama(device, mesh, adam=True, **kw):
     model = W.shard_llama(on(device, W.make_llama(cfg)), mesh, **kw)
-    losses = W.train(model, W.llama_batches(cfg, steps, 4), device, rank, world, adam=adam)
+    losses = train(model, W.llama_batches(cfg, steps, 4), device, mesh, adam=adam)
     return losses, W.full_params(model)
+
+
+def train(model, batches, device, mesh, **kw):  # over the mesh's ranks, as their group
+    group = mesh.get_group()
+    return W.train(model, batches, device, mesh.get_local_rank(), mesh.size(), group=group, **kw)
 
 
 def run(scenario, device, mesh, tmp):
@@ -66,71 +72,95 @@ def run(scenario, device, mesh, tmp):
     if scenario == "no_reshard":
         return llama(device, mesh, reshard_after_forward=False)
     if scenario == "mixed":
-        return llama(device, mesh, mp_policy=MIXED, adam=False)  # bf16: see train()
+        return llama(device, mesh, mp_policy=MIXED, adam=False)  # bf16: see W.train()
     if scenario == "mlp_from_cpu":  # FSDP moves the CPU module's parameters to the mesh's device
         model = shard_mlp(W.make_mlp(), mesh)
-        losses = W.train(model, W.mlp_batches(steps, 8), device, rank, world)
+        losses = train(model, W.mlp_batches(steps, 8), device, mesh)
         return losses, W.full_params(model)
     if scenario == "checkpoint":
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
             get_model_state_dict, set_model_state_dict)
 
+        group = mesh.get_group()
         model = shard_mlp(on(device, W.make_mlp()), mesh)
-        W.train(model, W.mlp_batches(steps, 8), device, rank, world)
+        train(model, W.mlp_batches(steps, 8), device, mesh)
         saved = W.full_params(model)
-        dcp.save(get_model_state_dict(model), checkpoint_id=os.path.join(tmp, device))
+        path = os.path.join(tmp, device)
+        dcp.save(get_model_state_dict(model), checkpoint_id=path, process_group=group)
         fresh = shard_mlp(on(device, W.make_mlp(seed=7)), mesh)
         state = get_model_state_dict(fresh)
-        dcp.load(state, checkpoint_id=os.path.join(tmp, device))
+        dcp.load(state, checkpoint_id=path, process_group=group)
         set_model_state_dict(fresh, state)
         loaded = W.full_params(fresh)
         assert all(torch.equal(saved[k], loaded[k]) for k in saved), "DCP round trip"
-        losses = W.train(fresh, W.mlp_batches(1, 8, seed=3), device, rank, world)
+        losses = train(fresh, W.mlp_batches(1, 8, seed=3), device, mesh)
         return losses, {**loaded, **{"after." + k: v for k, v in W.full_params(fresh).items()}}
     if scenario == "fsdp1":
         target = torch.device("neuron", 0) if device == "neuron" else torch.device("cpu")
-        model = FullyShardedDataParallel(W.make_mlp(), device_id=target, use_orig_params=True)
-        losses = W.train(model, W.mlp_batches(steps, 8), device, rank, world)
+        model = FullyShardedDataParallel(
+            W.make_mlp(), device_id=target, use_orig_params=True, process_group=mesh.get_group()
+        )
+        losses = train(model, W.mlp_batches(steps, 8), device, mesh)
         with FullyShardedDataParallel.summon_full_params(model):
             params = {k: v.detach().cpu().clone() for k, v in model.named_parameters()}
         return losses, params
     raise ValueError(scenario)
 
 
-results = {}
+# One launch of four ranks for both worlds (a launch costs each rank a torch start-up): the
+# four-rank scenarios on a mesh of all four, then the two-rank ones on ranks 0 and 1 only, as a
+# mesh of their own (the "shard" dimension of a 2 x 2 mesh: every rank makes the meshes, ranks 2
+# and 3 are done once the four-rank scenarios are).
+meshes = {}
 for device in ("cpu", "neuron"):
-    mesh = init_device_mesh(device, (world,))
-    for scenario in scenarios:
-        with sdpa_kernel(SDPBackend.MATH):  # the emulator's attention path, on CPU too
-            results[(scenario, device)] = run(scenario, device, mesh, sys.argv[5])
+    pairs = init_device_mesh(device, (global_world // 2, 2), mesh_dim_names=("pair", "shard"))
+    meshes[device] = {global_world: init_device_mesh(device, (global_world,)), 2: pairs["shard"]}
+results = {}
+for world, scenarios in ((global_world, sys.argv[6]), (2, sys.argv[4])):
+    if world == 2 and global_rank >= 2:
+        break
+    for device in ("cpu", "neuron"):
+        for scenario in filter(None, scenarios.split(",")):
+            with sdpa_kernel(SDPBackend.MATH):  # the emulator's attention path, on CPU too
+                got = run(scenario, device, meshes[device][world], sys.argv[5])
+            results[(scenario, device, world)] = got
 torch.save(results, sys.argv[1])
 dist.destroy_process_group()
 """
-
-
-def _run(tmp_path: Path, scenarios: list[str], world: int) -> list[dict]:
-    ckpt = tmp_path / "ckpt"
-    run_ranks(
-        WORKER,
-        lambda r: [
-            str(tmp_path / f"rank{r}.pt"),
-            str(TESTS_DIR),
-            str(STEPS),
-            ",".join(scenarios),
-            str(ckpt),
-        ],
-        tmp_path,
-        world=world,
-        timeout=300,
-    )
-    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+TWO_RANKS = ["reshard", "no_reshard", "mixed", "mlp_from_cpu", "checkpoint", "fsdp1"]
+FOUR_RANKS = ["mlp_from_cpu", "fsdp1"]
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    scenarios = ["reshard", "no_reshard", "mixed", "mlp_from_cpu", "checkpoint", "fsdp1"]
-    return _run(tmp_path_factory.mktemp("fsdp2"), scenarios, world=2)
+def runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """Every rank's results, by (scenario, device, world size), from one launch of four."""
+    tmp = tmp_path_factory.mktemp("fsdp")
+    run_ranks(
+        WORKER,
+        lambda r: [
+            str(tmp / f"rank{r}.pt"),
+            str(TESTS_DIR),
+            str(STEPS),
+            ",".join(TWO_RANKS),
+            str(tmp / "ckpt"),
+            ",".join(FOUR_RANKS),
+        ],
+        tmp,
+        world=4,
+        timeout=300,
+    )
+    return [torch.load(tmp / f"rank{r}.pt") for r in range(4)]
+
+
+def _of(ranks: list[dict], world: int) -> list[dict]:
+    """Each rank of that world's results, by (scenario, device)."""
+    return [{k[:2]: v for k, v in r.items() if k[2] == world} for r in ranks[:world]]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(runs: list[dict]) -> list[dict]:
+    return _of(runs, 2)
 
 
 # float32 scenarios run the same CPU kernels on both devices: equal to float32 rounding (seen:
@@ -140,9 +170,7 @@ TOLERANCE = {"mixed": {"rtol": 2**-8, "atol": 1e-3}}
 FP32 = {"rtol": 1e-5, "atol": 1e-5}
 
 
-@pytest.mark.parametrize(
-    "scenario", ["reshard", "no_reshard", "mixed", "mlp_from_cpu", "checkpoint", "fsdp1"]
-)
+@pytest.mark.parametrize("scenario", TWO_RANKS)
 def test_two_ranks_train_as_fsdp_on_cpu(two_ranks: list[dict], scenario: str) -> None:
     tol = TOLERANCE.get(scenario, FP32)
     for results in two_ranks:
@@ -176,9 +204,10 @@ def _initial_llama() -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
-def test_four_ranks_mlp_fsdp2_and_fsdp1(tmp_path: Path) -> None:
-    ranks = _run(tmp_path, ["mlp_from_cpu", "fsdp1"], world=4)
-    for scenario in ("mlp_from_cpu", "fsdp1"):
+def test_four_ranks_mlp_fsdp2_and_fsdp1(runs: list[dict]) -> None:
+    ranks = _of(runs, 4)
+    assert len(ranks) == 4
+    for scenario in FOUR_RANKS:
         for results in ranks:
             cpu_losses, cpu_params = results[(scenario, "cpu")]
             dev_losses, dev_params = results[(scenario, "neuron")]

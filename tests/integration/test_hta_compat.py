@@ -1,5 +1,5 @@
 """HTA 0.5.0 reads our traces as it reads CUDA's: collector output on one and two cores, and a
-merged trace (the 2-rank DDP case is in test_collector_ddp.py). See hta_checks.py for what is
+merged trace (the 2-rank DDP case is in test_emulator_ddp.py). See hta_checks.py for what is
 compared; docs/collector.md says what HTA's CUDA-specific views return on our traces."""
 
 from __future__ import annotations

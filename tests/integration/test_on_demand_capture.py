@@ -179,7 +179,8 @@ def test_a_second_capture_while_one_runs_is_refused(
     directory, pid = armed
     first = subprocess.Popen(
         [sys.executable, "-m", "neuron_profiler.cli.main", "capture", "--pid", str(pid)]
-        + ["--steps", "1", "--delay-steps", "100", "-o", str(directory)],
+        # 40 steps of delay (>= 0.8 s: each step sleeps STEP_PAUSE_S) keep it in progress
+        + ["--steps", "1", "--delay-steps", "40", "-o", str(directory)],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -229,17 +230,22 @@ def test_refusals_are_one_line_and_exit_2(
 
 
 def test_timeout_withdraws_a_request_never_taken(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    armed: tuple[Path, int], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    proc = _start(tmp_path, "--idle")
+    """The armed process, stopped (SIGSTOP): alive, but no optimizer step comes to take the
+    request. (A process of its own that never steps cost a torch start-up, ~5 s.)"""
+    directory, pid = armed
+    os.kill(pid, signal.SIGSTOP)
     try:
-        pid = _wait_armed(proc)
-        code, out, err = _capture(capsys, "--pid", str(pid), "--timeout", "1", "-o", str(tmp_path))
-        assert code == 2 and f"pid {pid}: timed out after 1 s (request not taken" in err
-        assert not P.request_path(tmp_path, pid).exists()
-        assert proc.poll() is None  # the process is left as it was
+        code, out, err = _capture(capsys, "--pid", str(pid), "--timeout", "1", "-o", str(directory))
     finally:
-        _stop(tmp_path, proc)
+        os.kill(pid, signal.SIGCONT)
+    assert code == 2 and f"pid {pid}: timed out after 1 s (request not taken" in err
+    assert not P.request_path(directory, pid).exists()
+    # the process is left as it was: armed, and it takes the next request
+    code, out, err = _capture(capsys, "--pid", str(pid), "--steps", "1", "-o", str(directory))
+    assert code == 0, err
+    _check_window(_trace_of(out), 1)
 
 
 def test_a_process_killed_mid_capture_is_reported(

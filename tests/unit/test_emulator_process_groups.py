@@ -1,7 +1,7 @@
 """Which backend the emulated device's process groups use: torch's default-backend table maps
 "neuron" to gloo, so ``init_process_group()`` needs no backend; NCCL is refused in one line.
 One-process groups (a HashStore), so these run inside pytest; two ranks are in
-tests/integration/test_emulator_default_backend.py."""
+tests/integration/test_emulator_ddp.py."""
 
 from __future__ import annotations
 
