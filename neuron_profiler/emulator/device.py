@@ -64,6 +64,38 @@ def _check_no_real_backend() -> None:
         )
 
 
+class _EngineProbe(torch.autograd.Function):
+    """A one-node graph on a device tensor that dispatches no op: its backward is routed to the
+    autograd engine's queue for that device, which is all ``_check_autograd_engine`` asks."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # noqa: ARG004
+        return T.NeuronTensor(torch.zeros(1), x._core)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> None:  # noqa: ARG004
+        return None
+
+
+def _check_autograd_engine(core: int) -> None:
+    """PyTorch's autograd engine sizes its per-device queues once, at the first backward pass
+    in the process, from the devices registered then: after a CPU backward has run, a later
+    device has no queue and its first backward fails deep in engine.cpp (an internal assert).
+    Found here, at ``enable()``, with a clear error instead."""
+    x = T.NeuronTensor(torch.zeros(1), core).requires_grad_()
+    try:
+        torch.autograd.backward(_EngineProbe.apply(x), T.NeuronTensor(torch.ones(1), core))
+    except RuntimeError as exc:
+        if "device_ready_queues_" not in str(exc):
+            raise
+        raise EmulatorError(
+            "a backward pass ran in this process before the emulated neuron device was "
+            "enabled, and PyTorch's autograd engine sizes its device queues at the first one: "
+            "call neuron_profiler.emulator.enable() (or set NEURON_PROFILER_EMULATE=1) before "
+            "any backward pass"
+        ) from None
+
+
 def _device_index(device: Any) -> int:
     if device is None:
         return D.STATE.current_core
@@ -224,7 +256,8 @@ def enable(
     the chip table's ``launch_queue_depth``).
 
     Raises ``EmulatorError`` when a real neuron backend (or any other PrivateUse1 backend) is
-    registered, ``ValueError`` for bad arguments.
+    registered or when a backward pass ran in this process before the first ``enable()``
+    (autograd's engine would have no queue for the device), ``ValueError`` for bad arguments.
     """
     numerics = _env_numerics() if numerics is None else bool(numerics)
     queue_depth = _env_queue_depth() if queue_depth is None else queue_depth
@@ -236,6 +269,7 @@ def enable(
     T.set_executor(D.execute_accounted, cores)
     if cores > 1:  # the Python device guard reports one device: keep autograd on one thread
         torch.autograd.set_multithreading_enabled(False)
+    _check_autograd_engine(cores - 1)
     old = D.STATE.timeline
     timeline = DeviceTimeline(rt, model, cores, queue_depth=queue_depth)
     if old is not None:  # keep the queues' clocks: work already in flight stays in flight

@@ -168,6 +168,30 @@ def test_refuses_when_a_real_neuron_backend_is_registered() -> None:
     assert "refused:" in out.stdout and "real 'neuron' backend" in out.stdout
 
 
+def test_enable_after_a_backward_pass_is_refused_with_the_fix() -> None:
+    """Autograd sizes its device queues at the first backward: enabled afterwards, the device's
+    first backward failed deep in engine.cpp. enable() now says why and what to do; enabled
+    first, the same backward runs."""
+    backward = "a = torch.ones(2, requires_grad=True); (a * 2).sum().backward()\n"
+    device_backward = (
+        "b = torch.ones(2, device='neuron', requires_grad=True)\n"
+        "(b * 3).sum().backward(); print('grad', b.grad.cpu().tolist())\n"
+    )
+    late = (
+        "import torch\n" + backward + "import neuron_profiler.emulator as emu\n"
+        "from neuron_profiler.errors import EmulatorError\n"
+        "try:\n    emu.enable(cores=1)\nexcept EmulatorError as e:\n    print('refused:', e)\n"
+    )
+    early = "import torch\nimport neuron_profiler.emulator as emu\nemu.enable(cores=1)\n"
+    env = {k: v for k, v in os.environ.items() if k != emu.ENV_EMULATE}
+    run = [sys.executable, "-c", late + "\n" + "print('done')"]
+    refused = subprocess.run(run, capture_output=True, text=True, check=True, env=env, timeout=120)
+    assert "refused:" in refused.stdout and "before any backward pass" in refused.stdout
+    run = [sys.executable, "-c", early + backward + device_backward]
+    fine = subprocess.run(run, capture_output=True, text=True, check=True, env=env, timeout=120)
+    assert "grad [3.0, 3.0]" in fine.stdout
+
+
 def test_env_var_enables_at_import() -> None:
     code = (
         "import neuron_profiler.emulator, torch\n"
