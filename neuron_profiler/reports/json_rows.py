@@ -175,7 +175,7 @@ def _row_texts(column: Any) -> bytes | np.ndarray:
         body = _encode(column)[1:-1]
         if body.count(b",") != len(column) - 1:  # a string holds a comma: one at a time
             return np.array([_encode(s) for s in column], dtype=bytes)
-        return np.array(body.split(b","), dtype=bytes)
+        return _split_texts(body, len(column))
     if column.dtype.kind == "f":
         column = np.ascontiguousarray(column, np.float64)
         bits = column.view(np.int64)
@@ -185,7 +185,31 @@ def _row_texts(column: Any) -> bytes | np.ndarray:
     if same:
         return _encode(column[0].item())
     body = _encode(column.tolist())[1:-1]  # numbers hold no comma: split the list's text there
-    return np.array(body.split(b","), dtype=bytes)
+    return _split_texts(body, len(column))
+
+
+_COMMA = ord(",")
+
+
+def _split_texts(body: bytes, count: int) -> np.ndarray:
+    """The ``count`` texts of a JSON list's body (none holding a comma of its own) as an ``S``
+    array, each NUL-padded in a slot one byte wider than the longest, without a bytes object
+    per text (``np.array(body.split(b","))`` took ~2x as long on 60,000 numbers): every byte
+    is placed in one scatter, a text's comma into the spare byte of its slot, then cleared."""
+    chars = np.frombuffer(body, np.uint8)
+    starts = np.empty(count, np.int64)
+    starts[0] = 0
+    starts[1:] = np.flatnonzero(chars == _COMMA) + 1
+    lengths = np.diff(starts, append=len(chars) + 1)  # each text and the comma after it
+    slot = int(lengths.max())  # (the longest text and its comma, or one spare NUL)
+    index = np.int32 if count * slot < 2**31 else np.int64
+    out = np.zeros((count, slot), np.uint8)
+    where = np.repeat((np.arange(count, dtype=index) * slot - starts).astype(index), lengths)
+    where = where[: len(chars)]
+    where += np.arange(len(chars), dtype=index)
+    out.reshape(-1)[where] = chars
+    out.reshape(-1)[np.arange(count - 1, dtype=np.int64) * slot + lengths[:-1] - 1] = 0  # commas
+    return out.reshape(-1).view(f"S{slot}")
 
 
 def _slots(columns: dict[str, Column], depth: int | None = None) -> Slots | None:
