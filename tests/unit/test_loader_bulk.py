@@ -4,6 +4,7 @@ the JSON gives them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -166,3 +167,42 @@ def test_metadata_args_read_as_a_dict_decode_reads_them(
     assert trace.thread_names == {(1, 2): "t"}
     counts = {"replaced_values": 0, "replaced_text": 0, **replaced}
     assert {k: getattr(trace.load_report, k) for k in counts} == counts
+
+
+@pytest.mark.parametrize(
+    ("meta_ts", "rounds"),
+    [(5.0, False), (5.5, True), (None, True)],
+)
+def test_hta_rounding_read_from_the_metadata_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, meta_ts: float | None, rounds: bool
+) -> None:
+    """HTA rounds times when some ``ts`` is not a whole µs or missing, ``M`` events' too: on a
+    trace whose events are all whole µs the loader's metadata columns decide, with no
+    ``MetaEvent`` made per event, as the event-by-event rule decides."""
+    from neuron_profiler.analysis.compat.hta import hta_rounds
+
+    events: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": p, "ts": 3, "args": {"name": f"q{p}"}}
+        for p in range(10)
+    ]
+    if meta_ts is None:
+        del events[7]["ts"]
+    else:
+        events[7]["ts"] = meta_ts
+    events.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 7, "ts": 10, "dur": 2})
+    doc = {"traceEvents": events, "baseTimeNanoseconds": 1500}
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    trace = load_trace(tmp_path / "t.json")
+    made = {"MetaEvent": 0}
+    real_init = M.MetaEvent.__init__
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        made["MetaEvent"] += 1
+        return real_init(*args, **kwargs)
+
+    monkeypatch.setattr(M.MetaEvent, "__init__", counted)
+    assert hta_rounds(trace) is rounds
+    assert made["MetaEvent"] == 0
+    monkeypatch.undo()
+    one_by_one = dataclasses.replace(trace, meta_events=tuple(trace.meta_events))
+    assert hta_rounds(one_by_one) is rounds
