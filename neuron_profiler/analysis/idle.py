@@ -401,12 +401,7 @@ def _device_idle(
     them; all on the axis, each figure one column for the axis' devices."""
     steps, n = ctx.steps, len(axis)
     ws, we = (w.ravel() for w in axis.windows(steps.start_ns, steps.end_ns))
-    per_step, totals = [], []  # per cause: (devices x steps), (devices)
-    for code in range(len(ALL_CAUSES)):
-        mine = cause == code
-        part = _counted(I.Intervals(gap.start[mine], gap.end[mine]), inside, discount)
-        per_step.append(I.overlap_per_window(part, ws, we).reshape(n, len(steps)))
-        totals.append(axis.total_per_device(part))
+    by_cause, per_step = _by_cause(axis, gap, cause, inside, discount, ws, we)
     in_steps = I.intersect(gap, inside)
     hidden = I.intersect(in_steps, discount)
     hidden_ns = axis.total_per_device(hidden)
@@ -416,16 +411,55 @@ def _device_idle(
         window_ns=np.full(n, inside.total // max(n, 1), np.int64),
         busy_ns=axis.total_per_device(I.intersect(busy, inside)),
         idle_ns=axis.total_per_device(in_steps) - hidden_ns,
-        by_cause_ns=np.stack(totals, axis=-1).reshape(n, len(ALL_CAUSES)),
-        per_step_by_cause_ns=np.stack(per_step, axis=-1)
-        .astype(np.int64)
-        .reshape(n, len(steps), len(ALL_CAUSES)),
+        by_cause_ns=by_cause,
+        per_step_by_cause_ns=per_step.reshape(n, len(steps), len(ALL_CAUSES)),
         gaps=np.bincount(axis.group_of(gap.start), minlength=n).astype(np.int64),
         emulator_overhead_ns=hidden_ns,
         per_step_emulator_overhead_ns=I.overlap_per_window(hidden, ws, we)
         .astype(np.int64)
         .reshape(n, len(steps)),
     )
+
+
+def _by_cause(
+    axis: DeviceAxis,
+    gap: I.Intervals,
+    cause: np.ndarray,
+    inside: I.Intervals,
+    discount: I.Intervals,
+    ws: np.ndarray,
+    we: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Counted idle ns (``_counted``) per device and cause, and per step window (``ws`` /
+    ``we``: each device's steps, device by device) and cause, as (devices x causes) and
+    (windows x causes) int64 arrays.
+
+    The gaps are disjoint, so the counted part of all of them at once is the counted parts of
+    each cause's gaps side by side, each piece inside one gap: one set operation tags every
+    piece with its gap's cause. Where the steps are disjoint, so are the windows (in order),
+    and each piece meets one or two: its overlaps are summed into (window, cause) cells in one
+    pass. Otherwise the windows are measured cause by cause (``overlap_per_window``)."""
+    causes = len(ALL_CAUSES)
+    part = _counted(gap, inside, discount)
+    piece_cause = cause[np.searchsorted(gap.start, part.start, side="right") - 1]
+    # (the same float sums as ``axis.total_per_device`` of each cause: bins filled in order)
+    key = axis.group_of(part.start) * causes + piece_cause
+    by_cause = np.bincount(key, weights=part.end - part.start, minlength=len(axis) * causes)
+    by_cause = by_cause.astype(np.int64).reshape(len(axis), causes)
+    if len(ws) and bool((we >= ws).all() and (ws[1:] >= we[:-1]).all()):
+        windows = I.Intervals(ws, we)
+        ip, iw = I._pairs(part, windows) if len(part) else (np.zeros(0, np.int64),) * 2
+        overlap = np.minimum(part.end[ip], we[iw]) - np.maximum(part.start[ip], ws[iw])
+        per_step = np.zeros(len(ws) * causes, np.int64)
+        np.add.at(per_step, iw * causes + piece_cause[ip], overlap)
+        return by_cause, per_step.reshape(len(ws), causes)
+    per_step = np.zeros((len(ws), causes), np.int64)
+    for code in range(causes):
+        mine = piece_cause == code
+        per_step[:, code] = I.overlap_per_window(
+            I.Intervals(part.start[mine], part.end[mine]), ws, we
+        )
+    return by_cause, per_step
 
 
 def _longest(

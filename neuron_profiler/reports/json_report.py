@@ -15,7 +15,7 @@ import json
 import math
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
@@ -72,14 +72,15 @@ def document_pieces(
     errors: list[tuple[str, str]] = (),  # type: ignore[assignment]
     breaches: list[dict[str, Any]] = (),  # type: ignore[assignment]
     cross: Distributed | None = None,
-) -> list[bytes]:
+) -> Iterator[bytes]:
     """:func:`document_bytes` in pieces, for the CLI to write one after the other (the 100 MB
-    text of 60,000 devices is never copied into one buffer): each section is encoded as soon
-    as it is built, so only one section's objects exist at a time (a report of 60,000 devices
-    holds ~250 MB of them), and the text is never a str. The per-device rows (:class:`Rows`,
-    ~90% of such a document) stand in the encoded document as placeholders, and are written
-    already indented into the formatted text (:func:`_spliced`): only the rest goes through
-    msgspec's formatter."""
+    text of 60,000 devices is never copied into one buffer, nor held whole): each section is
+    encoded as soon as it is built, so only one section's objects exist at a time (a report of
+    60,000 devices holds ~250 MB of them), and the text is never a str. The per-device rows
+    (:class:`Rows`, ~90% of such a document) stand in the encoded document as placeholders,
+    and are laid out already indented into the formatted text as the pieces are asked for
+    (:func:`_spliced`): only the rest goes through msgspec's formatter. Every failure (a
+    placeholder not found) is raised before the first piece."""
     with gc_paused():
         deferred: list[Rows] = []
         tag = f"\x00rows {secrets.token_hex(8)} "
@@ -87,9 +88,10 @@ def document_pieces(
         try:
             compact = encode(_document(reports, errors, breaches, cross, _encoded_by(encode)))
         except UnicodeEncodeError:
-            return [json.dumps(to_document(reports, errors, breaches, cross), indent=1).encode()]
+            text = json.dumps(to_document(reports, errors, breaches, cross), indent=1).encode()
+            return iter([text])
         pieces = _spliced(msgspec.json.format(compact, indent=1), _encode(tag)[1:-1], deferred)
-        return [_ascii(p) for p in pieces]
+    return map(_ascii, pieces)
 
 
 def _placeholder(deferred: list[Rows], tag: str, value: Any) -> Any:
@@ -112,24 +114,33 @@ def _ascii(data: bytes) -> bytes:
     return _ESCAPED.sub(_escape, data.decode()).encode()
 
 
-def _spliced(data: bytes, tag: bytes, deferred: list[Rows]) -> list[bytes]:
+def _spliced(data: bytes, tag: bytes, deferred: list[Rows]) -> Iterator[bytes]:
     """The formatted document in pieces, each placeholder ``"<tag><k>"`` replaced by row array
-    ``k``, indented at the depth of the line it stands on."""
-    pieces, at = [], 0
-    for k, rows in enumerate(deferred):
+    ``k``, indented at the depth of the line it stands on (every placeholder found first, the
+    rows laid out as the pieces are asked for)."""
+    spans = []
+    at = 0
+    for k in range(len(deferred)):
         marker = b'"%s%d"' % (tag, k)
         where = data.find(marker, at)
         if where < 0 or data.find(marker, where + 1) >= 0:  # the tag is random: never met
             raise ValueError(f"row placeholder {k} found {data.count(marker)} times")
         line = data[data.rfind(b"\n", 0, where) + 1 : where]
-        depth = len(line) - len(line.lstrip(b" "))
-        pieces += [data[at:where], *_rows_text(rows, depth)]
+        spans.append((at, where, len(line) - len(line.lstrip(b" "))))
         at = where + len(marker)
-    pieces.append(data[at:])
-    return pieces
+    return _pieces(data, spans, deferred, at)
 
 
-def _rows_text(rows: Rows, depth: int) -> list[bytes]:
+def _pieces(
+    data: bytes, spans: list[tuple[int, int, int]], deferred: list[Rows], rest: int
+) -> Iterator[bytes]:
+    for rows, (at, where, depth) in zip(deferred, spans, strict=True):
+        yield data[at:where]
+        yield from _rows_text(rows, depth)
+    yield data[rest:]
+
+
+def _rows_text(rows: Rows, depth: int) -> Iterable[bytes]:
     """Rows as formatted at ``depth``: written so directly, or formatted and shifted right."""
     text = rows.text(depth)
     if text is None:

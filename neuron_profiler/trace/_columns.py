@@ -28,10 +28,25 @@ import numpy as np
 
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace._metaargs import (
+    LazyDicts,
+    MetaArgs,
+    Part,
+    ViewArgs,
+    decode_view_args,
+    plain,
+)
 from neuron_profiler.trace._numtext import OK, python_int_column, us_texts_to_ns, value_to_ns
 from neuron_profiler.trace._rawargs import RawArgs, RawArgsBuilder
 from neuron_profiler.trace.kinds import kind_of
-from neuron_profiler.trace.model import META_VIEWS, MetaTable, view_by_process, view_values
+from neuron_profiler.trace.model import (
+    META_VIEWS,
+    MetaTable,
+    view_by_process,
+    view_entries,
+    view_field,
+    view_values,
+)
 from neuron_profiler.trace.repair import fix_utf8, repair_value, with_headroom
 
 _NONE = msgspec.Raw(b"")
@@ -394,7 +409,7 @@ class ColumnSink:
             )
         else:
             has_ts = np.ones(len(metas), dtype=bool)
-        args, all_dicts = self._metas_args(metas)
+        args, view_args, all_dicts = self._metas_args(metas)
         if not all_dicts and set(map(type, args)) != {dict}:
             valid &= np.fromiter(map(_is_dict, args), dtype=bool, count=len(args))
         self.skipped += int((~valid).sum())
@@ -402,7 +417,9 @@ class ColumnSink:
         if len(keep) == 0:
             return
         if len(keep) < len(metas):
-            metas, args = [metas[i] for i in keep.tolist()], [args[i] for i in keep.tolist()]
+            pick = keep.tolist()
+            metas, args = [metas[i] for i in pick], [args[i] for i in pick]
+            view_args = [view_args[i] for i in pick]
             ts, has_ts = ts[keep], has_ts[keep]
         pid, pid_text = self._idents([e.pid for e in metas])
         tid, tid_text = self._idents([e.tid for e in metas])
@@ -412,6 +429,11 @@ class ColumnSink:
             form[pid_text] |= S.Form.PID_TEXT
         if tid_text is not None:
             form[tid_text] |= S.Form.TID_TEXT
+        cats = [e.cat for e in metas]
+        if cats.count(_NO_CAT) == len(cats):  # usual: M events carry no "cat" (an identity test)
+            cats = [None] * len(cats)
+        elif _NO_CAT in cats:
+            cats = [None if c is _NO_CAT else c for c in cats]
         chunk = _MetaChunk(
             name=[e.name for e in metas],
             pid=pid,
@@ -419,16 +441,19 @@ class ColumnSink:
             args=args,
             ts_ns=ts,
             has_ts=has_ts,
-            cat=[None if e.cat is _NO_CAT else e.cat for e in metas],
+            cat=cats,
             form=form,
         )
         self._metas.append(chunk)
-        self._apply_views(chunk)
+        self._apply_views(chunk, view_args)
 
-    def _metas_args(self, metas: list[Event]) -> tuple[list[Any], bool]:
-        """Every M event's decoded args ({} when absent) from one decode of all of them, and
-        True if all are objects (known from the typed decode that usually succeeds); the rare
-        piece the decoder refuses is decoded event by event (``_meta_args``' repairs)."""
+    def _metas_args(self, metas: list[Event]) -> tuple[Part, list[Any], bool]:
+        """Every M event's args ({} when absent), what the name and sort-index dicts read of
+        them, and True if all are objects. Usually one typed decode of all of them
+        (``_metaargs.ViewArgs``) with their text kept, decoded into dicts when first read;
+        text a dict decode could read otherwise (``_metaargs.plain``) is decoded into dicts at
+        once, and the rare piece the decoder refuses event by event (``_meta_args``'
+        repairs)."""
         texts = [e.args for e in metas]
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
         absent = np.flatnonzero(lengths == 0).tolist()
@@ -436,23 +461,33 @@ class ColumnSink:
             texts[i] = b"{}"  # decodes to the {} an event without args has
         joined = b"[" + b",".join(texts) + b"]"
         try:
-            return _decode_dicts(joined), True
+            typed = decode_view_args(joined)
+            if plain(joined):
+                return LazyDicts(joined, len(texts)), typed, True
         except (msgspec.ValidationError, msgspec.DecodeError):
             pass
         try:
-            return msgspec.json.decode(joined), False
+            dicts = _decode_dicts(joined)
+            return dicts, dicts, True
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            pass
+        try:
+            anything = msgspec.json.decode(joined)
+            return anything, anything, False
         except (msgspec.ValidationError, msgspec.DecodeError):
             out = [self._meta_args(bytes(t)) for t in texts]
             for i in absent:
                 out[i] = {}
-            return out, False
+            return out, out, False
 
-    def _apply_views(self, chunk: _MetaChunk) -> None:
+    def _apply_views(self, chunk: _MetaChunk, view_args: list[Any]) -> None:
         """The name and sort-index dicts, by ``MetaEvent.entry``'s rule (``view_by_process``,
-        ``view_value``), one update per dict."""
+        ``view_field``, ``view_entries``), one update per dict. ``view_args``: the events'
+        args as dicts or as ``_metaargs.ViewArgs``."""
         views = np.fromiter(
             map(_VIEW_CODES.get, chunk.name, repeat(-1)), dtype=np.int8, count=len(chunk.name)
         )
+        typed = bool(view_args) and isinstance(view_args[0], ViewArgs)
         pid, tid = chunk.pid.tolist(), chunk.tid.tolist()
         for code, view in enumerate(META_VIEWS.values()):
             at = np.flatnonzero(views == code).tolist()
@@ -460,7 +495,11 @@ class ColumnSink:
                 continue
             pick = operator.itemgetter(*at) if len(at) > 1 else _one(at[0])
             keys = pick(pid) if view_by_process(view) else zip(pick(pid), pick(tid), strict=True)
-            values = view_values(view, pick(chunk.args))
+            if typed:
+                key, _ = view_field(view)  # (ViewArgs' fields: the keys, absent as .get gives)
+                values = view_entries(view, list(map(operator.attrgetter(key), pick(view_args))))
+            else:
+                values = view_values(view, pick(view_args))
             self._views[view].update(zip(keys, values, strict=True))
 
     def meta_table(self, base_ns: int) -> MetaTable:
@@ -480,7 +519,7 @@ class ColumnSink:
             name=cat("name"),
             pid=arr("pid", np.int64),
             tid=arr("tid", np.int64),
-            args=cat("args"),
+            args=MetaArgs([c.args for c in chunks]),
             ts_ns=ts,
             has_ts=has_ts,
             cat=cat("cat"),
@@ -810,7 +849,7 @@ class _MetaChunk:
     name: list[str]
     pid: np.ndarray
     tid: np.ndarray
-    args: list[Any]
+    args: Part  # decoded dicts, or their text (decoded when first read)
     ts_ns: np.ndarray
     has_ts: np.ndarray
     cat: list[str | None]

@@ -65,7 +65,8 @@ class MetaTable(Sequence[MetaEvent]):
     hundreds of thousands, one per process and thread name); reads as a sequence of
     ``MetaEvent``, each made when asked for.
 
-    Args: name / args / cat: per event (args decoded, {} when absent; cat None when absent);
+    Args: name / args / cat: per event (args as dicts, {} when absent, the loader's decoded on
+    first read; cat None when absent);
     pid / tid: int64 ids as in the event columns; ts_ns: int64 absolute ns, ``has_ts`` False
     where the event had no ``ts``; form: uint8 ``schema.Form`` bits.
     """
@@ -73,7 +74,7 @@ class MetaTable(Sequence[MetaEvent]):
     name: list[str]
     pid: np.ndarray
     tid: np.ndarray
-    args: list[dict[str, Any]]
+    args: Sequence[dict[str, Any]]  # a list, or the loader's lazily decoded _metaargs.MetaArgs
     ts_ns: np.ndarray
     has_ts: np.ndarray
     cat: list[str | None]
@@ -110,20 +111,29 @@ def view_by_process(view: str) -> bool:
     return view.startswith("process")
 
 
+def view_field(view: str) -> tuple[str, Any]:
+    """The args key that dict reads, and what ``.get`` gives when the key is absent."""
+    return ("name", "") if view.endswith("names") else ("sort_index", None)
+
+
 def view_values(view: str, args: Sequence[dict[str, Any]]) -> list[Any]:
     """What each M event's args put in that dict: the name, else the sort index (0 when
     odd). For a list of events at once: the loader applies 300,000 of them in bulk."""
-    # (a comprehension calling .get is 3x faster than map(methodcaller(...)); the values are
-    # checked by type in one C pass and converted only when one is odd)
+    # (a comprehension calling .get is 3x faster than map(methodcaller(...)))
+    key, absent = view_field(view)
+    return view_entries(view, [a.get(key, absent) for a in args])
+
+
+def view_entries(view: str, values: list[Any]) -> list[Any]:
+    """``view_values`` from the args' values of ``view_field``'s key (absent: its default)."""
+    # (the values are checked by type in one C pass and converted only when one is odd)
     if view.endswith("names"):
-        names = [a.get("name", "") for a in args]
-        if set(map(type, names)) == {str}:
-            return names
-        return [n if type(n) is str else str(n) for n in names]
-    indices = [a.get("sort_index") for a in args]
-    if set(map(type, indices)) == {int}:
-        return indices
-    return [i if type(i) is int else int_or(i, 0) for i in indices]
+        if set(map(type, values)) == {str}:
+            return values
+        return [n if type(n) is str else str(n) for n in values]
+    if set(map(type, values)) == {int}:
+        return values
+    return [i if type(i) is int else int_or(i, 0) for i in values]
 
 
 def int_or(value: Any, default: int) -> int:

@@ -17,13 +17,14 @@ from neuron_profiler.trace.model import Trace
 @pytest.fixture
 def many_buffers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Trace:
     """A trace loaded in many pieces (so its raw args span many buffers), with the key spelled
-    at top level, nested, inside strings, escaped, and not at all."""
+    at top level, nested, inside strings, escaped, as the start of another key, and not at
+    all."""
     monkeypatch.setattr(_stream, "BLOCK_BYTES", 900)
     rng = random.Random(5)
     events = []
-    for i in range(600):
+    for i in range(700):
         args: dict = {"External id": i}
-        pick = i % 6
+        pick = i % 7
         if pick == 0:
             args["flops"] = rng.choice([10, 2.5, None, "x", True, 10**20])
         elif pick == 1:
@@ -34,6 +35,8 @@ def many_buffers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Trace:
             args["flops\\"] = 1
         elif pick == 4:
             args = {}
+        elif pick == 5:  # the key's text without its closing quote, last in the args too
+            args = {"flopsy": 1, "External id": i, "x": "flops"} if i % 2 else {"flops_": 2}
         events.append(
             {
                 "ph": "X",

@@ -265,3 +265,41 @@ def test_interval_operations_against_grid(seed: int, count: int, longest: int) -
     hi = lo + rng.integers(0, 50, 10)
     want = [ga[x:y].sum() for x, y in zip(lo.tolist(), hi.tolist(), strict=True)]
     assert I.overlap_per_window(a, lo, hi).tolist() == want
+
+
+@pytest.mark.parametrize("steps", ["disjoint", "touching", "overlapping"])
+def test_idle_per_cause_in_one_pass_as_cause_by_cause(steps: str) -> None:
+    """Counted idle per device and cause, and per step window and cause, from one pass over
+    all gaps (``idle._by_cause``): the sums of measuring each cause's gaps on their own, as
+    ``_counted`` and ``overlap_per_window`` do, for steps that are disjoint, that touch (a gap
+    across the boundary falls in both) and that overlap (measured cause by cause)."""
+    from neuron_profiler.analysis import idle
+    from neuron_profiler.analysis._axis import DeviceAxis
+    from neuron_profiler.analysis.causes import ALL_CAUSES
+
+    rng = np.random.default_rng(11)
+    devices, width = 5, 10_000
+    axis = DeviceAxis(devices=tuple(range(devices)), index=np.arange(devices), base=0, width=width)
+    bounds = {
+        "disjoint": ([100, 3000, 6000], [2500, 5500, 9000]),
+        "touching": ([100, 3000, 6000], [3000, 6000, 9000]),
+        "overlapping": ([100, 2000, 6000], [3000, 5500, 9000]),
+    }[steps]
+    start, end = np.array(bounds[0], np.int64), np.array(bounds[1], np.int64)
+    inside = axis.replicate(I.union(start, end))
+    cuts = np.sort(rng.choice(np.arange(1, devices * width), 400, replace=False))
+    gap = I.Intervals(cuts[0::2], cuts[1::2])  # disjoint gaps, some across devices' ends
+    cause = rng.integers(0, len(ALL_CAUSES), len(gap))
+    discount = I.union(
+        *(lambda s: (s, s + rng.integers(1, 300, len(s))))(
+            np.sort(rng.integers(0, devices * width, 40))
+        )
+    )
+    ws, we = (w.ravel() for w in axis.windows(start, end))
+    by_cause, per_step = idle._by_cause(axis, gap, cause, inside, discount, ws, we)
+    for code in range(len(ALL_CAUSES)):
+        mine = cause == code
+        part = idle._counted(I.Intervals(gap.start[mine], gap.end[mine]), inside, discount)
+        assert by_cause[:, code].tolist() == axis.total_per_device(part).tolist()
+        assert per_step[:, code].tolist() == I.overlap_per_window(part, ws, we).tolist()
+    assert by_cause.sum() > 0 and per_step.sum() > 0

@@ -184,3 +184,57 @@ def test_rows_put_in_indented_at_their_depth(
     )
     got = b"".join(J._spliced(formatted, msgspec.json.encode(tag)[1:-1], [rows, other, rows]))
     assert got == msgspec.json.format(msgspec.json.encode(doc(want, other_want)), indent=1)
+
+
+def test_rows_held_a_chunk_at_a_time_while_written() -> None:
+    """A writer that writes each piece before asking for the next holds one chunk of rows at
+    a time, not the whole array's text (60,000 devices' rows: ~50 MB each array)."""
+    import tracemalloc
+
+    n = 40 * json_rows.CHUNK_ROWS
+    rng = np.random.default_rng(5)
+    rows = Rows(
+        n,
+        {
+            "device": np.arange(n, dtype=np.int64),
+            "label": [f"device {k}" for k in range(n)],
+            "per_step_ms": {"host": rng.integers(0, 10**9, (n, 4)) / 1e3},
+            # the same in every row (a report's window, its cause names): text between values
+            **{f"constant value {k}": np.full(n, 1.25) for k in range(8)},
+        },
+    )
+    tag = "\x00rows test "
+    formatted = msgspec.json.format(msgspec.json.encode({"d": tag + "0"}), indent=1)
+    marker = msgspec.json.encode(tag)[1:-1]
+    size = len(b"".join(J._spliced(formatted, marker, [rows])))
+    tracemalloc.start()
+    try:
+        written = 0
+        for piece in J._spliced(formatted, marker, [rows]):
+            written += len(piece)
+            del piece
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert written == size
+    # the varying columns' texts (under half of the text here) and one chunk; held whole, the
+    # text comes on top of them
+    assert peak < 0.75 * size, (peak, size)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [7],
+        [1.5, -0.0, 8e-06, 1e20, 123456789.125, 0.1],
+        list(range(-5, 300, 7)),
+        ["device 0", "", "µs 😀", 'quote "', "x" * 40],
+    ],
+)
+def test_texts_split_at_the_commas_of_the_list(values: list) -> None:
+    """Each value's text as msgspec writes it in the list, NUL-padded: what
+    ``body.split(b",")`` gives (no value here holds a comma)."""
+    body = msgspec.json.encode(values)[1:-1]
+    texts = json_rows._split_texts(body, len(values))
+    assert texts.tolist() == body.split(b",")
+    assert texts.tolist() == [msgspec.json.encode(v) for v in values]

@@ -4,12 +4,13 @@ the JSON gives them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
-from neuron_profiler.trace import _columns, load_trace
+from neuron_profiler.trace import _columns, _metaargs, load_trace
 from neuron_profiler.trace import model as M
 
 PROCESSES = 2000  # x 5 M events + 2 kernels each: 14,000 events
@@ -70,10 +71,26 @@ def test_metadata_is_loaded_without_a_per_event_path(
     monkeypatch.setattr(M.MetaEvent, "__init__", counted("MetaEvent", real_init))
     monkeypatch.setattr(_columns.ColumnSink, "_meta_args", counted("meta_args", real_args))
     monkeypatch.setattr(_columns.ColumnSink, "_ident", counted("ident", real_ident))
+    bulk = {"decodes": 0}
+    real_decode = _metaargs._decode_dicts
+
+    def decode_dicts(text: bytes) -> list:
+        bulk["decodes"] += 1
+        return real_decode(text)
+
+    monkeypatch.setattr(_metaargs, "_decode_dicts", decode_dicts)
     trace = load_trace(tmp_path / "t.json")
     assert calls == {"MetaEvent": 0, "meta_args": 0, "ident": 0}, calls
     metas = [e for e in doc["traceEvents"] if e["ph"] == "M"]
     assert len(trace.meta_events) == len(metas)
+    # the args stay text through the load (the name and sort-index dicts read them typed),
+    # then each piece's args are decoded at once when first read, never one event at a time
+    assert bulk["decodes"] == 0
+    args = trace.meta_events.args
+    assert list(args) == [e["args"] for e in metas]
+    pieces = bulk["decodes"]
+    assert 1 <= pieces <= len(json.dumps(doc)) // 100_000 + 1, pieces
+    assert args[len(metas) - 1] == metas[-1]["args"] and bulk["decodes"] == pieces  # kept
     monkeypatch.undo()
     # the same as a plain reading of the JSON, in file order
     got = [(m.name, m.pid, m.tid, m.args, m.ts_ns) for m in trace.meta_events]
@@ -108,3 +125,84 @@ def test_odd_metadata_args_are_repaired_or_skipped_as_before(tmp_path: Path) -> 
     assert trace.process_names == {1: "a"} and trace.thread_names == {(1, 3): "t"}
     assert trace.skipped_events == 1 and len(trace.meta_events) == 2
     assert trace.load_report.replaced_values == 1
+
+
+@pytest.mark.parametrize(
+    ("args_text", "expected", "replaced"),
+    [
+        # read as a dict decode reads them: non-ASCII names, numbers of every spelling, nesting
+        (
+            '{"name": "Gerät → q", "n": 7}'.encode(),
+            {"name": "Gerät → q", "n": 7},
+            {},
+        ),
+        (b'{"name": "q", "f": 1.5e3, "g": -2E-2}', {"name": "q", "f": 1500.0, "g": -0.02}, {}),
+        (b'{"name": "q", "big": ' + b"9" * 40 + b"}", {"name": "q", "big": int("9" * 40)}, {}),
+        (
+            b'{"name": "q", "t": [1, {"u": null}], "b": true}',
+            {"name": "q", "t": [1, {"u": None}], "b": True},
+            {},
+        ),
+        # what only a dict decode refuses, in a key the typed decode skips: repaired as before
+        (b'{"name": "q", "x": 1e400}', {"name": "q", "x": "1e400"}, {"replaced_values": 1}),
+        (b'{"name": "q", "x": "\xff"}', {"name": "q", "x": "\ufffd"}, {"replaced_text": 1}),
+    ],
+)
+def test_metadata_args_read_as_a_dict_decode_reads_them(
+    tmp_path: Path, args_text: bytes, expected: dict, replaced: dict
+) -> None:
+    """The typed reading of M events' args (text kept, decoded when first read) gives what a
+    dict decode gives, and text a dict decode would refuse (a float beyond range, bytes that
+    are not UTF-8: unchecked where the typed decode skips a key) is repaired and counted as
+    before."""
+    (tmp_path / "t.json").write_bytes(
+        b'{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "args": '
+        + args_text
+        + b'}, {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "t"}},'
+        b' {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 2, "ts": 1, "dur": 1}]}'
+    )
+    trace = load_trace(tmp_path / "t.json")
+    assert [m.args for m in trace.meta_events] == [expected, {"name": "t"}]
+    assert trace.process_names == {1: expected["name"]}
+    assert trace.thread_names == {(1, 2): "t"}
+    counts = {"replaced_values": 0, "replaced_text": 0, **replaced}
+    assert {k: getattr(trace.load_report, k) for k in counts} == counts
+
+
+@pytest.mark.parametrize(
+    ("meta_ts", "rounds"),
+    [(5.0, False), (5.5, True), (None, True)],
+)
+def test_hta_rounding_read_from_the_metadata_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, meta_ts: float | None, rounds: bool
+) -> None:
+    """HTA rounds times when some ``ts`` is not a whole µs or missing, ``M`` events' too: on a
+    trace whose events are all whole µs the loader's metadata columns decide, with no
+    ``MetaEvent`` made per event, as the event-by-event rule decides."""
+    from neuron_profiler.analysis.compat.hta import hta_rounds
+
+    events: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": p, "ts": 3, "args": {"name": f"q{p}"}}
+        for p in range(10)
+    ]
+    if meta_ts is None:
+        del events[7]["ts"]
+    else:
+        events[7]["ts"] = meta_ts
+    events.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 7, "ts": 10, "dur": 2})
+    doc = {"traceEvents": events, "baseTimeNanoseconds": 1500}
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    trace = load_trace(tmp_path / "t.json")
+    made = {"MetaEvent": 0}
+    real_init = M.MetaEvent.__init__
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        made["MetaEvent"] += 1
+        return real_init(*args, **kwargs)
+
+    monkeypatch.setattr(M.MetaEvent, "__init__", counted)
+    assert hta_rounds(trace) is rounds
+    assert made["MetaEvent"] == 0
+    monkeypatch.undo()
+    one_by_one = dataclasses.replace(trace, meta_events=tuple(trace.meta_events))
+    assert hta_rounds(one_by_one) is rounds

@@ -32,7 +32,7 @@ import numpy as np
 from neuron_profiler.analysis._keys import index_of
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
-from neuron_profiler.trace.model import Trace, file_base_ns
+from neuron_profiler.trace.model import MetaTable, Trace, file_base_ns
 
 HTA_KERNEL_CATEGORIES = (
     "kernel",
@@ -122,12 +122,21 @@ def rank_of(trace: Trace) -> int:
 
 
 def hta_rounds(trace: Trace) -> bool:
-    """HTA rounds when its ``ts`` column is float: some ``ts`` is not a whole µs (or missing)."""
-    rel = trace.col(S.TS_NS) - file_base_ns(trace.metadata)
-    return bool((rel % 1000 != 0).any()) or any(
-        m.ts_ns is None or (m.ts_ns - file_base_ns(trace.metadata)) % 1000
-        for m in trace.meta_events
-    )
+    """HTA rounds when its ``ts`` column is float: some ``ts`` is not a whole µs (or missing).
+    The ``M`` events' times are read as the loader's columns (``MetaTable``: a trace may hold
+    hundreds of thousands), else one event at a time."""
+    base = file_base_ns(trace.metadata)
+    if bool((_sub_us(trace.col(S.TS_NS), base) != 0).any()):
+        return True
+    metas = trace.meta_events
+    if isinstance(metas, MetaTable):
+        return bool((~metas.has_ts).any() or (_sub_us(metas.ts_ns[metas.has_ts], base) != 0).any())
+    return any(m.ts_ns is None or (m.ts_ns - base) % 1000 for m in metas)
+
+
+def _sub_us(ts_ns: np.ndarray, base: int) -> np.ndarray:
+    """``(ts_ns - base) % 1000`` of int64 times, without the subtraction (it may overflow)."""
+    return (ts_ns % 1000 - base % 1000) % 1000
 
 
 def _hta_rows(trace: Trace, rounding: bool | None) -> _HtaRows:
