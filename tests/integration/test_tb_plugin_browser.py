@@ -35,14 +35,7 @@ import pytest
 
 pytest.importorskip("tensorboard")
 
-from tb_plugin_client import (  # noqa: E402
-    cli_analysis,
-    cli_diff,
-    cli_distributed,
-    cli_document,
-    headless_chrome,
-    make_emulator_trace,
-)
+from tb_plugin_client import cli_json, headless_chrome, make_emulator_trace  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -432,11 +425,14 @@ def test_views_match_the_cli(
         # the Distributed view against the CLI's cross-rank section of the run's files
         files = sorted(p.relative_to(logdir).as_posix() for p in logdir.joinpath(run).iterdir())
         if files == [rel.relative_to(logdir).as_posix()]:  # one file: one run gives both
-            whole = cli_analysis(logdir, files[0])
+            whole = cli_json(logdir, "analyze", "--json", files[0])
             doc, distributed = whole["traces"][0], whole["distributed"]
         else:
-            doc = cli_document(logdir, rel.relative_to(logdir).as_posix())
-            distributed = cli_distributed(logdir, *files)
+            doc = cli_json(logdir, "analyze", "--json", rel.relative_to(logdir).as_posix())
+            doc = doc["traces"][0]
+            # exit 2 (a file could not be analysed) still prints the cross-rank section
+            distributed = cli_json(logdir, "analyze", "--json", *files, codes=(0, 2))
+            distributed = distributed["distributed"]
         docs[run] = doc
         doc_all = dict(doc, distributed=distributed)
         compared = 0
@@ -619,7 +615,7 @@ def test_diff_view_matches_the_cli(browser, logdir: Path, artefacts: Path) -> No
     shown = show(browser, "Diff")
     browser.save_screenshot(str(artefacts / "two_ranks-diff.png"))
     files = sorted(p.name for p in logdir.joinpath("two_ranks").iterdir())
-    doc = cli_diff(logdir, f"two_ranks/{files[0]}", f"two_ranks/{files[1]}")
+    doc = cli_json(logdir, "diff", "--json", f"two_ranks/{files[0]}", f"two_ranks/{files[1]}")
     assert {t["name"] for t in shown["tables"]} == {"rows", "idle_by_cause", "mappings"}
     assert assert_tables_match(shown, doc) > 3 * len(doc["rows"])
     assert shown["charts"] == 1
@@ -653,9 +649,8 @@ def test_diff_view_by_module_matches_the_cli(browser, logdir: Path) -> None:  # 
     _diff_shown(browser, "rows by module")
     shown = show(browser, "Diff")
     files = {p.name.split(".")[0]: p.name for p in logdir.joinpath("modules").iterdir()}
-    doc = cli_diff(
-        logdir, f"modules/{files['before']}", f"modules/{files['after']}", "--by", "module"
-    )
+    before, after = f"modules/{files['before']}", f"modules/{files['after']}"
+    doc = cli_json(logdir, "diff", "--json", "--by", "module", before, after)
     assert (doc["rows"][0]["key"], doc["rows"][0]["kind"]) == (HEAD, "module")
     assert assert_tables_match(shown, doc) > 3 * len(doc["rows"])
     assert shown["bars"][0][0][1] == doc["rows"][0]["delta_ms"]
