@@ -13,7 +13,9 @@ empty state must carry the analyzer's reason; the Diff view, once a baseline is 
 figures); the Idle timeline's bars must be as long as the
 idle time the timeline route gives per bin; the plugin's frame must log no error; "Open in
 Perfetto UI" must post the whole .pftrace (window.open stubbed).
-Screenshots of every view go to $NEURON_PROF_BROWSER_ARTEFACTS (else the test's tmp dir).
+Screenshots of every view go to $NEURON_PROF_BROWSER_ARTEFACTS when it is set (none are taken
+otherwise: 55 of them cost ~3 s and nothing looks at them); the run's report always goes there,
+else to the test's tmp dir.
 
 A missing Chromium/chromedriver/selenium fails under CI=true (scripts/test.sh installs them)
 and skips elsewhere.
@@ -246,6 +248,12 @@ def artefacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def screenshot(driver, path: Path) -> None:  # noqa: ANN001
+    """The page as shown, into ``path``, when $NEURON_PROF_BROWSER_ARTEFACTS asks for them."""
+    if os.environ.get(ARTEFACTS_ENV):
+        driver.save_screenshot(str(path))
+
+
 @pytest.fixture(scope="module")
 def browser(server: str):  # noqa: ANN201
     with headless_chrome(CHROMIUM, CHROMEDRIVER, TIMEOUT_S) as driver:
@@ -458,7 +466,7 @@ def test_views_match_the_cli(
         compared = 0
         for view in VIEWS:
             shown = show(browser, view)
-            browser.save_screenshot(str(artefacts / f"{run}-{view.lower()}.png"))
+            screenshot(browser, artefacts / f"{run}-{view.lower()}.png")
             assert shown["tables"] or shown["charts"] or shown["empty"] or view == "Trace", (
                 run,
                 view,
@@ -633,7 +641,7 @@ def test_diff_view_matches_the_cli(browser, logdir: Path, artefacts: Path) -> No
         pick.dispatchEvent(new Event('change'));""")
     _diff_shown(browser, "residual")  # (show's tab click meets no re-render mid-way)
     shown = show(browser, "Diff")
-    browser.save_screenshot(str(artefacts / "two_ranks-diff.png"))
+    screenshot(browser, artefacts / "two_ranks-diff.png")
     files = sorted(p.name for p in logdir.joinpath("two_ranks").iterdir())
     doc = cli_json(logdir, "diff", "--json", f"two_ranks/{files[0]}", f"two_ranks/{files[1]}")
     assert {t["name"] for t in shown["tables"]} == {"rows", "idle_by_cause", "mappings"}
