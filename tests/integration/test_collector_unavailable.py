@@ -69,7 +69,7 @@ print(json.dumps({"reason": unavailable_reason(),
 """
 
 # the demo through its entry point (``python -m neuron_profiler.cli.main``), after the premise
-# of an unprivileged case (``_premise_then``) in the same interpreter: one torch start, not two
+# of an unprivileged case (``_check_premise``) in the same interpreter: one torch start, not two
 DEMO = r"""
 import os, runpy, sys
 print(os.access(os.environ["TORCH_EXTENSIONS_DIR"], os.W_OK), flush=True)
