@@ -1,9 +1,11 @@
 """Shared by the TensorBoard plugin tests (tests/*/test_tb_plugin*.py): the plugin behind
 TensorBoard's WSGI app with werkzeug's test client, ids by names, the emulator script that
-makes a trace with findings, and ``neuron-prof analyze --json`` as a separate process."""
+makes a trace with findings, and ``neuron-prof analyze --json`` as a separate process (or in
+this process, ``cli_json``, where the test's subject is the plugin, not the CLI's process)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -126,6 +128,20 @@ def cli_diff(logdir: Path, a: str, b: str, *options: str) -> dict:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
+
+
+def cli_json(logdir: Path, *args: str, codes: tuple[int, ...] = (0,)) -> dict:
+    """``neuron-prof ARGS`` (``--json``) in this process, from ``logdir`` like the ``cli_*``
+    processes: the entry point's own ``main``, its exit code one of ``codes``, its stdout the
+    document. Saves an interpreter start and the analysis imports per call (~1.2 s)."""
+    from click.testing import CliRunner
+
+    from neuron_profiler.cli.main import main
+
+    with contextlib.chdir(logdir), CliRunner().isolation() as (out, err, _):
+        code = main(list(args))
+    assert code in codes, err.getvalue().decode()[-2000:]
+    return json.loads(out.getvalue())
 
 
 @contextmanager

@@ -161,7 +161,9 @@ class NameClasses:
                 found["collective_kernel"].append(i)
             if s.startswith(V.COLLECTIVE_WAIT_PREFIX):
                 found["collective_wait"].append(i)
-            if _PROFILER_FRAME.search(s):
+            # the literal first: a substring scan is fast where the pattern's search is not
+            # (1.3 s on a 50 MB name, tests/unit/test_long_names.py)
+            if "profiler" in s and _PROFILER_FRAME.search(s):
                 found["profiler_frames"].append(i)
             if s.startswith(_COMPILED_PREFIXES) or "CompiledFxGraph" in s:
                 found["compiled"].append(i)

@@ -57,13 +57,15 @@ _PROBE_MAX = 4096
 _DEPTH_SAFETY = 8
 _DEEP_HINT = 64  # a container this deep makes the repair measure what the decoder allows
 
-# strings (possibly unterminated: a lone quote), brackets and commas: enough to split elements
-_STRUCT = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},"]', re.S)
+# strings (possibly unterminated: a lone quote), brackets and commas: enough to split elements.
+# Brackets in runs (``[[[``, ``]}]``): one match, not one Python step, per bracket of a value
+# nested thousands deep (hostile input), so that splitting and repairing it stay linear in C.
+_STRUCT = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+|[,"]', re.S)
 # every token of one element, for the rewrite
 _TOKEN = re.compile(
     rb"""
     (?P<str>"[^"\\]*(?:\\.[^"\\]*)*")
-  | (?P<open>[\[{]) | (?P<close>[\]}]) | (?P<comma>,) | (?P<colon>:) | (?P<ws>[ \t\r\n]+)
+  | (?P<open>[\[{]+) | (?P<close>[\]}]+) | (?P<comma>,) | (?P<colon>:) | (?P<ws>[ \t\r\n]+)
   | (?P<num>-?[0-9.][0-9A-Za-z.+\-]*)
   | (?P<word>-?[A-Za-z_$][A-Za-z0-9_$]*)
   | (?P<other>.)
@@ -190,17 +192,18 @@ def split_elements(data: bytes, start: int = 0) -> Iterator[tuple[str, int, int]
                 yield INCOMPLETE, segment, segment
                 return
         elif char in b"[{":
-            depth += 1
+            depth += match.end() - match.start()
         elif char in b"]}":
-            if depth == 0:
-                if char == 0x7D:  # }
-                    yield DAMAGE, match.start(), match.start()
+            if match.end() - match.start() > depth:  # a bracket of the run closes the array
+                at = match.start() + depth
+                if data[at] == 0x7D:  # }
+                    yield DAMAGE, at, at
                     return
-                if data[segment : match.start()].strip():
-                    yield ELEMENT, segment, match.start()
-                yield END, match.start(), match.start()
+                if data[segment:at].strip():
+                    yield ELEMENT, segment, at
+                yield END, at, at
                 return
-            depth -= 1
+            depth -= match.end() - match.start()
         elif depth == 0:  # a comma between elements
             if data[segment : match.start()].strip():
                 yield ELEMENT, segment, match.start()
@@ -218,11 +221,11 @@ def close_of(data: bytes, depth: int, start: int = 0) -> int | None:
             if match.end() - match.start() == 1:
                 return None
         elif char in b"[{":
-            depth += 1
+            depth += match.end() - match.start()
         elif char in b"]}":
-            depth -= 1
-            if depth == 0:
-                return match.end()
+            if 0 < depth <= match.end() - match.start():
+                return match.start() + depth
+            depth -= match.end() - match.start()
     return None
 
 
@@ -260,24 +263,25 @@ def repair_value(
         if kind == "ws":
             continue
         token = match.group()
-        if kind == "open":
-            depth += 1
-            if depth == 2:
-                member_start = match.start()
+        if kind == "open":  # a run of opening brackets
+            if depth < 2 <= depth + len(token):
+                member_start = match.start() + 1 - depth  # the bracket that reaches depth 2
+            depth += len(token)
             if not replacing and depth > (_DEEP_HINT if limit is None else limit):
                 limit = depth_limit() if limit is None else limit
                 if depth > limit and member_start >= 0:
                     replacing = True
                     how |= Repair.NESTING
-        elif kind == "close":
+        elif kind == "close":  # a run of closing brackets
             if last == b"," and not replacing:
                 edits.append((last_comma, last_comma + 1, b""))
                 how |= Repair.SYNTAX
-            depth -= 1
-            if replacing and depth == 1:
+            if replacing and depth - len(token) <= 1:  # the run closes the replaced member
                 edits = [e for e in edits if e[0] < member_start]
-                edits.append((member_start, match.end(), policy.marker(limit or 0)))
+                end = match.start() + depth - 1  # just after the bracket back at depth 1
+                edits.append((member_start, end, policy.marker(limit or 0)))
                 replacing = False
+            depth -= len(token)
         elif replacing:
             pass
         elif kind == "str":

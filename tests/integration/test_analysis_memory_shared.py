@@ -4,6 +4,7 @@ json, not our loader) and against torch-tb-profiler 0.4.3's own memory statistic
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import logging
@@ -14,7 +15,7 @@ import pytest
 from conftest import shared_traces_dir
 
 from neuron_profiler.analysis import analyze
-from neuron_profiler.analysis.memory import UNKNOWN_OP
+from neuron_profiler.analysis.memory import UNKNOWN_OP, MemoryUsage
 from neuron_profiler.trace import load_trace
 
 SAMPLES = "kineto/tb_plugin/samples"
@@ -25,6 +26,12 @@ LABELS = {(0, -1): "CPU", (1, 0): "cuda:0"}
 def _trace(name: str) -> Path:
     (path,) = sorted((shared_traces_dir() / SAMPLES / name).glob("*.pt.trace.json.gz"))
     return path
+
+
+@functools.cache
+def _memory(path: Path) -> MemoryUsage | None:
+    """Our memory analysis of a trace, once for both tests (a small result; the trace goes)."""
+    return analyze(load_trace(path)).memory
 
 
 def _raw_walk(path: Path) -> dict[str, tuple[int, int, int]]:
@@ -50,7 +57,7 @@ def _raw_walk(path: Path) -> dict[str, tuple[int, int, int]]:
 @pytest.mark.parametrize("name", RESNET)
 def test_peaks_match_an_independent_walk_of_the_raw_json(name: str) -> None:
     path = _trace(name)
-    mem = analyze(load_trace(path)).memory
+    mem = _memory(path)
     assert mem is not None
     ours = {d.label: (d.events, d.peak_bytes, d.peak_ns) for d in mem.devices}
     assert ours == _raw_walk(path)
@@ -77,7 +84,7 @@ def test_allocations_by_op_total_what_tb_profiler_attributes(name: str, tmp_path
     table = data.memory_snapshot.get_memory_statistics(data.tid2tree)["GPU0"]
     self_size, self_count = 1, 2  # torch_tb_profiler.profiler.memory_parser.MemoryMetrics
     theirs = (sum(v[self_size] for v in table.values()), sum(v[self_count] for v in table.values()))
-    mem = analyze(load_trace(path)).memory
+    mem = _memory(path)
     assert mem is not None
     gpu = next(d for d in mem.devices if d.label == "cuda:0")
     by_op = [o for o in gpu.by_op if o.op != UNKNOWN_OP]

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.torch]
 NOBODY = 65534
 
 PROFILE = r"""
-import json, sys, warnings
+import json, os, sys, warnings
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 from neuron_profiler import NEURON
@@ -64,7 +64,17 @@ with warnings.catch_warnings(record=True) as caught:
 ours = [w for w in caught if issubclass(w.category, CollectorUnavailableWarning)]
 print(json.dumps({"reason": unavailable_reason(),
                   "warnings": [[str(w.message), w.filename] for w in ours],
-                  "cycles": len(cycles)}))
+                  "cycles": len(cycles),
+                  "extensions_writable": os.access(os.environ["TORCH_EXTENSIONS_DIR"], os.W_OK)}))
+"""
+
+# the demo through its entry point (``python -m neuron_profiler.cli.main``), after the premise
+# of an unprivileged case (``_check_premise``) in the same interpreter: one torch start, not two
+DEMO = r"""
+import os, runpy, sys
+print(os.access(os.environ["TORCH_EXTENSIONS_DIR"], os.W_OK), flush=True)
+sys.argv = ["neuron_profiler.cli.main", *sys.argv[1:]]
+runpy.run_module("neuron_profiler.cli.main", run_name="__main__", alter_sys=True)
 """
 
 
@@ -180,24 +190,16 @@ def _writable_dir(path: Path) -> Path:
     return path
 
 
-def _check_premise(case: Case, tmp: Path) -> None:
-    """For an unprivileged case: the user runs this Python and really cannot write the
-    extension directory (a root that kept its privileges would prove nothing)."""
+def _check_premise(case: Case, proc: subprocess.CompletedProcess[str], writable: str) -> None:
+    """For an unprivileged case: the user ran this Python (``proc``, which printed whether the
+    extension directory was ``writable`` for it, "True" or "False") and really could not write
+    the extension directory (a root that kept its privileges would prove nothing)."""
     if not case.unprivileged:
         return
-    check = _run(
-        case,
-        [
-            "-c",
-            "import os, sys, torch; print(os.access(sys.argv[1], os.W_OK))",
-            case.env["TORCH_EXTENSIONS_DIR"],
-        ],
-        tmp,
+    assert writable in ("True", "False"), (
+        f"the unprivileged user cannot run {sys.executable}: {proc.stderr[-500:]}"
     )
-    assert check.returncode == 0, (
-        f"the unprivileged user cannot run {sys.executable}: {check.stderr[-500:]}"
-    )
-    assert check.stdout.strip() == "False", "extension directory writable: privileges kept"
+    assert writable == "False", "extension directory writable: privileges kept"
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -205,7 +207,6 @@ def test_profile_warns_once_per_start_and_the_trace_says_why(name: str, shared_t
     case = _make_case(name, shared_tmp)
     out = _writable_dir(shared_tmp / "out")
     _writable_dir(shared_tmp / "home")
-    _check_premise(case, shared_tmp)
     script = shared_tmp / "profile_probe.py"
     script.write_text(PROFILE)
     script.chmod(0o644)
@@ -213,6 +214,7 @@ def test_profile_warns_once_per_start_and_the_trace_says_why(name: str, shared_t
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
+    _check_premise(case, proc, str(result["extensions_writable"]))
     reason = result["reason"]
     assert case.expect in reason and DETAIL.get(name, "") in reason
     assert "\n" not in reason
@@ -233,13 +235,12 @@ def test_profile_warns_once_per_start_and_the_trace_says_why(name: str, shared_t
 def test_demo_exits_with_one_error_line(name: str, shared_tmp: Path) -> None:
     case = _make_case(name, shared_tmp)
     _writable_dir(shared_tmp / "home")
-    _check_premise(case, shared_tmp)
     out_dir = shared_tmp / "home" / "demo"
-    proc = _run(
-        case,
-        ["-m", "neuron_profiler.cli.main", "demo", "-o", str(out_dir), "--steps", "1"],
-        shared_tmp,
-    )
+    demo = ["demo", "-o", str(out_dir), "--steps", "1"]
+    entry = ["-c", DEMO] if case.unprivileged else ["-m", "neuron_profiler.cli.main"]
+    proc = _run(case, [*entry, *demo], shared_tmp)
+    if case.unprivileged:
+        _check_premise(case, proc, proc.stdout.split("\n", 1)[0])
     assert proc.returncode == 3, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("neuron-prof: error: ")]

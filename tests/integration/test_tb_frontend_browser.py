@@ -28,6 +28,7 @@ from neuron_profiler.reports.text import shorten  # noqa: E402
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 TIMEOUT_S = 120
+POLL_S = 0.05  # between two looks at the page (a look: one script, a few ms)
 LONG_OP = "aten::" + "long_op_" * 2000 + "end"  # 16 kB
 LONG_KERNEL = "TensorE: " + "k" * 5000 + "\U0001f600 end"  # an astral character near the end
 LONG_DEVICE = "NeuronCore " + "d" * 3000
@@ -74,7 +75,7 @@ def driver(page_url: str):  # noqa: ANN201
 def _wait(driver, what: str, script: str):  # noqa: ANN001, ANN202
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, TIMEOUT_S, poll_frequency=0.2).until(
+    return WebDriverWait(driver, TIMEOUT_S, poll_frequency=POLL_S).until(
         lambda d: d.execute_script(script), message=what
     )
 

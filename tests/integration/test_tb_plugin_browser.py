@@ -13,7 +13,9 @@ empty state must carry the analyzer's reason; the Diff view, once a baseline is 
 figures); the Idle timeline's bars must be as long as the
 idle time the timeline route gives per bin; the plugin's frame must log no error; "Open in
 Perfetto UI" must post the whole .pftrace (window.open stubbed).
-Screenshots of every view go to $NEURON_PROF_BROWSER_ARTEFACTS (else the test's tmp dir).
+Screenshots of every view go to $NEURON_PROF_BROWSER_ARTEFACTS when it is set (none are taken
+otherwise: 55 of them cost ~3 s and nothing looks at them); the run's report always goes there,
+else to the test's tmp dir.
 
 A missing Chromium/chromedriver/selenium fails under CI=true (scripts/test.sh installs them)
 and skips elsewhere.
@@ -21,6 +23,7 @@ and skips elsewhere.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -35,14 +38,7 @@ import pytest
 
 pytest.importorskip("tensorboard")
 
-from tb_plugin_client import (  # noqa: E402
-    cli_analysis,
-    cli_diff,
-    cli_distributed,
-    cli_document,
-    headless_chrome,
-    make_emulator_trace,
-)
+from tb_plugin_client import cli_json, headless_chrome, make_emulator_trace  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -60,6 +56,9 @@ VIEWS = (
 )
 HOSTILE = "<img src=x onerror=alert(1)>"
 TIMEOUT_S = 120
+# between two looks at the page or the server: each wait ends up to one interval after what it
+# waits for, and the page is looked at some 70 times (a look: one script, a few ms)
+POLL_S = 0.05
 DISTRIBUTED_EMPTY = "no cross-rank analysis: "
 HANDLER_MS = 1_700_000_000_000  # 2023-11-14 22:13:20.000 UTC
 
@@ -132,7 +131,8 @@ def _hostile_trace(path: Path) -> None:
 @pytest.fixture(scope="module")
 def logdir(tmp_path_factory: pytest.TempPathFactory, shared_traces: Path) -> Path:
     _browser_parts()
-    pytest.importorskip("torch")
+    if importlib.util.find_spec("torch") is None:  # (the emulator's process imports it, not this)
+        pytest.skip("torch is not installed: no emulator trace")
     root = tmp_path_factory.mktemp("tb_logdir")
     emu = make_emulator_trace(root / "emulator")
     (root / "cuda").mkdir()
@@ -185,6 +185,21 @@ def _module_pair(run: Path) -> None:
 # --- the server and the browser ------------------------------------------------------------
 
 
+# ``tensorboard``'s own entry point (tensorboard.main.run_main: its flags, its plugins found by
+# their entry points, ours included) less the PyTorch Profiler plugin (torch-tb-profiler, here
+# for the tb-profiler comparison tests), which parses every trace of the logdir in spawned
+# processes: ~15 s of CPU taken from the browser and this test, and exiting waited for it.
+TENSORBOARD = r"""
+from absl import app
+from tensorboard import default, main_lib, program
+
+main_lib.global_init()
+plugins = [p for p in default.get_plugins() if not p.__module__.startswith("torch_tb_profiler")]
+tensorboard = program.TensorBoard(plugins=plugins)
+app.run(tensorboard.main, flags_parser=tensorboard.configure)
+"""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -195,9 +210,9 @@ def _free_port() -> int:
 def server(logdir: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     port = _free_port()
     log = (tmp_path_factory.mktemp("tb_server") / "tensorboard.log").open("w")
-    exe = Path(sys.executable).with_name("tensorboard")
     proc = subprocess.Popen(
-        [str(exe), "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-c", TENSORBOARD, "--logdir", str(logdir), "--host", "127.0.0.1"]
+        + ["--port", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -213,7 +228,7 @@ def server(logdir: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN
             except OSError:
                 pass
             assert time.monotonic() < deadline, f"tensorboard not ready in {TIMEOUT_S} s"
-            time.sleep(0.5)
+            time.sleep(POLL_S)
         yield url
     finally:
         proc.terminate()
@@ -233,6 +248,12 @@ def artefacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def screenshot(driver, path: Path) -> None:  # noqa: ANN001
+    """The page as shown, into ``path``, when $NEURON_PROF_BROWSER_ARTEFACTS asks for them."""
+    if os.environ.get(ARTEFACTS_ENV):
+        driver.save_screenshot(str(path))
+
+
 @pytest.fixture(scope="module")
 def browser(server: str):  # noqa: ANN201
     with headless_chrome(CHROMIUM, CHROMEDRIVER, TIMEOUT_S) as driver:
@@ -243,7 +264,7 @@ def browser(server: str):  # noqa: ANN201
 def _wait(driver, what: str, condition, timeout: float = TIMEOUT_S):  # noqa: ANN001, ANN202
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(
+    return WebDriverWait(driver, timeout, poll_frequency=POLL_S).until(
         lambda d: condition(d), message=what
     )
 
@@ -432,17 +453,20 @@ def test_views_match_the_cli(
         # the Distributed view against the CLI's cross-rank section of the run's files
         files = sorted(p.relative_to(logdir).as_posix() for p in logdir.joinpath(run).iterdir())
         if files == [rel.relative_to(logdir).as_posix()]:  # one file: one run gives both
-            whole = cli_analysis(logdir, files[0])
+            whole = cli_json(logdir, "analyze", "--json", files[0])
             doc, distributed = whole["traces"][0], whole["distributed"]
         else:
-            doc = cli_document(logdir, rel.relative_to(logdir).as_posix())
-            distributed = cli_distributed(logdir, *files)
+            doc = cli_json(logdir, "analyze", "--json", rel.relative_to(logdir).as_posix())
+            doc = doc["traces"][0]
+            # exit 2 (a file could not be analysed) still prints the cross-rank section
+            distributed = cli_json(logdir, "analyze", "--json", *files, codes=(0, 2))
+            distributed = distributed["distributed"]
         docs[run] = doc
         doc_all = dict(doc, distributed=distributed)
         compared = 0
         for view in VIEWS:
             shown = show(browser, view)
-            browser.save_screenshot(str(artefacts / f"{run}-{view.lower()}.png"))
+            screenshot(browser, artefacts / f"{run}-{view.lower()}.png")
             assert shown["tables"] or shown["charts"] or shown["empty"] or view == "Trace", (
                 run,
                 view,
@@ -617,9 +641,9 @@ def test_diff_view_matches_the_cli(browser, logdir: Path, artefacts: Path) -> No
         pick.dispatchEvent(new Event('change'));""")
     _diff_shown(browser, "residual")  # (show's tab click meets no re-render mid-way)
     shown = show(browser, "Diff")
-    browser.save_screenshot(str(artefacts / "two_ranks-diff.png"))
+    screenshot(browser, artefacts / "two_ranks-diff.png")
     files = sorted(p.name for p in logdir.joinpath("two_ranks").iterdir())
-    doc = cli_diff(logdir, f"two_ranks/{files[0]}", f"two_ranks/{files[1]}")
+    doc = cli_json(logdir, "diff", "--json", f"two_ranks/{files[0]}", f"two_ranks/{files[1]}")
     assert {t["name"] for t in shown["tables"]} == {"rows", "idle_by_cause", "mappings"}
     assert assert_tables_match(shown, doc) > 3 * len(doc["rows"])
     assert shown["charts"] == 1
@@ -653,9 +677,8 @@ def test_diff_view_by_module_matches_the_cli(browser, logdir: Path) -> None:  # 
     _diff_shown(browser, "rows by module")
     shown = show(browser, "Diff")
     files = {p.name.split(".")[0]: p.name for p in logdir.joinpath("modules").iterdir()}
-    doc = cli_diff(
-        logdir, f"modules/{files['before']}", f"modules/{files['after']}", "--by", "module"
-    )
+    before, after = f"modules/{files['before']}", f"modules/{files['after']}"
+    doc = cli_json(logdir, "diff", "--json", "--by", "module", before, after)
     assert (doc["rows"][0]["key"], doc["rows"][0]["kind"]) == (HEAD, "module")
     assert assert_tables_match(shown, doc) > 3 * len(doc["rows"])
     assert shown["bars"][0][0][1] == doc["rows"][0]["delta_ms"]

@@ -162,7 +162,9 @@ def _bad_profiles(fx, root: Path) -> dict[str, tuple[Path, Path]]:  # noqa: ANN0
 @pytest.mark.parametrize(
     "case", ["truncated", "not parquet", "missing column", "wrong type", "missing table"]
 )
-def test_bad_parquet_is_one_line_and_exit_2(fx, tmp_path: Path, case: str) -> None:  # noqa: ANN001
+def test_bad_parquet_is_one_line_and_exit_2(fx, tmp_path: Path, case: str, capsys) -> None:  # noqa: ANN001
+    """Through the entry point's ``main`` in this process (an exception would fail the test
+    as the traceback a user would see)."""
     given, named = _bad_profiles(fx, tmp_path)[case]
     for argv in (
         ["export", str(given), "-o", str(tmp_path / "o.json")],
@@ -174,15 +176,12 @@ def test_bad_parquet_is_one_line_and_exit_2(fx, tmp_path: Path, case: str) -> No
             str(tmp_path / "m.json"),
         ],
     ):
-        r = subprocess.run(
-            [sys.executable, "-m", "neuron_profiler.cli.main", *argv],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        lines = r.stderr.strip().splitlines()
-        assert r.returncode == 2, r.stderr
-        assert len(lines) == 1 and str(named) in lines[0], r.stderr
+        capsys.readouterr()
+        code = main(argv)
+        stderr = capsys.readouterr().err
+        lines = stderr.strip().splitlines()
+        assert code == 2, stderr
+        assert len(lines) == 1 and str(named) in lines[0], stderr
         assert not (tmp_path / "o.json").exists() and not (tmp_path / "m.json").exists()
 
 

@@ -84,3 +84,38 @@ def test_split_elements_agrees_with_json() -> None:
     assert body[end : end + 1] == b"]" and close_of(body[end:], 2) == len(body) - end
     assert [k for k, _, _ in split_elements(b'{"a": 1}, {"b": "un')][-1] == INCOMPLETE
     assert list(split_elements(b'{"a": 1}}'))[-1] == (DAMAGE, 8, 8)
+
+
+def _spaced(text: bytes) -> bytes:
+    """Every bracket its own token (no brackets in strings here)."""
+    return re.sub(rb"([\[\]{}])", rb"\1 ", text)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"a": [[{"b": ' + b"[" * 3000 + b"]" * 3000 + b"}]]}, [[[]]], 3]}], " + b'"k": 1}',
+        b"[[1]], {}]",  # the closing bracket of the array in a run
+        b"[1]}]",  # a brace at depth 0 inside a run: damage there
+        b'{"a": [[[[[1]]]]], "b": [[2]]}, [[[3',  # cut inside a run's value
+    ],
+)
+def test_brackets_in_runs_read_as_one_at_a_time(body: bytes) -> None:
+    """A run of brackets (``[[[``, ``]}]``) is one match: splitting, closing and the repair of
+    a member nested too deeply read it as the same brackets one per token."""
+    spaced = _spaced(body)
+    runs, one_by_one = list(split_elements(body)), list(split_elements(spaced))
+    assert [k for k, _, _ in runs] == [k for k, _, _ in one_by_one]
+    for (kind, s, e), (_, s1, e1) in zip(runs, one_by_one, strict=True):
+        if kind == ELEMENT:
+            fixed, how = repair_value(body[s:e], 4)
+            fixed_spaced, how_spaced = repair_value(spaced[s1:e1], 4)
+            assert how == how_spaced
+            assert msgspec.json.decode(fixed) == msgspec.json.decode(fixed_spaced)
+        elif kind in (END, DAMAGE):
+            assert body[s : s + 1] == spaced[s1 : s1 + 1] in (b"]", b"}")
+            assert body.count(b"[", 0, s) == spaced.count(b"[", 0, s1)
+    ends = [close_of(body, 2), close_of(spaced, 2)]
+    assert (ends[0] is None) == (ends[1] is None)
+    if ends[0] is not None:
+        assert body[: ends[0]].count(b"]") == spaced[: ends[1]].count(b"]")
