@@ -29,20 +29,25 @@ pytestmark = pytest.mark.torch
 PRICE_NS = 10_000_000  # per whole-array query, injected: dwarfs any op's own dispatch time
 
 
-def _dispatch_spans_ms(record_shapes: bool, tmp_path) -> dict[str, float]:  # noqa: ANN001
+def _dispatch_spans_ms(record_shapes: bool, tmp_path, queries_before: int = 0) -> dict[str, float]:  # noqa: ANN001
     """Each op's ``emulator overhead: dispatch`` span (ms) with the injected price; ops spaced
-    wider than their priced queries so no span is clipped by its predecessor's."""
+    wider than their priced queries so no span is clipped by its predecessor's. The capture's
+    first op (``aten::neg``) has its queries dropped with any counted before the
+    capture (host_cost.account); ``queries_before``: whole-array queries made before it."""
     emu.enable(cores=1, chip="trn2", numerics=False)
     saved = host_cost.LEDGER.boundary
     host_cost.LEDGER.boundary = host_cost.Boundary(0, 0, 0, PRICE_NS)
     x, y = torch.zeros(4, 4).to("neuron"), torch.zeros(4, 4).to("neuron")
     ops = {
+        "aten::neg": lambda: x.neg(),
         "aten::add": lambda: x.add(y),
         "aten::t": lambda: x.t(),
         "aten::cat": lambda: torch.cat([x, y, x]),
     }
     for run in ops.values():  # warm: first calls pay one-off costs
         run()
+    for _ in range(queries_before):
+        x.size()
     try:
         with profile(
             activities=[ProfilerActivity.CPU, NEURON], record_shapes=record_shapes
@@ -65,13 +70,22 @@ def test_record_shapes_queries_are_priced_inside_each_ops_overhead_span(tmp_path
     inputs = {"aten::add": 2, "aten::t": 1, "aten::cat": 3}
     price_ms = PRICE_NS / 1e6
     without = _dispatch_spans_ms(False, tmp_path)
-    assert set(without) == set(inputs)
+    assert set(without) == {"aten::neg", *inputs}
     assert all(round(ms / price_ms) == 0 for ms in without.values()), without
     shapes = _dispatch_spans_ms(True, tmp_path)
-    queries = {op: round(ms / price_ms) for op, ms in shapes.items()}
+    queries = {op: round(ms / price_ms) for op, ms in shapes.items() if op in inputs}
     per_input = {op: queries[op] / n for op, n in inputs.items()}
     # at least sizes and strides of every tensor input, the same count for each input of any op
     assert len(set(per_input.values())) == 1 and min(per_input.values()) >= 2, queries
+
+
+def test_queries_made_before_a_capture_are_not_priced_into_it(tmp_path) -> None:  # noqa: ANN001
+    """Queries are counted between captures too; 100 of them at the injected price would be a
+    second of emulator time that the capture's first op's span reached back over (clipped at
+    the capture's start: 0.25 s of the script's host time discounted). None of it is priced."""
+    spans = _dispatch_spans_ms(False, tmp_path, queries_before=100)
+    price_ms = PRICE_NS / 1e6
+    assert all(round(ms / price_ms) == 0 for ms in spans.values()), spans
 
 
 def test_whole_size_and_stride_queries_skip_the_execution_point(monkeypatch) -> None:  # noqa: ANN001
