@@ -40,51 +40,51 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 # scheduling). By xdist's default order (most tests first) a long file of few tests came last
 # and ran alone while the other worker idled. A stale entry costs only order, never a test.
 LONGEST_FILES = (
-    "tests/integration/test_tb_plugin_browser.py",  # 42 s
-    "tests/integration/test_on_demand_capture.py",  # 30 s
-    "tests/integration/test_collector_unavailable.py",  # 27 s
-    "tests/unit/test_fuzz_cli.py",  # 26 s
-    "tests/integration/test_emulator_fsdp.py",  # 24 s
-    "tests/integration/test_collector_fsdp.py",  # 23 s
-    "tests/integration/test_chrome_roundtrip.py",  # 21 s
-    "tests/integration/test_collector_demo.py",  # 19 s
-    "tests/integration/test_compiled_graph_trace.py",  # 19 s
-    "tests/integration/test_emulator_collective_coupling.py",  # 17 s
+    "tests/integration/test_collector_unavailable.py",  # 35 s
+    "tests/integration/test_tb_plugin_browser.py",  # 33 s
+    "tests/integration/test_on_demand_capture.py",  # 21 s
+    "tests/integration/test_chrome_roundtrip.py",  # 20 s
+    "tests/integration/test_collector_fsdp.py",  # 19 s
+    "tests/integration/test_collector_demo.py",  # 17 s
+    "tests/unit/test_emulator_device.py",  # 17 s
     "tests/integration/test_emulator_compile.py",  # 16 s
-    "tests/integration/test_kineto_on_demand.py",  # 14 s
-    "tests/integration/test_analysis_tb_profiler.py",  # 13 s
-    "tests/integration/test_analysis_multirank_emulator.py",  # 13 s
-    "tests/integration/test_diff_modules_emulator.py",  # 9 s
-    "tests/integration/test_analysis_memory_shared.py",  # 9 s
-    "tests/unit/test_emulator_device.py",  # 9 s
+    "tests/integration/test_emulator_fsdp.py",  # 16 s
+    "tests/unit/test_fuzz_cli.py",  # 16 s
+    "tests/integration/test_analysis_tb_profiler.py",  # 11 s
+    "tests/integration/test_kineto_on_demand.py",  # 11 s
+    "tests/integration/test_analysis_injected.py",  # 11 s
+    "tests/integration/test_emulator_timing_hybrid.py",  # 9 s
+    "tests/integration/test_tb_frontend_browser.py",  # 9 s
+    "tests/integration/test_analysis_hta.py",  # 8 s
+    "tests/integration/test_analysis_memory_shared.py",  # 8 s
     "tests/integration/test_perfetto_shared.py",  # 8 s
-    "tests/unit/test_cli_safety.py",  # 8 s
-    "tests/integration/test_emulator_timing_hybrid.py",  # 8 s
-    "tests/integration/test_analysis_injected.py",  # 8 s
-    "tests/integration/test_html_browser.py",  # 8 s
-    "tests/integration/test_diff_emulator.py",  # 8 s
-    "tests/integration/test_collector_ddp.py",  # 8 s
-    "tests/integration/test_analysis_hta.py",  # 7 s
-    "tests/integration/test_emulator_timing_opinfo.py",  # 7 s
-    "tests/integration/test_emulator_ddp_device.py",  # 6 s
-    "tests/unit/test_long_names.py",  # 6 s
-    "tests/unit/test_collector_build.py",  # 6 s
-    "tests/unit/test_explorer_cli.py",  # 6 s
-    "tests/integration/test_placement_parity.py",  # 6 s
-    "tests/integration/test_emulator_ddp.py",  # 6 s
-    "tests/integration/test_emulator_timing_mode.py",  # 6 s
-    "tests/integration/test_emulator_default_backend.py",  # 6 s
-    "tests/integration/test_fallback_native.py",  # 5 s
-    "tests/integration/test_hta_compat.py",  # 5 s
-    "tests/integration/test_analysis_emulator.py",  # 5 s
-    "tests/integration/test_diff_shared.py",  # 5 s
-    "tests/integration/test_tb_frontend_browser.py",  # 5 s
-    "tests/integration/test_projection_compiled_modules_emulator.py",  # 4 s
-    "tests/integration/test_analysis_multirank_shared.py",  # 4 s
-    "tests/integration/test_analysis_emulator_host_cost.py",  # 4 s
-    "tests/integration/test_analysis_shared.py",  # 4 s
-    "tests/integration/test_load_shared_traces.py",  # 4 s
+    "tests/integration/test_analysis_emulator_host_cost.py",  # 8 s
+    "tests/integration/test_emulator_ddp.py",  # 8 s
+    "tests/integration/test_emulator_timing_mode.py",  # 8 s
+    "tests/integration/test_diff_modules_emulator.py",  # 7 s
+    "tests/integration/test_html_browser.py",  # 7 s
+    "tests/unit/test_collector_build.py",  # 7 s
+    "tests/integration/test_analysis_multirank_emulator.py",  # 7 s
+    "tests/integration/test_compiled_graph_trace.py",  # 6 s
+    "tests/integration/test_projection_compiled_modules_emulator.py",  # 6 s
+    "tests/integration/test_emulator_collective_coupling.py",  # 6 s
+    "tests/integration/test_load_shared_traces.py",  # 6 s
+    "tests/unit/test_cli_safety.py",  # 6 s
+    "tests/integration/test_emulator_memory.py",  # 5 s
+    "tests/integration/test_emulator_timing_opinfo.py",  # 5 s
+    "tests/integration/test_analysis_multirank_shared.py",  # 5 s
+    "tests/integration/test_diff_shared.py",  # 4 s
+    "tests/integration/test_placement_parity.py",  # 4 s
+    "tests/integration/test_fallback_native.py",  # 4 s
+    "tests/integration/test_hta_compat.py",  # 4 s
+    "tests/integration/test_tb_plugin_emulator.py",  # 4 s
     "tests/integration/test_collector_emulator.py",  # 4 s
+    "tests/integration/test_diff_emulator.py",  # 4 s
+    "tests/integration/test_analysis_shared.py",  # 4 s
+    "tests/integration/test_tb_memory_browser.py",  # 4 s
+    "tests/unit/test_emulator_fallback.py",  # 4 s
+    "tests/integration/test_analysis_emulator.py",  # 4 s
+    "tests/integration/test_tb_projection_browser.py",  # 3 s
 )
 
 
