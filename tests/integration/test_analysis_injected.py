@@ -14,6 +14,7 @@ time is at least ~95% of the injected time and at most 25% above it: the injecte
 
 from __future__ import annotations
 
+import bisect
 import json
 import subprocess
 import sys
@@ -78,8 +79,13 @@ def _fallback_truth(path: Path) -> dict[str, float]:
     """Per op, what its fallback calls cost the device, read from the file: from the start of
     the call's input copy (before it the device was busy with the queued work) to the first
     device work after the call (the idle up to the next launch is the fallback's), less the
-    emulator's own host work in that window (its overhead spans: not Trainium's cost) (ns)."""
+    emulator's own host work in that window (its overhead spans: not Trainium's cost) and less
+    the host's silence between the end of the op that made the call (the ``cpu_op`` of that name
+    around it) and the next host op: nothing ran that the profiler saw, the process was not
+    scheduled (a loaded machine), and the analyzer does not charge it to the fallback (ns)."""
     events = _events(path)
+    host_ops = sorted((*_ns(e), e["name"]) for e in events if e.get("cat") == V.CAT_CPU_OP)
+    host_starts = [start for start, _, _ in host_ops]
     overhead = sorted(_ns(e) for e in events if e["name"].startswith(V.OVERHEAD_PREFIX))
     copies = {
         e["args"][V.ARG_EXTERNAL_ID]: e
@@ -93,7 +99,13 @@ def _fallback_truth(path: Path) -> dict[str, float]:
         next_work = next(t for t in device if t >= _ns(call)[1])
         d2h_start = _ns(copies[call["args"][V.ARG_EXTERNAL_ID]])[0]
         emulator = _covered(overhead, d2h_start, next_work)
-        out[op] = out.get(op, 0) + (next_work - d2h_start - emulator)
+        start, end = _ns(call)
+        around = [e for s, e, name in host_ops if name == op and s <= start and e >= end]
+        call_end = max(around, default=end)
+        k = bisect.bisect_left(host_starts, call_end)
+        next_op = host_starts[k] if k < len(host_starts) else next_work
+        silent = max(0, min(next_op, next_work) - call_end)
+        out[op] = out.get(op, 0) + (next_work - d2h_start - emulator - silent)
     return out
 
 
