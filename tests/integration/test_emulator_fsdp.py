@@ -126,6 +126,7 @@ for world, scenarios in ((global_world, sys.argv[6]), (2, sys.argv[4])):
                 got = run(scenario, device, meshes[device][world], sys.argv[5])
             results[(scenario, device, world)] = got
 torch.save(results, sys.argv[1])
+dist.barrier()  # ranks 2 and 3 stay until 0 and 1 are done: an exit resets their connections
 dist.destroy_process_group()
 """
 TWO_RANKS = ["reshard", "no_reshard", "mixed", "mlp_from_cpu", "checkpoint", "fsdp1"]

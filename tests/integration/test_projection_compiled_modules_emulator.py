@@ -63,4 +63,7 @@ def test_per_module_graphs_split_the_forward_at_the_roots_children(traces) -> No
     assert "per module" in note and "2 modules" in note
     assert "no nn.Module frames" in bare_note
     assert graphs == bare_graphs + 2 and saved == bare_saved - 2
-    assert bare_delta < delta < 0  # fewer launches saved: a smaller (still real) saving
+    # fewer launches saved: a saving no larger (still real); equal where the two launches
+    # were off the step's critical path (the device's work set it: seen once in CI, -2.611 ms
+    # each)
+    assert bare_delta <= delta < 0
