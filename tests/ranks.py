@@ -41,6 +41,11 @@ def run_ranks(
         )
         for r in range(world)
     ]
-    for p in procs:
+    failed = []
+    for rank, p in enumerate(procs):
         _, err = p.communicate(timeout=timeout)
-        assert p.returncode == 0, err[-3000:]
+        if p.returncode != 0:
+            failed.append(f"rank {rank} (exit {p.returncode}):\n{err[-3000:]}")
+    # every failed rank's tail: the first to fail is often not rank 0 (the others then see a
+    # connection reset)
+    assert not failed, "\n\n".join(failed)
