@@ -117,6 +117,8 @@ def test_cli_by_module(files, d, capsys) -> None:  # noqa: ANN001
     assert doc["group_by"] == "module"
     shown = {r["key"] for r in doc["rows"] if r["kind"] == "module"}  # (small ones folded)
     assert shown and shown == {r.key for r in d.folded(top=50) if r.kind == MODULE} <= LEAVES
-    assert main(["diff", "--by", "module", *map(str, files)]) == 0
+    # every row shown, as in the JSON above: by default small rows fold, and whether Linear_2's
+    # is small depends on the run's timings (folded in one CI run)
+    assert main(["diff", "--by", "module", "--top", "50", *map(str, files)]) == 0
     out = capsys.readouterr().out
     assert "rows by module" in out and "Linear_2" in out
