@@ -436,9 +436,8 @@ def _by_cause(
 
     The gaps are disjoint, so the counted part of all of them at once is the counted parts of
     each cause's gaps side by side, each piece inside one gap: one set operation tags every
-    piece with its gap's cause. Where the steps are disjoint, so are the windows (in order),
-    and each piece meets one or two: its overlaps are summed into (window, cause) cells in one
-    pass. Otherwise the windows are measured cause by cause (``overlap_per_window``)."""
+    piece with its gap's cause; the windows are measured per cause at once
+    (``overlap_per_window_by_key``)."""
     causes = len(ALL_CAUSES)
     part = _counted(gap, inside, discount)
     piece_cause = cause[np.searchsorted(gap.start, part.start, side="right") - 1]
@@ -446,20 +445,7 @@ def _by_cause(
     key = axis.group_of(part.start) * causes + piece_cause
     by_cause = np.bincount(key, weights=part.end - part.start, minlength=len(axis) * causes)
     by_cause = by_cause.astype(np.int64).reshape(len(axis), causes)
-    if len(ws) and bool((we >= ws).all() and (ws[1:] >= we[:-1]).all()):
-        windows = I.Intervals(ws, we)
-        ip, iw = I._pairs(part, windows) if len(part) else (np.zeros(0, np.int64),) * 2
-        overlap = np.minimum(part.end[ip], we[iw]) - np.maximum(part.start[ip], ws[iw])
-        per_step = np.zeros(len(ws) * causes, np.int64)
-        np.add.at(per_step, iw * causes + piece_cause[ip], overlap)
-        return by_cause, per_step.reshape(len(ws), causes)
-    per_step = np.zeros((len(ws), causes), np.int64)
-    for code in range(causes):
-        mine = piece_cause == code
-        per_step[:, code] = I.overlap_per_window(
-            I.Intervals(part.start[mine], part.end[mine]), ws, we
-        )
-    return by_cause, per_step
+    return by_cause, I.overlap_per_window_by_key(part, piece_cause, causes, ws, we)
 
 
 def _longest(
