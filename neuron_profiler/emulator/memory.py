@@ -13,7 +13,7 @@ that its host memory is freed inside a quiet window (``Allocator.settle``). Thre
   reserved memory equals allocated memory);
 - torch.profiler: with ``profile_memory=True`` each allocation and free goes to
   ``c10::reportMemoryUsageToProfiler`` with a PrivateUse1 device, as a C++ backend's allocator
-  reports it (through the Kineto bridge, ``report_memory_usage``). Outside a profile the cost is
+  reports it (through the memory extension, device_allocator.py). Outside a profile the cost is
   one test of ``torch.autograd.profiler._is_profiler_enabled``, a Python flag torch sets while a
   profiler runs;
 - snapshots (``torch.neuron.memory._record_memory_history`` / ``_dump_snapshot``): the CUDA
@@ -40,7 +40,7 @@ _OWN_PREFIX = __file__.rsplit("/", 1)[0] + "/"
 # CUDA's caching allocator splits its pools at 1 MiB (torch.cuda.memory_stats' docstring, "large
 # pool ... >= 1MB"); snapshot segments carry the same label.
 LARGE_SEGMENT_BYTES = 1 << 20
-_now_ns = time.time_ns  # the clock torch.profiler stamps ops with (the bridge's now_ns)
+_now_ns = time.time_ns  # the clock torch.profiler stamps ops with (the Kineto bridge's now_ns)
 
 
 class Buffer(weakref.ref):
@@ -122,8 +122,9 @@ class Allocator:
         self.history: History | None = None
         self.samples: Samples | None = None  # a collector session's counter samples
         self.timeline: Any = None  # the DeviceTimeline recording runtime tensor events
-        self.bridge: Any = None  # the Kineto bridge, loaded at the first profiled allocation
-        self.bridge_error: str | None = None
+        # the memory extension (device_allocator.py), loaded at the first profiled allocation
+        self.native: Any = None
+        self.native_error: str | None = None
         # buffers whose host tensor is held (``settle``): freed ones, waiting for a quiet window
         # to drop it, and pending ones, whose allocating tensor died while an alias holds it
         self.kept: list[Buffer] = []
@@ -248,44 +249,44 @@ class Allocator:
         """While a profile records memory: stop the CPU allocator's reports on this thread for
         an op whose outputs are device buffers (they are reported here, as device memory);
         True: call ``host_reports_on`` after it."""
-        bridge = self.bridge or self._load_bridge()
-        return bridge is not None and bridge.host_reports_off()
+        native = self.native or self._load_native()
+        return native is not None and native.host_reports_off()
 
     def host_reports_on(self) -> None:
         """End the quiet window, first settling the kept buffers (``settle``): host tensors
         dropped here are freed while the CPU allocator does not report."""
         if self.kept:
             self.settle(quiet=True)
-        self.bridge.host_reports_on()
+        self.native.host_reports_on()
 
     def _records_memory(self) -> bool:
         """A profiler with ``profile_memory=True`` records this thread, outside a quiet window
         (only then does c10's CPU allocator report host frees: a host tensor need not be
         held in a profile that does not record memory, nor inside a quiet window)."""
-        bridge = self.bridge or self._load_bridge()
-        return bridge is not None and bridge.memory_profiling_enabled()
+        native = self.native or self._load_native()
+        return native is not None and native.memory_profiling_enabled()
 
     def _report(self, buf: Buffer, delta: int) -> None:
-        bridge = self.bridge or self._load_bridge()
-        if bridge is not None:
+        native = self.native or self._load_native()
+        if native is not None:
             total = self.stats[buf.core].allocated
-            bridge.report_memory_usage(buf.addr, delta, total, total, buf.core)
+            native.report_memory_usage(buf.addr, delta, total, total, buf.core)
 
-    def _load_bridge(self) -> Any:
-        if self.bridge_error is not None:
+    def _load_native(self) -> Any:
+        if self.native_error is not None:
             return None
-        from neuron_profiler.collectors._build import load_bridge
+        from neuron_profiler.emulator import device_allocator
         from neuron_profiler.errors import CollectorUnavailableError
 
         try:
-            self.bridge = load_bridge()
+            self.native = device_allocator.load_native()
         except CollectorUnavailableError as err:  # stats still work; profiles lack [memory]
-            self.bridge_error = str(err)
+            self.native_error = str(err)
             print(
                 f"neuron-profiler: device memory not reported to torch.profiler: {err}",
                 file=sys.stderr,
             )
-        return self.bridge
+        return self.native
 
     # -- collector samples -------------------------------------------------------------------
     def start_samples(self, cap: int) -> None:

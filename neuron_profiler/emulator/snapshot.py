@@ -7,7 +7,7 @@ pytorch.org/memory_viz read:
 - ``device_traces``: one list per core of ``alloc`` / ``free_requested`` / ``free_completed``
   entries (addr, size, stream 0, time_us, frames), frees requested and completed at once;
 - ``external_annotations``: START/END of each ``ProfilerStep#N`` while torch.profiler steps,
-  noted by a record-function callback in the Kineto bridge (``record_steps``), as CUDA's
+  noted by a record-function callback in the memory extension (``record_steps``), as CUDA's
   allocator notes them.
 """
 
@@ -25,35 +25,35 @@ def record_history(enabled: str | None, stacks: bool, max_entries: int) -> None:
     """Start ("all": trace and stacks, "state": stacks of live buffers only) or stop (None)."""
     if enabled not in (None, "all", "state"):
         raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
-    bridge = _steps_bridge()
+    native = _steps_native()
     if enabled is None:
         if ALLOCATOR.history is not None:
             _collect_steps(ALLOCATOR.history)
         ALLOCATOR.history = None
-        if bridge is not None:
-            bridge.record_steps(False)
+        if native is not None:
+            native.record_steps(False)
         return
     ALLOCATOR.history = History(max_entries, stacks, trace=enabled == "all")
-    if bridge is not None:
-        bridge.take_steps()  # marks from before this recording
-        bridge.record_steps(True)
+    if native is not None:
+        native.take_steps()  # marks from before this recording
+        native.record_steps(True)
 
 
-def _steps_bridge() -> Any:
-    from neuron_profiler.collectors._build import load_bridge
+def _steps_native() -> Any:
+    from neuron_profiler.emulator.device_allocator import load_native
     from neuron_profiler.errors import CollectorUnavailableError
 
     try:
-        return load_bridge()
+        return load_native()
     except CollectorUnavailableError:  # no step annotations; the snapshot is complete otherwise
         return None
 
 
 def _collect_steps(history: History) -> None:
-    bridge = _steps_bridge()
-    if bridge is None:
+    native = _steps_native()
+    if native is None:
         return
-    for name, start, time_us in bridge.take_steps():
+    for name, start, time_us in native.take_steps():
         history.annotations.append(
             {"device": 0, "name": name, "stage": _STAGE[start], "time_us": time_us}
         )

@@ -262,7 +262,7 @@ def test_without_a_compiler_one_line_says_why_and_torch_neuron_stats_work(tmp_pa
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert lines == [
         "neuron-profiler: torch.accelerator.memory does not reach the emulated device: cannot "
-        "build the emulated device's allocator for torch.accelerator.memory: no C++ compiler: "
+        "build the emulated device's memory extension: no C++ compiler: "
         f"'{tmp_path / 'no-such-c++'}' not found on PATH (install g++ or set CXX)"
     ]
 
@@ -546,21 +546,23 @@ def test_history_state_mode_stop_and_cores(device) -> None:
         torch.neuron.memory._record_memory_history(enabled="everything")
 
 
-def test_without_the_bridge_stats_work_and_one_line_says_why(device, monkeypatch, capsys) -> None:
-    """No Kineto bridge (no compiler): profiles run without device memory events, one line on
-    stderr names the problem, and the statistics are unaffected."""
+def test_without_the_extension_stats_work_and_one_line_says_why(
+    device, monkeypatch, capsys
+) -> None:
+    """No memory extension (no compiler): profiles run without device memory events, one line
+    on stderr names the problem, and the statistics are unaffected."""
     from torch.profiler import ProfilerActivity, profile
 
-    from neuron_profiler.collectors import _build
+    from neuron_profiler.emulator import device_allocator
     from neuron_profiler.emulator.memory import ALLOCATOR
     from neuron_profiler.errors import CollectorUnavailableError
 
-    def no_bridge() -> None:
+    def no_extension() -> None:
         raise CollectorUnavailableError("no C++ compiler found (test)")
 
-    monkeypatch.setattr(_build, "load_bridge", no_bridge)
-    monkeypatch.setattr(ALLOCATOR, "bridge", None)
-    monkeypatch.setattr(ALLOCATOR, "bridge_error", None)
+    monkeypatch.setattr(device_allocator, "load_native", no_extension)
+    monkeypatch.setattr(ALLOCATOR, "native", None)
+    monkeypatch.setattr(ALLOCATOR, "native_error", None)
     w, x = _model(device)
     torch.neuron.reset_peak_memory_stats(device)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:

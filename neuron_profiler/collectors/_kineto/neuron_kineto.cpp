@@ -7,16 +7,9 @@
 #include "neuron_kineto.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cstring>
-#include <mutex>
-#include <optional>
 #include <set>
 #include <tuple>
 
-#include <ATen/record_function.h>
-
-#include <c10/core/Allocator.h>
 // torch >= 2.12 has the PrivateUse1 profiler registry; without it (or with
 // -DNEURON_KINETO_NO_REGISTRY, how the tests build this path) the factory goes to Kineto directly,
 // which is what the registry does once Kineto is initialised.
@@ -169,50 +162,6 @@ class NeuronProfiler : public lk::IActivityProfiler {
 
 bool g_registered = false;
 
-// The emulated device's allocator (emulator/memory.py) reports each allocation (size > 0) and
-// free (size < 0) here, as a C++ PrivateUse1 allocator does: torch.profiler's [memory] events
-// and key_averages()' device memory columns read these reports.
-//
-// The device's buffers are host tensors to PyTorch, so the CPU allocator would report them as
-// host memory too: while the emulator runs an op whose outputs are device buffers, it turns the
-// host reports off on its thread (host_reports_off: a null PROFILER_STATE entry on the thread's
-// debug-info stack, which c10::reportMemoryUsageToProfiler then finds), and its own device
-// reports go to the profiler's reporter saved at that moment.
-thread_local c10::MemoryReportingInfoBase* t_reporter = nullptr;
-thread_local int t_quiet_depth = 0;
-
-c10::MemoryReportingInfoBase* current_reporter() {
-  return static_cast<c10::MemoryReportingInfoBase*>(
-      c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE));
-}
-
-void report_memory_usage(uintptr_t ptr, int64_t alloc_size, int64_t total_allocated,
-                         int64_t total_reserved, int64_t device_index) {
-  c10::Device device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device_index));
-  auto* reporter = t_quiet_depth > 0 ? t_reporter : current_reporter();
-  if (reporter != nullptr && reporter->memoryProfilingEnabled()) {
-    reporter->reportMemoryUsage(reinterpret_cast<void*>(ptr), alloc_size,
-                                static_cast<size_t>(total_allocated),
-                                static_cast<size_t>(total_reserved), device);
-  }
-}
-
-bool host_reports_off() {
-  if (t_quiet_depth == 0) {
-    auto* reporter = current_reporter();
-    if (reporter == nullptr || !reporter->memoryProfilingEnabled()) { return false; }
-    t_reporter = reporter;
-  }
-  ++t_quiet_depth;
-  c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, nullptr);
-  return true;
-}
-
-void host_reports_on() {
-  c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
-  if (--t_quiet_depth == 0) { t_reporter = nullptr; }
-}
-
 void register_profiler(py::object ctrl, const py::dict& keys) {
   set_keys(keys);
   controller() = std::move(ctrl);
@@ -234,49 +183,6 @@ void register_profiler(py::object ctrl, const py::dict& keys) {
   }
 }
 
-// Step annotations for memory snapshots (emulator/memory.py): while the emulated allocator
-// records its history, the start and end of each user-scope record function whose name starts
-// with "ProfilerStep#" (torch.profiler's prof.step()), in host Unix-epoch microseconds.
-constexpr const char* kStepPrefix = "ProfilerStep#";
-std::mutex g_steps_mutex;
-std::vector<std::tuple<std::string, bool, int64_t>> g_steps;  // name, start?, time_us
-std::optional<at::CallbackHandle> g_steps_handle;
-
-int64_t now_us() {
-  using namespace std::chrono;
-  return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
-}
-
-void note_step(const at::RecordFunction& fn, bool start) {
-  const char* name = fn.name();
-  if (std::strncmp(name, kStepPrefix, std::strlen(kStepPrefix)) != 0) { return; }
-  std::lock_guard<std::mutex> lock(g_steps_mutex);
-  g_steps.emplace_back(name, start, now_us());
-}
-
-void record_steps(bool enabled) {
-  if (enabled && !g_steps_handle) {
-    auto cb = at::RecordFunctionCallback(
-                  [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
-                    note_step(fn, true);
-                    return nullptr;
-                  },
-                  [](const at::RecordFunction& fn, at::ObserverContext*) { note_step(fn, false); })
-                  .scopes({at::RecordScope::USER_SCOPE});
-    g_steps_handle = at::addGlobalCallback(cb);
-  } else if (!enabled && g_steps_handle) {
-    at::removeCallback(*g_steps_handle);
-    g_steps_handle.reset();
-  }
-}
-
-std::vector<std::tuple<std::string, bool, int64_t>> take_steps() {
-  std::lock_guard<std::mutex> lock(g_steps_mutex);
-  std::vector<std::tuple<std::string, bool, int64_t>> out;
-  out.swap(g_steps);
-  return out;
-}
-
 }  // namespace
 }  // namespace neuron_kineto
 
@@ -291,12 +197,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #endif
   m.def("current_correlation_id", &neuron_kineto::current_correlation_id);
   m.def("record_dtype", &neuron_kineto::record_dtype);
-  m.def("report_memory_usage", &neuron_kineto::report_memory_usage, py::arg("ptr"),
-        py::arg("alloc_size"), py::arg("total_allocated"), py::arg("total_reserved"),
-        py::arg("device_index"));
-  m.def("memory_profiling_enabled", &c10::memoryProfilingEnabled);
-  m.def("host_reports_off", &neuron_kineto::host_reports_off);
-  m.def("host_reports_on", &neuron_kineto::host_reports_on);
-  m.def("record_steps", &neuron_kineto::record_steps, py::arg("enabled"));
-  m.def("take_steps", &neuron_kineto::take_steps);
 }

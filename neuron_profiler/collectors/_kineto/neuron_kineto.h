@@ -96,21 +96,17 @@ static_assert(sizeof(Record) == 120 && offsetof(Record, activity) == 96 &&
                   offsetof(Record, kind) == 116 && offsetof(Record, flow_start) == 118,
               "Record must keep the layout of runtime_trace.records.RECORD");
 
-// Record as a numpy dtype: Python compares it with RECORD when the module loads.
+// Record as a numpy dtype (pybind11 reads the offsets and size): Python compares it with RECORD
+// when the module loads.
 py::dtype record_dtype() {
-  py::list names, formats, offsets;
-#define NK_FIELD(f)                                                       \
-  names.append(#f), formats.append(py::dtype::of<decltype(Record::f)>()), \
-      offsets.append(offsetof(Record, f))
-  // clang-format off
-  NK_FIELD(start_ns); NK_FIELD(end_ns); NK_FIELD(pid); NK_FIELD(tid); NK_FIELD(external_id);
-  NK_FIELD(exec_id); NK_FIELD(flops); NK_FIELD(bytes); NK_FIELD(device); NK_FIELD(stream);
-  NK_FIELD(correlation); NK_FIELD(flow_id); NK_FIELD(activity); NK_FIELD(name_id);
-  NK_FIELD(args_id); NK_FIELD(kineto_type); NK_FIELD(kind); NK_FIELD(category);
-  NK_FIELD(flow_start);
-  // clang-format on
-#undef NK_FIELD
-  return py::dtype(names, formats, offsets, sizeof(Record));
+  static const bool registered = [] {
+    PYBIND11_NUMPY_DTYPE(Record, start_ns, end_ns, pid, tid, external_id, exec_id, flops, bytes,
+                         device, stream, correlation, flow_id, activity, name_id, args_id,
+                         kineto_type, kind, category, flow_start);
+    return true;
+  }();
+  static_cast<void>(registered);
+  return py::dtype::of<Record>();
 }
 
 // Arg keys of the per-row numbers, and the metadata key of a failed session: set by Python

@@ -23,24 +23,3 @@ def current_correlation_id() -> int:
 
 def record_dtype() -> np.dtype:
     """``struct Record`` as a numpy dtype (fields, offsets, size): runtime_trace.records.RECORD."""
-
-def report_memory_usage(
-    ptr: int, alloc_size: int, total_allocated: int, total_reserved: int, device_index: int
-) -> None:
-    """c10::reportMemoryUsageToProfiler for neuron:``device_index`` (``alloc_size`` < 0: a free)."""
-
-def host_reports_off() -> bool:
-    """While this thread's profiler records memory: stop the CPU allocator's reports here until
-    ``host_reports_on`` (device reports still go through); False: nothing to stop."""
-
-def host_reports_on() -> None:
-    """Undo one ``host_reports_off`` that returned True."""
-
-def memory_profiling_enabled() -> bool:
-    """c10::memoryProfilingEnabled(): a profiler with profile_memory=True records this thread."""
-
-def record_steps(enabled: bool) -> None:
-    """Start/stop noting torch.profiler's ProfilerStep# record functions (memory snapshots)."""
-
-def take_steps() -> list[tuple[str, bool, int]]:
-    """The step marks noted since the last call: (name, is start, host epoch us)."""

@@ -1,10 +1,22 @@
-// The emulated neuron device's c10::DeviceAllocator. torch.accelerator.memory reads device
-// memory statistics from c10::getDeviceAllocator(PrivateUse1) (ATen/DeviceAccelerator.h), a
-// dynamic_cast of c10::GetAllocator(PrivateUse1); the emulator's allocator is Python
-// (emulator/memory.py), so this answers each question by calling torch.neuron.memory's
-// function of the same meaning (memory_api.py) under the GIL. docs/emulator.md, Memory.
+// What the emulated neuron device's memory needs from C++ (the allocator itself is Python,
+// emulator/memory.py; docs/emulator.md, Memory), none of it the Kineto bridge's business:
+// - a c10::DeviceAllocator: torch.accelerator.memory reads device memory statistics from
+//   c10::getDeviceAllocator(PrivateUse1) (ATen/DeviceAccelerator.h), a dynamic_cast of
+//   c10::GetAllocator(PrivateUse1), so this answers each question by calling torch.neuron.memory's
+//   function of the same meaning (memory_api.py) under the GIL;
+// - the profiler's memory reports (c10::reportMemoryUsageToProfiler has no Python binding);
+// - step annotations for memory snapshots (a RecordFunction callback).
+#include <ATen/record_function.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <torch/extension.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
 
 namespace py = pybind11;
 using c10::CachingAllocator::StatArray;
@@ -109,8 +121,100 @@ bool install(py::object api) {
   return true;
 }
 
+// ---------------------------------------------------------------- the profiler's memory reports
+// The emulated allocator reports each allocation (size > 0) and free (size < 0) here, as a C++
+// PrivateUse1 allocator does: torch.profiler's [memory] events and key_averages()' device memory
+// columns read these reports.
+//
+// The device's buffers are host tensors to PyTorch, so the CPU allocator would report them as
+// host memory too: while the emulator runs an op whose outputs are device buffers, it turns the
+// host reports off on its thread (host_reports_off: a null PROFILER_STATE entry on the thread's
+// debug-info stack, which c10::reportMemoryUsageToProfiler then finds), and its own device
+// reports go to the profiler's reporter saved at that moment.
+thread_local c10::MemoryReportingInfoBase* t_reporter = nullptr;
+thread_local int t_quiet_depth = 0;
+
+c10::MemoryReportingInfoBase* current_reporter() {
+  return static_cast<c10::MemoryReportingInfoBase*>(
+      c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE));
+}
+
+void report_memory_usage(uintptr_t ptr, int64_t alloc_size, int64_t total_allocated,
+                         int64_t total_reserved, int64_t device_index) {
+  c10::Device device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device_index));
+  auto* reporter = t_quiet_depth > 0 ? t_reporter : current_reporter();
+  if (reporter != nullptr && reporter->memoryProfilingEnabled()) {
+    reporter->reportMemoryUsage(reinterpret_cast<void*>(ptr), alloc_size,
+                                static_cast<size_t>(total_allocated),
+                                static_cast<size_t>(total_reserved), device);
+  }
+}
+
+bool host_reports_off() {
+  if (t_quiet_depth == 0) {
+    auto* reporter = current_reporter();
+    if (reporter == nullptr || !reporter->memoryProfilingEnabled()) { return false; }
+    t_reporter = reporter;
+  }
+  ++t_quiet_depth;
+  c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, nullptr);
+  return true;
+}
+
+void host_reports_on() {
+  c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+  if (--t_quiet_depth == 0) { t_reporter = nullptr; }
+}
+
+// ---------------------------------------------------------------- snapshot step annotations
+// While the emulated allocator records its history (emulator/snapshot.py), the start and end of
+// each user-scope record function whose name starts with "ProfilerStep#" (torch.profiler's
+// prof.step()), in host Unix-epoch microseconds, as CUDA's allocator notes them.
+constexpr const char* kStepPrefix = "ProfilerStep#";
+using StepMark = std::tuple<std::string, bool, int64_t>;  // name, start?, time_us
+std::mutex g_steps_mutex;
+std::vector<StepMark> g_steps;
+std::optional<at::CallbackHandle> g_steps_handle;
+
+void note_step(const at::RecordFunction& fn, bool start) {
+  const char* name = fn.name();
+  if (std::strncmp(name, kStepPrefix, std::strlen(kStepPrefix)) != 0) { return; }
+  using namespace std::chrono;
+  int64_t now_us = duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
+  std::lock_guard<std::mutex> lock(g_steps_mutex);
+  g_steps.emplace_back(name, start, now_us);
+}
+
+void record_steps(bool enabled) {
+  if (enabled && !g_steps_handle) {
+    auto cb = at::RecordFunctionCallback(
+                  [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+                    note_step(fn, true);
+                    return nullptr;
+                  },
+                  [](const at::RecordFunction& fn, at::ObserverContext*) { note_step(fn, false); })
+                  .scopes({at::RecordScope::USER_SCOPE});
+    g_steps_handle = at::addGlobalCallback(cb);
+  } else if (!enabled && g_steps_handle) {
+    at::removeCallback(*g_steps_handle);
+    g_steps_handle.reset();
+  }
+}
+
+std::vector<StepMark> take_steps() {
+  std::lock_guard<std::mutex> lock(g_steps_mutex);
+  return std::exchange(g_steps, {});
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("install", &install, "Register the emulator's PrivateUse1 DeviceAllocator.");
+  m.def("report_memory_usage", &report_memory_usage, py::arg("ptr"), py::arg("alloc_size"),
+        py::arg("total_allocated"), py::arg("total_reserved"), py::arg("device_index"));
+  m.def("memory_profiling_enabled", &c10::memoryProfilingEnabled);
+  m.def("host_reports_off", &host_reports_off);
+  m.def("host_reports_on", &host_reports_on);
+  m.def("record_steps", &record_steps, py::arg("enabled"));
+  m.def("take_steps", &take_steps);
 }
