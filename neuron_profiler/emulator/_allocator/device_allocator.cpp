@@ -6,9 +6,14 @@
 //   function of the same meaning (memory_api.py) under the GIL;
 // - the profiler's memory reports (c10::reportMemoryUsageToProfiler has no Python binding);
 // - step annotations for memory snapshots (a RecordFunction callback).
+// Only the headers it uses (torch/extension.h, all of ATen, would double the build's time).
 #include <ATen/record_function.h>
+#include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
-#include <torch/extension.h>
+#include <c10/util/Exception.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <chrono>
 #include <cstring>
