@@ -13,7 +13,7 @@ that its host memory is freed inside a quiet window (``Allocator.settle``). Thre
   reserved memory equals allocated memory);
 - torch.profiler: with ``profile_memory=True`` each allocation and free goes to
   ``c10::reportMemoryUsageToProfiler`` with a PrivateUse1 device, as a C++ backend's allocator
-  reports it (through the memory extension, device_allocator.py). Outside a profile the cost is
+  reports it (through the memory extension, native.py). Outside a profile the cost is
   one test of ``torch.autograd.profiler._is_profiler_enabled``, a Python flag torch sets while a
   profiler runs;
 - snapshots (``torch.neuron.memory._record_memory_history`` / ``_dump_snapshot``): the CUDA
@@ -122,7 +122,7 @@ class Allocator:
         self.history: History | None = None
         self.samples: Samples | None = None  # a collector session's counter samples
         self.timeline: Any = None  # the DeviceTimeline recording runtime tensor events
-        # the memory extension (device_allocator.py), loaded at the first profiled allocation
+        # the memory extension (native.py), loaded at the first profiled allocation
         self.native: Any = None
         self.native_error: str | None = None
         # buffers whose host tensor is held (``settle``): freed ones, waiting for a quiet window
@@ -275,11 +275,11 @@ class Allocator:
     def _load_native(self) -> Any:
         if self.native_error is not None:
             return None
-        from neuron_profiler.emulator import device_allocator
+        from neuron_profiler.emulator.native import load_native
         from neuron_profiler.errors import CollectorUnavailableError
 
         try:
-            self.native = device_allocator.load_native()
+            self.native = load_native()
         except CollectorUnavailableError as err:  # stats still work; profiles lack [memory]
             self.native_error = str(err)
             print(

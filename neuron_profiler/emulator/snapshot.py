@@ -40,7 +40,7 @@ def record_history(enabled: str | None, stacks: bool, max_entries: int) -> None:
 
 
 def _steps_native() -> Any:
-    from neuron_profiler.emulator.device_allocator import load_native
+    from neuron_profiler.emulator.native import load_native
     from neuron_profiler.errors import CollectorUnavailableError
 
     try:

@@ -553,14 +553,14 @@ def test_without_the_extension_stats_work_and_one_line_says_why(
     on stderr names the problem, and the statistics are unaffected."""
     from torch.profiler import ProfilerActivity, profile
 
-    from neuron_profiler.emulator import device_allocator
+    from neuron_profiler.emulator import native
     from neuron_profiler.emulator.memory import ALLOCATOR
     from neuron_profiler.errors import CollectorUnavailableError
 
     def no_extension() -> None:
         raise CollectorUnavailableError("no C++ compiler found (test)")
 
-    monkeypatch.setattr(device_allocator, "load_native", no_extension)
+    monkeypatch.setattr(native, "load_native", no_extension)
     monkeypatch.setattr(ALLOCATOR, "native", None)
     monkeypatch.setattr(ALLOCATOR, "native_error", None)
     w, x = _model(device)

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from neuron_profiler import cpp_extensions  # noqa: E402
 from neuron_profiler.collectors import _build  # noqa: E402
 
 PROBE = """
@@ -47,7 +48,7 @@ def test_no_compiler_import_succeeds_and_names_the_problem(tmp_path: Path) -> No
 
 def test_cached_build_loads_without_a_compiler() -> None:
     _build.load_bridge()  # builds once (or finds this machine's cached build)
-    lib_dir = _build.build_directory(_build.module_name())
+    lib_dir = cpp_extensions.build_directory(_build.module_name(), _build.WHAT)
     before = {p.name: p.stat().st_mtime_ns for p in lib_dir.glob("*.so")}
     out = _run({"CXX": "/nonexistent/c++"})
     assert out.returncode == 0 and out.stdout.strip() == "OK", out.stdout + out.stderr
@@ -82,12 +83,14 @@ def test_missing_ninja_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CXX", sys.executable)  # any existing program stands in for a compiler
     monkeypatch.setattr(ext, "is_ninja_available", lambda: False)
     include = Path(ext.include_paths()[0])
-    assert _build.missing_build_prerequisite(include) == "ninja not found (pip install ninja)"
+    assert (
+        cpp_extensions.missing_build_prerequisite(include) == "ninja not found (pip install ninja)"
+    )
 
 
 def test_missing_headers_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CXX", sys.executable)
-    problem = _build.missing_build_prerequisite(tmp_path)
+    problem = cpp_extensions.missing_build_prerequisite(tmp_path)
     assert problem is not None and "torch headers missing" in problem
 
 
@@ -97,17 +100,33 @@ def test_headers_without_the_registry_are_enough(
     monkeypatch.setenv("CXX", sys.executable)
     (tmp_path / "kineto").mkdir()
     (tmp_path / "kineto" / "IActivityProfiler.h").write_text("")
-    assert _build.missing_build_prerequisite(tmp_path) is None  # the bridge builds its fallback
+    assert (
+        cpp_extensions.missing_build_prerequisite(tmp_path) is None
+    )  # the bridge builds its fallback
 
 
 FALLBACK_PROBE = """
 import sys
+from neuron_profiler import cpp_extensions
+build = cpp_extensions.load_extension
+
+
+def no_registry(name, source, notice, what, cflags, kineto=True):
+    # the bridge the collector loads, built with -DNEURON_KINETO_NO_REGISTRY (cached in torch's
+    # extension directory like the bridge itself, keyed by sources and flags)
+    if source.name != "neuron_kineto.cpp":  # the emulator's memory extension
+        return build(name, source, notice, what, cflags, kineto)
+    flags = cflags + ["-DNEURON_KINETO_NO_REGISTRY"]
+    files = [source, source.with_name("neuron_kineto.h")]
+    name = cpp_extensions.extension_name("neuron_kineto_no_registry", files, flags)
+    return build(name, source, "building the no-registry bridge", what, flags, kineto)
+
+
+# before the collectors package is imported: importing it registers the bridge it loads
+cpp_extensions.load_extension = no_registry
 from neuron_profiler.collectors import _build
-flags = _build.EXTRA_CFLAGS + ["-DNEURON_KINETO_NO_REGISTRY"]
-# cached in torch's extension directory like the bridge itself, keyed by source and flags
-name = _build.extension_name("neuron_kineto_no_registry", [_build.SOURCE, _build.HEADER], flags)
-bridge = _build.load_extension(name, _build.SOURCE, "building the no-registry bridge", cflags=flags)
-_build._loaded[False] = bridge  # what load_bridge() returns from now on
+
+bridge = _build.load_bridge()  # the one registered at import
 import torch
 from neuron_profiler import emulator
 emulator.enable(cores=1, numerics=False)

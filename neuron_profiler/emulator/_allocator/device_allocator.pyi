@@ -1,5 +1,5 @@
 """Typed surface of the emulated device's memory extension (device_allocator.cpp), as
-emulator.device_allocator.load_native() returns it."""
+emulator.native.load_native() returns it."""
 
 from types import ModuleType
 
