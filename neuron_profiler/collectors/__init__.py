@@ -26,7 +26,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from neuron_profiler.errors import CollectorUnavailableError, NeuronProfilerError
+from neuron_profiler.collectors.registration import last_session, register, set_source
+from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.trace import vocabulary as V
 
 __all__ = [
@@ -45,54 +46,11 @@ BACKEND_NAME = "neuron"
 # unavailable; its value is the reason (the CollectorUnavailableError message).
 META_UNAVAILABLE = V.META_UNAVAILABLE
 _error: NeuronProfilerError | None = None
-_controller: Any = None
-_source_override: Any = None
 _HOOK_MARK = "_neuron_profiler_unavailable_hook"
 
 
 class CollectorUnavailableWarning(UserWarning):
     """A profile asked for NEURON but the collector is unavailable: CPU events only."""
-
-
-def set_source(source: Any) -> None:
-    """Use ``source`` (a sources.Source) for the next sessions; None restores the default."""
-    global _source_override
-    _source_override = source
-
-
-def resolve_source() -> Any:
-    """The Source for a new session (raises CollectorUnavailableError when there is none)."""
-    from neuron_profiler.collectors import sources
-
-    if _source_override is not None:
-        return _source_override
-    if "neuron_profiler.emulator.runtime" in sys.modules:
-        return sources.EmulatorSource()
-    return sources.LibnrtSource.load()
-
-
-def last_session() -> Any:
-    """The SessionResult of the most recent session (counts for tests and the demo)."""
-    return None if _controller is None else _controller.last_result
-
-
-def register() -> Any:
-    """Build/load the bridge and register it with torch's PrivateUse1 profiler registry."""
-    global _controller
-    try:
-        import torch
-    except ImportError as err:
-        raise CollectorUnavailableError(
-            "profiling with NEURON needs torch (pip install 'neuron-profiler[torch]')"
-        ) from err
-    from neuron_profiler.collectors._build import load_bridge
-    from neuron_profiler.collectors.session import ARG_KEYS, Controller
-
-    bridge = load_bridge()
-    if _controller is None:
-        _controller = Controller(resolve_source, bridge.current_correlation_id)
-        bridge.register_profiler(_controller, ARG_KEYS)
-    return torch.profiler.ProfilerActivity.PrivateUse1
 
 
 def _name_backend() -> None:

@@ -220,6 +220,11 @@ def _register_with_torch(cores: int) -> None:
     # wide: documented in docs/emulator.md.
     torch.__future__.set_swap_module_params_on_conversion(True)
     _registered = True
+    # The NEURON collector registered, as a real device's plugin is once imported: a profile
+    # asking for ProfilerActivity.PrivateUse1 gets the device's rows without importing NEURON.
+    # Importing registration runs the collectors package, which registers at import and never
+    # fails (without a bridge, asking for NEURON says why).
+    import neuron_profiler.collectors.registration  # noqa: F401
 
 
 ENV_NUMERICS = "NEURON_PROFILER_EMULATE_NUMERICS"

@@ -166,3 +166,29 @@ def test_key_averages_counts_each_device_activity_once(run: Path) -> None:
         self_dev = json.loads((run / f"selfdev{cycle}.json").read_text())
         assert sum(self_dev.values()) == pytest.approx(device_us, rel=0.01)
         assert not [k for k in self_dev if not (k.startswith("aten::") or "::" in k)], self_dev
+
+
+PRIVATEUSE1_ONLY = r"""
+import sys
+import torch
+from neuron_profiler import emulator
+emulator.enable(cores=1, numerics=False)
+from torch.profiler import ProfilerActivity, profile
+x = torch.randn(64, 64, device="neuron")
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+    (x @ x).sum().item()
+device = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.PrivateUse1]
+print(len(device), sorted({e.name for e in device}))
+"""
+
+
+def test_enable_registers_the_collector_for_privateuse1() -> None:
+    """After ``enable()``, a profile that asks for ``ProfilerActivity.PrivateUse1`` (what a
+    script written for any PrivateUse1 backend asks) gets the device's rows, NEURON never
+    imported: the emulator registers the collector as a real device's plugin is once imported."""
+    out = subprocess.run(
+        [sys.executable, "-c", PRIVATEUSE1_ONLY], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    count, names = out.stdout.split(" ", 1)
+    assert int(count) >= 2 and "TensorE: mm" in names, out.stdout

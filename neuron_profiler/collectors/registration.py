@@ -1,0 +1,58 @@
+"""Registering the NEURON collector: the Kineto bridge built or loaded and registered with
+torch's PrivateUse1 profiler registry, and the one Controller its sessions call, with the Source
+each session reads. The package (``neuron_profiler.collectors``) registers at import and adds
+the user-facing parts (``NEURON``, the unavailable-collector hook); the emulator's ``enable()``
+imports this to have the collector registered, as a real device's plugin is once imported.
+Nothing here imports the emulator's device: its runtime is read only once a session starts.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from neuron_profiler.errors import CollectorUnavailableError
+
+_controller: Any = None
+_source_override: Any = None
+
+
+def set_source(source: Any) -> None:
+    """Use ``source`` (a sources.Source) for the next sessions; None restores the default."""
+    global _source_override
+    _source_override = source
+
+
+def resolve_source() -> Any:
+    """The Source for a new session (raises CollectorUnavailableError when there is none)."""
+    from neuron_profiler.collectors import sources
+
+    if _source_override is not None:
+        return _source_override
+    if "neuron_profiler.emulator.runtime" in sys.modules:
+        return sources.EmulatorSource()
+    return sources.LibnrtSource.load()
+
+
+def last_session() -> Any:
+    """The SessionResult of the most recent session (counts for tests and the demo)."""
+    return None if _controller is None else _controller.last_result
+
+
+def register() -> Any:
+    """Build/load the bridge and register it with torch's PrivateUse1 profiler registry."""
+    global _controller
+    try:
+        import torch
+    except ImportError as err:
+        raise CollectorUnavailableError(
+            "profiling with NEURON needs torch (pip install 'neuron-profiler[torch]')"
+        ) from err
+    from neuron_profiler.collectors._build import load_bridge
+    from neuron_profiler.collectors.session import ARG_KEYS, Controller
+
+    bridge = load_bridge()
+    if _controller is None:
+        _controller = Controller(resolve_source, bridge.current_correlation_id)
+        bridge.register_profiler(_controller, ARG_KEYS)
+    return torch.profiler.ProfilerActivity.PrivateUse1
