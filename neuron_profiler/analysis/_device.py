@@ -24,6 +24,7 @@ import numpy as np
 
 from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis._correlation import RuntimeCalls
+from neuron_profiler.analysis._intervals import dense_codes
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -105,7 +106,7 @@ def device_work(
     args = arg_values(trace, rows[collective], COLLECTIVE_ARGS)
     wait[collective] |= np.array([v is True for v in args[V.ARG_COLLECTIVE_WAIT]], bool)
     device = c[S.PID][rows]
-    codes, dense = np.unique(device, return_inverse=True)
+    codes, dense = dense_codes(device)  # (device pids are small ints: no sort)
     devices = tuple(codes.tolist())
     order = np.argsort(dense, kind="stable")  # by device, start order kept within each
     bounds = np.searchsorted(dense[order], np.arange(len(devices) + 1)).tolist()

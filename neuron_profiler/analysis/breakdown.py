@@ -113,7 +113,7 @@ def step_breakdown(ctx: AnalysisContext) -> StepBreakdown:
             I.union(ctx.host.start, ctx.host.end), steps.start_ns, steps.end_ns
         ).astype(np.int64),
         device=np.asarray(devices, dtype=np.int64),
-        labels=tuple(work.labels[d] for d in devices),
+        labels=tuple(map(work.labels.__getitem__, devices)),  # (no Python frame per device)
         **{name: np.concatenate([p[name] for p in parts]) if parts else none for name in FIGURES},
     )
 

@@ -407,7 +407,7 @@ def _device_idle(
     hidden_ns = axis.total_per_device(hidden)
     return DeviceIdleColumns(
         device=np.asarray(axis.devices, dtype=np.int64),
-        labels=tuple(ctx.work.labels[d] for d in axis.devices),
+        labels=tuple(map(ctx.work.labels.__getitem__, axis.devices)),  # (no frame per device)
         window_ns=np.full(n, inside.total // max(n, 1), np.int64),
         busy_ns=axis.total_per_device(I.intersect(busy, inside)),
         idle_ns=axis.total_per_device(in_steps) - hidden_ns,

@@ -21,11 +21,18 @@ nothing (an existing FILE is left as it was).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from neuron_profiler.errors import NeuronProfilerError
+
+# numpy's OpenBLAS starts a thread per core when numpy is first imported, each spinning ~0.1 s
+# of CPU waiting for work (on a 2-core machine, the core the analysis' second thread or the
+# next process needs); the analysis never calls BLAS, so one thread is all it takes. Set before
+# numpy is imported (the command imports it when it runs); a user's own setting wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 HTML_TIMELINE_SEGMENTS = 2000  # per idle series (device and cause) in --html's timeline

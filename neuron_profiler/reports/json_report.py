@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
-import secrets
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 import msgspec
@@ -83,7 +83,9 @@ def document_pieces(
     placeholder not found) is raised before the first piece."""
     with gc_paused():
         deferred: list[Rows] = []
-        tag = f"\x00rows {secrets.token_hex(8)} "
+        # (os.urandom: what secrets.token_hex reads, without importing hmac and OpenSSL at
+        # every start, ~5 ms)
+        tag = f"\x00rows {os.urandom(8).hex()} "
         encode = msgspec.json.Encoder(enc_hook=partial(_placeholder, deferred, tag)).encode
         try:
             compact = encode(_document(reports, errors, breaches, cross, _encoded_by(encode)))
@@ -111,7 +113,7 @@ def _ascii(data: bytes) -> bytes:
     """UTF-8 JSON text (whole characters) with other characters than ASCII escaped."""
     if data.isascii() and b"\x7f" not in data:
         return data
-    return _ESCAPED.sub(_escape, data.decode()).encode()
+    return _escaped().sub(_escape, data.decode()).encode()
 
 
 def _spliced(data: bytes, tag: bytes, deferred: list[Rows]) -> Iterator[bytes]:
@@ -148,7 +150,12 @@ def _rows_text(rows: Rows, depth: int) -> Iterable[bytes]:
     return text
 
 
-_ESCAPED = re.compile("[\x7f-\U0010ffff]")  # what json.dumps(ensure_ascii=True) escapes
+@lru_cache(maxsize=1)
+def _escaped() -> re.Pattern[str]:
+    """What ``json.dumps(ensure_ascii=True)`` escapes. Compiled when first needed: its range
+    of a million code points takes ~5 ms to compile, at the start of every ``analyze --json``
+    otherwise, and most documents are ASCII."""
+    return re.compile("[\x7f-\U0010ffff]")
 
 
 def _escape(match: re.Match[str]) -> str:

@@ -325,6 +325,9 @@ class ColumnSink:
         keep: np.ndarray | None = None
         if (codes == _META).any():
             keep = codes != _META
+            if not keep.any():  # a piece of M events only (a metadata-heavy file opens so)
+                self._add_metas(events, text, raws, ~keep)
+                return
             self._add_metas(list(compress(events, (~keep).tolist())), text, raws, ~keep)
             events = list(compress(events, keep.tolist()))
             codes = codes[keep]
@@ -423,7 +426,8 @@ class ColumnSink:
             ts, has_ts = ts[keep], has_ts[keep]
         pid, pid_text = self._idents([e.pid for e in metas])
         tid, tid_text = self._idents([e.tid for e in metas])
-        self._count_relabelled(np.concatenate([pid, tid]))
+        if self._relabelled:
+            self._count_relabelled(np.concatenate([pid, tid]))
         form = np.zeros(len(metas), dtype=np.uint8)
         if pid_text is not None:
             form[pid_text] |= S.Form.PID_TEXT
@@ -455,8 +459,10 @@ class ColumnSink:
         once, and the rare piece the decoder refuses event by event (``_meta_args``'
         repairs)."""
         texts = [e.args for e in metas]
-        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-        absent = np.flatnonzero(lengths == 0).tolist()
+        absent: list[int] = []
+        if _NONE in texts:  # (absent args are the default object: found by identity, at once)
+            lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+            absent = np.flatnonzero(lengths == 0).tolist()
         for i in absent:
             texts[i] = b"{}"  # decodes to the {} an event without args has
         joined = b"[" + b",".join(texts) + b"]"

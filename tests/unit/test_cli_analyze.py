@@ -5,6 +5,7 @@ the terminal report within the piped width (120 columns), exit codes 0 / 1 (--fa
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +92,27 @@ def test_json_never_imports_pandas(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False False 0"
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/task").is_dir() or (os.cpu_count() or 1) < 2,
+    reason="counts threads in /proc (Linux); OpenBLAS starts no extra thread on one core",
+)
+def test_analyze_starts_no_blas_threads(tmp_path: Path) -> None:
+    """numpy's OpenBLAS would start a thread per core that spins beside the analysis (which
+    never calls BLAS): after ``analyze``, run with no OPENBLAS_NUM_THREADS of the user's, the
+    process holds its main thread only."""
+    path = small_trace(tmp_path / "a.json")
+    code = (
+        "import os, sys\nfrom neuron_profiler.cli.main import main\n"
+        f"rc = main(['analyze', '--json', {str(path)!r}])\n"
+        "print('numpy' in sys.modules, len(os.listdir('/proc/self/task')), rc)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip().splitlines()[-1] == "True 1 0"
 
 
 def test_no_steps_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

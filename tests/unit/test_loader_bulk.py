@@ -16,7 +16,10 @@ from neuron_profiler.trace import model as M
 PROCESSES = 2000  # x 5 M events + 2 kernels each: 14,000 events
 
 
-def _metadata_heavy(path: Path) -> dict:
+def _metadata_heavy(path: Path, *, metadata_first: bool = False) -> dict:
+    """``metadata_first``: every M event before the other events, as Kineto writes a trace of
+    many device queues (whole pieces of M events only), else each process's M events beside
+    its kernels (pieces mixing both)."""
     events = []
     for p in range(PROCESSES):
         pid = 1000 + p
@@ -47,15 +50,18 @@ def _metadata_heavy(path: Path) -> dict:
             }
             for k in range(2)
         ]
+    if metadata_first:
+        events = [e for e in events if e["ph"] == "M"] + [e for e in events if e["ph"] != "M"]
     doc = {"traceEvents": events}
     path.write_text(json.dumps(doc))
     return doc
 
 
+@pytest.mark.parametrize("metadata_first", [False, True])
 def test_metadata_is_loaded_without_a_per_event_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, metadata_first: bool
 ) -> None:
-    doc = _metadata_heavy(tmp_path / "t.json")
+    doc = _metadata_heavy(tmp_path / "t.json", metadata_first=metadata_first)
     calls = {"MetaEvent": 0, "meta_args": 0, "ident": 0}
     real_init = M.MetaEvent.__init__
     real_args = _columns.ColumnSink._meta_args
@@ -79,8 +85,18 @@ def test_metadata_is_loaded_without_a_per_event_path(
         return real_decode(text)
 
     monkeypatch.setattr(_metaargs, "_decode_dicts", decode_dicts)
+    only_metadata: list[bool] = []  # per piece: did it hold M events only?
+    real_add_events = _columns.ColumnSink._add_events
+
+    def add_events(self, events, *args):  # noqa: ANN001, ANN002, ANN202
+        only_metadata.append(all(e.ph == "M" for e in events))
+        return real_add_events(self, events, *args)
+
+    monkeypatch.setattr(_columns.ColumnSink, "_add_events", add_events)
     trace = load_trace(tmp_path / "t.json")
     assert calls == {"MetaEvent": 0, "meta_args": 0, "ident": 0}, calls
+    assert any(only_metadata) is metadata_first, only_metadata  # both layouts are exercised
+    assert len(trace) == 2 * PROCESSES and trace.skipped_events == 0
     metas = [e for e in doc["traceEvents"] if e["ph"] == "M"]
     assert len(trace.meta_events) == len(metas)
     # the args stay text through the load (the name and sort-index dicts read them typed),
