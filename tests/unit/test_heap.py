@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import gc
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -34,38 +32,6 @@ def test_a_collector_the_caller_turned_off_stays_off() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
-
-
-_OLDEST_GENERATION = """
-import gc
-from neuron_profiler.heap import gc_paused
-frozen = gc.get_freeze_count() > 0
-with gc_paused():
-    kept = [(k, [k]) for k in range(1000)]  # tracked containers
-    cycle = []
-    cycle.append(cycle)
-oldest = {id(o) for o in gc.get_objects(generation=2)}
-young = {id(o) for g in (0, 1) for o in gc.get_objects(generation=g)}
-ids = (id(kept), id(kept[500]), id(kept[500][1]))
-print(frozen, all(i in oldest for i in ids), any(i in young for i in ids))
-del cycle
-print(gc.collect() >= 1)  # the cycle, unreachable now, is still found
-gc.freeze()  # a process that froze objects itself: they stay frozen
-with gc_paused():
-    pass
-print(gc.get_freeze_count() > 0)
-"""
-
-
-def test_what_a_paused_block_kept_is_in_the_oldest_generation() -> None:
-    """The containers a block built and kept are not in the young generations after it (the
-    first collection would walk them all) but in the oldest, where a full collection still
-    collects their cycles; what the process froze itself stays frozen. (A fresh interpreter:
-    this suite freezes what its collection left alive, see conftest.py.)"""
-    out = subprocess.run(
-        [sys.executable, "-c", _OLDEST_GENERATION], capture_output=True, text=True, check=True
-    )
-    assert out.stdout.split() == ["False", "True", "False", "True", "True"]
 
 
 def test_return_freed_heap_gives_pages_back() -> None:
