@@ -5,6 +5,10 @@
     python tests/injected_workloads.py numerics OUT_DIR   # OUT_DIR/numerics.json
     python tests/injected_workloads.py timing,numerics OUT_DIR   # both, in one process
 
+Each workload also writes OUT_DIR/<workload>.slept.json: what each injected sleep really took
+per step (``slept_path``; a sleep never returns early and wakes late on a loaded machine), the
+measured truth the tests compare the analyzer's figures with.
+
 One emulated NeuronCore (trn2, speed factor 1), ``STEPS`` profiled steps after one warm-up step.
 The constants are the injected truth the tests check against; importing this module does not
 import torch (only running it does).
@@ -12,6 +16,7 @@ import torch (only running it does).
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -37,6 +42,22 @@ TINY_OPS = 60
 CONTROL_MATMULS, CONTROL_N = 192, 2048  # ~80 ms of modelled device time per step
 WORKLOADS = ("fallback", "dataloader", "sync", "tiny", "control", "nostep")
 
+# seconds each injected sleep took, by label, per step (index 0: the warm-up step; a workload
+# without a schedule has one step, 1), written beside the trace
+_slept: dict[str, list[float]] = {}
+_step = [0]
+
+
+def slept_path(trace: Path) -> Path:
+    return trace.with_suffix(".slept.json")
+
+
+def _sleep(label: str, seconds: float) -> None:
+    """``time.sleep(seconds)``, its real duration added to ``label``'s figure for the step."""
+    start = time.perf_counter()
+    time.sleep(seconds)
+    _slept.setdefault(label, [0.0] * (1 + STEPS))[_step[0]] += time.perf_counter() - start
+
 
 def _profile(path: Path, step: Callable[[], None]) -> None:
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -48,7 +69,8 @@ def _profile(path: Path, step: Callable[[], None]) -> None:
         schedule=schedule(wait=0, warmup=1, active=STEPS),
         on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
     ) as p:
-        for _ in range(1 + STEPS):
+        for i in range(1 + STEPS):
+            _step[0] = i
             step()
             p.step()
 
@@ -96,7 +118,7 @@ def dataloader(path: Path) -> None:
 
         def __getitem__(self, i: int) -> torch.Tensor:
             if i // ITEMS_PER_BATCH in stalled:
-                time.sleep(ITEM_SLEEP_S)
+                _sleep("item", ITEM_SLEEP_S)
             return torch.randn(N)
 
     dev = torch.device("neuron:0")
@@ -119,10 +141,10 @@ def sync(path: Path) -> None:
 
     def step() -> None:  # each sync finds the device busy (a chunk of matmuls) and waits
         _chunk(a).sum().item()
-        time.sleep(AFTER_ITEM_S)  # host work: the queue is empty meanwhile
+        _sleep("after_item", AFTER_ITEM_S)  # host work: the queue is empty meanwhile
         _chunk(a)
         torch.neuron.synchronize()
-        time.sleep(AFTER_SYNCHRONIZE_S)
+        _sleep("after_synchronize", AFTER_SYNCHRONIZE_S)
         _chunk(a)
 
     _profile(path, step)
@@ -175,10 +197,11 @@ def nostep(path: Path) -> None:
     stop = threading.Event()
     monitor = threading.Thread(target=lambda: stop.wait(60), daemon=True)
     monitor.start()
+    _step[0] = 1
     with profile(activities=[ProfilerActivity.CPU, NEURON], with_stack=True) as p:
         _chunk(a)
         _chunk(a).sum().item()
-        time.sleep(AFTER_ITEM_S)
+        _sleep("after_item", AFTER_ITEM_S)
         _chunk(a).sum().item()
     stop.set()
     p.export_chrome_trace(str(path))
@@ -197,7 +220,7 @@ def numerics(path: Path) -> None:
         for _ in range(4):
             y = torch.relu(y @ w)
         y.sum().item()
-        time.sleep(AFTER_ITEM_S)
+        _sleep("after_item", AFTER_ITEM_S)
 
     _profile(path, step)
 
@@ -210,7 +233,9 @@ def main(modes: str, out: Path) -> None:
     for mode in modes.split(","):
         emulator.enable(cores=1, chip="trn2", speed_factor=1.0, numerics=mode == "numerics")
         for name in WORKLOADS if mode == "timing" else ("numerics",):
+            _slept.clear()
             globals()[name](out / f"{name}.json")
+            slept_path(out / f"{name}.json").write_text(json.dumps(_slept))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ per step (within 25%) and exact counts per step, a device-bound control has no f
 the profiler's own start and stop are never a finding, and in numerics mode the emulator's own
 host work is discounted, never a cause.
 
-Tolerances: the injected host work is a ``time.sleep`` (never returns early, may overshoot) and
-each gap also holds the few Python statements around it (the next op's dispatch: ~0.1-0.6 ms on
+Tolerances: the injected host work is a ``time.sleep``, which never returns early and wakes late
+on a loaded machine (beside two CPU hogs a 20 ms stall was attributed 25 ms), so the workload measures
+what each sleep really took and the tests compare with that (``_slept_ns``). Each gap also holds
+the few Python statements around it (the next op's dispatch: ~0.1-0.6 ms on
 an idle machine, up to ~1.5 ms on the shared 2-core test machine under load), so the attributed
 time is at least ~95% of the injected time and at most 25% above it: the injected amounts
 (8-20 ms) are chosen large enough for that.
@@ -68,6 +70,12 @@ def _events(path: Path) -> list[dict]:
 def _ns(e: dict) -> tuple[int, int]:
     """An event's [start, end) in ns of the trace's own µs (what the file says)."""
     return round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)
+
+
+def _slept_ns(trace: Path, label: str) -> list[float]:
+    """What the workload's ``label`` sleeps really took per profiled step (ns; measured by the
+    workload around each sleep: at least the injected figure, more when it woke late)."""
+    return [s * 1e9 for s in json.loads(W.slept_path(trace).read_text())[label][1:]]
 
 
 def _per_step(report: Report, cause: str) -> list[int]:
@@ -159,6 +167,7 @@ def test_dataloader_stall_in_the_stalled_step_only(
     the top finding is data loading."""
     r = reports["dataloader"]
     injected_ns = W.ITEM_SLEEP_S * W.ITEMS_PER_BATCH * 1e9
+    slept = _slept_ns(traces["dataloader"], "item")
     loading = _per_step(r, "data_loading")
     nexts = sorted(
         _ns(e) for e in _events(traces["dataloader"]) if e["name"].startswith(V.DATALOADER_PREFIX)
@@ -166,7 +175,8 @@ def test_dataloader_stall_in_the_stalled_step_only(
     assert len(nexts) == W.STEPS
     for step, ns in enumerate(loading, start=1):
         if step in W.STALLED_STEPS:
-            assert _close(ns, injected_ns), (loading, injected_ns)
+            assert slept[step - 1] >= injected_ns
+            assert _close(ns, slept[step - 1]), (loading, slept)
             s, e = nexts[step - 1]
             assert ns >= e - s - 1_000  # the whole __next__ is idle (1 µs: trace rounding)
         else:  # a batch that loads at once: its collate and copy, ~0.3 ms (more under load)
@@ -233,7 +243,9 @@ def test_final_sync_into_next_steps_data_stall_is_data_loading(
         assert _per_step(r, "data_loading")[n] >= before > 0
 
 
-def test_item_and_synchronize_are_host_syncs_once_per_step(reports: dict[str, Report]) -> None:
+def test_item_and_synchronize_are_host_syncs_once_per_step(
+    reports: dict[str, Report], traces: dict[str, Path]
+) -> None:
     """A mid-step ``.item()`` and a ``torch.neuron.synchronize()``, each once a step with host
     work after it: exactly STEPS calls each (the profiler's own synchronize when it stops is
     not one), each one's idle per step the injected work within 25%, the two top findings."""
@@ -242,8 +254,9 @@ def test_item_and_synchronize_are_host_syncs_once_per_step(reports: dict[str, Re
     assert set(syncs) == {"aten::item", "torch.neuron.synchronize"}
     item, synchronize = syncs["aten::item"], syncs["torch.neuron.synchronize"]
     assert (item.calls, synchronize.calls) == (W.STEPS, W.STEPS)
-    assert _close(item.idle_ns / W.STEPS, W.AFTER_ITEM_S * 1e9), item
-    assert _close(synchronize.idle_ns / W.STEPS, W.AFTER_SYNCHRONIZE_S * 1e9), synchronize
+    for group, label in ((item, "after_item"), (synchronize, "after_synchronize")):
+        slept = _slept_ns(traces["sync"], label)
+        assert _close(group.idle_ns, sum(slept)), (group, slept)
     # each sync gap in exactly one group: the groups add up to the cause
     assert sum(g.idle_ns for g in r.findings.syncs) == r.idle.devices[0].by_cause_ns["host_sync"]
     assert [f.kind for f in r.findings.findings[:2]] == [
@@ -302,7 +315,7 @@ def test_no_schedule_the_window_is_the_users_code(
     assert [g.name for g in r.findings.syncs] == ["aten::item"]
     top = r.findings.findings[0]
     assert top.kind == "host_sync:aten::item"
-    assert _close(top.recoverable_ns, W.AFTER_ITEM_S * 1e9), top
+    assert _close(top.recoverable_ns, _slept_ns(traces["nostep"], "after_item")[0]), top
     for f in r.findings.findings:  # nothing of torch's profiler frames
         assert "torch/profiler" not in f.host_op + f.call_site, f
     for gap in r.idle.longest:
