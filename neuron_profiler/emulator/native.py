@@ -10,9 +10,10 @@ bridge is (cpp_extensions.py; loading it neither builds nor registers the bridge
   binding) and the host reports turned off around device ops (memory.py);
 - memory snapshots' step annotations, a RecordFunction callback (snapshot.py).
 
-Where it cannot be built or loaded (no compiler...), each user says so in one line on stderr:
-``torch.accelerator.memory`` stays unavailable, profiles carry no device memory events,
-snapshots no step annotations; ``torch.neuron``'s functions and statistics work.
+Where it cannot be built or loaded (no compiler...), ``torch.accelerator.memory`` stays
+unavailable and profiles carry no device memory events, each said in one line on stderr
+(device_allocator.py, memory.py); snapshots carry no step annotations; ``torch.neuron``'s
+functions and statistics work.
 """
 
 from __future__ import annotations
