@@ -199,7 +199,14 @@ def against_floor(files: list[Path], other: Path | None, repeat: int, timeout: f
     """``load_trace`` (this checkout, and ``other``'s if given) against the decode floor on
     each file: fresh processes, the tools interleaved in alternating order, best wall and
     best CPU time of ``repeat``, median peak growth."""
+    import compileall
+
     sides = {"this": REPO, **({"other": other.resolve()} if other else {})}
+    # both checkouts run byte-compiled, as an installed wheel does: under PYTHONDONTWRITEBYTECODE
+    # an uncompiled tree recompiles every module in every run, and the heap that leaves behind
+    # changes a small load's time and memory (~10%)
+    for root in sides.values():
+        compileall.compile_dir(str(root / "neuron_profiler"), quiet=1)
     tools = [(side, "ours", root) for side, root in sides.items()] + [("floor", "floor", REPO)]
     print(f"load average before: {os.getloadavg()}; this={REPO} other={other}")
     head = (
