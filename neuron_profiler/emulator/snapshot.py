@@ -13,12 +13,15 @@ pytorch.org/memory_viz read:
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from neuron_profiler.emulator.memory import ALLOCATOR, LARGE_SEGMENT_BYTES, History
 
 DEFAULT_MAX_ENTRIES = 2**63 - 1  # torch.cuda.memory._record_memory_history's default
 _STAGE = {True: "START", False: "END"}
+NO_STEP_ANNOTATIONS = "neuron-profiler: memory snapshots carry no ProfilerStep annotations"
+_said: list[str] = []  # the extension's problem, once said
 
 
 def record_history(enabled: str | None, stacks: bool, max_entries: int) -> None:
@@ -40,12 +43,17 @@ def record_history(enabled: str | None, stacks: bool, max_entries: int) -> None:
 
 
 def _steps_native() -> Any:
+    """The memory extension, or None (said once per process on stderr: the snapshots then
+    carry no step annotations and are complete otherwise)."""
     from neuron_profiler.emulator.native import load_native
     from neuron_profiler.errors import CollectorUnavailableError
 
     try:
         return load_native()
-    except CollectorUnavailableError:  # no step annotations; the snapshot is complete otherwise
+    except CollectorUnavailableError as err:
+        if not _said:
+            _said.append(str(err))
+            print(f"{NO_STEP_ANNOTATIONS}: {err}", file=sys.stderr, flush=True)
         return None
 
 

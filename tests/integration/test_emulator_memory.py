@@ -575,3 +575,35 @@ def test_without_the_extension_stats_work_and_one_line_says_why(
         "neuron-profiler: device memory not reported to torch.profiler: "
         "no C++ compiler found (test)"
     ]
+
+
+def test_snapshot_without_the_extension_says_once_it_has_no_step_annotations(
+    device, monkeypatch, capsys
+) -> None:
+    """No memory extension (no compiler): a recorded snapshot is complete apart from its
+    ProfilerStep annotations, and one line on stderr says so, once per process."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from neuron_profiler.emulator import native, snapshot
+    from neuron_profiler.errors import CollectorUnavailableError
+
+    def no_extension() -> None:
+        raise CollectorUnavailableError("no C++ compiler found (test)")
+
+    monkeypatch.setattr(native, "load_native", no_extension)
+    monkeypatch.setattr(snapshot, "_said", [])
+    torch.neuron.memory._record_memory_history(max_entries=1000)
+    with profile(
+        activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=0, active=2)
+    ) as p:
+        for _ in range(2):
+            kept = torch.empty(256, device=device)
+            p.step()
+    taken = torch.neuron.memory._snapshot()
+    torch.neuron.memory._record_memory_history(None)
+    torch.neuron.memory._record_memory_history(max_entries=1000)  # asked again: said once
+    assert taken["external_annotations"] == []
+    assert kept.data_ptr() in {s["address"] for s in taken["segments"]}
+    assert [e["action"] for e in taken["device_traces"][0]].count("alloc") >= 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "annotations" in line]
+    assert err == [f"{snapshot.NO_STEP_ANNOTATIONS}: no C++ compiler found (test)"]
