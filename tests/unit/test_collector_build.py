@@ -165,3 +165,29 @@ def test_registration_without_the_registry_header(tmp_path: Path) -> None:
 
 def test_the_collector_uses_torchs_registry_where_torch_has_it() -> None:
     assert _build.load_bridge().REGISTRATION == "torch PrivateUse1ProfilerRegistry"
+
+
+def test_set_up_build_step_names_each_extension_it_cannot_build(tmp_path: Path) -> None:
+    """scripts/build_extensions.py (the test command's set-up) without a compiler or a cached
+    build: one line per extension naming the problem, and exit 0, so the suite still runs."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "build_extensions.py"
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), "CXX": str(tmp_path / "no-c++")}
+    out = subprocess.run(
+        [sys.executable, str(script), "--testing"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = sorted(out.stderr.splitlines())
+    missing = f"no C++ compiler: '{tmp_path / 'no-c++'}' not found on PATH (install g++ or set CXX)"
+    assert lines == [
+        f"neuron-profiler: not built: the Kineto bridge's test module: cannot build the NEURON "
+        f"Kineto collector: {missing}",
+        f"neuron-profiler: not built: the Kineto bridge: cannot build the NEURON Kineto "
+        f"collector: {missing}",
+        f"neuron-profiler: not built: the emulator's memory extension: cannot build the "
+        f"emulated device's memory extension: {missing}",
+    ]
+    assert not any(tmp_path.glob("**/*.so"))
