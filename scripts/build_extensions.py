@@ -15,8 +15,10 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-# what -> the code that loads it (building it when the cache has no build of these sources)
-BRIDGE = "from neuron_profiler.collectors._build import load_bridge; load_bridge()"
+# what -> the code that loads it (building it when the cache has no build of these sources).
+# The bridge: importing the collectors package builds and registers it, and remembers why not
+# (``require`` raises that), so it is not tried twice.
+BRIDGE = "import neuron_profiler.collectors as c; c.require()"
 TESTING = "from neuron_profiler.collectors._build import load_testing_bridge; load_testing_bridge()"
 MEMORY = "from neuron_profiler.emulator.native import load_native; load_native()"
 
