@@ -117,8 +117,9 @@ def test_cli_by_module(files, d, capsys) -> None:  # noqa: ANN001
     assert doc["group_by"] == "module"
     shown = {r["key"] for r in doc["rows"] if r["kind"] == "module"}  # (small ones folded)
     assert shown and shown == {r.key for r in d.folded(top=50) if r.kind == MODULE} <= LEAVES
-    # every row shown, as in the JSON above: by default small rows fold, and whether Linear_2's
-    # is small depends on the run's timings (folded in one CI run)
+    # the terminal shows the module rows the JSON shows (the same fold: under DISPLAY_SHARE of
+    # a step a row folds into "other" whatever --top says, so which leaves are shown depends on
+    # the run's timings: Linear_2 folded in two CI runs)
     assert main(["diff", "--by", "module", "--top", "50", *map(str, files)]) == 0
     out = capsys.readouterr().out
-    assert "rows by module" in out and "Linear_2" in out
+    assert "rows by module" in out and all(key in out for key in shown), (shown, out)
