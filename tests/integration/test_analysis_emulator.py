@@ -112,9 +112,11 @@ def test_longest_gaps_name_what_the_host_ran(report) -> None:  # noqa: ANN001
     for gap in report.idle.longest:
         by_cause.setdefault(gap.cause, gap)
     assert any("DataLoader" in h for h in by_cause["data_loading"].host_activity)
+    # (the longest gaps in the message: this failed in 2 of 4 clean-clone CI runs and in none
+    # of 14 runs alone or beside CPU hogs)
     assert any(
         h.startswith("CPU fallback: aten::bincount") for h in by_cause["cpu_fallback"].host_activity
-    )
+    ), [(g.cause, g.start_ns, g.end_ns, g.host_activity) for g in report.idle.longest]
 
 
 def test_fallbacks_found_with_exact_counts(report) -> None:  # noqa: ANN001
