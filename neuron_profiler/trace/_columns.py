@@ -797,6 +797,75 @@ class ColumnSink:
         recent = self._piece_rows / max(1, self._piece_bytes)  # rows per byte of this piece
         return max(so_far, rows + int(rest * recent * _ROOM_MARGIN) + _ROOM_ROWS)
 
+    # ---- a second sink's rows appended (the split load) ------------------------------------
+    def part(self) -> SinkPart:
+        """Everything this sink decoded, to be appended to another sink (``absorb``): the
+        loader's child process decodes a file's second half into a sink of its own."""
+        return SinkPart(
+            columns=self.columns(),
+            strings=list(self.strings),
+            labels=list(self.labels),
+            relabelled=sorted(self._relabelled),
+            metas=self._metas,
+            views=self._views,
+            args=self._args,
+            skipped=self.skipped,
+            seen=self.seen,
+            rows=self.rows,
+            repairs=self.repairs,
+        )
+
+    def absorb(self, part: SinkPart) -> None:
+        """Append the rows of a sink that decoded the events after this one's, as if this sink
+        had decoded them: its string ids and label ids renumbered into this sink's (new ones
+        in its first-seen order), its args after these, its M events and names after these (so
+        a later name still wins), its counts added."""
+        strings = self._renumbering(part.strings)
+        labels = self._label_renumbering(part.labels)
+        cols = part.columns
+        if len(strings):
+            cols[S.NAME_ID] = strings[cols[S.NAME_ID]]
+            cols[S.CAT_ID] = strings[cols[S.CAT_ID]]
+        for column in (S.PID, S.TID):
+            cols[column] = _relabel(cols[column], labels)
+        self._relabelled.update(_relabel(np.asarray(part.relabelled, np.int64), labels).tolist())
+        has_args = cols[S.ARGS_ROW] >= 0
+        cols[S.ARGS_ROW][has_args] += self._args.extend(part.args)
+        if len(cols[S.TS_NS]):
+            self._table.append(cols, self._capacity_for)
+        for chunk in part.metas:
+            chunk.pid, chunk.tid = _relabel(chunk.pid, labels), _relabel(chunk.tid, labels)
+            self._metas.append(chunk)
+        for name, view in part.views.items():
+            self._views[name].update(
+                {_relabel_key(key, labels): value for key, value in view.items()}
+            )
+        self.skipped += part.skipped
+        self.seen += part.seen
+        self.rows += part.rows
+        for key, count in part.repairs.items():
+            self.repairs[key] += count
+
+    def _renumbering(self, strings: list[str]) -> np.ndarray:
+        """This sink's id of each of another sink's strings (added here when new)."""
+        ids = np.empty(len(strings), dtype=np.int32)
+        for other_id, text in enumerate(strings):
+            own = self.strings.get(text)
+            if own is None:
+                own = self.strings[text] = len(self.strings)
+                if text != _NO_CAT:
+                    self._lookup[text] = own
+            ids[other_id] = own
+        return ids
+
+    def _label_renumbering(self, labels: list[str]) -> np.ndarray:
+        """This sink's label id of each of another sink's labels (added here when new)."""
+        return np.fromiter(
+            (LABEL_ID_BASE + self.labels.setdefault(text, len(self.labels)) for text in labels),
+            dtype=np.int64,
+            count=len(labels),
+        )
+
     # ---- result ---------------------------------------------------------------------------
     def columns(self) -> dict[str, np.ndarray]:
         """Every event column, the rows of all pieces in order."""
@@ -846,6 +915,45 @@ class _ColumnTable:
         if not self._arrays:
             return {n: np.zeros(0, dtype=S.COLUMN_DTYPES.get(n, np.int64)) for n in S.EVENT_COLUMNS}
         return {name: self._arrays[name][: self._rows] for name in S.EVENT_COLUMNS}
+
+
+def _relabel(ids: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """pid/tid ids with another sink's label ids (``LABEL_ID_BASE`` + k) replaced by
+    ``labels[k]``; numbers unchanged."""
+    if not len(labels):
+        return ids
+    k = ids - LABEL_ID_BASE
+    hit = (k >= 0) & (k < len(labels))
+    if not hit.any():
+        return ids
+    return np.where(hit, labels[np.where(hit, k, 0)], ids)
+
+
+def _relabel_key(key: Any, labels: np.ndarray) -> Any:
+    """A name dict's key (a pid, or a (pid, tid) pair) with ``_relabel``'s renumbering."""
+    if not len(labels):
+        return key
+    if isinstance(key, tuple):
+        return tuple(_relabel_key(part, labels) for part in key)
+    k = key - LABEL_ID_BASE
+    return int(labels[k]) if 0 <= k < len(labels) else key
+
+
+@dataclass
+class SinkPart:
+    """A sink's decoded rows and state (``ColumnSink.part``), appended by ``absorb``."""
+
+    columns: dict[str, np.ndarray]
+    strings: list[str]  # in id order
+    labels: list[str]  # in label-id order
+    relabelled: list[int]  # label ids given to numbers beyond int64
+    metas: list[_MetaChunk]
+    views: dict[str, dict[Any, Any]]
+    args: RawArgsBuilder
+    skipped: int
+    seen: int
+    rows: int
+    repairs: dict[str, int]
 
 
 @dataclass

@@ -89,6 +89,17 @@ class RawArgsBuilder:
             self.count += len(starts)
         return first
 
+    def extend(self, other: RawArgsBuilder) -> int:
+        """Append every entry of ``other`` (no copy of its buffers); returns the index its
+        first entry now has."""
+        first = self.count
+        self._buffers.extend(other._buffers)
+        self._first.extend(f + first for f in other._first)
+        self._starts.extend(other._starts)
+        self._lengths.extend(other._lengths)
+        self.count += other.count
+        return first
+
     def build(self) -> RawArgs:
         starts = np.concatenate(self._starts) if self._starts else np.zeros(0, np.int64)
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)

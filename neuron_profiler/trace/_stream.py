@@ -65,13 +65,17 @@ class BlockSource:
     inflating costs little wall time. Only the worker touches the file and the inflater while
     it runs; ``cut`` / ``damage`` / ``trailing`` wait for it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, start: int = 0) -> None:
+        """``start``: the byte offset of a plain file to read from (the loader's second half)."""
         self.path = path
         reuse_transient_buffers()
         self._fh = open_input(path)  # closed in close(); TraceLoadError when it cannot be read
         head = self._fh.read(2)
         self._fh.seek(0)
         self._inflater = zlib.decompressobj(wbits=31) if head == b"\x1f\x8b" else None
+        self._end: int | None = None  # a plain file's offset to stop at (``stop_at``)
+        if start:
+            self._fh.seek(start)
         self._tail = b""  # compressed input not yet inflated
         self._delivered = 0
         self.block_bytes = min(BLOCK_BYTES, FIRST_BLOCK_BYTES)
@@ -91,6 +95,15 @@ class BlockSource:
             return os.fstat(self._fh.fileno()).st_size
         except OSError:
             return None
+
+    @property
+    def position(self) -> int:
+        """Bytes of a plain file read so far (its offset after the last block delivered)."""
+        return self._fh.tell()
+
+    def stop_at(self, offset: int) -> None:
+        """Deliver a plain file's bytes up to ``offset`` only (the first half of a split load)."""
+        self._end = offset
 
     @property
     def cut(self) -> bool:
@@ -134,7 +147,11 @@ class BlockSource:
 
     def _produce(self, size: int) -> bytes:
         try:
-            return self._fh.read(size) if self._inflater is None else self._inflate(size)
+            if self._inflater is not None:
+                return self._inflate(size)
+            if self._end is not None:
+                size = max(0, min(size, self._end - self._fh.tell()))
+            return self._fh.read(size)
         except OSError as err:
             raise TraceLoadError(self.path, cannot_read(err)) from None
 
@@ -294,6 +311,27 @@ def leading_events(
             trouble = trouble or (hint is not None and hint < pos)  # bad content, not the cut
             limit = pos if hint is None else min(pos, max(hint, 0))
     return Cut(None, trouble)
+
+
+_BETWEEN_EVENTS = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+BOUNDARY_SEARCH_BYTES = 4 << 20  # events are far smaller: a gap between two is found at once
+
+
+def find_boundary(path: Path, offset: int, size: int) -> tuple[int, int] | None:
+    """The first place at or after ``offset`` of a plain file that looks like the gap between
+    two events (``},{``): (the offset after the ``}``, the offset of the ``{``), or None.
+    Only a candidate: the text may sit inside a string or a nested array; the loader proves
+    it by decoding up to it."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            window = fh.read(max(0, min(BOUNDARY_SEARCH_BYTES, size - offset)))
+    except OSError:
+        return None
+    match = _BETWEEN_EVENTS.search(window)
+    if match is None:
+        return None
+    return offset + match.start() + 1, offset + match.end() - 1
 
 
 def decode_top(text: bytes) -> dict[str, msgspec.Raw]:

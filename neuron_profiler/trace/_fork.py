@@ -1,0 +1,111 @@
+"""One call run in a forked child process, its result sent back pickled over a pipe.
+
+The loader uses it to decode the second half of a large trace on the second core while this
+process decodes the first half (``loader.py``). Forking (not spawning) matters: the child
+starts in milliseconds with every module already imported, and the file's pages already cached.
+
+    child = ForkedCall.start(decode_rest, path, offset)   # None where forking is not safe
+    result = child.result()                               # None if the child failed
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_PICKLE_PROTOCOL = 5  # numpy arrays go as one buffer each, not copied element by element
+_FAILED = b"\x00"  # the child's first byte when its call raised (then nothing follows)
+_DONE = b"\x01"  # ... when a pickled result follows
+
+
+def fork_is_safe() -> bool:
+    """Forking copies only the calling thread: with other threads running, a lock one of them
+    holds (the import lock, a buffered stream's) would stay held forever in the child. So only a
+    single-threaded process on Linux forks (macOS forbids much after fork; Windows has none),
+    and not a pool's worker process (its siblings use the other cores already)."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return False
+    if threading.active_count() != 1:
+        return False
+    import multiprocessing  # (cheap: the stdlib package, its submodules load lazily)
+
+    return multiprocessing.parent_process() is None
+
+
+class ForkedCall:
+    """A child process running one call; ``result()`` waits for it and reaps it."""
+
+    def __init__(self, pid: int, read_fd: int) -> None:
+        self._pid = pid
+        self._read = os.fdopen(read_fd, "rb")
+        self._reaped = False
+
+    @classmethod
+    def start(cls, call: Callable[..., Any], *args: Any) -> ForkedCall | None:
+        """Fork a child that runs ``call(*args)``; None (nothing started) where forking is not
+        safe or fails."""
+        if not fork_is_safe():
+            return None
+        read_fd, write_fd = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:  # no memory or no process slot left: this process does it all
+            os.close(read_fd)
+            os.close(write_fd)
+            return None
+        if pid == 0:  # the child: never returns
+            os.close(read_fd)
+            _run_child(call, args, write_fd)
+        os.close(write_fd)
+        return cls(pid, read_fd)
+
+    def result(self) -> Any | None:
+        """The call's return value, or None if it raised or the child died (the caller then
+        does the work itself)."""
+        try:
+            status = self._read.read(1)
+            value = pickle.load(self._read) if status == _DONE else None
+        except (EOFError, OSError, pickle.UnpicklingError, MemoryError):
+            value = None
+        self.close()
+        return value
+
+    def close(self) -> None:
+        """End the child if it still runs (the caller gave up on it) and reap it."""
+        if self._reaped:
+            return
+        self._reaped = True
+        self._read.close()
+        try:
+            os.kill(self._pid, signal.SIGKILL)  # (a no-op race if it exited by itself)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(self._pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def _run_child(call: Callable[..., Any], args: tuple[Any, ...], write_fd: int) -> None:
+    """The child's whole life: run the call, send the outcome, exit without running the
+    parent's exit handlers or flushing its buffered streams (``os._exit``)."""
+    code = 0
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops and kills it
+        with os.fdopen(write_fd, "wb") as out:
+            try:
+                value = call(*args)
+            except BaseException:  # noqa: BLE001 - any failure: the parent does the work itself
+                out.write(_FAILED)
+                return
+            out.write(_DONE)
+            pickle.dump(value, out, protocol=_PICKLE_PROTOCOL)
+    except BaseException:  # noqa: BLE001 - e.g. the parent went away (a broken pipe)
+        code = 1
+    finally:
+        os._exit(code)

@@ -1,0 +1,290 @@
+"""The split load: a large plain file's second half decoded by a forked child while this process
+decodes the first half (loader.py, trace/_fork.py). Whatever happens at the boundary or in
+either half, the Trace must be the one a whole load gives: each test loads the same file both
+ways and compares every column (string ids resolved to their text), the args, the M events,
+the name dicts and the load report."""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from neuron_profiler.trace import _fork, load_trace, loader
+from neuron_profiler.trace import schema as S
+from neuron_profiler.trace._columns import ColumnSink
+
+BASE_NS = 1_700_000_000_000_000_000
+
+
+def _events(n: int, *, first: int = 0) -> list[dict[str, Any]]:
+    """Kineto-like events of every kind the loader treats apart: M events (names, sort
+    indexes, string pids and tids), X ops with ids in their args, B/E pairs, flows, instants,
+    counters; string ids that repeat and ones that appear only late."""
+    out: list[dict[str, Any]] = []
+    for i in range(first, first + n):
+        pid: int | str = i % 7 if i % 5 else f"host-{i % 3}"
+        if i % 40 == 0:
+            out.append(
+                {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"p{i}"}}
+            )
+            out.append(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "pid": pid,
+                    "tid": f"stream {i % 4}",
+                    "args": {"sort_index": i},
+                }
+            )
+        ts = 1000 + i * 3.5
+        out.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op" if i % 3 else "kernel",
+                "name": f"aten::op{i % 11}" if i % 97 else f"late name {i}",
+                "pid": pid,
+                "tid": i % 4,
+                "ts": ts,
+                "dur": 2.25,
+                "args": {"External id": i, "correlation": i + 7, "Input Dims": [[i % 5, 3]]},
+            }
+        )
+        if i % 9 == 0:
+            out.append({"ph": "B", "name": "span", "pid": 3, "tid": 9, "ts": ts})
+        if i % 9 == 4:
+            out.append({"ph": "E", "pid": 3, "tid": 9, "ts": ts + 1})
+        if i % 13 == 0:
+            out.append(
+                {"ph": "s", "id": i, "pid": 1, "tid": 1, "ts": ts, "cat": "ac2g", "name": "f"}
+            )
+            out.append(
+                {"ph": "f", "id": i, "pid": 2, "tid": 2, "ts": ts + 1, "cat": "ac2g", "bp": "e"}
+            )
+        if i % 17 == 0:
+            out.append({"ph": "i", "s": "t", "name": "mark", "pid": 1, "tid": 1, "ts": ts})
+        if i % 23 == 0:
+            out.append({"ph": "C", "name": "mem", "pid": 1, "ts": ts, "args": {"bytes": i}})
+    return out
+
+
+def _write(path: Path, events: list[dict[str, Any]], *, tail: bool = True) -> Path:
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "X"}], "traceEvents": events}
+    if tail:
+        doc |= {"baseTimeNanoseconds": BASE_NS, "displayTimeUnit": "ns"}
+    path.write_text(json.dumps(doc, indent=1))  # (indent: whitespace between events, as Kineto)
+    return path
+
+
+def _snapshot(trace: Any) -> dict[str, Any]:
+    """The trace with string ids resolved (a split load may number strings differently)."""
+    strings = np.array(trace.strings, dtype=object)
+    columns = {k: v.copy() for k, v in trace.columns.items()}
+    for key in (S.NAME_ID, S.CAT_ID):
+        columns[key] = strings[columns[key]]
+    meta = trace.meta_events
+    return {
+        "columns": columns,
+        "args": list(trace.raw_args),
+        "meta": (meta.name, meta.pid.tolist(), meta.tid.tolist(), list(meta.args), meta.cat),
+        "meta_times": (meta.ts_ns.tolist(), meta.has_ts.tolist(), meta.form.tolist()),
+        "names": (trace.process_names, trace.thread_names),
+        "sort": (trace.process_sort_index, trace.thread_sort_index),
+        "labels": trace.pid_labels,
+        "metadata": trace.metadata,
+        "report": (trace.load_report, trace.skipped_events, trace.truncated),
+    }
+
+
+def _assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a["columns"].keys() == b["columns"].keys()
+    for key, column in a["columns"].items():
+        assert np.array_equal(column, b["columns"][key]), key
+    for key in a:
+        if key != "columns":
+            assert a[key] == b[key], key
+
+
+@pytest.fixture
+def split(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Split every plain file, whatever its size or the machine (the test runner's own threads
+    would otherwise rule forking out); returns a list that counts the halves appended."""
+    monkeypatch.setenv(loader.SPLIT_ENV, "1")
+    monkeypatch.setattr(_fork, "fork_is_safe", lambda: True)
+    monkeypatch.setattr(loader, "_cores", lambda: 2)
+    appended: list[int] = []
+    absorb = ColumnSink.absorb
+
+    def counted(self: ColumnSink, part: Any) -> None:
+        appended.append(part.rows)
+        absorb(self, part)
+
+    monkeypatch.setattr(ColumnSink, "absorb", counted)
+    return appended
+
+
+def _whole(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    with monkeypatch.context() as m:
+        m.setenv(loader.SPLIT_ENV, "0")
+        return _snapshot(load_trace(path))
+
+
+def test_split_load_equals_the_whole_load(
+    tmp_path: Path, split: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path / "t.json", _events(6000))
+    whole = _whole(path, monkeypatch)
+    halves = _snapshot(load_trace(path))
+    assert len(split) == 1 and 0 < split[0] < len(whole["columns"][S.TS_NS])  # it did split
+    _assert_same(halves, whole)
+    assert whole["metadata"]["baseTimeNanoseconds"] == BASE_NS  # (read by the child)
+    assert "late name 5917" in set(whole["columns"][S.NAME_ID])
+
+
+def test_a_later_name_in_the_second_half_wins(
+    tmp_path: Path, split: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same process named in both halves: the last name in the file wins, as it does in a
+    whole load; a string pid first seen in the second half keeps its text."""
+    events = _events(3000)
+    rename = {"ph": "M", "name": "process_name", "pid": "host-1", "tid": 0, "args": {"name": "z"}}
+    events += [rename, {"ph": "X", "name": "n", "pid": "only-late", "tid": 1, "ts": 1, "dur": 1}]
+    path = _write(tmp_path / "t.json", events)
+    halves = _snapshot(load_trace(path))
+    assert split
+    _assert_same(halves, _whole(path, monkeypatch))
+    labels = {text: i for i, text in halves["labels"].items()}
+    assert halves["names"][0][labels["host-1"]] == "z"
+    assert "only-late" in labels
+
+
+def test_a_boundary_inside_a_string_is_caught(
+    tmp_path: Path, split: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The middle of the file falls inside an args string that reads like events (``},{``):
+    the child decodes a fake event from it, the first half cannot end there, so the file is
+    loaded whole and the fake event never appears."""
+    fake = '},{"ph":"X","name":"FAKE","pid":1,"tid":1,"ts":1,"dur":1},{"x":"'
+    events = _events(500)
+    events.append(
+        {"ph": "X", "name": "big", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"s": fake * 800}}
+    )
+    events += _events(500, first=500)
+    path = _write(tmp_path / "t.json", events)
+    text = path.read_bytes()
+    start = text.index(b'"traceEvents": [') + len(b'"traceEvents": [')
+    middle = start + (len(text) - start) // 2
+    inside = text.index(b'"big"')
+    assert inside < middle < text.index(b"aten", inside)  # the middle is inside the string
+    halves = _snapshot(load_trace(path))
+    assert not split  # not appended: loaded whole
+    _assert_same(halves, _whole(path, monkeypatch))
+    assert "FAKE" not in set(halves["columns"][S.NAME_ID])
+
+
+@pytest.mark.parametrize("where", ["truncated", "damaged", "repaired"])
+def test_trouble_in_the_second_half_gives_the_whole_loads_result(
+    tmp_path: Path, split: list[int], monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A file cut off mid-write (the child's tail), invalid JSON, or a value only the repair
+    path reads (NaN) in the second half: the result, warnings included, is the whole load's."""
+    path = _write(tmp_path / "t.json", _events(4000))
+    text = path.read_bytes()
+    at = text.index(b'"ph": "X"', len(text) * 3 // 4)
+    if where == "truncated":
+        text = text[:at]
+    elif where == "damaged":
+        text = text[:at] + b"}}garbage" + text[at:]
+    else:
+        dur = text.index(b'"dur": 2.25', at)
+        text = text[:dur] + b'"dur": NaN' + text[dur + len(b'"dur": 2.25') :]
+    path.write_bytes(text)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        halves = _snapshot(load_trace(path))
+    with monkeypatch.context() as m, warnings.catch_warnings(record=True) as whole_seen:
+        warnings.simplefilter("always")
+        m.setenv(loader.SPLIT_ENV, "0")
+        whole = _snapshot(load_trace(path))
+    _assert_same(halves, whole)
+    assert [str(w.message) for w in seen] == [str(w.message) for w in whole_seen]
+    if where == "truncated":
+        assert halves["report"][2] and split  # a cut-off file keeps the split
+    if where == "damaged":
+        assert halves["report"][0].damage and not split  # damage: loaded whole
+
+
+def test_trouble_in_the_first_half_loads_whole(
+    tmp_path: Path, split: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value only the repair path reads (NaN) before the boundary: loaded whole, repaired."""
+    path = _write(tmp_path / "t.json", _events(4000))
+    text = path.read_bytes()
+    dur = text.index(b'"dur": 2.25', len(text) // 5)
+    path.write_bytes(text[:dur] + b'"dur": NaN' + text[dur + len(b'"dur": 2.25') :])
+    halves = _snapshot(load_trace(path))
+    assert not split
+    _assert_same(halves, _whole(path, monkeypatch))
+    assert halves["report"][0].replaced_values == 1
+
+
+def test_a_failed_child_leaves_the_load_to_this_process(
+    tmp_path: Path, split: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path / "t.json", _events(3000))
+
+    def crash(*_: Any) -> None:
+        raise MemoryError("the child ran out of memory")
+
+    monkeypatch.setattr(loader, "_decode_second_half", crash)
+    halves = _snapshot(load_trace(path))
+    assert not split
+    _assert_same(halves, _whole(path, monkeypatch))
+
+
+def test_no_split_where_it_is_off_small_or_compressed(
+    tmp_path: Path, split: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+
+    path = _write(tmp_path / "t.json", _events(2000))
+    monkeypatch.setenv(loader.SPLIT_ENV, "0")
+    load_trace(path)
+    monkeypatch.setenv(loader.SPLIT_ENV, str(path.stat().st_size + 1))  # smaller than the limit
+    load_trace(path)
+    monkeypatch.setenv(loader.SPLIT_ENV, "1")
+    packed = tmp_path / "t.json.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    load_trace(packed)  # (gzip cannot be entered in the middle)
+    assert not split
+    load_trace(path)
+    assert len(split) == 1
+
+
+def test_fork_is_not_safe_beside_another_thread() -> None:
+    """With a second thread running (a TensorBoard server, say), the load never forks."""
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert not _fork.fork_is_safe()
+        assert _fork.ForkedCall.start(print, "never") is None
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_a_forked_call_returns_its_value_or_none() -> None:
+    """The fork helper itself, in a process where forking is allowed for the test."""
+    import unittest.mock
+
+    with unittest.mock.patch.object(_fork, "fork_is_safe", lambda: True):
+        call = _fork.ForkedCall.start(np.arange, 5)
+        assert call is not None and call.result().tolist() == [0, 1, 2, 3, 4]
+        failing = _fork.ForkedCall.start(int, "not a number")
+        assert failing is not None and failing.result() is None
