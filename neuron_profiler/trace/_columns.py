@@ -848,14 +848,14 @@ class ColumnSink:
 
     def _renumbering(self, strings: list[str]) -> np.ndarray:
         """This sink's id of each of another sink's strings (added here when new)."""
-        ids = np.empty(len(strings), dtype=np.int32)
-        for other_id, text in enumerate(strings):
-            own = self.strings.get(text)
-            if own is None:
-                own = self.strings[text] = len(self.strings)
-                if text != _NO_CAT:
-                    self._lookup[text] = own
-            ids[other_id] = own
+        ids = np.fromiter(
+            map(self.strings.get, strings, repeat(_UNKNOWN)), dtype=np.int32, count=len(strings)
+        )
+        for other_id in np.flatnonzero(ids == _UNKNOWN).tolist():  # new here: in their order
+            text, own = strings[other_id], len(self.strings)
+            ids[other_id] = self.strings[text] = own
+            if text != _NO_CAT:
+                self._lookup[text] = own
         return ids
 
     def _label_renumbering(self, labels: list[str]) -> np.ndarray:
