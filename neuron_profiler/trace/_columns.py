@@ -832,7 +832,7 @@ class ColumnSink:
         has_args = cols[S.ARGS_ROW] >= 0
         cols[S.ARGS_ROW][has_args] += self._args.extend(part.args)
         if len(cols[S.TS_NS]):
-            self._table.append(cols, self._capacity_for)
+            self._table.append_last(cols)
         for chunk in part.metas:
             chunk.pid, chunk.tid = _relabel(chunk.pid, labels), _relabel(chunk.tid, labels)
             self._metas.append(chunk)
@@ -900,6 +900,20 @@ class _ColumnTable:
         for name in S.EVENT_COLUMNS:  # (a piece lacking one raises: no row left unwritten)
             self._arrays[name][start:end] = cols[name]
         self._rows = end
+
+    def append_last(self, cols: dict[str, np.ndarray]) -> None:
+        """``append`` the last rows there will be: room for exactly these, made by resizing
+        each column in place where it can (``realloc``: the rows so far are not copied, which
+        on a VM means not faulting every one of them in afresh), else as ``append`` does."""
+        end = self._rows + len(cols[S.TS_NS])
+        if self._arrays and end > len(self._arrays[S.TS_NS]):
+            for array in self._arrays.values():
+                if not (array.flags.owndata and array.flags.c_contiguous):
+                    break
+            else:  # (nothing else refers to these arrays while the table fills them)
+                for array in self._arrays.values():
+                    array.resize(end, refcheck=False)
+        self.append(cols, lambda rows: rows)
 
     def _grow(self, capacity: int) -> None:
         """Every column with room for ``capacity`` rows (all mapped before any is replaced)."""

@@ -44,6 +44,11 @@ class ForkedCall:
         self._pid = pid
         self._read = os.fdopen(read_fd, "rb")
         self._reaped = False
+        self._value: Any | None = None
+        # the result is read and unpickled as it comes, while the caller works on: reading the
+        # pipe releases the GIL, and numpy arrays are rebuilt on the bytes read, not copied
+        self._receiver = threading.Thread(target=self._receive, daemon=True, name="forked-call")
+        self._receiver.start()
 
     @classmethod
     def start(cls, call: Callable[..., Any], *args: Any) -> ForkedCall | None:
@@ -64,14 +69,18 @@ class ForkedCall:
         os.close(write_fd)
         return cls(pid, read_fd)
 
+    def _receive(self) -> None:
+        try:
+            status = self._read.read(1)
+            self._value = pickle.load(self._read) if status == _DONE else None
+        except Exception:  # noqa: BLE001 - a dead child, a truncated pickle: no result
+            self._value = None
+
     def result(self) -> Any | None:
         """The call's return value, or None if it raised or the child died (the caller then
         does the work itself)."""
-        try:
-            status = self._read.read(1)
-            value = pickle.load(self._read) if status == _DONE else None
-        except (EOFError, OSError, pickle.UnpicklingError, MemoryError):
-            value = None
+        self._receiver.join()
+        value, self._value = self._value, None
         self.close()
         return value
 
@@ -80,7 +89,6 @@ class ForkedCall:
         if self._reaped:
             return
         self._reaped = True
-        self._read.close()
         try:
             os.kill(self._pid, signal.SIGKILL)  # (a no-op race if it exited by itself)
         except ProcessLookupError:
@@ -89,6 +97,8 @@ class ForkedCall:
             os.waitpid(self._pid, 0)
         except ChildProcessError:
             pass
+        self._receiver.join()  # (the child's end closed the pipe: the receiver has returned)
+        self._read.close()
 
 
 def _run_child(call: Callable[..., Any], args: tuple[Any, ...], write_fd: int) -> None:

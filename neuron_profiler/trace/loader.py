@@ -41,6 +41,7 @@ from neuron_profiler.trace._pairing import pair_begin_end
 from neuron_profiler.trace._stream import (
     BlockSource,
     decode_top,
+    events_middle,
     find_boundary,
     leading_events,
     skip_separator,
@@ -277,7 +278,7 @@ class _Load:
         if size is None or limit is None or size < limit or _cores() < 2:
             return None
         start = self.source.position - len(pending)
-        boundary = find_boundary(self.path, start + (size - start) // 2, size)
+        boundary = find_boundary(self.path, events_middle(self.path, start, size), size)
         if boundary is None:
             return None
         end, child_start = boundary

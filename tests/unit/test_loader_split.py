@@ -18,6 +18,7 @@ import pytest
 from neuron_profiler.trace import _fork, load_trace, loader
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace._columns import ColumnSink
+from neuron_profiler.trace._stream import events_middle, find_boundary
 
 BASE_NS = 1_700_000_000_000_000_000
 
@@ -178,9 +179,10 @@ def test_a_boundary_inside_a_string_is_caught(
     path = _write(tmp_path / "t.json", events)
     text = path.read_bytes()
     start = text.index(b'"traceEvents": [') + len(b'"traceEvents": [')
-    middle = start + (len(text) - start) // 2
+    middle = events_middle(path, start, len(text))
+    candidate, _ = find_boundary(path, middle, len(text))
     inside = text.index(b'"big"')
-    assert inside < middle < text.index(b"aten", inside)  # the middle is inside the string
+    assert inside < candidate < text.index(b"aten", inside)  # the gap found is in the string
     halves = _snapshot(load_trace(path))
     assert not split  # not appended: loaded whole
     _assert_same(halves, _whole(path, monkeypatch))
@@ -288,3 +290,44 @@ def test_a_forked_call_returns_its_value_or_none() -> None:
         assert call is not None and call.result().tolist() == [0, 1, 2, 3, 4]
         failing = _fork.ForkedCall.start(int, "not a number")
         assert failing is not None and failing.result() is None
+
+
+def test_the_split_falls_at_the_middle_event_not_the_middle_byte(tmp_path: Path) -> None:
+    """Short events first (a trace of many processes opens with its M events), long ones
+    after: the estimate lands where half of the events lie before it, far from the middle
+    byte."""
+    short = [
+        {"ph": "M", "name": "process_name", "pid": i, "args": {"name": "q"}} for i in range(20000)
+    ]
+    long = [
+        {"ph": "X", "name": "k" * 500, "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(20000)
+    ]
+    path = _write(tmp_path / "t.json", short + long)
+    text = path.read_bytes()
+    start = text.index(b"[", text.index(b'"traceEvents"')) + 1
+    truth = text.index(b'"ph": "X"')  # the 20,001st event
+    estimate = events_middle(path, start, len(text))
+    assert abs(estimate - truth) < 0.05 * (len(text) - start)
+    assert abs((start + len(text)) // 2 - truth) > 0.3 * (len(text) - start)  # (not the byte)
+
+
+def test_the_last_rows_grow_the_columns_in_place() -> None:
+    """``append_last`` makes room for exactly the rows it appends, keeping the rows so far
+    (resized in place, not copied), and the table reads as both pieces in order."""
+    from neuron_profiler.trace._columns import _ColumnTable
+
+    def piece(first: int, n: int) -> dict[str, np.ndarray]:
+        return {
+            name: np.arange(first, first + n).astype(S.COLUMN_DTYPES.get(name, np.int64))
+            for name in S.EVENT_COLUMNS
+        }
+
+    table = _ColumnTable()
+    table.append(piece(0, 100), lambda rows: rows)  # full: no room to spare
+    before = table._arrays[S.TS_NS]
+    table.append_last(piece(100, 50))
+    filled = table.filled()
+    assert len(filled[S.TS_NS]) == 150 and len(table._arrays[S.TS_NS]) == 150
+    assert filled[S.TS_NS].tolist() == list(range(150))
+    assert filled[S.PH].tolist() == [v % 256 for v in range(150)]  # (uint8 column)
+    assert table._arrays[S.TS_NS] is before  # the same array, resized
