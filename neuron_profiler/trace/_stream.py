@@ -322,11 +322,12 @@ SAMPLES = 32  # windows read to estimate where the events' middle lies
 SAMPLE_BYTES = 32 << 10
 
 
-def events_middle(path: Path, start: int, size: int) -> int:
-    """The offset in ``[start, size)`` with about as many events before it as after, estimated
-    from the density of ``"ph"`` keys in a few windows spread over the file: where events
-    differ in size along the file (short ``M`` events first in a trace of many processes), the
-    middle byte is not the middle event, and a split there leaves one half the longer job."""
+def events_middle(path: Path, start: int, size: int, share: float = 0.5) -> int:
+    """The offset in ``[start, size)`` with ``share`` of the events before it (half: as many
+    before as after), estimated from the density of ``"ph"`` keys in a few windows spread over
+    the file: where events differ in size along the file (short ``M`` events first in a trace
+    of many processes), the middle byte is not the middle event, and a split there leaves one
+    half the longer job."""
     span = size - start
     step = span / SAMPLES
     counts = []
@@ -342,8 +343,8 @@ def events_middle(path: Path, start: int, size: int) -> int:
         return start + span // 2
     seen = 0.0
     for k, count in enumerate(counts):  # the window where half of the events are reached
-        if seen + count >= total / 2:
-            within = (total / 2 - seen) / count
+        if seen + count >= total * share:
+            within = (total * share - seen) / count
             return start + int((k + within) * step)
         seen += count
     return start + span // 2

@@ -167,22 +167,21 @@ def test_a_later_name_in_the_second_half_wins(
 def test_a_boundary_inside_a_string_is_caught(
     tmp_path: Path, split: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The middle of the file falls inside an args string that reads like events (``},{``):
-    the child decodes a fake event from it, the first half cannot end there, so the file is
-    loaded whole and the fake event never appears."""
+    """The split point falls inside an args string that reads like events (``},{``): the
+    child decodes a fake event from it, the first half cannot end there, so the file is loaded
+    whole and the fake event never appears."""
     fake = '},{"ph":"X","name":"FAKE","pid":1,"tid":1,"ts":1,"dur":1},{"x":"'
     events = _events(500)
     events.append(
-        {"ph": "X", "name": "big", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"s": fake * 800}}
+        {"ph": "X", "name": "big", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"s": fake * 80}}
     )
     events += _events(500, first=500)
     path = _write(tmp_path / "t.json", events)
     text = path.read_bytes()
-    start = text.index(b'"traceEvents": [') + len(b'"traceEvents": [')
-    middle = events_middle(path, start, len(text))
-    candidate, _ = find_boundary(path, middle, len(text))
-    inside = text.index(b'"big"')
-    assert inside < candidate < text.index(b"aten", inside)  # the gap found is in the string
+    inside = text.index(b"FAKE") + 100  # (the estimate of the middle event, put in the string)
+    monkeypatch.setattr(loader, "events_middle", lambda *_, **__: inside)
+    candidate, _ = find_boundary(path, inside, len(text))
+    assert candidate < text.index(b"aten", inside)  # the gap found is in the string
     halves = _snapshot(load_trace(path))
     assert not split  # not appended: loaded whole
     _assert_same(halves, _whole(path, monkeypatch))
