@@ -8,7 +8,9 @@ what a loaded trace lost) are printed here too, one line each, never with a sour
 
 from __future__ import annotations
 
+import atexit
 import importlib
+import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -131,10 +133,26 @@ def _run(argv: list[str] | None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def console_main() -> None:
-    """Console-script entry: exit with main()'s status."""
-    sys.exit(main())
+    """Console-script entry: exit with main()'s status, skipping the interpreter's teardown
+    (``exit_now``)."""
+    exit_now(main())
+
+
+def exit_now(code: int) -> None:
+    """End the process with ``code`` once the exit handlers have run and the output is
+    flushed, without the interpreter's teardown: it frees every object one at a time, 60 ms
+    after analysing a trace of 60,000 devices (4% of that command), memory the OS reclaims at
+    once anyway. Output that cannot be flushed (a closed pipe: ``| head``) exits 120, as
+    Python's own shutdown does."""
+    atexit._run_exitfuncs()  # (logging's flush, a coverage tool's: what sys.exit would run)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe, a closed stream
+            code = code or 120
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    console_main()

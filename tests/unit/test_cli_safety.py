@@ -380,3 +380,19 @@ def test_read_only_output_file_is_not_replaced(shared_dir: Path, command: str) -
     )
     assert os.listdir(rw) == ["old.json"] and (rw / "old.json").read_bytes() == OLD
     assert stat.S_IMODE((rw / "old.json").stat().st_mode) == 0o444
+
+
+def test_the_console_exit_runs_exit_handlers_and_flushes_output() -> None:
+    """``exit_now`` skips the interpreter's teardown, not what a normal exit does: the exit
+    handlers run, buffered output is written, the status is kept."""
+    script = (
+        "import atexit, sys\n"
+        "from neuron_profiler.cli.main import exit_now\n"
+        "atexit.register(lambda: sys.stdout.write('handler ran'))\n"
+        "sys.stdout.write('buffered, ')\n"
+        "sys.stderr.write('to stderr')\n"
+        "exit_now(3)\n"
+        "sys.stdout.write('never')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "buffered, handler ran", "to stderr")
