@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from neuron_profiler.analysis._intervals import distinct
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
@@ -69,7 +70,7 @@ def _may_hold(joined: bytes, texts: list[bytes], keys: tuple[str, ...]) -> np.nd
             at = joined.find(needle, at + len(needle))
     lengths = np.fromiter(map(len, texts), np.int64, len(texts)) + 1  # (each with its comma)
     starts = np.cumsum(lengths) - lengths
-    return np.unique(np.searchsorted(starts, np.array(hits, np.int64), side="right") - 1)
+    return distinct(np.searchsorted(starts, np.array(hits, np.int64), side="right") - 1)
 
 
 def as_float(values: np.ndarray) -> np.ndarray:

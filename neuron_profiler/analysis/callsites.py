@@ -25,6 +25,7 @@ import re
 import numpy as np
 
 from neuron_profiler.analysis._args import arg_values
+from neuron_profiler.analysis._intervals import distinct
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -75,7 +76,7 @@ def _from_python_rows(trace: Trace, rows: np.ndarray) -> list[str]:
     py = trace.select(kind=S.EventKind.PYTHON, ph=S.Phase.COMPLETE)
     if len(py) == 0 or len(rows) == 0:
         return [""] * len(rows)
-    frames = {int(i): user_frame(trace.strings[i]) for i in np.unique(trace.col(S.NAME_ID)[py])}
+    frames = {int(i): user_frame(trace.strings[i]) for i in distinct(trace.col(S.NAME_ID)[py])}
     user = py[np.fromiter((bool(frames[int(n)]) for n in trace.col(S.NAME_ID)[py]), bool, len(py))]
     out = []
     for row in rows.tolist():  # a few evidence rows per report

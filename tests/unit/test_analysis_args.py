@@ -120,3 +120,17 @@ def test_arg_values_of_a_sparse_key_equal_per_row_decoding(sparse_key: Trace) ->
     assert sum(v is not None for v in expected) == 24  # plain and escaped, 12 of each
     assert (got["absent"] == None).all()  # noqa: E711 - elementwise
     assert arg_values(trace, rows[:0], ("flops",))["flops"].tolist() == []
+
+
+def test_distinct_is_numpy_unique_of_integers() -> None:
+    """``_intervals.distinct`` (np.unique without its numpy.ma import) against np.unique."""
+    from neuron_profiler.analysis._intervals import distinct
+
+    rng = np.random.default_rng(7)
+    for values in (
+        rng.integers(-5, 5, 1000),
+        np.zeros(0, np.int64),
+        np.array([3]),
+        rng.integers(0, 2**40, 50),
+    ):
+        assert np.array_equal(distinct(values), np.unique(values))

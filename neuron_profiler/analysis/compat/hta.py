@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from neuron_profiler.analysis._intervals import distinct
 from neuron_profiler.analysis._keys import index_of
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
@@ -205,7 +206,7 @@ def _last_step_cut(
 ) -> tuple[np.ndarray, np.ndarray, int | None]:
     """(host rows kept, times each device row is kept, where host rows are cut from), by HTA's
     last-step rule."""
-    step_ids = np.unique(
+    step_ids = distinct(
         name_id[np.isin(name_id, [i for i, s in enumerate(trace.strings) if "ProfilerStep" in s])]
     )
     if len(step_ids) < 2:
@@ -258,7 +259,7 @@ def _temporal(trace: Trace, r: _HtaRows) -> HtaTemporal | None:
         return None
     busy, span = _hta_merge(r.start[kernel], r.end[kernel])
     names = np.asarray(trace.strings, dtype=object)
-    ids = np.unique(r.name_id[kernel])
+    ids = distinct(r.name_id[kernel])
     compute_ids = [i for i in ids.tolist() if hta_kernel_type(names[i]) == "COMPUTATION"]
     comp = kernel & np.isin(r.name_id, compute_ids)
     compute = _hta_merge(r.start[comp], r.end[comp])[0] if comp.any() else 0
@@ -298,7 +299,7 @@ def _idle(trace: Trace, r: _HtaRows, consecutive_kernel_delay_ns: int) -> HtaIdl
     kernel_wait = ~first & ~host_wait & (gap < consecutive_kernel_delay_ns)
     other = ~first & ~host_wait & ~kernel_wait
     out = []
-    for s in np.unique(stream).tolist():  # one iteration per stream (a handful)
+    for s in distinct(stream).tolist():  # one iteration per stream (a handful)
         m = stream == s
         present = (
             ("host_wait",) * bool((host_wait & m).any())
