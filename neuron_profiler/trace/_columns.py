@@ -230,7 +230,7 @@ class ColumnSink:
         self.seen = 0  # events decoded, whatever became of them
         self._args = RawArgsBuilder()
         self._table = _ColumnTable()
-        self.expected_bytes: int | None = None  # the loader's hint: the size of a plain file
+        self.expected_bytes: int | None = None  # the loader's hint: the text to come
         self._bytes_decoded = 0
         self._piece_rows = self._piece_bytes = 0  # the latest piece's (predicts the rest)
         self._cat_kinds: dict[int, int] = {}
@@ -784,12 +784,18 @@ class ColumnSink:
             return self._meta_args(fixed)
 
     def _capacity_for(self, rows: int) -> int:
-        """Rows to make room for when ``rows`` do not fit: what the rest of a plain file will
-        hold (a little more) at the rate so far or at the latest piece's, whichever is more,
-        else twice as many. (A file that opens with its metadata events, which make no rows,
-        would otherwise be predicted short again and again, each growth copying every row so
-        far: 5 growths, 37 ms of a 1.3 s load of 300k ``M`` events then 600k events.)"""
-        if not self.expected_bytes or not self._bytes_decoded:
+        """Rows to make room for when ``rows`` do not fit: what the rest of the text the loader
+        expects (``expected_bytes``: a plain file's size, a gzip file's trailer) will hold (a
+        little more) at the rate so far or at the latest piece's, whichever is more, else (no
+        hint, or more text than it said: a gzip file of several members) twice as many. (A file
+        that opens with its metadata events, which make no rows, would otherwise be predicted
+        short again and again, each growth copying every row so far: 5 growths, 37 ms of a
+        1.3 s load of 300k ``M`` events then 600k events.)"""
+        if (
+            not self.expected_bytes
+            or not self._bytes_decoded
+            or self._bytes_decoded >= self.expected_bytes
+        ):
             return 2 * rows
         rate = max(1.0, self.expected_bytes / self._bytes_decoded)
         so_far = int(rows * rate * _ROOM_MARGIN) + _ROOM_ROWS

@@ -210,7 +210,7 @@ class _Load:
     def __init__(self, path: Path, source: BlockSource) -> None:
         self.path, self.source = path, source
         self.sink = ColumnSink()
-        self.sink.expected_bytes = source.plain_bytes
+        self.sink.expected_bytes = source.size_hint
         self.metadata: dict[str, Any] = {}
         self.truncated = False
         self.damage = ""

@@ -440,3 +440,102 @@ def test_gzip_read_ahead_equals_reading_in_turn(
         "cut": (True, False, False),
         "damaged": (True, True, False),
     }[name]
+
+
+def _count_read_ahead(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Sizes of the blocks the source hands a read-ahead thread, recorded."""
+    sizes: list[int] = []
+
+    class Counted(_stream._Ahead):
+        def __init__(self, produce, size: int) -> None:  # noqa: ANN001
+            sizes.append(size)
+            super().__init__(produce, size)
+
+    monkeypatch.setattr(_stream, "_Ahead", Counted)
+    return sizes
+
+
+def test_gzip_reads_ahead_only_past_its_first_blocks(
+    tmp_path: Path, tiny_blocks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gzip file whose text fits in the first READ_AHEAD_AFTER_BLOCKS full-size blocks
+    starts no read-ahead thread (it would cost more than it hides); a longer one reads
+    ahead every block after those, and both load every event."""
+    threshold = _stream.READ_AHEAD_AFTER_BLOCKS * _stream.BLOCK_BYTES
+    ahead = _count_read_ahead(monkeypatch)
+    small, large = tmp_path / "small.json.gz", tmp_path / "large.json.gz"
+    few = [e for e in _events(16) if "huge" not in e.get("args", {})]
+    many = _events(400)
+    small_text = _write(small, few, indent=None, gz=True)
+    large_text = _write(large, many, indent=None, gz=True)
+    assert 3 * _stream.BLOCK_BYTES < len(small_text) < threshold  # full-size blocks, few
+    assert load_trace(small).col(S.TS_NS).tolist() == _expected_ts(few, 10**18)
+    assert ahead == []
+    assert load_trace(large).col(S.TS_NS).tolist() == _expected_ts(many, 10**18)
+    blocks_after = (len(large_text) - threshold) // _stream.BLOCK_BYTES
+    assert len(ahead) >= blocks_after - 1 and set(ahead) == {_stream.BLOCK_BYTES}
+
+
+def test_read_ahead_comparison_reads_ahead(
+    tmp_path: Path, tiny_blocks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``test_gzip_read_ahead_equals_reading_in_turn``'s files are long enough that reading
+    ahead happens at all (else that comparison would hold trivially)."""
+    ahead = _count_read_ahead(monkeypatch)
+    load_trace(_gzip_variants(tmp_path)["whole"])
+    assert len(ahead) > 10
+
+
+def _column_growths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    grown: list[int] = []
+    grow = _columns._ColumnTable._grow
+
+    def counted(self, capacity: int) -> None:  # noqa: ANN001
+        grown.append(capacity)
+        grow(self, capacity)
+
+    monkeypatch.setattr(_columns._ColumnTable, "_grow", counted)
+    return grown
+
+
+def test_gzip_trailer_sizes_the_room_for_rows(
+    tmp_path: Path, tiny_blocks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A single-member gzip file's trailer (ISIZE) tells the inflated size, so its columns get
+    their room at once, as a plain file's do, instead of doubling piece after piece; several
+    members (the last one's size only) give no hint."""
+    events = _events(400)
+    path = tmp_path / "one.json.gz"
+    text = _write(path, events, indent=None, gz=True)
+    source = _stream.BlockSource(path)
+    try:
+        assert source.size_hint == len(text)
+    finally:
+        source.close()
+    grown = _column_growths(monkeypatch)
+    trace = load_trace(path)
+    assert trace.col(S.TS_NS).tolist() == _expected_ts(events, 10**18)
+    assert len(grown) == 1 and grown[0] >= len(events)
+
+    multi = tmp_path / "multi.json.gz"
+    multi.write_bytes(
+        b"".join(gzip.compress(text[i : i + 3000]) for i in range(0, len(text), 3000))
+    )
+    source = _stream.BlockSource(multi)
+    try:
+        assert source.size_hint is None
+    finally:
+        source.close()
+    assert load_trace(multi).col(S.TS_NS).tolist() == _expected_ts(events, 10**18)
+
+
+def test_room_doubles_past_a_short_size_hint() -> None:
+    """More text than the loader was told of (a gzip trailer giving one member's size of
+    several): the room for rows doubles, not by the 5% a plain file's last piece may need
+    (which would copy every row again at each of many growths)."""
+    sink = _columns.ColumnSink()
+    sink.expected_bytes = 10_000
+    sink._bytes_decoded, sink._piece_rows, sink._piece_bytes = 15_000, 100, 5_000
+    assert sink._capacity_for(300) == 600
+    sink._bytes_decoded = 5_000  # within the hint: what the rest will hold at the rate so far
+    assert sink._capacity_for(300) == max(int(300 * 2 * 1.05), 300 + int(5_000 / 50 * 1.05)) + 1024
