@@ -66,6 +66,11 @@ _INT64 = (-(1 << 63), 1 << 63)
 _NOT_UTF8 = "Invalid UTF-8"  # msgspec's message (it gives no offset)
 _ROOM_MARGIN = 1.05  # room for rows: 5% more than the rate so far predicts (event sizes vary)
 _ROOM_ROWS = 1024
+# Phase codes as plain ints: an IntEnum member costs a class __getattr__ per use (3.11), and a
+# piece's columns compare against them a dozen times
+_INSTANT, _FLOW_START, _FLOW_END, _OTHER = map(
+    int, (S.Phase.INSTANT, S.Phase.FLOW_START, S.Phase.FLOW_END, S.Phase.OTHER)
+)
 
 
 class Event(msgspec.Struct, gc=False):
@@ -367,26 +372,29 @@ class ColumnSink:
         self, events: list[Event], codes: np.ndarray, form: np.ndarray, cols: dict[str, np.ndarray]
     ) -> None:
         """Instants' scope; flows' ``bp`` and ``id``; the ``id`` of other phases (async
-        events). Attributes are read only on the rows of those phases."""
+        events). Attributes are read only on the rows of those phases, and a piece holding
+        none of them (one count of each phase says so) costs nothing more."""
         n = len(events)
-        instants = np.flatnonzero(codes == S.Phase.INSTANT)
-        if len(instants):
+        cols[S.FLOW_ID] = np.full(n, -1, dtype=np.int64)
+        present = np.bincount(codes, minlength=_OTHER + 1)
+        if present[_INSTANT]:
+            instants = (codes == _INSTANT).nonzero()[0]
             form[instants] |= _scope_codes(
                 [e.s for e in events]
                 if len(instants) == n
                 else [events[i].s for i in instants.tolist()]
             )
-        flows = (codes >= S.Phase.FLOW_START) & (codes <= S.Phase.FLOW_END)
-        id_rows = np.flatnonzero(flows | (codes == S.Phase.OTHER))
-        cols[S.FLOW_ID] = np.full(n, -1, dtype=np.int64)
-        if len(id_rows):
-            everything = len(id_rows) == n
-            ids = [e.id for e in events] if everything else [events[i].id for i in id_rows.tolist()]
-            cols[S.FLOW_ID][id_rows], dropped = _id_column(ids)
-            self.repairs["dropped_ids"] += dropped
+        if not present[_FLOW_START : _FLOW_END + 1].any() and not present[_OTHER]:
+            return
+        flows = (codes >= _FLOW_START) & (codes <= _FLOW_END)
+        id_rows = (flows | (codes == _OTHER)).nonzero()[0]
+        everything = len(id_rows) == n
+        ids = [e.id for e in events] if everything else [events[i].id for i in id_rows.tolist()]
+        cols[S.FLOW_ID][id_rows], dropped = _id_column(ids)
+        self.repairs["dropped_ids"] += dropped
         for rows, kineto in (
-            (np.flatnonzero(codes == S.Phase.FLOW_END), "e"),
-            (np.flatnonzero(flows & (codes != S.Phase.FLOW_END)), ""),
+            ((codes == _FLOW_END).nonzero()[0], "e"),
+            ((flows & (codes != _FLOW_END)).nonzero()[0], ""),
         ):
             if len(rows):  # Kineto writes "bp":"e" on f events only: mark the exceptions
                 bps = [events[i].bp for i in rows.tolist()]
@@ -589,7 +597,7 @@ class ColumnSink:
         ids = np.fromiter(
             map(lookup.get, values, repeat(_UNKNOWN)), dtype=np.int32, count=len(values)
         )
-        missing = np.flatnonzero(ids == _UNKNOWN)
+        missing = (ids == _UNKNOWN).nonzero()[0]
         if not len(missing):
             return ids
         strings = self.strings
@@ -603,7 +611,7 @@ class ColumnSink:
 
     def _kinds(self, cat_ids: np.ndarray) -> np.ndarray:
         names = None
-        for sid in np.flatnonzero(np.bincount(cat_ids)).tolist():  # (np.unique imports numpy.ma)
+        for sid in np.bincount(cat_ids).nonzero()[0].tolist():  # (np.unique imports numpy.ma)
             if sid not in self._cat_kinds:
                 names = names or list(self.strings)
                 self._cat_kinds[sid] = int(kind_of(names[sid]))
@@ -682,13 +690,13 @@ class ColumnSink:
         n = len(args)
         lengths = np.fromiter(map(len, args), dtype=np.int64, count=n)
         has = lengths > 2  # b"" (absent) and b"{}" carry nothing
-        for i in np.flatnonzero(lengths == 4).tolist():
-            if bytes(args[i]) == b"null":
+        for i in ((lengths > 0) & (lengths <= 4)).nonzero()[0].tolist():  # (usually none)
+            size = int(lengths[i])
+            if size == 4 and bytes(args[i]) == b"null":
                 has[i] = False
-        for i in np.flatnonzero((lengths == 1) | (lengths == 2)).tolist():
-            if bytes(args[i]) != b"{}":  # 5, [], "": not an object, like longer ones
-                valid[i] = False
-        rows = np.flatnonzero(has)
+            elif size <= 2 and bytes(args[i]) != b"{}":  # 5, [], "": not an object, like
+                valid[i] = False  # longer ones
+        rows = has.nonzero()[0]
         ext = np.full(n, -1, dtype=np.int64)
         corr = np.full(n, -1, dtype=np.int64)
         args_row = np.full(n, -1, dtype=np.int64)
@@ -1019,7 +1027,7 @@ def _int_id_columns(buffer: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] 
         ext = np.fromiter([a.external_id for a in ids], dtype=np.int64, count=n)
         corr = np.fromiter([a.correlation for a in ids], dtype=np.int64, count=n)
         stream = np.fromiter([a.stream for a in ids], dtype=np.int64, count=n)
-        absent = np.flatnonzero(ext == -1)
+        absent = (ext == -1).nonzero()[0]
         if len(absent):
             ext[absent] = np.fromiter(
                 [ids[i].external_id_2021 for i in absent.tolist()],
