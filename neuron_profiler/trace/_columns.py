@@ -188,6 +188,12 @@ def _phase_table(codes: dict[str, int]) -> np.ndarray:
     return table
 
 
+# built once: a sink copies the codes (it adds letters outside the format to its copy, which
+# then take the dict path) and only reads the table
+_PH_CODES = _phase_codes()
+_PH_TABLE = _phase_table(_PH_CODES)
+
+
 def _scope_codes(scopes: list[Any]) -> np.ndarray | int:
     """Form SCOPE bits of instants' ``s`` values (0: absent or not a Chrome scope)."""
     first = scopes[0]
@@ -239,8 +245,7 @@ class ColumnSink:
         self._bytes_decoded = 0
         self._piece_rows = self._piece_bytes = 0  # the latest piece's (predicts the rest)
         self._cat_kinds: dict[int, int] = {}
-        self._ph_codes: dict[str, int] = _phase_codes()
-        self._ph_table = _phase_table(self._ph_codes)
+        self._ph_codes: dict[str, int] = dict(_PH_CODES)  # (unknown letters are added)
 
     # ---- decoding -------------------------------------------------------------------------
     def add_piece(self, text: bytes) -> None:
@@ -578,7 +583,7 @@ class ColumnSink:
     def _codes(self, ph: list[str]) -> np.ndarray:
         letters = "".join(ph)
         if len(letters) == len(ph) and letters.isascii():  # usual: one ASCII letter each
-            found = self._ph_table[np.frombuffer(letters.encode("ascii"), dtype=np.uint8)]
+            found = _PH_TABLE[np.frombuffer(letters.encode("ascii"), dtype=np.uint8)]
             if (found >= 0).all():
                 return found
         codes = self._ph_codes
