@@ -912,13 +912,23 @@ class _ColumnTable:
         start = self._rows
         end = start + len(cols[S.TS_NS])
         if not self._arrays or end > len(self._arrays[S.TS_NS]):
-            try:
-                self._grow(max(end, capacity_for(end)))
-            except (MemoryError, ValueError):  # a prediction beyond what maps: this piece's room
-                self._grow(end)
+            self._grow_to_one_of(max(end, capacity_for(end)), 2 * end, end)
         for name in S.EVENT_COLUMNS:  # (a piece lacking one raises: no row left unwritten)
             self._arrays[name][start:end] = cols[name]
         self._rows = end
+
+    def _grow_to_one_of(self, *capacities: int) -> None:
+        """Room for the first of ``capacities`` that maps. A prediction beyond what maps (a
+        cut-off gzip file's trailer may claim any size) falls back to twice the rows, as with
+        no prediction, before the rows at hand alone: growing by one piece at a time would
+        copy every row so far at each piece."""
+        for capacity in capacities[:-1]:
+            try:
+                self._grow(capacity)
+                return
+            except (MemoryError, ValueError):
+                pass
+        self._grow(capacities[-1])
 
     def append_last(self, cols: dict[str, np.ndarray]) -> None:
         """``append`` the last rows there will be: room for exactly these, made by resizing

@@ -539,3 +539,21 @@ def test_room_doubles_past_a_short_size_hint() -> None:
     assert sink._capacity_for(300) == 600
     sink._bytes_decoded = 5_000  # within the hint: what the rest will hold at the rate so far
     assert sink._capacity_for(300) == max(int(300 * 2 * 1.05), 300 + int(5_000 / 50 * 1.05)) + 1024
+
+
+def test_room_that_cannot_be_mapped_doubles_instead(
+    tmp_path: Path, tiny_blocks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A predicted room no memory can hold (a cut-off gzip file's trailer may claim any size)
+    falls back to twice the rows, so the columns grow a few times, not once per piece (each
+    growth copies every row so far)."""
+    monkeypatch.setattr(_columns.ColumnSink, "_capacity_for", lambda self, rows: 1 << 44)
+    grown = _column_growths(monkeypatch)
+    events = _events(400)
+    path = tmp_path / "room.json"
+    _write(path, events, indent=None)
+    assert load_trace(path).col(S.TS_NS).tolist() == _expected_ts(events, 10**18)
+    mapped = [capacity for capacity in grown if capacity < 1 << 44]
+    assert len(grown) == 2 * len(mapped)  # each growth: the prediction refused, then doubled
+    assert len(mapped) <= len(events).bit_length() + 1
+    assert all(b >= 2 * a for a, b in zip(mapped, mapped[1:], strict=False))
