@@ -75,9 +75,10 @@ _MAX_HEAD_BYTES = 64 << 20  # no "traceEvents" key this far in: decode the whole
 
 
 # A plain file this large is loaded in two halves at once, the second by a forked child
-# process: ~0.3 s of a 0.8 s load of a 186 MB file saved on two cores; below this the fork and
-# the hand-over (~10-20 ms) would eat most of the gain
-SPLIT_MIN_BYTES = 32 << 20
+# process. Fresh-process loads of generated traces, whole vs split, best of 4 on two cores:
+# 5 MB 53 vs 62 ms (the fork and the hand-over cost more than they save), 14 MB 98 vs 89 ms,
+# 28 MB 160 vs 134 ms, 46 MB 265 vs 198 ms, the 186 MB meta shape 1.2 vs 0.75 s
+SPLIT_MIN_BYTES = 16 << 20
 SPLIT_ENV = "NEURON_PROFILER_SPLIT_LOAD"
 # The share of the events this process decodes itself: a little over half, because handing
 # the child's rows over (pickled through a pipe, ~0.1 s for 300k rows and their args) can only
