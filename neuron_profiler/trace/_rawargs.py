@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
@@ -89,6 +89,12 @@ class RawArgsBuilder:
             self.count += len(starts)
         return first
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled with its buffers as numpy views of the bytes: pickle protocol 5 can then
+        hand them over out of band (the split load's child, ``_fork.py``), as one copy."""
+        views = [np.frombuffer(buffer, dtype=np.uint8) for buffer in self._buffers]
+        return _builder, (views, self._first, self._starts, self._lengths, self.count)
+
     def extend(self, other: RawArgsBuilder) -> int:
         """Append every entry of ``other`` (no copy of its buffers); returns the index its
         first entry now has."""
@@ -104,3 +110,18 @@ class RawArgsBuilder:
         starts = np.concatenate(self._starts) if self._starts else np.zeros(0, np.int64)
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
         return RawArgs(self._buffers, self._first, starts, lengths)
+
+
+def _builder(
+    views: list[np.ndarray],
+    first: list[int],
+    starts: list[np.ndarray],
+    lengths: list[np.ndarray],
+    count: int,
+) -> RawArgsBuilder:
+    """A pickled ``RawArgsBuilder`` rebuilt, its buffers bytes again (``RawArgs`` slices them)."""
+    builder = RawArgsBuilder()
+    builder._buffers = [view.tobytes() for view in views]
+    builder._first, builder._starts, builder._lengths = first, starts, lengths
+    builder.count = count
+    return builder

@@ -80,11 +80,11 @@ _MAX_HEAD_BYTES = 64 << 20  # no "traceEvents" key this far in: decode the whole
 # 28 MB 160 vs 134 ms, 46 MB 265 vs 198 ms, the 186 MB meta shape 1.2 vs 0.75 s
 SPLIT_MIN_BYTES = 16 << 20
 SPLIT_ENV = "NEURON_PROFILER_SPLIT_LOAD"
-# The share of the events this process decodes itself: a little over half, because handing
-# the child's rows over (pickled through a pipe, ~0.1 s for 300k rows and their args) can only
-# start when the child is done; with 55% it overlaps this process's last pieces (on the meta
-# shape: load 0.75 s against 0.81 s at 50% and 0.78-0.81 s at 60%, best of 3 each)
-FIRST_HALF_SHARE = 0.55
+# The share of the events this process decodes itself. Half: the child's rows are handed over
+# through shared memory (``_fork.py``) in ~0.05 s, mostly while this process still works. (Through
+# the pipe alone the hand-over took ~0.1 s after the child was done, and 55% was best; now 50%
+# is: on the meta shape, 8 alternated loads each, median 0.73 s against 0.77 s at 55%.)
+FIRST_HALF_SHARE = 0.5
 
 
 class _Unsplit(Exception):  # noqa: N818 - a signal to the caller, not an error

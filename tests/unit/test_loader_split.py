@@ -7,6 +7,7 @@ the name dicts and the load report."""
 from __future__ import annotations
 
 import json
+import mmap
 import threading
 import warnings
 from pathlib import Path
@@ -281,14 +282,56 @@ def test_fork_is_not_safe_beside_another_thread() -> None:
 
 
 def test_a_forked_call_returns_its_value_or_none() -> None:
-    """The fork helper itself, in a process where forking is allowed for the test."""
+    """The fork helper itself, in a process where forking is allowed for the test: arrays come
+    back through the shared memory (rebuilt on a mapping of it, writable, not copied), the rest
+    through the pipe; without a memfd all of it through the pipe; a call that raises gives
+    None."""
     import unittest.mock
 
     with unittest.mock.patch.object(_fork, "fork_is_safe", lambda: True):
-        call = _fork.ForkedCall.start(np.arange, 5)
-        assert call is not None and call.result().tolist() == [0, 1, 2, 3, 4]
+        call = _fork.ForkedCall.start(_arrays_and_text)
+        assert call is not None
+        arrays, text = call.result()
+        assert arrays[0].tolist() == list(range(100_000)) and arrays[1].tolist() == [7] * 3
+        assert text == "not an array"
+        assert _on_mapping(arrays[0]) and _on_mapping(arrays[1])
+        arrays[0][0] = -1  # (writable: copy-on-write, the child's data untouched)
+        with unittest.mock.patch.object(_fork, "_memfd", lambda: None):
+            piped = _fork.ForkedCall.start(_arrays_and_text)
+            assert piped is not None
+            (first, _), _ = piped.result()
+            assert first.tolist() == list(range(100_000)) and not _on_mapping(first)
         failing = _fork.ForkedCall.start(int, "not a number")
         assert failing is not None and failing.result() is None
+
+
+def _arrays_and_text() -> tuple[list[np.ndarray], str]:
+    return [np.arange(100_000), np.full(3, 7, np.int32)], "not an array"
+
+
+def _on_mapping(array: np.ndarray) -> bool:
+    """Is ``array``'s memory a view of a mapping (not a bytes object the pipe filled)?"""
+    base = array
+    while getattr(base, "base", None) is not None and not isinstance(base, memoryview):
+        base = base.base
+    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+
+
+def test_args_buffers_pickle_as_arrays_and_come_back_as_bytes() -> None:
+    """``RawArgsBuilder`` pickles its buffers out of band (numpy views) and rebuilds bytes."""
+    import pickle
+
+    from neuron_profiler.trace._rawargs import RawArgsBuilder
+
+    builder = RawArgsBuilder()
+    builder.add(b'{"a":1},{"b":2}', np.array([0, 8]), np.array([7, 7]))
+    builder.add(b'{"c":3}', np.array([0]), np.array([7]))
+    buffers: list[pickle.PickleBuffer] = []
+    head = pickle.dumps(builder, protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) >= 2  # (the two texts went out of band)
+    back = pickle.loads(head, buffers=buffers).build()
+    assert list(back) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']
+    assert all(type(b) is bytes for b in back._buffers)
 
 
 def test_the_split_falls_at_the_middle_event_not_the_middle_byte(tmp_path: Path) -> None:
