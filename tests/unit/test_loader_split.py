@@ -373,3 +373,62 @@ def test_the_last_rows_grow_the_columns_in_place() -> None:
     assert filled[S.TS_NS].tolist() == list(range(150))
     assert filled[S.PH].tolist() == [v % 256 for v in range(150)]  # (uint8 column)
     assert table._arrays[S.TS_NS] is before  # the same array, resized
+
+
+def _bom(path: Path) -> None:
+    events = _events(3000)
+    text = json.dumps({"traceEvents": events, "baseTimeNanoseconds": BASE_NS}, indent=1)
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+
+
+def _keys_after(path: Path) -> None:  # the middle byte lies in the keys after the array
+    devices = [{"id": i, "name": "x" * 50} for i in range(20000)]
+    path.write_text(json.dumps({"traceEvents": _events(50), "deviceProperties": devices}))
+
+
+def _keys_before(path: Path) -> None:
+    devices = [{"id": i} for i in range(20000)]
+    path.write_text(json.dumps({"deviceProperties": devices, "traceEvents": _events(3000)}))
+
+
+def _one_huge_event(path: Path) -> None:  # no gap between events within reach of the middle
+    events = _events(200)
+    events.insert(
+        100, {"ph": "X", "name": "huge", "ts": 1, "dur": 1, "args": {"s": "y" * (6 << 20)}}
+    )
+    path.write_text(json.dumps({"traceEvents": events}))
+
+
+def _compact(path: Path) -> None:
+    path.write_text(json.dumps({"traceEvents": _events(3000)}, separators=(",", ":")))
+
+
+def _cut_past_the_middle(path: Path) -> None:
+    text = json.dumps({"traceEvents": _events(3000)}, indent=1).encode()
+    path.write_bytes(text[: len(text) * 52 // 100])
+
+
+@pytest.mark.parametrize(
+    ("make", "splits"),
+    [
+        (_bom, True),
+        (_keys_after, False),
+        (_keys_before, True),
+        (_one_huge_event, False),
+        (_compact, True),
+        (_cut_past_the_middle, True),
+    ],
+)
+def test_odd_layouts_load_as_a_whole_load_does(
+    tmp_path: Path, split: list[int], monkeypatch: pytest.MonkeyPatch, make: Any, splits: bool
+) -> None:
+    """A leading BOM, most bytes in the keys after or before the array, one event far larger
+    than the search window, no whitespace, a file cut off past the middle: the same trace as
+    a whole load, split where the middle falls between two events of the array."""
+    path = tmp_path / "t.json"
+    make(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the cut-off file warns, both ways alike)
+        halves = _snapshot(load_trace(path))
+        _assert_same(halves, _whole(path, monkeypatch))
+    assert bool(split) is splits
