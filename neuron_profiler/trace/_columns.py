@@ -839,7 +839,7 @@ class ColumnSink:
         had decoded them: its string ids and label ids renumbered into this sink's (new ones
         in its first-seen order), its args after these, its M events and names after these (so
         a later name still wins), its counts added."""
-        strings = self._renumbering(part.strings)
+        strings = self._intern(part.strings, self.strings)  # (new ones added, in order)
         labels = self._label_renumbering(part.labels)
         cols = part.columns
         if len(strings):
@@ -864,18 +864,6 @@ class ColumnSink:
         self.rows += part.rows
         for key, count in part.repairs.items():
             self.repairs[key] += count
-
-    def _renumbering(self, strings: list[str]) -> np.ndarray:
-        """This sink's id of each of another sink's strings (added here when new)."""
-        ids = np.fromiter(
-            map(self.strings.get, strings, repeat(_UNKNOWN)), dtype=np.int32, count=len(strings)
-        )
-        for other_id in np.flatnonzero(ids == _UNKNOWN).tolist():  # new here: in their order
-            text, own = strings[other_id], len(self.strings)
-            ids[other_id] = self.strings[text] = own
-            if text != _NO_CAT:
-                self._lookup[text] = own
-        return ids
 
     def _label_renumbering(self, labels: list[str]) -> np.ndarray:
         """This sink's label id of each of another sink's labels (added here when new)."""

@@ -355,8 +355,6 @@ def leading_events(
 
 _BETWEEN_EVENTS = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 BOUNDARY_SEARCH_BYTES = 4 << 20  # events are far smaller: a gap between two is found at once
-
-
 _PHASE_KEY = b'"ph"'
 SAMPLES = 32  # windows read to estimate where the events' middle lies
 SAMPLE_BYTES = 32 << 10
