@@ -30,14 +30,15 @@ from neuron_profiler.analysis.rank_summary import RankSummary, rank_summary
 from neuron_profiler.analysis.steps import Steps
 from neuron_profiler.analysis.summary import OpKernelSummary, op_kernel_summary
 from neuron_profiler.analysis.timeline import DeviceTimeline, device_timeline
+from neuron_profiler.forked import ForkedCall
 from neuron_profiler.heap import TRIM_ROWS, gc_paused, return_freed_heap
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace, file_base_ns
 
 __all__ = ["Options", "Report", "analyze", "summaries_of"]
 
-# traces this large get the compatibility breakdowns, then the op and kernel summary, in a
-# second thread
+# traces this large get the compatibility breakdowns, then the op and kernel summary, on a
+# second core (``analyze``)
 THREADED_ROWS = 200_000
 NOTE_NO_STEPS = "no ProfilerStep annotation: the whole trace is analysed as one step"
 NOTE_HOST_ONLY = "no device events: host-only report (no device idle time or breakdown)"
@@ -114,13 +115,24 @@ Compatibility = tuple[HtaTemporal | None, HtaIdle | None, TbBreakdown | None]
 
 
 def _compatibility(trace: Trace, options: Options) -> Compatibility:
-    """The HTA and tb-profiler breakdowns: they read the trace alone, so ``analyze`` runs them
-    in a second thread beside the rest (their numpy work runs while the GIL is released)."""
+    """The HTA and tb-profiler breakdowns (they read the trace alone)."""
     hta_temporal, hta_idle = hta_breakdowns(trace) if options.hta else (None, None)
     return hta_temporal, hta_idle, tb_profiler_breakdown(trace) if options.tb else None
 
 
+def _beside(ctx: AnalysisContext) -> tuple[Compatibility, OpKernelSummary]:
+    """What a large trace's analysis computes beside the rest: the compatibility breakdowns and
+    the op and kernel summary (they need nothing the rest computes but the device work and
+    the host rows)."""
+    return _compatibility(ctx.trace, ctx.options), ctx.result(op_kernel_summary)
+
+
 def analyze(trace: Trace, options: Options | None = None) -> Report:
+    """Every analysis of ``trace``. A large trace's compatibility breakdowns and op and kernel
+    summary (``_beside``) are computed on a second core meanwhile: in a forked child process
+    where forking is safe (``forked.py``: their Python work would otherwise hold the GIL this
+    thread needs; the meta shape's analysis 0.34 -> 0.29 s), else in a second thread (their
+    numpy work runs while the GIL is released)."""
     options = options or Options()
     if len(trace) < THREADED_ROWS:
         with gc_paused():
@@ -128,20 +140,42 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
             return _analyze(
                 ctx, lambda: _compatibility(trace, options), lambda: ctx.result(op_kernel_summary)
             )
+    with gc_paused():
+        ctx = AnalysisContext(trace, options)
+        child = ForkedCall.start(_beside, ctx)
+        report = _in_threads(ctx) if child is None else _beside_child(ctx, child)
+    if len(trace) >= TRIM_ROWS:
+        return_freed_heap()
+    return report
+
+
+def _beside_child(ctx: AnalysisContext, child: ForkedCall) -> Report:
+    """``_analyze``, ``_beside`` from the child (computed here, in turn, if the child failed)."""
+    got: list[tuple[Compatibility, OpKernelSummary]] = []
+
+    def beside() -> tuple[Compatibility, OpKernelSummary]:
+        if not got:
+            got.append(child.result() or _beside(ctx))
+        return got[0]
+
+    try:
+        return _analyze(ctx, lambda: beside()[0], lambda: beside()[1])
+    finally:
+        child.close()
+
+
+def _in_threads(ctx: AnalysisContext) -> Report:
+    """``_analyze``, ``_beside`` from a second thread."""
     from concurrent.futures import ThreadPoolExecutor  # (not at startup: small traces)
 
-    with gc_paused(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat") as pool:
-        ctx = AnalysisContext(trace, options)
-        compatibility = pool.submit(_compatibility, trace, options)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compat") as pool:
+        compatibility = pool.submit(_compatibility, ctx.trace, ctx.options)
         # the op and kernel summary reads the device work and the host rows (selected here
         # first, as every analysis here needs them) and nothing else: after the compatibility
         # breakdowns it balances the two threads (a 5M-event trace: ~2 s there, ~4 s here)
         ctx.work, ctx.host  # noqa: B018
         summary = pool.submit(ctx.result, op_kernel_summary)
-        report = _analyze(ctx, compatibility.result, summary.result)
-    if len(trace) >= TRIM_ROWS:
-        return_freed_heap()
-    return report
+        return _analyze(ctx, compatibility.result, summary.result)
 
 
 def _analyze(

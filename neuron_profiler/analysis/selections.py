@@ -222,12 +222,12 @@ class _StartIndex:
             short = order[dur[order] <= bound]
         return cls(short, start[short], bound, np.flatnonzero(dur > bound))
 
-    def candidates(self, start: int, end: int) -> np.ndarray:
-        """Indices (in no order) of every row that may overlap [start, end), and a few
-        more."""
+    def short_candidates(self, start: int, end: int) -> np.ndarray:
+        """Indices (in start order) of every short row that may overlap [start, end), and a
+        few more."""
         a = np.searchsorted(self.short_start, start - self.longest_short, side="left")
         b = np.searchsorted(self.short_start, end, side="left")
-        return np.concatenate([self.short[a:b], self.long])
+        return self.short[a:b]
 
 
 def host_rows(trace: Trace, names: NameClasses) -> HostRows:
@@ -249,9 +249,17 @@ def covering(host: HostRows, start: int, end: int) -> Iterator[np.ndarray]:
     """Indices into ``host`` of the rows overlapping [start, end), those covering most of it
     first (the innermost, i.e. shortest, among equals): what the host was doing there. In
     blocks, in that order: callers want the first few rows of the order, and a long gap has a
-    whole step's host rows under it (a full sort of 300,000 rows per gap); the first block is
-    the rows covering more than the ``COVERING_FIRST``-th does, the second the rest."""
-    near = host.by_start.candidates(start, end)
+    whole step's host rows under it (a full sort of 300,000 rows per gap). First the long rows
+    covering more of it than any short row can (``longest_short``): a gap's few longest
+    gaps are named from these alone, the short rows never scanned. Then, if asked for, the
+    rest: the rows covering more than the ``COVERING_FIRST``-th of them does, then the others."""
+    index = host.by_start
+    long = index.long
+    cover = np.minimum(host.end[long], end) - np.maximum(host.start[long], start)
+    beyond = cover > index.longest_short  # (a short row covers at most its length)
+    if beyond.any():
+        yield _by_cover(host, long[beyond], -cover[beyond])
+    near = np.concatenate([index.short_candidates(start, end), long[~beyond]])
     cover = np.minimum(host.end[near], end) - np.maximum(host.start[near], start)
     hit = near[cover > 0]
     less = -cover[cover > 0]  # the order's first key, then the duration, then the index

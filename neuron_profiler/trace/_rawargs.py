@@ -91,7 +91,7 @@ class RawArgsBuilder:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled with its buffers as numpy views of the bytes: pickle protocol 5 can then
-        hand them over out of band (the split load's child, ``_fork.py``), as one copy."""
+        hand them over out of band (the split load's child, ``forked.py``), as one copy."""
         views = [np.frombuffer(buffer, dtype=np.uint8) for buffer in self._buffers]
         return _builder, (views, self._first, self._starts, self._lengths, self.count)
 

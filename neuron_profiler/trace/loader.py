@@ -32,11 +32,11 @@ import msgspec
 import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
+from neuron_profiler.forked import ForkedCall
 from neuron_profiler.heap import TRIM_ROWS, gc_paused, return_freed_heap
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace._columns import LABEL_ID_BASE, ColumnSink, SinkPart
-from neuron_profiler.trace._fork import ForkedCall
 from neuron_profiler.trace._pairing import pair_begin_end
 from neuron_profiler.trace._stream import (
     BlockSource,
@@ -81,7 +81,7 @@ _MAX_HEAD_BYTES = 64 << 20  # no "traceEvents" key this far in: decode the whole
 SPLIT_MIN_BYTES = 16 << 20
 SPLIT_ENV = "NEURON_PROFILER_SPLIT_LOAD"
 # The share of the events this process decodes itself. Half: the child's rows are handed over
-# through shared memory (``_fork.py``) in ~0.05 s, mostly while this process still works. (Through
+# through shared memory (``forked.py``) in ~0.05 s, mostly while this process still works. (Through
 # the pipe alone the hand-over took ~0.1 s after the child was done, and 55% was best; now 50%
 # is: on the meta shape, 8 alternated loads each, median 0.73 s against 0.77 s at 55%.)
 FIRST_HALF_SHARE = 0.5

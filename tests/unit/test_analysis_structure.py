@@ -435,3 +435,93 @@ def test_covering_reads_only_nearby_rows_and_finds_every_overlap() -> None:
         assert np.concatenate(got).tolist() == want.tolist()
         blocks += len(got) > 1
     assert blocks > 50  # long windows were cut into blocks
+
+
+def test_a_long_window_is_named_from_the_long_rows_without_reading_the_short_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The long rows covering more of a window than any short row can come first, and the
+    short rows are only looked up when the caller asks for more (a long gap's host ops)."""
+    n = 1000
+    start = np.arange(n, dtype=np.int64) * 100
+    dur = np.full(n, 50, np.int64)
+    dur[[10, 500]] = [90_000, 40_000]  # two long rows under the window below
+    host = sel.HostRows(
+        rows=np.arange(n), start=start, end=start + dur, name_id=np.zeros(n), kind=np.zeros(n)
+    )
+    looked_up: list[tuple[int, int]] = []
+    lookup = sel._StartIndex.short_candidates
+
+    def short_candidates(self: sel._StartIndex, s: int, e: int) -> np.ndarray:
+        looked_up.append((s, e))
+        return lookup(self, s, e)
+
+    monkeypatch.setattr(sel._StartIndex, "short_candidates", short_candidates)
+    blocks = sel.covering(host, 0, 99_000)
+    assert next(blocks).tolist() == [10, 500] and looked_up == []
+    rest = np.concatenate(list(blocks))
+    assert looked_up == [(0, 99_000)] and len(rest) == 988  # every other row under it
+
+
+def test_a_large_trace_is_analysed_beside_a_forked_child_as_in_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large trace's compatibility breakdowns and op and kernel summary come from a forked
+    child (or a thread where forking is not safe): the report is the one computed in turn,
+    byte for byte; a child that fails leaves the work to this process."""
+    import os
+
+    from neuron_profiler import forked
+    from neuron_profiler.analysis import Options
+    from neuron_profiler.analysis import report as R
+    from neuron_profiler.reports.json_report import document_bytes
+
+    trace = _many_devices([11, 0, 7, 3], seed=5).b.build()
+
+    def document() -> bytes:
+        return document_bytes([R.analyze(trace, Options(min_gap_ns=20_000))])
+
+    monkeypatch.setattr(R, "THREADED_ROWS", 10**12)
+    in_turn = document()
+    assert all(b'"%s": [\n' % k in in_turn for k in (b"kernels", b"ops"))  # (not empty)
+    assert b'"hta": {\n    "rank"' in in_turn and b'"tb_profiler_breakdown": [\n' in in_turn
+    monkeypatch.setattr(R, "THREADED_ROWS", 0)
+    started: list[object] = []
+    start = forked.ForkedCall.start
+
+    def counted(call, *args):  # noqa: ANN001, ANN202
+        child = start(call, *args)
+        started.append(child)
+        return child
+
+    monkeypatch.setattr(forked.ForkedCall, "start", staticmethod(counted))
+    monkeypatch.setattr(forked, "fork_is_safe", lambda: False)
+    assert document() == in_turn and started == [None]  # the thread
+    monkeypatch.setattr(forked, "fork_is_safe", lambda: True)
+    assert document() == in_turn and started[-1] is not None  # the child
+    here, beside = os.getpid(), R._beside
+
+    def fails_in_the_child(ctx):  # noqa: ANN001, ANN202
+        if os.getpid() != here:
+            raise RuntimeError("the child fails")
+        return beside(ctx)
+
+    results: list[object] = []
+    result = forked.ForkedCall.result
+    monkeypatch.setattr(forked.ForkedCall, "result", lambda c: results.append(result(c)))
+    monkeypatch.setattr(R, "_beside", fails_in_the_child)
+    assert document() == in_turn and started[-1] is not None and len(started) == 3
+    assert results == [None]  # the child's outcome: nothing, so this process did its work
+
+
+def test_no_child_is_forked_when_the_setting_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from neuron_profiler import forked
+
+    monkeypatch.setattr(threading, "active_count", lambda: 1)  # (pytest may run threads)
+    monkeypatch.delenv(forked.FORK_ENV, raising=False)
+    assert forked.fork_is_safe()
+    for off in ("0", "off", "no", "False"):
+        monkeypatch.setenv(forked.FORK_ENV, off)
+        assert not forked.fork_is_safe()

@@ -238,3 +238,29 @@ def test_texts_split_at_the_commas_of_the_list(values: list) -> None:
     texts = json_rows._split_texts(body, len(values))
     assert texts.tolist() == body.split(b",")
     assert texts.tolist() == [msgspec.json.encode(v) for v in values]
+
+
+@pytest.mark.parametrize("chunk_rows", [2048, 3, 1])
+def test_rows_laid_out_by_two_threads_as_by_one(
+    chunk_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From PARALLEL_ROWS rows, the columns' texts and the chunks are made by two threads: the
+    same bytes, in order; the threads end with the text, or when a writer stops early (a
+    process with threads left running would fork no child)."""
+    import threading
+
+    monkeypatch.setattr(json_rows, "CHUNK_ROWS", chunk_rows)
+    rows, want = _array_rows()
+    serial = b"".join(rows.text(2))
+    before = threading.active_count()
+    monkeypatch.setattr(json_rows, "PARALLEL_ROWS", 1)
+    pieces = rows.text(2)
+    assert next(pieces) == serial[: len(b"[\n   ")]
+    assert threading.active_count() > before  # (the worker threads run)
+    assert b"".join([serial[: len(b"[\n   ")], *pieces]) == serial
+    assert threading.active_count() == before
+    assert J._encode(rows) == msgspec.json.encode(want)  # (compact: the same path)
+    stopped = rows.text(2)
+    next(stopped), next(stopped)
+    stopped.close()
+    assert threading.active_count() == before

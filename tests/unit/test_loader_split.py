@@ -1,5 +1,5 @@
 """The split load: a large plain file's second half decoded by a forked child while this process
-decodes the first half (loader.py, trace/_fork.py). Whatever happens at the boundary or in
+decodes the first half (loader.py, forked.py). Whatever happens at the boundary or in
 either half, the Trace must be the one a whole load gives: each test loads the same file both
 ways and compares every column (string ids resolved to their text), the args, the M events,
 the name dicts and the load report."""
@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from neuron_profiler.trace import _fork, load_trace, loader
+from neuron_profiler import forked as _fork
+from neuron_profiler.trace import load_trace, loader
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace._columns import ColumnSink
 from neuron_profiler.trace._stream import events_middle, find_boundary

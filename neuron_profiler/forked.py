@@ -1,8 +1,12 @@
-"""One call run in a forked child process, its result sent back pickled.
+"""One call run in a forked child process, its result sent back pickled: work for the second
+core, where a process has two and runs one thread.
 
-The loader uses it to decode the second half of a large trace on the second core while this
-process decodes the first half (``loader.py``). Forking (not spawning) matters: the child
-starts in milliseconds with every module already imported, and the file's pages already cached.
+The loader decodes the second half of a large trace in a child while this process decodes the
+first half (``trace/loader.py``); ``analyze`` computes the HTA and tb-profiler breakdowns and
+the op and kernel summary of a large trace in a child while this process computes the rest
+(``analysis/report.py``). Forking (not spawning) matters: the child starts in milliseconds with
+every module already imported, the trace already in memory and the file's pages cached.
+``NEURON_PROFILER_FORK=0`` turns every such child off (the work is then done here, in turn).
 
     child = ForkedCall.start(decode_rest, path, offset)   # None where forking is not safe
     result = child.result()                               # None if the child failed
@@ -31,14 +35,18 @@ _PICKLE_PROTOCOL = 5  # numpy arrays go as one buffer each, not copied element b
 _FAILED = b"\x00"  # the child's first byte when its call raised (then nothing follows)
 _DONE = b"\x01"  # ... when the pickled result follows in the pipe
 _DONE_MAPPED = b"\x02"  # ... when the pickle follows, its buffers in the memfd
+FORK_ENV = "NEURON_PROFILER_FORK"
 
 
 def fork_is_safe() -> bool:
     """Forking copies only the calling thread: with other threads running, a lock one of them
     holds (the import lock, a buffered stream's) would stay held forever in the child. So only a
     single-threaded process on Linux forks (macOS forbids much after fork; Windows has none),
-    and not a pool's worker process (its siblings use the other cores already)."""
+    and not a pool's worker process (its siblings use the other cores already); never when
+    ``NEURON_PROFILER_FORK`` is ``0`` (or off, no, false)."""
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return False
+    if os.environ.get(FORK_ENV, "").strip().lower() in ("0", "off", "no", "false"):
         return False
     if threading.active_count() != 1:
         return False
