@@ -116,36 +116,45 @@ def args_texts(raw: Sequence[bytes], index: np.ndarray) -> list[bytes]:
     return [buffers[b][s:e] for b, s, e in zip(which, starts.tolist(), ends, strict=True)]
 
 
-def args_spelling(raw: Sequence[bytes], index: np.ndarray, key: str) -> np.ndarray:
-    """Which of ``raw[index]`` contain ``"key"`` (the quoted key text): a cheap filter before
-    decoding. Searches whole buffers when ``raw`` is buffer-backed."""
-    needle = b'"' + key.encode() + b'"'
+def args_spelling(raw: Sequence[bytes], index: np.ndarray, *keys: str) -> np.ndarray:
+    """Which of ``raw[index]`` contain one of the ``keys`` as quoted text (``"key"``): a cheap
+    filter before decoding. Searches whole buffers when ``raw`` is buffer-backed, for every key
+    in one pass."""
+    needles = [b'"' + key.encode() + b'"' for key in keys]
     buffers = getattr(raw, "_buffers", None)
     if buffers is None:
-        return np.fromiter((needle in raw[i] for i in index.tolist()), bool, len(index))
+        return np.fromiter(
+            (any(n in raw[i] for n in needles) for i in index.tolist()), bool, len(index)
+        )
     hits = np.zeros(len(raw), dtype=bool)
     bounds = [*raw._first, len(raw)]  # type: ignore[attr-defined]
-    prefix = needle[:-1]  # (searched without its closing quote: ~1.5x faster over JSON text,
-    # where a quote is frequent and CPython's search tests a needle's last byte first)
     for b, buffer in enumerate(buffers):
-        found = _positions(buffer, prefix)
+        found = _positions(buffer, needles)
         if len(found):
-            after = np.minimum(found + len(prefix), len(buffer) - 1)
-            found = found[np.frombuffer(buffer, np.uint8)[after] == _QUOTE]
             lo, hi = bounds[b], bounds[b + 1]
             entry = np.searchsorted(raw._starts[lo:hi], found, side="right") - 1  # type: ignore[attr-defined]
             hits[lo + entry[entry >= 0]] = True
     return hits[index]
 
 
-_QUOTE = ord('"')
-
-
-def _positions(buffer: bytes, needle: bytes) -> np.ndarray:
-    """Offsets of ``needle`` in ``buffer`` (non-overlapping; a quoted key cannot overlap itself
-    in valid JSON), from the lengths of the pieces between them: one C-level split instead of
-    a ``find`` call per hit."""
-    if needle not in buffer:
-        return np.zeros(0, dtype=np.int64)
-    gaps = np.fromiter(map(len, buffer.split(needle)), dtype=np.int64)[:-1]
-    return np.cumsum(gaps + len(needle)) - len(needle)
+def _positions(buffer: bytes, needles: list[bytes]) -> np.ndarray:
+    """Offsets in ``buffer`` where one of ``needles`` starts (each a quoted key, at least 3
+    bytes), in no order: every byte equal to a needle's second one found in one numpy pass,
+    then the rest of each needle compared at those places only. (``bytes.find`` per needle held
+    the GIL for ~25 ms a needle over a 45 MB trace's args; this is ~2x faster for two needles
+    and runs while the GIL is released.)"""
+    data = np.frombuffer(buffer, np.uint8)
+    seconds = sorted({needle[1] for needle in needles})
+    first = data[1:] == seconds[0]
+    for byte in seconds[1:]:
+        first |= data[1:] == byte
+    places = np.flatnonzero(first)  # (offsets of a needle's first byte)
+    found = []
+    for needle in needles:
+        at = places[places + len(needle) <= len(data)]
+        for k in (0, *range(2, len(needle))):
+            at = at[data[at + k] == needle[k]]
+            if len(at) == 0:
+                break
+        found.append(at)
+    return np.concatenate(found) if found else np.zeros(0, np.int64)

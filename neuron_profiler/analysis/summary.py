@@ -297,10 +297,7 @@ def _work_amounts(
     ideal = np.full(len(work), np.nan)
     args_rows = trace.col(S.ARGS_ROW)[work.rows]
     have = np.flatnonzero(args_rows >= 0)
-    spelled = have[
-        args_spelling(trace.raw_args, args_rows[have], V.ARG_FLOPS)
-        | args_spelling(trace.raw_args, args_rows[have], V.ARG_BYTES)
-    ]
+    spelled = have[args_spelling(trace.raw_args, args_rows[have], V.ARG_FLOPS, V.ARG_BYTES)]
     if len(spelled):
         a = arg_values(
             trace,

@@ -78,6 +78,32 @@ def test_spelling_is_a_superset_of_the_key_and_exact_on_the_text(many_buffers: T
     assert hits.tolist() == [b'"flops"' in t for t in texts]
     with_key = np.array(["flops" in trace.args(int(r)) for r in have], dtype=bool)
     assert with_key.any() and (hits[with_key]).all()
+    either = args_spelling(trace.raw_args, index, "flops", "External id")
+    assert either.tolist() == [b'"flops"' in t or b'"External id"' in t for t in texts]
+    assert hits.sum() < either.sum() < len(texts)  # (the check sees both keys, not every row)
+
+
+@pytest.mark.parametrize(
+    "buffer",
+    [
+        b'"flops"',
+        b'{"flops": 1, "bytes": 2}"flops"',
+        b'"flop", "flopss", "bytes" "flops',  # a needle cut off by the buffer's end
+        b'x"bytes"""flops""bytes"',
+        b'"fl\\u006fps" "FLOPS" flops',
+        b"",
+        b'"',
+    ],
+)
+def test_positions_are_every_start_of_a_needle(buffer: bytes) -> None:
+    """The numpy search finds every place a needle starts, as a scan with ``find`` does."""
+    from neuron_profiler.analysis._args import _positions
+
+    needles = [b'"flops"', b'"bytes"']
+    want = sorted(
+        k for needle in needles for k in range(len(buffer)) if buffer.startswith(needle, k)
+    )
+    assert sorted(_positions(buffer, needles).tolist()) == want
 
 
 def test_as_float() -> None:
