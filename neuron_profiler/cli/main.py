@@ -136,7 +136,22 @@ def _run(argv: list[str] | None) -> int:
 def console_main() -> None:
     """Console-script entry: exit with main()'s status, skipping the interpreter's teardown
     (``exit_now``)."""
+    global _exiting
+    _exiting = True
     exit_now(main())
+
+
+_exiting = False  # this process ends through exit_now once main() returns
+_left_for_exit: list[object] = []
+
+
+def leave_for_exit(obj: object) -> None:
+    """Keep ``obj`` until the process ends, where it ends through ``exit_now`` (the console
+    script): freeing a large trace's Python objects one by one just before exiting is wasted
+    work (~25 ms for a trace of 60,000 devices). In a process that goes on (``main`` called
+    in-process) nothing is kept."""
+    if _exiting:
+        _left_for_exit.append(obj)
 
 
 def exit_now(code: int) -> None:

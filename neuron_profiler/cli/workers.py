@@ -38,9 +38,11 @@ class FileResult:
     warnings: tuple[str, ...]
 
 
-def analyze_file(path: str, named: bool, options: Options) -> FileResult:
+def analyze_file(path: str, named: bool, options: Options, *, last: bool = False) -> FileResult:
     """The task: load, analyse, summarise one trace (in whatever process runs it); a Neuron
-    Explorer profile is merged with the host trace beside it on the fly (``explorer.inputs``)."""
+    Explorer profile is merged with the host trace beside it on the fly (``explorer.inputs``).
+    ``last``: the CLI's process analyses nothing after it, so the trace is left for the
+    process's end (``cli.main.leave_for_exit``) rather than freed here."""
     from neuron_profiler.analysis import analyze
     from neuron_profiler.cli.main import load_reported
     from neuron_profiler.explorer.inputs import load_input
@@ -58,6 +60,10 @@ def analyze_file(path: str, named: bool, options: Options) -> FileResult:
         return FileResult(
             path, named, None, f"analysis failed: {type(err).__name__}: {err}", tuple(lines)
         )
+    if last:
+        from neuron_profiler.cli.main import leave_for_exit
+
+        leave_for_exit(trace)
     return FileResult(path, named, report, "", tuple(lines))
 
 
@@ -73,7 +79,10 @@ def analyze_files(
         return _dask(args, options, scheduler)
     jobs = jobs or min(len(args), os.cpu_count() or 1)
     if jobs <= 1 or len(args) <= 1:
-        return [analyze_file(p, named, options) for p, named in args]
+        return [
+            analyze_file(p, named, options, last=k == len(args) - 1)
+            for k, (p, named) in enumerate(args)
+        ]
     return _pool(args, options, jobs)
 
 

@@ -396,3 +396,51 @@ def test_the_console_exit_runs_exit_handlers_and_flushes_output() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert (proc.returncode, proc.stdout, proc.stderr) == (3, "buffered, handler ran", "to stderr")
+
+
+def test_only_the_last_trace_is_left_for_the_console_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run as the console script (which ends through ``exit_now``), ``analyze`` leaves the last
+    file's trace for the process's end instead of freeing it; the traces before it are freed
+    as usual (a run of many files holds one at a time), and ``main`` called in-process keeps
+    nothing."""
+    import weakref
+
+    from neuron_profiler.analysis import Options
+    from neuron_profiler.cli import main as cli_main
+    from neuron_profiler.cli import workers
+    from neuron_profiler.explorer import inputs
+
+    files = []
+    for k in range(3):
+        event = {
+            "ph": "X",
+            "name": f"op{k}",
+            "cat": "cpu_op",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1,
+            "dur": 2,
+        }
+        path = tmp_path / f"t{k}.json"
+        path.write_text(json.dumps({"traceEvents": [event]}))
+        files.append((path, True))
+    loaded: list[weakref.ref] = []
+    load = inputs.load_input
+
+    def watched(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        trace = load(*args, **kwargs)
+        loaded.append(weakref.ref(trace))
+        return trace
+
+    monkeypatch.setattr(inputs, "load_input", watched)
+    monkeypatch.setattr(cli_main, "_left_for_exit", [])
+    results = workers.analyze_files(files, Options(), jobs=1)
+    assert all(r.report is not None for r in results)
+    assert [ref() for ref in loaded] == [None] * 3 and cli_main._left_for_exit == []
+    monkeypatch.setattr(cli_main, "_exiting", True)
+    loaded.clear()
+    workers.analyze_files(files, Options(), jobs=1)
+    assert [ref() is None for ref in loaded] == [True, True, False]
+    assert cli_main._left_for_exit == [loaded[-1]()]
