@@ -88,7 +88,13 @@ class ForkedCall:
             os.close(read_fd)
             _run_child(call, args, write_fd, memfd)
         os.close(write_fd)
-        return cls(pid, read_fd, memfd)
+        try:
+            return cls(pid, read_fd, memfd)
+        except BaseException:  # (a Ctrl-C right here, no thread to be had): no child left over
+            interrupted = _end(pid)
+            if interrupted is not None:
+                raise interrupted from None
+            raise
 
     def _receive(self) -> None:
         try:
@@ -110,23 +116,41 @@ class ForkedCall:
         return value
 
     def close(self) -> None:
-        """End the child if it still runs (the caller gave up on it) and reap it."""
+        """End the child if it still runs (the caller gave up on it) and reap it. A Ctrl-C
+        meanwhile is raised once the child is reaped (killed, it ends at once): no child
+        outlives the call, not even as a zombie."""
         if self._reaped:
             return
+        interrupted = _end(self._pid)
         self._reaped = True
         try:
-            os.kill(self._pid, signal.SIGKILL)  # (a no-op race if it exited by itself)
-        except ProcessLookupError:
-            pass
+            self._receiver.join()  # (the child's end closed the pipe: the receiver returns)
+        finally:
+            self._read.close()
+            if self._memfd is not None:  # (a mapping made from it stays valid)
+                os.close(self._memfd)
+                self._memfd = None
+        if interrupted is not None:
+            raise interrupted
+
+
+def _end(pid: int) -> BaseException | None:
+    """Kill child ``pid`` (a no-op if it exited by itself) and reap it, waiting through a
+    Ctrl-C, which is returned for the caller to raise."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    interrupted = None
+    while True:
         try:
-            os.waitpid(self._pid, 0)
+            os.waitpid(pid, 0)
         except ChildProcessError:
             pass
-        self._receiver.join()  # (the child's end closed the pipe: the receiver has returned)
-        self._read.close()
-        if self._memfd is not None:  # (a mapping made from it stays valid)
-            os.close(self._memfd)
-            self._memfd = None
+        except KeyboardInterrupt as err:
+            interrupted = err
+            continue
+        return interrupted
 
 
 def _memfd() -> int | None:

@@ -433,3 +433,31 @@ def test_odd_layouts_load_as_a_whole_load_does(
         halves = _snapshot(load_trace(path))
         _assert_same(halves, _whole(path, monkeypatch))
     assert bool(split) is splits
+
+
+def test_a_ctrl_c_while_a_child_is_reaped_is_raised_after_it_is_reaped() -> None:
+    """Closing a forked call kills the child and waits for it through a Ctrl-C (raised once the
+    child is reaped), so no child is left behind, not even as a zombie."""
+    import os
+    import time
+    import unittest.mock
+
+    with unittest.mock.patch.object(_fork, "fork_is_safe", lambda: True):
+        call = _fork.ForkedCall.start(time.sleep, 60)
+    assert call is not None
+    waits: list[int] = []
+    waitpid = os.waitpid
+
+    def interrupted_once(pid: int, options: int) -> tuple[int, int]:
+        waits.append(pid)
+        if len(waits) == 1:
+            raise KeyboardInterrupt
+        return waitpid(pid, options)
+
+    with unittest.mock.patch.object(os, "waitpid", interrupted_once):
+        with pytest.raises(KeyboardInterrupt):
+            call.close()
+    assert len(waits) == 2 and waits[0] == waits[1]
+    with pytest.raises(ChildProcessError):  # reaped: no such child any more
+        os.waitpid(waits[0], os.WNOHANG)
+    call.close()  # (closing again does nothing)
