@@ -461,3 +461,39 @@ def test_a_ctrl_c_while_a_child_is_reaped_is_raised_after_it_is_reaped() -> None
     with pytest.raises(ChildProcessError):  # reaped: no such child any more
         os.waitpid(waits[0], os.WNOHANG)
     call.close()  # (closing again does nothing)
+
+
+def test_a_child_ends_with_its_parent(tmp_path: Path) -> None:
+    """A parent killed outright (no chance to close its child) takes the child with it: the
+    kernel kills it (Linux's parent-death signal), instead of it working on for seconds."""
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import os, signal, sys, time, unittest.mock\n"
+        "from neuron_profiler import forked\n"
+        "with unittest.mock.patch.object(forked, 'fork_is_safe', lambda: True):\n"
+        "    call = forked.ForkedCall.start(time.sleep, 60)\n"
+        "print(call._pid, flush=True)\n"
+        "time.sleep(0.2)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    out = tmp_path / "out"  # (a file, not a pipe the child would hold open)
+    with open(out, "w") as fh:
+        proc = subprocess.run([sys.executable, "-c", script], stdout=fh, stderr=fh, timeout=60)
+    assert proc.returncode == -9, out.read_text()
+    child = int(out.read_text().split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _running(child):
+        time.sleep(0.05)
+    assert not _running(child)
+
+
+def _running(pid: int) -> bool:
+    """Is ``pid`` alive (not gone, not a zombie waiting to be reaped)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
