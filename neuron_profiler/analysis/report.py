@@ -11,6 +11,7 @@ chrome://tracing show) for evidence ranges.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -151,13 +152,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
 
 def _beside_child(ctx: AnalysisContext, child: ForkedCall) -> Report:
     """``_analyze``, ``_beside`` from the child (computed here, in turn, if the child failed)."""
-    got: list[tuple[Compatibility, OpKernelSummary]] = []
-
-    def beside() -> tuple[Compatibility, OpKernelSummary]:
-        if not got:
-            got.append(child.result() or _beside(ctx))
-        return got[0]
-
+    beside = functools.cache(lambda: child.result() or _beside(ctx))
     try:
         return _analyze(ctx, lambda: beside()[0], lambda: beside()[1])
     finally:
