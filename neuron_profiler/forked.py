@@ -56,6 +56,14 @@ def fork_is_safe() -> bool:
     return multiprocessing.parent_process() is None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (a child only helps where there are two)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # (not Linux: fork_is_safe says no there anyway)
+        return os.cpu_count() or 1
+
+
 class ForkedCall:
     """A child process running one call; ``result()`` waits for it and reaps it."""
 

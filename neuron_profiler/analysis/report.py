@@ -31,7 +31,7 @@ from neuron_profiler.analysis.rank_summary import RankSummary, rank_summary
 from neuron_profiler.analysis.steps import Steps
 from neuron_profiler.analysis.summary import OpKernelSummary, op_kernel_summary
 from neuron_profiler.analysis.timeline import DeviceTimeline, device_timeline
-from neuron_profiler.forked import ForkedCall
+from neuron_profiler.forked import ForkedCall, usable_cores
 from neuron_profiler.heap import TRIM_ROWS, gc_paused, return_freed_heap
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace, file_base_ns
@@ -131,9 +131,9 @@ def _beside(ctx: AnalysisContext) -> tuple[Compatibility, OpKernelSummary]:
 def analyze(trace: Trace, options: Options | None = None) -> Report:
     """Every analysis of ``trace``. A large trace's compatibility breakdowns and op and kernel
     summary (``_beside``) are computed on a second core meanwhile: in a forked child process
-    where forking is safe (``forked.py``: their Python work would otherwise hold the GIL this
-    thread needs; the meta shape's analysis 0.34 -> 0.29 s), else in a second thread (their
-    numpy work runs while the GIL is released)."""
+    where forking is safe and a second core is there (``forked.py``: their Python work would
+    otherwise hold the GIL this thread needs; the meta shape's analysis 0.34 -> 0.29 s), else
+    in a second thread (their numpy work runs while the GIL is released)."""
     options = options or Options()
     if len(trace) < THREADED_ROWS:
         with gc_paused():
@@ -143,7 +143,7 @@ def analyze(trace: Trace, options: Options | None = None) -> Report:
             )
     with gc_paused():
         ctx = AnalysisContext(trace, options)
-        child = ForkedCall.start(_beside, ctx)
+        child = ForkedCall.start(_beside, ctx) if usable_cores() > 1 else None
         report = _in_threads(ctx) if child is None else _beside_child(ctx, child)
     if len(trace) >= TRIM_ROWS:
         return_freed_heap()

@@ -32,7 +32,7 @@ import msgspec
 import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
-from neuron_profiler.forked import ForkedCall
+from neuron_profiler.forked import ForkedCall, usable_cores
 from neuron_profiler.heap import TRIM_ROWS, gc_paused, return_freed_heap
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
@@ -101,13 +101,6 @@ class SecondHalf:
     truncated: bool
     damage: str
     trailing: int
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # (not Linux: fork_is_safe says no there anyway)
-        return os.cpu_count() or 1
 
 
 class TruncatedTraceWarning(UserWarning):
@@ -281,7 +274,7 @@ class _Load:
         process then stops there), or None: a small or compressed file, no second core, or
         forking not safe here."""
         size, limit = self.source.plain_bytes, split_min_bytes()
-        if size is None or limit is None or size < limit or _cores() < 2:
+        if size is None or limit is None or size < limit or usable_cores() < 2:
             return None
         start = self.source.position - len(pending)
         middle = events_middle(self.path, start, size, share=FIRST_HALF_SHARE)

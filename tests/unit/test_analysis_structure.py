@@ -495,10 +495,14 @@ def test_a_large_trace_is_analysed_beside_a_forked_child_as_in_turn(
         return child
 
     monkeypatch.setattr(forked.ForkedCall, "start", staticmethod(counted))
+    monkeypatch.setattr(R, "usable_cores", lambda: 2)
     monkeypatch.setattr(forked, "fork_is_safe", lambda: False)
     assert document() == in_turn and started == [None]  # the thread
     monkeypatch.setattr(forked, "fork_is_safe", lambda: True)
     assert document() == in_turn and started[-1] is not None  # the child
+    monkeypatch.setattr(R, "usable_cores", lambda: 1)  # no second core: no child to start
+    assert document() == in_turn and len(started) == 2
+    monkeypatch.setattr(R, "usable_cores", lambda: 2)
     here, beside = os.getpid(), R._beside
 
     def fails_in_the_child(ctx):  # noqa: ANN001, ANN202

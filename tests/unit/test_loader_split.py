@@ -119,7 +119,7 @@ def split(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     would otherwise rule forking out); returns a list that counts the halves appended."""
     monkeypatch.setenv(loader.SPLIT_ENV, "1")
     monkeypatch.setattr(_fork, "fork_is_safe", lambda: True)
-    monkeypatch.setattr(loader, "_cores", lambda: 2)
+    monkeypatch.setattr(loader, "usable_cores", lambda: 2)
     appended: list[int] = []
     absorb = ColumnSink.absorb
 
