@@ -27,6 +27,8 @@ from typing import Any, Union
 import msgspec
 import numpy as np
 
+from neuron_profiler.forked import usable_cores
+
 # A column: the rows' values in order, or the columns of an object nested in each row.
 Column = Union[list[Any], np.ndarray, "dict[str, Column]"]
 
@@ -151,7 +153,7 @@ def _laid_out(
     end with the text (or when it is dropped): a process with threads left running forks no
     child (``neuron_profiler.forked``)."""
     workers = None
-    if count >= PARALLEL_ROWS:
+    if count >= PARALLEL_ROWS and usable_cores() > 1:
         from concurrent.futures import ThreadPoolExecutor  # (~5 ms: not at every start)
 
         workers = ThreadPoolExecutor(2, "json-rows")

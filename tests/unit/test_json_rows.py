@@ -198,6 +198,7 @@ def test_rows_held_a_chunk_at_a_time_while_written(
 
     n = 40 * json_rows.CHUNK_ROWS
     monkeypatch.setattr(json_rows, "PARALLEL_ROWS", 1 if threads else n + 1)
+    monkeypatch.setattr(json_rows, "usable_cores", lambda: 2)
     rng = np.random.default_rng(5)
     rows = Rows(
         n,
@@ -260,6 +261,7 @@ def test_rows_laid_out_by_two_threads_as_by_one(
     serial = b"".join(rows.text(2))
     before = threading.active_count()
     monkeypatch.setattr(json_rows, "PARALLEL_ROWS", 1)
+    monkeypatch.setattr(json_rows, "usable_cores", lambda: 2)
     pieces = rows.text(2)
     assert next(pieces) == serial[: len(b"[\n   ")]
     assert threading.active_count() > before  # (the worker threads run)
