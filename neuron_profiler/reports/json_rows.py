@@ -159,11 +159,12 @@ def _laid_out(
         workers = ThreadPoolExecutor(2, "json-rows")
     try:
         columns = [column for _, column in slots]
-        first = _first_equal(columns)  # (a device's busy and compute time are often equal)
-        distinct = [c for k, c in enumerate(columns) if first[k] == k]
-        made = map(_row_texts, distinct) if workers is None else workers.map(_row_texts, distinct)
-        texts_of = dict(zip((k for k in range(len(columns)) if first[k] == k), made, strict=True))
-        texts = [texts_of[first[k]] for k in range(len(columns))]
+        same_as = _first_equal(columns)  # (a device's busy and compute time are often equal)
+        own = [k for k, j in enumerate(same_as) if j == k]
+        wanted = [columns[k] for k in own]
+        made = map(_row_texts, wanted) if workers is None else workers.map(_row_texts, wanted)
+        texts_of = dict(zip(own, made, strict=True))
+        texts = [texts_of[j] for j in same_as]
         pieces: list[bytes | np.ndarray] = [b""]  # the constant text before each block, then it
         for (before, _), text in zip(slots, texts, strict=True):
             if isinstance(text, bytes):  # the same in every row: part of the text before the next
