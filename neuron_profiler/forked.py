@@ -169,7 +169,7 @@ def _die_with(parent: int) -> None:
     import ctypes  # (numpy has loaded it: no cost here)
 
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL))
     except (AttributeError, OSError):  # no prctl: the child ends at its next write instead
         pass
     if os.getppid() != parent:  # (it ended before the request was made)
