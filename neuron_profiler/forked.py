@@ -36,6 +36,7 @@ _FAILED = b"\x00"  # the child's first byte when its call raised (then nothing f
 _DONE = b"\x01"  # ... when the pickled result follows in the pipe
 _DONE_MAPPED = b"\x02"  # ... when the pickle follows, its buffers in the memfd
 FORK_ENV = "NEURON_PROFILER_FORK"
+_OFF = ("0", "off", "no", "false")
 _PR_SET_PDEATHSIG = 1  # (linux/prctl.h)
 
 
@@ -47,13 +48,18 @@ def fork_is_safe() -> bool:
     ``NEURON_PROFILER_FORK`` is ``0`` (or off, no, false)."""
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
         return False
-    if os.environ.get(FORK_ENV, "").strip().lower() in ("0", "off", "no", "false"):
+    if setting_off(os.environ.get(FORK_ENV, "")):
         return False
     if threading.active_count() != 1:
         return False
     import multiprocessing  # (cheap: the stdlib package, its submodules load lazily)
 
     return multiprocessing.parent_process() is None
+
+
+def setting_off(value: str) -> bool:
+    """Does an environment setting say off (``0``, ``off``, ``no``, ``false``, any case)?"""
+    return value.strip().lower() in _OFF
 
 
 def usable_cores() -> int:

@@ -250,9 +250,9 @@ def covering(host: HostRows, start: int, end: int) -> Iterator[np.ndarray]:
     first (the innermost, i.e. shortest, among equals): what the host was doing there. In
     blocks, in that order: callers want the first few rows of the order, and a long gap has a
     whole step's host rows under it (a full sort of 300,000 rows per gap). First the long rows
-    covering more of it than any short row can (``longest_short``): a gap's few longest
-    gaps are named from these alone, the short rows never scanned. Then, if asked for, the
-    rest: the rows covering more than the ``COVERING_FIRST``-th of them does, then the others."""
+    covering more of it than any short row can (a short row covers at most
+    ``longest_short``): a long gap's host ops are mostly named from these alone, the short
+    rows then never scanned. Then, if asked for, the rest: the rows covering more than the ``COVERING_FIRST``-th of them does, then the others."""
     index = host.by_start
     long = index.long
     cover = np.minimum(host.end[long], end) - np.maximum(host.start[long], start)

@@ -231,23 +231,20 @@ def _first_equal(columns: list[Any]) -> list[int]:
     the rest."""
     first: list[int] = []
     for k, column in enumerate(columns):
-        first.append(k)
-        if not isinstance(column, np.ndarray) or len(column) == 0:
-            continue
-        bits = _bits(column)
-        for j in range(k):
-            other = columns[j]
-            if (
-                first[j] == j
-                and isinstance(other, np.ndarray)
-                and other.dtype == column.dtype
-                and other.shape == column.shape
-            ):
-                theirs = _bits(other)
-                if theirs[0] == bits[0] and theirs[-1] == bits[-1] and np.array_equal(bits, theirs):
-                    first[k] = j
-                    break
+        earlier = (j for j in range(k) if first[j] == j and _written_alike(columns[j], column))
+        first.append(next(earlier, k))
     return first
+
+
+def _written_alike(a: Any, b: Any) -> bool:
+    """Two non-empty numpy columns of one dtype and shape, equal bit for bit (the first and
+    last values compared before the rest)."""
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and len(b)):
+        return False
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    a, b = _bits(a), _bits(b)
+    return bool(a[0] == b[0] and a[-1] == b[-1] and np.array_equal(a, b))
 
 
 def _bits(column: np.ndarray) -> np.ndarray:
@@ -265,11 +262,8 @@ def _row_texts(column: Any) -> bytes | np.ndarray:
         return _split_texts(body, len(column))
     if column.dtype.kind == "f":
         column = np.ascontiguousarray(column, np.float64)
-        bits = column.view(np.int64)
-        same = bool((bits == bits[0]).all())
-    else:
-        same = bool((column == column[0]).all())
-    if same:
+    bits = _bits(column)
+    if bool((bits == bits[0]).all()):
         return _encode(column[0].item())
     body = _encode(column.tolist())[1:-1]  # numbers hold no comma: split the list's text there
     return _split_texts(body, len(column))

@@ -32,7 +32,7 @@ import msgspec
 import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
-from neuron_profiler.forked import ForkedCall, usable_cores
+from neuron_profiler.forked import ForkedCall, setting_off, usable_cores
 from neuron_profiler.heap import TRIM_ROWS, gc_paused, return_freed_heap
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
@@ -153,10 +153,12 @@ def split_min_bytes() -> int | None:
     setting = os.environ.get(SPLIT_ENV, "").strip()
     if not setting:
         return SPLIT_MIN_BYTES
+    if setting_off(setting):
+        return None
     try:
         value = int(setting)
     except ValueError:
-        return None if setting.lower() in ("off", "no", "false") else SPLIT_MIN_BYTES
+        return SPLIT_MIN_BYTES
     return value if value > 0 else None
 
 
