@@ -16,9 +16,11 @@ close to the final columns.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import re
 from array import array
+from collections import defaultdict
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from typing import Any
@@ -60,6 +62,12 @@ _META = 255  # ph code of metadata events while a piece is decoded (they never b
 _DETAIL_SHIFT = 8  # ph codes while decoding: Phase | Form detail bits << 8 ("I", other letters)
 _SCOPE_CODES = {letter: code for code, letter in enumerate(S.SCOPES) if letter}
 _AT_INDEX = re.compile(r"at `\$\[(\d+)\]")
+# One byte of each args key the id columns read ("External id" and "external id": x,
+# "correlation": c, "stream": s) and the escape that could spell one otherwise: where a text
+# holds none of them, it holds none of those keys (``_no_ids``)
+_ID_KEY_BYTES = (b"x", b"c", b"s", b"\\")
+_PYTHON = int(S.EventKind.PYTHON)
+_QUIET_ROWS = 512  # python_function rows of a piece worth a buffer of their own
 _MAX_SPLITS = 16  # validation errors in one piece before it is decoded event by event
 _OUT_OF_RANGE = "Number out of range"  # msgspec: a float beyond float64 (1e400) in a typed field
 _INT64 = (-(1 << 63), 1 << 63)
@@ -596,23 +604,28 @@ class ColumnSink:
 
     def _intern(self, values: list[str], lookup: dict[str, int] | None = None) -> np.ndarray:
         """String ids; with the default lookup (categories) the no-cat marker is -1, never
-        stored. Names pass ``self.strings``, so a name spelled like the marker is a name."""
+        stored. Names pass ``self.strings``, so a name spelled like the marker is a name.
+
+        One pass numbers the piece's distinct strings in first-seen order (a small dict: a
+        piece repeats a few dozen names thousands of times); only those are looked up in (or
+        added to, in that order) the trace's strings, and the ids gathered from them."""
         lookup = self._lookup if lookup is None else lookup
-        # one pass; unknown strings (a ProfilerStep#N per piece, say) marked and filled after
-        ids = np.fromiter(
-            map(lookup.get, values, repeat(_UNKNOWN)), dtype=np.int32, count=len(values)
+        distinct: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+        local = np.fromiter(map(distinct.__getitem__, values), dtype=np.int32, count=len(values))
+        table = np.fromiter(
+            map(lookup.get, distinct, repeat(_UNKNOWN)), dtype=np.int32, count=len(distinct)
         )
-        missing = (ids == _UNKNOWN).nonzero()[0]
-        if not len(missing):
-            return ids
-        strings = self.strings
-        texts = [values[i] for i in missing.tolist()]
-        for text in dict.fromkeys(texts):  # first-seen order keeps ids deterministic
-            strings[text] = len(strings)
-            if text != _NO_CAT:
-                self._lookup[text] = strings[text]
-        ids[missing] = np.fromiter(map(lookup.__getitem__, texts), dtype=np.int32, count=len(texts))
-        return ids
+        new = (table == _UNKNOWN).nonzero()[0]
+        if len(new):
+            texts = list(distinct)
+            strings = self.strings
+            for i in new.tolist():
+                text = texts[i]
+                strings[text] = len(strings)
+                if text != _NO_CAT:
+                    self._lookup[text] = strings[text]
+                table[i] = lookup[text]
+        return table[local]
 
     def _kinds(self, cat_ids: np.ndarray) -> np.ndarray:
         names = None
@@ -701,14 +714,21 @@ class ColumnSink:
                 has[i] = False
             elif size <= 2 and bytes(args[i]) != b"{}":  # 5, [], "": not an object, like
                 valid[i] = False  # longer ones
-        rows = has.nonzero()[0]
         ext = np.full(n, -1, dtype=np.int64)
         corr = np.full(n, -1, dtype=np.int64)
         args_row = np.full(n, -1, dtype=np.int64)
         stream = np.full(n, -1, dtype=np.int64)
-        if len(rows):
-            chosen = list(args) if len(rows) == n else list(compress(args, has.tolist()))
-            buffer, sizes = _args_buffer(chosen, lengths[rows])
+        python = has & (cols[S.KIND] == _PYTHON)
+        if np.count_nonzero(python) < _QUIET_ROWS:
+            groups = [has]
+        else:  # python_function rows apart: their args usually spell no id (``_no_ids``)
+            groups = [has & ~python, python]
+        for mask in groups:
+            group = mask.nonzero()[0]
+            if not len(group):
+                continue
+            chosen = list(args) if len(group) == n else list(compress(args, mask.tolist()))
+            buffer, sizes = _args_buffer(chosen, lengths[group])
             if not buffer.isascii() and not _utf8(buffer):  # msgspec skips args' bytes
                 for i, raw in enumerate(chosen):
                     chosen[i], bad = fix_utf8(bytes(raw))
@@ -716,12 +736,19 @@ class ColumnSink:
                 buffer, sizes = _args_buffer(
                     chosen, np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
                 )
-            id_columns = _int_id_columns(buffer)
-            if id_columns is None:
-                id_columns, buffer, sizes = self._id_columns(chosen, buffer, sizes, rows, valid)
             starts = np.cumsum(sizes + 1) - sizes
-            args_row[rows] = self._args.add(buffer, starts, sizes) + np.arange(len(rows))
-            ext[rows], corr[rows], stream[rows] = id_columns
+            if _no_ids(buffer, starts):
+                id_columns = None
+            else:
+                id_columns = _int_id_columns(buffer)
+                if id_columns is None:
+                    id_columns, buffer, sizes = self._id_columns(
+                        chosen, buffer, sizes, group, valid
+                    )
+                    starts = np.cumsum(sizes + 1) - sizes
+            args_row[group] = self._args.add(buffer, starts, sizes) + np.arange(len(group))
+            if id_columns is not None:
+                ext[group], corr[group], stream[group] = id_columns
         cols[S.EXTERNAL_ID], cols[S.CORRELATION], cols[S.ARGS_ROW] = ext, corr, args_row
         cols[S.STREAM] = stream
 
@@ -1040,6 +1067,17 @@ def _int_id_columns(buffer: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] 
     except OverflowError:  # beyond int64: dropped and counted by the general path
         return None
     return ext, corr, stream
+
+
+def _no_ids(buffer: bytes, starts: np.ndarray) -> bool:
+    """True if none of the args objects in ``buffer`` (``_args_buffer``'s array) can hold an
+    id key: each key has a byte (``_ID_KEY_BYTES``) that is missing from the whole text, and no
+    escape could spell one; all are objects. Then their ids are all absent, with no decode.
+    (Kineto's python_function args, ``Python id`` / ``parent id`` / ``thread`` / ``module id``, hold none of
+    those bytes: a deep trace's commonest rows cost a few ``memchr`` instead of a decode.)"""
+    if any(byte in buffer for byte in _ID_KEY_BYTES):
+        return False
+    return bool((np.frombuffer(buffer, np.uint8)[starts] == ord("{")).all())
 
 
 def _args_buffer(chosen: list[msgspec.Raw | bytes], sizes: np.ndarray) -> tuple[bytes, np.ndarray]:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
-import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
+from neuron_profiler.heap import reuse_transient_buffers
 from neuron_profiler.trace.repair import cannot_read, open_input
 
 BLOCK_BYTES = 1 << 20  # largest block: pieces this small keep a load's transient memory low
@@ -44,23 +44,6 @@ READ_AHEAD = True  # inflate the next full-size gzip block in a worker thread
 # (its start, and the blocks it inflates land in a malloc arena of its own whose pages a fresh
 # process faults in: a 5 MB gzip trace loaded 4-5 ms slower, 4 MB more memory, with it)
 READ_AHEAD_AFTER_BLOCKS = 8
-# glibc maps buffers above its mmap threshold afresh (128 KB at first) and returns free heap
-# above its trim threshold to the OS; freeing one mapped buffer of this size raises them to
-# 8 / 16 MB (its dynamic thresholds), above a piece's transient buffers (~3 MB)
-HEAP_REUSE_BYTES = 8 << 20
-_heap_reuse_set = False
-
-
-def reuse_transient_buffers() -> None:
-    """Let the C heap keep and reuse the few MB each piece allocates and frees (the block, the
-    text joined for msgspec, the args joined), instead of unmapping them and faulting fresh
-    pages in for the next piece: 2 µs per 4 KB page on a VM, ~10% of a load. Once per
-    process; the buffer is mapped and freed without being touched. Elsewhere than glibc
-    nothing changes."""
-    global _heap_reuse_set
-    if not _heap_reuse_set:
-        np.empty(HEAP_REUSE_BYTES, dtype=np.uint8)
-        _heap_reuse_set = True
 
 
 class BlockSource:
@@ -77,7 +60,7 @@ class BlockSource:
     def __init__(self, path: Path, *, start: int = 0) -> None:
         """``start``: the byte offset of a plain file to read from (the loader's second half)."""
         self.path = path
-        reuse_transient_buffers()
+        reuse_transient_buffers()  # (heap.py: the C heap's rules for bulk work)
         self._fh = open_input(path)  # closed in close(); TraceLoadError when it cannot be read
         head = self._fh.read(2)
         self._fh.seek(0)

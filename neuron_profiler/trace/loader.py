@@ -33,7 +33,7 @@ import numpy as np
 
 from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.forked import ForkedCall, setting_off, usable_cores
-from neuron_profiler.heap import TRIM_ROWS, gc_paused, return_freed_heap
+from neuron_profiler.heap import TRIM_ROWS, gc_paused, return_freed_heap, warm_heap
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace._columns import LABEL_ID_BASE, ColumnSink, SinkPart
@@ -222,7 +222,12 @@ class _Load:
         else:
             child = self._second_half(pending) if split else None
             if child is None:
-                self._stream_events(pending)
+                warming = warm_heap(usable_cores())  # (not beside a child: it forks alone)
+                try:
+                    self._stream_events(pending)
+                finally:
+                    if warming is not None:
+                        warming.join()  # (long done; nothing may fork while it runs)
             else:
                 self._first_half(pending, child)
         self._settle_source()

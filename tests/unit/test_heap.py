@@ -62,3 +62,61 @@ def test_return_freed_heap_gives_pages_back() -> None:
     return_freed_heap()
     assert rss_kb() < before - 50_000, (before, rss_kb())
     assert len(keep) == 600
+
+
+def _fresh(code: str, tmp_path) -> None:  # noqa: ANN001
+    """Run ``code`` in a fresh interpreter (the warm-up is once per process)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_heap_is_warmed_once_and_only_beside_a_free_core(tmp_path) -> None:  # noqa: ANN001
+    _fresh(
+        """
+        from neuron_profiler import heap
+        assert heap.warm_heap(1) is None  # one core: the load itself would wait for it
+        thread = heap.warm_heap(2)
+        assert thread is not None and thread.daemon
+        thread.join()
+        assert heap.warm_heap(2) is None  # once per process
+        """,
+        tmp_path,
+    )
+
+
+def test_a_load_leaves_no_thread_behind(tmp_path) -> None:  # noqa: ANN001
+    """The warm-up thread is joined before the load returns: a fork afterwards (analyze's
+    child, a split load) needs a single-threaded process."""
+    (tmp_path / "t.json").write_text(
+        '{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}'
+    )
+    _fresh(
+        """
+        import sys, threading
+        from unittest import mock
+        from neuron_profiler import forked, heap
+        from neuron_profiler.trace import load_trace
+        started = []
+        real = heap.warm_heap
+        def warm(cores):
+            thread = real(2)
+            started.append(thread)
+            return thread
+        with mock.patch("neuron_profiler.trace.loader.warm_heap", warm):
+            trace = load_trace("t.json")
+        assert len(trace) == 1 and started and started[0] is not None
+        assert not started[0].is_alive() and threading.active_count() == 1
+        assert forked.fork_is_safe() or not sys.platform.startswith("linux")
+        """,
+        tmp_path,
+    )
