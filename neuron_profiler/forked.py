@@ -52,9 +52,10 @@ def fork_is_safe() -> bool:
         return False
     if threading.active_count() != 1:
         return False
-    import multiprocessing  # (cheap: the stdlib package, its submodules load lazily)
-
-    return multiprocessing.parent_process() is None
+    # a pool's worker has imported multiprocessing (its start ran through it): a process that
+    # has not cannot be one, and importing it just to ask costs 2-3 ms of a small load
+    multiprocessing = sys.modules.get("multiprocessing")
+    return multiprocessing is None or multiprocessing.parent_process() is None
 
 
 def setting_off(value: str) -> bool:

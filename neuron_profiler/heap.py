@@ -21,8 +21,8 @@ per 4 KB page on a VM); a load of a 4 MB trace touches ~9 MB, ~4 ms of its ~28 m
 
 from __future__ import annotations
 
+import _thread
 import gc
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -77,13 +77,14 @@ def reuse_transient_buffers() -> None:
         _threshold_raised = True
 
 
-def warm_heap(cores: int) -> threading.Thread | None:
+def warm_heap(cores: int) -> Warming | None:
     """Once per process, given a second core (``cores``: those usable): fault in
     ``WARM_BYTES`` of the C heap in a thread and free them there, so that the buffers and
     columns the load allocates next land on pages already zeroed. numpy's fill releases the
-    GIL, so the load goes on meanwhile (~3 ms of the other core). The caller joins the thread
-    before anything may fork (``forked.fork_is_safe`` wants one thread). None: nothing
-    started."""
+    GIL, so the load goes on meanwhile (~3 ms of the other core). The caller joins it before
+    anything may fork (``forked.fork_is_safe`` wants one thread: this one, started with
+    ``_thread`` so that the load does not wait for it to start, is not counted there). None:
+    nothing started."""
     global _heap_warmed
     if _heap_warmed or cores < 2:
         return None
@@ -91,12 +92,26 @@ def warm_heap(cores: int) -> threading.Thread | None:
     import numpy as np
 
     reuse_transient_buffers()  # (first: WARM_BYTES then come from the heap, not a mapping)
-    buffer = np.empty(WARM_BYTES, dtype=np.uint8)
-    thread = threading.Thread(target=_touch, args=(buffer,), daemon=True, name="heap-warm")
-    del buffer  # (the thread holds the one reference: the buffer is freed when it is done)
-    thread.start()
-    return thread
+    return Warming(np.empty(WARM_BYTES, dtype=np.uint8))
 
 
-def _touch(buffer: object) -> None:
-    buffer.fill(0)  # type: ignore[attr-defined]
+class Warming:
+    """A buffer filled (every page faulted in) and freed in a thread; ``join()`` waits for
+    both."""
+
+    def __init__(self, buffer: object) -> None:
+        self._buffer: list[object] = [buffer]
+        self._done = _thread.allocate_lock()
+        self._done.acquire()
+        _thread.start_new_thread(self._touch, ())
+
+    def _touch(self) -> None:
+        try:
+            self._buffer[0].fill(0)  # type: ignore[attr-defined]
+        finally:
+            self._buffer.clear()  # (freed here once the caller's reference is gone)
+            self._done.release()
+
+    def join(self) -> None:
+        with self._done:
+            pass

@@ -338,6 +338,7 @@ def leading_events(
 
 _BETWEEN_EVENTS = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 BOUNDARY_SEARCH_BYTES = 4 << 20  # events are far smaller: a gap between two is found at once
+BOUNDARY_FIRST_BYTES = 64 << 10  # the first window searched (then 8x larger, up to the above)
 _PHASE_KEY = b'"ph"'
 SAMPLES = 32  # windows read to estimate where the events' middle lies
 SAMPLE_BYTES = 32 << 10
@@ -376,13 +377,18 @@ def find_boundary(path: Path, offset: int, size: int) -> tuple[int, int] | None:
     two events (``},{``): (the offset after the ``}``, the offset of the ``{``), or None.
     Only a candidate: the text may sit inside a string or a nested array; the loader proves
     it by decoding up to it."""
+    want = BOUNDARY_FIRST_BYTES
     try:
         with open(path, "rb") as fh:
-            fh.seek(offset)
-            window = fh.read(max(0, min(BOUNDARY_SEARCH_BYTES, size - offset)))
+            while True:  # (a small window first: the gap is usually within a few events)
+                fh.seek(offset)
+                window = fh.read(max(0, min(want, size - offset)))
+                match = _BETWEEN_EVENTS.search(window)
+                if match is not None or want >= BOUNDARY_SEARCH_BYTES or len(window) < want:
+                    break
+                want *= 8
     except OSError:
         return None
-    match = _BETWEEN_EVENTS.search(window)
     if match is None:
         return None
     return offset + match.start() + 1, offset + match.end() - 1

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -280,6 +282,25 @@ def test_fork_is_not_safe_beside_another_thread() -> None:
     finally:
         stop.set()
         thread.join()
+
+
+def test_fork_is_not_safe_in_a_pool_worker_only() -> None:
+    """A pool's worker never forks (its siblings use the other cores); a process that never
+    imported multiprocessing cannot be one, and is not made to import it to ask."""
+    import multiprocessing
+    import subprocess
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(_fork.fork_is_safe) is False
+    code = (
+        "import sys\n"
+        "from neuron_profiler import forked\n"
+        "assert forked.fork_is_safe() is sys.platform.startswith('linux')\n"
+        "assert 'multiprocessing' not in sys.modules\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != _fork.FORK_ENV}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_a_forked_call_returns_its_value_or_none() -> None:
