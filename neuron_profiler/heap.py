@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import _thread
 import gc
+import mmap
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 TRIM_ROWS = 200_000  # traces this large return their freed heap after bulk work (~ms to do)
 # glibc maps buffers above its mmap threshold afresh (128 KB at first) and returns free heap
@@ -35,6 +38,12 @@ HEAP_REUSE_BYTES = 8 << 20
 # allocations reuse, not a mapping that goes back to the OS). 6 MB took 2 ms off a 28 ms
 # load of a 4 MB trace; 12 MB (a mapping) took less.
 WARM_BYTES = 6 << 20
+# ... for a trace of this much JSON or more: a smaller load touches fewer fresh pages than the
+# warm-up faults in, and the two compete (a 1.2 MB trace loaded 0.8 ms slower with it, 4-5 MB
+# ones 1.5-2 ms faster)
+WARM_MIN_TEXT_BYTES = 3 << 20
+WARM_STEP_BYTES = 512 << 10
+_MADV_POPULATE_WRITE = 23  # <linux/mman.h>; Python's mmap module names it from 3.13 only
 _threshold_raised = False
 _heap_warmed = False
 
@@ -77,41 +86,68 @@ def reuse_transient_buffers() -> None:
         _threshold_raised = True
 
 
-def warm_heap(cores: int) -> Warming | None:
-    """Once per process, given a second core (``cores``: those usable): fault in
-    ``WARM_BYTES`` of the C heap in a thread and free them there, so that the buffers and
-    columns the load allocates next land on pages already zeroed. numpy's fill releases the
-    GIL, so the load goes on meanwhile (~3 ms of the other core). The caller joins it before
-    anything may fork (``forked.fork_is_safe`` wants one thread: this one, started with
-    ``_thread`` so that the load does not wait for it to start, is not counted there). None:
-    nothing started."""
+def warm_heap(cores: int, text_bytes: int | None) -> Warming | None:
+    """Once per process, given a second core (``cores``: those usable) and a trace of at
+    least ``WARM_MIN_TEXT_BYTES`` of JSON (``text_bytes``, None: unknown): ``WARM_BYTES`` of
+    the C heap freed at once and faulted in by a thread meanwhile (``Warming``), so that the
+    buffers and columns the load allocates next land on pages already zeroed. The caller
+    joins it before anything may fork (``forked.fork_is_safe`` wants one thread: this one,
+    started with ``_thread`` so that the load does not wait for it to start, is not counted
+    there). None: nothing started."""
     global _heap_warmed
-    if _heap_warmed or cores < 2:
+    if _heap_warmed or cores < 2 or text_bytes is None or text_bytes < WARM_MIN_TEXT_BYTES:
         return None
     _heap_warmed = True
     import numpy as np
 
     reuse_transient_buffers()  # (first: WARM_BYTES then come from the heap, not a mapping)
-    return Warming(np.empty(WARM_BYTES, dtype=np.uint8))
+    buffer = np.empty(WARM_BYTES, dtype=np.uint8)
+    start = buffer.__array_interface__["data"][0]
+    del buffer  # (free heap now: the load's next allocations take it, as the pages come in)
+    return Warming(start, WARM_BYTES)
 
 
 class Warming:
-    """A buffer filled (every page faulted in) and freed in a thread; ``join()`` waits for
-    both."""
+    """The pages of ``[start, start + size)`` faulted in by a thread with Linux's
+    ``MADV_POPULATE_WRITE`` (5.14+): as if written, but nothing is, so the heap's free memory
+    (its allocator's bookkeeping included) reads the same and may be handed out meanwhile.
+    The call releases the GIL. Elsewhere (an older kernel, not Linux) it does nothing.
+    ``join()`` waits for it."""
 
-    def __init__(self, buffer: object) -> None:
-        self._buffer: list[object] = [buffer]
+    def __init__(self, start: int, size: int) -> None:
         self._done = _thread.allocate_lock()
         self._done.acquire()
-        _thread.start_new_thread(self._touch, ())
+        page = mmap.PAGESIZE
+        low, high = -(-start // page) * page, (start + size) // page * page
+        madvise = _madvise()
+        if madvise is None or high <= low:
+            self._done.release()
+            return
+        _thread.start_new_thread(self._populate, (madvise, low, high - low))
 
-    def _touch(self) -> None:
-        try:
-            self._buffer[0].fill(0)  # type: ignore[attr-defined]
+    def _populate(self, madvise: Any, start: int, size: int) -> None:
+        try:  # (in steps: the load's own faults and heap growth wait for one step at most)
+            for at in range(start, start + size, WARM_STEP_BYTES):
+                if madvise(at, min(WARM_STEP_BYTES, start + size - at), _MADV_POPULATE_WRITE):
+                    break  # (an error: the pages fault in as usual)
         finally:
-            self._buffer.clear()  # (freed here once the caller's reference is gone)
             self._done.release()
 
     def join(self) -> None:
         with self._done:
             pass
+
+
+def _madvise() -> Any:
+    """libc's ``madvise`` (GIL released while it runs), or None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # (numpy has imported it already)
+
+    try:
+        madvise = ctypes.CDLL(None).madvise
+    except (AttributeError, OSError, TypeError):
+        return None
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    madvise.restype = ctypes.c_int
+    return madvise

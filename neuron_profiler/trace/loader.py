@@ -222,7 +222,7 @@ class _Load:
         else:
             child = self._second_half(pending) if split else None
             if child is None:
-                warming = warm_heap(usable_cores())  # (not beside a child: it forks alone)
+                warming = warm_heap(usable_cores(), self.source.size_hint)  # (no child: it forks)
                 try:
                     self._stream_events(pending)
                 finally:
