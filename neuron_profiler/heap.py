@@ -119,6 +119,8 @@ class Warming:
         self._done.acquire()
         page = mmap.PAGESIZE
         low, high = -(-start // page) * page, (start + size) // page * page
+        self.pages = (low, high)  # the whole pages of the range
+        self.error = 0  # errno of a madvise that failed (the pages then fault in as usual)
         madvise = _madvise()
         if madvise is None or high <= low:
             self._done.release()
@@ -126,10 +128,13 @@ class Warming:
         _thread.start_new_thread(self._populate, (madvise, low, high - low))
 
     def _populate(self, madvise: Any, start: int, size: int) -> None:
+        import ctypes
+
         try:  # (in steps: the load's own faults and heap growth wait for one step at most)
             for at in range(start, start + size, WARM_STEP_BYTES):
                 if madvise(at, min(WARM_STEP_BYTES, start + size - at), _MADV_POPULATE_WRITE):
-                    break  # (an error: the pages fault in as usual)
+                    self.error = ctypes.get_errno()
+                    break
         finally:
             self._done.release()
 
@@ -145,7 +150,7 @@ def _madvise() -> Any:
     import ctypes  # (numpy has imported it already)
 
     try:
-        madvise = ctypes.CDLL(None).madvise
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
     except (AttributeError, OSError, TypeError):
         return None
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
