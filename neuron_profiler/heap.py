@@ -121,19 +121,17 @@ class Warming:
         low, high = -(-start // page) * page, (start + size) // page * page
         self.pages = (low, high)  # the whole pages of the range
         self.error = 0  # errno of a madvise that failed (the pages then fault in as usual)
-        madvise = _madvise()
-        if madvise is None or high <= low:
+        libc = _madvise()
+        if libc is None or high <= low:
             self._done.release()
             return
-        _thread.start_new_thread(self._populate, (madvise, low, high - low))
+        _thread.start_new_thread(self._populate, (*libc, low, high - low))
 
-    def _populate(self, madvise: Any, start: int, size: int) -> None:
-        import ctypes
-
+    def _populate(self, madvise: Any, get_errno: Any, start: int, size: int) -> None:
         try:  # (in steps: the load's own faults and heap growth wait for one step at most)
             for at in range(start, start + size, WARM_STEP_BYTES):
                 if madvise(at, min(WARM_STEP_BYTES, start + size - at), _MADV_POPULATE_WRITE):
-                    self.error = ctypes.get_errno()
+                    self.error = get_errno()
                     break
         finally:
             self._done.release()
@@ -143,8 +141,9 @@ class Warming:
             pass
 
 
-def _madvise() -> Any:
-    """libc's ``madvise`` (GIL released while it runs), or None where there is none."""
+def _madvise() -> tuple[Any, Any] | None:
+    """libc's ``madvise`` (the GIL released while it runs) and ``ctypes.get_errno``, or None
+    where there is none."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes  # (numpy has imported it already)
@@ -155,4 +154,4 @@ def _madvise() -> Any:
         return None
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     madvise.restype = ctypes.c_int
-    return madvise
+    return madvise, ctypes.get_errno

@@ -1073,8 +1073,9 @@ def _no_ids(buffer: bytes, starts: np.ndarray) -> bool:
     """True if none of the args objects in ``buffer`` (``_args_buffer``'s array) can hold an
     id key: each key has a byte (``_ID_KEY_BYTES``) that is missing from the whole text, and no
     escape could spell one; all are objects. Then their ids are all absent, with no decode.
-    (Kineto's python_function args, ``Python id`` / ``parent id`` / ``thread`` / ``module id``, hold none of
-    those bytes: a deep trace's commonest rows cost a few ``memchr`` instead of a decode.)"""
+    (Kineto's python_function args, ``Python id`` / ``parent id`` / ``thread`` / ``module
+    id``, hold none of those bytes: a deep trace's commonest rows cost a few ``memchr``
+    instead of a decode.)"""
     if any(byte in buffer for byte in _ID_KEY_BYTES):
         return False
     return bool((np.frombuffer(buffer, np.uint8)[starts] == ord("{")).all())
