@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from neuron_profiler.heap import gc_paused
+from neuron_profiler.heap import WARM_BYTES, gc_paused
 
 
 def test_paused_inside_restored_after_even_on_error() -> None:
@@ -129,7 +129,9 @@ def test_a_load_leaves_no_thread_behind(tmp_path) -> None:  # noqa: ANN001
 def test_the_warmed_heap_is_faulted_in(tmp_path) -> None:  # noqa: ANN001
     """After the warm-up every page of its range is resident (``mincore``: the kernel's own
     account), without a byte of it written: the heap's allocator may hand it out meanwhile
-    (Linux 5.14+; elsewhere the warm-up does nothing)."""
+    (Linux 5.14+; elsewhere the warm-up does nothing). The kernel may take idle pages back
+    under memory pressure (this VM runs a reclaimer), so a fresh process tries up to three
+    times; a warm-up that does not work (a wrong advice, a thread that never runs) fails all."""
     import platform
     import subprocess
     import sys
@@ -144,16 +146,20 @@ warming = heap.warm_heap(2, heap.WARM_MIN_TEXT_BYTES)
 warming.join()
 low, high = warming.pages
 pages = (high - low) // mmap.PAGESIZE
-assert warming.error == 0 and pages >= (heap.WARM_BYTES >> 12) - 2, (warming.error, pages)
 vec = ctypes.create_string_buffer(pages)
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
 assert libc.mincore(low, high - low, vec) == 0, ctypes.get_errno()
-print(sum(b & 1 for b in vec.raw), pages)
+print(warming.error, sum(b & 1 for b in vec.raw), pages)
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path
-    )
-    assert proc.returncode == 0, proc.stderr
-    resident, pages = map(int, proc.stdout.split())
-    assert resident == pages, (resident, pages)
+    tries = []
+    for _ in range(3):
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path
+        )
+        assert proc.returncode == 0, proc.stderr
+        error, resident, pages = map(int, proc.stdout.split())
+        tries.append((error, resident, pages))
+        if error == 0 and resident == pages >= (WARM_BYTES >> 12) - 2:
+            return
+    raise AssertionError(f"(madvise errno, resident pages, pages) per try: {tries}")
