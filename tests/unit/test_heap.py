@@ -163,3 +163,25 @@ print(warming.error, sum(b & 1 for b in vec.raw), pages)
         if error == 0 and resident == pages >= (WARM_BYTES >> 12) - 2:
             return
     raise AssertionError(f"(madvise errno, resident pages, pages) per try: {tries}")
+
+
+def test_no_warm_up_where_the_block_is_not_heap(tmp_path) -> None:  # noqa: ANN001
+    """With glibc's thresholds fixed low (``MALLOC_MMAP_THRESHOLD_`` turns its dynamic raise
+    off), the block is a mapping of its own, returned to the OS when freed: nothing is warmed
+    then (what is mapped at that address next is none of the warm-up's business)."""
+    import os
+    import subprocess
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("glibc's malloc settings: Linux only")
+    code = (
+        "from neuron_profiler import heap\n"
+        "print(heap.warm_heap(2, heap.WARM_MIN_TEXT_BYTES) is None)\n"
+    )
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True"]
