@@ -222,7 +222,8 @@ class _Load:
         else:
             child = self._second_half(pending) if split else None
             if child is None:
-                warming = warm_heap(usable_cores(), self.source.size_hint)  # (no child: it forks)
+                # (not for a split load: 16 MB and up, a few ms of faults are nothing there)
+                warming = warm_heap(usable_cores(), self.source.size_hint)
                 try:
                     self._stream_events(pending)
                 finally:
