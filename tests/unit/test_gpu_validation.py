@@ -69,3 +69,43 @@ def test_the_pipeline_records_projects_and_packs_without_a_gpu(tmp_path: Path) -
         assert 0 < target["low_ms"] <= target["step_ms"] <= target["high_ms"]
         assert "cuda" not in row or "error" in row["cuda"]  # (no GPU here)
     assert "| tiny_ops |" in (out / "summary.md").read_text()
+
+
+def test_the_gpu_side_projects_onto_the_chip_its_trace_names(
+    tmp_path: Path, shared_traces: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CUDA half of a workload, without a GPU: a real V100 trace (ResNet-50, kineto's
+    sample) stands in for the CUDA run. The CPU trace is projected onto the chip that trace
+    names, and the error is taken against that trace's own mean ProfilerStep."""
+    import argparse
+    import shutil
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import gpu_validation as G
+
+    v100 = (
+        shared_traces
+        / "kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+    )
+    real_child = G.run_child
+
+    def child(name: str, device: str, args: argparse.Namespace, trace: Path) -> dict:
+        if device == "cpu":
+            return real_child(name, device, args, trace)
+        shutil.copyfile(v100, trace)  # (gzip content under the .json name: the loader reads it)
+        return {"wall_step_ms": 0.0, "device_name": "Tesla V100"}
+
+    monkeypatch.setattr(G, "run_child", child)
+    args = argparse.Namespace(
+        devices=["cpu", "cuda"], scale="tiny", steps=2, chip=None, timeout=600.0
+    )
+    row = G.workload_row("tiny_ops", args, tmp_path)
+    measured = _profiler_steps_ms(json.loads(gzip.decompress(v100.read_bytes())))
+    assert row["cuda"]["replay"]["source"]["chip"] == "v100"
+    assert row["cuda"]["replay"]["source"]["step_ms"] == pytest.approx(measured, rel=0.02)
+    projection = row["projection"]
+    assert projection["target"]["chip"] == "v100"
+    assert projection["measured_step_ms"] == row["cuda"]["replay"]["source"]["step_ms"]
+    error = 100 * (projection["target"]["step_ms"] / projection["measured_step_ms"] - 1)
+    assert projection["error_pct"] == pytest.approx(error)
+    assert row["diff_exit"] == 0 and row["cpu"]["analyze_exit"] == row["cuda"]["analyze_exit"] == 0
