@@ -64,8 +64,18 @@ def test_return_freed_heap_gives_pages_back() -> None:
     assert len(keep) == 600
 
 
+# glibc's heap pinned for the warm-up's tests: it warms only a block that lies in the program
+# break's heap, which glibc's dynamic thresholds give unless a MALLOC_* setting turns them off.
+# A test process can inherit one: Dask's Nanny sets MALLOC_TRIM_THRESHOLD_=65536 in the
+# process that starts it (its pre-spawn environment, os.environ.update), so every later child
+# of that pytest worker had the block mapped on its own. These tests check the mechanism;
+# test_no_warm_up_where_the_block_is_not_heap checks the other case.
+PINNED_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
+
+
 def _fresh(code: str, tmp_path) -> None:  # noqa: ANN001
-    """Run ``code`` in a fresh interpreter (the warm-up is once per process)."""
+    """Run ``code`` in a fresh interpreter (the warm-up is once per process), its heap
+    pinned (``PINNED_HEAP``)."""
     import subprocess
     import sys
     import textwrap
@@ -76,6 +86,7 @@ def _fresh(code: str, tmp_path) -> None:  # noqa: ANN001
         text=True,
         cwd=tmp_path,
         timeout=120,
+        env=dict(os.environ, **PINNED_HEAP),
     )
     assert proc.returncode == 0, proc.stderr
 
@@ -155,7 +166,11 @@ print(warming.error, sum(b & 1 for b in vec.raw), pages)
     tries = []
     for _ in range(3):
         proc = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=dict(os.environ, **PINNED_HEAP),
         )
         assert proc.returncode == 0, proc.stderr
         error, resident, pages = map(int, proc.stdout.split())
