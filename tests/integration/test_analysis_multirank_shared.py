@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import unittest.mock
 from decimal import Decimal
 from pathlib import Path
 
@@ -107,9 +109,14 @@ def test_process_pool_and_dask_give_equal_json(
     files = [str(p) for p in pair]
     serial = analyze_json(["--jobs", "1", *files], capsys)
     pooled = analyze_json(["--jobs", "2", *files], capsys)
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster:
+    # (Dask's Nanny sets its workers' environment in this process, MALLOC_TRIM_THRESHOLD_ and
+    # OMP_NUM_THREADS among it: restored after, so later tests' children do not inherit it)
+    with (
+        unittest.mock.patch.dict(os.environ),
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+    ):
         dask = analyze_json(["--scheduler", cluster.scheduler_address, *files], capsys)
     assert pooled == serial
     assert dask == serial
