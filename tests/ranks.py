@@ -31,6 +31,10 @@ def run_ranks(
     script.write_text(worker)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_PROFILER_")}
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
+    # one intra-op thread per rank unless the caller says otherwise, as torchrun sets it: the
+    # ranks share this machine's cores, and the tests' wall-clock waits (a rank that sleeps
+    # 20 ms) otherwise depend on how their thread pools contend
+    env.setdefault("OMP_NUM_THREADS", "1")
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), *args_of(r)],
