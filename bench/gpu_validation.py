@@ -254,25 +254,27 @@ def summary_md(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     ]
     for r in rows:
         cpu, cuda, proj = r.get("cpu", {}), r.get("cuda", {}), r.get("projection", {})
-
-        def ms(side: dict[str, Any]) -> str:
-            step = side.get("replay", {}).get("source", {}).get("step_ms")
-            return "-" if step is None else f"{step:.3f}"
-
         replay = cuda.get("replay", {})
-        rerr = "-"
+        replay_err = None
         if replay.get("exit") == 0 and replay["source"]["step_ms"]:
-            rerr = f"{100 * (replay['target']['step_ms'] / replay['source']['step_ms'] - 1):+.1f}%"
-        target = proj.get("target", {}).get("step_ms")
-        err = proj.get("error_pct")
+            replay_err = 100 * (replay["target"]["step_ms"] / replay["source"]["step_ms"] - 1)
         lines.append(
-            f"| {r['workload']} | {ms(cpu)} | {ms(cuda)} | "
-            f"{'-' if target is None else f'{target:.3f}'} | "
-            f"{'-' if err is None else f'{err:+.1f}%'} | {rerr} | "
+            f"| {r['workload']} | {_num(_step_ms(cpu), '.3f')} | {_num(_step_ms(cuda), '.3f')} | "
+            f"{_num(proj.get('target', {}).get('step_ms'), '.3f')} | "
+            f"{_num(proj.get('error_pct'), '+.1f', '%')} | {_num(replay_err, '+.1f', '%')} | "
             f"{cpu.get('analyze_exit', '-')},{cuda.get('analyze_exit', '-')} / "
             f"{r.get('diff_exit', '-')} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _step_ms(side: dict[str, Any]) -> float | None:
+    """A device's recorded mean step (its replay's source), None where it did not run."""
+    return side.get("replay", {}).get("source", {}).get("step_ms")
+
+
+def _num(value: float | None, spec: str, unit: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"
 
 
 def pack(out: Path) -> None:

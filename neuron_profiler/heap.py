@@ -170,10 +170,11 @@ class _Libc:
     """The C library calls the warm-up makes (``madvise`` releases the GIL while it runs)."""
 
     def __init__(self, ctypes: Any) -> None:
-        self.madvise = ctypes.CDLL(None, use_errno=True).madvise
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.madvise = libc.madvise
         self.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
         self.madvise.restype = ctypes.c_int
-        self.sbrk = ctypes.CDLL(None).sbrk  # (sbrk(0): the program break, where the heap ends)
+        self.sbrk = libc.sbrk  # (sbrk(0): the program break, where the heap ends)
         self.sbrk.argtypes = (ctypes.c_ssize_t,)
         self.sbrk.restype = ctypes.c_void_p
         self.errno = ctypes.get_errno

@@ -73,9 +73,9 @@ def test_return_freed_heap_gives_pages_back() -> None:
 PINNED_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
 
 
-def _fresh(code: str, tmp_path) -> None:  # noqa: ANN001
-    """Run ``code`` in a fresh interpreter (the warm-up is once per process), its heap
-    pinned (``PINNED_HEAP``)."""
+def _fresh(code: str, tmp_path, malloc_env: dict[str, str] = PINNED_HEAP) -> str:  # noqa: ANN001
+    """Run ``code`` in a fresh interpreter (the warm-up is once per process) with glibc's
+    settings ``malloc_env`` (pinned unless said otherwise); its output."""
     import subprocess
     import sys
     import textwrap
@@ -86,9 +86,10 @@ def _fresh(code: str, tmp_path) -> None:  # noqa: ANN001
         text=True,
         cwd=tmp_path,
         timeout=120,
-        env=dict(os.environ, **PINNED_HEAP),
+        env=dict(os.environ, **malloc_env),
     )
     assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
 def test_the_heap_is_warmed_once_and_only_beside_a_free_core(tmp_path) -> None:  # noqa: ANN001
@@ -144,7 +145,6 @@ def test_the_warmed_heap_is_faulted_in(tmp_path) -> None:  # noqa: ANN001
     under memory pressure (this VM runs a reclaimer), so a fresh process tries up to three
     times; a warm-up that does not work (a wrong advice, a thread that never runs) fails all."""
     import platform
-    import subprocess
     import sys
 
     release = tuple(int(p) for p in platform.release().split(".")[:2] if p.isdigit())
@@ -165,15 +165,7 @@ print(warming.error, sum(b & 1 for b in vec.raw), pages)
 """
     tries = []
     for _ in range(3):
-        proc = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env=dict(os.environ, **PINNED_HEAP),
-        )
-        assert proc.returncode == 0, proc.stderr
-        error, resident, pages = map(int, proc.stdout.split())
+        error, resident, pages = map(int, _fresh(code, tmp_path).split())
         tries.append((error, resident, pages))
         if error == 0 and resident == pages >= (WARM_BYTES >> 12) - 2:
             return
@@ -184,19 +176,13 @@ def test_no_warm_up_where_the_block_is_not_heap(tmp_path) -> None:  # noqa: ANN0
     """With glibc's thresholds fixed low (``MALLOC_MMAP_THRESHOLD_`` turns its dynamic raise
     off), the block is a mapping of its own, returned to the OS when freed: nothing is warmed
     then (what is mapped at that address next is none of the warm-up's business)."""
-    import os
-    import subprocess
     import sys
 
     if not sys.platform.startswith("linux"):
         pytest.skip("glibc's malloc settings: Linux only")
-    code = (
-        "from neuron_profiler import heap\n"
-        "print(heap.warm_heap(2, heap.WARM_MIN_TEXT_BYTES) is None)\n"
-    )
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["True"]
+    code = """
+        from neuron_profiler import heap
+        print(heap.warm_heap(2, heap.WARM_MIN_TEXT_BYTES) is None)
+        """
+    out = _fresh(code, tmp_path, malloc_env={"MALLOC_MMAP_THRESHOLD_": "131072"})
+    assert out.split() == ["True"]
