@@ -138,7 +138,7 @@ def communication(ctx: AnalysisContext) -> Communication:
         device=device,
         device_label=work.labels[device],
         total=total,
-        steps=figures.per_step(on),
+        steps=figures.per_step(on, kind, kind_names),
         units=tuple(units),
         flagged=flagged,
         from_fsdp=any(n != OUTSIDE_UNITS for n in unit_names),
@@ -192,26 +192,40 @@ class _Figures:
             exposed_by_kind=tuple(by_kind),
         )
 
-    def per_step(self, entries: np.ndarray) -> tuple[CommRow, ...]:
-        """Each step's figures: the parts of the device's sets inside the step's window; a
-        collective counts for the step it starts in."""
+    def per_step(
+        self, entries: np.ndarray, kind: np.ndarray, kind_names: tuple[str, ...]
+    ) -> tuple[CommRow, ...]:
+        """Each step's figures: the parts of the device's sets inside the step's window (the
+        exposed time per kind too, as ``row`` gives it); a collective counts for the step it
+        starts in."""
         steps, w = self.ctx.steps, self.work
         collective, exposed, waited = self.sets(entries)
         lo, hi = steps.start_ns, steps.end_ns
         starts = np.sort(w.start[entries[~w.wait[entries]]])
         counts = np.searchsorted(starts, hi, "left") - np.searchsorted(starts, lo, "left")
         coll, exp, wait = (I.overlap_per_window(x, lo, hi) for x in (collective, exposed, waited))
-        return tuple(
-            CommRow(name, int(n), int(c), int(c - x), int(x), int(p))
-            for name, n, c, x, p in zip(
-                steps.names,
-                counts.tolist(),
-                coll.tolist(),
-                exp.tolist(),
-                wait.tolist(),
-                strict=True,
+        per_kind = [  # (a handful of kinds)
+            I.overlap_per_window(self.sets(entries[kind == k])[1], lo, hi).tolist()
+            for k in range(len(kind_names))
+        ]
+        rows = []
+        for i, name in enumerate(steps.names):
+            by_kind = sorted(
+                ((kind_names[k], int(x[i])) for k, x in enumerate(per_kind) if x[i]),
+                key=lambda p: (-p[1], p[0]),
             )
-        )
+            rows.append(
+                CommRow(
+                    name,
+                    int(counts[i]),
+                    int(coll[i]),
+                    int(coll[i] - exp[i]),
+                    int(exp[i]),
+                    int(wait[i]),
+                    tuple(by_kind),
+                )
+            )
+        return tuple(rows)
 
 
 def _most_exposed_device(ctx: AnalysisContext, coll: np.ndarray) -> int:

@@ -239,7 +239,7 @@ def project(
         ),
         replay_ms=recorded.mean_step_ns / 1e6,
         steps=len(graph.step_start_ns),
-        classes=_classes(source_graph, costs, recorded, projected, n),
+        classes=_classes(source_graph, costs, ctx.mean_step_ns, projected, n),
         ops=_ops(costs, n, fallback=False, top=top),
         fallbacks=_ops(costs, n, fallback=True, top=top),
         assumptions=_assumptions(src, tgt, same, source_graph, costs)
@@ -320,9 +320,11 @@ def _offload_assumptions(plan: Offload) -> tuple[str, ...]:
     )
 
 
-def _classes(graph, costs, recorded, projected, n: int) -> tuple[ClassRow, ...]:  # noqa: ANN001
+def _classes(graph, costs, source_step_ns: float, projected, n: int) -> tuple[ClassRow, ...]:  # noqa: ANN001
     """Per-step means by class: device time summed per class, host delays, idle = steps' wall
-    time less the device's busy union (one device: the trace's)."""
+    time less the device's busy union (one device: the trace's). The source side is the
+    recording's (its mean step, its items' recorded spans), not the replay's, so its rows
+    describe the trace the user has."""
     rows = []
     for k, name in enumerate(CLASSES[:4]):
         if name == "compute":
@@ -340,24 +342,23 @@ def _classes(graph, costs, recorded, projected, n: int) -> tuple[ClassRow, ...]:
     rows.append(
         ClassRow(
             "idle",
-            max(recorded.mean_step_ns / 1e6 - _busy_ms(recorded, graph.duration, n), 0.0),
-            max(projected.mean_step_ns / 1e6 - _busy_ms(projected, costs.duration, n), 0.0),
+            max(
+                source_step_ns / 1e6 - _busy_ms(graph.start_ns, graph.start_ns + graph.duration, n),
+                0.0,
+            ),
+            max(
+                projected.mean_step_ns / 1e6 - _busy_ms(projected.start_ns, projected.end_ns, n),
+                0.0,
+            ),
         )
     )
     return tuple(rows)
 
 
-def _busy_ms(timeline, duration: np.ndarray, n: int) -> float:  # noqa: ANN001
-    """Mean per step of the union of the replayed items' spans (device busy)."""
-    live = duration > 0
-    if not live.any():
-        return 0.0
-    s, e = timeline.start_ns[live], timeline.end_ns[live]
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], np.maximum.accumulate(e[order])
-    new = np.r_[True, s[1:] > e[:-1]]
-    starts, ends = s[new], np.r_[e[np.flatnonzero(new)[1:] - 1], e[-1]]
-    return float((ends - starts).sum()) / n / 1e6
+def _busy_ms(start: np.ndarray, end: np.ndarray, n: int) -> float:
+    """Mean per step of the union of the items' spans (device busy)."""
+    live = end > start
+    return I.union(start[live], end[live]).total / n / 1e6
 
 
 def _ops(costs: ItemCosts, n: int, *, fallback: bool, top: int | None) -> tuple[OpRow, ...]:

@@ -39,6 +39,7 @@ import numpy as np
 from neuron_profiler.analysis import _tree
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, NO_LAUNCH
 from neuron_profiler.analysis.context import AnalysisContext
+from neuron_profiler.analysis.steps import in_span
 from neuron_profiler.analysis.sync_calls import sync_calls
 from neuron_profiler.trace import schema as S
 
@@ -73,8 +74,8 @@ class DependencyGraph:
             serialised behind compute).
         sync_return_ns: recorded time from the awaited item's end (or the call's start, if
             later) to the call's return.
-        step_start_ns / step_host_end_ns: steps on the host; ``last_step_items``: items started
-            in the last step (it is stretched over them, as ``steps`` does).
+        step_start_ns / step_host_end_ns: steps on the host; ``last_step_items``: items launched
+            or started in the last step (it is stretched over them, as ``steps`` does).
     """
 
     queue: np.ndarray
@@ -183,7 +184,7 @@ def dependency_graph(ctx: AnalysisContext, *, recorded_latencies: bool = False) 
     steps = ctx.steps
     host_end = steps.end_ns if steps.host_end_ns is None else steps.host_end_ns
     last = (
-        np.flatnonzero((start >= steps.start_ns[-1]) & (start < host_end[-1]))
+        np.flatnonzero(in_span(start, launch, steps.start_ns[-1], host_end[-1]))
         if len(steps)
         else np.zeros(0, np.int64)
     )
@@ -511,7 +512,7 @@ def _steps(
     item_end: np.ndarray,
 ) -> np.ndarray:
     """Replayed wall time per step: its host span moved by the offsets in force at its start and
-    end; the last step stretched to the end of the items started in it."""
+    end; the last step stretched to the end of the items launched or started in it."""
     if len(graph.step_start_ns) == 0:
         return np.zeros(0, np.int64)
     at = lambda t: t + offsets[np.searchsorted(ev_end, t, side="right")]  # noqa: E731

@@ -5,9 +5,10 @@
     steps.from_profiler_steps                   # False: no annotation, the whole trace is one step
 
 A step is the host span of its annotation (the earliest start and latest end when several
-threads carry the same step). The last step is stretched to the end of the device work that
-started inside it, so work it launched is not cut off; earlier steps need no stretching, since
-the next step's span covers their spill-over. Without any annotation the trace is one step
+threads carry the same step). The last step is stretched to the end of the device work launched
+or started inside its host span, so work it queued is not cut off (a launch queue can hold work
+that starts well after the host left the step); earlier steps need no stretching, since the next
+step's span covers their spill-over. Without any annotation the trace is one step
 "0" over the user's activity: from the first to the last of the user's ops (never the
 profiler's own start and stop work), stretched in the same way.
 """
@@ -91,7 +92,7 @@ def find_steps(trace: Trace, work: DeviceWork, names: NameClasses) -> Steps:
     order = np.argsort(start, kind="stable")
     start, end, uniq = start[order], end[order], uniq[order]
     host_end = end.copy()
-    spill = work.end[(work.start >= start[-1]) & (work.start < end[-1])]
+    spill = work.end[in_span(work.start, work.launch, start[-1], host_end[-1])]
     if len(spill):
         end[-1] = max(end[-1], int(spill.max()))
     return Steps(
@@ -121,7 +122,7 @@ def _whole_trace(trace: Trace, work: DeviceWork, names: NameClasses) -> Steps:
     if launched.any():  # launching device work is the user's activity too
         hi = max(hi, int(work.launch[launched].max()))
     host_hi = hi
-    mine = ((work.start >= lo) & (work.start < hi)) | (launched & (work.launch >= lo))
+    mine = in_span(work.start, work.launch, lo, hi)
     if mine.any():
         hi = max(hi, int(work.end[mine].max()))
     return Steps(
@@ -131,3 +132,13 @@ def _whole_trace(trace: Trace, work: DeviceWork, names: NameClasses) -> Steps:
         from_profiler_steps=False,
         host_end_ns=np.array([host_hi]),
     )
+
+
+def in_span(start: np.ndarray, launch: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Device work (its start and launch ns, NO_LAUNCH when unknown) that belongs to the host
+    span from lo to hi, so a step is stretched over it: started in [lo, hi), or launched in
+    [lo, hi] (queued work may start well after the host has left the span; a launch is the
+    user's activity, so a span can end at one). The steps and their replay share this rule."""
+    started = (start >= lo) & (start < hi)
+    launched = (launch != NO_LAUNCH) & (launch >= lo) & (launch <= hi)
+    return started | launched

@@ -20,12 +20,12 @@ STEPPED = [
     (
         "kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
         "v100",
-        174.930,
+        177.535,
     ),
     (
         "kineto/tb_plugin/samples/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",
         "v100",
-        139.724,
+        141.034,
     ),
     ("kineto/tb_plugin/test/gpu_metrics_input.json", None, 13.410),
     ("hta/tests/data/nccl_parser_config/nccl_data.json.gz", "a100", 222.368),
@@ -51,11 +51,12 @@ def test_replay_reproduces_the_recorded_mean_step(
     assert p.target.step_ms == pytest.approx(p.replay_ms)
 
 
-def test_a_slower_device_lengthens_a_device_bound_replay() -> None:
+def test_a_faster_device_leaves_a_host_bound_step_to_the_host() -> None:
     """The dependencies matter: resnet50 (num_workers=4) is host-bound on its V100 (the device
-    idles 37 ms a step): projected onto an H100 its device time shrinks by more than half and
-    its step stays at the replayed one."""
+    idles 37 ms a step): projected onto an H100 its device time shrinks by more than half, yet
+    its step stays within 2% of the replayed one. Only the last step's tail shrinks: the
+    kernels it left queued when its host span ended (its end is the end of that device work)."""
     trace = load_trace(shared_traces_dir() / STEPPED[1][0])
     faster = project(trace, "h100")
-    assert faster.target.step_ms == pytest.approx(faster.replay_ms, rel=1e-3)
+    assert 0.98 * faster.replay_ms <= faster.target.step_ms <= faster.replay_ms
     assert {c.cls: c for c in faster.classes}["compute"].target_ms < 0.5 * 99.1

@@ -86,6 +86,21 @@ def test_totals_and_steps_count_each_instant_once() -> None:
     assert (step.name, step.collective_ns, step.exposed_ns) == ("1", 590 * US, 310 * US)
 
 
+def test_each_step_says_which_kinds_were_exposed() -> None:
+    """Step 1 (0-500): an all-reduce 100-200, all exposed. Step 2 (500-1000): a reduce-scatter
+    600-650, exposed, and an all-reduce 700-740 whose last 20 µs lie under a kernel 720-800."""
+    b = Build().step(1, 0, 500).step(2, 500, 1000)
+    _collective(b, "CC: allreduce", 100, 200, launch=90)
+    _collective(b, "CC: reduce_scatter", 600, 650, launch=590)
+    _collective(b, "CC: allreduce", 700, 740, launch=690)
+    b.kernel(720, 800, launch_us=695)
+    steps = b.report().communication.steps
+    assert [(s.name, s.exposed_ns, s.exposed_by_kind) for s in steps] == [
+        ("1", 100 * US, (("all_reduce", 100 * US),)),
+        ("2", 70 * US, (("reduce_scatter", 50 * US), ("all_reduce", 20 * US))),
+    ]
+
+
 def test_only_the_mostly_exposed_unit_is_flagged_and_the_finding_advises_on_it() -> None:
     """layers.0: 2/3 of its collective time exposed, 200 of the 310 exposed: flagged. (root):
     all exposed but 50 of 310 (under 30%); layers.1: 10% exposed."""

@@ -156,6 +156,23 @@ def test_without_steps_the_window_is_the_users_activity() -> None:
     ]
 
 
+def test_the_last_step_keeps_the_work_it_queued() -> None:
+    """The last step launches three kernels and leaves without a sync: the first starts inside
+    its host span, the two queued behind it start after the span. All three are the step's work
+    (torch-tb-profiler stretches steps over the work their launches queued, too)."""
+    b = Build().step(1, 0, 10_000).kernel(100, 9_100, launch_us=12)
+    b.step(2, 10_000, 12_000)
+    b.kernel(10_100, 19_100, launch_us=10_012)
+    b.kernel(19_100, 22_100, launch_us=10_032)
+    b.kernel(22_100, 25_100, launch_us=10_052)
+    r = b.report()
+    assert r.steps.end_ns.tolist() == [10_000 * US, 25_100 * US]
+    # step 2: 15.1 ms wall, busy 10.1-25.1 ms; its idle is the 100 µs before its first kernel
+    steps = r.breakdown
+    assert steps.wall_ns.tolist() == [10_000 * US, 15_100 * US]
+    assert steps.busy_ns[0].tolist() == [9_000 * US, 15_000 * US]
+
+
 def test_host_activity_is_the_launching_threads() -> None:
     """A monitor thread waits in threading.wait over the whole gap; the launching thread runs
     the op that was late: that op is what the host was running."""

@@ -332,3 +332,24 @@ def test_a_compiled_graph_execution_is_not_merged_with_eager_ops() -> None:
     p = project(b.b.build(), "same", source="v100", what_if=("compiled",))
     (row,) = p.what_if
     assert row.delta_ms == pytest.approx(-0.100, abs=1e-6)
+
+
+def test_source_classes_describe_the_recording_not_its_replay() -> None:
+    """Launch latencies of 5, 50 and 5 µs (the replay uses their median, 5 µs, so it shortens
+    the second step's wait): the source column is the trace's own. Steps of 1000 µs, each with
+    one 200 µs kernel: source idle is 1000 - 200 = 800 µs a step, whatever the replay gives,
+    and the source rows add up to the recorded step."""
+    b = Build()
+    for k, latency in enumerate((5, 50, 5)):
+        t0 = 1000 * k
+        b.step(k + 1, t0, t0 + 1000)
+        b.host("aten::relu", t0, t0 + 20)
+        b.kernel(t0 + 10 + latency, t0 + 210 + latency, launch_us=t0 + 10)
+        b.host("cudaDeviceSynchronize", t0 + 30, t0 + 230 + latency, kind=EventKind.RUNTIME)
+    p = project(b.b.build(), "same", source="v100")
+    assert p.source.step_ms == pytest.approx(1.0)
+    rows = {c.cls: c.source_ms for c in p.classes}
+    assert rows["idle"] == pytest.approx(0.8)
+    assert rows["compute"] + rows["copies"] + rows["collectives"] + rows["idle"] == pytest.approx(
+        p.source.step_ms
+    )
