@@ -135,6 +135,15 @@ def _make_module() -> types.ModuleType:
             raise RuntimeError(f"neuron:{idx} is not an emulated device")
         D.STATE.current_core = idx
 
+    def manual_seed(seed: int) -> None:
+        """The device's random ops draw from the host's default generator (so device results
+        equal CPU's for a seed): seeding the device seeds that generator. Not through
+        torch.manual_seed, which calls this back for the PrivateUse1 backend."""
+        torch.default_generator.manual_seed(int(seed))
+
+    def seed() -> None:
+        torch.default_generator.seed()
+
     def get_device_properties(device: Any = None) -> dict:
         return get_runtime().device_properties()[_device_index(device)]
 
@@ -147,10 +156,10 @@ def _make_module() -> types.ModuleType:
         "set_device": set_device,
         "synchronize": synchronize,
         "device": _DeviceContext,
-        "manual_seed": lambda seed: None,
-        "manual_seed_all": lambda seed: None,
-        "seed": lambda: None,
-        "seed_all": lambda: None,
+        "manual_seed": manual_seed,
+        "manual_seed_all": manual_seed,
+        "seed": seed,
+        "seed_all": seed,
         "initial_seed": torch.initial_seed,
         "get_rng_state": lambda device=None: torch.get_rng_state(),
         "set_rng_state": lambda state, device=None: torch.set_rng_state(state),

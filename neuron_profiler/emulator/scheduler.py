@@ -539,18 +539,19 @@ class DeviceTimeline:
     def host_sync(
         self, cores: Iterable[int], reason: str, op: str = "", until_ns: int | None = None
     ) -> int:
-        """Really block the host until the cores (or ``until_ns``) are done; records the wait."""
+        """Really block the host until the cores (or ``until_ns``) are done; records the wait
+        once (one host call, however many cores it waits for: one row on the host thread), on
+        the core that finishes last."""
         cores = list(cores)
         target = self.busy_until_ns(cores) if until_ns is None else until_ns
         begin = time.time_ns()
         end = wait_until(target)
-        if self.rt.capturing:
+        if self.rt.capturing and cores:
             record = HostSyncRecord(reason, op, target, current_correlation_id())
-            tid = _native_tid()
-            for c in cores:
-                self.rt.record_span_lazy(
-                    c, F.EXT_HOST_SYNC, tid, begin, end, _sync_start, _empty, record
-                )
+            last = max(cores, key=lambda c: self.cores[c].busy_until_ns())
+            self.rt.record_span_lazy(
+                last, F.EXT_HOST_SYNC, _native_tid(), begin, end, _sync_start, _empty, record
+            )
         return end
 
     def fallback(

@@ -144,6 +144,19 @@ def test_host_sync_ends_after_the_work_it_waits_for(payload: bytes) -> None:
         assert stop["timestamp_ns"] >= max(launched_before, default=0)
 
 
+def test_each_host_sync_is_recorded_once(payload: bytes) -> None:
+    """torch.neuron.synchronize() waits for both cores but is one host call: one span, on the
+    core that finished last (core 1 ran the last op), not a duplicate per core."""
+    pairs = _pairs(_on_host_clock(json.loads(payload)["events"]))
+    syncs = [
+        s
+        for s, _ in pairs
+        if s["event_type"] == F.EXT_HOST_SYNC
+        and s["data"][F.EXT_KEY][F.X_SYNC_REASON] == "synchronize"
+    ]
+    assert [s["nc_idx"] for s in syncs] == [1]
+
+
 def test_correlation_ids_link_runtime_calls_to_device_work(payload: bytes) -> None:
     acts = parse_system_trace(payload)
     calls = acts.kind == ActivityKind.RUNTIME_CALL

@@ -56,6 +56,18 @@ def test_torch_neuron_module_and_factories_match_cpu() -> None:
     assert torch.zeros(3, device="neuron:1").device.index == 1
 
 
+def test_seeding_through_the_device_api_makes_device_draws_reproducible() -> None:
+    """GPU-style code seeds with torch.cuda.manual_seed -> torch.neuron.manual_seed: the same
+    seed gives the same draws, equal to CPU's for that seed."""
+    torch.neuron.manual_seed(11)
+    first = torch.rand(3, device="neuron").cpu()
+    torch.neuron.manual_seed_all(11)
+    again = torch.rand(3, device="neuron").cpu()
+    torch.manual_seed(11)
+    assert torch.equal(first, again) and torch.equal(first, torch.rand(3))
+    assert torch.initial_seed() == 11
+
+
 def test_to_cpu_item_and_mixed_devices() -> None:
     x = torch.randn(3, 4)
     d = x.to("neuron")
