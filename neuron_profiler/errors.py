@@ -15,14 +15,17 @@ class NeuronProfilerError(Exception):
 
 
 class TraceLoadError(NeuronProfilerError):
-    """A trace file holds nothing usable (missing, not JSON, not a trace, no complete event)."""
+    """A trace file holds nothing usable (missing, not JSON, not a trace, no complete event).
+    ``not_a_trace``: the file is no trace at all (empty, not JSON, no ``traceEvents``), as a
+    config file found beside traces is; a damaged trace is not that."""
 
     exit_code = 2
 
-    def __init__(self, path: object, problem: str) -> None:
+    def __init__(self, path: object, problem: str, *, not_a_trace: bool = False) -> None:
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
+        self.not_a_trace = not_a_trace
 
 
 class CollectorUnavailableError(NeuronProfilerError):

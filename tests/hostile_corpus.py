@@ -155,11 +155,27 @@ CLEAN = {
     "trailing_bytes": 0,
     "damage": "",
     "ignored_base_time": "",
+    "negative_durations": 0,
 }
 
 
 def _clean(**changes: object) -> dict[str, object]:
     return {**CLEAN, **changes}
+
+
+# rich markup and terminal control sequences: printed as written, never interpreted
+MARKUP_NAMES = {
+    "2": {"name": "[/]"},
+    "3": {"name": "[red]aten::sum"},
+    "5": {"name": "op5\x1b[2J\x1b]0;title\x07"},
+}
+
+
+def _renamed(all_names: tuple[str, ...]) -> list[str]:
+    out = list(all_names)
+    for index, fields in MARKUP_NAMES.items():
+        out[int(index)] = fields["name"]
+    return out
 
 
 def _nested_args() -> bytes:
@@ -395,6 +411,37 @@ CASES: list[Case] = [
             ("1 event with invalid UTF-8",),
             _clean(replaced_text=1),
         ),
+    ),
+    Case(
+        "metadata_ts_mistyped",
+        _file(
+            "meta_ts.json",
+            document(
+                [
+                    {"ph": "M", "name": "process_name", "pid": PID, "ts": "abc", "args": {}},
+                    {"ph": "M", "name": "thread_name", "pid": PID, "tid": TID, "ts": 0},
+                    *events(),
+                ]
+            ),
+        ),
+        Expected(ALL, ("1 event skipped",), _clean(skipped_events=1)),
+    ),
+    Case(
+        "negative_duration",
+        _file("negative_dur.json", document(events(**{"4": {"dur": -5}}))),
+        Expected(
+            ALL, ("1 event with a negative duration: read as 0",), _clean(negative_durations=1)
+        ),
+    ),
+    Case(
+        "device_properties_a_number",
+        _file("props_number.json", document(events(), deviceProperties=5)),
+        Expected(ALL, (), _clean()),
+    ),
+    Case(
+        "names_with_markup_and_terminal_escapes",
+        _file("markup.json", document(events(**MARKUP_NAMES))),
+        Expected(tuple(_renamed(ALL)), (), _clean()),
     ),
     # -- point 2 ---------------------------------------------------------------------------
     Case(

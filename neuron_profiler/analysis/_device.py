@@ -111,7 +111,7 @@ def device_work(
     order = np.argsort(dense, kind="stable")  # by device, start order kept within each
     bounds = np.searchsorted(dense[order], np.arange(len(devices) + 1)).tolist()
     names = trace.process_names
-    labels = {d: _label(names.get(d, ""), d) for d in devices}
+    labels = {d: _label(names.get(d, ""), trace.pid_labels.get(d, d)) for d in devices}
     return DeviceWork(
         rows=rows,
         device=device,
@@ -129,9 +129,9 @@ def device_work(
     )
 
 
-def _label(process_name: str, pid: int) -> str:
+def _label(process_name: str, pid: int | str) -> str:
     """A NeuronCore's process name; else "device <pid>" (CUDA traces name the device process
-    after the host program)."""
+    after the host program; a pid written as text, or beyond int64, is shown as written)."""
     return process_name if process_name.startswith(V.CORE_PROCESS_PREFIX) else f"device {pid}"
 
 

@@ -494,8 +494,8 @@ def _capacity(trace: Trace, device_type: int, device_id: int) -> int | None:
     per-core ``hbm_bytes``); None for the host or a device the trace does not describe."""
     if device_type == 0:
         return None
-    for props in trace.metadata.get("deviceProperties") or ():
-        if isinstance(props, dict) and props.get(V.PROP_ID) == device_id:
+    for props in trace.device_properties():
+        if props.get(V.PROP_ID) == device_id:
             for key in CAPACITY_KEYS:
                 value = props.get(key)
                 if isinstance(value, int) and not isinstance(value, bool) and value > 0:

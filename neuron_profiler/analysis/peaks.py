@@ -31,12 +31,8 @@ _HALF_PRECISION = ("bfloat16", "float16")
 
 def peak_properties(trace: Trace) -> Mapping[str, Any] | None:
     """The ``deviceProperties`` of the first device that gives peak figures."""
-    for p in trace.metadata.get("deviceProperties") or ():
-        if (
-            isinstance(p, dict)
-            and p.get(V.PROP_PEAKS_KNOWN, True) is not False
-            and _number(p.get(V.PROP_HBM_GBPS))
-        ):
+    for p in trace.device_properties():
+        if p.get(V.PROP_PEAKS_KNOWN, True) is not False and _number(p.get(V.PROP_HBM_GBPS)):
             return p
     return None
 
@@ -45,9 +41,7 @@ def device_chip(trace: Trace) -> ChipSpec | None:
     """The cost model's profile of the chip the trace ran on, from its ``deviceProperties``: our
     ``chip`` key, else a profile whose name occurs in the device's ``name`` (or AMD's
     ``gcnArchName``); None when none does."""
-    for props in trace.metadata.get("deviceProperties") or ():
-        if not isinstance(props, dict):
-            continue
+    for props in trace.device_properties():
         key = props.get(V.PROP_CHIP)
         if isinstance(key, str) and key in CHIPS:
             return CHIPS[key]

@@ -20,7 +20,7 @@ import numpy as np
 from neuron_profiler.analysis.breakdown import StepBreakdown, step_breakdown
 from neuron_profiler.analysis.communication import NONE as NO_COMMUNICATION
 from neuron_profiler.analysis.communication import Communication, communication
-from neuron_profiler.analysis.compat.hta import HtaIdle, HtaTemporal, hta_breakdowns
+from neuron_profiler.analysis.compat.hta import HtaIdle, HtaTemporal, HtaTooLarge, hta_breakdowns
 from neuron_profiler.analysis.compat.tb_profiler import TbBreakdown, tb_profiler_breakdown
 from neuron_profiler.analysis.context import AnalysisContext, Options
 from neuron_profiler.analysis.findings import Findings, findings
@@ -112,13 +112,21 @@ class Position:
         return f"{where}{self.offset_ns / 1e6:+.1f} ms"
 
 
-Compatibility = tuple[HtaTemporal | None, HtaIdle | None, TbBreakdown | None]
+# the HTA and tb-profiler breakdowns, and notes on what was left out of them
+Compatibility = tuple[HtaTemporal | None, HtaIdle | None, TbBreakdown | None, tuple[str, ...]]
 
 
 def _compatibility(trace: Trace, options: Options) -> Compatibility:
     """The HTA and tb-profiler breakdowns (they read the trace alone)."""
-    hta_temporal, hta_idle = hta_breakdowns(trace) if options.hta else (None, None)
-    return hta_temporal, hta_idle, tb_profiler_breakdown(trace) if options.tb else None
+    hta_temporal = hta_idle = None
+    notes: tuple[str, ...] = ()
+    if options.hta:
+        try:
+            hta_temporal, hta_idle = hta_breakdowns(trace)
+        except HtaTooLarge as err:
+            notes = (f"HTA breakdowns left out: {err}",)
+    tb = tb_profiler_breakdown(trace) if options.tb else None
+    return hta_temporal, hta_idle, tb, notes
 
 
 def _beside(ctx: AnalysisContext) -> tuple[Compatibility, OpKernelSummary]:
@@ -193,7 +201,8 @@ def _analyze(
     found = ctx.result(findings)
     timeline = None if options.timeline_segments is None else ctx.result(device_timeline)
     ranks = ctx.result(rank_summary)
-    hta_temporal, hta_idle, tb = compatibility()
+    hta_temporal, hta_idle, tb, compat_notes = compatibility()
+    notes += compat_notes
     ops_and_kernels = summary()
     return Report(
         source=trace.source,

@@ -39,6 +39,8 @@ from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.trace import schema as S
 
 WHAT_IF = ("no-fallback:OP", "no-data-stall", "batch xN", "compiled", "overlap-comm")
+# ``batch xN``: N scales device time linearly, so a sane range keeps ns times within int64
+BATCH_FACTORS = (1e-3, 1e4)
 
 
 @dataclass(frozen=True)
@@ -88,15 +90,20 @@ def parse_what_if(text: str, source: str = "") -> Edit:
         return Edit(t, "no-fallback", op=op if "::" in op else f"aten::{op}")
     if t in ("no-data-stall", "compiled", "overlap-comm"):
         return Edit(t, t)
+    where = f"{source}: " if source else ""
     if t.replace(" ", "").startswith("batchx"):
         try:
             factor = float(t.replace(" ", "")[len("batchx") :])
         except ValueError:
             factor = 0.0
-        if factor > 0:
+        if BATCH_FACTORS[0] <= factor <= BATCH_FACTORS[1]:
             return Edit(t, "batch", factor=factor)
+        raise NeuronProfilerError(
+            f"{where}--what-if {t!r}: the batch factor must be a number from "
+            f"{BATCH_FACTORS[0]:g} to {BATCH_FACTORS[1]:g}",
+            exit_code=2,
+        )
     why = f"unknown (choose {', '.join(WHAT_IF)})"
-    where = f"{source}: " if source else ""
     raise NeuronProfilerError(f"{where}--what-if {t!r}: {why}", exit_code=2)
 
 

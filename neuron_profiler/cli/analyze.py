@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from neuron_profiler.errors import NeuronProfilerError
+
+if TYPE_CHECKING:
+    from neuron_profiler.cli.workers import FileResult
 
 # numpy's OpenBLAS starts a thread per core when numpy is first imported, each spinning ~0.1 s
 # of CPU waiting for work (on a 2-core machine, the core the analysis' second thread or the
@@ -128,10 +132,10 @@ def analyze(
             warn(line)
         if result.report is not None:
             reports.append(result.report)
-        elif result.named:
-            errors.append((result.path, result.problem))
-        else:
+        elif _skipped(result):
             warn(f"{result.path}: skipped, not a trace ({result.problem})")
+        else:
+            errors.append((result.path, result.problem))
     cross = distributed(summaries_of(reports))
     breaches = _breaches(rules, reports)
     _output(reports, errors, breaches, cross, as_json=as_json, top=top)
@@ -148,7 +152,8 @@ def analyze(
         click.echo(
             f"neuron-prof: wrote the HTML report ({n} trace{'s' * (n != 1)}) to {html}", err=True
         )
-    for path, problem in errors:
+    lone = len(errors) == 1 and not reports  # one bad input: its own line is the error
+    for path, problem in [] if lone else errors:
         click.echo(f"neuron-prof: error: {path}: {problem}", err=True)
     for b in breaches:
         click.echo(
@@ -157,11 +162,24 @@ def analyze(
         )
     if errors:
         raise NeuronProfilerError(
-            f"{len(errors)} of {len(errors) + len(reports)} inputs could not be analysed",
+            f"{errors[0][0]}: {errors[0][1]}"
+            if lone
+            else f"{len(errors)} of {len(errors) + len(reports)} inputs could not be analysed",
             exit_code=2,
         )
     if breaches:
         raise NeuronProfilerError(f"{len(breaches)} --fail-on rule(s) breached", exit_code=1)
+
+
+def _skipped(result: FileResult) -> bool:
+    """A file found under a directory that is no trace at all (a config ``.json``) is skipped
+    with a warning; a file named on the command line, or named as torch names its traces
+    (``*.pt.trace.json[.gz]``), or a trace that could not be analysed, is an error."""
+    from neuron_profiler.trace import vocabulary as V
+
+    return (
+        not result.named and result.not_a_trace and not result.path.endswith(V.TORCH_TRACE_SUFFIXES)
+    )
 
 
 def _expand(inputs: tuple[Path, ...]) -> tuple[list[tuple[Path, bool]], list[tuple[str, str]]]:

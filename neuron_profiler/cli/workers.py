@@ -36,6 +36,7 @@ class FileResult:
     report: Report | None
     problem: str
     warnings: tuple[str, ...]
+    not_a_trace: bool = False  # the file is no trace at all (``TraceLoadError.not_a_trace``)
 
 
 def analyze_file(path: str, named: bool, options: Options, *, last: bool = False) -> FileResult:
@@ -51,7 +52,7 @@ def analyze_file(path: str, named: bool, options: Options, *, last: bool = False
     try:
         trace = load_reported(lambda: load_input(Path(path), lines.append), say=lines.append)
     except TraceLoadError as err:
-        return FileResult(path, named, None, err.problem, tuple(lines))
+        return FileResult(path, named, None, err.problem, tuple(lines), err.not_a_trace)
     except NeuronProfilerError as err:  # e.g. Parquet without pyarrow: that file's problem
         return FileResult(path, named, None, str(err), tuple(lines))
     try:

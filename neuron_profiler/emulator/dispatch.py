@@ -7,6 +7,9 @@ copy, a host sync, a CPU fallback (``fallback``), or a collective (``collectives
 (name, kind, mutated arguments, fallback) are computed once per overload and cached. In timing
 mode large ops are modelled instead of run (``outputs``: the rule, zero-filled outputs), and
 ``modelled`` tracks which device tensors hold modelled values and warns when they are read.
+Ops whose only kernel is CUDA's (the fused RNN cells) run ``host_ops``' host implementation;
+outputs that ATen puts on the host (``batch_sizes`` of a packed sequence) stay host tensors
+(``host_outputs``); a nested result is held on the host behind a device tensor.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from neuron_profiler.emulator import fallback as fb
 from neuron_profiler.emulator import host_cost, modelled
 from neuron_profiler.emulator import scheduler as sched
 from neuron_profiler.emulator.costs import op_cost
+from neuron_profiler.emulator.host_ops import HOST_KERNELS
 from neuron_profiler.emulator.memory import ALLOCATOR
 from neuron_profiler.emulator.outputs import (
     ALLOC_OPS,
@@ -57,6 +61,9 @@ class OpInfo:
     mutated_names: tuple[str, ...]
     handler: Callable[..., Any] | None = None
     fallback: bool = False  # in the fallback set (cache dropped when the set changes)
+    # computes the op on host tensors: the op itself, or host_ops' kernel where ATen has only
+    # a CUDA one (the fused RNN cells); None: the op itself (OpInfo built elsewhere)
+    run: Callable[..., Any] | None = None
 
 
 class State:
@@ -140,6 +147,7 @@ def _describe(func: Any) -> OpInfo:
         tuple(names),
         handler,
         kind is Kind.KERNEL and fb.is_fallback_op(name),
+        HOST_KERNELS.get(func, func),
     )
     _INFO[func] = info
     return info
@@ -156,13 +164,16 @@ fb.on_change(_clear_cache)
 class Unwrapped:
     """Arguments with device tensors replaced by their CPU memory, and what was found."""
 
-    __slots__ = ("core", "inputs", "alias", "args", "kwargs", "device_kw")
+    __slots__ = ("core", "inputs", "alias", "args", "kwargs", "device_kw", "host")
 
     def __init__(self) -> None:
         self.core: int | None = None
         self.inputs: list[torch.Tensor] = []  # every tensor read (device memory or host)
         self.alias: dict[int, NeuronTensor] = {}  # id(elem) -> its wrapper
         self.device_kw: bool = False
+        # a host tensor of one or more dimensions is an argument (not a CPU scalar): the op may
+        # be one that ATen lets take host tensors and give some back (``host_outputs``)
+        self.host: bool = False
 
     def take(self, x: Any) -> Any:
         if isinstance(x, NeuronTensor):
@@ -181,6 +192,8 @@ class Unwrapped:
             return type(x)([self.take(i) for i in x])
         if isinstance(x, torch.Tensor):
             self.inputs.append(x)
+            if x.dim():
+                self.host = True
         return x
 
 
@@ -241,7 +254,12 @@ def run_inner_on_device(func: Any, args: tuple, kwargs: dict) -> Any:
 def new_device_tensor(elem: torch.Tensor, core: int, allocate: bool) -> NeuronTensor:
     """Wrap ``elem`` on ``core``; ``allocate``: a fresh output, whose buffer the device
     allocator accounts (memory.py) until this tensor dies."""
-    t = NeuronTensor(elem, core)
+    try:
+        t = NeuronTensor(elem, core)
+    except RuntimeError:  # a nested tensor has no sizes: held on the host (tensor.py)
+        if not elem.is_nested:
+            raise
+        t = run_inner_on_device(NeuronTensor.holding_nested, (elem, core), {})  # no host rows
     if allocate:
         nbytes = elem.numel() * elem.element_size()  # a fresh output owns exactly this
         if nbytes:
@@ -260,6 +278,69 @@ def wrap(out: Any, u: Unwrapped, core: int, allocate: bool, written: list[torch.
         return new_device_tensor(out, core, allocate)
     if type(out) is list or type(out) is tuple:
         return type(out)([wrap(o, u, core, allocate, written) for o in out])
+    return out
+
+
+# (op, which of its tensor arguments are on the host) -> indices of the output tensors that
+# ATen puts on the host for those arguments (empty: none)
+_HOST_OUTPUTS: dict[tuple, frozenset[int]] = {}
+
+
+def host_outputs(func: Any, run: Callable[..., Any], u: Unwrapped) -> frozenset[int]:
+    """Which of the op's output tensors (in order, nested lists flattened) ATen leaves on the host
+    when its device arguments are on a device and its host ones on the host:
+    ``_pack_padded_sequence``'s ``batch_sizes``, ``_pad_packed_sequence``'s lengths. Found once
+    per op and pattern of host arguments by running it with the device arguments on the meta
+    device (an op that cannot run there keeps every output on the device, as before)."""
+    key = (func, tuple([id(t) in u.alias for t in u.inputs]), u.device_kw)
+    found = _HOST_OUTPUTS.get(key)
+    if found is None:
+        memo: dict[int, torch.Tensor] = {}
+        try:
+            args = tuple([_on_meta(a, u, memo) for a in u.args])
+            kwargs = {k: _on_meta(v, u, memo) for k, v in u.kwargs.items()}
+            if u.device_kw:
+                kwargs["device"] = torch.device("meta")
+            out = run_inner(run, args, kwargs)
+        except Exception:  # no meta kernel, data-dependent, ...: every output on the device
+            found = frozenset()
+        else:
+            leaves = _tensors(out)
+            found = frozenset(i for i, t in enumerate(leaves) if t.device.type == "cpu")
+        _HOST_OUTPUTS[key] = found
+    return found
+
+
+def _on_meta(x: Any, u: Unwrapped, memo: dict[int, torch.Tensor]) -> Any:
+    """``x`` with the device arguments' memory replaced by meta tensors of its layout."""
+    if isinstance(x, torch.Tensor):
+        if id(x) not in u.alias:
+            return x
+        m = memo.get(id(x))
+        if m is None:
+            m = memo[id(x)] = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return m
+    if type(x) is list or type(x) is tuple:
+        return type(x)([_on_meta(i, u, memo) for i in x])
+    return x
+
+
+def wrap_mixed(
+    out: Any,
+    u: Unwrapped,
+    core: int,
+    allocate: bool,
+    written: list[torch.Tensor],
+    host: frozenset[int],
+    index: list[int],
+) -> Any:
+    """``wrap``, leaving the output tensors whose indices are in ``host`` host tensors."""
+    if isinstance(out, torch.Tensor):
+        i = index[0]
+        index[0] = i + 1
+        return out if i in host else wrap(out, u, core, allocate, written)
+    if type(out) is list or type(out) is tuple:
+        return type(out)([wrap_mixed(o, u, core, allocate, written, host, index) for o in out])
     return out
 
 
@@ -349,13 +430,17 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
             out, computed, seen, math_ns = _run_timing(func, info, u, seen)
             math_end_ns = time.time_ns()  # timing mode: the span is the math alone
         else:
-            out = func(*u.args, **u.kwargs)
+            out = info.run(*u.args, **u.kwargs)  # type: ignore[misc]
     finally:
         _set_record_function(True)
         if quiet:
             ALLOCATOR.host_reports_on()
     written: list[torch.Tensor] = []
-    result = wrap(out, u, core, kind is not Kind.VIEW, written)
+    host = host_outputs(func, info.run or func, u) if u.host else None
+    if host:
+        result = wrap_mixed(out, u, core, kind is not Kind.VIEW, written, host, [0])
+    else:
+        result = wrap(out, u, core, kind is not Kind.VIEW, written)
     if seen is not None:  # its outputs, and the inputs it wrote, hold modelled values
         modelled.mark(result, seen)
         if info.mutated_names:
@@ -379,7 +464,8 @@ def _run_timing(
     (``outputs.computes_for_real``), large ones materialised as zeros; allocations are zeros
     (their defined value, not a modelled one). Only the math is emulator overhead: the op's
     dispatch stays launch time, as for a modelled op."""
-    plan = timing_plan(func, u.args, u.kwargs, u.inputs)
+    run = info.run or func
+    plan = timing_plan(func, u.args, u.kwargs, u.inputs, run=run)
     if plan is not None and not plan.real:
         out = materialise(plan, u.inputs)[0]
         if seen is None and info.kind is Kind.KERNEL and info.name not in ZEROS_OPS:
@@ -389,7 +475,7 @@ def _run_timing(
         modelled.warn_read(seen, info.name)
     math_ns = time.time_ns()
     try:
-        return func(*u.args, **u.kwargs), True, seen, math_ns
+        return run(*u.args, **u.kwargs), True, seen, math_ns
     except Exception:
         if plan is None or seen is None:
             raise
@@ -592,7 +678,7 @@ def run_fallback(
     host = {id(t): t.clone() for t in device_inputs}
     args = _swap(u.args, host)
     kwargs = {k: _swap(v, host) for k, v in u.kwargs.items()}
-    out = run_inner(func, args, kwargs)
+    out = run_inner(info.run or func, args, kwargs)
     host_by_id = {id(h): h for h in host.values()}
     back = {id(host[id(dev)]): dev for dev in _mutated_elems(info, u)}  # host id -> device
     for h_id, dev in back.items():

@@ -28,7 +28,7 @@ the same dict lookup whichever way it goes.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -207,9 +207,17 @@ def _scalar_blind_sig(x: Any) -> Any:
 _FOREACH: dict[Any, bool] = {}  # overload -> is a _foreach_ op (scalars never decide its shapes)
 
 
-def timing_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor]) -> Plan | None:
+def timing_plan(
+    func: Any,
+    args: tuple,
+    kwargs: dict,
+    inputs: list[torch.Tensor],
+    run: Callable[..., Any] | None = None,
+) -> Plan | None:
     """The cached plan of ``func`` on these (unwrapped, CPU) arguments, its ``real`` decided;
-    None: no plan (no meta kernel, data-dependent shape, host value), run it for real."""
+    None: no plan (no meta kernel, data-dependent shape, host value), run it for real. ``run``:
+    what computes ``func`` on host tensors where that is not ``func`` itself (host_ops.py), also
+    run on meta tensors for the plan."""
     foreach = _FOREACH.get(func)
     if foreach is None:
         foreach = _FOREACH[func] = func._overloadpacket.__name__.startswith("_foreach_")
@@ -217,11 +225,11 @@ def timing_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor]
     try:
         key = (func, sig(args), sig(tuple(kwargs.items())) if kwargs else ())
         plan = _PLANS.get(key)
-    except _Uncacheable:
+    except (_Uncacheable, RuntimeError):  # RuntimeError: a nested tensor has no sizes
         key, plan = None, None
     if plan is not None:
         return None if plan is _REAL else plan
-    plan = _make_plan(func, args, kwargs, inputs)
+    plan = _make_plan(func, args, kwargs, inputs, run or func)
     if key is not None:
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
@@ -229,16 +237,18 @@ def timing_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor]
     return plan
 
 
-def _make_plan(func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor]) -> Any:
+def _make_plan(
+    func: Any, args: tuple, kwargs: dict, inputs: list[torch.Tensor], run: Callable[..., Any]
+) -> Any:
     memo: dict[int, torch.Tensor] = {}
-    margs = _to_meta(args, memo)
-    mkwargs = {k: _to_meta(v, memo) for k, v in kwargs.items()}
-    index = {id(memo[id(t)]): i for i, t in enumerate(inputs) if id(t) in memo}
     try:
-        out = func(*margs, **mkwargs)
+        margs = _to_meta(args, memo)
+        mkwargs = {k: _to_meta(v, memo) for k, v in kwargs.items()}
+        index = {id(memo[id(t)]): i for i, t in enumerate(inputs) if id(t) in memo}
+        out = run(*margs, **mkwargs)
         tree = _plan_of(out, index)
-    except Exception:  # no meta kernel, data-dependent shape, host value: run it for real
-        return None
+    except Exception:  # no meta kernel, data-dependent shape, host value, a nested tensor:
+        return None  # run it for real
     name = func._overloadpacket._qualified_op_name
     return Plan(tree, computes_for_real(name, inputs, _leaves(out), margs))
 

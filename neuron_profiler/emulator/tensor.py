@@ -14,6 +14,7 @@ import torch
 
 from neuron_profiler.emulator.host_cost import LEDGER
 from neuron_profiler.emulator.outputs import resizable_storage
+from neuron_profiler.errors import EmulatorError
 
 _executor: Callable[[Any, tuple, dict], Any] | None = None
 _aten = torch.ops.aten
@@ -44,6 +45,33 @@ def set_executor(fn: Callable[[Any, tuple, dict], Any], cores: int) -> None:
     global _executor
     _executor = fn
     _devices[:] = [torch.device("neuron", i) for i in range(cores)]
+    _refuse_nested()
+
+
+NESTED_UNSUPPORTED = (
+    "nested tensors are not supported by the emulated neuron device: keep the nested tensor on "
+    "the CPU, or pad it first (t.to_padded_tensor(0.0).to('neuron')). Nested tensors that ops "
+    "make internally (nn.TransformerEncoder's fast path) are held on the host"
+)
+_nested_lib: list[torch.library.Library] = []
+
+
+def _nested_unsupported(op: Any, *args: Any, **kwargs: Any) -> Any:
+    raise EmulatorError(f"{op}: {NESTED_UNSUPPORTED}")
+
+
+def _refuse_nested() -> None:
+    """A nested tensor copied to the device (``nt.to("neuron")``), or made there
+    (``torch.nested.nested_tensor(..., device="neuron")``, whose first op fails), reaches ATen's
+    NestedTensorPrivateUse1 key, which has no kernels (torch says "Could not run 'aten::_to_copy'
+    with arguments from the 'NestedTensorneuron' backend"): one clear error instead, from a
+    fallback on that key. Registered once, at ``enable`` (never where another PrivateUse1 backend
+    could own the key)."""
+    if _nested_lib:
+        return
+    lib = torch.library.Library("_", "IMPL")
+    lib.fallback(_nested_unsupported, "NestedTensorPrivateUse1")
+    _nested_lib.append(lib)
 
 
 def swap_executor(fn: Callable[[Any, tuple, dict], Any]) -> Callable[[Any, tuple, dict], Any]:
@@ -72,6 +100,23 @@ class NeuronTensor(torch.Tensor):
             dtype=elem.dtype,
             device=_devices[core],
             dispatch_sizes_strides_policy="sizes",
+        )
+        t._elem = elem
+        t._core = core
+        return t
+
+    @staticmethod
+    def holding_nested(elem: torch.Tensor, core: int) -> NeuronTensor:
+        """A device tensor whose memory is a (strided-layout) nested CPU tensor: what an op's
+        nested result is (``torch._nested_tensor_from_mask`` and the encoder layer of
+        ``nn.TransformerEncoder``'s fast path), held on the host. A wrapper subclass cannot be
+        nested, so its metadata is that of the padded tensor (``is_nested`` is False and
+        ``size()`` answers the padded size, where a nested tensor raises); every op on it still
+        runs on the held nested tensor."""
+        sizes = elem._nested_tensor_size()
+        rest = sizes.amax(0).tolist() if sizes.shape[0] else [0] * (elem.dim() - 1)
+        t = _make_wrapper(
+            NeuronTensor, (sizes.shape[0], *rest), dtype=elem.dtype, device=_devices[core]
         )
         t._elem = elem
         t._core = core

@@ -20,9 +20,10 @@ from neuron_profiler.errors import TraceLoadError
 from neuron_profiler.explorer import schema as X
 from neuron_profiler.explorer.native import is_native_dir, read_native
 from neuron_profiler.explorer.reader import is_profile_dir, table_files
+from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
-HOST_TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+HOST_TRACE_SUFFIXES = V.TORCH_TRACE_SUFFIXES
 
 
 class InputKind(enum.Enum):

@@ -27,7 +27,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,11 +146,27 @@ _FLOW_TABLE = _table(FLOW_PHASES)
 _DEVICE_TABLE = _table(S.DEVICE_KINDS)
 
 
+def _phases(trace: Trace) -> np.ndarray:
+    """The phase column with events at a negative timestamp (which a Perfetto timestamp, a
+    uint64, cannot hold) set to 0, a phase nothing selects: every selection, the device
+    counters' included, leaves the same events out."""
+    ph, ts = trace.col(S.PH), trace.col(S.TS_NS)
+    return ph if bool((ts >= 0).all()) else np.where(ts >= 0, ph, 0).astype(ph.dtype)
+
+
+def _kept(trace: Trace) -> Trace:
+    """``trace`` as the exporter sees it (events at a negative timestamp have no phase): the
+    device counters are computed from it, so left-out work neither draws a counter before 0
+    nor adds busy time after it. The trace itself when nothing is left out."""
+    ph = _phases(trace)
+    if ph is trace.col(S.PH):
+        return trace
+    return replace(trace, columns={**trace.columns, S.PH: ph})
+
+
 def _select(trace: Trace) -> _Selection:
-    ph, dur, ts = trace.col(S.PH), trace.col(S.DUR_NS), trace.col(S.TS_NS)
+    ph, dur, ts = _phases(trace), trace.col(S.DUR_NS), trace.col(S.TS_NS)
     valid_ts = ts >= 0
-    if not valid_ts.all():  # phases of events with a negative timestamp match nothing below
-        ph = np.where(valid_ts, ph, 0).astype(np.uint8)
     per_phase = np.bincount(ph, minlength=int(max(S.Phase)) + 1)
     complete = ph == S.Phase.COMPLETE
     flow_phase = _FLOW_TABLE[ph]
@@ -294,11 +310,11 @@ def _plan(
     if pool is None:
         nest = _nest(trace, sel, threads)
         flows = bind_flows(trace, sel.flows, cand, threads.thread, threads.pairs)
-        counters = device_counters(trace) if counters is None else counters
+        counters = device_counters(_kept(trace)) if counters is None else counters
         return _tracks(trace, sel, counters, threads, nest), flows
     nest_f = pool.submit(_nest, trace, sel, threads)
     flows_f = pool.submit(bind_flows, trace, sel.flows, cand, threads.thread, threads.pairs)
-    counters = device_counters(trace) if counters is None else counters
+    counters = device_counters(_kept(trace)) if counters is None else counters
     return _tracks(trace, sel, counters, threads, nest_f.result()), flows_f.result()
 
 
@@ -437,6 +453,7 @@ class _Events:
     flow_uid: np.ndarray
     flow_terminating: np.ndarray
     counter_points: int
+    negative_counter_points: int  # device counter samples before 0, left out
 
     def __len__(self) -> int:
         return len(self.nest.ts) + len(self.other_ts)
@@ -493,7 +510,7 @@ def _merged(mine: np.ndarray, theirs: np.ndarray, mask: np.ndarray, at: np.ndarr
 def _events(trace: Trace, sel: _Selection, tracks: _Tracks, flows: Flows) -> _Events:
     nest = tracks.nest
     n, m = len(sel.slices), len(sel.instants)
-    c_ts, c_track, c_value = _counter_points(tracks)
+    c_ts, c_track, c_value, c_negative = _counter_points(tracks)
     k = len(c_ts)
     o_ts = np.concatenate([trace.col(S.TS_NS)[sel.instants], c_ts])
     o_order = np.argsort(o_ts, kind="stable")  # timsort: merges the sorted runs
@@ -532,12 +549,16 @@ def _events(trace: Trace, sel: _Selection, tracks: _Tracks, flows: Flows) -> _Ev
         flow_uid=flows.flow_uid[att_order],
         flow_terminating=flows.terminating[att_order],
         counter_points=k,
+        negative_counter_points=c_negative,
     )
 
 
-def _counter_points(tracks: _Tracks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Counter samples: a bin's value at its start where it changes, and 0 where it ends."""
+def _counter_points(tracks: _Tracks) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Counter samples: a bin's value at its start where it changes, and 0 where it ends; and
+    how many samples of the device series fell before time 0 and were left out (counters a
+    caller passes in: those computed here leave out the events before 0 themselves)."""
     ts, uuid, value = [], [], []
+    negative = 0
     for track, series in tracks.counter_uuids:
         if len(series.ts_ns) == 0:
             continue
@@ -546,6 +567,8 @@ def _counter_points(tracks: _Tracks) -> tuple[np.ndarray, np.ndarray, np.ndarray
         s_value = np.append(series.values, 0.0)
         change = np.ones(len(s_ts), dtype=bool)  # a counter holds its value: write changes only
         change[1:] = s_value[1:] != s_value[:-1]
+        negative += int((change & (s_ts < 0)).sum())
+        change &= s_ts >= 0
         ts.append(s_ts[change])
         value.append(s_value[change])
         uuid.append(np.full(int(change.sum()), track))
@@ -554,8 +577,8 @@ def _counter_points(tracks: _Tracks) -> tuple[np.ndarray, np.ndarray, np.ndarray
         value.append(c_values)
         uuid.append(np.full(len(c_ts), track))
     if not ts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-    return np.concatenate(ts), np.concatenate(uuid), np.concatenate(value)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), negative
+    return np.concatenate(ts), np.concatenate(uuid), np.concatenate(value), negative
 
 
 def _framed(packets: list[pb.TracePacket]) -> bytes:
@@ -786,6 +809,8 @@ def write_perfetto_trace(
     skipped = dict(sel.skipped)
     if tracks.chrome_counter_skipped:
         skipped["counter without numeric value"] = tracks.chrome_counter_skipped
+    if ev.negative_counter_points:
+        skipped["device counter sample at negative timestamp"] = ev.negative_counter_points
     return PerfettoExport(
         path=path,
         bytes_written=written,

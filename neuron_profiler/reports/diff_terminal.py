@@ -104,7 +104,7 @@ def _rows_table(d: TraceDiff, rows: tuple[Row, ...]) -> Table:
         note = f" ({'; '.join(r.notes)})" if r.notes else ""
         table.add_row(
             str(i),
-            shorten(r.key, TEXT_LIMIT) + note,
+            Text(shorten(r.key, TEXT_LIMIT) + shorten(note, TEXT_LIMIT)),  # (never markup)
             r.kind,
             _ms(r.a_ms),
             _ms(r.b_ms),
@@ -185,7 +185,7 @@ def _memory_table(d: TraceDiff) -> Table:
         table.add_column(c, justify="right", no_wrap=True)
     for m in d.memory:
         table.add_row(
-            m.device,
+            Text(shorten(m.device)),
             mib(m.a_bytes, missing="-"),
             mib(m.b_bytes, missing="-"),
             mib(m.delta_bytes, signed=True, missing="-"),
@@ -208,8 +208,8 @@ def _mappings_table(d: TraceDiff, top: int) -> Table:
     for m in ranked[:top]:
         table.add_row(
             m.rule,
-            shorten(m.raw, TEXT_LIMIT),
-            shorten(m.mapped, TEXT_LIMIT),
+            Text(shorten(m.raw, TEXT_LIMIT)),
+            Text(shorten(m.mapped, TEXT_LIMIT)),
             str(m.a_ops),
             str(m.b_ops),
         )

@@ -4,7 +4,8 @@ every assumption::
 
     render_projection(p, console=Console(width=report_width(Console())))
 
-It formats an ``analysis.projection.Projection`` and computes nothing.
+It formats an ``analysis.projection.Projection`` and computes nothing. Trace text goes in as
+rich ``Text`` (never parsed as markup), shortened and escaped by ``reports.text.shorten``.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _what_if(p: Projection) -> Table:
         t.add_column(col, justify="left" if col == "edit" else "right")
     for w in p.what_if:
         style = SLOWER if w.delta_ms > 0 else FASTER if w.delta_ms < 0 else ""
-        t.add_row(w.edit, _ms(w.step_ms), Text(f"{w.delta_ms:+,.3f}", style=style))
+        t.add_row(Text(shorten(w.edit)), _ms(w.step_ms), Text(f"{w.delta_ms:+,.3f}", style=style))
     return t
 
 
@@ -84,7 +85,7 @@ def _ops(title: str, rows: tuple[OpRow, ...]) -> Table:
         t.add_column(col, justify="left" if col in ("op", "class") else "right")
     for o in rows:
         t.add_row(
-            shorten(o.name, NAME_LIMIT),
+            Text(shorten(o.name, NAME_LIMIT)),  # (plain text: a name is never markup)
             o.cls,
             str(o.count),
             _ms(o.source_ms),

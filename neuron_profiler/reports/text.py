@@ -11,7 +11,9 @@ shown as its first and last characters around one ``ELLIPSIS`` (the middle goes:
 what it is, the end tells overloads and template arguments apart), ``NAME_LIMIT`` characters in
 all. Prose that embeds names (a finding's advice, notes, load warnings) is bounded the same way
 at ``TEXT_LIMIT``. So no renderer's work or output grows with the length of a name: a 50 MB op
-name is 200 characters on the screen.
+name is 200 characters on the screen. Control characters in a text (a trace may name an op
+``"\x1b[2J"``: clear the screen) are shown as their escapes (``\x1b``), never sent to a
+terminal; terminal renderers also take trace text as plain text, never as rich markup.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ ELLIPSIS = "…"
 # breaks after "_", and only then anywhere (folded).
 _BREAK = re.compile(r"(?<=\s)(?=\S)|(?<=::)|(?<=[,;/\\|.])(?=[^\s,;/\\|.])|(?<=[^\s(<])(?=[(<])")
 _WEAK_BREAK = re.compile(r"(?<=_)(?=[^_])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def mib(n: int | None, signed: bool = False, missing: str = "") -> str:
@@ -35,12 +38,28 @@ def mib(n: int | None, signed: bool = False, missing: str = "") -> str:
     return missing if n is None else f"{n / 2**20:{'+' if signed else ''},.3f}"
 
 
+def shown(text: str) -> str:
+    """``text`` with its control characters (C0, DEL, C1) written as escapes (``\x1b``)."""
+    if text.isprintable():  # (the usual case, at C speed: no control character)
+        return text
+    return _CONTROL.sub(_escape_control, text)
+
+
+def _escape_control(m: re.Match[str]) -> str:
+    return f"\\x{ord(m.group()):02x}"
+
+
 def shorten(text: str, limit: int = NAME_LIMIT) -> str:
     """``text`` itself when it has at most ``limit`` characters, else its first
     ``ceil((limit - 1) / 2)`` and last ``floor((limit - 1) / 2)`` characters joined by
-    ``ELLIPSIS``: ``limit`` characters in all."""
+    ``ELLIPSIS``: ``limit`` characters in all; control characters ``shown`` as escapes (cut
+    again if the escapes made it longer)."""
     if limit < 1:
         raise ValueError(f"limit must be at least 1, not {limit}")
+    return _cut(shown(_cut(text, limit)), limit)
+
+
+def _cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     keep = limit - 1

@@ -396,8 +396,9 @@ def _metadata(
     host: Trace, placed: Placement, sources: Sequence[str], outside: int
 ) -> dict[str, Any]:
     meta = dict(host.metadata)
-    existing = list(meta.get("deviceProperties") or [])
-    names = {p.get("name") for p in existing if isinstance(p, dict)}
+    existing = meta.get("deviceProperties")  # kept as written when it is a list
+    existing = existing if isinstance(existing, list) else []
+    names = {p.get("name") for p in host.device_properties()}
     meta["deviceProperties"] = existing + [
         p for p in placed.device_properties if p.get(V.PROP_NAME) not in names
     ]

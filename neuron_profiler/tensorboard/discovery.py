@@ -20,7 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+from neuron_profiler.trace.vocabulary import TORCH_TRACE_SUFFIXES
+
+TRACE_SUFFIXES = TORCH_TRACE_SUFFIXES
 _HANDLER_NAME = re.compile(r"^(?P<worker>.+)\.(?P<span>\d+)$")
 ID_PATTERN = re.compile(r"^[0-9a-f]{16}$")
 

@@ -442,6 +442,8 @@ class ColumnSink:
             return
         if len(keep) < len(metas):
             pick = keep.tolist()
+            if isinstance(args, LazyDicts):  # (a rejected ts: decode now, keep the rest)
+                args = args.dicts()
             metas, args = [metas[i] for i in pick], [args[i] for i in pick]
             view_args = [view_args[i] for i in pick]
             ts, has_ts = ts[keep], has_ts[keep]

@@ -136,6 +136,19 @@ def load_trace(path: str | Path) -> Trace:
     return trace
 
 
+def nothing_usable(trace: Trace) -> str | None:
+    """Why a loaded trace holds nothing to analyse or export (no event but metadata: ``M``
+    events name processes and threads of nothing), or None. The commands refuse such a file
+    with this problem; ``load_trace`` itself returns it (an empty trace is a valid value)."""
+    if len(trace):
+        return None
+    if trace.skipped_events:
+        return f"no usable event ({trace.skipped_events} skipped: mistyped fields)"
+    if len(trace.meta_events):
+        return "no event (traceEvents holds nothing but metadata)"
+    return "no event (traceEvents is empty)"
+
+
 def _loaded(path: Path, *, split: bool) -> _Load:
     source = BlockSource(path)
     try:
@@ -489,23 +502,30 @@ class _Load:
     def _whole_document(self) -> None:
         data = self.source.read_all(self._head)
         if not data.strip():
-            problem = self.source.damage or EMPTY_FILE
-            raise TraceLoadError(self.path, problem)
+            damage = self.source.damage
+            raise TraceLoadError(self.path, damage or EMPTY_FILE, not_a_trace=not damage)
         try:
             top = decode_top(data)
         except msgspec.ValidationError as err:
-            raise TraceLoadError(self.path, f"not a torch.profiler trace ({err})") from None
+            raise TraceLoadError(
+                self.path, f"not a torch.profiler trace ({err})", not_a_trace=True
+            ) from None
         except (msgspec.DecodeError, RecursionError) as err:
             top = self._decode_object(data)
             if top is None:
-                problem = NOTHING_COMPLETE if _KEY in data else f"invalid JSON ({err})"
-                raise TraceLoadError(self.path, problem) from None
+                if _KEY in data:
+                    raise TraceLoadError(self.path, NOTHING_COMPLETE) from None
+                raise TraceLoadError(self.path, f"invalid JSON ({err})", not_a_trace=True) from None
         events = top.pop("traceEvents", None)
         if events is None:
-            raise TraceLoadError(self.path, "not a torch.profiler trace (no traceEvents)")
+            raise TraceLoadError(
+                self.path, "not a torch.profiler trace (no traceEvents)", not_a_trace=True
+            )
         if bytes(events)[:1] != b"[":
             raise TraceLoadError(
-                self.path, "not a torch.profiler trace (traceEvents is not an array)"
+                self.path,
+                "not a torch.profiler trace (traceEvents is not an array)",
+                not_a_trace=True,
             )
         try:
             self.sink.add_piece(bytes(events))
@@ -577,6 +597,17 @@ def _hbm_counter_category(columns: dict[str, np.ndarray], strings: list[str]) ->
     return np.where(hit, strings.index(V.CAT_HBM_USAGE), cat).astype(cat.dtype)
 
 
+def _no_negative_durations(columns: dict[str, np.ndarray]) -> int:
+    """Durations below 0 (written so, or an ``E`` before its ``B``) read as 0, counted: every
+    analysis and exporter then sees spans that end where they start, never before."""
+    dur = columns[S.DUR_NS]
+    negative = dur < 0
+    count = int(np.count_nonzero(negative))
+    if count:
+        dur[negative] = 0
+    return count
+
+
 def _in_time_order(columns: dict[str, np.ndarray]) -> None:
     """Sort the rows by ts (file order breaks ties), in place of the dict's columns. Each
     column is reordered into the one before it of its dtype (rows of all columns are
@@ -606,6 +637,7 @@ def _build(load: _Load, source: str) -> Trace:
     if base_ns:
         columns[S.TS_NS] += base_ns
     columns = pair_begin_end(columns)
+    negative_durations = _no_negative_durations(columns)
     _in_time_order(columns)
     strings = list(sink.strings)
     columns[S.KIND] = refine_kinds(columns[S.KIND], columns[S.NAME_ID], strings)
@@ -614,6 +646,7 @@ def _build(load: _Load, source: str) -> Trace:
     meta_events = sink.meta_table(base_ns)
     report = LoadReport(
         **sink.repairs,
+        negative_durations=negative_durations,
         trailing_bytes=load.trailing,
         damage=load.damage,
         ignored_base_time=ignored_base,

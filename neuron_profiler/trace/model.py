@@ -182,6 +182,8 @@ class LoadReport:
             before it are kept.
         ignored_base_time: an unusable ``baseTimeNanoseconds`` (its JSON text), treated as
             absent (``ts`` taken as absolute µs).
+        negative_durations: events whose duration was below 0 (as written, or an ``E`` before
+            its ``B``): read as 0.
     """
 
     replaced_text: int = 0
@@ -192,6 +194,7 @@ class LoadReport:
     trailing_bytes: int = 0
     damage: str = ""
     ignored_base_time: str = ""
+    negative_durations: int = 0
 
     def lines(self, source: str) -> list[str]:
         """One line per thing that was changed or left out (none for a clean file)."""
@@ -232,6 +235,8 @@ class LoadReport:
                 f"baseTimeNanoseconds {self.ignored_base_time} is not a number: "
                 "ignored (ts taken as absolute µs)"
             )
+        if self.negative_durations:
+            out.append(f"{n(self.negative_durations, 'event')} with a negative duration: read as 0")
         return out
 
 
@@ -304,6 +309,15 @@ class Trace:
 
     def col(self, name: str) -> np.ndarray:
         return self.columns[name]
+
+    def device_properties(self) -> tuple[dict[str, Any], ...]:
+        """The ``deviceProperties`` entries that are objects, in file order: the one reading
+        every analysis shares (a file may hold anything there: a value that is no list, or
+        entries that are no objects, describe no device)."""
+        value = self.metadata.get("deviceProperties")
+        if not isinstance(value, list):
+            return ()
+        return tuple(p for p in value if isinstance(p, dict))
 
     def name(self, row: int) -> str:
         return self.strings[int(self.columns[S.NAME_ID][row])]

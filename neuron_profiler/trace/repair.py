@@ -39,7 +39,9 @@ true}}``; they count ``DeviceActivities.malformed``.
 from __future__ import annotations
 
 import enum
+import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,8 +131,17 @@ NOTHING_COMPLETE = "truncated, no complete event"
 
 
 def open_input(path: Path) -> IO[bytes]:
-    """``path`` opened for reading; ``TraceLoadError`` ("no such file", "cannot read: ...")
-    otherwise."""
+    """``path`` opened for reading; ``TraceLoadError`` ("no such file", "cannot read: ...",
+    "not a regular file ...") otherwise. Readers seek and read a file more than once, so a pipe
+    or a device is refused before it is opened (opening a FIFO without a writer would block)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise TraceLoadError(path, "no such file") from None
+    except OSError as err:
+        raise TraceLoadError(path, cannot_read(err)) from None
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # (a directory: "cannot read")
+        raise TraceLoadError(path, "not a regular file (a pipe or a device): save it to a file")
     try:
         return open(path, "rb")  # noqa: SIM115 - the caller closes it
     except FileNotFoundError:

@@ -15,6 +15,11 @@ Torch-free; docs/collector.md describes each key.
 
 from __future__ import annotations
 
+# -- file names ----------------------------------------------------------------------------
+# what torch's tensorboard_trace_handler writes ({worker}.{time_ns}.pt.trace.json[.gz]): a file
+# named so is a trace, whatever it holds
+TORCH_TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+
 # -- categories (Kineto's spellings, so every tool classifies our rows) ----------------------
 CAT_KERNEL = "kernel"  # compute and collectives (collectives are device time; marked in args)
 CAT_MEMCPY = "gpu_memcpy"  # DMA transfers

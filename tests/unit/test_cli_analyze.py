@@ -146,6 +146,37 @@ def test_directory_skips_files_that_are_not_traces(
     assert "config.json: skipped, not a trace" in err
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("rank1.pt.trace.json", ""),  # named as torch names its traces: a trace, but empty
+        ("rank1.json", '{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur"'),  # cut off
+    ],
+    ids=["empty-trace-name", "truncated"],
+)
+def test_directory_counts_broken_traces_as_errors(
+    name: str, text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under a directory only files that are no trace at all are skipped: a broken trace is an
+    error (exit 2), so a CI gate over a run directory does not pass on lost ranks."""
+    small_trace(tmp_path / "rank0.pt.trace.json")
+    (tmp_path / name).write_text(text)
+    code, out, err = run(["analyze", "--json", str(tmp_path)], capsys)
+    assert code == 2 and len(json.loads(out)["traces"]) == 1
+    assert f"neuron-prof: error: {tmp_path / name}: " in err and "skipped" not in err
+
+
+def test_one_bad_input_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, out, err = run(["analyze", str(bad)], capsys)
+    assert code == 2 and out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"neuron-prof: error: {bad}: invalid JSON")
+
+
 def test_fail_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = str(small_trace(tmp_path / "a.json"))
     code, out, err = run(["analyze", "--json", "--fail-on", "idle_pct>30", path], capsys)

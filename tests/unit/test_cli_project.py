@@ -58,6 +58,17 @@ def test_what_if_in_json_and_a_bad_edit_before_reading(trace_file, capsys) -> No
     assert code == 2 and out == "" and "unknown" in err and "overlap-comm" in err
 
 
+@pytest.mark.parametrize("factor", ["inf", "nan", "1e308", "0", "-1", "1e-320", "x"])
+def test_a_batch_factor_out_of_range_is_refused(trace_file, capsys, factor: str) -> None:  # noqa: ANN001
+    """N scales device time: a factor that is no number, not positive or absurd (inf, 1e308:
+    times beyond int64) is one error line, not a projection of garbage."""
+    args = ["project", str(trace_file), "--chip", "trn2", "--source-chip", "v100"]
+    code, out, err = run([*args, "--what-if", f"batch x{factor}"], capsys)
+    assert code == 2 and out == ""
+    (line,) = err.splitlines()
+    assert line.endswith("the batch factor must be a number from 0.001 to 10000")
+
+
 def test_terminal_names_both_chips_and_the_assumptions(trace_file, capsys) -> None:  # noqa: ANN001
     code, out, _ = run(
         ["project", str(trace_file), "--chip", "trn2", "--source-chip", "v100"], capsys

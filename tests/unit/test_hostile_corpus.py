@@ -147,3 +147,61 @@ def test_analyze_on_every_case(
         json.loads(out)
     for wanted in case.expected.warnings:
         assert any(wanted in line for line in err.splitlines()), (wanted, err)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["analyze"], ["project", "--chip", "trn2"], ["diff"]],
+    ids=["analyze", "project", "diff"],
+)
+@pytest.mark.parametrize("case", TRACE_CASES, ids=lambda c: c.name)
+def test_terminal_reports_on_every_case(
+    case: Case, argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The terminal reports of ``analyze``, ``project`` and ``diff`` (a trace against itself)
+    on the same hostile files: no traceback, the case's exit status, one line per warning or
+    error, and names printed as written: neither rich markup nor terminal control sequences in
+    them take effect."""
+    path = case.write(tmp_path)
+    before = path.read_bytes()
+    code = main([*argv, str(path)] + ([str(path)] if argv == ["diff"] else []))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and path.read_bytes() == before
+    lines = err.splitlines()
+    assert all(
+        line.startswith(("neuron-prof: warning: ", "neuron-prof: error: ")) for line in lines
+    ), err
+    assert code == case.expected.exit_code, err
+    if code:
+        assert len(lines) == 1 and case.expected.error in lines[0]
+    assert "\x1b" not in out and "\x07" not in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "IN", "-o", "OUT.json"],
+        ["analyze", "IN"],
+        ["project", "IN", "--chip", "trn2"],
+        ["diff", "IN", "IN"],
+        ["merge", "IN", "IN", "-o", "OUT.json"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_a_pipe_is_refused_before_it_is_opened(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A FIFO with no writer (or ``<(cat trace.json)``, /dev/zero): readers seek and read
+    twice, and opening a FIFO blocks until a writer comes, so it is one error line, at once."""
+    import os
+
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    code = main(
+        [str(fifo) if a == "IN" else str(tmp_path / a) if a == "OUT.json" else a for a in argv]
+    )
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert err.splitlines() == [
+        f"neuron-prof: error: {fifo}: not a regular file (a pipe or a device): save it to a file"
+    ]

@@ -112,6 +112,14 @@ class _HtaRows:
 
 
 NO_LAUNCH = np.iinfo(np.int64).min
+# HTA's merge repeats a device row once per host row of its correlation id: a trace that reuses
+# ids would make it (and this reproduction) quadratic; beyond this many rows (and 4 per input
+# row) the breakdowns are left out rather than computed into gigabytes
+MAX_REPEATED_ROWS = 4_000_000
+
+
+class HtaTooLarge(Exception):
+    """HTA's rules would repeat the trace's rows past ``MAX_REPEATED_ROWS`` (str: how far)."""
 
 
 def rank_of(trace: Trace) -> int:
@@ -167,6 +175,12 @@ def _hta_rows(trace: Trace, rounding: bool | None) -> _HtaRows:
         launch = np.where(launch < cut_at, launch, NO_LAUNCH)
     cat_id = c[S.CAT_ID][rows]
     del rows, corr, gpu, cpu_keep, gpu_repeat
+    total = int(repeat.sum())
+    if total > max(MAX_REPEATED_ROWS, 4 * len(repeat)):
+        raise HtaTooLarge(
+            f"its merge on correlation ids would repeat {len(repeat):,} rows into {total:,} "
+            "(ids reused by many runtime calls)"
+        )
     if not (repeat == 1).all():  # rows dropped or repeated: pick (else no copy at all)
         pick = np.repeat(np.arange(len(repeat)), repeat)
         del repeat
