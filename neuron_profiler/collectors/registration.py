@@ -55,4 +55,24 @@ def register() -> Any:
     if _controller is None:
         _controller = Controller(resolve_source, bridge.current_correlation_id)
         bridge.register_profiler(_controller, ARG_KEYS)
+    _import_what_profiling_imports()
     return torch.profiler.ProfilerActivity.PrivateUse1
+
+
+def _import_what_profiling_imports() -> None:
+    """Import now what torch imports on first use inside a profile: ``record_function``'s
+    ``__enter__`` imports ``torch.profiler._cupti_monitor`` (torch 2.13). Under
+    ``with_stack=True`` the ``<module>`` frame of a module first imported while profiling
+    can come back with a name that is not UTF-8, and ``key_averages()`` then raises
+    UnicodeDecodeError (seen in 3 of 4 runs of a profile with a ``record_function`` on the
+    emulated device, none once the module is imported first)."""
+    import importlib
+
+    for name in _PROFILING_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # (a torch without it: nothing to import early)
+            pass
+
+
+_PROFILING_IMPORTS = ("torch.profiler._cupti_monitor",)
