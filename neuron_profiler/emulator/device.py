@@ -40,7 +40,7 @@ from neuron_profiler.emulator.memory import ALLOCATOR
 from neuron_profiler.emulator.runtime import get_runtime
 from neuron_profiler.emulator.scheduler import DeviceTimeline
 from neuron_profiler.emulator.timing import RooflineModel
-from neuron_profiler.errors import EmulatorError
+from neuron_profiler.errors import CollectorUnavailableError, EmulatorError
 
 _registered = False
 _libraries: list[torch.library.Library] = []
@@ -190,13 +190,37 @@ def _factory_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     return D.execute_accounted(op, args, kwargs)
 
 
+def _setup_backend(mod: types.ModuleType) -> None:
+    """torch's ``_setup_privateuseone_for_python_backend`` ("neuron", this module), with the
+    memory extension's C++ hooks in place of its Python dummy hooks where the extension loads:
+    they answer the same and also give C++ code a pinned allocator (DDP's reducer stages its
+    used-parameter map there with ``find_unused_parameters`` or ``static_graph``)."""
+    from torch.utils import backend_registration as B
+
+    torch.utils.rename_privateuse1_backend("neuron")
+    torch.utils.generate_methods_for_privateuse1_backend()
+    torch._register_device_module("neuron", mod)
+    if not _cpp_hooks():
+        torch._C._acc.register_python_privateuseone_hook(B._DummyPrivateUse1Hook())
+    torch._C._acc.register_python_privateuseone_device_guard(B._DummyDeviceGuard())
+
+
+def _cpp_hooks() -> bool:
+    """Register the memory extension's PrivateUse1 hooks: False where it cannot be built or
+    loaded (no compiler: said once on stderr by device_allocator) or hooks are registered."""
+    from neuron_profiler.emulator import native
+
+    try:
+        return bool(native.load_native().install_hooks())
+    except CollectorUnavailableError:
+        return False
+
+
 def _register_with_torch(cores: int) -> None:
     global _registered
     _check_no_real_backend()
-    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-
     mod = _make_module()
-    _setup_privateuseone_for_python_backend("neuron", backend_module=mod)
+    _setup_backend(mod)
     sys.modules["torch.neuron.memory"] = mod.memory
     T.set_executor(D.execute_accounted, cores)
     copies.register()

@@ -35,6 +35,11 @@ _native: list[ModuleType] = []  # the loaded module, once
 _native_problem: list[str] = []  # why it cannot be loaded, once
 
 
+def loaded() -> ModuleType | None:
+    """The compiled module if it is loaded already (never builds it)."""
+    return _native[0] if _native else None
+
+
 def load_native() -> ModuleType:
     """The compiled module (built once per process at most; a failure is remembered and raised
     again): ``CollectorUnavailableError`` with one line naming the problem."""

@@ -31,7 +31,16 @@ def is_pinned(t: torch.Tensor) -> bool:
         address = t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):  # no storage (sparse, nested): never pinned
         return False
-    return address in _PINNED
+    return address in _PINNED or _pinned_in_cpp(address)
+
+
+def _pinned_in_cpp(address: int) -> bool:
+    """Whether C++ code allocated this buffer as pinned (the memory extension's pinned
+    allocator, which DDP's reducer asks the PrivateUse1 hooks for)."""
+    from neuron_profiler.emulator import native
+
+    module = native.loaded()
+    return module is not None and bool(module.is_pinned_ptr(address))
 
 
 def pin(t: torch.Tensor) -> torch.Tensor:

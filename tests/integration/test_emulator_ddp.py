@@ -284,3 +284,57 @@ def test_hta_reads_both_ranks_as_device_work(ranks: list[Path], tmp_path: Path) 
         )
     said = check_with_hta(tmp_path)
     assert said["overlap"]["comp_comm_overlap_pctg"].isna().all()
+
+
+OPTIONS_WORKER = r"""
+import sys
+import torch, torch.distributed as dist
+import neuron_profiler.emulator as emu
+
+emu.enable(cores=1)
+dist.init_process_group()
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+used = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+
+
+class WithUnused(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used, self.unused = used, torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.used(x)  # self.unused gets no gradient
+
+
+model = WithUnused()
+option = sys.argv[2]
+ddp = torch.nn.parallel.DistributedDataParallel(
+    model.to("neuron"), **{option: True}
+)
+opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
+g = torch.Generator().manual_seed(1)
+x, y = torch.randn(8, 8, generator=g), torch.randn(8, 4, generator=g)
+xs, ys = x.chunk(world)[rank], y.chunk(world)[rank]
+for _ in range(3):
+    opt.zero_grad()
+    out = ddp(xs.to("neuron"))
+    torch.nn.functional.mse_loss(out, ys.to("neuron")).backward()
+    opt.step()
+torch.save([p.detach().cpu() for p in used.parameters()], sys.argv[1])
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("option", ["find_unused_parameters", "static_graph"])
+def test_ddp_options_that_stage_in_pinned_memory(option: str, tmp_path: Path) -> None:
+    """find_unused_parameters and static_graph make DDP's C++ reducer stage its used-parameter
+    map in pinned host memory, which it asks the PrivateUse1 hooks for (and then checks with
+    is_pinned): the emulator's C++ hooks give it; training equals the CPU reference."""
+    run_ranks(
+        OPTIONS_WORKER, lambda r: [str(tmp_path / f"rank{r}.pt"), option], tmp_path, timeout=120
+    )
+    ref = _reference()
+    for r in range(2):
+        for p, q in zip(torch.load(tmp_path / f"rank{r}.pt"), ref, strict=True):
+            torch.testing.assert_close(p, q)

@@ -5,10 +5,16 @@
 //   c10::GetAllocator(PrivateUse1), so this answers each question by calling torch.neuron.memory's
 //   function of the same meaning (memory_api.py) under the GIL;
 // - the profiler's memory reports (c10::reportMemoryUsageToProfiler has no Python binding);
-// - step annotations for memory snapshots (a RecordFunction callback).
+// - step annotations for memory snapshots (a RecordFunction callback);
+// - PrivateUse1 hooks (ATen/detail/PrivateUse1HooksInterface.h) for what C++ code asks of any
+//   accelerator: DDP's reducer stages its used-parameter map (find_unused_parameters,
+//   static_graph) in pinned host memory from the hooks' pinned allocator.
 // Only the headers it uses (torch/extension.h, all of ATen, would double the build's time).
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -21,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -114,6 +121,66 @@ struct EmulatorAllocator final : c10::DeviceAllocator {
 EmulatorAllocator* instance() {
   static auto* allocator = new EmulatorAllocator();  // never freed: c10 holds it (see api)
   return allocator;
+}
+
+// The emulated device's PrivateUse1 hooks, registered in place of torch's Python dummy hooks
+// (torch.utils.backend_registration: available, built, a primary context) with the same
+// answers, plus a pinned allocator: pinned host memory is ordinary host memory here
+// (emulator/pinned.py: its Python registry is what ``is_pinned`` reads). Everything else keeps
+// ATen's defaults.
+std::mutex g_pinned_mutex;
+std::unordered_set<void*> g_pinned;  // buffers of the pinned allocator, alive
+
+void pinned_free(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_pinned.erase(ptr);
+  }
+  c10::free_cpu(ptr);
+}
+
+// Host memory that C++ code asked for as pinned: ordinary host memory whose buffers are known
+// (``is_pinned_ptr``) for as long as they live, as the Python registry does for pin_memory().
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* ptr = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    if (ptr != nullptr) {
+      std::lock_guard<std::mutex> lock(g_pinned_mutex);
+      g_pinned.insert(ptr);
+    }
+    return {ptr, ptr, &pinned_free, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &pinned_free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+bool is_pinned_ptr(uintptr_t address) {
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  return g_pinned.count(reinterpret_cast<void*>(address)) > 0;
+}
+
+struct EmulatorHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  at::Allocator* getPinnedMemoryAllocator() const override {
+    static auto* allocator = new PinnedAllocator();  // never freed: tensors hold it
+    return allocator;
+  }
+  bool isPinnedPtr(const void* data) const override {
+    return is_pinned_ptr(reinterpret_cast<uintptr_t>(data));
+  }
+};
+
+// Registers the hooks; false (nothing changed) when hooks are registered already (ATen takes
+// them once per process).
+bool install_hooks() {
+  if (at::isPrivateUse1HooksRegistered()) { return false; }
+  static auto* hooks = new EmulatorHooks();  // never freed: ATen holds it
+  at::RegisterPrivateUse1HooksInterface(hooks);
+  return true;
 }
 
 // Registers the allocator for PrivateUse1, answering from ``api``; false (nothing changed)
@@ -216,6 +283,8 @@ std::vector<StepMark> take_steps() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("install", &install, "Register the emulator's PrivateUse1 DeviceAllocator.");
+  m.def("install_hooks", &install_hooks, "Register the emulator's PrivateUse1 hooks.");
+  m.def("is_pinned_ptr", &is_pinned_ptr, py::arg("address"));
   m.def("report_memory_usage", &report_memory_usage, py::arg("ptr"), py::arg("alloc_size"),
         py::arg("total_allocated"), py::arg("total_reserved"), py::arg("device_index"));
   m.def("memory_profiling_enabled", &c10::memoryProfilingEnabled);
