@@ -257,6 +257,20 @@ def test_corrupt_trace_is_isolated(tmp_path: Path) -> None:
     assert good.status_code == 200 and good.get_json()["traces"][0]["has_device"]
 
 
+def test_a_trace_with_nothing_usable_is_refused_as_by_the_cli(tmp_path: Path) -> None:
+    """No event but metadata: every command refuses it (one line, exit 2); the plugin gives
+    the same problem as a 422, never a report of nothing."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "w.1.pt.trace.json").write_text('{"traceEvents": []}')
+    _, client = make_plugin(tmp_path)
+    q = ids(client, "run", "w")
+    r = client.get(f"{ROUTE}/report", query_string=q)
+    assert r.status_code == 422
+    assert r.get_json()["error"] == "run/w.1.pt.trace.json: no event (traceEvents is empty)"
+    r = client.get(f"{ROUTE}/trace", query_string={**q, "format": "pftrace"})
+    assert r.status_code == 422
+
+
 # --- downloads and static files ------------------------------------------------------------
 
 

@@ -25,11 +25,20 @@ const $ = (id) => document.getElementById(id);
 
 // reports/text.py's shorten, in the browser (the documents keep every text whole): a text of
 // more than `limit` characters (code points; default the name limit) is its first
-// ceil((limit - 1) / 2) and last floor((limit - 1) / 2) around the ellipsis. Only the kept
+// ceil((limit - 1) / 2) and last floor((limit - 1) / 2) around the ellipsis; control
+// characters are shown as escapes ("\x1b"), cut again if that made it longer. Only the kept
 // characters are visited, so a 50 MB name costs no more than a short one.
 function shorten(text, limit) {
-  const s = String(text);
   const max = limit ?? STYLE.name_limit;
+  return cut(shown(cut(String(text), max)), max);
+}
+
+function shown(s) {
+  return s.replace(/[\x00-\x1f\x7f-\x9f]/g,
+    (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0"));
+}
+
+function cut(s, max) {
   if (s.length <= max) return s; // UTF-16 units: never fewer than code points
   const step = (i) => (s.codePointAt(i) > 0xffff ? 2 : 1);
   let n = 0;
@@ -93,11 +102,30 @@ function table(columns, rows, name, rowClass) {
 
 function empty(why) { return el("p", why, "empty"); }
 
+// plotly.js reads a subset of HTML in its strings (<a href>, <br>, <b>, ...): every text given
+// to it is entity-escaped (plotly shows the entities as the characters), as the HTML report's
+// figures are (reports/html_report.py), so a name from a trace is never markup.
+const PLOTLY_TEXT_KEYS = ["name", "x", "y", "text", "labels", "hovertext"];
+
+function plotlyText(v) {
+  return typeof v === "string"
+    ? v.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;") : v;
+}
+
+function asPlotlyText(trace) {
+  const out = Object.assign({}, trace);
+  for (const k of PLOTLY_TEXT_KEYS) {
+    if (Array.isArray(out[k])) out[k] = out[k].map(plotlyText);
+    else out[k] = plotlyText(out[k]);
+  }
+  return out;
+}
+
 function chart(traces, layout) {
   const div = el("div", null, "chart");
   if (!window.Plotly) return empty("plotly.js did not load: charts are unavailable");
   if (layout.height) div.style.height = layout.height + "px";
-  requestAnimationFrame(() => window.Plotly.newPlot(div, traces,
+  requestAnimationFrame(() => window.Plotly.newPlot(div, traces.map(asPlotlyText),
     Object.assign({ barmode: "stack", margin: { t: 30 } }, layout), { displaylogo: false }));
   return div;
 }
