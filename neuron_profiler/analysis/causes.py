@@ -328,11 +328,14 @@ class MemoryNearCapacity(Cause):
 
 class MemoryLeak(Cause):
     """Memory: the least a device held in each step (its floor, the level carried in
-    included) rose in every step over at least ``min_steps`` steps (``memory.py``): something
-    allocated in each step outlives it. Precondition: that many steps."""
+    included) rose in every step after the first (which may set up for the others) over at
+    least ``min_steps`` steps (``memory.py``), by at least ``min_peak_share`` of the device's
+    peak in all: something allocated in each step outlives it (a few bytes a step of
+    bookkeeping is no finding). Precondition: that many steps."""
 
     name, finding = "memory_leak", "memory"
     min_steps = 3
+    min_peak_share = 0.01
     advice = (
         "Memory held between steps grows by {growth} a step: a tensor made in the step "
         "outlives it (appended to a list, a loss kept with its graph: use loss.item() or "
@@ -342,8 +345,17 @@ class MemoryLeak(Cause):
     def applies_to(self, n_steps: int) -> bool:
         return n_steps >= self.min_steps
 
-    def holds(self, floors: np.ndarray) -> bool:
-        return bool(np.all(np.diff(floors) > 0))
+    def rises(self, floors: np.ndarray) -> np.ndarray:
+        """The floor's rise from each step to the next, the first step's left out when more
+        follow (it may set up for the others)."""
+        rises = np.diff(floors)
+        return rises[1:] if len(rises) >= 2 else rises
+
+    def holds(self, floors: np.ndarray, peak_bytes: int) -> bool:
+        rises = self.rises(floors)
+        return bool(
+            len(rises) and np.all(rises > 0) and rises.sum() >= self.min_peak_share * peak_bytes
+        )
 
 
 COLLECTIVE_WAIT = CollectiveWait()

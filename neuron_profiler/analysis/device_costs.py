@@ -236,7 +236,9 @@ def _launching_ops(
     ctx: AnalysisContext, items: np.ndarray, native: frozenset[str] = frozenset()
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per item: the innermost host op around its launching call (-1: none) and the outermost
-    op around it that the Neuron fallback table names (-1: none)."""
+    op around it that the Neuron fallback table names (-1: none). Dispatch frames
+    (``PythonSubclass``: the emulated device's tensor subclass) are no op: the aten op
+    around them is."""
     trace, w = ctx.trace, ctx.work
     c = trace.columns
     n = len(items)
@@ -248,7 +250,10 @@ def _launching_ops(
     )
     if len(calls) == 0:
         return inner, fb
-    ops = np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE))
+    ops = np.flatnonzero(
+        trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE)
+        & ~np.isin(c[S.NAME_ID], ctx.names.dispatch_frames)
+    )
     tree = _tree.nest(trace, np.concatenate([ops, calls]), at_start=calls)
     rows, parent = tree.rows, tree.parent
     is_op = np.isin(rows, ops)

@@ -149,7 +149,7 @@ class DeviceMemory:
     def growth_per_step_bytes(self) -> int:
         """How much the floor rose from one step to the next, the median over the steps (a
         first step that sets up for the others does not count as growth; 0: one step)."""
-        rises = np.diff(np.asarray(self.step_floor_bytes, dtype=np.int64))
+        rises = C.MEMORY_LEAK.rises(np.asarray(self.step_floor_bytes, dtype=np.int64))
         return int(np.median(rises)) if len(rises) else 0
 
 
@@ -635,7 +635,7 @@ def _findings(devices: list[DeviceMemory], n_steps: int) -> tuple[MemoryFinding,
                 )
             )
         floors = np.asarray(d.step_floor_bytes)
-        if leak.applies_to(n_steps) and leak.holds(floors):
+        if leak.applies_to(n_steps) and leak.holds(floors, d.peak_bytes):
             growth = d.growth_per_step_bytes
             out.append(
                 MemoryFinding(

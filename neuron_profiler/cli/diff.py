@@ -188,9 +188,21 @@ def _is_rank_dir(path: Path) -> bool:
 
 
 def _traces(directory: Path) -> list[Path]:
-    found = sorted(
-        f for f in directory.rglob("*") if f.is_file() and f.name.endswith(TRACE_SUFFIXES)
-    )
+    """The directory's traces: ``*.json[.gz]`` files named as torch names its traces or holding
+    a ``traceEvents`` array; other JSON files (a capture's status files, a config) are
+    skipped with a warning, as ``analyze`` skips them."""
+    from neuron_profiler.cli.main import warn
+    from neuron_profiler.trace import vocabulary as V
+    from neuron_profiler.trace.loader import has_events_array
+
+    found = []
+    for f in sorted(directory.rglob("*")):
+        if not (f.is_file() and f.name.endswith(TRACE_SUFFIXES)):
+            continue
+        if f.name.endswith(V.TORCH_TRACE_SUFFIXES) or has_events_array(f):
+            found.append(f)
+        else:
+            warn(f"{f}: skipped, not a trace (no traceEvents)")
     if not found:
         raise NeuronProfilerError(
             f"{directory}: no *.json or *.json.gz file in this directory", exit_code=2

@@ -208,6 +208,23 @@ def read_header(path: str | Path) -> dict[str, Any]:
         source.close()
 
 
+def has_events_array(path: str | Path) -> bool:
+    """Whether the file holds a ``traceEvents`` array (read up to it, not its events): what
+    tells a trace from another JSON file found beside traces (a capture's status file, a
+    config). A file that cannot be read is no trace here."""
+    path = Path(path)
+    try:
+        source = BlockSource(path)
+    except TraceLoadError:
+        return False
+    try:
+        return _Load(path, source)._events_start() is not None
+    except (TraceLoadError, msgspec.DecodeError, ValueError):
+        return False
+    finally:
+        source.close()
+
+
 class _Load:
     """One load: find the events array, stream its pieces, decode the tail (or salvage it).
 

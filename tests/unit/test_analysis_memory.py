@@ -312,3 +312,15 @@ def test_an_hbm_value_that_is_no_number_is_counted_and_left_out() -> None:
     assert mem is not None
     (d,) = mem.devices
     assert (d.peak_bytes, d.peak_ns, mem.without_bytes) == (300, 10 * US, 1)
+
+
+def test_a_set_up_step_and_a_few_bytes_of_growth_are_no_leak() -> None:
+    """Floors 0, 51,600 and 51,648 B (FSDP sets up its buffers in the first step, then its
+    bookkeeping grows by 48 B): the first rise is set-up, the next is 0.09% of the peak: no
+    finding, growth per step 48 B."""
+    mem = memory_usage(AnalysisContext(_leaky([51_600, 48, 48])))
+    assert mem is not None
+    (d,) = mem.devices
+    assert d.step_floor_bytes == (0, 51_600, 51_648)
+    assert d.growth_per_step_bytes == 48
+    assert mem.findings == ()

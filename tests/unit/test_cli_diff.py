@@ -150,6 +150,17 @@ def test_rank_directories_are_paired_by_rank(tmp_path: Path, capsys) -> None:  #
     assert "2 rank pairs paired by rank" in out
 
 
+def test_rank_directories_skip_json_files_that_are_no_traces(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """A capture directory also holds the capture's status files: they are skipped (one
+    warning each), not paired with a rank or loaded as a trace."""
+    a, b = _rank_dirs(tmp_path, {"a": (0, 1), "b": (0, 1)})
+    (a / "1234.status.json").write_text('{"state": "done", "trace": "r0.json"}')
+    code, out, err = run(["diff", str(a), str(b), "--json"], capsys)
+    assert code == 0, err
+    assert [Path(p["a"]).name for p in json.loads(out)["pairs"]] == ["r0.json", "r1.json"]
+    assert "1234.status.json: skipped, not a trace" in err
+
+
 def test_rank_directories_without_ranks_pair_in_name_order(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     a, b = _rank_dirs(tmp_path, {"a": (None, None), "b": (0, 1)})
     doc = json.loads(run(["diff", str(a), str(b), "--json"], capsys)[1])

@@ -353,3 +353,14 @@ def test_source_classes_describe_the_recording_not_its_replay() -> None:
     assert rows["compute"] + rows["copies"] + rows["collectives"] + rows["idle"] == pytest.approx(
         p.source.step_ms
     )
+
+
+def test_ops_are_named_by_the_aten_op_not_a_dispatch_frame() -> None:
+    """On the emulated device the launch sits inside a ``PythonSubclass`` frame (its tensor
+    subclass's dispatch) inside the aten op: the row is the aten op's."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::mm", 0, 50, args=MM_ARGS)
+    b.host("PythonSubclass", 5, 45)
+    b.kernel(20, 520, launch_us=10)
+    p = project(b.b.build(), "a100", source="v100")
+    assert [o.name for o in p.ops] == ["aten::mm"]
