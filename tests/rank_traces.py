@@ -25,6 +25,7 @@ def rank_trace(
     waits: str = "rows",
     host_delay_ns: dict[int, int] | None = None,
     step_lead_ns: int = 0,
+    sends: bool = False,
 ) -> Path:
     """One rank of an all_reduce loop: compute, then the collective, which ends on every rank
     ``COLL_NS`` after the slowest rank's compute is done. ``waits``: "rows", the early ranks
@@ -34,7 +35,8 @@ def rank_trace(
     spends in the DataLoader at each step's start before launching its compute (its device
     idles meanwhile). ``step_lead_ns``: this rank's first ProfilerStep begins that much earlier
     (and is that much longer: its profiling started earlier). Every time on this rank is written ``shift_ns``
-    later (its clock)."""
+    later (its clock). ``sends``: after each all_reduce this rank sends to another rank
+    (``CC: send``, whose row names the whole group, as the emulator writes it)."""
     delay = host_delay_ns or {}
     b = TraceBuilder()
     if world is not None:
@@ -101,6 +103,23 @@ def rank_trace(
             tid=3,
             args={V.ARG_DEVICE: 0, V.ARG_STREAM: 3, V.ARG_IS_COLLECTIVE: True, **cc_args},
         )
+        if sends:
+            b.add(
+                name="CC: send",
+                ts_ns=meet + COLL_NS + 1_000 + shift_ns,
+                dur_ns=5_000,
+                kind=EventKind.KERNEL,
+                cat=V.CAT_KERNEL,
+                pid=0,
+                tid=3,
+                args={
+                    V.ARG_DEVICE: 0,
+                    V.ARG_STREAM: 3,
+                    V.ARG_IS_COLLECTIVE: True,
+                    **cc_args,
+                    V.ARG_COLLECTIVE: "send",
+                },
+            )
     b.process_names[0] = V.core_process_name(0)
     write_chrome_trace(b.build(), path)
     return path

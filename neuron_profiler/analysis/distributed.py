@@ -40,15 +40,22 @@ from neuron_profiler.analysis.rank_summary import IDLE_PREFIX, CollectiveCall, R
 
 STRAGGLER_REL = 0.05  # a straggler costs the ranks waiting for it >= 5% of their mean step ...
 STRAGGLER_ABS_NS = 50_000  # ... and >= 50 µs per step (the idle-gap threshold: noise below it)
+STRAGGLER_RULE = (  # what every renderer says the rule is (docs/analysis.md, Multi-rank)
+    "the rank whose late arrivals (alone last at a collective, clocks aligned on collective "
+    "ends) cost the other ranks the most per step, net of what it waited for them, when that "
+    f"is >= {100 * STRAGGLER_REL:g}% of their mean step and >= {STRAGGLER_ABS_NS / 1e3:g} µs "
+    "per step; step times alone never decide"
+)
 REASON_NO_RANK = "no trace has a rank in distributedInfo (not a torch.distributed run)"
 REASON_ONE_RANK = "only one rank ({}): cross-rank analysis needs two or more ranks"
 REASON_NO_SHARED = "no span holds two or more ranks (their profiling windows do not overlap)"
 NO_MATCH = "no collective matched across the ranks"
 NO_LATE = "no rank arrived last alone at any matched collective (the ranks arrive together)"
-TIE = "ranks {} arrived last equally often ({} times each): no single straggler"
+TIE = "ranks {} cost the others equally ({:.3f} ms per step net of their own waits): no single straggler"
 UNDER_RULE = (
-    "rank {} arrived last most often ({} of {} instances) but costs the ranks waiting for it "
-    "{:.3f} ms per step ({:.1f}% of their step): under the rule ({:g}% and {:g} µs)"
+    "rank {} (last at {} of {} instances) costs the ranks waiting for it "
+    "{:.3f} ms per step net of its own waits ({:.1f}% of their step): under the rule "
+    "({:g}% and {:g} µs)"
 )
 
 
@@ -356,28 +363,33 @@ def _activities(span: list[RankSummary]) -> list[str]:
 def _straggler(
     rows: list[RankRow], late: _Late, activities: list[str]
 ) -> tuple[Straggler | None, str | None]:
-    """The rank late most often, alone, whose lateness costs the ranks waiting for it at least
-    STRAGGLER_REL of their mean step and STRAGGLER_ABS_NS per step; else None and why not."""
+    """The rank whose late arrivals cost the other ranks the most per step, net of what it
+    waited for them (``_net_costs``), when that costs the ranks waiting for it at least
+    STRAGGLER_REL of their mean step and STRAGGLER_ABS_NS per step; else None and why not.
+    Not the rank late most often: with several collectives a step, noise at the small ones
+    outnumbers one long wait at a big one."""
     if not late.instances.any():
         return None, NO_MATCH
-    top = int(late.count.max())
-    if top == 0:
+    if int(late.count.max()) == 0:
         return None, NO_LATE
-    tied = np.flatnonzero(late.count == top)
+    net = _net_costs(rows, late)
+    best = float(net.max())
+    tied = np.flatnonzero(np.abs(net - best) <= 1.0)  # (ns: equal but for rounding)
     if len(tied) > 1:
-        return None, TIE.format(" and ".join(str(rows[i].rank) for i in tied), top)
+        return None, TIE.format(" and ".join(str(rows[i].rank) for i in tied), best / 1e6)
     r = int(tied[0])
+    top = int(late.count[r])
     waiting = [j for j in range(len(rows)) if j != r and late.cost[r, j] > 0]
     cost = {rows[j].rank: int(late.cost[r, j]) // max(rows[j].steps, 1) for j in waiting}
     mean_cost = float(np.mean(list(cost.values()))) if cost else 0.0
     step = float(np.mean([rows[j].step_mean_ns for j in waiting])) if waiting else 0.0
-    pct = 100 * mean_cost / step if step else 0.0
-    if mean_cost < STRAGGLER_ABS_NS or mean_cost < STRAGGLER_REL * step:
+    pct = 100 * best / step if step else 0.0
+    if top == 0 or best < STRAGGLER_ABS_NS or best < STRAGGLER_REL * step:
         return None, UNDER_RULE.format(
             rows[r].rank,
             top,
             int(late.instances[r]),
-            mean_cost / 1e6,
+            best / 1e6,
             pct,
             100 * STRAGGLER_REL,
             STRAGGLER_ABS_NS / 1e3,
@@ -405,6 +417,18 @@ def _straggler(
         ),
         None,
     )
+
+
+def _net_costs(rows: list[RankRow], late: _Late) -> np.ndarray:
+    """Per rank r: what its late arrivals cost each other rank per step of that rank, the mean
+    over the other ranks, less what r waited for them per step of its own (the same mean): a
+    rank that waits as much as it is waited for (two ranks' noise) costs nothing net."""
+    n = len(rows)
+    steps = np.array([max(row.steps, 1) for row in rows], np.float64)
+    cost = late.cost.astype(np.float64)
+    out = (cost / steps[None, :]).sum(axis=1) / max(n - 1, 1)
+    waited = cost.sum(axis=0) / steps / max(n - 1, 1)
+    return out - waited
 
 
 def _doing(before: list[Activity]) -> str:

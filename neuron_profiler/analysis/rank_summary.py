@@ -129,7 +129,10 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps, ctx: AnalysisContext) -
     is_wait = work.wait[on]  # the collective-wait slices (``_device``'s one rule)
     stream = trace.col(S.STREAM)[rows]
     device, start, end = work.device[on], work.start[on], work.end[on]
-    coll = np.flatnonzero(~is_wait)
+    # point-to-point sends and receives are no collective of their group (their rows name the
+    # whole group): the matching by call order would pair them with other ranks' collectives
+    p2p = np.fromiter(map(V.is_point_to_point, names), bool, len(names))
+    coll = np.flatnonzero(~is_wait & ~p2p)
     waits = np.flatnonzero(is_wait)
     # each wait belongs to the first collective on its device starting at or after its start
     wait_of = np.zeros(len(coll), np.int64)

@@ -27,8 +27,7 @@ from typing import Any
 
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.distributed import (
-    STRAGGLER_ABS_NS,
-    STRAGGLER_REL,
+    STRAGGLER_RULE,
     Distributed,
     SpanAnalysis,
 )
@@ -511,12 +510,7 @@ def _cross_rank(d: Distributed) -> str:
     return "".join(out) + "</section>"
 
 
-_STRAGGLER_RULE = (
-    "The straggler is the rank that arrived last (alone, clocks aligned on collective ends) at "
-    "the most matched collectives, when the waits it causes cost the ranks waiting for it at "
-    f"least {100 * STRAGGLER_REL:g}% of their mean step and {STRAGGLER_ABS_NS / 1e3:g} µs per "
-    "step; step times alone never decide (docs/analysis.md, Multi-rank)."
-)
+_STRAGGLER_RULE = f"The straggler is {STRAGGLER_RULE} (docs/analysis.md, Multi-rank)."
 
 
 def _cross_ms(ns: float) -> str:

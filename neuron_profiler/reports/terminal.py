@@ -23,8 +23,7 @@ from rich.text import Text
 
 from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.distributed import (
-    STRAGGLER_ABS_NS,
-    STRAGGLER_REL,
+    STRAGGLER_RULE,
     Distributed,
     SpanAnalysis,
 )
@@ -159,10 +158,7 @@ def _span(s: SpanAnalysis, console: Console, top: int) -> None:
         f"collective ends (reference rank {s.reference_rank})",
         highlight=False,
     )
-    rule = (
-        f"rule: the rank last most often, costing the ranks waiting for it >= "
-        f"{100 * STRAGGLER_REL:g}% of their step and >= {STRAGGLER_ABS_NS / 1e3:g} µs per step"
-    )
+    rule = f"rule: {STRAGGLER_RULE}"
     for x in s.stragglers:
         console.print(
             f"[red]straggler:[/] rank {x.rank}, last at {x.late_arrivals} of {x.instances} "

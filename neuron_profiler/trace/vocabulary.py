@@ -294,3 +294,10 @@ HBM_PROFILER = "profiler_buffers"
 HBM_FROM_ALLOCATOR = "allocator"  # counted buffer by buffer (emulator's tensors)
 HBM_FROM_MODEL = "modelled"  # a modelled figure (docs/emulator.md), not measured
 HBM_FROM_RUNTIME = "libnrt"  # reported by the real runtime (nrt_dma_mem_alloc/dealloc events)
+
+
+def is_point_to_point(name: str) -> bool:
+    """A send or receive (``CC: send``, ``nccl:recv``, ``ncclDevKernel_SendRecv``, ``isend``):
+    between two ranks, not a collective of its group; the cross-rank matching leaves it out."""
+    lowered = name.lower()
+    return "send" in lowered or "recv" in lowered
