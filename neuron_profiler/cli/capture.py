@@ -90,6 +90,8 @@ def capture(
         if o.trace is not None:
             click.echo(str(o.trace))
             click.echo(f"  {_summary(o.trace)}")
+            if o.note:
+                click.echo(f"neuron-prof: warning: pid {o.pid}: {o.note}", err=True)
     for o in failed:
         click.echo(f"neuron-prof: error: {o.problem}", err=True)
     if failed:

@@ -83,8 +83,31 @@ class Agent:
         if os.getpid() != self.pid:
             return
         if self.capture is not None:
-            self._fail("the process disarmed (or exited) during the capture")
+            self._cut_short(self.capture)
         P.armed_path(self.directory, self.pid).unlink(missing_ok=True)
+
+    def _cut_short(self, capture: _Capture) -> None:
+        """The process disarms (or exits normally) while recording: stopping the profiler
+        writes what it recorded (its trace callback), which is the capture's trace, with the
+        steps it holds said in the status; nothing recorded, the request fails."""
+        try:
+            if capture.profiler is not None and not capture.ready:
+                capture.profiler.stop()
+        except Exception:  # noqa: BLE001 - the status says it failed
+            capture.ready = False
+        if not capture.ready:
+            self._fail("the process disarmed (or exited) during the capture")
+            return
+        self.capture = None
+        self._write_status(
+            capture,
+            P.DONE,
+            trace=str(capture.trace),
+            detail="the process disarmed (or exited) after "
+            f"{max(capture.steps_seen - WARMUP_STEPS, 0)} of {capture.request.steps} recorded "
+            "steps: the trace holds those",
+        )
+        self._end(capture)
 
     def _register(self) -> None:
         doc: dict[str, Any] = {

@@ -35,6 +35,7 @@ class Outcome:
     pid: int
     trace: Path | None = None
     problem: str = ""
+    note: str = ""  # about a written trace (the process stopped before the last step)
 
 
 def check_directory(directory: Path) -> None:
@@ -146,7 +147,7 @@ def wait(
             if mine and status is not None:
                 progress(pid, status)
                 if status.state == P.DONE:
-                    outcomes[pid] = Outcome(pid, trace=Path(status.trace))
+                    outcomes[pid] = Outcome(pid, trace=Path(status.trace), note=status.detail)
                 elif status.state == P.ERROR:
                     outcomes[pid] = Outcome(
                         pid, problem=f"pid {pid}: capture failed: {status.error}"

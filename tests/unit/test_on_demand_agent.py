@@ -136,3 +136,22 @@ def test_enable_reads_the_environment_and_disable_unregisters(
     finally:
         on_demand.disable()
     assert P.armed_pids(tmp_path) == [] and not on_demand.is_enabled()
+
+
+def test_a_process_that_disarms_mid_capture_leaves_the_steps_it_recorded(tmp_path: Path) -> None:
+    """A job that ends normally (atexit disarms) during a 5-step capture: stopping the
+    profiler writes the steps recorded so far; the status is DONE with that trace, and says
+    how many steps it holds."""
+    agent = agent_module.Agent(tmp_path)
+    agent.arm()
+    opt = _optimizer()
+    P.write_json_atomic(P.request_path(tmp_path, os.getpid()), {"request_id": "c2", "steps": 5})
+    agent.next_check = 0.0
+    _train(1 + 1 + 2, opt)  # take the request, warm-up, 2 of the 5 recorded steps
+    agent.disarm()
+    status = P.read_status(tmp_path, os.getpid())
+    assert status is not None and status.state == P.DONE, status
+    assert "after 2 of 5 recorded steps" in status.detail, status
+    trace = json.loads(Path(status.trace).read_text())
+    steps = [e["name"] for e in trace["traceEvents"] if e["name"].startswith("ProfilerStep#")]
+    assert steps and not list(tmp_path.glob(".*.tmp"))
