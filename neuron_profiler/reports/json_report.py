@@ -27,6 +27,7 @@ from neuron_profiler.analysis.communication import CommRow
 from neuron_profiler.analysis.distributed import (
     STRAGGLER_ABS_NS,
     STRAGGLER_REL,
+    STRAGGLER_RULE,
     Distributed,
     distributed,
 )
@@ -298,7 +299,11 @@ def _trace_document(r: Report, keep: Callable[[Any], Any]) -> dict[str, Any]:
 
 def distributed_document(d: Distributed) -> dict[str, Any]:
     """The cross-rank analysis; ``available: false`` with a ``reason`` when there is none."""
-    rule = {"rel_pct": 100 * STRAGGLER_REL, "abs_us": STRAGGLER_ABS_NS / 1e3}
+    rule = {
+        "rel_pct": 100 * STRAGGLER_REL,
+        "abs_us": STRAGGLER_ABS_NS / 1e3,
+        "text": STRAGGLER_RULE,
+    }
     return {
         "available": d.available,
         "reason": d.reason,

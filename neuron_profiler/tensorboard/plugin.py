@@ -250,7 +250,8 @@ class ReportCache:
             job.phase = phase
 
         try:
-            with self._work:
+            with self._work:  # (one at a time: until here, the job is queued)
+                progress("starting (loading the analysis)")
                 result = self.compute(span, progress)
         except BaseException as err:  # noqa: BLE001 - the waiting page must get an answer
             label = self._label(span)

@@ -297,7 +297,11 @@ HBM_FROM_RUNTIME = "libnrt"  # reported by the real runtime (nrt_dma_mem_alloc/d
 
 
 def is_point_to_point(name: str) -> bool:
-    """A send or receive (``CC: send``, ``nccl:recv``, ``ncclDevKernel_SendRecv``, ``isend``):
-    between two ranks, not a collective of its group; the cross-rank matching leaves it out."""
-    lowered = name.lower()
-    return "send" in lowered or "recv" in lowered
+    """A send or a receive (``send``, ``CC: recv``, ``nccl:send``, ``c10d::recv_``, ``isend``):
+    between two ranks, not a collective of its group; the cross-rank matching leaves it out.
+    Not NCCL's ``SendRecv`` kernels: all_to_all runs on them too."""
+    base = name.rsplit(":", 1)[-1].strip().strip("_").lower()
+    return base in _POINT_TO_POINT
+
+
+_POINT_TO_POINT = frozenset({"send", "recv", "isend", "irecv", "recv_any_source"})

@@ -377,11 +377,17 @@ function renderDiff(doc) {
 // it), so a bin holding 20 µs of short gaps is a 20 µs bar, not a bin-wide one. Plotly draws a
 // bar thinner than a pixel 1 px wide, so a binned idle bar is also faded by the share of its
 // bin that is idle: unzoomed, a run of bins with a few µs of gaps each stays faint.
+// Rows are plotly categories: two series with the same shown name (two queues a trace names
+// alike) get apart by zero-width spaces after the name, so each keeps a row of its own.
 function timelineChart(series, rowName, color, what) {
   const idle = what === "idle";
+  const seen = new Map();
   const traces = series.map((s) => {
     const seg = s.segments;
-    const row = shorten(rowName(s));
+    const shown = shorten(rowName(s));
+    const repeat = seen.get(shown) || 0;
+    seen.set(shown, repeat + 1);
+    const row = shown + "\u200b".repeat(repeat);
     return {
       type: "bar", orientation: "h", name: row, base: seg.start_us, x: idle ? seg.busy_us : seg.dur_us,
       y: seg.start_us.map(() => row), showlegend: false,
@@ -447,9 +453,7 @@ function renderDistributed(answer) {
   span.ranks_summary, at + "ranks_summary", (r) => (r.straggler ? "straggler" : "")));
   out.push(el("h3", "Straggler"));
   const rule = d.straggler_rule;
-  out.push(el("p", "The straggler is the rank that arrived last (alone, clocks aligned) at the most " +
-    "matched collectives, when the waits it causes cost the ranks waiting for it at least " + fmt(rule.rel_pct) +
-    "% of their mean step and " + fmt(rule.abs_us) + " µs per step. Step times alone never decide.", "note"));
+  out.push(el("p", "The straggler is " + rule.text + ".", "note"));
   if (span.stragglers.length) {
     out.push(table([["rank", "rank"], ["late_arrivals", "late arrivals"], ["instances", "of collectives"],
       ["wait_cost_ms_per_step", "costs the others ms/step"], ["lateness_ms", "after the next rank ms"],
