@@ -112,7 +112,8 @@ def _section(i: int, d: TraceDiff, top: int) -> str:
         f"B {name_text(d.b.source)}</p>"
         f"<p>{n} step{'s' * (n != 1)} compared by {escape(d.steps_by)} · mean step "
         f"{_ms(d.a.step_ms)} ms → {_ms(d.b.step_ms)} ms · Δ {_signed(d.delta_ms)} ms "
-        f"({d.delta_pct:+.1f}%) · residual {d.residual_ms:+.6f} ms"
+        f"({f'{d.delta_pct:+.1f}%' if d.a.step_ms else 'A has no step time'}) · "
+        f"residual {d.residual_ms:+.6f} ms"
         + "</p>"
         + (
             f"<p>Rows by {escape(d.group_by)}: {escape(GROUPING_TEXT[d.group_by])}.</p>"

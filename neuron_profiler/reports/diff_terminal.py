@@ -73,7 +73,8 @@ def _header(d: TraceDiff, console: Console) -> None:
             f"{n} step{'s' * (n != 1)} compared by {d.steps_by} · mean step "
             f"{_ms(d.a.step_ms)} ms → {_ms(d.b.step_ms)} ms · Δ ",
             _signed(d.delta_ms),
-            f" ms ({d.delta_pct:+.1f}%) · residual {d.residual_ms:+.6f} ms",
+            f" ms ({f'{d.delta_pct:+.1f}%' if d.a.step_ms else 'A has no step time'}) · "
+            f"residual {d.residual_ms:+.6f} ms",
         )
     )
     if d.group_by != BY_OP:

@@ -202,3 +202,29 @@ def test_missing_file_and_bad_map_are_exit_2(pair, tmp_path: Path, capsys) -> No
     assert code == 2 and str(bad_map) in err and "bad pattern" in err
     code, _, err = run(["diff", str(pair[0]), str(tmp_path)], capsys)
     assert code == 2 and "directory compared with a file" in err
+
+
+def test_a_side_without_step_time_has_no_percentage(pair, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """A holds one op of no duration: its mean step is 0 ms, of which B's change is no
+    percentage (not "+0.0%")."""
+    empty = tmp_path / "zero.json"
+    empty.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": "aten::add",
+                        "pid": 1,
+                        "tid": 1,
+                        "ts": 0,
+                        "dur": 0,
+                    }
+                ]
+            }
+        )
+    )
+    code, out, err = run(["diff", str(empty), str(pair[1])], capsys)
+    assert code == 0, err
+    assert "A has no step time" in out and "+0.0%" not in out
