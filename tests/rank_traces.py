@@ -82,44 +82,44 @@ def rank_trace(
             args={V.ARG_DEVICE: 0, V.ARG_STREAM: 1},
         )
         if waits == "rows" and meet > ready:
-            b.add(
-                name=V.COLLECTIVE_WAIT_PREFIX + "allreduce",
-                ts_ns=ready + shift_ns,
-                dur_ns=meet - ready,
-                kind=EventKind.KERNEL,
-                cat=V.CAT_KERNEL,
-                pid=0,
-                tid=3,
-                args={V.ARG_DEVICE: 0, V.ARG_STREAM: 3, V.ARG_COLLECTIVE_WAIT: True, **cc_args},
+            collective_row(
+                b,
+                V.COLLECTIVE_WAIT_PREFIX + "allreduce",
+                ready + shift_ns,
+                meet - ready,
+                {V.ARG_COLLECTIVE_WAIT: True, **cc_args},
             )
         begin = ready if waits == "kernel" else meet
-        b.add(
-            name="CC: allreduce",
-            ts_ns=begin + shift_ns,
-            dur_ns=meet + COLL_NS - begin,
-            kind=EventKind.KERNEL,
-            cat=V.CAT_KERNEL,
-            pid=0,
-            tid=3,
-            args={V.ARG_DEVICE: 0, V.ARG_STREAM: 3, V.ARG_IS_COLLECTIVE: True, **cc_args},
+        collective_row(
+            b,
+            "CC: allreduce",
+            begin + shift_ns,
+            meet + COLL_NS - begin,
+            {V.ARG_IS_COLLECTIVE: True, **cc_args},
         )
         if sends:
-            b.add(
-                name="CC: send",
-                ts_ns=meet + COLL_NS + 1_000 + shift_ns,
-                dur_ns=5_000,
-                kind=EventKind.KERNEL,
-                cat=V.CAT_KERNEL,
-                pid=0,
-                tid=3,
-                args={
-                    V.ARG_DEVICE: 0,
-                    V.ARG_STREAM: 3,
-                    V.ARG_IS_COLLECTIVE: True,
-                    **cc_args,
-                    V.ARG_COLLECTIVE: "send",
-                },
+            collective_row(
+                b,
+                "CC: send",
+                meet + COLL_NS + 1_000 + shift_ns,
+                5_000,
+                {V.ARG_IS_COLLECTIVE: True, **cc_args, V.ARG_COLLECTIVE: "send"},
             )
     b.process_names[0] = V.core_process_name(0)
     write_chrome_trace(b.build(), path)
     return path
+
+
+def collective_row(b: TraceBuilder, name: str, ts_ns: int, dur_ns: int, args: dict) -> None:
+    """A row of device 0's collective queue (stream 3), with ``args`` besides its device and
+    stream."""
+    b.add(
+        name=name,
+        ts_ns=ts_ns,
+        dur_ns=dur_ns,
+        kind=EventKind.KERNEL,
+        cat=V.CAT_KERNEL,
+        pid=0,
+        tid=3,
+        args={V.ARG_DEVICE: 0, V.ARG_STREAM: 3, **args},
+    )

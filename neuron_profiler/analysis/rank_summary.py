@@ -131,7 +131,7 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps, ctx: AnalysisContext) -
     device, start, end = work.device[on], work.start[on], work.end[on]
     # point-to-point sends and receives are no collective of their group (their rows name the
     # whole group): the matching by call order would pair them with other ranks' collectives
-    p2p = np.fromiter(map(V.is_point_to_point, names), bool, len(names))
+    p2p = np.isin(trace.col(S.NAME_ID)[rows], ctx.names.point_to_point)
     coll = np.flatnonzero(~is_wait & ~p2p)
     waits = np.flatnonzero(is_wait)
     # each wait belongs to the first collective on its device starting at or after its start

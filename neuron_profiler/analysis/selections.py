@@ -20,6 +20,8 @@ Name rules (the names themselves are in ``trace/vocabulary.py``):
   and ``overhead``-category rows that are not the emulator's.
 - **Collective kernels**: ``CC: ...`` and ``CC wait: ...`` rows (ours), NCCL / RCCL kernels.
 - **Collective waits**: ``CC wait: ...`` rows (a real capture's barrier, the emulator's wait).
+- **Point-to-point**: sends and receives (``vocabulary.is_point_to_point``), no collective of
+  their group.
 - **Profiler frames**: Python frames of torch's profiler (``torch/profiler/...``,
   ``torch/autograd/profiler...``): its ``__enter__`` / ``__exit__`` / ``step`` work.
 - **FSDP ranges**: FSDP's ``record_function`` ranges, ``FSDP::...`` (FSDP2) and
@@ -108,6 +110,7 @@ class NameClasses:
     profiler_overhead: np.ndarray
     collective_kernel: np.ndarray
     collective_wait: np.ndarray
+    point_to_point: np.ndarray
     profiler_frames: np.ndarray
     compiled: np.ndarray
     worker_loader: np.ndarray
@@ -129,6 +132,7 @@ class NameClasses:
                 "profiler_overhead",
                 "collective_kernel",
                 "collective_wait",
+                "point_to_point",
                 "profiler_frames",
                 "compiled",
                 "worker_loader",
@@ -161,6 +165,8 @@ class NameClasses:
                 found["collective_kernel"].append(i)
             if s.startswith(V.COLLECTIVE_WAIT_PREFIX):
                 found["collective_wait"].append(i)
+            if V.is_point_to_point(s):
+                found["point_to_point"].append(i)
             # the literal first: a substring scan is fast where the pattern's search is not
             # (1.3 s on a 50 MB name, tests/unit/test_long_names.py)
             if "profiler" in s and _PROFILER_FRAME.search(s):

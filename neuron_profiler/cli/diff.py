@@ -192,14 +192,13 @@ def _traces(directory: Path) -> list[Path]:
     a ``traceEvents`` array; other JSON files (a capture's status files, a config) are
     skipped with a warning, as ``analyze`` skips them."""
     from neuron_profiler.cli.main import warn
-    from neuron_profiler.trace import vocabulary as V
-    from neuron_profiler.trace.loader import has_events_array
+    from neuron_profiler.trace.loader import is_trace_file
 
     found = []
     for f in sorted(directory.rglob("*")):
         if not (f.is_file() and f.name.endswith(TRACE_SUFFIXES)):
             continue
-        if f.name.endswith(V.TORCH_TRACE_SUFFIXES) or has_events_array(f):
+        if is_trace_file(f):
             found.append(f)
         else:
             warn(f"{f}: skipped, not a trace (no traceEvents)")

@@ -83,11 +83,10 @@ def load_reported(
     loader did not already warn about it), mistyped events skipped, and each count of
     ``Trace.load_report`` (replaced text, values and nesting, dropped and relabelled ids,
     trailing data, an unusable baseTimeNanoseconds). A trace with nothing usable (no event but
-    metadata: ``loader.nothing_usable``) is a ``TraceLoadError``, one line. ``say``: where the
+    metadata: ``loader.require_usable``) is a ``TraceLoadError``, one line. ``say``: where the
     lines go (default ``warn``; a worker process collects them for its parent)."""
     say = say or warn
-    from neuron_profiler.errors import TraceLoadError
-    from neuron_profiler.trace.loader import TruncatedTraceWarning, nothing_usable
+    from neuron_profiler.trace.loader import TruncatedTraceWarning, require_usable
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -98,9 +97,7 @@ def load_reported(
                 say(str(w.message))
             raise
     trace = trace_of(result) if trace_of else cast("Trace", result)
-    problem = nothing_usable(trace)
-    if problem is not None:  # one line: the problem says what the warnings would
-        raise TraceLoadError(trace.source, problem)
+    require_usable(trace, trace.source)  # one line: the problem says what the warnings would
     for w in caught:
         say(str(w.message))
     report = trace.load_report

@@ -19,6 +19,8 @@ import weakref
 
 import torch
 
+from neuron_profiler.emulator import native
+
 # storage address -> the number of its registration (an address is reused after a free: a late
 # finalizer must not forget the newer registration at the same address)
 _PINNED: dict[int, int] = {}
@@ -37,8 +39,6 @@ def is_pinned(t: torch.Tensor) -> bool:
 def _pinned_in_cpp(address: int) -> bool:
     """Whether C++ code allocated this buffer as pinned (the memory extension's pinned
     allocator, which DDP's reducer asks the PrivateUse1 hooks for)."""
-    from neuron_profiler.emulator import native
-
     module = native.loaded()
     return module is not None and bool(module.is_pinned_ptr(address))
 

@@ -71,15 +71,12 @@ def profile_beside(host: Path) -> Path | None:
 def load_host_trace(path: Path) -> Trace:
     """A torch.profiler trace, with the Explorer profile beside it merged in when there is one:
     what the TensorBoard plugin shows for a trace file it lists. A trace with nothing usable
-    is a ``TraceLoadError``, as for every command (``loader.nothing_usable``)."""
-    from neuron_profiler.trace.loader import load_trace, nothing_usable
+    is a ``TraceLoadError``, as for every command (``loader.require_usable``)."""
+    from neuron_profiler.trace.loader import load_trace, require_usable
 
     profile = profile_beside(path)
     trace = load_explorer(profile, path).trace if profile is not None else load_trace(path)
-    problem = nothing_usable(trace)
-    if problem is not None:
-        raise TraceLoadError(path, problem)
-    return trace
+    return require_usable(trace, path)
 
 
 def explorer_profiles_under(root: Path) -> list[Path]:

@@ -139,7 +139,8 @@ def load_trace(path: str | Path) -> Trace:
 def nothing_usable(trace: Trace) -> str | None:
     """Why a loaded trace holds nothing to analyse or export (no event but metadata: ``M``
     events name processes and threads of nothing), or None. The commands refuse such a file
-    with this problem; ``load_trace`` itself returns it (an empty trace is a valid value)."""
+    with this problem (``require_usable``); ``load_trace`` itself returns it (an empty trace
+    is a valid value)."""
     if len(trace):
         return None
     if trace.skipped_events:
@@ -147,6 +148,14 @@ def nothing_usable(trace: Trace) -> str | None:
     if len(trace.meta_events):
         return "no event (traceEvents holds nothing but metadata)"
     return "no event (traceEvents is empty)"
+
+
+def require_usable(trace: Trace, path: object) -> Trace:
+    """``trace``, or ``TraceLoadError`` naming ``path`` when it holds nothing usable."""
+    problem = nothing_usable(trace)
+    if problem is not None:
+        raise TraceLoadError(path, problem)
+    return trace
 
 
 def _loaded(path: Path, *, split: bool) -> _Load:
@@ -208,11 +217,14 @@ def read_header(path: str | Path) -> dict[str, Any]:
         source.close()
 
 
-def has_events_array(path: str | Path) -> bool:
-    """Whether the file holds a ``traceEvents`` array (read up to it, not its events): what
-    tells a trace from another JSON file found beside traces (a capture's status file, a
-    config). A file that cannot be read is no trace here."""
+def is_trace_file(path: str | Path) -> bool:
+    """Whether a file found beside traces is one: named as torch names its traces
+    (``*.pt.trace.json[.gz]``), or holding a ``traceEvents`` array (read up to it, not its
+    events); a capture's status file or a config is not. A file that cannot be read is no
+    trace here."""
     path = Path(path)
+    if path.name.endswith(V.TORCH_TRACE_SUFFIXES):
+        return True
     try:
         source = BlockSource(path)
     except TraceLoadError:

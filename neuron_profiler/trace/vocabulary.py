@@ -300,8 +300,9 @@ def is_point_to_point(name: str) -> bool:
     """A send or a receive (``send``, ``CC: recv``, ``nccl:send``, ``c10d::recv_``, ``isend``):
     between two ranks, not a collective of its group; the cross-rank matching leaves it out.
     Not NCCL's ``SendRecv`` kernels: all_to_all runs on them too."""
-    base = name.rsplit(":", 1)[-1].strip().strip("_").lower()
+    base = name[-_P2P_TAIL:].rsplit(":", 1)[-1].strip().strip("_").lower()  # (bounded work)
     return base in _POINT_TO_POINT
 
 
 _POINT_TO_POINT = frozenset({"send", "recv", "isend", "irecv", "recv_any_source"})
+_P2P_TAIL = 24  # characters that can hold a point-to-point name after its prefix

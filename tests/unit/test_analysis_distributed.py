@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from rank_traces import COLL_NS, MS, STEP_NS, rank_trace
+from rank_traces import COLL_NS, MS, STEP_NS, collective_row, rank_trace
 
 from neuron_profiler.analysis.distributed import (
     NO_LATE,
@@ -511,21 +511,12 @@ def test_arrival_is_never_before_the_collectives_launch(
         tid=9,
         args={V.ARG_CORRELATION: 7},
     )
-    b.add(
-        name="CC: allreduce",
-        ts_ns=t0 + 5 * MS,
-        dur_ns=4 * MS,
-        kind=EventKind.KERNEL,
-        cat=V.CAT_KERNEL,
-        pid=0,
-        tid=3,
-        args={
-            V.ARG_DEVICE: 0,
-            V.ARG_STREAM: 3,
-            V.ARG_IS_COLLECTIVE: True,
-            V.ARG_COLLECTIVE: "allreduce",
-            V.ARG_CORRELATION: 7,
-        },
+    collective_row(
+        b,
+        "CC: allreduce",
+        t0 + 5 * MS,
+        4 * MS,
+        {V.ARG_IS_COLLECTIVE: True, V.ARG_COLLECTIVE: "allreduce", V.ARG_CORRELATION: 7},
     )
     b.process_names[0] = V.core_process_name(0)
     path = tmp_path / "r0.json"

@@ -141,25 +141,32 @@ def test_launch_threads_come_from_each_kernels_own_call() -> None:
     assert ctx.launch_threads(1).tolist() == [[HOST_PID, 2]]
 
 
+def _shared_id(n: int, steps: int) -> Trace:
+    """``n`` launches at 0, 10, 20 ... µs and their kernels 3 µs later, all with correlation id
+    1, under ``steps`` ProfilerSteps of 10n µs each (the launches in the first)."""
+    b = TraceBuilder()
+    for step in range(steps):
+        b.add(
+            name=f"ProfilerStep#{step + 1}",
+            ts_ns=step * 10 * n * US,
+            dur_ns=10 * n * US,
+            kind=EventKind.USER_ANNOTATION,
+            cat="user_annotation",
+            pid=HOST_PID,
+            tid=HOST_TID,
+        )
+    for i in range(n):
+        _launch(b, i * 10, 1)
+        _kernel(b, i * 10 + 3, 1)
+    return b.build()
+
+
 def test_shared_correlation_id_pairs_in_linear_memory() -> None:
     """3,000 launches and 3,000 kernels all with correlation id 1 (the hostile trace that ran
     out of memory): one launching thread, found with memory proportional to the rows (pairing
     every kernel with every call would hold 9,000,000 pairs, 72 MB per int64 column)."""
     n = 3_000
-    b = TraceBuilder()
-    b.add(
-        name="ProfilerStep#1",
-        ts_ns=0,
-        dur_ns=10 * n * US,
-        kind=EventKind.USER_ANNOTATION,
-        cat="user_annotation",
-        pid=HOST_PID,
-        tid=HOST_TID,
-    )
-    for i in range(n):
-        _launch(b, i * 10, 1)
-        _kernel(b, i * 10 + 3, 1)
-    ctx = AnalysisContext(b.build())
+    ctx = AnalysisContext(_shared_id(n, steps=1))
     ctx.work, ctx.runtime_calls  # noqa: B018 - selected before measuring
     tracemalloc.start()
     try:
@@ -179,21 +186,7 @@ def test_hta_breakdowns_are_left_out_when_its_merge_would_explode() -> None:
     from neuron_profiler.analysis import analyze
 
     n = 2_100
-    b = TraceBuilder()
-    for step, start in ((1, 0), (2, 10 * n * US)):
-        b.add(
-            name=f"ProfilerStep#{step}",
-            ts_ns=start,
-            dur_ns=10 * n * US,
-            kind=EventKind.USER_ANNOTATION,
-            cat="user_annotation",
-            pid=HOST_PID,
-            tid=HOST_TID,
-        )
-    for i in range(n):
-        _launch(b, i * 10, 1)
-        _kernel(b, i * 10 + 3, 1)
-    report = analyze(b.build())
+    report = analyze(_shared_id(n, steps=2))
     assert report.hta_temporal is None and report.hta_idle is None
     (note,) = [n for n in report.notes if n.startswith("HTA breakdowns left out")]
     assert f"into {n * n:,}" in note
