@@ -135,6 +135,22 @@ class Projection:
         return 100.0 * (self.replay_ms - s) / s if s else 0.0
 
 
+class UnknownSourceChip(NeuronProfilerError):
+    """A trace whose deviceProperties name no known chip, projected onto another chip: its
+    times cannot be scaled without the source chip's figures. The CLI asks for
+    ``--source-chip``; the plugin, which has no flags, words its own request (``PROBLEM``)."""
+
+    exit_code = 2
+    PROBLEM = "no known chip in its deviceProperties"
+
+    def __init__(self, path: object) -> None:
+        self.path = path
+        super().__init__(
+            f"{path}: {self.PROBLEM}; name the chip it ran on with --source-chip "
+            f"({', '.join(CHIPS)})"
+        )
+
+
 def source_chip(trace: Trace) -> ChipSpec | None:
     """The chip the trace ran on (``peaks.device_chip``)."""
     return device_chip(trace)
@@ -163,11 +179,7 @@ def project(
     else:
         tgt = chip(target)
         if src is None and len(ctx.work):
-            raise NeuronProfilerError(
-                f"{trace.source}: no known chip in its deviceProperties; name it with "
-                f"--source-chip ({', '.join(CHIPS)})",
-                exit_code=2,
-            )
+            raise UnknownSourceChip(trace.source)
     graph = dependency_graph(ctx)
     recorded = replay(graph, graph.duration)
     same = tgt is None or (src is not None and tgt.name == src.name)

@@ -13,7 +13,8 @@ per pair of file versions and grouping.
 The ``style`` route serves ``reports.palette.style_document()``: the idle causes' colours (the
 HTML report's) and the text limits the page shortens names with (``reports.text``). The
 ``projection`` route serves ``neuron-prof project --json`` of a trace onto a chip (``chips``
-lists them), cached per chip the same way.
+lists them, and the chips a trace can say it ran on: ``--source-chip``'s ``source``), cached
+per pair of chips the same way.
 """
 
 from __future__ import annotations
@@ -105,14 +106,17 @@ def analyze_span(span: discovery.Span, progress: Progress = lambda phase: None) 
 
 
 PROJECTION = "projection"
+# what the Projection view offers where the CLI has --source-chip (app.js: the "source" select)
+CHOOSE_SOURCE = "choose the chip it ran on under 'Recorded on'"
 
 
 def project_span(
-    span: discovery.Span, chip: str, progress: Progress = lambda phase: None
+    span: discovery.Span, chip: str, progress: Progress = lambda phase: None, source: str = ""
 ) -> Bundle:
-    """``neuron-prof project --chip CHIP --json`` of one trace; a load or projection failure
-    (a trace naming no known chip, projected onto another) as the error body."""
-    from neuron_profiler.analysis.projection import project
+    """``neuron-prof project --chip CHIP [--source-chip SOURCE] --json`` of one trace; a load or
+    projection failure (a trace naming no known chip, projected onto another) as the error
+    body, asking for the view's 'recorded on' choice where the CLI asks for its flag."""
+    from neuron_profiler.analysis.projection import UnknownSourceChip, project
     from neuron_profiler.errors import NeuronProfilerError, TraceLoadError
     from neuron_profiler.explorer.inputs import load_host_trace
     from neuron_profiler.reports.projection_json import projection_document
@@ -121,9 +125,11 @@ def project_span(
         progress(f"loading {span.path.stat().st_size / 1e6:.1f} MB")
         trace = load_host_trace(span.path)
         progress(f"projecting onto {chip}")
-        p = project(trace, chip)
+        p = project(trace, chip, source=source or None)
     except TraceLoadError as err:
         return {PROJECTION: _error(422, f"{span.rel}: {err.problem}")}
+    except UnknownSourceChip as err:
+        return {PROJECTION: _error(422, f"{span.rel}: {err.PROBLEM}; {CHOOSE_SOURCE}")}
     except NeuronProfilerError as err:
         return {PROJECTION: _error(422, str(err).replace(str(span.path), span.rel))}
     except Exception as err:  # noqa: BLE001 - one bad trace must not take the others down
@@ -347,7 +353,8 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
     def __init__(self, context: base_plugin.TBContext) -> None:
         self.logdir = Path(context.logdir or ".")
         self.cache = ReportCache(analyze_span)
-        self.projections: dict[str, ReportCache] = {}  # chip -> its projections
+        # (target chip, source chip or "" for the trace's own) -> its projections
+        self.projections: dict[tuple[str, str], ReportCache] = {}
         self._projections_lock = threading.Lock()
         self.diffs = DiffCache(diff_spans)
         self._active = discovery.ActiveCheck(self.logdir)
@@ -448,26 +455,31 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_chips(self, request: wrappers.Request) -> wrappers.Response:
         """The chips a trace can be projected onto ("same": its own), as ``neuron-prof project
-        --chip`` takes them."""
+        --chip`` takes them, and those it can name as the one it ran on (``--source-chip``)."""
         from neuron_profiler.analysis.projection import TARGETS
+        from neuron_profiler.costmodel.chips import CHIPS
 
-        return _json(request, (200, {"chips": list(TARGETS)}))
+        return _json(request, (200, {"chips": list(TARGETS), "sources": list(CHIPS)}))
 
     @wrappers.Request.application
     def _serve_projection(self, request: wrappers.Request) -> wrappers.Response:
         from neuron_profiler.analysis.projection import TARGETS
+        from neuron_profiler.costmodel.chips import CHIPS
 
         chip = request.args.get("chip", "")
         if chip not in TARGETS:
             return _json(request, _error(400, f"chip must be one of {', '.join(TARGETS)}"))
+        source = request.args.get("source", "")
+        if source and source not in CHIPS:
+            return _json(request, _error(400, f"source must be one of {', '.join(CHIPS)}"))
         span = self._span(request)
         if not isinstance(span, discovery.Span):
             return _json(request, span)
         with self._projections_lock:
-            cache = self.projections.get(chip)
+            cache = self.projections.get((chip, source))
             if cache is None:
-                cache = self.projections[chip] = ReportCache(
-                    lambda s, progress: project_span(s, chip, progress),
+                cache = self.projections[chip, source] = ReportCache(
+                    lambda s, progress: project_span(s, chip, progress, source),
                     wait_s=self.cache.wait_s,
                     routes=(PROJECTION,),
                 )

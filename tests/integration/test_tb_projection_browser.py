@@ -66,13 +66,13 @@ def _shown(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:.3f}"
 
 
-def _route(served, chip: str) -> dict:  # noqa: ANN001
+def _route(served, chip: str, source: str = "") -> dict:  # noqa: ANN001
     client = served[1]
     runs = client.get(f"{ROUTE}/runs").get_json()["runs"]
     r = runs[0]
     w = r["workers"][0]
     q = {"run": r["id"], "worker": w["id"], "span": w["spans"][0]["id"], "chip": chip}
-    return client.get(f"{ROUTE}/projection", query_string=q).get_json()
+    return client.get(f"{ROUTE}/projection", query_string={**q, "source": source}).get_json()
 
 
 def test_projection_view_is_the_routes_document(driver, served) -> None:  # noqa: ANN001
@@ -101,6 +101,18 @@ def test_projection_view_is_the_routes_document(driver, served) -> None:  # noqa
     assert _cells(driver, "projection-step", 2)[2] == _shown(
         _route(served, "h100")["target"]["step_ms"]
     )
+    # "Recorded on" (--source-chip): the same trace read as an A100's, projected again
+    Select(driver.find_element(By.ID, "source")).select_by_value("a100")
+    _wait(
+        driver,
+        "the projection from a100",
+        "const v = document.getElementById('view');"
+        "const t = v.querySelector(\"table[data-table='projection-step']\");"
+        "return v.dataset.state === 'ready' && t && t.rows[1].cells[1].textContent === 'a100'",
+    )
+    from_a100 = _route(served, "h100", "a100")
+    assert from_a100["source"]["chip"] == "a100"
+    assert _cells(driver, "projection-step", 2)[2] == _shown(from_a100["target"]["step_ms"])
     errors = [
         e
         for e in driver.get_log("browser")

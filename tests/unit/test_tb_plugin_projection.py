@@ -18,6 +18,7 @@ from trace_factory import mm_then_sync as _mm_then_sync  # noqa: E402
 
 from neuron_profiler.analysis.projection import TARGETS  # noqa: E402
 from neuron_profiler.cli.project import CHOICES  # noqa: E402
+from neuron_profiler.costmodel.chips import CHIPS  # noqa: E402
 from neuron_profiler.exporters.chrome import write_chrome_trace  # noqa: E402
 
 V100 = {"deviceProperties": [{"id": 0, "name": "Tesla V100-SXM2-32GB"}]}
@@ -34,10 +35,10 @@ def logdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _cli(logdir: Path, rel: str, chip: str) -> dict:
+def _cli(logdir: Path, rel: str, chip: str, *extra: str) -> dict:
     exe = Path(sys.executable).with_name("neuron-prof")
     proc = subprocess.run(
-        [str(exe), "project", rel, "--chip", chip, "--json"],
+        [str(exe), "project", rel, "--chip", chip, "--json", *extra],
         cwd=logdir,
         capture_output=True,
         text=True,
@@ -56,16 +57,20 @@ def test_projection_equals_the_cli_and_is_cached_per_chip(logdir: Path) -> None:
         assert answer.get_json() == _cli(logdir, "mm/w.1.pt.trace.json", chip)
     again = client.get(f"{ROUTE}/projection", query_string={**q, "chip": "trn2"})
     assert again.get_json()["target"]["chip"] == "trn2"
-    assert (plugin.projections["trn2"].misses, plugin.projections["trn2"].hits) == (1, 1)
+    cache = plugin.projections["trn2", ""]
+    assert (cache.misses, cache.hits) == (1, 1)
 
 
 def test_chips_route_and_bad_chip(logdir: Path) -> None:
     _, client = make_plugin(logdir)
-    assert client.get(f"{ROUTE}/chips").get_json() == {"chips": list(TARGETS)}
+    chips = client.get(f"{ROUTE}/chips").get_json()
+    assert chips == {"chips": list(TARGETS), "sources": list(CHIPS)}
     assert list(CHOICES) == list(TARGETS)  # the CLI's choices are the library's
     q = ids(client, "mm", "w")
     bad = client.get(f"{ROUTE}/projection", query_string={**q, "chip": "../etc"})
     assert bad.status_code == 400 and "chip must be one of" in bad.get_json()["error"]
+    bad = client.get(f"{ROUTE}/projection", query_string={**q, "chip": "trn2", "source": "same"})
+    assert bad.status_code == 400 and "source must be one of" in bad.get_json()["error"]
 
 
 def test_trace_naming_no_chip_is_a_one_line_error_without_server_paths(logdir: Path) -> None:
@@ -74,7 +79,15 @@ def test_trace_naming_no_chip_is_a_one_line_error_without_server_paths(logdir: P
     answer = client.get(f"{ROUTE}/projection", query_string={**q, "chip": "trn2"})
     assert answer.status_code == 422
     error = answer.get_json()["error"]
-    assert "--source-chip" in error and "\n" not in error
+    assert "\n" not in error and "no known chip" in error
+    assert "--source-chip" not in error and "'Recorded on'" in error  # the view has no flags
     assert str(logdir) not in error and "nochip/w.1.pt.trace.json" in error
     same = client.get(f"{ROUTE}/projection", query_string={**q, "chip": "same"})
     assert same.status_code == 200 and same.get_json()["replay"]["error_pct"] == 0.0
+    # the view's choice is the CLI's flag: the same document
+    named = client.get(f"{ROUTE}/projection", query_string={**q, "chip": "trn2", "source": "v100"})
+    assert named.status_code == 200
+    assert named.get_json() == _cli(
+        logdir, "nochip/w.1.pt.trace.json", "trn2", "--source-chip", "v100"
+    )
+    assert named.get_json()["source"]["chip"] != named.get_json()["target"]["chip"]

@@ -2,7 +2,7 @@
 // device timeline (route "timeline") for the chosen run / worker / span, the cross-rank
 // analysis of the run's traces that belong with it (route "distributed", fetched when the
 // Distributed view opens), `neuron-prof project --json` of the trace onto the chosen chip
-// (route "projection", fetched when the Projection view opens or the chip changes), and the diff
+// (route "projection", fetched when the Projection view opens or a chip changes), and the diff
 // of another trace (A, the baseline picked in the Diff view) against the shown one (B) (route
 // "diff": `neuron-prof diff --json A B`); the Memory view shows the report's `memory` section. It
 // computes nothing (every figure comes from those documents);
@@ -20,6 +20,7 @@ let STYLE = { cause_colours: {}, name_limit: 200, text_limit: 1000, ellipsis: "\
 // rows by "op" or "module" (the route's `by`); diff: its answer for the shown trace (null: not
 // asked, {loading: true}, {error}, or the document)
 const state = { runs: [], doc: null, timeline: null, cross: null, projection: null, chips: [], chip: "trn2",
+  sources: [], source: "",
   diff: null, base: "", diffBy: "op", error: null, view: "Overview", load: 0 };
 const $ = (id) => document.getElementById(id);
 
@@ -222,17 +223,19 @@ async function loadDistributed(load) {
   render();
 }
 
-// The projection of the shown trace onto state.chip (route "projection"), fetched when the
-// Projection view opens or the chip changes; state.projection is {loading: true} meanwhile.
+// The projection of the shown trace onto state.chip (route "projection"), from state.source
+// ("": the chip its deviceProperties name), fetched when the Projection view opens or either
+// selector changes; state.projection is {loading: true} meanwhile.
 async function loadProjection(load) {
   state.projection = { loading: true };
-  const chip = state.chip;
+  const chip = state.chip, source = state.source;
+  const current = () => chip === state.chip && source === state.source;
   try {
-    const body = await analysis("projection", Object.assign(selected(), { chip }), load);
-    if (!body || chip !== state.chip) return;
+    const body = await analysis("projection", Object.assign(selected(), { chip, source }), load);
+    if (!body || !current()) return;
     state.projection = body;
   } catch (err) {
-    if (load !== state.load || chip !== state.chip) return;
+    if (load !== state.load || !current()) return;
     state.projection = { error: err.message };
   }
   $("status").textContent = "";
@@ -268,7 +271,18 @@ function renderProjection(p) {
   pick.addEventListener("change", () => { state.chip = pick.value; state.projection = null; render(); });
   const label = el("label", "Project onto ");
   label.appendChild(pick);
-  const out = [label];
+  // "Recorded on": --source-chip, for a trace whose deviceProperties name no known chip
+  const from = el("select");
+  from.id = "source";
+  const own = el("option", "the trace's own chip");
+  own.value = "";
+  from.appendChild(own);
+  for (const c of state.sources) { const o = el("option", c); o.value = c; from.appendChild(o); }
+  from.value = state.source;
+  from.addEventListener("change", () => { state.source = from.value; state.projection = null; render(); });
+  const recorded = el("label", " Recorded on ");
+  recorded.appendChild(from);
+  const out = [label, recorded];
   if (p.error) { out.push(el("p", shorten(p.error, STYLE.text_limit), "empty")); return out; }
   out.push(el("h3", "Step (ms, mean over " + p.steps + " steps)"));
   out.push(table([["what", ""], ["chip", "chip"], ["step_ms", "step ms", 3], ["note", "note", undefined, STYLE.text_limit]], [
@@ -742,7 +756,9 @@ async function main() {
   $("span").addEventListener("change", loadReport);
   try {
     STYLE = (await api("style")).body;
-    state.chips = (await api("chips")).body.chips;
+    const chips = (await api("chips")).body;
+    state.chips = chips.chips;
+    state.sources = chips.sources;
     await loadRuns();
   } catch (err) {
     state.error = err.message;
