@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _tree
-from neuron_profiler.analysis._args import arg_values
+from neuron_profiler.analysis._args import arg_values, as_float
 from neuron_profiler.analysis._copies import D2H, H2D
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE, DMA
 from neuron_profiler.analysis.context import AnalysisContext
@@ -98,9 +98,9 @@ def swap_costs(
     n = len(items)
     op_row, top_fallback = _launching_ops(ctx, items, native)
     name = _names(trace, np.where(op_row >= 0, op_row, rows))
-    cost = _op_costs(trace, op_row)
-    priced = cost.priced
     kernel_name = _name_matches(trace, rows, _MATRIX_KERNEL)
+    cost = _with_kernel_costs(trace, rows, queue == COMPUTE, _op_costs(trace, op_row), kernel_name)
+    priced = cost.priced
     duration = graph.duration.astype(np.float64).copy()
     cls = np.zeros(n, np.int64)
     uncertainty = np.zeros(n)
@@ -321,6 +321,38 @@ def _op_costs(trace: Trace, op_row: np.ndarray) -> _OpCosts:
         dtype=np.array([c.dtype if c else "float32" for c in cost], dtype=object)[inverse],
         priced=priced[inverse],
     )
+
+
+def _with_kernel_costs(
+    trace: Trace, rows: np.ndarray, compute: np.ndarray, cost: _OpCosts, matrix_name: np.ndarray
+) -> _OpCosts:
+    """Kernels whose op recorded no shapes but which carry their own cost (``flops`` and
+    ``bytes`` args, as this project's collector writes them: docs/runtime-events.md) are priced
+    from it: matrix work when their engine is the matrix engine (TensorE) or their name is a
+    matrix kernel's, in their ``dtype``. Without this, a trace recorded without
+    ``record_shapes`` would scale every matmul by the HBM ratio."""
+    todo = np.flatnonzero(compute & ~cost.priced)
+    if len(todo) == 0:
+        return cost
+    a = arg_values(trace, rows[todo], (V.ARG_FLOPS, V.ARG_BYTES, V.ARG_ENGINE, V.ARG_DTYPE))
+    flops, nbytes = as_float(a[V.ARG_FLOPS]), as_float(a[V.ARG_BYTES])
+    ok = np.isfinite(flops) & np.isfinite(nbytes) & (flops >= 0) & (nbytes > 0)
+    if not ok.any():
+        return cost
+    k = todo[ok]
+    engine = a[V.ARG_ENGINE][ok]
+    dtype = np.array([d if isinstance(d, str) else "float32" for d in a[V.ARG_DTYPE][ok]], object)
+    out = _OpCosts(
+        flops=cost.flops.copy(),
+        bytes_moved=cost.bytes_moved.copy(),
+        matrix=cost.matrix.copy(),
+        dtype=cost.dtype.copy(),
+        priced=cost.priced.copy(),
+    )
+    out.flops[k], out.bytes_moved[k], out.dtype[k] = flops[ok], nbytes[ok], dtype
+    out.matrix[k] = (engine == V.MATRIX_ENGINE) | matrix_name[k]
+    out.priced[k] = True
+    return out
 
 
 def _name_matches(trace: Trace, rows: np.ndarray, pattern: re.Pattern[str]) -> np.ndarray:

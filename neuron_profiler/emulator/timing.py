@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 from neuron_profiler.costmodel.chips import ChipSpec
 from neuron_profiler.costmodel.roofline import collective_s, kernel_s
+from neuron_profiler.trace import vocabulary as V
 
 # NeuronCore engines (docs/chips.md): TensorE does matrix work, ScalarE activation functions,
 # GpSimdE gathers and scatters, VectorE the rest. Which aten op runs where is this emulator's
 # assumption, made to name kernels the way the hardware's profile groups them.
 TENSOR_ENGINE, VECTOR_ENGINE, SCALAR_ENGINE, GPSIMD_ENGINE = (
-    "TensorE",
+    V.MATRIX_ENGINE,
     "VectorE",
     "ScalarE",
     "GpSimdE",

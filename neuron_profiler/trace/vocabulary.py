@@ -58,6 +58,7 @@ ARG_IN_MSG_NELEMS = "In msg nelems"  # NCCL collectives: elements each rank send
 ARG_EMULATED = "emulated"  # true: the timing is modelled by the emulator, not measured
 ARG_OP = "op"  # the aten op a device row or runtime call belongs to
 ARG_ENGINE = "engine"  # NeuronCore engine a kernel is modelled on (TensorE, VectorE, ...)
+MATRIX_ENGINE = "TensorE"  # the NeuronCore engine of matrix work (docs/chips.md)
 ARG_DTYPE = "dtype"  # a kernel's compute dtype
 ARG_EXEC_ID = "exec_id"  # the runtime's execution id
 ARG_FLOPS = "flops"

@@ -364,3 +364,47 @@ def test_ops_are_named_by_the_aten_op_not_a_dispatch_frame() -> None:
     b.kernel(20, 520, launch_us=10)
     p = project(b.b.build(), "a100", source="v100")
     assert [o.name for o in p.ops] == ["aten::mm"]
+
+
+def _neuron_mm(*, shapes: bool, engine: str = "TensorE", name: str = "TensorE: mm") -> Build:
+    """mm_then_sync as this project's collector writes it: the kernel carries its own cost
+    (1024^3 fp32 mm: 2 x 1024^3 flops, 3 x 4 MB), the op its shapes only under record_shapes."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::mm", 0, 100, args=MM_ARGS if shapes else None)
+    own = {"flops": 2 * 1024**3, "bytes": 3 * 4 * 1024**2, "engine": engine, "dtype": "float32"}
+    b.kernel(20, 520, launch_us=10, name=name, args=own)
+    b.host("cudaDeviceSynchronize", 200, 525, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    b.host("aten::sum", 525, 1000)
+    return b
+
+
+def test_kernel_carrying_its_own_cost_is_priced_without_recorded_shapes() -> None:
+    # TensorE kernel, no shapes: compute-bound matrix work (2.15 GFLOP vs 12.6 MB), scaled by
+    # the fp32 matrix peaks (v100 15.7 TFLOPS -> a100 19.5) exactly as with the op's shapes;
+    # not by the HBM ratio (900 -> 1555 GB/s) as an unrecognised kernel is
+    with_shapes = project(_neuron_mm(shapes=True).b.build(), "a100", source="v100")
+    from_kernel = project(_neuron_mm(shapes=False).b.build(), "a100", source="v100")
+    kernel = 500 * 15.7 / 19.5
+    for p in (with_shapes, from_kernel):
+        compute = {c.cls: c for c in p.classes}["compute"]
+        assert compute.target_ms == pytest.approx(kernel / 1e3, abs=1e-6)
+        assert p.ops[0].name == "aten::mm" and p.ops[0].cls == "compute"
+    assert from_kernel.target.step_ms == pytest.approx(with_shapes.target.step_ms, abs=1e-9)
+    # the same figures on a vector engine: vector peak (v100 15.7 -> a100 19.5 TFLOPS too, so
+    # take trn2, whose vector rate differs from its matrix peak) against the matrix engine's
+    vector = project(
+        _neuron_mm(shapes=False, engine="VectorE", name="VectorE: mm").b.build(),
+        "trn2",
+        source="v100",
+    )
+    matrix = project(_neuron_mm(shapes=False).b.build(), "trn2", source="v100")
+    trn2 = CHIPS["trn2"]
+    assert {c.cls: c for c in matrix.classes}["compute"].target_ms == pytest.approx(
+        0.5 * 15.7e12 / trn2.matrix_flops_per_s("float32"), abs=1e-6
+    )
+    v100 = CHIPS["v100"]
+    src = max(2 * 1024**3 / v100.vector_flops_per_s(), 12 * 1024**2 / v100.hbm_bytes_per_s())
+    tgt = max(2 * 1024**3 / trn2.vector_flops_per_s(), 12 * 1024**2 / trn2.hbm_bytes_per_s())
+    assert {c.cls: c for c in vector.classes}["compute"].target_ms == pytest.approx(
+        0.5 * tgt / src, abs=1e-6
+    )
