@@ -172,11 +172,14 @@ def build_session_result(
     source_name: str = "emulator",
     dropped: dict[int, int] | None = None,
     provenance: dict[str, Any] | None = None,
+    warmup_ns: int | None = None,
 ) -> SessionResult:
-    """Parse, link, apply the window and lay out one session's activities (pure function)."""
+    """Parse, link, apply the window and lay out one session's activities (pure function).
+    ``warmup_ns``: when capture began, where that was before the window (``place``)."""
     return build_from_activities(
         parse_system_trace(payload, dropped=dropped),
         window=window,
+        warmup_ns=warmup_ns,
         intervals=intervals,
         host_pid=host_pid,
         props=props,
@@ -194,6 +197,7 @@ def build_from_activities(
     props: list[dict[str, Any]],
     source_name: str = "emulator",
     provenance: dict[str, Any] | None = None,
+    warmup_ns: int | None = None,
 ) -> SessionResult:
     """``build_session_result`` after the parse: placement, then the bridge's record buffer."""
     placed = place(
@@ -201,6 +205,7 @@ def build_from_activities(
         host_ops=intervals.host_ops(),
         host_pid=host_pid,
         window=window,
+        warmup_ns=warmup_ns,
         taken_pids=frozenset({host_pid}),
         props=props,
     )
@@ -272,14 +277,29 @@ class Controller:
         self._correlation = correlation
         self._source: Any = None
         self._problem = ""
+        self._opened = False  # capture began for the coming session (prepare or start)
+        self._warmup_ns: int | None = None
         self.last_result: SessionResult | None = None
 
+    def prepare(self, now_ns: int) -> None:
+        """Kineto's ``configure`` (at a schedule's warm-up, or just before ``start``): capture
+        begins here, so work launched in the warm-up that runs inside the window is in the
+        trace, as CUPTI's records are from the warm-up on (Kineto keeps device activities by
+        their own time)."""
+        self._open()
+        self._warmup_ns = int(now_ns)
+
     def start(self) -> None:
+        if not self._opened:  # a bridge that never prepared
+            self._open()
+            self._warmup_ns = None
+
+    def _open(self) -> None:
         import warnings
 
         from neuron_profiler.errors import NeuronProfilerError
 
-        self._source, self._problem = None, ""
+        self._source, self._problem, self._opened = None, "", True
         try:
             source = self._factory()
             source.start(max_events_per_nc(), self._correlation)
@@ -298,7 +318,10 @@ class Controller:
         return result.to_bridge()
 
     def _stop(self, start_ns: int, stop_ns: int, intervals: Intervals) -> SessionResult:
-        src, self._source = self._source, None
+        src, self._source, self._opened = self._source, None, False
+        warmup = (
+            self._warmup_ns if self._warmup_ns is not None and self._warmup_ns < start_ns else None
+        )
         if src is None:
             return empty_result("none", self._problem or "no device source")
         payload = src.stop()
@@ -306,6 +329,7 @@ class Controller:
             result = build_session_result(
                 payload,
                 window=(int(start_ns), int(stop_ns)),
+                warmup_ns=warmup,
                 intervals=intervals,
                 host_pid=os.getpid(),
                 props=src.device_properties(),

@@ -340,6 +340,7 @@ def place(
     taken_pids: frozenset[int] = frozenset(),
     props: Sequence[dict[str, Any]] = (),
     flow_id_base: int = FIRST_FLOW_ID,
+    warmup_ns: int | None = None,
 ) -> Placement:
     """Lay out ``acts`` as trace rows (see the module docstring).
 
@@ -347,6 +348,11 @@ def place(
         host_ops: the ops to link host-side rows to by containment.
         host_pid: the host process id, or a function from thread ids to process ids.
         window: keep rows launched inside [start, end] (None: keep all).
+        warmup_ns: when capture began before the window (Kineto's configure, a schedule's
+            warm-up): device work launched from then on that runs inside the window is kept
+            too, unlinked (its op is not in the trace), as Kineto keeps CUDA's by device time
+            (Kineto drops a kernel running across the window's start; it is kept here, or the
+            device would look idle while it was busy).
         taken_pids: pids the host already uses (a core that would collide moves).
         props: deviceProperties per core (``id`` keys), e.g. from the envelope extension.
         flow_id_base: the first ac2g flow id (above any ac2g id the host trace already has).
@@ -366,6 +372,13 @@ def place(
     keep = (
         np.ones(n, dtype=bool) if window is None else (launch >= window[0]) & (launch <= window[1])
     )
+    if window is not None and warmup_ns is not None:
+        keep |= (
+            np.isin(acts.kind, DEVICE_WORK)
+            & (launch >= warmup_ns)
+            & (acts.end_ns > window[0])
+            & (acts.start_ns <= window[1])
+        )
     rows = np.flatnonzero(keep)
     kind = acts.kind[rows]
     on_host = np.isin(kind, ON_HOST_THREAD)

@@ -1,6 +1,7 @@
 // The collector's module: a libkineto::IActivityProfiler registered through torch's
 // PrivateUse1ProfilerRegistry (with Kineto directly where torch has none; register_profiler),
-// whose session calls back into Python (session.Controller) at start() and stop() and converts
+// whose session calls back into Python (session.Controller) when configured (prepare), at
+// start() and stop() and converts
 // the record buffer stop() returns in processTrace (core in neuron_kineto.h). Test and bench entry
 // points are in neuron_kineto_testing.cpp.
 
@@ -29,6 +30,12 @@ py::object& controller() {
 
 class NeuronSession : public lk::IActivityProfilerSession {
  public:
+  // Kineto configures a session at a schedule's warm-up (or just before start): capture begins
+  // here, as CUPTI's does, so warm-up work that runs inside the window is in the trace.
+  NeuronSession() {
+    call_python("prepare", [&](py::object& c) { c.attr("prepare")(now_ns()); });
+  }
+
   void start() override {
     take_intervals();  // an earlier session's, never handed over
     start_ns_ = now_ns();

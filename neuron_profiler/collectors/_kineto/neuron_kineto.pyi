@@ -5,6 +5,8 @@ from typing import Any, Protocol
 import numpy as np
 
 class Controller(Protocol):
+    def prepare(self, now_ns: int) -> None:
+        """Kineto configured a session (a schedule's warm-up, or just before start)."""
     def start(self) -> None: ...
     def stop(self, start_ns: int, stop_ns: int, stack: np.ndarray) -> dict[str, Any]:
         """``stack``: the correlation intervals, an (n, 5) int64 array whose columns are
