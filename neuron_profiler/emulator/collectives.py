@@ -6,11 +6,21 @@ algorithm, ``RooflineModel.collective_ns``). The collective overlaps compute lau
 work that reads its result waits for it on the device (``dispatch.STATE.pending``), ``Work.wait()``
 makes the current stream wait for it on the device (streams.py), and host reads (``.item()``,
 ``.cpu()``, synchronize) wait for it too.
+
+Timing couples the ranks: a collective starts on every rank's device when the last one has
+arrived. Each rank's arrival is shared over the group by an all-gather started at the launch and
+not waited for there: as with NCCL, the launch returns at once and the host goes on launching.
+The collective is resolved (``scheduler.PendingCollective``) when something needs its end: work
+reading its output, ``Work.wait()``, the next collective on the core, a full launch queue, a
+host sync, a capture's stop. Only then may the host block for a late rank (an emulator-overhead
+span). Gloo tags each collective when it is issued and runs it on its own threads, so ranks that
+issue them in the same order (as the real collectives need) may wait for them at any time.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,6 +36,8 @@ from neuron_profiler.emulator.dispatch import (
     wrap,
 )
 from neuron_profiler.emulator.process_groups import host_backend
+from neuron_profiler.emulator.scheduler import PendingCollective
+from neuron_profiler.runtime_trace import format as F
 
 _NAMES = {
     "allreduce_": "allreduce",
@@ -99,7 +111,7 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     )
     ranks, group = _ranks(pg)
     couple = pg is not None and pg.size() > 1 and name not in _POINT_TO_POINT
-    end = tl.collective(
+    pending = tl.launch_collective(
         core,
         info.name,
         collective=name,
@@ -110,9 +122,11 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         exchange=_arrival_exchange(pg) if couple else None,
         stream=stream_of(core),
     )
-    for t in device_elems:  # every buffer the collective touches is ready only at its end
-        STATE.pending[t.untyped_storage().data_ptr()] = end
-    _outstanding[core] = max(end, _outstanding.get(core, 0))
+    # every buffer the collective touches is ready only at its end (resolved when first needed)
+    ready = pending.end if pending.resolved else pending
+    for t in device_elems:
+        STATE.pending[t.untyped_storage().data_ptr()] = ready
+    _outstanding[core] = pending  # the core's collectives run in order: the last ends last
     return result
 
 
@@ -186,26 +200,40 @@ def _device_work(out: Any, result: Any, alias: dict[int, Any]) -> Any:
 _POINT_TO_POINT = frozenset({"send", "recv"})
 
 
-def _arrival_exchange(pg: Any) -> Any:
-    """Exchange arrival times over ``pg`` (an all-gather of one int64 per rank, on the host,
-    next to the real collective): returns the latest arrival of the group."""
+class _Arrivals:
+    """Arrival times being all-gathered over a group (one int64 per rank, on the host, next to
+    the real collective): started at the launch, waited for when the collective is resolved."""
 
-    def exchange(arrival_ns: int) -> int:
+    __slots__ = ("work", "out")
+
+    def __init__(self, pg: Any, arrival_ns: int) -> None:
         mine = torch.tensor([arrival_ns], dtype=torch.int64)
-        out = [torch.zeros(1, dtype=torch.int64) for _ in range(pg.size())]
+        self.out = [torch.zeros(1, dtype=torch.int64) for _ in range(pg.size())]
         _set_record_function(False)  # not a user op: keep it out of torch.profiler
         try:
-            work = pg.allgather([out], [mine])
-            (_original_wait[0] if _original_wait else type(work).wait)(work)
+            self.work = pg.allgather([self.out], [mine])
         finally:
             _set_record_function(True)
-        return max(int(t.item()) for t in out)
 
-    return exchange
+    def is_completed(self) -> bool:
+        return bool(self.work.is_completed())
+
+    def latest_ns(self) -> int:
+        _set_record_function(False)
+        try:
+            (_original_wait[0] if _original_wait else type(self.work).wait)(self.work)
+        finally:
+            _set_record_function(True)
+        return max(int(t.item()) for t in self.out)
 
 
-# core -> device end of the latest collective not yet waited for from Python
-_outstanding: dict[int, int] = {}
+def _arrival_exchange(pg: Any) -> Callable[[int], _Arrivals]:
+    """Start sharing arrival times over ``pg`` (scheduler.ArrivalExchange)."""
+    return lambda arrival_ns: _Arrivals(pg, arrival_ns)
+
+
+# core -> the latest collective launched on it not yet waited for from Python
+_outstanding: dict[int, PendingCollective] = {}
 _original_wait: list[Any] = []
 
 
@@ -213,14 +241,25 @@ def _wait(self: Any, *args: Any, **kwargs: Any) -> Any:
     """``Work.wait()`` from Python (``dist.all_reduce`` without ``async_op``, ``handle.wait()``):
     the real exchange is done by the original wait; then, as with NCCL, the *current stream*
     waits on the device until the emulated collective queue has finished (streams.py): later
-    work launched on it starts after the collective, the host does not block."""
+    work launched on it starts after the collective. Placing that wait needs the collective's
+    end, so it is resolved here. The host blocks only while a rank has not arrived (for the real
+    data or the arrival times): NCCL's host would not, so that time is one emulator-overhead
+    span (``collective_coupling``)."""
     from neuron_profiler.emulator.streams import current_stream, wait_on_device
 
+    tl = STATE.timeline
+    if tl is None or not _outstanding:
+        return _original_wait[0](self, *args, **kwargs)
+    outstanding = list(_outstanding.items())
+    begin = time.time_ns()
+    blocks = not self.is_completed() or not all(p.arrived() for _, p in outstanding)
     result = _original_wait[0](self, *args, **kwargs)
-    if STATE.timeline is not None and _outstanding:
-        for core, end in list(_outstanding.items()):
-            wait_on_device(current_stream(core), end)
-        _outstanding.clear()
+    _outstanding.clear()
+    for core, pending in outstanding:  # resolved: the stream needs the end
+        wait_on_device(current_stream(core), pending.end_ns(overhead=False))
+    if blocks:
+        core, pending = outstanding[-1]
+        tl.overhead(core, pending.op, F.OVERHEAD_COUPLING, begin, time.time_ns())
     return result
 
 

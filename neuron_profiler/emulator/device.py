@@ -309,6 +309,8 @@ def enable(
         torch.autograd.set_multithreading_enabled(False)
     _check_autograd_engine(cores - 1)
     old = D.STATE.timeline
+    if old is not None:  # its pending collectives, resolved on the queues carried over
+        old.settle()
     timeline = DeviceTimeline(rt, model, cores, queue_depth=queue_depth)
     if old is not None:  # keep the queues' clocks: work already in flight stays in flight
         timeline.cores[: min(cores, len(old.cores))] = old.cores[:cores]

@@ -37,7 +37,7 @@ from neuron_profiler.emulator.outputs import (
     materialised,
     timing_plan,
 )
-from neuron_profiler.emulator.scheduler import DeviceTimeline
+from neuron_profiler.emulator.scheduler import DeviceTimeline, PendingCollective
 from neuron_profiler.emulator.tensor import NeuronTensor
 from neuron_profiler.runtime_trace import format as F
 
@@ -75,8 +75,9 @@ class State:
         self.current_core = 0
         # False: timing mode (outputs of the right shape, not computed; outputs.py)
         self.numerics = True
-        # storage data_ptr -> host-clock ns at which a collective finishes writing it
-        self.pending: dict[int, int] = {}
+        # storage data_ptr -> host-clock ns at which a collective finishes writing it, or the
+        # collective itself while its group start is not known (wait_pending resolves it)
+        self.pending: dict[int, int | PendingCollective] = {}
         # CPU-fallback ops run so far (their host time is real on a device too: host_cost.py)
         self.fallbacks = 0
         # (core, stream id) of the current side stream (streams.py), None on the default one
@@ -353,14 +354,20 @@ def _has_tensor(out: Any) -> bool:
 
 
 def wait_pending(inputs: list[torch.Tensor]) -> int:
-    """Device time at which collectives writing any of these inputs finish (0: none pending)."""
+    """Device time at which collectives writing any of these inputs finish (0: none pending).
+    A collective not resolved yet is resolved here: the op reading its output needs its end."""
     pending = STATE.pending
     if not pending:
         return 0
     ready = 0
     for t in inputs:
-        r = pending.get(t.untyped_storage().data_ptr())
-        if r is not None and r > ready:
+        ptr = t.untyped_storage().data_ptr()
+        r = pending.get(ptr)
+        if r is None:
+            continue
+        if type(r) is not int:
+            r = pending[ptr] = r.end_ns()
+        if r > ready:
             ready = r
     return ready
 
@@ -369,8 +376,9 @@ def prune_pending(core: int) -> None:
     tl = STATE.timeline
     if STATE.pending and tl is not None:
         floor = tl.cores[core].stream_ns
-        for k in [k for k, v in STATE.pending.items() if v <= floor]:
-            del STATE.pending[k]
+        pending = STATE.pending
+        for k in [k for k, v in pending.items() if (v if type(v) is int else v.end) <= floor]:
+            del pending[k]
 
 
 # -- the execution point ----------------------------------------------------------------------

@@ -104,6 +104,10 @@ class EmulatedRuntime:
         self.capturing = False
         self.capture_start_ns = 0  # host clock (time.time_ns) when the current capture started
         self.tracking_tensors = False  # capturing tensor allocate/free (the device asks per tensor)
+        # the emulated device's work whose events are not recorded yet (collectives waiting for
+        # their group: scheduler.DeviceTimeline.settle), resolved before a capture stops or is
+        # fetched so that no event of the capture is missing
+        self.settle_device: Callable[[], None] | None = None
         self._buffers: dict[int, deque[RecordedEvent]] = {}
         self._seq: dict[int, Iterator[int]] = {}  # per-core event numbering
         self._expected: dict[int, int] = {}  # per core: seq of the next event not handed out
@@ -182,6 +186,8 @@ class EmulatedRuntime:
 
     def sys_trace_stop(self) -> None:
         """Stop capturing. Events not yet fetched stay fetchable until the next start."""
+        if self.capturing and self.settle_device is not None:
+            self.settle_device()
         self.capturing = False
         self.tracking_tensors = False
 
@@ -195,6 +201,8 @@ class EmulatedRuntime:
         """
         if max_events is not None and not (isinstance(max_events, int) and max_events >= 0):
             raise ValueError(f"max_events must be a non-negative integer, got {max_events!r}")
+        if self.capturing and self.settle_device is not None:
+            self.settle_device()
         cores = sorted(self._buffers) if nc_idx is None else [int(nc_idx)]
         out: list[_OutEvent] = []
         dropped: dict[str, int] = {}

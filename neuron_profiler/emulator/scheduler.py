@@ -9,8 +9,10 @@ Torch-free: the dispatch layer computes costs and calls this. Execution is async
 hardware: work launched at host time t starts at ``max(t + launch latency, queue free, inputs
 ready)``. Compute and DMA of one core are stream-ordered (like an eager framework's default
 stream); collectives run on their own queue and overlap compute, and work that reads a
-collective's result waits for it (``not_before_ns``). Clocks advance whether or not a system
-trace is captured; events are recorded only while one is.
+collective's result waits for it (``not_before_ns``). A collective coupled across ranks is known
+only once every rank has arrived: its launch returns at once and its device times are resolved
+when something needs them (``launch_collective``). Clocks advance whether or not a system trace
+is captured; events are recorded only while one is.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
@@ -147,6 +149,101 @@ class TensorRecord(msgspec.Struct, frozen=True, gc=False):
     nbytes: int
 
 
+class ArrivalExchange(Protocol):
+    """The group's arrival times being shared, started at a collective's launch (collectives.py:
+    an all-gather over the group): ``is_completed`` asks without blocking, ``latest_ns`` waits
+    until every rank has sent its arrival and returns the latest."""
+
+    def is_completed(self) -> bool: ...
+
+    def latest_ns(self) -> int: ...
+
+
+_UNRESOLVED_NS = 1 << 62  # a pending collective's end before it is resolved: later than any time
+
+
+class PendingCollective:
+    """A launched collective whose device times wait for its group's arrivals
+    (``DeviceTimeline.launch_collective``). ``end_ns()`` resolves it, blocking the host only if
+    a rank has not arrived yet; ``end`` is its device end once resolved (``_UNRESOLVED_NS``
+    before). What the launch knew is kept so that the events recorded at resolution are the
+    ones the launch would have recorded: its runtime call, thread and correlation id."""
+
+    __slots__ = (
+        "timeline",
+        "core",
+        "op",
+        "collective",
+        "nbytes",
+        "ranks",
+        "group",
+        "algorithm",
+        "launch_ns",
+        "call_end_ns",
+        "arrival_ns",
+        "duration_ns",
+        "exchange",
+        "correlation_id",
+        "thread_id",
+        "exec_id",
+        "op_id",
+        "start",
+        "end",
+    )
+
+    def __init__(
+        self,
+        timeline: DeviceTimeline,
+        core: int,
+        op: str,
+        collective: str,
+        nbytes: int,
+        ranks: tuple[int, ...],
+        group: str,
+        algorithm: str,
+        launch_ns: int,
+        call_end_ns: int,
+        arrival_ns: int,
+        duration_ns: int,
+        exchange: ArrivalExchange | None,
+    ) -> None:
+        self.timeline = timeline
+        self.core = core
+        self.op = op
+        self.collective = collective
+        self.nbytes = nbytes
+        self.ranks = ranks
+        self.group = group
+        self.algorithm = algorithm
+        self.launch_ns = launch_ns
+        self.call_end_ns = call_end_ns
+        self.arrival_ns = arrival_ns
+        self.duration_ns = duration_ns
+        self.exchange = exchange
+        self.correlation_id = current_correlation_id()
+        self.thread_id = _native_tid()
+        self.exec_id = 0  # ids of a captured launch, taken at the launch (0: not captured)
+        self.op_id = 0
+        self.start = 0
+        self.end = _UNRESOLVED_NS
+
+    @property
+    def resolved(self) -> bool:
+        return self.end != _UNRESOLVED_NS
+
+    def arrived(self) -> bool:
+        """Whether every rank has arrived: resolving it would not block."""
+        return self.end != _UNRESOLVED_NS or self.exchange is None or self.exchange.is_completed()
+
+    def end_ns(self, overhead: bool = True) -> int:
+        """The collective's device end, resolving it first (the host may block until the last
+        rank of the group has arrived). ``overhead``: record that block as an emulator-overhead
+        span (False: the caller records a span around it)."""
+        if self.end == _UNRESOLVED_NS:
+            self.timeline.resolve(self, overhead)
+        return self.end
+
+
 @dataclass
 class CoreQueues:
     """The queues of one core; ``stream_ns`` is when all compute/DMA launched so far is done."""
@@ -160,6 +257,9 @@ class CoreQueues:
     side_ns: dict[int, int] = field(default_factory=dict)
     # device end times of work launched on this core and perhaps not finished (a heap)
     inflight: list[int] = field(default_factory=list)
+    # the collective launched last on this core, while its group start is not known (it also
+    # counts as in flight); the next collective on the core resolves it first, so one at most
+    unresolved: PendingCollective | None = None
 
     def busy_until_ns(self) -> int:
         return max(
@@ -219,7 +319,13 @@ class DeviceTimeline:
         self._tensor_ids = runtime.tensor_ids
         self._model_ids = runtime.model_ids
         self._lock = threading.Lock()
+        # collective launches and resolutions, in order (held while a resolution waits for the
+        # group, which blocks only what needs that collective: the next one on its core)
+        self._cc_lock = threading.Lock()
+        # latest host time at which a thread stopped blocking on a resolution (_after_block)
+        self.blocked_until_ns = 0
         self.collectives_launched = 0
+        runtime.settle_device = self.settle  # a capture's stop and fetch resolve what is pending
 
     # -- device work -----------------------------------------------------------------------
     def kernel(
@@ -252,10 +358,12 @@ class DeviceTimeline:
             )
         else:
             dur = graph.duration_ns
-        if len(self.cores[core].inflight) >= self.queue_depth:
+        q = self.cores[core]
+        if launch_ns < self.blocked_until_ns:
+            launch_ns = _after_block(launch_ns)
+        if len(q.inflight) + (q.unresolved is not None) >= self.queue_depth:
             launch_ns = self._admit(core, op, launch_ns)
         with self._lock:  # QueueClock.schedule, inlined: this runs for every op
-            q = self.cores[core]
             clock = q.compute
             start = launch_ns + self.latency_ns
             if clock.free_at_ns > start:
@@ -305,13 +413,15 @@ class DeviceTimeline:
             if direction == F.D2D
             else self.model.host_copy_ns(nbytes)
         )
+        if launch_ns < self.blocked_until_ns:
+            launch_ns = _after_block(launch_ns)
         submit_ns = max(launch_ns, staged_ns)
-        if len(self.cores[core].inflight) >= self.queue_depth:
+        q = self.cores[core]
+        if len(q.inflight) + (q.unresolved is not None) >= self.queue_depth:
             submit_ns = self._admit(core, op, submit_ns)
             if not staged_ns:  # as for kernels: the call starts once the queue had room
                 launch_ns = submit_ns
         with self._lock:
-            q = self.cores[core]
             start, end = q.dma.schedule(
                 launch_ns=submit_ns,
                 duration_ns=dur,
@@ -350,94 +460,216 @@ class DeviceTimeline:
         group: str,
         launch_ns: int,
         algorithm: str = "ring",
-        exchange: Callable[[int], int] | None = None,
+        exchange: Callable[[int], ArrivalExchange] | None = None,
         not_before_ns: int = 0,
         stream: int = 0,
     ) -> int:
+        """``launch_collective`` resolved at once: returns the collective's device end (the host
+        blocks until the group has arrived)."""
+        return self.launch_collective(
+            core,
+            op,
+            collective=collective,
+            nbytes=nbytes,
+            ranks=ranks,
+            group=group,
+            launch_ns=launch_ns,
+            algorithm=algorithm,
+            exchange=exchange,
+            not_before_ns=not_before_ns,
+            stream=stream,
+        ).end_ns()
+
+    def launch_collective(
+        self,
+        core: int,
+        op: str,
+        *,
+        collective: str,
+        nbytes: int,
+        ranks: list[int],
+        group: str,
+        launch_ns: int,
+        algorithm: str = "ring",
+        exchange: Callable[[int], ArrivalExchange] | None = None,
+        not_before_ns: int = 0,
+        stream: int = 0,
+    ) -> PendingCollective:
         """A collective on the collective queue: waits for the inputs (stream), not for later
         compute, so it overlaps whatever is launched after it.
 
-        ``exchange(arrival_ns) -> latest arrival over the group`` couples the ranks: this rank's
-        arrival is when the collective could start on its own queue; it starts when the last
-        rank has arrived, and the wait before is a ``cc_exec_barrier`` span on the device (as
-        the real runtime records it). The exchange's host time is an emulator-overhead span.
-        ``stream``: the stream it is launched on (0: the default one); it waits for that
-        stream's work, not for the others' (streams.py)."""
+        ``exchange(arrival_ns)`` starts sharing this rank's arrival with the group, which
+        couples the ranks: the arrival is when the collective could start on its own queue; it
+        starts when the last rank has arrived, and the wait before is a ``cc_exec_barrier`` span
+        on the device (as the real runtime records it). As with the real runtime the launch
+        returns at once: the collective is resolved (its start and end computed, its events
+        recorded as at the launch) when something needs its end: ``end_ns()`` (work reading its
+        output, ``Work.wait()``), the next collective on the core, a full launch queue, a host
+        sync of the core, a capture's stop or fetch. Host time spent there waiting for a late
+        rank is an emulator-overhead span (``collective_coupling``). Without ``exchange`` it is
+        resolved at once. ``stream``: the stream it is launched on (0: the default one); it
+        waits for that stream's work, not for the others' (streams.py)."""
         dur = self.model.collective_ns(nbytes=nbytes, world=len(ranks), collective=collective)
-        if len(self.cores[core].inflight) >= self.queue_depth:
+        q = self.cores[core]
+        if len(q.inflight) + (q.unresolved is not None) >= self.queue_depth:
             launch_ns = self._admit(core, op, launch_ns)
-        with self._lock:
-            q = self.cores[core]
-            order = q.order_ns(stream)
-            arrival = max(
-                launch_ns + self.latency_ns, q.collective.free_at_ns, order, not_before_ns
+        with self._cc_lock:
+            if q.unresolved is not None:  # its end is this collective's queue time
+                launch_ns = max(launch_ns, self._resolve_locked(q.unresolved))
+            with self._lock:
+                arrival = max(
+                    launch_ns + self.latency_ns,
+                    q.collective.free_at_ns,
+                    q.order_ns(stream),
+                    not_before_ns,
+                )
+            call_end = time.time_ns()
+            pending = PendingCollective(
+                self,
+                core,
+                op,
+                collective,
+                nbytes,
+                tuple(ranks),
+                group,
+                algorithm,
+                launch_ns,
+                call_end,
+                arrival,
+                dur,
+                None if exchange is None else exchange(arrival),
             )
-        call_end = time.time_ns()
-        group_start = arrival
+            if self.rt.capturing:  # ids in launch order, as the call is made now
+                self.collectives_launched += 1
+                pending.op_id = self.collectives_launched
+                pending.exec_id = next(self._exec_ids)
+            if exchange is None:
+                self._resolve_locked(pending)
+            else:
+                q.unresolved = pending
+        return pending
+
+    def resolve(self, pending: PendingCollective, overhead: bool = True) -> int:
+        """Resolve ``pending`` if it is not yet; returns when this thread stopped blocking on
+        the group (0: it did not block). ``overhead``: as ``PendingCollective.end_ns``."""
+        with self._cc_lock:
+            return self._resolve_locked(pending, overhead)
+
+    def settle(self, cores: Iterable[int] | None = None) -> None:
+        """Resolve the collectives pending on ``cores`` (None: all), in launch order."""
+        queues = self.cores if cores is None else [self.cores[c] for c in cores]
+        found = [q.unresolved for q in queues if q.unresolved is not None]
+        if found:
+            with self._cc_lock:
+                for pending in sorted(found, key=lambda p: p.call_end_ns):
+                    self._resolve_locked(pending)
+
+    def _resolve_locked(self, pending: PendingCollective, overhead: bool = True) -> int:
+        """Wait for the group's arrivals, schedule the collective from the last one and record
+        its events (``_cc_lock`` held). Returns the end of the host's block (0: none)."""
+        if pending.end != _UNRESOLVED_NS:
+            return 0
+        group_start = pending.arrival_ns
+        blocked = 0
+        exchange = pending.exchange
         if exchange is not None:
-            group_start = max(arrival, exchange(arrival))
-            self.overhead(core, op, F.OVERHEAD_COUPLING, call_end, time.time_ns())
+            if exchange.is_completed():
+                latest = exchange.latest_ns()
+            else:  # a rank has not arrived: the host really waits (emulator overhead)
+                global waits
+                waits += 1
+                begin = time.time_ns()
+                latest = exchange.latest_ns()
+                blocked = time.time_ns()
+                if overhead:
+                    self.overhead(pending.core, pending.op, F.OVERHEAD_COUPLING, begin, blocked)
+                _thread_ids.blocked_ns = blocked
+                if blocked > self.blocked_until_ns:
+                    self.blocked_until_ns = blocked
+            group_start = max(group_start, latest)
+        q = self.cores[pending.core]
         with self._lock:
             start, end = q.collective.schedule(
-                launch_ns=launch_ns,
-                duration_ns=dur,
+                launch_ns=pending.launch_ns,
+                duration_ns=pending.duration_ns,
                 latency_ns=self.latency_ns,
-                not_before_ns=max(order, group_start),
+                not_before_ns=group_start,
             )
             heapq.heappush(q.inflight, end)
-        if self.rt.capturing:
-            self.collectives_launched += 1
-            if start > arrival:  # waiting for the group on the device
-                epoch = self.rt.nc_epoch_of(core)
-                self.rt.record_span_lazy(
-                    core,
-                    F.CC_EXEC_BARRIER,
-                    _native_tid(),
-                    arrival,
-                    start,
-                    _barrier_start,
-                    _barrier_stop,
-                    BarrierRecord(
-                        core=core,
-                        model_id=self._model_ids.get(op, 0),
-                        op=op,
-                        collective=collective,
-                        correlation_id=current_correlation_id(),
-                        launch_ns=launch_ns,
-                        nc_start_ns=arrival - epoch,
-                        nc_end_ns=start - epoch,
-                        ranks=tuple(ranks),
-                        group=group,
-                        algorithm=algorithm,
-                    ),
-                )
-            detail = CollectiveDetail(
-                collective=collective,
-                nbytes=nbytes,
-                ranks=tuple(ranks),
-                algorithm=algorithm,
-                group=group,
-                op_id=self.collectives_launched,
-            )
-            self._record_launch(
+            pending.start, pending.end = start, end
+            if q.unresolved is pending:
+                q.unresolved = None
+        if pending.exec_id:
+            self._record_collective(pending)
+        return blocked
+
+    def _record_collective(self, p: PendingCollective) -> None:
+        """The events of a resolved collective launched while capturing: the device's wait for
+        the group (if any), the runtime call and the ``cc_running``, as at its launch."""
+        core, start, end = p.core, p.start, p.end
+        if start > p.arrival_ns:  # waiting for the group on the device
+            epoch = self.rt.nc_epoch_of(core)
+            self.rt.record_span_lazy(
                 core,
-                F.NRT_MODEL_SUBMIT,
-                F.CC_RUNNING,
-                op,
-                launch_ns,
+                F.CC_EXEC_BARRIER,
+                p.thread_id,
+                p.arrival_ns,
                 start,
-                end,
-                detail,
-                call_end_ns=call_end,
+                _barrier_start,
+                _barrier_stop,
+                BarrierRecord(
+                    core=core,
+                    model_id=self._model_ids.get(p.op, 0),
+                    op=p.op,
+                    collective=p.collective,
+                    correlation_id=p.correlation_id,
+                    launch_ns=p.launch_ns,
+                    nc_start_ns=p.arrival_ns - epoch,
+                    nc_end_ns=start - epoch,
+                    ranks=p.ranks,
+                    group=p.group,
+                    algorithm=p.algorithm,
+                ),
             )
-        return end
+        detail = CollectiveDetail(
+            collective=p.collective,
+            nbytes=p.nbytes,
+            ranks=p.ranks,
+            algorithm=p.algorithm,
+            group=p.group,
+            op_id=p.op_id,
+        )
+        self._record_launch(
+            core,
+            F.NRT_MODEL_SUBMIT,
+            F.CC_RUNNING,
+            p.op,
+            p.launch_ns,
+            start,
+            end,
+            detail,
+            call_end_ns=p.call_end_ns,
+            origin=(p.exec_id, p.correlation_id, p.thread_id),
+        )
 
     def _admit(self, core: int, op: str, launch_ns: int) -> int:
         """The bounded launch queue: with ``queue_depth`` operations launched and unfinished on
         this core, the host really blocks until one finishes (a ``queue_full`` host sync).
-        Returns the time the launch proceeds at."""
+        Returns the time the launch proceeds at. A collective pending on the core counts as in
+        flight: if the queue is full with it, it is resolved first (its end may be what frees
+        the queue)."""
+        q = self.cores[core]
         with self._lock:  # in flight at the launch time: what the launch call would see
-            heap = self.cores[core].inflight
+            heap = q.inflight
+            while heap and heap[0] <= launch_ns:
+                heapq.heappop(heap)
+            full = len(heap) + (q.unresolved is not None) >= self.queue_depth
+        if full and q.unresolved is not None:
+            with self._cc_lock:
+                pending = q.unresolved
+                if pending is not None:
+                    launch_ns = max(launch_ns, self._resolve_locked(pending))
+        with self._lock:
             while heap and heap[0] <= launch_ns:
                 heapq.heappop(heap)
             target = 0
@@ -488,9 +720,15 @@ class DeviceTimeline:
         end: int,
         detail: KernelDetail | CopyDetail | CollectiveDetail,
         call_end_ns: int | None = None,
+        origin: tuple[int, int, int] | None = None,
     ) -> None:
+        """``origin``: (exec id, correlation id, thread id) taken at a launch recorded later (a
+        resolved collective); None: this launch, now."""
         rt = self.rt
-        exec_id = next(self._exec_ids)
+        if origin is None:
+            exec_id, correlation_id, thread_id = next(self._exec_ids), current_correlation_id(), 0
+        else:
+            exec_id, correlation_id, thread_id = origin
         model_id = self._model_ids.get(op)
         if model_id is None:
             model_id = self._model_ids.setdefault(op, len(self._model_ids) + 1)
@@ -500,7 +738,7 @@ class DeviceTimeline:
             exec_id,
             model_id,
             op,
-            current_correlation_id(),
+            correlation_id,
             launch_ns,
             start - epoch,
             end - epoch,
@@ -510,7 +748,7 @@ class DeviceTimeline:
             core,
             call_type,
             work_type,
-            _native_tid(),
+            thread_id or _native_tid(),
             (launch_ns, max(time.time_ns() if call_end_ns is None else call_end_ns, launch_ns)),
             (start, end),
             _BUILDERS,
@@ -526,7 +764,19 @@ class DeviceTimeline:
         return wait_until(since_ns + self.model.host_staging_ns(nbytes))
 
     def busy_until_ns(self, cores: Iterable[int]) -> int:
+        """When all work launched on the cores is done (their pending collectives resolved)."""
+        cores = list(cores)
+        self.settle(cores)
         return max((self.cores[c].busy_until_ns() for c in cores), default=0)
+
+    def done_by(self, core: int, now_ns: int) -> bool:
+        """Whether the core's work is done at ``now_ns`` without blocking (a stream query): a
+        collective whose group has not all arrived is not (its start is later than now)."""
+        pending = self.cores[core].unresolved
+        if pending is not None and pending.exchange is not None:
+            if not pending.exchange.is_completed():
+                return False
+        return self.busy_until_ns([core]) <= now_ns
 
     def stream_wait(self, core: int, until_ns: int, stream: int = 0) -> None:
         """``stream`` of the core (0: the default one) waits on the device until ``until_ns``:
@@ -541,7 +791,8 @@ class DeviceTimeline:
     ) -> int:
         """Really block the host until the cores (or ``until_ns``) are done; records the wait
         once (one host call, however many cores it waits for: one row on the host thread), on
-        the core that finishes last."""
+        the core that finishes last. Waiting for the cores resolves their pending collectives;
+        waiting ``until_ns`` (one result's time) leaves them pending."""
         cores = list(cores)
         target = self.busy_until_ns(cores) if until_ns is None else until_ns
         begin = time.time_ns()
@@ -618,6 +869,12 @@ def _native_tid() -> int:
     except AttributeError:
         _thread_ids.tid = tid = threading.get_native_id()
         return tid
+
+
+def _after_block(launch_ns: int) -> int:
+    """A launch whose call began before this thread blocked resolving a collective (reading its
+    output, say): the call starts after the block, which is an emulator-overhead span."""
+    return max(launch_ns, getattr(_thread_ids, "blocked_ns", 0))
 
 
 # -- event data, built at fetch from the records the hot path stored ---------------------------

@@ -15,7 +15,8 @@ orderings on top of them, as CUDA streams share one GPU. Each stream has a clock
   between device buffers go to the DMA queue (dispatch.DEVICE_COPIES), so a side stream's
   copies run beside the default stream's compute.
 - ``wait_event`` / ``wait_stream`` raise a stream's clock. ``Work.wait()`` raises the *current*
-  stream's clock to the collective's end, as NCCL does; the host does not block. FSDP waits for
+  stream's clock to the collective's end, as NCCL does; the host blocks only while a rank of the
+  group has not arrived (the emulator needs the end: collectives.py). FSDP waits for
   its all-gathers on its all-gather stream, so the default stream keeps computing while they
   run, until it waits for the all-gather's event in the copy-out.
 - A collective waits for the clock of the stream it is launched on (its inputs); it runs on
@@ -70,7 +71,7 @@ class Stream:
 
     def query(self) -> bool:
         tl = D.STATE.timeline
-        return tl is None or tl.busy_until_ns([self.core]) <= time.time_ns()
+        return tl is None or tl.done_by(self.core, time.time_ns())
 
     def wait_stream(self, stream: Stream) -> None:
         """Later work on this stream starts after the work launched on ``stream`` so far."""

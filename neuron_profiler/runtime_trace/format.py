@@ -129,7 +129,8 @@ X_PCT_PEAK = "pct_of_peak"  # kernel: % of the compute peak of its engine and dt
 # link's bandwidth (both after the speed factor)
 X_OVERHEAD = "overhead"  # emulator_overhead: what the host did (one of OVERHEAD_*)
 OVERHEAD_NUMERICS = "numerics"  # the op's real math (numerics mode)
-OVERHEAD_COUPLING = "collective_coupling"  # exchanging collective arrival times across ranks
+# the host waiting for a late rank of a collective (its arrival time, or the data exchanged)
+OVERHEAD_COUPLING = "collective_coupling"
 OVERHEAD_PINNED_COPY = "pinned_copy"  # the data of a pinned-memory copy (the DMA reads it)
 # the emulator's Python dispatch of an op beyond the modelled framework launch cost (host_cost.py)
 OVERHEAD_DISPATCH = "dispatch"

@@ -13,6 +13,25 @@ from neuron_profiler.emulator.timing import RooflineModel
 from neuron_profiler.runtime_trace import format as F
 
 
+class Arrivals:
+    """A fake arrival exchange (scheduler.ArrivalExchange): the group's latest arrival is
+    ``latest``; ``done`` says whether every rank has sent it (else ``latest_ns`` blocks for
+    ``block_s``, as a late rank would make it)."""
+
+    def __init__(self, latest: int, done: bool = False, block_s: float = 0.0) -> None:
+        self.latest, self.done, self.block_s, self.waited = latest, done, block_s, 0
+
+    def is_completed(self) -> bool:
+        return self.done
+
+    def latest_ns(self) -> int:
+        self.waited += 1
+        if not self.done:
+            time.sleep(self.block_s)
+            self.done = True
+        return self.latest
+
+
 def _timeline(speed: float = 1.0) -> DeviceTimeline:
     rt = EmulatedRuntime(cores=2)
     return DeviceTimeline(rt, RooflineModel(chip("trn2"), speed_factor=speed), cores=2)
@@ -172,7 +191,7 @@ def test_recorded_events_are_named_records_outside_the_garbage_collector() -> No
         ranks=[0, 1],
         group="0",
         launch_ns=t0,
-        exchange=lambda arrival: arrival + 50_000,
+        exchange=lambda arrival: Arrivals(arrival + 50_000),
     )
     tl.host_sync([0], "item", until_ns=time.time_ns())
     tl.free(0, tl.allocate(0, 64), 64)
@@ -209,3 +228,114 @@ def test_recorded_events_are_named_records_outside_the_garbage_collector() -> No
             F.X_ENGINE: "ScalarE",
         }
     ]
+
+
+def _cc(tl: DeviceTimeline, launch_ns: int, exchange, core: int = 0):
+    return tl.launch_collective(
+        core,
+        "c10d::allreduce_",
+        collective="allreduce",
+        nbytes=1 << 20,
+        ranks=[0, 1],
+        group="0",
+        launch_ns=launch_ns,
+        exchange=exchange,
+    )
+
+
+def _add(tl: DeviceTimeline, launch_ns: int, not_before_ns: int = 0) -> int:
+    return tl.kernel(
+        0,
+        "aten::add",
+        flops=10,
+        bytes_moved=10,
+        dtype="float32",
+        matrix=False,
+        launch_ns=launch_ns,
+        not_before_ns=not_before_ns,
+    )
+
+
+def test_a_coupled_collective_launch_returns_at_once_and_resolves_when_its_end_is_needed() -> None:
+    """The launch starts the exchange and goes on; compute launched after it is scheduled
+    without it; reading its end resolves it from the group's latest arrival, and the events
+    recorded then are those of the launch (its call span, thread, ids) plus the device wait."""
+    tl = _timeline()
+    lat = chip("trn2").launch_latency_ns
+    tl.rt.sys_trace_start()
+    t0 = time.time_ns()
+    late = t0 + 30_000_000  # the last rank arrives 30 ms after this one
+    exchange = Arrivals(late, block_s=0.02)
+    pending = _cc(tl, t0, lambda arrival: exchange)
+    assert not pending.resolved and exchange.waited == 0  # the launch did not wait
+    k_end = _add(tl, t0 + 1)
+    assert not pending.resolved and k_end < late  # independent compute: scheduled at once
+    begin = time.time_ns()
+    end = pending.end_ns()  # a reader of its output
+    blocked = time.time_ns() - begin
+    assert exchange.waited == 1 and blocked >= 15_000_000
+    dur = tl.model.collective_ns(nbytes=1 << 20, world=2, collective="allreduce")
+    assert pending.start == late and end == late + dur  # starts when the last rank arrived
+    assert pending.end_ns() == end and exchange.waited == 1  # resolved once
+    assert _add(tl, time.time_ns(), not_before_ns=end) > end
+    tl.rt.sys_trace_stop()
+    events = json.loads(tl.rt.sys_trace_fetch())["events"]
+    by_type: dict[str, list[dict]] = {}
+    for e in events:
+        by_type.setdefault(e["event_type"], []).append(e)
+    barrier = [e for e in by_type[F.CC_EXEC_BARRIER] if e["phase"] == F.START]
+    assert len(barrier) == 1
+    assert barrier[0]["data"]["nc_timestamp_ns"] + tl.rt.nc_epoch_of(0) == t0 + lat
+    running = {e["phase"]: e for e in by_type[F.CC_RUNNING]}
+    assert running[F.START]["data"]["nc_timestamp_ns"] + tl.rt.nc_epoch_of(0) == late
+    assert running[F.START]["data"]["op_id"] == 1
+    calls = [e for e in by_type[F.NRT_MODEL_SUBMIT] if e["phase"] == F.START]
+    cc_call = next(e for e in calls if e["data"][F.EXT_KEY][F.X_OP] == "c10d::allreduce_")
+    assert cc_call["timestamp_ns"] == t0  # the launch's call, not the resolution's
+    add_call = next(e for e in calls if e["data"][F.EXT_KEY][F.X_OP] == "aten::add")
+    assert cc_call["data"][F.EXT_KEY][F.X_EXEC_ID] < add_call["data"][F.EXT_KEY][F.X_EXEC_ID]
+    coupling = [
+        e
+        for e in by_type[F.EXT_EMULATOR_OVERHEAD]
+        if e["phase"] == F.START and e["data"][F.EXT_KEY][F.X_OVERHEAD] == F.OVERHEAD_COUPLING
+    ]
+    assert len(coupling) == 1 and coupling[0]["timestamp_ns"] >= begin  # the block alone
+
+
+def test_pending_collectives_resolve_in_order_and_before_a_capture_stops() -> None:
+    """The next collective on the core, a host sync and a capture's stop need the pending one's
+    end: each resolves it. An exchange already complete costs no overhead span."""
+    tl = _timeline()
+    tl.rt.sys_trace_start()
+    t0 = time.time_ns()
+    first_x, second_x = Arrivals(t0 + 1_000_000, done=True), Arrivals(t0 + 2_000_000, done=True)
+    first = _cc(tl, t0, lambda a: first_x)
+    second = _cc(tl, t0 + 1, lambda a: second_x)
+    assert first.resolved and not second.resolved  # the queue time of the second is its end
+    assert second.arrival_ns >= first.end
+    assert tl.busy_until_ns([0]) == second.end_ns() and second.resolved  # a host sync
+    third = _cc(tl, time.time_ns(), lambda a: Arrivals(a, done=True))
+    assert not third.resolved
+    tl.rt.sys_trace_stop()  # the capture's stop resolves it: its events are in the capture
+    assert third.resolved
+    events = json.loads(tl.rt.sys_trace_fetch())["events"]
+    ops = [
+        e["data"]["op_id"]
+        for e in events
+        if e["event_type"] == F.CC_RUNNING and e["phase"] == F.START
+    ]
+    assert sorted(ops) == [1, 2, 3]
+    assert not [e for e in events if e["event_type"] == F.EXT_EMULATOR_OVERHEAD]  # no block
+
+
+def test_a_full_launch_queue_resolves_the_pending_collective() -> None:
+    """A pending collective counts as in flight; the launch that finds the queue full resolves
+    it first (its end is when the queue frees)."""
+    rt = EmulatedRuntime(cores=1)
+    tl = DeviceTimeline(rt, RooflineModel(chip("trn2")), cores=1, queue_depth=2)
+    t0 = time.time_ns()
+    pending = _cc(tl, t0, lambda a: Arrivals(a, done=True))
+    _add(tl, t0)
+    assert not pending.resolved
+    _add(tl, t0)  # two in flight: this launch waits for the queue
+    assert pending.resolved
