@@ -270,6 +270,7 @@ _SECOND = document(events(3))
 _SURROGATE = {"args": {"s": "LONE"}}
 _BASE_DOC = json.dumps({"baseTimeNanoseconds": "BASE", "traceEvents": events()}).encode()
 _CUT_AT = document(events()).index(b'"name": "op7"') - 20  # inside event 7
+_ARRAY_CUT_AT = json.dumps(events()).encode().index(b'"name": "op7"') - 20  # inside event 7
 
 CASES: list[Case] = [
     # -- point 1 ---------------------------------------------------------------------------
@@ -525,6 +526,17 @@ CASES: list[Case] = [
     Case(
         "cut_off_mid_event",
         _file("cut.json", document(events())[:_CUT_AT]),
+        Expected(ALL[:7], ("file is truncated; kept 7 complete events",), {"truncated": True}),
+    ),
+    # the Trace Event Format's JSON Array Format: a bare array, its closing ] optional
+    Case(
+        "array_form_without_closing_bracket",
+        _file("array_open.json", json.dumps(events()).encode()[:-1] + b",\n"),
+        Expected(ALL, (), _clean()),
+    ),
+    Case(
+        "array_form_gzip_cut_mid_event",
+        _file("array_cut.json.gz", _gz(json.dumps(events()).encode()[:_ARRAY_CUT_AT])),
         Expected(ALL[:7], ("file is truncated; kept 7 complete events",), {"truncated": True}),
     ),
     Case(

@@ -17,6 +17,8 @@ Detection rules (docs/trace-model.md):
   (``Trace.meta_events``) and fill the process/thread name and sort-index dicts.
 - Events whose fields are mistyped are skipped and counted (``Trace.skipped_events``).
 - A file cut off mid-write keeps every complete event before the cut (``Trace.truncated``).
+- A bare array of events (the Trace Event Format's "JSON Array Format", its closing ``]``
+  optional) is read as a ``traceEvents`` array is, with no top-level keys.
 """
 
 from __future__ import annotations
@@ -72,6 +74,9 @@ _TAIL_TRIES = 32
 _WHITESPACE = b" \t\r\n"
 _CLOSE_BRACE = ord("}")
 _MAX_HEAD_BYTES = 64 << 20  # no "traceEvents" key this far in: decode the whole document
+# the Trace Event Format's "JSON Array Format": a bare array of events (the closing ] optional)
+_ARRAY_FORM = re.compile(rb"[ \t\r\n]*\[[ \t\r\n]*")
+_FIRST_EVENT = re.compile(rb'\{[^{}]{0,512}?"ph"\s*:', re.S)  # an array file's first element
 
 
 # A plain file this large is loaded in two halves at once, the second by a forked child
@@ -184,12 +189,13 @@ def split_min_bytes() -> int | None:
     return value if value > 0 else None
 
 
-def _decode_second_half(path: Path, start: int, size: int) -> SecondHalf:
+def _decode_second_half(path: Path, start: int, size: int, array_form: bool) -> SecondHalf:
     """The child's work in a split load: the events from ``start`` (an event's first byte) to
     the array's end and the keys after it, by the same code as a whole load."""
     source = BlockSource(path, start=start)
     try:
         load = _Load(path, source)
+        load.array_form = array_form
         load.sink.expected_bytes = size - start
         load._stream_events(b"")
         load._settle_source()
@@ -220,7 +226,8 @@ def read_header(path: str | Path) -> dict[str, Any]:
 def is_trace_file(path: str | Path) -> bool:
     """Whether a file found beside traces is one: named as torch names its traces
     (``*.pt.trace.json[.gz]``), or holding a ``traceEvents`` array (read up to it, not its
-    events); a capture's status file or a config is not. A file that cannot be read is no
+    events), or a JSON array whose first element is an event (an object with a ``"ph"`` key
+    first among its keys' first few hundred bytes); a capture's status file or a config is not. A file that cannot be read is no
     trace here."""
     path = Path(path)
     if path.name.endswith(V.TORCH_TRACE_SUFFIXES):
@@ -230,7 +237,11 @@ def is_trace_file(path: str | Path) -> bool:
     except TraceLoadError:
         return False
     try:
-        return _Load(path, source)._events_start() is not None
+        load = _Load(path, source)
+        pending = load._events_start()
+        if pending is None:
+            return False
+        return not load.array_form or _FIRST_EVENT.match(pending) is not None
     except (TraceLoadError, msgspec.DecodeError, ValueError):
         return False
     finally:
@@ -253,6 +264,10 @@ class _Load:
         self.truncated = False
         self.damage = ""
         self.trailing = 0
+        # a bare JSON array of events (the Trace Event Format's "JSON Array Format") instead of
+        # an object with ``traceEvents``: no keys, and the closing ``]`` may be missing
+        self.array_form = False
+        self._ended_clean = False  # the slow path's last element ended an array file cleanly
         self._limit: int | None = None  # nesting the repair keeps (measured when first needed)
 
     def run(self, *, split: bool = False) -> None:
@@ -283,7 +298,18 @@ class _Load:
     def _events_start(self) -> bytes | None:
         """Bytes right after ``"traceEvents": [`` with the keys before it decoded, or None
         (then the whole document is decoded instead)."""
-        self._head = b""
+        self._head = self._read_until(b"", 1)
+        array = _ARRAY_FORM.match(self._head)
+        if array is not None:
+            if self._head[array.end() : array.end() + 1] not in (b"", b"]", b"{"):
+                raise TraceLoadError(
+                    self.path,
+                    "not a torch.profiler trace (a JSON array whose first element is no event)",
+                    not_a_trace=True,
+                )
+            self.array_form = True
+            pending, self._head = self._head[array.end() :], b""
+            return pending
         while True:
             key = self._head.find(_KEY)
             enough = key >= 0 and len(self._head) - key > 1024
@@ -332,7 +358,7 @@ class _Load:
         if boundary is None:
             return None
         end, child_start = boundary
-        child = ForkedCall.start(_decode_second_half, self.path, child_start, size)
+        child = ForkedCall.start(_decode_second_half, self.path, child_start, size, self.array_form)
         if child is not None:
             self.source.stop_at(end)
         return child
@@ -399,20 +425,46 @@ class _Load:
 
     def _tail(self, pending: bytes) -> None:
         """The last piece plus the keys after the array (``baseTimeNanoseconds`` in Kineto)."""
-        if self._split_tail(pending):
+        if self._split_tail(pending) or self._unclosed_array(pending):
             return
         try:
-            top = decode_top(b'{"traceEvents":[' + pending)
+            top = decode_top(b'{"traceEvents":[' + pending + self._closing)
             self.sink.add_piece(bytes(top.pop("traceEvents")))
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             reached, status = self._walk(pending, final=True)
             if status == END:
                 self._after_array(pending[reached:])
-            elif status == INCOMPLETE:
+            elif status == INCOMPLETE and not self._ended_clean:
                 self.truncated = True
                 self._base_time_from(pending[reached:])
             return
         self._keep_metadata(top)
+
+    @property
+    def _closing(self) -> bytes:
+        """What closes the object the tail is decoded in: ``{"traceEvents":[`` + tail is a whole
+        object in a Kineto file; an array file's tail needs its ``}``."""
+        return b"}" if self.array_form else b""
+
+    def _unclosed_array(self, pending: bytes) -> bool:
+        """An array file whose closing ``]`` is left out (the format allows it: writers stream
+        events and stop), its last event complete (a trailing comma allowed): its events are
+        fed and True. Not a cut: nothing was lost. False leaves the tail to the general path
+        (which tells a cut from a clean end element by element)."""
+        if not self.array_form:
+            return False
+        body = pending.rstrip(_WHITESPACE)
+        if body.endswith(b","):
+            body = body[:-1].rstrip(_WHITESPACE)
+        if not body:
+            return True
+        if body[-1] != _CLOSE_BRACE:
+            return False
+        try:
+            self.sink.add_piece(b"[" + body + b"]")
+        except (msgspec.DecodeError, RecursionError):
+            return False
+        return True
 
     def _split_tail(self, pending: bytes) -> bool:
         """Find the array's closing ``]`` from the end, decode the short rest (the keys after
@@ -430,7 +482,7 @@ class _Load:
             if last >= 0 and pending[last] != _CLOSE_BRACE:
                 continue  # events are objects: this ] closes something inside the keys
             try:
-                rest = decode_top(b'{"traceEvents":[' + pending[close:])
+                rest = decode_top(b'{"traceEvents":[' + pending[close:] + self._closing)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 continue
             if last >= 0:
@@ -450,6 +502,7 @@ class _Load:
         the data ends; returns (offset reached, REPAIRED / END / DAMAGE / INCOMPLETE)."""
         texts: list[bytes] = []
         reached, status = 0, INCOMPLETE
+        self._ended_clean = False
         for kind, start, end in split_elements(data):
             if kind != ELEMENT:
                 reached, status = start, kind
@@ -464,10 +517,14 @@ class _Load:
             if fixed is not element and not final:
                 status = REPAIRED
                 break
-        if final and status == INCOMPLETE and data[reached:].strip():  # cut right after one?
-            last = self._checked(data[reached:].strip())
-            if last is not None:
-                texts.append(last)
+        if final and status == INCOMPLETE:
+            if data[reached:].strip():  # cut right after one?
+                last = self._checked(data[reached:].strip())
+                if last is not None:
+                    texts.append(last)
+                    self._ended_clean = self.array_form
+            else:  # (an array file may stop after any event: its ] is optional)
+                self._ended_clean = self.array_form
         if texts and not self._feed(texts):
             status = DAMAGE
         if status == DAMAGE:
@@ -499,9 +556,10 @@ class _Load:
 
     def _after_array(self, rest: bytes) -> None:
         """The keys after the events array (``rest`` starts at its ``]``), read on until the
-        top-level object closes; what follows it (a second trace, say) is ignored, counted."""
+        top-level object closes; what follows it (a second trace, say) is ignored, counted. (An
+        array file: the ``]`` closes it.)"""
         while True:
-            end = close_of(rest, 2)
+            end = close_of(rest, 1 if self.array_form else 2)
             if end is not None or self.source.done:
                 break
             rest = self._read_until(rest, 2 * len(rest))
@@ -509,7 +567,7 @@ class _Load:
             self.truncated = True
             self._base_time_from(rest)
             return
-        top = self._decode_object(b'{"traceEvents":[' + rest[:end])
+        top = self._decode_object(b'{"traceEvents":[' + rest[:end] + self._closing)
         if top is None:
             self.damage, self.truncated = "invalid JSON after the events array", True
             self._base_time_from(rest)
