@@ -539,6 +539,27 @@ CASES: list[Case] = [
         _file("array_cut.json.gz", _gz(json.dumps(events()).encode()[:_ARRAY_CUT_AT])),
         Expected(ALL[:7], ("file is truncated; kept 7 complete events",), {"truncated": True}),
     ),
+    # a top-level key written twice: every events array kept; another key refused if it differs
+    Case(
+        "trace_events_twice",
+        _file(
+            "events_twice.json",
+            document(events()[:5])[:-1]
+            + b', "traceEvents": '
+            + json.dumps(events()[5:]).encode()
+            + b"}",
+        ),
+        Expected(ALL, ("traceEvents written 2 times",), _clean()),
+    ),
+    Case(
+        "distributed_info_twice_differing",
+        _file(
+            "rank_twice.json",
+            document(events(), distributedInfo={"rank": 0})[:-1]
+            + b', "distributedInfo": {"rank": 1}}',
+        ),
+        Expected(exit_code=2, error='top-level key "distributedInfo" written 2 times'),
+    ),
     Case(
         "mistyped_event",
         _file("mistyped.json", document(events(**{"3": {"ts": {"x": 1}}}))),
