@@ -115,6 +115,11 @@ class SecondHalf:
     repeated: bool = False  # a key the child read more than once (or another events array)
 
 
+class RepeatedKeyError(TraceLoadError):
+    """A top-level key written more than once with different values: a trace (it has events),
+    but which value holds is ambiguous, so it is refused."""
+
+
 class TruncatedTraceWarning(UserWarning):
     """The file was cut off or damaged; complete events before the cut were kept."""
 
@@ -250,6 +255,8 @@ def is_trace_file(path: str | Path) -> bool:
         if pending is None:
             return False
         return not load.array_form or _FIRST_EVENT.match(pending) is not None
+    except RepeatedKeyError:  # a trace, refused when loaded: under a directory, an error
+        return True
     except (TraceLoadError, msgspec.DecodeError, ValueError):
         return False
     finally:
@@ -724,7 +731,7 @@ class _Load:
             self._different(key, len(values))
 
     def _different(self, key: str, count: int) -> None:
-        raise TraceLoadError(
+        raise RepeatedKeyError(
             self.path,
             f'top-level key "{key}" written {count} times with different values '
             "(which one holds is ambiguous: edit the file to keep one)",

@@ -238,3 +238,25 @@ def test_member_array_finds_a_later_array_at_the_top_level_only() -> None:
     assert rest[:at].count(key) == 2  # the nested one and the string value were passed over
     assert member_array(b'], "traceEvents": 5}', key, 2) is None
     assert member_array(b'], "a": 1}, "traceEvents": [', key, 2) is None  # after the object
+
+
+def test_under_a_directory_such_a_file_is_an_error_not_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not named as torch names its traces, but a trace: a broken one is an error there (exit
+    2), never skipped as "not a trace" (a lost rank must not pass a ``--fail-on`` gate)."""
+    from neuron_profiler.trace.loader import is_trace_file
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "good.json").write_text(_fill('{"traceEvents": %s}', _array(0, 2)))
+    bad = run / "bad.json"
+    bad.write_text(
+        _fill('{"distributedInfo": {"rank": 0}, "distributedInfo": {"rank": 1}, "traceEvents": %s}',
+              _array(0, 2))
+    )  # fmt: skip
+    assert is_trace_file(bad)
+    assert main(["analyze", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f'{bad}: top-level key "distributedInfo" written 2 times' in err
+    assert "skipped" not in err
