@@ -82,7 +82,6 @@ _CLOSE_BRACE = ord("}")
 _MAX_HEAD_BYTES = 64 << 20  # no "traceEvents" key this far in: decode the whole document
 # the Trace Event Format's "JSON Array Format": a bare array of events (the closing ] optional)
 _ARRAY_FORM = re.compile(rb"[ \t\r\n]*\[[ \t\r\n]*")
-_FIRST_EVENT = re.compile(rb'\{[^{}]{0,512}?"ph"\s*:', re.S)  # an array file's first element
 
 
 # A plain file this large is loaded in two halves at once, the second by a forked child
@@ -239,8 +238,8 @@ def read_header(path: str | Path) -> dict[str, Any]:
 def is_trace_file(path: str | Path) -> bool:
     """Whether a file found beside traces is one: named as torch names its traces
     (``*.pt.trace.json[.gz]``), or holding a ``traceEvents`` array (read up to it, not its
-    events), or a JSON array whose first element is an event (an object with a ``"ph"`` key
-    first among its keys' first few hundred bytes); a capture's status file or a config is not. A file that cannot be read is no
+    events), or a JSON array whose first element is an event (an object with a ``"ph"`` key);
+    a capture's status file or a config is not. A file that cannot be read is no
     trace here."""
     path = Path(path)
     if path.name.endswith(V.TORCH_TRACE_SUFFIXES):
@@ -254,13 +253,27 @@ def is_trace_file(path: str | Path) -> bool:
         pending = load._events_start()
         if pending is None:
             return False
-        return not load.array_form or _FIRST_EVENT.match(pending) is not None
+        return not load.array_form or _first_is_event(pending)
     except RepeatedKeyError:  # a trace, refused when loaded: under a directory, an error
         return True
     except (TraceLoadError, msgspec.DecodeError, ValueError):
         return False
     finally:
         source.close()
+
+
+def _first_is_event(body: bytes) -> bool:
+    """Whether the first element of an array body (the bytes after its ``[``) is an object with
+    a ``"ph"`` key; an element longer than the bytes read: whether they name a ``"ph"``."""
+    for kind, start, end in split_elements(body):
+        if kind != ELEMENT:
+            break
+        try:
+            first = msgspec.json.decode(body[start:end])
+        except (msgspec.DecodeError, RecursionError):
+            return False
+        return isinstance(first, dict) and "ph" in first
+    return body.lstrip(_WHITESPACE)[:1] == b"{" and b'"ph"' in body
 
 
 class _Load:

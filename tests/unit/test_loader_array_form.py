@@ -81,6 +81,13 @@ def test_an_array_of_non_events_is_no_trace(tmp_path: Path, text: bytes) -> None
     assert not is_trace_file(path)
 
 
+def test_an_array_file_is_a_trace_file_whatever_its_first_events_key_order(tmp_path: Path) -> None:
+    first = b'[{"name": "a", "args": {"x": {"y": 1}}, "pid": 1, "tid": 1, "ts": 1, "ph": "X"}'
+    assert is_trace_file(_write(tmp_path / "late_ph.json", first + b"]", False))
+    assert is_trace_file(_write(tmp_path / "open.json", first, False))  # (one element, no ])
+    assert not is_trace_file(_write(tmp_path / "cfg.json", b'[{"name": "a"}, {"ph": 1}]', False))
+
+
 def test_an_empty_array_is_an_empty_trace_but_no_trace_file(tmp_path: Path) -> None:
     for text in (b"[]", b"[", b" [ \n"):
         path = _write(tmp_path / "empty.json", text, False)

@@ -62,10 +62,11 @@ def _names(trace: object) -> list[str]:
             ),
             3,
         ),
-        # both arrays before the one streamed: the head holds whole arrays
         (_fill('{"traceEvents": %s, "traceEvents": %s}', _array(0, 1), _array(1, 5)), 2),
+        # a whole array before the one streamed (its key escaped: not found as text), in the head
+        (_fill('{"trace\\u0045vents": %s, "traceEvents": %s}', _array(0, 3), _array(3, 5)), 2),
     ],
-    ids=["two", "three-with-keys-between", "short-first"],
+    ids=["two", "three-with-keys-between", "short-first", "head-holds-one"],
 )
 def test_every_events_array_is_kept_and_counted(
     tmp_path: Path, gz: bool, text: str, arrays: int
