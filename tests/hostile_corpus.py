@@ -270,6 +270,7 @@ _SECOND = document(events(3))
 _SURROGATE = {"args": {"s": "LONE"}}
 _BASE_DOC = json.dumps({"baseTimeNanoseconds": "BASE", "traceEvents": events()}).encode()
 _CUT_AT = document(events()).index(b'"name": "op7"') - 20  # inside event 7
+_ARRAY_CUT_AT = json.dumps(events()).encode().index(b'"name": "op7"') - 20  # inside event 7
 
 CASES: list[Case] = [
     # -- point 1 ---------------------------------------------------------------------------
@@ -526,6 +527,38 @@ CASES: list[Case] = [
         "cut_off_mid_event",
         _file("cut.json", document(events())[:_CUT_AT]),
         Expected(ALL[:7], ("file is truncated; kept 7 complete events",), {"truncated": True}),
+    ),
+    # the Trace Event Format's JSON Array Format: a bare array, its closing ] optional
+    Case(
+        "array_form_without_closing_bracket",
+        _file("array_open.json", json.dumps(events()).encode()[:-1] + b",\n"),
+        Expected(ALL, (), _clean()),
+    ),
+    Case(
+        "array_form_gzip_cut_mid_event",
+        _file("array_cut.json.gz", _gz(json.dumps(events()).encode()[:_ARRAY_CUT_AT])),
+        Expected(ALL[:7], ("file is truncated; kept 7 complete events",), {"truncated": True}),
+    ),
+    # a top-level key written twice: every events array kept; another key refused if it differs
+    Case(
+        "trace_events_twice",
+        _file(
+            "events_twice.json",
+            document(events()[:5])[:-1]
+            + b', "traceEvents": '
+            + json.dumps(events()[5:]).encode()
+            + b"}",
+        ),
+        Expected(ALL, ("traceEvents written 2 times",), _clean()),
+    ),
+    Case(
+        "distributed_info_twice_differing",
+        _file(
+            "rank_twice.json",
+            document(events(), distributedInfo={"rank": 0})[:-1]
+            + b', "distributedInfo": {"rank": 1}}',
+        ),
+        Expected(exit_code=2, error='top-level key "distributedInfo" written 2 times'),
     ),
     Case(
         "mistyped_event",

@@ -54,16 +54,27 @@ NOTE_EMULATOR_OVERHEAD = (
 )
 
 
+NO_RANK = "no rank"  # what the reports show for a trace without a distributedInfo rank
+
+
+def rank_text(rank: int | None) -> str:
+    """A trace's rank as the reports' headers show it: ``rank 3``, or ``no rank`` for a trace
+    without one (a rank-less trace is not rank 0)."""
+    return NO_RANK if rank is None else f"rank {rank}"
+
+
 @dataclass(frozen=True)
 class Report:
     """Everything known about one trace. ``notes``: what the reader must know about the input
     (no steps, no device events, modelled timings). ``load_warnings``: what loading the file
     changed or left out (``Trace.load_warnings``), without the file name. ``fallback_pareto``:
     the CPU-fallback groups as the HTML report's Pareto chart draws them. ``memory``: device
-    memory (peaks, live allocations, findings), None when the trace recorded none."""
+    memory (peaks, live allocations, findings), None when the trace recorded none. ``rank``:
+    ``distributedInfo``'s rank, None where the trace has none (not a torch.distributed run):
+    never a made-up 0, which a real rank 0 would be mistaken for (``rank_text``)."""
 
     source: str
-    rank: int
+    rank: int | None
     base_ns: int
     has_device: bool
     steps: Steps
@@ -206,7 +217,7 @@ def _analyze(
     ops_and_kernels = summary()
     return Report(
         source=trace.source,
-        rank=ranks.rank if ranks.rank is not None else 0,
+        rank=ranks.rank,
         base_ns=file_base_ns(trace.metadata),
         has_device=len(ctx.work) > 0,
         steps=steps,

@@ -126,7 +126,7 @@ def _summary(path: Path) -> str:
     """The analyzer's headline for one trace (what ``neuron-prof analyze`` prints first)."""
     from neuron_profiler.analysis import analyze
     from neuron_profiler.analysis.metrics import metrics
-    from neuron_profiler.analysis.report import NOTE_MODELLED
+    from neuron_profiler.analysis.report import NOTE_MODELLED, rank_text
     from neuron_profiler.cli.main import load_reported
     from neuron_profiler.errors import NeuronProfilerError
     from neuron_profiler.trace import load_trace
@@ -140,6 +140,6 @@ def _summary(path: Path) -> str:
     idle = f"device idle {values['idle_pct']:.1f}%" if report.has_device else "no device events"
     modelled = " (modelled: emulated device)" if NOTE_MODELLED in report.notes else ""
     return (
-        f"rank {report.rank} · {n} step{'s' * (n != 1)} · mean step "
+        f"{rank_text(report.rank)} · {n} step{'s' * (n != 1)} · mean step "
         f"{float(report.steps.wall_ns.mean()) / 1e6:.3f} ms · {idle}{modelled}"
     )

@@ -31,7 +31,7 @@ from neuron_profiler.analysis.distributed import (
     Distributed,
     SpanAnalysis,
 )
-from neuron_profiler.analysis.report import Report
+from neuron_profiler.analysis.report import Report, rank_text
 from neuron_profiler.reports.html_page import BOOT, STYLE, plotly_js
 from neuron_profiler.reports.html_page import empty as _empty
 from neuron_profiler.reports.html_page import escape as _e
@@ -108,7 +108,7 @@ def _section(i: int, r: Report) -> str:
     steps = len(r.steps)
     head = (
         f'<section class="trace" id="trace-{i}"><h2>{_n(r.source)}</h2>'
-        f"<p>rank {r.rank} · {steps} step{'s' * (steps != 1)} · mean step "
+        f"<p>{rank_text(r.rank)} · {steps} step{'s' * (steps != 1)} · mean step "
         f"{_ms(float(r.steps.wall_ns.mean())):,.3f} ms · min gap "
         f"{r.options.min_gap_ns / 1e3:g} µs</p>"
     )

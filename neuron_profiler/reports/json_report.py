@@ -37,7 +37,7 @@ from neuron_profiler.analysis.report import Report, summaries_of
 from neuron_profiler.heap import gc_paused
 from neuron_profiler.reports.json_rows import Rows
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"  # 4: a trace's "rank" is null where it has none (3 wrote 0)
 SCHEMA_FILE = "report.schema.json"
 SUMMARY_ROWS = 50  # ops and kernels listed (the largest first): keeps the document bounded
 

@@ -28,7 +28,7 @@ from neuron_profiler.analysis.distributed import (
     SpanAnalysis,
 )
 from neuron_profiler.analysis.memory import SOURCE_ALLOCATOR
-from neuron_profiler.analysis.report import Report
+from neuron_profiler.analysis.report import Report, rank_text
 from neuron_profiler.reports.text import (
     NAME_LIMIT,
     TEXT_LIMIT,
@@ -277,7 +277,7 @@ def _header(r: Report, console: Console) -> None:
     console.print(_name(r.source, "bold"), overflow="fold")
     steps = len(r.steps)
     console.print(
-        f"rank {r.rank} · {steps} step{'s' * (steps != 1)} · mean step "
+        f"{rank_text(r.rank)} · {steps} step{'s' * (steps != 1)} · mean step "
         f"{_ms(float(r.steps.wall_ns.mean()))} ms · min gap "
         f"{r.options.min_gap_ns / 1e3:g} µs"
     )

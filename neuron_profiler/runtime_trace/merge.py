@@ -31,11 +31,13 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from neuron_profiler.errors import TraceLoadError
+from neuron_profiler.errors import NeuronProfilerError, TraceLoadError
+from neuron_profiler.runtime_trace import format as F
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities
 from neuron_profiler.runtime_trace.memory_counters import MemorySamples, with_counters
 from neuron_profiler.runtime_trace.parser import (
     envelope_extensions,
+    envelope_versions,
     memory_events,
     parse_system_traces,
 )
@@ -147,6 +149,7 @@ def merge_device_events(
     sources = (
         list(sources) if sources is not None else [f"payload {i}" for i in range(len(payloads))]
     )
+    check_data_versions(payloads, sources)
     exts: list[dict[str, Any]] = []
     for payload, source in zip(payloads, sources, strict=True):
         exts += _checked_extensions(payload, source)
@@ -156,6 +159,55 @@ def merge_device_events(
         raise _which_payload(payloads, sources, err) from None
     result = merge_activities(host, acts, sources, device_properties_from_extensions(exts))
     return _with_memory_counters(result, payloads)
+
+
+class VersionMismatch(NeuronProfilerError):
+    """Device-event inputs that state different ``data_version`` values (exit code 2)."""
+
+    exit_code = 2
+
+
+def check_data_versions(payloads: Sequence[bytes], sources: Sequence[str]) -> object | None:
+    """The ``data_version`` the inputs' envelopes state (None: none states one).
+
+    All envelopes are parsed as one stream (a start in one file pairs with its stop in the
+    next), so envelopes of different format versions would be read by one set of rules: inputs
+    whose stated versions differ raise ``VersionMismatch``, one line naming each file and its
+    versions. A version this parser was not written for (``format.DATA_VERSION``) is warned
+    about and read anyway: new runtimes add fields, which are kept in args. An envelope without
+    a version (older tools, hand-made files) states nothing and agrees with any."""
+    stated: dict[str, list[object]] = {}
+    for payload, source in zip(payloads, sources, strict=True):
+        found = [v for v in envelope_versions(payload) if v is not None]
+        if found:
+            stated[source] = sorted(set(found), key=repr)
+    distinct = {repr(v): v for versions in stated.values() for v in versions}
+    if len(distinct) > 1:
+        files = "; ".join(
+            f"{source}: {', '.join(map(_version_text, versions))}"
+            for source, versions in stated.items()
+        )
+        raise VersionMismatch(
+            f"device event inputs disagree on data_version ({files}): envelopes of different "
+            "runtime format versions are not merged as one stream; merge each version's files "
+            "separately",
+            exit_code=2,
+        )
+    if not distinct:
+        return None
+    (version,) = distinct.values()
+    if version != F.DATA_VERSION:
+        warnings.warn(
+            f"{', '.join(stated)}: data_version {_version_text(version)}, but this parser reads "
+            f"version {F.DATA_VERSION}: fields it does not know are kept in args, fields whose "
+            "meaning changed may be misread",
+            stacklevel=3,
+        )
+    return version
+
+
+def _version_text(version: object) -> str:
+    return msgspec.json.encode(version).decode()
 
 
 def _with_memory_counters(result: MergeResult, payloads: Sequence[bytes]) -> MergeResult:

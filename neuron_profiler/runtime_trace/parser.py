@@ -926,6 +926,27 @@ def _envelopes_raw(payload: bytes) -> list[Any]:
     return parts
 
 
+class _VersionEnvelope(msgspec.Struct, gc=False):
+    data_version: Any = None
+
+
+def envelope_versions(payload: bytes | str) -> list[object]:
+    """The ``data_version`` of each envelope in ``payload`` that msgspec reads whole (None
+    where absent; a digit string as its int): what ``merge`` compares across its inputs. A part
+    cut off before its version (the key comes after the events) gives none."""
+    parts = _envelopes_raw(payload.encode() if isinstance(payload, str) else payload)
+    out: list[object] = []
+    for part in parts:
+        try:
+            version = msgspec.json.decode(part, type=_VersionEnvelope).data_version
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            continue
+        if isinstance(version, str) and version.isdigit():
+            version = int(version)
+        out.append(version)
+    return out
+
+
 class _InfoEnvelope(msgspec.Struct, gc=False):
     neuron_profiler: dict[str, Any] = msgspec.field(default_factory=dict, name=F.EXT_KEY)
 

@@ -17,6 +17,11 @@ Detection rules (docs/trace-model.md):
   (``Trace.meta_events``) and fill the process/thread name and sort-index dicts.
 - Events whose fields are mistyped are skipped and counted (``Trace.skipped_events``).
 - A file cut off mid-write keeps every complete event before the cut (``Trace.truncated``).
+- A top-level key written twice: every ``traceEvents`` array is read; another key's values
+  must be equal (kept once) or the file is refused (``_Load._take_top``). Counted in
+  ``LoadReport.repeated_keys``.
+- A bare array of events (the Trace Event Format's "JSON Array Format", its closing ``]``
+  optional) is read as a ``traceEvents`` array is, with no top-level keys.
 """
 
 from __future__ import annotations
@@ -60,10 +65,13 @@ from neuron_profiler.trace.repair import (
     checked,
     close_of,
     depth_limit,
+    member_array,
     repair_value,
+    repeated_members,
     split_elements,
 )
 
+EVENTS = "traceEvents"
 _KEY = b'"traceEvents"'
 _ARRAY_START = re.compile(rb"\s*:\s*\[")
 _BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
@@ -72,6 +80,8 @@ _TAIL_TRIES = 32
 _WHITESPACE = b" \t\r\n"
 _CLOSE_BRACE = ord("}")
 _MAX_HEAD_BYTES = 64 << 20  # no "traceEvents" key this far in: decode the whole document
+# the Trace Event Format's "JSON Array Format": a bare array of events (the closing ] optional)
+_ARRAY_FORM = re.compile(rb"[ \t\r\n]*\[[ \t\r\n]*")
 
 
 # A plain file this large is loaded in two halves at once, the second by a forked child
@@ -101,6 +111,12 @@ class SecondHalf:
     truncated: bool
     damage: str
     trailing: int
+    repeated: bool = False  # a key the child read more than once (or another events array)
+
+
+class RepeatedKeyError(TraceLoadError):
+    """A top-level key written more than once with different values: a trace (it has events),
+    but which value holds is ambiguous, so it is refused."""
 
 
 class TruncatedTraceWarning(UserWarning):
@@ -184,12 +200,13 @@ def split_min_bytes() -> int | None:
     return value if value > 0 else None
 
 
-def _decode_second_half(path: Path, start: int, size: int) -> SecondHalf:
+def _decode_second_half(path: Path, start: int, size: int, array_form: bool) -> SecondHalf:
     """The child's work in a split load: the events from ``start`` (an event's first byte) to
     the array's end and the keys after it, by the same code as a whole load."""
     source = BlockSource(path, start=start)
     try:
         load = _Load(path, source)
+        load.array_form = array_form
         load.sink.expected_bytes = size - start
         load._stream_events(b"")
         load._settle_source()
@@ -201,6 +218,7 @@ def _decode_second_half(path: Path, start: int, size: int) -> SecondHalf:
         truncated=load.truncated,
         damage=load.damage,
         trailing=load.trailing,
+        repeated=any(n > 1 for n in load.occurrences.values()) or EVENTS in load.occurrences,
     )
 
 
@@ -220,7 +238,8 @@ def read_header(path: str | Path) -> dict[str, Any]:
 def is_trace_file(path: str | Path) -> bool:
     """Whether a file found beside traces is one: named as torch names its traces
     (``*.pt.trace.json[.gz]``), or holding a ``traceEvents`` array (read up to it, not its
-    events); a capture's status file or a config is not. A file that cannot be read is no
+    events), or a JSON array whose first element is an event (an object with a ``"ph"`` key);
+    a capture's status file or a config is not. A file that cannot be read is no
     trace here."""
     path = Path(path)
     if path.name.endswith(V.TORCH_TRACE_SUFFIXES):
@@ -230,11 +249,31 @@ def is_trace_file(path: str | Path) -> bool:
     except TraceLoadError:
         return False
     try:
-        return _Load(path, source)._events_start() is not None
+        load = _Load(path, source)
+        pending = load._events_start()
+        if pending is None:
+            return False
+        return not load.array_form or _first_is_event(pending)
+    except RepeatedKeyError:  # a trace, refused when loaded: under a directory, an error
+        return True
     except (TraceLoadError, msgspec.DecodeError, ValueError):
         return False
     finally:
         source.close()
+
+
+def _first_is_event(body: bytes) -> bool:
+    """Whether the first element of an array body (the bytes after its ``[``) is an object with
+    a ``"ph"`` key; an element longer than the bytes read: whether they name a ``"ph"``."""
+    for kind, start, end in split_elements(body):
+        if kind != ELEMENT:
+            break
+        try:
+            first = msgspec.json.decode(body[start:end])
+        except (msgspec.DecodeError, RecursionError):
+            return False
+        return isinstance(first, dict) and "ph" in first
+    return body.lstrip(_WHITESPACE)[:1] == b"{" and b'"ph"' in body
 
 
 class _Load:
@@ -253,6 +292,13 @@ class _Load:
         self.truncated = False
         self.damage = ""
         self.trailing = 0
+        # a bare JSON array of events (the Trace Event Format's "JSON Array Format") instead of
+        # an object with ``traceEvents``: no keys, and the closing ``]`` may be missing
+        self.array_form = False
+        # how often each top-level key was written (traceEvents: events arrays); more than once
+        # is counted in the LoadReport (``_take_top``)
+        self.occurrences: dict[str, int] = {}
+        self._ended_clean = False  # the slow path's last element ended an array file cleanly
         self._limit: int | None = None  # nesting the repair keeps (measured when first needed)
 
     def run(self, *, split: bool = False) -> None:
@@ -283,7 +329,18 @@ class _Load:
     def _events_start(self) -> bytes | None:
         """Bytes right after ``"traceEvents": [`` with the keys before it decoded, or None
         (then the whole document is decoded instead)."""
-        self._head = b""
+        self._head = self._read_until(b"", 1)
+        array = _ARRAY_FORM.match(self._head)
+        if array is not None:
+            if self._head[array.end() : array.end() + 1] not in (b"", b"]", b"{"):
+                raise TraceLoadError(
+                    self.path,
+                    "not a torch.profiler trace (a JSON array whose first element is no event)",
+                    not_a_trace=True,
+                )
+            self.array_form = True
+            pending, self._head = self._head[array.end() :], b""
+            return pending
         while True:
             key = self._head.find(_KEY)
             enough = key >= 0 and len(self._head) - key > 1024
@@ -293,9 +350,11 @@ class _Load:
         while key >= 0:  # the first top-level "traceEvents": [ (the text may occur in strings)
             match = _ARRAY_START.match(self._head, key + len(_KEY))
             if match is not None:
-                top = self._decode_object(self._head[:key] + b'"traceEvents":[]}')
-                if top is not None:
-                    self._keep_metadata(top)
+                decoded = self._decode_object(self._head[:key] + b'"traceEvents":[]}')
+                if decoded is not None:
+                    arrays = self._take_top(*decoded)
+                    for earlier in arrays[:-1]:  # (the last: the array streamed from here)
+                        self._feed_array(earlier)
                     pending, self._head = self._head[match.end() :], b""
                     return pending
             key = self._head.find(_KEY, key + 1)
@@ -332,7 +391,7 @@ class _Load:
         if boundary is None:
             return None
         end, child_start = boundary
-        child = ForkedCall.start(_decode_second_half, self.path, child_start, size)
+        child = ForkedCall.start(_decode_second_half, self.path, child_start, size, self.array_form)
         if child is not None:
             self.source.stop_at(end)
         return child
@@ -347,6 +406,8 @@ class _Load:
             child.close()
         if second is None or second.damage:  # (the damage message counts events from 0)
             raise _Unsplit
+        if second.repeated or self.metadata.keys() & second.metadata.keys():
+            raise _Unsplit  # a key written twice: the whole load compares and counts them
         self.sink.absorb(second.part)
         self.metadata.update(second.metadata)  # keys after the array, as a whole load keeps
         self.truncated = second.truncated
@@ -399,20 +460,47 @@ class _Load:
 
     def _tail(self, pending: bytes) -> None:
         """The last piece plus the keys after the array (``baseTimeNanoseconds`` in Kineto)."""
-        if self._split_tail(pending):
+        if self._split_tail(pending) or self._unclosed_array(pending):
             return
+        text = b'{"traceEvents":[' + pending + self._closing
         try:
-            top = decode_top(b'{"traceEvents":[' + pending)
-            self.sink.add_piece(bytes(top.pop("traceEvents")))
+            top = decode_top(text)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             reached, status = self._walk(pending, final=True)
             if status == END:
                 self._after_array(pending[reached:])
-            elif status == INCOMPLETE:
+            elif status == INCOMPLETE and not self._ended_clean:
                 self.truncated = True
                 self._base_time_from(pending[reached:])
             return
-        self._keep_metadata(top)
+        for events in self._take_top(text, top, continued=True):  # the streamed array's end first
+            self._feed_array(events)
+
+    @property
+    def _closing(self) -> bytes:
+        """What closes the object the tail is decoded in: ``{"traceEvents":[`` + tail is a whole
+        object in a Kineto file; an array file's tail needs its ``}``."""
+        return b"}" if self.array_form else b""
+
+    def _unclosed_array(self, pending: bytes) -> bool:
+        """An array file whose closing ``]`` is left out (the format allows it: writers stream
+        events and stop), its last event complete (a trailing comma allowed): its events are
+        fed and True. Not a cut: nothing was lost. False leaves the tail to the general path
+        (which tells a cut from a clean end element by element)."""
+        if not self.array_form:
+            return False
+        body = pending.rstrip(_WHITESPACE)
+        if body.endswith(b","):
+            body = body[:-1].rstrip(_WHITESPACE)
+        if not body:
+            return True
+        if body[-1] != _CLOSE_BRACE:
+            return False
+        try:
+            self.sink.add_piece(b"[" + body + b"]")
+        except (msgspec.DecodeError, RecursionError):
+            return False
+        return True
 
     def _split_tail(self, pending: bytes) -> bool:
         """Find the array's closing ``]`` from the end, decode the short rest (the keys after
@@ -429,8 +517,9 @@ class _Load:
                 last -= 1
             if last >= 0 and pending[last] != _CLOSE_BRACE:
                 continue  # events are objects: this ] closes something inside the keys
+            text = b'{"traceEvents":[' + pending[close:] + self._closing
             try:
-                rest = decode_top(b'{"traceEvents":[' + pending[close:])
+                rest = decode_top(text)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 continue
             if last >= 0:
@@ -438,8 +527,8 @@ class _Load:
                     self.sink.add_piece(b"".join((b"[", memoryview(pending)[: last + 1], b"]")))
                 except (msgspec.DecodeError, RecursionError):
                     return False  # damaged events: the general path salvages them
-            rest.pop("traceEvents", None)
-            self._keep_metadata(rest)
+            for later in self._take_top(text, rest, continued=True)[1:]:
+                self._feed_array(later)
             return True
         return False
 
@@ -450,6 +539,7 @@ class _Load:
         the data ends; returns (offset reached, REPAIRED / END / DAMAGE / INCOMPLETE)."""
         texts: list[bytes] = []
         reached, status = 0, INCOMPLETE
+        self._ended_clean = False
         for kind, start, end in split_elements(data):
             if kind != ELEMENT:
                 reached, status = start, kind
@@ -464,10 +554,14 @@ class _Load:
             if fixed is not element and not final:
                 status = REPAIRED
                 break
-        if final and status == INCOMPLETE and data[reached:].strip():  # cut right after one?
-            last = self._checked(data[reached:].strip())
-            if last is not None:
-                texts.append(last)
+        if final and status == INCOMPLETE:
+            if data[reached:].strip():  # cut right after one?
+                last = self._checked(data[reached:].strip())
+                if last is not None:
+                    texts.append(last)
+                    self._ended_clean = self.array_form
+            else:  # (an array file may stop after any event: its ] is optional)
+                self._ended_clean = self.array_form
         if texts and not self._feed(texts):
             status = DAMAGE
         if status == DAMAGE:
@@ -499,9 +593,16 @@ class _Load:
 
     def _after_array(self, rest: bytes) -> None:
         """The keys after the events array (``rest`` starts at its ``]``), read on until the
-        top-level object closes; what follows it (a second trace, say) is ignored, counted."""
+        top-level object closes; what follows it (a second trace, say) is ignored, counted. (An
+        array file: the ``]`` closes it.)"""
+        depth = 1 if self.array_form else 2
         while True:
-            end = close_of(rest, 2)
+            end = close_of(rest, depth)
+            if not self.array_form and _KEY in rest[:end]:  # another events array?
+                later = member_array(rest, _KEY, depth)
+                if later is not None:
+                    self._later_array(rest, *later)
+                    return
             if end is not None or self.source.done:
                 break
             rest = self._read_until(rest, 2 * len(rest))
@@ -509,18 +610,31 @@ class _Load:
             self.truncated = True
             self._base_time_from(rest)
             return
-        top = self._decode_object(b'{"traceEvents":[' + rest[:end])
-        if top is None:
+        decoded = self._decode_object(b'{"traceEvents":[' + rest[:end] + self._closing)
+        if decoded is None:
             self.damage, self.truncated = "invalid JSON after the events array", True
             self._base_time_from(rest)
             return
-        top.pop("traceEvents", None)
-        self._keep_metadata(top)
+        for later in self._take_top(*decoded, continued=True)[1:]:
+            self._feed_array(later)
         trailing = len(rest[end:].lstrip())
         if trailing or not self.source.done:
             while block := self.source.read():  # counted, never held
                 trailing += len(block)
         self.trailing += trailing
+
+    def _later_array(self, rest: bytes, key: int, start: int) -> None:
+        """A ``traceEvents`` key again after the first array (``rest`` starts at its ``]``):
+        the keys between are kept, and the second array is streamed as the first was (its
+        events kept, its end read by the same code), counted in ``occurrences``."""
+        decoded = self._decode_object(b'{"traceEvents":[' + rest[:key] + b'"traceEvents":[]}')
+        if decoded is None:
+            self.damage, self.truncated = "invalid JSON after the events array", True
+            return
+        arrays = self._take_top(*decoded, continued=True)
+        for between in arrays[1:-1]:
+            self._feed_array(between)
+        self._stream_events(rest[start:])
 
     def _base_time_from(self, text: bytes) -> None:
         """A cut-off tail may still hold Kineto's ``baseTimeNanoseconds``."""
@@ -534,39 +648,44 @@ class _Load:
             damage = self.source.damage
             raise TraceLoadError(self.path, damage or EMPTY_FILE, not_a_trace=not damage)
         try:
-            top = decode_top(data)
+            decoded: tuple[bytes, dict[str, msgspec.Raw]] | None = (data, decode_top(data))
         except msgspec.ValidationError as err:
             raise TraceLoadError(
                 self.path, f"not a torch.profiler trace ({err})", not_a_trace=True
             ) from None
         except (msgspec.DecodeError, RecursionError) as err:
-            top = self._decode_object(data)
-            if top is None:
+            decoded = self._decode_object(data)
+            if decoded is None:
                 if _KEY in data:
                     raise TraceLoadError(self.path, NOTHING_COMPLETE) from None
                 raise TraceLoadError(self.path, f"invalid JSON ({err})", not_a_trace=True) from None
-        events = top.pop("traceEvents", None)
-        if events is None:
+        arrays = self._take_top(*decoded)
+        if not arrays:
             raise TraceLoadError(
                 self.path, "not a torch.profiler trace (no traceEvents)", not_a_trace=True
             )
-        if bytes(events)[:1] != b"[":
+        if any(events[:1] != b"[" for events in arrays):
             raise TraceLoadError(
                 self.path,
                 "not a torch.profiler trace (traceEvents is not an array)",
                 not_a_trace=True,
             )
-        try:
-            self.sink.add_piece(bytes(events))
-        except (msgspec.DecodeError, RecursionError):
-            self._walk(bytes(events)[1:], final=True)
-        self._keep_metadata(top)
+        for events in arrays:
+            self._feed_array(events)
 
-    def _decode_object(self, text: bytes) -> dict[str, msgspec.Raw] | None:
-        """A top-level object's keys; repaired (counted) if msgspec refuses its content; None
-        if it is no object even then."""
+    def _feed_array(self, events: bytes) -> None:
+        """One whole events array (its text, ``[`` to ``]``) to the sink; the slow path (repairs,
+        damage) where msgspec refuses it."""
         try:
-            return decode_top(text)
+            self.sink.add_piece(events)
+        except (msgspec.DecodeError, RecursionError):
+            self._walk(events[1:], final=True)
+
+    def _decode_object(self, text: bytes) -> tuple[bytes, dict[str, msgspec.Raw]] | None:
+        """A top-level object's keys and the text they were decoded from (``text``, or its
+        repair, counted, if msgspec refuses its content); None if it is no object even then."""
+        try:
+            return text, decode_top(text)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             pass
         fixed, how = repair_value(text, self._depth_limit())
@@ -575,24 +694,86 @@ class _Load:
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             return None
         self._count(how)
-        return top
+        return fixed, top
+
+    def _take_top(
+        self, text: bytes, top: dict[str, msgspec.Raw], *, continued: bool = False
+    ) -> list[bytes]:
+        """The ``traceEvents`` arrays of a top-level object's ``text`` (``top``: msgspec's
+        decode of it) in file order; its other keys become metadata.
+
+        A key written more than once (msgspec, like Python's json and ``JSON.parse``, keeps the
+        last value only, which would drop the others silently): every ``traceEvents`` array is
+        returned, so that all their events are kept (as Perfetto's JSON reader keeps them), and
+        counted; another key's values must be equal (kept once, counted), else the file is
+        refused: which value holds is ambiguous, and the rank, the time base or the devices
+        that analyses read would be a guess. ``continued``: the text's first array is the end
+        of the one the load streams (counted already)."""
+        members = repeated_members(text, top)
+        if members is None:
+            arrays = [bytes(top.pop(EVENTS))] if EVENTS in top else []
+        elif any(key == EVENTS and value[:1] != b"[" for key, value in members):
+            raise TraceLoadError(
+                self.path,
+                "not a torch.profiler trace (traceEvents is not an array)",
+                not_a_trace=True,
+            )
+        else:
+            top.pop(EVENTS, None)
+            arrays = [value for key, value in members if key == EVENTS]
+            for key in top:
+                values = [value for name, value in members if name == key]
+                self._same_values(key, values)
+                self.occurrences[key] = self.occurrences.get(key, 0) + len(values) - 1
+        if len(arrays) > continued:
+            self.occurrences[EVENTS] = self.occurrences.get(EVENTS, 0) + len(arrays) - continued
+        self._keep_metadata(top)
+        return arrays
+
+    def _same_values(self, key: str, values: list[bytes]) -> None:
+        """``TraceLoadError`` unless every value written for ``key`` is the same (as JSON)."""
+
+        def decoded(value: bytes) -> object:
+            try:
+                return msgspec.json.decode(value)
+            except (msgspec.DecodeError, RecursionError):
+                return value
+
+        first = decoded(values[0])
+        if any(value != values[0] and decoded(value) != first for value in values[1:]):
+            self._different(key, len(values))
+
+    def _different(self, key: str, count: int) -> None:
+        raise RepeatedKeyError(
+            self.path,
+            f'top-level key "{key}" written {count} times with different values '
+            "(which one holds is ambiguous: edit the file to keep one)",
+        )
 
     def _keep_metadata(self, top: dict[str, msgspec.Raw]) -> None:
-        for key, value in top.items():
-            if key == "traceEvents":
+        for key, raw in top.items():
+            if key == EVENTS:
                 continue
-            try:
-                self.metadata[key] = msgspec.json.decode(value)
-                continue
-            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-                pass
-            fixed, how = repair_value(bytes(value), self._depth_limit())
-            try:
-                self.metadata[key] = msgspec.json.decode(fixed)
-                self._count(how)
-            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-                self._count(Repair.NESTING)  # not even repaired: the key is left out
-                self.metadata[key] = msgspec.json.decode(TRACE_FILES.marker(self._depth_limit()))
+            value = self._metadata_value(raw)
+            if key in self.metadata and value != self.metadata[key]:  # before and after events
+                self._different(key, self.occurrences.get(key, 0) + 1)
+            self.metadata[key] = value
+            self.occurrences[key] = self.occurrences.get(key, 0) + 1
+
+    def _metadata_value(self, raw: msgspec.Raw) -> Any:
+        """A top-level key's value, repaired (counted) where msgspec refuses it."""
+        try:
+            return msgspec.json.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            pass
+        fixed, how = repair_value(bytes(raw), self._depth_limit())
+        try:
+            value = msgspec.json.decode(fixed)
+            self._count(how)
+            return value
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            self._count(Repair.NESTING)  # not even repaired: the key is left out
+            return msgspec.json.decode(TRACE_FILES.marker(self._depth_limit()))
 
     def _depth_limit(self) -> int:
         if self._limit is None:
@@ -679,6 +860,7 @@ def _build(load: _Load, source: str) -> Trace:
         trailing_bytes=load.trailing,
         damage=load.damage,
         ignored_base_time=ignored_base,
+        repeated_keys=tuple((k, n) for k, n in load.occurrences.items() if n > 1),
     )
     return Trace(
         columns=columns,

@@ -184,6 +184,9 @@ class LoadReport:
             absent (``ts`` taken as absolute µs).
         negative_durations: events whose duration was below 0 (as written, or an ``E`` before
             its ``B``): read as 0.
+        repeated_keys: top-level keys the file writes more than once, with how often:
+            ``traceEvents`` (the events of every array kept), other keys with equal values
+            (kept once). Differing values are refused when loading.
     """
 
     replaced_text: int = 0
@@ -195,6 +198,7 @@ class LoadReport:
     damage: str = ""
     ignored_base_time: str = ""
     negative_durations: int = 0
+    repeated_keys: tuple[tuple[str, int], ...] = ()
 
     def lines(self, source: str) -> list[str]:
         """One line per thing that was changed or left out (none for a clean file)."""
@@ -237,6 +241,15 @@ class LoadReport:
             )
         if self.negative_durations:
             out.append(f"{n(self.negative_durations, 'event')} with a negative duration: read as 0")
+        for key, count in self.repeated_keys:
+            if key == "traceEvents":
+                out.append(
+                    f"traceEvents written {count} times: the events of all {count} arrays kept"
+                )
+            else:
+                out.append(
+                    f'top-level key "{key}" written {count} times with the same value: kept once'
+                )
         return out
 
 

@@ -11,7 +11,9 @@ come here. The policy, for both:
 unreadable file (``open_input``), an empty one, text that is not JSON or not the reader's document
 (``invalid JSON (...)``, ``not a torch.profiler trace (...)``, ``not a runtime system-trace
 envelope (...)``), and a file cut off or damaged before its first complete element
-(``truncated, no complete event``, ``Unusable``).
+(``truncated, no complete event``, ``Unusable``). The loader also refuses a top-level key written
+twice with different values (which holds would be a guess); it keeps every ``traceEvents`` array
+of a file that writes that key twice (``repeated_members``, ``member_array`` find them).
 
 **Kept and reported**: a file cut off mid-write keeps every complete element before the cut; JSON
 that stops being JSON mid-file keeps the elements before it; a UTF-8 byte-order mark is dropped.
@@ -237,6 +239,93 @@ def close_of(data: bytes, depth: int, start: int = 0) -> int | None:
             if 0 < depth <= match.end() - match.start():
                 return match.start() + depth
             depth -= match.end() - match.start()
+    return None
+
+
+_MEMBER = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+|[,:"]', re.S)
+_WS_BYTES = b" \t\r\n"
+
+
+def _non_blank(text: bytes) -> int:
+    """Bytes of ``text`` that are not JSON whitespace (counted in C: no copy, no loop here)."""
+    return len(text) - sum(text.count(c) for c in (b" ", b"\t", b"\r", b"\n"))
+
+
+def repeated_members(text: bytes, top: dict[str, Any]) -> list[tuple[str, bytes]] | None:
+    """Every member of the top-level object ``text``, in file order, as (key, value's JSON
+    text), when a key occurs more than once; None when no key repeats.
+
+    ``top`` is what msgspec decoded from ``text`` (``dict[str, msgspec.Raw]``), which keeps a
+    repeated key's last value only, as Python's json and JavaScript's ``JSON.parse`` do. The
+    check is free for the usual object: its non-blank bytes add up to those of ``top``'s keys,
+    values and punctuation exactly; only where they do not is ``text`` scanned (strings and
+    brackets, as ``split_elements`` does: no recursion)."""
+    kept = sum(
+        _non_blank(msgspec.json.encode(key)) + 1 + _non_blank(bytes(value))
+        for key, value in top.items()
+    )
+    if _non_blank(text) == 2 + kept + max(len(top) - 1, 0):
+        return None
+    members: list[tuple[str, bytes]] = []
+    depth, key, value_start = 0, None, -1
+    for match in _MEMBER.finditer(text):
+        token = match.group()
+        char = token[0]
+        if char in b"[{":
+            depth += len(token)
+        elif char in b"]}":
+            if depth - len(token) < 1:  # the run closes the top-level object
+                end = match.start() + depth - 1  # (its bracket in the run)
+                if key is not None and value_start >= 0:
+                    members.append((key, text[value_start:end].strip(_WS_BYTES)))
+                break
+            depth -= len(token)
+        elif depth != 1:
+            continue
+        elif char == 0x22 and key is None and len(token) > 1:
+            try:
+                key = msgspec.json.decode(token)
+            except msgspec.DecodeError:
+                key = token[1:-1].decode("utf-8", "replace")
+        elif token == b":" and key is not None:
+            value_start = match.end()
+        elif token == b"," and key is not None and value_start >= 0:
+            members.append((key, text[value_start : match.start()].strip(_WS_BYTES)))
+            key, value_start = None, -1
+    counts: dict[str, int] = {}
+    for name, _ in members:
+        counts[name] = counts.get(name, 0) + 1
+    return members if any(n > 1 for n in counts.values()) else None
+
+
+def member_array(data: bytes, key: bytes, depth: int) -> tuple[int, int] | None:
+    """Where a member ``key`` (its JSON text, quotes included) whose value is an array starts
+    at depth 1 of ``data``, which begins ``depth`` containers deep: (the key's offset, the
+    offset just after its ``[``). None where the object closes first or the data ends: a
+    second ``traceEvents`` array after the first, found without decoding anything."""
+    at, colon = -1, False
+    for match in _MEMBER.finditer(data):
+        token = match.group()
+        char = token[0]
+        if char in b"[{":
+            if at >= 0 and colon and depth == 1 and char == 0x5B:  # [
+                return at, match.start() + 1
+            depth += len(token)
+            at = -1
+        elif char in b"]}":
+            if len(token) >= depth:
+                return None
+            depth -= len(token)
+        elif depth != 1:
+            continue
+        elif char == 0x22 and len(token) == 1:  # a quote that never closes
+            return None
+        elif token == key and not colon:
+            at = match.start()
+        elif token == b":" and at >= 0:
+            colon = True
+        else:
+            at, colon = -1, False
     return None
 
 

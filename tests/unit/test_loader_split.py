@@ -518,3 +518,41 @@ def _running(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_an_array_file_splits_as_an_object_file_does(
+    tmp_path: Path, split: list[int], monkeypatch: pytest.MonkeyPatch, closed: bool
+) -> None:
+    """A bare JSON array of events (the closing ``]`` optional): the child reads the array's
+    end (or the file's) as an array file's, and the halves give the whole load."""
+    text = json.dumps(_events(6000), indent=1)
+    path = tmp_path / "t.json"
+    path.write_text(text if closed else text.rstrip()[:-1])
+    whole = _whole(path, monkeypatch)
+    halves = _snapshot(load_trace(path))
+    assert len(split) == 1
+    _assert_same(halves, whole)
+    assert not whole["report"][2] and len(whole["columns"][S.TS_NS]) > 6000
+
+
+@pytest.mark.parametrize("later", ["array", "same key"])
+def test_a_key_written_again_after_the_events_gives_the_whole_loads_result(
+    tmp_path: Path, split: list[int], monkeypatch: pytest.MonkeyPatch, later: str
+) -> None:
+    """The child meets a second ``traceEvents`` array, or a key the head wrote already: the
+    halves are dropped and the whole load counts the repeat (its report equals the whole's)."""
+    text = json.dumps({"deviceProperties": [{"id": 0}], "traceEvents": _events(6000)}, indent=1)
+    extra = (
+        '"traceEvents": ' + json.dumps(_events(50, first=9000))
+        if later == "array"
+        else '"deviceProperties": [{"id": 0}]'
+    )
+    path = tmp_path / "t.json"
+    path.write_text(text[:-1] + ", " + extra + "}")
+    whole = _whole(path, monkeypatch)
+    halves = _snapshot(load_trace(path))
+    assert not split  # not appended: loaded whole
+    _assert_same(halves, whole)
+    key = "traceEvents" if later == "array" else "deviceProperties"
+    assert whole["report"][0].repeated_keys == ((key, 2),)

@@ -123,6 +123,9 @@ class HtaTooLarge(Exception):
 
 
 def rank_of(trace: Trace) -> int:
+    """The rank HTA gives a trace: ``distributedInfo``'s, 0 where there is none (HTA's rule,
+    docs/breakdown-definitions.md; reproduced in the HTA section only: the report's own rank is
+    None then, ``analysis.report.rank_text``)."""
     info = trace.metadata.get(V.META_DISTRIBUTED)
     try:
         return int(info.get(V.DIST_RANK, 0)) if isinstance(info, dict) else 0
