@@ -9,8 +9,8 @@ work. Queue classes: compute (kernels), DMA (memcpy, memset), collective (collec
 our ``CC: ...`` rows and their barrier waits, NCCL/RCCL kernels: ``selections``' name rule).
 ``wait``: the collective-wait slices (``CC wait: ...``, or a row whose ``collective wait`` arg is
 true): the device waiting for its peers is not busy (docs/analysis.md#collective_wait).
-``launch`` is the start of the host runtime call with the same correlation id (NO_LAUNCH when
-the trace has none).
+``launch`` / ``launch_end``: the start and end of the host runtime call with the same
+correlation id (NO_LAUNCH when the trace has none).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class DeviceWork:
     start: np.ndarray
     end: np.ndarray
     launch: np.ndarray
+    launch_end: np.ndarray  # when that call returned: the work was handed over by then
     devices: tuple[int, ...]
     labels: dict[int, str]
     wait: np.ndarray  # collective-wait slices: the device waits for its peers, no work
@@ -106,6 +107,7 @@ def device_work(
     args = arg_values(trace, rows[collective], COLLECTIVE_ARGS)
     wait[collective] |= np.array([v is True for v in args[V.ARG_COLLECTIVE_WAIT]], bool)
     device = c[S.PID][rows]
+    launch, launch_end = launch_spans(trace, rows, calls)
     codes, dense = dense_codes(device)  # (device pids are small ints: no sort)
     devices = tuple(codes.tolist())
     order = np.argsort(dense, kind="stable")  # by device, start order kept within each
@@ -118,7 +120,8 @@ def device_work(
         queue=queue,
         start=c[S.TS_NS][rows],
         end=c[S.TS_NS][rows] + c[S.DUR_NS][rows],
-        launch=launch_starts(trace, rows, calls),
+        launch=launch,
+        launch_end=launch_end,
         wait=wait,
         by_device=order,
         bounds=bounds,
@@ -135,10 +138,16 @@ def _label(process_name: str, pid: int | str) -> str:
     return process_name if process_name.startswith(V.CORE_PROCESS_PREFIX) else f"device {pid}"
 
 
-def launch_starts(trace: Trace, rows: np.ndarray, calls: RuntimeCalls) -> np.ndarray:
-    """Start of the runtime call sharing each row's correlation id (the earliest such call)."""
-    out = np.full(len(rows), NO_LAUNCH, dtype=np.int64)
+def launch_spans(
+    trace: Trace, rows: np.ndarray, calls: RuntimeCalls
+) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of the runtime call sharing each row's correlation id (the earliest such
+    call); NO_LAUNCH for both where there is none."""
+    start = np.full(len(rows), NO_LAUNCH, dtype=np.int64)
+    end = start.copy()
     k = calls.find(trace.col(S.CORRELATION)[rows])
     hit = k >= 0
-    out[hit] = trace.col(S.TS_NS)[calls.rows[calls.first[k[hit]]]]
-    return out
+    call = calls.rows[calls.first[k[hit]]]
+    start[hit] = trace.col(S.TS_NS)[call]
+    end[hit] = start[hit] + trace.col(S.DUR_NS)[call]
+    return start, end

@@ -45,11 +45,18 @@ class HostSpans:
     profiler_overhead: I.Intervals
 
 
+# How long after its launch call returned a work item may start and still count as launched
+# late by the host: ASSUMPTION, 100 µs, well above the launch latencies runtimes show (CUDA's
+# few µs, the Neuron runtime's ~15 µs: docs/chips.md), well below the wait behind a queue of work.
+LAUNCH_LATENCY_ALLOWANCE_NS = 100_000
+
+
 @dataclass(frozen=True)
 class Gaps:
     """The gaps being classified, one entry each, of every device of a device axis
     (``_axis``). ``start`` / ``end``: real times; ``idle_ns``: the gap less the emulator
-    overhead in it; ``next_launch``: when the launch call of the work ending it began
+    overhead in it; ``next_launch`` / ``next_launch_end``: when the launch call of the work ending
+    it began and returned
     (NO_LAUNCH: unknown). On the axis, where each device's own sets live: ``axis_start`` /
     ``axis_end`` (the gaps), ``waits`` (when the devices waited at a collective for their
     peers); ``overhead``: the emulator's own host work (real time, discounted from every gap
@@ -59,6 +66,7 @@ class Gaps:
     end: np.ndarray
     idle_ns: np.ndarray
     next_launch: np.ndarray
+    next_launch_end: np.ndarray
     axis: DeviceAxis
     axis_start: np.ndarray
     axis_end: np.ndarray
@@ -87,8 +95,16 @@ class Gaps:
 
     @property
     def launched_late(self) -> np.ndarray:
-        """Did the launch of the work ending each gap begin after the gap did?"""
-        return (self.next_launch != NO_LAUNCH) & (self.next_launch > self.start)
+        """Did the host keep the device waiting: the launch of the work ending each gap began
+        after the gap did, and that work started soon after the host had handed it over (its
+        launch call returned): within launch latency (``LAUNCH_LATENCY_ALLOWANCE_NS``) or the
+        gap's second half. Work that starts long after its launch returned waited for
+        something else (work the trace does not hold, e.g. launched before the profile began;
+        a dependency), which is no host lateness."""
+        late = (self.next_launch != NO_LAUNCH) & (self.next_launch > self.start)
+        after = self.end - np.maximum(self.next_launch_end, self.start)
+        allowed = np.maximum((self.end - self.start) // 2, LAUNCH_LATENCY_ALLOWANCE_NS)
+        return late & (after <= allowed)
 
 
 class Cause:

@@ -264,22 +264,31 @@ def host_spans(ctx: AnalysisContext) -> HostSpans:
 
 
 def _next_launch(
-    axis: DeviceAxis, axis_start: np.ndarray, launch: np.ndarray, gap_end: np.ndarray
-) -> np.ndarray:
-    """Per gap: the launch start of its device's first work starting at or after the gap's
-    end (earliest launch among ties; NO_LAUNCH when none is known). ``axis_start`` /
-    ``launch``: the devices' work on the axis, sorted by axis start."""
+    axis: DeviceAxis,
+    axis_start: np.ndarray,
+    launch: np.ndarray,
+    launch_end: np.ndarray,
+    gap_end: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per gap: the launch call (start, end) of its device's first work starting at or after
+    the gap's end (the earliest start and the earliest end among ties; NO_LAUNCH when none is
+    known). ``axis_start`` / ``launch`` / ``launch_end``: the devices' work on the axis, sorted
+    by axis start."""
     out = np.full(len(gap_end), NO_LAUNCH, np.int64)
+    out_end = out.copy()
     if len(axis_start) == 0:
-        return out
-    known = np.where(launch == NO_LAUNCH, np.iinfo(np.int64).max, launch)
-    starts, first_known = _min_by_start(axis_start, known)
+        return out, out_end
+    never = np.iinfo(np.int64).max
+    unknown = launch == NO_LAUNCH
+    starts, first_known = _min_by_start(axis_start, np.where(unknown, never, launch))
+    _, first_end = _min_by_start(axis_start, np.where(unknown, never, launch_end))
     k = np.searchsorted(starts, gap_end, side="left")
     ok = k < len(starts)
     ok[ok] = axis.group_of(starts[k[ok]]) == axis.group_of(gap_end[ok] - 1)  # same device
-    out[ok] = first_known[k[ok]]
-    out[out == np.iinfo(np.int64).max] = NO_LAUNCH
-    return out
+    out[ok], out_end[ok] = first_known[k[ok]], first_end[k[ok]]
+    missing = out == never
+    out[missing], out_end[missing] = NO_LAUNCH, NO_LAUNCH
+    return out, out_end
 
 
 def _min_by_start(start: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -358,11 +367,15 @@ def _on_axis(
     shift = axis.shift(g)
     order = np.argsort(work.start[runs] + axis.shift(group[runs]), kind="stable")
     axis_start = (work.start[runs] + axis.shift(group[runs]))[order]
+    next_launch, next_launch_end = _next_launch(
+        axis, axis_start, work.launch[runs][order], work.launch_end[runs][order], gap.end
+    )
     facts = Gaps(
         start=gap.start - shift,
         end=gap.end - shift,
         idle_ns=(gap.end - gap.start) - I.overlap_per_window(discount, gap.start, gap.end),
-        next_launch=_next_launch(axis, axis_start, work.launch[runs][order], gap.end),
+        next_launch=next_launch,
+        next_launch_end=next_launch_end,
         axis=axis,
         axis_start=gap.start,
         axis_end=gap.end,

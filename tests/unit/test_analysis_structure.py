@@ -227,6 +227,7 @@ def test_a_rule_whose_precondition_fails_is_not_tried() -> None:
         end=np.array([100]),
         idle_ns=np.array([0]),
         next_launch=np.array([50]),
+        next_launch_end=np.array([55]),
         axis=axis,
         axis_start=np.array([0]),
         axis_end=np.array([100]),

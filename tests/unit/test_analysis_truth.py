@@ -217,3 +217,21 @@ def test_advice_follows_what_the_trace_already_does() -> None:
     assert "pin_memory" not in loading("_SingleProcessDataLoaderIter", "aten::pin_memory")
     many = loading("_MultiProcessingDataLoaderIter")
     assert "num_workers>0" not in many and "raise num_workers" in many
+
+
+def test_work_launched_long_before_it_starts_is_no_late_launch() -> None:
+    """The profile opens on a device still busy with work launched before it (not in the
+    trace): the next kernel is launched 5 µs into the step but starts at 5,000. The host
+    handed it over at 7 µs: the device waited 4,993 µs for something else, not for the host
+    ('other'). The second gap (6,000-6,300) is the host's: launched at 6,280, started at 6,300."""
+    b = Build().step(1, 0, 7000)
+    b.host("aten::mm", 0, 10)
+    b.kernel(5000, 6000, launch_us=5)
+    b.host("aten::relu", 6270, 6290)
+    b.kernel(6300, 7000, launch_us=6280)
+    r = b.report()
+    assert r.idle.by_cause_ns["other"] == 5000 * US
+    assert r.idle.by_cause_ns["host_bound_launch"] == 300 * US
+    assert "idle:host_bound_launch" in {f.kind for f in r.findings.findings}
+    (longest, *_) = r.idle.longest
+    assert (longest.cause, longest.start_ns, longest.end_ns) == ("other", 0, 5000 * US)
