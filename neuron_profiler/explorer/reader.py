@@ -6,8 +6,8 @@
     profile.events.start_ns, profile.events.names[profile.events.name_code]
 
 What is read, and what each column is taken to mean, is in ``schema`` and docs/explorer.md.
-Bad input (not Parquet, cut off, a required table or column missing, a column of the wrong
-type) is a ``TraceLoadError`` naming the file and the problem (exit code 2); odd values inside
+Dictionary-encoded columns are read as their values. Bad input (not Parquet, cut off, a required
+table or column missing, a column of the wrong type) is a ``TraceLoadError`` naming the file and the problem (exit code 2); odd values inside
 a good file (an unparsable flow id or attribute object) are counted in ``malformed``.
 """
 
@@ -118,7 +118,8 @@ class _Tables:
                 missing = [c for c in required if c not in names]
                 if missing:
                     raise TraceLoadError(f, f"missing column(s) {', '.join(missing)}")
-                parts.append(self.pq.read_table(f, columns=[c for c in wanted if c in names]))
+                table = self.pq.read_table(f, columns=[c for c in wanted if c in names])
+                parts.append(self._decoded(table))
             except TraceLoadError:
                 raise
             except (OSError, self.pa.ArrowException) as err:
@@ -131,6 +132,22 @@ class _Tables:
             raise TraceLoadError(
                 files[0], f"parts do not fit together ({_one_line(err)})"
             ) from None
+
+    def _decoded(self, table: Any) -> Any:
+        """``table`` with dictionary-encoded columns (Parquet writers commonly encode strings
+        so; also inside lists) cast to their values' type: every reader below sees plain
+        types, and parts encoded differently still fit together."""
+        schema = self.pa.schema([f.with_type(self._plain(f.type)) for f in table.schema])
+        return table if schema.equals(table.schema) else table.cast(schema)
+
+    def _plain(self, t: Any) -> Any:
+        types = self.pa.types
+        if types.is_dictionary(t):
+            return self._plain(t.value_type)
+        if types.is_list(t) or types.is_large_list(t):
+            make = self.pa.list_ if types.is_list(t) else self.pa.large_list
+            return make(t.value_field.with_type(self._plain(t.value_type)))
+        return t
 
     # column helpers ------------------------------------------------------------------------
     def ints(self, table: Any, name: str, where: Path, missing: int = -1) -> np.ndarray:
@@ -147,8 +164,6 @@ class _Tables:
         if name not in table.column_names:
             return np.zeros(table.num_rows, dtype=np.int64), [""]
         col = table[name]
-        if self.pa.types.is_dictionary(col.type):
-            col = col.cast(self.pa.string())
         if not (self.pa.types.is_string(col.type) or self.pa.types.is_large_string(col.type)):
             raise TraceLoadError(where, f"column {name} is {col.type}, not a string")
         arr = self.pc.fill_null(col, "").combine_chunks()

@@ -169,3 +169,57 @@ def test_legacy_json_export_places_the_same_events(fixture) -> None:  # noqa: AN
     stages = [e for e, h in fx.truth.host.items() if h != HOST_TID]
     assert {e: got[e] for e in stages} == {e: fx.truth.external[e] for e in stages}
     assert res.trace.metadata[V.META_EXPLORER]["legacy_json"] is True
+
+
+def _dictionary_encoded(table):  # noqa: ANN001, ANN202
+    """``table`` with every string column, the strings inside ``flow_id`` and ``process_id``
+    dictionary-encoded, as Parquet writers commonly store them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def encoded(col):  # noqa: ANN001, ANN202
+        col = col.combine_chunks()
+        if pa.types.is_list(col.type):
+            values = pc.dictionary_encode(col.values)
+            return pa.ListArray.from_arrays(col.offsets, values, mask=col.is_null())
+        return pc.dictionary_encode(col)
+
+    for i, f in enumerate(table.schema):
+        if pa.types.is_string(f.type) or f.name in ("flow_id", "process_id"):
+            table = table.set_column(i, f.name, encoded(table[f.name]))
+    return table
+
+
+def test_dictionary_encoded_columns_read_as_their_values(tmp_path) -> None:  # noqa: ANN001
+    """Split in two parts, the first dictionary-encoded, the second plain: read, placed and
+    linked exactly as the generator wrote it, nothing counted as malformed."""
+    require_pyarrow()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from neuron_profiler.explorer.profile_trace import profile_trace
+    from neuron_profiler.explorer.reader import read_profile
+
+    fx = build(executions=2)
+    directory = fx.write(tmp_path / "p")
+    events = directory / "SystemProfileEvents.parquet"
+    table = pq.read_table(events)
+    events.unlink()
+    half = len(table) // 2
+    pq.write_table(_dictionary_encoded(table.slice(0, half)), directory / "SystemProfileEvents_0.parquet")  # fmt: skip
+    pq.write_table(table.slice(half), directory / "SystemProfileEvents_1.parquet")
+    first = pq.read_schema(directory / "SystemProfileEvents_0.parquet")
+    assert pa.types.is_dictionary(first.field("extra_attributes_json").type)
+    assert pa.types.is_dictionary(first.field("flow_id").type.value_type)
+    res = profile_trace(read_profile(directory))
+    records, ids = _placed_by_event(res, fx)
+    got = dict(zip(ids.tolist(), records["external_id"].tolist(), strict=True))
+    assert {e: got[e] for e in fx.truth.external if e in got} == {
+        e: x for e, x in fx.truth.external.items() if e in got
+    }
+    assert len(got) == len(fx.events) - len(fx.truth.framework_ids)
+    nbytes = dict(zip(ids.tolist(), records["bytes"].tolist(), strict=True))
+    assert {e: nbytes[e] for e in fx.truth.nbytes} == fx.truth.nbytes
+    for rec, eid in zip(records, ids.tolist(), strict=True):
+        assert (rec["start_ns"], rec["end_ns"]) == fx.truth.span[eid]
+    assert res.trace.metadata[V.META_MALFORMED] == 0
