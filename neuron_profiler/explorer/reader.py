@@ -307,61 +307,108 @@ class _Attrs(msgspec.Struct, gc=False):
     op_id: int | None = None
 
 
+class _TextAttrs(msgspec.Struct, gc=False):
+    """The ids where a producer quoted some of them ("exec_id": "1")."""
+
+    exec_id: int | str | None = None
+    nrta_seq_id: int | str | None = None
+    nrt_sequence_id: int | str | None = None
+    op_id: int | str | None = None
+
+
 _decode_attrs = msgspec.json.Decoder(list[_Attrs]).decode
-_decode_one = msgspec.json.Decoder(_Attrs).decode
+_decode_text_attrs = msgspec.json.Decoder(list[_TextAttrs]).decode
+_decode_one = msgspec.json.Decoder(_TextAttrs).decode
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 _ATTR_FIELDS = ("exec_id", "nrta_seq_id", "nrt_sequence_id", "op_id")
+_ID_TEXT = re.compile(r"-?[0-9]{1,18}").fullmatch  # an integer as text that fits int64
+_NOT_AN_ID = np.iinfo(np.int64).min  # marks a value that is no id (never a real one)
+_ID_MIN, _ID_MAX = _NOT_AN_ID + 1, np.iinfo(np.int64).max
 
 
 def decode_attributes(
     raw: list[bytes],
 ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray, int]:
     """(attribute objects, exec_id, seq_id, op_id, malformed) of each event's extra attributes:
-    one msgspec pass over all rows; rows that are not a JSON object, or whose ids are not
-    integers, are counted (the rest of such a row is kept where it is an object)."""
+    one msgspec pass over all rows (a second where ids are quoted); an id may be an integer or
+    an integer as text ("1": many JSON producers quote ids; only ``-?[0-9]{1,18}``, nothing
+    around it). Rows that are not a JSON object, or with an id that is neither (a float, other
+    text, beyond int64), are counted; such an id is dropped, the rest of an object row kept."""
     n = len(raw)
+    joined = b"[" + b",".join(raw) + b"]"
+    flagged = np.zeros(n, dtype=bool)
+    plain = True
     try:
-        attrs = _decode_attrs(b"[" + b",".join(raw) + b"]") if n else []
-        bad = 0
+        attrs: list[Any] = _decode_attrs(joined) if n else []
     except (msgspec.DecodeError, msgspec.ValidationError):
-        raw, attrs, bad = _one_by_one(raw)
-    m = np.fromiter(
-        (-1 if v is None else v for a in attrs for v in _values(a)), dtype=np.int64, count=4 * n
-    ).reshape(n, 4)
+        plain = False
+        try:
+            attrs = _decode_text_attrs(joined)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raw, attrs, flagged = _one_by_one(raw)
+    m, odd = _id_matrix(attrs, plain)
     seq = np.where(m[:, 1] >= 0, m[:, 1], m[:, 2])
-    return raw, m[:, 0], seq, m[:, 3], bad
+    return raw, m[:, 0], seq, m[:, 3], int((flagged | odd).sum())
 
 
-def _values(a: _Attrs) -> tuple[Any, ...]:
+def _id_matrix(attrs: list[Any], plain: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(rows x 4 ids, -1 absent; per row whether an id was not one). ``plain``: every id
+    decoded as an integer (the common case: one numpy pass unless one is beyond int64)."""
+    n = len(attrs)
+    values = [v for a in attrs for v in _values(a)]
+    if plain:
+        try:
+            m = np.fromiter((-1 if v is None else v for v in values), np.int64, 4 * n)
+            return m.reshape(n, 4), np.zeros(n, dtype=bool)
+        except OverflowError:
+            pass
+    m = np.fromiter(map(_id_value, values), np.int64, 4 * n).reshape(n, 4)
+    odd = m == _NOT_AN_ID
+    m[odd] = -1
+    return m, odd.any(axis=1)
+
+
+def _id_value(v: Any) -> int:
+    """An id as an int (-1 absent; ``_NOT_AN_ID``: a value that is not an id)."""
+    if v is None:
+        return -1
+    if v.__class__ is int:
+        return v if _ID_MIN <= v <= _ID_MAX else _NOT_AN_ID
+    if v.__class__ is str and _ID_TEXT(v):
+        return int(v)
+    return _NOT_AN_ID
+
+
+def _values(a: _Attrs | _TextAttrs) -> tuple[Any, ...]:
     return (a.exec_id, a.nrta_seq_id, a.nrt_sequence_id, a.op_id)
 
 
-def _one_by_one(raw: list[bytes]) -> tuple[list[bytes], list[_Attrs], int]:
-    """The slow path of bad input: each row on its own."""
-    out_raw, out, bad = [], [], 0
-    for r in raw:
+def _one_by_one(raw: list[bytes]) -> tuple[list[bytes], list[_TextAttrs], np.ndarray]:
+    """The slow path of bad input: each row on its own; per row whether it was flagged."""
+    out_raw, out, bad = [], [], np.zeros(len(raw), dtype=bool)
+    for i, r in enumerate(raw):
         try:
             out.append(_decode_one(r))
             out_raw.append(r)
             continue
-        except msgspec.ValidationError:  # an object, some id not an integer: ids dropped
+        except msgspec.ValidationError:  # an object, some id of another type: that id dropped
             try:
                 obj = _decode_object(r)
                 ids = {k: obj.get(k) for k in _ATTR_FIELDS}
-                out.append(_Attrs(**{k: v for k, v in ids.items() if _is_int(v)}))
+                out.append(_TextAttrs(**{k: v for k, v in ids.items() if _is_id_like(v)}))
                 out_raw.append(r)
             except (msgspec.DecodeError, msgspec.ValidationError):
-                out.append(_Attrs())
+                out.append(_TextAttrs())
                 out_raw.append(b"{}")
         except msgspec.DecodeError:
-            out.append(_Attrs())
+            out.append(_TextAttrs())
             out_raw.append(b"{}")
-        bad += 1
+        bad[i] = True
     return out_raw, out, bad
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+def _is_id_like(v: Any) -> bool:
+    return v.__class__ is int or v.__class__ is str
 
 
 def _one_line(err: BaseException) -> str:

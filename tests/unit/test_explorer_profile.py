@@ -223,3 +223,61 @@ def test_dictionary_encoded_columns_read_as_their_values(tmp_path) -> None:  # n
     for rec, eid in zip(records, ids.tolist(), strict=True):
         assert (rec["start_ns"], rec["end_ns"]) == fx.truth.span[eid]
     assert res.trace.metadata[V.META_MALFORMED] == 0
+
+
+def test_ids_quoted_as_integers_link_as_integers(tmp_path) -> None:  # noqa: ANN001
+    """Every ``exec_id`` and ``op_id`` written as text ("1"): device work links to its execution
+    and collectives get their CcOp bytes exactly as with integers; nothing is malformed."""
+    import json
+
+    from neuron_profiler.explorer.profile_trace import profile_trace
+    from neuron_profiler.explorer.reader import read_profile
+
+    require_pyarrow()
+    fx = build(executions=2)
+    quoted = 0
+    for ev in fx.events:
+        attrs = json.loads(ev["extra_attributes_json"] or "{}")
+        for key in ("exec_id", "op_id"):
+            if key in attrs:
+                attrs[key] = str(attrs[key])
+                quoted += 1
+        ev["extra_attributes_json"] = json.dumps(attrs)
+    assert quoted > 100
+    res = profile_trace(read_profile(fx.write(tmp_path / "p")))
+    records, ids = _placed_by_event(res, fx)
+    got = dict(zip(ids.tolist(), records["external_id"].tolist(), strict=True))
+    want = {e: x for e, x in fx.truth.external.items() if e in got}
+    assert {e: got[e] for e in want} == want
+    nbytes = dict(zip(ids.tolist(), records["bytes"].tolist(), strict=True))
+    assert {e: nbytes[e] for e in fx.truth.nbytes} == fx.truth.nbytes
+    assert res.trace.metadata[V.META_MALFORMED] == 0
+
+
+def test_ids_that_are_not_integers_are_counted_and_dropped() -> None:
+    """Worked by hand: an id is an integer of int64 or exactly its digits as text (an optional
+    minus, at most 18 digits); anything else is dropped and its row counted once."""
+    from neuron_profiler.explorer.reader import decode_attributes
+
+    rows = [
+        b'{"exec_id": 5, "op_id": "12"}',  # 5, op 12
+        b'{"exec_id": "007"}',  # 7
+        b'{"nrt_sequence_id": "-3"}',  # seq -3: text of a negative integer (no id, not odd)
+        b'{"exec_id": " 1"}',  # spaces: counted
+        b'{"exec_id": "1.0", "op_id": 4}',  # not an integer: counted, op 4 kept
+        b'{"exec_id": "1_0"}',  # Python would read it, JSON producers do not write it: counted
+        b'{"exec_id": "9999999999999999999"}',  # 19 digits: counted
+        b'{"exec_id": 9223372036854775808}',  # beyond int64: counted
+        b'{"exec_id": 2.5, "op_id": 3}',  # a float: counted, op 3 kept
+        b'{"exec_id": true}',  # a bool: counted
+        b"[1]",  # no object: counted, attributes {}
+        b"{}",
+    ]
+    attrs, exec_id, seq, op, bad = decode_attributes(rows)
+    assert exec_id.tolist() == [5, 7, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1]
+    assert op.tolist() == [12, -1, -1, -1, 4, -1, -1, -1, 3, -1, -1, -1]
+    assert seq.tolist() == [-1, -1, -3, -1, -1, -1, -1, -1, -1, -1, -1, -1]
+    assert bad == 8
+    assert attrs[10] == b"{}" and attrs[:10] == rows[:10]
+    _, exec_id, seq, op, bad = decode_attributes([b'{"exec_id": 1, "nrta_seq_id": 2}', b"{}"])
+    assert (exec_id.tolist(), seq.tolist(), op.tolist(), bad) == ([1, -1], [2, -1], [-1, -1], 0)
