@@ -89,6 +89,8 @@ class ExplorerProfile:
         dma_packets / dma_bytes: DmaPacket's rows and their transfer bytes, by queue type.
         summary: Summary's first row (scalar columns only). files: every file read.
         malformed: odd values counted (never fatal). legacy: read from the JSON export.
+        null_required: per required column of the events, how many events have no value in it
+            (each such event is counted once in ``malformed``; its value reads as absent).
     """
 
     source: str
@@ -101,3 +103,4 @@ class ExplorerProfile:
     files: tuple[str, ...] = ()
     malformed: int = 0
     legacy: bool = False
+    null_required: dict[str, int] = field(default_factory=dict)

@@ -164,6 +164,9 @@ def _finish(
         "hbm_samples_not_adding_up": int(hbm_bad),
         "collectives_without_ccop": int(conv.unmatched_cc),
         "events_ending_before_start": int(conv.bad_spans),
+        "events_with_null_required_values": dict(profile.null_required),
+        "framework_events_without_thread": int((profile.events.thread_id[fw] < 0).sum()),
+        "runtime_calls_unlinked": _unlinked_calls(merged),
         **conv.streams.as_metadata(),
         **({"host_processes": hosts.as_metadata()} if hosts is not None else {}),
         "dma_packets": dict(profile.dma_packets),
@@ -173,6 +176,16 @@ def _finish(
     meta[V.META_SOURCE] = "neuron_explorer"
     trace = dataclasses.replace(trace, metadata=meta)
     return ExplorerResult(trace, merged, conv, len(fw), arrows, hbm_samples, hbm_bad)
+
+
+def _unlinked_calls(merged: MergeResult) -> int:
+    """Runtime calls and exec stages that no rule linked to a host op (their device work and
+    copies go unlinked with them): counted, so a profile whose links fail says so."""
+    placed = merged.placed
+    if placed is None:
+        return 0
+    calls = np.isin(placed.kind, [ActivityKind.RUNTIME_CALL, ActivityKind.EXEC_STAGE])
+    return int((calls & (placed.external_id == 0)).sum())
 
 
 def core_label(key: CoreKey, index: int) -> str:

@@ -8,7 +8,8 @@
 What is read, and what each column is taken to mean, is in ``schema`` and docs/explorer.md.
 Dictionary-encoded columns are read as their values. Bad input (not Parquet, cut off, a required
 table or column missing, a column of the wrong type) is a ``TraceLoadError`` naming the file and the problem (exit code 2); odd values inside
-a good file (an unparsable flow id or attribute object) are counted in ``malformed``.
+a good file (an unparsable flow id, attribute object or id, a null in a required column) are
+counted in ``malformed``.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def read_profile(path: str | Path) -> ExplorerProfile:
         )
     pa, pc, pq = require_pyarrow(path)
     tables = _Tables(pa, pc, pq)
-    events, malformed = tables.events(files[X.EVENTS])
+    events, malformed, nulls = tables.events(files[X.EVENTS])
     dma_n, dma_b = tables.dma(files.get(X.DMA_PACKET, []))
     return ExplorerProfile(
         source=str(path),
@@ -101,6 +102,7 @@ def read_profile(path: str | Path) -> ExplorerProfile:
         summary=tables.summary(files.get(X.SUMMARY, [])),
         files=tuple(str(f) for fs in files.values() for f in fs),
         malformed=malformed,
+        null_required=nulls,
     )
 
 
@@ -175,8 +177,10 @@ class _Tables:
         return [values[i] for i in code.tolist()] if len(values) > 1 else [values[0]] * len(code)
 
     # tables --------------------------------------------------------------------------------
-    def events(self, files: list[Path]) -> tuple[EventColumns, int]:
+    def events(self, files: list[Path]) -> tuple[EventColumns, int, dict[str, int]]:
+        """The events, the odd values counted, and the nulls of each required column."""
         t, where = self._read(files, X.EVENT_REQUIRED + X.EVENT_OPTIONAL, X.EVENT_REQUIRED)
+        nulls, null_rows = self.nulls(t, X.EVENT_REQUIRED)
         source_code, sources = self.codes(t, X.E_SOURCE, where)
         to_source = np.array([_SOURCE_CODE.get(s, SOURCE_OTHER) for s in sources], np.int8)
         name_code, names = self.codes(t, X.E_NAME, where)
@@ -207,7 +211,18 @@ class _Tables:
             stream_code=stream_code,
             streams=streams,
         )
-        return cols, bad_flows + bad_attrs
+        return cols, bad_flows + bad_attrs + null_rows, nulls
+
+    def nulls(self, t: Any, names: tuple[str, ...]) -> tuple[dict[str, int], int]:
+        """Per column of ``names`` its null count (only those with any), and how many rows have
+        a null in at least one of them: a required value missing is counted, never silent."""
+        counts = {c: int(t[c].null_count) for c in names if t[c].null_count}
+        if not counts:
+            return {}, 0
+        rows = np.zeros(t.num_rows, dtype=bool)
+        for c in counts:
+            rows |= np.asarray(t[c].is_null().to_numpy(), dtype=bool)
+        return counts, int(rows.sum())
 
     def flows(self, t: Any, where: Path) -> tuple[np.ndarray, np.ndarray, int]:
         """(event row, flow id) pairs; flow ids that are not integers are counted."""

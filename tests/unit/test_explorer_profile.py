@@ -281,3 +281,38 @@ def test_ids_that_are_not_integers_are_counted_and_dropped() -> None:
     assert attrs[10] == b"{}" and attrs[:10] == rows[:10]
     _, exec_id, seq, op, bad = decode_attributes([b'{"exec_id": 1, "nrta_seq_id": 2}', b"{}"])
     assert (exec_id.tolist(), seq.tolist(), op.tolist(), bad) == ([1, -1], [2, -1], [-1, -1], 0)
+
+
+def test_required_values_missing_are_counted_and_what_they_unlink_too(tmp_path) -> None:  # noqa: ANN001
+    """Framework ops written without a thread (a required column): kept, but no call can be in
+    them, so the tensor calls they hold, and those calls' copies, go unlinked; every null is
+    counted, as is every call left unlinked. Flows still link the executions' stages and device
+    work. An event missing two required values counts once."""
+    from neuron_profiler.explorer.profile_trace import profile_trace
+    from neuron_profiler.explorer.reader import read_profile
+
+    require_pyarrow()
+    fx = build(executions=2)
+    for e in fx.truth.framework_ids:
+        fx.events[e - 1]["thread_id"] = None
+    calls = {e for e, h in fx.truth.host.items() if h == HOST_TID}  # the tensor calls
+    call_ops = {fx.truth.external[c] for c in calls}  # the copy_ ops around them
+    free = next(e for e, ev in enumerate(fx.events, 1) if ev["name"] == "nrt_tensor_free")
+    fx.events[free - 1].update(name=None, thread_id=None)  # two nulls, one event
+    res = profile_trace(read_profile(fx.write(tmp_path / "p")))
+    meta = res.trace.metadata[V.META_EXPLORER]
+    n_fw = len(fx.truth.framework_ids)
+    assert meta["events_with_null_required_values"] == {"thread_id": n_fw + 1, "name": 1}
+    assert meta["framework_events_without_thread"] == n_fw
+    assert meta["runtime_calls_unlinked"] == len(calls) > 0
+    assert res.trace.metadata[V.META_MALFORMED] == n_fw + 1
+    records, ids = _placed_by_event(res, fx)
+    got = dict(zip(ids.tolist(), records["external_id"].tolist(), strict=True))
+    unlinked = {e for e in got if fx.truth.external.get(e) in call_ops}  # calls, copies
+    assert len(unlinked) > len(calls)
+    assert {got[e] for e in unlinked} == {0}
+    linked = {e: x for e, x in fx.truth.external.items() if e in got and e not in unlinked}
+    assert len(linked) == 4 + 4 + 72  # stages (flows), executions and collectives (exec_id)
+    assert {e: got[e] for e in linked} == linked
+    cpu_ops = res.trace.columns[S.KIND] == S.EventKind.CPU_OP
+    assert int(cpu_ops.sum()) == n_fw  # nothing dropped
