@@ -30,7 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_profiler.explorer.columns import CcOpColumns, EventColumns, ExplorerProfile
+from neuron_profiler.explorer.columns import (
+    CcOpColumns,
+    EventColumns,
+    ExplorerProfile,
+    key_codes,
+)
 from neuron_profiler.explorer.streams import StreamCounts, ThreadOps, link_by_stream
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
 from neuron_profiler.runtime_trace.parser import KIND_BY_TYPE, QUEUE_BY_KIND
@@ -169,8 +174,7 @@ def _flow_links(ev: EventColumns, corr: np.ndarray) -> tuple[np.ndarray, np.ndar
     row = ev.flow_row
     if not len(row):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    keys = np.stack([ev.instance_code[row], ev.process_id[row], ev.flow_value])
-    value = np.unique(keys, axis=1, return_inverse=True)[1].reshape(-1)  # one code per key
+    value = key_codes(ev.instance_code[row], ev.process_id[row], ev.flow_value)[0]
     is_fw = ev.source[row] == FRAMEWORK
     fw_row, fw_value = row[is_fw], value[is_fw]
     order = np.lexsort((fw_row, fw_value))  # a flow id two framework events carry: the first

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_profiler.explorer.columns import EventColumns
+from neuron_profiler.explorer.columns import EventColumns, key_codes
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace.model import Trace
 
@@ -64,22 +64,18 @@ class HostIds:
         if not len(ev):
             z = np.zeros(0, dtype=np.int64)
             return cls(z, z, [], z, z, z)
-        proc, p_of = np.unique(
-            np.stack([ev.instance_code, ev.process_id]), axis=1, return_inverse=True
-        )
+        p_of, proc = key_codes(ev.instance_code, ev.process_id)
         trace_pid = _distinct(proc[1], max(SYNTHETIC_PID_BASE, int(proc[1].max()) + 1))
-        thread, t_of = np.unique(
-            np.stack([p_of.reshape(-1), ev.thread_id]), axis=1, return_inverse=True
-        )
+        t_of, thread = key_codes(p_of, ev.thread_id)
         placing = _distinct(thread[1], max(SYNTHETIC_PID_BASE, int(thread[1].max()) + 1))
         order = np.argsort(placing, kind="stable")
         processes = [
             HostProcess(int(p), ev.instances[i], int(real))
-            for (i, real), p in zip(proc.T.tolist(), trace_pid.tolist(), strict=True)
+            for i, real, p in zip(*(a.tolist() for a in (*proc, trace_pid)), strict=True)
         ]
         return cls(
-            pid=trace_pid[p_of.reshape(-1)],
-            tid=placing[t_of.reshape(-1)],
+            pid=trace_pid[p_of],
+            tid=placing[t_of],
             processes=processes,
             thread_tid=placing[order],
             thread_pid=trace_pid[thread[0]][order],

@@ -140,3 +140,19 @@ def test_one_process_keeps_its_pid_and_threads(tmp_path: Path) -> None:
     assert [(p.pid, p.instance, p.process_id) for p in hosts.processes] == [(PID, INSTANCE, PID)]
     assert hosts.pid.tolist() == [PID] * len(fx.events)
     assert hosts.tid.tolist() == [e["thread_id"] for e in fx.events]
+
+
+@pytest.mark.parametrize("rows", [0, 1, 1000])
+def test_key_codes_are_numpy_uniques_of_the_tuples(rows: int) -> None:
+    from neuron_profiler.explorer.columns import key_codes
+
+    rng = np.random.default_rng(rows)
+    cols = (
+        rng.integers(-1, 3, rows),
+        rng.integers(-5, 5, rows) * 10**15,  # values far apart: no arithmetic on them
+        rng.integers(0, 4, rows),
+    )
+    code, distinct = key_codes(*cols)
+    want, inverse = np.unique(np.stack(cols).reshape(3, rows), axis=1, return_inverse=True)
+    assert code.tolist() == inverse.reshape(-1).tolist()
+    assert [d.tolist() for d in distinct] == want.tolist()
