@@ -39,7 +39,8 @@ class HostProcess:
 
     @property
     def name(self) -> str:
-        return f"{self.instance or 'host'} pid {self.process_id}"
+        pid = self.process_id if self.process_id >= 0 else "?"
+        return f"{self.instance or 'host'} pid {pid}"
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,9 @@ class HostIds:
 
     @property
     def process_names(self) -> dict[int, str]:
-        """Each host process (real pid -1: none given, left unnamed) named after its instance."""
-        return {p.pid: p.name for p in self.processes if p.process_id >= 0}
+        """Each host process named after its instance and pid (pid -1, none given, left as it
+        was: unnamed)."""
+        return {p.pid: p.name for p in self.processes if p.pid >= 0}
 
     def host_pid(self, tids: np.ndarray) -> np.ndarray:
         """The trace pid of each placing thread id (one not seen: the first process's)."""

@@ -156,3 +156,27 @@ def test_key_codes_are_numpy_uniques_of_the_tuples(rows: int) -> None:
     want, inverse = np.unique(np.stack(cols).reshape(3, rows), axis=1, return_inverse=True)
     assert code.tolist() == inverse.reshape(-1).tolist()
     assert [d.tolist() for d in distinct] == want.tolist()
+
+
+def test_processes_without_a_pid_stay_apart_per_instance(tmp_path: Path) -> None:
+    """A null ``process_id`` on two instances: two processes, each named "<instance> pid ?",
+    each holding its own instance's framework ops (nothing merged)."""
+    from neuron_profiler.explorer.profile_trace import profile_trace
+    from neuron_profiler.explorer.reader import read_profile
+
+    require_pyarrow()
+    hosts = (Host(), Host(instance=OTHER_INSTANCE, shift_ns=7 * US))
+    fx = build(executions=1, hosts=hosts)
+    for ev in fx.events:
+        ev["process_id"] = None
+    res = profile_trace(read_profile(fx.write(tmp_path / "p")))
+    pids = _host_pids(res.trace)
+    assert set(pids) == {f"{INSTANCE} pid ?", f"{OTHER_INSTANCE} pid ?"}
+    c = res.trace.columns
+    ops = c[S.KIND] == S.EventKind.CPU_OP
+    got = Counter(zip(c[S.TS_NS][ops].tolist(), c[S.PID][ops].tolist(), strict=True))
+    want = Counter(
+        (fx.truth.span[e][0], pids[f"{fx.host_of(e).instance} pid ?"])
+        for e in fx.truth.framework_ids
+    )
+    assert got == want
