@@ -85,9 +85,8 @@ class HostIds:
 
     @property
     def process_names(self) -> dict[int, str]:
-        """Each host process named after its instance and pid (pid -1, none given, left as it
-        was: unnamed)."""
-        return {p.pid: p.name for p in self.processes if p.pid >= 0}
+        """Each host process named after its instance and pid ("pid ?": none given)."""
+        return {p.pid: p.name for p in self.processes}
 
     def host_pid(self, tids: np.ndarray) -> np.ndarray:
         """The trace pid of each placing thread id (one not seen: the first process's)."""
