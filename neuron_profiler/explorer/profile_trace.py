@@ -65,7 +65,9 @@ class ExplorerResult:
 
 def profile_trace(profile: ExplorerProfile) -> ExplorerResult:
     """The profile on its own: its framework events are the host ops; each (instance, pid) is
-    a host process of its own (``hosts``), so nothing of two processes is merged."""
+    a host process of its own (``hosts``), so nothing of two processes is merged. The trace
+    has the real thread ids; ``merge.placed`` and ``converted`` the placing ones (equal unless
+    two host processes share a thread id)."""
     ev = profile.events
     fw = framework_rows(ev)
     corr = np.arange(FIRST_EXTERNAL_ID, FIRST_EXTERNAL_ID + len(fw), dtype=np.int64)
