@@ -28,6 +28,12 @@ thread carries one framework op of its own around each execution (``python::runt
 a decoy: containment on the call's own thread finds it, the stream names the right op).
 ``truth.streamed`` lists those calls; ``truth.own_thread`` the External id each of them and its
 copies gets by containment on its own thread alone (the rule without the column).
+
+``hosts``: the host processes that each run the executions, one ``Host`` each (default: one,
+``INSTANCE`` / ``PID``): the same layout per host, its threads offset by ``tid_offset``, its
+times by ``shift_ns``, its flow ids by ``flow_offset`` (0: every host numbers its flows alike,
+as separate processes do), its collectives' op ids kept apart. ``truth.host`` then holds each
+host-side event's thread as written; ``Fixture.host_of`` says which host wrote an event.
 """
 
 from __future__ import annotations
@@ -63,6 +69,17 @@ OTHER_HBM_CATEGORIES = ("generic_bytes", "collectives_bytes", "unknown_bytes")
 US = 1_000
 
 
+@dataclass(frozen=True)
+class Host:
+    """One host process that runs the executions (see the module docstring)."""
+
+    instance: str = INSTANCE
+    pid: int = PID
+    tid_offset: int = 0
+    shift_ns: int = 0
+    flow_offset: int = 0
+
+
 @dataclass
 class Truth:
     """external: event id -> External id (framework events: in start order from 1).
@@ -87,16 +104,35 @@ def _split(total: int, parts: int) -> list[int]:
 
 
 class Fixture:
-    def __init__(self, executions: int = EXECUTIONS, seed: int = 0, streams: bool = False) -> None:
+    def __init__(
+        self,
+        executions: int = EXECUTIONS,
+        seed: int = 0,
+        streams: bool = False,
+        hosts: tuple[Host, ...] = (Host(),),
+    ) -> None:
         self.rng = np.random.default_rng(seed)
         self.streams = streams
+        self.hosts = hosts
+        self.host = hosts[0]  # the host being written
+        self._host_index = 0
         self._worker_op = 0  # streams=True: the decoy op of the current execution
         self.events: list[dict] = []
         self.hbm: list[dict] = []
         self.cc: list[dict] = []
         self.truth = Truth()
         self.executions = executions
-        self._hbm_state = {(0, h): dict.fromkeys(HBM_CATEGORIES, 0) for h in CORES}
+        self._hbm_state = {
+            (k, h): dict.fromkeys(HBM_CATEGORIES, 0) for k in range(len(hosts)) for h in CORES
+        }
+        self._event_host: list[int] = []  # per event, its host's index
+
+    def host_of(self, event_id: int) -> Host:
+        """The host that wrote an event."""
+        return self.hosts[self._event_host[event_id - 1]]
+
+    def _tid(self, tid: int) -> int:
+        return tid + self.host.tid_offset
 
     # -- events -----------------------------------------------------------------------------
     def _event(self, name: str, source: str, start: int, end: int, **kw: object) -> int:
@@ -110,9 +146,9 @@ class Fixture:
             "end_ts": int(end),
             "duration_ns": int(end - start),
             "trace_event_source": source,
-            "instance_id": INSTANCE,
-            "process_id": PID,
-            "thread_id": kw.pop("tid", HOST_TID),
+            "instance_id": self.host.instance,
+            "process_id": self.host.pid,
+            "thread_id": self._tid(kw.pop("tid", HOST_TID)),
             "nc_idx": kw.pop("nc", None),
             "pcore_idx": None,
             "worker_gid": None,
@@ -124,6 +160,7 @@ class Fixture:
             row["worker_gid"] = WORKER_BASE + row["nc_idx"]
             row["pcore_idx"] = row["nc_idx"]
         self.events.append(row)
+        self._event_host.append(self._host_index)
         self.truth.span[eid] = (int(start), int(end))
         return eid
 
@@ -131,21 +168,24 @@ class Fixture:
         self, name: str, start: int, end: int, flow: list[int] | None = None, tid: int = HOST_TID
     ) -> int:
         """A framework op; its stream id is its own thread (AWS: the driver event's thread)."""
-        return self._event(name, "framework", start, end, flow=flow, tid=tid, stream=str(tid))
+        stream = str(self._tid(tid))
+        return self._event(name, "framework", start, end, flow=flow, tid=tid, stream=stream)
 
     def build(self) -> Fixture:
         scale = self.executions / EXECUTIONS  # the mix is per 20 executions
         counts = {k: _split(round(v * scale), self.executions) for k, v in EVENT_MIX.items()}
         fw_counts = _split(round(FRAMEWORK_EVENTS * scale), self.executions)
-        t = T0
-        for e in range(self.executions):
-            t = self._execution(e, t, {k: v[e] for k, v in counts.items()}, fw_counts[e])
-            t += 200 * US
+        for index, host in enumerate(self.hosts):
+            self.host, self._host_index = host, index
+            t = T0 + host.shift_ns
+            for e in range(self.executions):
+                t = self._execution(e, t, {k: v[e] for k, v in counts.items()}, fw_counts[e])
+                t += 200 * US
         self._externals()
         return self
 
     def _execution(self, e: int, t0: int, n: dict[str, int], n_fw: int) -> int:
-        flow, exec_id = 1_000 + e, e + 1
+        flow, exec_id = 1_000 + e + self.host.flow_offset, e + 1
         root = self._framework("vllm::execute_model", t0, t0, flow=[flow])  # end set below
         self.truth.root_of_execution.append(root)
         if self.streams:  # end set below
@@ -186,7 +226,7 @@ class Fixture:
             flow=[flow],
             extra={"exec_id": exec_id, "model_id": 7},
         )
-        self.truth.host[pre] = RUNTIME_TID
+        self.truth.host[pre] = self._tid(RUNTIME_TID)
         self.truth.external[pre] = -root  # resolved to the root's External id later
         dev_start = cur + 25 * US
         cc_per_core = _split(n["cc_running"], len(CORES))
@@ -207,7 +247,7 @@ class Fixture:
             flow=[flow],
             extra={"exec_id": exec_id},
         )
-        self.truth.host[post] = RUNTIME_TID
+        self.truth.host[post] = self._tid(RUNTIME_TID)
         self.truth.external[post] = -root
         cur = dev_end + 30 * US
         cur = self._copies(
@@ -231,7 +271,7 @@ class Fixture:
             op = self._framework("aten::copy_", op_start, op_start)  # end set below
             c0 = op_start + 2 * US
             streamed = self.streams and i % 2 == 1
-            where = {"tid": STREAM_TID, "stream": str(HOST_TID)} if streamed else {}
+            where = {"tid": STREAM_TID, "stream": str(self._tid(HOST_TID))} if streamed else {}
             call_id = self._event(
                 call,
                 "neuron_rt",
@@ -241,7 +281,7 @@ class Fixture:
                 extra={"tensor_id": int(self.rng.integers(1, 10**6)), "size": 0},
                 **where,
             )
-            self.truth.host[call_id] = STREAM_TID if streamed else HOST_TID
+            self.truth.host[call_id] = self._tid(STREAM_TID if streamed else HOST_TID)
             self.truth.external[call_id] = -op
             if streamed:
                 self.truth.streamed.append(call_id)
@@ -280,7 +320,7 @@ class Fixture:
         hbm = i % len(CORES)
         cat = HBM_CATEGORIES[i % len(HBM_CATEGORIES)]
         size = int(self.rng.integers(1, 256)) * 65536
-        state = self._hbm_state[(0, hbm)]
+        state = self._hbm_state[(self._host_index, hbm)]
         state[cat] += size
         eid = self._event(
             "nrt_dma_mem_alloc",
@@ -300,7 +340,7 @@ class Fixture:
             "timestamp": cur + 2 * US,
             "device_idx": 0,
             "hbm_idx": hbm,
-            "instance_id": INSTANCE,
+            "instance_id": self.host.instance,
             **state,
         }
         sample.update(dict.fromkeys(OTHER_HBM_CATEGORIES, 0))
@@ -328,7 +368,7 @@ class Fixture:
             self.truth.core[nid] = core
             self.truth.external[nid] = -root
             for j in range(part):
-                op_id = e * 1000 + j
+                op_id = self._host_index * 1_000_000 + e * 1000 + j
                 c0 = t + 20 * US + j * 100 * US
                 cid = self._event(
                     "cc_running",
@@ -461,5 +501,10 @@ class Fixture:
         return path
 
 
-def build(executions: int = EXECUTIONS, seed: int = 0, streams: bool = False) -> Fixture:
-    return Fixture(executions, seed, streams).build()
+def build(
+    executions: int = EXECUTIONS,
+    seed: int = 0,
+    streams: bool = False,
+    hosts: tuple[Host, ...] = (Host(),),
+) -> Fixture:
+    return Fixture(executions, seed, streams, hosts).build()

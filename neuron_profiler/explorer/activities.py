@@ -11,12 +11,12 @@ the one placement (``runtime_trace.placement``) lays both out the same way::
 - Cores: one per (instance, process, ``nc_idx``): ``nc_idx`` is process-local, so two
   processes' core 0 are two cores (``CoreKey``). Events with no ``nc_idx`` share one key per
   process (nc_idx -1).
-- Links, in this order: an event that carries a framework event's flow id takes that event's
-  External id; a host-side runtime event whose ``framework_stream_id`` names a framework thread
-  takes the op of that thread around its start (``streams``); device work (``nc_exec_running``,
-  ``cc_running``, ``cc_exec_barrier``) takes the id of the runtime event of the same process and
-  ``exec_id`` (the latest one starting at or before it, else the first after), so after the
-  stream link; the rest (calls by containment on their own thread, copies by the call around
+- Links, in this order: an event that carries the flow id of a framework event of the same
+  instance and process takes that event's External id; a host-side runtime event whose
+  ``framework_stream_id`` names a framework thread takes the op of that thread around its start
+  (``streams``); device work (``nc_exec_running``, ``cc_running``, ``cc_exec_barrier``) takes
+  the id of the runtime event of the same instance, process and ``exec_id`` (the latest one
+  starting at or before it, else the first after), so after the stream link; the rest (calls by containment on their own thread, copies by the call around
   them) in placement, as libnrt's.
 - Collectives take their name, algorithm and bytes (max of input and output size) from the CcOp
   row with the same ``op_id``, the k-th ``cc_running`` of an op id pairing with its k-th CcOp row.
@@ -30,7 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_profiler.explorer.columns import CcOpColumns, EventColumns, ExplorerProfile
+from neuron_profiler.explorer.columns import (
+    CcOpColumns,
+    EventColumns,
+    ExplorerProfile,
+    key_codes,
+)
 from neuron_profiler.explorer.streams import StreamCounts, ThreadOps, link_by_stream
 from neuron_profiler.runtime_trace.activities import ActivityKind, DeviceActivities, Queue
 from neuron_profiler.runtime_trace.parser import KIND_BY_TYPE, QUEUE_BY_KIND
@@ -86,9 +91,13 @@ def to_activities(
     profile: ExplorerProfile,
     framework_correlation: np.ndarray,
     host_ops: ThreadOps | None = None,
+    *,
+    thread_id: np.ndarray | None = None,
 ) -> Converted:
     """See the module docstring; ``framework_correlation`` is indexed like ``framework_rows``;
-    ``host_ops``: the ops a stream's thread links to (default: the framework events)."""
+    ``host_ops``: the ops a stream's thread links to (default: the framework events);
+    ``thread_id``: per event the thread id the placement keys its host thread by (default the
+    event's own; ``hosts.HostIds`` keeps threads of two processes apart)."""
     ev = profile.events
     rows = np.flatnonzero(ev.source != FRAMEWORK)
     rows = rows[np.lexsort((rows, ev.start_ns[rows]))]
@@ -117,7 +126,7 @@ def to_activities(
         kind=kind,
         queue=QUEUE_BY_KIND[kind],
         core=core,
-        thread_id=ev.thread_id[rows],
+        thread_id=(ev.thread_id if thread_id is None else thread_id)[rows],
         correlation_id=corr,
         exec_id=ev.exec_id[rows],
         seq_id=ev.seq_id[rows],
@@ -158,9 +167,14 @@ def _cores(ev: EventColumns, rows: np.ndarray) -> tuple[np.ndarray, list[CoreKey
 
 
 def _flow_links(ev: EventColumns, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Give each event that shares a flow id with a framework event that event's External id
-    (in ``corr``, where it has none yet); returns (event row, framework row) per such link."""
-    row, value = ev.flow_row, ev.flow_value
+    """Give each event that shares a flow id with a framework event of its own instance and
+    process that event's External id (in ``corr``, where it has none yet); returns (event row,
+    framework row) per such link. Flow ids are only compared within a process: two processes
+    (or instances, where pids repeat) may number their flows alike."""
+    row = ev.flow_row
+    if not len(row):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    value = key_codes(ev.instance_code[row], ev.process_id[row], ev.flow_value)[0]
     is_fw = ev.source[row] == FRAMEWORK
     fw_row, fw_value = row[is_fw], value[is_fw]
     order = np.lexsort((fw_row, fw_value))  # a flow id two framework events carry: the first

@@ -36,6 +36,7 @@ from neuron_profiler.explorer.activities import (
     to_activities,
 )
 from neuron_profiler.explorer.columns import ExplorerProfile, HbmColumns
+from neuron_profiler.explorer.hosts import HostIds
 from neuron_profiler.explorer.streams import ThreadOps
 from neuron_profiler.runtime_trace.activities import ActivityKind
 from neuron_profiler.runtime_trace.linking import innermost_containing
@@ -63,15 +64,21 @@ class ExplorerResult:
 
 
 def profile_trace(profile: ExplorerProfile) -> ExplorerResult:
-    """The profile on its own: its framework events are the host ops."""
-    fw = framework_rows(profile.events)
-    corr = np.arange(FIRST_EXTERNAL_ID, FIRST_EXTERNAL_ID + len(fw), dtype=np.int64)
-    host = _framework_trace(profile, fw, corr)
-    conv = to_activities(profile, corr)
-    merged = merge_activities(host, conv.acts, [profile.source])
+    """The profile on its own: its framework events are the host ops; each (instance, pid) is
+    a host process of its own (``hosts``), so nothing of two processes is merged. The trace
+    has the real thread ids; ``merge.placed`` and ``converted`` the placing ones (equal unless
+    two host processes share a thread id)."""
     ev = profile.events
-    starts = (ev.process_id[fw], ev.thread_id[fw], ev.start_ns[fw])
-    return _finish(profile, merged, conv, fw, starts, superseded=0)
+    fw = framework_rows(ev)
+    corr = np.arange(FIRST_EXTERNAL_ID, FIRST_EXTERNAL_ID + len(fw), dtype=np.int64)
+    hosts = HostIds.of(ev)
+    host = _framework_trace(profile, fw, corr, hosts)
+    conv = to_activities(profile, corr, thread_id=hosts.tid)
+    merged = merge_activities(host, conv.acts, [profile.source], host_pid=hosts.host_pid)
+    starts = (hosts.pid[fw], hosts.tid[fw], ev.start_ns[fw])
+    result = _finish(profile, merged, conv, fw, starts, superseded=0, hosts=hosts)
+    trace = hosts.real_threads(result.trace)
+    return dataclasses.replace(result, trace=trace)
 
 
 def merge_profile(host: Trace, profile: ExplorerProfile) -> ExplorerResult:
@@ -92,8 +99,11 @@ def merge_profile(host: Trace, profile: ExplorerProfile) -> ExplorerResult:
 
 
 # -- the host side of a profile alone -------------------------------------------------------------
-def _framework_trace(profile: ExplorerProfile, fw: np.ndarray, corr: np.ndarray) -> Trace:
-    """The framework events as torch's cpu ops (columns built at once; args one per op)."""
+def _framework_trace(
+    profile: ExplorerProfile, fw: np.ndarray, corr: np.ndarray, hosts: HostIds
+) -> Trace:
+    """The framework events as torch's cpu ops (columns built at once; args one per op), in
+    their host process and thread (``hosts``)."""
     ev = profile.events
     n = len(fw)
     strings = [V.CAT_CPU_OP]
@@ -108,8 +118,8 @@ def _framework_trace(profile: ExplorerProfile, fw: np.ndarray, corr: np.ndarray)
         S.KIND: np.full(n, kind_of(V.CAT_CPU_OP), dtype=np.uint8),
         S.NAME_ID: (ev.name_code[fw] + name_base).astype(np.int32),
         S.CAT_ID: np.zeros(n, dtype=np.int32),
-        S.PID: ev.process_id[fw],
-        S.TID: ev.thread_id[fw],
+        S.PID: hosts.pid[fw],
+        S.TID: hosts.tid[fw],
         S.EXTERNAL_ID: corr,
         S.CORRELATION: np.full(n, -1, dtype=np.int64),
         S.STREAM: np.full(n, -1, dtype=np.int64),
@@ -124,20 +134,9 @@ def _framework_trace(profile: ExplorerProfile, fw: np.ndarray, corr: np.ndarray)
         columns=columns,
         strings=strings,
         raw_args=[raw_args[i] for i in order.tolist()],
-        process_names=_host_process_names(profile),
+        process_names=hosts.process_names,
         source=profile.source,
     )
-
-
-def _host_process_names(profile: ExplorerProfile) -> dict[int, str]:
-    """Each host process named after its instance (the first event of the process says it)."""
-    ev = profile.events
-    pids, first = np.unique(ev.process_id, return_index=True)
-    return {
-        int(p): f"{ev.instances[ev.instance_code[i]] or 'host'} pid {int(p)}"
-        for p, i in zip(pids.tolist(), first.tolist(), strict=True)
-        if p >= 0
-    }
 
 
 # -- what is added to the placed trace ------------------------------------------------------------
@@ -148,6 +147,7 @@ def _finish(
     fw: np.ndarray,
     op_at: tuple[np.ndarray, np.ndarray, np.ndarray],
     superseded: int,
+    hosts: HostIds | None = None,
 ) -> ExplorerResult:
     trace = _named_cores(merged, conv.cores)
     trace, arrows = _with_arrows(trace, merged, conv, fw, op_at)
@@ -166,7 +166,11 @@ def _finish(
         "hbm_samples_not_adding_up": int(hbm_bad),
         "collectives_without_ccop": int(conv.unmatched_cc),
         "events_ending_before_start": int(conv.bad_spans),
+        "events_with_null_required_values": dict(profile.null_required),
+        "framework_events_without_thread": int((profile.events.thread_id[fw] < 0).sum()),
+        "runtime_calls_unlinked": _unlinked_calls(merged),
         **conv.streams.as_metadata(),
+        **({"host_processes": hosts.as_metadata()} if hosts is not None else {}),
         "dma_packets": dict(profile.dma_packets),
         "dma_packet_bytes": dict(profile.dma_bytes),
         "summary": dict(profile.summary),
@@ -174,6 +178,16 @@ def _finish(
     meta[V.META_SOURCE] = "neuron_explorer"
     trace = dataclasses.replace(trace, metadata=meta)
     return ExplorerResult(trace, merged, conv, len(fw), arrows, hbm_samples, hbm_bad)
+
+
+def _unlinked_calls(merged: MergeResult) -> int:
+    """Runtime calls and exec stages that no rule linked to a host op (their device work and
+    copies go unlinked with them): counted, so a profile whose links fail says so."""
+    placed = merged.placed
+    if placed is None:
+        return 0
+    calls = np.isin(placed.kind, [ActivityKind.RUNTIME_CALL, ActivityKind.EXEC_STAGE])
+    return int((calls & (placed.external_id == 0)).sum())
 
 
 def core_label(key: CoreKey, index: int) -> str:

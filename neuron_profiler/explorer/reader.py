@@ -6,9 +6,10 @@
     profile.events.start_ns, profile.events.names[profile.events.name_code]
 
 What is read, and what each column is taken to mean, is in ``schema`` and docs/explorer.md.
-Bad input (not Parquet, cut off, a required table or column missing, a column of the wrong
-type) is a ``TraceLoadError`` naming the file and the problem (exit code 2); odd values inside
-a good file (an unparsable flow id or attribute object) are counted in ``malformed``.
+Dictionary-encoded columns are read as their values. Bad input (not Parquet, cut off, a required
+table or column missing, a column of the wrong type) is a ``TraceLoadError`` naming the file and the problem (exit code 2); odd values inside
+a good file (an unparsable flow id, attribute object or id, a null in a required column) are
+counted in ``malformed``.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def read_profile(path: str | Path) -> ExplorerProfile:
         )
     pa, pc, pq = require_pyarrow(path)
     tables = _Tables(pa, pc, pq)
-    events, malformed = tables.events(files[X.EVENTS])
+    events, malformed, nulls = tables.events(files[X.EVENTS])
     dma_n, dma_b = tables.dma(files.get(X.DMA_PACKET, []))
     return ExplorerProfile(
         source=str(path),
@@ -101,6 +102,7 @@ def read_profile(path: str | Path) -> ExplorerProfile:
         summary=tables.summary(files.get(X.SUMMARY, [])),
         files=tuple(str(f) for fs in files.values() for f in fs),
         malformed=malformed,
+        null_required=nulls,
     )
 
 
@@ -118,7 +120,8 @@ class _Tables:
                 missing = [c for c in required if c not in names]
                 if missing:
                     raise TraceLoadError(f, f"missing column(s) {', '.join(missing)}")
-                parts.append(self.pq.read_table(f, columns=[c for c in wanted if c in names]))
+                table = self.pq.read_table(f, columns=[c for c in wanted if c in names])
+                parts.append(self._decoded(table))
             except TraceLoadError:
                 raise
             except (OSError, self.pa.ArrowException) as err:
@@ -131,6 +134,22 @@ class _Tables:
             raise TraceLoadError(
                 files[0], f"parts do not fit together ({_one_line(err)})"
             ) from None
+
+    def _decoded(self, table: Any) -> Any:
+        """``table`` with dictionary-encoded columns (Parquet writers commonly encode strings
+        so; also inside lists) cast to their values' type: every reader below sees plain
+        types, and parts encoded differently still fit together."""
+        schema = self.pa.schema([f.with_type(self._plain(f.type)) for f in table.schema])
+        return table if schema.equals(table.schema) else table.cast(schema)
+
+    def _plain(self, t: Any) -> Any:
+        types = self.pa.types
+        if types.is_dictionary(t):
+            return self._plain(t.value_type)
+        if types.is_list(t) or types.is_large_list(t):
+            make = self.pa.list_ if types.is_list(t) else self.pa.large_list
+            return make(t.value_field.with_type(self._plain(t.value_type)))
+        return t
 
     # column helpers ------------------------------------------------------------------------
     def ints(self, table: Any, name: str, where: Path, missing: int = -1) -> np.ndarray:
@@ -147,8 +166,6 @@ class _Tables:
         if name not in table.column_names:
             return np.zeros(table.num_rows, dtype=np.int64), [""]
         col = table[name]
-        if self.pa.types.is_dictionary(col.type):
-            col = col.cast(self.pa.string())
         if not (self.pa.types.is_string(col.type) or self.pa.types.is_large_string(col.type)):
             raise TraceLoadError(where, f"column {name} is {col.type}, not a string")
         arr = self.pc.fill_null(col, "").combine_chunks()
@@ -160,8 +177,10 @@ class _Tables:
         return [values[i] for i in code.tolist()] if len(values) > 1 else [values[0]] * len(code)
 
     # tables --------------------------------------------------------------------------------
-    def events(self, files: list[Path]) -> tuple[EventColumns, int]:
+    def events(self, files: list[Path]) -> tuple[EventColumns, int, dict[str, int]]:
+        """The events, the odd values counted, and the nulls of each required column."""
         t, where = self._read(files, X.EVENT_REQUIRED + X.EVENT_OPTIONAL, X.EVENT_REQUIRED)
+        nulls, null_rows = self.nulls(t, X.EVENT_REQUIRED)
         source_code, sources = self.codes(t, X.E_SOURCE, where)
         to_source = np.array([_SOURCE_CODE.get(s, SOURCE_OTHER) for s in sources], np.int8)
         name_code, names = self.codes(t, X.E_NAME, where)
@@ -192,7 +211,18 @@ class _Tables:
             stream_code=stream_code,
             streams=streams,
         )
-        return cols, bad_flows + bad_attrs
+        return cols, bad_flows + bad_attrs + null_rows, nulls
+
+    def nulls(self, t: Any, names: tuple[str, ...]) -> tuple[dict[str, int], int]:
+        """Per column of ``names`` its null count (only those with any), and how many rows have
+        a null in at least one of them: a required value missing is counted, never silent."""
+        counts = {c: int(t[c].null_count) for c in names if t[c].null_count}
+        if not counts:
+            return {}, 0
+        rows = np.zeros(t.num_rows, dtype=bool)
+        for c in counts:
+            rows |= np.asarray(t[c].is_null().to_numpy(), dtype=bool)
+        return counts, int(rows.sum())
 
     def flows(self, t: Any, where: Path) -> tuple[np.ndarray, np.ndarray, int]:
         """(event row, flow id) pairs; flow ids that are not integers are counted."""
@@ -292,61 +322,108 @@ class _Attrs(msgspec.Struct, gc=False):
     op_id: int | None = None
 
 
+class _TextAttrs(msgspec.Struct, gc=False):
+    """The ids where a producer quoted some of them ("exec_id": "1")."""
+
+    exec_id: int | str | None = None
+    nrta_seq_id: int | str | None = None
+    nrt_sequence_id: int | str | None = None
+    op_id: int | str | None = None
+
+
 _decode_attrs = msgspec.json.Decoder(list[_Attrs]).decode
-_decode_one = msgspec.json.Decoder(_Attrs).decode
+_decode_text_attrs = msgspec.json.Decoder(list[_TextAttrs]).decode
+_decode_one = msgspec.json.Decoder(_TextAttrs).decode
 _decode_object = msgspec.json.Decoder(dict[str, Any]).decode
 _ATTR_FIELDS = ("exec_id", "nrta_seq_id", "nrt_sequence_id", "op_id")
+_ID_TEXT = re.compile(r"-?[0-9]{1,18}").fullmatch  # an integer as text that fits int64
+_NOT_AN_ID = np.iinfo(np.int64).min  # marks a value that is no id (never a real one)
+_ID_MIN, _ID_MAX = _NOT_AN_ID + 1, np.iinfo(np.int64).max
 
 
 def decode_attributes(
     raw: list[bytes],
 ) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray, int]:
     """(attribute objects, exec_id, seq_id, op_id, malformed) of each event's extra attributes:
-    one msgspec pass over all rows; rows that are not a JSON object, or whose ids are not
-    integers, are counted (the rest of such a row is kept where it is an object)."""
+    one msgspec pass over all rows (a second where ids are quoted); an id may be an integer or
+    an integer as text ("1": many JSON producers quote ids; only ``-?[0-9]{1,18}``, nothing
+    around it). Rows that are not a JSON object, or with an id that is neither (a float, other
+    text, beyond int64), are counted; such an id is dropped, the rest of an object row kept."""
     n = len(raw)
+    joined = b"[" + b",".join(raw) + b"]"
+    flagged = np.zeros(n, dtype=bool)
+    plain = True
     try:
-        attrs = _decode_attrs(b"[" + b",".join(raw) + b"]") if n else []
-        bad = 0
+        attrs: list[Any] = _decode_attrs(joined) if n else []
     except (msgspec.DecodeError, msgspec.ValidationError):
-        raw, attrs, bad = _one_by_one(raw)
-    m = np.fromiter(
-        (-1 if v is None else v for a in attrs for v in _values(a)), dtype=np.int64, count=4 * n
-    ).reshape(n, 4)
+        plain = False
+        try:
+            attrs = _decode_text_attrs(joined)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raw, attrs, flagged = _one_by_one(raw)
+    m, odd = _id_matrix(attrs, plain)
     seq = np.where(m[:, 1] >= 0, m[:, 1], m[:, 2])
-    return raw, m[:, 0], seq, m[:, 3], bad
+    return raw, m[:, 0], seq, m[:, 3], int((flagged | odd).sum())
 
 
-def _values(a: _Attrs) -> tuple[Any, ...]:
+def _id_matrix(attrs: list[Any], plain: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(rows x 4 ids, -1 absent; per row whether an id was not one). ``plain``: every id
+    decoded as an integer (the common case: one numpy pass unless one is beyond int64)."""
+    n = len(attrs)
+    values = [v for a in attrs for v in _values(a)]
+    if plain:
+        try:
+            m = np.fromiter((-1 if v is None else v for v in values), np.int64, 4 * n)
+            return m.reshape(n, 4), np.zeros(n, dtype=bool)
+        except OverflowError:
+            pass
+    m = np.fromiter(map(_id_value, values), np.int64, 4 * n).reshape(n, 4)
+    odd = m == _NOT_AN_ID
+    m[odd] = -1
+    return m, odd.any(axis=1)
+
+
+def _id_value(v: Any) -> int:
+    """An id as an int (-1 absent; ``_NOT_AN_ID``: a value that is not an id)."""
+    if v is None:
+        return -1
+    if v.__class__ is int:
+        return v if _ID_MIN <= v <= _ID_MAX else _NOT_AN_ID
+    if v.__class__ is str and _ID_TEXT(v):
+        return int(v)
+    return _NOT_AN_ID
+
+
+def _values(a: _Attrs | _TextAttrs) -> tuple[Any, ...]:
     return (a.exec_id, a.nrta_seq_id, a.nrt_sequence_id, a.op_id)
 
 
-def _one_by_one(raw: list[bytes]) -> tuple[list[bytes], list[_Attrs], int]:
-    """The slow path of bad input: each row on its own."""
-    out_raw, out, bad = [], [], 0
-    for r in raw:
+def _one_by_one(raw: list[bytes]) -> tuple[list[bytes], list[_TextAttrs], np.ndarray]:
+    """The slow path of bad input: each row on its own; per row whether it was flagged."""
+    out_raw, out, bad = [], [], np.zeros(len(raw), dtype=bool)
+    for i, r in enumerate(raw):
         try:
             out.append(_decode_one(r))
             out_raw.append(r)
             continue
-        except msgspec.ValidationError:  # an object, some id not an integer: ids dropped
+        except msgspec.ValidationError:  # an object, some id of another type: that id dropped
             try:
                 obj = _decode_object(r)
                 ids = {k: obj.get(k) for k in _ATTR_FIELDS}
-                out.append(_Attrs(**{k: v for k, v in ids.items() if _is_int(v)}))
+                out.append(_TextAttrs(**{k: v for k, v in ids.items() if _is_id_like(v)}))
                 out_raw.append(r)
             except (msgspec.DecodeError, msgspec.ValidationError):
-                out.append(_Attrs())
+                out.append(_TextAttrs())
                 out_raw.append(b"{}")
         except msgspec.DecodeError:
-            out.append(_Attrs())
+            out.append(_TextAttrs())
             out_raw.append(b"{}")
-        bad += 1
+        bad[i] = True
     return out_raw, out, bad
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+def _is_id_like(v: Any) -> bool:
+    return v.__class__ is int or v.__class__ is str
 
 
 def _one_line(err: BaseException) -> str:

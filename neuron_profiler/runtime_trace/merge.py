@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,14 +233,16 @@ def merge_activities(
     props: Sequence[dict[str, Any]] = (),
     *,
     host_ops: HostOps | None = None,
+    host_pid: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> MergeResult:
     """Place runtime activities from any source (the system-trace parser, Neuron Explorer's
     reader) on ``host`` by the one placement; ``host_ops``: the ops to link to (default: the
-    host trace's cpu ops)."""
+    host trace's cpu ops); ``host_pid``: thread ids -> their host process, for a source that
+    knows it (default: ``host_pid_lookup``, which guesses a thread without ops)."""
     placed = place(
         acts,
         host_ops=HostOps.from_trace(host) if host_ops is None else host_ops,
-        host_pid=host_pid_lookup(host),
+        host_pid=host_pid_lookup(host) if host_pid is None else host_pid,
         taken_pids=_taken_pids(host),
         props=props,
         flow_id_base=_first_free_flow_id(host),
