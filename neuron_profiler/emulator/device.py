@@ -31,6 +31,7 @@ from neuron_profiler.emulator import (
     modelled,
     pinned,
     process_groups,
+    serialization,
     storage,
     streams,
 )
@@ -240,6 +241,7 @@ def _register_with_torch(cores: int) -> None:
     _libraries.extend([fallback_lib, lib, pinned.register()])
     autocast.register()
     compiled.install()  # torch.compile: Dynamo skips the emulator; the "neuron" backend
+    serialization.install()  # torch.save / torch.load of device tensors, map_location="neuron"
     storage.install()  # ``t.data = x`` across host and device (FSDP moving parameters)
     device_allocator.install()  # torch.accelerator.memory (one line on stderr where unavailable)
     from torch.optim import optimizer
