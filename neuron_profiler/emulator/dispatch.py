@@ -64,6 +64,8 @@ class OpInfo:
     # computes the op on host tensors: the op itself, or host_ops' kernel where ATen has only
     # a CUDA one (the fused RNN cells); None: the op itself (OpInfo built elsewhere)
     run: Callable[..., Any] | None = None
+    # the op's Generator argument: (position, or -1 when keyword-only; name); None: it has none
+    generator: tuple[int, str] | None = None
 
 
 class State:
@@ -122,7 +124,10 @@ def register_special(op: Any, handler: Callable[..., Any]) -> None:
 def _describe(func: Any) -> OpInfo:
     name = func._overloadpacket._qualified_op_name
     positions, names = [], []
+    generator = None
     for i, arg in enumerate(func._schema.arguments):
+        if "Generator" in str(arg.type):
+            generator = (-1 if arg.kwarg_only else i, arg.name)
         if arg.alias_info is not None and arg.alias_info.is_write:
             names.append(arg.name)
             if not arg.kwarg_only:
@@ -148,6 +153,7 @@ def _describe(func: Any) -> OpInfo:
         handler,
         kind is Kind.KERNEL and fb.is_fallback_op(name),
         HOST_KERNELS.get(func, func),
+        generator,
     )
     _INFO[func] = info
     return info
@@ -405,6 +411,11 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
         if STATE.numerics:
             return info.handler(func, info, args, kwargs)  # type: ignore[misc]
         return _special_timing(func, info, args, kwargs)
+    if info.generator is not None:
+        pos, name = info.generator
+        gen = args[pos] if 0 <= pos < len(args) else kwargs.get(name)
+        if gen is not None and gen.device.type == "neuron":
+            return _on_host_generator(func, args, kwargs, gen, pos, name)
     launch_ns = time.time_ns()
     u = unwrap(args, kwargs)
     core = u.core if u.core is not None else STATE.current_core
@@ -454,6 +465,24 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
         if not written and u.alias and not info.mutated_names:
             STATE.timeline.host_sync([core], "host_read", op=info.name)  # type: ignore[union-attr]
     return result
+
+
+def _on_host_generator(
+    func: Any, args: tuple, kwargs: dict, gen: torch.Generator, pos: int, name: str
+) -> Any:
+    """A random op given a ``torch.Generator(device="neuron")``: run on the host (as every
+    device op) with a host generator holding its state, which then goes back to it, so the
+    device generator advances as the draws did (seeded, it gives CPU's values for that seed)."""
+    host = torch.Generator()
+    host.set_state(gen.get_state())
+    if 0 <= pos < len(args):
+        args = (*args[:pos], host, *args[pos + 1 :])
+    else:
+        kwargs = {**kwargs, name: host}
+    try:
+        return execute(func, args, kwargs)
+    finally:
+        gen.set_state(host.get_state())
 
 
 def _run_timing(
