@@ -39,6 +39,7 @@ from neuron_profiler.emulator.outputs import (
 )
 from neuron_profiler.emulator.scheduler import DeviceTimeline
 from neuron_profiler.emulator.tensor import NeuronTensor
+from neuron_profiler.errors import EmulatorError
 from neuron_profiler.runtime_trace import format as F
 
 aten = torch.ops.aten
@@ -257,9 +258,27 @@ def run_inner_on_device(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 # -- wrapping -------------------------------------------------------------------------------
+_STRIDED = torch.strided
+SPARSE_LAYOUTS = frozenset(
+    (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+)
+# A wrapper subclass cannot have a compressed layout: torch asks a compressed tensor's layout
+# from its SparseCsrTensorImpl, which a wrapper is not ("layout_impl is only implemented for
+# TensorImpl subclasses" at the first to_dense)
+COMPRESSED_UNSUPPORTED = (
+    "sparse compressed layouts (CSR, CSC, BSR, BSC) are not supported by the emulated neuron "
+    "device: use COO on the device (t.to_sparse()), or keep the tensor on the CPU"
+)
+
+
 def new_device_tensor(elem: torch.Tensor, core: int, allocate: bool) -> NeuronTensor:
     """Wrap ``elem`` on ``core``; ``allocate``: a fresh output, whose buffer the device
     allocator accounts (memory.py) until this tensor dies."""
+    layout = elem.layout
+    if layout is not _STRIDED and layout in SPARSE_LAYOUTS:
+        if layout is not torch.sparse_coo:
+            raise EmulatorError(f"{layout}: {COMPRESSED_UNSUPPORTED}")
+        return NeuronTensor.holding_sparse(elem, core)  # its memory is not accounted (docs)
     try:
         t = NeuronTensor(elem, core)
     except RuntimeError:  # a nested tensor has no sizes: held on the host (tensor.py)
@@ -494,7 +513,12 @@ def _run_timing(
     (their defined value, not a modelled one). Only the math is emulator overhead: the op's
     dispatch stays launch time, as for a modelled op."""
     run = info.run or func
-    plan = timing_plan(func, u.args, u.kwargs, u.inputs, run=run)
+    for t in u.inputs:  # a sparse input: its indices are data (as nonzero's), computed for real
+        if t.layout is not _STRIDED:
+            plan = None
+            break
+    else:
+        plan = timing_plan(func, u.args, u.kwargs, u.inputs, run=run)
     if plan is not None and not plan.real:
         out = materialise(plan, u.inputs)[0]
         if seen is None and info.kind is Kind.KERNEL and info.name not in ZEROS_OPS:

@@ -41,7 +41,11 @@ _installed: list[Any] = []
 
 
 def reduce(t: torch.Tensor, core: int, protocol: Any) -> Any:
-    """Pickle a device tensor as its host copy whose storage is tagged ``neuron:<core>``."""
+    """Pickle a device tensor as its host copy whose storage is tagged ``neuron:<core>``; a
+    sparse one as its device indices and values (each tagged so), as torch pickles sparse."""
+    if t.layout is torch.sparse_coo:
+        data = (t._indices(), t._values(), t.size(), t.is_coalesced())
+        return (torch._utils._rebuild_sparse_tensor, (t.layout, data))
     host = torch.Tensor.cpu(t).detach()  # the device -> host copy (waits for the device)
     host.requires_grad_(t.requires_grad)
     _SAVED[host.untyped_storage()] = core

@@ -122,6 +122,24 @@ class NeuronTensor(torch.Tensor):
         t._core = core
         return t
 
+    @staticmethod
+    def holding_sparse(elem: torch.Tensor, core: int) -> NeuronTensor:
+        """A sparse device tensor (COO, CSR, CSC, BSR, BSC; CUDA has them all): a wrapper of
+        that layout holding the sparse CPU tensor, whose indices and values are its memory.
+        It has no strides, as a sparse tensor has none; every op runs on the held tensor."""
+        t = _make_wrapper(
+            NeuronTensor,
+            elem.shape,
+            dtype=elem.dtype,
+            device=_devices[core],
+            layout=elem.layout,
+            requires_grad=False,
+            dispatch_sizes_strides_policy="sizes",
+        )
+        t._elem = elem
+        t._core = core
+        return t
+
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
