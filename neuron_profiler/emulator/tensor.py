@@ -124,9 +124,9 @@ class NeuronTensor(torch.Tensor):
 
     @staticmethod
     def holding_sparse(elem: torch.Tensor, core: int) -> NeuronTensor:
-        """A sparse device tensor (COO, CSR, CSC, BSR, BSC; CUDA has them all): a wrapper of
-        that layout holding the sparse CPU tensor, whose indices and values are its memory.
-        It has no strides, as a sparse tensor has none; every op runs on the held tensor."""
+        """A sparse COO device tensor: a wrapper of that layout holding the sparse CPU tensor,
+        whose indices and values are its memory; every op runs on the held tensor. (Compressed
+        layouts cannot be wrappers: dispatch.new_device_tensor refuses them.)"""
         t = _make_wrapper(
             NeuronTensor,
             elem.shape,

@@ -194,5 +194,11 @@ def test_map_location_neuron_loads_host_checkpoints_onto_the_device() -> None:
             assert torch.equal(got["row"].cpu(), w[1] + 1)
             assert torch.equal((got["w"] * got["n"]).cpu(), (w + 1) * 7)
     buf.seek(0)
+    before = torch.neuron.memory_allocated(0)
+    got = torch.load(buf, map_location="neuron")
+    # one device buffer per stored storage: w's (the row is a view of it) and n's
+    assert torch.neuron.memory_allocated(0) - before == w.nbytes + 8
+    del got
+    buf.seek(0)
     with pytest.raises(RuntimeError, match="device_count"):
         torch.load(buf, map_location="neuron:5")
