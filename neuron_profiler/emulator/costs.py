@@ -44,6 +44,35 @@ def op_cost(
     name: str, *, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], args: tuple
 ) -> OpCost:
     """Cost of one op; ``inputs``/``outputs`` are the (CPU) tensors it reads and writes."""
+    try:
+        return _dense_cost(name, inputs, outputs, args)
+    except RuntimeError:  # a sparse tensor has no nbytes
+        if not any(t.layout in _SPARSE for t in (*inputs, *outputs)):
+            raise
+    # sparse: the bytes of its indices and values; priced as vector work over them (no sparse
+    # kernel model: a dense matmul formula would count the zeros)
+    return _dense_cost("sparse", _parts(inputs), _parts(outputs), ())
+
+
+def _parts(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors, each sparse one replaced by its index and value tensors (its memory)."""
+    out: list[torch.Tensor] = []
+    for t in tensors:
+        layout = t.layout
+        if layout is torch.sparse_coo:
+            out += (t._indices(), t._values())
+        elif layout in (torch.sparse_csr, torch.sparse_bsr):
+            out += (t.crow_indices(), t.col_indices(), t.values())
+        elif layout in (torch.sparse_csc, torch.sparse_bsc):
+            out += (t.ccol_indices(), t.row_indices(), t.values())
+        else:
+            out.append(t)
+    return out
+
+
+def _dense_cost(
+    name: str, inputs: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor], args: tuple
+) -> OpCost:
     nbytes = elems = out_elems = 0
     dtype = None
     floating = _FLOATING
@@ -89,6 +118,9 @@ def op_cost(
     )
 
 
+_SPARSE = frozenset(
+    (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+)
 _DTYPE_NAMES = {
     d: str(d).removeprefix("torch.")
     for d in (

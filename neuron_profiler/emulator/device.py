@@ -25,12 +25,14 @@ from neuron_profiler.emulator import (
     collectives,
     compiled,
     copies,
+    data_parallel,
     device_allocator,
     host_cost,
     memory_api,
     modelled,
     pinned,
     process_groups,
+    serialization,
     storage,
     streams,
 )
@@ -240,6 +242,8 @@ def _register_with_torch(cores: int) -> None:
     _libraries.extend([fallback_lib, lib, pinned.register()])
     autocast.register()
     compiled.install()  # torch.compile: Dynamo skips the emulator; the "neuron" backend
+    data_parallel.install()  # nn.DataParallel: comm's CUDA-only functions, replicas in turn
+    serialization.install()  # torch.save / torch.load of device tensors, map_location="neuron"
     storage.install()  # ``t.data = x`` across host and device (FSDP moving parameters)
     device_allocator.install()  # torch.accelerator.memory (one line on stderr where unavailable)
     from torch.optim import optimizer

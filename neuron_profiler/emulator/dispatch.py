@@ -39,6 +39,7 @@ from neuron_profiler.emulator.outputs import (
 )
 from neuron_profiler.emulator.scheduler import DeviceTimeline, PendingCollective
 from neuron_profiler.emulator.tensor import NeuronTensor
+from neuron_profiler.errors import EmulatorError
 from neuron_profiler.runtime_trace import format as F
 
 aten = torch.ops.aten
@@ -64,6 +65,8 @@ class OpInfo:
     # computes the op on host tensors: the op itself, or host_ops' kernel where ATen has only
     # a CUDA one (the fused RNN cells); None: the op itself (OpInfo built elsewhere)
     run: Callable[..., Any] | None = None
+    # the op's Generator argument: (position, or -1 when keyword-only; name); None: it has none
+    generator: tuple[int, str] | None = None
 
 
 class State:
@@ -123,7 +126,10 @@ def register_special(op: Any, handler: Callable[..., Any]) -> None:
 def _describe(func: Any) -> OpInfo:
     name = func._overloadpacket._qualified_op_name
     positions, names = [], []
+    generator = None
     for i, arg in enumerate(func._schema.arguments):
+        if "Generator" in str(arg.type):
+            generator = (-1 if arg.kwarg_only else i, arg.name)
         if arg.alias_info is not None and arg.alias_info.is_write:
             names.append(arg.name)
             if not arg.kwarg_only:
@@ -149,6 +155,7 @@ def _describe(func: Any) -> OpInfo:
         handler,
         kind is Kind.KERNEL and fb.is_fallback_op(name),
         HOST_KERNELS.get(func, func),
+        generator,
     )
     _INFO[func] = info
     return info
@@ -252,9 +259,27 @@ def run_inner_on_device(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 # -- wrapping -------------------------------------------------------------------------------
+_STRIDED = torch.strided
+SPARSE_LAYOUTS = frozenset(
+    (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+)
+# A wrapper subclass cannot have a compressed layout: torch asks a compressed tensor's layout
+# from its SparseCsrTensorImpl, which a wrapper is not ("layout_impl is only implemented for
+# TensorImpl subclasses" at the first to_dense)
+COMPRESSED_UNSUPPORTED = (
+    "sparse compressed layouts (CSR, CSC, BSR, BSC) are not supported by the emulated neuron "
+    "device: use COO on the device (t.to_sparse()), or keep the tensor on the CPU"
+)
+
+
 def new_device_tensor(elem: torch.Tensor, core: int, allocate: bool) -> NeuronTensor:
     """Wrap ``elem`` on ``core``; ``allocate``: a fresh output, whose buffer the device
     allocator accounts (memory.py) until this tensor dies."""
+    layout = elem.layout
+    if layout is not _STRIDED and layout in SPARSE_LAYOUTS:
+        if layout is not torch.sparse_coo:
+            raise EmulatorError(f"{layout}: {COMPRESSED_UNSUPPORTED}")
+        return NeuronTensor.holding_sparse(elem, core)  # its memory is not accounted (docs)
     try:
         t = NeuronTensor(elem, core)
     except RuntimeError:  # a nested tensor has no sizes: held on the host (tensor.py)
@@ -413,6 +438,11 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
         if STATE.numerics:
             return info.handler(func, info, args, kwargs)  # type: ignore[misc]
         return _special_timing(func, info, args, kwargs)
+    if info.generator is not None:
+        pos, name = info.generator
+        gen = args[pos] if 0 <= pos < len(args) else kwargs.get(name)
+        if gen is not None and gen.device.type == "neuron":
+            return _on_host_generator(func, args, kwargs, gen, pos, name)
     launch_ns = time.time_ns()
     u = unwrap(args, kwargs)
     core = u.core if u.core is not None else STATE.current_core
@@ -464,6 +494,24 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
     return result
 
 
+def _on_host_generator(
+    func: Any, args: tuple, kwargs: dict, gen: torch.Generator, pos: int, name: str
+) -> Any:
+    """A random op given a ``torch.Generator(device="neuron")``: run on the host (as every
+    device op) with a host generator holding its state, which then goes back to it, so the
+    device generator advances as the draws did (seeded, it gives CPU's values for that seed)."""
+    host = torch.Generator()
+    host.set_state(gen.get_state())
+    if 0 <= pos < len(args):
+        args = (*args[:pos], host, *args[pos + 1 :])
+    else:
+        kwargs = {**kwargs, name: host}
+    try:
+        return execute(func, args, kwargs)
+    finally:
+        gen.set_state(host.get_state())
+
+
 def _run_timing(
     func: Any, info: OpInfo, u: Unwrapped, seen: str | None
 ) -> tuple[Any, bool, str | None, int]:
@@ -473,7 +521,12 @@ def _run_timing(
     (their defined value, not a modelled one). Only the math is emulator overhead: the op's
     dispatch stays launch time, as for a modelled op."""
     run = info.run or func
-    plan = timing_plan(func, u.args, u.kwargs, u.inputs, run=run)
+    for t in u.inputs:  # a sparse input: its indices are data (as nonzero's), computed for real
+        if t.layout is not _STRIDED:
+            plan = None
+            break
+    else:
+        plan = timing_plan(func, u.args, u.kwargs, u.inputs, run=run)
     if plan is not None and not plan.real:
         out = materialise(plan, u.inputs)[0]
         if seen is None and info.kind is Kind.KERNEL and info.name not in ZEROS_OPS:

@@ -173,6 +173,8 @@ def _plan_of(out: Any, index: dict[int, int]) -> Any:
     if out is None:
         return None
     if isinstance(out, torch.Tensor):
+        if out.layout is not torch.strided:  # sparse: its indices are data, computed for real
+            raise _Uncacheable
         i = index.get(id(out))
         if i is not None:  # an input written in place (or out=): it may have been resized
             return ("alias", i, tuple(out.shape), tuple(out.stride()))

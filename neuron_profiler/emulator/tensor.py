@@ -122,6 +122,24 @@ class NeuronTensor(torch.Tensor):
         t._core = core
         return t
 
+    @staticmethod
+    def holding_sparse(elem: torch.Tensor, core: int) -> NeuronTensor:
+        """A sparse COO device tensor: a wrapper of that layout holding the sparse CPU tensor,
+        whose indices and values are its memory; every op runs on the held tensor. (Compressed
+        layouts cannot be wrappers: dispatch.new_device_tensor refuses them.)"""
+        t = _make_wrapper(
+            NeuronTensor,
+            elem.shape,
+            dtype=elem.dtype,
+            device=_devices[core],
+            layout=elem.layout,
+            requires_grad=False,
+            dispatch_sizes_strides_policy="sizes",
+        )
+        t._elem = elem
+        t._core = core
+        return t
+
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @classmethod
@@ -170,9 +188,11 @@ class NeuronTensor(torch.Tensor):
         return torch.Tensor.cpu(self).tolist()
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        """``torch.save`` / pickle store the host copy: checkpoints load anywhere (also with
-        ``weights_only=True``) and ``load_state_dict`` copies them back onto the device."""
-        return torch.Tensor.cpu(self).detach().__reduce_ex__(protocol)
+        """``torch.save`` / pickle store the host copy tagged ``neuron:N``: it loads back onto
+        the device, or anywhere with ``map_location="cpu"``, as a CUDA tensor (serialization.py)."""
+        from neuron_profiler.emulator import serialization
+
+        return serialization.reduce(self, self._core, protocol)
 
     def __coerce_same_metadata_as_tangent__(
         self, expected_metadata: Any = None, expected_type: Any = None

@@ -68,6 +68,52 @@ def test_seeding_through_the_device_api_makes_device_draws_reproducible() -> Non
     assert torch.initial_seed() == 11
 
 
+def _native_hooks() -> bool:
+    from neuron_profiler.emulator import native
+
+    return native.loaded() is not None
+
+
+@pytest.mark.parametrize("numerics", [True, False])
+def test_device_generators_draw_reproducibly_like_cuda_generators(numerics: bool) -> None:
+    """``torch.Generator(device="neuron")`` seeds and advances as a CUDA generator does: the
+    same seed gives the same draws (equal to a CPU generator's for that seed), its state
+    advances with each draw and ``get_state`` / ``set_state`` replay them; a host op refuses it
+    as a host op refuses a CUDA generator. Timing mode computes these small draws too."""
+    if not _native_hooks():
+        pytest.skip("needs the memory extension's PrivateUse1 hooks (a C++ compiler)")
+    emu.enable(cores=2, numerics=numerics)
+    g = torch.Generator(device="neuron")
+    assert g.device.type == "neuron" and torch.Generator(device="neuron:1").device.index == 1
+    ref = torch.Generator().manual_seed(5)
+    g.manual_seed(5)
+    assert g.initial_seed() == 5
+    expected = [torch.randn(4, generator=ref), torch.rand(2, 3, generator=ref)]
+    state = g.get_state()
+    got = [
+        torch.randn(4, device="neuron", generator=g),
+        torch.rand(2, 3, device="neuron:1", generator=g),
+    ]
+    assert [str(t.device) for t in got] == ["neuron:0", "neuron:1"]
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(got, expected, strict=True))
+    g.set_state(state)
+    assert torch.equal(torch.randn(4, device="neuron", generator=g).cpu(), expected[0])
+    g.manual_seed(9)
+    ref.manual_seed(9)
+    x = torch.empty(6, device="neuron").normal_(generator=g)
+    perm = torch.randperm(8, device="neuron", generator=g)
+    picks = torch.multinomial(torch.ones(8, device="neuron"), 3, generator=g)
+    assert torch.equal(x.cpu(), torch.empty(6).normal_(generator=ref))
+    assert torch.equal(perm.cpu(), torch.randperm(8, generator=ref))
+    assert torch.equal(picks.cpu(), torch.multinomial(torch.ones(8), 3, generator=ref))
+    torch.manual_seed(0)  # the default generator is another one: no effect on g
+    assert torch.equal(
+        torch.rand(3, device="neuron", generator=g).cpu(), torch.rand(3, generator=ref)
+    )
+    with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator"):
+        torch.randn(3, generator=g)
+
+
 def test_to_cpu_item_and_mixed_devices() -> None:
     x = torch.randn(3, 4)
     d = x.to("neuron")

@@ -99,7 +99,8 @@ def test_host_side_conveniences_work_as_on_cuda() -> None:
     buf = io.BytesIO()
     torch.save(model.state_dict(), buf)
     buf.seek(0)
-    state = torch.load(buf)  # weights_only: the checkpoint holds plain host tensors
+    buf.seek(0)
+    state = torch.load(buf, map_location="cpu")  # host tensors, loadable without the device
     assert all(type(t) is torch.Tensor for t in state.values())
     fresh = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.BatchNorm1d(3))
     fresh.load_state_dict(state)
@@ -135,3 +136,69 @@ def test_views_launch_no_kernel_but_copies_do() -> None:
     ]
     assert kernels == ["aten::clone"]
     assert v.shape == (1, 6, 4) and len(parts) == 2 and torch.equal(c.cpu()[0], a.cpu().t())
+
+
+def test_checkpoints_of_device_tensors_load_back_onto_the_device_as_on_cuda() -> None:
+    """A device tensor is saved tagged ``neuron:N``: ``torch.load`` puts it back there (with
+    ``weights_only`` too), ``map_location="cpu"`` or a callable keeps it on the host; pickle
+    round-trips it (what object collectives do)."""
+    import io
+    import pickle
+
+    torch.manual_seed(3)
+    model = torch.nn.Linear(4, 3)
+    ref = {k: v.clone() for k, v in model.state_dict().items()}
+    model.to("neuron")
+    leaf = torch.randn(5, device="neuron:1", requires_grad=True)
+    buf = io.BytesIO()
+    torch.save({"model": model.state_dict(), "leaf": leaf}, buf)
+    for kwargs, device in (
+        ({}, "neuron:0"),
+        ({"weights_only": True}, "neuron:0"),
+        ({"map_location": "cpu"}, "cpu"),
+        ({"map_location": lambda storage, loc: storage}, "cpu"),
+        ({"map_location": "neuron:1"}, "neuron:1"),
+    ):
+        buf.seek(0)
+        got = torch.load(buf, **kwargs)
+        for k, v in got["model"].items():
+            assert str(v.device) == device, (kwargs, k)
+            torch.testing.assert_close(v.cpu(), ref[k])
+        assert got["leaf"].requires_grad and got["leaf"].is_leaf
+    buf.seek(0)
+    assert torch.load(buf)["leaf"].device == torch.device("neuron", 1)
+    back = pickle.loads(pickle.dumps(leaf.detach()))
+    assert back.device == torch.device("neuron", 1) and torch.equal(back.cpu(), leaf.cpu())
+
+
+def test_map_location_neuron_loads_host_checkpoints_onto_the_device() -> None:
+    """``map_location="neuron"`` / ``torch.device("neuron:1")`` / a dict: device tensors equal to
+    the CPU load; tensors sharing a storage in the file share device memory, as on CUDA."""
+    import io
+
+    w = torch.arange(12.0).reshape(3, 4)
+    buf = io.BytesIO()
+    torch.save({"w": w, "row": w[1], "n": torch.tensor([7])}, buf)
+    for loc, device in (
+        ("neuron", "neuron:0"),
+        (torch.device("neuron:1"), "neuron:1"),
+        ({"cpu": "neuron:1"}, "neuron:1"),
+    ):
+        for weights_only in (True, False):
+            buf.seek(0)
+            got = torch.load(buf, map_location=loc, weights_only=weights_only)
+            assert {str(v.device) for v in got.values()} == {device}
+            for k, v in got.items():
+                assert torch.equal(v.cpu(), {"w": w, "row": w[1], "n": torch.tensor([7])}[k])
+            got["w"].add_(1.0)  # the row is a view of the same device memory
+            assert torch.equal(got["row"].cpu(), w[1] + 1)
+            assert torch.equal((got["w"] * got["n"]).cpu(), (w + 1) * 7)
+    buf.seek(0)
+    before = torch.neuron.memory_allocated(0)
+    got = torch.load(buf, map_location="neuron")
+    # one device buffer per stored storage: w's (the row is a view of it) and n's
+    assert torch.neuron.memory_allocated(0) - before == w.nbytes + 8
+    del got
+    buf.seek(0)
+    with pytest.raises(RuntimeError, match="device_count"):
+        torch.load(buf, map_location="neuron:5")

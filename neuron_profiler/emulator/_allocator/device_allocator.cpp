@@ -8,8 +8,11 @@
 // - step annotations for memory snapshots (a RecordFunction callback);
 // - PrivateUse1 hooks (ATen/detail/PrivateUse1HooksInterface.h) for what C++ code asks of any
 //   accelerator: DDP's reducer stages its used-parameter map (find_unused_parameters,
-//   static_graph) in pinned host memory from the hooks' pinned allocator.
+//   static_graph) in pinned host memory from the hooks' pinned allocator;
+// - torch.Generator(device="neuron"): a CPU generator (mt19937) on the neuron device, whose
+//   state the device's random ops draw from (dispatch.py runs them on a host twin of it).
 // Only the headers it uses (torch/extension.h, all of ATen, would double the build's time).
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
@@ -161,7 +164,23 @@ bool is_pinned_ptr(uintptr_t address) {
   return g_pinned.count(reinterpret_cast<void*>(address)) > 0;
 }
 
+// torch.Generator(device="neuron"): the host's generator kind (the device's random ops run on the
+// host, and equal CPU's for a seed), on the neuron device. Its dispatch keys stay CPU's, so a host
+// op given it fails in CPU's generator check, as a host op given a CUDA generator does.
+struct NeuronGenerator final : at::CPUGeneratorImpl {
+  explicit NeuronGenerator(c10::DeviceIndex index) {
+    device_ = c10::Device(c10::DeviceType::PrivateUse1, index);
+  }
+};
+
+at::Generator new_generator(c10::DeviceIndex index) {
+  return at::make_generator<NeuronGenerator>(index);
+}
+
 struct EmulatorHooks final : at::PrivateUse1HooksInterface {
+  at::Generator getNewGenerator(c10::DeviceIndex index) const override {
+    return new_generator(index);
+  }
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
