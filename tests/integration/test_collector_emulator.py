@@ -206,8 +206,8 @@ from neuron_profiler import emulator
 emulator.enable(cores=1, chip="trn2", numerics=False)
 from neuron_profiler import NEURON
 from torch.profiler import ProfilerActivity, profile, schedule
-x = torch.randn(4096, 4096).to("neuron")
-traces = []
+x = torch.randn(8192, 8192).to("neuron")  # ~26 ms a matmul on trn2: the host runs far ahead
+torch.neuron.synchronize()  # its copy done before the profile (it would not be in the trace)
 with profile(activities=[ProfilerActivity.CPU, NEURON],
              schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
              on_trace_ready=lambda p: p.export_chrome_trace(sys.argv[1])) as prof:
@@ -222,9 +222,10 @@ print("done")
 def test_warmup_work_running_in_the_window_is_kept_unlinked(tmp_path: Path) -> None:
     """A device-bound loop without syncs: the warm-up step's kernels run during the active step.
     Kineto keeps such CUDA kernels (CUPTI records from the warm-up on; the window is judged by
-    device time), so the device is not shown idle while it ran them: every kernel of both steps
-    is in the trace, the warm-up's without a launching op, and the device is busy without a gap
-    from the active step's start to its last kernel."""
+    device time), so the device is not shown idle while it ran them: the trace holds the
+    warm-up's kernels that ran in the window, without a launching op, then the active step's,
+    back to back from before the step began (how many of the warm-up's ended before the window
+    opened depends on the host's speed, so that number is not asserted)."""
     out, per_step = tmp_path / "warm.json", 12
     proc = subprocess.run(
         [sys.executable, "-c", WARMUP_SCRIPT, str(out), str(per_step)],
@@ -240,9 +241,10 @@ def test_warmup_work_running_in_the_window_is_kept_unlinked(tmp_path: Path) -> N
     )
     ops = {e["args"]["External id"] for e in trace["traceEvents"] if e.get("cat") == "cpu_op"}
     linked = [k for k in kernels if k["args"].get("External id") in ops]
-    assert len(kernels) == 2 * per_step and len(linked) == per_step
-    assert kernels[per_step:] == linked  # the warm-up's ran first, unlinked
+    warmup = kernels[: len(kernels) - per_step]
+    assert len(linked) == per_step and kernels[-per_step:] == linked
+    assert 1 <= len(warmup) <= per_step  # the warm-up's ran first, unlinked
     (step,) = [e for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
-    assert kernels[0]["ts"] <= step["ts"] < kernels[0]["ts"] + kernels[0]["dur"]
+    assert kernels[0]["ts"] <= step["ts"]  # the device was busy when the step began ...
     gaps = [b["ts"] - (a["ts"] + a["dur"]) for a, b in zip(kernels, kernels[1:], strict=False)]
-    assert max(gaps) < 20  # µs: back to back (launch latency at most), never a step's worth
+    assert max(gaps) < 20  # ... and stayed so (µs: launch latency at most, never a step's worth)
