@@ -154,6 +154,17 @@ def _id_value(value: Any) -> tuple[int, bool]:
     return -1, True
 
 
+def _is_text_id(value: Any) -> bool:
+    """Text that int() refuses and that is no number beyond int64 (``"0x1"``, ``"req-7"``)."""
+    if type(value) is not str:
+        return False
+    try:
+        int(value)
+    except ValueError:
+        return not _beyond_int64(value)
+    return False
+
+
 def _beyond_int64(value: Any) -> bool:
     """A number (or numeric text, ``"1e400"``) that int64 cannot hold."""
     try:
@@ -403,8 +414,9 @@ class ColumnSink:
         id_rows = (flows | (codes == _OTHER)).nonzero()[0]
         everything = len(id_rows) == n
         ids = [e.id for e in events] if everything else [events[i].id for i in id_rows.tolist()]
-        cols[S.FLOW_ID][id_rows], dropped = _id_column(ids)
+        column, dropped = _id_column(ids)
         self.repairs["dropped_ids"] += dropped
+        cols[S.FLOW_ID][id_rows] = self._text_ids(ids, column)
         for rows, kineto in (
             ((codes == _FLOW_END).nonzero()[0], "e"),
             ((flows & (codes != _FLOW_END)).nonzero()[0], ""),
@@ -664,6 +676,21 @@ class ColumnSink:
             return label
         return number
 
+    def _text_ids(self, ids: list[Any], column: np.ndarray) -> np.ndarray:
+        """``column`` with each ``id`` that is text int() refuses (``"0x1"``, the spec's own
+        spelling) made a label id (``LABEL_ID_BASE`` + k, shared with pid/tid labels), so that
+        async b/e pairs and flows spelled so still match and an export writes the text back.
+        Only the -1 rows are looked at: integer ids (Kineto's) cost one comparison."""
+        missing = (column == -1).nonzero()[0]
+        if not len(missing):
+            return column
+        labels = self.labels
+        for i in missing.tolist():
+            value = ids[i]
+            if _is_text_id(value):
+                column[i] = LABEL_ID_BASE + labels.setdefault(value, len(labels))
+        return column
+
     def _count_relabelled(self, ids: np.ndarray) -> None:
         """pids/tids beyond int64 that became labels (checked only once there are any)."""
         if self._relabelled:
@@ -874,7 +901,7 @@ class ColumnSink:
         if len(strings):
             cols[S.NAME_ID] = strings[cols[S.NAME_ID]]
             cols[S.CAT_ID] = strings[cols[S.CAT_ID]]
-        for column in (S.PID, S.TID):
+        for column in (S.PID, S.TID, S.FLOW_ID):  # (text ids are labels too)
             cols[column] = _relabel(cols[column], labels)
         self._relabelled.update(_relabel(np.asarray(part.relabelled, np.int64), labels).tolist())
         has_args = cols[S.ARGS_ROW] >= 0
