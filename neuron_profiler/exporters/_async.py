@@ -139,9 +139,11 @@ def async_events(trace: Trace, phases: np.ndarray) -> AsyncEvents | None:
     begins, ends = begins[~zero], ends[~zero]
     on = np.concatenate([begins, marks])
     track = _group(pid[on], cat[on], ids[on])
-    first = np.unique(track[np.argsort(rows[on], kind="stable")], return_index=True)[1]
-    first_of = np.argsort(rows[on], kind="stable")[first]  # each track's earliest event
-    tracks = [(int(pid[on][i]), int(cat[on][i]), int(ids[on][i])) for i in first_of.tolist()]
+    by_time = np.argsort(rows[on], kind="stable")
+    first_of = on[by_time[np.unique(track[by_time], return_index=True)[1]]]  # earliest event
+    tracks = list(
+        zip(pid[first_of].tolist(), cat[first_of].tolist(), ids[first_of].tolist(), strict=True)
+    )
     return AsyncEvents(
         handled=int(is_async.sum()),
         begins=rows[begins],
@@ -151,6 +153,6 @@ def async_events(trace: Trace, phases: np.ndarray) -> AsyncEvents | None:
         instant_ends=np.where(mark_ends >= 0, rows[mark_ends], -1),
         instant_track=track[len(begins) :],
         tracks=tracks,
-        track_name=[int(name[on][i]) for i in first_of.tolist()],
+        track_name=name[first_of].tolist(),
         skipped={k: v for k, v in skipped.items() if v},
     )

@@ -338,7 +338,7 @@ class _Threads:
 
 
 def _threads(trace: Trace, sel: _Selection) -> _Threads:
-    n, n_thread, m_thread = len(sel.slices), sel.thread_slices, sel.thread_instants
+    n_thread, m_thread = sel.thread_slices, sel.thread_instants
     if sel.asynchronous is None:
         cand = np.concatenate([sel.slices, sel.instants])
         thread, pairs = _thread_index(trace, cand)
@@ -354,7 +354,6 @@ def _threads(trace: Trace, sel: _Selection) -> _Threads:
             first + sel.asynchronous.instant_track,
         ]
     )
-    assert len(thread) == n + len(sel.instants)
     return _Threads(thread=thread, pairs=pairs, cand=cand, cand_thread=codes)
 
 
