@@ -5,8 +5,9 @@
     found.tracks                             # (pid, cat_id, flow_id) of each async track
 
 Why this shape: the Trace Event Format puts the events of one category and id in one tree,
-whatever thread wrote them (a plain ``id`` is global; ``id2`` and ``scope`` are not read by
-the loader); Perfetto's own JSON importer gives each (category, id) an async track. An ``e``
+whatever thread wrote them (a plain ``id`` and ``id2: {"global": ...}`` are global, ``id2:
+{"local": ...}`` is one process's; an async ``scope`` is not read by the loader); Perfetto's
+own JSON importer gives each (category, id) an async track. An ``e``
 closes the latest open ``b`` of the same (category, id, name) (Perfetto ends the open slice of
 its name, DevTools refuses an end whose name differs). A slice goes on the track of (its
 ``b``'s pid, category, id) under that process; ``n`` events are instants on the track of
@@ -120,7 +121,10 @@ def async_events(trace: Trace, phases: np.ndarray) -> AsyncEvents | None:
     ts, cat = trace.col(S.TS_NS)[rows], trace.col(S.CAT_ID)[rows]
     name, pid = trace.col(S.NAME_ID)[rows], trace.col(S.PID)[rows]
     be = np.flatnonzero(letter != _N)
-    group = _group(cat[be], ids[be], name[be])
+    # a process-local id ("id2": {"local": ...}) names a tree of its process only
+    local = [k for k, v in trace.id_labels.items() if S.id2_scope(v) == "local"]
+    scope = np.where(np.isin(ids[be], local), pid[be], -1) if local else np.zeros(len(be), int)
+    group = _group(cat[be], ids[be], name[be], scope)
     by = np.lexsort((ts[be], group))  # stable: equal times keep file order
     b_at, e_at = pair_nested(group[by], letter[be[by]] == _B)
     begins, ends = be[by[b_at]], be[by[e_at]]

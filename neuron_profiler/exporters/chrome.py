@@ -126,7 +126,10 @@ def _event_lines(trace: Trace, base_ns: int) -> Iterator[bytes]:
     strings = [_encode(s) for s in trace.strings]
     spellings: dict[int, _Spelling] = {}
     pid_labels, tid_labels, raw_args = trace.pid_labels, trace.tid_labels, trace.raw_args
-    id_text = {k: b',"id":' + _encode(v) for k, v in trace.id_labels.items()}
+    id_text = {
+        k: b',"id2":' + v[len(S.ID2_LABEL) :].encode() if S.id2_scope(v) else b',"id":' + _encode(v)
+        for k, v in trace.id_labels.items()
+    }
     c = trace.columns
     for lo in range(0, len(trace), CHUNK_ROWS):
         hi = min(lo + CHUNK_ROWS, len(trace))

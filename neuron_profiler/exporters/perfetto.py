@@ -247,6 +247,14 @@ def _label(value: int, labels: dict[int, str]) -> str:
     return json.dumps(labels[value]) if value in labels else str(value)
 
 
+def _id_text(flow_id: int, labels: dict[int, str]) -> str:
+    """An async id as the Chrome trace wrote it: ``id 7``, ``id "0x1"``, ``id2 {"local":"0x2"}``."""
+    if flow_id not in labels:
+        return f"id {flow_id}"
+    text = labels[flow_id]
+    return "id2 " + text[len(S.ID2_LABEL) :] if S.id2_scope(text) else "id " + json.dumps(text)
+
+
 def _unnamed(value: int, labels: dict[int, str], numbered: str, key: str) -> str:
     """Track name of a pid/tid without an ``M`` name: a string pid/tid is its own name (Kineto's
     "Spans", "Traces", "PyTorch Profiler"); the empty one, which Kineto writes for its
@@ -443,8 +451,8 @@ def _tracks(
     for a, (pid, cat, flow_id) in enumerate(async_tracks, start=len(pairs)):
         assert sel.asynchronous is not None
         name = trace.strings[sel.asynchronous.track_name[a - len(pairs)]]
-        the_id = json.dumps(trace.id_labels[flow_id]) if flow_id in trace.id_labels else flow_id
-        about = f"async events, cat {json.dumps(trace.strings[cat])}, id {the_id}"
+        the_id = _id_text(flow_id, trace.id_labels)
+        about = f"async events, cat {json.dumps(trace.strings[cat])}, {the_id}"
         track_uuid[a * lanes] = child(pid, name=name, description=about).uuid
         for lane in range(1, lanes):
             if a * lanes + lane in used_lanes:

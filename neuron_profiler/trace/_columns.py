@@ -98,6 +98,7 @@ class Event(msgspec.Struct, gc=False):
     dur: int | float | str | None = 0
     args: msgspec.Raw = _NONE
     bp: Any = ""  # flow binding point
+    id2: Any = None  # async events' {"local": id} / {"global": id}, read when "id" is absent
 
 
 class _Times(msgspec.Struct, gc=False):
@@ -152,6 +153,17 @@ def _id_value(value: Any) -> tuple[int, bool]:
     if _INT64[0] <= number < _INT64[1]:
         return number, False
     return -1, True
+
+
+def _id2_text(value: Any) -> str | None:
+    """The ``id_labels`` text of an ``id2`` value that is the spec's (one key, "local" or
+    "global", a string or an integer), else None (not read: the event has no id)."""
+    if type(value) is not dict or len(value) != 1:
+        return None
+    ((key, the_id),) = value.items()
+    if key not in ("local", "global") or type(the_id) not in (str, int):
+        return None
+    return S.ID2_LABEL + msgspec.json.encode(value).decode()
 
 
 def _is_text_id(value: Any) -> bool:
@@ -416,7 +428,9 @@ class ColumnSink:
         ids = [e.id for e in events] if everything else [events[i].id for i in id_rows.tolist()]
         column, dropped = _id_column(ids)
         self.repairs["dropped_ids"] += dropped
-        cols[S.FLOW_ID][id_rows] = self._text_ids(ids, column)
+        cols[S.FLOW_ID][id_rows] = self._text_ids(
+            ids, column, lambda i: events[i].id2 if codes[i] == _OTHER else None, id_rows
+        )
         for rows, kineto in (
             ((codes == _FLOW_END).nonzero()[0], "e"),
             ((flows & (codes != _FLOW_END)).nonzero()[0], ""),
@@ -676,11 +690,15 @@ class ColumnSink:
             return label
         return number
 
-    def _text_ids(self, ids: list[Any], column: np.ndarray) -> np.ndarray:
+    def _text_ids(
+        self, ids: list[Any], column: np.ndarray, id2: Any, rows: np.ndarray
+    ) -> np.ndarray:
         """``column`` with each ``id`` that is text int() refuses (``"0x1"``, the spec's own
         spelling) made a label id (``LABEL_ID_BASE`` + k, shared with pid/tid labels), so that
-        async b/e pairs and flows spelled so still match and an export writes the text back.
-        Only the -1 rows are looked at: integer ids (Kineto's) cost one comparison."""
+        async b/e pairs and flows spelled so still match and an export writes the text back;
+        an async event without an ``id`` gets its ``id2`` object's (``id2(row)``) as a label
+        (``schema.ID2_LABEL``). Only the -1 rows are looked at: integer ids (Kineto's) cost
+        one comparison."""
         missing = (column == -1).nonzero()[0]
         if not len(missing):
             return column
@@ -689,6 +707,10 @@ class ColumnSink:
             value = ids[i]
             if _is_text_id(value):
                 column[i] = LABEL_ID_BASE + labels.setdefault(value, len(labels))
+            elif value == -1 and type(value) is int:  # (no "id" at all)
+                text = _id2_text(id2(int(rows[i])))
+                if text is not None:
+                    column[i] = LABEL_ID_BASE + labels.setdefault(text, len(labels))
         return column
 
     def _count_relabelled(self, ids: np.ndarray) -> None:

@@ -113,7 +113,7 @@ def model_events(trace: Trace) -> Counter:
                 _resolve(trace, c[S.TID][row]),
                 c[S.EXTERNAL_ID][row],
                 c[S.CORRELATION][row],
-                c[S.FLOW_ID][row],
+                trace.id_labels.get(c[S.FLOW_ID][row], c[S.FLOW_ID][row]),  # text ids: text
                 b"{}" if args < 0 else _args_text(raw_args[args]),
             )
         ] += 1
@@ -200,7 +200,8 @@ def test_shared_trace_round_trips(
 def test_every_chrome_form_round_trips(tmp_path: Path) -> None:
     """What the shared traces lack: instant scopes p and none, ph "I", flows with and without
     ``bp``, flow steps, digit-string tids beside int ones, events without a category, async and
-    mark phases, async and flow ids as text (``"0x1f"``), counters, vendor top-level keys, no
+    mark phases, async and flow ids as text (``"0x1f"``), async ``id2`` objects, counters,
+    vendor top-level keys, no
     ``baseTimeNanoseconds`` (absolute µs)."""
     check_round_trip(FIXTURE, tmp_path / "out.json")
     trace = load_trace(FIXTURE)

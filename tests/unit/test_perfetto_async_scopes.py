@@ -43,27 +43,29 @@ def _process_of(d: Decoded, uuid: int) -> str:
 
 
 def _expected_async(events: list[dict[str, Any]]) -> tuple[Counter, Counter, int]:
-    """The spec's reading, event by event: one tree per (cat, id); in time order (file order
-    breaks ties) each e closes the latest open b of its name in that tree. Returns the slices
-    (name, start, end, pid of the b, cat, id), the instants (``n`` events, and pairs at one
-    time) and the count of b/e left unpaired."""
+    """The spec's reading, event by event: one tree per (cat, id), an ``id2`` object read as
+    the id when there is none, its "local" ids one tree per process; in time order (file
+    order breaks ties) each e closes the latest open b of its name in that tree. Returns the
+    slices (name, start, end, pid of the b, cat, id as JSON), the instants (``n`` events, and
+    pairs at one time) and the count of b/e left unpaired."""
     stacks: dict[tuple, list] = {}
     slices: Counter = Counter()
     instants: Counter = Counter()
     unpaired = 0
     order = sorted(
-        (i for i, e in enumerate(events) if e["ph"] in "bne" and "id" in e),
+        (i for i, e in enumerate(events) if e["ph"] in "bne" and ("id" in e or "id2" in e)),
         key=lambda i: (events[i]["ts"], i),
     )
     for i in order:
         e = events[i]
-        key = (e.get("cat", ""), json.dumps(e["id"]))
+        key = (e.get("cat", ""), json.dumps(e["id"] if "id" in e else e["id2"]))
+        tree = key + (e["name"], e["pid"] if "local" in e.get("id2", {}) else None)
         if e["ph"] == "n":
             instants[(e["name"], _ns(e["ts"]), str(e["pid"]), *key)] += 1
         elif e["ph"] == "b":
-            stacks.setdefault(key + (e["name"],), []).append(e)
-        elif stacks.get(key + (e["name"],)):
-            b = stacks[key + (e["name"],)].pop()
+            stacks.setdefault(tree, []).append(e)
+        elif stacks.get(tree):
+            b = stacks[tree].pop()
             start, end = _ns(b["ts"]), _ns(e["ts"])
             target = slices if end > start else instants
             row = (b["name"], start, end, str(b["pid"]), *key)
@@ -74,10 +76,12 @@ def _expected_async(events: list[dict[str, Any]]) -> tuple[Counter, Counter, int
 
 
 def _async_track_key(d: Decoded, uuid: int) -> tuple[str, str]:
-    """(cat, id) from an async track's description: 'async events, cat "c", id 5'."""
+    """(cat, id as JSON) from an async track's description: 'async events, cat "c", id 5'
+    ('id2 {"local":"0x2"}' for an id2: then the JSON of that object)."""
     text = d.tracks[uuid].description.removeprefix("async events, cat ")
-    cat, _, the_id = text.partition(", id ")
-    return json.loads(cat), the_id
+    cat, _, the_id = text.partition(", ")
+    kind, _, value = the_id.partition(" ")
+    return json.loads(cat), value if kind == "id" else json.dumps(json.loads(value))
 
 
 ASYNC_EVENTS: list[dict[str, Any]] = [
@@ -133,6 +137,45 @@ ASYNC_EVENTS: list[dict[str, Any]] = [
     {"ph": "e", "cat": "net", "name": "late", "id": 9, "pid": 1, "tid": 1, "ts": 110},
     {"ph": "b", "cat": "net", "name": "open", "id": 9, "pid": 1, "tid": 1, "ts": 120},
     {"ph": "b", "cat": "net", "name": "no id", "pid": 1, "tid": 1, "ts": 130},
+    # id2: "local" ids name one tree per process, "global" ones one across processes
+    {
+        "ph": "b",
+        "cat": "net",
+        "name": "loc",
+        "id2": {"local": "0x5"},
+        "pid": 1,
+        "tid": 1,
+        "ts": 150,
+    },
+    {
+        "ph": "b",
+        "cat": "net",
+        "name": "loc",
+        "id2": {"local": "0x5"},
+        "pid": 2,
+        "tid": 1,
+        "ts": 155,
+    },
+    {
+        "ph": "e",
+        "cat": "net",
+        "name": "loc",
+        "id2": {"local": "0x5"},
+        "pid": 1,
+        "tid": 1,
+        "ts": 160,
+    },
+    {
+        "ph": "e",
+        "cat": "net",
+        "name": "loc",
+        "id2": {"local": "0x5"},
+        "pid": 2,
+        "tid": 1,
+        "ts": 165,
+    },
+    {"ph": "b", "cat": "net", "name": "glo", "id2": {"global": 6}, "pid": 1, "tid": 1, "ts": 170},
+    {"ph": "e", "cat": "net", "name": "glo", "id2": {"global": 6}, "pid": 2, "tid": 1, "ts": 175},
     # a legacy async letter the export does not draw: still "unknown phase"
     {"ph": "S", "cat": "net", "name": "legacy", "id": 3, "pid": 1, "tid": 1, "ts": 140},
     # a flow from the host slice to an instant on another thread: async slices sit between
@@ -148,7 +191,7 @@ def test_async_events_become_slices_on_async_tracks(tmp_path: Path) -> None:
     result = write_perfetto_trace(trace, tmp_path / "a.pftrace")
     d = decode_and_check(result.path)  # nesting per track, parents declared, interning
     want_slices, want_instants, unpaired = _expected_async(ASYNC_EVENTS)
-    assert len(want_slices) == 7 and unpaired == 2  # (the reference itself)
+    assert len(want_slices) == 10 and unpaired == 2  # (the reference itself)
     async_tracks = {u for u, t in d.tracks.items() if t.description.startswith("async events")}
     got_slices = Counter(
         (name, start, end, _process_of(d, track), *_async_track_key(d, track))
@@ -180,7 +223,7 @@ def test_async_events_become_slices_on_async_tracks(tmp_path: Path) -> None:
     assert result.parts_left_out == {"args of async end events whose begin has args": 1}
     bare = write_perfetto_trace(trace, tmp_path / "bare.pftrace", args=False)
     assert bare.parts_left_out == {} and bare.skipped == result.skipped
-    assert result.slices == 1 + 7 and result.instants == len(want_instants) + 1
+    assert result.slices == 1 + 10 and result.instants == len(want_instants) + 1
     assert result.flows == 1
     bound = {name for (_, name, _), ids in d.slice_flows.items() if ids}
     assert bound == {"host", "tick"}
