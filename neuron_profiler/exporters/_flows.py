@@ -160,7 +160,7 @@ def bind_flows(
 def _chain(trace: Trace, flow_rows: np.ndarray, bound: np.ndarray, f_ts: np.ndarray) -> Flows:
     """Flow uid per (category, id); the last endpoint in time terminates the flow."""
     flow_id, cat = trace.col(S.FLOW_ID)[flow_rows], trace.col(S.CAT_ID)[flow_rows]
-    if int(flow_id.max()) < 2**40:
+    if 0 <= int(flow_id.min()) and int(flow_id.max()) < 2**40:  # (text ids are negative)
         uid, _ = pd.factorize((cat.astype(np.int64) << 40) + flow_id)
     else:
         ids_f, _ = pd.factorize(flow_id)

@@ -126,6 +126,10 @@ def _event_lines(trace: Trace, base_ns: int) -> Iterator[bytes]:
     strings = [_encode(s) for s in trace.strings]
     spellings: dict[int, _Spelling] = {}
     pid_labels, tid_labels, raw_args = trace.pid_labels, trace.tid_labels, trace.raw_args
+    id_text = {
+        k: b',"id2":' + v[len(S.ID2_LABEL) :].encode() if S.id2_scope(v) else b',"id":' + _encode(v)
+        for k, v in trace.id_labels.items()
+    }
     c = trace.columns
     for lo in range(0, len(trace), CHUNK_ROWS):
         hi = min(lo + CHUNK_ROWS, len(trace))
@@ -161,8 +165,8 @@ def _event_lines(trace: Trace, base_ns: int) -> Iterator[bytes]:
             )
             if sp.dur or dur:
                 line += b',"dur":' + _us(dur)
-            if flow >= 0:
-                line += b',"id":%d' % flow
+            if flow != -1:  # (-1: no id) a text id as its text, else the number
+                line += id_text.get(flow) or b',"id":%d' % flow
             line += sp.bp
             if args >= 0:
                 line += b',"args":' + raw_args[args]

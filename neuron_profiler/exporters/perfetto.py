@@ -9,7 +9,10 @@ device (a pid holding kernel / memcpy / collective events: "NeuronCore N", CUDA 
 whose queues (tids) are named child tracks, plus counter tracks (busy %, DMA bandwidth) computed by
 ``analysis.counters``. Complete events become slice begin/end pairs (0 ns ones instants); where
 work on one Chrome thread overlaps without nesting, the later-starting slice moves to a sibling
-track "<thread> (overlap k)" so begin/end stay well nested. Flow events (ac2g, fwdbwd, ...)
+track "<thread> (overlap k)" so begin/end stay well nested. Instants go where their scope says
+(the thread, ``"s":"p"`` the process track, ``"s":"g"`` one global track); nestable async
+``b``/``e`` pairs become slices (``n`` instants) on an async track per (pid, category, id)
+(``_async``). Flow events (ac2g, fwdbwd, ...)
 become ``flow_ids`` / ``terminating_flow_ids`` on the slices that enclose them. Event names,
 categories and arg names are interned; args become debug annotations.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,6 +42,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from neuron_profiler.analysis.counters import CounterSeries, DeviceCounters, device_counters
 from neuron_profiler.exporters import _protowire as W
 from neuron_profiler.exporters._annotations import ArgsEncoder
+from neuron_profiler.exporters._async import ASYNC_END_ARGS, AsyncEvents, async_events
 from neuron_profiler.exporters._flows import Flows, bind_flows, pair_key
 from neuron_profiler.exporters._nesting import Nesting, assign_lanes
 from neuron_profiler.output import atomic_output
@@ -54,6 +59,8 @@ SEQUENCE_ID = 1
 SYNTHETIC_PID_BASE = 0x40000000
 INTERNED_PACKET_NAMES = 20000  # names per interned-data packet (keeps packets small)
 FLOW_PHASES = (S.Phase.FLOW_START, S.Phase.FLOW_STEP, S.Phase.FLOW_END)
+COUNTER_VALUE_NOT_NUMERIC = "counter value not numeric"
+PARTS_LEFT_OUT = (COUNTER_VALUE_NOT_NUMERIC, ASYNC_END_ARGS)  # of events written: not events
 
 BEGIN = pb.TrackEvent.TYPE_SLICE_BEGIN
 END = pb.TrackEvent.TYPE_SLICE_END
@@ -97,7 +104,10 @@ class PerfettoExport:
         unbound_flow_endpoints: flow events left out: no enclosing slice on their thread (or
             their other end had none, or both ends fell on one slice).
         orphan_flow_endpoints: flow events whose other end is not in the trace at all.
-        skipped: events left out, by reason.
+        skipped: events left out, by reason (docs/exporters.md lists them).
+        parts_left_out: parts of events written that were left out, by reason
+            (``PARTS_LEFT_OUT``: a counter value that is no number beside numeric ones, the
+            args of an async end whose begin has args of its own).
     """
 
     path: Path
@@ -112,15 +122,27 @@ class PerfettoExport:
     unbound_flow_endpoints: int
     orphan_flow_endpoints: int
     skipped: dict[str, int] = field(default_factory=dict)
+    parts_left_out: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class _Selection:
+    """Rows the export writes. ``slices``: the thread slices (X with dur > 0), then the async
+    b/e pairs' begins (``slice_end`` holds every slice's end); ``instants``: those on threads,
+    then the async ones; ``scoped``: instants with scope "g" (``scoped_global``) or "p", which
+    go on a global track or their process's track."""
+
     slices: np.ndarray
+    slice_end: np.ndarray
+    thread_slices: int
     instants: np.ndarray
+    thread_instants: int
+    scoped: np.ndarray
+    scoped_global: np.ndarray
     flows: np.ndarray
     counters: np.ndarray
     skipped: dict[str, int]
+    asynchronous: AsyncEvents | None = None
 
 
 @dataclass(frozen=True)
@@ -132,7 +154,8 @@ class _Tracks:
     counter_uuids: list[tuple[int, CounterSeries]]
     chrome_counters: list[tuple[int, np.ndarray, np.ndarray]]
     overlap_tracks: int
-    chrome_counter_skipped: int
+    chrome_counter_skipped: dict[str, int]
+    scoped_uuid: np.ndarray
 
 
 def _table(codes: Any) -> np.ndarray:
@@ -164,39 +187,72 @@ def _kept(trace: Trace) -> Trace:
     return replace(trace, columns={**trace.columns, S.PH: ph})
 
 
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_GLOBAL, _PROCESS = S.SCOPES.index("g"), S.SCOPES.index("p")
+
+
 def _select(trace: Trace) -> _Selection:
     ph, dur, ts = _phases(trace), trace.col(S.DUR_NS), trace.col(S.TS_NS)
     valid_ts = ts >= 0
     per_phase = np.bincount(ph, minlength=int(max(S.Phase)) + 1)
     complete = ph == S.Phase.COMPLETE
     flow_phase = _FLOW_TABLE[ph]
-    flow_id_ok = trace.col(S.FLOW_ID) >= 0
+    flow_id_ok = trace.col(S.FLOW_ID) != -1  # (text ids are negative labels)
     instants = complete & (dur == 0)
+    scoped = _NO_ROWS
     if per_phase[S.Phase.INSTANT]:
-        instants |= ph == S.Phase.INSTANT
+        # the spec's scopes: "g" a global track, "p" the process's, "t" (the default) the thread
+        instant = np.flatnonzero(ph == S.Phase.INSTANT)
+        scope = trace.col(S.FORM)[instant] & S.Form.SCOPE
+        off_thread = (scope == _GLOBAL) | (scope == _PROCESS)
+        instants[instant[~off_thread]] = True
+        scoped = instant[off_thread]
+    asynchronous = async_events(trace, ph) if per_phase[S.Phase.OTHER] else None
     skipped = {
         "negative duration": int((complete & (dur < 0)).sum()),
         "negative timestamp": int(len(ts) - valid_ts.sum()),
         "unpaired begin/end": int(per_phase[S.Phase.BEGIN] + per_phase[S.Phase.END]),
-        "unknown phase": int(per_phase[S.Phase.OTHER]),
+        "unknown phase": int(per_phase[S.Phase.OTHER])
+        - (asynchronous.handled if asynchronous else 0),
         "flow without id": int((flow_phase & ~flow_id_ok).sum()),
     }
+    slices = np.flatnonzero(complete & (dur > 0))
+    slice_end = ts[slices] + dur[slices]
+    instant_rows = np.flatnonzero(instants)
+    thread_slices, thread_instants = len(slices), len(instant_rows)
+    if asynchronous is not None:
+        skipped |= asynchronous.skipped
+        slices = np.concatenate([slices, asynchronous.begins])
+        slice_end = np.concatenate([slice_end, ts[asynchronous.ends]])
+        instant_rows = np.concatenate([instant_rows, asynchronous.instants])
     return _Selection(
-        slices=np.flatnonzero(complete & (dur > 0)),
-        instants=np.flatnonzero(instants),
+        slices=slices,
+        slice_end=slice_end,
+        thread_slices=thread_slices,
+        instants=instant_rows,
+        thread_instants=thread_instants,
+        scoped=scoped,
+        scoped_global=(trace.col(S.FORM)[scoped] & S.Form.SCOPE) == _GLOBAL,
         flows=np.flatnonzero(flow_phase & flow_id_ok),
         counters=(
-            np.flatnonzero(ph == S.Phase.COUNTER)
-            if per_phase[S.Phase.COUNTER]
-            else np.zeros(0, dtype=np.int64)
+            np.flatnonzero(ph == S.Phase.COUNTER) if per_phase[S.Phase.COUNTER] else _NO_ROWS
         ),
         skipped={k: v for k, v in skipped.items() if v},
+        asynchronous=asynchronous,
     )
 
 
 def _label(value: int, labels: dict[int, str]) -> str:
     """A pid/tid as the Chrome trace wrote it: a string one quoted (``"Spans"``, ``""``)."""
     return json.dumps(labels[value]) if value in labels else str(value)
+
+
+def _id_text(flow_id: int, labels: dict[int, str]) -> str:
+    """An async id as the Chrome trace wrote it: ``id 7``, ``id "0x1"``, ``id2 {"local":"0x2"}``."""
+    if flow_id not in labels:
+        return f"id {flow_id}"
+    text = labels[flow_id]
+    return "id2 " + text[len(S.ID2_LABEL) :] if S.id2_scope(text) else "id " + json.dumps(text)
 
 
 def _unnamed(value: int, labels: dict[int, str], numbered: str, key: str) -> str:
@@ -278,23 +334,52 @@ def _thread_name(trace: Trace, pid: int, tid: int, device: bool) -> str:
 
 @dataclass(frozen=True)
 class _Threads:
-    """Chrome threads holding slices or instants: index per candidate row (slice rows, then
-    instant rows) and the (pid, tid) of each index."""
+    """Track groups of the slices and instants: an index per row of ``sel.slices`` then
+    ``sel.instants``; below ``len(pairs)`` a Chrome thread ((pid, tid) in ``pairs``), from
+    there the async tracks. ``cand`` / ``cand_thread``: the thread rows alone, where flows
+    bind (an async event is on no thread)."""
 
     thread: np.ndarray
     pairs: list[tuple[int, int]]
+    cand: np.ndarray
+    cand_thread: np.ndarray
 
 
 def _threads(trace: Trace, sel: _Selection) -> _Threads:
-    thread, pairs = _thread_index(trace, np.concatenate([sel.slices, sel.instants]))
-    return _Threads(thread=thread, pairs=pairs)
+    n_thread, m_thread = sel.thread_slices, sel.thread_instants
+    if sel.asynchronous is None:
+        cand = np.concatenate([sel.slices, sel.instants])
+        thread, pairs = _thread_index(trace, cand)
+        return _Threads(thread=thread, pairs=pairs, cand=cand, cand_thread=thread)
+    cand = np.concatenate([sel.slices[:n_thread], sel.instants[:m_thread]])
+    codes, pairs = _thread_index(trace, cand)
+    first = len(pairs)
+    thread = np.concatenate(
+        [
+            codes[:n_thread],
+            first + sel.asynchronous.slice_track,
+            codes[n_thread:],
+            first + sel.asynchronous.instant_track,
+        ]
+    )
+    return _Threads(thread=thread, pairs=pairs, cand=cand, cand_thread=codes)
 
 
 def _nest(trace: Trace, sel: _Selection, threads: _Threads) -> Nesting:
-    start = trace.col(S.TS_NS)[sel.slices]
     return assign_lanes(
-        threads.thread[: len(sel.slices)], start, start + trace.col(S.DUR_NS)[sel.slices]
+        threads.thread[: len(sel.slices)], trace.col(S.TS_NS)[sel.slices], sel.slice_end
     )
+
+
+def _bind_flows(trace: Trace, sel: _Selection, threads: _Threads) -> Flows:
+    """Flows bound to the thread slices and instants; candidate indices then moved past the
+    async slices (``sel.slices`` holds those between the two)."""
+    flows = bind_flows(trace, sel.flows, threads.cand, threads.cand_thread, threads.pairs)
+    moved = len(sel.slices) - sel.thread_slices
+    if not moved:
+        return flows
+    cand = flows.candidate
+    return replace(flows, candidate=np.where(cand < sel.thread_slices, cand, cand + moved))
 
 
 def _plan(
@@ -306,14 +391,13 @@ def _plan(
     """Tracks (with nesting and counters) and flows; with a ``pool`` (more than 2 cores) the
     independent parts run side by side, else one after the other."""
     threads = _threads(trace, sel)
-    cand = np.concatenate([sel.slices, sel.instants])
     if pool is None:
         nest = _nest(trace, sel, threads)
-        flows = bind_flows(trace, sel.flows, cand, threads.thread, threads.pairs)
+        flows = _bind_flows(trace, sel, threads)
         counters = device_counters(_kept(trace)) if counters is None else counters
         return _tracks(trace, sel, counters, threads, nest), flows
     nest_f = pool.submit(_nest, trace, sel, threads)
-    flows_f = pool.submit(bind_flows, trace, sel.flows, cand, threads.thread, threads.pairs)
+    flows_f = pool.submit(_bind_flows, trace, sel, threads)
     counters = device_counters(_kept(trace)) if counters is None else counters
     return _tracks(trace, sel, counters, threads, nest_f.result()), flows_f.result()
 
@@ -326,8 +410,14 @@ def _tracks(
     thread, pairs = threads.thread, threads.pairs
     n_slices = len(sel.slices)
     chrome_counters, skipped_c = _chrome_counters(trace, sel.counters)
+    async_tracks = sel.asynchronous.tracks if sel.asynchronous else []
+    scoped_pid = trace.col(S.PID)[sel.scoped]
     pids = sorted(
-        {p for p, _ in pairs} | {s.pid for s in counters.series} | {p for p, *_ in chrome_counters}
+        {p for p, _ in pairs}
+        | {s.pid for s in counters.series}
+        | {p for p, *_ in chrome_counters}
+        | {p for p, *_ in async_tracks}
+        | set(pd.unique(scoped_pid[~sel.scoped_global]).tolist())
     )
     proc_uuid, out_pid = _process_tracks(trace, pids, devices, ids)
     rank: dict[int, int] = {}
@@ -337,7 +427,7 @@ def _tracks(
         return ids.add(parent=proc_uuid[pid], sibling_order_rank=rank[pid], **fields)
 
     lanes = int(nest.lane.max()) + 1 if n_slices else 1
-    track_uuid = np.zeros(len(pairs) * lanes, dtype=np.int64)
+    track_uuid = np.zeros((len(pairs) + len(async_tracks)) * lanes, dtype=np.int64)
     used_lanes = set(
         np.flatnonzero(np.bincount(thread[:n_slices] * lanes + nest.lane, minlength=1)).tolist()
     )
@@ -358,6 +448,26 @@ def _tracks(
         for lane in range(1, lanes):
             if i * lanes + lane in used_lanes:
                 track_uuid[i * lanes + lane] = child(pid, name=f"{name} (overlap {lane})").uuid
+    for a, (pid, cat, flow_id) in enumerate(async_tracks, start=len(pairs)):
+        assert sel.asynchronous is not None
+        name = trace.strings[sel.asynchronous.track_name[a - len(pairs)]]
+        the_id = _id_text(flow_id, trace.id_labels)
+        about = f"async events, cat {json.dumps(trace.strings[cat])}, {the_id}"
+        track_uuid[a * lanes] = child(pid, name=name, description=about).uuid
+        for lane in range(1, lanes):
+            if a * lanes + lane in used_lanes:
+                track_uuid[a * lanes + lane] = child(
+                    pid, name=f"{name} (overlap {lane})", description=about
+                ).uuid
+    scoped_uuid = np.zeros(len(sel.scoped), dtype=np.int64)
+    if len(sel.scoped):
+        codes, uniq = pd.factorize(scoped_pid)
+        scoped_uuid = np.array([proc_uuid.get(p, 0) for p in uniq.tolist()], np.int64)[codes]
+        if sel.scoped_global.any():  # one track for the whole trace, as Perfetto's importer
+            scoped_uuid[sel.scoped_global] = ids.add(
+                name="Global instant events",
+                description='Chrome trace instant events with "s":"g" (any pid)',
+            ).uuid
     counter_uuids = []
     for series in counters.series:
         where = (
@@ -383,25 +493,43 @@ def _tracks(
         chrome_counters=chrome,
         overlap_tracks=len([k for k in used_lanes if k % lanes]),
         chrome_counter_skipped=skipped_c,
+        scoped_uuid=scoped_uuid,
     )
 
 
-def _chrome_counters(trace: Trace, rows: np.ndarray) -> tuple[list[Any], int]:
-    """Chrome ``C`` events -> (pid, track name, ts, values) per (pid, name, series key)."""
+def _counter_value(value: Any) -> float | None:
+    """A counter sample's value as Perfetto's JSON importer reads it: a number, or text that
+    is a whole decimal number (``"4"``, ``"2.5e3"``: its ``CStringToDouble``); None for
+    anything else (bools, other text, lists, objects, null), which it leaves out as well."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value):
+        return float(value)
+    return None
+
+
+_NUMBER_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _chrome_counters(trace: Trace, rows: np.ndarray) -> tuple[list[Any], dict[str, int]]:
+    """Chrome ``C`` events -> (pid, track name, ts, values) per (pid, name, series key), and
+    what was left out: events without one numeric value, and the values that are not numbers
+    in events that had some."""
     points: dict[tuple[int, str], list[tuple[int, float]]] = {}
-    skipped = 0
+    empty = not_numeric = 0
     for row in rows.tolist():
         name, pid, ts = trace.name(row), int(trace.col(S.PID)[row]), int(trace.col(S.TS_NS)[row])
-        numeric = {
-            k: v
-            for k, v in trace.args(row).items()
-            if isinstance(v, int | float) and not isinstance(v, bool)
-        }
+        values = {k: _counter_value(v) for k, v in trace.args(row).items()}
+        numeric = {k: v for k, v in values.items() if v is not None}
         if not numeric:
-            skipped += 1
+            empty += 1
+        else:
+            not_numeric += len(values) - len(numeric)
         for key, value in numeric.items():
             track = name if key in (name, "value") else f"{name} {key}"
-            points.setdefault((pid, track), []).append((ts, float(value)))
+            points.setdefault((pid, track), []).append((ts, value))
     out = [
         (
             pid,
@@ -411,7 +539,8 @@ def _chrome_counters(trace: Trace, rows: np.ndarray) -> tuple[list[Any], int]:
         )
         for (pid, track), pts in points.items()
     ]
-    return out, skipped
+    skipped = {"counter without numeric value": empty, COUNTER_VALUE_NOT_NUMERIC: not_numeric}
+    return out, {k: v for k, v in skipped.items() if v}
 
 
 @dataclass(frozen=True)
@@ -509,20 +638,21 @@ def _merged(mine: np.ndarray, theirs: np.ndarray, mask: np.ndarray, at: np.ndarr
 
 def _events(trace: Trace, sel: _Selection, tracks: _Tracks, flows: Flows) -> _Events:
     nest = tracks.nest
-    n, m = len(sel.slices), len(sel.instants)
+    n, m, q = len(sel.slices), len(sel.instants), len(sel.scoped)
     c_ts, c_track, c_value, c_negative = _counter_points(tracks)
     k = len(c_ts)
-    o_ts = np.concatenate([trace.col(S.TS_NS)[sel.instants], c_ts])
+    # the others: instants (flows bind to those on threads), scoped instants, counter samples
+    o_ts = np.concatenate([trace.col(S.TS_NS)[sel.instants], trace.col(S.TS_NS)[sel.scoped], c_ts])
     o_order = np.argsort(o_ts, kind="stable")  # timsort: merges the sorted runs
     o_ts = o_ts[o_order]
     # each other event follows the slice ends and begins at or before its time
     o_after = np.searchsorted(nest.ts, o_ts, side="right")
-    o_packet = np.arange(m + k) + o_after
+    o_packet = np.arange(m + q + k) + o_after
     # candidate c (slices, then instants) -> its begin / instant packet in emission order, for
     # the candidates that flows attach to: a begin moves on by the others placed before it
     cand = flows.candidate
     att = nest.begin_at[np.minimum(cand, n - 1)] if n else np.zeros(len(cand), dtype=np.int64)
-    if m + k:  # others before endpoint p: those with o_after <= p (o_after is sorted)
+    if m + q + k:  # others before endpoint p: those with o_after <= p (o_after is sorted)
         att += np.searchsorted(o_after, att, side="right")
     if m:
         instant_packet = np.empty(m, dtype=np.int64)
@@ -536,12 +666,12 @@ def _events(trace: Trace, sel: _Selection, tracks: _Tracks, flows: Flows) -> _Ev
         slice_rows=sel.slices,
         slice_track=tracks.slice_uuid,
         other_ts=o_ts,
-        other_type=np.concatenate([np.full(m, INSTANT, np.uint8), np.full(k, COUNTER, np.uint8)])[
-            o_order
-        ],
-        other_track=np.concatenate([tracks.instant_uuid, c_track])[o_order],
-        other_row=np.concatenate([sel.instants, np.full(k, -1)])[o_order],
-        other_value=np.concatenate([np.zeros(m), c_value])[o_order],
+        other_type=np.concatenate(
+            [np.full(m + q, INSTANT, np.uint8), np.full(k, COUNTER, np.uint8)]
+        )[o_order],
+        other_track=np.concatenate([tracks.instant_uuid, tracks.scoped_uuid, c_track])[o_order],
+        other_row=np.concatenate([sel.instants, sel.scoped, np.full(k, -1)])[o_order],
+        other_value=np.concatenate([np.zeros(m + q), c_value])[o_order],
         other_packet=o_packet,
         name_iid=trace.col(S.NAME_ID).astype(np.int64) + 1,
         cat_iid=trace.col(S.CAT_ID).astype(np.int64) + 1,
@@ -599,7 +729,7 @@ def _header(
 ) -> Iterator[tuple[bytes, int]]:
     """First packet (clears incremental state), interned names/categories, track descriptors:
     (framed bytes, packets in them)."""
-    named = np.concatenate([sel.slices, sel.instants])
+    named = np.concatenate([sel.slices, sel.instants, sel.scoped])
     names, cats = (_used(trace.col(c)[named], len(trace.strings)) for c in (S.NAME_ID, S.CAT_ID))
     first = True
     for lo in range(0, max(len(names), len(cats), 1), INTERNED_PACKET_NAMES):
@@ -728,6 +858,24 @@ def _chunk_args(ch: _Chunk, args: ArgsEncoder | None) -> tuple[np.ndarray, list[
     return have, blobs, sizes
 
 
+def _with_async_args(trace: Trace, sel: _Selection) -> Trace:
+    """``trace`` with each async slice's args those of its ``e`` where its ``b`` has none
+    (the loader's rule for B/E pairs); the trace itself when no slice needs it."""
+    found = sel.asynchronous
+    if found is None:
+        return trace
+    paired = found.instant_ends >= 0
+    begins = np.concatenate([found.begins, found.instants[paired]])
+    ends = np.concatenate([found.ends, found.instant_ends[paired]])
+    args_row = trace.col(S.ARGS_ROW)
+    from_end = (args_row[begins] < 0) & (args_row[ends] >= 0)
+    if not from_end.any():
+        return trace
+    patched = args_row.copy()
+    patched[begins[from_end]] = args_row[ends[from_end]]
+    return replace(trace, columns={**trace.columns, S.ARGS_ROW: patched})
+
+
 class _Inline:
     """An executor that runs each task as it is submitted (no worker threads)."""
 
@@ -767,7 +915,7 @@ def write_perfetto_trace(
     with atomic_output(path) as out, _executor(ENCODE_THREADS) as pool:
         tracks, flows = _plan(trace, sel, counters, pool if ENCODE_THREADS > 1 else None)
         ev = _events(trace, sel, tracks, flows)
-        encoder = ArgsEncoder(trace) if args else None
+        encoder = ArgsEncoder(_with_async_args(trace, sel)) if args else None
         total = len(ev)
         written = packets = 0
         first_ts = int(ev.chunk(0, 1).ts[0]) if total else 0
@@ -807,21 +955,24 @@ def write_perfetto_trace(
             flush(ENCODE_THREADS)
         flush(0)
     skipped = dict(sel.skipped)
-    if tracks.chrome_counter_skipped:
-        skipped["counter without numeric value"] = tracks.chrome_counter_skipped
+    skipped |= tracks.chrome_counter_skipped
     if ev.negative_counter_points:
         skipped["device counter sample at negative timestamp"] = ev.negative_counter_points
+    parts = {why: skipped.pop(why) for why in PARTS_LEFT_OUT if why in skipped}
+    if not args:  # (no args are written at all)
+        parts.pop(ASYNC_END_ARGS, None)
     return PerfettoExport(
         path=path,
         bytes_written=written,
         packets=packets,
         tracks=len(tracks.descriptors),
         slices=len(sel.slices),
-        instants=len(sel.instants),
+        instants=len(sel.instants) + len(sel.scoped),
         counter_points=ev.counter_points,
         flows=flows.flows,
         overlap_tracks=tracks.overlap_tracks,
         unbound_flow_endpoints=flows.unbound,
         orphan_flow_endpoints=flows.orphans,
         skipped=skipped,
+        parts_left_out=parts,
     )

@@ -78,6 +78,12 @@ def _perfetto(trace: Trace, path: Path, progress: Progress | None, args: bool) -
             if r.orphan_flow_endpoints
             else ""
         )
+        + (
+            "; also left out of events written: "
+            + ", ".join(f"{n} {why}" for why, n in r.parts_left_out.items())
+            if r.parts_left_out
+            else ""
+        )
         + ")"
     )
     return Written(r.path, summary, r)

@@ -98,6 +98,7 @@ class Event(msgspec.Struct, gc=False):
     dur: int | float | str | None = 0
     args: msgspec.Raw = _NONE
     bp: Any = ""  # flow binding point
+    id2: Any = None  # async events' {"local": id} / {"global": id}, read when "id" is absent
 
 
 class _Times(msgspec.Struct, gc=False):
@@ -152,6 +153,28 @@ def _id_value(value: Any) -> tuple[int, bool]:
     if _INT64[0] <= number < _INT64[1]:
         return number, False
     return -1, True
+
+
+def _id2_text(value: Any) -> str | None:
+    """The ``id_labels`` text of an ``id2`` value that is the spec's (one key, "local" or
+    "global", a string or an integer), else None (not read: the event has no id)."""
+    if type(value) is not dict or len(value) != 1:
+        return None
+    ((key, the_id),) = value.items()
+    if key not in ("local", "global") or type(the_id) not in (str, int):
+        return None
+    return S.ID2_LABEL + msgspec.json.encode(value).decode()
+
+
+def _is_text_id(value: Any) -> bool:
+    """Text that int() refuses and that is no number beyond int64 (``"0x1"``, ``"req-7"``)."""
+    if type(value) is not str:
+        return False
+    try:
+        int(value)
+    except ValueError:
+        return not _beyond_int64(value)
+    return False
 
 
 def _beyond_int64(value: Any) -> bool:
@@ -403,8 +426,11 @@ class ColumnSink:
         id_rows = (flows | (codes == _OTHER)).nonzero()[0]
         everything = len(id_rows) == n
         ids = [e.id for e in events] if everything else [events[i].id for i in id_rows.tolist()]
-        cols[S.FLOW_ID][id_rows], dropped = _id_column(ids)
+        column, dropped = _id_column(ids)
         self.repairs["dropped_ids"] += dropped
+        cols[S.FLOW_ID][id_rows] = self._text_ids(
+            ids, column, lambda i: events[i].id2 if codes[i] == _OTHER else None, id_rows
+        )
         for rows, kineto in (
             ((codes == _FLOW_END).nonzero()[0], "e"),
             ((flows & (codes != _FLOW_END)).nonzero()[0], ""),
@@ -664,6 +690,29 @@ class ColumnSink:
             return label
         return number
 
+    def _text_ids(
+        self, ids: list[Any], column: np.ndarray, id2: Any, rows: np.ndarray
+    ) -> np.ndarray:
+        """``column`` with each ``id`` that is text int() refuses (``"0x1"``, the spec's own
+        spelling) made a label id (``LABEL_ID_BASE`` + k, shared with pid/tid labels), so that
+        async b/e pairs and flows spelled so still match and an export writes the text back;
+        an async event without an ``id`` gets its ``id2`` object's (``id2(row)``) as a label
+        (``schema.ID2_LABEL``). Only the -1 rows are looked at: integer ids (Kineto's) cost
+        one comparison."""
+        missing = (column == -1).nonzero()[0]
+        if not len(missing):
+            return column
+        labels = self.labels
+        for i in missing.tolist():
+            value = ids[i]
+            if _is_text_id(value):
+                column[i] = LABEL_ID_BASE + labels.setdefault(value, len(labels))
+            elif value == -1 and type(value) is int:  # (no "id" at all)
+                text = _id2_text(id2(int(rows[i])))
+                if text is not None:
+                    column[i] = LABEL_ID_BASE + labels.setdefault(text, len(labels))
+        return column
+
     def _count_relabelled(self, ids: np.ndarray) -> None:
         """pids/tids beyond int64 that became labels (checked only once there are any)."""
         if self._relabelled:
@@ -874,7 +923,7 @@ class ColumnSink:
         if len(strings):
             cols[S.NAME_ID] = strings[cols[S.NAME_ID]]
             cols[S.CAT_ID] = strings[cols[S.CAT_ID]]
-        for column in (S.PID, S.TID):
+        for column in (S.PID, S.TID, S.FLOW_ID):  # (text ids are labels too)
             cols[column] = _relabel(cols[column], labels)
         self._relabelled.update(_relabel(np.asarray(part.relabelled, np.int64), labels).tolist())
         has_args = cols[S.ARGS_ROW] >= 0

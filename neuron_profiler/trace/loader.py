@@ -873,6 +873,7 @@ def _build(load: _Load, source: str) -> Trace:
         thread_sort_index=sink.thread_sort,
         pid_labels=labels,
         tid_labels=labels,
+        id_labels=labels,
         source=source,
         skipped_events=sink.skipped,
         truncated=load.truncated,

@@ -265,6 +265,8 @@ class Trace:
         process_names / thread_names: from ``M`` events: pid -> name, (pid, tid) -> name.
         process_sort_index / thread_sort_index: from ``M`` events, when present.
         pid_labels / tid_labels: original string pid/tid for interned (negative) ids.
+        id_labels: original text of ``flow_id`` values that were ids int() refuses
+            (``"0x1"``: async b/n/e, flows), interned like pid/tid labels so pairs still match.
         meta_events: every ``M`` event of the file, in file order (the name and sort-index
             dicts above are views of them; an export writes these and then whatever the dicts
             add or change).
@@ -285,6 +287,7 @@ class Trace:
     thread_sort_index: dict[tuple[int, int], int] = field(default_factory=dict)
     pid_labels: dict[int, str] = field(default_factory=dict)
     tid_labels: dict[int, str] = field(default_factory=dict)
+    id_labels: dict[int, str] = field(default_factory=dict)
     source: str = ""
     skipped_events: int = 0
     truncated: bool = False

@@ -86,6 +86,18 @@ class Form:
 
 
 SCOPES = ("", "g", "p", "t")
+# Trace.id_labels text of an async event's "id2" ({"local": "0x2"} or {"global": ...}, the
+# spec's process-local and global ids), read when it has no "id": this prefix, then its JSON
+ID2_LABEL = "\x00id2:"
+
+
+def id2_scope(label: str) -> str | None:
+    """ "local" / "global" for an ``id_labels`` text made from an ``id2`` object, else None."""
+    if not label.startswith(ID2_LABEL):
+        return None
+    return "local" if label.startswith(ID2_LABEL + '{"local"') else "global"
+
+
 # Trace Event Format phases the model keeps as Phase.OTHER; index 0: a letter outside the format
 # (written back as "?")
 OTHER_PHASES = (

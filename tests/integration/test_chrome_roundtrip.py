@@ -113,7 +113,7 @@ def model_events(trace: Trace) -> Counter:
                 _resolve(trace, c[S.TID][row]),
                 c[S.EXTERNAL_ID][row],
                 c[S.CORRELATION][row],
-                c[S.FLOW_ID][row],
+                trace.id_labels.get(c[S.FLOW_ID][row], c[S.FLOW_ID][row]),  # text ids: text
                 b"{}" if args < 0 else _args_text(raw_args[args]),
             )
         ] += 1
@@ -200,11 +200,31 @@ def test_shared_trace_round_trips(
 def test_every_chrome_form_round_trips(tmp_path: Path) -> None:
     """What the shared traces lack: instant scopes p and none, ph "I", flows with and without
     ``bp``, flow steps, digit-string tids beside int ones, events without a category, async and
-    mark phases, counters, vendor top-level keys, no ``baseTimeNanoseconds`` (absolute µs)."""
+    mark phases, async and flow ids as text (``"0x1f"``), async ``id2`` objects, counters,
+    vendor top-level keys, no
+    ``baseTimeNanoseconds`` (absolute µs)."""
     check_round_trip(FIXTURE, tmp_path / "out.json")
     trace = load_trace(FIXTURE)
     assert trace.skipped_events == 0 and "baseTimeNanoseconds" not in trace.metadata
     assert len(trace) == len(json.loads(FIXTURE.read_text())["traceEvents"]) - 6
+
+
+def test_text_ids_keep_their_pairs(tmp_path: Path) -> None:
+    """Async ids written as text (the format's own ``"0x1"``): after load -> Chrome JSON ->
+    load, each b/e pair still shares one id, distinct from the other pair's and from int ids,
+    and the file spells each id as the original did."""
+    events = json.loads(FIXTURE.read_text())["traceEvents"]
+    want = Counter((e["ph"], e["name"], repr(e["id"])) for e in events if "id" in e)
+    out = write_chrome_trace(load_trace(FIXTURE), tmp_path / "out.json")
+    got = json.loads(out.read_text())["traceEvents"]
+    assert Counter((e["ph"], e["name"], repr(e["id"])) for e in got if "id" in e) == want
+    trace = load_trace(out)
+    ids: dict[str, set[int]] = {}
+    for row in range(len(trace)):
+        if trace.name(row) in ("hex id", "text id"):
+            ids.setdefault(trace.name(row), set()).add(int(trace.col(S.FLOW_ID)[row]))
+    assert all(len(v) == 1 for v in ids.values()) and len(set.union(*ids.values())) == 2
+    assert {trace.id_labels[i] for v in ids.values() for i in v} == {"0x1f", "req-2"}
 
 
 def test_round_trip_detects_a_lost_field(tmp_path: Path) -> None:

@@ -365,7 +365,8 @@ def test_empty_trace(tmp_path: Path) -> None:
 def test_string_pids_and_tids_name_their_tracks(tmp_path: Path) -> None:
     """Kineto's string pids/tids ("Spans", "Traces") name their tracks when no M event does,
     the empty one ("") says what it is; numbers without a name keep "process N" / "thread N";
-    M names still win."""
+    M names still win. (Kineto writes its two markers with ``"s":"g"``, which puts them on
+    the global track: here they are thread-scoped, to land on the tracks named.)"""
     events = [
         {
             "ph": "X",
@@ -378,13 +379,13 @@ def test_string_pids_and_tids_name_their_tracks(tmp_path: Path) -> None:
         },
         {
             "ph": "i",
-            "s": "g",
+            "s": "t",
             "name": "Iteration Start",
             "pid": "Traces",
             "tid": "Trace PyTorch Profiler",
             "ts": 1,
         },
-        {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 60},
+        {"ph": "i", "name": "Record Window End", "pid": "", "tid": "", "ts": 60},
         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 9, "tid": 3, "ts": 2, "dur": 5},
         {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 8, "tid": "w", "ts": 2, "dur": 5},
         {"ph": "M", "name": "process_name", "pid": 8, "tid": 0, "args": {"name": "named"}},
@@ -422,10 +423,12 @@ def test_the_empty_string_pid_is_a_named_process_and_stays_in_chrome_json(
 ) -> None:
     """Kineto writes its "Record Window End" marker with ``"pid": "", "tid": ""`` (every
     shared CUDA trace has one): the .pftrace names that process and thread for what they are,
-    not ``""``, keeps the marker on them, and the Chrome JSON export keeps the row as it was."""
+    not ``""``, keeps what is on them there (Kineto's own marker is ``"s":"g"``, global: see
+    ``test_instant_scopes_pick_global_process_or_thread_tracks``), and the Chrome JSON export
+    keeps the row as it was."""
     events = [
         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 9, "tid": 3, "ts": 2, "dur": 5},
-        {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 60},
+        {"ph": "i", "s": "t", "name": "Record Window End", "pid": "", "tid": "", "ts": 60},
     ]
     src = tmp_path / "in.json"
     src.write_text(json.dumps({"baseTimeNanoseconds": 10**18, "traceEvents": events}))
