@@ -34,6 +34,7 @@ pytestmark = pytest.mark.torch
 
 @pytest.fixture(params=[True, False], ids=["numerics", "timing"])
 def device(request: pytest.FixtureRequest):
+    gc.collect()  # an earlier test's garbage cycles (a profiler, a frame) free their buffers now
     emu.enable(cores=2, chip="trn2", numerics=request.param)
     yield torch.device("neuron", 0)
     rt = get_runtime()
