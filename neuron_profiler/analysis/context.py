@@ -24,6 +24,7 @@ import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis import selections as sel
+from neuron_profiler.analysis._args import arg_values, as_float
 from neuron_profiler.analysis._copies import CopyInfo, copy_info
 from neuron_profiler.analysis._correlation import RuntimeCalls, runtime_calls
 from neuron_profiler.analysis._device import DeviceWork, device_work
@@ -32,10 +33,12 @@ from neuron_profiler.analysis._threads import HostThreads
 from neuron_profiler.analysis.peaks import peak_properties
 from neuron_profiler.analysis.steps import Steps, find_steps
 from neuron_profiler.trace import schema as S
+from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 DEFAULT_MIN_GAP_NS = 50_000
 DEFAULT_TOP = 10
+_REACH_NS = 1_000_000_000  # the most an overhead span's before/after figure is read as
 R = TypeVar("R")
 
 
@@ -121,9 +124,22 @@ class AnalysisContext:
 
     @cached_property
     def emulator_overhead(self) -> I.Intervals:
-        """The emulator's own host work, as one interval set (discounted from idle time)."""
-        s = sel.spans_of(self.trace, sel.emulator_overhead_rows(self.trace, self.names))
-        return I.union(s.start, s.end)
+        """The emulator's own host work, as one interval set (discounted from idle time): each
+        overhead span with the time its args say lies just before and after it (drawn apart
+        so that the span nests in the host calls around it: emulator/host_cost.py)."""
+        rows = sel.emulator_overhead_rows(self.trace, self.names)
+        s = sel.spans_of(self.trace, rows)
+        keys = (V.ARG_OVERHEAD_BEFORE, V.ARG_OVERHEAD_AFTER)
+        reach = arg_values(self.trace, rows, keys)
+        # (a hostile figure is bounded: the emulator's are µs; ±1 s keeps the sums in int64)
+        before, after = (
+            np.clip(np.nan_to_num(as_float(reach[k])), -_REACH_NS, _REACH_NS).astype(np.int64)
+            for k in keys
+        )
+        start = s.start - np.maximum(before, 0)
+        end = np.maximum(s.end + after, start)
+        keep = end > start
+        return I.union(start[keep], end[keep])
 
     @cached_property
     def launch_thread_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

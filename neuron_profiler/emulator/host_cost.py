@@ -12,7 +12,11 @@ numerics mode's math. So the host time left in the trace is the framework's plus
 launch cost, what the device would have seen.
 
 The boundary lies outside what dispatch.py can time: ``calibrate`` measures it once per process
-(``enable`` calls it: a few ms), and ``account`` places it around the timed dispatch. Host work that a real device costs too is never counted: CPU-fallback ops, modelled
+(``enable`` calls it: a few ms), and ``account`` places it around the timed dispatch. The span
+drawn is the timed dispatch alone (so it nests in the op's host spans and holds the op's runtime
+call); the boundary and queries before it and the boundary after it less the framework's launch
+cost are figures on it (``before_ns``, ``after_ns``: args ``overhead before (ns)`` / ``overhead
+after (ns)``), which the analyzer adds back (``AnalysisContext.emulator_overhead``). Host work that a real device costs too is never counted: CPU-fallback ops, modelled
 waits (a full launch queue), copies and syncs (their own host model, copies.py).
 """
 
@@ -80,12 +84,28 @@ def account(timeline: Any, core: int, op: str, launches: bool, begin_ns: int, en
     start = begin_ns - b.before_ns - queried
     # never before the last span, nor before the capture began (an op whose boundary straddles
     # the start would give a span the collector's window leaves out)
-    start = max(start, ledger.last_end_ns, timeline.rt.capture_start_ns)
+    floor = max(ledger.last_end_ns, timeline.rt.capture_start_ns)
+    start = max(start, floor)
     stop = end_ns + b.after_ns
     if launches:
         stop -= timeline.model.chip.host_launch_ns
     if stop > start:
-        timeline.overhead(core, op, F.OVERHEAD_DISPATCH, start, stop)
+        # drawn: the timed dispatch alone, which nests in the op's host spans and holds its
+        # runtime call; the boundary, the queries and the framework's launch cost (taken from
+        # the end) are figures on it (``before_ns`` / ``after_ns``)
+        drawn_start = max(begin_ns, floor)
+        if drawn_start < end_ns:
+            timeline.overhead(
+                core,
+                op,
+                F.OVERHEAD_DISPATCH,
+                drawn_start,
+                end_ns,
+                before_ns=drawn_start - start,
+                after_ns=stop - end_ns,
+            )
+        else:  # (the timed dispatch lies before the floor: nothing to draw it on)
+            timeline.overhead(core, op, F.OVERHEAD_DISPATCH, start, stop)
         ledger.last_end_ns = stop
 
 

@@ -135,11 +135,14 @@ class HostSyncRecord(msgspec.Struct, frozen=True, gc=False):
 
 
 class OverheadRecord(msgspec.Struct, frozen=True, gc=False):
-    """Host time the emulator spent on its own work (``what``: ``F.OVERHEAD_*``)."""
+    """Host time the emulator spent on its own work (``what``: ``F.OVERHEAD_*``); ``before_ns``
+    / ``after_ns``: more of it just outside the span (``overhead``)."""
 
     what: str
     op: str
     correlation_id: int
+    before_ns: int = 0
+    after_ns: int = 0
 
 
 class TensorRecord(msgspec.Struct, frozen=True, gc=False):
@@ -694,9 +697,20 @@ class DeviceTimeline:
             )
         return max(launch_ns, end)
 
-    def overhead(self, core: int, op: str, what: str, start_ns: int, stop_ns: int) -> None:
+    def overhead(
+        self,
+        core: int,
+        op: str,
+        what: str,
+        start_ns: int,
+        stop_ns: int,
+        before_ns: int = 0,
+        after_ns: int = 0,
+    ) -> None:
         """Host time the emulator spent on its own work (``what``: F.OVERHEAD_*), recorded as an
-        emulator-overhead span so that it never reads as runtime launch cost."""
+        emulator-overhead span so that it never reads as runtime launch cost. ``before_ns`` /
+        ``after_ns``: more of it just before / after the span (after < 0: less), kept as
+        figures so that the span drawn nests in the host calls around it."""
         if self.rt.capturing:
             self.rt.record_span_lazy(
                 core,
@@ -706,7 +720,7 @@ class DeviceTimeline:
                 stop_ns,
                 _overhead_start,
                 _empty,
-                OverheadRecord(what, op, current_correlation_id()),
+                OverheadRecord(what, op, current_correlation_id(), before_ns, after_ns),
             )
 
     def _record_launch(
@@ -1015,7 +1029,10 @@ def _barrier_stop(p: BarrierRecord) -> dict:
 
 
 def _overhead_start(p: OverheadRecord) -> dict:
-    return {F.EXT_KEY: {F.X_OVERHEAD: p.what, F.X_OP: p.op, F.X_CORRELATION_ID: p.correlation_id}}
+    ext = {F.X_OVERHEAD: p.what, F.X_OP: p.op, F.X_CORRELATION_ID: p.correlation_id}
+    if p.before_ns or p.after_ns:
+        ext[F.X_BEFORE_NS], ext[F.X_AFTER_NS] = p.before_ns, p.after_ns
+    return {F.EXT_KEY: ext}
 
 
 def _empty(p: object) -> dict:

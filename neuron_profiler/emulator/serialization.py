@@ -40,9 +40,12 @@ _LOADED: weakref.WeakKeyDictionary[torch.UntypedStorage, list[Any]] = weakref.We
 _installed: list[Any] = []
 
 
-def reduce(t: torch.Tensor, core: int, protocol: Any) -> Any:
-    """Pickle a device tensor as its host copy whose storage is tagged ``neuron:<core>``; a
-    sparse one as its device indices and values (each tagged so), as torch pickles sparse."""
+def reduce(t: Any, protocol: Any) -> Any:
+    """``NeuronTensor.__reduce_ex__`` (set by ``install``): ``torch.save`` / pickle store a
+    device tensor as its host copy whose storage is tagged ``neuron:<core>``, which loads back
+    onto the device, or anywhere with ``map_location="cpu"``, as a CUDA tensor does; a sparse
+    one as its device indices and values (each tagged so), as torch pickles sparse."""
+    core = t._core
     if t.layout is torch.sparse_coo:
         data = (t._indices(), t._values(), t.size(), t.is_coalesced())
         return (torch._utils._rebuild_sparse_tensor, (t.layout, data))
@@ -95,11 +98,15 @@ def _rebuild_tensor(storage: Any, storage_offset: int, size: Any, stride: Any) -
 
 
 def install() -> None:
-    """Register the package and patch ``torch._utils._rebuild_tensor`` (once per process)."""
+    """Register the package, pickle device tensors (``reduce``) and patch
+    ``torch._utils._rebuild_tensor`` (once per process)."""
     if _installed:
         return
     import torch._utils as U
 
+    from neuron_profiler.emulator.tensor import NeuronTensor
+
+    NeuronTensor.__reduce_ex__ = reduce  # type: ignore[method-assign]
     _installed.append(U._rebuild_tensor)
     U._rebuild_tensor = _rebuild_tensor
     torch.serialization.register_package(PRIORITY, _tag, _restore)

@@ -187,13 +187,6 @@ class NeuronTensor(torch.Tensor):
         """As on CUDA: a device -> host copy (the host waits for it), then the list."""
         return torch.Tensor.cpu(self).tolist()
 
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        """``torch.save`` / pickle store the host copy tagged ``neuron:N``: it loads back onto
-        the device, or anywhere with ``map_location="cpu"``, as a CUDA tensor (serialization.py)."""
-        from neuron_profiler.emulator import serialization
-
-        return serialization.reduce(self, self._core, protocol)
-
     def __coerce_same_metadata_as_tangent__(
         self, expected_metadata: Any = None, expected_type: Any = None
     ) -> NeuronTensor:

@@ -49,6 +49,8 @@ class Extension(msgspec.Struct, gc=False, frozen=True):
     dtypes: Any = msgspec.field(default=None, name=F.X_DTYPES)
     sync: Any = msgspec.field(default=None, name=F.X_SYNC_REASON)
     overhead: str | None = msgspec.field(default=None, name=F.X_OVERHEAD)
+    before_ns: Any = msgspec.field(default=0, name=F.X_BEFORE_NS)
+    after_ns: Any = msgspec.field(default=0, name=F.X_AFTER_NS)
     pct_of_peak: float | None = msgspec.field(default=None, name=F.X_PCT_PEAK)
     collective_wait: bool = msgspec.field(default=False, name=F.X_COLLECTIVE_WAIT)
     graph_id: Any = msgspec.field(default=None, name=F.X_GRAPH_ID)

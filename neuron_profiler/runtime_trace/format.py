@@ -128,6 +128,10 @@ X_COLLECTIVE_WAIT = "collective_wait"  # cc_exec_barrier: true (the device waits
 X_PCT_PEAK = "pct_of_peak"  # kernel: % of the compute peak of its engine and dtype; DMA: of the
 # link's bandwidth (both after the speed factor)
 X_OVERHEAD = "overhead"  # emulator_overhead: what the host did (one of OVERHEAD_*)
+# emulator_overhead: the emulator's host time just before / after the span (ns; after < 0: the
+# span's last ns are not the emulator's), drawn outside it so that the span nests in the host
+# calls around it (host_cost.py)
+X_BEFORE_NS, X_AFTER_NS = "before_ns", "after_ns"
 OVERHEAD_NUMERICS = "numerics"  # the op's real math (numerics mode)
 # the host waiting for a late rank of a collective (its arrival time, or the data exchanged)
 OVERHEAD_COUPLING = "collective_coupling"

@@ -833,6 +833,12 @@ def _row_args(
         out += [(V.ARG_OVERHEAD, str(e.overhead)), (V.ARG_HIDDEN, 1)] + (
             [(V.ARG_OP, e.op)] if e.op else []
         )
+        for key, value in (
+            (V.ARG_OVERHEAD_BEFORE, e.before_ns),
+            (V.ARG_OVERHEAD_AFTER, e.after_ns),
+        ):
+            if type(value) is int and value:
+                out.append((key, value))
     elif kind in RAW_DATA_KINDS:
         out.append((V.ARG_DATA, msgspec.Raw(raw)))
     return tuple(out)

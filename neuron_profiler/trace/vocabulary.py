@@ -81,6 +81,9 @@ ARG_SYNC = "sync"  # host sync: why the host waited (item, cpu, synchronize, fal
 # (backpressure, never a sync the user wrote)
 SYNC_QUEUE_FULL = "queue_full"
 ARG_OVERHEAD = "emulator overhead"  # what the emulator did on the host: numerics, ...
+# on an emulator-overhead span: the emulator's host time just before / after it (ns; after < 0:
+# its last ns are the framework's), not drawn so that the span nests in the calls around it
+ARG_OVERHEAD_BEFORE, ARG_OVERHEAD_AFTER = "overhead before (ns)", "overhead after (ns)"
 # 1 on the emulator-overhead span: torch (>= 2.8) skips a Kineto activity whose metadata "hidden"
 # is 1 when it builds key_averages() (pytorch#155213), so the span stays in the trace only.
 ARG_HIDDEN = "hidden"
