@@ -486,9 +486,11 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
     if kind is Kind.KERNEL:
         if computed:  # the host's math is emulator overhead; the launch starts after it
             end = math_end_ns or time.time_ns()
-            _launch_kernel(info, u, core, written, end, overhead_from_ns=math_ns)
+            _launch_kernel(
+                info, u, core, written, end, overhead_from_ns=math_ns, call_end_ns=time.time_ns()
+            )
         else:
-            _launch_kernel(info, u, core, written, launch_ns)
+            _launch_kernel(info, u, core, written, launch_ns, call_end_ns=time.time_ns())
         if not written and u.alias and not info.mutated_names:
             STATE.timeline.host_sync([core], "host_read", op=info.name)  # type: ignore[union-attr]
     return result
@@ -577,7 +579,11 @@ def _launch_kernel(
     written: list[torch.Tensor],
     launch_ns: int,
     overhead_from_ns: int = 0,
+    call_end_ns: int | None = None,
 ) -> None:
+    """The op's device work on the timeline. ``call_end_ns``: where its runtime call's row
+    ends, read by the caller before this frame opens, so that the row nests among the host's
+    Python frames (with_stack) instead of ending inside the ones that schedule it."""
     tl = STATE.timeline
     if tl is None:
         return
@@ -612,6 +618,7 @@ def _launch_kernel(
         not_before_ns=wait_pending(u.inputs),
         overhead_from_ns=overhead_from_ns,
         stream=stream,
+        call_end_ns=call_end_ns,
     )
     if STATE.pending:
         prune_pending(core)

@@ -345,9 +345,12 @@ class DeviceTimeline:
         overhead_from_ns: int = 0,
         graph: GraphExecution | None = None,
         stream: int = 0,
+        call_end_ns: int | None = None,
     ) -> int:
         """One op on the compute queue, ordered on ``stream`` (0: the default stream); records
-        its runtime call and device execution.
+        its runtime call and device execution. ``call_end_ns``: where the runtime call's row
+        ends (None: now); the dispatch ends it in its own frame, before the frames that schedule
+        the launch open, so that the row nests among the host's Python frames (with_stack).
 
         ``overhead_from_ns`` (> 0): the host spent [overhead_from_ns, launch_ns] on the op's real
         math (numerics mode); that is recorded as an emulator-overhead span, apart from the
@@ -389,7 +392,15 @@ class DeviceTimeline:
                 flops, bytes_moved, dtype, engine, self.model.peak_flops_per_s(dtype, matrix), graph
             )
             self._record_launch(
-                core, F.NRT_MODEL_SUBMIT, F.NC_EXEC_RUNNING, op, launch_ns, start, end, detail
+                core,
+                F.NRT_MODEL_SUBMIT,
+                F.NC_EXEC_RUNNING,
+                op,
+                launch_ns,
+                start,
+                end,
+                detail,
+                call_end_ns=call_end_ns,
             )
         return end
 

@@ -38,3 +38,34 @@ def test_key_averages_of_a_stack_profile_with_record_function() -> None:
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300
     )
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+NESTING = """
+import sys
+import torch
+from neuron_profiler import emulator
+emulator.enable(cores=1, chip="trn2", numerics=sys.argv[1] == "numerics")
+from neuron_profiler import NEURON
+from torch.profiler import ProfilerActivity, profile
+m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+m = m.to("neuron")
+x = torch.randn(32, 256).to("neuron")
+with profile(activities=[ProfilerActivity.CPU, NEURON], with_stack=True) as prof:
+    for _ in range(2):
+        m(x).sum().backward()
+rows = [(e.key, e.self_cpu_time_total) for e in prof.key_averages() if "dispatch.py" in e.key]
+assert rows, [e.key for e in prof.key_averages()][:40]
+print([k for k, t in rows if t < 0])
+"""
+
+
+@pytest.mark.parametrize("mode", ["numerics", "timing"])
+def test_kernel_launch_rows_nest_in_the_dispatch_frames(mode: str) -> None:
+    """A kernel's ``nrt launch`` row begins and ends in ``execute``'s frame: torch's tree
+    builder then finds it nested, and no ``dispatch.py`` frame gets a negative self CPU time
+    (``execute`` did, by hundreds of µs, when the row ended inside the frames below it)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", NESTING, mode], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

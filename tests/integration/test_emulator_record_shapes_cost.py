@@ -30,7 +30,8 @@ PRICE_NS = 10_000_000  # per whole-array query, injected: dwarfs any op's own di
 
 
 def _dispatch_spans_ms(record_shapes: bool, tmp_path, queries_before: int = 0) -> dict[str, float]:  # noqa: ANN001
-    """Each op's ``emulator overhead: dispatch`` span (ms) with the injected price; ops spaced
+    """Each op's ``emulator overhead: dispatch`` time (ms: the span and its before/after args)
+    with the injected price; ops spaced
     wider than their priced queries so no span is clipped by its predecessor's. The capture's
     first op (``aten::neg``) has its queries dropped with any counted before the
     capture (host_cost.account); ``queries_before``: whole-array queries made before it."""
@@ -59,8 +60,13 @@ def _dispatch_spans_ms(record_shapes: bool, tmp_path, queries_before: int = 0) -
         host_cost.LEDGER.boundary = saved
     path = tmp_path / f"shapes-{record_shapes}.json"
     prof.export_chrome_trace(str(path))
-    return {
-        e["args"]["op"]: e["dur"] / 1e3
+    return {  # the span and the time its args say lies just before / after it
+        e["args"]["op"]: (
+            e["dur"] * 1e3
+            + e["args"].get("overhead before (ns)", 0)
+            + e["args"].get("overhead after (ns)", 0)
+        )
+        / 1e6
         for e in json.loads(path.read_text())["traceEvents"]
         if e.get("name") == "emulator overhead: dispatch"
     }
