@@ -436,7 +436,8 @@ def _owners(ctx: AnalysisContext, table: OpTable) -> tuple[np.ndarray, list[str]
     k = np.clip(np.searchsorted(keys, wc), 0, max(len(keys) - 1, 0))
     linked = (wc > 0) & (len(keys) > 0) & (keys[k] == wc if len(keys) else False)
     node = np.where(linked, node_of_key[k] if len(keys) else -1, -1)
-    op = np.where(node >= 0, table.of_node[np.maximum(node, 0)], -1)
+    op = np.full(len(node), -1, np.int64)  # (no host node at all: a device-only trace)
+    op[node >= 0] = table.of_node[node[node >= 0]]
     alone = np.flatnonzero(op < 0)
     call = node[alone]
     called = call >= 0

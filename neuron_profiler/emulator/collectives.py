@@ -119,7 +119,7 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         ranks=ranks,
         group=group,
         launch_ns=launch_ns,
-        exchange=_arrival_exchange(pg) if couple else None,
+        exchange=_arrival_exchange(pg, _works(out)) if couple else None,
         stream=stream_of(core),
     )
     # every buffer the collective touches is ready only at its end (resolved when first needed)
@@ -202,11 +202,15 @@ _POINT_TO_POINT = frozenset({"send", "recv"})
 
 class _Arrivals:
     """Arrival times being all-gathered over a group (one int64 per rank, on the host, next to
-    the real collective): started at the launch, waited for when the collective is resolved."""
+    the real collective): started at the launch, waited for when the collective is resolved,
+    with the real exchange (``data``: its gloo works): whatever resolves the collective (work
+    reading its output, a host read, ``Work.wait()``) then sees its values, as the device
+    ordering it models says."""
 
-    __slots__ = ("work", "out")
+    __slots__ = ("work", "out", "data")
 
-    def __init__(self, pg: Any, arrival_ns: int) -> None:
+    def __init__(self, pg: Any, arrival_ns: int, data: list[Any]) -> None:
+        self.data = data
         mine = torch.tensor([arrival_ns], dtype=torch.int64)
         self.out = [torch.zeros(1, dtype=torch.int64) for _ in range(pg.size())]
         _set_record_function(False)  # not a user op: keep it out of torch.profiler
@@ -216,20 +220,36 @@ class _Arrivals:
             _set_record_function(True)
 
     def is_completed(self) -> bool:
-        return bool(self.work.is_completed())
+        return bool(self.work.is_completed()) and all(w.is_completed() for w in self.data)
 
     def latest_ns(self) -> int:
         _set_record_function(False)
         try:
-            (_original_wait[0] if _original_wait else type(self.work).wait)(self.work)
+            for work in (self.work, *self.data):
+                (_original_wait[0] if _original_wait else type(work).wait)(work)
         finally:
             _set_record_function(True)
         return max(int(t.item()) for t in self.out)
 
 
-def _arrival_exchange(pg: Any) -> Callable[[int], _Arrivals]:
-    """Start sharing arrival times over ``pg`` (scheduler.ArrivalExchange)."""
-    return lambda arrival_ns: _Arrivals(pg, arrival_ns)
+def _arrival_exchange(pg: Any, data: list[Any]) -> Callable[[int], _Arrivals]:
+    """Start sharing arrival times over ``pg`` (scheduler.ArrivalExchange); ``data``: the real
+    exchange's works, waited for with the arrivals."""
+    return lambda arrival_ns: _Arrivals(pg, arrival_ns, data)
+
+
+def _works(out: Any) -> list[Any]:
+    """The gloo ``Work`` objects a c10d op returned (boxed, alone or in its result tuple)."""
+    from torch._C._distributed_c10d import Work
+
+    found = []
+    for o in out if isinstance(out, (list, tuple)) else [out]:
+        if isinstance(o, torch.ScriptObject):
+            try:
+                found.append(Work.unbox(o))
+            except RuntimeError:  # another bound class
+                continue
+    return found
 
 
 # core -> the latest collective launched on it not yet waited for from Python

@@ -445,6 +445,8 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
             return _on_host_generator(func, args, kwargs, gen, pos, name)
     launch_ns = time.time_ns()
     u = unwrap(args, kwargs)
+    if STATE.pending:  # a collective writing an input: resolved (its data there) before the math
+        wait_pending(u.inputs)
     core = u.core if u.core is not None else STATE.current_core
     timing = not STATE.numerics
     # timing mode: the op whose modelled values the inputs hold (modelled.py), None: all real

@@ -186,10 +186,12 @@ class EmulatedRuntime:
 
     def sys_trace_stop(self) -> None:
         """Stop capturing. Events not yet fetched stay fetchable until the next start."""
-        if self.capturing and self.settle_device is not None:
-            self.settle_device()
-        self.capturing = False
-        self.tracking_tensors = False
+        try:
+            if self.capturing and self.settle_device is not None:
+                self.settle_device()
+        finally:  # (a peer's failure raised once: the capture still stops)
+            self.capturing = False
+            self.tracking_tensors = False
 
     def sys_trace_fetch(self, nc_idx: int | None = None, max_events: int | None = None) -> bytes:
         """Hand out buffered events once, oldest first (libnrt: ``nrt_sys_trace_fetch_events``).

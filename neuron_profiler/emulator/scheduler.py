@@ -588,12 +588,12 @@ class DeviceTimeline:
         exchange = pending.exchange
         if exchange is not None:
             if exchange.is_completed():
-                latest = exchange.latest_ns()
+                latest = self._latest(pending, exchange)
             else:  # a rank has not arrived: the host really waits (emulator overhead)
                 global waits
                 waits += 1
                 begin = time.time_ns()
-                latest = exchange.latest_ns()
+                latest = self._latest(pending, exchange)
                 blocked = time.time_ns()
                 if overhead:
                     self.overhead(pending.core, pending.op, F.OVERHEAD_COUPLING, begin, blocked)
@@ -616,6 +616,26 @@ class DeviceTimeline:
         if pending.exec_id:
             self._record_collective(pending)
         return blocked
+
+    def _latest(self, pending: PendingCollective, exchange: ArrivalExchange) -> int:
+        """The group's last arrival. When the exchange fails (a peer died), the collective is
+        resolved as if its group had arrived with it (so nothing waits on it again: the next
+        stop, sync or enable does not raise the same error) and the error is raised once."""
+        try:
+            return exchange.latest_ns()
+        except BaseException:
+            q = self.cores[pending.core]
+            with self._lock:
+                start, end = q.collective.schedule(
+                    launch_ns=pending.launch_ns,
+                    duration_ns=pending.duration_ns,
+                    latency_ns=self.latency_ns,
+                    not_before_ns=pending.arrival_ns,
+                )
+                pending.start, pending.end = start, end
+                if q.unresolved is pending:
+                    q.unresolved = None
+            raise
 
     def _record_collective(self, p: PendingCollective) -> None:
         """The events of a resolved collective launched while capturing: the device's wait for

@@ -18,6 +18,8 @@ CATEGORY_KINDS: dict[str, EventKind] = {
     "mtia_runtime": EventKind.RUNTIME,
     "privateuse1_runtime": EventKind.RUNTIME,
     "privateuse1_driver": EventKind.RUNTIME,
+    "xpu_runtime": EventKind.RUNTIME,  # Kineto's XPU (XPUPTI) activity types
+    "xpu_driver": EventKind.RUNTIME,
     "kernel": EventKind.KERNEL,
     "mtia_ccp_events": EventKind.KERNEL,
     "gpu_memcpy": EventKind.MEMCPY,

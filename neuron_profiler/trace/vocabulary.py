@@ -246,6 +246,18 @@ HOST_WAIT_NAMES = frozenset(
         "hipStreamSynchronize",
         "hipEventSynchronize",
         "hipMemcpy",
+        # ROCm's blocking copies: c10's memcpy_and_sync issues hipMemcpyWithStream where CUDA
+        # issues cudaMemcpyAsync + cudaStreamSynchronize (.cpu(), .item())
+        "hipMemcpyWithStream",
+        "hipMemcpyDtoH",
+        "hipMemcpyHtoD",
+        # Intel XPU (Kineto's xpu_runtime rows: Unified Runtime and Level Zero calls that block
+        # the host until the device is done)
+        "urQueueFinish",
+        "urEventWait",
+        "zeEventHostSynchronize",
+        "zeCommandQueueSynchronize",
+        "zeFenceHostSynchronize",
         "synchronize",
         "synchronizeStream",
         "synchronizeDevice",

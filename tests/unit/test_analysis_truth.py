@@ -3,6 +3,8 @@ synthetic traces, one per rule, with the expected figures worked out by hand (µ
 
 from __future__ import annotations
 
+import json
+
 from trace_factory import US, Build
 
 from neuron_profiler.trace import EventKind
@@ -235,3 +237,54 @@ def test_work_launched_long_before_it_starts_is_no_late_launch() -> None:
     assert "idle:host_bound_launch" in {f.kind for f in r.findings.findings}
     (longest, *_) = r.idle.longest
     assert (longest.cause, longest.start_ns, longest.end_ns) == ("other", 0, 5000 * US)
+
+
+def test_rocm_blocking_copy_is_a_sync() -> None:
+    """ROCm's .cpu(): c10 issues hipMemcpyWithStream (blocking) where CUDA issues
+    cudaMemcpyAsync + cudaStreamSynchronize. The host waits in it from 95 to 400 (its D2H copy
+    runs 100-110); the device then idles until the next kernel at 500, launched at 490: the gap
+    (110-500) begins in the sync: host_sync, 390 µs, not a late launch."""
+    b = Build().step(1, 0, 1000).kernel(0, 100, launch_us=0)
+    b.host("aten::_to_copy", 90, 405)
+    b.host("hipMemcpyWithStream", 95, 400, **RUNTIME)
+    _d2h(b, 100, 110, launch=95)
+    b.kernel(500, 1000, launch_us=490)
+    r = b.report()
+    assert r.idle.by_cause_ns["host_sync"] == 390 * US
+    assert r.idle.by_cause_ns["host_bound_launch"] == 0
+
+
+def test_xpu_runtime_rows_link_their_kernels(tmp_path) -> None:  # noqa: ANN001
+    """Kineto's XPU categories (xpu_runtime): the launch of the kernel at 500 (urEnqueueKernel
+    Launch at 480-485, correlation 2) is the host's late launch: host_bound_launch 400 µs
+    (100-500), plus the first kernel's 5 (0-5, launched at 2); unlinked it was 'other'."""
+    from neuron_profiler.analysis import analyze
+    from neuron_profiler.trace import load_trace
+
+    def x(name, cat, ts, dur, **args):  # noqa: ANN001, ANN003, ANN202
+        pid, tid = (0, 7) if cat == "kernel" else (1, 1)
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": ts,
+            "dur": dur,
+            "args": args,
+        }
+
+    events = [
+        x("ProfilerStep#1", "user_annotation", 0, 1000),
+        x("aten::mm", "cpu_op", 0, 10),
+        x("urEnqueueKernelLaunch", "xpu_runtime", 2, 3, correlation=1),
+        x("gemm", "kernel", 5, 95, correlation=1, device=0, stream=7),
+        x("aten::mm", "cpu_op", 478, 10),
+        x("urEnqueueKernelLaunch", "xpu_runtime", 480, 5, correlation=2),
+        x("gemm", "kernel", 500, 500, correlation=2, device=0, stream=7),
+    ]
+    path = tmp_path / "xpu.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    r = analyze(load_trace(path))
+    assert r.idle.by_cause_ns["host_bound_launch"] == 405 * US
+    assert r.idle.by_cause_ns["other"] == 0

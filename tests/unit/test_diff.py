@@ -199,3 +199,22 @@ def test_steps_without_ops_diff_as_idle_host_time() -> None:
     assert sum(r.a_ms for r in idle) == pytest.approx(1.000)
     assert sum(r.b_ms for r in idle) == pytest.approx(0.800)
     assert sum(r.delta_ms for r in d.rows) + d.residual_ms == pytest.approx(d.delta_ms, abs=1e-12)
+
+
+def test_device_only_traces_diff_by_kernel() -> None:
+    """No host row at all (a profile of device activity only): each side's one step is its
+    device work's span (µs: A 1000-1400, B 1000-1500); the kernels are their own rows (no
+    launching op): 'k' runs 200 µs in A, 300 in B; the idle between them 200 in both."""
+
+    def side(second_end_us: int):  # noqa: ANN202
+        b = Build()
+        b.kernel(1000, 1100, name="k")
+        b.kernel(1300, second_end_us, name="k")
+        return b.b.build()
+
+    d = diff(side(1400), side(1500))
+    assert d.delta_ms == pytest.approx(0.1, abs=TOL_MS)
+    (k,) = [r for r in d.rows if r.kind != IDLE and r.key.endswith("k")]
+    assert (k.a_ms, k.b_ms) == pytest.approx((0.2, 0.3), abs=TOL_MS)
+    assert sum(r.delta_ms for r in d.rows if r.kind == IDLE) == pytest.approx(0.0, abs=TOL_MS)
+    assert abs(d.residual_ms) <= 1e-9
