@@ -340,6 +340,12 @@ class _Load:
                 )
             self.array_form = True
             pending, self._head = self._head[array.end() :], b""
+            if pending[:1] == b"{" and not _first_is_event(pending):  # is_trace_file's rule
+                raise TraceLoadError(
+                    self.path,
+                    "not a torch.profiler trace (a JSON array whose first element is no event)",
+                    not_a_trace=True,
+                )
             return pending
         while True:
             key = self._head.find(_KEY)

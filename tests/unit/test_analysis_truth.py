@@ -288,3 +288,21 @@ def test_xpu_runtime_rows_link_their_kernels(tmp_path) -> None:  # noqa: ANN001
     r = analyze(load_trace(path))
     assert r.idle.by_cause_ns["host_bound_launch"] == 405 * US
     assert r.idle.by_cause_ns["other"] == 0
+
+
+def test_overhead_reach_figures_are_bounded() -> None:
+    """An emulator-overhead row's 'overhead before (ns)' of 10^12 (hostile: the emulator writes
+    µs) reaches back 10 ms at most: step 0-100,000 µs, kernels 0-10,000 and 90,000-100,000
+    (launched at 89,990), the row at 50,000-51,000: 11,000 µs discounted, the rest of the
+    80,000 µs gap the late launch's."""
+    b = Build().step(1, 0, 100_000).kernel(0, 10_000, launch_us=0)
+    b.host(
+        V.OVERHEAD_PREFIX + "dispatch",
+        50_000,
+        51_000,
+        args={V.ARG_OVERHEAD: "dispatch", V.ARG_OVERHEAD_BEFORE: 10**12},
+    )
+    b.kernel(90_000, 100_000, launch_us=89_990)
+    r = b.report()
+    assert r.idle.emulator_overhead_ns == 11_000 * US
+    assert r.idle.by_cause_ns["host_bound_launch"] == 69_000 * US

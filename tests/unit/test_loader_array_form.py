@@ -72,7 +72,16 @@ def test_nothing_complete_is_the_usual_error(tmp_path: Path) -> None:
     assert info.value.exit_code == 2 and str(path) in str(info.value)
 
 
-@pytest.mark.parametrize("text", [b"[1, 2, 3]", b'["a", {"ph": "X"}]', b"[[]]"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"[1, 2, 3]",
+        b'["a", {"ph": "X"}]',
+        b"[[]]",
+        # an object that is no event first: loading and the directory scan say the same
+        b'[{"name": "x"}, {"ph": "X", "name": "op", "pid": 1, "tid": 1, "ts": 10, "dur": 5}]',
+    ],
+)
 def test_an_array_of_non_events_is_no_trace(tmp_path: Path, text: bytes) -> None:
     path = _write(tmp_path / "list.json", text, False)
     with pytest.raises(TraceLoadError, match="not a torch.profiler trace") as info:
