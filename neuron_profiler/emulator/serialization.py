@@ -49,10 +49,35 @@ def reduce(t: Any, protocol: Any) -> Any:
     if t.layout is torch.sparse_coo:
         data = (t._indices(), t._values(), t.size(), t.is_coalesced())
         return (torch._utils._rebuild_sparse_tensor, (t.layout, data))
-    host = torch.Tensor.cpu(t).detach()  # the device -> host copy (waits for the device)
+    torch.Tensor.cpu(t)  # the device -> host copy (waits for the device)
+    storage = _host_storage(t._elem)
+    host = torch.empty((0,), dtype=t.dtype).set_(
+        storage, t._elem.storage_offset(), t._elem.size(), t._elem.stride()
+    )
     host.requires_grad_(t.requires_grad)
-    _SAVED[host.untyped_storage()] = core
+    _SAVED[storage] = core
     return host.__reduce_ex__(protocol)
+
+
+# device memory being saved -> its host copy: (device storage's address, size, the tensors'
+# version counter) -> the copy, alive while a save holds it (torch.save keeps every storage it
+# writes until it ends), so that tensors sharing device memory share one stored storage
+_COPIES: weakref.WeakValueDictionary[tuple[int, int, int], torch.UntypedStorage] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def _host_storage(elem: torch.Tensor) -> torch.UntypedStorage:
+    """One host copy of the whole device storage behind ``elem`` per save: views and tied
+    weights keep their sharing in the file, as CUDA's do. A write through any view bumps the
+    version counter they share, so a later save never reuses a stale copy."""
+    device = elem.untyped_storage()
+    key = (device.data_ptr(), device.nbytes(), elem._version)
+    copy = _COPIES.get(key)
+    if copy is None:
+        copy = device.clone()
+        _COPIES[key] = copy
+    return copy
 
 
 def _tag(storage: Any) -> str | None:

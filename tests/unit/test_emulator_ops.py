@@ -171,6 +171,43 @@ def test_checkpoints_of_device_tensors_load_back_onto_the_device_as_on_cuda() ->
     assert back.device == torch.device("neuron", 1) and torch.equal(back.cpu(), leaf.cpu())
 
 
+def test_saved_views_and_tied_weights_keep_their_sharing_as_on_cpu() -> None:
+    """A view and its base, tied weights: one stored storage, as torch.save on CPU (and CUDA)
+    writes them: the same file size as the CPU checkpoint, and after loading (onto the device
+    or the host) a write through one shows through the other. A write between two saves is in
+    the second (no stale copy)."""
+    import io
+
+    def saved(obj: object) -> io.BytesIO:
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        buf.seek(0)
+        return buf
+
+    host = torch.arange(6.0)
+    cpu_file = saved({"a": host, "v": host[2:4]})
+    a = host.to("neuron:1")
+    device_file = saved({"a": a, "v": a[2:4]})
+    assert len(device_file.getvalue()) == len(cpu_file.getvalue())
+    for location in (None, "neuron", "cpu"):
+        device_file.seek(0)
+        got = torch.load(device_file, map_location=location)
+        got["a"].add_(100)
+        assert got["v"].cpu().tolist() == [102.0, 103.0], location
+    emb = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight  # tied, as a language model's embedding and output layer
+    model = torch.nn.ModuleDict({"emb": emb, "head": head})
+    cpu_size = len(saved(model.state_dict()).getvalue())
+    model.to("neuron")
+    got = torch.load(saved(model.state_dict()))
+    assert len(saved(model.state_dict()).getvalue()) == cpu_size
+    got["emb.weight"].zero_()
+    assert got["head.weight"].abs().sum().item() == 0
+    a.add_(1)
+    assert torch.load(saved({"a": a}))["a"].cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
 def test_map_location_neuron_loads_host_checkpoints_onto_the_device() -> None:
     """``map_location="neuron"`` / ``torch.device("neuron:1")`` / a dict: device tensors equal to
     the CPU load; tensors sharing a storage in the file share device memory, as on CUDA."""
