@@ -47,12 +47,29 @@ def kind_of(category: str) -> EventKind:
 FALLBACK_NAME_PREFIX = V.FALLBACK_PREFIX
 
 
+# MTIA's device rows all have one category (mtia_ccp_events); their names say which are work:
+# a stream waiting for another stream's event (``event_wait``, arg ``wait_on_stream``) or
+# recording one (``event_record``) keeps no engine busy, as CUDA's cudaStreamWaitEvent leaves no
+# device row; ``dma_request`` (args ``direction``, ``size``) is a copy.
+DEVICE_ROW_KINDS = {
+    "event_wait": EventKind.OTHER,
+    "event_record": EventKind.OTHER,
+    "dma_request": EventKind.MEMCPY,
+}
+
+
 def refine_kinds(kind: np.ndarray, name_id: np.ndarray, strings: list[str]) -> np.ndarray:
-    """Kinds that the category alone cannot tell: CPU-fallback ops (runtime category + name)."""
+    """Kinds that the category alone cannot tell: CPU-fallback ops (runtime category + name),
+    and device rows named in ``DEVICE_ROW_KINDS`` (kernel category + name)."""
     fallback_ids = [i for i, text in enumerate(strings) if text.startswith(FALLBACK_NAME_PREFIX)]
-    if not fallback_ids:
-        return kind
-    hit = (kind == EventKind.RUNTIME) & np.isin(
-        name_id, np.asarray(fallback_ids, dtype=name_id.dtype)
-    )
-    return np.where(hit, np.uint8(EventKind.FALLBACK), kind).astype(kind.dtype)
+    if fallback_ids:
+        hit = (kind == EventKind.RUNTIME) & np.isin(
+            name_id, np.asarray(fallback_ids, dtype=name_id.dtype)
+        )
+        kind = np.where(hit, np.uint8(EventKind.FALLBACK), kind).astype(kind.dtype)
+    named = [(i, DEVICE_ROW_KINDS[t]) for i, t in enumerate(strings) if t in DEVICE_ROW_KINDS]
+    for i, to in named:  # (a handful of names at most)
+        kind = np.where((kind == EventKind.KERNEL) & (name_id == i), np.uint8(to), kind).astype(
+            kind.dtype
+        )
+    return kind

@@ -306,3 +306,38 @@ def test_overhead_reach_figures_are_bounded() -> None:
     r = b.report()
     assert r.idle.emulator_overhead_ns == 11_000 * US
     assert r.idle.by_cause_ns["host_bound_launch"] == 69_000 * US
+
+
+def test_mtia_stream_waits_are_idle_and_dma_requests_copies(tmp_path) -> None:  # noqa: ANN001
+    """MTIA's device rows share one category (mtia_ccp_events): stream 108 waits in event_wait
+    from 300 to 900 µs while nothing runs (idle, as CUDA's stream waits leave no row); a
+    dma_request is a copy. Step 0-1,000: pe_exe 0-300 and 900-1,000, dma_request 100-150:
+    busy 400, DMA 50, idle 600."""
+    from neuron_profiler.analysis import analyze
+    from neuron_profiler.trace import load_trace
+
+    def x(name, ts, dur, stream, pid=17, cat="mtia_ccp_events"):  # noqa: ANN001, ANN202
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": pid,
+            "tid": stream,
+            "ts": ts,
+            "dur": dur,
+            "args": {"stream": stream},
+        }
+
+    events = [
+        x("ProfilerStep#1", 0, 1000, 1, pid=1, cat="user_annotation"),
+        x("pe_exe", 0, 300, 105),
+        x("dma_request", 100, 50, 106),
+        x("event_wait", 300, 600, 108),
+        x("pe_exe", 900, 100, 105),
+    ]
+    path = tmp_path / "mtia.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    r = analyze(load_trace(path))
+    (device,) = r.idle.devices
+    assert (device.busy_ns, device.idle_ns) == (400 * US, 600 * US)
+    assert r.breakdown.devices[0].dma_ns[0] == 50 * US
