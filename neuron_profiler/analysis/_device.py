@@ -9,8 +9,9 @@ work. Queue classes: compute (kernels), DMA (memcpy, memset), collective (collec
 our ``CC: ...`` rows and their barrier waits, NCCL/RCCL kernels: ``selections``' name rule).
 ``wait``: the collective-wait slices (``CC wait: ...``, or a row whose ``collective wait`` arg is
 true): the device waiting for its peers is not busy (docs/analysis.md#collective_wait).
-``launch`` / ``launch_end``: the start and end of the host runtime call with the same
-correlation id (NO_LAUNCH when the trace has none).
+``launch`` / ``launch_end``: the start and end of the host runtime call that launched the row:
+the one with the same correlation id, else the one its ac2g flow or External id links it to
+(``_correlation``; NO_LAUNCH when the trace has none).
 """
 
 from __future__ import annotations
@@ -141,11 +142,12 @@ def _label(process_name: str, pid: int | str) -> str:
 def launch_spans(
     trace: Trace, rows: np.ndarray, calls: RuntimeCalls
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end of the runtime call sharing each row's correlation id (the earliest such
-    call); NO_LAUNCH for both where there is none."""
+    """Start and end of the runtime call that launched each row (``_correlation``: the
+    earliest call sharing its correlation id, else its ac2g flow's or External id's call);
+    NO_LAUNCH for both where there is none."""
     start = np.full(len(rows), NO_LAUNCH, dtype=np.int64)
     end = start.copy()
-    k = calls.find(trace.col(S.CORRELATION)[rows])
+    calls, k = calls.lookup(trace.col(S.CORRELATION), rows)
     hit = k >= 0
     call = calls.rows[calls.first[k[hit]]]
     start[hit] = trace.col(S.TS_NS)[call]

@@ -4,7 +4,8 @@
     site.pid[i], site.tid[i], site.start_ns[i]      # NO_LAUNCH start where none is known
 
 The launching call is the runtime call carrying the row's ``correlation`` (cudaMemcpyAsync,
-cudaLaunchKernel, our ``nrt_tensor_read`` / ``nrt launch: ...`` calls), else the host op whose
+cudaLaunchKernel, our ``nrt_tensor_read`` / ``nrt launch: ...`` calls) or linked to it by an
+ac2g flow or the op's External id (``_correlation``), else the host op whose
 ``External id`` the row carries (traces whose runtime calls were left out). The CPU-fallback
 inference and the sync groups use it to tell which thread launched a copy, and when.
 """
@@ -47,7 +48,7 @@ def launch_sites(trace: Trace, rows: np.ndarray, calls: RuntimeCalls | None = No
     if n == 0:
         return out
     calls = runtime_calls(trace) if calls is None else calls
-    k = calls.find(c[S.CORRELATION][rows])
+    calls, k = calls.lookup(c[S.CORRELATION], rows)
     at = np.flatnonzero(k >= 0)
     _set(out, at, calls.rows[calls.first[k[at]]], c)
     todo = np.flatnonzero(~out.known)

@@ -152,3 +152,16 @@ def nest(trace: Trace, rows: np.ndarray, at_start: np.ndarray | None = None) -> 
     order = np.lexsort((-end, start, thread))
     rows, start, end, thread = rows[order], start[order], end[order], thread[order]
     return Nesting(rows, start, end, thread, parents(thread, start, end))
+
+
+def positions(
+    rows: np.ndarray, is_call: np.ndarray, call_row: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where each item's launching call (``call_row``: a trace row, -1: none) sits among a
+    tree's ``rows`` (``is_call``: the call nodes, every wanted call among them), and which
+    items have one: the analyses find the op around each call from there."""
+    call_at = np.flatnonzero(is_call)
+    by_row = np.argsort(rows[call_at])
+    hit = call_row >= 0
+    at = call_at[by_row[np.searchsorted(rows[call_at][by_row], call_row[hit])]]
+    return at, hit

@@ -151,9 +151,8 @@ class AnalysisContext:
         (``_launching_calls``): a correlation id that a hostile trace repeats on thousands of
         rows and calls must not pair each row with each call."""
         w, c = self.work, self.trace.columns
-        linked, rows = _launching_calls(
-            self.runtime_calls, c[S.TS_NS], c[S.CORRELATION][w.rows], w.start
-        )
+        calls, k = self.runtime_calls.lookup(c[S.CORRELATION], w.rows)
+        linked, rows = _launching_calls(calls, c[S.TS_NS], k, w.start)
         dev = np.searchsorted(w.device_ids, w.device)[linked]
         pid, tid = c[S.PID][rows].astype(np.int64), c[S.TID][rows].astype(np.int64)
         order = np.lexsort((tid, pid, dev))  # (a sort: np.unique over rows is far slower)
@@ -227,14 +226,14 @@ class AnalysisContext:
 
 
 def _launching_calls(
-    calls: RuntimeCalls, ts: np.ndarray, corr: np.ndarray, start: np.ndarray
+    calls: RuntimeCalls, ts: np.ndarray, k: np.ndarray, start: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Which device rows (correlation ids ``corr``, starts ``start``) have a runtime call
-    with their id, and the one that launched each: the latest call with the id starting at or
-    before the row (a launch precedes its work), else the id's earliest call. One call per
-    row, so memory and time stay O(rows log rows) however often an id repeats; where ids are
-    unique it is the id's only call. ``ts``: the trace's start column."""
-    k = calls.find(corr)
+    """Which device rows (``k``: their id's index in ``calls.ids``, -1: none, from
+    ``RuntimeCalls.lookup``; starts ``start``) have a runtime call with their id, and the one
+    that launched each: the latest call with the id starting at or before the row (a launch
+    precedes its work), else the id's earliest call. One call per row, so memory and time
+    stay O(rows log rows) however often an id repeats; where ids are unique it is the id's
+    only call. ``ts``: the trace's start column."""
     linked = np.flatnonzero(k >= 0)
     k, start = k[linked], start[linked]
     # calls are sorted by (id, start), file order among ties: merge the rows in by the same

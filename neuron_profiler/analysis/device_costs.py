@@ -243,11 +243,8 @@ def _launching_ops(
     c = trace.columns
     n = len(items)
     inner, fb = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-    corr = c[S.CORRELATION][w.rows[items]]
-    calls = np.flatnonzero(
-        trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE)
-        & np.isin(c[S.CORRELATION], corr[corr > 0])
-    )
+    call_row = ctx.runtime_calls.call_of(c[S.CORRELATION], w.rows[items])
+    calls = np.unique(call_row[call_row >= 0])  # (by correlation, flow or External id)
     if len(calls) == 0:
         return inner, fb
     ops = np.flatnonzero(
@@ -267,12 +264,7 @@ def _launching_ops(
         c[S.NAME_ID][rows], np.fromiter(fallback_ids, np.int64, len(fallback_ids))
     )
     outer_fb = _tree.outermost_marked(parent, is_fb)
-    call_at = np.flatnonzero(~is_op)
-    keys = c[S.CORRELATION][rows[call_at]]
-    by_key = np.argsort(keys, kind="stable")
-    k = np.clip(np.searchsorted(keys[by_key], corr), 0, max(len(keys) - 1, 0))
-    hit = (corr > 0) & (keys[by_key][k] == corr)
-    at = call_at[by_key[k[hit]]]
+    at, hit = _tree.positions(rows, ~is_op, call_row)
     inner[hit] = np.where(innermost[at] >= 0, rows[np.maximum(innermost[at], 0)], -1)
     fb[hit] = np.where(outer_fb[at] >= 0, rows[np.maximum(outer_fb[at], 0)], -1)
     return inner, fb

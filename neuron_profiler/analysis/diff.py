@@ -50,6 +50,7 @@ from neuron_profiler.analysis.align import (
     MATCHED,
     UNMATCHED,
     Alignment,
+    HostTree,
     MappingUse,
     OpTable,
     StepChoice,
@@ -420,6 +421,25 @@ class _GatingGroups:
         return cls(of_device=of_device, ops=ops)
 
 
+def _link_without_correlation(
+    ctx: AnalysisContext, tree: HostTree, rows: np.ndarray, node: np.ndarray
+) -> None:
+    """Fill ``node`` (per work row, its launching call's tree node, -1: none) for the rows an
+    ac2g flow or External id links to their call (``_correlation``: no correlation id)."""
+    todo = np.flatnonzero(node < 0)
+    if not len(todo):
+        return
+    call_row = ctx.runtime_calls.call_of(ctx.trace.columns[S.CORRELATION], rows[todo])
+    nodes = np.flatnonzero(tree.kind == S.EventKind.RUNTIME)
+    if not len(nodes) or not (call_row >= 0).any():
+        return
+    by_row = np.argsort(tree.rows[nodes])
+    sorted_rows = tree.rows[nodes][by_row]
+    at = np.minimum(np.searchsorted(sorted_rows, call_row), len(nodes) - 1)
+    found = (call_row >= 0) & (sorted_rows[at] == call_row)
+    node[todo[found]] = nodes[by_row[at[found]]]
+
+
 def _owners(ctx: AnalysisContext, table: OpTable) -> tuple[np.ndarray, list[str]]:
     """Per device work entry: the op that launched it (its runtime call's outermost op), or
     ``-k - 1`` for row key ``keys[k]`` of its own: a call outside ops (by its anchor and name),
@@ -436,6 +456,7 @@ def _owners(ctx: AnalysisContext, table: OpTable) -> tuple[np.ndarray, list[str]
     k = np.clip(np.searchsorted(keys, wc), 0, max(len(keys) - 1, 0))
     linked = (wc > 0) & (len(keys) > 0) & (keys[k] == wc if len(keys) else False)
     node = np.where(linked, node_of_key[k] if len(keys) else -1, -1)
+    _link_without_correlation(ctx, tree, work.rows, node)
     op = np.full(len(node), -1, np.int64)  # (no host node at all: a device-only trace)
     op[node >= 0] = table.of_node[node[node >= 0]]
     alone = np.flatnonzero(op < 0)

@@ -87,11 +87,8 @@ def launch_sites(ctx: AnalysisContext, items: np.ndarray, waits_ns: np.ndarray) 
     op = np.full(n, -1, np.int64)
     thread = np.full(n, -1, np.int64)
     region = np.full(n, -1, np.int64)
-    corr = c[S.CORRELATION][w.rows[items]]
-    calls = np.flatnonzero(
-        trace.mask(kind=S.EventKind.RUNTIME, ph=S.Phase.COMPLETE)
-        & np.isin(c[S.CORRELATION], corr[corr > 0])
-    )
+    call_row = ctx.runtime_calls.call_of(c[S.CORRELATION], w.rows[items])
+    calls = np.unique(call_row[call_row >= 0])  # (by correlation, flow or External id)
     if len(calls):
         hosts = np.flatnonzero(
             trace.mask(kind=[S.EventKind.CPU_OP, S.EventKind.USER_ANNOTATION], ph=S.Phase.COMPLETE)
@@ -104,13 +101,7 @@ def launch_sites(ctx: AnalysisContext, items: np.ndarray, waits_ns: np.ndarray) 
         outer_region = _tree.outermost_marked(parent, compiled)
         # the outermost aten op below the region (the op a graph would run)
         outer_op = _outermost_below(parent, aten, compiled)
-        is_call = np.isin(rows, calls)
-        at = np.flatnonzero(is_call)
-        keys = c[S.CORRELATION][rows[at]]
-        by_key = np.argsort(keys, kind="stable")
-        k = np.clip(np.searchsorted(keys[by_key], corr), 0, max(len(keys) - 1, 0))
-        hit = (corr > 0) & (keys[by_key][k] == corr)
-        call = at[by_key[k[hit]]]
+        call, hit = _tree.positions(rows, np.isin(rows, calls), call_row)
         op[hit] = rows[np.where(outer_op[call] >= 0, outer_op[call], call)]
         thread[hit] = code[call]
         region[hit] = np.where(outer_region[call] >= 0, rows[np.maximum(outer_region[call], 0)], -1)

@@ -92,8 +92,8 @@ class Event(msgspec.Struct, gc=False):
     cat: str = _NO_CAT
     s: Any = ""  # instant scope (any JSON value: an odd one must not make the event mistyped)
     name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
+    pid: int | float | str = 0  # (a float: pandas / numpy round trips write 100.0)
+    tid: int | float | str = 0
     ts: int | float | str | None = None
     dur: int | float | str | None = 0
     args: msgspec.Raw = _NONE
@@ -665,10 +665,17 @@ class ColumnSink:
         table[list(self._cat_kinds)] = list(self._cat_kinds.values())
         return table[cat_ids]
 
-    def _ident(self, value: int | str) -> int:
+    def _ident(self, value: int | float | str) -> int:
         """A pid/tid: ints and decimal strings ("25738") as numbers, other text as a label id.
         Only the canonical spelling counts as a number, so writing it back restores the text.
-        A number beyond int64 (or ``"1e400"``) becomes a label too, remembered for the count."""
+        A number beyond int64 (or ``"1e400"``) becomes a label too, remembered for the count.
+        An integral float (``100.0``: a pandas / numpy round trip) is that integer, written
+        back as one; any other float (``100.5``, ``1e+20``) is labelled by its text, as the
+        string ``"100.5"`` would be."""
+        if type(value) is float:
+            if value.is_integer() and _INT64[0] <= value < _INT64[1]:
+                return int(value)
+            value = repr(value)
         if isinstance(value, int):
             if _INT64[0] <= value < _INT64[1]:
                 return value
@@ -723,8 +730,9 @@ class ColumnSink:
     def _is_label(self, ident: int) -> bool:
         return LABEL_ID_BASE <= ident < LABEL_ID_BASE + len(self.labels)
 
-    def _idents(self, values: list[int | str]) -> tuple[np.ndarray, np.ndarray | None]:
-        """pid/tid column, and which rows spelled their number as a string (None: none did)."""
+    def _idents(self, values: list[int | float | str]) -> tuple[np.ndarray, np.ndarray | None]:
+        """pid/tid column, and which rows spelled their number as a string (None: none did).
+        Floats take the memo path (``array("q")`` refuses them), so ints cost nothing more."""
         n = len(values)
         if values and type(values[0]) is not str:
             try:  # array('q') refuses strings (np.fromiter would parse "25738"), as fast
@@ -745,7 +753,9 @@ class ColumnSink:
         texts = (both & 1).astype(bool)
         return both >> 1, texts if texts.any() else None
 
-    def _idents_unpacked(self, values: list[int | str]) -> tuple[np.ndarray, np.ndarray | None]:
+    def _idents_unpacked(
+        self, values: list[int | float | str]
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         mapping = {v: self._ident(v) for v in dict.fromkeys(values)}  # labels in first-seen order
         ids = np.fromiter(map(mapping.__getitem__, values), dtype=np.int64, count=len(values))
         texts = {v for v, i in mapping.items() if type(v) is str and not self._is_label(i)}

@@ -57,7 +57,7 @@ ident = st.one_of(
     st.integers(-5, 70_000),
     big_ints,
     st.text(max_size=6),
-    st.sampled_from([E400, 1.5, True, None, [1], DEEP]),
+    st.sampled_from([E400, 1.5, 100.0, -1.0, 1e20, True, None, [1], DEEP]),
 )
 finite = st.floats(-1e13, 1e13, allow_nan=False, allow_infinity=False)
 times = st.one_of(
@@ -240,7 +240,7 @@ def well_typed(raw: dict[str, Any]) -> bool:
         _typed(ph, str) and _typed(event.get("name", ""), str) and _typed(event.get("cat", ""), str)
     ):
         return False
-    if not all(_typed(event.get(k, 0), int, str) for k in ("pid", "tid")):
+    if not all(_typed(event.get(k, 0), int, float, str) for k in ("pid", "tid")):
         return False
     if not _typed(event.get("id"), int, str, type(None)):
         return False

@@ -119,9 +119,8 @@ def test_each_kernel_has_one_launching_call() -> None:
     ctx = AnalysisContext(trace)
     c = trace.columns
     kernels = np.flatnonzero(c[S.KIND] == EventKind.KERNEL)
-    linked, calls = _launching_calls(
-        ctx.runtime_calls, c[S.TS_NS], c[S.CORRELATION][kernels], c[S.TS_NS][kernels]
-    )
+    runtime, k = ctx.runtime_calls.lookup(c[S.CORRELATION], kernels)
+    linked, calls = _launching_calls(runtime, c[S.TS_NS], k, c[S.TS_NS][kernels])
     # kernels by time: -1, 5, 15, 25 (id 1), 40 (id 2), 60 (id 3)
     assert linked.tolist() == [0, 1, 2, 3, 4]
     assert (c[S.TS_NS][calls] // US).tolist() == [0, 0, 10, 20, 50]

@@ -107,3 +107,42 @@ def test_string_timestamps_and_absolute_us(tmp_path: Path) -> None:
     assert trace.col(S.TS_NS)[0] == 1700000000000000500
     assert trace.col(S.DUR_NS)[0] == 2250
     assert trace.tid_labels[int(trace.col(S.TID)[0])] == "stream 7"
+
+
+def test_integral_float_pids_and_tids_are_the_integers(tmp_path: Path) -> None:
+    """pandas / numpy round trips write ``100.0``: the event is kept with pid/tid 100 (it was
+    skipped as mistyped, and the host side of the trace with it), its thread the int one's,
+    and a thread name given with a float tid names it."""
+    events = [
+        {"ph": "M", "name": "thread_name", "pid": 100.0, "tid": 7.0, "args": {"name": "main"}},
+        {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 100.0, "tid": 7.0, "ts": 1, "dur": 2},
+        {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 100, "tid": 7, "ts": 5, "dur": 2},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0.0, "tid": -1.0, "ts": 9, "dur": 1},
+    ]
+    path = tmp_path / "floats.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = load_trace(path)
+    assert trace.skipped_events == 0 and len(trace) == 3
+    assert trace.col(S.PID).tolist() == [100, 100, 0]
+    assert trace.col(S.TID).tolist() == [7, 7, -1]
+    assert trace.thread_names == {(100, 7): "main"}
+    assert not trace.pid_labels and not trace.tid_labels
+    assert not (trace.col(S.FORM) & (S.Form.PID_TEXT | S.Form.TID_TEXT)).any()  # written as ints
+
+
+def test_other_float_pids_are_labels_like_their_text(tmp_path: Path) -> None:
+    """A float that is no int64 (``100.5``, ``1e+20``) is labelled by its text, as the string
+    ``"100.5"`` is (one label for both), and a float beyond int64 is counted as relabelled."""
+    events = [
+        {"ph": "X", "name": "a", "pid": 100.5, "tid": 1, "ts": 1, "dur": 1},
+        {"ph": "X", "name": "b", "pid": "100.5", "tid": 1, "ts": 2, "dur": 1},
+        {"ph": "X", "name": "c", "pid": 1e20, "tid": 1, "ts": 3, "dur": 1},
+    ]
+    path = tmp_path / "odd_floats.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = load_trace(path)
+    assert trace.skipped_events == 0 and len(trace) == 3
+    pid = trace.col(S.PID).tolist()
+    assert pid[0] == pid[1] != pid[2]
+    assert [trace.pid_labels[p] for p in pid] == ["100.5", "100.5", "1e+20"]
+    assert trace.load_report.relabelled_ids == 1
