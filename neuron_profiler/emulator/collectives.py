@@ -119,11 +119,13 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         ranks=ranks,
         group=group,
         launch_ns=launch_ns,
-        exchange=_arrival_exchange(pg, _works(out)) if couple else None,
+        exchange=_arrival_exchange(pg) if couple else None,
         stream=stream_of(core),
     )
     # every buffer the collective touches is ready only at its end (resolved when first needed)
-    ready = pending.end if pending.resolved else pending
+    # and holds its values once the real exchange is done (``data_ready``, even when resolved)
+    pending.data_ready = _data_ready(_works(out))
+    ready = pending if pending.data_ready is not None or not pending.resolved else pending.end
     for t in device_elems:
         STATE.pending[t.untyped_storage().data_ptr()] = ready
     _outstanding[core] = pending  # the core's collectives run in order: the last ends last
@@ -202,15 +204,11 @@ _POINT_TO_POINT = frozenset({"send", "recv"})
 
 class _Arrivals:
     """Arrival times being all-gathered over a group (one int64 per rank, on the host, next to
-    the real collective): started at the launch, waited for when the collective is resolved,
-    with the real exchange (``data``: its gloo works): whatever resolves the collective (work
-    reading its output, a host read, ``Work.wait()``) then sees its values, as the device
-    ordering it models says."""
+    the real collective): started at the launch, waited for when the collective is resolved."""
 
-    __slots__ = ("work", "out", "data")
+    __slots__ = ("work", "out")
 
-    def __init__(self, pg: Any, arrival_ns: int, data: list[Any]) -> None:
-        self.data = data
+    def __init__(self, pg: Any, arrival_ns: int) -> None:
         mine = torch.tensor([arrival_ns], dtype=torch.int64)
         self.out = [torch.zeros(1, dtype=torch.int64) for _ in range(pg.size())]
         _set_record_function(False)  # not a user op: keep it out of torch.profiler
@@ -220,22 +218,43 @@ class _Arrivals:
             _set_record_function(True)
 
     def is_completed(self) -> bool:
-        return bool(self.work.is_completed()) and all(w.is_completed() for w in self.data)
+        return bool(self.work.is_completed())
 
     def latest_ns(self) -> int:
         _set_record_function(False)
         try:
-            for work in (self.work, *self.data):
-                (_original_wait[0] if _original_wait else type(work).wait)(work)
+            (_original_wait[0] if _original_wait else type(self.work).wait)(self.work)
         finally:
             _set_record_function(True)
         return max(int(t.item()) for t in self.out)
 
 
-def _arrival_exchange(pg: Any, data: list[Any]) -> Callable[[int], _Arrivals]:
-    """Start sharing arrival times over ``pg`` (scheduler.ArrivalExchange); ``data``: the real
-    exchange's works, waited for with the arrivals."""
-    return lambda arrival_ns: _Arrivals(pg, arrival_ns, data)
+def _arrival_exchange(pg: Any) -> Callable[[int], _Arrivals]:
+    """Start sharing arrival times over ``pg`` (scheduler.ArrivalExchange)."""
+    return lambda arrival_ns: _Arrivals(pg, arrival_ns)
+
+
+def _data_ready(works: list[Any]) -> Callable[[], None] | None:
+    """Wait until the real exchange's results are in its buffers (``PendingCollective.
+    data_ready``): an op reading them before ``Work.wait()`` then sees the reduced values, as
+    the device ordering the emulator models says. Its futures are waited, not the works: a
+    future is done before its callbacks run (DDP's comm hooks, which dispatch device ops that
+    come here), and a work is not."""
+    futures = []
+    for work in works:
+        try:
+            futures.append(work.get_future())
+        except RuntimeError:  # gloo's work for some ops has none: its values land at wait()
+            continue
+    if not futures:
+        return None
+
+    def wait() -> None:
+        for future in futures:
+            if not future.done():
+                future.wait()
+
+    return wait
 
 
 def _works(out: Any) -> list[Any]:

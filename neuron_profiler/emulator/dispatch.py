@@ -391,6 +391,9 @@ def wait_pending(inputs: list[torch.Tensor]) -> int:
         if r is None:
             continue
         if type(r) is not int:
+            if r.data_ready is not None:  # its values first (no lock held here)
+                r.data_ready()
+                r.data_ready = None
             r = pending[ptr] = r.end_ns()
         if r > ready:
             ready = r

@@ -186,6 +186,7 @@ class PendingCollective:
         "arrival_ns",
         "duration_ns",
         "exchange",
+        "data_ready",
         "correlation_id",
         "thread_id",
         "exec_id",
@@ -223,6 +224,9 @@ class PendingCollective:
         self.arrival_ns = arrival_ns
         self.duration_ns = duration_ns
         self.exchange = exchange
+        # waits until the real exchange's values are in its buffers (collectives.py); called by
+        # an op about to read them, never under this timeline's locks
+        self.data_ready: Callable[[], None] | None = None
         self.correlation_id = current_correlation_id()
         self.thread_id = _native_tid()
         self.exec_id = 0  # ids of a captured launch, taken at the launch (0: not captured)
