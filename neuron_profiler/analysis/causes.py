@@ -19,6 +19,7 @@ stated with a worked example in docs/analysis.md, each under a heading named aft
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -55,12 +56,15 @@ LAUNCH_LATENCY_ALLOWANCE_NS = 100_000
 class Gaps:
     """The gaps being classified, one entry each, of every device of a device axis
     (``_axis``). ``start`` / ``end``: real times; ``idle_ns``: the gap less the emulator
-    overhead in it; ``next_launch`` / ``next_launch_end``: when the launch call of the work ending
-    it began and returned
-    (NO_LAUNCH: unknown). On the axis, where each device's own sets live: ``axis_start`` /
-    ``axis_end`` (the gaps), ``waits`` (when the devices waited at a collective for their
-    peers); ``overhead``: the emulator's own host work (real time, discounted from every gap
-    except where its device waited)."""
+    overhead in it (what ``--min-gap`` is compared with); ``next_launch`` / ``next_launch_end``:
+    when the launch call of the work ending it began and returned (NO_LAUNCH: unknown). On the
+    axis, where each device's own sets live: ``axis_start`` / ``axis_end`` (the gaps),
+    ``judged`` (each gap's counted idle: its parts inside the steps, less the emulator overhead
+    not waited; ``judged_gap``: the gap of each piece), ``waits`` (when the devices waited at a
+    collective for their peers); ``overhead``: the emulator's own host work (real time).
+
+    A gap's cause is judged on its counted idle alone: a gap kept whole across the host time
+    between two steps (``idle.py``) is not handed to what the host did outside the steps."""
 
     start: np.ndarray
     end: np.ndarray
@@ -70,41 +74,65 @@ class Gaps:
     axis: DeviceAxis
     axis_start: np.ndarray
     axis_end: np.ndarray
+    judged: I.Intervals
+    judged_gap: np.ndarray
     overhead: I.Intervals = I.EMPTY
     waits: I.Intervals = I.EMPTY
 
+    def per_gap(self, piece_ns: np.ndarray) -> np.ndarray:
+        """Per gap, the sum of a figure of each of its ``judged`` pieces (they are in gap
+        order: one cumulative sum, exact in int64)."""
+        cum = np.r_[0, np.cumsum(piece_ns, dtype=np.int64)]
+        bounds = np.searchsorted(self.judged_gap, np.arange(len(self.start) + 1))
+        return cum[bounds[1:]] - cum[bounds[:-1]]
+
+    @cached_property
+    def counted_ns(self) -> np.ndarray:
+        """Per gap: its counted idle (inside the steps, less the emulator overhead)."""
+        return self.per_gap(self.judged.end - self.judged.start)
+
+    @cached_property
+    def _judged_real(self) -> tuple[np.ndarray, np.ndarray]:
+        """The ``judged`` pieces in real time."""
+        shift = self.axis.shift(self.axis.group_of(self.judged.start))
+        return self.judged.start - shift, self.judged.end - shift
+
     def covered_by(self, spans: I.Intervals) -> np.ndarray:
-        """Do the host spans cover at least half of each gap's idle time (the host spent most
-        of the gap there)? The part of them in the emulator's overhead (less the device's
-        waits) is discounted like the gap's own."""
-        covered = I.overlap_per_window(spans, self.start, self.end)
-        both = I.intersect(spans, self.overhead)
-        if len(both):
-            discounted = I.subtract(self.axis.replicate(both), self.waits)
-            covered = covered - I.overlap_per_window(discounted, self.axis_start, self.axis_end)
-        return 2 * covered >= self.idle_ns
+        """Do the host spans cover at least half of each gap's counted idle (the host spent
+        most of the gap's idle time inside the steps there)? What they cover outside the
+        steps or in the emulator's overhead counts no more than the gap's own time there."""
+        start, end = self._judged_real
+        return 2 * self.per_gap(I.overlap_per_window(spans, start, end)) >= self.counted_ns
 
     def waited(self) -> np.ndarray:
-        """Did the gap's device wait at a collective for at least half of its idle time?"""
-        return 2 * I.overlap_per_window(self.waits, self.axis_start, self.axis_end) >= self.idle_ns
+        """Did the gap's device wait at a collective for at least half of its counted idle?"""
+        on = I.overlap_per_window(self.waits, self.judged.start, self.judged.end)
+        return 2 * self.per_gap(on) >= self.counted_ns
 
     def begins_in(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """Does each gap begin inside one of the host spans [start, end] (one that began at or
         before the gap and ended at or after its start)?"""
         return I.any_overlap(start, end, self.start - 1, self.start + 1)
 
-    @property
+    @cached_property
     def launched_late(self) -> np.ndarray:
         """Did the host keep the device waiting: the launch of the work ending each gap began
         after the gap did, and that work started soon after the host had handed it over (its
         launch call returned): within launch latency (``LAUNCH_LATENCY_ALLOWANCE_NS``) or the
-        gap's second half. Work that starts long after its launch returned waited for
-        something else (work the trace does not hold, e.g. launched before the profile began;
-        a dependency), which is no host lateness."""
+        second half of the gap's counted idle (a gap across the host time between two steps
+        has its midpoint there, which every launch in the next step would pass). Work that
+        starts long after its launch returned waited for something else (work the trace does
+        not hold, e.g. launched before the profile began; a dependency), which is no host
+        lateness."""
         late = (self.next_launch != NO_LAUNCH) & (self.next_launch > self.start)
-        after = self.end - np.maximum(self.next_launch_end, self.start)
-        allowed = np.maximum((self.end - self.start) // 2, LAUNCH_LATENCY_ALLOWANCE_NS)
-        return late & (after <= allowed)
+        handed = np.maximum(self.next_launch_end, self.start)
+        soon = self.end - handed <= LAUNCH_LATENCY_ALLOWANCE_NS
+        # the counted idle after the launch returned, piece by piece on the axis
+        lo = (self.axis_start + (handed - self.start))[self.judged_gap]
+        hi = self.axis_end[self.judged_gap]
+        after = np.minimum(self.judged.end, hi) - np.maximum(self.judged.start, lo)
+        after = self.per_gap(np.maximum(after, 0))
+        return late & (soon | (after <= self.counted_ns // 2))
 
 
 class Cause:

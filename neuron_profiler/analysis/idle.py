@@ -370,6 +370,7 @@ def _on_axis(
     next_launch, next_launch_end = _next_launch(
         axis, axis_start, work.launch[runs][order], work.launch_end[runs][order], gap.end
     )
+    judged = I.intersect(gap, counted)  # (each piece inside one gap)
     facts = Gaps(
         start=gap.start - shift,
         end=gap.end - shift,
@@ -379,6 +380,8 @@ def _on_axis(
         axis=axis,
         axis_start=gap.start,
         axis_end=gap.end,
+        judged=judged,
+        judged_gap=np.searchsorted(gap.start, judged.start, side="right") - 1,
         overhead=ctx.emulator_overhead,
         waits=waits,
     )
@@ -392,7 +395,7 @@ def _on_axis(
         gap_start_ns=facts.start,
         gap_end_ns=facts.end,
         gap_cause=cause,
-        gap_idle_ns=I.overlap_per_window(counted, gap.start, gap.end),
+        gap_idle_ns=facts.counted_ns,
     )
 
 

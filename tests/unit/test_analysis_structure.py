@@ -231,6 +231,8 @@ def test_a_rule_whose_precondition_fails_is_not_tried() -> None:
         axis=axis,
         axis_start=np.array([0]),
         axis_end=np.array([100]),
+        judged=empty,  # (all of it overhead: nothing counted)
+        judged_gap=np.zeros(0, np.int64),
         overhead=I.window(0, 100),
     )
     assert C.ALL_CAUSES[int(C.classify(gaps, spans, 0)[0])] == "host_bound_launch"

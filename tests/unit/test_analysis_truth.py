@@ -235,3 +235,46 @@ def test_work_launched_long_before_it_starts_is_no_late_launch() -> None:
     assert "idle:host_bound_launch" in {f.kind for f in r.findings.findings}
     (longest, *_) = r.idle.longest
     assert (longest.cause, longest.start_ns, longest.end_ns) == ("other", 0, 5000 * US)
+
+
+def test_a_gap_across_the_hole_between_steps_is_judged_inside_the_steps() -> None:
+    """Step 1 (0-1,000 µs) ends its work at 900; step 2 opens 4 ms later (5,000-6,000) in a
+    DataLoader ``__next__`` (5,000-5,400), then launches at 5,400 a kernel that starts at
+    5,410. The gap 900-5,410 is kept whole; its counted idle is 100 + 410 = 510 µs, of which
+    the DataLoader covers 400 (> half): data loading, although 400 µs is under half of the gap's
+    whole 4,510. The host spent the gap's idle time loading data, not launching late."""
+    b = Build().step(1, 0, 1000).kernel(0, 900, launch_us=0)
+    b.step(5, 5000, 6000)
+    b.host(V.DATALOADER_PREFIX + "_SingleProcessDataLoaderIter" + V.DATALOADER_SUFFIX, 5000, 5400)
+    b.kernel(5410, 6000, launch_us=5400)
+    r = b.report()
+    assert r.idle.by_cause_ns["data_loading"] == 510 * US
+    assert r.idle.by_cause_ns["host_bound_launch"] == 0
+
+
+def test_what_the_host_did_between_steps_does_not_own_the_gap() -> None:
+    """The same hole, a DataLoader ``__next__`` in it (1,000-4,900, outside both steps), step
+    2 launching at 5,300 a kernel that starts at 5,310: of the gap's 410 µs counted idle (100 +
+    310) the DataLoader covers none; the launch began after the gap and the kernel started
+    8 µs after the call returned (5,302): 410 µs host-bound launch, no data loading."""
+    b = Build().step(1, 0, 1000).kernel(0, 900, launch_us=0)
+    b.step(5, 5000, 6000)
+    b.host(V.DATALOADER_PREFIX + "_SingleProcessDataLoaderIter" + V.DATALOADER_SUFFIX, 1000, 4900)
+    b.kernel(5310, 6000, launch_us=5300)
+    r = b.report()
+    assert r.idle.by_cause_ns["data_loading"] == 0
+    assert r.idle.by_cause_ns["host_bound_launch"] == 410 * US
+
+
+def test_a_late_launch_is_judged_on_the_gaps_counted_idle() -> None:
+    """The hole again, nothing in it; step 2 launches at 5,010 (returns 5,012) a kernel that
+    starts only at 5,800. Counted idle 100 + 800 = 900 µs; after the call returned the device
+    still waited 788 µs (> half of 900, > 100 µs of launch latency): it waited for something
+    else, not the host ('other'). Judged on the whole gap (4,900 µs) its midpoint lies between
+    the steps and every launch in step 2 would pass."""
+    b = Build().step(1, 0, 1000).kernel(0, 900, launch_us=0)
+    b.step(5, 5000, 6000)
+    b.kernel(5800, 6000, launch_us=5010)
+    r = b.report()
+    assert r.idle.by_cause_ns["other"] == 900 * US
+    assert r.idle.by_cause_ns["host_bound_launch"] == 0
