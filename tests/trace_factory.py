@@ -65,7 +65,10 @@ class Build:
         name: str = "TensorE: mm",
         stream: int = 1,
         args: dict[str, Any] | None = None,
+        tid: int = HOST_TID,
     ) -> Build:
+        """A work item on ``device``; ``launch_us``: its launch call (on thread ``tid``), none
+        when None."""
         self.corr += 1
         args = {
             V.ARG_DEVICE: device,
@@ -81,7 +84,7 @@ class Build:
                 kind=EventKind.RUNTIME,
                 cat=V.CAT_RUNTIME,
                 pid=HOST_PID,
-                tid=HOST_TID,
+                tid=tid,
                 args={V.ARG_CORRELATION: self.corr},
             )
         self.b.add(

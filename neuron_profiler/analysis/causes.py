@@ -19,6 +19,7 @@ stated with a worked example in docs/analysis.md, each under a heading named aft
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -33,16 +34,75 @@ Reported = Literal["idle", "groups", "memory", "none"]
 
 
 @dataclass(frozen=True)
-class HostSpans:
-    """The host's time in each kind of work the rules test (unions over every host thread;
-    ``sync``: the sync calls themselves, for rule 3's "begins in one")."""
+class ThreadSpans:
+    """Host spans of one kind, each with its thread (``thread``: a code shared with the
+    ``LaunchThreads`` of the same ``HostSpans``)."""
 
-    data_loading: I.Intervals
-    cpu_fallback: I.Intervals  # the calls with their copies on the device (rule: covers)
-    cpu_fallback_host: I.Intervals  # the calls on the host (rule: the gap begins in one)
-    sync_start: np.ndarray
-    sync_end: np.ndarray
-    profiler_overhead: I.Intervals
+    start: np.ndarray
+    end: np.ndarray
+    thread: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+_NONE = np.zeros(0, np.int64)
+NO_SPANS = ThreadSpans(_NONE, _NONE, _NONE)
+
+
+@dataclass(frozen=True)
+class LaunchThreads:
+    """Whose host spans a device's gaps are judged on: the threads that launched its work
+    (``AnalysisContext.launch_thread_table``: a DataLoader, a sync or a fallback on a thread
+    that launches nothing there kept no launch of that device waiting), every thread for a
+    device whose launches the trace does not link. Devices with the same threads share a set,
+    so that a span is placed once per set, not once per device. ``of_device``: per device
+    (index into ``DeviceWork.devices``) its set, -1 for every thread; ``member_thread`` /
+    ``member_set``: the sets' threads as (thread, set) pairs sorted by thread."""
+
+    of_device: np.ndarray
+    member_thread: np.ndarray
+    member_set: np.ndarray
+
+    @classmethod
+    def of(cls, device: np.ndarray, thread: np.ndarray, n_devices: int) -> LaunchThreads:
+        """From the (device, thread) pairs, sorted by device then thread, each once."""
+        counts = np.bincount(device, minlength=n_devices)
+        first = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)
+        # a set's identity, built one position at a time (as many passes as the most threads
+        # one device has): its size, then each (identity so far, next thread) renumbered
+        key = counts.astype(np.int64)
+        for j in range(int(counts.max()) if len(counts) else 0):
+            has = np.flatnonzero(counts > j)
+            pair = np.stack([key[has], thread[first[has] + j]], axis=1)
+            _, renumbered = np.unique(pair, axis=0, return_inverse=True)
+            key[has] = int(key.max()) + 1 + renumbered.ravel()
+        linked = counts > 0
+        of_device = np.full(n_devices, -1, np.int64)
+        _, of_device[linked] = np.unique(key[linked], return_inverse=True)
+        _, rep = np.unique(of_device[linked], return_index=True)
+        rep = np.flatnonzero(linked)[rep]  # one device per set, in set order
+        n = counts[rep]
+        at = np.repeat(first[rep] - np.r_[0, np.cumsum(n)[:-1]], n) + np.arange(int(n.sum()))
+        member_set = np.repeat(np.arange(len(rep), dtype=np.int64), n)
+        order = np.argsort(thread[at], kind="stable")
+        return cls(of_device, thread[at][order], member_set[order])
+
+
+@dataclass(frozen=True)
+class HostSpans:
+    """The host's time in each kind of work the rules test, span by span with its thread
+    (``sync``: the sync calls themselves, for rule 3's "begins in one"); ``launchers``: which
+    threads' spans count for each device's gaps. Kineto's profiler overhead counts on every
+    thread: Kineto writes it on a process of its own (pid -1), and its buffer handling holds up
+    the whole process."""
+
+    data_loading: ThreadSpans
+    cpu_fallback: ThreadSpans  # the calls with their copies on the device (rule: covers)
+    cpu_fallback_host: ThreadSpans  # the calls on the host (rule: the gap begins in one)
+    sync: ThreadSpans
+    profiler_overhead: ThreadSpans
+    launchers: LaunchThreads
 
 
 # How long after its launch call returned a work item may start and still count as launched
@@ -55,12 +115,15 @@ LAUNCH_LATENCY_ALLOWANCE_NS = 100_000
 class Gaps:
     """The gaps being classified, one entry each, of every device of a device axis
     (``_axis``). ``start`` / ``end``: real times; ``idle_ns``: the gap less the emulator
-    overhead in it; ``next_launch`` / ``next_launch_end``: when the launch call of the work ending
-    it began and returned
-    (NO_LAUNCH: unknown). On the axis, where each device's own sets live: ``axis_start`` /
-    ``axis_end`` (the gaps), ``waits`` (when the devices waited at a collective for their
-    peers); ``overhead``: the emulator's own host work (real time, discounted from every gap
-    except where its device waited)."""
+    overhead in it (what ``--min-gap`` is compared with); ``next_launch`` / ``next_launch_end``:
+    when the launch call of the work ending it began and returned (NO_LAUNCH: unknown). On the
+    axis, where each device's own sets live: ``axis_start`` / ``axis_end`` (the gaps),
+    ``judged`` (each gap's counted idle: its parts inside the steps, less the emulator overhead
+    not waited; ``judged_gap``: the gap of each piece), ``waits`` (when the devices waited at a
+    collective for their peers); ``overhead``: the emulator's own host work (real time).
+
+    A gap's cause is judged on its counted idle alone: a gap kept whole across the host time
+    between two steps (``idle.py``) is not handed to what the host did outside the steps."""
 
     start: np.ndarray
     end: np.ndarray
@@ -70,41 +133,115 @@ class Gaps:
     axis: DeviceAxis
     axis_start: np.ndarray
     axis_end: np.ndarray
+    judged: I.Intervals
+    judged_gap: np.ndarray
     overhead: I.Intervals = I.EMPTY
     waits: I.Intervals = I.EMPTY
+    launchers: LaunchThreads | None = None  # None: every device, every thread
 
-    def covered_by(self, spans: I.Intervals) -> np.ndarray:
-        """Do the host spans cover at least half of each gap's idle time (the host spent most
-        of the gap there)? The part of them in the emulator's overhead (less the device's
-        waits) is discounted like the gap's own."""
-        covered = I.overlap_per_window(spans, self.start, self.end)
-        both = I.intersect(spans, self.overhead)
-        if len(both):
-            discounted = I.subtract(self.axis.replicate(both), self.waits)
-            covered = covered - I.overlap_per_window(discounted, self.axis_start, self.axis_end)
-        return 2 * covered >= self.idle_ns
+    @cached_property
+    def _lead(self) -> np.ndarray:
+        """Per device of the axis: the first device of the axis with its launching threads,
+        where the spans on those threads are placed (each set once on the axis)."""
+        axis = self.axis
+        if self.launchers is None:
+            return np.zeros(len(axis), np.int64)
+        sets = self.launchers.of_device[axis.index]
+        distinct, first = np.unique(sets, return_index=True)
+        return first[np.searchsorted(distinct, sets)].astype(np.int64)
+
+    def _to_lead(self, t: np.ndarray) -> np.ndarray:
+        """Axis times of the gaps' devices moved to their leads' places."""
+        g = self.axis.group_of(t)
+        return t + (self._lead[g] - g) * self.axis.width
+
+    def place(self, spans: ThreadSpans) -> tuple[np.ndarray, np.ndarray]:
+        """The spans on the axis, at each lead whose devices' launching threads ran them (the
+        lead of devices with no known launching thread takes them all): one copy per set of
+        threads, not per device. (start, end), in no order; clipped to the axis' span, its last
+        ns left out (a span reaching it would touch the next lead's first gap)."""
+        axis = self.axis
+        lo, hi = axis.base, axis.base + axis.width - 1
+        keep = (spans.end > lo) & (spans.start < hi) & (spans.end > spans.start)
+        start, end = np.maximum(spans.start[keep], lo), np.minimum(spans.end[keep], hi)
+        if self.launchers is None:
+            return start + axis.shift(0), end + axis.shift(0)
+        leads = np.unique(self._lead)
+        lead_set = self.launchers.of_device[axis.index[leads]]
+        by_set = np.argsort(lead_set)
+        leads, lead_set = leads[by_set], lead_set[by_set]
+        # (span, set) pairs: the sets holding each span's thread, joined by thread
+        thread, members = spans.thread[keep], self.launchers.member_thread
+        a = np.searchsorted(members, thread, side="left")
+        n = np.searchsorted(members, thread, side="right") - a
+        span = np.repeat(np.arange(len(start)), n)
+        at = np.repeat(a - np.r_[0, np.cumsum(n)[:-1]], n) + np.arange(int(n.sum()))
+        member_set = self.launchers.member_set[at].astype(np.int64)
+        k = np.minimum(np.searchsorted(lead_set, member_set), len(lead_set) - 1)
+        here = lead_set[k] == member_set  # (sets of this axis' devices only)
+        span, lead = span[here], leads[k[here]]
+        if lead_set[0] == -1:  # devices with no known launching thread: every span
+            span = np.r_[span, np.arange(len(start))]
+            lead = np.r_[lead, np.full(len(start), leads[0], np.int64)]
+        shift = axis.shift(lead)
+        return start[span] + shift, end[span] + shift
+
+    def per_gap(self, piece_ns: np.ndarray) -> np.ndarray:
+        """Per gap, the sum of a figure of each of its ``judged`` pieces (they are in gap
+        order: one cumulative sum, exact in int64)."""
+        cum = np.r_[0, np.cumsum(piece_ns, dtype=np.int64)]
+        bounds = np.searchsorted(self.judged_gap, np.arange(len(self.start) + 1))
+        return cum[bounds[1:]] - cum[bounds[:-1]]
+
+    @cached_property
+    def counted_ns(self) -> np.ndarray:
+        """Per gap: its counted idle (inside the steps, less the emulator overhead)."""
+        return self.per_gap(self.judged.end - self.judged.start)
+
+    def covered_by(self, spans: ThreadSpans, any_thread: bool = False) -> np.ndarray:
+        """Do the host spans on the threads that launch each gap's device's work (on any
+        thread: ``any_thread``) cover at least half of the gap's counted idle (those threads
+        spent most of the gap's idle time inside the steps there)? What they cover outside the
+        steps or in the emulator's overhead counts no more than the gap's own time there."""
+        start, end = self.judged.start, self.judged.end
+        if any_thread:  # (real time: one union for every device)
+            shift = self.axis.shift(self.axis.group_of(start))
+            on, start, end = I.union(spans.start, spans.end), start - shift, end - shift
+        else:
+            on, start, end = I.union(*self.place(spans)), self._to_lead(start), self._to_lead(end)
+        return 2 * self.per_gap(I.overlap_per_window(on, start, end)) >= self.counted_ns
 
     def waited(self) -> np.ndarray:
-        """Did the gap's device wait at a collective for at least half of its idle time?"""
-        return 2 * I.overlap_per_window(self.waits, self.axis_start, self.axis_end) >= self.idle_ns
+        """Did the gap's device wait at a collective for at least half of its counted idle?"""
+        on = I.overlap_per_window(self.waits, self.judged.start, self.judged.end)
+        return 2 * self.per_gap(on) >= self.counted_ns
 
-    def begins_in(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """Does each gap begin inside one of the host spans [start, end] (one that began at or
-        before the gap and ended at or after its start)?"""
-        return I.any_overlap(start, end, self.start - 1, self.start + 1)
+    def begins_in(self, spans: ThreadSpans) -> np.ndarray:
+        """Does each gap begin inside one of the host spans on the threads that launch its
+        device's work (one that began at or before the gap and ended at or after its start)?"""
+        start, end = self.place(spans)
+        at = self._to_lead(self.axis_start)
+        return I.any_overlap(start, end, at - 1, at + 1)
 
-    @property
+    @cached_property
     def launched_late(self) -> np.ndarray:
         """Did the host keep the device waiting: the launch of the work ending each gap began
         after the gap did, and that work started soon after the host had handed it over (its
         launch call returned): within launch latency (``LAUNCH_LATENCY_ALLOWANCE_NS``) or the
-        gap's second half. Work that starts long after its launch returned waited for
-        something else (work the trace does not hold, e.g. launched before the profile began;
-        a dependency), which is no host lateness."""
+        second half of the gap's counted idle (a gap across the host time between two steps
+        has its midpoint there, which every launch in the next step would pass). Work that
+        starts long after its launch returned waited for something else (work the trace does
+        not hold, e.g. launched before the profile began; a dependency), which is no host
+        lateness."""
         late = (self.next_launch != NO_LAUNCH) & (self.next_launch > self.start)
-        after = self.end - np.maximum(self.next_launch_end, self.start)
-        allowed = np.maximum((self.end - self.start) // 2, LAUNCH_LATENCY_ALLOWANCE_NS)
-        return late & (after <= allowed)
+        handed = np.maximum(self.next_launch_end, self.start)
+        soon = self.end - handed <= LAUNCH_LATENCY_ALLOWANCE_NS
+        # the counted idle after the launch returned, piece by piece on the axis
+        lo = (self.axis_start + (handed - self.start))[self.judged_gap]
+        hi = self.axis_end[self.judged_gap]
+        after = np.minimum(self.judged.end, hi) - np.maximum(self.judged.start, lo)
+        after = self.per_gap(np.maximum(after, 0))
+        return late & (soon | (after <= self.counted_ns // 2))
 
 
 class Cause:
@@ -179,8 +316,7 @@ class CpuFallback(Cause):
     def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
         # the gap begins while the host is in a fallback call (its copies, its wait for them,
         # releasing them: the idle lasts up to the next launch), or fallback calls cover it
-        host = spans.cpu_fallback_host
-        return gaps.begins_in(host.start, host.end) | gaps.covered_by(spans.cpu_fallback)
+        return gaps.begins_in(spans.cpu_fallback_host) | gaps.covered_by(spans.cpu_fallback)
 
 
 class HostSync(Cause):
@@ -191,10 +327,10 @@ class HostSync(Cause):
     )
 
     def applies(self, spans: HostSpans) -> bool:
-        return len(spans.sync_start) > 0
+        return len(spans.sync) > 0
 
     def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
-        return gaps.begins_in(spans.sync_start, spans.sync_end)
+        return gaps.begins_in(spans.sync)
 
 
 class HostBoundLaunch(Cause):
@@ -224,7 +360,7 @@ class ProfilerOverhead(Cause):
         return len(spans.profiler_overhead) > 0
 
     def match(self, gaps: Gaps, spans: HostSpans) -> np.ndarray:
-        return gaps.covered_by(spans.profiler_overhead)
+        return gaps.covered_by(spans.profiler_overhead, any_thread=True)
 
 
 class Other(Cause):

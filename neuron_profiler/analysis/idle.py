@@ -13,7 +13,9 @@ Emulator overhead is discounted first: the parts of a gap during which the host 
 emulator's own work (``emulator overhead: ...`` rows: an op's real math in numerics mode, the
 collective arrival exchange) are removed from the gap's idle time and from every cause, and
 counted apart as ``emulator_overhead_ns`` (the emulator's cost; it does not exist on real
-hardware). window = busy + idle + emulator overhead. The rules below see the rest of the gap.
+hardware). window = busy + idle + emulator overhead. The rules below see the rest of the gap
+inside the steps (its counted idle), and the host spans of the threads that launch the device's
+work (every thread's where the trace links no launch to it).
 
 A gap whose length less the emulator overhead in it is under ``min_gap_ns`` takes the first of
 ``causes.SHORT_RULES`` that holds (``host_bound_launch``: the host was late, however briefly, a
@@ -41,10 +43,18 @@ from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis import selections as sel
 from neuron_profiler.analysis._axis import DeviceAxis, device_axes
 from neuron_profiler.analysis._device import NO_LAUNCH
-from neuron_profiler.analysis.causes import ALL_CAUSES, Gaps, HostSpans, classify
+from neuron_profiler.analysis.causes import (
+    ALL_CAUSES,
+    Gaps,
+    HostSpans,
+    LaunchThreads,
+    ThreadSpans,
+    classify,
+)
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.fallback_inference import fallback_calls
 from neuron_profiler.analysis.sync_calls import sync_calls
+from neuron_profiler.trace import schema as S
 
 HOST_ACTIVITY_NAMES = 3  # host ops listed per long gap
 
@@ -244,23 +254,47 @@ class IdleTime:
 
 
 def host_spans(ctx: AnalysisContext) -> HostSpans:
-    """The host spans the idle rules test, as selected once per trace: DataLoader spans, the
-    CPU-fallback calls (``fallback_inference.fallback_calls``: fallback rows and inferred calls,
-    each as the whole op that dispatched it), the syncs that really waited (``sync_calls``) and
-    the profiler's own work."""
+    """The host spans the idle rules test, as selected once per trace, each with its thread:
+    DataLoader spans, the CPU-fallback calls (``fallback_inference.fallback_calls``: fallback
+    rows and inferred calls, each as the whole op that dispatched it), the syncs that really
+    waited (``sync_calls``) and the profiler's own work; and which threads launch each device's
+    work (a gap is judged on those threads' spans alone: ``causes.LaunchThreads``)."""
     trace, names = ctx.trace, ctx.names
-    loading = sel.spans_of(trace, sel.dataloader_rows(trace, names))
+    c = trace.columns
+    loading_rows = sel.dataloader_rows(trace, names)
+    sync_rows = ctx.result(sync_calls)
+    overhead_rows = sel.profiler_overhead_rows(trace, names)
     calls = ctx.result(fallback_calls)
-    sync = sel.spans_of(trace, ctx.result(sync_calls))
-    overhead = sel.spans_of(trace, sel.profiler_overhead_rows(trace, names))
-    return HostSpans(
-        data_loading=I.union(loading.start, loading.end),
-        cpu_fallback=I.union(calls.start, calls.end),
-        cpu_fallback_host=I.union(calls.host_start, calls.host_end),
-        sync_start=sync.start,
-        sync_end=sync.end,
-        profiler_overhead=I.union(overhead.start, overhead.end),
+    dev, pid, tid = ctx.launch_thread_table
+    rows = np.concatenate([loading_rows, sync_rows, overhead_rows])
+    code = _thread_codes(
+        np.concatenate([c[S.PID][rows].astype(np.int64), calls.pid.astype(np.int64), pid]),
+        np.concatenate([c[S.TID][rows].astype(np.int64), calls.tid.astype(np.int64), tid]),
     )
+    cut = np.cumsum([len(loading_rows), len(sync_rows), len(overhead_rows), len(calls)])
+    loading_thread, sync_thread, overhead_thread, call_thread, launch_thread = np.split(code, cut)
+
+    def spans(picked: np.ndarray, thread: np.ndarray) -> ThreadSpans:
+        s = sel.spans_of(trace, picked)
+        return ThreadSpans(s.start, s.end, thread)
+
+    # (launch_thread_table is sorted by device, then pid, tid: so is the code within a device)
+    return HostSpans(
+        data_loading=spans(loading_rows, loading_thread),
+        cpu_fallback=ThreadSpans(calls.start, calls.end, call_thread),
+        cpu_fallback_host=ThreadSpans(calls.host_start, calls.host_end, call_thread),
+        sync=spans(sync_rows, sync_thread),
+        profiler_overhead=spans(overhead_rows, overhead_thread),
+        launchers=LaunchThreads.of(dev, launch_thread, len(ctx.work.devices)),
+    )
+
+
+def _thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """A dense code per distinct (pid, tid), in (pid, tid) order."""
+    if len(pid) == 0:
+        return np.zeros(0, np.int64)
+    _, code = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True)
+    return code.ravel().astype(np.int64)
 
 
 def _next_launch(
@@ -370,6 +404,7 @@ def _on_axis(
     next_launch, next_launch_end = _next_launch(
         axis, axis_start, work.launch[runs][order], work.launch_end[runs][order], gap.end
     )
+    judged = I.intersect(gap, counted)  # (each piece inside one gap)
     facts = Gaps(
         start=gap.start - shift,
         end=gap.end - shift,
@@ -379,8 +414,11 @@ def _on_axis(
         axis=axis,
         axis_start=gap.start,
         axis_end=gap.end,
+        judged=judged,
+        judged_gap=np.searchsorted(gap.start, judged.start, side="right") - 1,
         overhead=ctx.emulator_overhead,
         waits=waits,
+        launchers=spans.launchers,
     )
     cause = classify(facts, spans, ctx.options.min_gap_ns)
     devices = _device_idle(ctx, axis, gap, cause, busy, inside, discount)
@@ -392,7 +430,7 @@ def _on_axis(
         gap_start_ns=facts.start,
         gap_end_ns=facts.end,
         gap_cause=cause,
-        gap_idle_ns=I.overlap_per_window(counted, gap.start, gap.end),
+        gap_idle_ns=facts.counted_ns,
     )
 
 

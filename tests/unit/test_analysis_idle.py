@@ -9,6 +9,7 @@ import pytest
 from trace_factory import Build
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis.causes import LaunchThreads
 from neuron_profiler.analysis.report import NOTE_HOST_ONLY, NOTE_NO_STEPS
 from neuron_profiler.trace import EventKind
 from neuron_profiler.trace import vocabulary as V
@@ -303,3 +304,57 @@ def test_idle_per_cause_in_one_pass_as_cause_by_cause(steps: str) -> None:
         assert by_cause[:, code].tolist() == axis.total_per_device(part).tolist()
         assert per_step[:, code].tolist() == I.overlap_per_window(part, ws, we).tolist()
     assert by_cause.sum() > 0 and per_step.sum() > 0
+
+
+def test_devices_sharing_launching_threads_share_one_set() -> None:
+    """(device, thread) pairs, sorted: devices 0 and 3 launched by thread 7, 1 and 4 by
+    threads 7 and 9, 2 by nothing (every thread), 5 by thread 9: three sets, each one's threads
+    listed once, sorted by thread."""
+    dev = np.array([0, 1, 1, 3, 4, 4, 5])
+    thread = np.array([7, 7, 9, 7, 7, 9, 9])
+    lt = LaunchThreads.of(dev, thread, 6)
+    s = lt.of_device
+    assert s[2] == -1
+    assert s[0] == s[3] and s[1] == s[4] and len({s[0], s[1], s[5]}) == 3
+    members = sorted(zip(lt.member_thread.tolist(), lt.member_set.tolist(), strict=True))
+    assert members == sorted([(7, s[0]), (7, s[1]), (9, s[1]), (9, s[5])])
+    assert lt.member_thread.tolist() == sorted(lt.member_thread.tolist())
+
+
+def test_many_devices_each_judged_on_its_launching_threads() -> None:
+    """Six devices on one axis, each idle 100-400 µs: 0 and 2 launched by thread 100 (in a
+    DataLoader 100-390), 1 and 3 by thread 101 (in a slow op 120-380, launching late), 4 by
+    both, 5 by no linked launch. The DataLoader's devices (0, 2, 4) and the unlinked one (5)
+    wait for data (300 µs each); 1 and 3 for their host's late launch."""
+    b = Build().step(1, 0, 1000)
+    threads = {0: (100,), 1: (101,), 2: (100,), 3: (101,), 4: (100, 101), 5: ()}
+    for device, tids in threads.items():
+        b.kernel(0, 100, device=device, launch_us=0 if tids else None, tid=(tids or (0,))[0])
+        b.kernel(400, 1000, device=device, launch_us=390 if tids else None, tid=(tids or (0,))[-1])
+    b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 390)
+    b.host("aten::slow_host_op", 120, 380, tid=101)
+    r = b.report()
+    by = {
+        d.device: (d.by_cause_ns["data_loading"], d.by_cause_ns["host_bound_launch"])
+        for d in r.idle.devices
+    }
+    loading, late = (300 * US, 0), (0, 300 * US)
+    assert by == {0: loading, 1: late, 2: loading, 3: late, 4: loading, 5: loading}
+
+
+def test_kinetos_overhead_counts_on_any_thread() -> None:
+    """Kineto writes its own overhead on a process of its own (pid -1): its ``Activity Buffer
+    Request`` (100-390 µs) owns the gap 100-400 of a device whose work thread 100 launched
+    (at 20, early: no late launch), although no launching thread ran it."""
+    b = Build().step(1, 0, 1000).kernel(0, 100, launch_us=0)
+    b.b.add(
+        name="Activity Buffer Request",
+        ts_ns=100 * US,
+        dur_ns=290 * US,
+        kind=EventKind.OTHER,
+        cat=V.CAT_OVERHEAD,
+        pid=-1,
+        tid=0,
+    )
+    b.kernel(400, 1000, launch_us=20)
+    assert _causes(b.report())["profiler_overhead"] == 300

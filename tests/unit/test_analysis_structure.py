@@ -219,8 +219,9 @@ def test_every_cause_is_one_record_with_its_docs_anchor() -> None:
 def test_a_rule_whose_precondition_fails_is_not_tried() -> None:
     """Without DataLoader spans the data-loading rule is skipped, so a gap the emulator's
     overhead fills entirely (0 ns of idle) is not called data loading."""
-    empty = I.EMPTY
-    spans = C.HostSpans(empty, empty, empty, np.zeros(0, np.int64), np.zeros(0, np.int64), empty)
+    empty, none = I.EMPTY, C.NO_SPANS
+    every = C.LaunchThreads(np.array([-1]), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    spans = C.HostSpans(none, none, none, none, none, every)
     axis = DeviceAxis(devices=(0,), index=np.array([0]), base=0, width=1000)
     gaps = C.Gaps(
         start=np.array([0]),
@@ -231,11 +232,14 @@ def test_a_rule_whose_precondition_fails_is_not_tried() -> None:
         axis=axis,
         axis_start=np.array([0]),
         axis_end=np.array([100]),
+        judged=empty,  # (all of it overhead: nothing counted)
+        judged_gap=np.zeros(0, np.int64),
         overhead=I.window(0, 100),
+        launchers=every,
     )
     assert C.ALL_CAUSES[int(C.classify(gaps, spans, 0)[0])] == "host_bound_launch"
     loading = C.HostSpans(
-        I.window(0, 100), empty, empty, np.zeros(0, np.int64), np.zeros(0, np.int64), empty
+        C.ThreadSpans(np.array([0]), np.array([100]), np.array([0])), none, none, none, none, every
     )
     assert C.ALL_CAUSES[int(C.classify(gaps, loading, 0)[0])] == "data_loading"
 

@@ -341,3 +341,105 @@ def test_mtia_stream_waits_are_idle_and_dma_requests_copies(tmp_path) -> None:  
     (device,) = r.idle.devices
     assert (device.busy_ns, device.idle_ns) == (400 * US, 600 * US)
     assert r.breakdown.devices[0].dma_ns[0] == 50 * US
+
+
+def test_a_gap_across_the_hole_between_steps_is_judged_inside_the_steps() -> None:
+    """Step 1 (0-1,000 µs) ends its work at 900; step 2 opens 4 ms later (5,000-6,000) in a
+    DataLoader ``__next__`` (5,000-5,400), then launches at 5,400 a kernel that starts at
+    5,410. The gap 900-5,410 is kept whole; its counted idle is 100 + 410 = 510 µs, of which
+    the DataLoader covers 400 (> half): data loading, although 400 µs is under half of the gap's
+    whole 4,510. The host spent the gap's idle time loading data, not launching late."""
+    b = Build().step(1, 0, 1000).kernel(0, 900, launch_us=0)
+    b.step(5, 5000, 6000)
+    b.host(V.DATALOADER_PREFIX + "_SingleProcessDataLoaderIter" + V.DATALOADER_SUFFIX, 5000, 5400)
+    b.kernel(5410, 6000, launch_us=5400)
+    r = b.report()
+    assert r.idle.by_cause_ns["data_loading"] == 510 * US
+    assert r.idle.by_cause_ns["host_bound_launch"] == 0
+
+
+def test_what_the_host_did_between_steps_does_not_own_the_gap() -> None:
+    """The same hole, a DataLoader ``__next__`` in it (1,000-4,900, outside both steps), step
+    2 launching at 5,300 a kernel that starts at 5,310: of the gap's 410 µs counted idle (100 +
+    310) the DataLoader covers none; the launch began after the gap and the kernel started
+    8 µs after the call returned (5,302): 410 µs host-bound launch, no data loading."""
+    b = Build().step(1, 0, 1000).kernel(0, 900, launch_us=0)
+    b.step(5, 5000, 6000)
+    b.host(V.DATALOADER_PREFIX + "_SingleProcessDataLoaderIter" + V.DATALOADER_SUFFIX, 1000, 4900)
+    b.kernel(5310, 6000, launch_us=5300)
+    r = b.report()
+    assert r.idle.by_cause_ns["data_loading"] == 0
+    assert r.idle.by_cause_ns["host_bound_launch"] == 410 * US
+
+
+def test_a_late_launch_is_judged_on_the_gaps_counted_idle() -> None:
+    """The hole again, nothing in it; step 2 launches at 5,010 (returns 5,012) a kernel that
+    starts only at 5,800. Counted idle 100 + 800 = 900 µs; after the call returned the device
+    still waited 788 µs (> half of 900, > 100 µs of launch latency): it waited for something
+    else, not the host ('other'). Judged on the whole gap (4,900 µs) its midpoint lies between
+    the steps and every launch in step 2 would pass."""
+    b = Build().step(1, 0, 1000).kernel(0, 900, launch_us=0)
+    b.step(5, 5000, 6000)
+    b.kernel(5800, 6000, launch_us=5010)
+    r = b.report()
+    assert r.idle.by_cause_ns["other"] == 900 * US
+    assert r.idle.by_cause_ns["host_bound_launch"] == 0
+
+
+LOADER = V.DATALOADER_PREFIX + "_SingleProcessDataLoaderIter" + V.DATALOADER_SUFFIX
+
+
+def test_a_dataloader_on_a_thread_that_launches_nothing_owns_no_gap() -> None:
+    """A prefetch thread (tid 200) sits in DataLoader ``__next__`` 100-390 µs while the
+    launching thread runs a slow host op (120-380) and launches the next kernel late (390, it
+    starts at 400): the gap 100-400 (300 µs) is the launching thread's late launch; the
+    prefetch kept no launch waiting."""
+    b = Build().step(1, 0, 1000).kernel(0, 100, launch_us=0)
+    b.host(LOADER, 100, 390, tid=200)
+    b.host("aten::slow_host_op", 120, 380)
+    b.kernel(400, 1000, launch_us=390)
+    r = b.report()
+    assert r.idle.by_cause_ns["data_loading"] == 0
+    assert r.idle.by_cause_ns["host_bound_launch"] == 300 * US
+
+
+def test_each_device_is_judged_on_the_threads_that_launch_its_work() -> None:
+    """Thread 100 drives device 0 and waits in its DataLoader 100-390 µs; thread 101 drives
+    device 1 and runs a slow op 120-380. Both devices idle 100-400 (300 µs): device 0 waits for
+    data, device 1 for its host's late launch (not for thread 100's DataLoader)."""
+    b = Build().step(1, 0, 1000)
+    b.kernel(0, 100, launch_us=0).kernel(0, 100, device=1, launch_us=1, tid=101)
+    b.host(LOADER, 100, 390)
+    b.host("aten::slow_host_op", 120, 380, tid=101)
+    b.kernel(400, 1000, launch_us=395)
+    b.kernel(400, 1000, device=1, launch_us=390, tid=101)
+    r = b.report()
+    by = {d.device: d.by_cause_ns for d in r.idle.devices}
+    assert (by[0]["data_loading"], by[0]["host_bound_launch"]) == (300 * US, 0)
+    assert (by[1]["data_loading"], by[1]["host_bound_launch"]) == (0, 300 * US)
+
+
+def test_a_sync_on_a_thread_that_launches_nothing_is_not_the_gaps() -> None:
+    """A side thread (tid 300) waits in cudaEventSynchronize 90-300 µs; the launching thread
+    is in a slow op 110-380 and launches at 390 (kernel at 400). The gap 100-400 began in the
+    side thread's sync, but that sync held no launch back: 300 µs host-bound launch, no host
+    sync idle."""
+    b = Build().step(1, 0, 1000).kernel(0, 100, launch_us=0)
+    b.host("cudaEventSynchronize", 90, 300, kind=EventKind.RUNTIME, cat="cuda_runtime", tid=300)
+    b.host("aten::slow_host_op", 110, 380)
+    b.kernel(400, 1000, launch_us=390)
+    r = b.report()
+    assert r.idle.by_cause_ns["host_sync"] == 0
+    assert r.idle.by_cause_ns["host_bound_launch"] == 300 * US
+
+
+def test_a_device_without_linked_launches_is_judged_on_every_thread() -> None:
+    """Device 0's work has no launch rows (nothing says which thread launched it): the
+    DataLoader on thread 200 (100-390) still covers its gap 100-400 (data loading, 300 µs),
+    whatever device 1, launched by thread 100, does beside it."""
+    b = Build().step(1, 0, 1000).kernel(0, 100).kernel(0, 1000, device=1, launch_us=0)
+    b.host(LOADER, 100, 390, tid=200)
+    b.kernel(400, 1000)
+    r = b.report()
+    by = {d.device: d.by_cause_ns for d in r.idle.devices}
+    assert by[0]["data_loading"] == 300 * US
