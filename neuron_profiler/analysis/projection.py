@@ -166,7 +166,8 @@ def project(
     what_if: tuple[str, ...] = (),
 ) -> Projection:
     """Project ``trace`` onto chip ``target`` ("same": the trace's own). ``source`` names the
-    trace's chip when its deviceProperties do not; ``top``: op rows kept (None: all);
+    trace's chip: needed when its deviceProperties name none, an override (stated among the
+    assumptions) when they name another; ``top``: op rows kept (None: all);
     ``what_if``: edits (``WHAT_IF``) each replayed alone on the same graph."""
     edits = [parse_what_if(e, trace.source) for e in what_if]  # bad input first
     ctx = AnalysisContext(trace, options or Options(hta=False, tb=False))
@@ -185,6 +186,12 @@ def project(
     same = tgt is None or (src is not None and tgt.name == src.name)
     source_graph = graph
     notes: list[str] = []
+    named = source_chip(trace) if source else None  # the chip its deviceProperties name
+    if named is not None and src is not None and named.name != src.name:
+        notes.append(
+            f"source chip {src.name} as chosen, though the trace's deviceProperties name "
+            f"{named.name}"
+        )
     plan = None
     if not same and len(ctx.work) == 0:  # a CPU-only trace: its ops moved onto the target
         plan = offload(ctx, tgt)  # type: ignore[arg-type]

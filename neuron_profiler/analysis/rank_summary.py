@@ -116,7 +116,15 @@ def distributed_info_of(metadata: dict) -> tuple[int | None, int | None]:
 
 
 def _int_or_none(x: object) -> int | None:
-    return x if type(x) is int else (int(x) if isinstance(x, str) and x.isdigit() else None)
+    """A rank or world size as written: an int, digits, or an integral float (1.0, as a pandas
+    round trip writes it: the loader reads such pids the same way); else None."""
+    if type(x) is int:
+        return x
+    if isinstance(x, str) and x.isdigit():
+        return int(x)
+    if type(x) is float and x.is_integer() and abs(x) < 2**63:
+        return int(x)
+    return None
 
 
 def _calls(trace: Trace, work: DeviceWork, steps: Steps, ctx: AnalysisContext) -> dict:

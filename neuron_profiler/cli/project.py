@@ -29,7 +29,8 @@ CHOICES = ("same", *CHIPS)  # analysis.projection.TARGETS, without importing num
     "--source-chip",
     default=None,
     type=click.Choice(tuple(CHIPS)),
-    help="The trace's chip when its deviceProperties name none.",
+    help="The chip the trace ran on: needed when its deviceProperties name no known chip; "
+    "otherwise it overrides them (said among the assumptions).",
 )
 @click.option(
     "--what-if",

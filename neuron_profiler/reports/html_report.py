@@ -73,7 +73,7 @@ def render_html(
     from neuron_profiler import __version__
 
     nav = "".join(
-        f'<li><a href="#trace-{i}">{_n(r.source)} (rank {r.rank})</a></li>'
+        f'<li><a href="#trace-{i}">{_n(r.source)} ({rank_text(r.rank)})</a></li>'
         for i, r in enumerate(reports)
     )
     body = "".join(_section(i, r) for i, r in enumerate(reports))

@@ -178,10 +178,11 @@ def check_data_versions(payloads: Sequence[bytes], sources: Sequence[str]) -> ob
     a version (older tools, hand-made files) states nothing and agrees with any."""
     stated: dict[str, list[object]] = {}
     for payload, source in zip(payloads, sources, strict=True):
-        found = [v for v in envelope_versions(payload) if v is not None]
+        found = {_version_text(v): v for v in map(_same_number, envelope_versions(payload))}
+        found.pop("null", None)
         if found:
-            stated[source] = sorted(set(found), key=repr)
-    distinct = {repr(v): v for versions in stated.values() for v in versions}
+            stated[source] = [found[k] for k in sorted(found)]
+    distinct = {_version_text(v): v for versions in stated.values() for v in versions}
     if len(distinct) > 1:
         files = "; ".join(
             f"{source}: {', '.join(map(_version_text, versions))}"
@@ -207,7 +208,15 @@ def check_data_versions(payloads: Sequence[bytes], sources: Sequence[str]) -> ob
 
 
 def _version_text(version: object) -> str:
+    """A version as written (any JSON value: an object or a list is compared by its text)."""
     return msgspec.json.encode(version).decode()
+
+
+def _same_number(version: object) -> object:
+    """An integral float is its integer (2.0 is version 2, as the loader reads 100.0 as 100)."""
+    if isinstance(version, float) and version.is_integer():
+        return int(version)
+    return version
 
 
 def _with_memory_counters(result: MergeResult, payloads: Sequence[bytes]) -> MergeResult:

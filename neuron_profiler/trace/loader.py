@@ -346,6 +346,10 @@ class _Load:
                     "not a torch.profiler trace (a JSON array whose first element is no event)",
                     not_a_trace=True,
                 )
+            if pending.lstrip(_WHITESPACE)[:1] in (b"", b"]"):  # (is_trace_file's too)
+                raise TraceLoadError(
+                    self.path, "not a torch.profiler trace (an empty JSON array)", not_a_trace=True
+                )
             return pending
         while True:
             key = self._head.find(_KEY)

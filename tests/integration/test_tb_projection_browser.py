@@ -35,6 +35,10 @@ def served(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     logdir = tmp_path_factory.mktemp("tb_projection")
     (logdir / "mm").mkdir()
     write_chrome_trace(b.b.build(), logdir / "mm" / "w.1.pt.trace.json")
+    (logdir / "second").mkdir()  # another run: "Recorded on" does not follow the user there
+    other = _mm_then_sync()
+    other.b.metadata["deviceProperties"] = [{"id": 0, "name": "Tesla V100-SXM2-32GB"}]
+    write_chrome_trace(other.b.build(), logdir / "second" / "w.1.pt.trace.json")
     with served_plugin(logdir) as answer:
         yield answer
 
@@ -113,6 +117,16 @@ def test_projection_view_is_the_routes_document(driver, served) -> None:  # noqa
     from_a100 = _route(served, "h100", "a100")
     assert from_a100["source"]["chip"] == "a100"
     assert _cells(driver, "projection-step", 2)[2] == _shown(from_a100["target"]["step_ms"])
+    # another trace: its own chip again (the choice belonged to the trace it was made for)
+    Select(driver.find_element(By.ID, "run")).select_by_visible_text("second")
+    _wait(
+        driver,
+        "the second run's projection",
+        "const v = document.getElementById('view');"
+        "const t = v.querySelector(\"table[data-table='projection-step']\");"
+        "return v.dataset.state === 'ready' && t && t.rows[1].cells[1].textContent === 'v100'"
+        " && document.getElementById('source').value === ''",
+    )
     errors = [
         e
         for e in driver.get_log("browser")

@@ -97,12 +97,15 @@ def test_an_array_file_is_a_trace_file_whatever_its_first_events_key_order(tmp_p
     assert not is_trace_file(_write(tmp_path / "cfg.json", b'[{"name": "a"}, {"ph": 1}]', False))
 
 
-def test_an_empty_array_is_an_empty_trace_but_no_trace_file(tmp_path: Path) -> None:
+def test_an_empty_array_is_no_trace_loaded_or_scanned(tmp_path: Path) -> None:
+    """A config's [] beside traces: not a trace when loaded (so a directory scan skips it, as
+    is_trace_file judges it) rather than an empty trace the commands then fail on."""
     for text in (b"[]", b"[", b" [ \n"):
         path = _write(tmp_path / "empty.json", text, False)
-        trace = load_trace(path)
-        assert len(trace) == 0 and not trace.truncated
-        assert not is_trace_file(path)  # (a config's [] beside traces is no trace)
+        with pytest.raises(TraceLoadError, match="an empty JSON array") as info:
+            load_trace(path)
+        assert info.value.not_a_trace
+        assert not is_trace_file(path)
 
 
 def test_repairs_and_trailing_bytes_are_counted_as_in_object_files(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ def _device(path: Path, *versions: object) -> Path:
 
 def test_inputs_of_one_version_merge_quietly(tmp_path: Path) -> None:
     host = _host(tmp_path / "host.json")
-    a, b = _device(tmp_path / "a.json", 2), _device(tmp_path / "b.json", 2, 2)
+    a, b = _device(tmp_path / "a.json", 2), _device(tmp_path / "b.json", 2, 2.0)  # 2.0 is 2
     c = _device(tmp_path / "c.json", None)  # states none: agrees with any
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -68,8 +68,17 @@ def test_inputs_of_one_version_merge_quietly(tmp_path: Path) -> None:
         ({"a.json": (2, 1)}, "a.json: 1, 2"),  # two fetches of one file
         ({"a.json": (2,), "b.json": ("3",), "c.json": (None,)}, "a.json: 2; {d}/b.json: 3"),
         ({"a.json": (2,), "b.json": ("two",)}, 'a.json: 2; {d}/b.json: "two"'),
+        ({"a.json": (2,), "b.json": ({"a": 1},)}, 'a.json: 2; {d}/b.json: {{"a":1}}'),
+        ({"a.json": ([2], 2)}, "a.json: 2, [2]"),
     ],
-    ids=["two-files", "within-one-file", "digit-string-and-unstated", "not-a-number"],
+    ids=[
+        "two-files",
+        "within-one-file",
+        "digit-string-and-unstated",
+        "not-a-number",
+        "an-object",
+        "a-list",
+    ],
 )
 def test_inputs_that_disagree_are_refused_in_one_line(
     tmp_path: Path,

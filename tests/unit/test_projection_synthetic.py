@@ -408,3 +408,24 @@ def test_kernel_carrying_its_own_cost_is_priced_without_recorded_shapes() -> Non
     assert {c.cls: c for c in vector.classes}["compute"].target_ms == pytest.approx(
         0.5 * tgt / src, abs=1e-6
     )
+
+
+def test_a_source_chip_overriding_the_traces_own_is_stated() -> None:
+    """The trace names a V100; --source-chip a100 overrides it (the user's choice), and the
+    assumptions say so; naming the trace's own chip, or a chip for a trace naming none, adds
+    nothing."""
+
+    def v100():  # noqa: ANN202
+        b = _mm_then_sync()
+        b.b.metadata["deviceProperties"] = [{"id": 0, "name": "Tesla V100-SXM2-32GB"}]
+        return b.b.build()
+
+    chosen = project(v100(), "trn2", source="a100")
+    assert chosen.source.chip == "a100"
+    said = [a for a in chosen.assumptions if "as chosen" in a]
+    assert said == ["source chip a100 as chosen, though the trace's deviceProperties name v100"]
+    for p in (
+        project(v100(), "trn2", source="v100"),
+        project(_mm_then_sync().b.build(), "trn2", source="a100"),
+    ):
+        assert not [a for a in p.assumptions if "as chosen" in a]

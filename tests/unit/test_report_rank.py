@@ -15,7 +15,7 @@ from neuron_profiler.cli.main import main
 from neuron_profiler.reports.json_report import schema_text
 
 
-def _trace(path: Path, rank: int | None) -> Path:
+def _trace(path: Path, rank: float | None) -> Path:
     doc: dict[str, object] = {
         "traceEvents": [
             {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
@@ -35,9 +35,11 @@ def _analyze(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     return capsys.readouterr().out
 
 
-@pytest.mark.parametrize("rank, shown", [(None, "no rank"), (0, "rank 0"), (1, "rank 1")])
+@pytest.mark.parametrize(
+    "rank, shown", [(None, "no rank"), (0, "rank 0"), (1, "rank 1"), (1.0, "rank 1")]
+)  # (1.0: a pandas round trip's integral float)
 def test_every_view_says_no_rank_or_the_real_one(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], rank: int | None, shown: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rank: float | None, shown: str
 ) -> None:
     path = _trace(tmp_path / "t.json", rank)
     doc = json.loads(_analyze(capsys, "--json", str(path)))
@@ -51,6 +53,7 @@ def test_every_view_says_no_rank_or_the_real_one(
     _analyze(capsys, "--html", str(html), str(path))
     page = html.read_text()
     assert f"<p>{shown} · 1 step · " in page
+    assert f"({shown})</a>" in page and "(rank None)" not in page  # (the contents too)
 
 
 def test_a_real_trace_without_distributed_info(

@@ -188,6 +188,7 @@ async function loadRuns() {
 async function loadReport() {
   const load = ++state.load;
   state.doc = null; state.timeline = null; state.cross = null; state.projection = null; state.diff = null;
+  state.source = "";  // "Recorded on" belongs to the trace it was chosen for
   state.error = null;
   if (!$("span").value) { render(); return; }
   $("status").textContent = "analysing…";
@@ -263,7 +264,9 @@ async function loadDiff(load) {
   render();
 }
 
-function renderProjection(p) {
+// The Projection view's selectors: the target chip and "Recorded on" (--source-chip), shown
+// while a projection runs too, so that a wrong choice can be changed at once.
+function projectionPickers() {
   const pick = el("select");
   pick.id = "chip";
   for (const c of state.chips) { const o = el("option", c); o.value = c; pick.appendChild(o); }
@@ -282,7 +285,11 @@ function renderProjection(p) {
   from.addEventListener("change", () => { state.source = from.value; state.projection = null; render(); });
   const recorded = el("label", " Recorded on ");
   recorded.appendChild(from);
-  const out = [label, recorded];
+  return [label, recorded];
+}
+
+function renderProjection(p) {
+  const out = projectionPickers();
   if (p.error) { out.push(el("p", shorten(p.error, STYLE.text_limit), "empty")); return out; }
   out.push(el("h3", "Step (ms, mean over " + p.steps + " steps)"));
   out.push(table([["what", ""], ["chip", "chip"], ["step_ms", "step ms", 3], ["note", "note", undefined, STYLE.text_limit]], [
@@ -732,7 +739,7 @@ function render() {
   if (state.view === "Projection" && !state.projection) loadProjection(state.load);
   if (state.view === "Projection" && state.projection.loading) {
     view.dataset.state = "loading";
-    view.replaceChildren(empty($("status").textContent || "projecting…"));
+    view.replaceChildren(...projectionPickers(), empty($("status").textContent || "projecting…"));
     return;
   }
   if (state.view === "Diff" && state.base && !state.diff) loadDiff(state.load);
