@@ -851,9 +851,9 @@ def _args(
     datas: list[_Data],
     host_timed: np.ndarray,
 ) -> tuple[np.ndarray, list[tuple[tuple[str, Any], ...]]]:
-    """Per kept row an index into a table of distinct arg tuples (-1: none). Kernels, launches
-    and DMA depend only on (kind, modelled, extension names): rendered once per distinct key;
-    the rare other kinds row by row."""
+    """Per kept row an index into a table of distinct arg tuples (-1: none). Kernels, launches,
+    DMA and overhead spans depend only on (kind, modelled, the extension fields their args
+    show): rendered once per distinct key; the rare other kinds row by row."""
     table: dict[Any, int] = {}
     entries: list[tuple[tuple[str, Any], ...]] = []
 
@@ -873,7 +873,19 @@ def _args(
     if len(at):
         sub = take(exts, rows[at])
         _, label = codes(
-            map(attrgetter("op", "engine", "dtype", "direction", "overhead", "pct_of_peak"), sub),
+            map(
+                attrgetter(
+                    "op",
+                    "engine",
+                    "dtype",
+                    "direction",
+                    "overhead",
+                    "pct_of_peak",
+                    "before_ns",
+                    "after_ns",
+                ),
+                sub,
+            ),
             len(sub),
         )
         key = ((label * len(ActivityKind) + kind[at]) * 2 + modelled[at]) * 2 + timed[at]

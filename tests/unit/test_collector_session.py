@@ -465,3 +465,25 @@ def test_fallback_cost_is_args_not_numbers() -> None:
     assert {
         k: json.loads(row["args"][k]) for k in (L.ARG_FLOPS, L.ARG_BYTES, L.ARG_DTYPE, L.ARG_ENGINE)
     } == {L.ARG_FLOPS: 8, L.ARG_BYTES: 136, L.ARG_DTYPE: "int64", L.ARG_ENGINE: "VectorE"}
+
+
+def test_each_overhead_span_keeps_its_own_before_and_after() -> None:
+    """Two dispatch-overhead spans of one op with different figures just outside them (the
+    emulator's boundary and queries: host_cost.py): each row's args are its own (args are
+    rendered once per distinct key; the figures belong to the key)."""
+    t = _Trace()
+    for start, before, after in ((2_000, 500, -100), (3_000, 700, -300)):
+        ext = {"overhead": "dispatch", "op": "aten::add", "before_ns": before, "after_ns": after}
+        t.span("neuron_profiler.emulator_overhead", 0, start, start + 200, {"neuron_profiler": ext})
+    res = S.build_session_result(
+        t.payload(), window=(W0, W1), intervals=S.Intervals.empty(), host_pid=HOST_PID, props=[]
+    )
+    got = [  # (the bridge's args are JSON text)
+        (
+            r["start"],
+            json.loads(r["args"][L.ARG_OVERHEAD_BEFORE]),
+            json.loads(r["args"][L.ARG_OVERHEAD_AFTER]),
+        )
+        for r in _rows(res)
+    ]
+    assert sorted(got) == [(2_000, 500, -100), (3_000, 700, -300)]
