@@ -833,15 +833,35 @@ def _row_args(
         out += [(V.ARG_OVERHEAD, str(e.overhead)), (V.ARG_HIDDEN, 1)] + (
             [(V.ARG_OP, e.op)] if e.op else []
         )
-        for key, value in (
-            (V.ARG_OVERHEAD_BEFORE, e.before_ns),
-            (V.ARG_OVERHEAD_AFTER, e.after_ns),
-        ):
-            if type(value) is int and value:
-                out.append((key, value))
     elif kind in RAW_DATA_KINDS:
         out.append((V.ARG_DATA, msgspec.Raw(raw)))
     return tuple(out)
+
+
+def _with_reach(
+    ids: np.ndarray,
+    at: np.ndarray,
+    kind: np.ndarray,
+    sub: list[_Ext],
+    entries: list[tuple[tuple[str, Any], ...]],
+) -> None:
+    """Overhead spans whose extension gives the emulator's time just before / after them
+    (host_cost.py): their shared args plus those two figures, one entry per row (each row's
+    own: nearly every row differs, so they are appended, not interned)."""
+    for j in np.flatnonzero(kind[at] == ActivityKind.OVERHEAD).tolist():
+        e = sub[j]
+        reach = tuple(
+            (key, value)
+            for key, value in (
+                (V.ARG_OVERHEAD_BEFORE, e.before_ns),
+                (V.ARG_OVERHEAD_AFTER, e.after_ns),
+            )
+            if type(value) is int and value
+        )
+        if reach:
+            base = entries[ids[at[j]]] if ids[at[j]] >= 0 else ()
+            ids[at[j]] = len(entries)
+            entries.append(base + reach)
 
 
 def _args(
@@ -881,8 +901,6 @@ def _args(
                     "direction",
                     "overhead",
                     "pct_of_peak",
-                    "before_ns",
-                    "after_ns",
                 ),
                 sub,
             ),
@@ -899,6 +917,7 @@ def _args(
             for j in first.tolist()
         ]
         ids[at] = np.asarray(distinct, dtype=np.int32)[inverse.reshape(-1)]
+        _with_reach(ids, at, kind, sub, entries)
     for j in np.flatnonzero(~simple).tolist():
         i, k = int(rows[j]), int(kind[j])
         raw = bytes(acts.data[i]) if k in RAW_DATA_KINDS else b""  # payload bytes only if needed
