@@ -419,8 +419,11 @@ class DeviceTimeline:
         not_before_ns: int = 0,
         staged_ns: int = 0,
         stream: int = 0,
+        call_end_ns: int | None = None,
     ) -> int:
         """A DMA transfer on the core's DMA queue (h2d / d2h over the host link, d2d on chip).
+        ``call_end_ns``: where an unstaged copy's runtime call row ends (None: now), as for
+        ``kernel``.
 
         ``staged_ns`` (> 0): a host -> device copy from pageable memory, which the host staged
         (``stage``) from ``launch_ns`` until then inside the runtime call: the DMA is submitted
@@ -463,7 +466,7 @@ class DeviceTimeline:
                 start,
                 end,
                 CopyDetail(nbytes, direction, link),
-                call_end_ns=submit_ns if staged_ns else None,
+                call_end_ns=submit_ns if staged_ns else call_end_ns,
             )
         return end
 
