@@ -421,23 +421,20 @@ class _GatingGroups:
         return cls(of_device=of_device, ops=ops)
 
 
-def _link_without_correlation(
-    ctx: AnalysisContext, tree: HostTree, rows: np.ndarray, node: np.ndarray
-) -> None:
-    """Fill ``node`` (per work row, its launching call's tree node, -1: none) for the rows an
-    ac2g flow or External id links to their call (``_correlation``: no correlation id)."""
-    todo = np.flatnonzero(node < 0)
-    if not len(todo):
-        return
-    call_row = ctx.runtime_calls.call_of(ctx.trace.columns[S.CORRELATION], rows[todo])
+def _launch_nodes(ctx: AnalysisContext, tree: HostTree, rows: np.ndarray) -> np.ndarray:
+    """Per work row, its launching call's tree node (-1: none), as every analysis links
+    launches (``RuntimeCalls.call_of``: correlation id, else ac2g flow or External id)."""
+    node = np.full(len(rows), -1, np.int64)
+    call_row = ctx.runtime_calls.call_of(ctx.trace.columns[S.CORRELATION], rows)
     nodes = np.flatnonzero(tree.kind == S.EventKind.RUNTIME)
     if not len(nodes) or not (call_row >= 0).any():
-        return
+        return node
     by_row = np.argsort(tree.rows[nodes])
     sorted_rows = tree.rows[nodes][by_row]
     at = np.minimum(np.searchsorted(sorted_rows, call_row), len(nodes) - 1)
     found = (call_row >= 0) & (sorted_rows[at] == call_row)
-    node[todo[found]] = nodes[by_row[at[found]]]
+    node[found] = nodes[by_row[at[found]]]
+    return node
 
 
 def _owners(ctx: AnalysisContext, table: OpTable) -> tuple[np.ndarray, list[str]]:
@@ -446,17 +443,7 @@ def _owners(ctx: AnalysisContext, table: OpTable) -> tuple[np.ndarray, list[str]
     work without a launch call (by its kernel name)."""
     tree, c, strings = table.tree, ctx.trace.columns, ctx.trace.strings
     work = ctx.work
-    calls = np.flatnonzero(tree.kind == S.EventKind.RUNTIME)
-    corr = c[S.CORRELATION][tree.rows[calls]]
-    calls, corr = calls[corr > 0], corr[corr > 0]
-    order = np.lexsort((tree.start[calls], corr))
-    keys, first = np.unique(corr[order], return_index=True)
-    node_of_key = calls[order][first]
-    wc = c[S.CORRELATION][work.rows]
-    k = np.clip(np.searchsorted(keys, wc), 0, max(len(keys) - 1, 0))
-    linked = (wc > 0) & (len(keys) > 0) & (keys[k] == wc if len(keys) else False)
-    node = np.where(linked, node_of_key[k] if len(keys) else -1, -1)
-    _link_without_correlation(ctx, tree, work.rows, node)
+    node = _launch_nodes(ctx, tree, work.rows)
     op = np.full(len(node), -1, np.int64)  # (no host node at all: a device-only trace)
     op[node >= 0] = table.of_node[node[node >= 0]]
     alone = np.flatnonzero(op < 0)

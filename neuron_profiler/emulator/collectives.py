@@ -124,7 +124,7 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     )
     # every buffer the collective touches is ready only at its end (resolved when first needed)
     # and holds its values once the real exchange is done (``data_ready``, even when resolved)
-    pending.data_ready = _data_ready(_works(out))
+    pending.data_ready = _data_ready(_futures(out))
     ready = pending if pending.data_ready is not None or not pending.resolved else pending.end
     for t in device_elems:
         STATE.pending[t.untyped_storage().data_ptr()] = ready
@@ -175,7 +175,7 @@ def _device_work(out: Any, result: Any, alias: dict[int, Any]) -> Any:
     comm hooks that read ``fut.value()`` run on the device, as with NCCL. ``alias`` maps the
     host memory of every device argument to its tensor, so ops that return only a ``Work``
     (the coalesced ones) and nested results (lists of lists) map back too."""
-    from torch._C._distributed_c10d import Work, _create_work_from_future
+    from torch._C._distributed_c10d import _create_work_from_future
 
     by_id: dict[int, Any] = dict(alias)
     by_mem: dict[tuple, Any] = {_mem(d._elem): d for d in alias.values()}
@@ -184,15 +184,8 @@ def _device_work(out: Any, result: Any, alias: dict[int, Any]) -> Any:
     if not single:
         _pair_up(out, result, by_id, by_mem)
     for i, o in enumerate(outs):
-        if not isinstance(o, torch.ScriptObject):
-            continue
-        try:
-            work = Work.unbox(o)
-        except RuntimeError:  # another bound class
-            continue
-        try:
-            future = work.get_future()
-        except RuntimeError:  # gloo's work for some ops has none ("getFuture not implemented")
+        future = _future_of(o)
+        if future is None:
             continue
         fut = future.then(lambda f: _to_device(f.value(), by_id, by_mem))
         items[i] = _create_work_from_future(fut).boxed()
@@ -234,18 +227,12 @@ def _arrival_exchange(pg: Any) -> Callable[[int], _Arrivals]:
     return lambda arrival_ns: _Arrivals(pg, arrival_ns)
 
 
-def _data_ready(works: list[Any]) -> Callable[[], None] | None:
+def _data_ready(futures: list[Any]) -> Callable[[], None] | None:
     """Wait until the real exchange's results are in its buffers (``PendingCollective.
     data_ready``): an op reading them before ``Work.wait()`` then sees the reduced values, as
     the device ordering the emulator models says. Its futures are waited, not the works: a
     future is done before its callbacks run (DDP's comm hooks, which dispatch device ops that
-    come here), and a work is not."""
-    futures = []
-    for work in works:
-        try:
-            futures.append(work.get_future())
-        except RuntimeError:  # gloo's work for some ops has none: its values land at wait()
-            continue
+    come here), and a work is not. (A gloo work without a future: its values land at wait().)"""
     if not futures:
         return None
 
@@ -257,18 +244,23 @@ def _data_ready(works: list[Any]) -> Callable[[], None] | None:
     return wait
 
 
-def _works(out: Any) -> list[Any]:
-    """The gloo ``Work`` objects a c10d op returned (boxed, alone or in its result tuple)."""
+def _future_of(value: Any) -> Any:
+    """The future of a gloo ``Work`` a c10d op returned (boxed); None for anything else, or a
+    work without one (gloo's for some ops: "getFuture not implemented")."""
     from torch._C._distributed_c10d import Work
 
-    found = []
-    for o in out if isinstance(out, (list, tuple)) else [out]:
-        if isinstance(o, torch.ScriptObject):
-            try:
-                found.append(Work.unbox(o))
-            except RuntimeError:  # another bound class
-                continue
-    return found
+    if not isinstance(value, torch.ScriptObject):
+        return None
+    try:
+        return Work.unbox(value).get_future()
+    except RuntimeError:  # another bound class, or no future
+        return None
+
+
+def _futures(out: Any) -> list[Any]:
+    """The futures of the works a c10d op returned (alone or in its result tuple)."""
+    items = out if isinstance(out, (list, tuple)) else [out]
+    return [f for f in map(_future_of, items) if f is not None]
 
 
 # core -> the latest collective launched on it not yet waited for from Python

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -470,36 +470,10 @@ class DeviceTimeline:
             )
         return end
 
-    def collective(
-        self,
-        core: int,
-        op: str,
-        *,
-        collective: str,
-        nbytes: int,
-        ranks: list[int],
-        group: str,
-        launch_ns: int,
-        algorithm: str = "ring",
-        exchange: Callable[[int], ArrivalExchange] | None = None,
-        not_before_ns: int = 0,
-        stream: int = 0,
-    ) -> int:
-        """``launch_collective`` resolved at once: returns the collective's device end (the host
-        blocks until the group has arrived)."""
-        return self.launch_collective(
-            core,
-            op,
-            collective=collective,
-            nbytes=nbytes,
-            ranks=ranks,
-            group=group,
-            launch_ns=launch_ns,
-            algorithm=algorithm,
-            exchange=exchange,
-            not_before_ns=not_before_ns,
-            stream=stream,
-        ).end_ns()
+    def collective(self, core: int, op: str, **launch: Any) -> int:
+        """``launch_collective`` (same arguments) resolved at once: returns the collective's
+        device end (the host blocks until the group has arrived)."""
+        return self.launch_collective(core, op, **launch).end_ns()
 
     def launch_collective(
         self,
@@ -608,6 +582,14 @@ class DeviceTimeline:
                 if blocked > self.blocked_until_ns:
                     self.blocked_until_ns = blocked
             group_start = max(group_start, latest)
+        self._schedule(pending, group_start)
+        if pending.exec_id:
+            self._record_collective(pending)
+        return blocked
+
+    def _schedule(self, pending: PendingCollective, group_start: int) -> None:
+        """Place a pending collective on its core's collective queue from ``group_start``: it
+        is resolved (its start and end set; no longer the core's unresolved one)."""
         q = self.cores[pending.core]
         with self._lock:
             start, end = q.collective.schedule(
@@ -620,9 +602,6 @@ class DeviceTimeline:
             pending.start, pending.end = start, end
             if q.unresolved is pending:
                 q.unresolved = None
-        if pending.exec_id:
-            self._record_collective(pending)
-        return blocked
 
     def _latest(self, pending: PendingCollective, exchange: ArrivalExchange) -> int:
         """The group's last arrival. When the exchange fails (a peer died), the collective is
@@ -631,17 +610,7 @@ class DeviceTimeline:
         try:
             return exchange.latest_ns()
         except BaseException:
-            q = self.cores[pending.core]
-            with self._lock:
-                start, end = q.collective.schedule(
-                    launch_ns=pending.launch_ns,
-                    duration_ns=pending.duration_ns,
-                    latency_ns=self.latency_ns,
-                    not_before_ns=pending.arrival_ns,
-                )
-                pending.start, pending.end = start, end
-                if q.unresolved is pending:
-                    q.unresolved = None
+            self._schedule(pending, pending.arrival_ns)
             raise
 
     def _record_collective(self, p: PendingCollective) -> None:
