@@ -48,7 +48,7 @@ def check_output(path: str | Path, inputs: Sequence[str | Path] = ()) -> None:
     inode: symlinks, hard links and other spellings count) or that cannot be written."""
     path = Path(path)
     for source in inputs:
-        if _same_file(path, Path(source)):
+        if same_file(path, Path(source)):
             raise OutputError(
                 path,
                 f"is the input {source}; refusing to overwrite an input "
@@ -57,7 +57,8 @@ def check_output(path: str | Path, inputs: Sequence[str | Path] = ()) -> None:
     _writable(path, _target(path))
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file (device and inode); False when either is missing."""
     try:
         return os.path.samefile(a, b)
     except OSError:  # either missing: not the same (an unreadable input is reported on reading)

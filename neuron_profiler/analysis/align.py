@@ -80,10 +80,11 @@ MATCHED, UNMATCHED, FUSED = "op", "unmatched", "fused"
 @dataclass(frozen=True)
 class StepChoice:
     """Which steps to compare: ``by`` "auto" (every step number in both; by position when none
-    is), "number", "position"; ``numbers``: only these step numbers (by number)."""
+    is), "number", "position"; ``ranges``: only the step numbers in these inclusive ranges (by
+    number), kept as ranges so that ``0-1000000000`` costs nothing."""
 
     by: str = "auto"
-    numbers: tuple[int, ...] = ()
+    ranges: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def parse(cls, text: str) -> StepChoice:
@@ -97,11 +98,50 @@ class StepChoice:
                 "(e.g. 5-8 or 5,7,9)",
                 exit_code=2,
             )
-        numbers: list[int] = []
+        ranges: list[tuple[int, int]] = []
         for part in text.split(","):
             lo, _, hi = part.partition("-")
-            numbers += range(int(lo), int(hi or lo) + 1)
-        return cls(by="number", numbers=tuple(sorted(set(numbers))))
+            first, last = int(lo), int(hi or lo)
+            if last < first:
+                raise NeuronProfilerError(
+                    f"--steps {text!r}: range {first}-{last} runs backwards (write {last}-{first})",
+                    exit_code=2,
+                )
+            ranges.append((first, last))
+        return cls(by="number", ranges=tuple(ranges))
+
+    def chosen(self, numbers: list[str]) -> tuple[list[str], list[int], int]:
+        """Of ``numbers`` (step names), those in the ranges, in order; the first
+        ``MISSING_SHOWN`` wanted numbers not among them, and how many are missing in all."""
+        present = {int(n) for n in numbers if n.isdigit()}
+        kept = list(dict.fromkeys(n for n in numbers if n.isdigit() and self._wants(int(n))))
+        wanted_total = sum(last - first + 1 for first, last in _merged(self.ranges))
+        missing_count = wanted_total - len({int(n) for n in kept})
+        shown: list[int] = []
+        for first, last in _merged(self.ranges):
+            number = first
+            while number <= last and len(shown) < MISSING_SHOWN and len(shown) < missing_count:
+                if number not in present:
+                    shown.append(number)
+                number += 1
+        return kept, shown, missing_count
+
+    def _wants(self, number: int) -> bool:
+        return any(first <= number <= last for first, last in self.ranges)
+
+
+MISSING_SHOWN = 10
+
+
+def _merged(ranges: tuple[tuple[int, int], ...]) -> list[tuple[int, int]]:
+    """Overlapping or touching ranges joined, so no number is counted twice."""
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted(ranges):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return merged
 
 
 @dataclass(frozen=True)
@@ -119,16 +159,19 @@ class StepPairs:
 
 def pair_steps(a: Steps, b: Steps, choice: StepChoice = StepChoice()) -> StepPairs:
     both = [n for n in a.names if n in set(b.names)]
-    if choice.numbers:
-        wanted = [str(n) for n in choice.numbers]
-        missing = [n for n in wanted if n not in both]
-        if missing:
+    if choice.ranges:
+        wanted, missing, missing_count = choice.chosen(both)
+        if missing_count:
+            listed = ", ".join(map(str, missing))
+            more = (
+                f" and {missing_count - len(missing)} more" if missing_count > len(missing) else ""
+            )
             raise NeuronProfilerError(
-                f"--steps: step {', '.join(missing)} not in both traces "
+                f"--steps: step {listed}{more} not in both traces "
                 f"(A has {_names(a)}, B has {_names(b)})",
                 exit_code=2,
             )
-        both = wanted
+        both = sorted(wanted, key=int)
     by_number = choice.by == "number" or (choice.by == "auto" and both and _numbered(a, b))
     if by_number:
         if not both:
@@ -153,7 +196,23 @@ def _numbered(a: Steps, b: Steps) -> bool:
 
 
 def _names(steps: Steps) -> str:
-    return ", ".join(steps.names) if steps.from_profiler_steps else "no ProfilerStep"
+    """The step names, runs of consecutive numbers written as ranges, at most ``MISSING_SHOWN``
+    items (an error line stays one readable line for a run of thousands of steps)."""
+    if not steps.from_profiler_steps:
+        return "no ProfilerStep"
+    items: list[str] = []
+    run: list[int] = []
+    for name in [*steps.names, ""]:
+        if name.isdigit() and run and int(name) == run[-1] + 1:
+            run.append(int(name))
+            continue
+        if run:
+            items.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [int(name)] if name.isdigit() else []
+        if name and not run:
+            items.append(name)
+    shown = ", ".join(items[:MISSING_SHOWN])
+    return shown if len(items) <= MISSING_SHOWN else f"{shown}, ... ({len(steps.names)} steps)"
 
 
 # -- the host tree and its ops -----------------------------------------------------------------

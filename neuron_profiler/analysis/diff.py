@@ -613,7 +613,10 @@ def _notes(
             "past the diff's budget: align.CELL_BUDGET) were matched by occurrence"
         )
     if a.devices and b.devices and a.devices != b.devices:
-        out.append(f"A has {a.devices} devices, B {b.devices}: per-device means compared")
+        out.append(
+            f"A has {a.devices} device{'s' * (a.devices != 1)}, B {b.devices}: per-device means "
+            "compared"
+        )
     return tuple(out)
 
 

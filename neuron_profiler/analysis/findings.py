@@ -74,6 +74,12 @@ class Finding:
     call_site: str = ""  # the host op's Python call site, "file:line function" ("" unknown)
     docs: str = ""
 
+    @property
+    def host_op_news(self) -> str:
+        """``host_op`` where the title does not already name it ("" otherwise): what a report
+        adds after the title, so a sync's call is not named twice."""
+        return "" if self.host_op in self.title else self.host_op
+
 
 @dataclass(frozen=True)
 class Findings:
@@ -90,7 +96,7 @@ def findings(ctx: AnalysisContext) -> Findings:
             ctx,
             fallback,
             f"cpu_fallback:{g.op}",
-            f"CPU fallback {g.op} {g.shapes} {g.dtypes} ({g.calls} calls; {g.reason})",
+            f"CPU fallback {g.op} {g.shapes} {g.dtypes} ({_calls(g.calls)}; {g.reason})",
             g.recoverable_ns,
             g.spans_ns,
             g.op,
@@ -105,7 +111,7 @@ def findings(ctx: AnalysisContext) -> Findings:
             ctx,
             C.HOST_SYNC,
             f"host_sync:{g.name}",
-            f"host sync {g.name} ({g.calls} calls)",
+            f"host sync {g.name} ({_calls(g.calls)})",
             g.idle_ns,
             g.spans_ns,
             g.name,
@@ -233,6 +239,10 @@ def _finding(
         call_site=call_site,
         docs=cause.docs,
     )
+
+
+def _calls(n: int) -> str:
+    return f"{n} call{'s' * (n != 1)}"
 
 
 def _longest_ranges(x: I.Intervals) -> tuple[tuple[int, int], ...]:

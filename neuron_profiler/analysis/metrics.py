@@ -4,7 +4,8 @@
     rule = parse_rule("idle_pct>30")
     rule.breached(values["idle_pct"])
 
-Metrics (over several devices the worst device counts; over several traces, the worst trace):
+Metrics (over several devices the worst device counts; over several traces, the worst trace;
+every metric but ``step_ms`` is None for a trace without device time in its steps):
 - ``step_ms``: mean step wall time;
 - ``idle_pct``: device idle time, % of the step spans (emulator overhead is not idle time);
 - ``idle_ms_per_step``: device idle time per step;
@@ -41,14 +42,21 @@ _RULE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|>|<)\s*(-?[0-9]+(?:\.[0-9]*)?)\s*
 METRIC_NAMES = ("step_ms", "idle_pct", "idle_ms_per_step", "fallback_ms_per_step") + tuple(
     f"{c}_ms_per_step" for c in ALL_CAUSES
 )
+DEVICE_METRICS = METRIC_NAMES[1:]  # None (JSON null) for a trace without device time
 
 
-def metrics(report: Report) -> dict[str, float]:
+def metrics(report: Report) -> dict[str, float | None]:
+    """The metrics of one report; the device metrics are None where no device has time in the
+    steps (a CPU-only trace): a made-up 0 would pass ``idle_pct<1`` and fail ``idle_pct>30``'s
+    opposite for a trace that has no device to judge."""
     steps = max(len(report.steps), 1)
     wall = report.steps.wall_ns
-    out = {"step_ms": float(wall.mean()) / 1e6 if len(wall) else 0.0}
+    out: dict[str, float | None] = {"step_ms": float(wall.mean()) / 1e6 if len(wall) else 0.0}
     devices = report.idle.per_device
     timed = devices.window_ns > 0
+    if not timed.any():
+        out.update(dict.fromkeys(DEVICE_METRICS))
+        return out
     out["idle_pct"] = _max(100 * devices.idle_ns[timed] / devices.window_ns[timed])
     out["idle_ms_per_step"] = _max(devices.idle_ns / 1e6 / steps)
     for cause in ALL_CAUSES:
@@ -99,7 +107,10 @@ def parse_rule(text: str, known: tuple[str, ...] = METRIC_NAMES, *, percent: boo
     )
 
 
-def worst(values: list[dict[str, float]], rule: Rule) -> float:
-    """The value that counts for a rule over several traces: the one furthest past it."""
-    picked = [v[rule.metric] for v in values]
+def worst(values: list[dict[str, float | None]], rule: Rule) -> float | None:
+    """The value that counts for a rule over several traces: the one furthest past it; None
+    when no trace has the metric (no device time anywhere: the rule cannot be judged)."""
+    picked = [v[rule.metric] for v in values if v[rule.metric] is not None]
+    if not picked:
+        return None
     return min(picked) if rule.op in ("<", "<=") else max(picked)

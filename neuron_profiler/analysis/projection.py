@@ -237,6 +237,8 @@ def project(
                 f"{result.graphs / n:.0f} graphs (their ops' host time with them; kernels, "
                 "fusion and fixed kernel time unchanged)"
             )
+        if edit.kind == "no-fallback":
+            notes.extend(_unknown_fallback(edit.op, costs, same))
         if edit.kind == "overlap-comm":
             notes.append(
                 "--what-if overlap-comm: collectives no longer wait for the compute they were "
@@ -378,6 +380,27 @@ def _busy_ms(start: np.ndarray, end: np.ndarray, n: int) -> float:
     """Mean per step of the union of the items' spans (device busy)."""
     live = end > start
     return I.union(start[live], end[live]).total / n / 1e6
+
+
+def _unknown_fallback(op: str, costs: ItemCosts, same: bool) -> tuple[str, ...]:
+    """The note for ``no-fallback:OP`` where OP is no op the target runs on the host here (a typo
+    would otherwise read as "no change" without a word)."""
+    host_run = sorted(set(costs.name[costs.fallback].astype(str)))
+    if op in host_run and not same:
+        return ()
+    if same:
+        why = "--chip same replays the trace as recorded, with no op moved"
+    else:
+        listed = ", ".join(host_run[:FALLBACKS_LISTED]) + (
+            ", ..." if len(host_run) > FALLBACKS_LISTED else ""
+        )
+        why = f"the target runs {'these ops' if host_run else 'no op'} on the host here" + (
+            f": {listed}" if host_run else ""
+        )
+    return (f"--what-if no-fallback:{op}: no change ({why})",)
+
+
+FALLBACKS_LISTED = 8
 
 
 def _ops(costs: ItemCosts, n: int, *, fallback: bool, top: int | None) -> tuple[OpRow, ...]:

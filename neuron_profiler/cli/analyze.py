@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from neuron_profiler.cli.params import FiniteFloatRange
 from neuron_profiler.errors import NeuronProfilerError
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ HTML_TIMELINE_SEGMENTS = 2000  # per idle series (device and cause) in --html's 
     "min_gap_us",
     default=50.0,
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     help="Shortest idle gap given a cause, in µs.",
 )
 @click.option(
@@ -229,10 +230,15 @@ def _breaches(rules, reports) -> list[dict]:  # noqa: ANN001
 
     if not rules or not reports:
         return []
+    from neuron_profiler.cli.main import warn
+
     values = [metrics(r) for r in reports]
     out = []
     for rule in rules:
         value = worst(values, rule)
+        if value is None:  # only traces without device time: nothing to judge
+            warn(f"fail-on: {rule.text} not judged ({rule.metric}: no device time in any trace)")
+            continue
         if rule.breached(value):
             out.append({"rule": rule.text, "metric": rule.metric, "value": value})
     return out

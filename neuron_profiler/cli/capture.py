@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from neuron_profiler.cli.params import FiniteFloatRange
+
 
 @click.command()
 @click.option(
@@ -50,7 +52,7 @@ import click
     "timeout_s",
     default=300.0,
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     help="Seconds to wait for every trace.",
 )
 def capture(
@@ -137,7 +139,8 @@ def _summary(path: Path) -> str:
         return f"(not analysed: {err})"
     n = len(report.steps)
     values = metrics(report)
-    idle = f"device idle {values['idle_pct']:.1f}%" if report.has_device else "no device events"
+    idle_pct = values["idle_pct"]
+    idle = f"device idle {idle_pct:.1f}%" if idle_pct is not None else "no device time in its steps"
     modelled = " (modelled: emulated device)" if NOTE_MODELLED in report.notes else ""
     return (
         f"{rank_text(report.rank)} · {n} step{'s' * (n != 1)} · mean step "

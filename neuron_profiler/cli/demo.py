@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from neuron_profiler.cli.params import FiniteFloatRange
+
 HTML_NAME = "report.html"
 PERFETTO_NAME = "trace.pftrace"
 
@@ -41,7 +43,7 @@ PERFETTO_NAME = "trace.pftrace"
 @click.option("--chip", type=click.Choice(["trn2", "trn3"]), default="trn2", show_default=True)
 @click.option(
     "--speed-factor",
-    type=click.FloatRange(min=0.001),
+    type=FiniteFloatRange(min=0.001),
     default=1.0,
     show_default=True,
     help="Divide modelled device durations by this factor.",

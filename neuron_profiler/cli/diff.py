@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from neuron_profiler.cli.params import FiniteFloatRange
 from neuron_profiler.errors import NeuronProfilerError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -84,7 +85,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
     "min_gap_us",
     default=50.0,
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     help="Shortest idle gap given a cause, in µs (as analyze).",
 )
 def diff(
@@ -170,7 +171,8 @@ def _pairs(a: Path, b: Path):  # noqa: ANN202 -- a RankPairs (imported lazily)
     fa, fb = _traces(a), _traces(b)
     if len(fa) != len(fb):
         raise NeuronProfilerError(
-            f"{b}: {len(fb)} trace files, {a} has {len(fa)}: rank directories must hold as "
+            f"{b}: {len(fb)} trace file{'s' * (len(fb) != 1)}, {a} has {len(fa)}: rank "
+            "directories must hold as "
             "many traces each (paired by rank, or in name order)",
             exit_code=2,
         )

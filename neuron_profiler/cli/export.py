@@ -34,7 +34,12 @@ PROGRESS_MIN_EVENTS = 500_000  # smaller traces export in about a second: no bar
 def export(trace_path: Path, output: Path, no_args: bool) -> None:
     """Load TRACE (any torch.profiler trace, a Neuron Explorer profile directory or Parquet
     table, or AWS's native PyTorch output directory) and write it to OUTPUT."""
-    writer_for(output)  # an unknown suffix: exit 2 before any work
+    writer = writer_for(output)  # an unknown suffix: exit 2 before any work
+    if no_args and not writer.args_optional:
+        raise click.UsageError(
+            f"--no-args: {output} is {writer.name}, which keeps every arg (only .pftrace can "
+            "leave them out)"
+        )
     check_output(output, [trace_path])  # before loading: an input is never overwritten
     from rich.progress import Progress
 

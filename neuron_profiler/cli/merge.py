@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from neuron_profiler.exporters.writers import write_trace, writer_for
-from neuron_profiler.output import check_output
+from neuron_profiler.output import check_output, same_file
 
 
 @click.command()
@@ -36,6 +36,7 @@ def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> No
 
     writer_for(output)  # an unknown suffix: exit 2 before any work
     check_output(output, [host_trace, *device_events])  # before loading: inputs stay untouched
+    _check_distinct([host_trace, *device_events])
     explorer = [p for p in device_events if input_kind(p) is InputKind.EXPLORER]
     if explorer:
         _merge_explorer(host_trace, device_events, explorer, output)
@@ -99,3 +100,14 @@ def _merge_explorer(
         )
     write_trace(trace, output)  # atomic
     click.echo(f"wrote {len(trace)} events to {output}")
+
+
+def _check_distinct(inputs: list[Path]) -> None:
+    """Refuse an input given twice (any spelling, links included): its events would be merged
+    twice, every device activity doubled and half of them unpaired."""
+    for i, later in enumerate(inputs):
+        for earlier in inputs[:i]:
+            if same_file(earlier, later):
+                raise click.UsageError(
+                    f"{later} is given twice (also as {earlier}); its events would be merged twice"
+                )

@@ -65,8 +65,8 @@ def project(
     """Project TRACE's mean step onto another chip."""
     from neuron_profiler.analysis.projection import project as project_trace
     from neuron_profiler.analysis.what_if import parse_what_if
-    from neuron_profiler.cli.main import load_reported
-    from neuron_profiler.trace import load_trace
+    from neuron_profiler.cli.main import load_reported, warn
+    from neuron_profiler.explorer.inputs import load_input
 
     for edit in what_if:  # bad edits before the trace is read
         parse_what_if(edit, str(trace_path))
@@ -74,12 +74,14 @@ def project(
         from neuron_profiler.output import check_output
 
         check_output(html, [trace_path])  # before loading: the input is never overwritten
-    trace = load_reported(lambda: load_trace(trace_path))
+    # any input analyze reads: a torch.profiler trace, an Explorer profile, AWS's native output
+    trace = load_reported(lambda: load_input(trace_path, warn))
     p = project_trace(trace, target, source=source_chip, what_if=what_if)
     if html is not None:
         from neuron_profiler.reports.projection_html import write_projection_html
 
-        write_projection_html(p, html)
+        write_projection_html(p, html)  # atomic; OutputError
+        click.echo(f"neuron-prof: wrote the projection page to {html}", err=True)
     if as_json:
         from neuron_profiler.reports.projection_json import document_text, projection_document
 

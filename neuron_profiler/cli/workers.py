@@ -126,7 +126,7 @@ def _dask(args: list[tuple[str, bool]], options: Options, address: str) -> list[
         ) from None
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT_S)
-    except (OSError, TimeoutError) as err:
+    except (OSError, TimeoutError, ValueError) as err:  # ValueError: a malformed address
         raise NeuronProfilerError(
             f"--scheduler {address}: cannot connect ({err})", exit_code=2
         ) from None

@@ -33,7 +33,7 @@ _PH_LETTERS = {int(phase): letter for phase, letter in S.PH_LETTERS.items()}
 
 def _open(path: Path) -> AbstractContextManager[IO[bytes]]:
     """Atomic: a failed write leaves an existing ``path`` as it was (``neuron_profiler.output``)."""
-    return atomic_output(path, gzip_level=6 if path.name.endswith(".gz") else None)
+    return atomic_output(path, gzip_level=6 if path.name.lower().endswith(".gz") else None)
 
 
 def _ident(value: int, labels: dict[int, str], text: bool = False) -> bytes:

@@ -41,13 +41,14 @@ class Written:
 class TraceWriter:
     """One output format: the suffixes it writes, whether the file is binary, its media type, and
     ``write(trace, path, progress, args)``. ``args=False`` leaves event args out where the format
-    can (.pftrace); other formats ignore it."""
+    can (``args_optional``: .pftrace); other formats ignore it."""
 
     name: str
     suffixes: tuple[str, ...]
     binary: bool
     media_type: str
     write: Callable[[Trace, Path, Progress | None, bool], Written]
+    args_optional: bool = False
 
 
 def _chrome(trace: Trace, path: Path, progress: Progress | None, args: bool) -> Written:
@@ -106,14 +107,16 @@ WRITERS = (
         binary=True,
         media_type="application/octet-stream",
         write=_perfetto,
+        args_optional=True,
     ),
 )
 SUFFIXES = tuple(s for w in WRITERS for s in w.suffixes)
 
 
 def writer_for(path: str | Path) -> TraceWriter:
-    """The writer of ``path``'s suffix; ``NeuronProfilerError`` (exit code 2) for any other."""
-    name = Path(path).name
+    """The writer of ``path``'s suffix (any case: ``.JSON``); ``NeuronProfilerError`` (exit
+    code 2) for any other."""
+    name = Path(path).name.lower()
     for writer in WRITERS:
         if name.endswith(writer.suffixes):
             return writer

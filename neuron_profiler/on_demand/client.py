@@ -42,7 +42,8 @@ def check_directory(directory: Path) -> None:
     """DIR must be an existing directory this user can create files in (tested by creating
     one, since permission bits do not tell the whole story: read-only mounts, ACLs)."""
     if not directory.is_dir():
-        raise CaptureError(f"{directory}: not a directory")
+        what = "not a directory" if directory.exists() else "no such directory"
+        raise CaptureError(f"{directory}: {what}")
     try:
         with tempfile.TemporaryFile(dir=directory):
             pass

@@ -37,7 +37,7 @@ from neuron_profiler.reports.html_page import (
     plotly_js,
     table,
 )
-from neuron_profiler.reports.text import NAME_LIMIT, TEXT_LIMIT, mib, shorten
+from neuron_profiler.reports.text import NAME_LIMIT, TEXT_LIMIT, mib, shorten, signed
 
 SLOWER, FASTER, TOTAL = "#d62728", "#2ca02c", "#7f7f7f"  # the terminal's red / green
 PART_SHOWN_MS = 5e-4  # a part's Δ under this is left out of "Δ by part" (as in the terminal)
@@ -112,8 +112,8 @@ def _section(i: int, d: TraceDiff, top: int) -> str:
         f"B {name_text(d.b.source)}</p>"
         f"<p>{n} step{'s' * (n != 1)} compared by {escape(d.steps_by)} · mean step "
         f"{_ms(d.a.step_ms)} ms → {_ms(d.b.step_ms)} ms · Δ {_signed(d.delta_ms)} ms "
-        f"({f'{d.delta_pct:+.1f}%' if d.a.step_ms else 'A has no step time'}) · "
-        f"residual {d.residual_ms:+.6f} ms"
+        f"({signed(d.delta_pct, '+.1f') + '%' if d.a.step_ms else 'A has no step time'}) · "
+        f"residual {signed(d.residual_ms, '+.6f')} ms"
         + "</p>"
         + (
             f"<p>Rows by {escape(d.group_by)}: {escape(GROUPING_TEXT[d.group_by])}.</p>"
@@ -181,9 +181,9 @@ def _rows(d: TraceDiff, rows: Sequence[Row]) -> str:
             _ms(r.a_ms),
             _ms(r.b_ms),
             _signed(r.delta_ms),
-            f"{d.pct_of_a(r.delta_ms):+.1f}" if d.a.step_ms else "-",
+            f"{signed(d.pct_of_a(r.delta_ms), '+.1f')}" if d.a.step_ms else "-",
             ", ".join(
-                f"{c} {x:+.3f}"
+                f"{c} {signed(x, '+.3f')}"
                 for c, x in zip(COMPONENTS, r.delta_parts_ms, strict=True)
                 if abs(x) >= PART_SHOWN_MS
             ),
@@ -255,4 +255,4 @@ def _ms(ms: float) -> str:
 
 
 def _signed(ms: float) -> str:
-    return f"{ms:+,.3f}"
+    return signed(ms, "+,.3f")

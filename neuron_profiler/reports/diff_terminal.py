@@ -21,7 +21,7 @@ from neuron_profiler.analysis.diff import (
     TraceDiff,
 )
 from neuron_profiler.analysis.rank_pairs import BY_FILES, RankPairs
-from neuron_profiler.reports.text import TEXT_LIMIT, mib, shorten
+from neuron_profiler.reports.text import TEXT_LIMIT, mib, shorten, signed
 
 WATERFALL_MIN = 20  # columns of the waterfall's bars at the least
 SLOWER, FASTER = "red", "green"
@@ -58,7 +58,7 @@ def _ms(ms: float) -> str:
 
 
 def _signed(ms: float) -> Text:
-    text = f"{ms:+,.3f}" if abs(ms) < 100 else f"{ms:+,.1f}"
+    text = signed(ms, "+,.3f" if abs(ms) < 100 else "+,.1f")
     style = SLOWER if ms > 0 else FASTER if ms < 0 else ""
     return Text(text, style=style)
 
@@ -73,8 +73,8 @@ def _header(d: TraceDiff, console: Console) -> None:
             f"{n} step{'s' * (n != 1)} compared by {d.steps_by} · mean step "
             f"{_ms(d.a.step_ms)} ms → {_ms(d.b.step_ms)} ms · Δ ",
             _signed(d.delta_ms),
-            f" ms ({f'{d.delta_pct:+.1f}%' if d.a.step_ms else 'A has no step time'}) · "
-            f"residual {d.residual_ms:+.6f} ms",
+            f" ms ({signed(d.delta_pct, '+.1f') + '%' if d.a.step_ms else 'A has no step time'}) · "
+            f"residual {signed(d.residual_ms, '+.6f')} ms",
         )
     )
     if d.group_by != BY_OP:
@@ -98,7 +98,7 @@ def _rows_table(d: TraceDiff, rows: tuple[Row, ...]) -> Table:
     table.add_column("Δ by part", overflow="fold", min_width=12)
     for i, r in enumerate(rows, 1):
         parts = ", ".join(
-            f"{c} {x:+.3f}"
+            f"{c} {signed(x, '+.3f')}"
             for c, x in zip(COMPONENTS, r.delta_parts_ms, strict=True)
             if abs(x) >= 5e-4
         )
@@ -110,7 +110,7 @@ def _rows_table(d: TraceDiff, rows: tuple[Row, ...]) -> Table:
             _ms(r.a_ms),
             _ms(r.b_ms),
             _signed(r.delta_ms),
-            f"{d.pct_of_a(r.delta_ms):+.1f}" if d.a.step_ms else "-",
+            f"{signed(d.pct_of_a(r.delta_ms), '+.1f')}" if d.a.step_ms else "-",
             parts,
         )
     return table
@@ -149,7 +149,7 @@ def _waterfall(d: TraceDiff, rows: tuple[Row, ...], console: Console) -> None:
             )
         )
     if abs(d.residual_ms) >= 5e-4:
-        console.print(Text.assemble(f"{'residual':<{label}} {d.residual_ms:>+10.3f}"))
+        console.print(Text.assemble(f"{'residual':<{label}} {signed(d.residual_ms, '>+10.3f')}"))
     console.print(
         Text.assemble(f"{'B':<{label}} {_ms(d.b.step_ms):>10} ", bar(0, d.b.step_ms, "bold"))
     )

@@ -139,7 +139,7 @@ def _findings(r: Report) -> str:
     rows = [
         (
             n,
-            shorten(f.title) + (f" ({shorten(f.host_op)})" if f.host_op else ""),
+            shorten(f.title) + (f" ({shorten(f.host_op_news)})" if f.host_op_news else ""),
             f"{_ms(f.recoverable_ns_per_step):,.3f}",
             f"{f.recoverable_pct:.1f}",
             r.position(f.ranges_ns[0][0]).text() if f.ranges_ns else "-",

@@ -37,7 +37,7 @@ from neuron_profiler.analysis.report import Report, summaries_of
 from neuron_profiler.heap import gc_paused
 from neuron_profiler.reports.json_rows import Rows
 
-SCHEMA_VERSION = "4"  # 4: a trace's "rank" is null where it has none (3 wrote 0)
+SCHEMA_VERSION = "5"  # 5: device metrics null without device time (4 wrote 0); 4: rank null
 SCHEMA_FILE = "report.schema.json"
 SUMMARY_ROWS = 50  # ops and kernels listed (the largest first): keeps the document bounded
 
@@ -719,8 +719,8 @@ def _options(r: Report) -> dict[str, Any]:
     return {"min_gap_us": r.options.min_gap_ns / 1e3, "top": r.options.top}
 
 
-def _metrics(r: Report) -> dict[str, float]:
-    return {k: round(v, 6) for k, v in metrics(r).items()}
+def _metrics(r: Report) -> dict[str, float | None]:
+    return {k: None if v is None else round(v, 6) for k, v in metrics(r).items()}
 
 
 def _tb(r: Report) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 from neuron_profiler.analysis.projection import OpRow, Projection
 from neuron_profiler.reports.html_report import BOOT, STYLE, _e, _figure, _table, plotly_js
-from neuron_profiler.reports.text import NAME_LIMIT, TEXT_LIMIT, shorten
+from neuron_profiler.reports.text import NAME_LIMIT, TEXT_LIMIT, shorten, signed
 
 SOURCE_COLOUR, TARGET_COLOUR = "#7f7f7f", "#1f77b4"
 OP_HEADERS = ("op", "class", "count", "source ms", "target ms")
@@ -57,7 +57,7 @@ def _summary(p: Projection) -> str:
             "replay",
             p.source.chip,
             f"{p.replay_ms:.3f}",
-            f"recorded durations on the rebuilt dependencies ({p.replay_error_pct:+.2f}%)",
+            f"recorded durations on the rebuilt dependencies ({signed(p.replay_error_pct, '+.2f')}%)",
         ),
         (
             "target",
@@ -118,5 +118,5 @@ def _ops(rows: tuple[OpRow, ...]) -> str:
 def _what_if(p: Projection) -> str:
     if not p.what_if:
         return ""
-    rows = [(w.edit, f"{w.step_ms:.3f}", f"{w.delta_ms:+.3f}") for w in p.what_if]
+    rows = [(w.edit, f"{w.step_ms:.3f}", f"{signed(w.delta_ms, '+.3f')}") for w in p.what_if]
     return "<h2>What if</h2>" + _table(("edit", "step ms", "Δ ms"), rows, numeric=(1, 2))

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from neuron_profiler.analysis.projection import OpRow, Projection
-from neuron_profiler.reports.text import NAME_LIMIT, TEXT_LIMIT, shorten
+from neuron_profiler.reports.text import NAME_LIMIT, TEXT_LIMIT, shorten, signed
 
 SLOWER, FASTER = "red", "green"
 
@@ -27,7 +27,7 @@ def render_projection(p: Projection, *, console: Console) -> None:
             ("source ", "bold"),
             f"{p.source.chip}: mean step {_ms(p.source.step_ms)} ms over {p.steps} step"
             f"{'s' * (p.steps != 1)} · replayed on its dependencies {_ms(p.replay_ms)} ms "
-            f"({p.replay_error_pct:+.2f}%)",
+            f"({signed(p.replay_error_pct, '+.2f')}%)",
         )
     )
     console.print(
@@ -75,7 +75,11 @@ def _what_if(p: Projection) -> Table:
         t.add_column(col, justify="left" if col == "edit" else "right")
     for w in p.what_if:
         style = SLOWER if w.delta_ms > 0 else FASTER if w.delta_ms < 0 else ""
-        t.add_row(Text(shorten(w.edit)), _ms(w.step_ms), Text(f"{w.delta_ms:+,.3f}", style=style))
+        t.add_row(
+            Text(shorten(w.edit)),
+            _ms(w.step_ms),
+            Text(f"{signed(w.delta_ms, '+,.3f')}", style=style),
+        )
     return t
 
 

@@ -306,7 +306,7 @@ def _findings_table(r: Report, top: int, width: int) -> Table:
     for i, f in enumerate(r.findings.findings[:top], start=1):
         finding = Text.assemble(
             _name(f.title),
-            _name(f" ({f.host_op})", "dim") if f.host_op else "",
+            _name(f" ({f.host_op_news})", "dim") if f.host_op_news else "",
             _at(f.call_site),
         )
         where = r.position(f.ranges_ns[0][0]).text() if f.ranges_ns else "-"

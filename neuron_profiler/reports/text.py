@@ -38,6 +38,15 @@ def mib(n: int | None, signed: bool = False, missing: str = "") -> str:
     return missing if n is None else f"{n / 2**20:{'+' if signed else ''},.3f}"
 
 
+def signed(value: float, spec: str = "+.3f") -> str:
+    """``value`` formatted with ``spec`` (which holds ``+``), never as a negative zero: a change
+    that rounds to nothing shows ``+0.000``, not ``-0.000``."""
+    text = format(value, spec)
+    if "-" in text and not any(c in "123456789" for c in text):
+        text = text.replace("-", "+", 1)
+    return text
+
+
 def shown(text: str) -> str:
     """``text`` with its control characters (C0, DEL, C1) written as escapes (``\x1b``)."""
     if text.isprintable():  # (the usual case, at C speed: no control character)

@@ -138,3 +138,15 @@ def test_unreachable_scheduler_is_one_error_line(
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("neuron-prof: error:") == 1 and "cannot connect" in err
+
+
+def test_malformed_scheduler_address_is_one_error_line(
+    pair: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dask raises ValueError (not OSError) for an address without a port: it was a traceback."""
+    pytest.importorskip("distributed")
+    code = main(["analyze", "--json", "--scheduler", "garbage", *map(str, pair)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("neuron-prof: error:") == 1 and "--scheduler garbage" in err
+    assert "Traceback" not in err

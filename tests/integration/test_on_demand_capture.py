@@ -213,7 +213,7 @@ def test_refusals_are_one_line_and_exit_2(
             str(directory),
         ),
         "/proc: not writable": ("--pid", str(pid), "-o", "/proc"),
-        f"{tmp_path / 'nowhere'}: not a directory": (
+        f"{tmp_path / 'nowhere'}: no such directory": (
             "--pid",
             str(pid),
             "-o",

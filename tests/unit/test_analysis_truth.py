@@ -60,7 +60,7 @@ def test_sync_labels_carry_no_runtime_prefix() -> None:
     r = b.report()
     (f,) = [f for f in r.findings.findings if f.kind.startswith("host_sync")]
     assert f.kind == "host_sync:torch.neuron.synchronize"
-    assert f.title == "host sync torch.neuron.synchronize (1 calls)"
+    assert f.title == "host sync torch.neuron.synchronize (1 call)"
     assert f.host_op == "torch.neuron.synchronize"
 
 

@@ -186,3 +186,74 @@ def test_fail_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "breached" not in err
     code, _, err = run(["analyze", "--fail-on", "nonsense>1", path], capsys)
     assert code == 2 and "unknown metric" in err
+
+
+def _host_only(path: Path) -> Path:
+    """Two steps of host ops, no device at all (a CPU-only torch.profiler trace)."""
+    b = TraceBuilder()
+    for n, lo in enumerate((0, 500)):
+        b.add(
+            name=f"ProfilerStep#{n + 1}",
+            ts_ns=lo * US,
+            dur_ns=500 * US,
+            kind=EventKind.USER_ANNOTATION,
+            cat="user_annotation",
+            pid=9,
+            tid=9,
+        )
+        b.add(name="aten::mm", ts_ns=(lo + 10) * US, dur_ns=400 * US, pid=9, tid=9)
+    write_chrome_trace(b.build(), path)
+    return path
+
+
+def test_device_metrics_of_a_trace_without_device_are_null_and_not_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CPU-only trace had ``idle_pct`` 0.0: ``--fail-on idle_pct<1`` failed it, and a
+    ``>30`` gate passed it, on a device that does not exist."""
+    cpu = _host_only(tmp_path / "cpu.json")
+    code, out, err = run(["analyze", "--json", str(cpu), "--fail-on", "idle_pct<1"], capsys)
+    assert code == 0 and "fail-on: idle_pct<1 not judged (idle_pct: no device time" in err
+    doc = json.loads(out)
+    jsonschema.validate(doc, json.loads(schema_text()))
+    m = doc["traces"][0]["metrics"]
+    assert m["step_ms"] == 0.5 and m["idle_pct"] is None and m["host_sync_ms_per_step"] is None
+    # beside a trace with a device, the CPU-only one is left out of the worst: that one decides
+    dev = small_trace(tmp_path / "dev.json")
+    code, _, err = run(["analyze", str(cpu), str(dev), "--fail-on", "idle_pct<1"], capsys)
+    assert code == 0 and "not judged" not in err
+    code, _, err = run(["analyze", str(cpu), str(dev), "--fail-on", "idle_pct>30"], capsys)
+    assert code == 1 and "idle_pct>30 breached" in err
+
+
+def test_a_sync_finding_names_its_call_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The row read "host sync cudaDeviceSynchronize (1 calls) (cudaDeviceSynchronize)": the
+    host op appended after a title that already names it, and "1 calls"."""
+    from trace_factory import MM_ARGS, Build
+
+    b = Build().step(1, 0, 1000)
+    b.host("aten::mm", 0, 100, args=MM_ARGS)
+    b.kernel(20, 520, launch_us=10, name="k1")
+    b.host("cudaDeviceSynchronize", 200, 525, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    b.host("aten::relu", 900, 950)
+    b.kernel(905, 990, launch_us=910, name="k2")
+    path = tmp_path / "sync.json"
+    write_chrome_trace(b.b.build(), path)
+    code, out, _ = run(["analyze", "--json", str(path)], capsys)
+    (finding,) = [f for f in json.loads(out)["traces"][0]["findings"] if "sync" in f["title"]]
+    assert finding["title"] == "host sync cudaDeviceSynchronize (1 call)"
+    assert finding["host_op"] == "cudaDeviceSynchronize"  # the JSON keeps it whole
+
+    from rich.console import Console
+
+    from neuron_profiler.analysis import analyze
+    from neuron_profiler.reports.terminal import render_terminal
+    from neuron_profiler.trace import load_trace
+
+    console = Console(width=400, record=True)
+    render_terminal([analyze(load_trace(path))], console=console, top=5)
+    text = console.export_text()
+    assert "host sync cudaDeviceSynchronize (1 call) " in text
+    assert "(cudaDeviceSynchronize)" not in text

@@ -92,6 +92,31 @@ def test_steps_option(pair, capsys) -> None:  # noqa: ANN001
     assert code == 2 and "step 7 not in both" in err
 
 
+def test_steps_backwards_range_is_refused(pair, capsys) -> None:  # noqa: ANN001
+    """``3-2`` once parsed to no step at all, which fell back to comparing every step."""
+    code, out, err = run(["diff", *map(str, pair), "--json", "--steps", "3-2"], capsys)
+    assert (code, out) == (2, "") and "range 3-2 runs backwards" in err
+
+
+def test_steps_huge_range_costs_nothing_and_stays_one_short_line(pair, capsys) -> None:  # noqa: ANN001
+    """``0-1000000000`` once built a billion-number list (memory exhausted); the error names
+    the first missing steps and counts the rest."""
+    code, _, err = run(["diff", *map(str, pair), "--steps", "0-1000000000"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and len(err) < 300
+    missing = 1_000_000_001 - 3  # the pair's steps are 1, 2 and 3
+    assert f"step 0, 4, 5, 6, 7, 8, 9, 10, 11, 12 and {missing - 10} more not in both" in err
+    doc = json.loads(run(["diff", *map(str, pair), "--json", "--steps", "3,1-2,2"], capsys)[1])
+    assert doc["a"]["steps"] == ["1", "2", "3"] and doc["b"]["steps"] == ["1", "2", "3"]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-nan"])
+def test_min_gap_must_be_finite(pair, capsys, value: str) -> None:  # noqa: ANN001
+    """click's FloatRange lets nan/inf through: they ended in a traceback converting to ns."""
+    for command in (["diff", *map(str, pair)], ["analyze", str(pair[0])]):
+        code, out, err = run([*command, "--min-gap", value], capsys)
+        assert code == 2 and "--min-gap" in err and "Traceback" not in err + out
+
+
 def test_user_map_renames_before_matching(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     write_chrome_trace(build(BASE)[0], a)

@@ -36,3 +36,32 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(src) in lines[0] and "Traceback" not in result.stderr
     assert not (tmp_path / "out.json").exists()
+
+
+def _source(tmp_path: Path) -> Path:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 2, "ts": 10 * i, "dur": 5}
+        for i in range(3)
+    ]
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps({"traceEvents": events}))
+    return src
+
+
+def test_suffix_in_any_case_picks_its_format(tmp_path: Path) -> None:
+    """``-o X.JSON.GZ`` was refused as an unknown format; it is gzip-compressed Chrome JSON."""
+    src = _source(tmp_path)
+    out = tmp_path / "OUT.JSON.GZ"
+    result = _run("export", str(src), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:2] == b"\x1f\x8b" and len(load_trace(out)) == 3
+
+
+def test_no_args_with_a_json_output_is_refused(tmp_path: Path) -> None:
+    """``--no-args`` is .pftrace only: with a Chrome JSON output it was silently ignored."""
+    src = _source(tmp_path)
+    result = _run("export", str(src), "-o", str(tmp_path / "out.json"), "--no-args")
+    assert result.returncode == 2 and "--no-args" in result.stderr and ".pftrace" in result.stderr
+    assert not (tmp_path / "out.json").exists()
+    ok = _run("export", str(src), "-o", str(tmp_path / "out.pftrace"), "--no-args")
+    assert ok.returncode == 0, ok.stderr

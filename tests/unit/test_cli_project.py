@@ -105,8 +105,8 @@ def test_html_page_holds_the_projection_offline_and_escaped(tmp_path: Path, caps
     trace_path, page_path = tmp_path / "t.json", tmp_path / "p.html"
     write_chrome_trace(b.b.build(), trace_path)
     args = ["project", str(trace_path), "--chip", "trn2", "--source-chip", "v100"]
-    code, _, _ = run([*args, "--html", str(page_path), "--what-if", "batch x2"], capsys)
-    assert code == 0
+    code, _, err = run([*args, "--html", str(page_path), "--what-if", "batch x2"], capsys)
+    assert code == 0 and f"wrote the projection page to {page_path}" in err
     page = parse(page_path.read_text())
     assert_offline(page)
     expected = project(load_trace(trace_path), "trn2", source="v100", what_if=("batch x2",))
@@ -128,3 +128,14 @@ def test_html_never_overwrites_the_input(trace_file, capsys) -> None:  # noqa: A
     )
     assert code == 2 and str(trace_file) in err
     assert trace_file.read_bytes() == before
+
+
+def test_no_fallback_of_an_op_the_target_does_not_move_says_so(trace_file, capsys) -> None:  # noqa: ANN001
+    """A mistyped op printed Δ 0 without a word; the assumptions now say why nothing changed."""
+    args = ["project", str(trace_file), "--chip", "trn2", "--source-chip", "v100", "--json"]
+    code, out, _ = run([*args, "--what-if", "no-fallback:zzz_no_such_op"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["what_if"][0]["delta_ms"] == 0
+    (note,) = [a for a in doc["assumptions"] if a.startswith("--what-if no-fallback:")]
+    assert note.startswith("--what-if no-fallback:aten::zzz_no_such_op: no change")
+    assert "no op on the host" in note  # the mm trace has no op trn2 runs on the host

@@ -69,6 +69,19 @@ def test_export_a_profile_alone(fx, tmp_path: Path) -> None:  # noqa: ANN001
     assert (tmp_path / "p.pftrace").stat().st_size > 0
 
 
+def test_project_reads_a_profile_as_analyze_does(fx, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """``project`` read only torch.profiler files: a profile directory was "Is a directory"."""
+    d = fx.write(tmp_path / "profile")
+    assert main(["export", str(d), "-o", str(tmp_path / "p.json")]) == 0
+    capsys.readouterr()
+    args = ["--chip", "same", "--source-chip", "trn2", "--json"]
+    assert main(["project", str(d), *args]) == 0
+    from_profile = json.loads(capsys.readouterr().out)
+    assert main(["project", str(tmp_path / "p.json"), *args]) == 0
+    assert from_profile == json.loads(capsys.readouterr().out)  # the same trace, read directly
+    assert from_profile["source"]["step_ms"] > 0
+
+
 def test_merge_detects_the_profile_and_links_to_host_ops(fx, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     d = fx.write(tmp_path / "profile")
     host = _host_trace(fx, tmp_path / "host.pt.trace.json")

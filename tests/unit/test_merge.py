@@ -342,3 +342,17 @@ def test_cli_merges_and_bad_input_is_one_line_exit_2(
         assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr
         assert args[0] in lines[0] or args[1] in lines[0]
     assert not (tmp_path / "x.json").exists()
+
+
+def test_cli_refuses_an_input_given_twice(runtime: EmulatedRuntime, tmp_path: Path) -> None:
+    """The same device file twice (here once through a symlink) merged every activity twice,
+    half of them unpaired, without a word."""
+    host = tmp_path / "host.json"
+    write_chrome_trace(host_trace(), host)
+    dev = tmp_path / "dev.json"
+    dev.write_bytes(emulated_payload(runtime))
+    (tmp_path / "again.json").symlink_to(dev)
+    out = tmp_path / "out.json"
+    res = _cli(str(host), str(dev), str(tmp_path / "again.json"), "-o", str(out))
+    assert res.returncode == 2 and "given twice" in res.stderr and str(dev) in res.stderr
+    assert not out.exists()
