@@ -9,17 +9,21 @@ makes the current stream wait for it on the device (streams.py), and host reads 
 
 Timing couples the ranks: a collective starts on every rank's device when the last one has
 arrived. Each rank's arrival is shared over the group by an all-gather started at the launch and
-not waited for there: as with NCCL, the launch returns at once and the host goes on launching.
-The collective is resolved (``scheduler.PendingCollective``) when something needs its end: work
-reading its output, ``Work.wait()``, the next collective on the core, a full launch queue, a
-host sync, a capture's stop. Only then may the host block for a late rank (an emulator-overhead
-span). Gloo tags each collective when it is issued and runs it on its own threads, so ranks that
-issue them in the same order (as the real collectives need) may wait for them at any time.
+not waited for there: as with NCCL, the launch returns at once and the host goes on launching,
+also behind a pending collective of the same group, which the new one queues behind
+(``DeviceTimeline.launch_collective``). The collective is resolved
+(``scheduler.PendingCollective``) when something needs its end: work reading its output, its
+``Work.wait()``, a collective of another group on the core, a full launch queue, a host sync, a
+capture's stop. Only then may the host block for a late rank (an emulator-overhead span). Gloo
+tags each collective when it is issued and runs it on its own threads, so ranks that issue them
+in the same order (as the real collectives need) may wait for them at any time.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -121,6 +125,7 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         launch_ns=launch_ns,
         exchange=_arrival_exchange(pg) if couple else None,
         stream=stream_of(core),
+        chain=group != "unknown",  # a group torch does not know cannot be told apart
     )
     # every buffer the collective touches is ready only at its end (resolved when first needed)
     # and holds its values once the real exchange is done (``data_ready``, even when resolved)
@@ -128,7 +133,7 @@ def collective(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     ready = pending if pending.data_ready is not None or not pending.resolved else pending.end
     for t in device_elems:
         STATE.pending[t.untyped_storage().data_ptr()] = ready
-    _outstanding[core] = pending  # the core's collectives run in order: the last ends last
+    _remember(result, pending)
     return result
 
 
@@ -196,14 +201,15 @@ _POINT_TO_POINT = frozenset({"send", "recv"})
 
 
 class _Arrivals:
-    """Arrival times being all-gathered over a group (one int64 per rank, on the host, next to
-    the real collective): started at the launch, waited for when the collective is resolved."""
+    """Arrivals being all-gathered over a group (two int64 per rank, ``ready_ns`` and
+    ``chained_ns``: scheduler.ArrivalExchange; on the host, next to the real collective):
+    started at the launch, waited for when the collective is resolved."""
 
     __slots__ = ("work", "out")
 
-    def __init__(self, pg: Any, arrival_ns: int) -> None:
-        mine = torch.tensor([arrival_ns], dtype=torch.int64)
-        self.out = [torch.zeros(1, dtype=torch.int64) for _ in range(pg.size())]
+    def __init__(self, pg: Any, ready_ns: int, chained_ns: int) -> None:
+        mine = torch.tensor([ready_ns, chained_ns], dtype=torch.int64)
+        self.out = [torch.zeros(2, dtype=torch.int64) for _ in range(pg.size())]
         _set_record_function(False)  # not a user op: keep it out of torch.profiler
         try:
             self.work = pg.allgather([self.out], [mine])
@@ -213,18 +219,19 @@ class _Arrivals:
     def is_completed(self) -> bool:
         return bool(self.work.is_completed())
 
-    def latest_ns(self) -> int:
+    def latest(self) -> tuple[int, int]:
         _set_record_function(False)
         try:
             (_original_wait[0] if _original_wait else type(self.work).wait)(self.work)
         finally:
             _set_record_function(True)
-        return max(int(t.item()) for t in self.out)
+        pairs = [t.tolist() for t in self.out]  # no aten op: nothing for torch.profiler
+        return max(p[0] for p in pairs), max(p[1] for p in pairs)
 
 
-def _arrival_exchange(pg: Any) -> Callable[[int], _Arrivals]:
-    """Start sharing arrival times over ``pg`` (scheduler.ArrivalExchange)."""
-    return lambda arrival_ns: _Arrivals(pg, arrival_ns)
+def _arrival_exchange(pg: Any) -> Callable[[int, int], _Arrivals]:
+    """Start sharing arrivals over ``pg`` (scheduler.ArrivalExchange)."""
+    return lambda ready_ns, chained_ns: _Arrivals(pg, ready_ns, chained_ns)
 
 
 def _data_ready(futures: list[Any]) -> Callable[[], None] | None:
@@ -263,34 +270,58 @@ def _futures(out: Any) -> list[Any]:
     return [f for f in map(_future_of, items) if f is not None]
 
 
-# core -> the latest collective launched on it not yet waited for from Python
-_outstanding: dict[int, PendingCollective] = {}
+# the Work a device collective returned -> its collective (weak: gone with the Work)
+_collective_of: weakref.WeakKeyDictionary[Any, PendingCollective] = weakref.WeakKeyDictionary()
+# per thread, the Works the last collective launched on it returned, held until the next one:
+# the op hands them to its caller boxed, and torch gives the caller the same Python object
+# only while one is alive (else a new one, unknown to ``_collective_of``)
+_handoff = threading.local()
 _original_wait: list[Any] = []
+
+
+def _remember(result: Any, pending: PendingCollective) -> None:
+    """Map the Works a collective op returned (alone or in its result tuple) to it."""
+    from torch._C._distributed_c10d import Work
+
+    works = []
+    for item in result if isinstance(result, (list, tuple)) else [result]:
+        if isinstance(item, torch.ScriptObject):
+            try:
+                work = Work.unbox(item)
+            except RuntimeError:  # another bound class
+                continue
+            _collective_of[work] = pending
+            works.append(work)
+    _handoff.works = works
 
 
 def _wait(self: Any, *args: Any, **kwargs: Any) -> Any:
     """``Work.wait()`` from Python (``dist.all_reduce`` without ``async_op``, ``handle.wait()``):
-    the real exchange is done by the original wait; then, as with NCCL, the *current stream*
-    waits on the device until the emulated collective queue has finished (streams.py): later
-    work launched on it starts after the collective. Placing that wait needs the collective's
-    end, so it is resolved here. The host blocks only while a rank has not arrived (for the real
-    data or the arrival times): NCCL's host would not, so that time is one emulator-overhead
-    span (``collective_coupling``)."""
+    the real exchange is done by the original wait; then, as with NCCL, the *current stream* of
+    the collective's core waits on the device until the collective has finished (streams.py):
+    later work launched on it starts after the collective, which ends after every collective
+    launched before it on its core (one queue, in order); other collectives and other cores are
+    left as they are. Placing that wait needs the collective's end, so it is resolved here (with
+    those before it). The host blocks only while a rank has not arrived (for the real data or
+    the arrival times): NCCL's host would not, so that time is one emulator-overhead span
+    (``collective_coupling``). A Work that is no device collective's (a CPU collective, a
+    barrier) waits on the host only."""
     from neuron_profiler.emulator.streams import current_stream, wait_on_device
 
-    tl = STATE.timeline
-    if tl is None or not _outstanding:
+    pending = _collective_of.get(self) if STATE.timeline is not None else None
+    if pending is None:
         return _original_wait[0](self, *args, **kwargs)
-    outstanding = list(_outstanding.items())
     begin = time.time_ns()
-    blocks = not self.is_completed() or not all(p.arrived() for _, p in outstanding)
+    blocks = not self.is_completed() or not pending.arrived()
     result = _original_wait[0](self, *args, **kwargs)
-    _outstanding.clear()
-    for core, pending in outstanding:  # resolved: the stream needs the end
-        wait_on_device(current_stream(core), pending.end_ns(overhead=False))
+    wait_on_device(current_stream(pending.core), pending.end_ns(overhead=False))
     if blocks:
-        core, pending = outstanding[-1]
-        tl.overhead(core, pending.op, F.OVERHEAD_COUPLING, begin, time.time_ns())
+        pending.timeline.overhead(
+            pending.core, pending.op, F.OVERHEAD_COUPLING, begin, time.time_ns()
+        )
+    works = getattr(_handoff, "works", ())
+    if any(w is self for w in works):  # its caller has it: no need to hold it any longer
+        _handoff.works = ()
     return result
 
 

@@ -318,6 +318,7 @@ def enable(
     timeline = DeviceTimeline(rt, model, cores, queue_depth=queue_depth)
     if old is not None:  # keep the queues' clocks: work already in flight stays in flight
         timeline.cores[: min(cores, len(old.cores))] = old.cores[:cores]
+        timeline.last_of_group = old.last_of_group  # a peer's next collective may follow one
     D.STATE.num_cores = cores
     D.STATE.numerics = bool(numerics)
     modelled.reset()  # timing mode warns again, once per op, about reads of modelled values

@@ -153,13 +153,15 @@ class TensorRecord(msgspec.Struct, frozen=True, gc=False):
 
 
 class ArrivalExchange(Protocol):
-    """The group's arrival times being shared, started at a collective's launch (collectives.py:
-    an all-gather over the group): ``is_completed`` asks without blocking, ``latest_ns`` waits
-    until every rank has sent its arrival and returns the latest."""
+    """The group's arrivals being shared, started at a collective's launch (collectives.py: an
+    all-gather over the group of each rank's ``(ready_ns, chained_ns)``, as
+    ``launch_collective`` computes them): ``is_completed`` asks without blocking, ``latest``
+    waits until every rank has sent its pair and returns the largest of each (``chained_ns``
+    -1: no rank's arrival follows the group's previous collective)."""
 
     def is_completed(self) -> bool: ...
 
-    def latest_ns(self) -> int: ...
+    def latest(self) -> tuple[int, int]: ...
 
 
 _UNRESOLVED_NS = 1 << 62  # a pending collective's end before it is resolved: later than any time
@@ -167,10 +169,18 @@ _UNRESOLVED_NS = 1 << 62  # a pending collective's end before it is resolved: la
 
 class PendingCollective:
     """A launched collective whose device times wait for its group's arrivals
-    (``DeviceTimeline.launch_collective``). ``end_ns()`` resolves it, blocking the host only if
-    a rank has not arrived yet; ``end`` is its device end once resolved (``_UNRESOLVED_NS``
-    before). What the launch knew is kept so that the events recorded at resolution are the
-    ones the launch would have recorded: its runtime call, thread and correlation id."""
+    (``DeviceTimeline.launch_collective``). ``end_ns()`` resolves it, and first what it follows,
+    blocking the host only if a rank has not arrived yet; ``end`` is its device end once
+    resolved (``_UNRESOLVED_NS`` before). What the launch knew is kept so that the events
+    recorded at resolution are the ones the launch would have recorded: its runtime call,
+    thread and correlation id.
+
+    ``ready_ns``: when it could start on its own core, counting everything known at its launch;
+    ``after``: the pending collective of the same group it was launched behind on its core
+    (chained: its arrival is also after that one's end); ``previous``: the group's collective
+    launched before it on this rank (another rank's arrival may follow that one's end).
+    ``arrival_ns``: its arrival, ``ready_ns`` until resolved. Links are dropped once
+    resolved."""
 
     __slots__ = (
         "timeline",
@@ -183,9 +193,12 @@ class PendingCollective:
         "algorithm",
         "launch_ns",
         "call_end_ns",
+        "ready_ns",
         "arrival_ns",
         "duration_ns",
         "exchange",
+        "after",
+        "previous",
         "data_ready",
         "correlation_id",
         "thread_id",
@@ -207,9 +220,11 @@ class PendingCollective:
         algorithm: str,
         launch_ns: int,
         call_end_ns: int,
-        arrival_ns: int,
+        ready_ns: int,
         duration_ns: int,
         exchange: ArrivalExchange | None,
+        after: PendingCollective | None = None,
+        previous: PendingCollective | None = None,
     ) -> None:
         self.timeline = timeline
         self.core = core
@@ -221,9 +236,12 @@ class PendingCollective:
         self.algorithm = algorithm
         self.launch_ns = launch_ns
         self.call_end_ns = call_end_ns
-        self.arrival_ns = arrival_ns
+        self.ready_ns = ready_ns
+        self.arrival_ns = ready_ns
         self.duration_ns = duration_ns
         self.exchange = exchange
+        self.after = after
+        self.previous = previous
         # waits until the real exchange's values are in its buffers (collectives.py); called by
         # an op about to read them, never under this timeline's locks
         self.data_ready: Callable[[], None] | None = None
@@ -239,8 +257,14 @@ class PendingCollective:
         return self.end != _UNRESOLVED_NS
 
     def arrived(self) -> bool:
-        """Whether every rank has arrived: resolving it would not block."""
-        return self.end != _UNRESOLVED_NS or self.exchange is None or self.exchange.is_completed()
+        """Whether every rank has arrived, for it and for what it follows: resolving it would
+        not block."""
+        p: PendingCollective | None = self
+        while p is not None and p.end == _UNRESOLVED_NS:  # ``after`` is ``previous`` or None
+            if p.exchange is not None and not p.exchange.is_completed():
+                return False
+            p = p.previous
+        return True
 
     def end_ns(self, overhead: bool = True) -> int:
         """The collective's device end, resolving it first (the host may block until the last
@@ -264,9 +288,10 @@ class CoreQueues:
     side_ns: dict[int, int] = field(default_factory=dict)
     # device end times of work launched on this core and perhaps not finished (a heap)
     inflight: list[int] = field(default_factory=list)
-    # the collective launched last on this core, while its group start is not known (it also
-    # counts as in flight); the next collective on the core resolves it first, so one at most
-    unresolved: PendingCollective | None = None
+    # the collectives launched on this core whose group start is not known yet, in launch
+    # order (they also count as in flight): all of one group, each chained behind the one
+    # before (a collective of another group resolves them at its launch)
+    unresolved: list[PendingCollective] = field(default_factory=list)
 
     def busy_until_ns(self) -> int:
         return max(
@@ -332,6 +357,8 @@ class DeviceTimeline:
         # latest host time at which a thread stopped blocking on a resolution (_after_block)
         self.blocked_until_ns = 0
         self.collectives_launched = 0
+        # (group, ranks) -> the group's collective launched last on this rank (launch_collective)
+        self.last_of_group: dict[tuple[str, tuple[int, ...]], PendingCollective] = {}
         runtime.settle_device = self.settle  # a capture's stop and fetch resolve what is pending
 
     # -- device work -----------------------------------------------------------------------
@@ -371,7 +398,7 @@ class DeviceTimeline:
         q = self.cores[core]
         if launch_ns < self.blocked_until_ns:
             launch_ns = _after_block(launch_ns)
-        if len(q.inflight) + (q.unresolved is not None) >= self.queue_depth:
+        if len(q.inflight) + len(q.unresolved) >= self.queue_depth:
             launch_ns = self._admit(core, op, launch_ns)
         with self._lock:  # QueueClock.schedule, inlined: this runs for every op
             clock = q.compute
@@ -438,7 +465,7 @@ class DeviceTimeline:
             launch_ns = _after_block(launch_ns)
         submit_ns = max(launch_ns, staged_ns)
         q = self.cores[core]
-        if len(q.inflight) + (q.unresolved is not None) >= self.queue_depth:
+        if len(q.inflight) + len(q.unresolved) >= self.queue_depth:
             submit_ns = self._admit(core, op, submit_ns)
             if not staged_ns:  # as for kernels: the call starts once the queue had room
                 launch_ns = submit_ns
@@ -486,39 +513,58 @@ class DeviceTimeline:
         group: str,
         launch_ns: int,
         algorithm: str = "ring",
-        exchange: Callable[[int], ArrivalExchange] | None = None,
+        exchange: Callable[[int, int], ArrivalExchange] | None = None,
         not_before_ns: int = 0,
         stream: int = 0,
+        chain: bool = True,
     ) -> PendingCollective:
         """A collective on the collective queue: waits for the inputs (stream), not for later
         compute, so it overlaps whatever is launched after it.
 
-        ``exchange(arrival_ns)`` starts sharing this rank's arrival with the group, which
-        couples the ranks: the arrival is when the collective could start on its own queue; it
-        starts when the last rank has arrived, and the wait before is a ``cc_exec_barrier`` span
-        on the device (as the real runtime records it). As with the real runtime the launch
-        returns at once: the collective is resolved (its start and end computed, its events
-        recorded as at the launch) when something needs its end: ``end_ns()`` (work reading its
-        output, ``Work.wait()``), the next collective on the core, a full launch queue, a host
-        sync of the core, a capture's stop or fetch. Host time spent there waiting for a late
-        rank is an emulator-overhead span (``collective_coupling``). Without ``exchange`` it is
-        resolved at once. ``stream``: the stream it is launched on (0: the default one); it
-        waits for that stream's work, not for the others' (streams.py)."""
+        ``exchange(ready_ns, chained_ns)`` starts sharing this rank's arrival with the group,
+        which couples the ranks: the arrival is when the collective could start on its own
+        queue; it starts when the last rank has arrived, and the wait before is a
+        ``cc_exec_barrier`` span on the device (as the real runtime records it). As with the
+        real runtime the launch returns at once: the collective is resolved (its start and end
+        computed, its events recorded as at the launch) when something needs its end:
+        ``end_ns()`` (work reading its output, ``Work.wait()``), a collective of another group
+        launched behind it on the core, a full launch queue, a host sync of the core, a
+        capture's stop or fetch. Host time spent there waiting for a late rank is an
+        emulator-overhead span (``collective_coupling``). Without ``exchange`` it is resolved at
+        once. ``stream``: the stream it is launched on (0: the default one); it waits for that
+        stream's work, not for the others' (streams.py).
+
+        Launched behind a pending collective of the same group (the group's previous one; the
+        same ``group`` and ``ranks``, and ``chain``), it is chained, as a collective queues
+        behind another on the device: its arrival is ``max(ready_ns, that one's end)``, with
+        ``ready_ns`` what the launch knows (launch plus latency, the queue so far, the stream,
+        ``not_before_ns``), so the launch shares ``ready_ns`` and that one's duration
+        (``chained_ns``; -1 when not chained). The group's collectives start together at one
+        group start on every rank, so from the largest of each pair every rank computes this
+        one's group start once it knows the previous one's: ``max(ready_ns, previous start +
+        chained_ns)`` over the ranks, the start the launch would have computed had it resolved
+        the previous collective first (without blocking). ``chain`` False (a group that cannot
+        be told apart from others): a pending collective is resolved at the launch."""
         dur = self.model.collective_ns(nbytes=nbytes, world=len(ranks), collective=collective)
         q = self.cores[core]
-        if len(q.inflight) + (q.unresolved is not None) >= self.queue_depth:
+        if len(q.inflight) + len(q.unresolved) >= self.queue_depth:
             launch_ns = self._admit(core, op, launch_ns)
+        key = (group, tuple(ranks)) if chain and exchange is not None else None
         with self._cc_lock:
-            if q.unresolved is not None:  # its end is this collective's queue time
-                launch_ns = max(launch_ns, self._resolve_locked(q.unresolved))
+            previous = self.last_of_group.get(key) if key is not None else None
+            last = q.unresolved[-1] if q.unresolved else None
+            after = last if last is not None and last is previous else None
+            if last is not None and after is None:  # its end is this collective's queue time
+                launch_ns = max(launch_ns, self._resolve_locked(last))
             with self._lock:
-                arrival = max(
+                ready = max(
                     launch_ns + self.latency_ns,
                     q.collective.free_at_ns,
                     q.order_ns(stream),
                     not_before_ns,
                 )
             call_end = time.time_ns()
+            chained = -1 if after is None else after.duration_ns
             pending = PendingCollective(
                 self,
                 core,
@@ -530,18 +576,21 @@ class DeviceTimeline:
                 algorithm,
                 launch_ns,
                 call_end,
-                arrival,
+                ready,
                 dur,
-                None if exchange is None else exchange(arrival),
+                None if exchange is None else exchange(ready, chained),
+                after,
+                previous,
             )
             if self.rt.capturing:  # ids in launch order, as the call is made now
                 self.collectives_launched += 1
                 pending.op_id = self.collectives_launched
                 pending.exec_id = next(self._exec_ids)
+            q.unresolved.append(pending)
+            if key is not None:
+                self.last_of_group[key] = pending
             if exchange is None:
                 self._resolve_locked(pending)
-            else:
-                q.unresolved = pending
         return pending
 
     def resolve(self, pending: PendingCollective, overhead: bool = True) -> int:
@@ -553,28 +602,40 @@ class DeviceTimeline:
     def settle(self, cores: Iterable[int] | None = None) -> None:
         """Resolve the collectives pending on ``cores`` (None: all), in launch order."""
         queues = self.cores if cores is None else [self.cores[c] for c in cores]
-        found = [q.unresolved for q in queues if q.unresolved is not None]
+        found = [p for q in queues for p in q.unresolved]
         if found:
             with self._cc_lock:
                 for pending in sorted(found, key=lambda p: p.call_end_ns):
                     self._resolve_locked(pending)
 
     def _resolve_locked(self, pending: PendingCollective, overhead: bool = True) -> int:
-        """Wait for the group's arrivals, schedule the collective from the last one and record
-        its events (``_cc_lock`` held). Returns the end of the host's block (0: none)."""
-        if pending.end != _UNRESOLVED_NS:
-            return 0
+        """Resolve ``pending`` and, first, the collectives launched before it on its core (one
+        queue, in order) (``_cc_lock`` held). Returns the end of the host's last block (0:
+        none)."""
+        queue = self.cores[pending.core].unresolved
+        blocked = 0
+        while pending.end == _UNRESOLVED_NS:
+            blocked = max(blocked, self._resolve_first(queue[0], overhead))
+        return blocked
+
+    def _resolve_first(self, pending: PendingCollective, overhead: bool) -> int:
+        """Wait for the group's arrivals of its core's first pending collective, schedule it
+        from the last one (``launch_collective``: a chained rank's arrival follows the group's
+        previous collective) and record its events. Returns the end of the host's block (0:
+        none)."""
+        if pending.after is not None:  # resolved: it was before this one on the queue
+            pending.arrival_ns = max(pending.ready_ns, pending.after.end)
         group_start = pending.arrival_ns
         blocked = 0
         exchange = pending.exchange
         if exchange is not None:
             if exchange.is_completed():
-                latest = self._latest(pending, exchange)
+                latest, chained = self._latest(pending, exchange)
             else:  # a rank has not arrived: the host really waits (emulator overhead)
                 global waits
                 waits += 1
                 begin = time.time_ns()
-                latest = self._latest(pending, exchange)
+                latest, chained = self._latest(pending, exchange)
                 blocked = time.time_ns()
                 if overhead:
                     self.overhead(pending.core, pending.op, F.OVERHEAD_COUPLING, begin, blocked)
@@ -582,14 +643,19 @@ class DeviceTimeline:
                 if blocked > self.blocked_until_ns:
                     self.blocked_until_ns = blocked
             group_start = max(group_start, latest)
+            previous = pending.previous
+            if chained >= 0 and previous is not None:  # a rank waits for the previous one
+                blocked = max(blocked, self._resolve_locked(previous, overhead))
+                group_start = max(group_start, previous.start + chained)  # its group start
         self._schedule(pending, group_start)
         if pending.exec_id:
             self._record_collective(pending)
         return blocked
 
     def _schedule(self, pending: PendingCollective, group_start: int) -> None:
-        """Place a pending collective on its core's collective queue from ``group_start``: it
-        is resolved (its start and end set; no longer the core's unresolved one)."""
+        """Place its core's first pending collective on the collective queue from
+        ``group_start``: it is resolved (its start and end set; no longer pending on the core;
+        its links to the collectives before it dropped)."""
         q = self.cores[pending.core]
         with self._lock:
             start, end = q.collective.schedule(
@@ -600,15 +666,17 @@ class DeviceTimeline:
             )
             heapq.heappush(q.inflight, end)
             pending.start, pending.end = start, end
-            if q.unresolved is pending:
-                q.unresolved = None
+            if q.unresolved and q.unresolved[0] is pending:
+                q.unresolved.pop(0)
+            pending.after = pending.previous = None
 
-    def _latest(self, pending: PendingCollective, exchange: ArrivalExchange) -> int:
-        """The group's last arrival. When the exchange fails (a peer died), the collective is
-        resolved as if its group had arrived with it (so nothing waits on it again: the next
-        stop, sync or enable does not raise the same error) and the error is raised once."""
+    def _latest(self, pending: PendingCollective, exchange: ArrivalExchange) -> tuple[int, int]:
+        """The group's last ready time and longest chained duration (``ArrivalExchange``).
+        When the exchange fails (a peer died), the collective is resolved as if its group had
+        arrived with it (so nothing waits on it again: the next stop, sync or enable does not
+        raise the same error) and the error is raised once."""
         try:
-            return exchange.latest_ns()
+            return exchange.latest()
         except BaseException:
             self._schedule(pending, pending.arrival_ns)
             raise
@@ -665,20 +733,19 @@ class DeviceTimeline:
     def _admit(self, core: int, op: str, launch_ns: int) -> int:
         """The bounded launch queue: with ``queue_depth`` operations launched and unfinished on
         this core, the host really blocks until one finishes (a ``queue_full`` host sync).
-        Returns the time the launch proceeds at. A collective pending on the core counts as in
-        flight: if the queue is full with it, it is resolved first (its end may be what frees
-        the queue)."""
+        Returns the time the launch proceeds at. Collectives pending on the core count as in
+        flight: if the queue is full with them, they are resolved first (their ends may be what
+        frees the queue)."""
         q = self.cores[core]
         with self._lock:  # in flight at the launch time: what the launch call would see
             heap = q.inflight
             while heap and heap[0] <= launch_ns:
                 heapq.heappop(heap)
-            full = len(heap) + (q.unresolved is not None) >= self.queue_depth
-        if full and q.unresolved is not None:
+            full = len(heap) + len(q.unresolved) >= self.queue_depth
+        if full and q.unresolved:
             with self._cc_lock:
-                pending = q.unresolved
-                if pending is not None:
-                    launch_ns = max(launch_ns, self._resolve_locked(pending))
+                if q.unresolved:
+                    launch_ns = max(launch_ns, self._resolve_locked(q.unresolved[-1]))
         with self._lock:
             while heap and heap[0] <= launch_ns:
                 heapq.heappop(heap)
@@ -793,10 +860,8 @@ class DeviceTimeline:
     def done_by(self, core: int, now_ns: int) -> bool:
         """Whether the core's work is done at ``now_ns`` without blocking (a stream query): a
         collective whose group has not all arrived is not (its start is later than now)."""
-        pending = self.cores[core].unresolved
-        if pending is not None and pending.exchange is not None:
-            if not pending.exchange.is_completed():
-                return False
+        if not all(p.arrived() for p in list(self.cores[core].unresolved)):
+            return False
         return self.busy_until_ns([core]) <= now_ns
 
     def stream_wait(self, core: int, until_ns: int, stream: int = 0) -> None:

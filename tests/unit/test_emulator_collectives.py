@@ -103,3 +103,42 @@ def test_wait_on_a_side_stream_leaves_the_default_stream_computing(group) -> Non
     kernels = {s["op"]: s for s in spans if s["type"] == F.NC_EXEC_RUNNING}
     assert kernels["aten::mm"]["start"] < cc["end"] and overlapped.shape == (64, 64)
     assert kernels["aten::relu"]["start"] >= cc["end"]
+
+
+def test_wait_orders_the_current_stream_after_its_own_collective_only(group) -> None:
+    """As NCCL on CUDA: ``w.wait()`` makes the current stream of its collective's core wait for
+    that collective (which ends after those launched before it on the core: one queue), not
+    for one launched after it, nor for another core's. Three 50 ms all_reduces: ``first`` and
+    ``second`` on core 0 (in that order on its queue), ``other`` on core 1; after
+    ``first.wait()``, a kernel on core 0 starts exactly at ``first``'s end (it was launched well
+    before it), one on core 1 as soon as launched (its compute queue is idle)."""
+    a, b = torch.ones(256, device="neuron"), torch.ones(256, device="neuron")
+    c = torch.ones(256, device="neuron:1")
+    x0, x1 = torch.ones(16, device="neuron"), torch.ones(16, device="neuron:1")
+    torch.neuron.synchronize()
+    rt = get_runtime()
+    rt.sys_trace_start()
+    first = dist.all_reduce(a, async_op=True)
+    second = dist.all_reduce(b, async_op=True)
+    other = dist.all_reduce(c, async_op=True)
+    first.wait()
+    k0, k1 = x0 + 1, x1 * 2
+    second.wait()
+    other.wait()
+    rt.sys_trace_stop()
+    assert k0.sum().item() == 32.0 and k1.sum().item() == 32.0
+    spans = _spans(json.loads(rt.sys_trace_fetch())["events"])
+    ccs = sorted(
+        (s for s in spans if s["type"] == F.CC_RUNNING), key=lambda s: s["ext"][F.X_LAUNCH_NS]
+    )
+    assert len(ccs) == 3
+    cc_first, cc_second, cc_other = ccs
+    assert cc_second["start"] == cc_first["end"]  # queued behind it on core 0
+    kernels = {s["op"]: s for s in spans if s["type"] == F.NC_EXEC_RUNNING}
+    add, mul = kernels["aten::add"], kernels["aten::mul"]
+    lat = chip("trn2").launch_latency_ns
+    epoch0, epoch1 = rt.nc_epoch_of(0), rt.nc_epoch_of(1)  # device stamps -> the host clock
+    assert add["ext"][F.X_LAUNCH_NS] + lat < cc_first["end"] + epoch0
+    assert add["start"] == cc_first["end"] < cc_second["end"]
+    assert mul["start"] + epoch1 == mul["ext"][F.X_LAUNCH_NS] + lat
+    assert mul["start"] < cc_other["end"]

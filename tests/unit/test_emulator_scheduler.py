@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 from neuron_profiler.costmodel.chips import chip
 from neuron_profiler.emulator.runtime import EmulatedRuntime
@@ -14,22 +15,37 @@ from neuron_profiler.runtime_trace import format as F
 
 
 class Arrivals:
-    """A fake arrival exchange (scheduler.ArrivalExchange): the group's latest arrival is
-    ``latest``; ``done`` says whether every rank has sent it (else ``latest_ns`` blocks for
-    ``block_s``, as a late rank would make it)."""
+    """A fake arrival exchange (scheduler.ArrivalExchange) and what starts it
+    (``launch_collective``'s ``exchange``): the other ranks sent ``others`` as their latest
+    ready time (or ``others(ready)``, from this rank's) and ``chained`` as their longest chained
+    duration (-1: none); ``done`` says whether they all have (else ``latest`` blocks for
+    ``block_s``, as a late rank would make it). ``sent``: what this rank sent."""
 
-    def __init__(self, latest: int, done: bool = False, block_s: float = 0.0) -> None:
-        self.latest, self.done, self.block_s, self.waited = latest, done, block_s, 0
+    def __init__(
+        self,
+        others: int | Callable[[int], int],
+        done: bool = False,
+        block_s: float = 0.0,
+        chained: int = -1,
+    ) -> None:
+        self.others, self.chained, self.done, self.block_s = others, chained, done, block_s
+        self.waited, self.sent = 0, (0, -1)
+
+    def __call__(self, ready_ns: int, chained_ns: int) -> Arrivals:
+        self.sent = (ready_ns, chained_ns)
+        return self
 
     def is_completed(self) -> bool:
         return self.done
 
-    def latest_ns(self) -> int:
+    def latest(self) -> tuple[int, int]:
         self.waited += 1
         if not self.done:
             time.sleep(self.block_s)
             self.done = True
-        return self.latest
+        ready, chained = self.sent
+        others = self.others(ready) if callable(self.others) else self.others
+        return max(ready, others), max(chained, self.chained)
 
 
 def _timeline(speed: float = 1.0) -> DeviceTimeline:
@@ -191,7 +207,7 @@ def test_recorded_events_are_named_records_outside_the_garbage_collector() -> No
         ranks=[0, 1],
         group="0",
         launch_ns=t0,
-        exchange=lambda arrival: Arrivals(arrival + 50_000),
+        exchange=Arrivals(lambda ready: ready + 50_000),
     )
     tl.host_sync([0], "item", until_ns=time.time_ns())
     tl.free(0, tl.allocate(0, 64), 64)
@@ -230,14 +246,14 @@ def test_recorded_events_are_named_records_outside_the_garbage_collector() -> No
     ]
 
 
-def _cc(tl: DeviceTimeline, launch_ns: int, exchange, core: int = 0):
+def _cc(tl: DeviceTimeline, launch_ns: int, exchange, core: int = 0, group: str = "0"):
     return tl.launch_collective(
         core,
         "c10d::allreduce_",
         collective="allreduce",
         nbytes=1 << 20,
         ranks=[0, 1],
-        group="0",
+        group=group,
         launch_ns=launch_ns,
         exchange=exchange,
     )
@@ -266,7 +282,7 @@ def test_a_coupled_collective_launch_returns_at_once_and_resolves_when_its_end_i
     t0 = time.time_ns()
     late = t0 + 30_000_000  # the last rank arrives 30 ms after this one
     exchange = Arrivals(late, block_s=0.02)
-    pending = _cc(tl, t0, lambda arrival: exchange)
+    pending = _cc(tl, t0, exchange)
     assert not pending.resolved and exchange.waited == 0  # the launch did not wait
     k_end = _add(tl, t0 + 1)
     assert not pending.resolved and k_end < late  # independent compute: scheduled at once
@@ -303,18 +319,21 @@ def test_a_coupled_collective_launch_returns_at_once_and_resolves_when_its_end_i
 
 
 def test_pending_collectives_resolve_in_order_and_before_a_capture_stops() -> None:
-    """The next collective on the core, a host sync and a capture's stop need the pending one's
-    end: each resolves it. An exchange already complete costs no overhead span."""
+    """A collective of the same group queues behind a pending one without resolving it; one of
+    another group on the core, a host sync and a capture's stop need the pending ones' ends:
+    each resolves them, in launch order. An exchange already complete costs no overhead span."""
     tl = _timeline()
     tl.rt.sys_trace_start()
     t0 = time.time_ns()
-    first_x, second_x = Arrivals(t0 + 1_000_000, done=True), Arrivals(t0 + 2_000_000, done=True)
-    first = _cc(tl, t0, lambda a: first_x)
-    second = _cc(tl, t0 + 1, lambda a: second_x)
-    assert first.resolved and not second.resolved  # the queue time of the second is its end
-    assert second.arrival_ns >= first.end
-    assert tl.busy_until_ns([0]) == second.end_ns() and second.resolved  # a host sync
-    third = _cc(tl, time.time_ns(), lambda a: Arrivals(a, done=True))
+    first = _cc(tl, t0, Arrivals(t0 + 1_000_000, done=True))
+    second = _cc(tl, t0 + 1, Arrivals(t0 + 2_000_000, done=True))
+    assert not first.resolved and not second.resolved  # chained behind the first
+    other = _cc(tl, t0 + 2, Arrivals(t0 + 3_000_000, done=True), group="1")
+    assert first.resolved and second.resolved and not other.resolved  # its queue time: theirs
+    assert second.arrival_ns == first.end and second.start == t0 + 2_000_000  # the peer's
+    assert other.arrival_ns == second.end
+    assert tl.busy_until_ns([0]) == other.end_ns() and other.resolved  # a host sync
+    third = _cc(tl, time.time_ns(), Arrivals(lambda ready: ready, done=True))
     assert not third.resolved
     tl.rt.sys_trace_stop()  # the capture's stop resolves it: its events are in the capture
     assert third.resolved
@@ -324,18 +343,107 @@ def test_pending_collectives_resolve_in_order_and_before_a_capture_stops() -> No
         for e in events
         if e["event_type"] == F.CC_RUNNING and e["phase"] == F.START
     ]
-    assert sorted(ops) == [1, 2, 3]
+    assert sorted(ops) == [1, 2, 3, 4]
     assert not [e for e in events if e["event_type"] == F.EXT_EMULATOR_OVERHEAD]  # no block
 
 
-def test_a_full_launch_queue_resolves_the_pending_collective() -> None:
-    """A pending collective counts as in flight; the launch that finds the queue full resolves
-    it first (its end is when the queue frees)."""
+def _comparable(tl: DeviceTimeline) -> list[tuple]:
+    """A capture's events on the host clock (device stamps plus the core's epoch), without what
+    is the host's own time (the emulator's overhead spans, where a runtime call returned) or the
+    order they were recorded in (ids)."""
+    out = []
+    for e in json.loads(tl.rt.sys_trace_fetch())["events"]:
+        if e["event_type"] == F.EXT_EMULATOR_OVERHEAD:
+            continue
+        stamp, data = e["timestamp_ns"], e["data"]
+        if "nc_timestamp_ns" in data:
+            epoch = tl.rt.nc_epoch_of(data.get("device_core_idx", 0))
+            stamp, data = (
+                stamp + epoch,
+                {**data, "nc_timestamp_ns": data["nc_timestamp_ns"] + epoch},
+            )
+        if e["event_type"] == F.NRT_MODEL_SUBMIT and e["phase"] == F.STOP:
+            stamp = None
+        out.append((e["event_type"], e["phase"], stamp, json.dumps(data, sort_keys=True)))
+    return sorted(out, key=repr)
+
+
+def test_a_collective_launched_behind_a_pending_one_is_placed_as_if_that_one_were_resolved() -> (
+    None
+):
+    """Injected truth: the other rank arrives 30 ms late for the first all_reduce and launches
+    the second 2 us after this rank's. Resolved eagerly (the first resolved before the second
+    is launched, as the launch used to do), the second's arrival is after the first's end;
+    chained (the first still pending, the late rank's arrival not known), the launch returns
+    without waiting, and resolving the second (which resolves the first) gives the same device
+    times and events. By hand: the first runs from the late arrival for its duration, the second
+    from its end (later than both ranks' launches plus the latency)."""
+    lat = chip("trn2").launch_latency_ns
+    t0 = time.time_ns()
+    late, peer_second = t0 + 30_000_000, t0 + 2_000 + lat
+    placed = {}
+    for mode in ("eager", "chained"):
+        tl = _timeline()
+        dur = tl.model.collective_ns(nbytes=1 << 20, world=2, collective="allreduce")
+        tl.rt.sys_trace_start()
+        first_x = Arrivals(late, block_s=0.01)
+        first = _cc(tl, t0, first_x)
+        if mode == "eager":  # the peer resolved it too: it sends its arrival after the end
+            first.end_ns()
+            second_x = Arrivals(max(peer_second, first.end))
+        else:  # the peer chained it too: it sends its ready time and the first's duration
+            second_x = Arrivals(peer_second, chained=dur)
+        second = _cc(tl, t0 + 1_000, second_x)
+        if mode == "chained":
+            assert not first.resolved and first_x.waited == 0  # the launch did not wait
+            assert second_x.sent == (t0 + 1_000 + lat, dur)
+        end = second.end_ns()
+        assert first.resolved and first_x.waited == 1
+        tl.rt.sys_trace_stop()
+        placed[mode] = (
+            [(c.arrival_ns, c.start, c.end) for c in (first, second)],
+            _comparable(tl),
+        )
+        assert first.arrival_ns == t0 + lat and (first.start, first.end) == (late, late + dur)
+        assert second.arrival_ns == second.start == late + dur and end == late + 2 * dur
+    assert placed["chained"] == placed["eager"]
+    times, events = placed["chained"]
+    barriers = [e for e in events if e[0] == F.CC_EXEC_BARRIER]
+    assert len(barriers) == 2 and [e[2] for e in barriers] == [t0 + lat, late]  # first only
+
+
+def test_a_peer_chained_behind_the_previous_collective_delays_the_group_start() -> None:
+    """This rank resolved the first collective before launching the second; the other rank did
+    not, and its first collective lasts 5 ms longer (its own bytes): it sends its ready time and
+    that duration. The group starts the second when the peer's first ends: the first's group
+    start plus the peer's duration."""
+    tl = _timeline()
+    t0 = time.time_ns()
+    first = _cc(tl, t0, Arrivals(t0 + 1_000_000, done=True))
+    first.end_ns()
+    dur = first.end - first.start
+    peer = dur + 5_000_000
+    second_x = Arrivals(t0 + 2_000, done=True, chained=peer)
+    second = _cc(tl, t0 + 1_000, second_x)
+    assert second_x.sent == (first.end, -1)  # resolved: its end is in this rank's ready time
+    assert second.end_ns() == t0 + 1_000_000 + peer + dur
+    assert second.arrival_ns == first.end and second.start == t0 + 1_000_000 + peer
+
+
+def test_a_full_launch_queue_resolves_the_pending_collectives() -> None:
+    """Pending collectives count as in flight; the launch that finds the queue full resolves
+    them first (their ends are when the queue frees)."""
     rt = EmulatedRuntime(cores=1)
     tl = DeviceTimeline(rt, RooflineModel(chip("trn2")), cores=1, queue_depth=2)
     t0 = time.time_ns()
-    pending = _cc(tl, t0, lambda a: Arrivals(a, done=True))
+    pending = _cc(tl, t0, Arrivals(lambda ready: ready, done=True))
     _add(tl, t0)
     assert not pending.resolved
     _add(tl, t0)  # two in flight: this launch waits for the queue
     assert pending.resolved
+    tl = DeviceTimeline(rt, RooflineModel(chip("trn2")), cores=1, queue_depth=2)
+    first = _cc(tl, t0, Arrivals(lambda ready: ready, done=True))
+    second = _cc(tl, t0, Arrivals(lambda ready: ready, done=True))
+    assert not first.resolved and not second.resolved  # chained: two in flight
+    _add(tl, t0)
+    assert first.resolved and second.resolved and second.start == first.end
