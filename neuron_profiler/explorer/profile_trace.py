@@ -109,13 +109,14 @@ def merge_profile(host: Trace, profile: ExplorerProfile) -> ExplorerResult:
 
 def _host_instance(ev: EventColumns, fw: np.ndarray, in_op: np.ndarray) -> int | None:
     """Of a profile with several instances, the code of the one the host trace is: the most
-    of whose framework events a host op holds (``in_op``), the first instance on a tie or
+    of whose framework events a host op holds (``in_op``), the first by name on a tie or
     where none is held; None for a profile of one instance (nothing to keep apart)."""
     codes = np.unique(ev.instance_code)
     if len(codes) < 2:
         return None
     held = np.bincount(ev.instance_code[fw][in_op], minlength=int(codes.max()) + 1)[codes]
-    return int(codes[int(np.argmax(held))])
+    best = codes[held == held.max()].tolist()
+    return min(best, key=lambda code: ev.instances[code])
 
 
 def _merge_apart(

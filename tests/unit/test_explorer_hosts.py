@@ -266,17 +266,18 @@ def test_merged_instances_sharing_pid_and_tids_keep_their_threads_apart(
 
 
 def test_the_host_trace_instance_is_the_one_its_ops_hold() -> None:
-    """By hand: the instance with the most framework events inside host ops; the first
-    instance on a tie or when none is held; none at all for a profile of one instance."""
+    """By hand: the instance with the most framework events inside host ops; the first by
+    name on a tie or when none is held (codes follow the file, not names); none at all for a
+    profile of one instance."""
     from types import SimpleNamespace
 
     from neuron_profiler.explorer.profile_trace import _host_instance
 
-    ev = SimpleNamespace(instance_code=np.array([0, 0, 1, 1, 1, 2]))
+    ev = SimpleNamespace(instance_code=np.array([0, 0, 1, 1, 1, 2]), instances=["b", "a", "c"])
     fw = np.array([0, 1, 2, 3, 5])
     assert _host_instance(ev, fw, np.array([True, False, True, True, False])) == 1
     assert _host_instance(ev, fw, np.array([False, False, False, False, True])) == 2
-    assert _host_instance(ev, fw, np.array([True, False, True, False, False])) == 0  # a tie
-    assert _host_instance(ev, fw, np.zeros(5, bool)) == 0
-    one = SimpleNamespace(instance_code=np.zeros(4, np.int64))
+    assert _host_instance(ev, fw, np.array([True, False, True, False, False])) == 1  # a tie: "a"
+    assert _host_instance(ev, fw, np.zeros(5, bool)) == 1
+    one = SimpleNamespace(instance_code=np.zeros(4, np.int64), instances=["a"])
     assert _host_instance(one, np.arange(4), np.ones(4, bool)) is None
