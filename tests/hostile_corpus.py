@@ -325,8 +325,8 @@ CASES: list[Case] = [
         _file("big_ids.json", _ids(str(2**64).encode())),
         Expected(
             IDS_NAMES,
-            ("3 ids beyond 64 bits dropped", "2 pid/tids beyond 64 bits mapped"),
-            _clean(dropped_ids=3, relabelled_ids=2),
+            ("2 ids beyond 64 bits dropped", "2 pid/tids beyond 64 bits mapped"),
+            _clean(dropped_ids=2, relabelled_ids=2),
         ),
     ),
     Case(
@@ -334,8 +334,8 @@ CASES: list[Case] = [
         _file("edge_ids.json", _ids(str(2**63).encode())),
         Expected(
             IDS_NAMES,
-            ("3 ids beyond 64 bits dropped", "2 pid/tids beyond 64 bits mapped"),
-            _clean(dropped_ids=3, relabelled_ids=2),
+            ("2 ids beyond 64 bits dropped", "2 pid/tids beyond 64 bits mapped"),
+            _clean(dropped_ids=2, relabelled_ids=2),
         ),
     ),
     Case(
@@ -344,11 +344,11 @@ CASES: list[Case] = [
         Expected(
             IDS_NAMES,
             (
-                "3 ids beyond 64 bits dropped",
+                "2 ids beyond 64 bits dropped",
                 "2 pid/tids beyond 64 bits mapped",
                 "5 events with NaN, Infinity or numbers beyond float range",
             ),
-            _clean(dropped_ids=3, relabelled_ids=2, replaced_values=5),
+            _clean(dropped_ids=2, relabelled_ids=2, replaced_values=5),
         ),
     ),
     Case(

@@ -188,6 +188,21 @@ class AnalysisContext:
             out |= (pid == p) & (tid == t)
         return out
 
+    def on_any_launch_thread(self, rows: np.ndarray) -> np.ndarray:
+        """Which of these host rows ran on a thread whose spans some device's gaps are judged
+        on (``on_launch_threads``' rule for every device at once): a thread that launched some
+        device's work, or any thread when some device's launches are not linked."""
+        dev, pid, tid = self.launch_thread_table
+        linked = len(np.unique(dev))
+        if len(rows) == 0 or linked < len(self.work.devices):
+            return np.ones(len(rows), bool)
+        c = self.trace.columns
+        threads = np.unique(np.stack([pid, tid], axis=1), axis=0)
+        mine = np.stack([c[S.PID][rows], c[S.TID][rows]], axis=1).astype(np.int64)
+        _, code = np.unique(np.concatenate([threads, mine]), axis=0, return_inverse=True)
+        code = code.ravel()
+        return np.isin(code[len(threads) :], code[: len(threads)])
+
     def waits(self, device: int) -> I.Intervals:
         """When ``device`` waited at a collective for its peers (its collective-wait slices,
         less any time it had work), as one union over all time."""

@@ -30,6 +30,7 @@ from neuron_profiler.analysis.pareto import FallbackPareto, fallback_pareto
 from neuron_profiler.analysis.rank_summary import RankSummary, rank_summary
 from neuron_profiler.analysis.steps import Steps
 from neuron_profiler.analysis.summary import OpKernelSummary, op_kernel_summary
+from neuron_profiler.analysis.syncs import ElsewhereSyncs, syncs_elsewhere
 from neuron_profiler.analysis.timeline import DeviceTimeline, device_timeline
 from neuron_profiler.forked import ForkedCall, usable_cores
 from neuron_profiler.heap import TRIM_ROWS, gc_paused, return_freed_heap
@@ -46,6 +47,11 @@ NOTE_HOST_ONLY = "no device events: host-only report (no device idle time or bre
 NOTE_MODELLED = (
     "emulated device: device timings are modelled by the emulator, not measured "
     f"({V.META_MODELLED})"
+)
+NOTE_SYNCS_ELSEWHERE = (
+    "{calls} host sync call{s} ({names}; {ms:.3f} ms on the host) on threads that launch no "
+    "device work: they hold no launch up, so they cost no device idle and are not in the sync "
+    "table"
 )
 NOTE_EMULATOR_OVERHEAD = (
     "emulator overhead: {ms:.3f} ms of device time not busy was the "
@@ -140,6 +146,18 @@ def _compatibility(trace: Trace, options: Options) -> Compatibility:
     return hta_temporal, hta_idle, tb, notes
 
 
+def note_syncs_elsewhere(e: ElsewhereSyncs) -> str:
+    """The note counting syncs on threads that launch no device work, with their names."""
+    names = ", ".join(f"{name} x{calls}" for name, calls, _ in e.names[:3])
+    more = len(e.names) - 3
+    return NOTE_SYNCS_ELSEWHERE.format(
+        calls=e.calls,
+        s="s" * (e.calls != 1),
+        names=names + (f", {more} more name{'s' * (more != 1)}" if more > 0 else ""),
+        ms=e.host_ns / 1e6,
+    )
+
+
 def _beside(ctx: AnalysisContext) -> tuple[Compatibility, OpKernelSummary]:
     """What a large trace's analysis computes beside the rest: the compatibility breakdowns and
     the op and kernel summary (they need nothing the rest computes but the device work and
@@ -210,6 +228,9 @@ def _analyze(
     if idle.emulator_overhead_ns:
         notes += (NOTE_EMULATOR_OVERHEAD.format(ms=idle.emulator_overhead_ns / 1e6),)
     found = ctx.result(findings)
+    elsewhere = ctx.result(syncs_elsewhere)
+    if elsewhere.calls:
+        notes += (note_syncs_elsewhere(elsewhere),)
     timeline = None if options.timeline_segments is None else ctx.result(device_timeline)
     ranks = ctx.result(rank_summary)
     hta_temporal, hta_idle, tb, compat_notes = compatibility()

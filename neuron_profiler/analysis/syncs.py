@@ -5,7 +5,10 @@
 
 Syncs are the calls that really waited for the device, inside the analysed steps and not part
 of a CPU fallback (``sync_calls``: runtime waits, and ``.item()`` / ``_local_scalar_dense`` /
-``nonzero`` when a wait or a D2H copy launch lies inside them). A call counts for the outermost
+``nonzero`` when a wait or a D2H copy launch lies inside them), on a thread whose spans the idle
+rules judge some device's gaps on (one that launches device work; any thread where a device's
+launches are not linked). Those on other threads cost no device idle: they are counted apart
+(``syncs_elsewhere``), not grouped. A call counts for the outermost
 sync around it on its thread (``aten::item``, not the ``cudaStreamSynchronize`` inside it), so no
 host time is counted twice. Groups are named after the call, our runtime's ``host sync: `` prefix
 left out (``torch.neuron.synchronize``). Per name:
@@ -60,11 +63,48 @@ class SyncGroup:
 
 
 def sync_groups(ctx: AnalysisContext) -> tuple[SyncGroup, ...]:
-    """A CPU fallback's copies are left to it (its own ``host sync: <op>`` row waits for
-    them)."""
+    """The syncs on threads whose spans the idle rules judge some device's gaps on
+    (``AnalysisContext.on_any_launch_thread``). A CPU fallback's copies are left to it (its own
+    ``host sync: <op>`` row waits for them)."""
+    return _groups(ctx, _outermost_syncs(ctx)[0])
+
+
+@dataclass(frozen=True)
+class ElsewhereSyncs:
+    """Syncs on threads that launch no device work (a monitor's ``synchronize``, another
+    library's thread): they hold no launch up, so they cost no device idle and are not in the
+    sync groups; counted here, per name (``names``: (name, calls, host_ns), by host time)."""
+
+    calls: int = 0
+    host_ns: int = 0
+    names: tuple[tuple[str, int, int], ...] = ()
+
+
+def syncs_elsewhere(ctx: AnalysisContext) -> ElsewhereSyncs:
+    rows = _outermost_syncs(ctx)[1]
+    if len(rows) == 0:
+        return ElsewhereSyncs()
+    c = ctx.trace.columns
+    dur = c[S.DUR_NS][rows]
+    names = np.array([sync_name(ctx.trace.strings[n]) for n in c[S.NAME_ID][rows].tolist()])
+    per = [(str(n), int((names == n).sum()), int(dur[names == n].sum())) for n in set(names)]
+    per.sort(key=lambda g: (-g[2], g[0]))
+    return ElsewhereSyncs(len(rows), int(dur.sum()), tuple(per))
+
+
+def _outermost_syncs(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray]:
+    """The outermost syncs (none without device work), by start: (on a thread some device's
+    gaps are judged on, on another thread)."""
+    rows = _outermost(ctx.trace, ctx.result(sync_calls))
+    if len(ctx.work) == 0:
+        rows = rows[:0]
+    on = ctx.on_any_launch_thread(rows)
+    return rows[on], rows[~on]
+
+
+def _groups(ctx: AnalysisContext, rows: np.ndarray) -> tuple[SyncGroup, ...]:
     trace = ctx.trace
-    rows = _outermost(trace, ctx.result(sync_calls))
-    if len(ctx.work) == 0 or len(rows) == 0:
+    if len(rows) == 0:
         return ()
     c = trace.columns
     start = c[S.TS_NS][rows]

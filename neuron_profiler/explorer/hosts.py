@@ -13,11 +13,16 @@ instance and real pid. The shared placement keys host threads by thread id alone
 the thread -> process lookup), so a thread id several host threads use is, while placing, a
 distinct one from above every real thread id; ``real_threads`` puts the real ids back, which
 the distinct pids keep apart. Without a shared pid or tid every id stays as it was.
+
+Merged onto a host trace, the instances other than the host trace's are laid out so
+(``HostIds.of(events, apart, taken_pids, taken_tids)``), apart from the ids the host side uses
+too; the host trace's instance keeps its real ids, placed on the host trace's threads.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,22 +66,35 @@ class HostIds:
     thread_real: np.ndarray
 
     @classmethod
-    def of(cls, ev: EventColumns) -> HostIds:
-        if not len(ev):
+    def of(
+        cls,
+        ev: EventColumns,
+        apart: np.ndarray | None = None,
+        taken_pids: frozenset[int] = frozenset(),
+        taken_tids: frozenset[int] = frozenset(),
+    ) -> HostIds:
+        """Every event's host process and thread; ``apart`` (merged onto a host trace): only
+        these events' (the other instances'), kept apart from the ids the host trace's side
+        uses too (``taken_*``); the other events keep their real thread id (pid -1)."""
+        sel = np.arange(len(ev)) if apart is None else np.flatnonzero(apart)
+        pid = np.full(len(ev), -1, dtype=np.int64)
+        tid = ev.thread_id.astype(np.int64, copy=True)
+        if not len(sel):
             z = np.zeros(0, dtype=np.int64)
-            return cls(z, z, [], z, z, z)
-        p_of, proc = key_codes(ev.instance_code, ev.process_id)
-        trace_pid = _distinct(proc[1], max(SYNTHETIC_PID_BASE, int(proc[1].max()) + 1))
-        t_of, thread = key_codes(p_of, ev.thread_id)
-        placing = _distinct(thread[1], max(SYNTHETIC_PID_BASE, int(thread[1].max()) + 1))
+            return cls(pid, tid, [], z, z, z)
+        p_of, proc = key_codes(ev.instance_code[sel], ev.process_id[sel])
+        trace_pid = _distinct(proc[1], taken_pids)
+        t_of, thread = key_codes(p_of, ev.thread_id[sel])
+        placing = _distinct(thread[1], taken_tids)
         order = np.argsort(placing, kind="stable")
         processes = [
             HostProcess(int(p), ev.instances[i], int(real))
             for i, real, p in zip(*(a.tolist() for a in (*proc, trace_pid)), strict=True)
         ]
+        pid[sel], tid[sel] = trace_pid[p_of], placing[t_of]
         return cls(
-            pid=trace_pid[p_of],
-            tid=placing[t_of],
+            pid=pid,
+            tid=tid,
             processes=processes,
             thread_tid=placing[order],
             thread_pid=trace_pid[thread[0]][order],
@@ -88,13 +106,18 @@ class HostIds:
         """Each host process named after its instance and pid ("pid ?": none given)."""
         return {p.pid: p.name for p in self.processes}
 
-    def host_pid(self, tids: np.ndarray) -> np.ndarray:
-        """The trace pid of each placing thread id (one not seen: the first process's)."""
+    def host_pid(
+        self, tids: np.ndarray, otherwise: Callable[[np.ndarray], np.ndarray] | None = None
+    ) -> np.ndarray:
+        """The trace pid of each placing thread id; one not seen: ``otherwise``'s (a merge:
+        the host trace's lookup), else the first process's."""
+        tids = np.asarray(tids, dtype=np.int64)
         if not len(self.thread_tid):
-            return np.zeros(len(tids), dtype=np.int64)
+            return otherwise(tids) if otherwise else np.zeros(len(tids), dtype=np.int64)
         at = np.clip(np.searchsorted(self.thread_tid, tids), 0, len(self.thread_tid) - 1)
         hit = self.thread_tid[at] == tids
-        return np.where(hit, self.thread_pid[at], self.processes[0].pid)
+        rest = otherwise(tids) if otherwise else self.processes[0].pid
+        return np.where(hit, self.thread_pid[at], rest)
 
     def real_threads(self, trace: Trace) -> Trace:
         """``trace`` with each host row's placing thread id back to its real one."""
@@ -118,15 +141,19 @@ class HostIds:
         ]
 
 
-def _distinct(values: np.ndarray, spare: int) -> np.ndarray:
-    """``values`` (one per key) where no other key has the same value, else a distinct spare
-    value from ``spare`` up (a value no key has), in key order."""
+def _distinct(values: np.ndarray, taken_before: frozenset[int] = frozenset()) -> np.ndarray:
+    """``values`` (one per key) where no other key has the same value and ``taken_before``
+    lacks it, else a distinct spare value from ``SYNTHETIC_PID_BASE`` (or above every value)
+    up, which no key has and ``taken_before`` lacks, in key order."""
+    spare = max(SYNTHETIC_PID_BASE, int(values.max()) + 1)
     distinct, counts = np.unique(values, return_counts=True)
     shared = counts[np.searchsorted(distinct, values)] > 1
+    if taken_before:
+        shared |= np.isin(values, np.fromiter(taken_before, np.int64, len(taken_before)))
     out = values.astype(np.int64, copy=True)
     n = int(shared.sum())
     if n:
-        taken = set(values.tolist())
+        taken = set(values.tolist()) | taken_before
         fresh = []
         while len(fresh) < n:
             if spare not in taken:

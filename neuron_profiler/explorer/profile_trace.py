@@ -10,8 +10,9 @@ the worker), a thread per queue, runtime calls on their host thread, every event
 its exact span. On its own, the profile's framework events become the host ops (``cpu_op``,
 External ids 1, 2, ... in start order); on a host trace, the host trace's ops are used and each
 framework event stands for the op around its start on its thread; a runtime event's
-``framework_stream_id`` names the host trace's thread of equal pid and tid (``streams``). Then,
-added here:
+``framework_stream_id`` names the host trace's thread of equal pid and tid (``streams``); of a
+profile with several instances only one is the host trace's, the others' host processes are
+placed as on their own (``merge_profile``). Then, added here:
 - an ``ac2g`` arrow from the op to each event that shares its flow id;
 - HBM usage: per Neuron device (and instance) a process of counters, one per HBM, whose series
   are the usage categories (their values add up to ``total_bytes``; samples where they do not
@@ -35,7 +36,7 @@ from neuron_profiler.explorer.activities import (
     framework_rows,
     to_activities,
 )
-from neuron_profiler.explorer.columns import ExplorerProfile, HbmColumns
+from neuron_profiler.explorer.columns import EventColumns, ExplorerProfile, HbmColumns
 from neuron_profiler.explorer.hosts import HostIds
 from neuron_profiler.explorer.streams import ThreadOps
 from neuron_profiler.runtime_trace.activities import ActivityKind
@@ -82,11 +83,19 @@ def profile_trace(profile: ExplorerProfile) -> ExplorerResult:
 
 
 def merge_profile(host: Trace, profile: ExplorerProfile) -> ExplorerResult:
-    """The profile placed on ``host``: framework events link through the host op around them."""
+    """The profile placed on ``host``: framework events link through the host op around them.
+
+    ``host`` is one process's torch.profiler trace, which names no instance; of a profile with
+    several instances, the one whose framework events ``host``'s ops hold is ``host``'s
+    (``_host_instance``), and the others' host processes are placed as exported alone
+    (``_merge_apart``), so no thread holds two instances' events."""
     ev = profile.events
     fw = framework_rows(ev)
     ops = HostOps.from_trace(host)
     at = innermost_containing(ops.tid, ops.start_ns, ops.end_ns, ev.thread_id[fw], ev.start_ns[fw])
+    mine = _host_instance(ev, fw, at >= 0)
+    if mine is not None:
+        return _merge_apart(host, profile, fw, ops, at, mine)
     found = at >= 0
     safe = np.clip(at, 0, None)
     corr = np.where(found, ops.correlation[safe] if len(ops.correlation) else 0, 0)
@@ -96,6 +105,82 @@ def merge_profile(host: Trace, profile: ExplorerProfile) -> ExplorerResult:
     pid = np.asarray(host_pid_lookup(host)(tid), dtype=np.int64)
     op_start = np.where(found, ops.start_ns[safe] if len(ops.start_ns) else 0, -1)
     return _finish(profile, merged, conv, fw, (pid, tid, op_start), superseded=len(fw))
+
+
+def _host_instance(ev: EventColumns, fw: np.ndarray, in_op: np.ndarray) -> int | None:
+    """Of a profile with several instances, the code of the one the host trace is: the most
+    of whose framework events a host op holds (``in_op``), the first by name on a tie or
+    where none is held; None for a profile of one instance (nothing to keep apart)."""
+    codes = np.unique(ev.instance_code)
+    if len(codes) < 2:
+        return None
+    held = np.bincount(ev.instance_code[fw][in_op], minlength=int(codes.max()) + 1)[codes]
+    best = codes[held == held.max()].tolist()
+    return min(best, key=lambda code: ev.instances[code])
+
+
+def _merge_apart(
+    host: Trace, profile: ExplorerProfile, fw: np.ndarray, ops: HostOps, at: np.ndarray, mine: int
+) -> ExplorerResult:
+    """``merge_profile`` of a profile whose instances other than ``mine`` are placed apart:
+    their host processes and threads get ids of their own (``HostIds``: a pid or thread id the
+    host trace or ``mine``'s events use is replaced while placing, and a pid for good), their
+    framework events become their ops (External ids above the host trace's), and their runtime
+    events link to those ops only: streams by (instance, pid, thread), containment on their
+    own placing thread ids."""
+    ev = profile.events
+    apart = ev.instance_code != mine
+    c = host.columns
+    taken_pids = frozenset(np.unique(c[S.PID]).tolist()) | frozenset(host.process_names)
+    taken_pids |= frozenset(np.unique(ev.process_id[~apart]).tolist())
+    taken_tids = frozenset(np.unique(c[S.TID]).tolist())
+    taken_tids |= frozenset(np.unique(ev.thread_id[~apart]).tolist())
+    hosts = HostIds.of(ev, apart, taken_pids, taken_tids)
+    on_host = ~apart[fw]
+    found = (at >= 0) & on_host
+    safe = np.clip(at, 0, None)
+    corr = np.where(found, ops.correlation[safe] if len(ops.correlation) else 0, 0)
+    first = max(int(c[S.EXTERNAL_ID].max(initial=0)), FIRST_EXTERNAL_ID - 1) + 1
+    corr[~on_host] = np.arange(first, first + int((~on_host).sum()))
+    corr = corr.astype(np.int64)
+    own = _framework_trace(profile, fw[~on_host], corr[~on_host], hosts)
+    both = _with_ops_of(host, own)
+    of_host = ThreadOps.of_host(ops)  # (matched on their instance: mine)
+    of_host = dataclasses.replace(of_host, instance=np.full(len(of_host.pid), mine, np.int64))
+    thread_ops = ThreadOps.joined(of_host, ThreadOps.of_framework(ev, fw[~on_host], corr[~on_host]))
+    conv = to_activities(profile, corr, thread_ops, thread_id=hosts.tid)
+    lookup = host_pid_lookup(host)
+    merged = merge_activities(
+        both,
+        conv.acts,
+        [profile.source],
+        host_ops=HostOps.from_trace(both),
+        host_pid=lambda tids: hosts.host_pid(tids, lookup),
+    )
+    tid = np.where(on_host, ev.thread_id[fw], hosts.tid[fw])
+    pid = np.where(on_host, np.asarray(lookup(ev.thread_id[fw]), np.int64), hosts.pid[fw])
+    op_start = np.where(found, ops.start_ns[safe] if len(ops.start_ns) else 0, -1)
+    op_start = np.where(on_host, op_start, ev.start_ns[fw])
+    result = _finish(
+        profile, merged, conv, fw, (pid, tid, op_start), int(on_host.sum()), hosts=hosts
+    )
+    meta = dict(result.trace.metadata)
+    meta[V.META_EXPLORER] = {
+        **meta[V.META_EXPLORER],
+        "host_trace_instance": ev.instances[mine],
+    }
+    trace = hosts.real_threads(dataclasses.replace(result.trace, metadata=meta))
+    return dataclasses.replace(result, trace=trace)
+
+
+def _with_ops_of(host: Trace, own: Trace) -> Trace:
+    """``host`` with the rows and process names of ``own`` (apart instances' ops) added."""
+    rows = {k: v for k, v in own.columns.items() if k not in (S.NAME_ID, S.CAT_ID, S.KIND)}
+    rows.pop(S.ARGS_ROW)
+    rows["names"] = (own.strings, own.columns[S.NAME_ID])
+    rows["args"] = list(own.raw_args)
+    both = appended_rows(host, rows, None, V.CAT_CPU_OP, kind_of(V.CAT_CPU_OP))
+    return dataclasses.replace(both, process_names={**host.process_names, **own.process_names})
 
 
 # -- the host side of a profile alone -------------------------------------------------------------

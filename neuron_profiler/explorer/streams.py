@@ -74,6 +74,11 @@ class ThreadOps:
             ops.correlation,
         )
 
+    @classmethod
+    def joined(cls, *parts: ThreadOps) -> ThreadOps:
+        """The ops of ``parts``, one after another."""
+        return cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
+
     @property
     def by_instance(self) -> bool:
         return bool(len(self.instance)) and bool((self.instance != NO_INSTANCE).all())

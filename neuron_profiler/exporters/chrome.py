@@ -121,15 +121,20 @@ def _metadata_events(trace: Trace, base_ns: int) -> list[bytes]:
     return out
 
 
+def _id_text(label: str) -> bytes:
+    """An event's id from its ``id_labels`` text: an ``id2`` object, a number the column could
+    not hold as itself (``-1``, ``2**64 - 1``), else text (``"0x1f"``)."""
+    if S.id2_scope(label):
+        return b',"id2":' + label[len(S.ID2_LABEL) :].encode()
+    return b',"id":' + (label.encode() if S.integer_label(label) else _encode(label))
+
+
 def _event_lines(trace: Trace, base_ns: int) -> Iterator[bytes]:
     """Yields chunks of encoded events (bytes), CHUNK_ROWS rows at a time."""
     strings = [_encode(s) for s in trace.strings]
     spellings: dict[int, _Spelling] = {}
     pid_labels, tid_labels, raw_args = trace.pid_labels, trace.tid_labels, trace.raw_args
-    id_text = {
-        k: b',"id2":' + v[len(S.ID2_LABEL) :].encode() if S.id2_scope(v) else b',"id":' + _encode(v)
-        for k, v in trace.id_labels.items()
-    }
+    id_text = {k: _id_text(v) for k, v in trace.id_labels.items()}
     c = trace.columns
     for lo in range(0, len(trace), CHUNK_ROWS):
         hi = min(lo + CHUNK_ROWS, len(trace))

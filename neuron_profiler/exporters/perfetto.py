@@ -248,11 +248,14 @@ def _label(value: int, labels: dict[int, str]) -> str:
 
 
 def _id_text(flow_id: int, labels: dict[int, str]) -> str:
-    """An async id as the Chrome trace wrote it: ``id 7``, ``id "0x1"``, ``id2 {"local":"0x2"}``."""
+    """An async id as the Chrome trace wrote it: ``id 7``, ``id -1``, ``id "0x1"``,
+    ``id2 {"local":"0x2"}``."""
     if flow_id not in labels:
         return f"id {flow_id}"
     text = labels[flow_id]
-    return "id2 " + text[len(S.ID2_LABEL) :] if S.id2_scope(text) else "id " + json.dumps(text)
+    if S.id2_scope(text):
+        return "id2 " + text[len(S.ID2_LABEL) :]
+    return "id " + (text if S.integer_label(text) else json.dumps(text))
 
 
 def _unnamed(value: int, labels: dict[int, str], numbered: str, key: str) -> str:

@@ -88,7 +88,8 @@ class Event(msgspec.Struct, gc=False):
     one first, so this order decodes faster (about 5%) than any other tried."""
 
     ph: str = "X"
-    id: int | str | None = -1
+    # flows' and async events' id: any scalar (``ColumnSink._event_id`` reads it); UNSET: none
+    id: int | float | str | bool | None | msgspec.UnsetType = msgspec.UNSET
     cat: str = _NO_CAT
     s: Any = ""  # instant scope (any JSON value: an odd one must not make the event mistyped)
     name: str = ""
@@ -142,7 +143,7 @@ _decode_int_arg_ids = msgspec.json.Decoder(list[_IntArgIds]).decode
 
 
 def _id_value(value: Any) -> tuple[int, bool]:
-    """An id (External id, correlation, flow id) as int64, -1 when absent or not an integer;
+    """An args id (External id, correlation) as int64, -1 when absent or not an integer;
     True when it was a number beyond int64 (dropped, counted)."""
     if value is None or isinstance(value, bool):
         return -1, False
@@ -166,15 +167,28 @@ def _id2_text(value: Any) -> str | None:
     return S.ID2_LABEL + msgspec.json.encode(value).decode()
 
 
-def _is_text_id(value: Any) -> bool:
-    """Text that int() refuses and that is no number beyond int64 (``"0x1"``, ``"req-7"``)."""
-    if type(value) is not str:
-        return False
+def _integer_of(value: int | float | str) -> tuple[int | None, str, bool]:
+    """The int64 a pid, tid or event id stands for (None: none), the text it is labelled by
+    otherwise, and whether it was a number beyond int64. One rule for all of them: an int
+    within int64, an integral float within int64 (``100.0``: a pandas / numpy round trip) and
+    text in the canonical decimal spelling (``"25738"``) are that integer; any other float is
+    labelled by its Python text (``"100.5"``, ``"1e+20"``: the same label as that string),
+    other text by itself, an int beyond int64 by its decimal digits."""
+    if type(value) is float:
+        if value.is_integer() and _INT64[0] <= value < _INT64[1]:
+            return int(value), "", False
+        value = repr(value)
+    if isinstance(value, int):
+        if _INT64[0] <= value < _INT64[1]:
+            return value, "", False
+        return None, str(value), True
     try:
-        int(value)
+        number = int(value)
     except ValueError:
-        return not _beyond_int64(value)
-    return False
+        return None, value, _beyond_int64(value)
+    if not _INT64[0] <= number < _INT64[1]:
+        return None, value, True
+    return (number, "", False) if str(number) == value else (None, value, False)
 
 
 def _beyond_int64(value: Any) -> bool:
@@ -426,10 +440,8 @@ class ColumnSink:
         id_rows = (flows | (codes == _OTHER)).nonzero()[0]
         everything = len(id_rows) == n
         ids = [e.id for e in events] if everything else [events[i].id for i in id_rows.tolist()]
-        column, dropped = _id_column(ids)
-        self.repairs["dropped_ids"] += dropped
-        cols[S.FLOW_ID][id_rows] = self._text_ids(
-            ids, column, lambda i: events[i].id2 if codes[i] == _OTHER else None, id_rows
+        cols[S.FLOW_ID][id_rows] = self._event_ids(
+            ids, lambda i: events[i].id2 if codes[i] == _OTHER else None, id_rows
         )
         for rows, kineto in (
             ((codes == _FLOW_END).nonzero()[0], "e"),
@@ -666,58 +678,64 @@ class ColumnSink:
         return table[cat_ids]
 
     def _ident(self, value: int | float | str) -> int:
-        """A pid/tid: ints and decimal strings ("25738") as numbers, other text as a label id.
-        Only the canonical spelling counts as a number, so writing it back restores the text.
-        A number beyond int64 (or ``"1e400"``) becomes a label too, remembered for the count.
-        An integral float (``100.0``: a pandas / numpy round trip) is that integer, written
-        back as one; any other float (``100.5``, ``1e+20``) is labelled by its text, as the
-        string ``"100.5"`` would be."""
-        if type(value) is float:
-            if value.is_integer() and _INT64[0] <= value < _INT64[1]:
-                return int(value)
-            value = repr(value)
-        if isinstance(value, int):
-            if _INT64[0] <= value < _INT64[1]:
-                return value
-            number, value = value, str(value)
-        else:
-            try:
-                number = int(value)
-            except ValueError:
-                number = None
-        if number is None or str(number) != value or not _INT64[0] <= number < _INT64[1]:
-            label = LABEL_ID_BASE + self.labels.setdefault(value, len(self.labels))
-            if (
-                number is not None
-                and not _INT64[0] <= number < _INT64[1]
-                or number is None
-                and _beyond_int64(value)
-            ):
-                self._relabelled.add(label)
-            return label
-        return number
+        """A pid/tid: the integer it stands for (``_integer_of``), else a label id of its text.
+        Only the canonical decimal spelling of text counts as a number, so writing it back
+        restores the text; a number beyond int64 (or ``"1e400"``) is labelled too, remembered
+        for the count."""
+        number, text, beyond = _integer_of(value)
+        if number is not None:
+            return number
+        label = LABEL_ID_BASE + self.labels.setdefault(text, len(self.labels))
+        if beyond:
+            self._relabelled.add(label)
+        return label
 
-    def _text_ids(
-        self, ids: list[Any], column: np.ndarray, id2: Any, rows: np.ndarray
-    ) -> np.ndarray:
-        """``column`` with each ``id`` that is text int() refuses (``"0x1"``, the spec's own
-        spelling) made a label id (``LABEL_ID_BASE`` + k, shared with pid/tid labels), so that
-        async b/e pairs and flows spelled so still match and an export writes the text back;
-        an async event without an ``id`` gets its ``id2`` object's (``id2(row)``) as a label
-        (``schema.ID2_LABEL``). Only the -1 rows are looked at: integer ids (Kineto's) cost
-        one comparison."""
+    def _event_id(self, value: Any) -> int:
+        """A flow's or async event's ``id`` as its ``flow_id``: -1 when it has none (absent or
+        null). Ids are compared as chrome://tracing compares them, by their text (Catapult keys
+        an async tree by ``cat + ":" + id`` in JavaScript), with ``_integer_of``'s rule for
+        numbers: ``3``, ``3.0`` and ``"3"`` are one id; ``3.5`` is the label ``"3.5"`` (the
+        same as that string), ``true`` the label ``"true"``; an int beyond int64 (``2**64 -
+        1``) the label of its digits. An integer the column cannot hold as itself, -1 (no id)
+        and the label ids' band below it, is the label of its digits too, so an explicit
+        ``-1`` is an id. Text is never read as hex (``"0x1"`` is not ``1``)."""
+        if value is None or value is msgspec.UNSET:
+            return -1
+        if type(value) is bool:
+            value = "true" if value else "false"  # (JavaScript's text of the value)
+        number, text, _ = _integer_of(value)
+        if number is not None:
+            if not LABEL_ID_BASE <= number < 0:
+                return number
+            text = str(number)
+        return LABEL_ID_BASE + self.labels.setdefault(text, len(self.labels))
+
+    def _event_ids(self, ids: list[Any], id2: Any, rows: np.ndarray) -> np.ndarray:
+        """``flow_id`` of each ``id`` (``_event_id``); an async event without one gets its
+        ``id2`` object's (``id2(row)``) as a label (``schema.ID2_LABEL``). Plain ints within
+        int64 (Kineto's flows) take one conversion and one comparison for the band of labels;
+        anything else goes through ``_event_id`` once per distinct value."""
+        try:  # (array('q') refuses floats, text, None and UNSET; np.fromiter truncates 3.5)
+            column = np.frombuffer(array("q", ids), dtype=np.int64)
+        except (TypeError, OverflowError):
+            column = None
+        else:  # it takes bools as 0 and 1: only those values need a look
+            if any(type(ids[i]) is bool for i in ((column >> 1) == 0).nonzero()[0].tolist()):
+                column = None
+        if column is None:  # (bools apart: True == 1 as a dict key)
+            keys = list(zip(map(type, ids), ids, strict=True))
+            memo = {key: self._event_id(key[1]) for key in dict.fromkeys(keys)}
+            column = np.fromiter(map(memo.__getitem__, keys), dtype=np.int64, count=len(ids))
+        else:
+            band = ((column >= LABEL_ID_BASE) & (column < 0)).nonzero()[0]
+            for i in band.tolist():  # (-1, -2, ...: ids, not "none" or a label)
+                column[i] = self._event_id(int(column[i]))
         missing = (column == -1).nonzero()[0]
-        if not len(missing):
-            return column
         labels = self.labels
         for i in missing.tolist():
-            value = ids[i]
-            if _is_text_id(value):
-                column[i] = LABEL_ID_BASE + labels.setdefault(value, len(labels))
-            elif value == -1 and type(value) is int:  # (no "id" at all)
-                text = _id2_text(id2(int(rows[i])))
-                if text is not None:
-                    column[i] = LABEL_ID_BASE + labels.setdefault(text, len(labels))
+            text = _id2_text(id2(int(rows[i])))
+            if text is not None:
+                column[i] = LABEL_ID_BASE + labels.setdefault(text, len(labels))
         return column
 
     def _count_relabelled(self, ids: np.ndarray) -> None:

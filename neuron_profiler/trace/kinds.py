@@ -43,8 +43,9 @@ def kind_of(category: str) -> EventKind:
 
 
 # Kineto writes every host-side activity with the runtime category, so a CPU-fallback op is told
-# apart by its name prefix.
+# apart by its name prefix; a tool that files it as an op (``cpu_op``) names the same call.
 FALLBACK_NAME_PREFIX = V.FALLBACK_PREFIX
+FALLBACK_HOST_KINDS = (EventKind.RUNTIME, EventKind.CPU_OP)
 
 
 # MTIA's device rows all have one category (mtia_ccp_events); their names say which are work:
@@ -59,11 +60,12 @@ DEVICE_ROW_KINDS = {
 
 
 def refine_kinds(kind: np.ndarray, name_id: np.ndarray, strings: list[str]) -> np.ndarray:
-    """Kinds that the category alone cannot tell: CPU-fallback ops (runtime category + name),
-    and device rows named in ``DEVICE_ROW_KINDS`` (kernel category + name)."""
+    """Kinds that the category alone cannot tell: CPU-fallback ops (a host row of the runtime
+    or the op category, ``FALLBACK_HOST_KINDS``, named ``CPU fallback: <op>``), and device rows
+    named in ``DEVICE_ROW_KINDS`` (kernel category + name)."""
     fallback_ids = [i for i, text in enumerate(strings) if text.startswith(FALLBACK_NAME_PREFIX)]
     if fallback_ids:
-        hit = (kind == EventKind.RUNTIME) & np.isin(
+        hit = np.isin(kind, np.array(FALLBACK_HOST_KINDS, kind.dtype)) & np.isin(
             name_id, np.asarray(fallback_ids, dtype=name_id.dtype)
         )
         kind = np.where(hit, np.uint8(EventKind.FALLBACK), kind).astype(kind.dtype)

@@ -114,9 +114,13 @@ class SecondHalf:
     repeated: bool = False  # a key the child read more than once (or another events array)
 
 
+_JSON_KINDS = {b"{": "an object", b'"': "text", b"t": "true", b"f": "false", b"n": "null"}
+
+
 class RepeatedKeyError(TraceLoadError):
-    """A top-level key written more than once with different values: a trace (it has events),
-    but which value holds is ambiguous, so it is refused."""
+    """A top-level key written more than once with different values, or ``traceEvents``
+    written more than once and not always as an array: a trace (it has events), but which
+    value holds is ambiguous, so it is refused."""
 
 
 class TruncatedTraceWarning(UserWarning):
@@ -722,13 +726,8 @@ class _Load:
         members = repeated_members(text, top)
         if members is None:
             arrays = [bytes(top.pop(EVENTS))] if EVENTS in top else []
-        elif any(key == EVENTS and value[:1] != b"[" for key, value in members):
-            raise TraceLoadError(
-                self.path,
-                "not a torch.profiler trace (traceEvents is not an array)",
-                not_a_trace=True,
-            )
         else:
+            self._all_arrays([value for key, value in members if key == EVENTS])
             top.pop(EVENTS, None)
             arrays = [value for key, value in members if key == EVENTS]
             for key in top:
@@ -739,6 +738,23 @@ class _Load:
             self.occurrences[EVENTS] = self.occurrences.get(EVENTS, 0) + len(arrays) - continued
         self._keep_metadata(top)
         return arrays
+
+    def _all_arrays(self, values: list[bytes]) -> None:
+        """``RepeatedKeyError`` unless every value of a ``traceEvents`` written more than once
+        is an array (a streamed array's end is the first, ``[...]``). One that is not
+        makes the file a broken trace, not "no trace" (it has events): the arrays hold events,
+        but what the file meant is ambiguous (decoders that keep the last value see no events
+        when that is the odd one; Perfetto's reader stops at it), so it is refused in one line
+        naming it, and under a directory it is an error, never skipped."""
+        odd = [value for value in values if value[:1] != b"["]
+        if not odd or len(values) < 2:
+            return
+        kinds = sorted({_JSON_KINDS.get(value[:1], "a number") for value in odd})
+        raise RepeatedKeyError(
+            self.path,
+            f"traceEvents written more than once, not always as an array ({' and '.join(kinds)}"
+            " too): which events the file holds is ambiguous (edit the file to keep the arrays)",
+        )
 
     def _same_values(self, key: str, values: list[bytes]) -> None:
         """``TraceLoadError`` unless every value written for ``key`` is the same (as JSON)."""

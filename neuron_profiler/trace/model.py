@@ -174,7 +174,8 @@ class LoadReport:
             float range: kept as strings.
         replaced_nesting: values nested deeper than the JSON decoder allows (args, top-level
             keys): replaced by ``{vocabulary.ARG_REPLACED: "nested deeper than N levels"}``.
-        dropped_ids: External id / correlation / flow id values beyond int64: dropped (-1).
+        dropped_ids: External id / correlation values beyond int64: dropped (-1). (A flow's or
+            async event's ``id`` beyond int64 is kept, as a label of its digits.)
         relabelled_ids: pid / tid values beyond int64: mapped to labels (``pid_labels``).
         trailing_bytes: bytes after the trace (a second document, bytes after the gzip data):
             ignored.
@@ -227,8 +228,7 @@ class LoadReport:
             )
         if self.dropped_ids:
             out.append(
-                f"{n(self.dropped_ids, 'id')} beyond 64 bits dropped (External id, "
-                "correlation, flow id)"
+                f"{n(self.dropped_ids, 'id')} beyond 64 bits dropped (External id, correlation)"
             )
         if self.relabelled_ids:
             out.append(f"{n(self.relabelled_ids, 'pid/tid')} beyond 64 bits mapped to labels")
@@ -265,8 +265,10 @@ class Trace:
         process_names / thread_names: from ``M`` events: pid -> name, (pid, tid) -> name.
         process_sort_index / thread_sort_index: from ``M`` events, when present.
         pid_labels / tid_labels: original string pid/tid for interned (negative) ids.
-        id_labels: original text of ``flow_id`` values that were ids int() refuses
-            (``"0x1"``: async b/n/e, flows), interned like pid/tid labels so pairs still match.
+        id_labels: text of ``flow_id`` values that are labels (async b/n/e, flows): ids that
+            are no integer (``"0x1"``, ``3.5``, ``true``) and integers the column cannot hold
+            as themselves (``-1``, ``2**64 - 1``: ``schema.integer_label``), interned like
+            pid/tid labels so pairs still match.
         meta_events: every ``M`` event of the file, in file order (the name and sort-index
             dicts above are views of them; an export writes these and then whatever the dicts
             add or change).

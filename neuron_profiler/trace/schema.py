@@ -91,6 +91,16 @@ SCOPES = ("", "g", "p", "t")
 ID2_LABEL = "\x00id2:"
 
 
+def integer_label(label: str) -> bool:
+    """Whether an ``id_labels`` text is an integer's canonical decimal spelling: the label of
+    an id the ``flow_id`` column cannot hold as itself (``-1``, which there means none; ``2**64
+    - 1``, beyond int64), written back as that number."""
+    try:
+        return str(int(label)) == label
+    except ValueError:
+        return False
+
+
 def id2_scope(label: str) -> str | None:
     """ "local" / "global" for an ``id_labels`` text made from an ``id2`` object, else None."""
     if not label.startswith(ID2_LABEL):

@@ -119,6 +119,48 @@ def test_sync_points_grouped_by_the_outermost_sync() -> None:
     assert {"host_sync:aten::item", "host_sync:cudaDeviceSynchronize"} <= kinds
 
 
+def _side_thread_sync(linked: bool) -> Build:
+    """Step 0-1000 µs: thread 100 launches a kernel at 10 (20-520) and waits in
+    cudaDeviceSynchronize 200-525; the next kernel launches at 700 (710-1000): a host_sync gap
+    520-710. Thread 200, which launches nothing, waits in cudaStreamSynchronize 150-600, around
+    the gap's start too. ``linked``: the launches are linked to their work (else no device
+    work has a known launching thread, and every thread counts)."""
+    b = Build().step(1, 0, 1000)
+    b.kernel(20, 520, launch_us=10 if linked else None)
+    b.host("cudaDeviceSynchronize", 200, 525, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    b.host("aten::sum", 525, 700)
+    b.kernel(710, 1000, launch_us=700 if linked else None)
+    b.host("cudaStreamSynchronize", 150, 600, kind=EventKind.RUNTIME, cat="cuda_runtime", tid=200)
+    return b
+
+
+def test_syncs_on_threads_that_launch_nothing_are_counted_apart() -> None:
+    """The sync table holds the syncs that can cost device idle, on the threads the idle rules
+    judge the device's gaps on (``causes.LaunchThreads``): thread 200's wait is not one of
+    them (it neither takes the gap, which began in both, nor is listed at 0 ms); the report
+    says so in a note, with its name, calls and host time."""
+    r = _side_thread_sync(linked=True).report()
+    assert r.idle.by_cause_ns["host_sync"] == 190 * US
+    assert [(g.name, g.calls, g.idle_ns // US) for g in r.findings.syncs] == [
+        ("cudaDeviceSynchronize", 1, 190)
+    ]
+    from neuron_profiler.analysis.report import note_syncs_elsewhere
+    from neuron_profiler.analysis.syncs import ElsewhereSyncs
+
+    elsewhere = ElsewhereSyncs(1, 450 * US, (("cudaStreamSynchronize", 1, 450 * US),))
+    assert note_syncs_elsewhere(elsewhere) in r.notes
+    assert "cudaStreamSynchronize x1; 0.450 ms on the host" in note_syncs_elsewhere(elsewhere)
+
+
+def test_without_linked_launches_every_threads_syncs_count() -> None:
+    """No launch linked: the idle rules judge the gaps on every thread, and so does the sync
+    table (both syncs listed; the gap goes to the one that began first around its start)."""
+    r = _side_thread_sync(linked=False).report()
+    got = {g.name: (g.calls, g.idle_ns // US) for g in r.findings.syncs}
+    assert got == {"cudaStreamSynchronize": (1, 190), "cudaDeviceSynchronize": (1, 0)}
+    assert not any("launch no device work" in n for n in r.notes)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_no_idle_time_counted_twice(seed: int) -> None:
     """Random host spans of every cause over random work: the idle findings plus the fallback

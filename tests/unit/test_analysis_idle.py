@@ -358,3 +358,59 @@ def test_kinetos_overhead_counts_on_any_thread() -> None:
     )
     b.kernel(400, 1000, launch_us=20)
     assert _causes(b.report())["profiler_overhead"] == 300
+
+
+def _fallback_trace(tmp_path, category: str):  # noqa: ANN001, ANN202
+    """One step (µs): a kernel 10-100, then ``CPU fallback: aten::nonzero`` 120-380 filed under
+    ``category`` on the launching thread, holding its D2H copy (launched at 125, on the device
+    130-150), its ``host sync`` wait for it (126-152) and its H2D copy (launched at 360, 365-375);
+    the next kernel launches at 390 and runs 400-1000. The 150-365 gap (215 µs) is the
+    fallback's, and its wait is part of it, no host sync."""
+    import json
+
+    from neuron_profiler.trace import load_trace
+
+    host, rt = {"pid": 100, "tid": 100}, V.CAT_RUNTIME
+
+    def span(cat: str, name: str, ts: int, dur: int, **more: object) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, **host, **more}
+
+    def call(name: str, ts: int, corr: int) -> dict:
+        return span(rt, name, ts, 1, args={"correlation": corr})
+
+    def work(cat: str, name: str, stream: int, ts: int, dur: int, corr: int) -> dict:
+        args = {"device": 0, "stream": stream, "correlation": corr, "bytes": 64}
+        return span(cat, name, ts, dur, pid=0, tid=stream, args=args)
+
+    events = [
+        span("user_annotation", "ProfilerStep#1", 0, 1000),
+        call("nrt launch: mm", 0, 1),
+        work("kernel", "TensorE: mm", 1, 10, 90, 1),
+        span(category, V.FALLBACK_PREFIX + "aten::nonzero", 120, 260),
+        call("nrt copy: D2H", 125, 2),
+        work("gpu_memcpy", "Memcpy DtoH (NeuronCore -> Host)", 2, 130, 20, 2),
+        span(rt, V.SYNC_PREFIX + "aten::nonzero", 126, 26),
+        call("nrt copy: H2D", 360, 3),
+        work("gpu_memcpy", "Memcpy HtoD (Host -> NeuronCore)", 2, 365, 10, 3),
+        call("nrt launch: mm", 390, 4),
+        work("kernel", "TensorE: mm", 1, 400, 600, 4),
+    ]
+    path = tmp_path / f"{category}.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return load_trace(path)
+
+
+@pytest.mark.parametrize("category", [V.CAT_RUNTIME, "cpu_op"])
+def test_a_fallback_row_filed_as_an_op_is_a_fallback_not_a_sync(tmp_path, category: str) -> None:  # noqa: ANN001
+    """A ``CPU fallback:`` row under ``cpu_op`` (another tool's filing) is read by the one rule
+    that classifies rows (``kinds.refine_kinds``) as the runtime-category row is: its wait is
+    the fallback's, its gap a CPU fallback, and the sync table lists nothing."""
+    from neuron_profiler.analysis import Options, analyze
+
+    trace = _fallback_trace(tmp_path, category)
+    row = [trace.name(r) for r in range(len(trace))].index(V.FALLBACK_PREFIX + "aten::nonzero")
+    assert trace.col("kind")[row] == EventKind.FALLBACK
+    report = analyze(trace, Options(min_gap_ns=50 * US, top=50))
+    assert _causes(report)["cpu_fallback"] == 215 and "host_sync" not in _causes(report)
+    assert report.findings.syncs == ()
+    assert [(g.op, g.calls) for g in report.findings.fallbacks] == [("aten::nonzero", 1)]

@@ -180,3 +180,104 @@ def test_processes_without_a_pid_stay_apart_per_instance(tmp_path: Path) -> None
         for e in fx.truth.framework_ids
     )
     assert got == want
+
+
+# -- merged onto a host trace ----------------------------------------------------------------------
+def _host_trace_of(fx, instance: str):  # noqa: ANN001, ANN202
+    """torch.profiler's trace of one instance's process: its framework ops as cpu ops on their
+    own pid and threads, with External ids of their own (50000 + k); and each op's id by the
+    generator's External id of the framework event it stands for."""
+    from neuron_profiler.trace.model import TraceBuilder
+
+    b = TraceBuilder("host.json")
+    host_id = {}
+    for k, eid in enumerate(
+        e for e in fx.truth.framework_ids if fx.host_of(e).instance == instance
+    ):
+        ev = fx.events[eid - 1]
+        host_id[fx.truth.external[eid]] = 50_000 + k
+        b.add(
+            name=ev["name"],
+            ts_ns=ev["start_ts"],
+            dur_ns=ev["end_ts"] - ev["start_ts"],
+            kind=S.EventKind.CPU_OP,
+            cat="cpu_op",
+            pid=ev["process_id"],
+            tid=ev["thread_id"],
+            args={"External id": 50_000 + k},
+        )
+    return b.build(), host_id
+
+
+@pytest.mark.parametrize("streams", [False, True])
+@pytest.mark.parametrize("host_is", [INSTANCE, OTHER_INSTANCE])
+def test_merged_instances_sharing_pid_and_tids_keep_their_threads_apart(
+    tmp_path: Path, host_is: str, streams: bool
+) -> None:
+    """Two instances with the same pid and thread ids, merged onto the host trace of one of
+    them (torch.profiler names no instance): the instance whose framework events the host
+    trace's ops hold is the host trace's (its events link to the host ops, on the host trace's
+    threads); the other's host processes are placed as exported alone: a process of its own
+    ("<instance> pid <pid>", a pid apart), its framework events its ops, its runtime calls on
+    its own real thread ids there, never on a host trace thread. ``streams``: calls on a
+    worker thread linked by ``framework_stream_id`` (a decoy op on that thread), per instance."""
+    from neuron_profiler.explorer.profile_trace import merge_profile
+    from neuron_profiler.explorer.reader import read_profile
+
+    require_pyarrow()
+    hosts = (Host(), Host(instance=OTHER_INSTANCE, shift_ns=7 * US))
+    fx = build(executions=2, streams=streams, hosts=hosts)
+    host, host_id = _host_trace_of(fx, host_is)
+    res = merge_profile(host, read_profile(fx.write(tmp_path / "p")))
+    trace = res.trace
+    other = OTHER_INSTANCE if host_is == INSTANCE else INSTANCE
+    pids = _host_pids(trace)
+    assert f"{other} pid {PID}" in pids and pids[f"{other} pid {PID}"] != PID
+    apart = pids[f"{other} pid {PID}"]
+    # every host-side row (runtime calls, exec stages, ops) on the thread of its own instance
+    got = Counter((s, e, p, t) for s, e, p, t, _ in _rows(trace))
+    want: Counter[tuple[int, int, int, int]] = Counter()
+    for eid, tid in fx.truth.host.items():
+        want[(*fx.truth.span[eid], PID if fx.host_of(eid).instance == host_is else apart, tid)] += 1
+    for eid in fx.truth.framework_ids:
+        if fx.host_of(eid).instance == other:  # (the host instance's: the host trace's ops)
+            want[(*fx.truth.span[eid], apart, fx.events[eid - 1]["thread_id"])] += 1
+    assert got & want == want
+    # links: the host instance's events to the host ops, the other's to its own ops
+    ext = {(s, e): x for s, e, p, _, x in _rows(trace)}
+    ops = {(s, e, t): x for s, e, p, t, x in _rows(trace) if p == apart}  # (a decoy: same span)
+    checked = 0
+    for eid, x in fx.truth.external.items():
+        if eid in fx.truth.framework_ids or fx.truth.span[eid] not in ext:
+            continue
+        if fx.host_of(eid).instance == host_is:
+            assert ext[fx.truth.span[eid]] == host_id[x], eid
+        else:
+            (root,) = [f for f in fx.truth.framework_ids if fx.truth.external[f] == x]
+            op = ops[(*fx.truth.span[root], fx.events[root - 1]["thread_id"])]
+            assert ext[fx.truth.span[eid]] == op > 50_000 + len(host_id) - 1, eid
+        checked += 1
+    assert checked == len(fx.truth.external) - len(fx.truth.framework_ids)  # every one placed
+    meta = trace.metadata[V.META_EXPLORER]
+    assert meta["host_trace_instance"] == host_is
+    assert [(m["instance"], m["process_id"], m["pid"]) for m in meta["host_processes"]] == [
+        (other, PID, apart)
+    ]
+
+
+def test_the_host_trace_instance_is_the_one_its_ops_hold() -> None:
+    """By hand: the instance with the most framework events inside host ops; the first by
+    name on a tie or when none is held (codes follow the file, not names); none at all for a
+    profile of one instance."""
+    from types import SimpleNamespace
+
+    from neuron_profiler.explorer.profile_trace import _host_instance
+
+    ev = SimpleNamespace(instance_code=np.array([0, 0, 1, 1, 1, 2]), instances=["b", "a", "c"])
+    fw = np.array([0, 1, 2, 3, 5])
+    assert _host_instance(ev, fw, np.array([True, False, True, True, False])) == 1
+    assert _host_instance(ev, fw, np.array([False, False, False, False, True])) == 2
+    assert _host_instance(ev, fw, np.array([True, False, True, False, False])) == 1  # a tie: "a"
+    assert _host_instance(ev, fw, np.zeros(5, bool)) == 1
+    one = SimpleNamespace(instance_code=np.zeros(4, np.int64), instances=["a"])
+    assert _host_instance(one, np.arange(4), np.ones(4, bool)) is None

@@ -242,7 +242,7 @@ def well_typed(raw: dict[str, Any]) -> bool:
         return False
     if not all(_typed(event.get(k, 0), int, float, str) for k in ("pid", "tid")):
         return False
-    if not _typed(event.get("id"), int, str, type(None)):
+    if not _typed(event.get("id"), int, float, bool, str, type(None)):  # (any scalar: an id)
         return False
     if not all(_typed(event.get(k), int, float, str, type(None)) for k in ("ts", "dur")):
         return False

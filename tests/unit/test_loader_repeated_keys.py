@@ -165,9 +165,49 @@ def test_a_key_repeated_with_different_values_is_refused(
     assert "t.json" in message and "\n" not in message and info.value.exit_code == 2
 
 
-def test_a_repeated_traceevents_that_is_no_array_is_no_trace(tmp_path: Path) -> None:
-    with pytest.raises(TraceLoadError, match="traceEvents is not an array"):
-        _load(tmp_path, _fill('{"traceEvents": {"x": 1}, "traceEvents": %s}', _array(0, 2)))
+NOT_ALWAYS_AN_ARRAY = "traceEvents written more than once, not always as an array"
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize(
+    "text, kinds",
+    [
+        ('{"traceEvents": {"x": 1}, "traceEvents": %s}', "an object"),  # the head
+        ('{"traceEvents": %s, "traceEvents": {"x": 1}}', "an object"),  # the tail
+        ('{"traceEvents": %s, "k": 1, "traceEvents": 5, "j": 2}', "a number"),  # keys around
+        ('{"traceEvents": %s, "traceEvents": null, "traceEvents": "x"}', "null and text"),
+        ('{"trace\\u0045vents": %s, "trace\\u0045vents": true}', "true"),  # whole document
+    ],
+    ids=["first", "last", "between-keys", "two-odd", "whole-document"],
+)
+def test_a_repeated_traceevents_that_is_no_array_is_a_broken_trace(
+    tmp_path: Path, gz: bool, text: str, kinds: str
+) -> None:
+    """The arrays hold events (a trace, not "no trace"), but which events the file holds is
+    ambiguous: refused in one line naming the file and what the odd value is."""
+    with pytest.raises(TraceLoadError) as info:
+        _load(tmp_path, _fill(text, _array(0, 2)), gz)
+    message = str(info.value)
+    assert message.endswith(
+        f"t.json{'.gz' * gz}: {NOT_ALWAYS_AN_ARRAY} ({kinds} too): which events the file "
+        "holds is ambiguous (edit the file to keep the arrays)"
+    )
+    assert "\n" not in message and info.value.exit_code == 2 and not info.value.not_a_trace
+
+
+def test_a_non_array_after_a_large_streamed_array_is_refused(tmp_path: Path) -> None:
+    """Met after megabytes of events streamed (and a plain file split between two processes):
+    refused all the same, not a trace of the first array's events alone."""
+    text = _fill('{"traceEvents": %s, "traceEvents": {"x": 1}}', _array(0, 200_000))
+    assert len(text) > 16 << 20  # (the split load's threshold)
+    with pytest.raises(TraceLoadError, match=NOT_ALWAYS_AN_ARRAY):
+        _load(tmp_path, text)
+
+
+def test_one_traceevents_that_is_no_array_is_still_no_trace(tmp_path: Path) -> None:
+    with pytest.raises(TraceLoadError, match="traceEvents is not an array") as info:
+        _load(tmp_path, '{"traceEvents": {"x": 1}}')
+    assert info.value.not_a_trace
 
 
 def test_the_whole_document_path_keeps_every_array(tmp_path: Path) -> None:
@@ -260,4 +300,10 @@ def test_under_a_directory_such_a_file_is_an_error_not_skipped(
     assert main(["analyze", str(run)]) == 2
     err = capsys.readouterr().err
     assert f'{bad}: top-level key "distributedInfo" written 2 times' in err
+    assert "skipped" not in err
+    bad.write_text(_fill('{"traceEvents": %s, "traceEvents": {"x": 1}}', _array(0, 2)))
+    assert is_trace_file(bad)
+    assert main(["analyze", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: traceEvents written more than once, not always as an array" in err
     assert "skipped" not in err

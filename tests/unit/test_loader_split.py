@@ -171,13 +171,16 @@ def test_a_later_name_in_the_second_half_wins(
 def test_text_ids_in_the_second_half_are_renumbered_as_labels(
     tmp_path: Path, split: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Async ids written as text (``"0x1"``) in both halves, one pair split across them: the
-    child's label ids are renumbered into this process's, so the pair still shares one id."""
+    """Async ids written as text (``"0x1"``) in both halves, one pair split across them, and
+    ids held as labels (-1, 2**64 - 1, 3.5) in the second: the child's label ids are
+    renumbered into this process's, so the pair still shares one id."""
     events = _events(3000)
     pair = {"cat": "async", "name": "req", "pid": 1, "tid": 1, "id": "0x1"}
     events.insert(10, {**pair, "ph": "b", "ts": 5})
     events.insert(20, {**pair, "ph": "b", "ts": 6, "id": "first-half"})
     events += [{**pair, "ph": "e", "ts": 9}, {**pair, "ph": "b", "ts": 7, "id": "late"}]
+    # ids the column holds as labels too: -1 (its "none"), beyond int64, a fraction
+    events += [{**pair, "ph": "n", "ts": 8, "id": v} for v in (-1, 2**64 - 1, 3.5)]
     path = _write(tmp_path / "t.json", events)
     trace = load_trace(path)
     assert split
@@ -185,7 +188,7 @@ def test_text_ids_in_the_second_half_are_renumbered_as_labels(
     _assert_same(halves, _whole(path, monkeypatch))
     async_rows = np.flatnonzero(halves["columns"][S.CAT_ID] == "async")
     texts = sorted(trace.id_labels[int(i)] for i in trace.col(S.FLOW_ID)[async_rows])
-    assert texts == ["0x1", "0x1", "first-half", "late"]
+    assert texts == sorted(["0x1", "0x1", "first-half", "late", "-1", str(2**64 - 1), "3.5"])
 
 
 def test_a_boundary_inside_a_string_is_caught(
