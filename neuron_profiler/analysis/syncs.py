@@ -86,8 +86,14 @@ def syncs_elsewhere(ctx: AnalysisContext) -> ElsewhereSyncs:
         return ElsewhereSyncs()
     c = ctx.trace.columns
     dur = c[S.DUR_NS][rows]
-    names = np.array([sync_name(ctx.trace.strings[n]) for n in c[S.NAME_ID][rows].tolist()])
-    per = [(str(n), int((names == n).sum()), int(dur[names == n].sum())) for n in set(names)]
+    ids, of_row = np.unique(c[S.NAME_ID][rows], return_inverse=True)  # one name per string
+    names, of_id = np.unique(
+        [sync_name(ctx.trace.strings[n]) for n in ids.tolist()], return_inverse=True
+    )
+    group = of_id.ravel()[of_row.ravel()]
+    calls = np.bincount(group, minlength=len(names))
+    host = np.bincount(group, weights=dur, minlength=len(names))
+    per = [(str(n), int(k), int(h)) for n, k, h in zip(names, calls, host, strict=True)]
     per.sort(key=lambda g: (-g[2], g[0]))
     return ElsewhereSyncs(len(rows), int(dur.sum()), tuple(per))
 
