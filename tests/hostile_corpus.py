@@ -454,6 +454,24 @@ CASES: list[Case] = [
         Expected(ALL, ("1 event with NaN, Infinity",), _clean(replaced_values=1)),
     ),
     Case(
+        "nan_in_ts_and_dur",  # no place on the timeline: skipped, counted once (not as repaired)
+        _file(
+            "nan_ts.json",
+            _replace_once(
+                _replace_once(
+                    document(events(**{"3": {"ts": "TS"}, "5": {"dur": "DUR"}})), b'"TS"', b"NaN"
+                ),
+                b'"DUR"',
+                b"1e400",
+            ),
+        ),
+        Expected(
+            tuple(n for n in ALL if n not in ("op3", "op5")),
+            ("2 events skipped (mistyped fields)",),
+            _clean(skipped_events=2),
+        ),
+    ),
+    Case(
         "infinity_mid_file",
         _file(
             "inf.json",

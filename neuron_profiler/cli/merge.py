@@ -104,7 +104,9 @@ def _merge_explorer(
 
 def _check_distinct(inputs: list[Path]) -> None:
     """Refuse an input given twice (any spelling, links included): its events would be merged
-    twice, every device activity doubled and half of them unpaired."""
+    twice, every device activity doubled and half of them unpaired. Pipes and devices are left
+    to the reader, which refuses them in its own words."""
+    inputs = [p for p in inputs if p.is_file() or p.is_dir()]
     for i, later in enumerate(inputs):
         for earlier in inputs[:i]:
             if same_file(earlier, later):

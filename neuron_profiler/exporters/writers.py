@@ -55,7 +55,8 @@ def _chrome(trace: Trace, path: Path, progress: Progress | None, args: bool) -> 
     from neuron_profiler.exporters.chrome import write_chrome_trace
 
     out = write_chrome_trace(trace, path, progress=progress)
-    return Written(out, f"wrote {len(trace)} events to {path}", out)
+    n = len(trace)
+    return Written(out, f"wrote {n} event{'s' * (n != 1)} to {path}", out)
 
 
 def _perfetto(trace: Trace, path: Path, progress: Progress | None, args: bool) -> Written:

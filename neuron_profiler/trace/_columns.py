@@ -328,7 +328,8 @@ class ColumnSink:
             event = _decode_event(fixed)
         except (msgspec.ValidationError, msgspec.DecodeError):
             return None
-        self.repairs["replaced_values"] += 1
+        if not times_unusable(fixed):  # else skipped as mistyped, and counted once, there
+            self.repairs["replaced_values"] += 1
         return event, fixed
 
     def _decode_leniently(
@@ -1232,3 +1233,18 @@ def _float_us_to_ns(us: np.ndarray) -> np.ndarray:
     """Nearest ns of float µs, split into whole and fraction so the fraction keeps precision."""
     whole = np.trunc(us)
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
+
+
+def times_unusable(event: bytes) -> bool:
+    """Whether an event's ``ts`` or ``dur`` is text that is no time (``"NaN"`` once repaired):
+    the columns then skip the event as mistyped (``_numtext.us_texts_to_ns``' rule)."""
+    try:
+        times = _decode_time(event)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return False
+    texts = [
+        msgspec.json.decode(raw).encode()
+        for raw in (bytes(times.ts), bytes(times.dur))
+        if raw.startswith(b'"')
+    ]
+    return bool(texts) and bool((us_texts_to_ns(texts)[1] != OK).any())

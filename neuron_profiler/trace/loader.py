@@ -41,7 +41,7 @@ from neuron_profiler.forked import ForkedCall, setting_off, usable_cores
 from neuron_profiler.heap import TRIM_ROWS, gc_paused, return_freed_heap, warm_heap
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
-from neuron_profiler.trace._columns import LABEL_ID_BASE, ColumnSink, SinkPart
+from neuron_profiler.trace._columns import LABEL_ID_BASE, ColumnSink, SinkPart, times_unusable
 from neuron_profiler.trace._pairing import pair_begin_end
 from neuron_profiler.trace._stream import (
     BlockSource,
@@ -584,12 +584,17 @@ class _Load:
         return reached, status
 
     def _checked(self, element: bytes) -> bytes | None:
-        """``element`` if msgspec can decode it, else its repair (counted), else None."""
+        """``element`` if msgspec can decode it, else its repair (counted), else None. A repair
+        that leaves ``ts`` or ``dur`` no number (``NaN`` there) is not counted: the event is
+        skipped as mistyped, and counted once, there."""
         got = checked(element, self._depth_limit)
         if got is None:
             return None
-        self._count(got[1])
-        return got[0]
+        fixed, how = got
+        if how & Repair.VALUES and times_unusable(fixed):
+            how &= ~Repair.VALUES
+        self._count(how)
+        return fixed
 
     def _feed(self, texts: list[bytes]) -> bool:
         """Checked elements to the sink (one by one if the batch fails); False at damage."""
