@@ -42,9 +42,9 @@ from neuron_profiler.runtime_trace.records import (  # noqa: F401 - Kineto types
 )
 from neuron_profiler.trace import vocabulary as V
 
-# Keys the bridge writes itself (set once at registration): the per-row numbers' args keys and
-# the metadata key of a session that failed.
-ARG_KEYS = {
+# What the bridge spells (set once at registration): the per-row numbers' args keys, the
+# metadata key of a session that failed, and the names of the dispatch frames it looks through.
+ARG_KEYS: dict[str, str | list[str]] = {
     "exec_id": V.ARG_EXEC_ID,
     "flops": V.ARG_FLOPS,
     "bytes": V.ARG_BYTES,
@@ -56,6 +56,7 @@ ARG_KEYS = {
     "correlation": V.ARG_CORRELATION,
     "collector_error": V.META_COLLECTOR_ERROR,
     "hidden": V.ARG_HIDDEN,
+    "dispatch_frames": sorted(V.DISPATCH_FRAMES),
 }
 
 _enc = msgspec.json.encode

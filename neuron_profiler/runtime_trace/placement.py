@@ -57,6 +57,7 @@ from neuron_profiler.runtime_trace.records import (
     KINETO_MEMCPY,
     KINETO_TYPES,
     RECORD,
+    with_rates,
 )
 from neuron_profiler.trace import vocabulary as V
 
@@ -311,15 +312,14 @@ def numeric_args(record: Mapping[str, Any]) -> dict[str, Any]:
     ):
         if record[field_name] >= 0:
             out[key] = int(record[field_name])
-    dur = max(int(record["end_ns"] - record["start_ns"]), 1)
     flops, nbytes = int(record["flops"]), int(record["bytes"])
     if flops >= 0:
         out[V.ARG_FLOPS] = flops
-        out[V.ARG_TFLOPS] = _g6(flops / dur / 1e3)
+        out[V.ARG_TFLOPS] = _g6(float(record["tflops"]))
     if nbytes >= 0:
         out[V.ARG_BYTES] = nbytes
         key = V.ARG_BANDWIDTH if record["kineto_type"] == KINETO_MEMCPY else V.ARG_GBPS
-        out[key] = _g6(nbytes / dur)
+        out[key] = _g6(float(record["gbps"]))
     return out
 
 
@@ -328,7 +328,7 @@ def _filled(records: np.ndarray, **fields: Any) -> np.ndarray:
     for key, value in fields.items():
         records[key] = value
     records["kineto_type"] = KINETO_TYPES[records["category"]]
-    return records
+    return with_rates(records)
 
 
 def place(

@@ -67,6 +67,19 @@ RECORD = np.dtype(
         ("kind", np.uint8),  # ActivityKind code
         ("category", np.uint8),  # index into CATEGORIES
         ("flow_start", np.bool_),  # the row starts its flow
+        # derived from the above by ``with_rates`` (the one place): rendered as args beside
+        # flops and bytes; the bridge only formats them
+        ("tflops", np.float64),  # flops / duration, TFLOPS
+        ("gbps", np.float64),  # bytes / duration, GB/s
     ],
     align=True,
 )
+
+
+def with_rates(records: np.ndarray) -> np.ndarray:
+    """``records`` with their achieved rates set from flops, bytes and duration (a zero-length
+    row counts as 1 ns): TFLOPS where ``flops`` is known (>= 0), GB/s where ``bytes`` is."""
+    dur = np.maximum(records["end_ns"] - records["start_ns"], 1).astype(np.float64)
+    records["tflops"] = np.where(records["flops"] >= 0, records["flops"] / dur / 1e3, 0.0)
+    records["gbps"] = np.where(records["bytes"] >= 0, records["bytes"] / dur, 0.0)
+    return records

@@ -39,17 +39,17 @@ def test_a_different_layout_is_named_in_one_line() -> None:
     )
     shorter = np.dtype([(n, RECORD.fields[n][0]) for n in names[:-1]], align=True)
     assert _build.layout_mismatch(shorter) == (
-        "the bridge has nothing where RECORD has flow_start at 118 (bool)"
+        "the bridge has nothing where RECORD has gbps at 128 (float64)"
     )
     padded = np.dtype(
         {
             "names": names,
             "formats": [RECORD.fields[n][0] for n in names],
             "offsets": [RECORD.fields[n][1] for n in names],
-            "itemsize": 128,
+            "itemsize": 144,
         }
     )
-    assert _build.layout_mismatch(padded) == "the bridge's records are 128 bytes, RECORD's 120"
+    assert _build.layout_mismatch(padded) == "the bridge's records are 144 bytes, RECORD's 136"
 
 
 def test_a_module_whose_layout_differs_does_not_load(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,7 +67,9 @@ def test_a_module_whose_layout_differs_does_not_load(monkeypatch: pytest.MonkeyP
         _build.load_bridge()
     message = str(err.value)
     assert "\n" not in message and "does not match runtime_trace.records.RECORD" in message
-    assert "the bridge has category at 117 (uint8) where RECORD has flow_start at 117" in message
+    assert (
+        "the bridge has tflops at 120 (float64) where RECORD has gbps at 120 (float64)" in message
+    )
 
 
 def test_product_module_has_no_test_entry_points() -> None:

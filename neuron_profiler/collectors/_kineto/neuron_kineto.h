@@ -89,11 +89,13 @@ struct Record {
   int32_t name_id, args_id, kineto_type;
   uint8_t kind, category;
   bool flow_start;
+  double tflops, gbps;  // computed in Python (records.with_rates): only formatted here
 };
 static_assert(std::is_standard_layout_v<Record> && std::is_trivially_copyable_v<Record>);
-static_assert(sizeof(Record) == 120 && offsetof(Record, activity) == 96 &&
+static_assert(sizeof(Record) == 136 && offsetof(Record, activity) == 96 &&
                   offsetof(Record, name_id) == 104 && offsetof(Record, kineto_type) == 112 &&
-                  offsetof(Record, kind) == 116 && offsetof(Record, flow_start) == 118,
+                  offsetof(Record, kind) == 116 && offsetof(Record, flow_start) == 118 &&
+                  offsetof(Record, tflops) == 120 && offsetof(Record, gbps) == 128,
               "Record must keep the layout of runtime_trace.records.RECORD");
 
 // Record as a numpy dtype (pybind11 reads the offsets and size): Python compares it with RECORD
@@ -102,7 +104,7 @@ py::dtype record_dtype() {
   static const bool registered = [] {
     PYBIND11_NUMPY_DTYPE(Record, start_ns, end_ns, pid, tid, external_id, exec_id, flops, bytes,
                          device, stream, correlation, flow_id, activity, name_id, args_id,
-                         kineto_type, kind, category, flow_start);
+                         kineto_type, kind, category, flow_start, tflops, gbps);
     return true;
   }();
   static_cast<void>(registered);
@@ -114,14 +116,24 @@ py::dtype record_dtype() {
 struct Keys {
   std::string exec_id, flops, bytes, tflops, gbps, bandwidth, device, stream, correlation,
       collector_error, hidden;
+  std::vector<std::string> dispatch_frames;  // record functions of the Python dispatch machinery
 };
 Keys g_keys;
 
 void set_keys(const py::dict& keys) {
   auto key = [&keys](const char* name) { return keys[name].cast<std::string>(); };
-  g_keys = Keys{key("exec_id"),     key("flops"),           key("bytes"),  key("tflops"),
-                key("gbps"),        key("bandwidth"),       key("device"), key("stream"),
-                key("correlation"), key("collector_error"), key("hidden")};
+  g_keys = Keys{key("exec_id"),
+                key("flops"),
+                key("bytes"),
+                key("tflops"),
+                key("gbps"),
+                key("bandwidth"),
+                key("device"),
+                key("stream"),
+                key("correlation"),
+                key("collector_error"),
+                key("hidden"),
+                keys["dispatch_frames"].cast<std::vector<std::string>>()};
 }
 
 using ArgList = std::vector<std::pair<std::string, std::string>>;  // key -> raw JSON value
@@ -237,7 +249,6 @@ class NeuronActivity : public lk::GenericTraceActivity {
       out += k;
       out += "\": ";
     };
-    double dur = static_cast<double>(std::max<int64_t>(endTime - startTime, 1));
     // -1: absent. device/stream/correlation are CUDA's keys on device work (and runtime calls).
     const std::pair<int64_t, const std::string*> numbers[] = {{x_.device, &g_keys.device},
                                                               {x_.stream, &g_keys.stream},
@@ -253,13 +264,13 @@ class NeuronActivity : public lk::GenericTraceActivity {
       key(g_keys.flops);
       fmt::format_to(it, "{}", x_.flops);
       key(g_keys.tflops);
-      fmt::format_to(it, "{:.6g}", static_cast<double>(x_.flops) / dur / 1e3);
+      fmt::format_to(it, "{:.6g}", x_.tflops);
     }
     if (x_.bytes >= 0) {
       key(g_keys.bytes);
       fmt::format_to(it, "{}", x_.bytes);
       key(activityType == lk::ActivityType::GPU_MEMCPY ? g_keys.bandwidth : g_keys.gbps);
-      fmt::format_to(it, "{:.6g}", static_cast<double>(x_.bytes) / dur);
+      fmt::format_to(it, "{:.6g}", x_.gbps);
     }
     if (extra_) {
       for (const auto& [k, v] : *extra_) {
@@ -285,7 +296,9 @@ class NeuronActivity : public lk::GenericTraceActivity {
 // Record functions of the Python dispatch machinery (a device's tensor subclass or mode): work
 // launched under them belongs to the aten op around them, found through the recorded parent.
 bool is_dispatch_frame(const lk::ITraceActivity* a) {
-  return a && (a->name() == "PythonSubclass" || a->name() == "PythonDispatchMode");
+  if (!a) { return false; }
+  const auto& frames = g_keys.dispatch_frames;  // vocabulary.DISPATCH_FRAMES, set by Python
+  return std::find(frames.begin(), frames.end(), a->name()) != frames.end();
 }
 
 using ParentMap = std::unordered_map<int64_t, int64_t>;
