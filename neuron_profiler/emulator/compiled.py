@@ -224,6 +224,7 @@ class NeuronGraph:
                 matrix=cost.matrix,
                 not_before_ns=D.wait_pending(inputs),
                 graph=GraphExecution(self.graph_id, cost.duration_ns, cost.ops),
+                call_end_ns=time.time_ns(),  # in this frame: the row nests (with_stack)
                 **kw,
             )
         return outputs

@@ -20,6 +20,11 @@ for its copies, docs/emulator.md "Copies"):
 The emulator copies the data for real in every case (device memory is host memory). Where the
 hardware's host would not touch the data (pinned memory) that copy is emulator overhead: an
 ``emulator overhead: pinned_copy`` span before the launch, as for numerics mode's math.
+
+A copy's runtime call row begins and ends in one frame, the one that hands it to the timeline
+(``_to_host_device`` / ``_to_host`` read their own launch time; ``to_copy`` / ``_copy_into``
+read the end of a device copy's call), so that it nests among with_stack's Python frames
+(``DeviceTimeline.kernel``, ``call_end_ns``).
 """
 
 from __future__ import annotations
@@ -66,24 +71,28 @@ def _to_host_device(
     nbytes: int,
     non_blocking: bool,
     op: str,
-    launch_ns: int,
     copy: Callable[[], T],
 ) -> T:
     """Host -> device: ``copy()`` puts the data in device memory. From pageable memory that copy
     stands for the host's staging (the call lasts at least the modelled staging time) and the
     DMA is submitted after it; from pinned memory it is emulator overhead and the DMA is
-    launched after it, the host waiting for the DMA unless ``non_blocking``."""
+    launched after it, the host waiting for the DMA unless ``non_blocking``. The call begins
+    when this frame opens."""
+    launch_ns = time.time_ns()
     tl = STATE.timeline
     assert tl is not None
     pinned = is_pinned(host)
     out = copy()
     if not pinned:
-        staged = tl.stage(nbytes, since_ns=launch_ns)
-        tl.copy(core, F.H2D, nbytes, launch_ns=launch_ns, op=op, staged_ns=staged)
+        tl.stage(nbytes, since_ns=launch_ns)
+        staged = time.time_ns()  # read here: the call's row, which ends at it, nests
+        tl.copy(
+            core, F.H2D, nbytes, launch_ns=launch_ns, op=op, staged_ns=staged, call_end_ns=staged
+        )
         return out
     launch = time.time_ns()
     tl.overhead(core, op, F.OVERHEAD_PINNED_COPY, launch_ns, launch)
-    end = tl.copy(core, F.H2D, nbytes, launch_ns=launch, op=op)
+    end = tl.copy(core, F.H2D, nbytes, launch_ns=launch, op=op, call_end_ns=time.time_ns())
     if not non_blocking:
         tl.host_sync([core], SYNC_H2D, op=op, until_ns=end)
     return out
@@ -96,14 +105,14 @@ def _to_host(
     pinned: bool,
     non_blocking: bool,
     op: str,
-    launch_ns: int,
     copy: Callable[[], T],
 ) -> T:
     """Device -> host: ``copy()`` puts the data in host memory. Into pageable memory the host
     waits for the DMA (into the staging buffer), then that copy stands for copying the data out
     (at least the modelled staging time), ``non_blocking`` or not; into ``pinned`` memory it is
     emulator overhead, the DMA is launched after it, and the host waits for the DMA unless
-    ``non_blocking``."""
+    ``non_blocking``. The call begins when this frame opens."""
+    launch_ns = time.time_ns()
     tl = STATE.timeline
     assert tl is not None
     ready = wait_pending([device_memory])
@@ -111,11 +120,27 @@ def _to_host(
         out = copy()
         launch = time.time_ns()
         tl.overhead(core, op, F.OVERHEAD_PINNED_COPY, launch_ns, launch)
-        end = tl.copy(core, F.D2H, nbytes, launch_ns=launch, op=op, not_before_ns=ready)
+        end = tl.copy(
+            core,
+            F.D2H,
+            nbytes,
+            launch_ns=launch,
+            op=op,
+            not_before_ns=ready,
+            call_end_ns=time.time_ns(),
+        )
         if not non_blocking:
             tl.host_sync([core], SYNC_CPU, op=op, until_ns=end)
         return out
-    end = tl.copy(core, F.D2H, nbytes, launch_ns=launch_ns, op=op, not_before_ns=ready)
+    end = tl.copy(
+        core,
+        F.D2H,
+        nbytes,
+        launch_ns=launch_ns,
+        op=op,
+        not_before_ns=ready,
+        call_end_ns=time.time_ns(),
+    )
     staging = tl.host_sync([core], SYNC_CPU, op=op, until_ns=end)
     out = copy()
     tl.stage(nbytes, since_ns=staging)
@@ -130,10 +155,13 @@ def _on_device(
     op: str,
     inputs: list[torch.Tensor],
     overhead_from_ns: int = 0,
+    *,
+    call_end_ns: int,
 ) -> None:
     """Record a copy between device tensors: a kernel on one core (a cast or a strided copy),
     a DMA between cores. ``overhead_from_ns``: a same-core copy whose data the host copied
-    (numerics mode) from then until ``launch_ns``."""
+    (numerics mode) from then until ``launch_ns``. ``call_end_ns``: where the call's row ends,
+    read by the caller (the frame that read ``launch_ns``) before this frame opens."""
     tl = STATE.timeline
     assert tl is not None
     if src == dst:
@@ -149,10 +177,19 @@ def _on_device(
             not_before_ns=wait_pending(inputs),
             overhead_from_ns=overhead_from_ns,
             stream=stream_of(dst),
+            call_end_ns=call_end_ns,
         )
     else:
         ready = max(tl.cores[src].stream_ns, wait_pending(inputs))
-        tl.copy(dst, F.D2D, _nbytes(elem), launch_ns=launch_ns, op=op, not_before_ns=ready)
+        tl.copy(
+            dst,
+            F.D2D,
+            _nbytes(elem),
+            launch_ns=launch_ns,
+            op=op,
+            not_before_ns=ready,
+            call_end_ns=call_end_ns,
+        )
 
 
 def _pinned_result(func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
@@ -179,17 +216,17 @@ def to_copy(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
     nbytes = elem.numel() * (kw.get("dtype") or elem.dtype).itemsize
     if src is None and dst is not None:
         copy = functools.partial(run_inner_on_device, func, cast, kw)
-        out = _to_host_device(dst, x, nbytes, non_blocking, info.name, launch_ns, copy)
+        out = _to_host_device(dst, x, nbytes, non_blocking, info.name, copy)
         return new_device_tensor(out, dst, True)
     if src is not None and dst is None:
         copy = functools.partial(_pinned_result if pin_result else run_inner, func, cast, kw)
-        return _to_host(src, elem, nbytes, pin_result, non_blocking, info.name, launch_ns, copy)
+        return _to_host(src, elem, nbytes, pin_result, non_blocking, info.name, copy)
     if src is None or dst is None:  # host to host: nothing on the device
         return run_inner(func, cast, kw)
     plan = output_plan(func, cast, kw, [elem]) if not STATE.numerics else None
     if plan is not None:  # timing mode, device to device: the bytes are not copied
         out = materialise(plan, [elem])[0]
-        _on_device(src, dst, out, launch_ns, info.name, [elem])
+        _on_device(src, dst, out, launch_ns, info.name, [elem], call_end_ns=time.time_ns())
     else:
         out = run_inner_on_device(func, cast, kw)
         on_core = src == dst
@@ -201,6 +238,7 @@ def to_copy(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
             info.name,
             [elem],
             launch_ns if on_core else 0,
+            call_end_ns=time.time_ns(),
         )
     return new_device_tensor(out, dst, True)
 
@@ -234,18 +272,18 @@ def _copy_into(dst: Any, src: Any, non_blocking: bool, op: str, *, resize: bool)
         d_elem.resize_(s_elem.shape)
     copy = functools.partial(run_inner, aten.copy_.default, (d_elem, s_elem), {})
     if s is None and d is not None:
-        _to_host_device(d, s_elem, _nbytes(d_elem), non_blocking, op, launch_ns, copy)
+        _to_host_device(d, s_elem, _nbytes(d_elem), non_blocking, op, copy)
         return dst
     if s is not None and d is None:
         pinned = is_pinned(d_elem)
-        _to_host(s, s_elem, _nbytes(d_elem), pinned, non_blocking, op, launch_ns, copy)
+        _to_host(s, s_elem, _nbytes(d_elem), pinned, non_blocking, op, copy)
         return dst
     if s is None or d is None:  # host to host: nothing on the device
         copy()
         return dst
     if not STATE.numerics and not computes_for_real(op, [s_elem], [d_elem]):
         # timing mode, a large copy: the bytes are not copied
-        _on_device(s, d, d_elem, launch_ns, op, [s_elem])
+        _on_device(s, d, d_elem, launch_ns, op, [s_elem], call_end_ns=time.time_ns())
         return dst
     copy()
     on_core = s == d
@@ -257,6 +295,7 @@ def _copy_into(dst: Any, src: Any, non_blocking: bool, op: str, *, resize: bool)
         op,
         [s_elem],
         launch_ns if on_core else 0,
+        call_end_ns=time.time_ns(),
     )
     return dst
 

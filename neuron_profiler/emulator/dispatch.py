@@ -459,7 +459,7 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
         if reason is not None:
             if seen is not None:  # nonzero, unique, ...: their result depends on the values
                 _warn_read(seen, info.name, core)
-            result = run_fallback(func, info, u, core, reason, launch_ns)
+            result = run_fallback(func, info, u, core, reason)
             modelled.mark(result, seen)
             return result
     computed = True
@@ -470,8 +470,11 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
     _set_record_function(False)
     try:
         if timing and (kind is Kind.KERNEL or kind is Kind.ALLOC):
-            out, computed, seen, math_ns = _run_timing(func, info, u, seen)
-            math_end_ns = time.time_ns()  # timing mode: the span is the math alone
+            out, computed, seen, plan = _timing_plan(func, info, u, seen)
+            if computed:  # timing mode: the span is the math alone, timed in this frame
+                math_ns = time.time_ns()
+                out, computed = _compute_timing(func, info, u, seen, plan)
+                math_end_ns = time.time_ns()
         else:
             out = info.run(*u.args, **u.kwargs)  # type: ignore[misc]
     finally:
@@ -492,7 +495,13 @@ def execute(func: Any, args: tuple, kwargs: dict) -> Any:
         if computed:  # the host's math is emulator overhead; the launch starts after it
             end = math_end_ns or time.time_ns()
             _launch_kernel(
-                info, u, core, written, end, overhead_from_ns=math_ns, call_end_ns=time.time_ns()
+                info,
+                u,
+                core,
+                written,
+                end,
+                overhead_from_ns=math_ns,
+                call_end_ns=time.time_ns(),
             )
         else:
             _launch_kernel(info, u, core, written, launch_ns, call_end_ns=time.time_ns())
@@ -519,14 +528,16 @@ def _on_host_generator(
         gen.set_state(host.get_state())
 
 
-def _run_timing(
+def _timing_plan(
     func: Any, info: OpInfo, u: Unwrapped, seen: str | None
-) -> tuple[Any, bool, str | None, int]:
-    """Timing mode's kernels and allocations: (outputs, computed, the op whose modelled values
-    they hold, when the host's math began). Small ops are computed for real
-    (``outputs.computes_for_real``), large ones materialised as zeros; allocations are zeros
-    (their defined value, not a modelled one). Only the math is emulator overhead: the op's
-    dispatch stays launch time, as for a modelled op."""
+) -> tuple[Any, bool, str | None, Any]:
+    """Timing mode's kernels and allocations: (the modelled outputs, or None when they are to
+    be computed; whether they are; the op whose modelled values they hold; the plan). Small
+    ops are computed for real (``outputs.computes_for_real``, by ``_compute_timing``), large
+    ones materialised as zeros; allocations are zeros (their defined value, not a modelled
+    one). Only the math is emulator overhead: the op's dispatch stays launch time, as for a
+    modelled op; ``execute`` times the math in its own frame, so that the overhead span and the
+    launch row after it nest among with_stack's frames."""
     run = info.run or func
     for t in u.inputs:  # a sparse input: its indices are data (as nonzero's), computed for real
         if t.layout is not _STRIDED:
@@ -538,18 +549,24 @@ def _run_timing(
         out = materialise(plan, u.inputs)[0]
         if seen is None and info.kind is Kind.KERNEL and info.name not in ZEROS_OPS:
             seen = info.name  # a chain is named after its first modelled op
-        return out, False, seen, 0
+        return out, False, seen, plan
     if plan is None and seen is not None:  # its shape or host value depends on the values
         modelled.warn_read(seen, info.name)
-    math_ns = time.time_ns()
+    return None, True, seen, plan
+
+
+def _compute_timing(
+    func: Any, info: OpInfo, u: Unwrapped, seen: str | None, plan: Any
+) -> tuple[Any, bool]:
+    """The op computed for real in timing mode: (outputs, whether computed)."""
     try:
-        return run(*u.args, **u.kwargs), True, seen, math_ns
+        return (info.run or func)(*u.args, **u.kwargs), True
     except Exception:
         if plan is None or seen is None:
             raise
         # computed on modelled zeros it fails (multinomial of zero probabilities): model it
         modelled.warn_read(seen, f"{info.name} (which fails on zeros, so it is modelled too)")
-        return materialise(plan, u.inputs)[0], False, seen, 0
+        return materialise(plan, u.inputs)[0], False
 
 
 # Ops that only move device memory into other device memory, with the argument holding what
@@ -727,11 +744,13 @@ def _mutated_elems(info: OpInfo, u: Unwrapped) -> list[torch.Tensor]:
     return [t for t in flat if isinstance(t, torch.Tensor) and id(t) in u.alias]
 
 
-def run_fallback(
-    func: Any, info: OpInfo, u: Unwrapped, core: int, reason: str, launch_ns: int
-) -> Any:
+def run_fallback(func: Any, info: OpInfo, u: Unwrapped, core: int, reason: str) -> Any:
     """TorchNeuron's cpu_fallback: inputs to host, run there, write mutated inputs back,
-    outputs to device; each copy is a modelled DMA, the host compute is real time."""
+    outputs to device; each copy is a modelled DMA, the host compute is real time. The
+    ``CPU fallback`` row begins when this frame opens and each copy's call row ends in the
+    frame that began it (``DeviceTimeline.kernel``, ``call_end_ns``): they nest among
+    with_stack's Python frames."""
+    launch_ns = time.time_ns()
     tl = STATE.timeline
     assert tl is not None
     fb.note_fallback(info.name)
@@ -746,6 +765,7 @@ def run_fallback(
             launch_ns=time.time_ns(),
             op=info.name,
             not_before_ns=last,
+            call_end_ns=time.time_ns(),
         )
     tl.host_sync([core], "fallback", op=info.name, until_ns=last)
     host = {id(t): t.clone() for t in device_inputs}
@@ -759,7 +779,15 @@ def run_fallback(
         if dev.shape != h.shape:
             dev.resize_(h.shape)
         dev.copy_(h)
-        tl.copy(core, F.H2D, h.numel() * h.element_size(), launch_ns=time.time_ns(), op=info.name)
+        nbytes = h.numel() * h.element_size()
+        tl.copy(
+            core,
+            F.H2D,
+            nbytes,
+            launch_ns=time.time_ns(),
+            op=info.name,
+            call_end_ns=time.time_ns(),
+        )
     result = _wrap_fallback(out, u, core, back, tl, info.name)
     # what the op would have cost on the device (the analyzer's native time): the kernel cost
     # rule on the host inputs and results, bytes = every tensor read plus every tensor written
@@ -806,7 +834,8 @@ def _wrap_fallback(
         dev = back.get(id(out))
         if dev is not None:  # the op returned a mutated input: hand back its device tensor
             return u.alias[id(dev)]
-        tl.copy(core, F.H2D, out.numel() * out.element_size(), launch_ns=time.time_ns(), op=op)
+        nbytes = out.numel() * out.element_size()
+        tl.copy(core, F.H2D, nbytes, launch_ns=time.time_ns(), op=op, call_end_ns=time.time_ns())
         return new_device_tensor(out, core, True)
     if type(out) is list or type(out) is tuple:
         return type(out)([_wrap_fallback(o, u, core, back, tl, op) for o in out])

@@ -449,13 +449,14 @@ class DeviceTimeline:
         call_end_ns: int | None = None,
     ) -> int:
         """A DMA transfer on the core's DMA queue (h2d / d2h over the host link, d2d on chip).
-        ``call_end_ns``: where an unstaged copy's runtime call row ends (None: now), as for
-        ``kernel``.
+        ``call_end_ns``: where the runtime call's row ends, as for ``kernel`` (None: the
+        submission of a staged copy, else now).
 
         ``staged_ns`` (> 0): a host -> device copy from pageable memory, which the host staged
         (``stage``) from ``launch_ns`` until then inside the runtime call: the DMA is submitted
         at the staging's end, so it cannot end before the host has the data in the staging
-        buffer. The call's row spans the staging: from ``launch_ns`` to the submission."""
+        buffer. The call's row spans the staging: from ``launch_ns`` to ``call_end_ns``, which
+        the caller reads after the staging returned."""
         dur = (
             self.model.device_copy_ns(nbytes)
             if direction == F.D2D
@@ -493,7 +494,7 @@ class DeviceTimeline:
                 start,
                 end,
                 CopyDetail(nbytes, direction, link),
-                call_end_ns=submit_ns if staged_ns else call_end_ns,
+                call_end_ns=submit_ns if staged_ns and call_end_ns is None else call_end_ns,
             )
         return end
 
@@ -757,7 +758,8 @@ class DeviceTimeline:
         now = time.time_ns()
         if target <= now:  # freed while the host was busy elsewhere: no wait, launch then
             return max(launch_ns, target)
-        end = wait_until(target)
+        wait_until(target)
+        end = time.time_ns()  # read here, not in wait_until: the row nests in this frame
         if self.rt.capturing:
             self.rt.record_span_lazy(
                 core,
@@ -882,7 +884,8 @@ class DeviceTimeline:
         cores = list(cores)
         target = self.busy_until_ns(cores) if until_ns is None else until_ns
         begin = time.time_ns()
-        end = wait_until(target)
+        wait_until(target)
+        end = time.time_ns()  # read here, not in wait_until: the row nests in this frame
         if self.rt.capturing and cores:
             record = HostSyncRecord(reason, op, target, current_correlation_id())
             last = max(cores, key=lambda c: self.cores[c].busy_until_ns())

@@ -112,6 +112,12 @@ def test_device_generators_draw_reproducibly_like_cuda_generators(numerics: bool
     )
     with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator"):
         torch.randn(3, generator=g)
+    # CUDA's random kernels check a generator's device type only (ATen's check_generator), so
+    # a generator of one CUDA device draws for another's tensors: so does one of core 0 here
+    g0 = torch.Generator(device="neuron:0").manual_seed(7)
+    ref.manual_seed(7)
+    on_core1 = torch.randn(3, device="neuron:1", generator=g0)
+    assert on_core1.device.index == 1 and torch.equal(on_core1.cpu(), torch.randn(3, generator=ref))
 
 
 def test_to_cpu_item_and_mixed_devices() -> None:
