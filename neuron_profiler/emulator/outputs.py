@@ -77,8 +77,10 @@ HOST_HEAVY_OPS = frozenset(
 # Ops whose new outputs are zeros by definition: modelled, they hold their real values.
 ZEROS_OPS = frozenset({"aten::zeros", "aten::zeros_like", "aten::new_zeros"})
 # Allocations are never computed: their real output is uninitialised memory, timing mode's is
-# zeros (and stays so; dispatch.py treats them as allocations, no kernel).
-ALLOC_OPS = V.ALLOCATION_OPS | {"aten::resize_as_"}
+# zeros (and stays so; dispatch.py treats them as allocations, no kernel). ``_efficientzerotensor``
+# (the zero tangents of forward-mode autograd) is zeros by definition: on the device a buffer of
+# zeros (host_ops.efficient_zero_tensor), no kernel, as CUDA launches none for it.
+ALLOC_OPS = V.ALLOCATION_OPS | {"aten::resize_as_", "aten::_efficientzerotensor"}
 _META = torch.device("meta")
 _REAL = "real"  # cached marker: run this op for real
 _PLANS: dict[Any, Any] = {}
