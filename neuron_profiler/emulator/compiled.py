@@ -60,6 +60,10 @@ _OpOverload = torch._ops.OpOverload
 _set_record_function = torch._C._autograd._enable_record_function
 
 
+def _is_profiler_enabled() -> bool:
+    return torch.autograd.profiler._is_profiler_enabled
+
+
 class _OpRun(NamedTuple):
     """One aten op of a graph call, as run: what its device cost is computed from."""
 
@@ -168,7 +172,10 @@ class NeuronGraph:
         self.placeholders = [n for n in self.nodes if n.op == "placeholder"]
 
     def __call__(self, *call_args: Any) -> Any:
-        """Boxed (one list, which is emptied) or plain positional inputs."""
+        """Boxed (one list, which is emptied) or plain positional inputs. The graph's buffers
+        are device memory: while a profile records memory the CPU allocator does not report
+        them as host memory (host reports off from the first op until the intermediates are
+        dropped), and the outputs are then wrapped as device buffers, as an eager op's are."""
         launch_ns = time.time_ns()
         boxed = len(call_args) == 1 and type(call_args[0]) is list
         args = call_args[0] if boxed else list(call_args)
@@ -187,6 +194,9 @@ class NeuronGraph:
             core = D.STATE.current_core
         numerics = D.STATE.numerics
         costs: list[_OpRun] = []
+        tl = D.STATE.timeline
+        cost = None
+        quiet = _is_profiler_enabled() and D.ALLOCATOR.host_reports_off()
         _set_record_function(False)
         try:
             for node in self.nodes:
@@ -203,13 +213,20 @@ class NeuronGraph:
                     env[node] = v._elem if isinstance(v, NeuronTensor) else v
                 elif op == "output":
                     result = map_arg(node.args[0], env.__getitem__)
+            if tl is not None:
+                cost = self._model(costs, env, tl)
+            # what a collective may still be writing: the graph's inputs (its own buffers are new)
+            inputs = [
+                e for n, e in env.items() if n.op != "call_function" and isinstance(e, torch.Tensor)
+            ]
+            env.clear()  # the intermediates die here, inside the quiet window
+            costs.clear()
         finally:
             _set_record_function(True)
+            if quiet:
+                D.ALLOCATOR.host_reports_on()
         outputs = [self._wrap(o, core, by_elem) for o in result]
-        tl = D.STATE.timeline
-        if tl is not None:
-            inputs = [e for e in env.values() if isinstance(e, torch.Tensor)]
-            cost = self._model(costs, env, tl)
+        if tl is not None and cost is not None:
             kw = (
                 dict(launch_ns=time.time_ns(), overhead_from_ns=launch_ns)
                 if numerics

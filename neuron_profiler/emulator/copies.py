@@ -223,9 +223,10 @@ def to_copy(func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         return _to_host(src, elem, nbytes, pin_result, non_blocking, info.name, copy)
     if src is None or dst is None:  # host to host: nothing on the device
         return run_inner(func, cast, kw)
-    plan = output_plan(func, cast, kw, [elem]) if not STATE.numerics else None
+    # the plan's shape functions and the zero-filled output: no profiler rows, no host memory
+    plan = run_inner(output_plan, (func, cast, kw, [elem]), {}) if not STATE.numerics else None
     if plan is not None:  # timing mode, device to device: the bytes are not copied
-        out = materialise(plan, [elem])[0]
+        out = run_inner_on_device(materialise, (plan, [elem]), {})[0]
         _on_device(src, dst, out, launch_ns, info.name, [elem], call_end_ns=time.time_ns())
     else:
         out = run_inner_on_device(func, cast, kw)

@@ -244,18 +244,13 @@ def _register_with_torch(cores: int) -> None:
     compiled.install()  # torch.compile: Dynamo skips the emulator; the "neuron" backend
     data_parallel.install()  # nn.DataParallel: comm's CUDA-only functions, replicas in turn
     serialization.install()  # torch.save / torch.load of device tensors, map_location="neuron"
-    storage.install()  # ``t.data = x`` across host and device (FSDP moving parameters)
+    # ``t.data = x`` across host and device (FSDP moving parameters), and module conversion by it
+    storage.install()
     device_allocator.install()  # torch.accelerator.memory (one line on stderr where unavailable)
     from torch.optim import optimizer
 
     if T.NeuronTensor not in optimizer._foreach_supported_types:
         optimizer._foreach_supported_types.append(T.NeuronTensor)
-    # nn.Module._apply cannot shallow-copy a CPU parameter into a wrapper-subclass tensor, so by
-    # default ``.to("neuron")`` makes a new Parameter per module: tied weights come untied and
-    # an optimizer made before ``.to()`` keeps the host tensors. Swapping the tensors in place
-    # (torch's own opt-in, the future default) keeps each Parameter object, as on CUDA. Process-
-    # wide: documented in docs/emulator.md.
-    torch.__future__.set_swap_module_params_on_conversion(True)
     _registered = True
     # The NEURON collector registered, as a real device's plugin is once imported: a profile
     # asking for ProfilerActivity.PrivateUse1 gets the device's rows without importing NEURON.

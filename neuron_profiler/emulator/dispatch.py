@@ -108,6 +108,8 @@ _META_OPS = {
     aten.stride.int,
     aten.storage_offset.default,
     aten.numel.default,
+    # shapes only (forward-mode autograd asks it of every tangent): no kernel, no host read
+    aten.is_same_size.default,
 }
 _NO_KERNEL_OPS = {
     "aten::_unsafe_view",

@@ -1,4 +1,5 @@
-"""Host implementations of aten ops that PyTorch defines only for CUDA but picks for PrivateUse1.
+"""Host implementations of aten ops that PyTorch defines only for CUDA but picks for PrivateUse1,
+and of ``_efficientzerotensor``, whose CPU result a device tensor cannot hold (see there).
 
     run = HOST_KERNELS.get(func, func)     # dispatch.py: what computes ``func`` on host tensors
 
@@ -171,7 +172,17 @@ def fused_gru_cell_backward(
     )
 
 
+def efficient_zero_tensor(size: Any, **kwargs: Any) -> torch.Tensor:
+    """``_efficientzerotensor`` on the device: a buffer of zeros. The CPU kernel's ZeroTensor has
+    no data and lives by its ZeroTensor dispatch key, which a wrapper subclass cannot carry: held
+    by a device tensor, its ops reached the CPU kernels as data-less tensors (``z + 1`` crashed
+    the process, ``x @ z`` raised "data is not allocated yet"). Autograd's forward-mode formulas
+    make these for missing tangents; zeros give them the same values. On meta tensors too."""
+    return torch.zeros(size, **kwargs)
+
+
 HOST_KERNELS: dict[Any, Callable[..., Any]] = {
+    aten._efficientzerotensor.default: efficient_zero_tensor,
     aten._thnn_fused_lstm_cell.default: fused_lstm_cell,
     aten._thnn_fused_lstm_cell_backward_impl.default: fused_lstm_cell_backward_impl,
     aten._thnn_fused_gru_cell.default: fused_gru_cell,

@@ -6,8 +6,10 @@ dtype and strides without computing them; small ones are computed for real (hybr
     out, written = materialise(plan, inputs)         # else zero-filled outputs, inputs handed back
     output_plan(func, args, kwargs, inputs)          # the plan, or None when it runs for real
 
-The shapes come from running the op once on meta tensors (PyTorch's own shape functions); the
-result is cached per (op, argument shapes/strides/dtypes, non-tensor arguments), so a warm step
+The shapes come from running the op once on fake host tensors (PyTorch's own shape functions,
+``FakeTensorMode``: data-less tensors that keep the host device, so strides and memory formats
+are the ones the CPU kernel gives, as numerics mode's; ~0.15 ms per new plan); the result is
+cached per (op, argument shapes/strides/dtypes, non-tensor arguments), so a warm step
 costs a dict lookup and one allocation per output. Outputs are zero-filled and deterministic.
 Their host cost does not grow with their size: outputs of ``MMAP_MIN_BYTES`` or more are
 anonymous memory mappings (the kernel hands out zero pages on first touch, and nothing touches
@@ -77,9 +79,14 @@ HOST_HEAVY_OPS = frozenset(
 # Ops whose new outputs are zeros by definition: modelled, they hold their real values.
 ZEROS_OPS = frozenset({"aten::zeros", "aten::zeros_like", "aten::new_zeros"})
 # Allocations are never computed: their real output is uninitialised memory, timing mode's is
-# zeros (and stays so; dispatch.py treats them as allocations, no kernel).
-ALLOC_OPS = V.ALLOCATION_OPS | {"aten::resize_as_"}
+# zeros (and stays so; dispatch.py treats them as allocations, no kernel). ``_efficientzerotensor``
+# (the zero tangents of forward-mode autograd) is zeros by definition: on the device a buffer of
+# zeros (host_ops.efficient_zero_tensor), no kernel, as CUDA launches none for it.
+ALLOC_OPS = V.ALLOCATION_OPS | {"aten::resize_as_", "aten::_efficientzerotensor"}
 _META = torch.device("meta")
+_CPU = torch.device("cpu")
+_FAKE: Any = None  # _fake_mode()
+_FakeTensor: Any = None
 _REAL = "real"  # cached marker: run this op for real
 _PLANS: dict[Any, Any] = {}
 _MAX_PLANS = 100_000
@@ -144,17 +151,32 @@ def _sig(x: Any) -> Any:
     return (t, x)
 
 
-def _to_meta(x: Any, memo: dict[int, torch.Tensor]) -> Any:
+def _fake_mode() -> Any:
+    """The fake-tensor mode plans run in (made once): tensors without data that keep their
+    device, so each shape function picks the strides and memory format its CPU kernel gives (a
+    plain meta tensor has no device: a convolution's meta kernel then leaves a channels_last
+    output contiguous, fft and eig meta kernels take cuFFT's / MAGMA's strides). Ops with no fake
+    or meta implementation raise instead of running on zeros: they are computed for real."""
+    global _FAKE, _FakeTensor
+    if _FAKE is None:
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+        _FAKE, _FakeTensor = FakeTensorMode(allow_fallback_kernels=False), FakeTensor
+    return _FAKE
+
+
+def _to_fake(x: Any, memo: dict[int, torch.Tensor]) -> Any:
+    """Host tensors -> data-less host tensors of the same layout (fake tensors of ``_FAKE``,
+    built directly: a factory call under the mode costs ~10x more)."""
     if isinstance(x, torch.Tensor):
         m = memo.get(id(x))
         if m is None:
-            m = memo[id(x)] = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=_META)
+            meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=_META)
+            m = memo[id(x)] = _FakeTensor(_FAKE, meta, _CPU)
         return m
     t = type(x)
     if t is list or t is tuple:
-        return t([_to_meta(i, memo) for i in x])
-    if t is torch.device:
-        return _META if x.type == "cpu" else x
+        return t([_to_fake(i, memo) for i in x])
     if t is torch.Generator:
         return None
     return x
@@ -244,10 +266,12 @@ def _make_plan(
 ) -> Any:
     memo: dict[int, torch.Tensor] = {}
     try:
-        margs = _to_meta(args, memo)
-        mkwargs = {k: _to_meta(v, memo) for k, v in kwargs.items()}
+        mode = _fake_mode()
+        margs = _to_fake(args, memo)  # outside the mode: it would dispatch the meta factory
+        mkwargs = {k: _to_fake(v, memo) for k, v in kwargs.items()}
+        with mode:
+            out = run(*margs, **mkwargs)
         index = {id(memo[id(t)]): i for i, t in enumerate(inputs) if id(t) in memo}
-        out = run(*margs, **mkwargs)
         tree = _plan_of(out, index)
     except Exception:  # no meta kernel, data-dependent shape, host value, a nested tensor:
         return None  # run it for real

@@ -15,12 +15,18 @@ python storage"). So:
   device the check passes and the setter also hands over the held tensor, which C++ never sees.
   Across host and device (FSDP moving a CPU module's parameters, ``param.data = param.to(dev)``)
   the tensor object keeps its identity and attributes and takes the new tensor's implementation
-  (``torch.utils.swap_tensors``, as module conversion does: ``set_swap_module_params_on_
-  conversion``), carrying ``requires_grad`` and the gradient over.
+  (``_swap``), carrying ``requires_grad`` and the gradient over.
+- Module conversion (``nn.Module._apply``: ``.to()``, ``.cpu()``, ``.half()``) assigns ``.data``
+  where ``torch._has_compatible_shallow_copy_type`` says the kinds match, as for CPU <-> CUDA;
+  ``install`` makes it say so for a host and a device tensor, so a module's Parameter objects
+  stay the same objects through ``.to("neuron")`` and ``.cpu()`` (tied weights stay tied, an
+  optimizer made before keeps its parameters) by the ``.data`` rule above. Host-only conversions
+  are untouched: torch's answer, torch's ``set_data``.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -28,6 +34,8 @@ import torch
 from neuron_profiler.emulator.tensor import NeuronTensor
 
 _BASE_DATA = torch._C.TensorBase.data
+_BASE_COMPATIBLE = torch._has_compatible_shallow_copy_type
+_STRIDED = torch.strided
 _installed: list[Any] = []
 
 
@@ -54,25 +62,58 @@ def _retype(self: torch.Tensor, new: torch.Tensor) -> None:
     grad = self.grad
     is_param = isinstance(self, torch.nn.Parameter)
     with torch.no_grad():
-        if isinstance(new, NeuronTensor):
-            donor: torch.Tensor = NeuronTensor(new._elem, new._core)
-            donor._modelled = new._modelled
-        else:
-            donor = torch.Tensor._make_subclass(torch.Tensor, new.detach(), False)
+        donor = _donor(new)
     donor.requires_grad_(self.requires_grad)
     if grad is not None:
         self.grad = None
-    torch.utils.swap_tensors(self, donor)
+    _swap(self, donor)
     self.__dict__.update(old_dict)
     if is_param:  # nn.Parameter's isinstance check reads this flag on non-Parameter classes
         self._is_param = True
-    if grad is not None:
-        self.grad = grad.to(self.device)
+    if grad is not None:  # the same gradient object, moved along (a grad must match its tensor)
+        with torch.no_grad():
+            moved = grad.to(self.device, self.dtype)
+        if moved is not grad:
+            _retype(grad, moved)
+        self.grad = grad
+
+
+def _donor(new: torch.Tensor) -> torch.Tensor:
+    """A fresh tensor object with ``new``'s memory, whose implementation ``self`` takes."""
+    if isinstance(new, NeuronTensor):
+        donor: torch.Tensor = NeuronTensor(new._elem, new._core)
+        donor._modelled = new._modelled
+        return donor
+    return torch.Tensor._make_subclass(torch.Tensor, new.detach(), False)
+
+
+def _swap(t1: torch.Tensor, t2: torch.Tensor) -> None:
+    """``torch.utils.swap_tensors(t1, t2)`` where other holders of ``t1``'s implementation
+    (an autograd graph that saved it, a view of it) keep the old one, as ``set_data`` on CUDA
+    leaves a view its old memory. torch refuses those (its module conversion does not need it
+    between dense kinds, which assign ``.data``); here the host <-> device ``.data`` rule needs
+    it. A backward through a graph recorded before computes with the old values and accumulates
+    into the old implementation, not ``t1`` (docs/emulator.md, Module conversion)."""
+    if weakref.getweakrefs(t1) or weakref.getweakrefs(t2):
+        raise RuntimeError("Cannot swap a tensor that has a weakref associated with it")
+    t1.__class__, t2.__class__ = t2.__class__, t1.__class__
+    t1.__dict__, t2.__dict__ = t2.__dict__, t1.__dict__
+    torch._C._swap_tensor_impl(t1, t2)
+
+
+def _compatible(self: torch.Tensor, from_: torch.Tensor) -> bool:
+    """``torch._has_compatible_shallow_copy_type`` that also pairs a host and a device tensor
+    (module docstring): ``nn.Module._apply`` then converts by ``.data =``."""
+    if isinstance(self, NeuronTensor) != isinstance(from_, NeuronTensor):
+        return self.layout is _STRIDED and from_.layout is _STRIDED
+    return _BASE_COMPATIBLE(self, from_)
 
 
 def install() -> None:
-    """Route ``Tensor.data`` assignment through ``_set_data`` (idempotent, process-wide)."""
+    """Route ``Tensor.data`` assignment through ``_set_data`` and module conversion's kind check
+    through ``_compatible`` (idempotent, process-wide)."""
     if _installed:
         return
     _installed.append(torch.Tensor.__dict__.get("data"))
     torch.Tensor.data = property(_get_data, _set_data, doc=_BASE_DATA.__doc__)
+    torch._has_compatible_shallow_copy_type = _compatible

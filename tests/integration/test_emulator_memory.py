@@ -608,3 +608,31 @@ def test_snapshot_without_the_extension_says_once_it_has_no_step_annotations(
     assert [e["action"] for e in taken["device_traces"][0]].count("alloc") >= 2
     err = [line for line in capsys.readouterr().err.splitlines() if "annotations" in line]
     assert err == [f"{snapshot.NO_STEP_ANNOTATIONS}: no C++ compiler found (test)"]
+
+
+def test_a_device_cast_is_no_host_op_and_no_host_memory(device, tmp_path: Path) -> None:
+    """``w.to(torch.bfloat16)`` between device buffers (512 KiB out: modelled in timing mode,
+    below the memory-map size): the profile has only the op's own rows, and its output is device
+    memory, freed, not host memory. Timing mode showed aten::zeros > empty, zero_, fill_ inside
+    the op and a 512 KiB host allocation per cast never freed (a host leak to the analyzer)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    w = torch.randn(512, 512, device=device)
+    out_bytes = 512 * 512 * 2
+    gc.collect()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        for _ in range(3):
+            wb = w.to(torch.bfloat16)
+            del wb
+    trace = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    events = json.loads(trace.read_text())["traceEvents"]
+    rows = {e["name"] for e in events if e.get("cat") == "cpu_op"}
+    assert rows == {"aten::to", "aten::_to_copy", "PythonSubclass"}
+    stray = _host_events_of_size(trace, {out_bytes})
+    assert not stray, "host events of the cast's size:\n" + "\n".join(stray)
+    device_type = int(torch._C._autograd.DeviceType.PrivateUse1)
+    on_device = [
+        e["args"]["Bytes"] for e in _memory_events(trace) if e["args"]["Device Type"] == device_type
+    ]
+    assert sorted(on_device) == sorted([out_bytes, -out_bytes] * 3)

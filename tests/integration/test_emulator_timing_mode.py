@@ -122,6 +122,37 @@ def test_timing_mode_outputs_have_cpu_shapes_dtypes_and_are_not_computed() -> No
     assert out.shape == (1024, 4)  # out= resized as the op would
 
 
+def test_modelled_outputs_have_the_strides_cpu_gives_them() -> None:
+    """Strides that a shape function picks by device (a meta tensor has none): a convolution of
+    a channels_last input and its backward, rfft2/rfftn/hfft2 and eig's eigenvectors. Modelled
+    (every op over the thresholds), each output has CPU's shape, dtype and strides, so an NHWC
+    consumer (``out.permute(0, 2, 3, 1).view(-1, C)``) works as on CPU and in numerics mode;
+    the convolution's was contiguous, the fft and eig ones cuFFT's / MAGMA's."""
+    emu.enable(cores=1, numerics=False)
+    g = torch.Generator().manual_seed(0)
+    cl = torch.channels_last
+    x = torch.randn(4, 16, 32, 32, generator=g).to(memory_format=cl)
+    conv = torch.nn.Conv2d(16, 32, 3).to(memory_format=cl)
+    sq = torch.randn(5, 64, 64, generator=g)
+    cases = [
+        lambda x, sq, m: m(x),
+        lambda x, sq, m: torch.fft.rfft2(sq),
+        lambda x, sq, m: torch.fft.rfftn(sq),
+        lambda x, sq, m: torch.fft.hfft2(sq),
+        lambda x, sq, m: torch.linalg.eig(sq[0].float())[1],
+    ]
+    dev_conv = torch.nn.Conv2d(16, 32, 3).to("neuron").to(memory_format=cl)
+    for i, fn in enumerate(cases):
+        want = fn(x, sq, conv)
+        got = fn(x.to("neuron"), sq.to("neuron"), dev_conv)
+        assert (got.shape, got.dtype, got.stride()) == (want.shape, want.dtype, want.stride()), i
+    out = dev_conv(x.to("neuron"))
+    assert out.permute(0, 2, 3, 1).view(-1, 32).shape == (4 * 30 * 30, 32)
+    out.sum().backward()
+    conv(x).sum().backward()
+    assert dev_conv.weight.grad.stride() == conv.weight.grad.stride()
+
+
 def test_timing_mode_output_cost_does_not_grow_with_size() -> None:
     calls = 40
     emu.enable(cores=1, numerics=False, queue_depth=calls + 8)

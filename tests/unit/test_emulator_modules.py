@@ -1,7 +1,7 @@
 """Module conversion on the emulated device behaves as on a real one: tied weights stay tied
 through ``.to("neuron")`` and ``.cpu()``, an optimizer made before ``.to()`` updates the device
-parameters, ``state_dict`` keys are unchanged, and a held view makes ``.to()`` raise torch's
-documented swap error."""
+parameters, ``state_dict`` keys are unchanged, a held view keeps the old memory, and a forward
+graph left alive does not stop a conversion (as on CUDA)."""
 
 from __future__ import annotations
 
@@ -70,11 +70,62 @@ def test_tied_weights_train_on_neuron_equal_to_cpu() -> None:
     assert list(dev.state_dict()) == keys
 
 
-def test_to_with_a_held_view_of_a_parameter_raises_torchs_swap_error() -> None:
+def test_to_with_a_held_view_of_a_parameter_keeps_the_view_on_the_old_memory() -> None:
+    """As on CUDA (``set_data``): the module moves, a view taken before keeps the old memory."""
     model = torch.nn.Linear(4, 4)
+    before = model.weight.detach().clone()
     row = model.weight[0]  # a view keeps a second reference to the parameter's tensor
-    with pytest.raises(RuntimeError, match="Couldn't swap Linear.weight"):
-        model.to("neuron")
-    del row
+    weight = model.weight
     model.to("neuron")
-    assert model.weight.device.type == "neuron"
+    assert model.weight is weight and weight.device.type == "neuron"
+    assert row.device.type == "cpu" and torch.equal(row.detach(), before[0])
+    assert torch.equal(weight.detach().cpu(), before)
+
+
+def _bn_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+
+
+def test_enable_leaves_torchs_module_conversion_setting_alone() -> None:
+    """enable() used to set swap_module_params_on_conversion process-wide, changing how every
+    CPU module converts."""
+    assert torch.__future__.get_swap_module_params_on_conversion() is False
+
+
+@pytest.mark.parametrize("device", ["cpu", "neuron"])
+def test_conversion_while_a_forward_graph_is_alive_works_as_on_cuda(device: str) -> None:
+    """A forward's output (its graph saved the BatchNorm weight) alive: ``.cpu()``, ``.half()``,
+    ``.to()`` convert every parameter in place, as without the emulator (CPU) and on CUDA; they
+    raised "Couldn't swap BatchNorm1d.weight" and left the module half converted."""
+    ref = _bn_model()
+    model = _bn_model().to(device)
+    params = list(model.parameters())
+    out = model(torch.randn(8, 4).to(device))
+    model.cpu()
+    assert all(p.device.type == "cpu" for p in model.parameters())
+    model.half()
+    assert all(p.dtype == torch.float16 for p in model.parameters())
+    model.to(device, torch.float32)
+    assert [id(p) for p in model.parameters()] == [id(p) for p in params]
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert p.device.type == device
+        torch.testing.assert_close(p.detach().cpu(), q.detach().half().float())
+    del out
+
+
+def test_a_gradient_moves_with_its_parameter() -> None:
+    """``.cpu()`` after a backward: the same gradient object, on the host, equal to CPU's; a
+    later forward and backward on the host accumulate into it."""
+    ref = _bn_model()
+    x = torch.randn(8, 4)
+    ref(x).sum().backward()
+    model = _bn_model().to("neuron")
+    model(x.to("neuron")).sum().backward()
+    grad = model[0].weight.grad
+    model.cpu()
+    assert model[0].weight.grad is grad and grad.device.type == "cpu"
+    torch.testing.assert_close(grad, ref[0].weight.grad)
+    ref(x).sum().backward()
+    model(x).sum().backward()
+    torch.testing.assert_close(model[0].weight.grad, ref[0].weight.grad)
