@@ -225,7 +225,7 @@ def diff(
             (op_modules(ctx_a, al.a), op_modules(ctx_b, al.b)) if group_by == BY_MODULE else None
         )
         rows = _rows(al, a, b, len(al.steps), modules)
-        side_a, side_b = _side(ctx_a, al.steps.a, a), _side(ctx_b, al.steps.b, b)
+        side_a, side_b = _side(ctx_a, al.steps.a), _side(ctx_b, al.steps.b)
         residual = (side_b.step_ms - side_a.step_ms) - sum(r.delta_ms for r in rows)
         return TraceDiff(
             a=side_a,
@@ -480,7 +480,7 @@ def _outside_text(strings: list[str], call: int, anchor_name: int, name: int) ->
     return f"(no launch call) {strings[name][:KERNEL_NAME_CHARS]}"
 
 
-def _side(ctx: AnalysisContext, steps: np.ndarray, ledger: _Ledger) -> Side:
+def _side(ctx: AnalysisContext, steps: np.ndarray) -> Side:
     n = max(len(steps), 1)
     idle = ctx.result(idle_time).per_device
     per_cause = (

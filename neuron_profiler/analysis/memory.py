@@ -407,7 +407,7 @@ def _allocator_device(
     live, by_op = _attribution(ctx, ev, seg, p, free_at, op_row, int(level[p]), absolute)
     step_peak, step_floor = _per_step(ctx, ts, level, before)
     return DeviceMemory(
-        label=_label(ctx.trace, dtype, did),
+        label=_label(dtype, did),
         source=SOURCE_ALLOCATOR,
         device_type=dtype,
         device_id=did,
@@ -484,7 +484,7 @@ def _op_name(trace: Trace, name_id: int) -> str:
     return trace.strings[name_id] if name_id >= 0 else UNKNOWN_OP
 
 
-def _label(trace: Trace, device_type: int, device_id: int) -> str:
+def _label(device_type: int, device_id: int) -> str:
     kind = DEVICE_TYPES.get(device_type, f"device type {device_type}")
     return "CPU" if device_type == 0 else f"{kind}:{device_id}"
 

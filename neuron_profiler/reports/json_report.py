@@ -394,10 +394,6 @@ def _span(s) -> dict[str, Any]:  # noqa: ANN001
     }
 
 
-def trace_document(r: Report) -> dict[str, Any]:
-    return {key: _plain(part(r)) for key, part in _TRACE_SECTIONS}
-
-
 def _ranges(r: Report, ranges: tuple[tuple[int, int], ...]) -> list[dict[str, float]]:
     return [{"start_us": r.to_trace_us(a), "end_us": r.to_trace_us(b)} for a, b in ranges]
 
