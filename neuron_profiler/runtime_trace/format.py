@@ -97,7 +97,7 @@ QUEUE_COMPUTE, QUEUE_DMA, QUEUE_COLLECTIVE = "compute", "dma", "collective"
 QUEUES = (QUEUE_COMPUTE, QUEUE_DMA, QUEUE_COLLECTIVE)
 
 # DMA directions (data[EXT_KEY]["direction"]).
-H2D, D2H, D2D = "h2d", "d2h", "d2d"
+H2D, D2H, D2D = V.DIR_H2D, V.DIR_D2H, V.DIR_D2D
 
 # Keys inside data[EXT_KEY] (all optional; present when the emulator knows them).
 X_OP = "op"  # aten op name, e.g. "aten::mm"
