@@ -62,7 +62,7 @@ from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.context import AnalysisContext, Options
 from neuron_profiler.analysis.idle import IdleTime, idle_time
 from neuron_profiler.analysis.memory import PeakDelta, compare_peaks, memory_usage
-from neuron_profiler.analysis.modules import MODULE_PREFIX, OpModules, op_modules
+from neuron_profiler.analysis.modules import OpModules, op_modules
 from neuron_profiler.analysis.name_map import NameMap
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.heap import gc_paused
@@ -595,7 +595,7 @@ def _notes(
     for name, m in zip("AB", modules or (), strict=False):
         if not m.frames:
             out.append(
-                f"{name}: no module frames ('{MODULE_PREFIX}...': torch.profiler writes them "
+                f"{name}: no module frames ('{V.MODULE_PREFIX}...': torch.profiler writes them "
                 "with with_stack=True and with_modules=True): its ops keep their op rows"
             )
     for name, ctx, side in (("A", ctx_a, a), ("B", ctx_b, b)):

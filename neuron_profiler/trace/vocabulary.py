@@ -140,6 +140,7 @@ COLLECTIVE_ENGINE = "CC"  # collectives: "CC: allreduce"
 COLLECTIVE_WAIT_PREFIX = "CC wait: "  # cc_exec_barrier before a collective: "CC wait: allreduce"
 COLLECTIVE_WAIT_NAME = "CC wait: barrier"  # a barrier no collective is named for (real captures)
 DEFAULT_ENGINE = "NeuronCore"  # kernels whose engine the source does not say
+DEFAULT_CHIP = "NeuronCore"  # a core's chip where its deviceProperties name none
 
 
 def kernel_name(engine: str | None, op: str) -> str:
@@ -193,7 +194,10 @@ NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
 META_BASE_TIME = "baseTimeNanoseconds"  # Kineto's: ts values are µs relative to this (ns)
 META_DISTRIBUTED = "distributedInfo"  # Kineto's: the rank of a torch.distributed run
 DIST_RANK, DIST_WORLD_SIZE = "rank", "world_size"  # keys of distributedInfo
-META_SOURCE = "neuron_source"  # emulator, libnrt, merge, none
+DIST_BACKEND = "backend"  # distributedInfo: the process group's backend ("nccl", "gloo", ...)
+META_SOURCE = "neuron_source"  # emulator, libnrt, merge, none, neuron_explorer
+SOURCE_MERGE = "merge"  # META_SOURCE of a trace the offline merge wrote
+SOURCE_EXPLORER = "neuron_explorer"  # META_SOURCE of a trace read from a Neuron Explorer profile
 META_DROPPED = "neuron_dropped_events"  # per core: ring-buffer drops the runtime reported
 DROPS_UNKNOWN = "unknown"  # META_DROPPED when the source does not report drops (libnrt)
 META_EXCLUDED = "neuron_excluded_outside_window"  # collector: launched outside the active window
@@ -229,12 +233,13 @@ PROFILER_STEP_PREFIX = "ProfilerStep#"  # torch.profiler's step annotation: "Pro
 DATALOADER_PREFIX = "enumerate(DataLoader)#"  # "enumerate(DataLoader)#_...Iter.__next__"
 DATALOADER_SUFFIX = ".__next__"
 DATAPIPE_PREFIX = "enumerate(DataPipe)#"
+MODULE_PREFIX = "nn.Module: "  # torch.profiler's module frame: "nn.Module: Linear_0"
 # ranges that 2021 Kineto recorded as ops ("Operator") and current torch as annotations
 ANNOTATION_OP_PREFIXES = (
     DATALOADER_PREFIX,
     DATAPIPE_PREFIX,
     "Optimizer.",
-    "nn.Module: ",
+    MODULE_PREFIX,
     "DataParallel.forward",
     "DistributedDataParallel.forward",
 )
