@@ -172,11 +172,13 @@ class MemoryUsage:
     ``without_address``: allocator events with no ``Addr`` (older traces: no pairing, so
     nothing is listed live at the peak); ``without_bytes``: allocator events whose ``Bytes``
     is absent or no number (counted as 0 bytes), and HBM usage values that are no number
-    (left out of their sample)."""
+    (left out of their sample); ``near_capacity_pct``: how close to its capacity (% of it) a
+    device's peak is a finding (the rule's margin, so that reports say it without a copy)."""
 
     devices: tuple[DeviceMemory, ...]
     findings: tuple[MemoryFinding, ...]
     steps: tuple[str, ...]
+    near_capacity_pct: float
     frees_before_trace: int = 0
     without_address: int = 0
     without_bytes: int = 0
@@ -193,6 +195,7 @@ def memory_usage(ctx: AnalysisContext) -> MemoryUsage | None:
         devices=tuple(devices),
         findings=_findings(devices, len(ctx.steps)),
         steps=ctx.steps.names,
+        near_capacity_pct=100 * C.MEMORY_NEAR_CAPACITY.margin,
         frees_before_trace=unpaired,
         without_address=no_addr,
         without_bytes=no_bytes + bad_values,

@@ -217,7 +217,10 @@ def _memory(i: int, r: Report) -> str:
             [(shorten(f.title), shorten(f.suggestion, TEXT_LIMIT), f.docs) for f in mem.findings],
         )
         if mem.findings
-        else _empty("No memory findings: no device within 10% of its capacity, none growing.")
+        else _empty(
+            f"No memory findings: no device within {mem.near_capacity_pct:g}% of its capacity, "
+            "none growing."
+        )
     )
     data = [
         {

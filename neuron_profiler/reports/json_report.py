@@ -617,6 +617,7 @@ def memory_document(r: Report) -> dict[str, Any] | None:
         "frees_before_trace": mem.frees_before_trace,
         "without_address": mem.without_address,
         "without_bytes": mem.without_bytes,
+        "near_capacity_pct": mem.near_capacity_pct,
         "devices": [_memory_device(r, d) for d in mem.devices],
         "findings": [
             {
