@@ -37,6 +37,7 @@ through the analysis contexts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -199,6 +200,12 @@ class TraceDiff:
         b = tuple(map(sum, zip(zero, *(r.b_parts_ms for r in rest), strict=True)))
         other = Row(f"other ({len(rest)} rows)", OTHER, a, b)
         return (*shown, other)
+
+
+def main_diff(diffs: Sequence[TraceDiff]) -> TraceDiff:
+    """Of several pairs compared (rank by rank), the one a summary leads with: the pair whose
+    mean step changed most (the first of equal ones)."""
+    return max(diffs, key=lambda d: abs(d.delta_ms))
 
 
 def diff(

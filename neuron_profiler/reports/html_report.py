@@ -77,7 +77,7 @@ def render_html(
         for i, r in enumerate(reports)
     )
     body = "".join(_section(i, r) for i, r in enumerate(reports))
-    if cross is not None and (len(reports) > 1 or cross.available):
+    if cross is not None and cross.shown_with(len(reports)):
         nav += '<li><a href="#multi-rank">Multi-rank</a></li>'
         body += _cross_rank(cross)
     return (
