@@ -48,9 +48,6 @@ class DeviceAxis:
         """The group (index into ``devices``) of axis times."""
         return t // self.width
 
-    def to_real(self, t: np.ndarray, group: np.ndarray) -> np.ndarray:
-        return t - self.shift(group)
-
     def union(self, work: DeviceWork, entries: np.ndarray, group: np.ndarray) -> I.Intervals:
         """The union of work entries (indices into ``work``) of each device, on the axis;
         ``group``: each entry's group."""

@@ -21,7 +21,7 @@ from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 NONE, D2H, H2D = 0, 1, 2
-_CODES = {"d2h": D2H, "h2d": H2D}
+_CODES = {V.DIR_D2H: D2H, V.DIR_H2D: H2D}
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ through the analysis contexts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,7 +63,7 @@ from neuron_profiler.analysis.causes import ALL_CAUSES
 from neuron_profiler.analysis.context import AnalysisContext, Options
 from neuron_profiler.analysis.idle import IdleTime, idle_time
 from neuron_profiler.analysis.memory import PeakDelta, compare_peaks, memory_usage
-from neuron_profiler.analysis.modules import MODULE_PREFIX, OpModules, op_modules
+from neuron_profiler.analysis.modules import OpModules, op_modules
 from neuron_profiler.analysis.name_map import NameMap
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.heap import gc_paused
@@ -201,6 +202,12 @@ class TraceDiff:
         return (*shown, other)
 
 
+def main_diff(diffs: Sequence[TraceDiff]) -> TraceDiff:
+    """Of several pairs compared (rank by rank), the one a summary leads with: the pair whose
+    mean step changed most (the first of equal ones)."""
+    return max(diffs, key=lambda d: abs(d.delta_ms))
+
+
 def diff(
     trace_a: Trace,
     trace_b: Trace,
@@ -225,7 +232,7 @@ def diff(
             (op_modules(ctx_a, al.a), op_modules(ctx_b, al.b)) if group_by == BY_MODULE else None
         )
         rows = _rows(al, a, b, len(al.steps), modules)
-        side_a, side_b = _side(ctx_a, al.steps.a, a), _side(ctx_b, al.steps.b, b)
+        side_a, side_b = _side(ctx_a, al.steps.a), _side(ctx_b, al.steps.b)
         residual = (side_b.step_ms - side_a.step_ms) - sum(r.delta_ms for r in rows)
         return TraceDiff(
             a=side_a,
@@ -480,7 +487,7 @@ def _outside_text(strings: list[str], call: int, anchor_name: int, name: int) ->
     return f"(no launch call) {strings[name][:KERNEL_NAME_CHARS]}"
 
 
-def _side(ctx: AnalysisContext, steps: np.ndarray, ledger: _Ledger) -> Side:
+def _side(ctx: AnalysisContext, steps: np.ndarray) -> Side:
     n = max(len(steps), 1)
     idle = ctx.result(idle_time).per_device
     per_cause = (
@@ -595,7 +602,7 @@ def _notes(
     for name, m in zip("AB", modules or (), strict=False):
         if not m.frames:
             out.append(
-                f"{name}: no module frames ('{MODULE_PREFIX}...': torch.profiler writes them "
+                f"{name}: no module frames ('{V.MODULE_PREFIX}...': torch.profiler writes them "
                 "with with_stack=True and with_modules=True): its ops keep their op rows"
             )
     for name, ctx, side in (("A", ctx_a, a), ("B", ctx_b, b)):

@@ -95,6 +95,11 @@ class CollectiveSkew:
     wait_skew_ns: tuple[int, ...]  # per rank: Σ (late arrival - its arrival)
     wait_recorded_ns: tuple[int | None, ...]  # per rank: Σ its collective-wait rows
 
+    @property
+    def longest_waits(self) -> tuple[tuple[int, int], ...]:
+        """(rank, wait_skew_ns) per rank, the longest wait first (ties: lower rank first)."""
+        return tuple(sorted(zip(self.ranks, self.wait_skew_ns, strict=True), key=lambda p: -p[1]))
+
 
 @dataclass(frozen=True)
 class Activity:
@@ -141,8 +146,8 @@ class SpanAnalysis:
     world_size: int | None
     reason: str | None  # why this span has no cross-rank analysis (None: it has one)
     reference_rank: int
-    rows: tuple[RankRow, ...]
-    collectives: tuple[CollectiveSkew, ...]
+    rows: tuple[RankRow, ...]  # by rank
+    collectives: tuple[CollectiveSkew, ...]  # the most skew in all (mean x calls) first
     stragglers: tuple[Straggler, ...]  # at most one
     unmatched: tuple[Unmatched, ...]
     mismatched_names: int  # matched instances whose ranks name different collectives
@@ -156,6 +161,11 @@ class Distributed:
     spans: tuple[SpanAnalysis, ...]
     without_rank: tuple[str, ...]
     reason: str | None
+
+    def shown_with(self, traces: int) -> bool:
+        """Whether a report of ``traces`` traces has a cross-rank section: over several traces
+        (it then says why it is unavailable), or over one when it is available."""
+        return traces > 1 or self.available
 
     @property
     def available(self) -> bool:
@@ -339,7 +349,8 @@ def _span(index: int, span: list[RankSummary]) -> SpanAnalysis:
         **base,
         reason=None,
         rows=tuple(rows),  # type: ignore[arg-type]
-        collectives=tuple(collectives),
+        # (stable: equal totals stay in (group, name) order)
+        collectives=tuple(sorted(collectives, key=lambda c: -c.mean_skew_ns * c.calls)),
         stragglers=(straggler,) if straggler else (),
         unmatched=tuple(unmatched),
         mismatched_names=mismatched,

@@ -49,16 +49,13 @@ from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
-MEMORY_EVENT = "[memory]"  # torch.profiler's name for its allocator events
-ARG_ADDR, ARG_BYTES, ARG_DEVICE_TYPE, ARG_DEVICE_ID = "Addr", "Bytes", "Device Type", "Device Id"
-ARG_TOTAL_ALLOCATED, ARG_TOTAL_RESERVED = "Total Allocated", "Total Reserved"
 MEMORY_ARGS = (
-    ARG_ADDR,
-    ARG_BYTES,
-    ARG_TOTAL_ALLOCATED,
-    ARG_TOTAL_RESERVED,
-    ARG_DEVICE_TYPE,
-    ARG_DEVICE_ID,
+    V.ARG_MEM_ADDR,
+    V.ARG_MEM_BYTES,
+    V.ARG_MEM_TOTAL_ALLOCATED,
+    V.ARG_MEM_TOTAL_RESERVED,
+    V.ARG_MEM_DEVICE_TYPE,
+    V.ARG_MEM_DEVICE_ID,
 )
 # c10::DeviceType codes (c10/core/DeviceType.h) -> the torch device name
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 19: "mtia", 20: "neuron"}
@@ -175,11 +172,13 @@ class MemoryUsage:
     ``without_address``: allocator events with no ``Addr`` (older traces: no pairing, so
     nothing is listed live at the peak); ``without_bytes``: allocator events whose ``Bytes``
     is absent or no number (counted as 0 bytes), and HBM usage values that are no number
-    (left out of their sample)."""
+    (left out of their sample); ``near_capacity_pct``: how close to its capacity (% of it) a
+    device's peak is a finding (the rule's margin, so that reports say it without a copy)."""
 
     devices: tuple[DeviceMemory, ...]
     findings: tuple[MemoryFinding, ...]
     steps: tuple[str, ...]
+    near_capacity_pct: float
     frees_before_trace: int = 0
     without_address: int = 0
     without_bytes: int = 0
@@ -196,6 +195,7 @@ def memory_usage(ctx: AnalysisContext) -> MemoryUsage | None:
         devices=tuple(devices),
         findings=_findings(devices, len(ctx.steps)),
         steps=ctx.steps.names,
+        near_capacity_pct=100 * C.MEMORY_NEAR_CAPACITY.margin,
         frees_before_trace=unpaired,
         without_address=no_addr,
         without_bytes=no_bytes + bad_values,
@@ -260,15 +260,15 @@ class _Events:
 
 
 def _memory_events(trace: Trace) -> _Events | None:
-    name = trace.string_id(MEMORY_EVENT)
+    name = trace.string_id(V.MEMORY_EVENT)
     if name < 0:
         return None
     rows = np.flatnonzero((trace.col(S.NAME_ID) == name) & (trace.col(S.PH) == S.Phase.INSTANT))
     if len(rows) == 0:
         return None
     args = _memory_args(trace, rows)
-    dtype = np.nan_to_num(args[ARG_DEVICE_TYPE], nan=-1).astype(np.int64)
-    did = np.nan_to_num(args[ARG_DEVICE_ID], nan=-1).astype(np.int64)
+    dtype = np.nan_to_num(args[V.ARG_MEM_DEVICE_TYPE], nan=-1).astype(np.int64)
+    did = np.nan_to_num(args[V.ARG_MEM_DEVICE_ID], nan=-1).astype(np.int64)
     # one int64 key per (type, id): np.unique over rows of a 2-D array sorts far slower
     key = (dtype << 32) + (did & 0xFFFFFFFF)
     keys, device = np.unique(key, return_inverse=True)
@@ -280,11 +280,11 @@ def _memory_events(trace: Trace) -> _Events | None:
         ts=ts[order],
         device=device[order],
         keys=[(int(t), int(i)) for t, i in pairs.tolist()],
-        nbytes=np.nan_to_num(args[ARG_BYTES][order]).astype(np.int64),
-        no_bytes=int(np.isnan(args[ARG_BYTES]).sum()),
-        addr=args[ARG_ADDR][order],
-        total=args[ARG_TOTAL_ALLOCATED][order],
-        reserved=args[ARG_TOTAL_RESERVED][order],
+        nbytes=np.nan_to_num(args[V.ARG_MEM_BYTES][order]).astype(np.int64),
+        no_bytes=int(np.isnan(args[V.ARG_MEM_BYTES]).sum()),
+        addr=args[V.ARG_MEM_ADDR][order],
+        total=args[V.ARG_MEM_TOTAL_ALLOCATED][order],
+        reserved=args[V.ARG_MEM_TOTAL_RESERVED][order],
     )
 
 
@@ -407,7 +407,7 @@ def _allocator_device(
     live, by_op = _attribution(ctx, ev, seg, p, free_at, op_row, int(level[p]), absolute)
     step_peak, step_floor = _per_step(ctx, ts, level, before)
     return DeviceMemory(
-        label=_label(ctx.trace, dtype, did),
+        label=_label(dtype, did),
         source=SOURCE_ALLOCATOR,
         device_type=dtype,
         device_id=did,
@@ -484,7 +484,7 @@ def _op_name(trace: Trace, name_id: int) -> str:
     return trace.strings[name_id] if name_id >= 0 else UNKNOWN_OP
 
 
-def _label(trace: Trace, device_type: int, device_id: int) -> str:
+def _label(device_type: int, device_id: int) -> str:
     kind = DEVICE_TYPES.get(device_type, f"device type {device_type}")
     return "CPU" if device_type == 0 else f"{kind}:{device_id}"
 

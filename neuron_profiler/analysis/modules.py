@@ -28,8 +28,8 @@ from neuron_profiler.analysis._tree import depths, innermost_marked, parents
 from neuron_profiler.analysis.align import OpTable, thread_codes
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.trace import schema as S
+from neuron_profiler.trace.vocabulary import MODULE_PREFIX
 
-MODULE_PREFIX = "nn.Module: "  # torch.profiler's module frame: "nn.Module: Linear_0"
 FRAME_KINDS = (S.EventKind.PYTHON, S.EventKind.CPU_OP, S.EventKind.USER_ANNOTATION)
 SEPARATOR = "."
 

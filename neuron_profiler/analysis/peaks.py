@@ -91,9 +91,11 @@ def bandwidth_gbps(props: Mapping[str, Any] | None, direction: object) -> float 
     h2d / d2h) the host link, a device-to-device copy the core's DMA engines, other work HBM."""
     if props is None:
         return None
-    key = {"h2d": V.PROP_HOST_LINK_GBPS, "d2h": V.PROP_HOST_LINK_GBPS, "d2d": V.PROP_DMA_GBPS}.get(
-        direction if isinstance(direction, str) else "", V.PROP_HBM_GBPS
-    )
+    key = {
+        V.DIR_H2D: V.PROP_HOST_LINK_GBPS,
+        V.DIR_D2H: V.PROP_HOST_LINK_GBPS,
+        V.DIR_D2D: V.PROP_DMA_GBPS,
+    }.get(direction if isinstance(direction, str) else "", V.PROP_HBM_GBPS)
     return _number(props.get(key))
 
 

@@ -177,8 +177,8 @@ def dependency_graph(ctx: AnalysisContext, *, recorded_latencies: bool = False) 
     else:
         latency = np.full(len(idx), base, np.int64)
         gap = np.where(behind, gap_median, 0)
-    sync_start, sync_end, awaited, ret = _syncs(ctx, start, end, launch)
-    also_ptr, also_items = _also_awaited(queue, start, end, launch, sync_start, sync_end, awaited)
+    sync_start, sync_end, awaited, ret = _syncs(ctx, end, launch)
+    also_ptr, also_items = _also_awaited(queue, end, launch, sync_start, sync_end, awaited)
     if not recorded_latencies and len(ret):
         ret = np.full(len(ret), int(np.median(ret)), np.int64)
     steps = ctx.steps
@@ -247,7 +247,6 @@ def _serialised_after(
 
 def _also_awaited(
     queue: np.ndarray,
-    start: np.ndarray,
     end: np.ndarray,
     launch: np.ndarray,
     sync_start: np.ndarray,
@@ -284,7 +283,7 @@ def graph_items(ctx: AnalysisContext) -> np.ndarray:
 
 
 def _syncs(
-    ctx: AnalysisContext, start: np.ndarray, end: np.ndarray, launch: np.ndarray
+    ctx: AnalysisContext, end: np.ndarray, launch: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Innermost blocking waits (a sync holding another on its thread is left to the inner
     one), the item each waited for and its return time."""
@@ -391,7 +390,7 @@ def replay(
         if ptr is not None and j >= 0 and ptr[j + 1] > ptr[j]:
             done = max(done, int(out_end[graph.sync_also_items[ptr[j] : ptr[j + 1]]].max()))
         offset = max(starts[k] + offset, done) + extra[k] - ends[k]
-    step = _steps(graph, ev_end, offsets, out_start, out_end)
+    step = _steps(graph, ev_end, offsets, out_end)
     return ReplayedTimeline(
         start_ns=out_start, end_ns=out_end, step_ns=step, launch_ns=anchor + offsets[seg]
     )
@@ -508,7 +507,6 @@ def _steps(
     graph: DependencyGraph,
     ev_end: np.ndarray,
     offsets: np.ndarray,
-    item_start: np.ndarray,
     item_end: np.ndarray,
 ) -> np.ndarray:
     """Replayed wall time per step: its host span moved by the offsets in force at its start and

@@ -40,7 +40,6 @@ from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 TOP_SHAPES = 3
-SHAPE_KEYS = ("Input Dims", "Input dims")
 SHAPED_OPS = 20  # ops (by host total) whose input shapes are read
 SHAPE_SAMPLE_CALLS = 5_000  # calls per op whose shapes are decoded
 
@@ -228,8 +227,8 @@ def _shapes(
     )
     if len(pick) == 0:
         return {}
-    a = arg_values(trace, rows[pick], SHAPE_KEYS)
-    first, second = a[SHAPE_KEYS[0]], a[SHAPE_KEYS[1]]
+    a = arg_values(trace, rows[pick], V.ARG_INPUT_DIMS_KEYS)
+    first, second = a[V.ARG_INPUT_DIMS_KEYS[0]], a[V.ARG_INPUT_DIMS_KEYS[1]]
     counters: dict[int, Counter[str]] = {}
     held = np.flatnonzero((first != None) | (second != None))  # noqa: E711 - elementwise
     for j, k in zip(held.tolist(), code[pick[held]].tolist(), strict=True):  # (calls shaped)

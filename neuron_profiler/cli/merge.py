@@ -15,6 +15,7 @@ import click
 
 from neuron_profiler.exporters.writers import write_trace, writer_for
 from neuron_profiler.output import check_output, same_file
+from neuron_profiler.trace import vocabulary as V
 
 
 @click.command()
@@ -63,7 +64,9 @@ def merge(host_trace: Path, device_events: tuple[Path, ...], output: Path) -> No
         f"linked to host ops: {result.linked}, unlinked: {result.unlinked}; {result.flows} flows"
     )
     for core, pid in sorted(result.relocated_cores.items()):
-        click.echo(f"NeuronCore {core} placed at pid {pid} (the host trace uses pid {core})")
+        click.echo(
+            f"{V.core_process_name(core)} placed at pid {pid} (the host trace uses pid {core})"
+        )
     dropped = sum(result.dropped.values()) if result.drops_known else "unknown (not reported)"
     click.echo(
         f"unpaired {result.unpaired}, malformed {result.malformed}, dropped by the "

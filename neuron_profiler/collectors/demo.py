@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuron_profiler.trace.vocabulary import DATALOADER_PREFIX
+from neuron_profiler.trace.vocabulary import DATALOADER_PREFIX, FALLBACK_PREFIX
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
         device_us=sum(e.self_device_time_total for e in cpu_ops),
         cpu_us=sum(e.self_cpu_time_total for e in cpu_ops if e.key.startswith("aten::")),
         data_step_us=sum(e.cpu_time_total for e in data) / data_calls if data_calls else 0.0,
-        fallbacks=sum(e.count for e in events if e.key.startswith("CPU fallback: ")),
+        fallbacks=sum(e.count for e in events if e.key.startswith(FALLBACK_PREFIX)),
         cores=cfg.cores,
         numerics=cfg.numerics,
         top=[OpTime(e.key, e.count, e.self_device_time_total, e.self_cpu_time_total) for e in top],

@@ -146,7 +146,10 @@ class LibnrtSource:
         return payload if earlier is None else b"[" + earlier + b"," + payload + b"]"
 
     def device_properties(self) -> list[dict[str, Any]]:
-        return [{"id": c, "name": f"NeuronCore {c}", "emulated": False} for c in self._lib.cores()]
+        return [
+            {V.PROP_ID: c, V.PROP_NAME: V.core_process_name(c), V.PROP_EMULATED: False}
+            for c in self._lib.cores()
+        ]
 
     def memory_samples(self) -> MemorySamples | None:
         """What the runtime reported: after each ``nrt_dma_mem_alloc`` / ``_dealloc`` result,

@@ -56,7 +56,7 @@ from neuron_profiler.runtime_trace import format as F
 
 aten = torch.ops.aten
 _CPU = torch.device("cpu")
-SYNC_H2D = "h2d"  # host sync reason: a blocking copy from pinned memory waits for its DMA
+SYNC_H2D = F.H2D  # host sync reason: a blocking copy from pinned memory waits for its DMA
 SYNC_CPU = "cpu"  # host sync reason: a copy to the host waits for its DMA
 T = TypeVar("T")
 

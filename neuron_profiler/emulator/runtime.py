@@ -141,7 +141,7 @@ class EmulatedRuntime:
         return [
             {
                 V.PROP_ID: i,
-                V.PROP_NAME: f"NeuronCore {i}",
+                V.PROP_NAME: V.core_process_name(i),
                 V.PROP_CHIP: c.name,
                 V.PROP_HBM_BYTES: c.hbm_bytes_per_core(),
                 **peaks,
@@ -221,9 +221,9 @@ class EmulatedRuntime:
                     out.extend(map(_out_event, taken))
         ext = {
             F.X_DROPPED_EVENTS: dropped,
-            "emulated": True,
-            "chip": self.chip.name,
-            "speed_factor": self.speed_factor,
+            F.X_EMULATED: True,
+            F.X_CHIP: self.chip.name,
+            F.X_SPEED_FACTOR: self.speed_factor,
             F.X_NUMERICS: self.numerics,
             F.X_DEVICE_PROPERTIES: [p for p in self.device_properties() if p["id"] in cores],
         }

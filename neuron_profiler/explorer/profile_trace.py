@@ -260,7 +260,7 @@ def _finish(
         "dma_packet_bytes": dict(profile.dma_bytes),
         "summary": dict(profile.summary),
     }
-    meta[V.META_SOURCE] = "neuron_explorer"
+    meta[V.META_SOURCE] = V.SOURCE_EXPLORER
     trace = dataclasses.replace(trace, metadata=meta)
     return ExplorerResult(trace, merged, conv, len(fw), arrows, hbm_samples, hbm_bad)
 

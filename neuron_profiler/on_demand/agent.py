@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from neuron_profiler.on_demand import protocol as P
+from neuron_profiler.trace import vocabulary as V
 
 # At most one request check per this many seconds: an ``os.stat`` costs about 1-2 µs, so the
 # armed-but-idle cost stays under 0.02 % of any step; a request is seen within one step of a
@@ -280,9 +281,9 @@ def _distributed_info() -> dict[str, Any] | None:
     if not (dist.is_available() and dist.is_initialized()):
         return None
     return {
-        "rank": dist.get_rank(),
-        "world_size": dist.get_world_size(),
-        "backend": str(dist.get_backend()),
+        V.DIST_RANK: dist.get_rank(),
+        V.DIST_WORLD_SIZE: dist.get_world_size(),
+        V.DIST_BACKEND: str(dist.get_backend()),
     }
 
 

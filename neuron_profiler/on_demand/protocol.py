@@ -24,10 +24,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from neuron_profiler.trace.vocabulary import TORCH_TRACE_SUFFIXES
+
 ARMED_SUFFIX = ".armed.json"
 REQUEST_SUFFIX = ".request.json"
 STATUS_SUFFIX = ".status.json"
-TRACE_SUFFIX = ".pt.trace.json"  # what torch.profiler's tensorboard_trace_handler writes
+TRACE_SUFFIX = TORCH_TRACE_SUFFIXES[0]  # what torch.profiler's tensorboard_trace_handler writes
 
 # Request states a status file reports; the last two end a request.
 WAITING, RECORDING, DONE, ERROR = "waiting", "recording", "done", "error"

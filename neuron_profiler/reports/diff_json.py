@@ -16,7 +16,7 @@ import json
 from importlib import resources
 from typing import Any
 
-from neuron_profiler.analysis.diff import COMPONENTS, Row, Side, TraceDiff
+from neuron_profiler.analysis.diff import COMPONENTS, Row, Side, TraceDiff, main_diff
 from neuron_profiler.analysis.rank_pairs import BY_FILES, RankPairs
 
 SCHEMA_VERSION = "2"  # 2: mappings once for both sides (a_ops, b_ops), pairing, pair ranks
@@ -37,12 +37,11 @@ def diff_document(
     top: int | None = None,  # type: ignore[assignment]
     pairing: RankPairs | None = None,
 ) -> dict[str, Any]:
-    """``diffs``: one per pair (at least one); the top level is the one whose mean step changed
-    most. ``top``: rows shown before the rest are folded (default: ``TraceDiff.folded``'s).
+    """``diffs``: one per pair (at least one); the top level is ``main_diff``'s. ``top``: rows shown before the rest are folded (default: ``TraceDiff.folded``'s).
     ``pairing``: how rank traces were paired (default: two files)."""
     from neuron_profiler import __version__
 
-    main = max(diffs, key=lambda d: abs(d.delta_ms))
+    main = main_diff(diffs)
     pairing = pairing or RankPairs((), BY_FILES, (None,) * len(diffs))
     fold = {} if top is None else {"top": top}
     return {

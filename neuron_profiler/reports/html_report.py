@@ -77,7 +77,7 @@ def render_html(
         for i, r in enumerate(reports)
     )
     body = "".join(_section(i, r) for i, r in enumerate(reports))
-    if cross is not None and (len(reports) > 1 or cross.available):
+    if cross is not None and cross.shown_with(len(reports)):
         nav += '<li><a href="#multi-rank">Multi-rank</a></li>'
         body += _cross_rank(cross)
     return (
@@ -217,7 +217,10 @@ def _memory(i: int, r: Report) -> str:
             [(shorten(f.title), shorten(f.suggestion, TEXT_LIMIT), f.docs) for f in mem.findings],
         )
         if mem.findings
-        else _empty("No memory findings: no device within 10% of its capacity, none growing.")
+        else _empty(
+            f"No memory findings: no device within {mem.near_capacity_pct:g}% of its capacity, "
+            "none growing."
+        )
     )
     data = [
         {

@@ -394,10 +394,6 @@ def _span(s) -> dict[str, Any]:  # noqa: ANN001
     }
 
 
-def trace_document(r: Report) -> dict[str, Any]:
-    return {key: _plain(part(r)) for key, part in _TRACE_SECTIONS}
-
-
 def _ranges(r: Report, ranges: tuple[tuple[int, int], ...]) -> list[dict[str, float]]:
     return [{"start_us": r.to_trace_us(a), "end_us": r.to_trace_us(b)} for a, b in ranges]
 
@@ -621,6 +617,7 @@ def memory_document(r: Report) -> dict[str, Any] | None:
         "frees_before_trace": mem.frees_before_trace,
         "without_address": mem.without_address,
         "without_bytes": mem.without_bytes,
+        "near_capacity_pct": mem.near_capacity_pct,
         "devices": [_memory_device(r, d) for d in mem.devices],
         "findings": [
             {

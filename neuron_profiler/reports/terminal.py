@@ -127,7 +127,7 @@ def render_terminal(
             console.print(_hta_table(report))
         if report.tb_breakdown is not None and report.tb_breakdown.steps:
             console.print(_tb_table(report, top))
-    if cross is not None and (len(reports) > 1 or cross.available):
+    if cross is not None and cross.shown_with(len(reports)):
         render_distributed(cross, console=console, top=top)
 
 
@@ -196,7 +196,7 @@ def _span(s: SpanAnalysis, console: Console, top: int) -> None:
         "wait skew\nms/step",
         "clock\nµs",
     )
-    rows = sorted(s.rows, key=lambda r: (r.rank not in late, r.rank))
+    rows = s.rows
     for r in rows[:top]:
         t.add_row(
             f"{r.rank}{' *' * (r.rank in late)}",
@@ -228,8 +228,7 @@ def _span(s: SpanAnalysis, console: Console, top: int) -> None:
             "longest waits (rank: ms)",
             wrap=("group", "collective", "longest waits (rank: ms)"),
         )
-        for x in sorted(s.collectives, key=lambda x: -x.mean_skew_ns * x.calls)[:top]:
-            waits = sorted(zip(x.ranks, x.wait_skew_ns, strict=True), key=lambda p: -p[1])
+        for x in s.collectives[:top]:
             c.add_row(
                 _name(x.group),
                 _name(x.name),
@@ -239,7 +238,7 @@ def _span(s: SpanAnalysis, console: Console, top: int) -> None:
                 "-"
                 if x.late_rank is None
                 else f"{x.late_rank} ({x.late_counts[x.ranks.index(x.late_rank)]}/{x.calls})",
-                ", ".join(f"{r}: {_ms(w)}" for r, w in waits[:3]),
+                ", ".join(f"{r}: {_ms(w)}" for r, w in x.longest_waits[:3]),
             )
         console.print(c)
     for u in s.unmatched[:top]:

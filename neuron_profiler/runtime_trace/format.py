@@ -97,7 +97,7 @@ QUEUE_COMPUTE, QUEUE_DMA, QUEUE_COLLECTIVE = "compute", "dma", "collective"
 QUEUES = (QUEUE_COMPUTE, QUEUE_DMA, QUEUE_COLLECTIVE)
 
 # DMA directions (data[EXT_KEY]["direction"]).
-H2D, D2H, D2D = "h2d", "d2h", "d2d"
+H2D, D2H, D2D = V.DIR_H2D, V.DIR_D2H, V.DIR_D2D
 
 # Keys inside data[EXT_KEY] (all optional; present when the emulator knows them).
 X_OP = "op"  # aten op name, e.g. "aten::mm"
@@ -120,6 +120,9 @@ X_DTYPE = "dtype"
 X_ENGINE = "engine"  # kernel: the NeuronCore engine it is modelled on (TensorE, VectorE, ...)
 X_DEVICE_PROPERTIES = "device_properties"  # envelope extension: deviceProperties per core
 X_DROPPED_EVENTS = "dropped_events"  # envelope extension: {core: events dropped since last fetch}
+X_EMULATED = "emulated"  # envelope extension: true from the emulator
+X_CHIP = "chip"  # envelope extension: the emulated chip's name
+X_SPEED_FACTOR = "speed_factor"  # envelope extension: the emulator's speed factor
 X_TOO_DEEP = "too_deep"  # true: the parser replaced a data object nested too deeply to decode
 X_SYNC_REASON = "sync"  # why the host synced: "item", "cpu", "synchronize", "fallback", ...
 X_WAIT_UNTIL_NS = "wait_until_ns"  # host_sync: device time (host clock) the host waited for

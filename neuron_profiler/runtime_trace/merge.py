@@ -467,6 +467,6 @@ def _metadata(
     ]
     meta.update(placed.metadata)
     meta.update(
-        {V.META_SOURCE: "merge", V.META_OUTSIDE: outside, V.META_MERGED_FROM: list(sources)}
+        {V.META_SOURCE: V.SOURCE_MERGE, V.META_OUTSIDE: outside, V.META_MERGED_FROM: list(sources)}
     )
     return meta

@@ -605,10 +605,14 @@ def _core_pids(cores: list[int], taken: frozenset[int]) -> dict[int, int]:
 def _processes(
     cores: list[int], core_pid: dict[int, int], props: Sequence[dict[str, Any]]
 ) -> list[CoreProcess]:
-    chip = {int(p["id"]): str(p.get(V.PROP_CHIP, "NeuronCore")) for p in props}
+    chip = {int(p["id"]): str(p.get(V.PROP_CHIP, V.DEFAULT_CHIP)) for p in props}
     return [
         CoreProcess(
-            c, core_pid[c], V.core_process_name(c), V.core_sort_index(c), chip.get(c, "NeuronCore")
+            c,
+            core_pid[c],
+            V.core_process_name(c),
+            V.core_sort_index(c),
+            chip.get(c, V.DEFAULT_CHIP),
         )
         for c in cores
     ]

@@ -32,15 +32,18 @@ def make_id(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
-def split_name(filename: str) -> tuple[str, str] | None:
-    """(worker, span) of a trace file name, span "" for a single-span file; None: no trace."""
+def trace_stem(filename: str) -> str | None:
+    """A trace file's name without its trace suffix; None: not a trace file name."""
     for suffix in TRACE_SUFFIXES[::-1]:  # .gz first: it is the longer suffix
         if filename.endswith(suffix):
-            stem = filename[: -len(suffix)]
-            break
-    else:
-        return None
-    if not stem:
+            return filename[: -len(suffix)] or None
+    return None
+
+
+def split_name(filename: str) -> tuple[str, str] | None:
+    """(worker, span) of a trace file name, span "" for a single-span file; None: no trace."""
+    stem = trace_stem(filename)
+    if stem is None:
         return None
     m = _HANDLER_NAME.match(stem)
     return (m["worker"], m["span"]) if m else (stem, "")

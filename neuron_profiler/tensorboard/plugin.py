@@ -535,7 +535,7 @@ class NeuronProfilerPlugin(base_plugin.TBPlugin):
         body = _export(span, fmt)
         if isinstance(body, tuple):
             return _json(request, body)
-        stem = span.path.name.split(".pt.trace.json")[0]
+        stem = discovery.trace_stem(span.path.name) or span.path.name
         name = f"{_safe_filename(stem)}.{'pt.trace.json.gz' if fmt == 'json.gz' else fmt}"
         return http_util.Respond(
             request,

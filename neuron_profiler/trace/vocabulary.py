@@ -68,7 +68,8 @@ ARG_GBPS = "achieved GB/s"  # kernels and collectives: bytes / duration
 ARG_BANDWIDTH = "bandwidth (GB/s)"  # DMA: bytes / duration
 ARG_PCT_PEAK = "% of peak"  # kernels: achieved FLOP/s over the peak for their engine and dtype;
 # DMA: bandwidth over the link's peak (emulator: both peaks after the speed factor)
-ARG_DIRECTION = "direction"  # DMA: h2d, d2h or d2d
+ARG_DIRECTION = "direction"  # DMA: DIR_H2D, DIR_D2H or DIR_D2D
+DIR_H2D, DIR_D2H, DIR_D2D = "h2d", "d2h", "d2d"  # copy directions (ARG_DIRECTION's values)
 ARG_ALGORITHM = "algorithm"  # collective algorithm, when the runtime names it
 ARG_IS_COLLECTIVE = "neuron collective"  # true on collectives (their category is kernel)
 ARG_COLLECTIVE_WAIT = "collective wait"  # true on a cc_exec_barrier: device waiting for the group
@@ -90,7 +91,13 @@ ARG_HIDDEN = "hidden"
 ARG_DATA = "data"  # unknown runtime events: their whole runtime data object
 ARG_GRAPH_ID = "graph id"  # a compiled graph's execution and the ops nested in it
 ARG_HOST_TIMED = "host-timed"  # true on a copy the runtime timed on the host (no device stamp)
-ARG_BYTES_KEYS = (ARG_BYTES, "Bytes")  # how transfer sizes are spelled across producers
+# torch.profiler's allocator events (profile_memory=True): instant rows named MEMORY_EVENT with
+# these args
+MEMORY_EVENT = "[memory]"
+ARG_MEM_ADDR, ARG_MEM_BYTES = "Addr", "Bytes"  # the block's address; bytes (< 0: a free)
+ARG_MEM_DEVICE_TYPE, ARG_MEM_DEVICE_ID = "Device Type", "Device Id"  # c10's device type and index
+ARG_MEM_TOTAL_ALLOCATED, ARG_MEM_TOTAL_RESERVED = "Total Allocated", "Total Reserved"
+ARG_BYTES_KEYS = (ARG_BYTES, ARG_MEM_BYTES)  # how transfer sizes are spelled across producers
 # torch.profiler's own args on cpu_op rows (record_shapes=True; "Call stack": with_stack=True in
 # traces before python_function rows, frames innermost first, "file(line): function;...")
 ARG_INPUT_DIMS_KEYS = ("Input Dims", "Input dims")
@@ -124,15 +131,16 @@ SYNC_PREFIX = "host sync: "
 OVERHEAD_PREFIX = "emulator overhead: "
 # DMA rows are named as CUDA names its copies, so tools that classify by name see copies.
 MEMCPY_NAMES = {
-    "h2d": "Memcpy HtoD (Host -> NeuronCore)",
-    "d2h": "Memcpy DtoH (NeuronCore -> Host)",
-    "d2d": "Memcpy DtoD (NeuronCore -> NeuronCore)",
+    DIR_H2D: "Memcpy HtoD (Host -> NeuronCore)",
+    DIR_D2H: "Memcpy DtoH (NeuronCore -> Host)",
+    DIR_D2D: "Memcpy DtoD (NeuronCore -> NeuronCore)",
 }
 MEMCPY_UNKNOWN = "Memcpy (NeuronCore)"
 COLLECTIVE_ENGINE = "CC"  # collectives: "CC: allreduce"
 COLLECTIVE_WAIT_PREFIX = "CC wait: "  # cc_exec_barrier before a collective: "CC wait: allreduce"
 COLLECTIVE_WAIT_NAME = "CC wait: barrier"  # a barrier no collective is named for (real captures)
 DEFAULT_ENGINE = "NeuronCore"  # kernels whose engine the source does not say
+DEFAULT_CHIP = "NeuronCore"  # a core's chip where its deviceProperties name none
 
 
 def kernel_name(engine: str | None, op: str) -> str:
@@ -186,7 +194,10 @@ NUMERICS_COMPUTED, NUMERICS_SKIPPED = "computed", "skipped"
 META_BASE_TIME = "baseTimeNanoseconds"  # Kineto's: ts values are µs relative to this (ns)
 META_DISTRIBUTED = "distributedInfo"  # Kineto's: the rank of a torch.distributed run
 DIST_RANK, DIST_WORLD_SIZE = "rank", "world_size"  # keys of distributedInfo
-META_SOURCE = "neuron_source"  # emulator, libnrt, merge, none
+DIST_BACKEND = "backend"  # distributedInfo: the process group's backend ("nccl", "gloo", ...)
+META_SOURCE = "neuron_source"  # emulator, libnrt, merge, none, neuron_explorer
+SOURCE_MERGE = "merge"  # META_SOURCE of a trace the offline merge wrote
+SOURCE_EXPLORER = "neuron_explorer"  # META_SOURCE of a trace read from a Neuron Explorer profile
 META_DROPPED = "neuron_dropped_events"  # per core: ring-buffer drops the runtime reported
 DROPS_UNKNOWN = "unknown"  # META_DROPPED when the source does not report drops (libnrt)
 META_EXCLUDED = "neuron_excluded_outside_window"  # collector: launched outside the active window
@@ -222,12 +233,13 @@ PROFILER_STEP_PREFIX = "ProfilerStep#"  # torch.profiler's step annotation: "Pro
 DATALOADER_PREFIX = "enumerate(DataLoader)#"  # "enumerate(DataLoader)#_...Iter.__next__"
 DATALOADER_SUFFIX = ".__next__"
 DATAPIPE_PREFIX = "enumerate(DataPipe)#"
+MODULE_PREFIX = "nn.Module: "  # torch.profiler's module frame: "nn.Module: Linear_0"
 # ranges that 2021 Kineto recorded as ops ("Operator") and current torch as annotations
 ANNOTATION_OP_PREFIXES = (
     DATALOADER_PREFIX,
     DATAPIPE_PREFIX,
     "Optimizer.",
-    "nn.Module: ",
+    MODULE_PREFIX,
     "DataParallel.forward",
     "DistributedDataParallel.forward",
 )

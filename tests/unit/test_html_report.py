@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from html_checks import (
     HOSTILE,
+    HTML_OPTIONS,
     Page,
     assert_matches_report,
     assert_offline,
@@ -34,6 +35,7 @@ from neuron_profiler.exporters.chrome import write_chrome_trace
 from neuron_profiler.reports.html_report import render_html, write_html
 from neuron_profiler.reports.palette import CAUSE_COLOURS, EMULATOR_OVERHEAD_COLOUR
 from neuron_profiler.trace import EventKind, TraceBuilder
+from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 
 
@@ -352,3 +354,51 @@ def test_a_directory_without_traces_writes_no_page(
     assert main(["analyze", str(tmp_path / "runs"), "--html", str(out)]) == 0
     assert out.read_text() == "a good report"
     assert f"{out} not written" in capsys.readouterr().err
+
+
+def _one_allocation() -> TraceBuilder:
+    """One step; cuda:0 allocates 1 KiB; no capacity given, so no memory finding."""
+    b = TraceBuilder("mem")
+    b.add(
+        name="ProfilerStep#1",
+        ts_ns=0,
+        dur_ns=100 * US,
+        kind=EventKind.USER_ANNOTATION,
+        cat="user_annotation",
+        pid=1,
+        tid=1,
+    )
+    b.add(
+        name=V.MEMORY_EVENT,
+        ts_ns=10 * US,
+        ph=S.Phase.INSTANT,
+        kind=EventKind.CPU_INSTANT,
+        cat="cpu_instant_event",
+        pid=1,
+        tid=1,
+        args={
+            V.ARG_MEM_DEVICE_TYPE: 1,
+            V.ARG_MEM_DEVICE_ID: 0,
+            V.ARG_MEM_ADDR: 1,
+            V.ARG_MEM_BYTES: 1024,
+            V.ARG_MEM_TOTAL_ALLOCATED: 1024,
+        },
+    )
+    return b
+
+
+def test_memory_empty_state_says_the_rules_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The near-capacity margin comes from the analysis (its rule's), not the renderer: with the
+    rule's margin at 25%, the page and the --json section say 25."""
+    from neuron_profiler.analysis import causes as C
+    from neuron_profiler.reports.json_report import memory_document
+
+    default = analyze(_one_allocation().build(), HTML_OPTIONS)
+    assert default.memory is not None and default.memory.findings == ()
+    assert memory_document(default)["near_capacity_pct"] == pytest.approx(10.0)  # margin 0.10
+    monkeypatch.setattr(C.MEMORY_NEAR_CAPACITY, "margin", 0.25)
+    report = analyze(_one_allocation().build(), HTML_OPTIONS)
+    assert memory_document(report)["near_capacity_pct"] == pytest.approx(25.0)
+    text = " ".join(parse(render_html([report])).text)
+    assert "no device within 25% of its capacity" in text
+    assert "10%" not in text

@@ -117,3 +117,20 @@ def test_rank_directory_named_with_html_stays_text(tmp_path: Path) -> None:
     section = parse(_section(html))
     assert not [t for t, attrs in section.tags if t == "img" or "onerror" in attrs]
     assert any(HOSTILE in row[1] for t in section.tables for row in t[1:] if len(row) > 1)
+
+
+def test_terminal_and_page_show_the_same_ranks_under_top(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """--top cuts the analysis' order in both outputs: the per-rank rows by rank (the
+    straggler, rank 1, is marked, not moved first), so the terminal's 2 rows are the page's
+    first 2."""
+    folder = _rank_dir(tmp_path)
+    code = main(["analyze", str(folder), "--top", "2", "--html", str(tmp_path / "out.html")])
+    assert code == 0
+    out = capsys.readouterr().out
+    per_rank = out[out.index("Per rank") : out.index("Collective wait skew")]
+    shown = [
+        line.split("│")[1].split()[0] for line in per_rank.splitlines() if line.startswith("│")
+    ]
+    page = parse(_section((tmp_path / "out.html").read_text()))
+    (table,) = [t for t in page.tables if t and t[0][:2] == ["rank", "trace"]]
+    assert shown == [row[0].split()[0] for row in table[1:3]] == ["0", "1"]

@@ -532,7 +532,7 @@ function renderMemory(m) {
   out.push(el("h3", "Memory findings"));
   out.push(m.findings.length ? table([["title", "finding"], ["at", "at"],
     ["suggestion", "suggestion", undefined, STYLE.text_limit], ["docs", "docs"]], m.findings, "memory.findings")
-    : empty("no device within 10% of its capacity, none growing from step to step"));
+    : empty("no device within " + m.near_capacity_pct + "% of its capacity, none growing from step to step"));
   m.devices.forEach((d, i) => {
     out.push(el("h3", "Memory over time: " + shorten(d.device) + " (MiB)"));
     const line = d.timeline;
