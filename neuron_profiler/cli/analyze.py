@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 # numpy is imported (the command imports it when it runs); a user's own setting wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-TRACE_SUFFIXES = (".json", ".json.gz")
 HTML_TIMELINE_SEGMENTS = 2000  # per idle series (device and cause) in --html's timeline
 
 
@@ -186,12 +185,7 @@ def _skipped(result: FileResult) -> bool:
 def _expand(inputs: tuple[Path, ...]) -> tuple[list[tuple[Path, bool]], list[tuple[str, str]]]:
     """(file, named on the command line) pairs, and the inputs that name nothing usable."""
     from neuron_profiler.cli.main import warn
-    from neuron_profiler.explorer.inputs import (
-        InputKind,
-        explorer_profiles_under,
-        host_trace_beside,
-        input_kind,
-    )
+    from neuron_profiler.explorer.inputs import NO_TRACE_FILE, InputKind, input_kind, traces_under
     from neuron_profiler.explorer.native import read_native
 
     files: list[tuple[Path, bool]] = []
@@ -206,19 +200,9 @@ def _expand(inputs: tuple[Path, ...]) -> tuple[list[tuple[Path, bool]], list[tup
                 warn(line)
             files += [(f, True) for f in native.traces.values()]
         elif p.is_dir():
-            profiles = explorer_profiles_under(p)
-            beside = {host_trace_beside(d) for d in profiles}
-            inside = tuple(profiles)
-            found = sorted(
-                f
-                for f in p.rglob("*")
-                if f.is_file()
-                and f.name.endswith(TRACE_SUFFIXES)
-                and f not in beside
-                and not any(f.is_relative_to(d) for d in inside)
-            )
+            found, profiles = traces_under(p)
             if not found and not profiles:
-                errors.append((str(p), "no *.json or *.json.gz file in this directory"))
+                errors.append((str(p), NO_TRACE_FILE))
             files += [(f, False) for f in found] + [(d, True) for d in profiles]
         else:
             files.append((p, True))

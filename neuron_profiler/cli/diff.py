@@ -18,8 +18,6 @@ import click
 from neuron_profiler.cli.params import FiniteFloatRange
 from neuron_profiler.errors import NeuronProfilerError
 
-TRACE_SUFFIXES = (".json", ".json.gz")
-
 
 @click.command()
 @click.argument("a", type=click.Path(path_type=Path))
@@ -106,7 +104,7 @@ def diff(
     from neuron_profiler.analysis.align import StepChoice
     from neuron_profiler.analysis.diff import DIFF_METRICS, metric_value
     from neuron_profiler.analysis.diff import diff as diff_traces
-    from neuron_profiler.analysis.metrics import parse_rule
+    from neuron_profiler.analysis.metrics import parse_rule, worst
     from neuron_profiler.analysis.name_map import NameMap
 
     rules = [parse_rule(r, DIFF_METRICS, percent=True) for r in fail_on]  # exit 2 first
@@ -126,9 +124,9 @@ def diff(
     ]
     breaches = []
     for rule in rules:
-        values = [metric_value(d, rule.metric, rule.percent) for d in diffs]
-        value = min(values) if rule.op in ("<", "<=") else max(values)
-        if rule.breached(value):
+        values = [{rule.metric: metric_value(d, rule.metric, rule.percent)} for d in diffs]
+        value = worst(values, rule)  # every diff has the metric: never None
+        if value is not None and rule.breached(value):
             breaches.append({"rule": rule.text, "metric": rule.metric, "value": value})
     if as_json:
         from neuron_profiler.reports.diff_json import diff_document, document_text
@@ -176,7 +174,16 @@ def _pairs(a: Path, b: Path):  # noqa: ANN202 -- a RankPairs (imported lazily)
             "many traces each (paired by rank, or in name order)",
             exit_code=2,
         )
-    return pair_ranks(fa, fb)
+    return pair_ranks(fa, fb, rank_of=_rank_of)
+
+
+def _rank_of(path: Path) -> int | None:
+    """A trace's rank; an Explorer profile's is its host trace's (merged with it on loading)."""
+    from neuron_profiler.analysis.rank_pairs import header_rank
+    from neuron_profiler.explorer.inputs import host_trace_beside
+
+    host = host_trace_beside(path) if path.is_dir() else path
+    return header_rank(host) if host is not None else None
 
 
 def _is_rank_dir(path: Path) -> bool:
@@ -190,24 +197,24 @@ def _is_rank_dir(path: Path) -> bool:
 
 
 def _traces(directory: Path) -> list[Path]:
-    """The directory's traces: ``*.json[.gz]`` files named as torch names its traces or holding
-    a ``traceEvents`` array; other JSON files (a capture's status files, a config) are
-    skipped with a warning, as ``analyze`` skips them."""
+    """The directory's traces, as ``analyze`` reads a directory (``explorer.traces_under``):
+    the JSON files the loader calls traces (``is_trace_file``: named as torch names its traces,
+    or holding ``traceEvents``), and Explorer profiles; other JSON files (a capture's status
+    files, a config) are skipped with a warning, as ``analyze`` skips them."""
     from neuron_profiler.cli.main import warn
+    from neuron_profiler.explorer.inputs import NO_TRACE_FILE, traces_under
     from neuron_profiler.trace.loader import is_trace_file
 
+    files, profiles = traces_under(directory)
     found = []
-    for f in sorted(directory.rglob("*")):
-        if not (f.is_file() and f.name.endswith(TRACE_SUFFIXES)):
-            continue
+    for f in files:
         if is_trace_file(f):
             found.append(f)
         else:
             warn(f"{f}: skipped, not a trace (no traceEvents)")
+    found = sorted(found + profiles)
     if not found:
-        raise NeuronProfilerError(
-            f"{directory}: no *.json or *.json.gz file in this directory", exit_code=2
-        )
+        raise NeuronProfilerError(f"{directory}: {NO_TRACE_FILE}", exit_code=2)
     return found
 
 

@@ -2,6 +2,7 @@
 
     kind = input_kind(path)            # TRACE, EXPLORER or NATIVE
     trace = load_input(path, say=warn) # any of them, as a Trace
+    found = traces_under(directory)    # what a directory given to analyze or diff holds
 
 - EXPLORER: a Neuron Explorer profile directory, one of its Parquet tables, or its legacy
   ``system_profile.json``. Loaded with the torch.profiler trace that sits beside it (a
@@ -24,6 +25,8 @@ from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
 
 HOST_TRACE_SUFFIXES = V.TORCH_TRACE_SUFFIXES
+JSON_SUFFIXES = (".json", ".json.gz")  # files under a directory that may be traces
+NO_TRACE_FILE = "no *.json or *.json.gz file in this directory"
 
 
 class InputKind(enum.Enum):
@@ -85,6 +88,24 @@ def explorer_profiles_under(root: Path) -> list[Path]:
     dirs |= {f.parent.parent for f in root.rglob(f"{X.EVENTS}/*{X.PARQUET_SUFFIX}")}
     dirs |= {f.parent for f in root.rglob(X.LEGACY_FILE)}
     return sorted(d for d in dirs if table_files(d).get(X.EVENTS) or (d / X.LEGACY_FILE).is_file())
+
+
+def traces_under(directory: Path) -> tuple[list[Path], list[Path]]:
+    """What a directory holds for ``analyze`` and ``diff``, in name order: the JSON files that
+    may be traces (``*.json[.gz]``; which ones are is the loader's call), and the Explorer
+    profiles under it (each one input, merged with the host trace beside it: neither the
+    profile's own files nor that host trace are listed among the files)."""
+    profiles = explorer_profiles_under(directory)
+    beside = {host_trace_beside(d) for d in profiles}
+    files = sorted(
+        f
+        for f in directory.rglob("*")
+        if f.is_file()
+        and f.name.endswith(JSON_SUFFIXES)
+        and f not in beside
+        and not any(f.is_relative_to(d) for d in profiles)
+    )
+    return files, profiles
 
 
 def load_input(

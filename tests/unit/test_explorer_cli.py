@@ -117,6 +117,31 @@ def test_analyze_several_ranks_merged_on_the_fly(fx, tmp_path: Path, capsys) -> 
     assert "NeuronCore 0 (i-0synthetic00000001" in text
 
 
+def test_diff_reads_rank_directories_of_profiles_as_analyze_does(
+    fx, tmp_path: Path, capsys
+) -> None:  # noqa: ANN001
+    """diff listed a directory its own way: the host trace beside a profile was a trace of its
+    own (no device events) and the profile's files were not merged. Both commands now read a
+    directory with explorer.inputs.traces_under: one input per rank, the profile merged on its
+    host trace, paired by that trace's rank."""
+    for side in ("a", "b"):
+        for rank in (1, 0):
+            r = tmp_path / side / f"rank{rank}"
+            fx.write(r / "profile")
+            host = _host_trace(fx, r / f"rank{rank}.pt.trace.json", rank)
+            doc = json.loads(host.read_text())  # Kineto writes distributedInfo before the events
+            host.write_text(json.dumps({"distributedInfo": doc.pop("distributedInfo"), **doc}))
+    capsys.readouterr()
+    assert main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["pairing"]["by"] == "rank", doc["pairing"]
+    assert [p["rank"] for p in doc["pairs"]] == [0, 1]
+    assert [p["a"] for p in doc["pairs"]] == [
+        str(tmp_path / "a" / f"rank{r}" / f"rank{r}.pt.trace.json") for r in (0, 1)
+    ]
+    assert doc["a"]["devices"] == 2  # the profile's NeuronCores, merged on the host trace
+
+
 def test_native_pytorch_output_reads_the_framework_trace_and_skips_binaries(
     fx, tmp_path: Path, capsys
 ) -> None:  # noqa: ANN001
