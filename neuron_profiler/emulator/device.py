@@ -192,37 +192,47 @@ def _factory_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     return D.execute_accounted(op, args, kwargs)
 
 
-def _setup_backend(mod: types.ModuleType) -> None:
+def _setup_backend(mod: types.ModuleType) -> bool:
     """torch's ``_setup_privateuseone_for_python_backend`` ("neuron", this module), with the
-    memory extension's C++ hooks in place of its Python dummy hooks where the extension loads:
-    they answer the same and also give C++ code a pinned allocator (DDP's reducer stages its
-    used-parameter map there with ``find_unused_parameters`` or ``static_graph``)."""
+    memory extension's C++ hooks and device guard in place of its Python dummy ones where the
+    extension loads. The hooks answer the same and also give C++ code a pinned allocator (DDP's
+    reducer stages its used-parameter map there with ``find_unused_parameters`` or
+    ``static_graph``). The guard answers the same without calling Python: torch's calls Python
+    from the noexcept ``exchangeStream``, and a backward hook's exception, unwinding through
+    autograd's engine, ended the process there (std::terminate) instead of reaching the caller.
+    Without the extension (no compiler) torch's Python ones are registered, and that abort
+    remains (docs/emulator.md). True: the C++ guard is registered (a backward hook's exception
+    reaches the caller)."""
     from torch.utils import backend_registration as B
 
     torch.utils.rename_privateuse1_backend("neuron")
     torch.utils.generate_methods_for_privateuse1_backend()
     torch._register_device_module("neuron", mod)
-    if not _cpp_hooks():
+    ext = _extension()
+    if ext is None or not ext.install_hooks():
         torch._C._acc.register_python_privateuseone_hook(B._DummyPrivateUse1Hook())
+    if ext is not None and ext.install_device_guard():
+        return True
     torch._C._acc.register_python_privateuseone_device_guard(B._DummyDeviceGuard())
+    return False
 
 
-def _cpp_hooks() -> bool:
-    """Register the memory extension's PrivateUse1 hooks: False where it cannot be built or
-    loaded (no compiler: said once on stderr by device_allocator) or hooks are registered."""
+def _extension() -> types.ModuleType | None:
+    """The memory extension, None where it cannot be built or loaded (no compiler: said once on
+    stderr by device_allocator)."""
     from neuron_profiler.emulator import native
 
     try:
-        return bool(native.load_native().install_hooks())
+        return native.load_native()
     except CollectorUnavailableError:
-        return False
+        return None
 
 
 def _register_with_torch(cores: int) -> None:
     global _registered
     _check_no_real_backend()
     mod = _make_module()
-    _setup_backend(mod)
+    hook_errors_reach_caller = _setup_backend(mod)
     sys.modules["torch.neuron.memory"] = mod.memory
     T.set_executor(D.execute_accounted, cores)
     copies.register()
@@ -245,7 +255,7 @@ def _register_with_torch(cores: int) -> None:
     data_parallel.install()  # nn.DataParallel: comm's CUDA-only functions, replicas in turn
     serialization.install()  # torch.save / torch.load of device tensors, map_location="neuron"
     # ``t.data = x`` across host and device (FSDP moving parameters), and module conversion by it
-    storage.install()
+    storage.install(refuse_stale_backward=hook_errors_reach_caller)
     device_allocator.install()  # torch.accelerator.memory (one line on stderr where unavailable)
     from torch.optim import optimizer
 
@@ -304,7 +314,7 @@ def enable(
     if not _registered:
         _register_with_torch(cores)
     T.set_executor(D.execute_accounted, cores)
-    if cores > 1:  # the Python device guard reports one device: keep autograd on one thread
+    if cores > 1:  # the device guard reports one device: keep autograd on one thread
         torch.autograd.set_multithreading_enabled(False)
     _check_autograd_engine(cores - 1)
     old = D.STATE.timeline

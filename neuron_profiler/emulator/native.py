@@ -9,10 +9,13 @@ bridge is (cpp_extensions.py; loading it neither builds nor registers the bridge
 - torch.profiler's device memory reports (``c10::reportMemoryUsageToProfiler``, no Python
   binding) and the host reports turned off around device ops (memory.py);
 - memory snapshots' step annotations, a RecordFunction callback (snapshot.py).
+- the PrivateUse1 hooks and device guard (device.py, ``_setup_backend``): a device guard that
+  never calls Python, so a backward hook's exception reaches the caller.
 
 Where it cannot be built or loaded (no compiler...), ``torch.accelerator.memory`` stays
 unavailable and profiles carry no device memory events, each said in one line on stderr
-(device_allocator.py, memory.py); snapshots carry no step annotations; ``torch.neuron``'s
+(device_allocator.py, memory.py); snapshots carry no step annotations; torch's Python device
+guard is registered, with which a backward hook's exception ends the process; ``torch.neuron``'s
 functions and statistics work.
 """
 

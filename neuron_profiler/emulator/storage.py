@@ -15,7 +15,9 @@ python storage"). So:
   device the check passes and the setter also hands over the held tensor, which C++ never sees.
   Across host and device (FSDP moving a CPU module's parameters, ``param.data = param.to(dev)``)
   the tensor object keeps its identity and attributes and takes the new tensor's implementation
-  (``_swap``), carrying ``requires_grad`` and the gradient over.
+  (``_swap``), carrying ``requires_grad`` and the gradient over. An autograd graph recorded
+  before keeps the old implementation; a backward through it that reaches the moved leaf's
+  gradient accumulator raises (``_refuse_stale_backward``), as such a backward fails on CUDA.
 - Module conversion (``nn.Module._apply``: ``.to()``, ``.cpu()``, ``.half()``) assigns ``.data``
   where ``torch._has_compatible_shallow_copy_type`` says the kinds match, as for CPU <-> CUDA;
   ``install`` makes it say so for a host and a device tensor, so a module's Parameter objects
@@ -37,6 +39,11 @@ _BASE_DATA = torch._C.TensorBase.data
 _BASE_COMPATIBLE = torch._has_compatible_shallow_copy_type
 _STRIDED = torch.strided
 _installed: list[Any] = []
+_refusing: list[bool] = [False]  # backward hooks' errors reach the caller (device.py's guard)
+STALE_BACKWARD = (
+    "backward through an autograd graph recorded before this tensor moved between host and "
+    "device (.to() / .cpu() / .data =): run the forward again after the move"
+)
 
 
 def _get_data(self: torch.Tensor) -> torch.Tensor:
@@ -66,6 +73,7 @@ def _retype(self: torch.Tensor, new: torch.Tensor) -> None:
     donor.requires_grad_(self.requires_grad)
     if grad is not None:
         self.grad = None
+    _refuse_stale_backward(self)
     _swap(self, donor)
     self.__dict__.update(old_dict)
     if is_param:  # nn.Parameter's isinstance check reads this flag on non-Parameter classes
@@ -76,6 +84,21 @@ def _retype(self: torch.Tensor, new: torch.Tensor) -> None:
         if moved is not grad:
             _retype(grad, moved)
         self.grad = grad
+
+
+def _raise_stale(*_: Any) -> None:
+    raise RuntimeError(STALE_BACKWARD)
+
+
+def _refuse_stale_backward(t: torch.Tensor) -> None:
+    """Before ``t`` (a leaf that requires grad) gives up its implementation: a graph recorded
+    before holds that implementation's gradient accumulator, and a backward reaching it would
+    accumulate into the old tensor (computed from the old values); it raises instead, as
+    torch's ``swap_tensors`` poisons the accumulator. A new accumulator (no graph held one)
+    dies here with its hook. Only where a backward hook's exception reaches the caller (the
+    memory extension's device guard, device.py): elsewhere it would end the process."""
+    if _refusing[0] and t.requires_grad and t.grad_fn is None:
+        torch.autograd.graph.get_gradient_edge(t).node.register_prehook(_raise_stale)
 
 
 def _donor(new: torch.Tensor) -> torch.Tensor:
@@ -92,8 +115,9 @@ def _swap(t1: torch.Tensor, t2: torch.Tensor) -> None:
     (an autograd graph that saved it, a view of it) keep the old one, as ``set_data`` on CUDA
     leaves a view its old memory. torch refuses those (its module conversion does not need it
     between dense kinds, which assign ``.data``); here the host <-> device ``.data`` rule needs
-    it. A backward through a graph recorded before computes with the old values and accumulates
-    into the old implementation, not ``t1`` (docs/emulator.md, Module conversion)."""
+    it. A backward through a graph recorded before would compute with the old values and
+    accumulate into the old implementation, not ``t1``: ``_refuse_stale_backward`` (docs/emulator.md,
+    Module conversion)."""
     if weakref.getweakrefs(t1) or weakref.getweakrefs(t2):
         raise RuntimeError("Cannot swap a tensor that has a weakref associated with it")
     t1.__class__, t2.__class__ = t2.__class__, t1.__class__
@@ -109,9 +133,11 @@ def _compatible(self: torch.Tensor, from_: torch.Tensor) -> bool:
     return _BASE_COMPATIBLE(self, from_)
 
 
-def install() -> None:
+def install(refuse_stale_backward: bool) -> None:
     """Route ``Tensor.data`` assignment through ``_set_data`` and module conversion's kind check
-    through ``_compatible`` (idempotent, process-wide)."""
+    through ``_compatible`` (idempotent, process-wide); ``refuse_stale_backward``: a backward
+    hook's exception reaches the caller, so a stale graph's backward may raise."""
+    _refusing[0] = refuse_stale_backward
     if _installed:
         return
     _installed.append(torch.Tensor.__dict__.get("data"))

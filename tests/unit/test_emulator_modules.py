@@ -1,7 +1,7 @@
 """Module conversion on the emulated device behaves as on a real one: tied weights stay tied
 through ``.to("neuron")`` and ``.cpu()``, an optimizer made before ``.to()`` updates the device
-parameters, ``state_dict`` keys are unchanged, a held view keeps the old memory, and a forward
-graph left alive does not stop a conversion (as on CUDA)."""
+parameters, ``state_dict`` keys are unchanged, a held view keeps the old memory, a forward
+graph left alive does not stop a conversion (as on CUDA), and a backward through it raises."""
 
 from __future__ import annotations
 
@@ -112,6 +112,31 @@ def test_conversion_while_a_forward_graph_is_alive_works_as_on_cuda(device: str)
         assert p.device.type == device
         torch.testing.assert_close(p.detach().cpu(), q.detach().half().float())
     del out
+
+
+@pytest.mark.parametrize(("start", "to"), [("neuron", "cpu"), ("cpu", "neuron")])
+def test_backward_through_a_graph_recorded_before_a_move_raises(start: str, to: str) -> None:
+    """A forward, then ``.to()`` across host and device, then that forward's backward: it
+    computed with the old values and accumulated into the old tensors (the moved parameters
+    got no gradient, silently); on CUDA it fails. It now raises, the moved parameters get no
+    gradient from it, and a forward after the move trains as on CPU."""
+    from neuron_profiler.emulator import native
+
+    if native.loaded() is None:
+        pytest.skip("needs the memory extension's device guard (a C++ compiler)")
+    x = torch.randn(8, 4)
+    ref = _bn_model()
+    ref(x).sum().backward()
+    model = _bn_model().to(start)
+    out = model(x.to(start))
+    model.to(to)
+    with pytest.raises(RuntimeError, match="recorded before this tensor moved between host"):
+        out.sum().backward()
+    assert all(p.grad is None for p in model.parameters())
+    model(x.to(to)).sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert p.grad.device.type == to
+        torch.testing.assert_close(p.grad.cpu(), q.grad)
 
 
 def test_a_gradient_moves_with_its_parameter() -> None:

@@ -9,6 +9,8 @@
 // - PrivateUse1 hooks (ATen/detail/PrivateUse1HooksInterface.h) for what C++ code asks of any
 //   accelerator: DDP's reducer stages its used-parameter map (find_unused_parameters,
 //   static_graph) in pinned host memory from the hooks' pinned allocator;
+// - the PrivateUse1 device guard (c10/core/impl/DeviceGuardImplInterface.h), which C++ code
+//   (autograd's engine, around every backward node) calls, also while an exception unwinds;
 // - torch.Generator(device="neuron"): a CPU generator (mt19937) on the neuron device, whose
 //   state the device's random ops draw from (dispatch.py runs them on a host twin of it).
 // Only the headers it uses (torch/extension.h, all of ATen, would double the build's time).
@@ -17,6 +19,7 @@
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
@@ -202,6 +205,47 @@ bool install_hooks() {
   return true;
 }
 
+// The device guard, registered in place of torch's Python one (torch._C._acc.DeviceGuard) with
+// the same answers: one device, index 0; one stream, the default (the emulator's streams and
+// current core are Python state, torch.neuron's, which C++ code never asks for); events and
+// streams are no-ops (always complete). Torch's asks Python for type() in each of these, also in
+// the noexcept exchangeStream a StreamGuard's destructor calls: autograd's engine unwinding a
+// Python exception from a backward hook (the error still set) got an exception there and
+// std::terminate. These never call Python and never throw.
+struct EmulatorDeviceGuard final : c10::impl::DeviceGuardImplInterface {
+  static constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
+  static c10::Device device0() noexcept { return c10::Device(kType, 0); }
+  static c10::Stream default_stream() noexcept {
+    return c10::Stream(c10::Stream::DEFAULT, device0());
+  }
+
+  c10::DeviceType type() const override { return kType; }
+  c10::Device exchangeDevice(c10::Device) const override { return device0(); }
+  c10::Device getDevice() const override { return device0(); }
+  void setDevice(c10::Device) const override {}
+  void uncheckedSetDevice(c10::Device) const noexcept override {}
+  c10::Stream getStream(c10::Device) const noexcept override { return default_stream(); }
+  c10::Stream getNewStream(c10::Device, int) const override { return default_stream(); }
+  c10::Stream exchangeStream(c10::Stream) const noexcept override { return default_stream(); }
+  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  void record(void**, const c10::Stream&, const c10::DeviceIndex,
+              const c10::EventFlag) const override {}
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream&) const override {}
+};
+
+// Registers the device guard; false (nothing changed) when a PrivateUse1 guard is registered
+// already (c10 would replace it: a real backend's, or torch's Python one, is kept).
+bool install_device_guard() {
+  if (c10::impl::hasDeviceGuardImpl(c10::DeviceType::PrivateUse1)) { return false; }
+  static auto* guard = new EmulatorDeviceGuard();  // never freed: c10's registry holds it
+  c10::impl::registerDeviceGuard(c10::DeviceType::PrivateUse1, guard);
+  return true;
+}
+
 // Registers the allocator for PrivateUse1, answering from ``api``; false (nothing changed)
 // when another PrivateUse1 allocator is registered: a real backend's, never replaced.
 bool install(py::object api) {
@@ -303,6 +347,8 @@ std::vector<StepMark> take_steps() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("install", &install, "Register the emulator's PrivateUse1 DeviceAllocator.");
   m.def("install_hooks", &install_hooks, "Register the emulator's PrivateUse1 hooks.");
+  m.def("install_device_guard", &install_device_guard,
+        "Register the emulator's PrivateUse1 device guard.");
   m.def("is_pinned_ptr", &is_pinned_ptr, py::arg("address"));
   m.def("report_memory_usage", &report_memory_usage, py::arg("ptr"), py::arg("alloc_size"),
         py::arg("total_allocated"), py::arg("total_reserved"), py::arg("device_index"));

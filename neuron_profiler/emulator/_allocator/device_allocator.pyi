@@ -7,6 +7,17 @@ def install(api: ModuleType) -> bool:
     """Register the emulator's PrivateUse1 c10::DeviceAllocator answering from ``api``
     (memory_api); False, nothing changed, when another PrivateUse1 allocator is registered."""
 
+def install_hooks() -> bool:
+    """Register the emulator's PrivateUse1 hooks (pinned allocator, generators); False, nothing
+    changed, when hooks are registered already."""
+
+def install_device_guard() -> bool:
+    """Register the emulator's PrivateUse1 device guard (C++, never calls Python); False,
+    nothing changed, when a PrivateUse1 guard is registered already."""
+
+def is_pinned_ptr(address: int) -> bool:
+    """Whether ``address`` starts a live buffer of the hooks' pinned allocator."""
+
 def report_memory_usage(
     ptr: int, alloc_size: int, total_allocated: int, total_reserved: int, device_index: int
 ) -> None:
