@@ -292,7 +292,9 @@ def zeros(shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tensor:
         base = torch.zeros(n, dtype=dtype)
     if len(shape) == 1 and stride == (1,):
         return base
-    return base.as_strided(shape, stride)
+    # on the storage, not a view of ``base``: a view would hold ``base`` (its ``_base``), one
+    # more holder of the storage, which reads as an alias keeping the buffer alive (memory.py)
+    return torch.empty(0, dtype=dtype).set_(base.untyped_storage(), 0, shape, stride)
 
 
 def resizable_storage(t: torch.Tensor) -> torch.UntypedStorage:
