@@ -243,7 +243,7 @@ def _launching_ops(
     c = trace.columns
     n = len(items)
     inner, fb = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-    call_row = ctx.runtime_calls.call_of(c[S.CORRELATION], w.rows[items])
+    call_row = ctx.runtime_calls.launching_call(trace, w.rows[items])
     calls = np.unique(call_row[call_row >= 0])  # (by correlation, flow or External id)
     if len(calls) == 0:
         return inner, fb
