@@ -261,7 +261,7 @@ def _dispatching_op(ctx: AnalysisContext, row: int) -> int:
     op; the outermost such op (the row itself when none encloses it)."""
     trace, frames = ctx.trace, ctx.names.dispatch_frames
     name = trace.name(row)
-    op = name[len(V.FALLBACK_PREFIX) :] if name.startswith(V.FALLBACK_PREFIX) else name
+    op = V.fallback_op(name)
     found, at = row, ctx.threads.parent(trace, row)
     while at >= 0:
         name_id = int(trace.col(S.NAME_ID)[at])

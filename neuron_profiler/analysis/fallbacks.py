@@ -221,7 +221,7 @@ def _fallback_rows(ctx: AnalysisContext, rows: np.ndarray) -> _Calls:
     flops, nbytes = as_float(a[V.ARG_FLOPS]), as_float(a[V.ARG_BYTES])
     key, reason, copies, native = [], [], [], []
     for i in range(len(rows)):  # one entry per fallback call (a few hundred at most)
-        op = a[V.ARG_OP][i] or trace.name(int(rows[i]))[len(V.FALLBACK_PREFIX) :]
+        op = a[V.ARG_OP][i] or V.fallback_op(trace.name(int(rows[i])))
         key.append((str(op), _text(a[V.ARG_SHAPES][i]), _text(a[V.ARG_DTYPES][i]), False))
         reason.append(str(a[V.ARG_FALLBACK_REASON][i] or ""))
         copies.append(dma[dma_ext == ext[i]] if ext[i] > 0 else np.zeros(0, np.int64))

@@ -105,6 +105,18 @@ ARG_REPLACED = "neuron-profiler replaced"
 # (key_averages groups rows by name).
 FALLBACK_PREFIX = "CPU fallback: "
 
+
+def fallback_name(op: str) -> str:
+    """The name of a CPU fallback call's row: ``"CPU fallback: aten::nonzero"``."""
+    return FALLBACK_PREFIX + op
+
+
+def fallback_op(name: str) -> str:
+    """The op a CPU fallback row ran: its name without ``FALLBACK_PREFIX``; a row without the
+    prefix (one filed as a fallback by its ``cpu_fallback`` category) is named after the op."""
+    return name[len(FALLBACK_PREFIX) :] if name.startswith(FALLBACK_PREFIX) else name
+
+
 # aten ops that only allocate (c10's factory functions and resizes): the emulator never computes
 # them; the memory analysis passes over them when naming the op an allocation belongs to
 ALLOCATION_OPS = frozenset(
