@@ -30,7 +30,7 @@ from neuron_profiler.analysis.replay import (
     graph_items,
 )
 from neuron_profiler.costmodel.chips import HOST_CPU, TF32, ChipSpec
-from neuron_profiler.costmodel.fallbacks import falls_back
+from neuron_profiler.costmodel.fallbacks import falls_back, normalise_op, out_of_place
 from neuron_profiler.costmodel.ops import DTYPE_BYTES, TRACE_TYPES, OpCost, op_cost
 from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, bound_parts_s, collective_s
 from neuron_profiler.trace import schema as S
@@ -255,14 +255,7 @@ def _launching_ops(
     rows, parent = tree.rows, tree.parent
     is_op = np.isin(rows, ops)
     innermost = _tree.innermost_marked(parent, is_op)
-    fallback_ids = {
-        i
-        for i, s in enumerate(trace.strings)
-        if _fallback_name(s) and s.split(".")[0].rstrip("_") not in {n.rstrip("_") for n in native}
-    }
-    is_fb = is_op & np.isin(
-        c[S.NAME_ID][rows], np.fromiter(fallback_ids, np.int64, len(fallback_ids))
-    )
+    is_fb = is_op & np.isin(c[S.NAME_ID][rows], _fallback_ids(trace, c[S.NAME_ID][ops], native))
     outer_fb = _tree.outermost_marked(parent, is_fb)
     at, hit = _tree.positions(rows, ~is_op, call_row)
     inner[hit] = np.where(innermost[at] >= 0, rows[np.maximum(innermost[at], 0)], -1)
@@ -270,8 +263,19 @@ def _launching_ops(
     return inner, fb
 
 
-def _fallback_name(name: str) -> bool:
-    return name.startswith("aten::") and falls_back(name.split(".")[0], "")
+def _fallback_ids(trace: Trace, name_ids: np.ndarray, native: frozenset[str]) -> np.ndarray:
+    """The string ids among ``name_ids`` (op rows' names) of aten ops the fallback table names
+    (``costmodel.fallbacks.falls_back``), less the ``native`` ones (a what-if: any overload,
+    in-place variant included); each distinct name tested once."""
+    run_natively = {out_of_place(normalise_op(n)) for n in native}
+    ids = np.unique(name_ids)
+    keep = [
+        name.startswith("aten::")
+        and falls_back(name, "")
+        and out_of_place(normalise_op(name)) not in run_natively
+        for name in (trace.strings[i] for i in ids.tolist())
+    ]
+    return ids[np.array(keep, bool)] if len(ids) else ids
 
 
 @dataclass(frozen=True)

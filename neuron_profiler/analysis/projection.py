@@ -58,6 +58,7 @@ from neuron_profiler.analysis.what_if import (
     what_if_step,
 )
 from neuron_profiler.costmodel.chips import CHIPS, ChipSpec, chip
+from neuron_profiler.costmodel.fallbacks import normalise_op, out_of_place
 from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, KERNEL_EFFICIENCY
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.trace.model import Trace
@@ -386,7 +387,8 @@ def _unknown_fallback(op: str, costs: ItemCosts, same: bool) -> tuple[str, ...]:
     """The note for ``no-fallback:OP`` where OP is no op the target runs on the host here (a typo
     would otherwise read as "no change" without a word)."""
     host_run = sorted(set(costs.name[costs.fallback].astype(str)))
-    if op in host_run and not same:
+    moved = {out_of_place(normalise_op(n)) for n in host_run}  # (swap_costs' match)
+    if out_of_place(normalise_op(op)) in moved and not same:
         return ()
     if same:
         why = "--chip same replays the trace as recorded, with no op moved"

@@ -155,6 +155,35 @@ def test_what_if_no_fallback_keeps_the_op_on_the_device() -> None:
     assert row.delta_ms == pytest.approx(1.0 - p.target.step_ms, abs=1e-6)
 
 
+@pytest.mark.parametrize(
+    "op", ["nonzero", "nonzero.default", "aten::nonzero.default", " aten::nonzero "]
+)
+def test_what_if_no_fallback_names_the_op_any_way(op: str) -> None:
+    """Every spelling of the op (namespace or none, overload or none) is the same edit: the
+    step stays at its recorded 1000 µs (an overload used to match nothing: no change)."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 0, 50, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    b.kernel(20, 120, launch_us=10, name="nonzero_kernel")
+    p = project(b.b.build(), "trn2", source="v100", what_if=(f"no-fallback:{op}",))
+    (row,) = p.what_if
+    assert row.step_ms == pytest.approx(1.0, abs=1e-6)
+    assert not any("no change" in a for a in p.assumptions)
+
+
+def test_fallback_table_reads_every_overload_and_the_in_place_variant() -> None:
+    """One op-name rule (``costmodel.fallbacks.normalise_op``): overloads, a missing
+    namespace and the in-place variant (one ``_``) all name the table's op; a dunder op is
+    its own."""
+    from neuron_profiler.costmodel.fallbacks import falls_back, normalise_op, out_of_place
+
+    for name in ("aten::nonzero.default", "nonzero", "aten::nonzero.out", "aten::histc_"):
+        assert falls_back(name, "float32"), name
+    assert not falls_back("aten::add.Tensor", "float32")
+    assert normalise_op("aten::add_.Tensor") == "aten::add_"
+    assert out_of_place("aten::add_") == "aten::add"
+    assert out_of_place("aten::__and__") == "aten::__and__"
+
+
 def test_what_if_no_data_stall_removes_the_loader_wait() -> None:
     b = _mm_then_sync()
     b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 600, 700)
