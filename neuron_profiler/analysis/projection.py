@@ -332,7 +332,8 @@ def _offload_assumptions(plan: Offload) -> tuple[str, ...]:
         "the backend's launch per kernel (ChipSpec.host_launch_ns, the emulator's figure)",
         "views, allocations, data loading and ops without shapes stay on the host "
         f"({plan.unpriced} such ops without recorded shapes)",
-        "aten::item / _local_scalar_dense wait for the device work launched before them",
+        "aten::item / _local_scalar_dense / is_nonzero wait for the device work launched "
+        "before them; aten::nonzero runs on the device and the host waits for it",
         "host time outside the moved ops is carried over as recorded: on the CPU it includes "
         "the host allocator returning freed tensor memory to the OS (glibc's munmap of large "
         "blocks, e.g. zero_grad() dropping the gradients), which a device's caching allocator "

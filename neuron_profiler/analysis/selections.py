@@ -13,7 +13,7 @@ Name rules (the names themselves are in ``trace/vocabulary.py``):
   of the ``dataloader`` category).
 - **Host sync candidates**: runtime waits (``HOST_WAIT_NAMES``: stream/device/event
   synchronize, synchronous copies; our ``host sync: ...`` rows) and ops that may sync
-  (``SYNC_OP_NAMES``: ``aten::item``, ``_local_scalar_dense``, ``nonzero``). Which of them
+  (``SYNC_OP_NAMES``: ``aten::item``, ``_local_scalar_dense``, ``is_nonzero``, ``nonzero``). Which of them
   really waited is ``sync_calls``' rule.
 - **Emulator overhead**: ``emulator overhead: ...`` rows (the emulated device's own host work).
 - **Profiler overhead**: Kineto's own rows (``Activity Buffer Request``, ``Profiler overhead``)

@@ -8,7 +8,8 @@ A sync is a host call that blocked until device work was done:
 - a **runtime wait** (``selections.is_wait_name``: stream / device / event synchronize, a
   synchronous copy, our runtime's ``host sync: ...`` rows) is one by itself, except our
   runtime's waits for room in its full launch queue (backpressure from a busy device);
-- an **op that may sync** (``aten::item``, ``_local_scalar_dense``, ``nonzero``) is one only
+- an **op that may sync** (``vocabulary.SYNC_OP_NAMES``: ``aten::item``,
+  ``_local_scalar_dense``, ``is_nonzero``, ``nonzero``) is one only
   when it really waited: a runtime wait, or the launch of a device-to-host copy, lies inside it
   on its thread. ``.item()`` of a host tensor (an optimizer's step counter) does neither.
 

@@ -5,7 +5,7 @@
 
 Syncs are the calls that really waited for the device, inside the analysed steps and not part
 of a CPU fallback (``sync_calls``: runtime waits, and ``.item()`` / ``_local_scalar_dense`` /
-``nonzero`` when a wait or a D2H copy launch lies inside them), on a thread whose spans the idle
+``is_nonzero`` / ``nonzero`` when a wait or a D2H copy launch lies inside them), on a thread whose spans the idle
 rules judge some device's gaps on (one that launches device work; any thread where a device's
 launches are not linked). Those on other threads cost no device idle: they are counted apart
 (``syncs_elsewhere``), not grouped. A call counts for the outermost

@@ -129,6 +129,56 @@ ALLOCATION_OPS = frozenset(
         "aten::resize_",
     }
 )
+# aten ops that launch no device kernel: the allocations above, views and reshapes, metadata
+# queries and stream / autograd bookkeeping. The CPU-only projection leaves them on the host
+# (analysis/offload.py); the emulator runs the ones that allocate nothing as views (no kernel,
+# no new memory: emulator/dispatch.py).
+NO_KERNEL_OPS = ALLOCATION_OPS | frozenset(
+    f"aten::{op}"
+    for op in (
+        # views and reshapes
+        "view",
+        "t",
+        "transpose",
+        "permute",
+        "reshape",
+        "_reshape_alias",
+        "expand",
+        "expand_as",
+        "as_strided",
+        "unsqueeze",
+        "squeeze",
+        "slice",
+        "select",
+        "narrow",
+        "detach",
+        "detach_",
+        "alias",
+        "_unsafe_view",
+        "view_as",
+        "flatten",
+        "unflatten",
+        "lift_fresh",
+        "set_",
+        "to",
+        "contiguous",
+        "resolve_conj",
+        "resolve_neg",
+        "conj",
+        "_conj",
+        # metadata
+        "size",
+        "stride",
+        "numel",
+        "dim",
+        "is_same_size",
+        "result_type",
+        "_has_compatible_shallow_copy_type",
+        # bookkeeping
+        "requires_grad_",
+        "record_stream",
+    )
+)
 RUNTIME_PREFIX = "nrt launch: "
 SYNC_PREFIX = "host sync: "
 # The emulator's own host work (an op's real math in numerics mode, exchanging collective arrival
@@ -275,7 +325,12 @@ HOST_WAIT_NAMES = frozenset(
         "synchronizeDevice",
     }
 )
-SYNC_OP_NAMES = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero"})
+# aten ops that may block the host until the device is done: item / _local_scalar_dense and
+# is_nonzero (``if tensor:``) read a value to the host; nonzero's output size depends on the
+# data, so the host reads the count before it can allocate the result.
+SYNC_OP_NAMES = frozenset(
+    {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::nonzero"}
+)
 # Record functions of the Python dispatch machinery (a device's tensor subclass or mode): what
 # runs under them belongs to the aten op around them.
 DISPATCH_FRAMES = frozenset({"PythonSubclass", "PythonDispatchMode"})

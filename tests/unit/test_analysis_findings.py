@@ -278,3 +278,17 @@ def test_fallback_row_filed_by_category_is_grouped_by_its_name(tmp_path) -> None
     r = analyze(load_trace(path))
     assert [(g.op, g.calls) for g in r.fallback_pareto.groups] == [("aten::bincount", 1)]
     assert V.fallback_op(V.fallback_name("aten::nonzero")) == "aten::nonzero"
+
+
+def test_is_nonzero_is_a_sync_of_its_own() -> None:
+    """``if tensor:`` runs aten::is_nonzero, which reads the value to the host: the
+    cudaStreamSynchronize inside it (200-525 µs, the device idle 200-710) is its wait, and the
+    sync group is named after the op the script called (``vocabulary.SYNC_OP_NAMES``, the one
+    set the analysis and the CPU-only projection read)."""
+    b = Build().step(1, 0, 1000)
+    b.kernel(0, 200, launch_us=0)
+    b.host("aten::is_nonzero", 190, 530)
+    b.host("cudaStreamSynchronize", 200, 525, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    b.kernel(710, 1000, launch_us=700)
+    r = b.report()
+    assert [(g.name, g.calls) for g in r.findings.syncs] == [("aten::is_nonzero", 1)]

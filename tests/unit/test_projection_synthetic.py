@@ -219,6 +219,36 @@ def test_target_queue_depth_blocks_the_host() -> None:
     assert any("7 launches a step blocked" in a for a in p.assumptions)
 
 
+def test_cpu_only_nonzero_runs_on_the_device_and_the_host_waits_for_it() -> None:
+    """aten::nonzero (100-600 µs, 2**20 floats) may sync (``vocabulary.SYNC_OP_NAMES``: its
+    output size is the data's): moved onto trn2 it is a kernel of 8 MiB at 725 GB/s + 1 µs =
+    12.571 µs, launched at 100 and run 115-127.571; its host time shrinks to one launch (10 µs),
+    and the host then waits for its result: 127.571, plus the step's 400 µs after it (it used
+    to run on without waiting: 510 µs)."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 100, 600, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    p = project(b.b.build(), "trn2")
+    kernel = math.ceil((2 * (1 << 20) * 4 / CHIPS["trn2"].hbm_bytes_per_s() + 1e-6) * 1e9) / 1e3
+    assert kernel == pytest.approx(12.571, abs=1e-3)
+    assert [o.name for o in p.ops] == ["aten::nonzero"]
+    assert p.target.step_ms == pytest.approx((115 + kernel + 400) / 1e3, abs=2e-6)
+
+
+def test_cpu_only_allocation_stays_on_the_host() -> None:
+    """aten::new_empty allocates (``vocabulary.NO_KERNEL_OPS``, the emulator's rule too): no
+    device work, its host time as recorded; the aten::relu beside it is moved."""
+    b = Build().step(1, 0, 1000)
+    b.host(
+        "aten::new_empty",
+        100,
+        200,
+        args={"Input Dims": [[1 << 20], []], "Input type": ["float", ""]},
+    )
+    b.host("aten::relu", 600, 700, args={"Input Dims": [[64, 256]], "Input type": ["float"]})
+    p = project(b.b.build(), "trn2")
+    assert [o.name for o in p.ops] == ["aten::relu"]
+
+
 def test_cpu_only_wrapper_ops_are_not_moved_twice() -> None:
     """aten::linear holds aten::t (a view) and aten::addmm: the op the script called, linear, is
     moved with what is inside it, its host time counted once (0.6 ms, not 0.6 + 0.5)."""
