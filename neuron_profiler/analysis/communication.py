@@ -54,11 +54,6 @@ MIN_FLAG_SHARE = 0.3
 EXPOSED_FINDING_SHARE = 0.1
 
 _FQN = re.compile(r" \(([^()]*)\)$|_prefetch for (\S+)$")
-_KINDS = (
-    ("all_gather", re.compile(r"all_?gather", re.I)),
-    ("reduce_scatter", re.compile(r"reduce_?scatter", re.I)),
-    ("all_reduce", re.compile(r"all_?reduce", re.I)),
-)
 _PASSED_KINDS = ("all_gather",)  # kinds split into forward / backward (their advice differs)
 
 
@@ -319,7 +314,8 @@ def _kinds(
     trace: Trace, rows: np.ndarray, given: np.ndarray, backward: np.ndarray
 ) -> tuple[tuple[str, ...], np.ndarray]:
     """(kind names, kind code per row): all_gather (forward / backward: prefetching differs),
-    reduce_scatter, all_reduce or other, from the row's name (``CC: allgather``,
+    reduce_scatter, all_reduce, all_to_all (``vocabulary.collective_kind``) or other, from the
+    row's name (``CC: allgather``,
     ``ncclDevKernel_AllGather_RING_LL``) and its ``Collective name`` arg (``given``)."""
     texts: dict[str, int] = {}  # each distinct text, matched once (rows: one per collective)
     text = np.fromiter(
@@ -330,7 +326,7 @@ def _kinds(
         np.int64,
         len(rows),
     )
-    base = [next((k for k, pattern in _KINDS if pattern.search(t)), "other") for t in texts]
+    base = [V.collective_kind(t) or "other" for t in texts]
     # each (text, backward) pair's label; the labels' sorted order gives the codes
     label = [
         [f"{k} {'backward' if back else 'forward'}" if k in _PASSED_KINDS else k for k in base]

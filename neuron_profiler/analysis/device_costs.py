@@ -54,16 +54,6 @@ _MATRIX_KERNEL = re.compile(
 )
 # ... and of those, kernels on TF32 tensor cores (FP32 data: cuDNN's TF32 default on Ampere+)
 _TENSOR_OP_KERNEL = re.compile(r"s1688|s16816|tf32|tensorop", re.IGNORECASE)
-_COLLECTIVE_KINDS = {
-    "allreduce": "allreduce",
-    "all_reduce": "allreduce",
-    "allgather": "allgather",
-    "all_gather": "allgather",
-    "reducescatter": "reduce_scatter",
-    "reduce_scatter": "reduce_scatter",
-    "alltoall": "alltoall",
-    "all_to_all": "alltoall",
-}
 
 
 @dataclass(frozen=True)
@@ -220,16 +210,11 @@ def _collective_ratios(trace: Trace, rows: np.ndarray, src: ChipSpec, tgt: ChipS
             continue
         dtype = TRACE_TYPES.get(str(a[V.ARG_DTYPE][j]), str(a[V.ARG_DTYPE][j]).lower())
         nbytes = float(elems) * DTYPE_BYTES.get(dtype, 4)
-        kind = _collective_kind(str(a[V.ARG_COLLECTIVE][j] or trace.name(int(rows[j]))))
-        s = collective_s(src, nbytes=nbytes, world=int(group), collective=kind)
-        t = collective_s(tgt, nbytes=nbytes, world=int(group), collective=kind)
+        name = str(a[V.ARG_COLLECTIVE][j] or trace.name(int(rows[j])))  # (its kind: ring_traffic)
+        s = collective_s(src, nbytes=nbytes, world=int(group), collective=name)
+        t = collective_s(tgt, nbytes=nbytes, world=int(group), collective=name)
         out[j] = t / s if s > 0 else out[j]
     return out
-
-
-def _collective_kind(name: str) -> str:
-    low = name.lower().replace(" ", "")
-    return next((v for k, v in _COLLECTIVE_KINDS.items() if k in low), "broadcast")
 
 
 def _launching_ops(

@@ -342,6 +342,25 @@ HOST_SYNC_NAMES = HOST_WAIT_NAMES | SYNC_OP_NAMES
 PROFILER_OVERHEAD_NAMES = frozenset({"Activity Buffer Request", "Profiler overhead"})
 
 
+# Collective kinds, each with the letters that name it once case, spaces, "_" and "-" are
+# gone (NCCL's AllGather, torch's all_gather_into_tensor, "CC: allgather", "all gather"),
+# tested in this order.
+COLLECTIVE_KINDS = (
+    ("all_gather", "allgather"),
+    ("reduce_scatter", "reducescatter"),
+    ("all_reduce", "allreduce"),
+    ("all_to_all", "alltoall"),
+)
+
+
+def collective_kind(text: str) -> str:
+    """The kind of collective a name or ``Collective name`` arg says (``COLLECTIVE_KINDS``:
+    all_gather, reduce_scatter, all_reduce, all_to_all), "" where it names none of them. The
+    one rule of the communication report's kinds and the cost model's ring traffic."""
+    flat = text.lower().replace(" ", "").replace("_", "").replace("-", "")
+    return next((kind for kind, letters in COLLECTIVE_KINDS if letters in flat), "")
+
+
 def hbm_process_name(device: int, instance: str) -> str:
     """The process of one Neuron device's memory counters (a Neuron Explorer profile)."""
     return f"Neuron device {int(device)} HBM" + (f" ({instance})" if instance else "")
