@@ -30,7 +30,12 @@ from neuron_profiler.analysis.replay import (
     graph_items,
 )
 from neuron_profiler.costmodel.chips import HOST_CPU, TF32, ChipSpec
-from neuron_profiler.costmodel.fallbacks import falls_back, normalise_op, out_of_place
+from neuron_profiler.costmodel.fallbacks import (
+    FALLBACK_DTYPES,
+    falls_back,
+    normalise_op,
+    out_of_place,
+)
 from neuron_profiler.costmodel.ops import DTYPE_BYTES, TRACE_TYPES, OpCost, op_cost
 from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, bound_parts_s, collective_s
 from neuron_profiler.trace import schema as S
@@ -356,7 +361,7 @@ def _fallback_items(
     device_work: np.ndarray,
 ) -> np.ndarray:
     """Items the target would not run: launched inside a fallback op, or by an op on float64."""
-    f64 = cost.priced & (cost.dtype == "float64")
+    f64 = cost.priced & np.isin(cost.dtype.astype(str), list(FALLBACK_DTYPES))
     return device_work & ((top_fallback >= 0) | f64)
 
 
