@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis import selections as sel
 from neuron_profiler.analysis._axis import device_axes
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE
 from neuron_profiler.analysis._tree import innermost_marked, parents
@@ -268,15 +269,16 @@ def _units(
     thread = _thread_codes(pid, tid)
     order = np.lexsort((probe, -end, start, thread))
     parent = parents(thread[order], start[order], end[order])
-    range_name = np.array([trace.strings[i] for i in c[S.NAME_ID][ranges].tolist()], object)
-    names = np.concatenate([range_name, np.full(n_p, "", object)])[order]
+    range_id = c[S.NAME_ID][ranges]  # (each distinct range name read once: sel.per_name)
+    unit = np.concatenate([sel.per_name(trace, range_id, _unit_of, object), [OUTSIDE_UNITS]])
+    backward_range = sel.per_name(trace, range_id, _says_backward)
     marked = ~probe[order]
     inner = innermost_marked(parent, marked)
-    back = innermost_marked(parent, marked & np.array(["backward" in n for n in names], bool))
+    back = innermost_marked(parent, marked & np.r_[backward_range, np.zeros(n_p, bool)][order])
     at_probe = np.flatnonzero(probe[order])
     probe_entry = known[order[at_probe] - n_r]
     owner = inner[at_probe]
-    labels = np.array([_unit_of(names[k]) if k >= 0 else OUTSIDE_UNITS for k in owner], object)
+    labels = unit[np.where(owner >= 0, order[np.maximum(owner, 0)], n_r)]
     at = np.searchsorted(entries, probe_entry)  # (entries: sorted; probes: some of them)
     unit_label = np.full(len(entries), OUTSIDE_UNITS, object)
     unit_label[at] = labels
@@ -308,6 +310,10 @@ def _unit_of(range_name: str) -> str:
     if m is not None and (m.group(1) or m.group(2)):
         return m.group(1) or m.group(2)
     return ROOT_UNIT if range_name.startswith("FSDP::") else FSDP1_UNIT
+
+
+def _says_backward(range_name: str) -> bool:
+    return "backward" in range_name
 
 
 def _kinds(

@@ -28,6 +28,7 @@ import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis import _tree
+from neuron_profiler.analysis import selections as sel
 from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.replay import DependencyGraph, HostDelays
@@ -61,16 +62,17 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
         trace, np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE))
     )
     ops, start, end, parent = tree.rows, tree.start, tree.end, tree.parent
-    names = np.array([trace.strings[i] for i in c[S.NAME_ID][ops].tolist()], dtype=object)
-    aten = np.char.startswith(names.astype(str), "aten::")  # not autograd's own rows ("detach")
-    kernel = aten & ~np.isin(names, list(V.NO_KERNEL_OPS))
+    name_id = c[S.NAME_ID][ops]
+    names = sel.per_name(trace, name_id, str, object)  # (the string objects, not copies)
+    aten = sel.per_name(trace, name_id, _is_aten)  # not autograd's own rows ("detach")
+    kernel = aten & ~sel.per_name(trace, name_id, V.NO_KERNEL_OPS.__contains__)
     # the op the script called: the outermost kernel op (aten::linear with the addmm inside it,
     # aten::sum with the fill_ that starts it): what runs inside it goes with it
     leaf = kernel & (_tree.outermost_marked(parent, kernel) == np.arange(len(ops)))
     loading = _tree.outermost_marked(parent, np.isin(c[S.NAME_ID][ops], ctx.names.dataloader)) >= 0
     in_steps = I.overlap_per_window(ctx.steps.host_spans, start, start + 1) > 0
     candidate = leaf & ~loading & in_steps
-    sync_op = candidate & np.isin(names, list(V.SYNC_OP_NAMES))
+    sync_op = candidate & sel.per_name(trace, name_id, V.SYNC_OP_NAMES.__contains__)
     moved, costs, no_shapes = _priced(trace, ops, names, candidate, target)
     unpriced = int((no_shapes & ~sync_op).sum())  # (a scalar read has nothing to price)
     sync = sync_op & ~moved  # reads a value: waits for the work launched before it
@@ -105,6 +107,10 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
         target_host_ns=target_host,
         dispatch_ns=dispatch,
     )
+
+
+def _is_aten(name: str) -> bool:
+    return name.startswith("aten::")
 
 
 def _framework_dispatch_ns(

@@ -387,7 +387,7 @@ def _busy_ms(start: np.ndarray, end: np.ndarray, n: int) -> float:
 def _unknown_fallback(op: str, costs: ItemCosts, same: bool) -> tuple[str, ...]:
     """The note for ``no-fallback:OP`` where OP is no op the target runs on the host here (a typo
     would otherwise read as "no change" without a word)."""
-    host_run = sorted(set(costs.name[costs.fallback].astype(str)))
+    host_run = sorted({str(n) for n in costs.name[costs.fallback].tolist()})
     moved = {out_of_place(normalise_op(n)) for n in host_run}  # (swap_costs' match)
     if out_of_place(normalise_op(op)) in moved and not same:
         return ()
@@ -413,7 +413,9 @@ def _ops(costs: ItemCosts, n: int, *, fallback: bool, top: int | None) -> tuple[
     if len(idx) == 0:
         return ()
     names = costs.name[idx]
-    uniq, inv = np.unique(names.astype(str), return_inverse=True)
+    # (the names as objects: a fixed-width text array is as wide as the longest name)
+    uniq, inv = np.unique(names.astype(object), return_inverse=True)
+    inv = inv.reshape(-1)
     src = np.bincount(inv, weights=costs.source_duration[idx], minlength=len(uniq))
     tgt = np.bincount(inv, weights=costs.duration[idx], minlength=len(uniq))
     count = np.bincount(inv, minlength=len(uniq))

@@ -42,9 +42,10 @@ functions, runtime calls, CPU-fallback and DataLoader rows), ProfilerStep annota
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +76,19 @@ _PROFILER_FRAME = re.compile(r"(^|[/\\])torch[/\\](autograd[/\\])?profiler")
 _COMPILED_PREFIXES = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFx")
 _PIN_OPS = frozenset({"aten::pin_memory", "aten::_pin_memory"})
 _EMPTY = np.zeros(0, np.int64)
+
+
+def per_name(
+    trace: Trace, name_ids: np.ndarray, fn: Callable[[str], Any], dtype: Any = bool
+) -> np.ndarray:
+    """``fn(name)`` per row (``name_ids``: the rows' string ids), computed once per distinct
+    name: a hot path never builds a string per row, nor a fixed-width text array (as wide as
+    the longest name: one 1 MB name on a million rows would take 4 TB)."""
+    ids, inverse = np.unique(name_ids, return_inverse=True)
+    values = [fn(trace.strings[i]) for i in ids.tolist()]
+    out = np.empty(len(ids), dtype)
+    out[:] = values
+    return out[inverse.reshape(-1)]
 
 
 def is_dataloader_name(name: str) -> bool:
