@@ -5,9 +5,8 @@ starts (``_device``), its launch sites (``_launches``), the threads that launche
 
     calls = runtime_calls(trace)
     calls, k = calls.lookup(trace.col(S.CORRELATION), rows)  # per device row: its id's index
-    calls.rows[calls.first[k]]                     # the id's earliest call (file order among ties)
     calls.rows[calls.first[k] : calls.first[k + 1]]  # every call carrying it
-    calls.call_of(trace.col(S.CORRELATION), rows)  # the earliest call per row, -1: none
+    calls.launching_call(trace, rows)  # per row: the call that launched it, -1: none
 
 A device row and its call share the ``correlation`` arg (Kineto writes it on both). A device row
 whose correlation names no call (a trace written without the arg, or a device row without args)
@@ -73,18 +72,49 @@ class RuntimeCalls:
         k[miss[hit]] = full.find(full.linked_ids[at[hit]])
         return full, k
 
-    def call_of(self, corr: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Per device row, its launching call's row (its id's earliest call), -1: none."""
-        calls, k = self.lookup(corr, rows)
+    def launching_call(self, trace: Trace, rows: np.ndarray) -> np.ndarray:
+        """Per device row, the runtime call that launched it (-1: none known): among the calls
+        carrying its id (``lookup``), the latest that starts at or before the row (a launch
+        precedes its work: merged traces and restarted id counters reuse an id), else the id's
+        earliest call. The rule of every analysis that links a row to its launch. Where each
+        id has one call (a single trace) that call is the answer, at the cost of one lookup;
+        otherwise one merge sort, O(rows log rows) however often an id repeats."""
+        c = trace.columns
+        calls, k = self.lookup(c[S.CORRELATION], rows)
         out = np.full(len(rows), -1, np.int64)
-        hit = k >= 0
-        out[hit] = calls.rows[calls.first[k[hit]]]
+        linked = np.flatnonzero(k >= 0)
+        if not len(linked):
+            return out
+        if len(calls.rows) == len(calls.ids):  # one call per id
+            out[linked] = calls.rows[calls.first[k[linked]]]
+            return out
+        out[linked] = _latest_at_or_before(calls, c[S.TS_NS], k[linked], c[S.TS_NS][rows[linked]])
         return out
 
     @cached_property
     def with_fallback(self) -> RuntimeCalls:
         """These calls with the flow and External id links (the module docstring)."""
         return self if self.trace is None else _with_fallback(self.trace, self)
+
+
+def _latest_at_or_before(
+    calls: RuntimeCalls, ts: np.ndarray, k: np.ndarray, start: np.ndarray
+) -> np.ndarray:
+    """Per row (``k``: its id's index in ``calls.ids``, >= 0; ``start``: its start), the latest
+    call with its id starting at or before it, else the id's earliest call (``ts``: the trace's
+    start column)."""
+    # calls are sorted by (id, start), file order among ties: merge the rows in by the same
+    # key, a row after the calls starting at its time, and count the calls before each row
+    n = len(calls.rows)
+    call_k = np.repeat(np.arange(len(calls.ids)), np.diff(calls.first))
+    key_k, key_ts = np.concatenate([call_k, k]), np.concatenate([ts[calls.rows], start])
+    is_row = np.r_[np.zeros(n, bool), np.ones(len(k), bool)]
+    order = np.lexsort((is_row, key_ts, key_k))
+    before = np.cumsum(~is_row[order])  # calls at or before each merged position
+    at = np.empty(len(k), np.int64)
+    at[order[is_row[order]] - n] = before[is_row[order]] - 1
+    lo = calls.first[k]
+    return calls.rows[np.where(at >= lo, at, lo)]
 
 
 def runtime_calls(trace: Trace) -> RuntimeCalls:

@@ -142,14 +142,12 @@ def _label(process_name: str, pid: int | str) -> str:
 def launch_spans(
     trace: Trace, rows: np.ndarray, calls: RuntimeCalls
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end of the runtime call that launched each row (``_correlation``: the
-    earliest call sharing its correlation id, else its ac2g flow's or External id's call);
-    NO_LAUNCH for both where there is none."""
+    """Start and end of the runtime call that launched each row
+    (``RuntimeCalls.launching_call``); NO_LAUNCH for both where there is none."""
     start = np.full(len(rows), NO_LAUNCH, dtype=np.int64)
     end = start.copy()
-    calls, k = calls.lookup(trace.col(S.CORRELATION), rows)
-    hit = k >= 0
-    call = calls.rows[calls.first[k[hit]]]
-    start[hit] = trace.col(S.TS_NS)[call]
-    end[hit] = start[hit] + trace.col(S.DUR_NS)[call]
+    call = calls.launching_call(trace, rows)
+    hit = call >= 0
+    start[hit] = trace.col(S.TS_NS)[call[hit]]
+    end[hit] = start[hit] + trace.col(S.DUR_NS)[call[hit]]
     return start, end

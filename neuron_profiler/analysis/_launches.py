@@ -48,9 +48,9 @@ def launch_sites(trace: Trace, rows: np.ndarray, calls: RuntimeCalls | None = No
     if n == 0:
         return out
     calls = runtime_calls(trace) if calls is None else calls
-    calls, k = calls.lookup(c[S.CORRELATION], rows)
-    at = np.flatnonzero(k >= 0)
-    _set(out, at, calls.rows[calls.first[k[at]]], c)
+    call = calls.launching_call(trace, rows)
+    at = np.flatnonzero(call >= 0)
+    _set(out, at, call[at], c)
     todo = np.flatnonzero(~out.known)
     if len(todo) == 0:
         return out

@@ -739,7 +739,7 @@ def _mappings(table: OpTable, ops: np.ndarray) -> dict[Mapping, int]:
             ((first[r], j), (rule, raw_name, mapped), count[r]) for j, rule in enumerate(rules)
         ]
         if fb_count[r] and raw_name == mapped:  # a fallback row inside an op of that name
-            key = ("cpu_fallback", f"{V.FALLBACK_PREFIX}{mapped}", mapped)
+            key = ("cpu_fallback", V.fallback_name(mapped), mapped)
             found.append(((fb_at[fb_first[r]], len(rules)), key, fb_count[r]))
     merged: dict[Mapping, int] = {}
     for _, key, ops_count in sorted(found, key=lambda f: f[0]):

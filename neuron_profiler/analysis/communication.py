@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis import selections as sel
 from neuron_profiler.analysis._axis import device_axes
 from neuron_profiler.analysis._device import COLLECTIVE, COMPUTE
 from neuron_profiler.analysis._tree import innermost_marked, parents
@@ -54,11 +55,6 @@ MIN_FLAG_SHARE = 0.3
 EXPOSED_FINDING_SHARE = 0.1
 
 _FQN = re.compile(r" \(([^()]*)\)$|_prefetch for (\S+)$")
-_KINDS = (
-    ("all_gather", re.compile(r"all_?gather", re.I)),
-    ("reduce_scatter", re.compile(r"reduce_?scatter", re.I)),
-    ("all_reduce", re.compile(r"all_?reduce", re.I)),
-)
 _PASSED_KINDS = ("all_gather",)  # kinds split into forward / backward (their advice differs)
 
 
@@ -273,15 +269,16 @@ def _units(
     thread = _thread_codes(pid, tid)
     order = np.lexsort((probe, -end, start, thread))
     parent = parents(thread[order], start[order], end[order])
-    range_name = np.array([trace.strings[i] for i in c[S.NAME_ID][ranges].tolist()], object)
-    names = np.concatenate([range_name, np.full(n_p, "", object)])[order]
+    range_id = c[S.NAME_ID][ranges]  # (each distinct range name read once: sel.per_name)
+    unit = np.concatenate([sel.per_name(trace, range_id, _unit_of, object), [OUTSIDE_UNITS]])
+    backward_range = sel.per_name(trace, range_id, _says_backward)
     marked = ~probe[order]
     inner = innermost_marked(parent, marked)
-    back = innermost_marked(parent, marked & np.array(["backward" in n for n in names], bool))
+    back = innermost_marked(parent, marked & np.r_[backward_range, np.zeros(n_p, bool)][order])
     at_probe = np.flatnonzero(probe[order])
     probe_entry = known[order[at_probe] - n_r]
     owner = inner[at_probe]
-    labels = np.array([_unit_of(names[k]) if k >= 0 else OUTSIDE_UNITS for k in owner], object)
+    labels = unit[np.where(owner >= 0, order[np.maximum(owner, 0)], n_r)]
     at = np.searchsorted(entries, probe_entry)  # (entries: sorted; probes: some of them)
     unit_label = np.full(len(entries), OUTSIDE_UNITS, object)
     unit_label[at] = labels
@@ -315,11 +312,16 @@ def _unit_of(range_name: str) -> str:
     return ROOT_UNIT if range_name.startswith("FSDP::") else FSDP1_UNIT
 
 
+def _says_backward(range_name: str) -> bool:
+    return "backward" in range_name
+
+
 def _kinds(
     trace: Trace, rows: np.ndarray, given: np.ndarray, backward: np.ndarray
 ) -> tuple[tuple[str, ...], np.ndarray]:
     """(kind names, kind code per row): all_gather (forward / backward: prefetching differs),
-    reduce_scatter, all_reduce or other, from the row's name (``CC: allgather``,
+    reduce_scatter, all_reduce, all_to_all (``vocabulary.collective_kind``) or other, from the
+    row's name (``CC: allgather``,
     ``ncclDevKernel_AllGather_RING_LL``) and its ``Collective name`` arg (``given``)."""
     texts: dict[str, int] = {}  # each distinct text, matched once (rows: one per collective)
     text = np.fromiter(
@@ -330,7 +332,7 @@ def _kinds(
         np.int64,
         len(rows),
     )
-    base = [next((k for k, pattern in _KINDS if pattern.search(t)), "other") for t in texts]
+    base = [V.collective_kind(t) or "other" for t in texts]
     # each (text, backward) pair's label; the labels' sorted order gives the codes
     label = [
         [f"{k} {'backward' if back else 'forward'}" if k in _PASSED_KINDS else k for k in base]

@@ -148,11 +148,12 @@ class AnalysisContext:
         """Every (device, host thread) pair where the thread's runtime call launched the
         device's work, for all devices at once: (device index into ``work.devices``, pid,
         tid), sorted by device, then pid, tid. Each device row has one launching call
-        (``_launching_calls``): a correlation id that a hostile trace repeats on thousands of
-        rows and calls must not pair each row with each call."""
+        (``RuntimeCalls.launching_call``): a correlation id that a hostile trace repeats on
+        thousands of rows and calls must not pair each row with each call."""
         w, c = self.work, self.trace.columns
-        calls, k = self.runtime_calls.lookup(c[S.CORRELATION], w.rows)
-        linked, rows = _launching_calls(calls, c[S.TS_NS], k, w.start)
+        call = self.runtime_calls.launching_call(self.trace, w.rows)
+        linked = np.flatnonzero(call >= 0)
+        rows = call[linked]
         dev = np.searchsorted(w.device_ids, w.device)[linked]
         pid, tid = c[S.PID][rows].astype(np.int64), c[S.TID][rows].astype(np.int64)
         order = np.lexsort((tid, pid, dev))  # (a sort: np.unique over rows is far slower)
@@ -238,29 +239,3 @@ class AnalysisContext:
         if queues is None:
             self._busy[device] = union
         return union
-
-
-def _launching_calls(
-    calls: RuntimeCalls, ts: np.ndarray, k: np.ndarray, start: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Which device rows (``k``: their id's index in ``calls.ids``, -1: none, from
-    ``RuntimeCalls.lookup``; starts ``start``) have a runtime call with their id, and the one
-    that launched each: the latest call with the id starting at or before the row (a launch
-    precedes its work), else the id's earliest call. One call per row, so memory and time
-    stay O(rows log rows) however often an id repeats; where ids are unique it is the id's
-    only call. ``ts``: the trace's start column."""
-    linked = np.flatnonzero(k >= 0)
-    k, start = k[linked], start[linked]
-    # calls are sorted by (id, start), file order among ties: merge the rows in by the same
-    # key, a row after the calls starting at its time, and count the calls before each row
-    call_ts = ts[calls.rows]
-    n = len(call_ts)
-    call_k = np.repeat(np.arange(len(calls.ids)), np.diff(calls.first))
-    key_k, key_ts = np.concatenate([call_k, k]), np.concatenate([call_ts, start])
-    is_row = np.r_[np.zeros(n, bool), np.ones(len(k), bool)]
-    order = np.lexsort((is_row, key_ts, key_k))
-    before = np.cumsum(~is_row[order])  # calls at or before each merged position
-    at = np.empty(len(k), np.int64)
-    at[order[is_row[order]] - n] = before[is_row[order]] - 1
-    lo = calls.first[k]
-    return linked, calls.rows[np.where(at >= lo, at, lo)]

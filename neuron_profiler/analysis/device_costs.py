@@ -30,7 +30,12 @@ from neuron_profiler.analysis.replay import (
     graph_items,
 )
 from neuron_profiler.costmodel.chips import HOST_CPU, TF32, ChipSpec
-from neuron_profiler.costmodel.fallbacks import falls_back
+from neuron_profiler.costmodel.fallbacks import (
+    FALLBACK_DTYPES,
+    falls_back,
+    normalise_op,
+    out_of_place,
+)
 from neuron_profiler.costmodel.ops import DTYPE_BYTES, TRACE_TYPES, OpCost, op_cost
 from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, bound_parts_s, collective_s
 from neuron_profiler.trace import schema as S
@@ -54,16 +59,6 @@ _MATRIX_KERNEL = re.compile(
 )
 # ... and of those, kernels on TF32 tensor cores (FP32 data: cuDNN's TF32 default on Ampere+)
 _TENSOR_OP_KERNEL = re.compile(r"s1688|s16816|tf32|tensorop", re.IGNORECASE)
-_COLLECTIVE_KINDS = {
-    "allreduce": "allreduce",
-    "all_reduce": "allreduce",
-    "allgather": "allgather",
-    "all_gather": "allgather",
-    "reducescatter": "reduce_scatter",
-    "reduce_scatter": "reduce_scatter",
-    "alltoall": "alltoall",
-    "all_to_all": "alltoall",
-}
 
 
 @dataclass(frozen=True)
@@ -220,16 +215,11 @@ def _collective_ratios(trace: Trace, rows: np.ndarray, src: ChipSpec, tgt: ChipS
             continue
         dtype = TRACE_TYPES.get(str(a[V.ARG_DTYPE][j]), str(a[V.ARG_DTYPE][j]).lower())
         nbytes = float(elems) * DTYPE_BYTES.get(dtype, 4)
-        kind = _collective_kind(str(a[V.ARG_COLLECTIVE][j] or trace.name(int(rows[j]))))
-        s = collective_s(src, nbytes=nbytes, world=int(group), collective=kind)
-        t = collective_s(tgt, nbytes=nbytes, world=int(group), collective=kind)
+        name = str(a[V.ARG_COLLECTIVE][j] or trace.name(int(rows[j])))  # (its kind: ring_traffic)
+        s = collective_s(src, nbytes=nbytes, world=int(group), collective=name)
+        t = collective_s(tgt, nbytes=nbytes, world=int(group), collective=name)
         out[j] = t / s if s > 0 else out[j]
     return out
-
-
-def _collective_kind(name: str) -> str:
-    low = name.lower().replace(" ", "")
-    return next((v for k, v in _COLLECTIVE_KINDS.items() if k in low), "broadcast")
 
 
 def _launching_ops(
@@ -243,7 +233,7 @@ def _launching_ops(
     c = trace.columns
     n = len(items)
     inner, fb = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-    call_row = ctx.runtime_calls.call_of(c[S.CORRELATION], w.rows[items])
+    call_row = ctx.runtime_calls.launching_call(trace, w.rows[items])
     calls = np.unique(call_row[call_row >= 0])  # (by correlation, flow or External id)
     if len(calls) == 0:
         return inner, fb
@@ -255,14 +245,7 @@ def _launching_ops(
     rows, parent = tree.rows, tree.parent
     is_op = np.isin(rows, ops)
     innermost = _tree.innermost_marked(parent, is_op)
-    fallback_ids = {
-        i
-        for i, s in enumerate(trace.strings)
-        if _fallback_name(s) and s.split(".")[0].rstrip("_") not in {n.rstrip("_") for n in native}
-    }
-    is_fb = is_op & np.isin(
-        c[S.NAME_ID][rows], np.fromiter(fallback_ids, np.int64, len(fallback_ids))
-    )
+    is_fb = is_op & np.isin(c[S.NAME_ID][rows], _fallback_ids(trace, c[S.NAME_ID][ops], native))
     outer_fb = _tree.outermost_marked(parent, is_fb)
     at, hit = _tree.positions(rows, ~is_op, call_row)
     inner[hit] = np.where(innermost[at] >= 0, rows[np.maximum(innermost[at], 0)], -1)
@@ -270,8 +253,19 @@ def _launching_ops(
     return inner, fb
 
 
-def _fallback_name(name: str) -> bool:
-    return name.startswith("aten::") and falls_back(name.split(".")[0], "")
+def _fallback_ids(trace: Trace, name_ids: np.ndarray, native: frozenset[str]) -> np.ndarray:
+    """The string ids among ``name_ids`` (op rows' names) of aten ops the fallback table names
+    (``costmodel.fallbacks.falls_back``), less the ``native`` ones (a what-if: any overload,
+    in-place variant included); each distinct name tested once."""
+    run_natively = {out_of_place(normalise_op(n)) for n in native}
+    ids = np.unique(name_ids)
+    keep = [
+        name.startswith("aten::")
+        and falls_back(name, "")
+        and out_of_place(normalise_op(name)) not in run_natively
+        for name in (trace.strings[i] for i in ids.tolist())
+    ]
+    return ids[np.array(keep, bool)] if len(ids) else ids
 
 
 @dataclass(frozen=True)
@@ -367,7 +361,7 @@ def _fallback_items(
     device_work: np.ndarray,
 ) -> np.ndarray:
     """Items the target would not run: launched inside a fallback op, or by an op on float64."""
-    f64 = cost.priced & (cost.dtype == "float64")
+    f64 = cost.priced & np.isin(cost.dtype.astype(str), list(FALLBACK_DTYPES))
     return device_work & ((top_fallback >= 0) | f64)
 
 

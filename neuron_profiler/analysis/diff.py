@@ -430,9 +430,9 @@ class _GatingGroups:
 
 def _launch_nodes(ctx: AnalysisContext, tree: HostTree, rows: np.ndarray) -> np.ndarray:
     """Per work row, its launching call's tree node (-1: none), as every analysis links
-    launches (``RuntimeCalls.call_of``: correlation id, else ac2g flow or External id)."""
+    launches (``RuntimeCalls.launching_call``: correlation id, else ac2g flow or External id)."""
     node = np.full(len(rows), -1, np.int64)
-    call_row = ctx.runtime_calls.call_of(ctx.trace.columns[S.CORRELATION], rows)
+    call_row = ctx.runtime_calls.launching_call(ctx.trace, rows)
     nodes = np.flatnonzero(tree.kind == S.EventKind.RUNTIME)
     if not len(nodes) or not (call_row >= 0).any():
         return node

@@ -35,6 +35,7 @@ from neuron_profiler.analysis._copies import D2H, H2D, NONE, CopyInfo
 from neuron_profiler.analysis._device import DeviceWork
 from neuron_profiler.analysis._threads import HostThreads
 from neuron_profiler.analysis.context import AnalysisContext
+from neuron_profiler.costmodel.fallbacks import normalise_op
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -71,13 +72,6 @@ def listed_fallback_ops(trace: Trace) -> tuple[str, ...]:
     if not isinstance(given, list):
         return ()
     return tuple(sorted({normalise_op(x) for x in given if isinstance(x, str) and x.strip()}))
-
-
-def normalise_op(name: str) -> str:
-    """``"nonzero"`` -> ``"aten::nonzero"``; ``"aten::nonzero.default"`` -> ``"aten::nonzero"``."""
-    name = name.strip()
-    space, _, op = name.rpartition("::")
-    return f"{space or 'aten'}::{op.split('.', 1)[0]}"
 
 
 def infer_fallbacks(ctx: AnalysisContext) -> InferredFallbacks:
@@ -261,7 +255,7 @@ def _dispatching_op(ctx: AnalysisContext, row: int) -> int:
     op; the outermost such op (the row itself when none encloses it)."""
     trace, frames = ctx.trace, ctx.names.dispatch_frames
     name = trace.name(row)
-    op = name[len(V.FALLBACK_PREFIX) :] if name.startswith(V.FALLBACK_PREFIX) else name
+    op = V.fallback_op(name)
     found, at = row, ctx.threads.parent(trace, row)
     while at >= 0:
         name_id = int(trace.col(S.NAME_ID)[at])

@@ -217,14 +217,17 @@ def _fallback_rows(ctx: AnalysisContext, rows: np.ndarray) -> _Calls:
     ts, dur, ext = (trace.col(c)[rows] for c in (S.TS_NS, S.DUR_NS, S.EXTERNAL_ID))
     dma = np.flatnonzero(work.queue == DMA)
     dma_ext = trace.col(S.EXTERNAL_ID)[work.rows[dma]]
+    by_ext = np.argsort(dma_ext, kind="stable")  # each call's copies: one slice, in dma order
+    lo = np.searchsorted(dma_ext[by_ext], ext, side="left")
+    hi = np.searchsorted(dma_ext[by_ext], ext, side="right")
     props = ctx.peaks
     flops, nbytes = as_float(a[V.ARG_FLOPS]), as_float(a[V.ARG_BYTES])
     key, reason, copies, native = [], [], [], []
     for i in range(len(rows)):  # one entry per fallback call (a few hundred at most)
-        op = a[V.ARG_OP][i] or trace.name(int(rows[i]))[len(V.FALLBACK_PREFIX) :]
+        op = a[V.ARG_OP][i] or V.fallback_op(trace.name(int(rows[i])))
         key.append((str(op), _text(a[V.ARG_SHAPES][i]), _text(a[V.ARG_DTYPES][i]), False))
         reason.append(str(a[V.ARG_FALLBACK_REASON][i] or ""))
-        copies.append(dma[dma_ext == ext[i]] if ext[i] > 0 else np.zeros(0, np.int64))
+        copies.append(dma[by_ext[lo[i] : hi[i]]] if ext[i] > 0 else np.zeros(0, np.int64))
         native.append(
             native_time(flops[i], nbytes[i], a[V.ARG_DTYPE][i], a[V.ARG_ENGINE][i], props)
         )

@@ -87,7 +87,7 @@ def launch_sites(ctx: AnalysisContext, items: np.ndarray, waits_ns: np.ndarray) 
     op = np.full(n, -1, np.int64)
     thread = np.full(n, -1, np.int64)
     region = np.full(n, -1, np.int64)
-    call_row = ctx.runtime_calls.call_of(c[S.CORRELATION], w.rows[items])
+    call_row = ctx.runtime_calls.launching_call(trace, w.rows[items])
     calls = np.unique(call_row[call_row >= 0])  # (by correlation, flow or External id)
     if len(calls):
         hosts = np.flatnonzero(

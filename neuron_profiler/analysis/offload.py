@@ -11,8 +11,12 @@ emulated device's); the op's host time shrinks to what the target's host spends 
 no longer computes it): the framework's dispatch per aten op it runs, measured in the trace on
 ops that launch nothing, plus the backend's launch (``ChipSpec.host_launch_ns``) per kernel. Views,
 allocations and metadata ops have no kernel and stay as they are; so do ops under a DataLoader
-(data loading stays on the host) and ops without recorded shapes (counted). ``aten::item`` /
-``_local_scalar_dense`` become syncs: the host waits for the device work launched before them.
+(data loading stays on the host) and ops without recorded shapes (counted); which ops launch
+no kernel is ``vocabulary.NO_KERNEL_OPS`` (the emulator's rule too). The ops that may sync
+(``vocabulary.SYNC_OP_NAMES``) make the host wait: one that only reads a value (``aten::item``,
+``_local_scalar_dense``, ``is_nonzero``) for the device work launched before it, one with
+device work of its own (``nonzero``, whose output size the host must read) for that work, at
+its end.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis import _tree
+from neuron_profiler.analysis import selections as sel
 from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.replay import DependencyGraph, HostDelays
@@ -32,54 +37,6 @@ from neuron_profiler.costmodel.ops import OpCost, op_cost
 from neuron_profiler.costmodel.roofline import kernel_s
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
-
-# Ops that launch no kernel: views, allocations, metadata.
-NO_KERNEL_OPS = frozenset(
-    f"aten::{op}"
-    for op in (
-        "view",
-        "t",
-        "transpose",
-        "permute",
-        "reshape",
-        "_reshape_alias",
-        "expand",
-        "expand_as",
-        "as_strided",
-        "unsqueeze",
-        "squeeze",
-        "slice",
-        "select",
-        "narrow",
-        "detach",
-        "detach_",
-        "alias",
-        "_unsafe_view",
-        "view_as",
-        "flatten",
-        "unflatten",
-        "empty",
-        "empty_like",
-        "empty_strided",
-        "resize_",
-        "lift_fresh",
-        "size",
-        "stride",
-        "numel",
-        "dim",
-        "is_same_size",
-        "requires_grad_",
-        "set_",
-        "to",
-        "contiguous",
-        "result_type",
-        "resolve_conj",
-        "resolve_neg",
-        "conj",
-        "_conj",
-    )
-)
-SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"})
 
 
 @dataclass(frozen=True)
@@ -105,17 +62,20 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
         trace, np.flatnonzero(trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE))
     )
     ops, start, end, parent = tree.rows, tree.start, tree.end, tree.parent
-    names = np.array([trace.strings[i] for i in c[S.NAME_ID][ops].tolist()], dtype=object)
-    aten = np.char.startswith(names.astype(str), "aten::")  # not autograd's own rows ("detach")
-    kernel = aten & ~np.isin(names, list(NO_KERNEL_OPS))
+    name_id = c[S.NAME_ID][ops]
+    names = sel.per_name(trace, name_id, str, object)  # (the string objects, not copies)
+    aten = sel.per_name(trace, name_id, _is_aten)  # not autograd's own rows ("detach")
+    kernel = aten & ~sel.per_name(trace, name_id, V.NO_KERNEL_OPS.__contains__)
     # the op the script called: the outermost kernel op (aten::linear with the addmm inside it,
     # aten::sum with the fill_ that starts it): what runs inside it goes with it
     leaf = kernel & (_tree.outermost_marked(parent, kernel) == np.arange(len(ops)))
     loading = _tree.outermost_marked(parent, np.isin(c[S.NAME_ID][ops], ctx.names.dataloader)) >= 0
     in_steps = I.overlap_per_window(ctx.steps.host_spans, start, start + 1) > 0
     candidate = leaf & ~loading & in_steps
-    sync = candidate & np.isin(names, list(SYNC_OPS))
-    moved, costs, unpriced = _priced(trace, ops, names, candidate & ~sync, target)
+    sync_op = candidate & sel.per_name(trace, name_id, V.SYNC_OP_NAMES.__contains__)
+    moved, costs, no_shapes = _priced(trace, ops, names, candidate, target)
+    unpriced = int((no_shapes & ~sync_op).sum())  # (a scalar read has nothing to price)
+    sync = sync_op & ~moved  # reads a value: waits for the work launched before it
     items = np.flatnonzero(moved)
     launch = start[items]
     by_launch = np.argsort(launch, kind="stable")
@@ -129,9 +89,12 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
     shrink = target_host - (end[items] - start[items])
     syncs = np.flatnonzero(sync)
     before = np.searchsorted(launch, start[syncs], side="left") - 1
-    at = np.concatenate([end[items], start[syncs]])
-    awaited = np.concatenate([np.full(len(items), -1), np.where(before >= 0, before, -1)])
-    extra = np.concatenate([shrink, np.zeros(len(syncs), np.int64)])
+    # a sync op with device work of its own (nonzero) waits for it at its end, after its host
+    # time has shrunk (same instant: the stable sort keeps the shrink first)
+    own = np.flatnonzero(sync_op[items])
+    at = np.concatenate([end[items], end[items[own]], start[syncs]])
+    awaited = np.concatenate([np.full(len(items), -1), own, np.where(before >= 0, before, -1)])
+    extra = np.concatenate([shrink, np.zeros(len(own) + len(syncs), np.int64)])
     o = np.argsort(at, kind="stable")
     return Offload(
         graph=graph,
@@ -144,6 +107,10 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
         target_host_ns=target_host,
         dispatch_ns=dispatch,
     )
+
+
+def _is_aten(name: str) -> bool:
+    return name.startswith("aten::")
 
 
 def _framework_dispatch_ns(
@@ -184,19 +151,19 @@ def _host_ns_on_target(
 
 def _priced(
     trace, ops: np.ndarray, names: np.ndarray, candidate: np.ndarray, target: ChipSpec
-) -> tuple[np.ndarray, list[OpCost], int]:  # noqa: ANN001
-    """Which candidates have a cost from their recorded shapes, their costs, how many had
-    tensors but no shapes."""
+) -> tuple[np.ndarray, list[OpCost], np.ndarray]:  # noqa: ANN001
+    """Which candidates have a cost from their recorded shapes, their costs (in op order),
+    which recorded no shapes (or shapes the cost model cannot read)."""
     idx = np.flatnonzero(candidate)
     keys = (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE)
     a = arg_values(trace, ops[idx], keys)
     moved = np.zeros(len(ops), bool)
+    unpriced = np.zeros(len(ops), bool)
     costs: list[OpCost] = []
-    unpriced = 0
     for j, k in enumerate(idx.tolist()):
         dims = next((a[key][j] for key in V.ARG_INPUT_DIMS_KEYS if a[key][j] is not None), None)
         if not isinstance(dims, list):
-            unpriced += 1
+            unpriced[k] = True
             continue
         types = a[V.ARG_INPUT_TYPE][j]
         if not isinstance(types, list):
@@ -204,7 +171,7 @@ def _priced(
         try:
             cst = op_cost(str(names[k]), dims, types)
         except (TypeError, ValueError, IndexError):
-            unpriced += 1
+            unpriced[k] = True
             continue
         if cst.bytes_moved > 0:
             moved[k] = True

@@ -58,6 +58,7 @@ from neuron_profiler.analysis.what_if import (
     what_if_step,
 )
 from neuron_profiler.costmodel.chips import CHIPS, ChipSpec, chip
+from neuron_profiler.costmodel.fallbacks import normalise_op, out_of_place
 from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, KERNEL_EFFICIENCY
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.trace.model import Trace
@@ -331,7 +332,8 @@ def _offload_assumptions(plan: Offload) -> tuple[str, ...]:
         "the backend's launch per kernel (ChipSpec.host_launch_ns, the emulator's figure)",
         "views, allocations, data loading and ops without shapes stay on the host "
         f"({plan.unpriced} such ops without recorded shapes)",
-        "aten::item / _local_scalar_dense wait for the device work launched before them",
+        "aten::item / _local_scalar_dense / is_nonzero wait for the device work launched "
+        "before them; aten::nonzero runs on the device and the host waits for it",
         "host time outside the moved ops is carried over as recorded: on the CPU it includes "
         "the host allocator returning freed tensor memory to the OS (glibc's munmap of large "
         "blocks, e.g. zero_grad() dropping the gradients), which a device's caching allocator "
@@ -385,8 +387,9 @@ def _busy_ms(start: np.ndarray, end: np.ndarray, n: int) -> float:
 def _unknown_fallback(op: str, costs: ItemCosts, same: bool) -> tuple[str, ...]:
     """The note for ``no-fallback:OP`` where OP is no op the target runs on the host here (a typo
     would otherwise read as "no change" without a word)."""
-    host_run = sorted(set(costs.name[costs.fallback].astype(str)))
-    if op in host_run and not same:
+    host_run = sorted({str(n) for n in costs.name[costs.fallback].tolist()})
+    moved = {out_of_place(normalise_op(n)) for n in host_run}  # (swap_costs' match)
+    if out_of_place(normalise_op(op)) in moved and not same:
         return ()
     if same:
         why = "--chip same replays the trace as recorded, with no op moved"
@@ -410,7 +413,9 @@ def _ops(costs: ItemCosts, n: int, *, fallback: bool, top: int | None) -> tuple[
     if len(idx) == 0:
         return ()
     names = costs.name[idx]
-    uniq, inv = np.unique(names.astype(str), return_inverse=True)
+    # (the names as objects: a fixed-width text array is as wide as the longest name)
+    uniq, inv = np.unique(names.astype(object), return_inverse=True)
+    inv = inv.reshape(-1)
     src = np.bincount(inv, weights=costs.source_duration[idx], minlength=len(uniq))
     tgt = np.bincount(inv, weights=costs.duration[idx], minlength=len(uniq))
     count = np.bincount(inv, minlength=len(uniq))

@@ -133,7 +133,7 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps, ctx: AnalysisContext) -
         return {"recorded_waits": False, "calls": (), "orphan_waits": 0, "orphan_wait_ns": 0}
     rows = work.rows[on]
     args = {k: work.collective_arg(k, on) for k in (V.ARG_COLLECTIVE, V.ARG_GROUP_RANKS)}
-    names = [trace.strings[i] for i in trace.col(S.NAME_ID)[rows].tolist()]
+    name_id = trace.col(S.NAME_ID)[rows]
     is_wait = work.wait[on]  # the collective-wait slices (``_device``'s one rule)
     stream = trace.col(S.STREAM)[rows]
     device, start, end = work.device[on], work.start[on], work.end[on]
@@ -165,7 +165,7 @@ def _calls(trace: Trace, work: DeviceWork, steps: Steps, ctx: AnalysisContext) -
         group_ranks.tolist(), stream[coll].tolist(), device[coll].tolist(), several
     )
     call_names = [
-        str(given) if given is not None else names[i]
+        str(given) if given is not None else trace.strings[int(name_id[i])]
         for i, given in zip(coll.tolist(), coll_names.tolist(), strict=True)
     ]
     before_ns = list(map(tuple, before.tolist()))

@@ -13,7 +13,7 @@ Name rules (the names themselves are in ``trace/vocabulary.py``):
   of the ``dataloader`` category).
 - **Host sync candidates**: runtime waits (``HOST_WAIT_NAMES``: stream/device/event
   synchronize, synchronous copies; our ``host sync: ...`` rows) and ops that may sync
-  (``SYNC_OP_NAMES``: ``aten::item``, ``_local_scalar_dense``, ``nonzero``). Which of them
+  (``SYNC_OP_NAMES``: ``aten::item``, ``_local_scalar_dense``, ``is_nonzero``, ``nonzero``). Which of them
   really waited is ``sync_calls``' rule.
 - **Emulator overhead**: ``emulator overhead: ...`` rows (the emulated device's own host work).
 - **Profiler overhead**: Kineto's own rows (``Activity Buffer Request``, ``Profiler overhead``)
@@ -42,9 +42,10 @@ functions, runtime calls, CPU-fallback and DataLoader rows), ProfilerStep annota
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +76,19 @@ _PROFILER_FRAME = re.compile(r"(^|[/\\])torch[/\\](autograd[/\\])?profiler")
 _COMPILED_PREFIXES = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFx")
 _PIN_OPS = frozenset({"aten::pin_memory", "aten::_pin_memory"})
 _EMPTY = np.zeros(0, np.int64)
+
+
+def per_name(
+    trace: Trace, name_ids: np.ndarray, fn: Callable[[str], Any], dtype: Any = bool
+) -> np.ndarray:
+    """``fn(name)`` per row (``name_ids``: the rows' string ids), computed once per distinct
+    name: a hot path never builds a string per row, nor a fixed-width text array (as wide as
+    the longest name: one 1 MB name on a million rows would take 4 TB)."""
+    ids, inverse = np.unique(name_ids, return_inverse=True)
+    values = [fn(trace.strings[i]) for i in ids.tolist()]
+    out = np.empty(len(ids), dtype)
+    out[:] = values
+    return out[inverse.reshape(-1)]
 
 
 def is_dataloader_name(name: str) -> bool:

@@ -8,7 +8,8 @@ A sync is a host call that blocked until device work was done:
 - a **runtime wait** (``selections.is_wait_name``: stream / device / event synchronize, a
   synchronous copy, our runtime's ``host sync: ...`` rows) is one by itself, except our
   runtime's waits for room in its full launch queue (backpressure from a busy device);
-- an **op that may sync** (``aten::item``, ``_local_scalar_dense``, ``nonzero``) is one only
+- an **op that may sync** (``vocabulary.SYNC_OP_NAMES``: ``aten::item``,
+  ``_local_scalar_dense``, ``is_nonzero``, ``nonzero``) is one only
   when it really waited: a runtime wait, or the launch of a device-to-host copy, lies inside it
   on its thread. ``.item()`` of a host tensor (an optimizer's step counter) does neither.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis import selections as sel
 from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis._copies import D2H
 from neuron_profiler.analysis._launches import launch_sites
@@ -55,7 +57,7 @@ def sync_calls(ctx: AnalysisContext) -> np.ndarray:
 def _backpressure(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """Our runtime's waits because its launch queue was full (``sync`` arg ``queue_full``):
     the host got ahead of a busy device, which is no sync."""
-    ours = np.flatnonzero(np.char.startswith(_names(trace, rows), V.SYNC_PREFIX))
+    ours = np.flatnonzero(sel.per_name(trace, trace.col(S.NAME_ID)[rows], _is_ours))
     out = np.zeros(len(rows), bool)
     if len(ours):
         why = arg_values(trace, rows[ours], (V.ARG_SYNC,))[V.ARG_SYNC]
@@ -63,8 +65,8 @@ def _backpressure(trace: Trace, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def _names(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    return np.array([trace.strings[n] for n in trace.col(S.NAME_ID)[rows].tolist()], dtype=str)
+def _is_ours(name: str) -> bool:
+    return name.startswith(V.SYNC_PREFIX)
 
 
 def _waits_and_d2h_launches(

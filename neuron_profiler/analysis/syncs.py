@@ -5,7 +5,7 @@
 
 Syncs are the calls that really waited for the device, inside the analysed steps and not part
 of a CPU fallback (``sync_calls``: runtime waits, and ``.item()`` / ``_local_scalar_dense`` /
-``nonzero`` when a wait or a D2H copy launch lies inside them), on a thread whose spans the idle
+``is_nonzero`` / ``nonzero`` when a wait or a D2H copy launch lies inside them), on a thread whose spans the idle
 rules judge some device's gaps on (one that launches device work; any thread where a device's
 launches are not linked). Those on other threads cost no device idle: they are counted apart
 (``syncs_elsewhere``), not grouped. A call counts for the outermost
@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from neuron_profiler.analysis import _intervals as I
+from neuron_profiler.analysis import selections as sel
 from neuron_profiler.analysis._copies import D2H
 from neuron_profiler.analysis.callsites import call_sites
 from neuron_profiler.analysis.context import AnalysisContext
@@ -117,7 +118,7 @@ def _groups(ctx: AnalysisContext, rows: np.ndarray) -> tuple[SyncGroup, ...]:
     end = start + c[S.DUR_NS][rows]
     gap_start, gap_end, gap_idle, owner = _gap_owners(ctx.result(idle_time), start, end)
     d2h = _d2h_per_call(ctx, rows, ctx.result(fallback_copies))
-    names = np.array([sync_name(trace.strings[n]) for n in c[S.NAME_ID][rows].tolist()], object)
+    names = sel.per_name(trace, c[S.NAME_ID][rows], sync_name, object)  # (once per name)
     out, evidence = [], []
     for name in sorted(set(names.tolist())):
         mine = np.flatnonzero(names == name)

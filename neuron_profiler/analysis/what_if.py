@@ -35,6 +35,7 @@ from neuron_profiler.analysis.replay import (
     ReplayedTimeline,
 )
 from neuron_profiler.costmodel.chips import ChipSpec
+from neuron_profiler.costmodel.fallbacks import normalise_op
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.trace import schema as S
 
@@ -87,7 +88,7 @@ def parse_what_if(text: str, source: str = "") -> Edit:
     t = text.strip()
     if t.startswith("no-fallback:") and len(t) > len("no-fallback:"):
         op = t.split(":", 1)[1].strip()
-        return Edit(t, "no-fallback", op=op if "::" in op else f"aten::{op}")
+        return Edit(t, "no-fallback", op=normalise_op(op))
     if t in ("no-data-stall", "compiled", "overlap-comm"):
         return Edit(t, t)
     where = f"{source}: " if source else ""

@@ -35,8 +35,28 @@ DEFAULT_FALLBACK_OPS = frozenset(
 )
 
 
+def normalise_op(name: str) -> str:
+    """An op as the fallback tables name it: namespace (``aten`` where none is given) and
+    overload packet, no overload: ``"nonzero"`` and ``"aten::nonzero.default"`` ->
+    ``"aten::nonzero"``; an in-place variant keeps its ``_`` (``out_of_place`` drops it).
+    The one rule of what-if edits, the metadata's fallback list, the emulator's configured set
+    and the projection's table lookups."""
+    space, _, op = name.strip().rpartition("::")
+    return f"{space or 'aten'}::{op.split('.', 1)[0]}"
+
+
+def out_of_place(op: str) -> str:
+    """The op an in-place variant belongs to: one trailing ``_`` less (``aten::add_`` ->
+    ``aten::add``); a dunder op (``aten::__and__``) is its own."""
+    return op[:-1] if op.endswith("_") and not op.endswith("__") else op
+
+
 def falls_back(op: str, dtype: str) -> bool:
-    """Whether a Neuron device runs ``op`` (an overload packet; the in-place variant included)
-    with inputs of ``dtype`` on the host by default."""
-    base = op[:-1] if op.endswith("_") else op
-    return op in DEFAULT_FALLBACK_OPS or base in DEFAULT_FALLBACK_OPS or dtype in FALLBACK_DTYPES
+    """Whether a Neuron device runs ``op`` (any overload; the in-place variant included) with
+    inputs of ``dtype`` on the host by default."""
+    op = normalise_op(op)
+    return (
+        op in DEFAULT_FALLBACK_OPS
+        or out_of_place(op) in DEFAULT_FALLBACK_OPS
+        or (dtype in FALLBACK_DTYPES)
+    )

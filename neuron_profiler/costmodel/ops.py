@@ -152,6 +152,13 @@ _CONV_GRAD_ONE = frozenset(
 # A weight gradient's kernel size is not among its recorded arguments: 3 x 3, the commonest
 # kernel of the convolutional networks in the shared traces (ASSUMPTION).
 UNKNOWN_KERNEL_ELEMS = 9
+_ATTENTION_OPS = frozenset(
+    {
+        "aten::scaled_dot_product_attention",
+        "aten::_flash_attention_forward",
+        "aten::_efficient_attention_forward",
+    }
+)
 _COPY_OPS = frozenset(
     {"aten::copy_", "aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous"}
 )
@@ -170,10 +177,32 @@ def numel(shape: Shape) -> int:
     return math.prod(shape)
 
 
+def mm_batch(a: Shape, b: Shape) -> int:
+    """Batch entries of (..., m, k) @ (..., k, n): the product of the two batch shapes
+    broadcast together (torch.matmul's rule; ValueError where they do not broadcast)."""
+    x, y = tuple(a[:-2]), tuple(b[:-2])
+    width = max(len(x), len(y))
+    x, y = (1,) * (width - len(x)) + x, (1,) * (width - len(y)) + y
+    if any(i != j and 1 not in (i, j) for i, j in zip(x, y, strict=True)):
+        raise ValueError(f"batch shapes {a[:-2]} and {b[:-2]} do not broadcast")
+    return math.prod(max(i, j) if 1 in (i, j) else i for i, j in zip(x, y, strict=True))
+
+
 def mm_flops(a: Shape, b: Shape) -> int:
-    """(..., m, k) @ (k, n): 2 m k n per batch entry."""
-    batch = math.prod(a[:-2]) if len(a) > 2 else 1
-    return 2 * batch * a[-2] * a[-1] * b[-1]
+    """(..., m, k) @ (..., k, n): 2 m k n per batch entry (``mm_batch``)."""
+    return 2 * mm_batch(a, b) * a[-2] * a[-1] * b[-1]
+
+
+def is_attention(name: str) -> bool:
+    """Scaled dot-product attention, fused or a backend's lowering of it."""
+    return name.startswith("aten::_scaled_dot_product") or name in _ATTENTION_OPS
+
+
+def attention_flops(name: str, q: Shape, k: Shape) -> int:
+    """Q K^T and P V, 2 L_q L_k d each per batch entry and head; a backward pass 2.5 times
+    the forward (its five products against the forward's two)."""
+    fwd = 4 * math.prod(q[:-1]) * k[-2] * q[-1]
+    return fwd * 5 // 2 if name.endswith("_backward") else fwd
 
 
 def conv_flops(inp: Shape, weight: Shape, out_numel: int, transposed: bool) -> int:
@@ -204,10 +233,8 @@ def matrix_flops(
         grad_out, inp, weight = dims[0], dims[1], dims[2]
         fwd = conv_flops(inp, weight, numel(grad_out), transposed)
         return fwd * (int(bool(output_mask[0])) + int(bool(output_mask[1]))) + numel(grad_out)
-    if name.startswith("aten::_scaled_dot_product") and len(dims) >= 3:
-        q, k = dims[0], dims[1]
-        fwd = 4 * math.prod(q[:-1]) * k[-2] * q[-1]
-        return fwd * 5 // 2 if name.endswith("_backward") else fwd
+    if is_attention(name) and len(dims) >= 3 and dims[0] and dims[1]:
+        return attention_flops(name, dims[0], dims[1])
     return None
 
 
@@ -299,9 +326,7 @@ def _matrix_cost(op: str, name: str, shapes: list[tuple[int, ...]]) -> tuple[int
             return mm_flops((numel(a[:-1]), a[-1]), b) + bias, out
         if len(b) == 1:  # matrix @ vector
             return 2 * numel(a), numel(a[:-1])
-        batch = max(numel(a[:-2]), numel(b[:-2])) if len(a) > 2 or len(b) > 2 else 1
-        out = batch * a[-2] * b[-1]
-        return 2 * batch * a[-2] * a[-1] * b[-1], out
+        return mm_flops(a, b), mm_batch(a, b) * a[-2] * b[-1]
     if op in ("aten::addmm", "aten::baddbmm", "aten::_addmm_activation", "aten::addbmm"):
         a, b = shapes[1], shapes[2]
         out = (numel(a[:-2]) if len(a) > 2 else 1) * a[-2] * b[-1]
@@ -316,16 +341,9 @@ def _matrix_cost(op: str, name: str, shapes: list[tuple[int, ...]]) -> tuple[int
         "aten::miopen_convolution_backward",
     ):
         return _conv_backward(name, shapes)
-    if op.startswith("aten::_scaled_dot_product") or op in (
-        "aten::scaled_dot_product_attention",
-        "aten::_flash_attention_forward",
-        "aten::_efficient_attention_forward",
-    ):
-        if len(shapes) < 3 or not shapes[0] or not shapes[1]:
-            return None, 0
-        q, k = shapes[0], shapes[1]
-        fwd = 4 * math.prod(q[:-1]) * k[-2] * q[-1]
-        return (fwd * 5 // 2 if op.endswith("_backward") else fwd), numel(q)
+    if is_attention(op):
+        flops = matrix_flops(op, shapes, numel(shapes[0]) if shapes else 0)
+        return flops, numel(shapes[0]) if flops is not None else 0
     return None, 0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuron_profiler.costmodel.chips import ChipSpec
+from neuron_profiler.trace import vocabulary as V
 
 # Achieved fraction of the roofline bound of an op run on the host CPU profile (an op a Neuron
 # target runs on the host): ASSUMPTION, a round figure between the memory-bound elementwise
@@ -48,11 +49,15 @@ def kernel_s(
 
 
 def ring_traffic(nbytes: float, world: int, collective: str) -> tuple[int, float]:
-    """(steps, bytes each rank sends) of one ring collective over ``world`` ranks."""
+    """(steps, bytes each rank sends) of one ring collective over ``world`` ranks;
+    ``collective``: its name (``vocabulary.collective_kind`` reads the kind: ``allreduce``,
+    ``all_reduce``, ``ncclDevKernel_AllReduce...``); any other kind (broadcast, reduce, a
+    point-to-point) passes the whole message along the ring."""
     n = max(1, world)
-    if collective == "allreduce":
+    kind = V.collective_kind(collective)
+    if kind == "all_reduce":
         return 2 * (n - 1), 2 * (n - 1) / n * nbytes
-    if collective in ("allgather", "reduce_scatter", "alltoall"):
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
         return n - 1, (n - 1) / n * nbytes
     return n - 1, float(nbytes)
 

@@ -41,6 +41,7 @@ from neuron_profiler.emulator.scheduler import DeviceTimeline, PendingCollective
 from neuron_profiler.emulator.tensor import NeuronTensor
 from neuron_profiler.errors import EmulatorError
 from neuron_profiler.runtime_trace import format as F
+from neuron_profiler.trace import vocabulary as V
 
 aten = torch.ops.aten
 _set_record_function = torch._C._autograd._enable_record_function
@@ -111,13 +112,6 @@ _META_OPS = {
     # shapes only (forward-mode autograd asks it of every tangent): no kernel, no host read
     aten.is_same_size.default,
 }
-_NO_KERNEL_OPS = {
-    "aten::_unsafe_view",
-    "aten::lift_fresh",
-    "aten::record_stream",
-    "aten::_has_compatible_shallow_copy_type",
-    "aten::set_",
-}
 
 
 def register_special(op: Any, handler: Callable[..., Any]) -> None:
@@ -143,7 +137,7 @@ def _describe(func: Any) -> OpInfo:
         kind = Kind.META
     elif name in ALLOC_OPS:
         kind = Kind.ALLOC
-    elif ((func.is_view or name in _NO_KERNEL_OPS) and not positions) or (
+    elif ((func.is_view or name in V.NO_KERNEL_OPS) and not positions) or (
         torch.Tag.inplace_view in func.tags
     ):  # t_, unsqueeze_, ...: metadata only
         kind = Kind.VIEW

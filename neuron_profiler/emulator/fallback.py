@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Callable
 
-from neuron_profiler.costmodel.fallbacks import DEFAULT_FALLBACK_OPS
+from neuron_profiler.costmodel.fallbacks import DEFAULT_FALLBACK_OPS, normalise_op, out_of_place
 
 __all__ = ["DEFAULT_FALLBACK_OPS", "add_fallback_ops", "fallback_ops", "is_fallback_op"]
 
@@ -31,14 +31,9 @@ _configured: set[str] = set()
 _seen: set[str] = set()
 
 
-def _normalise(name: str) -> str:
-    name = name.strip()
-    return name if "::" in name else f"aten::{name}"
-
-
 def _from_env() -> set[str]:
     raw = os.environ.get(ENV_VAR, "")
-    return {_normalise(n) for n in raw.split(",") if n.strip()}
+    return {normalise_op(n) for n in raw.split(",") if n.strip()}
 
 
 def reset_fallback_ops() -> None:
@@ -52,13 +47,13 @@ def add_fallback_ops(*names: str) -> None:
     """Run these ops (``"aten::name"`` or ``"name"``: every overload and the in-place variant)
     on the host from now on."""
     with _lock:
-        _configured.update(_normalise(n) for n in names)
+        _configured.update(normalise_op(n) for n in names)
     _invalidate()
 
 
 def remove_fallback_ops(*names: str) -> None:
     with _lock:
-        _configured.difference_update(_normalise(n) for n in names)
+        _configured.difference_update(normalise_op(n) for n in names)
     _invalidate()
 
 
@@ -78,9 +73,7 @@ def note_fallback(name: str) -> None:
 
 def is_fallback_op(packet_name: str) -> bool:
     """``aten::add`` in the set covers add, add.out and the in-place add_."""
-    return packet_name in _configured or (
-        packet_name.endswith("_") and packet_name[:-1] in _configured
-    )
+    return packet_name in _configured or out_of_place(packet_name) in _configured
 
 
 _listeners: list[Callable[[], None]] = []

@@ -727,7 +727,7 @@ def _row_name(kind: int, base: str, e: _Ext) -> str:
     if kind == ActivityKind.HOST_SYNC:
         return V.SYNC_PREFIX + (e.op or (str(e.sync) if e.sync is not None else "device"))
     if kind == ActivityKind.FALLBACK:
-        return V.FALLBACK_PREFIX + (e.op or base)
+        return V.fallback_name(e.op or base)
     if kind == ActivityKind.OVERHEAD:
         return V.OVERHEAD_PREFIX + (e.overhead or "host")
     return base

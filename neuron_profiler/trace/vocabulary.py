@@ -112,6 +112,18 @@ ARG_REPLACED = "neuron-profiler replaced"
 # (key_averages groups rows by name).
 FALLBACK_PREFIX = "CPU fallback: "
 
+
+def fallback_name(op: str) -> str:
+    """The name of a CPU fallback call's row: ``"CPU fallback: aten::nonzero"``."""
+    return FALLBACK_PREFIX + op
+
+
+def fallback_op(name: str) -> str:
+    """The op a CPU fallback row ran: its name without ``FALLBACK_PREFIX``; a row without the
+    prefix (one filed as a fallback by its ``cpu_fallback`` category) is named after the op."""
+    return name[len(FALLBACK_PREFIX) :] if name.startswith(FALLBACK_PREFIX) else name
+
+
 # aten ops that only allocate (c10's factory functions and resizes): the emulator never computes
 # them; the memory analysis passes over them when naming the op an allocation belongs to
 ALLOCATION_OPS = frozenset(
@@ -123,6 +135,56 @@ ALLOCATION_OPS = frozenset(
         "aten::new_empty_strided",
         "aten::resize_",
     }
+)
+# aten ops that launch no device kernel: the allocations above, views and reshapes, metadata
+# queries and stream / autograd bookkeeping. The CPU-only projection leaves them on the host
+# (analysis/offload.py); the emulator runs the ones that allocate nothing as views (no kernel,
+# no new memory: emulator/dispatch.py).
+NO_KERNEL_OPS = ALLOCATION_OPS | frozenset(
+    f"aten::{op}"
+    for op in (
+        # views and reshapes
+        "view",
+        "t",
+        "transpose",
+        "permute",
+        "reshape",
+        "_reshape_alias",
+        "expand",
+        "expand_as",
+        "as_strided",
+        "unsqueeze",
+        "squeeze",
+        "slice",
+        "select",
+        "narrow",
+        "detach",
+        "detach_",
+        "alias",
+        "_unsafe_view",
+        "view_as",
+        "flatten",
+        "unflatten",
+        "lift_fresh",
+        "set_",
+        "to",
+        "contiguous",
+        "resolve_conj",
+        "resolve_neg",
+        "conj",
+        "_conj",
+        # metadata
+        "size",
+        "stride",
+        "numel",
+        "dim",
+        "is_same_size",
+        "result_type",
+        "_has_compatible_shallow_copy_type",
+        # bookkeeping
+        "requires_grad_",
+        "record_stream",
+    )
 )
 RUNTIME_PREFIX = "nrt launch: "
 SYNC_PREFIX = "host sync: "
@@ -275,7 +337,12 @@ HOST_WAIT_NAMES = frozenset(
         "synchronizeDevice",
     }
 )
-SYNC_OP_NAMES = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero"})
+# aten ops that may block the host until the device is done: item / _local_scalar_dense and
+# is_nonzero (``if tensor:``) read a value to the host; nonzero's output size depends on the
+# data, so the host reads the count before it can allocate the result.
+SYNC_OP_NAMES = frozenset(
+    {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::nonzero"}
+)
 # Record functions of the Python dispatch machinery (a device's tensor subclass or mode): what
 # runs under them belongs to the aten op around them.
 DISPATCH_FRAMES = frozenset({"PythonSubclass", "PythonDispatchMode"})
@@ -285,6 +352,25 @@ EMULATOR_FRAME_MARK = "neuron_profiler/emulator/"
 HOST_SYNC_NAMES = HOST_WAIT_NAMES | SYNC_OP_NAMES
 # the profiler's own work on the host (CUPTI buffer handling, the emulator's bookkeeping)
 PROFILER_OVERHEAD_NAMES = frozenset({"Activity Buffer Request", "Profiler overhead"})
+
+
+# Collective kinds, each with the letters that name it once case, spaces, "_" and "-" are
+# gone (NCCL's AllGather, torch's all_gather_into_tensor, "CC: allgather", "all gather"),
+# tested in this order.
+COLLECTIVE_KINDS = (
+    ("all_gather", "allgather"),
+    ("reduce_scatter", "reducescatter"),
+    ("all_reduce", "allreduce"),
+    ("all_to_all", "alltoall"),
+)
+
+
+def collective_kind(text: str) -> str:
+    """The kind of collective a name or ``Collective name`` arg says (``COLLECTIVE_KINDS``:
+    all_gather, reduce_scatter, all_reduce, all_to_all), "" where it names none of them. The
+    one rule of the communication report's kinds and the cost model's ring traffic."""
+    flat = text.lower().replace(" ", "").replace("_", "").replace("-", "")
+    return next((kind for kind, letters in COLLECTIVE_KINDS if letters in flat), "")
 
 
 def hbm_process_name(device: int, instance: str) -> str:

@@ -3,7 +3,7 @@ synchronize): per sync name, the calls, host time and D2H copies the analyzer re
 plain-Python count over the raw JSON, and the groups' idle adds up to the host_sync idle.
 
 The count applies the sync rule on its own (docs/analysis.md#host_sync): a runtime wait is a
-sync; ``.item()`` / ``_local_scalar_dense`` / ``nonzero`` are syncs only when a wait or a D2H
+sync; ``.item()`` / ``_local_scalar_dense`` / ``is_nonzero`` / ``nonzero`` are syncs only when a wait or a D2H
 copy's launch lies inside them on their thread; only calls beginning inside a ProfilerStep
 (or, without any, between the first and the last op) count."""
 
@@ -147,9 +147,10 @@ def test_sync_groups_match_the_raw_trace(shared_traces: Path, name: str) -> None
 
 
 def test_item_with_its_copy_is_found(shared_traces: Path) -> None:
-    """The traces hold what the test is about: .item() with its D2H copy and synchronize."""
+    """The traces hold what the test is about: .item() with its D2H copy and synchronize
+    (event_sync_trace's inside ``if tensor:``, aten::is_nonzero: the outermost sync)."""
     names = {n: _expected(shared_traces / n) for n in TRACES}
-    assert names[TRACES[0]]["aten::item"][2] == 1
+    assert names[TRACES[0]]["aten::is_nonzero"][2] == 1
     calls, _, d2h, *_ = names[TRACES[1]]["aten::item"]
     assert calls >= 3 and d2h == calls
     assert names[TRACES[2]]["cudaStreamSynchronize"][0] == 16

@@ -101,6 +101,24 @@ def test_each_step_says_which_kinds_were_exposed() -> None:
     ]
 
 
+def test_kinds_read_by_the_one_rule_of_the_cost_model() -> None:
+    """ "CC: all gather" (100-200) is an all-gather and "CC: all_to_all" (300-350) an
+    all-to-all, both exposed: ``vocabulary.collective_kind``, which the projection's ring model
+    reads too (both used to be "other" here while the projection priced an all-gather)."""
+    from neuron_profiler.costmodel.roofline import ring_traffic
+
+    b = Build().step(1, 0, 500)
+    _collective(b, "CC: all gather", 100, 200, launch=90)
+    _collective(b, "CC: all_to_all", 300, 350, launch=290)
+    (step,) = b.report().communication.steps
+    assert step.exposed_by_kind == (("all_gather forward", 100 * US), ("all_to_all", 50 * US))
+    for name in ("CC: all gather", "allgather", "ncclDevKernel_AllGather_RING_LL"):
+        assert ring_traffic(8e6, 8, name) == (7, 7e6)
+    assert ring_traffic(8e6, 8, "CC: all_to_all") == (7, 7e6)
+    assert ring_traffic(8e6, 8, "all-reduce") == (14, 14e6)
+    assert ring_traffic(8e6, 8, "broadcast") == (7, 8e6)
+
+
 def test_only_the_mostly_exposed_unit_is_flagged_and_the_finding_advises_on_it() -> None:
     """layers.0: 2/3 of its collective time exposed, 200 of the 310 exposed: flagged. (root):
     all exposed but 50 of 310 (under 30%); layers.1: 10% exposed."""

@@ -253,3 +253,42 @@ def test_any_mix_of_rows_is_analysed(seed: int) -> None:
     report = analyze(b.build())
     jsonschema.validate(json.loads(json.dumps(to_document([report]))), json.loads(schema_text()))
     render_terminal([report], console=Console(file=io.StringIO(), width=100))
+
+
+def test_fallback_row_filed_by_category_is_grouped_by_its_name(tmp_path) -> None:  # noqa: ANN001
+    """A row of category ``cpu_fallback`` named ``aten::bincount`` (no prefix, no ``op`` arg)
+    is a fallback of aten::bincount: its group is that op, not the name less 14 characters
+    (it used to be ''): ``vocabulary.fallback_op``, the one rule."""
+    import json
+
+    from neuron_profiler.analysis import analyze
+    from neuron_profiler.trace import load_trace
+
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::bincount", "ts": 10, "dur": 500},
+        {"ph": "X", "cat": "cpu_fallback", "name": "aten::bincount", "ts": 20, "dur": 400},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 600, "dur": 100, "pid": 2, "tid": 7},
+    ]
+    for e in events[:3]:
+        e.update(pid=1, tid=1, args={"External id": 5})
+    events[3]["args"] = {"stream": 7, "device": 0, "correlation": 9}
+    path = tmp_path / "fb.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    r = analyze(load_trace(path))
+    assert [(g.op, g.calls) for g in r.fallback_pareto.groups] == [("aten::bincount", 1)]
+    assert V.fallback_op(V.fallback_name("aten::nonzero")) == "aten::nonzero"
+
+
+def test_is_nonzero_is_a_sync_of_its_own() -> None:
+    """``if tensor:`` runs aten::is_nonzero, which reads the value to the host: the
+    cudaStreamSynchronize inside it (200-525 µs, the device idle 200-710) is its wait, and the
+    sync group is named after the op the script called (``vocabulary.SYNC_OP_NAMES``, the one
+    set the analysis and the CPU-only projection read)."""
+    b = Build().step(1, 0, 1000)
+    b.kernel(0, 200, launch_us=0)
+    b.host("aten::is_nonzero", 190, 530)
+    b.host("cudaStreamSynchronize", 200, 525, kind=EventKind.RUNTIME, cat="cuda_runtime")
+    b.kernel(710, 1000, launch_us=700)
+    r = b.report()
+    assert [(g.name, g.calls) for g in r.findings.syncs] == [("aten::is_nonzero", 1)]

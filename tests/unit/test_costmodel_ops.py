@@ -127,3 +127,34 @@ def test_foreach_over_tensor_lists_as_the_emulator_prices_it() -> None:
     grads = [torch.zeros(64, 32), torch.zeros(32)]
     e = emulated_cost("aten::_foreach_add_", inputs=bufs + grads, outputs=bufs, args=())
     assert (e.flops, e.bytes_moved) == (c.flops, c.bytes_moved)
+
+
+def test_matmul_batch_dims_broadcast() -> None:
+    """(2, 1, 64, 32) @ (3, 32, 16): the batch shapes broadcast to (2, 3), six products of
+    2 x 64 x 32 x 16 flops each and 6 x 64 x 16 outputs (the larger batch alone, 3, halved
+    both); shapes that do not broadcast are priced as vector work."""
+    from neuron_profiler.costmodel.ops import mm_flops
+
+    c = op_cost("aten::matmul", [[2, 1, 64, 32], [3, 32, 16]], ["float", "float"])
+    assert c.flops == 6 * 2 * 64 * 32 * 16 == mm_flops((2, 1, 64, 32), (3, 32, 16))
+    assert c.bytes_moved == (2 * 64 * 32 + 3 * 32 * 16 + 6 * 64 * 16) * 4
+    assert c.matrix
+    assert not op_cost("aten::matmul", [[2, 64, 32], [3, 32, 16]], ["float", "float"]).matrix
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "aten::_scaled_dot_product_flash_attention",
+        "aten::scaled_dot_product_attention",
+        "aten::_flash_attention_forward",
+    ],
+)
+def test_attention_priced_by_one_formula(name: str) -> None:
+    """q, k, v (2, 8, 128, 64): 4 x (2 x 8 x 128) x 128 x 64 flops, from op_cost and from
+    matrix_flops (the emulator's entry) alike, for every name of the op."""
+
+    q = [2, 8, 128, 64]
+    want = 4 * 2 * 8 * 128 * 128 * 64
+    assert op_cost(name, [q, q, q], ["float"] * 3).flops == want
+    assert matrix_flops(name, [tuple(q)] * 3, 0) == want

@@ -10,7 +10,7 @@ import tracemalloc
 import numpy as np
 from trace_factory import US
 
-from neuron_profiler.analysis.context import AnalysisContext, _launching_calls
+from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.summary import _past_merged, op_kernel_summary
 from neuron_profiler.trace import EventKind, Phase, Trace, TraceBuilder
 from neuron_profiler.trace import schema as S
@@ -119,11 +119,11 @@ def test_each_kernel_has_one_launching_call() -> None:
     ctx = AnalysisContext(trace)
     c = trace.columns
     kernels = np.flatnonzero(c[S.KIND] == EventKind.KERNEL)
-    runtime, k = ctx.runtime_calls.lookup(c[S.CORRELATION], kernels)
-    linked, calls = _launching_calls(runtime, c[S.TS_NS], k, c[S.TS_NS][kernels])
+    calls = ctx.runtime_calls.launching_call(trace, kernels)
     # kernels by time: -1, 5, 15, 25 (id 1), 40 (id 2), 60 (id 3)
+    linked = np.flatnonzero(calls >= 0)
     assert linked.tolist() == [0, 1, 2, 3, 4]
-    assert (c[S.TS_NS][calls] // US).tolist() == [0, 0, 10, 20, 50]
+    assert (c[S.TS_NS][calls[linked]] // US).tolist() == [0, 0, 10, 20, 50]
 
 
 def test_launch_threads_come_from_each_kernels_own_call() -> None:

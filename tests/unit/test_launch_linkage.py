@@ -177,3 +177,32 @@ def test_diff_sees_no_change_when_only_the_linkage_form_differs(tmp_path: Path) 
     d = diff(a, b)
     assert d.delta_ms == 0
     assert all(abs(r.delta_ms) < 1e-12 for r in d.rows), [(r.key, r.delta_ms) for r in d.rows]
+
+
+def test_a_reused_correlation_id_names_its_latest_earlier_call(tmp_path: Path) -> None:
+    """Correlation 7 is used twice (a merged trace whose counters restarted): aten::mm on
+    thread 1 calls cudaLaunchKernel at 100 µs, aten::relu on thread 2 at 5000 µs; the kernel
+    carrying 7 runs at 6000 µs. It was launched by the latest call before it (5000 µs, thread
+    2, inside aten::relu), and every analysis says so: the launch thread table, the launch
+    sites, the work's launch span, the projection's launching op and the graph's launch site
+    (they used to disagree: the table said thread 2, the rest the earliest call, thread 1)."""
+    t1, t2 = {"pid": 100, "tid": 1}, {"pid": 100, "tid": 2}
+    events = [
+        _x("user_annotation", "ProfilerStep#1", 0, 10_000, t1),
+        _x("cpu_op", "aten::mm", 90, 100, t1),
+        _x("cuda_runtime", "cudaLaunchKernel", 100, 50, t1, correlation=7),
+        _x("cpu_op", "aten::relu", 4990, 100, t2),
+        _x("cuda_runtime", "cudaLaunchKernel", 5000, 50, t2, correlation=7),
+        _x("kernel", "k", 6000, 500, GPU, device=0, stream=7, correlation=7),
+    ]
+    trace = _load(tmp_path, events)
+    ctx = AnalysisContext(trace)
+    w = ctx.work
+    assert ctx.launch_threads(0).tolist() == [[100, 2]]
+    assert ctx.launch_sites.tid.tolist() == [2]
+    assert (ctx.launch_sites.start_ns // US).tolist() == [5000]
+    assert (w.launch // US).tolist() == [5000] and (w.launch_end // US).tolist() == [5050]
+    inner, _ = _launching_ops(ctx, np.arange(len(w)))
+    assert [trace.name(int(r)) for r in inner] == ["aten::relu"]
+    graph_sites = graph_launch_sites(ctx, np.arange(len(w)), np.zeros(0, np.int64))
+    assert [trace.name(int(r)) for r in graph_sites.op] == ["aten::relu"]

@@ -155,6 +155,35 @@ def test_what_if_no_fallback_keeps_the_op_on_the_device() -> None:
     assert row.delta_ms == pytest.approx(1.0 - p.target.step_ms, abs=1e-6)
 
 
+@pytest.mark.parametrize(
+    "op", ["nonzero", "nonzero.default", "aten::nonzero.default", " aten::nonzero "]
+)
+def test_what_if_no_fallback_names_the_op_any_way(op: str) -> None:
+    """Every spelling of the op (namespace or none, overload or none) is the same edit: the
+    step stays at its recorded 1000 µs (an overload used to match nothing: no change)."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 0, 50, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    b.kernel(20, 120, launch_us=10, name="nonzero_kernel")
+    p = project(b.b.build(), "trn2", source="v100", what_if=(f"no-fallback:{op}",))
+    (row,) = p.what_if
+    assert row.step_ms == pytest.approx(1.0, abs=1e-6)
+    assert not any("no change" in a for a in p.assumptions)
+
+
+def test_fallback_table_reads_every_overload_and_the_in_place_variant() -> None:
+    """One op-name rule (``costmodel.fallbacks.normalise_op``): overloads, a missing
+    namespace and the in-place variant (one ``_``) all name the table's op; a dunder op is
+    its own."""
+    from neuron_profiler.costmodel.fallbacks import falls_back, normalise_op, out_of_place
+
+    for name in ("aten::nonzero.default", "nonzero", "aten::nonzero.out", "aten::histc_"):
+        assert falls_back(name, "float32"), name
+    assert not falls_back("aten::add.Tensor", "float32")
+    assert normalise_op("aten::add_.Tensor") == "aten::add_"
+    assert out_of_place("aten::add_") == "aten::add"
+    assert out_of_place("aten::__and__") == "aten::__and__"
+
+
 def test_what_if_no_data_stall_removes_the_loader_wait() -> None:
     b = _mm_then_sync()
     b.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 600, 700)
@@ -188,6 +217,36 @@ def test_target_queue_depth_blocks_the_host() -> None:
     kernel = 100 * 900 / 725
     assert p.target.step_ms == pytest.approx((20000 + 10 + 15 + 7 * kernel - 79) / 1e3, abs=2e-6)
     assert any("7 launches a step blocked" in a for a in p.assumptions)
+
+
+def test_cpu_only_nonzero_runs_on_the_device_and_the_host_waits_for_it() -> None:
+    """aten::nonzero (100-600 µs, 2**20 floats) may sync (``vocabulary.SYNC_OP_NAMES``: its
+    output size is the data's): moved onto trn2 it is a kernel of 8 MiB at 725 GB/s + 1 µs =
+    12.571 µs, launched at 100 and run 115-127.571; its host time shrinks to one launch (10 µs),
+    and the host then waits for its result: 127.571, plus the step's 400 µs after it (it used
+    to run on without waiting: 510 µs)."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 100, 600, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    p = project(b.b.build(), "trn2")
+    kernel = math.ceil((2 * (1 << 20) * 4 / CHIPS["trn2"].hbm_bytes_per_s() + 1e-6) * 1e9) / 1e3
+    assert kernel == pytest.approx(12.571, abs=1e-3)
+    assert [o.name for o in p.ops] == ["aten::nonzero"]
+    assert p.target.step_ms == pytest.approx((115 + kernel + 400) / 1e3, abs=2e-6)
+
+
+def test_cpu_only_allocation_stays_on_the_host() -> None:
+    """aten::new_empty allocates (``vocabulary.NO_KERNEL_OPS``, the emulator's rule too): no
+    device work, its host time as recorded; the aten::relu beside it is moved."""
+    b = Build().step(1, 0, 1000)
+    b.host(
+        "aten::new_empty",
+        100,
+        200,
+        args={"Input Dims": [[1 << 20], []], "Input type": ["float", ""]},
+    )
+    b.host("aten::relu", 600, 700, args={"Input Dims": [[64, 256]], "Input type": ["float"]})
+    p = project(b.b.build(), "trn2")
+    assert [o.name for o in p.ops] == ["aten::relu"]
 
 
 def test_cpu_only_wrapper_ops_are_not_moved_twice() -> None:
