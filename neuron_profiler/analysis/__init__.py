@@ -5,7 +5,7 @@ that renderers and exporters consume. One module per question:
 - ``context``: ``AnalysisContext`` and ``Options``; ``selections``: the shared row and name
   rules; ``causes``: one record per cause (rule, advice, docs anchor);
 - ``steps``: training steps (ProfilerStep#N, or the whole trace as one step);
-- ``breakdown``: per step and device, busy / compute / DMA / collective / idle / overlap, host time;
+- ``breakdown``: per step and device, busy / compute / DMA / collective / not busy (wall - busy) / overlap, host time;
 - ``idle``: device idle gaps inside the steps, one cause each (``causes``);
 - ``findings``: what to fix first, ranked by recoverable time; CPU-fallback and sync groups;
 - ``summary``: the operator and kernel tables;

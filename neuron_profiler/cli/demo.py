@@ -1,7 +1,8 @@
-"""``neuron-prof demo``: profile a small transformer on the emulated device, summarise it, name
+"""``neuron-prof demo``: profile a small transformer on the emulated device, say what ran, name
 the commands that open the trace, and end with the analyzer's report on it (what
-``neuron-prof analyze TRACE`` prints). Argument parsing only; the workload is
-``neuron_profiler.collectors.demo``, the report ``neuron-prof analyze``'s own command."""
+``neuron-prof analyze TRACE`` prints): every figure the demo shows is the analyzer's. Argument
+parsing only; the workload is ``neuron_profiler.collectors.demo``, the report
+``neuron-prof analyze``'s own command."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def demo(
     out_dir: Path, steps: int, cores: int, chip: str, speed_factor: float, numerics: bool
 ) -> None:
     """Train a small transformer on the emulated Neuron device under torch.profiler, with one
-    CPU-fallback op and a deliberately slow DataLoader; write the trace, summarise it and end
+    CPU-fallback op and a deliberately slow DataLoader; write the trace, say what ran and end
     with the analyzer's report on it. Exits with one error line when the NEURON collector is
     unavailable."""
     from neuron_profiler.collectors.demo import DemoConfig, run_demo

@@ -2,7 +2,7 @@
 device under ``torch.profiler`` with the NEURON collector::
 
     result = run_demo(DemoConfig(out_dir=Path("runs/demo")))
-    print(result.trace_path, result.summary_lines())
+    print(result.trace_path, result.summary_lines())   # what ran; its figures: the analyzer's
 
 It contains, on purpose, the two things a profile should make obvious: a slow data pipeline (a
 ``torch.utils.data.DataLoader``, ``num_workers=0``, over a dataset whose items take a modelled
@@ -11,6 +11,10 @@ as ``data_loading``), and one op the device does not support (``bincount``: a CP
 with its copies). With ``cores > 1`` it trains data-parallel in one process: one replica of the
 model per NeuronCore, each on its slice of the batch, gradients averaged over the cores with
 device-to-device copies (what DataParallel-style code does without a process group).
+
+The demo computes no figure of its own (device time, top ops, fallback calls, the data step):
+those are the analyzer's, on the trace written (``neuron-prof demo`` ends with its report), so
+the demo cannot show two different figures for the same thing.
 """
 
 from __future__ import annotations
@@ -21,8 +25,6 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from neuron_profiler.trace.vocabulary import DATALOADER_PREFIX, FALLBACK_PREFIX
 
 
 @dataclass(frozen=True)
@@ -45,27 +47,14 @@ class DemoConfig:
 
 
 @dataclass(frozen=True)
-class OpTime:
-    name: str
-    calls: int
-    device_us: float
-    cpu_us: float
-
-
-@dataclass(frozen=True)
 class DemoResult:
-    """Args: trace_path: the trace written; device_us / cpu_us: totals over the profiled steps;
-    top: ops by device time; fallbacks: CPU-fallback calls; data_step_us: the DataLoader's
-    ``__next__``, mean per profiled step; cores: NeuronCores the work ran on."""
+    """What ran, not what it cost (the analyzer's report says that). Args: trace_path: the
+    trace written; cores: NeuronCores the work ran on; numerics: the emulator's mode;
+    metadata: the collector session's trace metadata."""
 
     trace_path: Path
-    device_us: float
-    cpu_us: float
-    data_step_us: float
-    fallbacks: int
     cores: int = 1
     numerics: bool = False
-    top: list[OpTime] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
 
     def summary_lines(self) -> list[str]:
@@ -79,22 +68,13 @@ class DemoResult:
             if self.numerics
             else "mode: timing (results not computed; device timings modelled, Trainium-like)"
         )
-        lines = [
+        return [
             f"trace: {self.trace_path}",
             mode,
             f"ran on {cores}",
-            f"device time {self.device_us / 1e3:.3f} ms (modelled) vs host op time "
-            f"{self.cpu_us / 1e3:.3f} ms over the profiled steps",
-            f"host data step (DataLoader): {self.data_step_us / 1e3:.3f} ms per step "
-            "(the device waits for it: look for the gap on the NeuronCore rows)",
-            f"CPU fallbacks: {self.fallbacks} (rows named 'CPU fallback: ...', with their "
-            "DMA copies)",
-            "top ops by device time:",
+            "planted on purpose: a slow DataLoader (the device waits for each batch) and a CPU",
+            "  fallback (bincount, with its copies); the analyzer's report measures both",
         ]
-        lines += [
-            f"  {o.name:<40} {o.calls:>5} calls {o.device_us:>10.1f} us device" for o in self.top
-        ]
-        return lines
 
 
 def _model(torch, vocab: int, dim: int):
@@ -149,7 +129,6 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
         cores=cfg.cores, chip=cfg.chip, speed_factor=cfg.speed_factor, numerics=cfg.numerics
     )
     import torch
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, schedule
 
     neuron = collectors.NEURON
@@ -209,23 +188,10 @@ def run_demo(cfg: DemoConfig) -> DemoResult:
     written = sorted(
         set(cfg.out_dir.glob("*.pt.trace.json*")) - before, key=lambda p: p.stat().st_mtime
     )
-    events = prof.key_averages()
-    cpu_ops = [e for e in events if e.device_type == DeviceType.CPU]
-    top = sorted(
-        (e for e in cpu_ops if e.self_device_time_total > 0 and "::" in e.key),
-        key=lambda e: -e.self_device_time_total,
-    )[:8]
-    data = [e for e in cpu_ops if e.key.startswith(DATALOADER_PREFIX)]
-    data_calls = sum(e.count for e in data)
     session = collectors.last_session()
     return DemoResult(
         trace_path=written[-1] if written else cfg.out_dir,
-        device_us=sum(e.self_device_time_total for e in cpu_ops),
-        cpu_us=sum(e.self_cpu_time_total for e in cpu_ops if e.key.startswith("aten::")),
-        data_step_us=sum(e.cpu_time_total for e in data) / data_calls if data_calls else 0.0,
-        fallbacks=sum(e.count for e in events if e.key.startswith(FALLBACK_PREFIX)),
         cores=cfg.cores,
         numerics=cfg.numerics,
-        top=[OpTime(e.key, e.count, e.self_device_time_total, e.self_cpu_time_total) for e in top],
         metadata=dict(session.metadata) if session is not None else {},
     )

@@ -273,14 +273,13 @@ def _breakdown(i: int, r: Report) -> str:
         values = [_ms(s[cause]) for d in b.devices for s in idle[d.device].per_step_by_cause_ns]
         if any(values):
             data.append(_bar(x, f"idle: {cause}", CAUSE_COLOURS[cause], values, f"idle:{cause}"))
-    emulator = [_ms(v) for d in b.devices for v in idle[d.device].per_step_emulator_overhead_ns]
-    if any(emulator):  # not idle time, in no cause: the rest of wall - busy
+    if b.has_emulator_overhead:  # not idle time, in no cause: the rest of wall - busy
         data.append(
             _bar(
                 x,
                 "emulator overhead (not idle)",
                 EMULATOR_OVERHEAD_COLOUR,
-                emulator,
+                [_ms(v) for d in b.devices for v in d.emulator_overhead_ns.tolist()],
                 "emulator_overhead",
             )
         )
@@ -313,7 +312,7 @@ def _breakdown(i: int, r: Report) -> str:
         + (
             ", then the emulator overhead (the emulator's own host work, absent on real "
             "hardware: not idle time, in no cause)"
-            if any(emulator)
+            if b.has_emulator_overhead
             else ""
         )
         + "; the markers give the host's busy time."

@@ -37,7 +37,8 @@ from neuron_profiler.analysis.report import Report, summaries_of
 from neuron_profiler.heap import gc_paused
 from neuron_profiler.reports.json_rows import Rows
 
-SCHEMA_VERSION = "5"  # 5: device metrics null without device time (4 wrote 0); 4: rank null
+SCHEMA_VERSION = "6"  # 6: step_breakdown's idle_ms/_pct named not_busy_ms/_pct (wall - busy);
+# 5: device metrics null without device time (4 wrote 0); 4: rank null
 SCHEMA_FILE = "report.schema.json"
 SUMMARY_ROWS = 50  # ops and kernels listed (the largest first): keeps the document bounded
 
@@ -510,8 +511,9 @@ def _breakdown(r: Report) -> dict[str, Any]:
         "collective_ms": _ms_column(b.collective_ns),
         "collective_wait_ms": _ms_column(b.collective_wait_ns),
         "overlap_ms": _ms_column(b.overlap_ns),
-        "idle_ms": _ms_column(b.idle_ns),
-        "idle_pct": _np_pct_column(b.idle_ns, b.wall_ns),
+        "not_busy_ms": _ms_column(b.not_busy_ns),
+        "not_busy_pct": _np_pct_column(b.not_busy_ns, b.wall_ns),
+        "emulator_overhead_ms": _ms_column(b.emulator_overhead_ns),
     }
     devices = Rows(
         len(b.device),
@@ -528,6 +530,7 @@ def _breakdown(r: Report) -> dict[str, Any]:
                 b.names, b.wall_ns.tolist(), b.host_ns.tolist(), strict=True
             )
         ],
+        "has_emulator_overhead": b.has_emulator_overhead,
         "devices": devices,
     }
 

@@ -421,13 +421,11 @@ def _at(call_site: str) -> Text | str:
 
 
 def _breakdown_table(r: Report, top: int) -> Table:
-    """Per step and device. ``idle`` = wall - busy: with emulator overhead in the trace, that
-    holds the emulator's own host work too, so the columns say so ("idle+emu.") and give the
-    overhead apart ("emu."): the idle-by-cause table counts idle without it."""
+    """Per step and device. ``not busy`` = wall - busy: idle time and, on an emulated device,
+    the emulator's own host work, given apart ("emu.") when the breakdown says it holds some:
+    the idle-by-cause table counts idle without it."""
     b = r.breakdown
-    overhead = {d.device: d.per_step_emulator_overhead_ns for d in r.idle.devices}
-    emulated = any(d.emulator_overhead_ns for d in r.idle.devices)
-    idle = "idle+emu." if emulated else "idle"
+    emulated = b.has_emulator_overhead
     t = _table(
         "Step breakdown (ms; per device, busy = any queue; coll. = collectives, "
         "ovl. = compute and collectives at once)",
@@ -440,14 +438,13 @@ def _breakdown_table(r: Report, top: int) -> Table:
         "DMA",
         "coll.",
         "ovl.",
-        idle,
-        f"{idle} %",
+        "not busy",
+        "not busy %",
         *(("emu.",) if emulated else ()),
         wrap=("device",),
     )
     for i, name in enumerate(b.names[:top]):
         for d in b.devices:
-            emu = overhead.get(d.device, ())
             t.add_row(
                 _cell(_name(name)),
                 _cell(_name(d.label)),
@@ -458,18 +455,16 @@ def _breakdown_table(r: Report, top: int) -> Table:
                 _ms(d.dma_ns[i]),
                 _ms(d.collective_ns[i]),
                 _ms(d.overlap_ns[i]),
-                _ms(d.idle_ns[i]),
-                _pct(d.idle_ns[i], b.wall_ns[i]),
-                *((_ms(emu[i]) if i < len(emu) else "-",) if emulated else ()),
+                _ms(d.not_busy_ns[i]),
+                _pct(d.not_busy_ns[i], b.wall_ns[i]),
+                *((_ms(d.emulator_overhead_ns[i]),) if emulated else ()),
             )
-    notes = (
-        [
-            f"{idle} = wall − busy: idle time plus the emulator's own host work (emu., absent "
-            "on real hardware); the idle-by-cause table counts idle without it"
-        ]
+    notes = [
+        "not busy = wall − busy: idle time plus the emulator's own host work (emu., absent "
+        "on real hardware); the idle-by-cause table counts idle without it"
         if emulated
-        else ["idle = wall − busy"]
-    )
+        else "not busy = wall − busy: the idle time of the idle-by-cause table"
+    ]
     if len(b.names) > top:
         notes.append(f"first {top} of {len(b.names)} steps (--top)")
     t.caption, t.caption_justify = "; ".join(notes), "left"

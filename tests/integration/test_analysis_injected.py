@@ -382,9 +382,12 @@ def test_numerics_emulator_overhead_is_discounted_never_a_cause(
     assert expected > 0 and abs(device.emulator_overhead_ns - expected) <= tolerance
     assert device.idle_ns + device.busy_ns + device.emulator_overhead_ns == device.window_ns
     assert device.idle_ns == sum(device.by_cause_ns.values())
-    breakdown_idle = r.breakdown.devices[0].idle_ns  # wall - busy per step, computed apart
+    not_busy = r.breakdown.devices[0].not_busy_ns  # wall - busy per step, computed apart
     for i, causes in enumerate(device.per_step_by_cause_ns):
-        assert sum(causes.values()) + device.per_step_emulator_overhead_ns[i] == breakdown_idle[i]
+        assert sum(causes.values()) + device.per_step_emulator_overhead_ns[i] == not_busy[i]
+    assert r.breakdown.devices[0].emulator_overhead_ns.tolist() == list(
+        device.per_step_emulator_overhead_ns
+    )
     assert device.by_cause_ns["profiler_overhead"] == 0
     assert all(g.cause != "profiler_overhead" for g in r.idle.longest)
     for f in r.findings.findings:

@@ -219,7 +219,7 @@ def test_breakdown_and_idle_against_brute_force(seed: int) -> None:
             assert dev.dma_ns[i] == g[1, lo:hi].sum() * US
             assert dev.collective_ns[i] == g[2, lo:hi].sum() * US
             assert dev.overlap_ns[i] == (g[0, lo:hi] & g[2, lo:hi]).sum() * US
-            assert dev.idle_ns[i] == (~busy).sum() * US
+            assert dev.not_busy_ns[i] == (~busy).sum() * US
     for dev in r.idle.devices:
         g = grids[dev.device].any(axis=0)
         assert dev.idle_ns == (~g[0:last_end]).sum() * US

@@ -366,7 +366,14 @@ def test_every_device_is_analysed_as_if_alone(monkeypatch: pytest.MonkeyPatch, s
         solo = _filtered_report(trace, (trace.col("pid") == d) | ~device_row)
         assert next(x for x in together.idle.devices if x.device == d) == solo.idle.devices[0]
         mine = next(x for x in together.breakdown.devices if x.device == d)
-        for name in ("busy_ns", "compute_ns", "dma_ns", "idle_ns", "dma_only_ns"):
+        for name in (
+            "busy_ns",
+            "compute_ns",
+            "dma_ns",
+            "not_busy_ns",
+            "emulator_overhead_ns",
+            "dma_only_ns",
+        ):
             assert getattr(mine, name).tolist() == getattr(solo.breakdown.devices[0], name).tolist()
         k = together.idle.gap_device == d
         assert together.idle.gap_start_ns[k].tolist() == solo.idle.gap_start_ns.tolist()

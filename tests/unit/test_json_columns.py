@@ -106,7 +106,8 @@ def test_per_step_figures_are_series_per_device() -> None:
     for row in breakdown["devices"]:
         want = devices[row["device"]]
         assert row["busy_ms"] == [ns / 1e6 for ns in want.busy_ns.tolist()]
-        assert row["idle_ms"] == [ns / 1e6 for ns in want.idle_ns.tolist()]
+        assert row["not_busy_ms"] == [ns / 1e6 for ns in want.not_busy_ns.tolist()]
+        assert row["emulator_overhead_ms"] == [0.0, 0.0] and "idle_ms" not in row
         walls = report.breakdown.wall_ns.tolist()
         assert row["busy_pct"] == [
             round(100 * b / w, 3) for b, w in zip(want.busy_ns.tolist(), walls, strict=True)

@@ -134,27 +134,28 @@ def emulated_trace() -> Build:
 
 def test_step_and_cause_tables_say_what_idle_counts() -> None:
     """wall - busy = 0.8 ms: 0.78 ms of it the emulator's work, 0.02 ms idle. The step table
-    shows wall - busy as "idle+emu." with the emulator's part apart; the cause table shows
+    shows wall - busy as "not busy" with the emulator's part apart; the cause table shows
     idle without it, and the two percentages add up to the step table's."""
     report = emulated_trace().report()
     text = render(report, width=140)
     (step,) = table(text, "Step breakdown", key=0)
     header = next(ln for ln in text.splitlines() if ln.startswith("┃step"))
     assert [c.strip() for c in header.strip("┃").split("┃")][-3:] == [
-        "idle+emu.",
-        "idle+emu. %",
+        "not busy",
+        "not busy %",
         "emu.",
     ]
     assert [c[0] for c in step[-3:]] == ["0.800", "80.0", "0.780"]
-    assert "idle+emu. = wall − busy" in text
+    assert "not busy = wall − busy: idle time plus the emulator's own host work" in text
     rows = {r[0][0]: r for r in table(text, "Device idle time by cause", key=0)}
     assert rows["idle"][1] == ["0.020 (2.0%)"]
     assert rows["emulator overhead"][1] == ["0.780 (78.0%)"]
     assert "idle: without the emulator overhead" in text
-    # no emulator work: plain "idle", the same figure in both tables
+    # no emulator work: no emu. column, not busy is the cause table's idle
     plain = render(sync_trace().report(), width=140)
     header = next(ln for ln in plain.splitlines() if ln.startswith("┃step"))
-    assert "idle+emu." not in plain and "emu." not in header and "┃ idle %" in header
+    assert [c.strip() for c in header.strip("┃").split("┃")][-2:] == ["not busy", "not busy %"]
+    assert "not busy = wall − busy: the idle time of the idle-by-cause table" in plain
 
 
 # --- the width: the terminal's own (COLUMNS there), or PIPED_WIDTH when piped ---------------

@@ -566,16 +566,18 @@ const views = {
       out.push(el("h3", "Step time breakdown (ms)"));
       const x = steps.map((s) => shorten(s.step));
       const traces = [{ type: "bar", name: "host", x, y: steps.map((s) => s.host_ms) }];
-      // idle here is wall - busy: on an emulator trace it holds the emulator's own host work,
-      // which the Idle view's causes leave out, so its name says so
-      const idle = d.idle.emulator_overhead_ms > 0 ? "idle+emu. (wall − busy)" : "idle";
       devices.forEach((dev, i) => {
-        for (const part of ["compute", "dma", "collective", "idle"]) {
-          traces.push({ type: "bar", name: shorten(dev.label) + " " + (part === "idle" ? idle : part), x,
+        for (const part of ["compute", "dma", "collective", "not_busy"]) {
+          traces.push({ type: "bar", name: shorten(dev.label) + " " + part.replace("_", " "), x,
             y: dev[part + "_ms"], offsetgroup: String(i + 1) });
         }
       });
       out.push(chart(traces, { barmode: "relative", xaxis: { title: "step", type: "category" } }));
+      // not busy = wall - busy; the analysis says whether the emulator's own work is in it
+      out.push(el("p", d.step_breakdown.has_emulator_overhead
+        ? "not busy = wall − busy: idle time plus the emulator's own host work (emulator "
+          + "overhead, absent on real hardware), which the Idle view's causes leave out"
+        : "not busy = wall − busy: the idle time of the Idle view", "note"));
     } else {
       out.push(empty("no device events in this trace: no step breakdown by device"));
     }
