@@ -511,6 +511,8 @@ def _breakdown(r: Report) -> dict[str, Any]:
         "collective_ms": _ms_column(b.collective_ns),
         "collective_wait_ms": _ms_column(b.collective_wait_ns),
         "overlap_ms": _ms_column(b.overlap_ns),
+        "collective_only_ms": _ms_column(b.collective_only_ns),
+        "dma_only_ms": _ms_column(b.dma_only_ns),
         "not_busy_ms": _ms_column(b.not_busy_ns),
         "not_busy_pct": _np_pct_column(b.not_busy_ns, b.wall_ns),
         "emulator_overhead_ms": _ms_column(b.emulator_overhead_ns),

@@ -153,6 +153,25 @@ def test_not_busy_is_labelled_from_the_step_breakdown(driver) -> None:  # noqa: 
     assert got["emu"][0].startswith("not busy = wall − busy: idle time plus the emulator's own")
 
 
+def test_overview_device_bars_stack_to_the_step_wall(driver) -> None:  # noqa: ANN001
+    """Each device's stacked bars are disjoint parts of its step: compute, collectives without
+    compute, copies without either, not busy. They stacked compute, DMA and collectives,
+    which overlap, so a bar could be taller than its step."""
+    _show(driver, "Overview")
+    got = driver.execute_script(
+        "const c = document.querySelector('#view .chart');"
+        "const sb = state.doc.step_breakdown;"
+        "return {walls: sb.steps.map(s => s.wall_ms), devices: sb.devices.length,"
+        " bars: c.data.filter(t => t.offsetgroup).map(t => ({group: t.offsetgroup, y: t.y}))};"
+    )
+    assert got["devices"] == 2
+    for group in ("1", "2"):  # one offset group per device (labels are hostile text here)
+        mine = [b["y"] for b in got["bars"] if b["group"] == group]
+        assert len(mine) == 4
+        for step, wall in enumerate(got["walls"]):
+            assert sum(y[step] for y in mine) == pytest.approx(wall, abs=1e-3)
+
+
 def test_idle_causes_in_the_html_reports_colours(driver) -> None:  # noqa: ANN001
     _show(driver, "Idle")
     charts = driver.execute_script(

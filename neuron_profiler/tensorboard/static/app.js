@@ -566,9 +566,13 @@ const views = {
       out.push(el("h3", "Step time breakdown (ms)"));
       const x = steps.map((s) => shorten(s.step));
       const traces = [{ type: "bar", name: "host", x, y: steps.map((s) => s.host_ms) }];
+      // disjoint parts, stacked to the step's wall time: compute + collective_only + dma_only
+      // = busy (compute overlaps copies and collectives: stacking those would pass the wall)
+      const parts = [["compute", "compute"], ["collective_only", "collective (no compute)"],
+        ["dma_only", "DMA (no compute or collective)"], ["not_busy", "not busy"]];
       devices.forEach((dev, i) => {
-        for (const part of ["compute", "dma", "collective", "not_busy"]) {
-          traces.push({ type: "bar", name: shorten(dev.label) + " " + part.replace("_", " "), x,
+        for (const [part, label] of parts) {
+          traces.push({ type: "bar", name: shorten(dev.label) + " " + label, x,
             y: dev[part + "_ms"], offsetgroup: String(i + 1) });
         }
       });
