@@ -122,18 +122,12 @@ Keys g_keys;
 
 void set_keys(const py::dict& keys) {
   auto key = [&keys](const char* name) { return keys[name].cast<std::string>(); };
-  g_keys = Keys{key("exec_id"),
-                key("flops"),
-                key("bytes"),
-                key("tflops"),
-                key("gbps"),
-                key("bandwidth"),
-                key("device"),
-                key("stream"),
-                key("correlation"),
-                key("collector_error"),
-                key("hidden"),
-                keys["dispatch_frames"].cast<std::vector<std::string>>()};
+  g_keys = Keys{key("exec_id"),     key("flops"),
+                key("bytes"),       key("tflops"),
+                key("gbps"),        key("bandwidth"),
+                key("device"),      key("stream"),
+                key("correlation"), key("collector_error"),
+                key("hidden"),      keys["dispatch_frames"].cast<std::vector<std::string>>()};
 }
 
 using ArgList = std::vector<std::pair<std::string, std::string>>;  // key -> raw JSON value
