@@ -193,34 +193,11 @@ class NeuronGraph:
         if core is None:
             core = D.STATE.current_core
         numerics = D.STATE.numerics
-        costs: list[_OpRun] = []
         tl = D.STATE.timeline
-        cost = None
         quiet = _is_profiler_enabled() and D.ALLOCATOR.host_reports_off()
         _set_record_function(False)
-        try:
-            for node in self.nodes:
-                op = node.op
-                if op == "call_function":
-                    fargs = map_arg(node.args, env.__getitem__)
-                    fkwargs = map_arg(node.kwargs, env.__getitem__)
-                    out = self._run(node.target, fargs, fkwargs, numerics)
-                    env[node] = out
-                    if isinstance(node.target, _OpOverload):
-                        costs.append(_OpRun(node, fargs, out))
-                elif op == "get_attr":
-                    v = getattr(self.gm, node.target)
-                    env[node] = v._elem if isinstance(v, NeuronTensor) else v
-                elif op == "output":
-                    result = map_arg(node.args[0], env.__getitem__)
-            if tl is not None:
-                cost = self._model(costs, env, tl)
-            # what a collective may still be writing: the graph's inputs (its own buffers are new)
-            inputs = [
-                e for n, e in env.items() if n.op != "call_function" and isinstance(e, torch.Tensor)
-            ]
-            env.clear()  # the intermediates die here, inside the quiet window
-            costs.clear()
+        try:  # the intermediates die inside the quiet window, with _execute's frame
+            result, cost, inputs = self._execute(env, numerics, tl)
         finally:
             _set_record_function(True)
             if quiet:
@@ -245,6 +222,39 @@ class NeuronGraph:
                 **kw,
             )
         return outputs
+
+    def _execute(
+        self, env: dict[torch.fx.Node, Any], numerics: bool, tl: Any
+    ) -> tuple[Any, _GraphCost | None, list[torch.Tensor]]:
+        """Run the graph's ops on ``env`` (its inputs, emptied here): the outputs, the modelled
+        cost (with a timeline) and the inputs a collective may still be writing. Its own frame:
+        every reference to an intermediate (``env``, the last op's arguments) dies on return,
+        inside the caller's quiet window. An intermediate's host block is allocated while the
+        CPU allocator does not report; freed after it reports again (a local of the calling
+        frame), c10 logs it as a block "of unknown size allocated before the profiling"."""
+        costs: list[_OpRun] = []
+        result: Any = None
+        for node in self.nodes:
+            op = node.op
+            if op == "call_function":
+                fargs = map_arg(node.args, env.__getitem__)
+                fkwargs = map_arg(node.kwargs, env.__getitem__)
+                out = self._run(node.target, fargs, fkwargs, numerics)
+                env[node] = out
+                if isinstance(node.target, _OpOverload):
+                    costs.append(_OpRun(node, fargs, out))
+            elif op == "get_attr":
+                v = getattr(self.gm, node.target)
+                env[node] = v._elem if isinstance(v, NeuronTensor) else v
+            elif op == "output":
+                result = map_arg(node.args[0], env.__getitem__)
+        cost = self._model(costs, env, tl) if tl is not None else None
+        # what a collective may still be writing: the graph's inputs (its own buffers are new)
+        inputs = [
+            e for n, e in env.items() if n.op != "call_function" and isinstance(e, torch.Tensor)
+        ]
+        env.clear()
+        return result, cost, inputs
 
     @staticmethod
     def _run(func: Any, args: Any, kwargs: Any, numerics: bool) -> Any:
