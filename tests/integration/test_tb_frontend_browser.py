@@ -129,7 +129,7 @@ def test_names_are_shown_shortened(driver) -> None:  # noqa: ANN001
         ".flatMap(t => [t.name, ...(Array.isArray(t.x) ? t.x : [])]))"
     )
     assert shorten(LONG_DEVICE) in labels and LONG_DEVICE not in labels
-    assert max(len(str(x)) for x in labels) <= 200 + len(" collective")
+    assert max(len(str(x)) for x in labels) <= 200 + len(" DMA (no compute or collective)")
 
 
 def test_not_busy_is_labelled_from_the_step_breakdown(driver) -> None:  # noqa: ANN001
