@@ -67,9 +67,6 @@ FORWARD, BACKWARD, AFTER_BACKWARD, DATALOADER = (
     "after backward",
     "DataLoader",
 )
-_BACKWARD_NAME = re.compile(
-    r"^autograd::engine::evaluate_function: |Backward\d*$|^torch::autograd::AccumulateGrad$"
-)
 _STEP_LIST = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
 MATCHED, UNMATCHED, FUSED = "op", "unmatched", "fused"
 
@@ -278,12 +275,11 @@ def thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
 def _name_flags(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray]:
     """Per string id: an anchor's name (ranges 2021 Kineto recorded as ops, DataLoader spans),
     a dispatch frame's (never an op of its own)."""
-    strings = ctx.trace.strings
-    anchor = np.fromiter(
-        (s.startswith(V.ANNOTATION_OP_PREFIXES) for s in strings), bool, len(strings)
-    )
+    n = len(ctx.trace.strings)
+    anchor, dispatch = np.zeros(n, bool), np.zeros(n, bool)
+    anchor[ctx.names.anchors] = True
     anchor[ctx.names.dataloader] = True
-    dispatch = np.fromiter((s in V.DISPATCH_FRAMES for s in strings), bool, len(strings))
+    dispatch[ctx.names.dispatch_frames] = True
     return anchor, dispatch
 
 
@@ -380,10 +376,7 @@ def _labels(
     """Each op's segment label (index into the labels returned): its innermost anchor's, else
     its autograd phase."""
     strings = ctx.trace.strings
-    backward_name = np.fromiter(
-        (_BACKWARD_NAME.search(s) is not None for s in strings), bool, len(strings)
-    )
-    backward = backward_name[tree.name_id[node]]
+    backward = np.isin(tree.name_id[node], ctx.names.backward)
     thread = tree.thread[node]
     step_thread = np.isin(thread, _step_threads(ctx, tree))
     backward |= ~step_thread & np.isin(thread, np.unique(thread[backward]))

@@ -260,7 +260,7 @@ def _fallback_ids(trace: Trace, name_ids: np.ndarray, native: frozenset[str]) ->
     run_natively = {out_of_place(normalise_op(n)) for n in native}
     ids = np.unique(name_ids)
     keep = [
-        name.startswith("aten::")
+        name.startswith(V.ATEN_PREFIX)
         and falls_back(name, "")
         and out_of_place(normalise_op(name)) not in run_natively
         for name in (trace.strings[i] for i in ids.tolist())

@@ -97,7 +97,7 @@ def launch_sites(ctx: AnalysisContext, items: np.ndarray, waits_ns: np.ndarray) 
         rows, code, parent = tree.rows, tree.thread, tree.parent
         names = c[S.NAME_ID][rows]
         compiled = np.isin(names, ctx.names.compiled)
-        aten = np.isin(names, _aten_ids(trace)) & ~compiled
+        aten = np.isin(names, ctx.names.aten) & ~compiled
         outer_region = _tree.outermost_marked(parent, compiled)
         # the outermost aten op below the region (the op a graph would run)
         outer_op = _outermost_below(parent, aten, compiled)
@@ -159,10 +159,6 @@ def _has_graph_id(trace, rows: np.ndarray) -> np.ndarray:  # noqa: ANN001
     )
     found = arg_values(trace, rows[first], (V.ARG_GRAPH_ID,))[V.ARG_GRAPH_ID]
     return np.array([v is not None for v in found], bool)[inverse.reshape(-1)]
-
-
-def _aten_ids(trace) -> np.ndarray:  # noqa: ANN001
-    return np.fromiter((i for i, s in enumerate(trace.strings) if s.startswith("aten::")), np.int64)
 
 
 def _outermost_below(parent: np.ndarray, marked: np.ndarray, barrier: np.ndarray) -> np.ndarray:

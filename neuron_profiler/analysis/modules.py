@@ -53,9 +53,9 @@ def row_modules(
 ) -> OpModules:
     """Per host row (``op_rows``, spanning ``op_start``..``op_end``): its module path."""
     host, c, strings = ctx.host, ctx.trace.columns, ctx.trace.strings
-    is_module_name = np.fromiter((s.startswith(MODULE_PREFIX) for s in strings), bool, len(strings))
     frame = np.flatnonzero(
-        is_module_name[host.name_id] & np.isin(host.kind, np.array(FRAME_KINDS, np.uint8))
+        np.isin(host.name_id, ctx.names.modules)
+        & np.isin(host.kind, np.array(FRAME_KINDS, np.uint8))
     )
     n = len(op_rows)
     if len(frame) == 0:

@@ -110,7 +110,7 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
 
 
 def _is_aten(name: str) -> bool:
-    return name.startswith("aten::")
+    return name.startswith(V.ATEN_PREFIX)
 
 
 def _framework_dispatch_ns(

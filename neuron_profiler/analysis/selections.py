@@ -69,6 +69,10 @@ _COLLECTIVE_NAME = re.compile(
     re.IGNORECASE,
 )
 _FSDP_RANGE = re.compile(r"^(FSDP::|FullyShardedDataParallel\.)")
+# autograd's backward ops: the engine's frames, ``*Backward0`` nodes, gradient accumulation
+BACKWARD_NAME = re.compile(
+    r"^autograd::engine::evaluate_function: |Backward\d*$|^torch::autograd::AccumulateGrad$"
+)
 _PROFILER_FRAME = re.compile(r"(^|[/\\])torch[/\\](autograd[/\\])?profiler")
 # what the trace shows of the user's set-up (the advice depends on it, causes.py): compiled
 # graphs (torch.compile's regions, our compiled executions' ops), DataLoader worker processes,
@@ -130,6 +134,10 @@ class NameClasses:
     worker_loader: np.ndarray
     pinned: np.ndarray
     fsdp_ranges: np.ndarray
+    anchors: np.ndarray  # ranges 2021 Kineto recorded as ops (ANNOTATION_OP_PREFIXES)
+    backward: np.ndarray  # autograd's backward ops (BACKWARD_NAME)
+    modules: np.ndarray  # nn.Module frames (MODULE_PREFIX)
+    aten: np.ndarray  # aten ops
 
     @classmethod
     def of(cls, trace: Trace) -> NameClasses:
@@ -152,6 +160,10 @@ class NameClasses:
                 "worker_loader",
                 "pinned",
                 "fsdp_ranges",
+                "anchors",
+                "backward",
+                "modules",
+                "aten",
             )
         }
         numbers: dict[int, int] = {}
@@ -193,6 +205,14 @@ class NameClasses:
                 found["pinned"].append(i)
             if _FSDP_RANGE.match(s):
                 found["fsdp_ranges"].append(i)
+            if s.startswith(V.ANNOTATION_OP_PREFIXES):
+                found["anchors"].append(i)
+            if BACKWARD_NAME.search(s) is not None:
+                found["backward"].append(i)
+            if s.startswith(V.MODULE_PREFIX):
+                found["modules"].append(i)
+            if s.startswith(V.ATEN_PREFIX):
+                found["aten"].append(i)
         return cls(
             step_numbers=numbers, **{k: np.asarray(v, dtype=np.int64) for k, v in found.items()}
         )

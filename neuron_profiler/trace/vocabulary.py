@@ -208,7 +208,7 @@ DEFAULT_CHIP = "NeuronCore"  # a core's chip where its deviceProperties name non
 def kernel_name(engine: str | None, op: str) -> str:
     """A device kernel's name: ``"<engine>: <op>"`` with the ``aten::`` namespace dropped
     (``TensorE: mm``), so it never equals the aten op that launched it."""
-    short = op[6:] if op.startswith("aten::") else op
+    short = op[len(ATEN_PREFIX) :] if op.startswith(ATEN_PREFIX) else op
     return f"{engine or DEFAULT_ENGINE}: {short}"
 
 
@@ -295,6 +295,7 @@ PROFILER_STEP_PREFIX = "ProfilerStep#"  # torch.profiler's step annotation: "Pro
 DATALOADER_PREFIX = "enumerate(DataLoader)#"  # "enumerate(DataLoader)#_...Iter.__next__"
 DATALOADER_SUFFIX = ".__next__"
 DATAPIPE_PREFIX = "enumerate(DataPipe)#"
+ATEN_PREFIX = "aten::"  # PyTorch's operator namespace
 MODULE_PREFIX = "nn.Module: "  # torch.profiler's module frame: "nn.Module: Linear_0"
 # ranges that 2021 Kineto recorded as ops ("Operator") and current torch as annotations
 ANNOTATION_OP_PREFIXES = (
