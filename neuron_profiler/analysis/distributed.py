@@ -153,6 +153,14 @@ class SpanAnalysis:
     mismatched_names: int  # matched instances whose ranks name different collectives
     straggler_note: str | None = None  # why no rank is named (None when one is, or no analysis)
 
+    def rows_within(self, top: int) -> tuple[RankRow, ...]:
+        """At most ``top`` rows, by rank, the straggler's always among them: a table cut by
+        ``--top`` still shows the rank the analysis names."""
+        late = {x.rank for x in self.stragglers}
+        kept = [r for r in self.rows if r.rank in late][:top]
+        others = [r for r in self.rows if r.rank not in late][: max(top - len(kept), 0)]
+        return tuple(sorted(kept + others, key=lambda r: r.rank))
+
 
 @dataclass(frozen=True)
 class Distributed:

@@ -73,7 +73,9 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
     in_steps = I.overlap_per_window(ctx.steps.host_spans, start, start + 1) > 0
     candidate = leaf & ~loading & in_steps
     sync_op = candidate & sel.per_name(trace, name_id, V.SYNC_OP_NAMES.__contains__)
-    moved, costs, no_shapes = _priced(trace, ops, names, candidate, target)
+    # a value read never moves, whatever its input's size: it has no device work to price
+    reads = sync_op & sel.per_name(trace, name_id, V.VALUE_READ_OPS.__contains__)
+    moved, costs, no_shapes = _priced(trace, ops, names, candidate & ~reads, target)
     unpriced = int((no_shapes & ~sync_op).sum())  # (a scalar read has nothing to price)
     sync = sync_op & ~moved  # reads a value: waits for the work launched before it
     items = np.flatnonzero(moved)

@@ -198,8 +198,9 @@ def project(
         plan = offload(ctx, tgt)  # type: ignore[arg-type]
         graph, costs, shift = plan.graph, offload_costs(ctx, plan, tgt), 0  # type: ignore[arg-type]
         sites, compute = offload_sites(ctx, plan), np.ones(len(plan.graph), bool)
-    else:
-        costs = swap_costs(ctx, graph, src, tgt, same)
+    overhead = _emulator_overhead(ctx)
+    costs_for = None
+    if plan is None:
         shift = 0 if same else tgt.launch_latency_ns - graph.base_latency_ns  # type: ignore[union-attr]
         items = graph_items(ctx)
         compute = ctx.work.queue[items] == COMPUTE
@@ -209,12 +210,24 @@ def project(
         sites = None
         if regions or any(e.kind == "compiled" for e in edits):
             sites = launch_sites(ctx, items, graph.sync_start_ns)
-        if regions and sites is not None:
-            graph, costs, note = _one_launch_per_region(graph, costs, sites, tgt)  # type: ignore[arg-type]
-            notes += note
-    overhead = _emulator_overhead(ctx)
-    if len(overhead.at_ns):
+        recorded_graph = graph
+
+        def costs_for(native: frozenset[str]) -> tuple[DependencyGraph, ItemCosts, list[str]]:
+            """The target's costs with ``native`` ops run natively: the one way the projection
+            and the no-fallback what-if build them (regions merged, emulator overhead out)."""
+            out = swap_costs(ctx, recorded_graph, src, tgt, same, native)
+            g, said = recorded_graph, []
+            if regions and sites is not None:
+                g, out, said = _one_launch_per_region(g, out, sites, tgt)  # type: ignore[arg-type]
+            if len(overhead.at_ns):
+                out = replace(out, delays=out.delays.merge(overhead))
+            return g, out, said
+
+        graph, costs, note = costs_for(frozenset())
+        notes += note
+    elif len(overhead.at_ns):
         costs = replace(costs, delays=costs.delays.merge(overhead))
+    if len(overhead.at_ns):
         notes.append(
             "the emulator's own host work (its dispatch, numerics: 'emulator overhead' spans, "
             f"{-overhead.extra_ns.sum() / max(len(ctx.steps), 1) / 1e6:.3f} ms a step) left "
@@ -224,7 +237,15 @@ def project(
     run = runner_for(graph)
     projected, blocked, converged = run(costs.duration, costs.delays)
     merged = bool(not same and tgt is not None and tgt.graph_executions and plan is None)
-    replayable = Replayable(graph, costs, sites, compute, runner_for, merged)
+    replayable = Replayable(
+        graph,
+        costs,
+        sites,
+        compute,
+        runner_for,
+        merged,
+        None if costs_for is None else (lambda native: costs_for(native)[1]),
+    )
     edited = []
     n = max(len(graph.step_start_ns), 1)
     for edit in edits:
@@ -392,7 +413,7 @@ def _unknown_fallback(op: str, costs: ItemCosts, same: bool) -> tuple[str, ...]:
     if out_of_place(normalise_op(op)) in moved and not same:
         return ()
     if same:
-        why = "--chip same replays the trace as recorded, with no op moved"
+        why = "the target is the trace's own chip: no op changes side"
     else:
         listed = ", ".join(host_run[:FALLBACKS_LISTED]) + (
             ", ..." if len(host_run) > FALLBACKS_LISTED else ""

@@ -21,7 +21,7 @@ import numpy as np
 from neuron_profiler.analysis import _intervals as I
 from neuron_profiler.analysis._device import NO_LAUNCH
 from neuron_profiler.analysis.context import AnalysisContext
-from neuron_profiler.analysis.device_costs import CLASSES, ItemCosts, swap_costs
+from neuron_profiler.analysis.device_costs import CLASSES, ItemCosts
 from neuron_profiler.analysis.graph_launches import (
     COMPILED_MODULE_DEPTH,
     LaunchSites,
@@ -66,6 +66,9 @@ class Replayable:
     compute: np.ndarray
     runner_for: Callable[[DependencyGraph], Runner]
     regions_merged: bool = False  # the graph launches recorded compiled regions once already
+    # the costs with these ops run natively, built as the projection's own (None: a CPU-only
+    # trace, whose ops are all moved already)
+    costs_for: Callable[[frozenset[str]], ItemCosts] | None = None
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,8 @@ def what_if_step(
     """The mean step replayed with one edit."""
     graph, costs = r.graph, r.costs
     duration, delays = costs.duration, costs.delays
-    if edit.kind == "no-fallback" and len(ctx.work) and not same:
-        edited = swap_costs(ctx, graph, src, tgt, same, native=frozenset({edit.op}))
+    if edit.kind == "no-fallback" and r.costs_for is not None and not same:
+        edited = r.costs_for(frozenset({edit.op}))
         duration, delays = edited.duration, edited.delays
     elif edit.kind == "batch":
         scaled = costs.cls != CLASSES.index("collectives")

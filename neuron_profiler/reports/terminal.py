@@ -197,7 +197,7 @@ def _span(s: SpanAnalysis, console: Console, top: int) -> None:
         "clock\nµs",
     )
     rows = s.rows
-    for r in rows[:top]:
+    for r in s.rows_within(top):
         t.add_row(
             f"{r.rank}{' *' * (r.rank in late)}",
             _ms(r.step_mean_ns),

@@ -341,9 +341,8 @@ HOST_WAIT_NAMES = frozenset(
 # aten ops that may block the host until the device is done: item / _local_scalar_dense and
 # is_nonzero (``if tensor:``) read a value to the host; nonzero's output size depends on the
 # data, so the host reads the count before it can allocate the result.
-SYNC_OP_NAMES = frozenset(
-    {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::nonzero"}
-)
+VALUE_READ_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"})
+SYNC_OP_NAMES = VALUE_READ_OPS | {"aten::nonzero"}
 # Record functions of the Python dispatch machinery (a device's tensor subclass or mode): what
 # runs under them belongs to the aten op around them.
 DISPATCH_FRAMES = frozenset({"PythonSubclass", "PythonDispatchMode"})

@@ -134,3 +134,22 @@ def test_terminal_and_page_show_the_same_ranks_under_top(tmp_path: Path, capsys)
     page = parse(_section((tmp_path / "out.html").read_text()))
     (table,) = [t for t in page.tables if t and t[0][:2] == ["rank", "trace"]]
     assert shown == [row[0].split()[0] for row in table[1:3]] == ["0", "1"]
+
+
+def test_top_keeps_the_straggler_row(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """Rows stay by rank under --top, and the straggler's row is always among them: with rank 2
+    the straggler of 3 and --top 2, the table showed ranks 0 and 1 under a '* straggler' legend
+    with no starred row."""
+    folder = tmp_path / "late2"
+    folder.mkdir()
+    compute = {0: 5 * MS, 1: 5 * MS, 2: 12 * MS}  # rank 2 computes 7 ms more each step
+    for r in compute:
+        rank_trace(folder / f"rank{r}.json", r, compute, shift_ns=SHIFTS[r], world=3)
+    assert main(["analyze", str(folder), "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "straggler: rank 2" in out
+    per_rank = out[out.index("Per rank") : out.index("Collective wait skew")]
+    shown = [
+        line.split("│")[1].split()[0] for line in per_rank.splitlines() if line.startswith("│")
+    ]
+    assert shown == ["0", "2"]

@@ -234,6 +234,24 @@ def test_cpu_only_nonzero_runs_on_the_device_and_the_host_waits_for_it() -> None
     assert p.target.step_ms == pytest.approx((115 + kernel + 400) / 1e3, abs=2e-6)
 
 
+@pytest.mark.parametrize("read", ["aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"])
+def test_cpu_only_value_read_stays_on_the_host_whatever_its_input(read: str) -> None:
+    """A value read (``vocabulary.VALUE_READ_OPS``) has no device work: it stays on the host
+    and waits for the work launched before it. Given a recorded 1-element input the cost model
+    prices at 8 bytes, it was moved as a kernel of its own (host time shrunk to a launch)."""
+
+    def projected(dims: list) -> object:
+        b = Build().step(1, 0, 1000)
+        b.host("aten::relu", 100, 600, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+        b.host(read, 700, 800, args={"Input Dims": dims, "Input type": ["float"]})
+        return project(b.b.build(), "trn2")
+
+    scalar, one_element = projected([[]]), projected([[1]])
+    assert [o.name for o in one_element.ops] == ["aten::relu"]
+    assert one_element.target.step_ms == pytest.approx(scalar.target.step_ms, abs=1e-9)
+    assert one_element.items == scalar.items == 1
+
+
 def test_cpu_only_allocation_stays_on_the_host() -> None:
     """aten::new_empty allocates (``vocabulary.NO_KERNEL_OPS``, the emulator's rule too): no
     device work, its host time as recorded; the aten::relu beside it is moved."""
@@ -369,6 +387,18 @@ def test_emulator_overhead_is_no_host_time_of_the_target() -> None:
     onto = project(trace, "a100", source="v100")
     assert onto.target.step_ms == pytest.approx((15 + kernel + 5 + 475 - 300) / 1e3, abs=2e-6)
     assert any("emulator's own host work" in a for a in p.assumptions)
+
+
+def test_no_fallback_edit_keeps_the_emulator_overhead_out() -> None:
+    """The no-fallback what-if rebuilt the costs without the projection's own adjustments: the
+    emulator's overhead came back as host time, so an edit that moves nothing changed the step
+    (+300 µs here) and removing a real fallback could read as a slowdown."""
+    b = _mm_then_sync()
+    b.host("emulator overhead: dispatch", 600, 900, kind=EventKind.OTHER, cat="overhead")
+    p = project(b.b.build(), "a100", source="v100", what_if=("no-fallback:zzz_no_such_op",))
+    (row,) = p.what_if
+    assert row.delta_ms == pytest.approx(0.0, abs=1e-9)
+    assert row.step_ms == pytest.approx(p.target.step_ms, abs=1e-9)
 
 
 def test_a_compiled_graph_execution_is_not_merged_with_eager_ops() -> None:
