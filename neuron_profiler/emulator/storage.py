@@ -42,7 +42,15 @@ _installed: list[Any] = []
 _refusing: list[bool] = [False]  # backward hooks' errors reach the caller (device.py's guard)
 STALE_BACKWARD = (
     "backward through an autograd graph recorded before this tensor moved between host and "
-    "device (.to() / .cpu() / .data =): run the forward again after the move"
+    "device (.to() / .cpu() / .data =): run the forward again after the move (the emulated "
+    "device cannot move a tensor under a graph that holds it: FSDP1's CPUOffload(offload_params"
+    "=True), which moves its flat parameters with .data = every step, is not supported)"
+)
+WEAKLY_HELD = (
+    "cannot move a tensor between host and device while a weak reference to it exists (the "
+    "emulated device moves it by taking another tensor's implementation, which torch refuses "
+    "for weakly referenced tensors; torch.compile leaves weak references on the parameters a "
+    "compiled function read: move the module first, or call torch._dynamo.reset() before)"
 )
 
 
@@ -62,11 +70,14 @@ def _set_data(self: torch.Tensor, new: torch.Tensor) -> None:
 
 
 def _retype(self: torch.Tensor, new: torch.Tensor) -> None:
-    """Give ``self`` the implementation of ``new`` (host <-> device) in place."""
+    """Give ``self`` the implementation of ``new`` (host <-> device) in place; refused before
+    anything changes where it cannot be done (a weak reference to ``self`` or its gradient)."""
+    grad = self.grad
+    if weakref.getweakrefs(self) or (grad is not None and weakref.getweakrefs(grad)):
+        raise RuntimeError(WEAKLY_HELD)
     old_dict = dict(self.__dict__)
     for held in ("_elem", "_core", "_modelled"):  # the new implementation's, not the old
         old_dict.pop(held, None)
-    grad = self.grad
     is_param = isinstance(self, torch.nn.Parameter)
     with torch.no_grad():
         donor = _donor(new)
@@ -119,7 +130,7 @@ def _swap(t1: torch.Tensor, t2: torch.Tensor) -> None:
     accumulate into the old implementation, not ``t1``: ``_refuse_stale_backward`` (docs/emulator.md,
     Module conversion)."""
     if weakref.getweakrefs(t1) or weakref.getweakrefs(t2):
-        raise RuntimeError("Cannot swap a tensor that has a weakref associated with it")
+        raise RuntimeError(WEAKLY_HELD)
     t1.__class__, t2.__class__ = t2.__class__, t1.__class__
     t1.__dict__, t2.__dict__ = t2.__dict__, t1.__dict__
     torch._C._swap_tensor_impl(t1, t2)

@@ -154,3 +154,26 @@ def test_a_gradient_moves_with_its_parameter() -> None:
     ref(x).sum().backward()
     model(x).sum().backward()
     torch.testing.assert_close(model[0].weight.grad, ref[0].weight.grad)
+
+
+@pytest.mark.parametrize(("start", "to"), [("neuron", "cpu"), ("cpu", "neuron")])
+def test_a_weakly_referenced_parameter_is_refused_before_anything_changes(
+    start: str, to: str
+) -> None:
+    """A weak reference (torch.compile leaves them on the parameters it read) makes the move
+    impossible: it is refused with the reason, before anything changed. The gradient was
+    dropped and the stale-graph hook set first, so the parameter, still where it was, had lost
+    its .grad and its next backward raised the stale-graph error though nothing had moved."""
+    import weakref
+
+    m = torch.nn.Linear(4, 4).to(start)
+    m(torch.randn(2, 4, device=start)).sum().backward()
+    grad = m.weight.grad.clone().cpu()
+    held = weakref.ref(m.weight)
+    with pytest.raises(RuntimeError, match="weak reference"):
+        m.to(to)
+    assert held() is m.weight and m.weight.device.type == start
+    assert torch.equal(m.weight.grad.cpu(), grad)  # kept, the same values
+    m.zero_grad()
+    m(torch.randn(2, 4, device=start)).sum().backward()  # nothing moved: no stale-graph error
+    assert m.weight.grad is not None
