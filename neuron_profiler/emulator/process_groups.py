@@ -7,9 +7,11 @@ the same group (``collectives.py``), so a group serves "neuron" only through a h
   ``Backend.default_device_backend_map`` (torch's table for third-party devices): "neuron" is
   mapped to gloo there, as "cpu" and "mps" are.
 - torch then registers gloo for the "neuron" device only (as it registers NCCL for "cuda"
-  only); ``host_backend`` lends that backend to "cpu" too: for the default group right after
-  ``init_process_group``, for other groups (``new_group``) before their first collective runs
-  on the host memory.
+  only); ``host_backend`` lends that backend to "cpu" too, and, for a group made with
+  ``backend="gloo"`` (registered for "cpu" only), lends it to "neuron": for the default group
+  right after ``init_process_group``, for other groups as ``new_group`` makes them, so that
+  CPU collectives on any group, and device ops that look the device's backend up
+  (``batch_isend_irecv``), work from the start.
 - NCCL needs CUDA devices: ``init_process_group("nccl")`` is refused with one line saying what
   to pass instead (otherwise torch fails later, on a CPU build with "Distributed package doesn't
   have NCCL built in", on a CUDA build at the first collective).
@@ -28,6 +30,7 @@ NCCL_REFUSED = (
     "torch.distributed.init_process_group() with no backend, or with backend='gloo'"
 )
 _original_init: list[Any] = []
+_original_new_group: list[Any] = []
 
 
 def _names_nccl_for_neuron(backend: Any) -> bool:
@@ -50,20 +53,26 @@ def _init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
     return result
 
 
+def _new_group(*args: Any, **kwargs: Any) -> Any:
+    group = _original_new_group[0](*args, **kwargs)
+    host_backend(group)
+    return group
+
+
 def host_backend(pg: Any) -> None:
-    """Give ``pg`` a backend for "cpu" when it has one for "neuron" only (a group made with the
-    default backend): the emulated collective runs on the host memory, a CPU collective."""
-    if pg is None:
-        return
-    types = {d.type for d in pg._device_types}
-    if "cpu" in types or DEVICE not in types:
+    """Give ``pg`` one gloo backend for both "cpu" and "neuron" when it has one for either only
+    (the default backend registers it for "neuron", ``backend="gloo"`` for "cpu"): the emulated
+    collective runs on the host memory, a CPU collective of the same group."""
+    types = {d.type for d in getattr(pg, "_device_types", ())}  # (a rank outside a new group)
+    if ("cpu" in types) == (DEVICE in types):
         return
     import torch
     from torch.distributed import ProcessGroup, ProcessGroupGloo
 
-    backend = pg._get_backend(torch.device(DEVICE))
+    has, lacks = ("cpu", DEVICE) if "cpu" in types else (DEVICE, "cpu")
+    backend = pg._get_backend(torch.device(has))
     if isinstance(backend, ProcessGroupGloo):
-        pg._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, backend)
+        pg._register_backend(torch.device(lacks), ProcessGroup.BackendType.GLOO, backend)
 
 
 def install() -> None:
@@ -79,3 +88,7 @@ def install() -> None:
     wrapped = functools.wraps(c10d.init_process_group)(_init_process_group)
     c10d.init_process_group = wrapped
     dist.init_process_group = wrapped
+    _original_new_group.append(c10d.new_group)
+    grouped = functools.wraps(c10d.new_group)(_new_group)
+    c10d.new_group = grouped
+    dist.new_group = grouped
