@@ -19,6 +19,7 @@ once ``neuron_profiler.emulator`` is in use, else libnrt when it loads.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import sys
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 BACKEND_NAME = "neuron"
+REAL_BACKEND = "torch_neuronx"  # TorchNeuron's package: it registers torch.neuron itself
 # Top-level trace metadata key of a profile that asked for NEURON while the collector was
 # unavailable; its value is the reason (the CollectorUnavailableError message).
 META_UNAVAILABLE = V.META_UNAVAILABLE
@@ -64,7 +66,9 @@ def _name_backend() -> None:
         import neuron_profiler.emulator  # noqa: F401 - enables the emulated device (env var)
     if torch._C._get_privateuse1_backend_name() == "privateuseone":
         torch.utils.rename_privateuse1_backend(BACKEND_NAME)
-    if not hasattr(torch, BACKEND_NAME):  # no device registered its module: none is here
+    if not hasattr(torch, BACKEND_NAME) and importlib.util.find_spec(REAL_BACKEND) is None:
+        # no device module came with the name, and TorchNeuron, which registers one when it is
+        # imported (a stand-in would be in its way), is not installed: no device is here
         torch._register_device_module(BACKEND_NAME, _absent_device_module())
 
 
