@@ -164,7 +164,8 @@ def offload_costs(ctx: AnalysisContext, plan: Offload, tgt: ChipSpec) -> ItemCos
         uncertainty=np.full(n, UNCERTAINTY_ROOFLINE),
         source_duration=plan.host_ns,
         host_source_ns=int(plan.host_ns.sum()),
-        host_target_ns=int(plan.host_ns.sum()) - moved_host,
+        # (the target's host also copies each fallback's data out of device memory and back)
+        host_target_ns=int(plan.host_ns.sum()) - moved_host + int(plan.fallback_copy_ns.sum()),
     )
 
 

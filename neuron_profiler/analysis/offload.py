@@ -22,7 +22,7 @@ its end.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,10 +33,12 @@ from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.replay import DependencyGraph, HostDelays
 from neuron_profiler.costmodel.chips import ChipSpec
-from neuron_profiler.costmodel.ops import OpCost, op_cost
+from neuron_profiler.costmodel.fallbacks import falls_back
+from neuron_profiler.costmodel.ops import TRACE_TYPES, OpCost, op_cost
 from neuron_profiler.costmodel.roofline import kernel_s
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
+from neuron_profiler.trace.model import Trace
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,11 @@ class Offload:
     rows: np.ndarray  # each moved op's row in the trace
     target_host_ns: np.ndarray  # each moved op's host time on the target (dispatch + launches)
     dispatch_ns: int  # the framework's host time per dispatched op, measured in the trace
+    # ops the target runs on the host (costmodel.fallbacks): they stay, their inputs copied out
+    # of device memory and their outputs back (``fallback_copy_ns``, on the host link)
+    fallback_names: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
+    fallback_host_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    fallback_copy_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
@@ -75,9 +82,14 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
     sync_op = candidate & sel.per_name(trace, name_id, V.SYNC_OP_NAMES.__contains__)
     # a value read never moves, whatever its input's size: it has no device work to price
     reads = sync_op & sel.per_name(trace, name_id, V.VALUE_READ_OPS.__contains__)
-    moved, costs, no_shapes = _priced(trace, ops, names, candidate & ~reads, target)
+    # an op the target runs on the host stays there (by its name, or its float64 inputs)
+    fallback = np.zeros(len(ops), bool)
+    if target.host_fallback:
+        fallback = _falls_back(trace, ops, name_id, candidate & ~reads)
+    moved, costs, no_shapes = _priced(trace, ops, names, candidate & ~reads & ~fallback, target)
     unpriced = int((no_shapes & ~sync_op).sum())  # (a scalar read has nothing to price)
-    sync = sync_op & ~moved  # reads a value: waits for the work launched before it
+    # reads a value, or runs on the host: waits for the work launched before it
+    sync = (sync_op & ~moved) | fallback
     items = np.flatnonzero(moved)
     launch = start[items]
     by_launch = np.argsort(launch, kind="stable")
@@ -94,9 +106,14 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
     # a sync op with device work of its own (nonzero) waits for it at its end, after its host
     # time has shrunk (same instant: the stable sort keeps the shrink first)
     own = np.flatnonzero(sync_op[items])
-    at = np.concatenate([end[items], end[items[own]], start[syncs]])
-    awaited = np.concatenate([np.full(len(items), -1), own, np.where(before >= 0, before, -1)])
-    extra = np.concatenate([shrink, np.zeros(len(own) + len(syncs), np.int64)])
+    # a fallback's copies (inputs out of device memory, outputs back) once it has run
+    fb = np.flatnonzero(fallback)
+    copy_ns = _fallback_copy_ns(trace, ops[fb], names[fb], target)
+    at = np.concatenate([end[items], end[items[own]], start[syncs], end[fb]])
+    awaited = np.concatenate(
+        [np.full(len(items), -1), own, np.where(before >= 0, before, -1), np.full(len(fb), -1)]
+    )
+    extra = np.concatenate([shrink, np.zeros(len(own) + len(syncs), np.int64), copy_ns])
     o = np.argsort(at, kind="stable")
     return Offload(
         graph=graph,
@@ -108,7 +125,52 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
         rows=ops[items],
         target_host_ns=target_host,
         dispatch_ns=dispatch,
+        fallback_names=names[fb],
+        fallback_host_ns=(end - start)[fb],
+        fallback_copy_ns=copy_ns,
     )
+
+
+def _falls_back(
+    trace: Trace, ops: np.ndarray, name_id: np.ndarray, candidate: np.ndarray
+) -> np.ndarray:
+    """Which ops the target runs on the host (``costmodel.fallbacks.falls_back``: by name, or
+    float64 inputs, read from the recorded ``Input type``)."""
+    by_name = sel.per_name(trace, name_id, lambda n: falls_back(n, ""))
+    out = candidate & by_name
+    rest = np.flatnonzero(candidate & ~by_name)
+    if len(rest):
+        types = arg_values(trace, ops[rest], (V.ARG_INPUT_TYPE,))[V.ARG_INPUT_TYPE]
+        out[rest] = [
+            isinstance(t, list) and any(falls_back("", TRACE_TYPES.get(x, "")) for x in t)
+            for t in types
+        ]
+    return out
+
+
+def _fallback_copy_ns(
+    trace: Trace, rows: np.ndarray, names: np.ndarray, target: ChipSpec
+) -> np.ndarray:
+    """Each fallback's copies on the target's host link: the bytes its recorded shapes move
+    (inputs read, outputs written), plus a DMA's fixed time each way; 0 bytes where they cannot
+    be read (the fixed times only)."""
+    keys = (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE)
+    a = arg_values(trace, rows, keys)
+    out = np.zeros(len(rows), np.int64)
+    for j in range(len(rows)):
+        dims = next((a[k][j] for k in V.ARG_INPUT_DIMS_KEYS if a[k][j] is not None), None)
+        types = a[V.ARG_INPUT_TYPE][j]
+        nbytes = 0
+        if isinstance(dims, list):
+            try:
+                nbytes = op_cost(
+                    str(names[j]), dims, types if isinstance(types, list) else ["float"] * len(dims)
+                ).bytes_moved
+            except (TypeError, ValueError, IndexError):
+                nbytes = 0
+        copy_s = nbytes / target.host_link_bytes_per_s() + 2 * target.dma_fixed_ns * 1e-9
+        out[j] = round(copy_s * 1e9)
+    return out
 
 
 def _is_aten(name: str) -> bool:

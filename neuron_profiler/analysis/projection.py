@@ -284,7 +284,9 @@ def project(
         steps=len(graph.step_start_ns),
         classes=_classes(source_graph, costs, ctx.mean_step_ns, projected, n),
         ops=_ops(costs, n, fallback=False, top=top),
-        fallbacks=_ops(costs, n, fallback=True, top=top),
+        fallbacks=_ops(costs, n, fallback=True, top=top)
+        if plan is None
+        else _offload_fallbacks(plan, n, top),
         assumptions=_assumptions(src, tgt, same, source_graph, costs)
         + (_offload_assumptions(plan) if plan is not None else ())
         + _queue_assumption(tgt, same, blocked, n, converged)
@@ -425,6 +427,29 @@ def _unknown_fallback(op: str, costs: ItemCosts, same: bool) -> tuple[str, ...]:
 
 
 FALLBACKS_LISTED = 8
+
+
+def _offload_fallbacks(plan: Offload, n: int, top: int | None) -> tuple[OpRow, ...]:
+    """A CPU-only trace's ops the target runs on the host, per step: their recorded host time,
+    and on the target that time plus their copies, largest change first."""
+    if len(plan.fallback_names) == 0:
+        return ()
+    uniq, inv = np.unique(plan.fallback_names.astype(str), return_inverse=True)
+    host = np.bincount(inv, weights=plan.fallback_host_ns, minlength=len(uniq))
+    copies = np.bincount(inv, weights=plan.fallback_copy_ns, minlength=len(uniq))
+    count = np.bincount(inv, minlength=len(uniq))
+    order = np.argsort(-copies, kind="stable")[:top]
+    return tuple(
+        OpRow(
+            name=str(uniq[k]),
+            cls="host",
+            count=int(count[k]),
+            source_ms=float(host[k]) / n / 1e6,
+            target_ms=float(host[k] + copies[k]) / n / 1e6,
+            fallback=True,
+        )
+        for k in order.tolist()
+    )
 
 
 def _ops(costs: ItemCosts, n: int, *, fallback: bool, top: int | None) -> tuple[OpRow, ...]:

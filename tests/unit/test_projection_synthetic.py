@@ -219,19 +219,51 @@ def test_target_queue_depth_blocks_the_host() -> None:
     assert any("7 launches a step blocked" in a for a in p.assumptions)
 
 
-def test_cpu_only_nonzero_runs_on_the_device_and_the_host_waits_for_it() -> None:
+def test_cpu_only_nonzero_runs_on_a_gpu_and_the_host_waits_for_it() -> None:
     """aten::nonzero (100-600 µs, 2**20 floats) may sync (``vocabulary.SYNC_OP_NAMES``: its
-    output size is the data's): moved onto trn2 it is a kernel of 8 MiB at 725 GB/s + 1 µs =
-    12.571 µs, launched at 100 and run 115-127.571; its host time shrinks to one launch (10 µs),
-    and the host then waits for its result: 127.571, plus the step's 400 µs after it (it used
-    to run on without waiting: 510 µs)."""
+    output size is the data's): moved onto an A100 (which has no fallback table) it is a kernel
+    of 8 MiB, launched at 100; its host time shrinks to one launch, and the host then waits for
+    its result before the step's 400 µs after it."""
     b = Build().step(1, 0, 1000)
     b.host("aten::nonzero", 100, 600, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    p = project(b.b.build(), "a100")
+    assert [o.name for o in p.ops] == ["aten::nonzero"] and p.fallbacks == ()
+    assert p.target.step_ms < 1.0 - 0.4  # the host's 500 µs of compute are gone
+
+
+def test_cpu_only_fallback_stays_on_the_host_with_its_copies() -> None:
+    """Onto trn2, which runs aten::nonzero on the host (costmodel.fallbacks), the op stays on
+    the host with its recorded 500 µs, and its 8 MiB (input read, output written) cross the
+    host link: the step grows by that copy time (plus a DMA's fixed time each way); it is
+    listed among the fallbacks the target adds, and an aten::relu beside it is still moved."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 100, 600, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    b.host("aten::relu", 700, 750, args={"Input Dims": [[64]], "Input type": ["float"]})
     p = project(b.b.build(), "trn2")
-    kernel = math.ceil((2 * (1 << 20) * 4 / CHIPS["trn2"].hbm_bytes_per_s() + 1e-6) * 1e9) / 1e3
-    assert kernel == pytest.approx(12.571, abs=1e-3)
-    assert [o.name for o in p.ops] == ["aten::nonzero"]
-    assert p.target.step_ms == pytest.approx((115 + kernel + 400) / 1e3, abs=2e-6)
+    trn2 = CHIPS["trn2"]
+    copy_us = (8 * (1 << 20) / trn2.host_link_bytes_per_s() + 2 * trn2.dma_fixed_ns * 1e-9) * 1e6
+    (fb,) = p.fallbacks
+    assert (fb.name, fb.count, fb.cls) == ("aten::nonzero", 1, "host")
+    assert fb.source_ms == pytest.approx(0.5) and fb.target_ms == pytest.approx(
+        0.5 + copy_us / 1e3, abs=1e-6
+    )
+    assert [o.name for o in p.ops] == ["aten::relu"]
+    # the step: everything before the relu as recorded, plus the copies
+    assert p.target.step_ms > (1000 + copy_us - 50) / 1e3  # (the relu's 50 µs at most gone)
+    assert p.target.step_ms <= (1000 + copy_us) / 1e3 + 1e-6
+
+
+def test_cpu_only_float64_op_stays_on_the_host() -> None:
+    """float64 inputs fall back whatever the op (NeuronCores have no FP64 datapath)."""
+    b = Build().step(1, 0, 1000)
+    b.host(
+        "aten::mul",
+        100,
+        600,
+        args={"Input Dims": [[1 << 20], [1 << 20]], "Input type": ["double", "double"]},
+    )
+    p = project(b.b.build(), "trn2")
+    assert [o.name for o in p.fallbacks] == ["aten::mul"] and p.ops == ()
 
 
 @pytest.mark.parametrize("read", ["aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"])
