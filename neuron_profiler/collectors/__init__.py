@@ -23,11 +23,11 @@ import importlib.util
 import json
 import os
 import sys
-import types
 import warnings
 from pathlib import Path
 from typing import Any
 
+from neuron_profiler.absent_device import register_absent_device_module
 from neuron_profiler.collectors.registration import last_session, register, set_source
 from neuron_profiler.errors import NeuronProfilerError
 from neuron_profiler.trace import vocabulary as V
@@ -69,41 +69,7 @@ def _name_backend() -> None:
     if not hasattr(torch, BACKEND_NAME) and importlib.util.find_spec(REAL_BACKEND) is None:
         # no device module came with the name, and TorchNeuron, which registers one when it is
         # imported (a stand-in would be in its way), is not installed: no device is here
-        torch._register_device_module(BACKEND_NAME, _absent_device_module())
-
-
-_ABSENT_MARK = "_neuron_profiler_absent_device"
-
-
-def _absent_device_module() -> types.ModuleType:
-    """``torch.neuron`` where neither TorchNeuron nor the emulator registered one: a device that
-    is not here (torch.accelerator asks the named backend's module whether it is available, and
-    without one raises, which broke torch.compile in CPU-only programs that imported NEURON).
-    The emulator replaces it when enabled later (``replace_absent_device_module``)."""
-    module = types.ModuleType(f"torch.{BACKEND_NAME}")
-    module.is_available = lambda: False  # type: ignore[attr-defined]
-    module.device_count = lambda: 0  # type: ignore[attr-defined]
-    setattr(module, _ABSENT_MARK, True)
-    return module
-
-
-def holds_absent_device_module() -> bool:
-    """Whether ``torch.neuron`` is this package's stand-in for a device that is not here."""
-    import torch
-
-    return bool(getattr(getattr(torch, BACKEND_NAME, None), _ABSENT_MARK, False))
-
-
-def drop_absent_device_module() -> None:
-    """Remove the stand-in so that a device module (the emulator's) can be registered."""
-    import torch
-
-    if holds_absent_device_module():
-        delattr(torch, BACKEND_NAME)
-        sys.modules.pop(f"torch.{BACKEND_NAME}", None)
-        clear = getattr(torch.get_device_module, "cache_clear", None)
-        if clear is not None:  # (functools.cache: it would go on answering with the stand-in)
-            clear()
+        register_absent_device_module(BACKEND_NAME)
 
 
 def unavailable_reason() -> str | None:

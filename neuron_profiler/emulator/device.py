@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from neuron_profiler.absent_device import drop_absent_device_module, holds_absent_device_module
 from neuron_profiler.emulator import (
     autocast,
     collectives,
@@ -57,10 +58,8 @@ def _check_no_real_backend() -> None:
         )
     # Our collector may already have named PrivateUse1 "neuron" (it must, before profiling);
     # that is not a backend: a real one also installs the torch.neuron device module.
-    from neuron_profiler.collectors import holds_absent_device_module
-
     named_by_collector = name == "neuron" and (
-        not hasattr(torch, "neuron") or holds_absent_device_module()
+        not hasattr(torch, "neuron") or holds_absent_device_module("neuron")
     )
     if name != "privateuseone" and not named_by_collector:
         what = "a real 'neuron' backend" if name == "neuron" else f"the '{name}' backend"
@@ -209,11 +208,9 @@ def _setup_backend(mod: types.ModuleType) -> bool:
     reaches the caller)."""
     from torch.utils import backend_registration as B
 
-    from neuron_profiler.collectors import drop_absent_device_module
-
     torch.utils.rename_privateuse1_backend("neuron")
     torch.utils.generate_methods_for_privateuse1_backend()
-    drop_absent_device_module()  # the collector's stand-in, if NEURON was asked for first
+    drop_absent_device_module("neuron")  # the collector's stand-in, if NEURON was asked first
     torch._register_device_module("neuron", mod)
     ext = _extension()
     if ext is None or not ext.install_hooks():
