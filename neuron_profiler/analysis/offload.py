@@ -33,7 +33,7 @@ from neuron_profiler.analysis._args import arg_values
 from neuron_profiler.analysis.context import AnalysisContext
 from neuron_profiler.analysis.replay import DependencyGraph, HostDelays
 from neuron_profiler.costmodel.chips import ChipSpec
-from neuron_profiler.costmodel.fallbacks import falls_back
+from neuron_profiler.costmodel.fallbacks import falls_back, normalise_op, out_of_place
 from neuron_profiler.costmodel.ops import TRACE_TYPES, OpCost, op_cost
 from neuron_profiler.costmodel.roofline import kernel_s
 from neuron_profiler.trace import schema as S
@@ -62,7 +62,11 @@ class Offload:
     fallback_copy_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
-def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
+def offload(
+    ctx: AnalysisContext, target: ChipSpec, native: frozenset[str] = frozenset()
+) -> Offload:
+    """``native``: ops the target runs natively though its fallback table names them (the
+    no-fallback what-if)."""
     trace = ctx.trace
     c = trace.columns
     tree = _tree.nest(
@@ -76,7 +80,9 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
     # the op the script called: the outermost kernel op (aten::linear with the addmm inside it,
     # aten::sum with the fill_ that starts it): what runs inside it goes with it
     leaf = kernel & (_tree.outermost_marked(parent, kernel) == np.arange(len(ops)))
-    loading = _tree.outermost_marked(parent, np.isin(c[S.NAME_ID][ops], ctx.names.dataloader)) >= 0
+    # data loading stays on the host: ops inside a DataLoader span (an op row in 2021's Kineto,
+    # a user annotation since), on the op's own thread
+    loading = _in_data_loading(ctx, tree)
     in_steps = I.overlap_per_window(ctx.steps.host_spans, start, start + 1) > 0
     candidate = leaf & ~loading & in_steps
     sync_op = candidate & sel.per_name(trace, name_id, V.SYNC_OP_NAMES.__contains__)
@@ -85,7 +91,7 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
     # an op the target runs on the host stays there (by its name, or its float64 inputs)
     fallback = np.zeros(len(ops), bool)
     if target.host_fallback:
-        fallback = _falls_back(trace, ops, name_id, candidate & ~reads)
+        fallback = _falls_back(trace, tree, name_id, candidate & ~reads, kernel, native)
     moved, costs, no_shapes = _priced(trace, ops, names, candidate & ~reads & ~fallback, target)
     unpriced = int((no_shapes & ~sync_op).sum())  # (a scalar read has nothing to price)
     # reads a value, or runs on the host: waits for the work launched before it
@@ -132,19 +138,68 @@ def offload(ctx: AnalysisContext, target: ChipSpec) -> Offload:
 
 
 def _falls_back(
-    trace: Trace, ops: np.ndarray, name_id: np.ndarray, candidate: np.ndarray
+    trace: Trace,
+    tree: _tree.Nesting,
+    name_id: np.ndarray,
+    candidate: np.ndarray,
+    kernel: np.ndarray,
+    native: frozenset[str],
 ) -> np.ndarray:
-    """Which ops the target runs on the host (``costmodel.fallbacks.falls_back``: by name, or
-    float64 inputs, read from the recorded ``Input type``)."""
-    by_name = sel.per_name(trace, name_id, lambda n: falls_back(n, ""))
-    out = candidate & by_name
-    rest = np.flatnonzero(candidate & ~by_name)
+    """Which candidates the target runs on the host (``costmodel.fallbacks.falls_back``): the
+    op, or an op recorded inside it (``aten::linalg_inv`` decomposes into the
+    ``linalg_inv_ex`` that falls back), names a fallback; or one of its tensor inputs (a dim or
+    more: a Python scalar is recorded as a 0-dim double) is float64. ``native`` ops excepted."""
+    run_natively = {out_of_place(normalise_op(n)) for n in native}
+    by_name = sel.per_name(
+        trace,
+        name_id,
+        lambda n: falls_back(n, "") and out_of_place(normalise_op(n)) not in run_natively,
+    )
+    top = _tree.outermost_marked(tree.parent, kernel)  # each row's outermost kernel op
+    named = np.zeros(len(name_id), bool)
+    named[top[by_name & (top >= 0)]] = True
+    out = candidate & named
+    rest = np.flatnonzero(candidate & ~named)
     if len(rest):
-        types = arg_values(trace, ops[rest], (V.ARG_INPUT_TYPE,))[V.ARG_INPUT_TYPE]
-        out[rest] = [
-            isinstance(t, list) and any(falls_back("", TRACE_TYPES.get(x, "")) for x in t)
-            for t in types
+        a = arg_values(trace, tree.rows[rest], (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE))
+        dims = [
+            next((a[k][j] for k in V.ARG_INPUT_DIMS_KEYS if a[k][j] is not None), None)
+            for j in range(len(rest))
         ]
+        out[rest] = [_float64_tensor(d, t) for d, t in zip(dims, a[V.ARG_INPUT_TYPE], strict=True)]
+    return out
+
+
+def _float64_tensor(dims: object, types: object) -> bool:
+    """Whether a recorded input of at least one dimension is float64 (``double``)."""
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return False
+    return any(
+        isinstance(d, list) and len(d) > 0 and falls_back("", TRACE_TYPES.get(t, ""))
+        for d, t in zip(dims, types, strict=False)
+    )
+
+
+def _in_data_loading(ctx: AnalysisContext, tree: _tree.Nesting) -> np.ndarray:
+    """Per op of ``tree``: whether it starts inside a DataLoader span on its own thread."""
+    c = ctx.trace.columns
+    spans = np.flatnonzero(
+        (
+            ctx.trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE)
+            | ctx.trace.mask(kind=S.EventKind.USER_ANNOTATION, ph=S.Phase.COMPLETE)
+        )
+        & np.isin(c[S.NAME_ID], ctx.names.dataloader)
+    )
+    out = np.zeros(len(tree.rows), bool)
+    if len(spans) == 0:
+        return out
+    pid, tid = c[S.PID][tree.rows], c[S.TID][tree.rows]
+    for p, t in {(int(a), int(b)) for a, b in zip(c[S.PID][spans], c[S.TID][spans], strict=True)}:
+        mine = spans[(c[S.PID][spans] == p) & (c[S.TID][spans] == t)]
+        u = I.union(c[S.TS_NS][mine], c[S.TS_NS][mine] + c[S.DUR_NS][mine])
+        rows = np.flatnonzero((pid == p) & (tid == t))
+        start = tree.start[rows]
+        out[rows] = I.overlap_per_window(u, start, start + 1) > 0
     return out
 
 

@@ -199,7 +199,6 @@ def project(
         graph, costs, shift = plan.graph, offload_costs(ctx, plan, tgt), 0  # type: ignore[arg-type]
         sites, compute = offload_sites(ctx, plan), np.ones(len(plan.graph), bool)
     overhead = _emulator_overhead(ctx)
-    costs_for = None
     if plan is None:
         shift = 0 if same else tgt.launch_latency_ns - graph.base_latency_ns  # type: ignore[union-attr]
         items = graph_items(ctx)
@@ -225,8 +224,18 @@ def project(
 
         graph, costs, note = costs_for(frozenset())
         notes += note
-    elif len(overhead.at_ns):
-        costs = replace(costs, delays=costs.delays.merge(overhead))
+    else:
+
+        def costs_for(native: frozenset[str]) -> tuple[DependencyGraph, ItemCosts, list[str]]:
+            """A CPU-only trace's ops moved with ``native`` ops run natively: its own graph."""
+            moved = offload(ctx, tgt, native)  # type: ignore[arg-type]
+            out = offload_costs(ctx, moved, tgt)  # type: ignore[arg-type]
+            if len(overhead.at_ns):
+                out = replace(out, delays=out.delays.merge(overhead))
+            return moved.graph, out, []
+
+        if len(overhead.at_ns):
+            costs = replace(costs, delays=costs.delays.merge(overhead))
     if len(overhead.at_ns):
         notes.append(
             "the emulator's own host work (its dispatch, numerics: 'emulator overhead' spans, "
@@ -244,7 +253,7 @@ def project(
         compute,
         runner_for,
         merged,
-        None if costs_for is None else (lambda native: costs_for(native)[1]),
+        lambda native: costs_for(native)[:2],
     )
     edited = []
     n = max(len(graph.step_start_ns), 1)
@@ -260,7 +269,10 @@ def project(
                 "fusion and fixed kernel time unchanged)"
             )
         if edit.kind == "no-fallback":
-            notes.extend(_unknown_fallback(edit.op, costs, same))
+            host_run = costs.name[costs.fallback].tolist() + (
+                plan.fallback_names.tolist() if plan is not None else []
+            )
+            notes.extend(_unknown_fallback(edit.op, host_run, same))
         if edit.kind == "overlap-comm":
             notes.append(
                 "--what-if overlap-comm: collectives no longer wait for the compute they were "
@@ -356,7 +368,8 @@ def _offload_assumptions(plan: Offload) -> tuple[str, ...]:
         "views, allocations, data loading and ops without shapes stay on the host "
         f"({plan.unpriced} such ops without recorded shapes)",
         "aten::item / _local_scalar_dense / is_nonzero wait for the device work launched "
-        "before them; aten::nonzero runs on the device and the host waits for it",
+        "before them; aten::nonzero runs on the device and the host waits for it (on a target "
+        "that runs it on the host, it stays there with the other fallbacks)",
         "host time outside the moved ops is carried over as recorded: on the CPU it includes "
         "the host allocator returning freed tensor memory to the OS (glibc's munmap of large "
         "blocks, e.g. zero_grad() dropping the gradients), which a device's caching allocator "
@@ -407,10 +420,10 @@ def _busy_ms(start: np.ndarray, end: np.ndarray, n: int) -> float:
     return I.union(start[live], end[live]).total / n / 1e6
 
 
-def _unknown_fallback(op: str, costs: ItemCosts, same: bool) -> tuple[str, ...]:
-    """The note for ``no-fallback:OP`` where OP is no op the target runs on the host here (a typo
-    would otherwise read as "no change" without a word)."""
-    host_run = sorted({str(n) for n in costs.name[costs.fallback].tolist()})
+def _unknown_fallback(op: str, names: list, same: bool) -> tuple[str, ...]:
+    """The note for ``no-fallback:OP`` where OP is no op the target runs on the host here
+    (``names``: those it does; a typo would otherwise read as "no change" without a word)."""
+    host_run = sorted({str(n) for n in names})
     moved = {out_of_place(normalise_op(n)) for n in host_run}  # (swap_costs' match)
     if out_of_place(normalise_op(op)) in moved and not same:
         return ()

@@ -66,9 +66,8 @@ class Replayable:
     compute: np.ndarray
     runner_for: Callable[[DependencyGraph], Runner]
     regions_merged: bool = False  # the graph launches recorded compiled regions once already
-    # the costs with these ops run natively, built as the projection's own (None: a CPU-only
-    # trace, whose ops are all moved already)
-    costs_for: Callable[[frozenset[str]], ItemCosts] | None = None
+    # the graph and costs with these ops run natively, built as the projection's own
+    costs_for: Callable[[frozenset[str]], tuple[DependencyGraph, ItemCosts]] | None = None
 
 
 @dataclass(frozen=True)
@@ -123,7 +122,7 @@ def what_if_step(
     graph, costs = r.graph, r.costs
     duration, delays = costs.duration, costs.delays
     if edit.kind == "no-fallback" and r.costs_for is not None and not same:
-        edited = r.costs_for(frozenset({edit.op}))
+        graph, edited = r.costs_for(frozenset({edit.op}))
         duration, delays = edited.duration, edited.delays
     elif edit.kind == "batch":
         scaled = costs.cls != CLASSES.index("collectives")

@@ -43,7 +43,7 @@ def render_projection(p: Projection, *, console: Console) -> None:
     if p.ops:
         console.print(_ops("ops that decide the result (per step)", p.ops))
     if p.fallbacks:
-        console.print(_ops("ops the target runs on the host (per step, device time)", p.fallbacks))
+        console.print(_ops("ops the target runs on the host (per step)", p.fallbacks))
     if p.what_if:
         console.print(_what_if(p))
     console.print(Text("assumptions", style="bold"))

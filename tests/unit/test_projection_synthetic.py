@@ -253,6 +253,74 @@ def test_cpu_only_fallback_stays_on_the_host_with_its_copies() -> None:
     assert p.target.step_ms <= (1000 + copy_us) / 1e3 + 1e-6
 
 
+def test_cpu_only_fallback_recorded_inside_another_op_keeps_that_op_on_the_host() -> None:
+    """aten::linalg_inv decomposes into the linalg_inv_ex that trn2 runs on the host: the op the
+    script called (the outermost one) stays on the host, listed as a fallback. It was moved
+    as a few-µs kernel (a linear-algebra trace projected 30x too fast)."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::linalg_inv", 100, 600, args={"Input Dims": [[256, 256]], "Input type": ["float"]})
+    b.host(
+        "aten::linalg_inv_ex", 110, 590, args={"Input Dims": [[256, 256]], "Input type": ["float"]}
+    )
+    p = project(b.b.build(), "trn2")
+    assert [o.name for o in p.fallbacks] == ["aten::linalg_inv"] and p.ops == ()
+    assert p.target.step_ms >= 1.0  # nothing got faster
+
+
+def test_cpu_only_python_scalar_is_no_float64_input() -> None:
+    """``y.add_(1.0)`` records the scalar as a 0-dim double: the op is float32 work, moved (it
+    was listed as a float64 fallback: every optimizer and loss-scaling op)."""
+    b = Build().step(1, 0, 1000)
+    args = {"Input Dims": [[1 << 16], [], []], "Input type": ["float", "double", "Scalar"]}
+    b.host("aten::add_", 100, 600, args=args)
+    p = project(b.b.build(), "trn2")
+    assert [o.name for o in p.ops] == ["aten::add_"] and p.fallbacks == ()
+
+
+def test_cpu_only_no_fallback_what_if_moves_the_op() -> None:
+    """--what-if no-fallback:nonzero on a CPU-only trace onto trn2 moves the op as onto a GPU:
+    the step loses its 500 µs of host compute and its copies (it was 0, with a note saying
+    the target runs no op on the host)."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 100, 600, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    p = project(b.b.build(), "trn2", what_if=("no-fallback:nonzero",))
+    (row,) = p.what_if
+    assert row.delta_ms < -0.5
+    assert not any(a.startswith("--what-if no-fallback") for a in p.assumptions)
+
+
+def test_cpu_only_data_loading_annotation_stays_on_the_host() -> None:
+    """Current torch writes the DataLoader's span as a user annotation: the ops inside it (the
+    collate's nonzero, its gt) are data loading and stay on the host, neither moved nor
+    fallbacks (only op rows were read as DataLoader spans)."""
+    b = Build().step(1, 0, 1000)
+    b.host(
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+        50,
+        700,
+        kind=EventKind.USER_ANNOTATION,
+        cat="user_annotation",
+    )
+    b.host(
+        "aten::gt",
+        100,
+        200,
+        args={"Input Dims": [[1 << 16], []], "Input type": ["float", "Scalar"]},
+    )
+    b.host("aten::nonzero", 300, 600, args={"Input Dims": [[1 << 16]], "Input type": ["bool"]})
+    b.host("aten::relu", 800, 900, args={"Input Dims": [[1 << 16]], "Input type": ["float"]})
+    p = project(b.b.build(), "trn2")
+    assert [o.name for o in p.ops] == ["aten::relu"] and p.fallbacks == ()
+
+
+def test_cpu_only_fallbacks_in_json_validate() -> None:
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 100, 600, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    doc = projection_document(project(b.b.build(), "trn2"))
+    jsonschema.validate(doc, json.loads(schema_text()))
+    assert [f["class"] for f in doc["fallbacks"]] == ["host"]
+
+
 def test_cpu_only_float64_op_stays_on_the_host() -> None:
     """float64 inputs fall back whatever the op (NeuronCores have no FP64 datapath)."""
     b = Build().step(1, 0, 1000)
