@@ -208,3 +208,13 @@ def test_no_script_error(driver) -> None:  # noqa: ANN001
         if e["level"] == "SEVERE" and "favicon" not in e["message"]
     ]
     assert errors == []
+
+
+def test_signed_changes_never_show_a_negative_zero(driver) -> None:  # noqa: ANN001
+    """The Projection view's replay error and the Diff view's changes are signed as the HTML
+    pages sign them (reports/text.signed): a -0.001% replay error read "-0.00%"."""
+    got = driver.execute_script(
+        "return [signed(-0.001, 2), signed(0, 2), signed(36.5012, 3), signed(-1.24, 1),"
+        " signed(-0.0000004, 6)];"
+    )
+    assert got == ["+0.00", "+0.00", "+36.501", "-1.2", "+0.000000"]

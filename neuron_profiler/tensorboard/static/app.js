@@ -74,6 +74,13 @@ function fmt(v, digits, limit) {
   return shorten(v, limit);
 }
 
+// A change with its sign, never a negative zero (reports/text.py's signed: "+0.00", not "-0.00").
+function signed(v, digits) {
+  const text = v.toFixed(digits ?? 3);
+  const zero = !/[1-9]/.test(text);
+  return (v > 0 || zero ? "+" : "") + (zero ? text.replace("-", "") : text);
+}
+
 // columns: [[key or function, label, digits, limit]] (limit: of a text cell, default the name
 // limit); name: the document section the rows come from (data-table; each th of a plain key
 // carries it as data-key, and its digits and limit), so a test can read it back;
@@ -295,7 +302,7 @@ function renderProjection(p) {
   out.push(table([["what", ""], ["chip", "chip"], ["step_ms", "step ms", 3], ["note", "note", undefined, STYLE.text_limit]], [
     { what: "source", chip: p.source.chip, step_ms: p.source.step_ms, note: "recorded" },
     { what: "replay", chip: p.source.chip, step_ms: p.replay.step_ms,
-      note: "recorded durations on the rebuilt dependencies (" + p.replay.error_pct.toFixed(2) + "%)" },
+      note: "recorded durations on the rebuilt dependencies (" + signed(p.replay.error_pct, 2) + "%)" },
     { what: "target", chip: p.target.chip, step_ms: p.target.step_ms,
       note: "range " + p.target.low_ms.toFixed(3) + "-" + p.target.high_ms.toFixed(3) + " ms; " +
         p.items.priced + " of " + p.items.device + " device items priced from recorded shapes" },
@@ -365,8 +372,8 @@ function renderDiff(doc) {
   for (const n of doc.notes) out.push(el("p", "note: " + shorten(n, STYLE.text_limit), "note"));
   out.push(el("p", "A " + shorten(doc.a.source) + " · B " + shorten(doc.b.source) + " · " +
     doc.a.steps.length + " step(s) compared by " + doc.steps_by + " · mean step " + fmt(doc.a.step_ms) +
-    " ms → " + fmt(doc.b.step_ms) + " ms · Δ " + fmt(doc.delta_ms) + " ms (" + fmt(doc.delta_pct, 1) +
-    "%) · residual " + fmt(doc.residual_ms, 6) + " ms" + (doc.group_by && doc.group_by !== "op" ?
+    " ms → " + fmt(doc.b.step_ms) + " ms · Δ " + signed(doc.delta_ms) + " ms (" + signed(doc.delta_pct, 1) +
+    "%) · residual " + signed(doc.residual_ms, 6) + " ms" + (doc.group_by && doc.group_by !== "op" ?
     " · rows by " + doc.group_by : ""), "note"));
   out.push(el("h3", "Waterfall: from A's mean step to B's (ms per step)"));
   const labels = ["A: mean step", ...doc.rows.map((r, i) => (i + 1) + ". " + shorten(r.key)), "residual", "B: mean step"];
