@@ -127,6 +127,11 @@ def what_if_step(
     elif edit.kind == "batch":
         scaled = costs.cls != CLASSES.index("collectives")
         duration = np.where(scaled, np.round(duration * edit.factor), duration).astype(np.int64)
+        # the host time the target adds (positive delays: fallbacks' copies, and their host
+        # compute where the source ran them on the device) moves the data: it scales too
+        extra = delays.extra_ns
+        grown = np.where(extra > 0, np.round(extra * edit.factor), extra).astype(np.int64)
+        delays = HostDelays(delays.at_ns, delays.awaited, grown)
     elif edit.kind == "no-data-stall":
         delays = delays.merge(_data_loading(ctx))
     elif edit.kind == "compiled":

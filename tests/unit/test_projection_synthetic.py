@@ -321,6 +321,18 @@ def test_cpu_only_fallbacks_in_json_validate() -> None:
     assert [f["class"] for f in doc["fallbacks"]] == ["host"]
 
 
+def test_batch_scales_a_fallbacks_copies() -> None:
+    """batch x2 doubles the data a fallback copies across the host link: the step grows by one
+    more copy time (the recorded host time stays). The copies did not scale."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 100, 600, args={"Input Dims": [[1 << 20]], "Input type": ["float"]})
+    p = project(b.b.build(), "trn2", what_if=("batch x2",))
+    (fb,) = p.fallbacks
+    copy_ms = fb.target_ms - fb.source_ms
+    (row,) = p.what_if
+    assert copy_ms > 0.1 and row.delta_ms == pytest.approx(copy_ms, abs=2e-6)
+
+
 def test_cpu_only_float64_op_stays_on_the_host() -> None:
     """float64 inputs fall back whatever the op (NeuronCores have no FP64 datapath)."""
     b = Build().step(1, 0, 1000)
