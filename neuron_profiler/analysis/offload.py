@@ -60,6 +60,7 @@ class Offload:
     fallback_names: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
     fallback_host_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     fallback_copy_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    fallback_unsized: int = 0  # of those, how many recorded no shapes to size the copies by
 
 
 def offload(
@@ -114,7 +115,7 @@ def offload(
     own = np.flatnonzero(sync_op[items])
     # a fallback's copies (inputs out of device memory, outputs back) once it has run
     fb = np.flatnonzero(fallback)
-    copy_ns = _fallback_copy_ns(trace, ops[fb], names[fb], target)
+    copy_ns, unsized = _fallback_copy_ns(trace, ops[fb], names[fb], target)
     at = np.concatenate([end[items], end[items[own]], start[syncs], end[fb]])
     awaited = np.concatenate(
         [np.full(len(items), -1), own, np.where(before >= 0, before, -1), np.full(len(fb), -1)]
@@ -134,6 +135,7 @@ def offload(
         fallback_names=names[fb],
         fallback_host_ns=(end - start)[fb],
         fallback_copy_ns=copy_ns,
+        fallback_unsized=unsized,
     )
 
 
@@ -205,13 +207,14 @@ def _in_data_loading(ctx: AnalysisContext, tree: _tree.Nesting) -> np.ndarray:
 
 def _fallback_copy_ns(
     trace: Trace, rows: np.ndarray, names: np.ndarray, target: ChipSpec
-) -> np.ndarray:
+) -> tuple[np.ndarray, int]:
     """Each fallback's copies on the target's host link: the bytes its recorded shapes move
     (inputs read, outputs written), plus a DMA's fixed time each way; 0 bytes where they cannot
-    be read (the fixed times only)."""
+    be read (the fixed times only: how many, the second value)."""
     keys = (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE)
     a = arg_values(trace, rows, keys)
     out = np.zeros(len(rows), np.int64)
+    unsized = 0
     for j in range(len(rows)):
         dims = next((a[k][j] for k in V.ARG_INPUT_DIMS_KEYS if a[k][j] is not None), None)
         types = a[V.ARG_INPUT_TYPE][j]
@@ -223,9 +226,10 @@ def _fallback_copy_ns(
                 ).bytes_moved
             except (TypeError, ValueError, IndexError):
                 nbytes = 0
+        unsized += nbytes == 0
         copy_s = nbytes / target.host_link_bytes_per_s() + 2 * target.dma_fixed_ns * 1e-9
         out[j] = round(copy_s * 1e9)
-    return out
+    return out, unsized
 
 
 def _is_aten(name: str) -> bool:

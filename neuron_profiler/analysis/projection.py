@@ -376,6 +376,14 @@ def _offload_assumptions(plan: Offload) -> tuple[str, ...]:
         "does not pay; recording the CPU run with MALLOC_MMAP_MAX_=0 leaves it out "
         "(docs/projection.md, emulator consistency)",
         f"the low-high range: roofline costs ±{UNCERTAINTY_ROOFLINE:.0%}",
+    ) + (
+        (
+            f"{plan.fallback_unsized} of the {len(plan.fallback_names)} op runs the target "
+            "runs on the host recorded no shapes to size their copies by: those copies are "
+            "counted at a DMA's fixed time each way only",
+        )
+        if plan.fallback_unsized
+        else ()
     )
 
 

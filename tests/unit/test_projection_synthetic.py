@@ -333,6 +333,18 @@ def test_batch_scales_a_fallbacks_copies() -> None:
     assert copy_ms > 0.1 and row.delta_ms == pytest.approx(copy_ms, abs=2e-6)
 
 
+def test_a_fallback_without_shapes_is_counted_in_the_assumptions() -> None:
+    """A fallback with no recorded shapes has only the fixed DMA times for its copies: said,
+    with the count (it was silent)."""
+    b = Build().step(1, 0, 1000)
+    b.host("aten::nonzero", 100, 600)
+    b.host("aten::nonzero", 700, 800, args={"Input Dims": [[1 << 10]], "Input type": ["float"]})
+    p = project(b.b.build(), "trn2")
+    assert [(o.name, o.count) for o in p.fallbacks] == [("aten::nonzero", 2)]
+    (said,) = [a for a in p.assumptions if "recorded no shapes to size their copies" in a]
+    assert said.startswith("1 of the 2 op runs")
+
+
 def test_cpu_only_float64_op_stays_on_the_host() -> None:
     """float64 inputs fall back whatever the op (NeuronCores have no FP64 datapath)."""
     b = Build().step(1, 0, 1000)
