@@ -49,6 +49,7 @@ STRAGGLER_RULE = (  # what every renderer says the rule is (docs/analysis.md, Mu
 REASON_NO_RANK = "no trace has a rank in distributedInfo (not a torch.distributed run)"
 REASON_ONE_RANK = "only one rank ({}): cross-rank analysis needs two or more ranks"
 REASON_NO_SHARED = "no span holds two or more ranks (their profiling windows do not overlap)"
+REASON_NO_DEVICE = "no rank has device work (CPU-only traces): no device time to compare"
 NO_MATCH = "no collective matched across the ranks"
 NO_LATE = "no rank arrived last alone at any matched collective (the ranks arrive together)"
 TIE = "ranks {} cost the others equally ({:.3f} ms per step net of their own waits): no single straggler"
@@ -207,7 +208,8 @@ def distributed(summaries: list[RankSummary]) -> Distributed:
     elif len({s.rank for s in ranked}) == 1:
         reason = REASON_ONE_RANK.format(f"rank {ranked[0].rank}")
     elif all(s.reason for s in spans):
-        reason = REASON_NO_SHARED
+        no_device = any(s.reason == REASON_NO_DEVICE for s in spans)
+        reason = REASON_NO_DEVICE if no_device else REASON_NO_SHARED
     else:
         reason = None
     return Distributed(spans=spans, without_rank=without, reason=reason)
@@ -282,10 +284,12 @@ def _span(index: int, span: list[RankSummary]) -> SpanAnalysis:
         world_size=span[0].world_size,
         reference_rank=ranks[0],
     )
-    if len(span) < 2:
+    if len(span) < 2 or not any(s.has_device for s in span):
         return SpanAnalysis(
             **base,
-            reason=REASON_ONE_RANK.format(f"rank {ranks[0]}"),  # type: ignore[arg-type]
+            reason=REASON_ONE_RANK.format(f"rank {ranks[0]}")  # type: ignore[arg-type]
+            if len(span) < 2
+            else REASON_NO_DEVICE,
             rows=(),
             collectives=(),
             stragglers=(),

@@ -83,6 +83,7 @@ class RankSummary:
     orphan_waits: int = 0
     orphan_wait_ns: int = 0
     activities: tuple[str, ...] = ACTIVITIES  # the labels of each call's ``before_ns``
+    has_device: bool = True  # the trace has device work (False: a CPU-only trace)
 
 
 def rank_summary(ctx: AnalysisContext) -> RankSummary:
@@ -97,6 +98,7 @@ def rank_summary(ctx: AnalysisContext) -> RankSummary:
         step_wall_ns=tuple(steps.wall_ns.tolist()),
         compute_ns=int(b.compute_ns.sum()),
         collective_ns=int(b.collective_ns.sum()),
+        has_device=len(work) > 0,
         **_calls(trace, work, steps, ctx),
     )
 

@@ -523,3 +523,36 @@ def test_arrival_is_never_before_the_collectives_launch(
     write_chrome_trace(b.build(), path)
     (call,) = analyze(load_trace(path)).rank_summary.calls
     assert call.arrival_ns == t0 + 5 * MS + arrival_after_ns
+
+
+def test_cpu_only_ranks_have_no_cross_rank_analysis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two CPU-only ranks of one run: there is no device time to compare, and the section says
+    so (it was 'available' with every device figure 0 and 'clocks aligned' on no collective)."""
+    from neuron_profiler.analysis.distributed import REASON_NO_DEVICE
+
+    paths = []
+    for rank in (0, 1):
+        b = TraceBuilder()
+        b.metadata["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": 2}
+        for n in range(2):
+            b.add(
+                name=f"ProfilerStep#{n}",
+                ts_ns=n * STEP_NS,
+                dur_ns=STEP_NS,
+                kind=EventKind.USER_ANNOTATION,
+                cat="user_annotation",
+                pid=1,
+                tid=1,
+            )
+            b.add(name="aten::mm", ts_ns=n * STEP_NS + MS, dur_ns=5 * MS, pid=1, tid=1)
+        paths.append(tmp_path / f"rank{rank}.json")
+        write_chrome_trace(b.build(), paths[-1])
+    d = distributed(summaries(paths))
+    assert not d.available and d.reason == REASON_NO_DEVICE
+    assert [s.reason for s in d.spans] == [REASON_NO_DEVICE]
+    code, out, _ = run(["analyze", "--json", *map(str, paths)], capsys)
+    doc = json.loads(out)
+    jsonschema.validate(doc, json.loads(schema_text()))
+    assert code == 0 and doc["distributed"]["available"] is False
