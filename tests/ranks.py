@@ -53,3 +53,29 @@ def run_ranks(
     # every failed rank's tail: the first to fail is often not rank 0 (the others then see a
     # connection reset)
     assert not failed, "\n\n".join(failed)
+
+
+def event_spans(
+    events: list[dict], event_type: str, epoch_of: Callable[[int], int]
+) -> list[tuple[int, int, dict]]:
+    """(start, end, start event data) per span of this type among a runtime capture's events,
+    in the order they end: device spans on the host clock (``nc_timestamp_ns`` plus
+    ``epoch_of(core)``), host spans by their timestamps."""
+    from neuron_profiler.runtime_trace import format as F
+
+    starts, out = {}, []
+    for e in events:
+        if e["event_type"] != event_type:
+            continue
+        if e["phase"] == F.START:
+            starts[e["tracking_id"]] = e
+        elif e["phase"] == F.STOP and e["tracking_id"] in starts:
+            s = starts.pop(e["tracking_id"])
+            if "nc_timestamp_ns" in s["data"]:
+                epoch = epoch_of(s["data"].get("device_core_idx", 0))
+                a = s["data"]["nc_timestamp_ns"] + epoch
+                b = e["data"]["nc_timestamp_ns"] + epoch
+            else:
+                a, b = s["timestamp_ns"], e["timestamp_ns"]
+            out.append((a, b, s["data"]))
+    return out

@@ -7,16 +7,11 @@ emulator enabled afterwards replaces the stand-in. Each case runs in a fresh pro
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from fresh_process import run_fresh
 
 pytest.importorskip("torch")
 
-import neuron_profiler  # noqa: E402
 
 pytestmark = [pytest.mark.torch]
 
@@ -40,13 +35,7 @@ if sys.argv[1] == "then-emulator":
 
 @pytest.mark.parametrize("then", ["alone", "then-emulator"])
 def test_naming_the_backend_leaves_a_device_that_is_not_here(then: str) -> None:
-    root = str(Path(neuron_profiler.__file__).resolve().parents[1])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_PROFILER_")}
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, then], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_fresh(SCRIPT, then)
     lines = proc.stdout.splitlines()
     assert lines[:3] == ["accelerator False", "compiled [2.0, 2.0]", "profiled True"]
     if then == "then-emulator":

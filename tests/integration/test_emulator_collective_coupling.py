@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ranks import run_ranks
+from ranks import event_spans, run_ranks
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed")
@@ -95,21 +95,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
 
 def _spans(run: dict, event_type: str) -> list[tuple[int, int, dict]]:
     """(start, end, start event data) per span of this type, on the host clock."""
-    starts, out = {}, []
-    for e in run["events"]:
-        if e["event_type"] != event_type:
-            continue
-        if e["phase"] == F.START:
-            starts[e["tracking_id"]] = e
-        elif e["phase"] == F.STOP and e["tracking_id"] in starts:
-            s = starts.pop(e["tracking_id"])
-            if "nc_timestamp_ns" in s["data"]:
-                a = s["data"]["nc_timestamp_ns"] + run["epoch"]
-                b = e["data"]["nc_timestamp_ns"] + run["epoch"]
-            else:
-                a, b = s["timestamp_ns"], e["timestamp_ns"]
-            out.append((a, b, s["data"]))
-    return out
+    return event_spans(run["events"], event_type, lambda _: run["epoch"])
 
 
 def _per_step(run: dict, event_type: str) -> list[float]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ranks import run_ranks
+from ranks import event_spans, run_ranks
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed")
@@ -86,23 +86,10 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 
 
 def _spans(run: dict, event_type: str) -> list[tuple[int, int, dict]]:
-    """(start, end, start event data) per span of this type: device spans on the host clock
-    (``nc_timestamp_ns`` + the core's epoch), host spans by their timestamps."""
-    starts, out = {}, []
-    for e in run["events"]:
-        if e["event_type"] != event_type:
-            continue
-        if e["phase"] == F.START:
-            starts[e["tracking_id"]] = e
-        elif e["phase"] == F.STOP and e["tracking_id"] in starts:
-            s = starts.pop(e["tracking_id"])
-            if "nc_timestamp_ns" in s["data"]:
-                a = s["data"]["nc_timestamp_ns"] + run["epoch"]
-                b = e["data"]["nc_timestamp_ns"] + run["epoch"]
-            else:
-                a, b = s["timestamp_ns"], e["timestamp_ns"]
-            out.append((a, b, s["data"]))
-    return sorted(out, key=lambda s: s[0])
+    """Spans of this type by start (``ranks.event_spans``; one core, one epoch)."""
+    return sorted(
+        event_spans(run["events"], event_type, lambda _: run["epoch"]), key=lambda s: s[0]
+    )
 
 
 def test_results_are_right(ranks) -> None:

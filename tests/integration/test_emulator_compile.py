@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
+from fresh_process import run_fresh
 
 torch = pytest.importorskip("torch")
 
@@ -448,16 +445,6 @@ def test_compiled_graph_calls_in_a_memory_profile_leave_no_unknown_host_frees(mo
     logged "Memory block of unknown size was allocated before the profiling started". c10
     prints that once per 1000 such frees per process, so the calls run in a fresh process,
     where the first one prints."""
-    root = str(Path(emu.__file__).resolve().parents[2])  # this checkout's package first
-    env = {k: v for k, v in os.environ.items() if k != emu.ENV_EMULATE}
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    proc = subprocess.run(
-        [sys.executable, "-c", _UNKNOWN_SIZE_RUN, mode],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    proc = run_fresh(_UNKNOWN_SIZE_RUN, mode)
     assert "CALLS DONE" in proc.stdout
     assert "unknown size" not in proc.stderr

@@ -12,6 +12,7 @@ import weakref
 from pathlib import Path
 
 import pytest
+from fresh_process import run_fresh
 
 torch = pytest.importorskip("torch")
 
@@ -399,21 +400,7 @@ def test_buffers_freed_in_a_memory_profile_leave_no_unknown_host_frees(mode: str
     an unknown-size block for each one it frees while reporting). c10 logs that once per 1000
     such frees per process, so it runs in a fresh process, where the first one prints (in this
     process an earlier test's could have used the first up)."""
-    import os
-    import subprocess
-    import sys
-
-    root = str(Path(emu.__file__).resolve().parents[2])  # this checkout's package first
-    env = {k: v for k, v in os.environ.items() if k != emu.ENV_EMULATE}
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    proc = subprocess.run(
-        [sys.executable, "-c", _BUFFERS_FREED_RUN, mode],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    proc = run_fresh(_BUFFERS_FREED_RUN, mode)
     assert "DONE" in proc.stdout and "unknown size" not in proc.stderr
 
 

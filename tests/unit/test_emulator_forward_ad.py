@@ -9,15 +9,12 @@ the test instead of killing pytest.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from fresh_process import run_fresh
 
 torch = pytest.importorskip("torch")
 
-import neuron_profiler.emulator as emu  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -82,15 +79,7 @@ print("REPORT " + json.dumps(report))
 
 
 def _run(mode: str, n: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != emu.ENV_EMULATE}
-    proc = subprocess.run(
-        [sys.executable, "-c", _CASES, mode, str(n)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    proc = run_fresh(_CASES, mode, str(n))
     line = next(x for x in proc.stdout.splitlines() if x.startswith("REPORT "))
     return json.loads(line[len("REPORT ") :])
 

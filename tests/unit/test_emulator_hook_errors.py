@@ -7,15 +7,12 @@ hook's exception), which would have killed pytest too."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from fresh_process import run_fresh
 
 torch = pytest.importorskip("torch")
 
-import neuron_profiler.emulator as emu  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -122,15 +119,7 @@ _CASES = (
     ("mode", "cores"), [("numerics", 1), ("timing", 1), ("numerics", 2)], ids=str
 )
 def test_backward_hook_exception_reaches_the_caller(mode: str, cores: int) -> None:
-    env = {k: v for k, v in os.environ.items() if k != emu.ENV_EMULATE}
-    run = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, mode, str(cores)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert run.returncode == 0, f"rc {run.returncode}: {run.stderr[-2000:]}"
+    run = run_fresh(_SCRIPT, mode, str(cores))
     line = next(ln for ln in run.stdout.splitlines() if ln.startswith("RESULTS "))
     results = json.loads(line.removeprefix("RESULTS "))
     for case in _CASES:
