@@ -37,7 +37,12 @@ from neuron_profiler.costmodel.fallbacks import (
     out_of_place,
 )
 from neuron_profiler.costmodel.ops import DTYPE_BYTES, TRACE_TYPES, OpCost, op_cost
-from neuron_profiler.costmodel.roofline import DEFAULT_EFFICIENCY, bound_parts_s, collective_s
+from neuron_profiler.costmodel.roofline import (
+    DEFAULT_EFFICIENCY,
+    bound_parts_s,
+    collective_s,
+    host_copy_s,
+)
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -124,8 +129,8 @@ def swap_costs(
     if not same and src is not None and tgt is not None:
         duration *= _ratios(ctx, items, cost, kernel_name, src, tgt)
         if tgt.host_fallback:
-            fallback = _fallback_items(ctx, items, top_fallback, cost, compute | copies)
-            delays = _fallback_delays(ctx, graph, items, top_fallback, fallback, tgt)
+            fallback = _fallback_items(top_fallback, cost, compute | copies)
+            delays = _fallback_delays(ctx, graph, top_fallback, fallback, tgt)
             duration[fallback] = 0
     return ItemCosts(
         duration=np.round(duration).astype(np.int64),
@@ -355,8 +360,6 @@ def _names(trace: Trace, rows: np.ndarray) -> np.ndarray:
 
 
 def _fallback_items(
-    ctx: AnalysisContext,
-    items: np.ndarray,
     top_fallback: np.ndarray,
     cost: _OpCosts,
     device_work: np.ndarray,
@@ -369,7 +372,6 @@ def _fallback_items(
 def _fallback_delays(
     ctx: AnalysisContext,
     graph: DependencyGraph,
-    items: np.ndarray,
     top_fallback: np.ndarray,
     fallback: np.ndarray,
     tgt: ChipSpec,
@@ -392,7 +394,7 @@ def _fallback_delays(
         HOST_CPU, costs.flops, costs.bytes_moved, costs.dtype, costs.matrix
     )
     host_s = np.maximum(flop_s, byte_s) / DEFAULT_EFFICIENCY
-    copy_s = costs.bytes_moved / tgt.host_link_bytes_per_s() + 2 * tgt.dma_fixed_ns * 1e-9
+    copy_s = host_copy_s(tgt, costs.bytes_moved, copies=2)
     extra = np.where(costs.priced, np.round((host_s + copy_s) * 1e9), 0).astype(np.int64)
     order = np.argsort(at, kind="stable")
     return HostDelays(at[order], awaited[order], extra[order])

@@ -35,7 +35,7 @@ from neuron_profiler.analysis.replay import DependencyGraph, HostDelays
 from neuron_profiler.costmodel.chips import ChipSpec
 from neuron_profiler.costmodel.fallbacks import falls_back, normalise_op, out_of_place
 from neuron_profiler.costmodel.ops import TRACE_TYPES, OpCost, op_cost
-from neuron_profiler.costmodel.roofline import kernel_s
+from neuron_profiler.costmodel.roofline import host_copy_s, kernel_s
 from neuron_profiler.trace import schema as S
 from neuron_profiler.trace import vocabulary as V
 from neuron_profiler.trace.model import Trace
@@ -93,7 +93,7 @@ def offload(
     fallback = np.zeros(len(ops), bool)
     if target.host_fallback:
         fallback = _falls_back(trace, tree, name_id, candidate & ~reads, kernel, native)
-    moved, costs, no_shapes = _priced(trace, ops, names, candidate & ~reads & ~fallback, target)
+    moved, costs, no_shapes = _priced(trace, ops, names, candidate & ~reads & ~fallback)
     unpriced = int((no_shapes & ~sync_op).sum())  # (a scalar read has nothing to price)
     # reads a value, or runs on the host: waits for the work launched before it
     sync = (sync_op & ~moved) | fallback
@@ -104,7 +104,7 @@ def offload(
     costs = tuple(costs[k] for k in by_launch.tolist())
     duration = np.array([_device_ns(cst, target) for cst in costs], np.int64)
     graph = _graph(ctx, launch, duration, target)
-    dispatch = _framework_dispatch_ns(names, parent, aten & ~kernel, end - start, in_steps)
+    dispatch = _framework_dispatch_ns(parent, aten & ~kernel, end - start, in_steps)
     target_host = _host_ns_on_target(parent, aten, kernel, items, dispatch, target)
     target_host = np.minimum(target_host, end[items] - start[items])
     shrink = target_host - (end[items] - start[items])
@@ -163,18 +163,13 @@ def _falls_back(
     out = candidate & named
     rest = np.flatnonzero(candidate & ~named)
     if len(rest):
-        a = arg_values(trace, tree.rows[rest], (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE))
-        dims = [
-            next((a[k][j] for k in V.ARG_INPUT_DIMS_KEYS if a[k][j] is not None), None)
-            for j in range(len(rest))
-        ]
-        out[rest] = [_float64_tensor(d, t) for d, t in zip(dims, a[V.ARG_INPUT_TYPE], strict=True)]
+        out[rest] = [_float64_tensor(d, t) for d, t in _recorded_inputs(trace, tree.rows[rest])]
     return out
 
 
-def _float64_tensor(dims: object, types: object) -> bool:
+def _float64_tensor(dims: list | None, types: list | None) -> bool:
     """Whether a recorded input of at least one dimension is float64 (``double``)."""
-    if not isinstance(dims, list) or not isinstance(types, list):
+    if dims is None or types is None:
         return False
     return any(
         isinstance(d, list) and len(d) > 0 and falls_back("", TRACE_TYPES.get(t, ""))
@@ -185,13 +180,7 @@ def _float64_tensor(dims: object, types: object) -> bool:
 def _in_data_loading(ctx: AnalysisContext, tree: _tree.Nesting) -> np.ndarray:
     """Per op of ``tree``: whether it starts inside a DataLoader span on its own thread."""
     c = ctx.trace.columns
-    spans = np.flatnonzero(
-        (
-            ctx.trace.mask(kind=S.EventKind.CPU_OP, ph=S.Phase.COMPLETE)
-            | ctx.trace.mask(kind=S.EventKind.USER_ANNOTATION, ph=S.Phase.COMPLETE)
-        )
-        & np.isin(c[S.NAME_ID], ctx.names.dataloader)
-    )
+    spans = sel.dataloader_rows(ctx.trace, ctx.names)
     out = np.zeros(len(tree.rows), bool)
     if len(spans) == 0:
         return out
@@ -211,25 +200,39 @@ def _fallback_copy_ns(
     """Each fallback's copies on the target's host link: the bytes its recorded shapes move
     (inputs read, outputs written), plus a DMA's fixed time each way; 0 bytes where they cannot
     be read (the fixed times only: how many, the second value)."""
-    keys = (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE)
-    a = arg_values(trace, rows, keys)
     out = np.zeros(len(rows), np.int64)
     unsized = 0
+    for j, (dims, types) in enumerate(_recorded_inputs(trace, rows)):
+        cst = _recorded_cost(str(names[j]), dims, types)
+        nbytes = cst.bytes_moved if cst is not None else 0
+        unsized += nbytes == 0
+        out[j] = round(host_copy_s(target, nbytes, copies=2) * 1e9)
+    return out, unsized
+
+
+def _recorded_inputs(trace: Trace, rows: np.ndarray) -> list[tuple[list | None, list | None]]:
+    """Each row's recorded input shapes and types (``Input Dims`` / ``Input type``; None where
+    the trace holds none, or not as a list)."""
+    a = arg_values(trace, rows, (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE))
+    out = []
     for j in range(len(rows)):
         dims = next((a[k][j] for k in V.ARG_INPUT_DIMS_KEYS if a[k][j] is not None), None)
         types = a[V.ARG_INPUT_TYPE][j]
-        nbytes = 0
-        if isinstance(dims, list):
-            try:
-                nbytes = op_cost(
-                    str(names[j]), dims, types if isinstance(types, list) else ["float"] * len(dims)
-                ).bytes_moved
-            except (TypeError, ValueError, IndexError):
-                nbytes = 0
-        unsized += nbytes == 0
-        copy_s = nbytes / target.host_link_bytes_per_s() + 2 * target.dma_fixed_ns * 1e-9
-        out[j] = round(copy_s * 1e9)
-    return out, unsized
+        out.append(
+            (dims if isinstance(dims, list) else None, types if isinstance(types, list) else None)
+        )
+    return out
+
+
+def _recorded_cost(name: str, dims: list | None, types: list | None) -> OpCost | None:
+    """The op's cost from its recorded inputs (float32 where no types were recorded); None
+    where there are no shapes or the cost model cannot read them."""
+    if dims is None:
+        return None
+    try:
+        return op_cost(name, dims, types if types is not None else ["float"] * len(dims))
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 def _is_aten(name: str) -> bool:
@@ -237,7 +240,6 @@ def _is_aten(name: str) -> bool:
 
 
 def _framework_dispatch_ns(
-    names: np.ndarray,
     parent: np.ndarray,
     no_kernel: np.ndarray,
     dur: np.ndarray,
@@ -273,30 +275,19 @@ def _host_ns_on_target(
 
 
 def _priced(
-    trace, ops: np.ndarray, names: np.ndarray, candidate: np.ndarray, target: ChipSpec
-) -> tuple[np.ndarray, list[OpCost], np.ndarray]:  # noqa: ANN001
+    trace: Trace, ops: np.ndarray, names: np.ndarray, candidate: np.ndarray
+) -> tuple[np.ndarray, list[OpCost], np.ndarray]:
     """Which candidates have a cost from their recorded shapes, their costs (in op order),
     which recorded no shapes (or shapes the cost model cannot read)."""
     idx = np.flatnonzero(candidate)
-    keys = (*V.ARG_INPUT_DIMS_KEYS, V.ARG_INPUT_TYPE)
-    a = arg_values(trace, ops[idx], keys)
     moved = np.zeros(len(ops), bool)
     unpriced = np.zeros(len(ops), bool)
     costs: list[OpCost] = []
-    for j, k in enumerate(idx.tolist()):
-        dims = next((a[key][j] for key in V.ARG_INPUT_DIMS_KEYS if a[key][j] is not None), None)
-        if not isinstance(dims, list):
+    for k, (dims, types) in zip(idx.tolist(), _recorded_inputs(trace, ops[idx]), strict=True):
+        cst = _recorded_cost(str(names[k]), dims, types)
+        if cst is None:
             unpriced[k] = True
-            continue
-        types = a[V.ARG_INPUT_TYPE][j]
-        if not isinstance(types, list):
-            types = ["float"] * len(dims)
-        try:
-            cst = op_cost(str(names[k]), dims, types)
-        except (TypeError, ValueError, IndexError):
-            unpriced[k] = True
-            continue
-        if cst.bytes_moved > 0:
+        elif cst.bytes_moved > 0:
             moved[k] = True
             costs.append(cst)
     return moved, costs, unpriced

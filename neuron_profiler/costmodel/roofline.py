@@ -12,6 +12,8 @@ in n-1 steps, each step paying the link latency.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from neuron_profiler.costmodel.chips import ChipSpec
@@ -60,6 +62,14 @@ def ring_traffic(nbytes: float, world: int, collective: str) -> tuple[int, float
     if kind in ("all_gather", "reduce_scatter", "all_to_all"):
         return n - 1, (n - 1) / n * nbytes
     return n - 1, float(nbytes)
+
+
+def host_copy_s(chip: ChipSpec, nbytes: Any, copies: int = 1) -> Any:
+    """Seconds to move ``nbytes`` (a number or an array) across the host link in ``copies``
+    DMAs, each with the chip's fixed DMA time: the emulator's host <-> device copy, and the
+    projection's copies of an op the target runs on the host (its inputs out, its outputs
+    back: two)."""
+    return nbytes / chip.host_link_bytes_per_s() + copies * chip.dma_fixed_ns * 1e-9
 
 
 def collective_s(chip: ChipSpec, *, nbytes: float, world: int, collective: str) -> float:

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from neuron_profiler.costmodel.chips import ChipSpec
-from neuron_profiler.costmodel.roofline import collective_s, kernel_s
+from neuron_profiler.costmodel.roofline import collective_s, host_copy_s, kernel_s
 from neuron_profiler.trace import vocabulary as V
 
 # NeuronCore engines (docs/chips.md): TensorE does matrix work, ScalarE activation functions,
@@ -174,7 +174,7 @@ class RooflineModel:
         }
 
     def host_copy_ns(self, nbytes: int) -> int:
-        return self._ns(nbytes / self.chip.host_link_bytes_per_s() + self.chip.dma_fixed_ns * 1e-9)
+        return self._ns(host_copy_s(self.chip, nbytes))
 
     def host_staging_ns(self, nbytes: int) -> int:
         """Host time to copy ``nbytes`` between pageable memory and the runtime's pinned staging
